@@ -1,0 +1,62 @@
+-- One micro-batch of the stream: merge the batch's new events into the open sessions kept in
+-- state, and decide which panes to emit and which sessions to keep (Beam's triggers, in SQL).
+--
+-- Input: tm_sessionized = sessionize.sql over the union of
+--   state events  (state_session_id, state_session_start, state_closed, state_pane_count set)
+--   new events    (is_new = true, state columns null)
+-- Parameters (microseconds since the epoch / durations in microseconds):
+--   :w_prev_us     watermark at the start of the batch (decides what is too late)
+--   :w_new_us      watermark after the batch (decides what closes and what expires)
+--   :gap_us, :lateness_us
+WITH sessions AS (
+  SELECT
+    user_id,
+    session_seq,
+    MIN(event_ts) AS session_start,
+    MAX(event_ts) AS session_end,
+    COUNT(*) AS event_count,
+    array_sort(collect_list(named_struct(
+      'event_ts', event_ts, 'event_id', event_id, 'event_type', event_type, 'payload', payload)))
+      AS events,
+    bool_or(is_new) AS has_new,
+    bool_or(state_session_id IS NOT NULL) AS from_state,
+    coalesce(bool_or(state_closed), false) AS was_closed,
+    coalesce(MAX(state_pane_count), 0) AS pane_count,
+    -- A session that absorbs others keeps the id of the earliest one, so its id stays stable.
+    MIN(CASE WHEN state_session_id IS NOT NULL
+             THEN named_struct('start', state_session_start, 'id', state_session_id) END).id
+      AS kept_session_id
+  FROM tm_sessionized
+  GROUP BY user_id, session_seq
+),
+classified AS (
+  SELECT
+    s.*,
+    unix_micros(s.session_end) + :gap_us AS window_end_us,
+    CASE
+      WHEN NOT s.from_state AND unix_micros(s.session_end) + :gap_us + :lateness_us <= :w_prev_us
+        THEN 'too_late'
+      WHEN s.was_closed THEN 'late'
+      WHEN unix_micros(s.session_end) + :gap_us > :w_new_us THEN 'early'
+      WHEN unix_micros(s.session_end) + :gap_us > :w_prev_us THEN 'on_time'
+      ELSE 'late'
+    END AS pane_kind
+  FROM sessions AS s
+)
+SELECT
+  coalesce(kept_session_id,
+           substr(sha2(concat(user_id, '|', CAST(unix_micros(session_start) AS STRING)), 256), 1, 32))
+    AS session_id,
+  user_id,
+  session_start,
+  session_end,
+  event_count,
+  events,
+  pane_kind,
+  -- emit: new data arrived, or the watermark passed a session that has not been closed yet
+  (has_new OR (from_state AND NOT was_closed AND window_end_us <= :w_new_us)) AS emit,
+  -- keep in state until the watermark passes window end + allowed lateness
+  (pane_kind <> 'too_late' AND window_end_us + :lateness_us > :w_new_us) AS retain,
+  was_closed OR window_end_us <= :w_new_us AS closed,
+  pane_count
+FROM classified

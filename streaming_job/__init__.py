@@ -1,0 +1,1 @@
+"""The PySpark Structured Streaming job: landing JSON lines -> session panes in receipt partitions."""

@@ -1,0 +1,192 @@
+"""One micro-batch, end to end: parse, quarantine, sessionize against state, write panes, commit.
+
+Everything here is a deterministic function of (state before the batch, the batch's files, the
+batch's timestamp from the offset log), so a batch that Spark replays after a crash produces the
+same receipt_ts, the same panes and the same state, and skips partitions it had completed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+import dedup_sql
+from streaming_job import parse, receipts
+from streaming_job.state import StateStore
+from tidemark import layout, storage
+from tidemark.logs import get_logger
+from tidemark.sessions import SessionRules
+
+log = get_logger("stream")
+
+
+@dataclass
+class BatchReport:
+    batch_id: int
+    receipt_ts: str
+    input_lines: int
+    valid_events: int
+    quarantined: int
+    watermark_us: int
+    open_sessions: int
+    partitions: list[receipts.ReceiptPartition] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class BatchProcessor:
+    """The foreachBatch function of the stream. `listeners` get a BatchReport after each commit."""
+
+    def __init__(self, lake: str, checkpoint: str, rules: SessionRules,
+                 listeners: list[Callable[[BatchReport], None]] | None = None):
+        self.lake = lake
+        self.checkpoint = checkpoint
+        self.rules = rules
+        self.listeners = list(listeners or [])
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        batch = batch.persist()
+        try:
+            report = self._process(batch, batch_id)
+        finally:
+            batch.unpersist()
+        if report is None:
+            return
+        report.seconds = round(time.monotonic() - started, 3)
+        log.info("batch committed", batch_id=batch_id, receipt_ts=report.receipt_ts,
+                 input_lines=report.input_lines, valid_events=report.valid_events,
+                 quarantined=report.quarantined, open_sessions=report.open_sessions,
+                 watermark=receipts.iso_from_micros(report.watermark_us),
+                 partitions=[p.event_date for p in report.partitions], seconds=report.seconds)
+        for listener in self.listeners:
+            listener(report)
+
+    def _process(self, batch: DataFrame, batch_id: int) -> BatchReport | None:
+        spark = batch.sparkSession
+        parsed = parse.with_parse(batch).persist()
+        try:
+            totals = parsed.agg(
+                F.count(F.lit(1)).alias("lines"),
+                F.sum(F.when(F.col("reason").isNull(), 1).otherwise(0)).alias("valid"),
+                F.max(F.when(F.col("reason").isNull(), F.unix_micros("event_ts"))).alias("max_event_us"),
+                F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
+            ).first()
+            if not totals["lines"]:
+                return None  # a batch without input writes nothing
+            receipt_ts = layout.receipt_ts_from_millis(totals["receipt_ms"])
+            quarantined = int(totals["lines"] - totals["valid"])
+            if quarantined:
+                self._write_quarantine(parsed, receipt_ts, batch_id, quarantined)
+
+            store = StateStore(spark, self.checkpoint)
+            before, state = store.before(batch_id)
+            watermark_us = before.watermark_us
+            if totals["max_event_us"] is not None:
+                watermark_us = max(watermark_us, totals["max_event_us"] - self.rules.watermark_delay_us)
+
+            result = self._sessionize(spark, parse.valid_events(parsed), state, before.watermark_us,
+                                      watermark_us).persist()
+            try:
+                panes = self._panes(result, receipt_ts, batch_id, watermark_us)
+                partitions = self._write_panes(panes, receipt_ts, batch_id, watermark_us)
+                kept = result.where("retain").withColumn(
+                    "pane_count", F.col("pane_count") + F.col("emit").cast("int"))
+                open_sessions = kept.count()
+                store.write(batch_id, kept, open_sessions, watermark_us, receipt_ts)
+            finally:
+                result.unpersist()
+        finally:
+            parsed.unpersist()
+        return BatchReport(batch_id, receipt_ts, int(totals["lines"]), int(totals["valid"]),
+                           quarantined, watermark_us, open_sessions, partitions)
+
+    def _sessionize(self, spark, events: DataFrame, state: DataFrame, w_prev_us: int,
+                    w_new_us: int) -> DataFrame:
+        state_events = state.select(
+            "user_id",
+            F.explode("events").alias("e"),
+            F.col("session_id").alias("state_session_id"),
+            F.col("session_start").alias("state_session_start"),
+            F.col("closed").alias("state_closed"),
+            F.col("pane_count").alias("state_pane_count"),
+        ).select("user_id", "e.event_id", "e.event_ts", "e.event_type", "e.payload",
+                 "state_session_id", "state_session_start", "state_closed", "state_pane_count",
+                 F.lit(False).alias("is_new"))
+        # A redelivered event is the same event: keep one copy per (user, event_id), chosen
+        # deterministically, and drop copies of events the open sessions already hold.
+        first_copy = Window.partitionBy("user_id", "event_id").orderBy("event_ts", "event_type", "payload")
+        new_events = (events.withColumn("copy", F.row_number().over(first_copy)).where("copy = 1").drop("copy")
+                      .join(state_events.select("user_id", "event_id"), ["user_id", "event_id"], "left_anti")
+                      .select("user_id", "event_id", "event_ts", "event_type", "payload",
+                              F.lit(None).cast("string").alias("state_session_id"),
+                              F.lit(None).cast("timestamp").alias("state_session_start"),
+                              F.lit(None).cast("boolean").alias("state_closed"),
+                              F.lit(None).cast("int").alias("state_pane_count"),
+                              F.lit(True).alias("is_new")))
+        state_events.unionByName(new_events).createOrReplaceTempView("tm_session_input")
+        dedup_sql.run(spark, "sessionize", gap_us=self.rules.gap_us).createOrReplaceTempView("tm_sessionized")
+        return dedup_sql.run(spark, "stream_panes", gap_us=self.rules.gap_us,
+                             lateness_us=self.rules.allowed_lateness_us, w_prev_us=w_prev_us, w_new_us=w_new_us)
+
+    @staticmethod
+    def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
+        return result.where("emit").select(
+            "session_id", "user_id", "session_start", "session_end", "event_count",
+            F.transform("events", lambda e: e["event_id"]).alias("event_ids"),
+            "events", "pane_kind",
+            (F.col("pane_count") + 1).alias("pane_index"),
+            F.lit(batch_id).cast("bigint").alias("batch_id"),
+            F.timestamp_micros(F.lit(watermark_us)).alias("watermark"),
+            F.date_format("session_start", "yyyy-MM-dd").alias("event_date"),
+            F.lit(receipt_ts).alias("receipt_ts"),
+        )
+
+    def _write_panes(self, panes: DataFrame, receipt_ts: str, batch_id: int,
+                     watermark_us: int) -> list[receipts.ReceiptPartition]:
+        stats = panes.groupBy("event_date").agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum("event_count").alias("events"),
+            F.min(F.unix_micros("session_start")).alias("min_us"),
+            F.max(F.unix_micros("session_end")).alias("max_us"),
+            F.array_sort(F.collect_set("pane_kind")).alias("kinds"),
+        ).collect()
+        partitions = [
+            receipts.ReceiptPartition(
+                event_date=row["event_date"], receipt_ts=receipt_ts, batch_id=batch_id,
+                uri=layout.receipt_dir(self.lake, row["event_date"], receipt_ts),
+                rows=int(row["rows"]), events=int(row["events"]),
+                pane_kinds=list(row["kinds"]), min_event_ts=receipts.iso_from_micros(row["min_us"]),
+                max_event_ts=receipts.iso_from_micros(row["max_us"]),
+                watermark=receipts.iso_from_micros(watermark_us),
+                late=receipts.is_late(row["event_date"], watermark_us))
+            for row in sorted(stats, key=lambda r: r["event_date"])
+        ]
+        pending = [p for p in partitions if not receipts.is_complete(self.lake, p.event_date, receipt_ts)]
+        if pending:
+            (panes.where(F.col("event_date").isin([p.event_date for p in pending]))
+             .repartition("event_date")
+             .write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
+             .partitionBy("event_date", "receipt_ts")
+             .parquet(layout.sessions_root(self.lake)))
+            for partition in pending:
+                receipts.complete(self.lake, partition)
+                log.info("receipt partition written", event_date=partition.event_date,
+                         receipt_ts=receipt_ts, rows=partition.rows, pane_kinds=partition.pane_kinds,
+                         late=partition.late)
+        return partitions
+
+    def _write_quarantine(self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int) -> None:
+        folder = layout.quarantine_dir(self.lake, receipt_ts)
+        marker = layout.join(folder, layout.QUARANTINE_MARKER)
+        if storage.exists(marker):
+            return
+        (parse.quarantined(parsed)
+         .withColumn("receipt_ts", F.lit(receipt_ts))
+         .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
+         .coalesce(1).write.mode("overwrite").parquet(folder))
+        storage.write_json_atomic(marker, {"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
+        log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)

@@ -1,0 +1,113 @@
+"""The streaming query: landing files -> foreachBatch(BatchProcessor), with a graceful stop.
+
+Run it through the CLI (`tidemark stream ...`) or unchanged through spark-submit
+(`spark-submit --master spark://... streaming_job/submit.py stream ...`).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark.sql import functions as F
+
+from streaming_job.batch import BatchProcessor, BatchReport
+from tidemark import layout
+from tidemark.durations import format_duration, parse_duration
+from tidemark.logs import get_logger
+from tidemark.sessions import SessionRules
+from tidemark.spark import build_session
+
+log = get_logger("stream")
+
+
+@dataclass
+class StreamConfig:
+    landing: str
+    lake: str
+    checkpoint: str
+    rules: SessionRules = field(default_factory=SessionRules)
+    trigger_interval: str = "10s"
+    available_now: bool = False
+    max_files_per_trigger: int | None = None
+    master: str | None = None
+    notify_topic: str | None = None
+
+
+def source(spark, config: StreamConfig):
+    """Every line of every landed file, with the file it came from and the batch's timestamp.
+
+    current_timestamp() is evaluated in the streaming plan, so it is the batch timestamp stored in
+    the offset log: a batch replayed after a crash gets the same value, hence the same receipt_ts.
+    """
+    # maxFileAge: Spark ignores files older than this relative to the newest file seen; events
+    # landed late (a phone offline for days) must never be skipped, so the horizon is very long.
+    reader = (spark.readStream.format("text").option("recursiveFileLookup", "true")
+              .option("maxFileAge", "3650d"))
+    if config.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", int(config.max_files_per_trigger))
+    return reader.load(config.landing).select(
+        "value",
+        F.col("_metadata.file_path").alias("source_file"),
+        F.current_timestamp().alias("receipt_time"),
+    )
+
+
+def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], None]] | None = None,
+               spark=None) -> None:
+    """Run until stopped (or, with available_now, until everything landed so far is processed).
+
+    SIGTERM and SIGINT stop gracefully: the micro-batch under way finishes and commits first.
+    """
+    spark = spark or build_session("tidemark-stream", config.master)
+    processor = BatchProcessor(config.lake, config.checkpoint, config.rules, listeners)
+    writer = (source(spark, config).writeStream
+              .queryName("tidemark_sessions")
+              .option("checkpointLocation", layout.join(config.checkpoint, "query"))
+              .foreachBatch(processor))
+    if config.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        interval = parse_duration(config.trigger_interval)
+        writer = writer.trigger(processingTime=f"{int(interval.total_seconds() * 1000)} milliseconds")
+    stop_requested = threading.Event()
+    previous = _install_stop_handlers(stop_requested)
+    log.info("stream starting", landing=config.landing, lake=config.lake, checkpoint=config.checkpoint,
+             trigger=("available-now" if config.available_now else format_duration(parse_duration(config.trigger_interval))),
+             **config.rules.describe())
+    query = writer.start()
+    try:
+        while query.isActive:
+            if query.awaitTermination(0.5):
+                break
+            if stop_requested.is_set():
+                _stop_between_batches(query)
+                break
+        if query.exception() is not None:
+            raise query.exception()
+    finally:
+        _restore_handlers(previous)
+    log.info("stream stopped", lake=config.lake, graceful=stop_requested.is_set())
+
+
+def _stop_between_batches(query) -> None:
+    """Wait for the micro-batch under way to commit, then stop the query."""
+    log.info("stop requested: finishing the current micro-batch")
+    while query.isActive and query.status.get("isTriggerActive"):
+        query.awaitTermination(0.2)
+    query.stop()
+
+
+def _install_stop_handlers(stop_requested: threading.Event):
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.signal(signum, lambda *_: stop_requested.set())
+    return previous
+
+
+def _restore_handlers(previous) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)

@@ -1,0 +1,91 @@
+"""Receipt partitions: immutable folders of panes, each completed by a marker written last.
+
+A micro-batch replayed after a crash finds the markers of the partitions it had already completed
+and leaves them alone; partitions without a marker may hold a partial write and are overwritten.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+from tidemark import layout, storage
+
+
+@dataclass(frozen=True)
+class ReceiptPartition:
+    """What the marker of one receipt partition says: the facts notices and dedup rely on."""
+    event_date: str
+    receipt_ts: str
+    batch_id: int
+    uri: str
+    rows: int
+    events: int
+    pane_kinds: list[str]
+    min_event_ts: str
+    max_event_ts: str
+    watermark: str
+    late: bool
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def iso_from_micros(micros: int) -> str:
+    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def is_late(event_date: str, watermark_us: int) -> bool:
+    """A partition is late when the watermark had already passed the end of its event date."""
+    day_end = datetime.combine(date.fromisoformat(event_date) + timedelta(days=1),
+                               datetime.min.time(), tzinfo=timezone.utc)
+    return watermark_us >= int(day_end.timestamp() * 1_000_000)
+
+
+def marker_path(lake: str, event_date: str, receipt_ts: str) -> str:
+    return layout.join(layout.receipt_dir(lake, event_date, receipt_ts), layout.RECEIPT_MARKER)
+
+
+def is_complete(lake: str, event_date: str, receipt_ts: str) -> bool:
+    return storage.exists(marker_path(lake, event_date, receipt_ts))
+
+
+def complete(lake: str, partition: ReceiptPartition) -> None:
+    storage.write_json_atomic(marker_path(lake, partition.event_date, partition.receipt_ts),
+                              partition.to_json())
+
+
+def read_marker(lake: str, event_date: str, receipt_ts: str) -> ReceiptPartition | None:
+    payload = storage.read_json(marker_path(lake, event_date, receipt_ts))
+    return None if payload is None else ReceiptPartition(**payload)
+
+
+def list_receipts(lake: str, event_date: str) -> list[str]:
+    """Receipt timestamps of the complete partitions of one event date, oldest first."""
+    folder = layout.event_date_dir(lake, event_date)
+    out = []
+    for name in storage.list_subdirs(folder):
+        value = layout.partition_value(name, "receipt_ts")
+        if value is None:
+            continue
+        try:
+            layout.check_receipt_ts(value)
+        except layout.InvalidPartitionValue:
+            continue
+        if storage.exists(layout.join(folder, name, layout.RECEIPT_MARKER)):
+            out.append(value)
+    return sorted(out)
+
+
+def list_event_dates(lake: str) -> list[str]:
+    out = []
+    for name in storage.list_subdirs(layout.sessions_root(lake)):
+        value = layout.partition_value(name, "event_date")
+        if value is None:
+            continue
+        try:
+            out.append(layout.check_event_date(value))
+        except layout.InvalidPartitionValue:
+            continue
+    return sorted(out)

@@ -1,0 +1,83 @@
+"""Open-session state of the stream, versioned by batch id inside the checkpoint folder.
+
+Spark's own stateful operators drop rows behind the watermark before user code sees them, and
+session_window cannot emit early panes; tidemark must see every late row (to write it as a
+too_late fragment) and emit early panes, so it keeps its state itself, the way Spark's state store
+does: version N = f(version N-1, batch N). A replayed batch N reads version N-1 again and rewrites
+version N identically, which makes every batch idempotent.
+
+    <checkpoint>/state/batch_id=N/*.parquet   open sessions after batch N
+    <checkpoint>/state/batch_id=N/_tidemark_state.json   marker, written last: watermark, counts
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+
+from tidemark import layout, storage
+
+STATE_MARKER = "_tidemark_state.json"
+KEEP_VERSIONS = 3
+# Watermark before any event was seen: far in the past, nothing is late yet.
+NO_WATERMARK_US = -(2 ** 62)
+
+STATE_SCHEMA = (
+    "session_id string, user_id string, session_start timestamp, session_end timestamp, "
+    "event_count bigint, events array<struct<event_ts:timestamp,event_id:string,"
+    "event_type:string,payload:string>>, closed boolean, pane_count int"
+)
+STATE_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count", "events",
+                 "closed", "pane_count"]
+
+
+@dataclass(frozen=True)
+class StateVersion:
+    batch_id: int
+    watermark_us: int
+    sessions: int
+
+
+class StateStore:
+    def __init__(self, spark: SparkSession, checkpoint: str):
+        self.spark = spark
+        self.root = layout.join(checkpoint, "state")
+
+    def _dir(self, batch_id: int) -> str:
+        return layout.join(self.root, f"batch_id={batch_id}")
+
+    def versions(self) -> list[int]:
+        ids = []
+        for name in storage.list_subdirs(self.root):
+            value = layout.partition_value(name, "batch_id")
+            if value is not None and value.isdigit() and storage.exists(
+                    layout.join(self.root, name, STATE_MARKER)):
+                ids.append(int(value))
+        return sorted(ids)
+
+    def before(self, batch_id: int) -> tuple[StateVersion, DataFrame]:
+        """The committed state a batch starts from: the newest version older than the batch."""
+        older = [v for v in self.versions() if v < batch_id]
+        if not older:
+            return StateVersion(-1, NO_WATERMARK_US, 0), self.spark.createDataFrame([], STATE_SCHEMA)
+        version_id = older[-1]
+        meta = storage.read_json(layout.join(self._dir(version_id), STATE_MARKER))
+        version = StateVersion(version_id, int(meta["watermark_us"]), int(meta["sessions"]))
+        if version.sessions == 0:
+            return version, self.spark.createDataFrame([], STATE_SCHEMA)
+        return version, self.spark.read.schema(STATE_SCHEMA).parquet(self._dir(version_id))
+
+    def write(self, batch_id: int, sessions: DataFrame, session_count: int, watermark_us: int,
+              receipt_ts: str) -> None:
+        path = self._dir(batch_id)
+        storage.delete_file(layout.join(path, STATE_MARKER))
+        if session_count:
+            sessions.select(*STATE_COLUMNS) \
+                .coalesce(max(1, min(8, session_count // 50_000 + 1))) \
+                .write.mode("overwrite").parquet(path)
+        storage.write_json_atomic(layout.join(path, STATE_MARKER), {
+            "batch_id": batch_id, "watermark_us": watermark_us, "sessions": session_count,
+            "receipt_ts": receipt_ts})
+        for old in self.versions():
+            if old <= batch_id - KEEP_VERSIONS:
+                storage.delete_dir(self._dir(old))

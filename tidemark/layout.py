@@ -1,0 +1,143 @@
+"""The lake's partition layout: the one place that knows folder names and partition value formats.
+
+Every path the Spark job, the dedup step, the readers, the function and the DAG use is built here,
+and every user-supplied partition value is validated here before it can reach a path or SQL.
+
+    <lake>/sessions/event_date=YYYY-MM-DD/receipt_ts=YYYYMMDDTHHMMSSmmmZ/   stream panes (immutable)
+        _tidemark_receipt.json      completion marker, written last; readers skip folders without it
+    <lake>/sessions_dedup/event_date=YYYY-MM-DD/version=<receipt_ts>/       deduplicated versions
+        _tidemark_version.json      completion marker of one version
+    <lake>/sessions_dedup/event_date=YYYY-MM-DD/_CURRENT.json              pointer to the current version
+    <lake>/_quarantine/receipt_ts=<receipt_ts>/                             malformed input lines
+    <lake>/_notices/{outbox,sent}/<notice_id>.json                         availability notice outbox
+"""
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timezone
+
+SESSIONS = "sessions"
+SESSIONS_DEDUP = "sessions_dedup"
+QUARANTINE = "_quarantine"
+NOTICES = "_notices"
+
+RECEIPT_MARKER = "_tidemark_receipt.json"
+VERSION_MARKER = "_tidemark_version.json"
+CURRENT_POINTER = "_CURRENT.json"
+QUARANTINE_MARKER = "_tidemark_quarantine.json"
+
+# Basic ISO 8601 in UTC with milliseconds: sortable as text and free of ':' (which Hadoop escapes
+# in folder names as %3A).
+RECEIPT_TS_FORMAT = "%Y%m%dT%H%M%S"
+_RECEIPT_TS = re.compile(r"^(\d{8}T\d{6})(\d{3})Z$")
+_EVENT_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class InvalidPartitionValue(ValueError):
+    """A partition value that is not in the lake's format; raised before it can reach a path."""
+
+
+def parse_event_date(value: object) -> date:
+    """Validate an event_date (YYYY-MM-DD, a real calendar date) and return it as a date."""
+    text = str(value)
+    if not _EVENT_DATE.match(text):
+        raise InvalidPartitionValue(
+            f"invalid event_date {text[:80]!r}: expected a calendar date as YYYY-MM-DD"
+        )
+    try:
+        return date.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidPartitionValue(f"invalid event_date {text!r}: {exc}") from None
+
+
+def check_event_date(value: object) -> str:
+    """Return the canonical YYYY-MM-DD text of a valid event_date, refusing anything else."""
+    return parse_event_date(value).isoformat()
+
+
+def format_receipt_ts(moment: datetime) -> str:
+    """UTC datetime -> '20260307T201500123Z'."""
+    if moment.tzinfo is None:
+        raise ValueError("receipt_ts must be timezone-aware")
+    moment = moment.astimezone(timezone.utc)
+    return f"{moment.strftime(RECEIPT_TS_FORMAT)}{moment.microsecond // 1000:03d}Z"
+
+
+def parse_receipt_ts(value: object) -> datetime:
+    """'20260307T201500123Z' -> aware UTC datetime; refuses anything else."""
+    text = str(value)
+    match = _RECEIPT_TS.match(text)
+    if not match:
+        raise InvalidPartitionValue(
+            f"invalid receipt_ts {text[:80]!r}: expected UTC basic format like 20260307T201500123Z"
+        )
+    try:
+        moment = datetime.strptime(match.group(1), RECEIPT_TS_FORMAT)
+    except ValueError as exc:
+        raise InvalidPartitionValue(f"invalid receipt_ts {text!r}: {exc}") from None
+    return moment.replace(microsecond=int(match.group(2)) * 1000, tzinfo=timezone.utc)
+
+
+def check_receipt_ts(value: object) -> str:
+    parse_receipt_ts(value)
+    return str(value)
+
+
+def receipt_ts_from_millis(millis: int) -> str:
+    return format_receipt_ts(datetime.fromtimestamp(millis / 1000, tz=timezone.utc))
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URI/path parts with '/', for local paths and Hadoop-style URIs alike."""
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out
+
+
+def sessions_root(lake: str) -> str:
+    return join(lake, SESSIONS)
+
+
+def event_date_dir(lake: str, event_date: object) -> str:
+    return join(lake, SESSIONS, f"event_date={check_event_date(event_date)}")
+
+
+def receipt_dir(lake: str, event_date: object, receipt_ts: object) -> str:
+    return join(event_date_dir(lake, event_date), f"receipt_ts={check_receipt_ts(receipt_ts)}")
+
+
+def dedup_root(lake: str) -> str:
+    return join(lake, SESSIONS_DEDUP)
+
+
+def dedup_date_dir(lake: str, event_date: object) -> str:
+    return join(lake, SESSIONS_DEDUP, f"event_date={check_event_date(event_date)}")
+
+
+def dedup_version_dir(lake: str, event_date: object, version: object) -> str:
+    return join(dedup_date_dir(lake, event_date), f"version={check_receipt_ts(version)}")
+
+
+def current_pointer(lake: str, event_date: object) -> str:
+    return join(dedup_date_dir(lake, event_date), CURRENT_POINTER)
+
+
+def quarantine_root(lake: str) -> str:
+    return join(lake, QUARANTINE)
+
+
+def quarantine_dir(lake: str, receipt_ts: object) -> str:
+    return join(lake, QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
+
+
+def notices_dir(lake: str, which: str) -> str:
+    if which not in ("outbox", "sent"):
+        raise ValueError(f"unknown notices folder {which!r}")
+    return join(lake, NOTICES, which)
+
+
+def partition_value(name: str, key: str) -> str | None:
+    """'event_date=2026-03-07' -> '2026-03-07' when the key matches, else None."""
+    prefix = f"{key}="
+    return name[len(prefix):] if name.startswith(prefix) else None

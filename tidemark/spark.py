@@ -1,0 +1,44 @@
+"""One SparkSession builder for every Spark entry point (stream, dedup), local or on a cluster."""
+from __future__ import annotations
+
+import os
+
+
+def session_id_sql(user_col: str = "user_id", start_col: str = "session_start") -> str:
+    """SQL expression of a session's id: a hash of its user and start, stable for a given start.
+
+    Column names are fixed by the code (never user input).
+    """
+    return (f"substr(sha2(concat({user_col}, '|', CAST(unix_micros({start_col}) AS STRING)), 256), 1, 32)")
+
+
+def build_session(app_name: str, master: str | None = None, shuffle_partitions: int | None = None,
+                  conf: dict[str, str] | None = None):
+    """Get or create the SparkSession. Under spark-submit the master comes from spark-submit.
+
+    Timestamps are handled in UTC everywhere: event_date is the UTC date of a session's start.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    # spark-submit sets spark.master in the environment of the driver; only default when alone.
+    if master:
+        builder = builder.master(master)
+    elif "SPARK_ENV_LOADED" not in os.environ and not os.environ.get("PYSPARK_SUBMIT_ARGS"):
+        builder = builder.master(os.environ.get("TIDEMARK_SPARK_MASTER", "local[*]"))
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions or os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS", 8)),
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": os.environ.get("TIDEMARK_SPARK_UI", "false"),
+        "spark.driver.memory": os.environ.get("TIDEMARK_DRIVER_MEMORY", "2g"),
+    }
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
+    return spark

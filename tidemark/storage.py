@@ -1,0 +1,114 @@
+"""Small file operations on the lake through pyarrow's filesystems (local paths, file://, gs://, s3://).
+
+Markers and pointers are tiny JSON files. Publishing one must be atomic so that readers never see a
+half-written file: on a local disk we write a hidden temp file and rename it over the target; on
+object stores a single object upload is already atomic.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Iterable
+
+import pyarrow.fs as pafs
+
+_SCHEME_ALIASES = {"s3a://": "s3://", "s3n://": "s3://"}
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """Return (filesystem, path inside it) for a local path or a URI."""
+    for alias, canonical in _SCHEME_ALIASES.items():
+        if uri.startswith(alias):
+            uri = canonical + uri[len(alias):]
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    if uri.startswith("file://"):
+        return pafs.LocalFileSystem(), uri[len("file://"):]
+    return pafs.FileSystem.from_uri(uri)
+
+
+def is_local(uri: str) -> bool:
+    return isinstance(resolve(uri)[0], pafs.LocalFileSystem)
+
+
+def exists(uri: str) -> bool:
+    fs, path = resolve(uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def read_text(uri: str) -> str | None:
+    """The file's text, or None when it does not exist."""
+    fs, path = resolve(uri)
+    try:
+        with fs.open_input_stream(path) as stream:
+            return stream.read().decode("utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def read_json(uri: str) -> dict | None:
+    text = read_text(uri)
+    return None if text is None else json.loads(text)
+
+
+def write_text_atomic(uri: str, text: str) -> None:
+    """Write a whole file so that a reader sees either the old content or the new, never a part."""
+    fs, path = resolve(uri)
+    parent = path.rsplit("/", 1)[0]
+    fs.create_dir(parent, recursive=True)
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
+        with fs.open_output_stream(tmp) as out:
+            out.write(text.encode("utf-8"))
+        os.replace(tmp, path)  # atomic on POSIX
+    else:
+        with fs.open_output_stream(path) as out:
+            out.write(text.encode("utf-8"))
+
+
+def write_json_atomic(uri: str, payload: dict) -> None:
+    write_text_atomic(uri, json.dumps(payload, sort_keys=True, indent=1, default=str) + "\n")
+
+
+def list_dir(uri: str) -> list[str]:
+    """Names (not paths) of the entries directly inside a folder; [] when it does not exist."""
+    fs, path = resolve(uri)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(info.base_name for info in infos)
+
+
+def list_subdirs(uri: str) -> list[str]:
+    fs, path = resolve(uri)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(info.base_name for info in infos if info.type == pafs.FileType.Directory)
+
+
+def delete_dir(uri: str) -> None:
+    fs, path = resolve(uri)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        fs.delete_dir(path)
+
+
+def delete_file(uri: str) -> None:
+    fs, path = resolve(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
+    """Visible data files (not _markers or .hidden) directly inside a folder, as paths for pyarrow."""
+    fs, path = resolve(uri)
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    for info in infos:
+        if info.type == pafs.FileType.File and info.base_name.endswith(suffix) \
+                and not info.base_name.startswith(("_", ".")):
+            yield info.path
