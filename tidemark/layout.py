@@ -10,6 +10,7 @@ and every user-supplied partition value is validated here before it can reach a 
     <lake>/sessions_dedup/event_date=YYYY-MM-DD/_CURRENT.json              pointer to the current version
     <lake>/_quarantine/receipt_ts=<receipt_ts>/                             malformed input lines
     <lake>/_notices/{outbox,sent}/<notice_id>.json                         availability notice outbox
+    <lake>/_notices/pending/<group>.json                                   partitions waiting for a coalesced notice
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ def quarantine_dir(lake: str, receipt_ts: object) -> str:
 
 
 def notices_dir(lake: str, which: str) -> str:
-    if which not in ("outbox", "sent"):
+    if which not in ("outbox", "sent", "pending"):
         raise ValueError(f"unknown notices folder {which!r}")
     return join(lake, NOTICES, which)
 
