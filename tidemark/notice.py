@@ -2,7 +2,8 @@
 tidemark/schemas/notice.schema.json), used by the stream, the Cloud Function and the DAG.
 
 Message attributes mirror the body fields that subscription filters need, as strings:
-dataset, event_date, late ("true"/"false"), schema_version.
+dataset, event_date, late ("true"/"false"), schema_version, kind, notice_id.
+See docs/notices.md for an example and filter recipes.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import jsonschema
 from tidemark import layout
 
 SCHEMA_VERSION = 1
-ATTRIBUTES = ("dataset", "event_date", "late", "schema_version")
+ATTRIBUTES = ("dataset", "event_date", "late", "schema_version", "kind", "notice_id")
+KINDS = ("partition", "coalesced", "late_digest")
 
 
 class InvalidNotice(ValueError):
@@ -37,6 +39,47 @@ def notice_id(dataset: str, event_date: str, receipt_ts_list: list[str]) -> str:
     """Stable id of a notice: the same partitions always give the same id."""
     key = "|".join([dataset, event_date, *sorted(receipt_ts_list)])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def build(dataset: str, partitions: list[dict], kind: str = "partition") -> dict:
+    """The notice for receipt partitions of ONE event_date (dicts shaped like a receipt marker:
+    event_date, receipt_ts, batch_id, uri, rows, events, pane_kinds, min_event_ts, max_event_ts,
+    watermark, late). Counts are summed; receipt_ts, uri, watermark, batch_id are the newest;
+    `late` is true when any covered partition is late. Deterministic in the set of partitions."""
+    if not partitions:
+        raise InvalidNotice("a notice covers at least one receipt partition")
+    if kind not in KINDS:
+        raise InvalidNotice(f"kind: {kind!r} is not one of {list(KINDS)}")
+    dates = {p["event_date"] for p in partitions}
+    if len(dates) != 1:
+        raise InvalidNotice(f"a notice covers one event_date, got {sorted(dates)}")
+    event_date = dates.pop()
+    ordered = sorted({p["receipt_ts"]: p for p in partitions}.values(), key=lambda p: p["receipt_ts"])
+    newest = ordered[-1]
+    body = {
+        "schema_version": SCHEMA_VERSION,
+        "notice_id": notice_id(dataset, event_date, [p["receipt_ts"] for p in ordered]),
+        "dataset": dataset,
+        "kind": kind,
+        "event_date": event_date,
+        "receipt_ts": newest["receipt_ts"],
+        "receipt_ts_list": [p["receipt_ts"] for p in ordered],
+        "uri": newest["uri"],
+        "uris": [p["uri"] for p in ordered],
+        "rows": sum(int(p["rows"]) for p in ordered),
+        "events": sum(int(p["events"]) for p in ordered),
+        "pane_kinds": sorted({k for p in ordered for k in p["pane_kinds"]}),
+        "watermark": max(p["watermark"] for p in ordered),
+        "batch_id": max(int(p["batch_id"]) for p in ordered),
+        "late": any(bool(p["late"]) for p in ordered),
+    }
+    starts = [p["min_event_ts"] for p in ordered if p.get("min_event_ts")]
+    ends = [p["max_event_ts"] for p in ordered if p.get("max_event_ts")]
+    if starts:
+        body["min_event_ts"] = min(starts)
+    if ends:
+        body["max_event_ts"] = max(ends)
+    return validate(body)
 
 
 def validate(body: dict) -> dict:
@@ -73,4 +116,5 @@ def encode(body: dict) -> bytes:
 def attributes(body: dict) -> dict[str, str]:
     """Pub/Sub message attributes for subscription filters (strings only)."""
     return {"dataset": body["dataset"], "event_date": body["event_date"],
-            "late": "true" if body["late"] else "false", "schema_version": str(body["schema_version"])}
+            "late": "true" if body["late"] else "false", "schema_version": str(body["schema_version"]),
+            "kind": body.get("kind", "partition"), "notice_id": body["notice_id"]}
