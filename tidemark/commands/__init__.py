@@ -9,4 +9,5 @@ COMMAND_MODULES = [
     "stream",
     "quarantine",
     "demo",
+    "function_bundle",
 ]
