@@ -33,6 +33,11 @@ class StreamConfig:
     max_files_per_trigger: int | None = None
     master: str | None = None
     notify_topic: str | None = None
+    # Notice cadence (tidemark.notices.cadence): None = one notice per receipt partition, at once.
+    notice_coalesce: str | None = None
+    notice_late_horizon: str | None = None
+    notice_digest_interval: str = "1h"
+    notice_flush_timeout: float = 30.0
 
 
 def source(spark, config: StreamConfig):
@@ -60,7 +65,11 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
 
     SIGTERM and SIGINT stop gracefully: the micro-batch under way finishes and commits first.
     """
+    notices = _notice_service(config)  # validates the topic and cadence before Spark starts
     spark = spark or build_session("tidemark-stream", config.master)
+    if notices is not None:
+        notices.start()  # publishes what an earlier run left owed, in the background
+        listeners = [notices.on_batch, *(listeners or [])]
     processor = BatchProcessor(config.lake, config.checkpoint, config.rules, listeners)
     writer = (source(spark, config).writeStream
               .queryName("tidemark_sessions")
@@ -76,8 +85,8 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     log.info("stream starting", landing=config.landing, lake=config.lake, checkpoint=config.checkpoint,
              trigger=("available-now" if config.available_now else format_duration(parse_duration(config.trigger_interval))),
              **config.rules.describe())
-    query = writer.start()
     try:
+        query = writer.start()
         while query.isActive:
             if query.awaitTermination(0.5):
                 break
@@ -88,7 +97,22 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             raise query.exception()
     finally:
         _restore_handlers(previous)
+        if notices is not None:  # bounded flush; whatever is left stays owed in the outbox
+            notices.stop(timeout=config.notice_flush_timeout)
     log.info("stream stopped", lake=config.lake, graceful=stop_requested.is_set())
+
+
+def _notice_service(config: StreamConfig):
+    if not config.notify_topic:
+        return None
+    from tidemark.notices.cadence import CadencePolicy
+    from tidemark.notices.service import NoticeService
+
+    policy = CadencePolicy(
+        coalesce=parse_duration(config.notice_coalesce) if config.notice_coalesce else None,
+        late_horizon=parse_duration(config.notice_late_horizon) if config.notice_late_horizon else None,
+        digest_interval=parse_duration(config.notice_digest_interval))
+    return NoticeService(config.lake, config.notify_topic, policy=policy)
 
 
 def _stop_between_batches(query) -> None:

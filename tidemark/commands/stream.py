@@ -22,6 +22,12 @@ def register(subparsers) -> None:
     p.add_argument("--max-files-per-trigger", type=int, default=None)
     p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
     p.add_argument("--notify-topic", default=None, help="projects/P/topics/T for availability notices")
+    p.add_argument("--notice-coalesce", default=None, metavar="DURATION",
+                   help="one notice per event_date per window of this length (default: one per partition)")
+    p.add_argument("--notice-late-horizon", default=None, metavar="DURATION",
+                   help="dates older than this behind the watermark go into a periodic digest notice")
+    p.add_argument("--notice-digest-interval", default="1h", metavar="DURATION",
+                   help="how often the late-data digest is published (with --notice-late-horizon)")
     p.set_defaults(handler=run)
 
 
@@ -38,7 +44,23 @@ def config_from_args(args):
         rules=SessionRules.parse(args.gap, args.allowed_lateness, args.watermark_delay),
         trigger_interval=args.trigger_interval, available_now=args.available_now,
         max_files_per_trigger=args.max_files_per_trigger, master=args.master,
-        notify_topic=args.notify_topic)
+        notify_topic=args.notify_topic, **_notice_options(args))
+
+
+def _notice_options(args) -> dict:
+    """Cadence options, checked now so that a typo fails before Spark starts."""
+    from tidemark.durations import parse_duration
+    from tidemark.notices.cadence import CadencePolicy
+    from tidemark.notices.publisher import check_topic
+
+    if args.notify_topic:
+        check_topic(args.notify_topic)
+    CadencePolicy(
+        coalesce=parse_duration(args.notice_coalesce) if args.notice_coalesce else None,
+        late_horizon=parse_duration(args.notice_late_horizon) if args.notice_late_horizon else None,
+        digest_interval=parse_duration(args.notice_digest_interval))
+    return {"notice_coalesce": args.notice_coalesce, "notice_late_horizon": args.notice_late_horizon,
+            "notice_digest_interval": args.notice_digest_interval}
 
 
 def run(args) -> int:

@@ -1,0 +1,94 @@
+"""Publish notices with google-cloud-pubsub and report which ones Pub/Sub acknowledged.
+
+With PUBSUB_EMULATOR_HOST set the client talks to that emulator (insecure channel, no
+credentials); otherwise to GCP with Application Default Credentials. The client's own retry is
+bounded (publish_timeout) so that an outage surfaces as a failed future; the caller (service.py)
+backs off and tries again, forever, with the notices still safe in the outbox.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+from tidemark import notice
+
+_TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~+%-]{2,254}$")
+
+
+def check_topic(topic: str) -> str:
+    """projects/P/topics/T, with GCP's rules for P and T; refuse anything else."""
+    text = str(topic)
+    if not _TOPIC.match(text) or text.split("/")[-1].lower().startswith("goog"):
+        raise ValueError(f"invalid topic {text[:120]!r}: expected projects/PROJECT/topics/TOPIC "
+                         "(project id 6-30 lowercase letters, digits, '-'; topic 3-255 characters "
+                         "starting with a letter)")
+    return text
+
+
+class PubSubPublisher:
+    """One PublisherClient for one topic. publish_many() -> {notice_id: message_id or exception}."""
+
+    def __init__(self, topic: str, publish_timeout: float = 10.0, max_messages: int = 100,
+                 max_latency: float = 0.05):
+        self.topic = check_topic(topic)
+        self.publish_timeout = publish_timeout
+        self.max_messages = max_messages
+        self.max_latency = max_latency
+        self._client = None
+
+    def _make_client(self):
+        from google.api_core.retry import Retry
+        from google.cloud import pubsub_v1
+
+        # Batch settings: notices are small; a short latency lets a burst (a batch writing many
+        # event dates, or a drain after an outage) go out in a few requests. No ordering keys:
+        # consumers order by receipt_ts, and ordering would stall a key on one failed publish.
+        return pubsub_v1.PublisherClient(
+            batch_settings=pubsub_v1.types.BatchSettings(
+                max_messages=self.max_messages, max_bytes=1_000_000, max_latency=self.max_latency),
+            publisher_options=pubsub_v1.types.PublisherOptions(
+                enable_message_ordering=False,
+                retry=Retry(initial=0.25, maximum=2.0, multiplier=2.0, timeout=self.publish_timeout),
+                timeout=self.publish_timeout))
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    def publish_many(self, entries: list[dict]) -> dict[str, object]:
+        """Publish outbox entries; wait for every future. Values: message_id (acked) or the error."""
+        futures = {}
+        for entry in entries:
+            body = dict(entry["notice"])
+            body["published_at"] = datetime.now(timezone.utc).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z")
+            try:
+                futures[body["notice_id"]] = (body["published_at"], self.client.publish(
+                    self.topic, notice.encode(body), **notice.attributes(body)))
+            except Exception as exc:  # noqa: BLE001 - reported per notice, retried by the caller
+                futures[body["notice_id"]] = (None, exc)
+        results = {}
+        for notice_id, (published_at, future) in futures.items():
+            if isinstance(future, Exception):
+                results[notice_id] = future
+                continue
+            try:
+                results[notice_id] = (future.result(timeout=self.publish_timeout + 10), published_at)
+            except Exception as exc:  # noqa: BLE001
+                results[notice_id] = exc
+        return results
+
+    def reset(self) -> None:
+        """Drop the client after a failure: a fresh channel reconnects at once when Pub/Sub is back,
+        instead of waiting out gRPC's reconnect backoff."""
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.stop()
+            except Exception:  # noqa: BLE001 - a broken client is being discarded
+                pass
+
+    def close(self) -> None:
+        self.reset()

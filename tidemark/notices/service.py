@@ -1,0 +1,205 @@
+"""NoticeService: the stream's notice listener and the background thread that publishes.
+
+    service = NoticeService(lake, "projects/p/topics/t", policy=CadencePolicy(...)).start()
+    run_stream(config, listeners=[service.on_batch])     # inside foreachBatch, before the commit
+    service.stop(timeout=30)                             # flush what is owed, bounded
+
+on_batch() only writes to the lake (outbox entries, pending groups): the stream never waits for
+Pub/Sub. The thread closes coalescing groups when their window ends and publishes what is owed;
+when Pub/Sub is unreachable it backs off exponentially (tenacity) and keeps trying while the
+stream keeps writing. start() first publishes whatever an earlier run left owed.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponential_jitter
+
+from tidemark import names, notice
+from tidemark.logs import get_logger
+from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
+from tidemark.notices.outbox import Outbox
+from tidemark.notices.publisher import PubSubPublisher
+
+log = get_logger("notices")
+
+
+class PublishFailed(RuntimeError):
+    """Some owed notices were not acknowledged this round."""
+
+
+def _partition_dict(partition) -> dict:
+    return partition.to_json() if hasattr(partition, "to_json") else dict(partition)
+
+
+class NoticeService:
+    def __init__(self, lake: str, topic: str | None = None, dataset: str | None = None,
+                 policy: CadencePolicy | None = None, publisher=None, tick: float = 1.0,
+                 backoff_initial: float = 0.5, backoff_max: float = 30.0,
+                 clock: Callable[[], datetime] | None = None):
+        if publisher is None and topic is None:
+            raise ValueError("NoticeService needs a topic or a publisher")
+        self.lake = lake
+        self.dataset = dataset or names.get("DATASET")
+        self.policy = policy or CadencePolicy()
+        self.publisher = publisher or PubSubPublisher(topic)
+        self.outbox = Outbox(lake)
+        self.groups = PendingGroups(lake, self.dataset, self.outbox)
+        self.tick = tick
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self._owed: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._interrupt = threading.Event()
+        self._stopping = threading.Event()
+        self._deadline: float | None = None
+        self._flush_groups = False
+        self._thread: threading.Thread | None = None
+        self.published = 0
+        self.failures = 0
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> "NoticeService":
+        """Load what an earlier run left (pending groups, owed notices) and start publishing."""
+        self.groups.load()
+        owed = self.outbox.owed()
+        with self._lock:
+            for entry in owed:
+                self._owed[entry["notice"]["notice_id"]] = entry
+        log.info("notice service starting", lake=self.lake, topic=getattr(self.publisher, "topic", None),
+                 owed=len(owed), waiting_groups=len(self.groups.waiting()), **self.policy.describe())
+        self._thread = threading.Thread(target=self._run, name="tidemark-notices", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0, flush_groups: bool = True) -> int:
+        """Stop after publishing what is owed, waiting at most `timeout` seconds; returns how many
+        notices are still owed (they stay in the outbox for the next run). With flush_groups, open
+        coalescing groups are closed now instead of waiting for their windows."""
+        self._flush_groups = flush_groups
+        self._deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self._interrupt.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout + self.publisher.publish_timeout + 15
+                              if hasattr(self.publisher, "publish_timeout") else timeout + 15)
+        self.publisher.close()
+        left = self.owed_count()
+        log.info("notice service stopped", lake=self.lake, published=self.published, still_owed=left,
+                 waiting_groups=len(self.groups.waiting()))
+        return left
+
+    def owed_count(self) -> int:
+        with self._lock:
+            return len(self._owed)
+
+    def idle(self) -> bool:
+        """Nothing owed and no group waiting: everything recorded so far was advertised."""
+        return self.owed_count() == 0 and not self.groups.waiting()
+
+    # ---- the stream's listener ----------------------------------------------------------------
+
+    def on_batch(self, report) -> None:
+        """BatchProcessor listener: record the batch's notices durably, then wake the publisher.
+
+        Runs before Spark commits the batch; an exception fails the batch, which is replayed."""
+        self.groups.forget_committed(report.batch_id)
+        for partition in report.partitions:
+            self.on_partition(_partition_dict(partition))
+        self._wake.set()
+
+    def on_partition(self, partition: dict) -> None:
+        kind, window = self.policy.route(partition)
+        if window is None:
+            body = notice.build(self.dataset, [partition], PARTITION)
+            if self.outbox.record(body):
+                self._enqueue(body)
+        else:
+            self.groups.add(partition, kind, window)
+
+    def _enqueue(self, body: dict) -> None:
+        entry = {"notice": body, "attributes": notice.attributes(body)}
+        with self._lock:
+            self._owed.setdefault(body["notice_id"], entry)
+
+    # ---- the publisher thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            try:
+                for attempt in Retrying(
+                        retry=retry_if_exception_type(PublishFailed),
+                        wait=wait_exponential_jitter(initial=self.backoff_initial, max=self.backoff_max),
+                        stop=self._give_up, sleep=self._sleep, reraise=False,
+                        before_sleep=self._log_retry):
+                    with attempt:
+                        self._round()
+            except RetryError:
+                pass  # stopping and out of time: what is left stays owed in the outbox
+            except Exception:  # noqa: BLE001 - never let the thread die; log and go on
+                log.exception("notice publisher round failed", lake=self.lake)
+                self._sleep(self.backoff_max)
+            if self._stopping.is_set() and (self.idle_after_flush() or self._out_of_time()):
+                return
+            self._wake.wait(self.tick)
+            self._wake.clear()
+
+    def idle_after_flush(self) -> bool:
+        return self.owed_count() == 0 and (not self._flush_groups or not self.groups.waiting())
+
+    def _round(self) -> None:
+        everything = self._stopping.is_set() and self._flush_groups
+        for group_id in self.groups.due(self.clock(), everything=everything):
+            body = self.groups.close(group_id)
+            if body is not None:
+                self._enqueue(body)
+        with self._lock:
+            entries = list(self._owed.values())
+        if not entries:
+            return
+        results = self.publisher.publish_many(entries)
+        failed = []
+        for entry in entries:
+            notice_id = entry["notice"]["notice_id"]
+            result = results.get(notice_id)
+            if isinstance(result, tuple):
+                message_id, published_at = result
+                self.outbox.mark_sent(entry, str(message_id), published_at)
+                with self._lock:
+                    self._owed.pop(notice_id, None)
+                self.published += 1
+                log.info("notice published", notice_id=notice_id, event_date=entry["notice"]["event_date"],
+                         receipt_ts=entry["notice"]["receipt_ts"], message_id=str(message_id),
+                         kind=entry["notice"].get("kind", PARTITION), late=entry["notice"]["late"])
+            else:
+                failed.append((notice_id, result))
+        if failed:
+            self.failures += 1
+            self.publisher.reset()
+            raise PublishFailed(f"{len(failed)} notice(s) not acknowledged, first: "
+                                f"{type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}")
+
+    def _out_of_time(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _give_up(self, retry_state) -> bool:
+        return self._stopping.is_set() and self._out_of_time()
+
+    def _sleep(self, seconds: float) -> None:
+        if self._deadline is not None:
+            seconds = max(0.0, min(seconds, self._deadline - time.monotonic()))
+        self._interrupt.wait(seconds)
+        self._interrupt.clear()
+
+    def _log_retry(self, retry_state) -> None:
+        log.warning("Pub/Sub unreachable, notices stay owed", lake=self.lake, owed=self.owed_count(),
+                    attempt=retry_state.attempt_number,
+                    retry_in_s=round(retry_state.next_action.sleep, 2) if retry_state.next_action else None,
+                    error=str(retry_state.outcome.exception())[:300])
