@@ -8,6 +8,7 @@ COMMAND_MODULES = [
     "generate",
     "stream",
     "quarantine",
+    "notices",
     "demo",
     "function_bundle",
 ]

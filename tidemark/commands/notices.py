@@ -1,0 +1,88 @@
+"""tidemark notices: what was advertised on Pub/Sub, what is still owed, and (with --publish) send it.
+
+Exit status 1 with --check when a complete receipt partition is covered by no notice at all.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+_COLUMNS = ("state", "kind", "event_date", "receipt_ts", "partitions", "rows", "events", "late",
+            "notice_id", "published_at")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("notices", help="availability notices: advertised, owed, waiting",
+                              description=__doc__)
+    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--format", choices=["table", "jsonl", "summary"], default="table")
+    p.add_argument("--state", choices=["all", "sent", "owed", "waiting"], default="all",
+                   help="only notices in this state")
+    p.add_argument("--check", action="store_true",
+                   help="also list complete receipt partitions no notice covers (exit 1 if any)")
+    p.add_argument("--publish", metavar="TOPIC", default=None,
+                   help="publish what is owed (closing waiting groups) to projects/P/topics/T, then exit")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to keep trying with --publish")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from tidemark.notices.report import notices_status, unadvertised
+
+    if args.timeout <= 0:
+        raise ValueError("--timeout must be positive")
+    if args.publish:
+        still_owed = _publish(args)
+        if still_owed:
+            print(f"tidemark notices: {still_owed} notice(s) still owed after {args.timeout:g}s",
+                  file=sys.stderr)
+    status = notices_status(args.lake)
+    rows = [r for state in ("sent", "owed", "waiting") if args.state in ("all", state)
+            for r in status[state]]
+    missing = unadvertised(args.lake) if args.check else []
+    if args.format == "jsonl":
+        for row in rows:
+            sys.stdout.write(json.dumps(row) + "\n")
+        for event_date, receipt_ts in missing:
+            sys.stdout.write(json.dumps({"state": "unadvertised", "event_date": event_date,
+                                         "receipt_ts": receipt_ts}) + "\n")
+    elif args.format == "summary":
+        summary = {state: len(status[state]) for state in ("sent", "owed", "waiting")}
+        if args.check:
+            summary["unadvertised"] = len(missing)
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        _print_table(rows, status, missing, args.check)
+    if args.publish and status["owed"]:
+        return 1
+    return 1 if missing else 0
+
+
+def _publish(args) -> int:
+    from tidemark.notices.service import NoticeService
+
+    service = NoticeService(args.lake, args.publish).start()
+    return service.stop(timeout=args.timeout, flush_groups=True)
+
+
+def _print_table(rows, status, missing, check) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (f"notices: {len(status['sent'])} sent, {len(status['owed'])} owed, "
+             f"{len(status['waiting'])} waiting")
+    table = Table(title=title)
+    for column in _COLUMNS:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(("yes" if row[c] else "") if c == "late" else str(row.get(c, ""))
+                        for c in _COLUMNS))
+    console = Console()
+    console.print(table)
+    if check:
+        if missing:
+            console.print(f"[red]{len(missing)} complete receipt partition(s) covered by no notice:[/red]")
+            for event_date, receipt_ts in missing:
+                console.print(f"  event_date={event_date} receipt_ts={receipt_ts}")
+        else:
+            console.print("every complete receipt partition is covered by a notice")

@@ -1,0 +1,60 @@
+"""What was advertised, what is still owed, and which complete partitions no notice covers.
+
+Read from the lake only (_notices/ and the receipt markers): works while the stream runs, after
+it stopped, and from another machine.
+"""
+from __future__ import annotations
+
+from streaming_job import receipts
+from tidemark.notices.cadence import PendingGroups
+from tidemark.notices.outbox import Outbox
+
+
+def _row(entry: dict, state: str) -> dict:
+    body = entry["notice"]
+    return {"state": state, "notice_id": body["notice_id"], "kind": body.get("kind", "partition"),
+            "event_date": body["event_date"], "receipt_ts": body["receipt_ts"],
+            "partitions": len(body.get("receipt_ts_list", [body["receipt_ts"]])),
+            "rows": body["rows"], "events": body["events"], "late": body["late"],
+            "recorded_at": entry.get("recorded_at", ""), "published_at": entry.get("published_at", ""),
+            "message_id": entry.get("message_id", "")}
+
+
+def notices_status(lake: str, dataset: str = "sessions") -> dict:
+    """{"sent": rows, "owed": rows, "waiting": rows}: one row per notice (or waiting group)."""
+    outbox = Outbox(lake)
+    groups = PendingGroups(lake, dataset, outbox)
+    groups.load()
+    waiting = [{"state": "waiting", "notice_id": "", "kind": g["kind"], "event_date": g["event_date"],
+                "receipt_ts": max(p["receipt_ts"] for p in g["open"]), "partitions": len(g["open"]),
+                "rows": sum(p["rows"] for p in g["open"]), "events": sum(p["events"] for p in g["open"]),
+                "late": any(p["late"] for p in g["open"]), "recorded_at": "", "published_at": "",
+                "message_id": "", "due_at": g["window_end"]}
+               for g in groups.waiting()]
+    return {"sent": [_row(e, "sent") for e in outbox.sent()],
+            "owed": [_row(e, "owed") for e in outbox.owed()],
+            "waiting": waiting}
+
+
+def covered_partitions(lake: str, dataset: str = "sessions") -> dict[tuple[str, str], str]:
+    """(event_date, receipt_ts) -> state ('sent', 'owed', 'waiting') of the notice covering it."""
+    outbox = Outbox(lake)
+    covered: dict[tuple[str, str], str] = {}
+    for state, entries in (("owed", outbox.owed()), ("sent", outbox.sent())):
+        for entry in entries:
+            body = entry["notice"]
+            for receipt_ts in body.get("receipt_ts_list", [body["receipt_ts"]]):
+                covered[(body["event_date"], receipt_ts)] = state
+    groups = PendingGroups(lake, dataset, outbox)
+    groups.load()
+    for group in groups.waiting():
+        for partition in group["open"]:
+            covered.setdefault((partition["event_date"], partition["receipt_ts"]), "waiting")
+    return covered
+
+
+def unadvertised(lake: str, dataset: str = "sessions") -> list[tuple[str, str]]:
+    """Complete receipt partitions that no notice (sent, owed or waiting) covers."""
+    covered = covered_partitions(lake, dataset)
+    return [(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)
+            if (d, r) not in covered]
