@@ -1,0 +1,152 @@
+"""The stream and the dedup job run unchanged through spark-submit on a real Spark standalone cluster
+(one master, two workers, on loopback, from the pip-installed pyspark) and write what a local run
+writes.
+
+Receipt timestamps come from the wall clock of each run, so the runs are compared on everything
+else: the panes' content, the receipt markers' facts, the quarantined lines.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from streaming_job import receipts
+from tidemark import layout, storage
+from tidemark.localstack.spark_cluster import SparkStandalone, package_zip
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUBMIT = os.path.join(ROOT, "streaming_job", "submit.py")
+FILES_PER_BATCH = 4
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    spark_cluster = SparkStandalone(str(tmp_path_factory.mktemp("spark-cluster")), workers=2,
+                                    cores=1, memory="1g")
+    spark_cluster.start()
+    yield spark_cluster
+    spark_cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory):
+    from tidemark.generate import Workload, generate
+
+    folder = str(tmp_path_factory.mktemp("landing"))
+    # Duplicates, minutes-late and days-late deliveries, malformed lines: every path of the job.
+    generate(folder, Workload(events=3000, users=40, files=12, days=2, seed=11, malformed_rate=0.01,
+                              offline_session_rate=0.05))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def py_files(tmp_path_factory):
+    return package_zip(str(tmp_path_factory.mktemp("dist") / "tidemark-jobs.zip"))
+
+
+def spark_submit(cluster: SparkStandalone, py_files: str, *args: str) -> None:
+    argv = cluster.submit_argv(SUBMIT, *args, py_files=py_files)
+    try:
+        done = subprocess.run(argv, env=cluster.env(), cwd=cluster.work_dir, capture_output=True,
+                              text=True, timeout=900)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"spark-submit timed out\n{cluster.log_tails()}") from exc
+    assert done.returncode == 0, (f"spark-submit {' '.join(args)} failed ({done.returncode}):\n"
+                                  f"{done.stderr[-4000:]}\n{cluster.log_tails()}")
+
+
+def canonical_panes(lake: str) -> list[tuple]:
+    """Every pane row of every complete receipt partition, without its receipt_ts, lists sorted."""
+    rows = []
+    for event_date in receipts.list_event_dates(lake):
+        for receipt_ts in receipts.list_receipts(lake, event_date):
+            table = pq.read_table(layout.receipt_dir(lake, event_date, receipt_ts))
+            for row in table.to_pylist():
+                row["event_ids"] = sorted(row["event_ids"])
+                row["events"] = sorted(tuple(sorted(e.items())) for e in row["events"])
+                rows.append((event_date, *sorted((k, repr(v)) for k, v in row.items())))
+    return sorted(rows)
+
+
+def canonical_markers(lake: str) -> list[dict]:
+    out = []
+    for event_date in receipts.list_event_dates(lake):
+        for receipt_ts in receipts.list_receipts(lake, event_date):
+            marker = receipts.read_marker(lake, event_date, receipt_ts).to_json()
+            out.append({k: v for k, v in marker.items() if k not in ("receipt_ts", "uri")})
+    return sorted(out, key=lambda m: (m["event_date"], m["batch_id"]))
+
+
+def canonical_quarantine(lake: str) -> list[tuple]:
+    root = layout.quarantine_root(lake)
+    rows = []
+    for name in storage.list_subdirs(root):
+        folder = layout.join(root, name)
+        if storage.exists(layout.join(folder, layout.QUARANTINE_MARKER)):
+            rows += [(r["raw"], r["reason"], r["source_file"], r["batch_id"])
+                     for r in pq.read_table(folder, columns=["raw", "reason", "source_file", "batch_id"]).to_pylist()]
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module")
+def local_run(spark, landing, tmp_path_factory):
+    """The reference: the same stream in this process on the local[2] session of the suite."""
+    from streaming_job.job import StreamConfig, run_stream
+
+    base = tmp_path_factory.mktemp("local-run")
+    lake, checkpoint = str(base / "lake"), str(base / "checkpoint")
+    run_stream(StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint, available_now=True,
+                            max_files_per_trigger=FILES_PER_BATCH), spark=spark)
+    return lake
+
+
+@pytest.fixture(scope="module")
+def cluster_run(cluster, py_files, landing, tmp_path_factory):
+    base = tmp_path_factory.mktemp("cluster-run")
+    lake, checkpoint = str(base / "lake"), str(base / "checkpoint")
+    spark_submit(cluster, py_files, "stream", "--landing", landing, "--lake", lake,
+                 "--checkpoint", checkpoint, "--available-now",
+                 "--max-files-per-trigger", str(FILES_PER_BATCH))
+    return lake
+
+
+def test_stream_ran_on_the_cluster_executors(cluster, cluster_run):
+    apps = cluster.status()["completedapps"] + cluster.status()["activeapps"]
+    stream_apps = [a for a in apps if a["name"] == "tidemark-stream"]
+    assert stream_apps, f"no tidemark-stream application on the master: {[a['name'] for a in apps]}"
+    # Both workers' single cores were granted to it: the work ran on the cluster, not in the driver.
+    assert stream_apps[0]["cores"] == 2
+    # And each worker launched an executor for it (its work dir holds the app's executor folder).
+    app_id = stream_apps[0]["id"]
+    for index in range(cluster.workers):
+        work = os.path.join(cluster.env()["SPARK_WORKER_DIR"], f"worker-{index}", app_id)
+        assert os.path.isdir(work) and os.listdir(work), f"worker {index} ran no executor of {app_id}"
+
+
+def test_stream_on_cluster_writes_what_a_local_run_writes(local_run, cluster_run):
+    local_panes, cluster_panes = canonical_panes(local_run), canonical_panes(cluster_run)
+    assert len(local_panes) > 0
+    batches = {m["batch_id"] for m in canonical_markers(local_run)}
+    assert len(batches) >= 2, "the workload should span several micro-batches"
+    assert len(cluster_panes) == len(local_panes)
+    assert cluster_panes == local_panes
+    assert canonical_markers(cluster_run) == canonical_markers(local_run)
+
+
+def test_stream_on_cluster_quarantines_the_same_lines(local_run, cluster_run):
+    local_rows = canonical_quarantine(local_run)
+    assert local_rows, "the workload has malformed lines"
+    assert canonical_quarantine(cluster_run) == local_rows
+
+
+def test_receipt_partitions_of_the_two_runs_are_distinct(local_run, cluster_run):
+    """Sanity check of the comparison itself: the runs are separate, each with its own receipts."""
+    def receipt_set(lake):
+        return {(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
+
+    assert receipt_set(local_run).isdisjoint(receipt_set(cluster_run))
