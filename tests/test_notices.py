@@ -1,0 +1,239 @@
+"""Notice schema, outbox and cadence, on a temporary lake (no servers, no Spark)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tidemark import layout, notice
+from tidemark.cli import main as cli_main
+from tidemark.notices.cadence import CadencePolicy, PendingGroups
+from tidemark.notices.outbox import Outbox
+from tidemark.notices.report import notices_status, unadvertised
+from tidemark.notices.service import NoticeService
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def partition(lake: str, event_date: str, receipt_ts: str, batch_id: int = 0, late: bool = False,
+              watermark: str = "2026-03-07T12:00:00.000000Z", rows: int = 2, events: int = 5) -> dict:
+    return {"event_date": event_date, "receipt_ts": receipt_ts, "batch_id": batch_id,
+            "uri": layout.receipt_dir(lake, event_date, receipt_ts), "rows": rows, "events": events,
+            "pane_kinds": ["early"], "min_event_ts": f"{event_date}T01:00:00.000000Z",
+            "max_event_ts": f"{event_date}T02:00:00.000000Z", "watermark": watermark, "late": late,
+            "extra": {}}
+
+
+def write_marker(lake: str, part: dict) -> None:
+    folder = layout.receipt_dir(lake, part["event_date"], part["receipt_ts"])
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, layout.RECEIPT_MARKER), "w") as out:
+        json.dump(part, out)
+
+
+class Report:  # the shape of streaming_job.batch.BatchReport that listeners read
+    def __init__(self, batch_id: int, partitions: list[dict]):
+        self.batch_id = batch_id
+        self.partitions = partitions
+
+
+# ---- schema -------------------------------------------------------------------------------------
+
+def test_docs_example_follows_the_schema():
+    text = open(os.path.join(ROOT, "docs", "notices.md")).read()
+    example = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
+    assert notice.validate(example)["notice_id"] == notice.notice_id(
+        example["dataset"], example["event_date"], example["receipt_ts_list"])
+    # Every body field the docs' table names is a schema property, and the reverse.
+    documented = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?", text, re.M))
+    names = {n for pair in documented for n in pair if n}
+    assert set(notice.schema()["properties"]) <= names | set(notice.ATTRIBUTES)
+
+
+def test_build_covers_partitions_deterministically(tmp_path):
+    lake = str(tmp_path)
+    a = partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=3, late=True, rows=1, events=2)
+    b = partition(lake, "2026-03-06", "20260307T100500000Z", batch_id=4, rows=4, events=9)
+    one, other = notice.build("sessions", [a, b], "coalesced"), notice.build("sessions", [b, a], "coalesced")
+    assert one == other
+    assert one["receipt_ts"] == b["receipt_ts"] and one["uri"] == b["uri"]
+    assert one["receipt_ts_list"] == [a["receipt_ts"], b["receipt_ts"]]
+    assert (one["rows"], one["events"], one["batch_id"], one["late"]) == (5, 11, 4, True)
+    assert notice.decode(notice.encode(one)) == one
+    attrs = notice.attributes(one)
+    assert attrs == {"dataset": "sessions", "event_date": "2026-03-06", "late": "true",
+                     "schema_version": "1", "kind": "coalesced", "notice_id": one["notice_id"]}
+    assert notice.build("sessions", [a])["notice_id"] != one["notice_id"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"event_date": "2026-02-31"}, "event_date"),
+    ({"late": "yes"}, "late"),
+    ({"notice_id": "../../etc"}, "notice_id"),
+    ({"kind": "weekly"}, "kind"),
+    ({"unexpected": 1}, "unexpected"),
+])
+def test_invalid_notices_are_refused_naming_the_field(tmp_path, change, message):
+    body = notice.build("sessions", [partition(str(tmp_path), "2026-03-06", "20260307T100000000Z")])
+    with pytest.raises(notice.InvalidNotice, match=message):
+        notice.validate({**body, **change})
+
+
+def test_build_refuses_mixed_dates(tmp_path):
+    lake = str(tmp_path)
+    with pytest.raises(notice.InvalidNotice, match="one event_date"):
+        notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z"),
+                                  partition(lake, "2026-03-07", "20260307T100000000Z")])
+
+
+# ---- outbox -------------------------------------------------------------------------------------
+
+def test_outbox_records_once_and_moves_to_sent(tmp_path):
+    lake = str(tmp_path)
+    outbox = Outbox(lake)
+    body = notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z")])
+    assert outbox.record(body) is True
+    assert outbox.record(body) is False  # a replayed batch: same id, nothing new
+    [entry] = outbox.owed()
+    assert entry["notice"] == body and entry["attributes"] == notice.attributes(body)
+    outbox.mark_sent(entry, "17", "2026-03-07T10:00:01.000Z")
+    assert outbox.owed() == [] and outbox.record(body) is False
+    [sent] = outbox.sent()
+    assert (sent["message_id"], sent["notice"]["notice_id"]) == ("17", body["notice_id"])
+
+
+def test_interrupted_mark_sent_is_not_owed(tmp_path):
+    lake = str(tmp_path)
+    outbox = Outbox(lake)
+    body = notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z")])
+    outbox.record(body)
+    entry = outbox.owed()[0]
+    # Crash between the two steps of mark_sent: the sent record exists, the outbox entry too.
+    from tidemark import storage
+    storage.write_json_atomic(outbox.path("sent", body["notice_id"]), {**entry, "message_id": "1"})
+    assert outbox.owed() == []
+    assert not os.path.exists(outbox.path("outbox", body["notice_id"]))
+
+
+def test_outbox_refuses_a_notice_id_that_is_not_hex(tmp_path):
+    with pytest.raises(ValueError, match="invalid notice_id"):
+        Outbox(str(tmp_path)).path("outbox", "../../x")
+
+
+# ---- cadence ------------------------------------------------------------------------------------
+
+def test_routing_by_policy(tmp_path):
+    lake = str(tmp_path)
+    fresh = partition(lake, "2026-03-07", "20260307T100000000Z", watermark="2026-03-07T11:00:00.000000Z")
+    old = partition(lake, "2026-03-01", "20260307T100000000Z", watermark="2026-03-07T11:00:00.000000Z",
+                    late=True)
+    assert CadencePolicy().route(fresh) == ("partition", None)
+    assert CadencePolicy().route(old) == ("partition", None)
+    policy = CadencePolicy(coalesce=timedelta(minutes=5), late_horizon=timedelta(days=3),
+                           digest_interval=timedelta(hours=1))
+    assert policy.route(fresh) == ("coalesced", timedelta(minutes=5))
+    assert policy.route(old) == ("late_digest", timedelta(hours=1))
+    # 2026-03-03 ended 3 days 11 hours before the watermark; 2026-03-04 only 2 days 11 hours.
+    assert policy.is_old({**old, "event_date": "2026-03-03"})
+    assert not policy.is_old({**old, "event_date": "2026-03-04"})
+
+
+@pytest.mark.parametrize("kwargs", [{"coalesce": timedelta(0)}, {"late_horizon": timedelta(seconds=-1)},
+                                    {"digest_interval": timedelta(milliseconds=10)}])
+def test_cadence_refuses_nonsense(kwargs):
+    with pytest.raises(ValueError):
+        CadencePolicy(**kwargs)
+
+
+def test_coalesced_groups_close_when_their_window_ends(tmp_path):
+    lake = str(tmp_path)
+    outbox = Outbox(lake)
+    groups = PendingGroups(lake, "sessions", outbox)
+    window = timedelta(minutes=5)
+    first = [partition(lake, "2026-03-06", ts, batch_id=i) for i, ts in
+             enumerate(["20260307T100000000Z", "20260307T100210000Z", "20260307T100459999Z"])]
+    nxt = partition(lake, "2026-03-06", "20260307T100500000Z", batch_id=3)
+    other_date = partition(lake, "2026-03-07", "20260307T100100000Z", batch_id=1)
+    for part in [*first, nxt, other_date]:
+        assert groups.add(part, "coalesced", window)
+    assert not groups.add(first[0], "coalesced", window)  # replay: already waiting
+
+    assert groups.due(datetime(2026, 3, 7, 10, 4, 59, tzinfo=timezone.utc)) == []
+    due = groups.due(datetime(2026, 3, 7, 10, 5, tzinfo=timezone.utc))
+    assert len(due) == 2  # 2026-03-06 and 2026-03-07 of window 10:00-10:05, not 10:05-10:10
+    bodies = [groups.close(gid) for gid in due]
+    by_date = {b["event_date"]: b for b in bodies}
+    assert by_date["2026-03-06"]["receipt_ts_list"] == [p["receipt_ts"] for p in first]
+    assert by_date["2026-03-07"]["receipt_ts_list"] == [other_date["receipt_ts"]]
+    assert {e["notice"]["notice_id"] for e in outbox.owed()} == {b["notice_id"] for b in bodies}
+
+    # A replay of an advertised partition neither reopens the group nor makes a new notice.
+    assert not groups.add(first[1], "coalesced", window)
+    # State survives a restart: a new process sees the open group of 10:05.
+    again = PendingGroups(lake, "sessions", outbox)
+    again.load()
+    assert [g["open"][0]["receipt_ts"] for g in again.waiting()] == [nxt["receipt_ts"]]
+    assert not again.add(first[2], "coalesced", window)
+    # Once batch 4 runs, batches <= 3 can no longer be replayed: closed records are dropped.
+    again.forget_committed(4)
+    assert len(os.listdir(layout.notices_dir(lake, "pending"))) == 1
+
+
+def test_crash_between_outbox_write_and_group_update_gives_the_same_notice(tmp_path):
+    lake = str(tmp_path)
+    outbox = Outbox(lake)
+    groups = PendingGroups(lake, "sessions", outbox)
+    window = timedelta(minutes=5)
+    for ts in ("20260307T100000000Z", "20260307T100100000Z"):
+        groups.add(partition(lake, "2026-03-06", ts), "coalesced", window)
+    [gid] = groups.due(datetime(2026, 3, 7, 11, tzinfo=timezone.utc))
+    # The outbox entry is written, the group file not yet updated (the process dies here).
+    outbox.record(notice.build("sessions", groups.groups[gid]["open"], "coalesced"))
+    restarted = PendingGroups(lake, "sessions", outbox)
+    restarted.load()
+    body = restarted.close(gid)
+    assert [e["notice"]["notice_id"] for e in outbox.owed()] == [body["notice_id"]]
+
+
+def test_service_listener_records_before_publishing_and_replays_add_nothing(tmp_path):
+    """The listener alone (publisher thread not started): durable records, no network."""
+    lake = str(tmp_path)
+    service = NoticeService(lake, "projects/tidemark-local/topics/tidemark-availability")
+    parts = [partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=5),
+             partition(lake, "2026-03-07", "20260307T100000000Z", batch_id=5)]
+    service.on_batch(Report(5, parts))
+    service.on_batch(Report(5, parts))  # the same batch replayed
+    owed = Outbox(lake).owed()
+    assert sorted((e["notice"]["event_date"], e["notice"]["receipt_ts"]) for e in owed) == \
+        [("2026-03-06", "20260307T100000000Z"), ("2026-03-07", "20260307T100000000Z")]
+    assert service.owed_count() == 2
+
+
+def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys):
+    lake = str(tmp_path)
+    outbox = Outbox(lake)
+    sent_part = partition(lake, "2026-03-06", "20260307T100000000Z")
+    owed_part = partition(lake, "2026-03-06", "20260307T100100000Z")
+    waiting_part = partition(lake, "2026-03-07", "20260307T100100000Z")
+    forgotten = partition(lake, "2026-03-07", "20260307T100200000Z")
+    for part in (sent_part, owed_part, waiting_part, forgotten):
+        write_marker(lake, part)
+    outbox.record(notice.build("sessions", [sent_part]))
+    outbox.mark_sent(outbox.owed()[0], "1", "2026-03-07T10:00:01.000Z")
+    outbox.record(notice.build("sessions", [owed_part]))
+    PendingGroups(lake, "sessions", outbox).add(waiting_part, "coalesced", timedelta(minutes=5))
+
+    status = notices_status(lake)
+    assert [(r["event_date"], r["receipt_ts"]) for r in status["sent"]] == [("2026-03-06", sent_part["receipt_ts"])]
+    assert [r["receipt_ts"] for r in status["owed"]] == [owed_part["receipt_ts"]]
+    assert [r["receipt_ts"] for r in status["waiting"]] == [waiting_part["receipt_ts"]]
+    assert unadvertised(lake) == [("2026-03-07", forgotten["receipt_ts"])]
+
+    assert cli_main(["notices", "--lake", lake, "--format", "summary", "--check"]) == 1
+    assert json.loads(capsys.readouterr().out) == {"sent": 1, "owed": 1, "waiting": 1, "unadvertised": 1}
+    assert cli_main(["notices", "--lake", lake, "--format", "jsonl", "--state", "owed"]) == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (row["state"], row["receipt_ts"]) == ("owed", owed_part["receipt_ts"])
