@@ -1,0 +1,39 @@
+-- Deduplication, step 1: the distinct events behind a set of receipt panes.
+--
+-- Every pane holds its session's events so far, so accumulating panes, replays and fragments
+-- repeat events; one copy per (user_id, event_id) is kept, chosen deterministically (the smallest
+-- (event_ts, event_type, payload), the stream's own rule). Events before :lo_us cannot belong to a
+-- session of the date being deduplicated (see tidemark/dedup.py) and are left out.
+--
+-- Input: temp view tm_dedup_panes, one row per pane: user_id, events, receipt_ts, known
+--   (known: the pane's receipt partition was already included in the previous published version).
+-- Output: user_id, event_id, event_ts, event_type, payload,
+--   first_receipt_ts (the first receipt that carried the event),
+--   known (some copy of the event was already seen by the previous version).
+-- Parameter: :lo_us, microseconds since the epoch.
+WITH exploded AS (
+  SELECT p.user_id, e.event_id, e.event_ts, e.event_type, e.payload, p.receipt_ts, p.known
+  FROM tm_dedup_panes AS p
+  LATERAL VIEW explode(p.events) x AS e
+  WHERE unix_micros(e.event_ts) >= :lo_us
+),
+distinct_events AS (
+  SELECT
+    user_id,
+    event_id,
+    -- struct order = field order: the smallest event_ts, then event_type, then payload
+    MIN(named_struct('event_ts', event_ts, 'event_type', event_type, 'payload', payload)) AS first_copy,
+    MIN(receipt_ts) AS first_receipt_ts,
+    bool_or(known) AS known
+  FROM exploded
+  GROUP BY user_id, event_id
+)
+SELECT
+  user_id,
+  event_id,
+  first_copy.event_ts AS event_ts,
+  first_copy.event_type AS event_type,
+  first_copy.payload AS payload,
+  first_receipt_ts,
+  known
+FROM distinct_events
