@@ -1,0 +1,240 @@
+"""Availability notices on the real Pub/Sub emulator, started and stopped by these tests.
+
+The emulator keeps everything in memory: after a restart the tests recreate topic and
+subscriptions, exactly what a real outage does not need. It stores subscription filters without
+applying them, so the tests check the stored filter and the attributes it would match.
+"""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import pytest
+
+from streaming_job import receipts
+from tidemark import layout, names, notice
+from tidemark.cli import main as cli_main
+from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
+                                                 get_subscription, pull_all)
+from tidemark.notices.outbox import Outbox
+from tidemark.notices.service import NoticeService
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+PROJECT = names.get("PROJECT")
+LATE_FILTER = 'attributes.late = "true"'
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    emu = PubSubEmulator(str(tmp_path_factory.mktemp("pubsub"))).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def pubsub_env(emulator, monkeypatch):
+    """The emulator as the stream's Pub/Sub (PUBSUB_EMULATOR_HOST), running when the test starts."""
+    if not emulator.alive():
+        emulator.start()
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host)
+    return emulator
+
+
+def make_topic(host: str, topic: str) -> str:
+    """Topic + an unfiltered subscription '<topic>-all' + the late-data one '<topic>-late'."""
+    ensure_topic(PROJECT, topic, host=host)
+    ensure_subscription(PROJECT, f"{topic}-all", topic, host=host)
+    ensure_subscription(PROJECT, f"{topic}-late", topic, filter=LATE_FILTER, host=host)
+    return f"projects/{PROJECT}/topics/{topic}"
+
+
+def messages(host: str, topic: str, sub: str = "all") -> list[tuple[dict, dict]]:
+    """(validated body, attributes) of every message waiting on the subscription, acked."""
+    return [(notice.decode(m.message.data), dict(m.message.attributes))
+            for m in pull_all(PROJECT, f"{topic}-{sub}", host=host)]
+
+
+def partition(lake: str, event_date: str, receipt_ts: str, batch_id: int, late: bool) -> dict:
+    return {"event_date": event_date, "receipt_ts": receipt_ts, "batch_id": batch_id,
+            "uri": layout.receipt_dir(lake, event_date, receipt_ts), "rows": 1, "events": 2,
+            "pane_kinds": ["late" if late else "early"], "min_event_ts": f"{event_date}T01:00:00.000000Z",
+            "max_event_ts": f"{event_date}T02:00:00.000000Z", "watermark": "2026-03-08T00:30:00.000000Z",
+            "late": late, "extra": {}}
+
+
+class Report:  # the fields of streaming_job.batch.BatchReport a listener reads
+    def __init__(self, batch_id, partitions):
+        self.batch_id, self.partitions = batch_id, partitions
+
+
+def assert_same_copies(received: list[tuple[dict, dict]]) -> dict[str, dict]:
+    """Duplicates only with the same notice_id: copies of one id are the same notice."""
+    by_id = defaultdict(list)
+    for body, attrs in received:
+        assert attrs == notice.attributes(body)
+        by_id[body["notice_id"]].append({k: v for k, v in body.items() if k != "published_at"})
+    for copies in by_id.values():
+        assert all(copy == copies[0] for copy in copies)
+    return {notice_id: copies[0] for notice_id, copies in by_id.items()}
+
+
+# ---- service level: real emulator, synthetic batch reports ------------------------------------
+
+def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp_path):
+    host, lake = pubsub_env.host, str(tmp_path / "lake")
+    topic = make_topic(host, "attrs-topic")
+    stored = get_subscription(PROJECT, "attrs-topic-late", host=host)
+    assert stored.filter == LATE_FILTER and stored.topic == topic
+
+    parts = [partition(lake, "2026-03-06", "20260308T001000000Z", 4, late=True),
+             partition(lake, "2026-03-07", "20260308T001000000Z", 4, late=False),
+             partition(lake, "2026-03-06", "20260308T002000000Z", 5, late=True)]
+    service = NoticeService(lake, topic, tick=0.2).start()
+    service.on_batch(Report(4, parts[:2]))
+    service.on_batch(Report(5, parts[2:]))
+    assert service.stop(timeout=60) == 0
+
+    received = messages(host, "attrs-topic")
+    unique = assert_same_copies(received)
+    assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
+        sorted((p["event_date"], p["receipt_ts"]) for p in parts)
+    # What the late-data filter would let through: exactly the late partitions.
+    would_match = {(b["event_date"], b["receipt_ts"]) for b, a in received if a["late"] == "true"}
+    assert would_match == {(p["event_date"], p["receipt_ts"]) for p in parts if p["late"]}
+    sent = {e["notice"]["notice_id"]: e for e in Outbox(lake).sent()}
+    assert set(sent) == set(unique) and Outbox(lake).owed() == []
+
+
+def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env, tmp_path):
+    emulator, lake = pubsub_env, str(tmp_path / "lake")
+    topic = make_topic(emulator.host, "outage-topic")
+    service = NoticeService(lake, topic, tick=0.2, backoff_max=2).start()
+    before = [partition(lake, "2026-03-07", "20260308T001000000Z", 1, late=False)]
+    service.on_batch(Report(1, before))
+    assert service.stop(timeout=60) == 0
+    received = messages(emulator.host, "outage-topic")
+
+    emulator.stop()
+    service = NoticeService(lake, topic, tick=0.2, backoff_max=2).start()
+    during = [partition(lake, "2026-03-07", f"20260308T00{m}00000Z", b, late=False)
+              for b, m in ((2, "20"), (3, "30"))] + \
+             [partition(lake, "2026-03-06", "20260308T003000000Z", 3, late=True)]
+    service.on_batch(Report(2, during[:1]))
+    service.on_batch(Report(3, during[1:]))  # the listener does not wait for Pub/Sub
+    still_owed = service.stop(timeout=3)  # a stopping stream gives up after a bounded wait
+    assert still_owed == 3 and service.failures >= 1
+    assert len(Outbox(lake).owed()) == 3
+
+    # Pub/Sub is back (a fresh emulator: topics recreated); a new process publishes what is owed.
+    emulator.start()
+    make_topic(emulator.host, "outage-topic")
+    assert cli_main(["notices", "--lake", lake, "--publish", topic, "--timeout", "60",
+                     "--format", "summary", "--check"]) == 0
+    received += messages(emulator.host, "outage-topic")
+    unique = assert_same_copies(received)
+    assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
+        sorted((p["event_date"], p["receipt_ts"]) for p in before + during)
+    assert Outbox(lake).owed() == []
+
+
+def test_resend_after_a_lost_sent_record_keeps_the_notice_id(pubsub_env, tmp_path):
+    host, lake = pubsub_env.host, str(tmp_path / "lake")
+    topic = make_topic(host, "resend-topic")
+    part = partition(lake, "2026-03-07", "20260308T001000000Z", 1, late=False)
+    service = NoticeService(lake, topic, tick=0.2).start()
+    service.on_batch(Report(1, [part]))
+    assert service.stop(timeout=60) == 0
+    # A crash after Pub/Sub acked but before the sent record was written: the entry is still owed.
+    outbox = Outbox(lake)
+    [sent] = outbox.sent()
+    notice_id = sent["notice"]["notice_id"]
+    os.replace(outbox.path("sent", notice_id), outbox.path("outbox", notice_id))
+    service = NoticeService(lake, topic, tick=0.2).start()
+    service.on_batch(Report(1, [part]))  # and the batch is replayed too
+    assert service.stop(timeout=60) == 0
+    received = messages(host, "resend-topic")
+    assert [b["notice_id"] for b, _ in received] == [notice_id, notice_id]
+    assert len(assert_same_copies(received)) == 1
+
+
+# ---- the real stream ------------------------------------------------------------------------------
+
+D6, D7 = "2026-03-06", "2026-03-07"
+
+
+def _files():
+    from tests.streamkit import event
+
+    return [
+        [event("u1", "a1", f"{D6}T10:00:00Z"), event("u1", "a2", f"{D6}T10:20:00Z")],
+        # the watermark passes the end of D6: D6 is "late" from now on
+        [event("u2", "b1", f"{D7}T12:00:00Z"), event("u1", "a2", f"{D6}T10:20:00Z")],
+        [event("u3", "c1", f"{D6}T23:00:00Z"), event("u2", "b2", f"{D7}T12:10:00Z")],
+        [event("u4", "d1", f"{D7}T12:20:00Z")],
+        [event("u5", "e1", f"{D6}T09:00:00Z"), event("u4", "d2", f"{D7}T12:25:00Z")],
+        [event("u6", "f1", f"{D7}T12:40:00Z")],
+    ]
+
+
+@pytest.mark.spark
+def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, pubsub_env, tmp_path):
+    from streaming_job.job import StreamConfig, run_stream
+    from tests.streamkit import land
+    from tidemark.sessions import SessionRules
+
+    emulator = pubsub_env
+    landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
+    topic = make_topic(emulator.host, "stream-topic")
+    land(landing, _files())
+    received, late_received = [], []
+
+    def outage(report):
+        """Runs after the notice listener of the same batch: Pub/Sub goes away during batch 1
+        (once what was sent is pulled: the emulator forgets on stop) and is back in batch 4."""
+        if report.batch_id == 1:
+            from tidemark.localstack.process import wait_until
+            wait_until(lambda: not Outbox(lake).owed(), 60, "notices of batches 0-1 sent")
+            received.extend(messages(emulator.host, "stream-topic"))
+            late_received.extend(messages(emulator.host, "stream-topic", "late"))
+            emulator.stop()
+        elif report.batch_id == 4:
+            assert len(Outbox(lake).owed()) >= 2  # batches 2 and 3 wrote while Pub/Sub was away
+            emulator.start()
+            make_topic(emulator.host, "stream-topic")
+
+    config = StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,
+                          rules=SessionRules.parse("30m", "1h", "0s"), available_now=True,
+                          max_files_per_trigger=1, notify_topic=topic, notice_flush_timeout=60)
+    run_stream(config, listeners=[outage], spark=spark)
+    received.extend(messages(emulator.host, "stream-topic"))
+    late_received.extend(messages(emulator.host, "stream-topic", "late"))
+
+    on_disk = {(d, r): receipts.read_marker(lake, d, r)
+               for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
+    unique = assert_same_copies(received)
+    # One for one: every complete partition has exactly one notice, and every notice a partition.
+    assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == sorted(on_disk)
+    for body in unique.values():
+        marker = on_disk[(body["event_date"], body["receipt_ts"])]
+        assert (body["rows"], body["events"], body["late"], body["batch_id"], body["uri"]) == \
+            (marker.rows, marker.events, marker.late, marker.batch_id, marker.uri)
+        assert body["pane_kinds"] == sorted(marker.pane_kinds)
+    late_on_disk = {k for k, m in on_disk.items() if m.late}
+    assert late_on_disk and len(late_on_disk) < len(on_disk)  # the data exercises both values
+    assert {(b["event_date"], b["receipt_ts"]) for b, a in late_received if a["late"] == "true"} == late_on_disk
+    assert Outbox(lake).owed() == []
+
+    # Replay the last batch (as after a crash before its commit): same partitions, no new notice.
+    commits = layout.join(checkpoint, "query", "commits")
+    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        if os.path.exists(os.path.join(commits, name)):
+            os.remove(os.path.join(commits, name))
+    sent_before = {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
+    replayed = []
+    run_stream(config, listeners=[replayed.append], spark=spark)
+    assert [r.batch_id for r in replayed] == [last] and replayed[0].partitions
+    assert {e["notice"]["notice_id"] for e in Outbox(lake).sent()} == sent_before
+    assert messages(emulator.host, "stream-topic") == []
+    assert cli_main(["notices", "--lake", lake, "--check", "--format", "summary"]) == 0
