@@ -150,3 +150,66 @@ def test_receipt_partitions_of_the_two_runs_are_distinct(local_run, cluster_run)
         return {(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
 
     assert receipt_set(local_run).isdisjoint(receipt_set(cluster_run))
+
+
+# -- the dedup job ---------------------------------------------------------------------------------
+
+def canonical_sessions(lake: str, event_date: str) -> list[tuple]:
+    """The published sessions of a date, without the receipt timestamps that differ between runs."""
+    from tidemark import reader
+
+    return sorted((r["session_id"], r["user_id"], r["session_start"], r["session_end"],
+                   r["event_count"], tuple(sorted(r["event_ids"])))
+                  for r in reader.read_sessions(lake, event_date).to_pylist())
+
+
+@pytest.fixture(scope="module")
+def event_dates(local_run, cluster_run):
+    dates = receipts.list_event_dates(local_run)
+    assert dates == receipts.list_event_dates(cluster_run)
+    return dates
+
+
+@pytest.fixture(scope="module")
+def local_dedup(spark, local_run, event_dates):
+    from tidemark.dedup import run_dedup
+
+    for event_date in event_dates:
+        run_dedup(local_run, event_date, spark=spark)
+    return local_run
+
+
+@pytest.fixture(scope="module")
+def cluster_dedup(cluster, py_files, cluster_run, event_dates):
+    for event_date in event_dates:
+        spark_submit(cluster, py_files, "dedup", "--lake", cluster_run, "--event-date", event_date)
+    return cluster_run
+
+
+def test_dedup_ran_on_the_cluster(cluster, cluster_dedup, event_dates):
+    apps = cluster.status()["completedapps"]
+    assert len([a for a in apps if a["name"] == "tidemark-dedup"]) == len(event_dates)
+
+
+def test_dedup_on_cluster_publishes_what_a_local_run_publishes(local_dedup, cluster_dedup, event_dates):
+    assert len(event_dates) >= 2
+    for event_date in event_dates:
+        local_sessions = canonical_sessions(local_dedup, event_date)
+        assert local_sessions, f"no session published for {event_date}"
+        assert canonical_sessions(cluster_dedup, event_date) == local_sessions, event_date
+
+
+def test_dedup_on_cluster_equals_the_batch_reference(landing, cluster_dedup, event_dates):
+    """The promise, on the cluster: each date equals a plain-Python batch sessionization."""
+    from tests.reference import sessions_of_landing
+    from tidemark.sessions import SessionRules
+
+    expected: dict[str, list] = {}
+    for session in sessions_of_landing(landing, SessionRules().gap):
+        expected.setdefault(session.event_date, []).append(
+            (session.user_id, session.session_start, session.session_end, session.event_ids))
+    assert sorted(expected) == event_dates
+    for event_date in event_dates:
+        published = sorted((s[1], s[2], s[3], frozenset(s[5]))
+                           for s in canonical_sessions(cluster_dedup, event_date))
+        assert published == sorted(expected[event_date]), event_date

@@ -1,0 +1,94 @@
+# Airflow: a Cloud Composer 3 environment running the dedup DAG (or, with create_composer = false,
+# an existing Airflow 3 at airflow_base_url, to which you deploy dags/ yourself).
+
+resource "google_service_account" "composer" {
+  count        = var.create_composer ? 1 : 0
+  account_id   = "${var.name_prefix}-composer"
+  display_name = "tidemark: Composer environment"
+}
+
+resource "google_project_iam_member" "composer_worker" {
+  #checkov:skip=CKV_GCP_49:roles/composer.worker is the role Composer requires on the environment's own service account; it is granted to that account only.
+  count   = var.create_composer ? 1 : 0
+  project = var.project
+  role    = "roles/composer.worker"
+  member  = google_service_account.composer[0].member
+}
+
+# The DAG's publish task reads _CURRENT.json of the date it deduplicated.
+resource "google_storage_bucket_iam_member" "composer_reads_lake" {
+  count  = var.create_composer ? 1 : 0
+  bucket = google_storage_bucket.lake.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.composer[0].member
+}
+
+# Submitting dedup jobs to this cluster (DataprocSubmitJobOperator), and only this cluster.
+resource "google_dataproc_cluster_iam_member" "composer_submits_jobs" {
+  count   = var.create_composer ? 1 : 0
+  project = var.project
+  region  = var.region
+  cluster = google_dataproc_cluster.spark.name
+  role    = "roles/dataproc.editor"
+  member  = google_service_account.composer[0].member
+}
+
+resource "google_composer_environment" "airflow" {
+  count  = var.create_composer ? 1 : 0
+  name   = "${var.name_prefix}-airflow"
+  region = var.region
+
+  config {
+    environment_size = var.composer_environment_size
+
+    software_config {
+      image_version = var.composer_image_version
+      pypi_packages = {
+        # SparkSubmitOperator, which the DAG imports; the Google provider is preinstalled.
+        "apache-airflow-providers-apache-spark" = ">=5"
+      }
+      # Where the DAG's tasks find the lake and the Spark side (docs/production.md).
+      env_variables = {
+        TIDEMARK_LAKE             = local.lake_uri
+        TIDEMARK_DAG_ID           = var.dag_id
+        TIDEMARK_DATASET          = var.dataset
+        TIDEMARK_ASSET_URI_PREFIX = var.asset_uri_prefix
+        TIDEMARK_SUBMIT_APP       = "gs://${google_storage_bucket.ops.name}/${google_storage_bucket_object.submit_py.name}"
+        TIDEMARK_DATAPROC_PROJECT = var.project
+        TIDEMARK_DATAPROC_REGION  = var.region
+        TIDEMARK_DATAPROC_CLUSTER = google_dataproc_cluster.spark.name
+      }
+    }
+
+    node_config {
+      service_account = google_service_account.composer[0].email
+    }
+  }
+
+  depends_on = [google_project_iam_member.composer_worker]
+}
+
+# Deploy the DAG and the tidemark modules it imports into the environment's dags/ folder (on the
+# workers' PYTHONPATH). .airflowignore keeps the DAG processor out of the package.
+locals {
+  composer_dag_prefix = var.create_composer ? google_composer_environment.airflow[0].config[0].dag_gcs_prefix : ""
+  composer_bucket     = var.create_composer ? regex("^gs://([^/]+)/", local.composer_dag_prefix)[0] : ""
+  dag_files = var.create_composer ? toset(concat(
+    ["dags/tidemark_dedup.py"],
+    [for f in fileset("${path.module}/..", "tidemark/**") : f if can(regex("\\.(py|json)$", f)) && !can(regex("/(localstack|__pycache__)/", f))],
+  )) : toset([])
+}
+
+resource "google_storage_bucket_object" "dag_files" {
+  for_each = local.dag_files
+  bucket   = local.composer_bucket
+  name     = "dags/${trimprefix(each.value, "dags/")}"
+  source   = "${path.module}/../${each.value}"
+}
+
+resource "google_storage_bucket_object" "airflowignore" {
+  count   = var.create_composer ? 1 : 0
+  bucket  = local.composer_bucket
+  name    = "dags/.airflowignore"
+  content = "tidemark/\n"
+}

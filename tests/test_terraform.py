@@ -1,0 +1,353 @@
+"""The Terraform configuration agrees with the code, and checkov finds nothing unexplained.
+
+No terraform binary or provider can be downloaded here, so this is what stands in for
+`terraform validate`: the HCL parses (python-hcl2), every var./local./resource reference is
+declared, and every name the code and the infrastructure share comes from one place
+(tidemark/names.py DEFAULTS = the variables' defaults), as do the function's entry point and the
+environment variables it reads.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tidemark import names, notice
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TERRAFORM = os.path.join(ROOT, "terraform")
+CHECKOV = os.environ.get("TIDEMARK_CHECKOV") or os.path.join(ROOT, ".venv-tools", "bin", "checkov")
+
+# DEFAULTS entry -> the Terraform variable holding it. PROJECT is the emulator's project id
+# ("tidemark-local"); Terraform's `project` is a real one and has no default on purpose.
+NAME_VARIABLES = {
+    "DATASET": "dataset",
+    "EVENTS_TOPIC": "events_topic",
+    "AVAILABILITY_TOPIC": "availability_topic",
+    "DEAD_LETTER_TOPIC": "dead_letter_topic",
+    "FUNCTION_SUBSCRIPTION": "function_subscription",
+    "LATE_DATA_SUBSCRIPTION": "late_data_subscription",
+    "FUNCTION_NAME": "function_name",
+    "DAG_ID": "dag_id",
+    "ASSET_URI_PREFIX": "asset_uri_prefix",
+}
+NOT_IN_TERRAFORM = {"PROJECT"}
+
+# Where each name is used: (resource type, resource name, attribute).
+NAME_USES = {
+    "events_topic": ("google_pubsub_topic", "events", "name"),
+    "availability_topic": ("google_pubsub_topic", "availability", "name"),
+    "dead_letter_topic": ("google_pubsub_topic", "dead_letter", "name"),
+    "function_subscription": ("google_pubsub_subscription", "to_function", "name"),
+    "late_data_subscription": ("google_pubsub_subscription", "late_data", "name"),
+    "function_name": ("google_cloudfunctions2_function", "notice_to_dag", "name"),
+}
+
+
+def _load(path: str) -> dict:
+    import hcl2
+
+    with open(path) as handle:
+        return hcl2.load(handle, serialization_options=hcl2.utils.SerializationOptions(
+            strip_string_quotes=True, explicit_blocks=False))
+
+
+@pytest.fixture(scope="module")
+def tf() -> dict:
+    """Every .tf file merged: {"variable": {name: body}, "resource": {(type, name): body}, ...}."""
+    merged = {"variable": {}, "resource": {}, "data": {}, "locals": {}, "output": {}}
+    files = sorted(glob.glob(os.path.join(TERRAFORM, "*.tf")))
+    assert files, "no Terraform files in terraform/"
+    for path in files:
+        doc = _load(path)
+        for block in doc.get("variable", []):
+            merged["variable"].update(block)
+        for block in doc.get("output", []):
+            merged["output"].update(block)
+        for block in doc.get("locals", []):
+            merged["locals"].update(block)
+        for kind in ("resource", "data"):
+            for block in doc.get(kind, []):
+                for rtype, instances in block.items():
+                    for rname, body in instances.items():
+                        assert (rtype, rname) not in merged[kind], f"{kind} {rtype}.{rname} declared twice"
+                        merged[kind][(rtype, rname)] = body
+    return merged
+
+
+def resource(tf, rtype: str, rname: str) -> dict:
+    assert (rtype, rname) in tf["resource"], f"resource {rtype}.{rname} is missing"
+    return tf["resource"][(rtype, rname)]
+
+
+def one(blocks):
+    """A nested block as python-hcl2 gives it (a list of one dict) -> the dict."""
+    assert isinstance(blocks, list) and len(blocks) == 1, blocks
+    return blocks[0]
+
+
+def _raw_text() -> str:
+    return "\n".join(open(p).read() for p in sorted(glob.glob(os.path.join(TERRAFORM, "*.tf"))))
+
+
+# -- names shared with the code ------------------------------------------------------------------
+
+def test_every_shared_name_is_a_variable_whose_default_matches_names_py(tf):
+    assert set(NAME_VARIABLES) | NOT_IN_TERRAFORM == set(names.DEFAULTS), (
+        "a names.DEFAULTS entry is neither mapped to a Terraform variable nor excluded: "
+        f"{sorted(set(names.DEFAULTS) - set(NAME_VARIABLES) - NOT_IN_TERRAFORM)}")
+    drift = {key: (tf["variable"].get(var, {}).get("default"), names.DEFAULTS[key])
+             for key, var in NAME_VARIABLES.items()
+             if tf["variable"].get(var, {}).get("default") != names.DEFAULTS[key]}
+    assert not drift, f"Terraform defaults drifted from tidemark/names.py (terraform, code): {drift}"
+
+
+@pytest.mark.parametrize("variable", sorted(NAME_USES))
+def test_resources_take_their_names_from_the_variables(tf, variable):
+    rtype, rname, attribute = NAME_USES[variable]
+    assert resource(tf, rtype, rname)[attribute] == f"${{var.{variable}}}"
+
+
+def test_dedup_dag_id_and_dataset_reach_the_function_and_airflow(tf):
+    env = one(resource(tf, "google_cloudfunctions2_function", "notice_to_dag")["service_config"])[
+        "environment_variables"]
+    assert env["TIDEMARK_DAG_ID"] == "${var.dag_id}"
+    assert env["TIDEMARK_DATASET"] == "${var.dataset}"
+    software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
+    assert software["env_variables"]["TIDEMARK_DAG_ID"] == "${var.dag_id}"
+    assert software["env_variables"]["TIDEMARK_ASSET_URI_PREFIX"] == "${var.asset_uri_prefix}"
+
+
+def test_push_subscription_dead_letters_after_bounded_attempts(tf):
+    sub = resource(tf, "google_pubsub_subscription", "to_function")
+    policy = one(sub["dead_letter_policy"])
+    assert policy["dead_letter_topic"] == "${google_pubsub_topic.dead_letter.id}"
+    default = tf["variable"]["max_delivery_attempts"]["default"]
+    assert 5 <= default <= 100, "Pub/Sub accepts 5 to 100 delivery attempts"
+    assert one(sub["push_config"])["push_endpoint"] == "${google_cloudfunctions2_function.notice_to_dag.url}"
+    # The dead-letter topic has a subscription, or dead letters would be lost.
+    hold = resource(tf, "google_pubsub_subscription", "dead_letter_hold")
+    assert hold["topic"] == "${google_pubsub_topic.dead_letter.id}"
+
+
+def test_late_data_filter_uses_attributes_that_notices_carry(tf):
+    filter_text = resource(tf, "google_pubsub_subscription", "late_data")["filter"]
+    used = set(re.findall(r"attributes\.([A-Za-z_]+)", filter_text))
+    assert "late" in used
+    assert used <= set(notice.ATTRIBUTES), f"filter uses attributes notices do not carry: {used - set(notice.ATTRIBUTES)}"
+    # The value notices give `late` (strings "true"/"false", tidemark/notice.py).
+    assert notice.attributes({"dataset": "d", "event_date": "2026-03-07", "late": True, "schema_version": 1,
+                              "kind": "partition", "notice_id": "n"})["late"] == "true"
+    assert re.search(r'attributes\.late = \\?"true\\?"', filter_text)
+
+
+def test_events_land_as_text_in_the_landing_bucket_the_stream_reads(tf):
+    sub = resource(tf, "google_pubsub_subscription", "events_to_landing")
+    config = one(sub["cloud_storage_config"])
+    assert config["bucket"] == "${google_storage_bucket.landing.name}"
+    assert "avro_config" not in config, "the landing contract is JSON lines (text format), not Avro"
+    assert config["filename_prefix"] == "${var.landing_prefix}"
+    # The input contract ignores files and folders starting with '_' or '.'.
+    prefix = tf["variable"]["landing_prefix"]["default"]
+    assert not prefix.startswith(("_", ".")) and prefix.endswith("/")
+    assert tf["locals"]["landing_uri"].endswith("/${var.landing_prefix}")
+
+
+# -- the Cloud Function ----------------------------------------------------------------------------
+
+def _cloud_event_functions() -> set[str]:
+    tree = ast.parse(open(os.path.join(ROOT, "cloud_function", "main.py")).read())
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                if ast.unparse(decorator) in ("functions_framework.cloud_event", "cloud_event"):
+                    found.add(node.name)
+    return found
+
+
+def test_function_entry_point_is_the_cloud_event_function_in_main_py(tf):
+    entry = tf["variable"]["function_entry_point"]["default"]
+    assert entry in _cloud_event_functions(), (
+        f"{entry!r} is not a @functions_framework.cloud_event function of cloud_function/main.py "
+        f"(found {sorted(_cloud_event_functions())})")
+    build = one(resource(tf, "google_cloudfunctions2_function", "notice_to_dag")["build_config"])
+    assert build["entry_point"] == "${var.function_entry_point}"
+
+
+def _names_the_function_reads() -> set[str]:
+    """Every string literal of the function's code, plus TIDEMARK_<NAME> for names.get(NAME)."""
+    literals = set()
+    for path in glob.glob(os.path.join(ROOT, "cloud_function", "*.py")):
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                literals.add(node.value)
+    return literals | {f"TIDEMARK_{key}" for key in names.DEFAULTS}
+
+
+def test_function_environment_is_what_the_function_reads(tf):
+    service = one(resource(tf, "google_cloudfunctions2_function", "notice_to_dag")["service_config"])
+    set_by_terraform = set(service["environment_variables"])
+    secret_blocks = list(service.get("secret_environment_variables", []))
+    for dynamic in service.get("dynamic", []):  # dynamic "secret_environment_variables" {content {...}}
+        if "secret_environment_variables" in dynamic:
+            secret_blocks += dynamic["secret_environment_variables"]["content"]
+    set_by_terraform |= {block["key"] for block in secret_blocks}
+    unread = set_by_terraform - _names_the_function_reads()
+    assert not unread, f"Terraform sets variables the function never reads: {sorted(unread)}"
+    assert {"AIRFLOW_BASE_URL", "AIRFLOW_AUTH_MODE", "AIRFLOW_PASSWORD"} <= set_by_terraform
+    # The auth modes Terraform offers are ones the client accepts.
+    from cloud_function.airflow_client import AUTH_MODES
+
+    condition = one(tf["variable"]["airflow_auth_mode"]["validation"])["condition"]
+    offered = set(re.findall(r'\\?"([a-z]+)\\?"', condition))
+    assert offered and offered <= set(AUTH_MODES)
+
+
+def test_function_source_is_the_bundle_function_bundle_builds(tf):
+    from tidemark.cli import build_parser
+
+    parser = build_parser()
+    bundle_default = parser.parse_args(["function-bundle"]).out
+    source_dir = tf["variable"]["function_source_dir"]["default"]
+    assert os.path.normpath(os.path.join(TERRAFORM, source_dir)) == os.path.normpath(os.path.join(ROOT, bundle_default))
+    archive = tf["data"][("archive_file", "function")]
+    assert archive["source_dir"] == "${path.module}/${var.function_source_dir}"
+
+
+def test_nobody_but_the_push_account_may_invoke_the_function(tf):
+    public = [(rtype, rname) for (rtype, rname), body in tf["resource"].items()
+              if "_iam_" in rtype and any(m in ("allUsers", "allAuthenticatedUsers")
+                                          for m in [body.get("member")] + list(body.get("members") or []))]
+    assert not public, f"public IAM bindings: {public}"
+    invoker = resource(tf, "google_cloud_run_service_iam_member", "push_invoker")
+    assert invoker["member"] == "${google_service_account.push.member}"
+    assert invoker["service"] == "${google_cloudfunctions2_function.notice_to_dag.name}"
+    oidc = one(one(resource(tf, "google_pubsub_subscription", "to_function")["push_config"])["oidc_token"])
+    assert oidc["service_account_email"] == "${google_service_account.push.email}"
+
+
+# -- Spark -----------------------------------------------------------------------------------------
+
+def _substitute(value: str) -> str:
+    """Replace ${...} interpolations by a placeholder path, so argparse sees plain strings."""
+    return re.sub(r"\$\{[^}]*\}", "x", value)
+
+
+def test_stream_job_arguments_are_a_valid_tidemark_stream_command(tf):
+    from tidemark.cli import build_parser
+
+    job = one(resource(tf, "google_dataproc_job", "stream")["pyspark_config"])
+    args = [_substitute(a) for a in job["args"]]
+    try:
+        parsed = build_parser().parse_args(args)
+    except SystemExit as exc:  # argparse exits on an unknown or missing option
+        raise AssertionError(f"`tidemark {' '.join(args)}` is not a valid command line") from exc
+    assert parsed.command == "stream" and not parsed.available_now
+    raw = dict(zip(job["args"][1::2], job["args"][2::2]))
+    assert raw["--notify-topic"] == "${google_pubsub_topic.availability.id}"
+    assert raw["--lake"] == "${local.lake_uri}" and raw["--landing"] == "${local.landing_uri}"
+    assert job["properties"]["spark.sql.session.timeZone"] == "UTC"
+    assert job["main_python_file_uri"].endswith("${google_storage_bucket_object.submit_py.name}")
+    submit = resource(tf, "google_storage_bucket_object", "submit_py")
+    assert submit["source"] == "${path.module}/../streaming_job/submit.py"
+    assert os.path.exists(os.path.join(ROOT, "streaming_job", "submit.py"))
+
+
+def test_session_rules_on_dataproc_default_to_the_codes(tf):
+    from tidemark.cli import build_parser
+
+    defaults = build_parser().parse_args(["stream", "--landing", "l", "--lake", "k", "--checkpoint", "c"])
+    for option, variable in (("gap", "session_gap"), ("allowed_lateness", "allowed_lateness"),
+                             ("watermark_delay", "watermark_delay")):
+        assert tf["variable"][variable]["default"] == getattr(defaults, option)
+
+
+def test_dataproc_runs_spark_4_in_utc_with_tidemark_installed(tf):
+    config = one(resource(tf, "google_dataproc_cluster", "spark")["cluster_config"])
+    software = one(config["software_config"])
+    assert software["image_version"] == "${var.dataproc_image_version}"
+    assert tf["variable"]["dataproc_image_version"]["default"].startswith("3."), "tidemark needs Spark 4"
+    assert software["override_properties"]["spark:spark.sql.session.timeZone"] == "UTC"
+    init = one(config["initialization_action"])
+    assert init["script"].endswith("${google_storage_bucket_object.init_action.name}")
+    assert one(config["gce_cluster_config"])["internal_ip_only"] is True
+
+
+def test_init_action_is_valid_bash_and_keeps_the_clusters_spark():
+    script = os.path.join(TERRAFORM, "scripts", "install-tidemark.sh")
+    subprocess.run(["bash", "-n", script], check=True)
+    text = open(script).read()
+    assert "--no-deps" in text and "pyspark" in text
+
+
+def test_composer_gets_what_the_dag_reads(tf):
+    software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
+    dag = open(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read()
+    for variable in ("TIDEMARK_LAKE", "TIDEMARK_SUBMIT_APP"):
+        assert variable in dag, f"the DAG no longer reads {variable}"
+        assert variable in software["env_variables"]
+    assert software["env_variables"]["TIDEMARK_LAKE"] == "${local.lake_uri}"
+    assert tf["variable"]["composer_image_version"]["default"].startswith("composer-3-airflow-3")
+
+
+# -- the configuration is self-consistent (what `terraform validate` would catch) -----------------
+
+def test_every_reference_is_declared(tf):
+    text = re.sub(r"#[^\n]*", "", _raw_text())
+    interpolations = " ".join(re.findall(r"\$\{(.*?)\}", text)) + " " + text
+    declared_vars = set(tf["variable"])
+    declared_locals = set(tf["locals"])
+    missing = {f"var.{v}" for v in re.findall(r"\bvar\.([a-z0-9_]+)", interpolations)} - {f"var.{v}" for v in declared_vars}
+    missing |= {f"local.{v}" for v in re.findall(r"\blocal\.([a-z0-9_]+)", interpolations)} - {f"local.{v}" for v in declared_locals}
+    for rtype, rname in re.findall(r"(?<![.\w])((?:google|archive)_[a-z0-9_]+)\.([a-z0-9_]+)", interpolations):
+        if (rtype, rname) not in tf["resource"] and not re.match(r"^(google|archive)$", rtype):
+            missing.add(f"{rtype}.{rname}")
+    for rtype, rname in re.findall(r"\bdata\.([a-z0-9_]+)\.([a-z0-9_]+)", interpolations):
+        if (rtype, rname) not in tf["data"]:
+            missing.add(f"data.{rtype}.{rname}")
+    assert not missing, f"undeclared references: {sorted(missing)}"
+
+
+def test_every_variable_is_used(tf):
+    text = _raw_text()
+    unused = [v for v in tf["variable"] if not re.search(rf"\bvar\.{v}\b", text)]
+    assert not unused, f"variables nothing uses: {unused}"
+
+
+def test_tfvars_example_sets_only_declared_variables(tf):
+    example = open(os.path.join(TERRAFORM, "terraform.tfvars.example")).read()
+    keys = set(re.findall(r"^([a-z_]+)\s*=", example, re.M))
+    assert keys and keys <= set(tf["variable"]), sorted(keys - set(tf["variable"]))
+
+
+# -- checkov ---------------------------------------------------------------------------------------
+
+def test_checkov_finds_nothing_unexplained():
+    """Every checkov finding is fixed or skipped inline with its reason (#checkov:skip=ID:reason)."""
+    if not (os.path.exists(CHECKOV) or shutil.which("checkov")):
+        pytest.fail(f"checkov is not installed at {CHECKOV}: run `make setup` (scripts/setup.sh creates "
+                    ".venv-tools with checkov) or set TIDEMARK_CHECKOV to its path")
+    binary = CHECKOV if os.path.exists(CHECKOV) else shutil.which("checkov")
+    done = subprocess.run([binary, "-d", TERRAFORM, "--framework", "terraform", "--skip-download",
+                           "--compact", "-o", "json"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "LOG_LEVEL": "ERROR"})
+    try:
+        report = json.loads(done.stdout)
+    except ValueError as exc:
+        raise AssertionError(f"checkov gave no JSON report ({done.returncode}):\n{done.stderr[-2000:]}") from exc
+    summary = report["summary"]
+    assert summary["parsing_errors"] == 0, summary
+    assert summary["passed"] > 0, "checkov checked nothing"
+    failed = [(c["check_id"], c["resource"], c["file_path"]) for c in report["results"]["failed_checks"]]
+    assert not failed, f"checkov findings without a fix or an explained skip: {failed}"
+    for check in report["results"]["skipped_checks"]:
+        reason = (check.get("check_result") or {}).get("suppress_comment") or ""
+        assert len(reason.strip()) >= 20, f"{check['check_id']} on {check['resource']} is skipped without a reason"
