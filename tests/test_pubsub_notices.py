@@ -158,6 +158,48 @@ def test_resend_after_a_lost_sent_record_keeps_the_notice_id(pubsub_env, tmp_pat
     assert len(assert_same_copies(received)) == 1
 
 
+def test_coalesced_and_digest_notices_wait_for_their_window(pubsub_env, tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from tidemark.notices.cadence import CadencePolicy
+
+    host, lake = pubsub_env.host, str(tmp_path / "lake")
+    topic = make_topic(host, "cadence-topic")
+    policy = CadencePolicy(coalesce=timedelta(minutes=5), late_horizon=timedelta(days=1),
+                           digest_interval=timedelta(hours=1))
+    fresh = [partition(lake, "2026-03-07", ts, b, late=False)
+             for b, ts in ((1, "20260308T001000000Z"), (2, "20260308T001200000Z"))]
+    next_window = partition(lake, "2026-03-07", "20260308T001500000Z", 3, late=False)
+    # The watermark (2026-03-08 00:30) is more than a day past the end of 2026-03-05 and -04.
+    old = [partition(lake, "2026-03-05", "20260308T001000000Z", 1, late=True),
+           partition(lake, "2026-03-05", "20260308T001500000Z", 3, late=True),
+           partition(lake, "2026-03-04", "20260308T001200000Z", 2, late=True)]
+    at = {"now": datetime(2026, 3, 8, 0, 14, tzinfo=timezone.utc)}
+    service = NoticeService(lake, topic, policy=policy, tick=0.2, clock=lambda: at["now"]).start()
+    service.on_batch(Report(1, [fresh[0], old[0]]))
+    service.on_batch(Report(2, [fresh[1], old[2]]))
+    service.on_batch(Report(3, [next_window, old[1]]))
+    # Stopped before any window ended, without flushing: the groups wait durably in the lake.
+    assert service.stop(timeout=10, flush_groups=False) == 0
+    assert messages(host, "cadence-topic") == []
+
+    at["now"] = datetime(2026, 3, 8, 0, 16, tzinfo=timezone.utc)  # 00:10-00:15 has ended
+    service = NoticeService(lake, topic, policy=policy, tick=0.2, clock=lambda: at["now"]).start()
+    assert service.stop(timeout=60, flush_groups=False) == 0
+    [(body, attrs)] = messages(host, "cadence-topic")
+    assert (body["kind"], attrs["kind"], body["receipt_ts_list"]) == \
+        ("coalesced", "coalesced", [p["receipt_ts"] for p in fresh])
+
+    at["now"] = datetime(2026, 3, 8, 1, 0, tzinfo=timezone.utc)  # the digest hour has ended
+    service = NoticeService(lake, topic, policy=policy, tick=0.2, clock=lambda: at["now"]).start()
+    assert service.stop(timeout=60, flush_groups=True) == 0  # a final flush closes 00:15-00:20 too
+    received = {b["event_date"] + "/" + b["kind"]: b for b, _ in messages(host, "cadence-topic")}
+    assert sorted(received) == ["2026-03-04/late_digest", "2026-03-05/late_digest", "2026-03-07/coalesced"]
+    assert received["2026-03-05/late_digest"]["receipt_ts_list"] == [old[0]["receipt_ts"], old[1]["receipt_ts"]]
+    assert received["2026-03-07/coalesced"]["receipt_ts_list"] == [next_window["receipt_ts"]]
+    assert Outbox(lake).owed() == []
+
+
 # ---- the real stream ------------------------------------------------------------------------------
 
 D6, D7 = "2026-03-06", "2026-03-07"
