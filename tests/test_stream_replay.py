@@ -1,0 +1,80 @@
+"""A micro-batch replayed after a crash writes nothing twice and never rewrites a complete partition."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from streaming_job.batch import BatchProcessor
+from streaming_job.state import StateStore
+from tests.streamkit import event, panes, partition_snapshot
+from tidemark import layout
+from tidemark.sessions import SessionRules
+
+pytestmark = pytest.mark.spark
+
+RULES = SessionRules.parse("30m", "1h", "0s")
+
+
+def batch_frame(spark, lines, receipt="2026-03-08 09:00:00.250"):
+    rows = [(line, "file:///landing/f.jsonl", receipt) for line in lines]
+    return spark.createDataFrame(rows, "value string, source_file string, receipt_time string") \
+        .selectExpr("value", "source_file", "CAST(receipt_time AS TIMESTAMP) AS receipt_time")
+
+
+LINES_0 = [event("u1", "a1", "2026-03-06T23:55:00Z"), event("u2", "b1", "2026-03-07T08:00:00Z"), "oops"]
+LINES_1 = [event("u1", "a2", "2026-03-07T00:05:00Z"), event("u3", "c1", "2026-03-07T09:00:00Z")]
+
+
+def test_replaying_a_batch_is_a_no_op(spark, tmp_path):
+    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    process = BatchProcessor(lake, checkpoint, RULES)
+    process(batch_frame(spark, LINES_0), 0)
+    first = partition_snapshot(lake)
+    state_before = StateStore(spark, checkpoint).before(1)[1].orderBy("session_id").collect()
+
+    process(batch_frame(spark, LINES_0), 0)  # Spark replays batch 0 after a crash
+
+    assert partition_snapshot(lake) == first
+    assert StateStore(spark, checkpoint).before(1)[1].orderBy("session_id").collect() == state_before
+
+
+def test_a_partial_write_is_completed_and_complete_partitions_are_left_alone(spark, tmp_path):
+    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    process = BatchProcessor(lake, checkpoint, RULES)
+    process(batch_frame(spark, LINES_0), 0)
+    receipt = "20260308T090001000Z"
+    process(batch_frame(spark, LINES_1, "2026-03-08 09:00:01"), 1)
+    complete = partition_snapshot(lake)
+    # Crash simulation: batch 1 had written 2026-03-07's files but died before its marker, and
+    # left a torn file behind.
+    torn = layout.receipt_dir(lake, "2026-03-07", receipt)
+    os.remove(os.path.join(torn, layout.RECEIPT_MARKER))
+    with open(os.path.join(torn, "part-torn.parquet"), "wb") as out:
+        out.write(b"PAR1 half a file")
+    untouched = {k: v for k, v in complete.items() if k != ("2026-03-07", receipt)}
+
+    process(batch_frame(spark, LINES_1, "2026-03-08 09:00:01"), 1)
+
+    after = partition_snapshot(lake)
+    assert {k: v for k, v in after.items() if k != ("2026-03-07", receipt)} == untouched
+    assert ("2026-03-07", receipt) in after
+    assert not os.path.exists(os.path.join(torn, "part-torn.parquet"))
+    batch1 = sorted((r["user_id"], r["pane_kind"]) for r in panes(lake) if r["batch_id"] == 1)
+    # u1's session expired in batch 0 (watermark 08:00), so a2 is a too_late fragment; the new
+    # watermark (09:00) closes u2's session; u3 is open
+    assert batch1 == [("u1", "too_late"), ("u2", "on_time"), ("u3", "early")]
+
+
+def test_state_versions_are_pruned(spark, tmp_path):
+    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    process = BatchProcessor(lake, checkpoint, RULES)
+    for batch_id in range(5):
+        ts = f"2026-03-07T{10 + batch_id:02d}:00:00Z"
+        process(batch_frame(spark, [event("u1", f"e{batch_id}", ts)], f"2026-03-08 09:00:0{batch_id}"), batch_id)
+    assert StateStore(spark, checkpoint).versions() == [2, 3, 4]
+    # the watermark moved on each batch and u1's sessions (an hour apart) expired one by one
+    version, state = StateStore(spark, checkpoint).before(5)
+    assert version.sessions == 2 and state.count() == 2
+    shutil.rmtree(lake)
