@@ -237,3 +237,40 @@ def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys
     assert cli_main(["notices", "--lake", lake, "--format", "jsonl", "--state", "owed"]) == 0
     [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert (row["state"], row["receipt_ts"]) == ("owed", owed_part["receipt_ts"])
+
+
+@pytest.mark.parametrize("topic", ["tidemark-availability", "projects/ab/topics/tidemark",
+                                   "projects/tidemark-local/topics/x", "projects/tidemark-local/topics/goog-x",
+                                   "projects/tidemark-local/subscriptions/abc", "projects/Tidemark/topics/abc"])
+def test_topic_paths_are_checked(topic):
+    from tidemark.notices.publisher import check_topic
+
+    with pytest.raises(ValueError, match="invalid topic"):
+        check_topic(topic)
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--notify-topic", "not-a-topic"], "invalid topic"),
+    (["--notify-topic", "projects/tidemark-local/topics/abc", "--notice-coalesce", "soon"], "invalid duration"),
+    (["--notify-topic", "projects/tidemark-local/topics/abc", "--notice-digest-interval", "0s"], "must be positive"),
+])
+def test_stream_refuses_bad_notice_options_before_starting(tmp_path, capsys, options, message):
+    argv = ["stream", "--landing", str(tmp_path / "in"), "--lake", str(tmp_path / "lake"),
+            "--checkpoint", str(tmp_path / "ckpt"), *options]
+    assert cli_main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "lake")
+
+
+def test_stream_config_carries_the_cadence(tmp_path):
+    from tidemark.cli import build_parser
+    from tidemark.commands.stream import config_from_args
+
+    args = build_parser().parse_args([
+        "stream", "--landing", "in", "--lake", "lake", "--checkpoint", "ckpt",
+        "--notify-topic", "projects/tidemark-local/topics/tidemark-availability",
+        "--notice-coalesce", "5m", "--notice-late-horizon", "3d", "--notice-digest-interval", "2h"])
+    config = config_from_args(args)
+    assert (config.notify_topic, config.notice_coalesce, config.notice_late_horizon,
+            config.notice_digest_interval) == ("projects/tidemark-local/topics/tidemark-availability",
+                                               "5m", "3d", "2h")
