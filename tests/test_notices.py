@@ -274,3 +274,21 @@ def test_stream_config_carries_the_cadence(tmp_path):
     assert (config.notify_topic, config.notice_coalesce, config.notice_late_horizon,
             config.notice_digest_interval) == ("projects/tidemark-local/topics/tidemark-availability",
                                                "5m", "3d", "2h")
+
+
+def test_a_group_closed_again_after_its_notice_was_sent_is_not_queued(tmp_path):
+    """Crash between recording a group's notice and updating the group file; the restarted
+    process drains the outbox first, then closes the group again: same id, already sent."""
+    lake = str(tmp_path)
+    service = NoticeService(lake, "projects/tidemark-local/topics/tidemark-availability",
+                            policy=CadencePolicy(coalesce=timedelta(minutes=5)))
+    part = partition(lake, "2026-03-06", "20260307T100000000Z")
+    service.on_partition(part)
+    [gid] = service.groups.due(datetime(2026, 3, 7, 11, tzinfo=timezone.utc))
+    body = notice.build("sessions", service.groups.groups[gid]["open"], "coalesced")
+    service.outbox.record(body)
+    service.outbox.mark_sent(service.outbox.owed()[0], "1", "2026-03-07T11:00:00.000Z")
+    closed = service.groups.close(gid)
+    assert closed["notice_id"] == body["notice_id"]
+    service._enqueue(closed)
+    assert service.owed_count() == 0 and service.idle()

@@ -61,6 +61,9 @@ class Outbox:
                  receipt_ts=body["receipt_ts"], kind=body.get("kind", "partition"), late=body["late"])
         return True
 
+    def read_owed(self, notice_id: str) -> dict | None:
+        return storage.read_json(self.path("outbox", notice_id))
+
     def mark_sent(self, entry: dict, message_id: str, published_at: str) -> None:
         notice_id = entry["notice"]["notice_id"]
         storage.write_json_atomic(self.path("sent", notice_id),

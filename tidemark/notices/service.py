@@ -31,6 +31,14 @@ class PublishFailed(RuntimeError):
     """Some owed notices were not acknowledged this round."""
 
 
+def _seconds_since(iso: str | None) -> float | None:
+    """How long a notice was owed (recorded -> acknowledged), for the logs."""
+    if not iso:
+        return None
+    recorded = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return round((datetime.now(timezone.utc) - recorded).total_seconds(), 3)
+
+
 def _partition_dict(partition) -> dict:
     return partition.to_json() if hasattr(partition, "to_json") else dict(partition)
 
@@ -125,7 +133,11 @@ class NoticeService:
             self.groups.add(partition, kind, window)
 
     def _enqueue(self, body: dict) -> None:
-        entry = {"notice": body, "attributes": notice.attributes(body)}
+        """Queue a recorded notice for the publisher; one already sent (a group closed again after
+        a crash) has no outbox entry and is not sent twice."""
+        entry = self.outbox.read_owed(body["notice_id"])
+        if entry is None:
+            return
         with self._lock:
             self._owed.setdefault(body["notice_id"], entry)
 
@@ -177,7 +189,8 @@ class NoticeService:
                 self.published += 1
                 log.info("notice published", notice_id=notice_id, event_date=entry["notice"]["event_date"],
                          receipt_ts=entry["notice"]["receipt_ts"], message_id=str(message_id),
-                         kind=entry["notice"].get("kind", PARTITION), late=entry["notice"]["late"])
+                         kind=entry["notice"].get("kind", PARTITION), late=entry["notice"]["late"],
+                         owed_for_s=_seconds_since(entry.get("recorded_at")))
             else:
                 failed.append((notice_id, result))
         if failed:
