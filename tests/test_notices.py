@@ -292,3 +292,21 @@ def test_a_group_closed_again_after_its_notice_was_sent_is_not_queued(tmp_path):
     assert closed["notice_id"] == body["notice_id"]
     service._enqueue(closed)
     assert service.owed_count() == 0 and service.idle()
+
+
+def test_backfill_records_a_notice_for_each_unadvertised_partition(tmp_path, capsys):
+    lake = str(tmp_path)
+    covered = partition(lake, "2026-03-06", "20260307T100000000Z")
+    forgotten = [partition(lake, "2026-03-06", "20260307T100100000Z", late=True),
+                 partition(lake, "2026-03-07", "20260307T100100000Z")]
+    for part in (covered, *forgotten):
+        write_marker(lake, part)
+    Outbox(lake).record(notice.build("sessions", [covered]))
+    assert cli_main(["notices", "--lake", lake, "--backfill", "--check", "--format", "summary"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"sent": 0, "owed": 3, "waiting": 0, "unadvertised": 0}
+    owed = {(e["notice"]["event_date"], e["notice"]["receipt_ts"]): e["notice"] for e in Outbox(lake).owed()}
+    for part in forgotten:
+        body = owed[(part["event_date"], part["receipt_ts"])]
+        assert (body["late"], body["rows"], body["uri"]) == (part["late"], part["rows"], part["uri"])
+    assert cli_main(["notices", "--lake", lake, "--backfill", "--format", "summary"]) == 0  # idempotent
+    assert json.loads(capsys.readouterr().out)["owed"] == 3

@@ -20,6 +20,8 @@ def register(subparsers) -> None:
                    help="only notices in this state")
     p.add_argument("--check", action="store_true",
                    help="also list complete receipt partitions no notice covers (exit 1 if any)")
+    p.add_argument("--backfill", action="store_true",
+                   help="record a notice for every complete partition no notice covers (then --publish)")
     p.add_argument("--publish", metavar="TOPIC", default=None,
                    help="publish what is owed (closing waiting groups) to projects/P/topics/T, then exit")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to keep trying with --publish")
@@ -27,10 +29,17 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark.notices.report import notices_status, unadvertised
+    from tidemark.notices.report import backfill, notices_status, unadvertised
 
     if args.timeout <= 0:
         raise ValueError("--timeout must be positive")
+    if args.publish:
+        from tidemark.notices.publisher import check_topic
+        check_topic(args.publish)
+    if args.backfill:
+        recorded = backfill(args.lake)
+        print(f"tidemark notices: {len(recorded)} notice(s) recorded for unadvertised partitions",
+              file=sys.stderr)
     if args.publish:
         still_owed = _publish(args)
         if still_owed:

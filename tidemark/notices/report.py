@@ -6,6 +6,7 @@ it stopped, and from another machine.
 from __future__ import annotations
 
 from streaming_job import receipts
+from tidemark import notice
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
 
@@ -58,3 +59,16 @@ def unadvertised(lake: str, dataset: str = "sessions") -> list[tuple[str, str]]:
     covered = covered_partitions(lake, dataset)
     return [(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)
             if (d, r) not in covered]
+
+
+def backfill(lake: str, dataset: str = "sessions") -> list[dict]:
+    """Record a partition notice for every complete partition no notice covers (written by a run
+    without --notify-topic, say), from its marker. Returns the recorded notices; idempotent."""
+    outbox = Outbox(lake)
+    recorded = []
+    for event_date, receipt_ts in unadvertised(lake, dataset):
+        marker = receipts.read_marker(lake, event_date, receipt_ts)
+        body = notice.build(dataset, [marker.to_json()])
+        if outbox.record(body):
+            recorded.append(body)
+    return recorded
