@@ -310,3 +310,8 @@ def test_backfill_records_a_notice_for_each_unadvertised_partition(tmp_path, cap
         assert (body["late"], body["rows"], body["uri"]) == (part["late"], part["rows"], part["uri"])
     assert cli_main(["notices", "--lake", lake, "--backfill", "--format", "summary"]) == 0  # idempotent
     assert json.loads(capsys.readouterr().out)["owed"] == 3
+
+
+def test_close_waiting_needs_a_topic(tmp_path, capsys):
+    assert cli_main(["notices", "--lake", str(tmp_path), "--close-waiting"]) == 2
+    assert "--close-waiting needs --publish" in capsys.readouterr().err

@@ -23,7 +23,10 @@ def register(subparsers) -> None:
     p.add_argument("--backfill", action="store_true",
                    help="record a notice for every complete partition no notice covers (then --publish)")
     p.add_argument("--publish", metavar="TOPIC", default=None,
-                   help="publish what is owed (closing waiting groups) to projects/P/topics/T, then exit")
+                   help="publish what is owed to projects/P/topics/T, then exit (safe while the stream runs)")
+    p.add_argument("--close-waiting", action="store_true",
+                   help="with --publish: also close waiting coalescing groups now; ONLY while the "
+                        "stream is stopped (the running stream owns them)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to keep trying with --publish")
     p.set_defaults(handler=run)
 
@@ -33,6 +36,8 @@ def run(args) -> int:
 
     if args.timeout <= 0:
         raise ValueError("--timeout must be positive")
+    if args.close_waiting and not args.publish:
+        raise ValueError("--close-waiting needs --publish TOPIC")
     if args.publish:
         from tidemark.notices.publisher import check_topic
         check_topic(args.publish)
@@ -70,8 +75,8 @@ def run(args) -> int:
 def _publish(args) -> int:
     from tidemark.notices.service import NoticeService
 
-    service = NoticeService(args.lake, args.publish).start()
-    return service.stop(timeout=args.timeout, flush_groups=True)
+    service = NoticeService(args.lake, args.publish, close_groups=args.close_waiting).start()
+    return service.stop(timeout=args.timeout, flush_groups=args.close_waiting)
 
 
 def _print_table(rows, status, missing, check) -> None:

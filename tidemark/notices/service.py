@@ -47,7 +47,7 @@ class NoticeService:
     def __init__(self, lake: str, topic: str | None = None, dataset: str | None = None,
                  policy: CadencePolicy | None = None, publisher=None, tick: float = 1.0,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0,
-                 clock: Callable[[], datetime] | None = None):
+                 clock: Callable[[], datetime] | None = None, close_groups: bool = True):
         if publisher is None and topic is None:
             raise ValueError("NoticeService needs a topic or a publisher")
         self.lake = lake
@@ -60,6 +60,9 @@ class NoticeService:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.clock = clock or (lambda: datetime.now(timezone.utc))
+        # Only the process that owns the groups (the stream, or a CLI run while it is stopped) may
+        # close them: two writers of one group file could advertise a partition twice.
+        self.close_groups = close_groups
         self._owed: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -164,11 +167,13 @@ class NoticeService:
             self._wake.clear()
 
     def idle_after_flush(self) -> bool:
-        return self.owed_count() == 0 and (not self._flush_groups or not self.groups.waiting())
+        return self.owed_count() == 0 and (
+            not (self._flush_groups and self.close_groups) or not self.groups.waiting())
 
     def _round(self) -> None:
         everything = self._stopping.is_set() and self._flush_groups
-        for group_id in self.groups.due(self.clock(), everything=everything):
+        due = self.groups.due(self.clock(), everything=everything) if self.close_groups else []
+        for group_id in due:
             body = self.groups.close(group_id)
             if body is not None:
                 self._enqueue(body)
