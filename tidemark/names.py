@@ -1,4 +1,4 @@
-"""Names shared by the code and the Terraform configuration (tests/test_terraform_names.py fails
+"""Names shared by the code and the Terraform configuration (tests/test_terraform.py fails
 when they drift). Every one can be overridden from the environment, TIDEMARK_<NAME>."""
 from __future__ import annotations
 
