@@ -1,0 +1,189 @@
+"""The tidemark_dedup DAG: it imports cleanly and cheaply, and `airflow dags test` of real runs
+(SparkSubmitOperator on local Spark) over a small lake written by the real stream publishes the
+batch reference, emits the asset events, and stays idempotent when run again."""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from tests import reference
+from tidemark import names, runs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DAGS = os.path.join(ROOT, "dags")
+DAG_ID = names.get("DAG_ID")
+GAP = timedelta(minutes=30)
+
+# Run in a fresh interpreter: what does parsing the DAGs folder cost and import?
+_IMPORT_PROBE = r"""
+import json, sys, time
+from airflow.dag_processing.dagbag import DagBag
+before = set(sys.modules)
+started = time.monotonic()
+bag = DagBag(dag_folder=sys.argv[1])
+seconds = time.monotonic() - started
+dag = bag.dags.get(sys.argv[2])
+new = set(sys.modules) - before
+out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "seconds": seconds,
+       "dags": sorted(bag.dags), "heavy": sorted(m for m in new if m.split(".")[0] in
+                                               ("pyspark", "py4j", "pyarrow", "pandas")),
+       "first_party": sorted(m for m in new if m.split(".")[0] in ("tidemark", "streaming_job"))}
+if dag is not None:
+    out["tasks"] = sorted(t.task_id for t in dag.tasks)
+    out["schedule"] = type(dag.timetable).__name__
+    out["params"] = {k: dag.params.get_param(k).schema for k in dag.params}
+    refused = {}
+    for bad in ("2026-02-30", "2026-3-7", "../../etc", "2026-03-07' OR '1'='1", ""):
+        try:
+            dag.params.get_param("event_date").resolve(bad)
+            refused[bad] = False
+        except Exception:
+            refused[bad] = True
+    out["refused"] = refused
+    out["accepts"] = dag.params.get_param("event_date").resolve("2026-03-07")
+    out["outlets"] = sorted(str(getattr(o, "name", o))
+                            for o in dag.get_task("publish").outlets)
+print(json.dumps(out))
+"""
+
+
+def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID], env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"\nDagBag parse of dags/: {out['seconds']:.2f}s")
+    assert out["errors"] == {}
+    assert out["dags"] == [DAG_ID]
+    assert out["tasks"] == ["dedup", "prepare", "publish", "trigger_affected"]
+    assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
+    assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
+    assert out["first_party"] == ["tidemark", "tidemark.names"]
+    assert all(out["refused"].values()), out["refused"]
+    assert out["accepts"] == "2026-03-07"
+    assert names.get("ASSET_URI_PREFIX") in out["outlets"]
+
+
+# -- real runs with `airflow dags test` -------------------------------------------------------
+
+def lake_sessions(lake: str, event_date: str) -> set:
+    from tidemark import reader
+
+    rows = reader.to_records(reader.read_sessions(lake, event_date))
+    return {(r["user_id"], _iso(r["session_start"]), _iso(r["session_end"]), int(r["event_count"]))
+            for r in rows}
+
+
+def reference_sessions(landing: str, event_date: str) -> set:
+    return {(s.user_id, _iso(s.session_start), _iso(s.session_end), s.event_count)
+            for s in reference.sessions_of_landing(landing, GAP) if s.event_date == event_date}
+
+
+def _iso(value) -> str:
+    from datetime import datetime, timezone
+
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def run_stream(landing: str, lake: str, checkpoint: str, extra=()) -> None:
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream",
+                           "--landing", landing, "--lake", lake, "--checkpoint", checkpoint,
+                           "--available-now", "--master", "local[2]", *extra],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def small_lake(tmp_path_factory):
+    """A landing over two days (sessions cross midnight) streamed by the real job."""
+    base = tmp_path_factory.mktemp("lake")
+    landing, lake = str(base / "landing"), str(base / "lake")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "generate",
+                           "--landing", landing, "--events", "1500", "--users", "25", "--days", "2",
+                           "--start", "2026-03-06", "--files", "6", "--seed", "11"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    run_stream(landing, lake, str(base / "checkpoint"))
+    return landing, lake
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory, small_lake):
+    from tidemark.localstack.airflow import AirflowServer
+
+    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
+                           env={"TIDEMARK_LAKE": small_lake[1], "TIDEMARK_DAG_RETRIES": "0"})
+    os.makedirs(server.home, exist_ok=True)
+    server.migrate()
+    print(f"\nairflow db migrate: {server.timings['db_migrate_s']}s")
+    return server
+
+
+def dags_test(server, event_date: str, run_id: str):
+    import time
+
+    started = time.monotonic()
+    proc = server.cli("dags", "test", DAG_ID, "--conf", json.dumps({"event_date": event_date}),
+                      timeout=600)
+    print(f"\nairflow dags test {event_date}: {time.monotonic() - started:.1f}s")
+    if proc.returncode != 0:
+        problems = [line for line in proc.stdout.splitlines()
+                    if any(w in line.lower() for w in ("error", "exception", "failed"))]
+        pytest.fail("airflow dags test failed:\n" + "\n".join(problems[-30:]) + proc.stderr[-2000:])
+    return proc
+
+
+def db_rows(server, sql: str, *args) -> list[tuple]:
+    with sqlite3.connect(os.path.join(server.home, "airflow.db")) as db:
+        return db.execute(sql, args).fetchall()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow_home):
+    from tidemark import reader
+
+    landing, lake = small_lake
+    server = airflow_home
+    event_date = "2026-03-06"
+    dags_test(server, event_date, "first")
+    pointer = reader.read_pointer(lake, event_date)
+    assert pointer and pointer["version"]
+    assert lake_sessions(lake, event_date) == reference_sessions(landing, event_date)
+
+    # The asset events: the shared asset with {event_date, version}, and the per-date asset.
+    events = db_rows(server, "select a.name, e.extra from asset_event e join asset a on a.id = e.asset_id")
+    by_uri = {}
+    for uri, extra in events:
+        by_uri.setdefault(uri, []).append(json.loads(extra) if isinstance(extra, str) else extra)
+    prefix = names.get("ASSET_URI_PREFIX")
+    assert {"event_date": event_date, "version": pointer["version"]} in by_uri[prefix]
+    assert by_uri[f"{prefix}/event_date={event_date}"][0]["version"] == pointer["version"]
+
+    # Affected neighbours became runs with deterministic ids.
+    affected = sorted(set(pointer.get("affected_dates") or []) - {event_date})
+    triggered = sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'"))
+    assert triggered == sorted(runs.affected_run_id(d, event_date, pointer["version"]) for d in affected)
+
+    # Again: nothing new to include -> the same version stays current, no extra neighbour runs.
+    dags_test(server, event_date, "second")
+    again = reader.read_pointer(lake, event_date)
+    assert again["version"] == pointer["version"]
+    assert lake_sessions(lake, event_date) == reference_sessions(landing, event_date)
+    assert sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'")) \
+        == triggered
+
+    # The neighbour date too (whether or not it was listed as affected).
+    dags_test(server, "2026-03-07", "neighbour")
+    assert lake_sessions(lake, "2026-03-07") == reference_sessions(landing, "2026-03-07")
