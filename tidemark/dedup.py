@@ -176,13 +176,15 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
     # Own temp views and SQL settings: concurrent runs (threads of one driver) never share them.
     session = spark.newSession()
     session.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    # Listing a few hundred receipt folders is faster on the driver than as a Spark job.
+    session.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
     known = set(previous["receipts"]) if previous else set()
 
     while True:
         islands = _islands(session, lake, current, rules, known).persist()
-        last_end = _last_end(islands, event_date)
+        summary = _summary(session, islands, event_date)
         next_midnight = _midnight(date.fromisoformat(current.hi) + timedelta(days=1))
-        if last_end is not None and last_end >= next_midnight - rules.gap \
+        if summary["last_end"] is not None and summary["last_end"] >= next_midnight - rules.gap \
                 and index.has_dates_after(current.hi):
             # A session starting on D may continue in panes starting after hi: look one day further.
             islands.unpersist()
@@ -200,7 +202,7 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
             # Same highest receipt but other receipts (a partition of an older batch completed late):
             # a later id, so that the newest version is always the most complete one.
             version = _next_ms(newest["version"])
-        marker = _write_version(session, lake, event_date, version, run_id, islands, current, rules,
+        marker = _write_version(lake, event_date, version, run_id, islands, summary, current, rules,
                                 known, previous)
     finally:
         islands.unpersist()
@@ -216,13 +218,20 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
     return result
 
 
+# Only the columns the dedup needs; the partition columns as plain strings. An explicit schema also
+# spares Spark a job to infer it from the files' footers.
+_PANES_SCHEMA = ("user_id STRING, session_end TIMESTAMP, "
+                 "events ARRAY<STRUCT<event_ts: TIMESTAMP, event_id: STRING, event_type: STRING, payload: STRING>>, "
+                 "event_date STRING, receipt_ts STRING")
+
+
 def _islands(session, lake: str, current: Plan, rules: SessionRules, known: set[str]):
     """Every session (island) of the distinct events the plan's partitions hold from lo on."""
     import dedup_sql
     from pyspark.sql import functions as F
 
     paths = [layout.receipt_dir(lake, p.event_date, p.receipt_ts) for p in current.partitions]
-    panes = (session.read.option("basePath", layout.sessions_root(lake)).parquet(*paths)
+    panes = (session.read.schema(_PANES_SCHEMA).option("basePath", layout.sessions_root(lake)).parquet(*paths)
              # a pane ending before lo holds no event of interest (row-group statistics skip it)
              .where(F.col("session_end") >= F.lit(current.lo))
              .select("user_id", "events", "receipt_ts",
@@ -234,33 +243,33 @@ def _islands(session, lake: str, current: Plan, rules: SessionRules, known: set[
     return dedup_sql.run(session, "dedup_sessions")
 
 
-def _last_end(islands, event_date: str) -> datetime | None:
-    from pyspark.sql import functions as F
-
-    row = islands.where(F.col("event_date") == F.lit(event_date)).agg(
-        F.max(F.unix_micros("session_end")).alias("us")).first()
-    return None if row["us"] is None else _EPOCH + timedelta(microseconds=row["us"])
-
-
-def _write_version(session, lake, event_date, version, run_id, islands, current: Plan,
-                   rules: SessionRules, known, previous) -> dict:
+def _summary(session, islands, event_date: str) -> dict:
+    """One pass over the (cached) islands: look-ahead need, session count, affected dates."""
     import dedup_sql
+
+    islands.createOrReplaceTempView("tm_dedup_islands")
+    row = dedup_sql.run(session, "dedup_summary", event_date=event_date).first()
+    return {
+        "last_end": None if row["last_end_us"] is None else _EPOCH + timedelta(microseconds=row["last_end_us"]),
+        "sessions": int(row["sessions"]),
+        "affected_dates": [d for d in row["affected_dates"] if d != event_date],
+    }
+
+
+def _write_version(lake, event_date, version, run_id, islands, summary, current: Plan,
+                   rules: SessionRules, known, previous) -> dict:
     from pyspark.sql import functions as F
 
     from tidemark.spark import session_id_sql
 
-    islands.createOrReplaceTempView("tm_dedup_islands")
-    affected = sorted(r["affected_date"] for r in dedup_sql.run(session, "dedup_affected",
-                                                                 event_date=event_date).collect()
-                      if r["affected_date"] != event_date)
+    sessions = summary["sessions"]
     out = (islands.where(F.col("event_date") == F.lit(event_date))
            .select(F.expr(session_id_sql()).alias("session_id"), *OUTPUT_COLUMNS[1:]))
-    sessions = out.count()
     folder = publish.data_dir(lake, event_date, version, run_id)
-    # About a million sessions per file; sorted, so a reader's row-group statistics on user_id help.
+    # About a million sessions per file, sorted so that row-group statistics on user_id help readers.
     files = max(1, -(-sessions // 1_000_000))
-    (out.repartitionByRange(files, "user_id", "session_start").sortWithinPartitions("user_id", "session_start")
-     .write.mode("overwrite").parquet(folder))
+    out = out.coalesce(1) if files == 1 else out.repartition(files, "user_id")
+    out.sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
     names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
     data = publish.data_dir_name(run_id)
     return {
@@ -276,7 +285,7 @@ def _write_version(session, lake, event_date, version, run_id, islands, current:
         "lo": current.lo.isoformat().replace("+00:00", "Z"),
         "hi": current.hi,
         "gap": format_duration(rules.gap),
-        "affected_dates": affected,
+        "affected_dates": summary["affected_dates"],
         "previous_version": previous and previous["version"],
         "new_receipts": len(set(current.keys) - known),
         "run_id": run_id,

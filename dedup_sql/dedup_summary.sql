@@ -1,0 +1,23 @@
+-- Deduplication, step 3: what the driver needs to know about the islands, in one pass.
+--
+--   last_end_us     the latest end of a session starting on :event_date (does the run need to look
+--                   one day further ahead? see tidemark/dedup.py)
+--   sessions        how many sessions start on :event_date
+--   affected_dates  the event dates whose published version this run may invalidate: a session that
+--                   holds new events and spans :event_date may have absorbed sessions published under
+--                   any date it spans (they start within it), so every UTC date from its start to its
+--                   end is reported. An over-approximation: rerunning a date without new receipts is
+--                   a no-op, so the reruns terminate.
+--
+-- Input: temp view tm_dedup_islands (dedup_sessions.sql). Parameter: :event_date ('YYYY-MM-DD').
+SELECT
+  MAX(CASE WHEN event_date = :event_date THEN unix_micros(session_end) END) AS last_end_us,
+  count_if(event_date = :event_date) AS sessions,
+  array_sort(array_distinct(flatten(collect_list(
+    CASE WHEN has_new
+              AND to_date(session_start) <= to_date(:event_date)
+              AND to_date(session_end) >= to_date(:event_date)
+         THEN transform(sequence(to_date(session_start), to_date(session_end), INTERVAL 1 DAY),
+                        d -> date_format(d, 'yyyy-MM-dd'))
+    END)))) AS affected_dates
+FROM tm_dedup_islands

@@ -1,0 +1,40 @@
+"""tidemark dedup: deduplicate one event date and publish a new version atomically.
+
+Prints one JSON line on stdout: {event_date, version, published, sessions, receipts_read, rows_read,
+affected_dates, noop, seconds}. affected_dates are other event dates whose published version this
+run may have made stale (rerun them; a rerun without new receipts is a no-op).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from tidemark.commands.stream import add_session_options
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("dedup", help="deduplicate one event date (Spark SQL) and publish it",
+                              description=__doc__)
+    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--event-date", required=True, help="the event date, YYYY-MM-DD (UTC)")
+    add_session_options(p)
+    p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from tidemark import layout
+    from tidemark.dedup import run_dedup
+    from tidemark.sessions import SessionRules
+
+    # Everything the user typed is checked before Spark starts or any path is built.
+    event_date = layout.check_event_date(args.event_date)
+    rules = SessionRules.parse(args.gap, args.allowed_lateness, args.watermark_delay)
+    spark = None
+    if args.master:
+        from tidemark.spark import build_session
+        spark = build_session("tidemark-dedup", args.master)
+    result = run_dedup(args.lake, event_date, rules, spark=spark)
+    sys.stdout.write(json.dumps(result.to_json()) + "\n")
+    sys.stdout.flush()
+    return 0

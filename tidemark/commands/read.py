@@ -1,0 +1,87 @@
+"""tidemark read: print the deduplicated sessions of an event date (pyarrow only, no JVM).
+
+Follows the date's _CURRENT.json pointer; --as-of answers with the newest version whose receipts
+were all received at or before that time; --raw lists the stream's receipt panes instead.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("read", help="print the deduplicated sessions of an event date",
+                              description=__doc__)
+    p.add_argument("--lake", required=True)
+    p.add_argument("--event-date", required=True, help="YYYY-MM-DD")
+    p.add_argument("--as-of", default=None,
+                   help="receipt_ts (20260307T201500123Z) or RFC 3339 time: read as of then")
+    p.add_argument("--raw", action="store_true", help="list the receipt panes instead of sessions")
+    p.add_argument("--format", choices=["jsonl", "parquet", "table"], default="table")
+    p.add_argument("--events", action="store_true", help="include the events themselves (jsonl, parquet)")
+    p.add_argument("--output", default=None, help="write here instead of stdout (parquet: required on a terminal)")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from tidemark import layout, reader
+
+    event_date = layout.check_event_date(args.event_date)
+    as_of = reader.parse_as_of(args.as_of) if args.as_of is not None else None
+    try:
+        if args.raw:
+            table = reader.read_panes(args.lake, event_date, as_of)
+            marker = None
+        else:
+            marker = reader.resolve(args.lake, event_date, as_of)
+            table = reader.read_sessions(args.lake, event_date, as_of)
+    except reader.NoVersion as exc:
+        print(f"tidemark read: {exc}", file=sys.stderr)
+        return 1
+    if not args.events and "events" in table.column_names:
+        table = table.drop_columns(["events"])
+    if args.format == "parquet":
+        return _write_parquet(table, args.output)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        if args.format == "jsonl":
+            for row in reader.to_records(table):
+                out.write(json.dumps(row) + "\n")
+        else:
+            _print_table(table, event_date, marker, args.raw, out)
+    finally:
+        if args.output:
+            out.close()
+    return 0
+
+
+def _write_parquet(table, output) -> int:
+    import pyarrow.parquet as pq
+
+    if output:
+        pq.write_table(table, output)
+        return 0
+    if sys.stdout.isatty():
+        print("tidemark read: --format parquet needs --output FILE (or a pipe)", file=sys.stderr)
+        return 2
+    pq.write_table(table, sys.stdout.buffer)
+    return 0
+
+
+def _print_table(table, event_date, marker, raw, out) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from tidemark import reader
+
+    columns = [c for c in (reader.PANE_SUMMARY_COLUMNS if raw else reader.SUMMARY_COLUMNS)
+               if c in table.column_names]
+    title = (f"{event_date}: {table.num_rows} pane(s)" if raw else
+             f"{event_date} version {marker['version']}: {table.num_rows} session(s) "
+             f"from {len(marker['receipts'])} receipt partition(s)")
+    view = Table(title=title)
+    for column in columns:
+        view.add_column(column, overflow="fold")
+    for row in reader.to_records(table.select(columns)):
+        view.add_row(*(str(row[c]) for c in columns))
+    Console(file=out, width=200 if out is not sys.stdout else None).print(view)

@@ -1,0 +1,132 @@
+"""Read deduplicated sessions (or the raw receipt panes) of an event date with pyarrow: no JVM.
+
+    from tidemark import reader
+    table = reader.read_sessions("gs://lake", "2026-03-07")                  # current version
+    table = reader.read_sessions(lake, "2026-03-07", as_of="20260308T000000000Z")
+    panes = reader.read_panes(lake, "2026-03-07")                            # what the stream wrote
+
+A reader follows `_CURRENT.json` (or, with as_of, the newest complete version whose id, the
+highest receipt_ts it includes, is at or before as_of) and reads exactly the files the version's
+marker lists: never a half-written version, never a concurrent run's folder.
+"""
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+
+from streaming_job import receipts
+from tidemark import layout, publish, storage
+
+SUMMARY_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count"]
+PANE_SUMMARY_COLUMNS = ["receipt_ts", "pane_kind", "pane_index", "session_id", "user_id",
+                        "session_start", "session_end", "event_count"]
+
+
+class NoVersion(LookupError):
+    """No deduplicated version answers the request (never deduplicated, or garbage-collected)."""
+
+
+def read_pointer(lake: str, event_date: str) -> dict | None:
+    """The current version's marker: version, receipts, sessions, affected_dates, files, ..."""
+    return publish.read_pointer(lake, layout.check_event_date(event_date))
+
+
+def parse_as_of(value: object) -> str:
+    """A receipt_ts ('20260307T201500123Z') or an RFC 3339 instant with offset -> receipt_ts."""
+    text = str(value)
+    try:
+        return layout.check_receipt_ts(text)
+    except layout.InvalidPartitionValue:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise layout.InvalidPartitionValue(
+            f"invalid --as-of {text[:80]!r}: expected a receipt_ts like 20260307T201500123Z "
+            "or an RFC 3339 time with offset like 2026-03-07T20:15:00Z")
+    return layout.format_receipt_ts(moment)
+
+
+def resolve(lake: str, event_date: str, as_of: str | None = None) -> dict:
+    """The marker of the version that answers: current, or the newest complete one <= as_of."""
+    event_date = layout.check_event_date(event_date)
+    if as_of is None:
+        marker = publish.read_pointer(lake, event_date)
+        if marker is None:
+            raise NoVersion(f"event_date {event_date} has no deduplicated version yet "
+                            "(run `tidemark dedup` for it)")
+        return marker
+    as_of = parse_as_of(as_of)
+    for version in reversed(publish.list_version_dirs(lake, event_date)):
+        if version <= as_of:
+            marker = publish.read_version(lake, event_date, version)
+            if marker is not None:
+                return marker
+    raise NoVersion(f"event_date {event_date} has no complete deduplicated version as of {as_of} "
+                    "(none yet, or older versions were garbage-collected)")
+
+
+def read_sessions(lake: str, event_date: str, as_of: str | None = None,
+                  columns: list[str] | None = None) -> pa.Table:
+    """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start."""
+    marker = resolve(lake, event_date, as_of)
+    version_dir = layout.dedup_version_dir(lake, marker["event_date"], layout.check_receipt_ts(marker["version"]))
+    fs, base = storage.resolve(version_dir)
+    for name in marker["files"]:
+        if name.startswith("/") or ".." in name.split("/"):
+            raise ValueError(f"version marker of {event_date} names a file outside its folder: {name!r}")
+    dataset = pads.dataset([f"{base}/{name}" for name in marker["files"]], filesystem=fs, format="parquet")
+    table = dataset.to_table(columns=columns)
+    if {"user_id", "session_start"} <= set(table.column_names):
+        table = table.sort_by([("user_id", "ascending"), ("session_start", "ascending")])
+    return table.replace_schema_metadata({"tidemark.event_date": marker["event_date"],
+                                         "tidemark.version": marker["version"]})
+
+
+def read_panes(lake: str, event_date: str, as_of: str | None = None,
+               columns: list[str] | None = None) -> pa.Table:
+    """Every pane the stream wrote for an event date (complete receipt partitions only, and with
+    as_of only those received at or before it), with its receipt_ts."""
+    event_date = layout.check_event_date(event_date)
+    as_of = parse_as_of(as_of) if as_of is not None else None
+    tables = []
+    for receipt_ts in receipts.list_receipts(lake, event_date):
+        if as_of is not None and receipt_ts > as_of:
+            continue
+        folder = layout.receipt_dir(lake, event_date, receipt_ts)
+        fs, _ = storage.resolve(folder)
+        files = sorted(storage.data_files(folder))
+        if not files:
+            continue
+        table = pads.dataset(files, filesystem=fs, format="parquet").to_table(
+            columns=[c for c in columns if c != "receipt_ts"] if columns else None)
+        tables.append(table.append_column("receipt_ts", pa.array([receipt_ts] * table.num_rows, pa.string())))
+    if not tables:
+        return pa.table({"receipt_ts": pa.array([], pa.string())})
+    table = pa.concat_tables(tables, promote_options="default")
+    order = [("receipt_ts", "ascending")] + [(c, "ascending") for c in ("user_id", "session_start")
+                                             if c in table.column_names]
+    return table.sort_by(order)
+
+
+def _plain(value):
+    """JSON-ready value: timestamps as RFC 3339 UTC ('...Z'), recursively."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_records(table: pa.Table) -> list[dict]:
+    return [_plain(row) for row in table.to_pylist()]
