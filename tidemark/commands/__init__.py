@@ -9,6 +9,9 @@ COMMAND_MODULES = [
     "stream",
     "quarantine",
     "notices",
+    "dedup",
+    "read",
+    "gc",
     "demo",
     "function_bundle",
 ]
