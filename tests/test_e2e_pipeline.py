@@ -1,0 +1,196 @@
+"""End to end on loopback, every piece real: the stream (--notify-topic) -> Pub/Sub emulator ->
+push subscription -> the function bundle under functions-framework -> Airflow 3 REST -> the
+tidemark_dedup DAG (SparkSubmitOperator, local Spark) -> deduplicated partitions.
+
+Checked: every notice the stream published led to exactly one DAG run; re-publishing a notice three
+times added none; Airflow stopped while notices were being published still ended with every run
+done (the push subscription redelivers; the failed deliveries are printed to show the emulator's
+retry pace); and the published partitions equal the batch reference (tests/reference.py).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from streaming_job import receipts
+from tests.test_dag import lake_sessions, reference_sessions, run_stream
+from tests.test_function_airflow import log_lines, wait_for
+from tidemark import names, notice as notices, runs
+from tidemark.localstack import pubsub_emulator as ps
+from tidemark.localstack.airflow import AirflowServer
+from tidemark.localstack.function import FunctionServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DAG_ID = names.get("DAG_ID")
+PROJECT = "tidemark-e2e"
+TOPIC = names.get("AVAILABILITY_TOPIC")
+AUDIT = "e2e-audit"          # a pull subscription: every notice the stream published
+OUTAGE_SECONDS = 45
+TERMINAL = {"success", "failed"}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    base = tmp_path_factory.mktemp("e2e")
+    lake = str(base / "lake")
+    started = []
+    try:
+        emulator = ps.PubSubEmulator(str(base / "pubsub")).start()
+        started.append(emulator)
+        ps.ensure_topic(PROJECT, TOPIC, host=emulator.host)
+        ps.ensure_subscription(PROJECT, AUDIT, TOPIC, host=emulator.host)
+
+        airflow = AirflowServer(str(base / "airflow"), env={
+            "TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "2", "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2"})
+        started.append(airflow)
+        airflow.start()
+        airflow.wait_for_dag()
+        print(f"\nAirflow: {airflow.timings}")
+
+        bundle = str(base / "build" / "cloud_function")
+        subprocess.run([sys.executable, "-m", "tidemark.cli", "function-bundle", "--out", bundle],
+                       cwd=ROOT, check=True, capture_output=True, timeout=120)
+        function = FunctionServer(bundle, isolated=True, log_path=str(base / "function.log"), env={
+            "AIRFLOW_BASE_URL": airflow.url, "AIRFLOW_USERNAME": airflow.username,
+            "AIRFLOW_PASSWORD": airflow.password, "AIRFLOW_TIMEOUT_SECONDS": "10"}).start()
+        started.append(function)
+        ps.ensure_subscription(PROJECT, names.get("FUNCTION_SUBSCRIPTION"), TOPIC,
+                               push_endpoint=function.url, host=emulator.host)
+        yield {"base": base, "lake": lake, "emulator": emulator, "airflow": airflow,
+               "function": function}
+    finally:
+        for server in reversed(started):
+            server.stop()
+
+
+def stream(stack, landing: str) -> None:
+    env_before = os.environ.get("PUBSUB_EMULATOR_HOST")
+    os.environ["PUBSUB_EMULATOR_HOST"] = stack["emulator"].host  # inherited by the stream
+    try:
+        run_stream(landing, stack["lake"], str(stack["base"] / "checkpoint"),
+                   extra=("--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}",
+                          "--max-files-per-trigger", "2"))
+    finally:
+        if env_before is None:
+            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+        else:
+            os.environ["PUBSUB_EMULATOR_HOST"] = env_before
+
+
+def audit(stack, seen: dict) -> dict:
+    """Drain the audit subscription into {notice_id: notice}."""
+    for _ in range(5):
+        got = ps.pull(PROJECT, AUDIT, host=stack["emulator"].host, timeout=5)
+        for received in got:
+            body = notices.decode(received.message.data)
+            seen[body["notice_id"]] = body
+        if not got:
+            break
+    return seen
+
+
+def wait_all_done(client, expected_run_ids: set, timeout: float) -> list[dict]:
+    """Until every expected run exists and every run is terminal, twice in a row 10 s apart
+    (a finishing run may still add an affected-date run)."""
+    deadline = time.monotonic() + timeout
+    previous = None
+    while time.monotonic() < deadline:
+        try:
+            all_runs = client.list_dag_runs(DAG_ID)
+        except Exception:  # noqa: BLE001 - Airflow restarting
+            all_runs = None
+        if all_runs is not None:
+            ids = {r["dag_run_id"] for r in all_runs}
+            done = expected_run_ids <= ids and all(r["state"] in TERMINAL for r in all_runs)
+            snapshot = sorted((r["dag_run_id"], r["state"]) for r in all_runs)
+            if done and snapshot == previous:
+                return all_runs
+            previous = snapshot if done else None
+        time.sleep(10)
+    states = {r["dag_run_id"]: r["state"] for r in (all_runs or [])}
+    raise TimeoutError(f"runs not all done after {timeout:.0f}s: expected {sorted(expected_run_ids)}, "
+                       f"have {states}")
+
+
+def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_reference(stack, tmp_path):
+    airflow, function, emulator = stack["airflow"], stack["function"], stack["emulator"]
+    client = airflow.client()
+    generated, landing = str(tmp_path / "generated"), str(tmp_path / "landing")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "generate",
+                           "--landing", generated, "--events", "1200", "--users", "20", "--days", "2",
+                           "--start", "2026-03-06", "--files", "8", "--seed", "5"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(f for f in os.listdir(generated) if f.endswith(".jsonl"))
+    os.makedirs(landing)
+
+    # Phase 1: the first five files; Airflow up.
+    for name in files[:5]:
+        shutil.copy2(os.path.join(generated, name), os.path.join(landing, name))
+    stream(stack, landing)
+    seen = audit(stack, {})
+    assert seen, "the stream published no notice"
+    phase1 = {runs.run_id_for_notice(n) for n in seen.values()}
+    wait_all_done(client, phase1, 1200)
+
+    # Duplicates: one notice published three more times adds no run.
+    some = next(iter(seen.values()))
+    publisher = ps.publisher_admin(emulator.host)
+    for _ in range(3):
+        publisher.publish(f"projects/{PROJECT}/topics/{TOPIC}", notices.encode(some),
+                          **notices.attributes(some)).result(timeout=30)
+    dup_run = runs.run_id_for_notice(some)
+    wait_for(lambda: len([l for l in log_lines(function) if l.get("run_id") == dup_run
+                          and l.get("outcome") == "already_exists"]) >= 3, 120, "three duplicate deliveries")
+    audit(stack, seen)  # drain the three copies (same notice_id)
+
+    # Phase 2: Airflow down while the stream publishes the rest; restarted after the outage.
+    airflow.stop()
+    outage_started = time.monotonic()
+    try:
+        for name in files[5:]:
+            shutil.copy2(os.path.join(generated, name), os.path.join(landing, name))
+        stream(stack, landing)
+        before = set(seen)
+        audit(stack, seen)
+        phase2_ids = set(seen) - before
+        assert phase2_ids, "phase 2 published no notice"
+        phase2 = {runs.run_id_for_notice(seen[i]) for i in phase2_ids}
+        wait_for(lambda: any(l.get("outcome") == "retry" and l.get("run_id") in phase2
+                             for l in log_lines(function)), 120, "a failed delivery during the outage")
+        time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - outage_started)))
+    finally:
+        airflow.start()
+    outage = time.monotonic() - outage_started
+    failed = [l for l in log_lines(function) if l.get("outcome") == "retry"]
+    by_run: dict[str, list[str]] = {}
+    for line in failed:
+        by_run.setdefault(line["run_id"], []).append(line["time"])
+    print(f"\nAirflow down {outage:.0f}s; failed push deliveries per run: "
+          f"{ {k: len(v) for k, v in by_run.items()} }; e.g. {next(iter(by_run.values()))}")
+
+    expected = {runs.run_id_for_notice(n) for n in seen.values()}
+    final = wait_all_done(client, expected, 1500)
+
+    # Exactly one run per notice (several notices may share a run id only if they share their
+    # newest receipt partition, which the stream never does), all successful.
+    notice_runs = [r for r in final if r["dag_run_id"].startswith(runs.NOTICE_PREFIX + "__")]
+    assert sorted(r["dag_run_id"] for r in notice_runs) == sorted(expected)
+    assert len(expected) == len(seen)
+    assert {r["dag_run_id"]: r["state"] for r in final} == {r["dag_run_id"]: "success" for r in final}
+    for r in final:
+        if r["dag_run_id"].startswith(runs.AFFECTED_PREFIX):
+            assert r["conf"]["event_date"] in r["dag_run_id"]
+
+    # Every date with data equals the batch reference of everything landed.
+    dates = receipts.list_event_dates(stack["lake"])
+    assert dates
+    for event_date in dates:
+        assert lake_sessions(stack["lake"], event_date) == reference_sessions(landing, event_date), event_date
+    assert airflow.password not in function.log()
