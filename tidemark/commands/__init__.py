@@ -13,5 +13,10 @@ COMMAND_MODULES = [
     "read",
     "gc",
     "demo",
+    "up",
+    "down",
+    "status",
+    "history",
+    "partitions",
     "function_bundle",
 ]

@@ -1,37 +1,189 @@
-"""tidemark demo: generate a sample landing, stream it on the local defaults, show what was written."""
+"""tidemark demo: the whole system, locally, on a generated workload; then a report.
+
+Brings up the local stack (Pub/Sub emulator, Airflow, the Cloud Function under functions-framework,
+the streaming job) in HOME/demo, lands a seeded workload in waves (on time, minutes late, days
+late, duplicates, a few malformed lines), waits for every notice, DAG run and deduplicated
+version, and prints what was written per event_date and receipt_ts, what late data corrected, how
+long each step took, and whether every date's final version equals an independent batch
+recomputation of everything landed. Charts and an HTML page go to HOME/demo/report/. The stack is
+stopped at the end unless --keep-up. Every run starts from an empty HOME/demo.
+"""
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
+import time
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run tidemark end to end on a generated workload",
                               description=__doc__)
-    p.add_argument("--home", default=".tidemark", help="state folder (default ./.tidemark)")
-    p.add_argument("--events", type=int, default=20_000)
-    p.add_argument("--fresh", action="store_true", help="start from an empty state folder")
+    p.add_argument("--home", default=".tidemark", help="state folder; the demo uses HOME/demo (default ./.tidemark)")
+    p.add_argument("--events", type=int, default=None, help="events to generate (default 800)")
+    p.add_argument("--waves", type=int, default=4, help="waves the workload lands in (default 4)")
+    p.add_argument("--pause", type=float, default=15.0, help="seconds between waves, after the stream took one")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds any one wait may take")
+    p.add_argument("--keep-up", action="store_true", help="leave the stack running afterwards")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     from rich.console import Console
 
-    from streaming_job.job import StreamConfig, run_stream
-    from tidemark.generate import Workload, generate
-    from tidemark.inspect import receipt_table
+    from tidemark.localstack.stack import Stack, StackError
 
     console = Console()
     home = os.path.abspath(os.path.join(args.home, "demo"))
-    if args.fresh and os.path.isdir(home):
-        shutil.rmtree(home)
-    landing, lake, checkpoint = (os.path.join(home, d) for d in ("landing", "lake", "checkpoint"))
-    console.rule("1. landing a generated workload")
-    summary = generate(landing, Workload(events=args.events, files=40))
-    console.print({k: v for k, v in summary.items() if k != "workload"})
-    console.rule("2. streaming it (available-now, 8 files per micro-batch)")
-    run_stream(StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint, available_now=True,
-                            max_files_per_trigger=8))
-    console.rule("3. what was written")
-    console.print(receipt_table(lake))
-    return 0
+    stack = Stack(home)
+    if stack.settings() is not None:
+        stack.down()  # a stack left up by an earlier --keep-up demo: ours, recorded here
+    shutil.rmtree(home, ignore_errors=True)
+    try:
+        return _demo(args, console, stack)
+    except (StackError, TimeoutError) as exc:
+        console.print(f"[bold red]demo failed[/]: {exc}")
+        return 1
+    finally:
+        if args.keep_up:
+            console.print(f"the stack is still up: `tidemark status --home {stack.home}`, "
+                          f"`tidemark down --home {stack.home}`")
+        elif stack.settings() is not None:
+            with console.status("stopping the stack"):
+                stopped = stack.down()
+            console.print(f"stack stopped ({len(stopped)} processes)")
+
+
+def _demo(args, console, stack) -> int:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from tidemark import batch_reference
+    from tidemark.demo import charts, report, waves as wavelib, wait
+    from tidemark.localstack.stack import StackError
+    from tidemark.sessions import SessionRules
+
+    began = time.monotonic()
+    timings: dict = {}
+    workload = wavelib.DEMO_WORKLOAD
+    if args.events is not None:
+        if args.events < 50:
+            raise ValueError("--events must be at least 50")
+        workload = dataclasses.replace(workload, events=args.events, users=max(4, args.events // 50))
+    waves, counts = wavelib.plan(workload, args.waves)
+
+    console.rule("1. the local stack")
+    with console.status("starting") as spinner:
+        def say(text: str) -> None:
+            spinner.update(text)
+            if "ready" in text:
+                console.log(text)
+
+        settings = stack.up(say=say, timeout=args.timeout)
+    timings["stack_up"] = dict(stack.timings)
+    from tidemark.commands.status import print_status
+    print_status(stack, console)
+
+    console.rule("2. landing the workload in waves")
+    console.print(f"{counts['events']} events ({counts['duplicates']} delivered twice, "
+                  f"{counts['offline_sessions']} sessions from phones offline for hours or days) "
+                  f"+ {counts['malformed']} malformed lines, in {workload.files} files, {len(waves)} waves")
+    wave_rows, landed, index = [], set(), 0
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=console, transient=True)
+    with progress:
+        for wave in waves:
+            landed |= set(wavelib.land(settings.landing, wave, index))
+            index += len(wave.files)
+            row = wave.describe()
+            wave_rows.append(row)
+            console.log(f"wave {row['wave']}: {row['lines']} lines landed (on time {row['on_time']}, "
+                        f"minutes late {row['minutes_late']}, hours late {row['hours_late']}, days late "
+                        f"{row['days_late']}, malformed {row['malformed']}); arrivals {row['arrivals']}")
+            took = wait.until(lambda: wait.stream_caught_up(settings.checkpoint, landed), args.timeout,
+                              f"stream: wave {row['wave']}", progress,
+                              lambda s: StackError("stream", f"did not take wave {row['wave']} in time ({s})",
+                                                   wait.component_log(stack, "stream")), stack)
+            timings[f"wave_{row['wave']}_stream_s"] = took
+            if wave is not waves[-1]:
+                wait.until(_after(args.pause), args.pause + 5, f"pause before wave {row['wave'] + 1}", progress,
+                           lambda s: TimeoutError(s), stack, interval=1.0)
+
+        console.rule("3. notices, DAG runs, corrected partitions")
+        sent: list = []
+
+        def notices():
+            done, text, found = wait.notices_sent(settings.lake)
+            sent[:] = found
+            return done, text
+
+        timings["notices_s"] = wait.until(notices, args.timeout, "notices", progress, lambda s: StackError(
+            "stream (notice publisher) / pubsub emulator", f"notices not all published: {s}",
+            wait.component_log(stack, "stream")), stack)
+        console.log(f"notices: {len(sent)} published")
+        client = stack.airflow(settings).client()
+        all_runs: list = []
+
+        def dag_runs():
+            done, text, found = wait.runs_finished(client, sent)
+            all_runs[:] = found
+            return done, text
+
+        timings["dag_runs_s"] = wait.until(dag_runs, args.timeout, "DAG runs", progress, lambda s: StackError(
+            "function / airflow", f"DAG runs not all done: {s}", wait.component_log(stack, "function")), stack,
+            interval=5.0)
+        failed = [r for r in all_runs if r["state"] == "failed"]
+        if failed:
+            raise StackError("airflow", f"DAG run {failed[0]['dag_run_id']} failed "
+                             f"({len(failed)} failed)", wait.run_log_hint(stack, failed[0]))
+        console.log(f"DAG runs: {len(all_runs)} finished")
+        timings["versions_s"] = wait.until(lambda: wait.versions_current(settings.lake), args.timeout,
+                                           "corrected partitions", progress, lambda s: StackError(
+                                               "airflow (tidemark_dedup)", f"partitions still pending: {s}",
+                                               os.path.join(stack.home, "airflow", "logs")), stack)
+        all_runs = client.list_dag_runs(_dag_id())  # runs started by the last versions' neighbours
+    timings["total_s"] = round(time.monotonic() - began, 1)
+
+    console.rule("4. report")
+    rules = SessionRules()
+    checks = batch_reference.check_lake(settings.lake, settings.landing, rules.gap)
+    data = report.collect(settings.lake, waves, wave_rows, all_runs, checks, timings,
+                          {**dataclasses.asdict(workload), **counts})
+    report.print_report(console, data)
+    folder = os.path.join(stack.home, "report")
+    os.makedirs(folder, exist_ok=True)
+    lateness = [s for _, s in wavelib.lateness_of([d for w in waves for d in w.deliveries]) if s is not None]
+    pictures = [charts.lateness_chart(os.path.join(folder, "lateness.png"), lateness, rules),
+                charts.corrections_chart(os.path.join(folder, "corrections.png"), data, waves),
+                charts.steps_chart(os.path.join(folder, "steps.png"), data["steps"])]
+    page = charts.write_html(folder, data, pictures)
+    with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1, default=str)
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row("stack up", f"{sum(timings['stack_up'].values()):.0f}s")
+    summary.add_row("landing -> every date corrected", f"{timings['total_s'] - sum(timings['stack_up'].values()):.0f}s")
+    summary.add_row("report", page)
+    console.print(summary)
+    if data["ok"]:
+        console.print("[bold green]every event date's deduplicated partition equals the batch recomputation[/]")
+        return 0
+    bad = [c for c in data["checks"] if not c["ok"]]
+    console.print(f"[bold red]{len(bad)} event date(s) differ from the batch recomputation[/]: "
+                  f"{', '.join(c['event_date'] for c in bad)}; see {os.path.join(folder, 'report.json')}")
+    return 1
+
+
+def _after(seconds: float):
+    deadline = time.monotonic() + seconds
+
+    def check():
+        left = deadline - time.monotonic()
+        return left <= 0, f"{max(0, left):.0f}s left"
+    return check
+
+
+def _dag_id() -> str:
+    from tidemark import names
+
+    return names.get("DAG_ID")

@@ -1,0 +1,33 @@
+"""tidemark down: stop what `tidemark up` started in this state folder, by process id, and
+nothing else. The stream stops gracefully (finishes its micro-batch, flushes owed notices).
+Data (lake, checkpoint, Airflow DB, landing) stays: `tidemark up` resumes from it."""
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    from tidemark.commands.up import add_home_option
+
+    p = subparsers.add_parser("down", help="stop the local stack started by `tidemark up`",
+                              description=__doc__)
+    add_home_option(p)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    from tidemark.localstack.stack import Stack
+
+    console = Console()
+    stack = Stack(args.home)
+    if stack.settings() is None:
+        console.print(f"nothing to stop: {stack.home} holds no stack")
+        return 0
+    with console.status("stopping") as spinner:
+        done = stack.down(say=spinner.update)
+    if not done:
+        console.print("nothing was running")
+    for item in done:
+        what = f"stopped in {item['seconds']}s" if item["stopped"] else "was not running (stale record removed)"
+        console.print(f"{item['component']:<24} pid {item['pid']:<8} {what}")
+    return 0

@@ -1,0 +1,85 @@
+"""tidemark history: one event date's lineage on one screen, in time order.
+
+Every receipt partition the stream wrote for the date, every availability notice (published or
+still owed), every DAG run (from Airflow's REST API: the local stack's when it runs, or
+--airflow-url; otherwise marked unavailable) and every deduplicated version (current or
+superseded)."""
+from __future__ import annotations
+
+import json
+import os
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("history", help="an event date's receipts, notices, DAG runs and versions",
+                              description=__doc__)
+    add_airflow_options(p)
+    p.add_argument("--lake", required=True)
+    p.add_argument("--event-date", required=True, help="YYYY-MM-DD")
+    p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    p.set_defaults(handler=run)
+
+
+def add_airflow_options(p) -> None:
+    p.add_argument("--home", default=".tidemark", help="local stack state folder, for its Airflow (default ./.tidemark)")
+    p.add_argument("--airflow-url", default=None, help="Airflow base URL (default: the local stack's, if up)")
+    p.add_argument("--airflow-user", default="admin")
+    p.add_argument("--airflow-password-file", default=None,
+                   help="file holding the Airflow password (default: $AIRFLOW_PASSWORD)")
+
+
+def fetch_runs(args) -> tuple[list[dict] | None, str]:
+    """(runs, where they came from) or (None, why not)."""
+    from tidemark import inspect
+
+    url, user, password = args.airflow_url, args.airflow_user, None
+    if url:
+        if args.airflow_password_file:
+            with open(args.airflow_password_file) as handle:
+                password = handle.read().strip()
+        else:
+            password = os.environ.get("AIRFLOW_PASSWORD")
+        if not password:
+            return None, "unavailable: --airflow-url needs --airflow-password-file or $AIRFLOW_PASSWORD"
+    else:
+        from tidemark.localstack.stack import Stack
+
+        stack = Stack(args.home)
+        if stack.settings() is None or "airflow-api-server" not in stack.running():
+            return None, (f"unavailable: no Airflow (the local stack in {stack.home} is not up; "
+                          "pass --airflow-url to ask another)")
+        server = stack.airflow()
+        url, user, password = server.url, server.username, server.password
+    try:
+        return inspect.airflow_runs(url, user, password), f"from {url}"
+    except Exception as exc:  # noqa: BLE001 - any failure to reach Airflow is reported, not fatal
+        return None, f"unavailable: Airflow at {url} did not answer ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from tidemark import inspect, layout
+
+    event_date = layout.check_event_date(args.event_date)
+    all_runs, source = fetch_runs(args)
+    items = inspect.history(args.lake, event_date, all_runs)
+    if args.json:
+        print(json.dumps({"kind": "source", "dag_runs": source}))
+        for item in items:
+            print(json.dumps({**item, "time": inspect.iso(item["time"])}))
+        return 0
+    console = Console()
+    table = Table(title=f"history of event_date={event_date} in {args.lake}")
+    for column in ("time (UTC)", "kind", "id", "state", "detail"):
+        table.add_column(column, overflow="fold")
+    colors = {"receipt": "cyan", "notice": "magenta", "dag run": "yellow", "version": "green"}
+    for item in items:
+        table.add_row(inspect.iso(item["time"]), f"[{colors[item['kind']]}]{item['kind']}[/]", item["id"],
+                      item["state"], item["detail"])
+    console.print(table)
+    console.print(f"DAG runs: {source}")
+    if not items:
+        console.print(f"nothing recorded for {event_date} in {args.lake}")
+    return 0

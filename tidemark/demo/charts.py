@@ -1,0 +1,158 @@
+"""The demo's pictures (matplotlib, Agg backend: no display needed) and an HTML page around them.
+
+    lateness.png      how late events arrived (arrival - event time), log scale, with the stream's
+                      watermark delay and allowed lateness marked
+    corrections.png   per event date: the sessions of each published version over time, the
+                      receipt partitions that fed it (late ones in red) and when each wave landed
+    steps.png         median and max seconds of each pipeline step
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from datetime import datetime
+
+from tidemark import inspect
+from tidemark.sessions import SessionRules
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def lateness_chart(path: str, lateness_s: list[float], rules: SessionRules) -> str:
+    plt = _plt()
+    values = [max(v, 0.1) for v in lateness_s if v is not None]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    bins = [10 ** (x / 4) for x in range(-4, 25)]  # 0.1 s .. 10^6 s (11 days)
+    ax.hist(values, bins=bins, color="#4c72b0", edgecolor="white")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for seconds, label, color in ((rules.watermark_delay.total_seconds(), "watermark delay", "#dd8452"),
+                                  ((rules.watermark_delay + rules.allowed_lateness).total_seconds(),
+                                   "+ allowed lateness", "#c44e52"),
+                                  (86400, "1 day", "#555555")):
+        ax.axvline(seconds, color=color, linestyle="--", linewidth=1)
+        ax.text(seconds * 1.1, ax.get_ylim()[1] * 0.5, label, color=color, rotation=90, va="top", fontsize=8)
+    ax.set_xlabel("lateness: arrival time - event time (seconds, log scale)")
+    ax.set_ylabel("events (log scale)")
+    ax.set_title(f"How late {len(values)} events arrived")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def corrections_chart(path: str, data: dict, waves) -> str:
+    plt = _plt()
+    dates = list(data["versions"])
+    fig, axes = plt.subplots(len(dates) or 1, 1, figsize=(9, 2.8 * max(1, len(dates))), squeeze=False)
+    t0 = min((w.landed_at for w in waves if w.landed_at), default=None)
+
+    def x(moment: datetime | None) -> float | None:
+        return None if moment is None or t0 is None else (moment - t0).total_seconds()
+
+    for ax, event_date in zip(axes[:, 0], dates):
+        versions = data["versions"][event_date]
+        xs = [x(inspect.parse_time(v["created_at"])) for v in versions]
+        ys = [v["sessions"] for v in versions]
+        if xs:
+            ax.step(xs + [max(xs[-1], _end(data, t0))], ys + ys[-1:], where="post", color="#55a868",
+                    linewidth=2, label="sessions in the current version")
+            ax.scatter(xs, ys, color="#55a868", zorder=3)
+            for xv, v in zip(xs, versions):
+                if v.get("added") or v.get("changed"):
+                    ax.annotate(f"+{v['added']} ~{v.get('changed', 0)}", (xv, v["sessions"]), fontsize=7,
+                                xytext=(3, 4), textcoords="offset points")
+        ax2 = ax.twinx()
+        rows = [r for r in data["receipts"] if r["event_date"] == event_date]
+        for late in (False, True):
+            pts = [(x(inspect.parse_time(r["receipt_ts"])), r["events"]) for r in rows if r["late"] == late]
+            if pts:
+                ax2.bar([p[0] for p in pts], [p[1] for p in pts], width=2.5, alpha=0.5,
+                        color="#c44e52" if late else "#8172b2",
+                        label="late receipt partition (events)" if late else "receipt partition (events)")
+        for wave in waves:
+            if wave.landed_at is not None:
+                ax.axvline(x(wave.landed_at), color="#999999", linestyle=":", linewidth=1)
+                ax.text(x(wave.landed_at), 0, f" wave {wave.index + 1}", fontsize=7, color="#777777",
+                        va="bottom")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"event_date={event_date}: corrections over receipt time", fontsize=10)
+        ax.set_ylabel("sessions")
+        ax2.set_ylabel("events received")
+        handles = ax.get_legend_handles_labels()
+        handles2 = ax2.get_legend_handles_labels()
+        ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=7, loc="upper left")
+    axes[-1, 0].set_xlabel("seconds since the first wave landed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _end(data: dict, t0) -> float:
+    moments = [inspect.parse_time(r["times"]["version_created_at"]) for r in data["receipts"]]
+    moments = [m for m in moments if m is not None]
+    return max(((m - t0).total_seconds() for m in moments), default=0.0) if t0 else 0.0
+
+
+def steps_chart(path: str, steps: list[dict]) -> str:
+    plt = _plt()
+    shown = [s for s in steps if s["median_s"] is not None]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(shown) + 1.2))
+    names = [s["step"] for s in shown][::-1]
+    ax.barh(names, [s["max_s"] for s in shown][::-1], color="#dddddd", label="max")
+    ax.barh(names, [s["median_s"] for s in shown][::-1], color="#4c72b0", label="median")
+    ax.set_xlabel("seconds")
+    ax.set_title("How long each step took, per receipt partition")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_html(folder: str, data: dict, charts: list[str]) -> str:
+    """report.html: the charts and the report's tables (data also in report.json)."""
+    def table(rows: list[dict], columns: list[str]) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>"
+                       for r in rows)
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    verdict = "equal to the batch recomputation" if data["ok"] else "DIFFERENT from the batch recomputation"
+    versions = [{"event_date": d, **v} for d, vs in data["versions"].items() for v in vs]
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>tidemark demo</title>",
+        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse;"
+        "font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}</style>",
+        f"<h1>tidemark demo</h1><p>Final partitions: <b>{verdict}</b>.</p>",
+        *(f"<img src='{os.path.basename(c)}' style='max-width:100%'>" for c in charts),
+        "<h2>Waves landed</h2>", table(data["waves"], list(data["waves"][0]) if data["waves"] else []),
+        "<h2>Versions and corrections</h2>",
+        table(versions, ["event_date", "version", "created_at", "sessions", "receipts", "new_receipts",
+                         "added", "changed", "removed"]),
+        "<h2>Step timings</h2>", table(data["steps"], ["step", "count", "median_s", "max_s"]),
+        "<h2>Check against the batch recomputation</h2>",
+        table(data["checks"], ["event_date", "version", "expected", "published", "missing", "unexpected", "ok"]),
+    ]
+    path = os.path.join(folder, "report.html")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(parts))
+    return path
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:g}"
+    return value if isinstance(value, str) else json.dumps(value) if isinstance(value, (list, dict)) else str(value)

@@ -1,0 +1,125 @@
+"""Waiting for each step of the pipeline, with a progress display, and failing with the name of the
+component that did not do its part and where its log is.
+
+    stream    every landed file is in a committed micro-batch (the checkpoint's file-source log)
+    notices   every complete receipt partition is advertised (nothing owed in the lake's outbox)
+    runs      every advertised notice's DAG run exists in Airflow and has finished
+    versions  every date's current version includes all its receipt partitions (none pending)
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Callable
+
+from tidemark import inspect, layout, names, runs as run_ids, storage
+from tidemark.localstack import process
+from tidemark.localstack.stack import Stack, StackError
+
+TERMINAL = ("success", "failed")
+
+
+def processed_files(checkpoint: str) -> set[str]:
+    """Base names of the files the stream's committed micro-batches read (its file-source log;
+    `N.compact` files hold all entries up to N)."""
+    query = layout.join(checkpoint, "query")
+    committed = {int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()}
+    seen = set()
+    source_log = layout.join(query, "sources", "0")
+    for name in storage.list_dir(source_log):
+        if name.startswith("."):
+            continue
+        text = storage.read_text(layout.join(source_log, name)) or ""
+        for line in text.splitlines()[1:]:  # the first line is the log format version
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("batchId") in committed:
+                seen.add(entry["path"].rsplit("/", 1)[-1])
+    return seen
+
+
+def until(check: Callable[[], tuple[bool, str]], timeout: float, what: str, progress, on_timeout: Callable[[str], Exception],
+          stack: Stack | None = None, interval: float = 2.0) -> float:
+    """Poll check() -> (done, status text) with a spinner line; returns the seconds it took.
+    Between polls, a stack process that died fails the wait at once, naming it and its log."""
+    began = time.monotonic()
+    task = progress.add_task(what, total=None)
+    status = ""
+    try:
+        while True:
+            try:
+                done, status = check()
+            except Exception as exc:  # noqa: BLE001 - a component that cannot answer right now
+                done, status = False, f"{type(exc).__name__}: {str(exc)[:120]}"
+            elapsed = time.monotonic() - began
+            progress.update(task, description=f"{what}: {status} ({elapsed:.0f}s)")
+            if done:
+                return round(elapsed, 1)
+            if stack is not None:
+                for name, record in stack.records().items():
+                    if not record.alive():
+                        raise StackError(name, f"exited while waiting for {what}", record.log_path)
+            if elapsed > timeout:
+                raise on_timeout(status)
+            time.sleep(interval)
+    finally:
+        progress.remove_task(task)
+
+
+def stream_caught_up(checkpoint: str, landed: set[str]) -> tuple[bool, str]:
+    done = processed_files(checkpoint) & landed
+    return len(done) == len(landed), f"{len(done)}/{len(landed)} files in committed micro-batches"
+
+
+def notices_sent(lake: str) -> tuple[bool, str, list[dict]]:
+    """(all advertised, status, the sent notices)."""
+    from streaming_job import receipts
+
+    sent, owed, unadvertised = [], 0, 0
+    for event_date in receipts.list_event_dates(lake):
+        entries = inspect.notices_of(lake, event_date)
+        covered = {ts for e in entries if e["state"] == "sent"
+                   for ts in e["notice"].get("receipt_ts_list", [e["notice"]["receipt_ts"]])}
+        owed += sum(1 for e in entries if e["state"] == "owed")
+        unadvertised += sum(1 for ts in receipts.list_receipts(lake, event_date) if ts not in covered)
+        sent.extend(e for e in entries if e["state"] == "sent")
+    return owed == 0 and unadvertised == 0, f"{len(sent)} published, {owed} owed, " \
+                                            f"{unadvertised} partition(s) not advertised yet", sent
+
+
+def runs_finished(client, sent: list[dict]) -> tuple[bool, str, list[dict]]:
+    all_runs = client.list_dag_runs(names.get("DAG_ID"))
+    ids = {r["dag_run_id"]: r for r in all_runs}
+    expected = {run_ids.run_id_for_notice(e["notice"]) for e in sent}
+    missing = expected - set(ids)
+    active = [r for r in all_runs if r["state"] not in TERMINAL]
+    failed = [r for r in all_runs if r["state"] == "failed"]
+    text = (f"{len(expected) - len(missing)}/{len(expected)} notice runs created, {len(active)} running, "
+            f"{len(all_runs) - len(active) - len(failed)} succeeded, {len(failed)} failed")
+    return not missing and not active, text, all_runs
+
+
+def versions_current(lake: str) -> tuple[bool, str]:
+    rows = inspect.partitions(lake)
+    pending = sum(r["pending"] for r in rows)
+    return pending == 0 and all(r["version"] for r in rows), \
+        f"{sum(1 for r in rows if r['version'])}/{len(rows)} dates published, {pending} receipt(s) pending"
+
+
+def run_log_hint(stack: Stack, run: dict) -> str:
+    """Where Airflow keeps a run's task logs."""
+    folder = os.path.join(stack.home, "airflow", "logs", f"dag_id={names.get('DAG_ID')}",
+                          f"run_id={run['dag_run_id']}")
+    return folder if os.path.isdir(folder) else os.path.join(stack.home, "airflow", "logs")
+
+
+def component_log(stack: Stack, name: str) -> str:
+    record = stack.record(name)
+    return record.log_path if record else os.path.join(stack.home, "logs")
+
+
+def tail(path: str) -> str:
+    return process.tail(path, 15)

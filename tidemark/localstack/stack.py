@@ -1,0 +1,456 @@
+"""The whole system on one machine: `tidemark up | status | down`, and the demo's stack.
+
+    stack = Stack(".tidemark")
+    stack.up(say=print)        # emulator, Airflow (api-server, scheduler, dag-processor), function, stream
+    stack.status()             # one row per component: state, pid, URL, log
+    stack.down()               # stops exactly what up started, by process id
+
+Everything lives under one state folder (`home`, default ./.tidemark):
+
+    stack.json            ports, project, lake, landing, checkpoint, Airflow DB URL: fixed at the
+                          first `up` and reused, so `down` then `up` resumes at the same addresses
+    run/<process>.json    one record per started process group: pid, its kernel start time, log
+    logs/                 stream.log, function.log (Airflow's under airflow/logs, the emulator's
+                          under pubsub/)
+    landing/ lake/ checkpoint/ airflow/ pubsub/ function/
+
+Why a record holds the start time: `down` may run long after `up`; a pid alone could by then
+belong to an unrelated process. A process is only signalled when its pid AND start time match.
+
+Order matters on the way up (each piece needs the previous one's address) and on the way down:
+the stream first (SIGTERM to its Python process only, so that it finishes its micro-batch and
+flushes owed notices before its JVM goes), then the function, Airflow, and the emulator last.
+The emulator keeps topics in memory, so every `up` recreates them (idempotently); notices the
+stream owed while it was down are in the lake's outbox and are published when it starts again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import requests
+
+from tidemark import names, storage
+from tidemark.localstack import process
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPONENTS = ("pubsub", "airflow", "function", "stream")
+# Process records, in the order `down` stops them.
+STOP_ORDER = ("stream", "function", "airflow-scheduler", "airflow-dag-processor", "airflow-api-server",
+              "pubsub")
+STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
+
+
+class StackError(RuntimeError):
+    """A component failed: says which one and where its log is."""
+
+    def __init__(self, component: str, message: str, log_path: str | None = None):
+        self.component = component
+        self.log_path = log_path
+        where = f" (log: {log_path})" if log_path else ""
+        super().__init__(f"{component}: {message}{where}")
+
+
+@dataclass
+class StackSettings:
+    """What the first `up` fixes; stored in stack.json."""
+    lake: str
+    landing: str
+    checkpoint: str
+    project: str
+    db_url: str | None = None
+    ports: dict = field(default_factory=dict)
+    trigger_interval: str = "5s"
+    master: str = "local[2]"
+    notice_coalesce: str | None = None
+    airflow_parallelism: int = 2
+
+    @property
+    def topic(self) -> str:
+        return names.topic_path(self.project, names.get("AVAILABILITY_TOPIC"))
+
+
+# ---- process records ----------------------------------------------------------------------------
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/pid/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(") ", 1)[1].split()[19])
+    except (FileNotFoundError, IndexError, ValueError, ProcessLookupError):
+        return None
+
+
+@dataclass
+class Record:
+    name: str
+    pid: int
+    started: int | None
+    log_path: str
+    url: str = ""
+
+    def alive(self) -> bool:
+        """Still the process we started (same pid, same start time), and not a zombie."""
+        return process.pid_alive(self.pid) and start_ticks(self.pid) == self.started
+
+
+# ---- the stack ---------------------------------------------------------------------------------
+
+class Stack:
+    def __init__(self, home: str = ".tidemark"):
+        self.home = os.path.abspath(home)
+        self.run_dir = os.path.join(self.home, "run")
+        self.logs_dir = os.path.join(self.home, "logs")
+        self.state_path = os.path.join(self.home, "stack.json")
+        self.timings: dict[str, float] = {}
+
+    # -- settings ---------------------------------------------------------------------------------
+
+    def settings(self) -> StackSettings | None:
+        payload = storage.read_json(self.state_path) if os.path.exists(self.state_path) else None
+        return None if payload is None else StackSettings(**payload)
+
+    def configure(self, lake: str | None = None, landing: str | None = None,
+                  checkpoint: str | None = None, db_url: str | None = None, ports: dict | None = None,
+                  project: str | None = None, trigger_interval: str | None = None,
+                  notice_coalesce: str | None = None) -> StackSettings:
+        """Settings of this home: stored ones, completed (never silently changed) by the options."""
+        given = {"lake": _abs(lake), "landing": _abs(landing), "checkpoint": _abs(checkpoint),
+                 "db_url": db_url, "project": project, "trigger_interval": trigger_interval,
+                 "notice_coalesce": notice_coalesce}
+        current = self.settings()
+        if current is None:
+            current = StackSettings(
+                lake=given["lake"] or os.path.join(self.home, "lake"),
+                landing=given["landing"] or os.path.join(self.home, "landing"),
+                checkpoint=given["checkpoint"] or os.path.join(self.home, "checkpoint"),
+                project=project or names.get("PROJECT"), db_url=db_url,
+                trigger_interval=trigger_interval or "5s", notice_coalesce=notice_coalesce)
+        else:
+            for key, value in given.items():
+                if value is not None and value != getattr(current, key):
+                    raise ValueError(f"{self.home} was set up with {key}={getattr(current, key)!r}, not "
+                                     f"{value!r}; run `tidemark down` and use another --home to change it")
+        for component, port in (ports or {}).items():
+            if port is None:
+                continue
+            if current.ports.get(component) not in (None, port):
+                raise ValueError(f"{self.home} uses port {current.ports[component]} for {component}, "
+                                 f"not {port}")
+            current.ports[component] = int(port)
+        for component in ("pubsub", "airflow", "function"):
+            current.ports.setdefault(component, process.free_port())
+        os.makedirs(self.home, exist_ok=True)
+        storage.write_json_atomic(self.state_path, current.__dict__)
+        return current
+
+    # -- records ----------------------------------------------------------------------------------
+
+    def _record_path(self, name: str) -> str:
+        return os.path.join(self.run_dir, f"{name}.json")
+
+    def _write_record(self, managed: process.Managed, name: str) -> Record:
+        record = Record(name, managed.pid, start_ticks(managed.pid), managed.log_path, managed.url)
+        os.makedirs(self.run_dir, exist_ok=True)
+        storage.write_json_atomic(self._record_path(name), record.__dict__)
+        return record
+
+    def record(self, name: str) -> Record | None:
+        try:
+            with open(self._record_path(name)) as handle:
+                return Record(**json.load(handle))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+    def records(self) -> dict[str, Record]:
+        return {name: r for name in STOP_ORDER if (r := self.record(name)) is not None}
+
+    def running(self) -> dict[str, Record]:
+        return {name: r for name, r in self.records().items() if r.alive()}
+
+    # -- up ---------------------------------------------------------------------------------------
+
+    def up(self, say: Callable[[str], None] = lambda _: None, timeout: float = 600, **options) -> StackSettings:
+        """Start whatever is not running yet; returns the settings. On failure, stops what this
+        call started and raises StackError naming the component and its log."""
+        settings = self.configure(**options)
+        for path in (settings.landing, settings.lake, self.logs_dir):
+            os.makedirs(path, exist_ok=True)
+        running = self.running()
+        started: list[str] = []
+        try:
+            if "pubsub" not in running:
+                self._step("pubsub", say, lambda: self._start_pubsub(settings, timeout), started)
+            self._step("topics", say, lambda: self._ensure_topics(settings), [])
+            if not {"airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= set(running):
+                self._step("airflow", say, lambda: self._start_airflow(settings, timeout, running), started)
+            if "function" not in running:
+                self._step("function", say, lambda: self._start_function(settings, timeout), started)
+            self._step("push subscription", say, lambda: self._ensure_push(settings), [])
+            if "stream" not in running:
+                self._step("stream", say, lambda: self._start_stream(settings, timeout), started)
+        except BaseException:
+            self._stop_names([n for n in STOP_ORDER if any(n.startswith(s) for s in started)])
+            raise
+        return settings
+
+    def _step(self, name: str, say, action, started: list) -> None:
+        say(f"starting {name}")
+        began = time.monotonic()
+        started.append(name)
+        action()
+        self.timings[name] = round(time.monotonic() - began, 1)
+        say(f"{name} ready in {self.timings[name]:.1f}s")
+
+    def _start_pubsub(self, settings: StackSettings, timeout: float) -> None:
+        from tidemark.localstack.pubsub_emulator import PubSubEmulator
+
+        emulator = PubSubEmulator(os.path.join(self.home, "pubsub"), port=settings.ports["pubsub"],
+                                  start_timeout=timeout)
+        log_path = os.path.join(emulator.data_dir, "emulator.log")
+        try:
+            emulator.start()
+        except Exception as exc:
+            raise StackError("pubsub emulator", str(exc).splitlines()[0], log_path) from exc
+        self._write_record(emulator.managed, "pubsub")
+
+    def emulator_host(self, settings: StackSettings | None = None) -> str:
+        settings = settings or self.settings()
+        return f"127.0.0.1:{settings.ports['pubsub']}"
+
+    def _ensure_topics(self, settings: StackSettings) -> None:
+        from tidemark.localstack import pubsub_emulator as ps
+
+        try:
+            ps.ensure_topic(settings.project, names.get("AVAILABILITY_TOPIC"), host=self.emulator_host(settings))
+        except Exception as exc:
+            raise StackError("pubsub emulator", f"cannot create the topic: {exc}",
+                             os.path.join(self.home, "pubsub", "emulator.log")) from exc
+
+    def _ensure_push(self, settings: StackSettings) -> None:
+        from tidemark.localstack import pubsub_emulator as ps
+
+        ps.ensure_subscription(settings.project, names.get("FUNCTION_SUBSCRIPTION"),
+                               names.get("AVAILABILITY_TOPIC"), push_endpoint=self.function_url(settings),
+                               ack_deadline_seconds=60, host=self.emulator_host(settings))
+
+    def airflow(self, settings: StackSettings | None = None):
+        from tidemark.localstack.airflow import AirflowServer
+
+        settings = settings or self.settings()
+        return AirflowServer(os.path.join(self.home, "airflow"), port=settings.ports["airflow"],
+                             db_url=settings.db_url, parallelism=settings.airflow_parallelism,
+                             env={"TIDEMARK_LAKE": settings.lake, "TIDEMARK_DAG_RETRIES": "2",
+                                  "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2"})
+
+    def _start_airflow(self, settings: StackSettings, timeout: float, running: dict) -> None:
+        server = self.airflow(settings)
+        # A partial Airflow (one process died): stop the rest and start all three afresh.
+        self._stop_names([n for n in running if n.startswith("airflow-")])
+        if process.port_open(server.port):
+            raise StackError("airflow", f"port {server.port} (recorded in {self.state_path}) is in use "
+                             "by another program", None)
+        try:
+            server.start(timeout=timeout)
+            for name, managed in server.managed.items():
+                self._write_record(managed, f"airflow-{name}")
+            server.wait_for_dag(timeout=timeout)
+        except Exception as exc:
+            for name, managed in server.managed.items():
+                self._write_record(managed, f"airflow-{name}")
+            raise StackError("airflow", str(exc)[:2000], os.path.join(server.home, "logs")) from exc
+
+    def function_url(self, settings: StackSettings | None = None) -> str:
+        settings = settings or self.settings()
+        return f"http://127.0.0.1:{settings.ports['function']}/"
+
+    def _start_function(self, settings: StackSettings, timeout: float) -> None:
+        from tidemark.commands import function_bundle
+        from tidemark.localstack.function import FunctionServer
+
+        bundle = function_bundle.build(os.path.join(self.home, "function", "bundle"))
+        server = self.airflow(settings)
+        # The function reads the password from a file (as from Secret Manager), never from argv.
+        secret = os.path.join(self.home, "function", "airflow_password")
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(server.password)
+        log_path = os.path.join(self.logs_dir, "function.log")
+        function = FunctionServer(bundle, port=settings.ports["function"], isolated=True, log_path=log_path,
+                                  env={"AIRFLOW_BASE_URL": server.url, "AIRFLOW_USERNAME": server.username,
+                                       "AIRFLOW_PASSWORD_FILE": secret, "AIRFLOW_TIMEOUT_SECONDS": "10",
+                                       "TIDEMARK_DAG_ID": names.get("DAG_ID")})
+        try:
+            function.start(timeout=timeout)
+        except Exception as exc:
+            raise StackError("function", str(exc).splitlines()[0], log_path) from exc
+        self._write_record(function.managed, "function")
+
+    def stream_argv(self, settings: StackSettings) -> list[str]:
+        argv = [os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream",
+                "--landing", settings.landing, "--lake", settings.lake, "--checkpoint", settings.checkpoint,
+                "--trigger-interval", settings.trigger_interval, "--master", settings.master,
+                "--notify-topic", settings.topic]
+        if settings.notice_coalesce:
+            argv += ["--notice-coalesce", settings.notice_coalesce]
+        return argv
+
+    def _start_stream(self, settings: StackSettings, timeout: float) -> None:
+        log_path = os.path.join(self.logs_dir, "stream.log")
+        offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+        workdir = os.path.join(self.home, "stream")  # Spark's scratch files (derby, warehouse)
+        os.makedirs(workdir, exist_ok=True)
+        managed = process.start("stream", self.stream_argv(settings), log_path, cwd=workdir,
+                                env={"PUBSUB_EMULATOR_HOST": self.emulator_host(settings),
+                                     "PYTHONUNBUFFERED": "1"})
+        self._write_record(managed, "stream")
+        try:
+            process.wait_until(lambda: _log_has(log_path, offset, '"stream starting"'), timeout,
+                               "the stream", managed, interval=1.0)
+        except Exception as exc:
+            raise StackError("stream", str(exc).splitlines()[0], log_path) from exc
+
+    # -- down -------------------------------------------------------------------------------------
+
+    def down(self, say: Callable[[str], None] = lambda _: None) -> list[dict]:
+        """Stop every process this home's records name (and only those); returns what was done."""
+        return self._stop_names(list(STOP_ORDER), say)
+
+    def _stop_names(self, wanted: list[str], say=lambda _: None) -> list[dict]:
+        done = []
+        for name in STOP_ORDER:
+            if name not in wanted:
+                continue
+            record = self.record(name)
+            if record is None:
+                continue
+            if record.alive():
+                say(f"stopping {name} (pid {record.pid})")
+                began = time.monotonic()
+                if name == "stream":
+                    _stop_stream(record)
+                else:
+                    process.stop_group(record.pid)
+                done.append({"component": name, "pid": record.pid, "stopped": True,
+                             "seconds": round(time.monotonic() - began, 1)})
+            else:
+                done.append({"component": name, "pid": record.pid, "stopped": False,
+                             "seconds": 0.0})  # already gone: only the stale record is removed
+            os.remove(self._record_path(name))
+        # The launchers' own pid files describe the same processes: gone with them.
+        launcher_pidfiles = {"pubsub": os.path.join(self.home, "pubsub", "emulator.pid.json"),
+                             **{f"airflow-{c}": os.path.join(self.home, "airflow", "run", f"{c}.pid")
+                                for c in ("api-server", "scheduler", "dag-processor")}}
+        for name in wanted:
+            if name in launcher_pidfiles and self.record(name) is None:
+                try:
+                    os.remove(launcher_pidfiles[name])
+                except FileNotFoundError:
+                    pass
+        return done
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def status(self) -> list[dict]:
+        """One row per component: name, state (running / stopped / unhealthy), pid, url, log, detail."""
+        settings = self.settings()
+        if settings is None:
+            return []
+        rows = []
+        pubsub = self.record("pubsub")
+        rows.append(self._row("pubsub emulator", pubsub, self.emulator_host(settings),
+                              lambda: process.port_open(settings.ports["pubsub"]),
+                              f"PUBSUB_EMULATOR_HOST={self.emulator_host(settings)}"))
+        api = self.record("airflow-api-server")
+        server = self.airflow(settings)
+        login = ""
+        try:
+            login = f"login {server.username} / {server.password}"
+        except (FileNotFoundError, KeyError, ValueError):
+            pass
+        rows.append(self._row("airflow api-server (UI)", api, server.url,
+                              lambda: _airflow_health(server.url).get("metadatabase", {}).get("status") == "healthy",
+                              login))
+        for part, key in (("scheduler", "scheduler"), ("dag-processor", "dag_processor")):
+            rows.append(self._row(f"airflow {part}", self.record(f"airflow-{part}"), "",
+                                  lambda key=key: _airflow_health(server.url).get(key, {}).get("status") == "healthy",
+                                  ""))
+        rows.append(self._row("function", self.record("function"), self.function_url(settings),
+                              lambda: process.port_open(settings.ports["function"]),
+                              "push endpoint of " + names.get("FUNCTION_SUBSCRIPTION")))
+        rows.append(self._row("stream", self.record("stream"), "", lambda: True,
+                              f"{settings.landing} -> {settings.lake}"))
+        return rows
+
+    @staticmethod
+    def _row(component: str, record: Record | None, url: str, healthy: Callable[[], bool], detail: str) -> dict:
+        state = "stopped"
+        if record is not None and record.alive():
+            try:
+                state = "running" if healthy() else "unhealthy"
+            except Exception:  # noqa: BLE001 - a health probe that cannot connect
+                state = "unhealthy"
+        return {"component": component, "state": state, "pid": record.pid if record else None,
+                "url": url, "log": record.log_path if record else "", "detail": detail}
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+def _abs(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(path)
+
+
+def _log_has(path: str, offset: int, needle: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return needle.encode() in handle.read()
+    except FileNotFoundError:
+        return False
+
+
+def _airflow_health(url: str) -> dict:
+    return requests.get(f"{url}/api/v2/monitor/health", timeout=3).json()
+
+
+def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:
+    """SIGTERM to the stream's Python process only: it finishes the micro-batch under way and
+    flushes its notices, then exits (its JVM with it). Signalling the whole group would kill the
+    JVM mid-batch. What is left of the group after that (or after `grace`) is stopped by group."""
+    try:
+        os.kill(record.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and process.pid_alive(record.pid):
+        try:
+            os.waitpid(record.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    process.stop_group(record.pid, grace=10)
+
+
+def port_states(settings: StackSettings) -> dict[str, bool]:
+    """Whether each recorded port accepts connections (tests: all closed after down)."""
+    return {name: process.port_open(port) for name, port in settings.ports.items()}
+
+
+def wait_healthy(stack: Stack, timeout: float = 60) -> list[dict]:
+    """Status until every component is running (or raise naming those that are not)."""
+    deadline = time.monotonic() + timeout
+    rows = stack.status()
+    while time.monotonic() < deadline:
+        rows = stack.status()
+        if rows and all(r["state"] == "running" for r in rows):
+            return rows
+        time.sleep(1)
+    bad = [r for r in rows if r["state"] != "running"]
+    first = bad[0] if bad else {"component": "stack", "log": None, "state": "unknown"}
+    raise StackError(first["component"], f"{first['state']} after {timeout:.0f}s", first.get("log"))
+
