@@ -15,7 +15,7 @@ import hashlib
 import os
 import random
 from collections import defaultdict, deque
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -89,7 +89,8 @@ class SimulatedStream:
         self.seen: dict[str, dict[str, tuple]] = defaultdict(dict)
         self.batch_id = 0
 
-    def batch(self, deliveries: list[tuple]) -> list[receipts.ReceiptPartition]:
+    def batch(self, deliveries: list[tuple], mode: float | None = None) -> list[receipts.ReceiptPartition]:
+        """One micro-batch; `mode` < 0.3 forces fragments, < 0.7 accumulation (default: random)."""
         receipt_time = RECEIPT0 + timedelta(seconds=10 * self.batch_id)
         receipt_ts = layout.format_receipt_ts(receipt_time)
         new_by_user: dict[str, dict[str, tuple]] = defaultdict(dict)
@@ -98,7 +99,7 @@ class SimulatedStream:
         rows = []
         for user, new in sorted(new_by_user.items()):
             old = list(self.seen[user].values())
-            mode = self.rng.random()
+            mode = self.rng.random() if mode is None else mode
             if mode < 0.3:
                 pool_old = []                       # a too_late fragment: state long gone
             elif mode < 0.7:

@@ -173,15 +173,11 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
     if spark is None:
         from tidemark.spark import build_session
         spark = build_session("tidemark-dedup")
-    # Own temp views and SQL settings: concurrent runs (threads of one driver) never share them.
-    session = spark.newSession()
-    session.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-    # Listing a few hundred receipt folders is faster on the driver than as a Spark job.
-    session.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
+    session = isolated_session(spark)
     known = set(previous["receipts"]) if previous else set()
 
     while True:
-        islands = _islands(session, lake, current, rules, known).persist()
+        islands = compute_islands(session, lake, current, rules, known).persist()
         summary = _summary(session, islands, event_date)
         next_midnight = _midnight(date.fromisoformat(current.hi) + timedelta(days=1))
         if summary["last_end"] is not None and summary["last_end"] >= next_midnight - rules.gap \
@@ -218,6 +214,16 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
     return result
 
 
+def isolated_session(spark):
+    """A session of the same driver with its own temp views and SQL settings, so that concurrent
+    runs (threads of one driver) never share views."""
+    session = spark.newSession()
+    session.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    # Listing a few hundred receipt folders is faster on the driver than as a Spark job.
+    session.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
+    return session
+
+
 # Only the columns the dedup needs; the partition columns as plain strings. An explicit schema also
 # spares Spark a job to infer it from the files' footers.
 _PANES_SCHEMA = ("user_id STRING, session_end TIMESTAMP, "
@@ -225,8 +231,10 @@ _PANES_SCHEMA = ("user_id STRING, session_end TIMESTAMP, "
                  "event_date STRING, receipt_ts STRING")
 
 
-def _islands(session, lake: str, current: Plan, rules: SessionRules, known: set[str]):
-    """Every session (island) of the distinct events the plan's partitions hold from lo on."""
+def compute_islands(session, lake: str, current: Plan, rules: SessionRules, known: set[str]):
+    """Every session (island) of the distinct events the plan's partitions hold from lo on
+    (dedup_sessions.sql's columns), as a lazy DataFrame; `known` receipt keys mark old events.
+    The session must not infer partition column types (see run_dedup)."""
     import dedup_sql
     from pyspark.sql import functions as F
 

@@ -6,6 +6,7 @@ were all received at or before that time; --raw lists the stream's receipt panes
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -49,6 +50,10 @@ def run(args) -> int:
                 out.write(json.dumps(row) + "\n")
         else:
             _print_table(table, event_date, marker, args.raw, out)
+        out.flush()
+    except BrokenPipeError:
+        # `tidemark read ... | head`: the consumer has what it wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
         if args.output:
             out.close()

@@ -1,0 +1,86 @@
+"""Benchmarks of tidemark. Each is a module `bench/<name>.py` with `main(argv)` that prints a rich
+table and writes `bench/results/<name>.md` (with the machine it ran on). Speed lives here, never in
+the tests.
+
+This module holds what they share: the machine description and the results writer.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine() -> dict:
+    """Cores, RAM, Python, Java and pyspark versions, and the load when the benchmark started."""
+    ram_gb = None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            kb = int(re.search(r"MemTotal:\s+(\d+)", meminfo.read()).group(1))
+            ram_gb = round(kb / 1024 / 1024, 1)
+    except (OSError, AttributeError):
+        pass
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr
+        java = java.splitlines()[0] if java else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        java = "unknown"
+    try:
+        import pyspark
+        spark_version = pyspark.__version__
+    except ImportError:
+        spark_version = "not installed"
+    try:
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        load = "unknown"
+    return {"cores": os.cpu_count(), "ram_gb": ram_gb, "python": platform.python_version(),
+            "java": java, "pyspark": spark_version, "os": platform.platform(terse=True),
+            "load average at start (1, 5, 15 min)": load,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+@contextmanager
+def stopwatch():
+    """`with stopwatch() as t: ...` then t["seconds"]."""
+    box = {}
+    started = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box["seconds"] = round(time.perf_counter() - started, 2)
+
+
+def print_table(title: str, columns: list[str], rows: list[list]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    Console().print(table)
+
+
+def write_results(name: str, title: str, columns: list[str], rows: list[list], notes: str,
+                  setup: dict, env: dict | None = None) -> str:
+    """bench/results/<name>.md: the figures, how they were produced, and on what machine."""
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    env = env or machine()
+    lines = [f"# {title}", "", notes.strip(), "", "| " + " | ".join(columns) + " |",
+             "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    lines += ["", "## Setup", ""] + [f"- {k}: {v}" for k, v in setup.items()]
+    lines += ["", "## Machine", ""] + [f"- {k}: {v}" for k, v in env.items()]
+    lines += ["", f"Reproduce: `.venv/bin/python -m bench.{name}` (see `--help`).", ""]
+    path = os.path.join(RESULTS_DIR, f"{name}.md")
+    with open(path, "w", encoding="utf-8") as out:
+        out.write("\n".join(lines))
+    return path
