@@ -49,11 +49,7 @@ class BatchProcessor:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        batch = batch.persist()
-        try:
-            report = self._process(batch, batch_id)
-        finally:
-            batch.unpersist()
+        report = self._process(batch, batch_id)  # caches the parsed batch, which reads the files once
         if report is None:
             return
         report.seconds = round(time.monotonic() - started, 3)
