@@ -1,0 +1,96 @@
+"""SIGKILL the stream while it writes and advertises, restart it on the same checkpoint and lake
+(with another cadence), and check the notices on the real emulator: every complete partition is
+advertised by exactly one notice_id, and a notice that arrives twice is the same notice."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import pytest
+
+from streaming_job import receipts
+from tidemark import layout, names, notice, storage
+from tidemark.cli import main as cli_main
+from tidemark.generate import Workload, build, split_files, write_file
+from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all
+from tidemark.notices.outbox import Outbox
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+PROJECT = names.get("PROJECT")
+
+
+def stream_cmd(landing, lake, checkpoint, topic, *extra):
+    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing, "--lake", lake,
+            "--checkpoint", checkpoint, "--max-files-per-trigger", "2", "--notify-topic", topic, *extra]
+
+
+def sent_count(lake: str) -> int:
+    return sum(1 for n in storage.list_dir(layout.notices_dir(lake, "sent")) if n.endswith(".json"))
+
+
+def wait_for_sent(lake, at_least, timeout, proc):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sent_count(lake) >= at_least:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"stream exited early with {proc.returncode}")
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {at_least} notices sent in {timeout}s")
+
+
+def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
+    landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
+    deliveries, _ = build(Workload(events=800, users=20, days=2, seed=3))
+    for i, chunk in enumerate(split_files(deliveries, 12)):
+        write_file(landing, i, chunk, mtime=time.time() - 100 + i / 100)
+    emulator = PubSubEmulator(str(tmp_path / "pubsub")).start()
+    try:
+        ensure_topic(PROJECT, "crash-topic", host=emulator.host)
+        ensure_subscription(PROJECT, "crash-topic-all", "crash-topic", host=emulator.host)
+        topic = f"projects/{PROJECT}/topics/crash-topic"
+        env = {**os.environ, "TIDEMARK_LOG_LEVEL": "WARNING", "PUBSUB_EMULATOR_HOST": emulator.host}
+        rng = random.Random(8)
+        with open(tmp_path / "stream.log", "ab") as log:
+            # Run 1: a notice per partition; run 2: coalesced notices; both killed mid-flight.
+            for cadence in ([], ["--notice-coalesce", "2s"]):
+                proc = subprocess.Popen(
+                    stream_cmd(landing, lake, checkpoint, topic, "--trigger-interval", "200ms", *cadence),
+                    stdout=log, stderr=log, env=env, start_new_session=True)
+                try:
+                    wait_for_sent(lake, sent_count(lake) + 1, 300, proc)
+                    time.sleep(rng.uniform(0.0, 3.0))
+                finally:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            subprocess.run(stream_cmd(landing, lake, checkpoint, topic, "--available-now",
+                                      "--notice-coalesce", "2s"),
+                           stdout=log, stderr=log, env=env, check=True, timeout=600)
+        received = [(notice.decode(m.message.data), dict(m.message.attributes))
+                    for m in pull_all(PROJECT, "crash-topic-all", host=emulator.host)]
+    finally:
+        emulator.stop()
+
+    by_id = defaultdict(list)
+    for body, attrs in received:
+        assert attrs == notice.attributes(body)
+        by_id[body["notice_id"]].append({k: v for k, v in body.items() if k != "published_at"})
+    for copies in by_id.values():
+        assert all(copy == copies[0] for copy in copies)
+    advertised = defaultdict(set)
+    for notice_id, copies in by_id.items():
+        for receipt_ts in copies[0]["receipt_ts_list"]:
+            advertised[(copies[0]["event_date"], receipt_ts)].add(notice_id)
+    on_disk = {(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
+    assert set(advertised) == on_disk
+    assert all(len(ids) == 1 for ids in advertised.values()), "a partition advertised under two ids"
+    assert {k for k, v in by_id.items()} == {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
+    assert Outbox(lake).owed() == []
+    assert {b["kind"] for b, _ in received} >= {"partition", "coalesced"}
+    assert cli_main(["notices", "--lake", lake, "--check", "--format", "summary"]) == 0
