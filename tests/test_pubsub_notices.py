@@ -22,7 +22,13 @@ from tidemark.notices.service import NoticeService
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 PROJECT = names.get("PROJECT")
-LATE_FILTER = 'attributes.late = "true"'
+# The filter of the late-data subscription in terraform/pubsub.tf.
+LATE_FILTER = f'attributes.dataset = "{names.get("DATASET")}" AND attributes.late = "true"'
+
+
+def matches_late_filter(attrs: dict) -> bool:
+    """What LATE_FILTER selects (the emulator does not apply filters)."""
+    return attrs.get("dataset") == names.get("DATASET") and attrs.get("late") == "true"
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +106,7 @@ def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp
     assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
         sorted((p["event_date"], p["receipt_ts"]) for p in parts)
     # What the late-data filter would let through: exactly the late partitions.
-    would_match = {(b["event_date"], b["receipt_ts"]) for b, a in received if a["late"] == "true"}
+    would_match = {(b["event_date"], b["receipt_ts"]) for b, a in received if matches_late_filter(a)}
     assert would_match == {(p["event_date"], p["receipt_ts"]) for p in parts if p["late"]}
     sent = {e["notice"]["notice_id"]: e for e in Outbox(lake).sent()}
     assert set(sent) == set(unique) and Outbox(lake).owed() == []
@@ -264,7 +270,7 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
         assert body["pane_kinds"] == sorted(marker.pane_kinds)
     late_on_disk = {k for k, m in on_disk.items() if m.late}
     assert late_on_disk and len(late_on_disk) < len(on_disk)  # the data exercises both values
-    assert {(b["event_date"], b["receipt_ts"]) for b, a in late_received if a["late"] == "true"} == late_on_disk
+    assert {(b["event_date"], b["receipt_ts"]) for b, a in late_received if matches_late_filter(a)} == late_on_disk
     assert Outbox(lake).owed() == []
 
     # Replay the last batch (as after a crash before its commit): same partitions, no new notice.
