@@ -213,3 +213,39 @@ def test_dedup_on_cluster_equals_the_batch_reference(landing, cluster_dedup, eve
         published = sorted((s[1], s[2], s[3], frozenset(s[5]))
                            for s in canonical_sessions(cluster_dedup, event_date))
         assert published == sorted(expected[event_date]), event_date
+
+
+# -- the Airflow DAG, pointed at the cluster by its connection alone -----------------------------
+
+@pytest.fixture(scope="module")
+def undeduplicated_lake(cluster_run, tmp_path_factory):
+    """The cluster stream's receipt partitions only (no sessions_dedup/): work for the DAG."""
+    import shutil
+
+    lake = str(tmp_path_factory.mktemp("dag-lake") / "lake")
+    shutil.copytree(layout.sessions_root(cluster_run), layout.sessions_root(lake))
+    return lake
+
+
+def test_dag_runs_its_dedup_on_the_cluster_chosen_by_spark_default(cluster, undeduplicated_lake,
+                                                                    cluster_dedup, event_dates,
+                                                                    tmp_path_factory):
+    """The DAG is unchanged; AIRFLOW_CONN_SPARK_DEFAULT = the cluster's master URL sends its
+    SparkSubmitOperator there instead of local[*]."""
+    import json
+
+    from tidemark.localstack.airflow import AirflowServer
+
+    event_date = event_dates[0]
+    dedup_apps_before = [a["id"] for a in cluster.status()["completedapps"] if a["name"] == "tidemark-dedup"]
+    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")), spark_master=cluster.master_url,
+                           env={"TIDEMARK_LAKE": undeduplicated_lake, "TIDEMARK_DAG_RETRIES": "0",
+                                "SPARK_LOCAL_IP": cluster.host})
+    os.makedirs(server.home, exist_ok=True)
+    server.migrate()
+    done = server.cli("dags", "test", "tidemark_dedup", "--conf", json.dumps({"event_date": event_date}),
+                      timeout=900)
+    assert done.returncode == 0, f"airflow dags test failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
+    dedup_apps_after = [a["id"] for a in cluster.status()["completedapps"] if a["name"] == "tidemark-dedup"]
+    assert len(dedup_apps_after) == len(dedup_apps_before) + 1, "the DAG's Spark job did not run on the cluster"
+    assert canonical_sessions(undeduplicated_lake, event_date) == canonical_sessions(cluster_dedup, event_date)
