@@ -1,0 +1,380 @@
+"""Stream throughput: `tidemark stream --available-now` over one generated landing, next to the
+floor (a plain PySpark `read.json -> write.parquet` of the same files into date partitions) and next
+to Apache Beam's Python DirectRunner doing the same session windows (its own venv, `.venv-beam`).
+
+Every contender runs as its own process, started cold (JVM or Python start included in "wall"),
+on the same files, one after the other, with local[2]. Measured per run: wall time, the time inside
+the job (tidemark: first batch start -> last batch commit from the structured logs; floor: after the
+SparkSession exists), micro-batches, files per trigger, peak RSS of the process tree (driver JVM +
+Python), and the load average before and after. events/s = input lines (deliveries, duplicates and
+malformed lines included) / seconds.
+
+Target: tidemark at least half the floor's events/s.
+
+    .venv/bin/python -m bench.stream_throughput --scale small      # ~20k events, a minute
+    .venv/bin/python -m bench.stream_throughput --scale full       # 1M events (see --events)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import bench
+from tidemark import generate
+
+NAME = "stream_throughput"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+BEAM_PYTHON = os.path.join(ROOT, ".venv-beam", "bin", "python")
+
+SCALES = {
+    # events, users, days, files, files per trigger (tidemark runs), beam files
+    "tiny": dict(events=3_000, users=60, days=2, files=6, fpt=[3], beam_files=6),
+    "small": dict(events=30_000, users=300, days=3, files=20, fpt=[20, 5], beam_files=20),
+    "full": dict(events=1_000_000, users=10_000, days=7, files=100, fpt=[100, 10], beam_files=10),
+}
+
+
+# --- process-tree measurement (shared with bench.memory and bench.freshness) ---------------------
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                out += [int(c) for c in handle.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def tree_pids(pid: int) -> list[int]:
+    seen, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.append(p)
+        todo += _children(p)
+    return seen
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def tree_rss(pid: int) -> dict:
+    """RSS of a process tree, split into JVM (java) and the rest (Python)."""
+    jvm = other = 0
+    for p in tree_pids(pid):
+        try:
+            with open(f"/proc/{p}/comm") as handle:
+                comm = handle.read().strip()
+        except OSError:
+            continue
+        if comm == "java":
+            jvm += rss_bytes(p)
+        else:
+            other += rss_bytes(p)
+    return {"jvm": jvm, "python": other, "total": jvm + other}
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class Sampler(threading.Thread):
+    """Samples the RSS of a process tree every `interval` seconds (peak + series)."""
+
+    def __init__(self, pid: int, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.series: list[tuple[float, dict]] = []
+        self.peak = {"jvm": 0, "python": 0, "total": 0}
+        self._halt = threading.Event()
+
+    def run(self):
+        started = time.monotonic()
+        while not self._halt.is_set():
+            sample = tree_rss(self.pid)
+            if sample["total"]:
+                self.series.append((time.monotonic() - started, sample))
+                for k in self.peak:
+                    self.peak[k] = max(self.peak[k], sample[k])
+            self._halt.wait(self.interval)
+
+    def stop(self):
+        self._halt.set()
+        self.join(timeout=5)
+
+
+def run_measured(argv: list[str], log_path: str, env: dict | None = None, timeout: float = 3600,
+                 interval: float = 0.5) -> dict:
+    """Run argv (stderr+stdout to log_path), sampling its tree's RSS; wall seconds, rc, peak RSS."""
+    load_before = load()
+    with open(log_path, "w") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        sampler = Sampler(proc.pid, interval)
+        sampler.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 15)
+            rc = proc.wait(timeout=60)
+            rc = rc if rc else -9
+        wall = time.perf_counter() - started
+        sampler.stop()
+    return {"rc": rc, "wall": round(wall, 2), "peak": sampler.peak, "series": sampler.series,
+            "load_before": load_before, "load_after": load()}
+
+
+def json_lines(path: str) -> list[dict]:
+    out = []
+    with open(path, errors="replace") as handle:
+        for line in handle:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
+def mb(n: int) -> int:
+    return int(round(n / 1024 / 1024))
+
+
+def parse_iso(text: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def print_wide(title: str, columns: list[str], rows: list[list]) -> None:
+    """bench.print_table, on a console wide enough for these columns even when piped."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    Console(width=max(160, Console().width)).print(table)
+
+
+# --- contenders ---------------------------------------------------------------------------------
+
+def run_tidemark(landing: str, work: str, fpt: int | None, master: str) -> dict:
+    os.makedirs(work, exist_ok=True)
+    lake, checkpoint = os.path.join(work, "lake"), os.path.join(work, "checkpoint")
+    for path in (lake, checkpoint):
+        shutil.rmtree(path, ignore_errors=True)
+    log_path = os.path.join(work, "stream.log")
+    argv = [os.path.join(BIN, "tidemark"), "stream", "--landing", landing, "--lake", lake,
+            "--checkpoint", checkpoint, "--available-now", "--master", master]
+    if fpt:
+        argv += ["--max-files-per-trigger", str(fpt)]
+    result = run_measured(argv, log_path)
+    logs = json_lines(log_path)
+    batches = [l for l in logs if l.get("event") == "batch committed"]
+    result["batches"] = len(batches)
+    result["batch_seconds"] = [b["seconds"] for b in batches]
+    result["lines"] = sum(b["input_lines"] for b in batches)
+    if batches:
+        # in-job time: first batch start (commit time - its duration) -> last commit
+        first = parse_iso(batches[0]["timestamp"]) - batches[0]["seconds"]
+        result["job_seconds"] = round(parse_iso(batches[-1]["timestamp"]) - first, 2)
+    result["log"] = log_path
+    result["lake"] = lake
+    return result
+
+
+def run_floor(landing: str, work: str, master: str) -> dict:
+    out = os.path.join(work, "floor")
+    shutil.rmtree(out, ignore_errors=True)
+    log_path = os.path.join(work, "floor.log")
+    result = run_measured([sys.executable, "-m", "bench.stream_throughput", "--floor-worker",
+                           landing, out, "--master", master], log_path)
+    worker = [l for l in json_lines(log_path) if "floor" in l]
+    if worker:
+        result.update(worker[-1]["floor"])
+    return result
+
+
+def floor_worker(landing: str, out: str, master: str) -> None:
+    """The floor: the same JSON lines, parsed with a schema, written as event-date partitions."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark import build_session
+
+    spark = build_session("bench-floor", master)
+    started = time.perf_counter()
+    df = (spark.read.schema("event_id string, user_id string, event_type string, event_ts string, "
+                            "device string, content_id string")
+          .option("pathGlobFilter", "*.jsonl").json(landing))
+    df = (df.withColumn("event_ts", F.try_to_timestamp("event_ts"))
+          .withColumn("event_date", F.date_format("event_ts", "yyyy-MM-dd")))
+    df.write.mode("overwrite").partitionBy("event_date").parquet(out)
+    seconds = time.perf_counter() - started
+    lines = spark.read.option("pathGlobFilter", "*.jsonl").text(landing).count()
+    print(json.dumps({"floor": {"job_seconds": round(seconds, 2), "lines": lines, "batches": 1}}), flush=True)
+    spark.stop()
+
+
+def beam_available() -> bool:
+    if not os.access(BEAM_PYTHON, os.X_OK):
+        return False
+    return subprocess.run([BEAM_PYTHON, "-c", "import apache_beam"], capture_output=True).returncode == 0
+
+
+def run_beam(landing: str, work: str, files: list[str], timeout: float) -> dict:
+    subset = os.path.join(work, "beam-input")
+    shutil.rmtree(subset, ignore_errors=True)
+    os.makedirs(subset)
+    for name in files:
+        os.link(os.path.join(landing, name), os.path.join(subset, name))
+    out = os.path.join(work, "beam-out")
+    shutil.rmtree(out, ignore_errors=True)
+    log_path = os.path.join(work, "beam.log")
+    result = run_measured([BEAM_PYTHON, os.path.join(ROOT, "bench", "beam_sessions.py"),
+                           "--input", os.path.join(subset, "*.jsonl"), "--output", out], log_path,
+                          timeout=timeout)
+    worker = [l for l in json_lines(log_path) if "beam" in l]
+    if worker:
+        result.update(worker[-1]["beam"])
+    result["files"] = len(files)
+    return result
+
+
+# --- the benchmark ------------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench.stream_throughput", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", choices=sorted(SCALES), default="small")
+    p.add_argument("--events", type=int, help="override the scale's event count")
+    p.add_argument("--files", type=int, help="override the scale's landed file count")
+    p.add_argument("--files-per-trigger", type=int, nargs="+", help="tidemark runs, one per value")
+    p.add_argument("--beam-files", type=int, help="Beam reads only the first N files (it is slow)")
+    p.add_argument("--beam-timeout", type=float, default=1200)
+    p.add_argument("--skip-beam", action="store_true")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--workdir", default="/tmp/tidemark-bench/stream_throughput")
+    p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
+    p.add_argument("--floor-worker", nargs=2, metavar=("LANDING", "OUT"), help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv if argv is not None else sys.argv[1:])
+    if args.floor_worker:
+        floor_worker(*args.floor_worker, args.master)
+        return 0
+    scale = dict(SCALES[args.scale])
+    events = args.events or scale["events"]
+    files = args.files or scale["files"]
+    fpts = args.files_per_trigger or scale["fpt"]
+    env = bench.machine()
+    work = args.workdir
+    shutil.rmtree(work, ignore_errors=True)
+    landing = os.path.join(work, "landing")
+    workload = generate.Workload(events=events, users=scale["users"], days=scale["days"], files=files,
+                                 start="2026-03-01", seed=11)
+    with bench.stopwatch() as t:
+        summary = generate.generate(landing, workload, progress=False)
+    print(f"generated {summary['deliveries']} lines in {summary['files']} files ({t['seconds']}s)", flush=True)
+    lines = summary["deliveries"]
+
+    columns = ["contender", "input lines", "batches", "files/trigger", "wall s", "in-job s",
+               "events/s (wall)", "events/s (in-job)", "vs floor (in-job)", "peak RSS MB (JVM+Py)",
+               "load before->after"]
+    results = []
+
+    floor = run_floor(landing, work, args.master)
+    if floor["rc"] != 0:
+        raise SystemExit(f"floor failed, see {os.path.join(work, 'floor.log')}")
+    floor_rate = lines / floor["job_seconds"]
+    results.append(("floor: PySpark read.json -> write.parquet", floor, files, lines))
+
+    for fpt in fpts:
+        r = run_tidemark(landing, os.path.join(work, f"tidemark-fpt{fpt}"), fpt, args.master)
+        if r["rc"] != 0:
+            raise SystemExit(f"tidemark stream failed, see {r['log']}")
+        if r["lines"] != lines:
+            raise SystemExit(f"tidemark stream read {r['lines']} lines, expected {lines}")
+        results.append((f"tidemark stream, {fpt} files/trigger", r, fpt, lines))
+
+    beam_note = ""
+    if args.skip_beam:
+        beam_note = "Beam: skipped (--skip-beam)."
+    elif not beam_available():
+        beam_note = ("Beam: not measured: `.venv-beam` with apache-beam is not installed (see "
+                     "BENCHMARKS.md for how to create it).")
+    else:
+        names = sorted(f for f in os.listdir(landing) if f.endswith(".jsonl"))
+        take = names[:min(len(names), args.beam_files or scale["beam_files"])]
+        beam_lines = sum(1 for name in take for _ in open(os.path.join(landing, name)))
+        r = run_beam(landing, work, take, args.beam_timeout)
+        if r["rc"] != 0 or "job_seconds" not in r:
+            beam_note = f"Beam: failed or timed out after {r['wall']}s (rc {r['rc']}), see {work}/beam.log."
+        else:
+            results.append((f"Beam DirectRunner sessions ({len(take)}/{len(names)} files)",
+                            r, len(take), beam_lines))
+            beam_note = (f"Beam read the first {len(take)} of {len(names)} files ({beam_lines} lines): "
+                         "the Python DirectRunner is too slow for all of them in the time box.")
+
+    rows = []
+    for label, r, fpt, n in results:
+        rate_job = n / r["job_seconds"]
+        rows.append([label, n, r.get("batches", "-"), fpt, r["wall"], r["job_seconds"],
+                     int(n / r["wall"]), int(rate_job), f"{rate_job / floor_rate:.2f}",
+                     f"{mb(r['peak']['total'])} ({mb(r['peak']['jvm'])}+{mb(r['peak']['python'])})",
+                     f"{r['load_before']} -> {r['load_after']}"])
+    print_wide(f"Stream throughput ({args.scale})", columns, rows)
+
+    detail = []
+    for label, r, _, _ in results:
+        if r.get("batch_seconds"):
+            s = r["batch_seconds"]
+            detail.append(f"- {label}: per-batch seconds (from `batch committed` logs): "
+                          f"min {min(s)}, median {sorted(s)[len(s) // 2]}, max {max(s)}, sum {round(sum(s), 1)}")
+    best = max((r for label, r, _, _ in results if label.startswith("tidemark")),
+               key=lambda r: lines / r["job_seconds"])
+    ratio = (lines / best["job_seconds"]) / floor_rate
+    verdict = (f"Target (tidemark >= 0.5x the floor, in-job): {'MET' if ratio >= 0.5 else 'MISSED'} "
+               f"(best {ratio:.2f}x).")
+    notes = "\n".join([
+        "Each contender ran cold in its own process on the same landed files, one after the other. "
+        "`wall` includes JVM / interpreter start; `in-job` excludes it (tidemark: first micro-batch "
+        "start -> last commit, from the `batch committed` logs; floor: after the SparkSession exists; "
+        "Beam: pipeline run). events/s counts every input line (duplicates and malformed lines too).",
+        "", verdict, "", beam_note, "", *detail])
+    print(notes)
+    if not args.no_write:
+        path = bench.write_results(NAME, f"Stream throughput ({args.scale})", columns, rows, notes, {
+            "scale": args.scale, "events": events, "input lines": lines, "files": files,
+            "users": scale["users"], "event days": scale["days"], "master": args.master,
+            "workload": "tidemark.generate.Workload(seed=11): 3% duplicates, 0.2% malformed, 10% minutes late, "
+                        "2% sessions offline for hours to days"}, env)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
