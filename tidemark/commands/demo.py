@@ -30,11 +30,10 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from rich.console import Console
-
+    from tidemark.commands.status import wide_console
     from tidemark.localstack.stack import Stack, StackError
 
-    console = Console()
+    console = wide_console()
     home = os.path.abspath(os.path.join(args.home, "demo"))
     stack = Stack(home)
     if stack.settings() is not None:

@@ -16,9 +16,11 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from rich.console import Console
 
+    from tidemark.commands.status import wide_console
+
     from tidemark.localstack.stack import Stack
 
-    console = Console()
+    console = wide_console()
     stack = Stack(args.home)
     if stack.settings() is None:
         console.print(f"nothing to stop: {stack.home} holds no stack")

@@ -58,6 +58,8 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
 
 def run(args) -> int:
     from rich.console import Console
+
+    from tidemark.commands.status import wide_console
     from rich.table import Table
 
     from tidemark import inspect, layout
@@ -70,7 +72,7 @@ def run(args) -> int:
         for item in items:
             print(json.dumps({**item, "time": inspect.iso(item["time"])}))
         return 0
-    console = Console()
+    console = wide_console()
     table = Table(title=f"history of event_date={event_date} in {args.lake}")
     for column in ("time (UTC)", "kind", "id", "state", "detail"):
         table.add_column(column, overflow="fold")

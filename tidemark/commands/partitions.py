@@ -16,6 +16,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from rich.console import Console
+
+    from tidemark.commands.status import wide_console
     from rich.table import Table
 
     from tidemark import inspect
@@ -34,7 +36,7 @@ def run(args) -> int:
                       "" if row["sessions"] is None else str(row["sessions"]), str(row["receipts"]),
                       f"[yellow]{pending}[/]" if row["pending"] else pending,
                       f"{row['lag_s']:.0f}s" if row["pending"] else "-")
-    Console().print(table)
+    wide_console().print(table)
     if not rows:
         print(f"no event dates in {args.lake}")
     return 0

@@ -14,6 +14,16 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def wide_console():
+    """A rich Console; when output is not a terminal (a pipe, a test, CI), wide enough that ids and
+    paths are not wrapped across lines."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def print_status(stack, console) -> list[dict]:
     from rich.table import Table
 
@@ -43,6 +53,6 @@ def run(args) -> int:
         for row in rows:
             print(json.dumps(row))
     else:
-        rows = print_status(stack, Console())
+        rows = print_status(stack, wide_console())
     # Like `systemctl status`: 0 only when everything runs.
     return 0 if all(r["state"] == "running" for r in rows) else 3

@@ -56,6 +56,8 @@ def start(args, console) -> "object":
 def run(args) -> int:
     from rich.console import Console
 
+    from tidemark.commands.status import wide_console
+
     from tidemark.commands.status import print_status
     from tidemark.localstack.stack import StackError
 
@@ -65,7 +67,7 @@ def run(args) -> int:
     except StackError as exc:
         console.print(f"[red]tidemark up failed[/red]: {exc}")
         return 1
-    print_status(stack, Console())
-    Console().print(f"land JSON-lines files in [bold]{settings.landing}[/bold]; "
+    print_status(stack, wide_console())
+    wide_console().print(f"land JSON-lines files in [bold]{settings.landing}[/bold]; "
                     f"`tidemark partitions --lake {settings.lake}`; `tidemark down --home {args.home}` to stop")
     return 0

@@ -1,0 +1,116 @@
+"""`tidemark up | status | down` on a temporary state folder, every component real.
+
+Checked: up starts every component and status reports each running with its URL (the Airflow UI
+with its login); down stops exactly what up started (every recorded process group gone, every
+recorded port free) and leaves alone a process whose pid a record names but which is not the one
+up started; a second up resumes with the same ports, lake and checkpoint; bad options are refused."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from tidemark.localstack.stack import Record, Stack, port_states, start_ticks
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
+
+
+def cli(*args, timeout=900):
+    return subprocess.run([TIDEMARK, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def group_alive(pgid: int) -> bool:
+    """Any non-zombie member of the process group left?"""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(") ", 1)[1].split()
+            except (FileNotFoundError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def status_rows(home: str) -> list[dict]:
+    proc = cli("status", "--home", home, "--json", timeout=120)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture()
+def home(tmp_path):
+    path = str(tmp_path / "state")
+    yield path
+    Stack(path).down()  # whatever a failed test left running, by its records only
+
+
+def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_path):
+    up = cli("up", "--home", home)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    stack = Stack(home)
+    settings = stack.settings()
+    records = stack.records()
+    assert set(records) == {"pubsub", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
+                            "function", "stream"}
+    assert all(r.alive() for r in records.values())
+
+    rows = status_rows(home)
+    assert {r["component"]: r["state"] for r in rows} == {r["component"]: "running" for r in rows}, rows
+    ui = next(r for r in rows if r["component"].startswith("airflow api-server"))
+    assert ui["url"] == f"http://127.0.0.1:{settings.ports['airflow']}"
+    user, _, password = ui["detail"].removeprefix("login ").partition(" / ")
+    token = requests.post(f"{ui['url']}/auth/token", json={"username": user, "password": password}, timeout=30)
+    assert token.status_code in (200, 201) and token.json()["access_token"]
+    assert all(port_states(settings).values())
+
+    # A process that is not ours, under a record whose start time does not match: never signalled.
+    bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        fake = Record("function", bystander.pid, (start_ticks(bystander.pid) or 0) + 1, "/dev/null")
+        real_function = stack.record("function")
+        with open(os.path.join(stack.run_dir, "function.json"), "w") as handle:
+            json.dump(fake.__dict__, handle)
+
+        down = cli("down", "--home", home, timeout=600)
+        assert down.returncode == 0, down.stderr[-3000:]
+        assert bystander.poll() is None, "down signalled a process it did not start"
+    finally:
+        bystander.kill()
+        bystander.wait()
+    # The real function was only recorded in the file we overwrote: stop it by its own pid here.
+    os.killpg(real_function.pid, 15)
+    time.sleep(1)
+    for name, record in records.items():
+        if name != "function":
+            assert not group_alive(record.pid), f"{name} (pgid {record.pid}) still has live processes"
+    deadline = time.monotonic() + 30
+    while any(port_states(settings).values()) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not any(port_states(settings).values()), port_states(settings)
+    assert os.listdir(stack.run_dir) == []
+    assert {r["state"] for r in status_rows(home)} == {"stopped"}
+
+    # Up again: same ports and folders, and it is all running again.
+    again = cli("up", "--home", home)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert Stack(home).settings() == settings
+    assert {r["state"] for r in status_rows(home)} == {"running"}
+    assert cli("down", "--home", home, timeout=600).returncode == 0
+    assert not any(port_states(settings).values())
+
+
+def test_up_refuses_to_change_a_recorded_setting(tmp_path):
+    home = str(tmp_path / "state")
+    stack = Stack(home)
+    stack.configure(lake=str(tmp_path / "lake-a"))
+    proc = cli("up", "--home", home, "--lake", str(tmp_path / "lake-b"), timeout=120)
+    assert proc.returncode == 2
+    assert "lake" in proc.stderr and "lake-b" in proc.stderr
+    assert stack.records() == {}
