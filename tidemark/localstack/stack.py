@@ -383,8 +383,9 @@ class Stack:
         rows.append(self._row("function", self.record("function"), self.function_url(settings),
                               lambda: process.port_open(settings.ports["function"]),
                               "push endpoint of " + names.get("FUNCTION_SUBSCRIPTION")))
-        rows.append(self._row("stream", self.record("stream"), "", lambda: True,
-                              f"{settings.landing} -> {settings.lake}"))
+        stream = self.record("stream")
+        rows.append(self._row("stream", stream, "", lambda: True,
+                              f"{settings.landing} -> {settings.lake}; {last_batch(stream)}"))
         return rows
 
     @staticmethod
@@ -412,6 +413,20 @@ def _log_has(path: str, offset: int, needle: str) -> bool:
             return needle.encode() in handle.read()
     except FileNotFoundError:
         return False
+
+
+def last_batch(record: Record | None) -> str:
+    """'last batch 7 committed at ...' from the end of the stream's log (what an operator asks first)."""
+    if record is None:
+        return "no batch yet"
+    for line in reversed(process.tail(record.log_path, 200).splitlines()):
+        if '"batch committed"' in line:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            return f"last batch {entry.get('batch_id')} committed at {entry.get('timestamp', '')[:19]}Z"
+    return "no batch committed yet"
 
 
 def _airflow_health(url: str) -> dict:
