@@ -44,6 +44,25 @@ def spark_connection_uri(master: str = "local[*]") -> str:
     return json.dumps({"conn_type": "spark", "host": master, "extra": {"deploy-mode": "client"}})
 
 
+def _descendant_groups(root: int) -> list[int]:
+    """Process groups, other than root's own, of root's descendants (from /proc)."""
+    parents: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(") ", 1)[1].split()
+                parents[int(entry)] = (int(fields[1]), int(fields[2]))  # ppid, pgid
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, (ppid, _) in parents.items() if ppid in frontier} - found
+        found |= frontier
+    own = parents.get(root, (0, root))[1]
+    return sorted({parents[pid][1] for pid in found if pid in parents} - {own})
+
+
 class AirflowServer:
     def __init__(self, home: str, port: int | None = None, db_url: str | None = None,
                  dags_folder: str = DAGS_FOLDER, env: dict | None = None, username: str = "admin",
@@ -178,11 +197,16 @@ class AirflowServer:
         return all(health.get(wanted[c], {}).get("status") == "healthy" for c in components)
 
     def stop(self, components=COMPONENTS) -> None:
-        # The scheduler first: it owns the LocalExecutor's workers (same process group).
+        # The scheduler first: it owns the LocalExecutor's workers. Each task process runs in a
+        # process group of its own (measured: `airflow worker -- <ti id>` calls setsid), so its
+        # spark-submit JVM would outlive the scheduler's group: end those groups too.
         for name in sorted(components, key=lambda c: c != "scheduler"):
             managed = self.managed.pop(name, None) or process.read_pidfile(self.pidfile(name))
             if managed is not None:
+                task_groups = _descendant_groups(managed.pid)
                 process.stop(managed)
+                for pgid in task_groups:
+                    process.stop_group(pgid)
                 try:
                     os.remove(self.pidfile(name))
                 except FileNotFoundError:
