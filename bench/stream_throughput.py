@@ -66,18 +66,21 @@ def tree_pids(pid: int) -> list[int]:
 
 
 def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    """Proportional set size (PSS) of one process, falling back to RSS: forked Python workers share
+    pages with their daemon, and summing their RSS would count those pages several times."""
+    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    if line.startswith(key):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            continue
     return 0
 
 
 def tree_rss(pid: int) -> dict:
-    """RSS of a process tree, split into JVM (java) and the rest (Python)."""
+    """Resident memory (PSS) of a process tree, split into JVM (java) and the rest (Python)."""
     jvm = other = 0
     for p in tree_pids(pid):
         try:
@@ -302,7 +305,7 @@ def main(argv=None) -> int:
     lines = summary["deliveries"]
 
     columns = ["contender", "input lines", "batches", "files/trigger", "wall s", "in-job s",
-               "events/s (wall)", "events/s (in-job)", "vs floor (in-job)", "peak RSS MB (JVM+Py)",
+               "events/s (wall)", "events/s (in-job)", "vs floor (in-job)", "peak PSS MB (JVM+Py)",
                "load before->after"]
     results = []
 
