@@ -50,18 +50,37 @@ def date_asset(event_date: str) -> Asset:
 
 
 def read_current(lake: str, event_date: str) -> dict | None:
-    """The date's _CURRENT.json (pyarrow + JSON, no JVM), through the dedup step's reader."""
-    try:
-        from tidemark.reader import read_pointer
-    except ImportError:
-        try:
-            from tidemark.dedup import read_pointer
-        except ImportError:  # the reader module is not there: read the pointer file directly
-            from tidemark import layout, storage
+    """The date's _CURRENT.json (pyarrow + JSON, no JVM). tidemark.publish imports only layout,
+    storage and logs, so it works where only the tidemark package is deployed (Composer's dags/)."""
+    from tidemark import layout, publish
 
-            return storage.read_json(layout.current_pointer(lake, event_date))
-    pointer = read_pointer(lake, event_date)
-    return pointer if pointer is None or isinstance(pointer, dict) else dict(vars(pointer))
+    return publish.read_pointer(lake, layout.check_event_date(event_date))
+
+
+def dedup_task(args: list[str]):
+    """The Spark step. SparkSubmitOperator on the `spark_default` connection (local[*], a
+    standalone master, YARN ...); on Composer, with TIDEMARK_DATAPROC_CLUSTER set (terraform/
+    composer.tf), a Dataproc PySpark job on that cluster, whose init action installs tidemark.
+    The Dataproc branch needs the Google provider (preinstalled on Composer, absent here): it is
+    not exercised by this repository's tests."""
+    cluster = os.environ.get("TIDEMARK_DATAPROC_CLUSTER")
+    if cluster:
+        from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator
+
+        project = os.environ["TIDEMARK_DATAPROC_PROJECT"]
+        return DataprocSubmitJobOperator(
+            task_id="dedup", project_id=project, region=os.environ["TIDEMARK_DATAPROC_REGION"],
+            job={"reference": {"project_id": project}, "placement": {"cluster_name": cluster},
+                 "pyspark_job": {"main_python_file_uri": APPLICATION, "args": args}})
+    return SparkSubmitOperator(
+        task_id="dedup",
+        conn_id="spark_default",
+        application=APPLICATION,
+        name="tidemark-dedup-{{ %s['event_date'] }}" % PREPARED,
+        application_args=args,
+        conf={"spark.ui.enabled": "false"},
+        verbose=False,
+    )
 
 
 @dag(
@@ -98,16 +117,8 @@ def tidemark_dedup():
 
     prepared = prepare()
 
-    dedup = SparkSubmitOperator(
-        task_id="dedup",
-        conn_id="spark_default",
-        application=APPLICATION,
-        name="tidemark-dedup-{{ %s['event_date'] }}" % PREPARED,
-        application_args=["dedup", "--lake", "{{ %s['lake'] }}" % PREPARED,
-                          "--event-date", "{{ %s['event_date'] }}" % PREPARED],
-        conf={"spark.ui.enabled": "false"},
-        verbose=False,
-    )
+    dedup = dedup_task(["dedup", "--lake", "{{ %s['lake'] }}" % PREPARED,
+                        "--event-date", "{{ %s['event_date'] }}" % PREPARED])
 
     @task(outlets=[SESSIONS_DEDUP, PER_DATE])
     def publish(prepared: dict, *, outlet_events=None) -> list[dict]:
