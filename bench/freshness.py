@@ -1,0 +1,291 @@
+"""Freshness on the local stack: how long from a file landing to each step downstream of it.
+
+`tidemark.localstack.stack.Stack` brings up the whole system on loopback (Pub/Sub emulator, Airflow
+3 with the tidemark_dedup DAG, the Cloud Function under functions-framework with a push
+subscription, and `tidemark stream --trigger-interval 5s --notify-topic ...`). Then files of a
+generated workload land one per wave, `--pause` seconds apart (a steady trickle, like a Pub/Sub
+Cloud Storage subscription writing an object every so often); the workload has extra sessions from
+phones offline for hours or days, so most waves also carry late data for dates already closed.
+After the last wave the benchmark waits until every notice is published, every DAG run finished
+and every date's current version includes every receipt partition, then reads the timestamps the
+system itself recorded:
+
+    landed            the file's rename into the landing folder (this process, wall clock)
+    batch committed   the stream's `batch committed` log line of the batch that read the file
+    notice recorded   `<lake>/_notices/sent/<id>.json` recorded_at (outbox write, inside the batch)
+    notice published  the same file's published_at (Pub/Sub acknowledged the publish)
+    run created       the DAG run's queued_at (Airflow REST), created by the function's POST
+    run started       the DAG run's start_date
+    readable          created_at of the first dedup version whose marker includes the notice's
+                      receipt partition (the `_CURRENT.json` pointer is switched right after)
+
+p50 / p95 / max over every notice (one per event date touched per batch); "late" rows only for
+notices of dates the watermark had already passed (late=true): a correction of a closed date.
+
+    .venv/bin/python -m bench.freshness --scale small     # 3 waves, ~5 minutes
+    .venv/bin/python -m bench.freshness --scale full      # 12 waves
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+import bench
+from bench.stream_throughput import json_lines, load, parse_iso, print_wide
+from tidemark import generate
+
+NAME = "freshness"
+
+SCALES = {
+    "small": dict(waves=3, events_per_wave=300, pause=20.0),
+    "full": dict(waves=12, events_per_wave=500, pause=30.0),
+}
+TERMINAL = ("success", "failed")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    index = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[index]
+
+
+def file_batches(checkpoint: str) -> dict[str, int]:
+    """Base name of each file read by a committed micro-batch -> that batch's id."""
+    query = os.path.join(checkpoint, "query")
+    try:
+        committed = {int(n) for n in os.listdir(os.path.join(query, "commits")) if n.isdigit()}
+        names = os.listdir(os.path.join(query, "sources", "0"))
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        if name.startswith("."):
+            continue
+        try:
+            with open(os.path.join(query, "sources", "0", name)) as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("batchId") in committed:
+                out[entry["path"].rsplit("/", 1)[-1]] = entry["batchId"]
+    return out
+
+
+def wait_for(check, timeout: float, what: str, interval: float = 2.0) -> bool:
+    """Poll check() -> (done, status); print the status now and then; False on timeout."""
+    began, last_print = time.monotonic(), 0.0
+    while True:
+        try:
+            done, status = check()
+        except Exception as exc:  # noqa: BLE001 - a component busy or restarting
+            done, status = False, f"{type(exc).__name__}: {str(exc)[:100]}"
+        elapsed = time.monotonic() - began
+        if done:
+            print(f"  {what}: {status} ({elapsed:.0f}s)", flush=True)
+            return True
+        if elapsed > timeout:
+            print(f"  {what}: TIMED OUT after {elapsed:.0f}s: {status}", flush=True)
+            return False
+        if elapsed - last_print > 30:
+            print(f"  {what}: {status} ({elapsed:.0f}s)", flush=True)
+            last_print = elapsed
+        time.sleep(interval)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench.freshness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", choices=sorted(SCALES), default="small")
+    p.add_argument("--waves", type=int)
+    p.add_argument("--events-per-wave", type=int)
+    p.add_argument("--pause", type=float, help="seconds between two landings")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
+    p.add_argument("--workdir", default="/tmp/tidemark-bench/freshness")
+    p.add_argument("--keep-up", action="store_true", help="leave the stack running afterwards")
+    p.add_argument("--no-write", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv if argv is not None else sys.argv[1:])
+    scale = dict(SCALES[args.scale])
+    waves = args.waves or scale["waves"]
+    per_wave = args.events_per_wave or scale["events_per_wave"]
+    pause = scale["pause"] if args.pause is None else args.pause
+    env = bench.machine()
+
+    from tidemark.localstack.stack import Stack
+
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    stack = Stack(os.path.join(args.workdir, "stack"))
+    workload = generate.Workload(events=per_wave * waves, users=max(4, per_wave * waves // 50), days=2,
+                                 files=waves, seed=31, start="2026-03-06", offline_session_rate=0.12,
+                                 duplicate_rate=0.04)
+    deliveries, counts = generate.build(workload)
+    chunks = generate.split_files(deliveries, waves)
+    loads = [load()]
+    print(f"bringing the local stack up in {stack.home} (load {loads[0]})", flush=True)
+    with bench.stopwatch() as up_time:
+        settings = stack.up(say=lambda text: print(f"  {text}", flush=True), timeout=args.timeout)
+    try:
+        return _measure(args, stack, settings, chunks, counts, pause, env, loads, up_time["seconds"],
+                        per_wave)
+    finally:
+        if not args.keep_up:
+            stack.down()
+            print("stack stopped", flush=True)
+
+
+def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_seconds, per_wave) -> int:
+    from tidemark import publish
+    from tidemark.notices.outbox import Outbox
+    from tidemark import runs as run_ids, names
+
+    landed: dict[str, float] = {}     # file base name -> landing time (epoch s)
+    wave_of: dict[str, int] = {}
+    for i, chunk in enumerate(chunks):
+        began = time.time()
+        path = generate.write_file(settings.landing, i, chunk, began)
+        name = os.path.basename(path)
+        landed[name], wave_of[name] = time.time(), i
+        print(f"wave {i + 1}/{len(chunks)}: {len(chunk)} lines landed (load {load()})", flush=True)
+        loads.append(load())
+        wait_for(lambda: (name in file_batches(settings.checkpoint), "in a committed batch"), args.timeout,
+                 "stream")
+        if i < len(chunks) - 1:
+            time.sleep(max(0.0, pause - (time.time() - began)))
+
+    lake = settings.lake
+    client = stack.airflow(settings).client()
+    dag_id = names.get("DAG_ID")
+
+    def notices_done():
+        from tidemark.demo import wait as demo_wait
+        done, text, _ = demo_wait.notices_sent(lake)
+        return done, text
+
+    def runs_done():
+        sent = Outbox(lake).sent()
+        all_runs = client.list_dag_runs(dag_id)
+        ids = {r["dag_run_id"] for r in all_runs}
+        expected = {run_ids.run_id_for_notice(e["notice"]) for e in sent}
+        active = [r for r in all_runs if r["state"] not in TERMINAL]
+        return (expected <= ids and not active,
+                f"{len(expected & ids)}/{len(expected)} runs created, {len(active)} not finished")
+
+    def versions_done():
+        from tidemark.demo import wait as demo_wait
+        return demo_wait.versions_current(lake)
+
+    print("waiting for the pipeline to drain", flush=True)
+    complete = (wait_for(notices_done, args.timeout, "notices") and
+                wait_for(runs_done, args.timeout, "DAG runs", interval=5) and
+                wait_for(versions_done, args.timeout, "corrected partitions"))
+    loads.append(load())
+
+    # --- what the system recorded -------------------------------------------------------------
+    file_batch = file_batches(settings.checkpoint)
+    batch_land = {}
+    for name, batch_id in file_batch.items():
+        if name in landed:
+            batch_land[batch_id] = min(batch_land.get(batch_id, float("inf")), landed[name])
+    stream_log = os.path.join(stack.logs_dir, "stream.log")
+    committed_at = {l["batch_id"]: parse_iso(l["timestamp"]) for l in json_lines(stream_log)
+                    if l.get("event") == "batch committed"}
+    all_runs = {r["dag_run_id"]: r for r in client.list_dag_runs(dag_id)}
+    versions: dict[str, list[dict]] = {}
+
+    def first_version_with(event_date: str, receipt_ts: str) -> dict | None:
+        if event_date not in versions:
+            versions[event_date] = sorted(publish.list_versions(lake, event_date),
+                                          key=lambda m: m.get("created_at", ""))
+        key = f"{event_date}/{receipt_ts}"
+        return next((m for m in versions[event_date] if key in m.get("receipts", [])), None)
+
+    steps = {k: [] for k in ("landed -> batch committed", "landed -> notice recorded",
+                             "landed -> notice published", "notice published -> DAG run created",
+                             "notice published -> DAG run started", "DAG run duration",
+                             "landed -> corrected partition readable",
+                             "late data landed -> corrected partition readable")}
+    per_notice = []
+    for entry in Outbox(lake).sent():
+        n = entry["notice"]
+        t0 = batch_land.get(n["batch_id"])
+        if t0 is None:
+            continue  # a partition of a file this run did not land (cannot happen on a fresh stack)
+        row = {"event_date": n["event_date"], "receipt_ts": n["receipt_ts"], "late": n["late"],
+               "batch_id": n["batch_id"]}
+        if n["batch_id"] in committed_at:
+            steps["landed -> batch committed"].append(committed_at[n["batch_id"]] - t0)
+        if entry.get("recorded_at"):
+            steps["landed -> notice recorded"].append(parse_iso(entry["recorded_at"]) - t0)
+        published = parse_iso(entry["published_at"])
+        steps["landed -> notice published"].append(published - t0)
+        row["notice_s"] = round(published - t0, 1)
+        run = all_runs.get(run_ids.run_id_for_notice(n))
+        if run and run.get("queued_at"):
+            steps["notice published -> DAG run created"].append(parse_iso(run["queued_at"]) - published)
+        if run and run.get("start_date"):
+            steps["notice published -> DAG run started"].append(parse_iso(run["start_date"]) - published)
+            if run.get("end_date"):
+                steps["DAG run duration"].append(parse_iso(run["end_date"]) - parse_iso(run["start_date"]))
+        version = first_version_with(n["event_date"], n["receipt_ts"])
+        if version is not None:
+            readable = parse_iso(version["created_at"]) - t0
+            steps["landed -> corrected partition readable"].append(readable)
+            if n["late"]:
+                steps["late data landed -> corrected partition readable"].append(readable)
+            row["readable_s"] = round(readable, 1)
+        per_notice.append(row)
+
+    columns = ["step", "n", "p50 s", "p95 s", "max s"]
+    rows = []
+    for step, values in steps.items():
+        if values:
+            rows.append([step, len(values), f"{percentile(values, 50):.1f}", f"{percentile(values, 95):.1f}",
+                         f"{max(values):.1f}"])
+        else:
+            rows.append([step, 0, "-", "-", "-"])
+    title = f"Freshness on the local stack ({args.scale}: {len(chunks)} waves, {pause:.0f}s apart)"
+    print_wide(title, columns, rows)
+    late_n = sum(1 for r in per_notice if r["late"])
+    notes = "\n".join([
+        "Every component real, on loopback (`tidemark.localstack.stack.Stack`: Pub/Sub emulator, Airflow 3 "
+        "api-server + scheduler + dag-processor with parallelism 2 and max_active_runs 2, the Cloud Function "
+        "under functions-framework behind a push subscription, the stream with a 5 s trigger). One file per "
+        "wave; every figure is a difference of timestamps the system recorded itself (see the module "
+        "docstring of bench/freshness.py). One notice per event date touched per batch, so several per wave.",
+        "",
+        f"- stack up in {up_seconds:.0f} s; {len(per_notice)} notices ({late_n} late=true); "
+        f"pipeline drained: {'yes' if complete else 'NO (timed out; figures cover what finished)'}",
+        f"- load average (1/5/15 min) at start, at each landing and at the end: {', '.join(loads)}",
+        "",
+        "<details><summary>Every notice</summary>", "",
+        "| event_date | receipt_ts | batch | late | landed -> published s | landed -> readable s |",
+        "|---|---|---|---|---|---|",
+        *[f"| {r['event_date']} | {r['receipt_ts']} | {r['batch_id']} | {r['late']} | {r.get('notice_s', '-')} | "
+          f"{r.get('readable_s', '-')} |" for r in per_notice],
+        "", "</details>", ""])
+    print("\n".join(notes.splitlines()[2:5]))
+    if not args.no_write:
+        path = bench.write_results(NAME, title, columns, rows, notes, {
+            "scale": args.scale, "waves": len(chunks), "lines per wave (about)": per_wave,
+            "pause between landings s": pause, "stream trigger": settings.trigger_interval,
+            "workload": "tidemark.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
+            "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")}}, env)
+        print(f"wrote {path}")
+    return 0 if complete else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
