@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -50,7 +51,7 @@ TERMINAL = ("success", "failed")
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
-    index = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    index = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[index]
 
 

@@ -1,0 +1,92 @@
+"""Smoke tests of the benchmarks: they run at a tiny scale and write a well-formed results table.
+No timing is asserted anywhere (speed lives in bench/, see BENCHMARKS.md)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+import bench
+from bench import __main__ as runner
+from bench import freshness, memory, stream_throughput
+
+
+def results_table(path: str) -> tuple[list[str], list[list[str]]]:
+    """The first markdown table of a results file: header and rows, each row as wide as the header."""
+    lines = open(path, encoding="utf-8").read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    assert re.match(r"^\|(---\|)+$", lines[start + 1])
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("| "):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    assert rows and all(len(r) == len(header) for r in rows)
+    text = "\n".join(lines)
+    assert "## Machine" in text and "load average" in text
+    return header, rows
+
+
+def test_runner_lists_every_benchmark_and_passes_scale_only_to_modules_that_take_it():
+    names = runner.available()
+    assert names[:3] == ["stream_throughput", "memory", "freshness"]
+    assert "beam_sessions" not in names
+    assert runner.module_argv(stream_throughput, "stream_throughput", "full", ["--no-write"]) == \
+        ["--scale", "full", "--no-write"]
+
+    class NoScale:
+        @staticmethod
+        def parse_args(argv):
+            import argparse
+            argparse.ArgumentParser().parse_args(argv)
+    assert runner.module_argv(NoScale, "correction_cost", "full", []) == []
+
+
+def test_runner_refuses_an_unknown_benchmark():
+    with pytest.raises(SystemExit):
+        runner.main(["no_such_bench"])
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(1, 101))
+    assert freshness.percentile(values, 50) == 50
+    assert freshness.percentile(values, 95) == 95
+    assert freshness.percentile([3.0], 95) == 3.0
+
+
+def test_file_batches_reads_only_committed_batches(tmp_path):
+    query = tmp_path / "query"
+    (query / "commits").mkdir(parents=True)
+    (query / "sources" / "0").mkdir(parents=True)
+    (query / "commits" / "0").write_text("v1\n{}\n")
+    for batch_id, name in ((0, "a.jsonl"), (1, "b.jsonl")):
+        (query / "sources" / "0" / str(batch_id)).write_text(
+            "v1\n" + json.dumps({"path": f"file:///landing/{name}", "timestamp": 1, "batchId": batch_id}) + "\n")
+    assert freshness.file_batches(str(tmp_path)) == {"a.jsonl": 0}
+
+
+def test_process_tree_memory_counts_this_process():
+    sample = stream_throughput.tree_rss(os.getpid())
+    assert sample["total"] > 10 * 1024 * 1024 and sample["jvm"] == 0
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "RESULTS_DIR", str(tmp_path / "results"))
+    assert stream_throughput.main(["--scale", "tiny", "--files-per-trigger", "6", "--skip-beam",
+                                   "--workdir", str(tmp_path / "st")]) == 0
+    header, rows = results_table(str(tmp_path / "results" / "stream_throughput.md"))
+    assert header[0] == "contender" and len(rows) == 2
+    assert rows[0][0].startswith("floor") and rows[1][0].startswith("tidemark")
+    assert rows[0][1] == rows[1][1]  # same input lines
+    assert all(float(r[header.index("events/s (in-job)")]) > 0 for r in rows)
+
+    assert memory.main(["--scale", "tiny", "--files", "3", "--events", "1500",
+                        "--workdir", str(tmp_path / "mem")]) == 0
+    header, rows = results_table(str(tmp_path / "results" / "memory.md"))
+    assert header[0] == "batch" and [r[0] for r in rows] == ["0", "1", "2"]
+    assert all(int(r[header.index("open sessions")]) >= 0 for r in rows)
