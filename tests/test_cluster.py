@@ -3,7 +3,9 @@
 writes.
 
 Receipt timestamps come from the wall clock of each run, so the runs are compared on everything
-else: the panes' content, the receipt markers' facts, the quarantined lines.
+else: the panes' content, the receipt markers' facts, the quarantined lines, the published sessions
+(which must also equal the plain-Python batch reference). Last, the unchanged Airflow DAG runs its
+dedup on the cluster when AIRFLOW_CONN_SPARK_DEFAULT names the cluster's master.
 """
 from __future__ import annotations
 

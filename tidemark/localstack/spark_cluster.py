@@ -107,7 +107,9 @@ class SparkStandalone:
         """The master's own JSON status (its web UI's /json/), or None while it is not up."""
         if not self.webui_port or not process.port_open(self.webui_port, self.host):
             return None
-        with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=5) as response:
+        # Straight to loopback, never through an HTTP proxy from the environment.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"{self.webui_url}/json/", timeout=5) as response:
             return json.load(response)
 
     def alive_workers(self) -> int:
