@@ -8,14 +8,14 @@ What happens to a message, and why:
   success. One notice, one run, however often Pub/Sub delivers it.
 - invalid notice (not base64/JSON, unknown schema_version, an event_date that is not a date,
   anything path- or SQL-like, another dataset): logged at ERROR with the reason and acknowledged
-  (the function returns). Retrying cannot make it valid; a copy stays in Pub/Sub's dead-letter topic
-  only if the subscription's policy sends it there, so we also log the raw message id.
+  (the function returns): retrying cannot make it valid. With DEAD_LETTER_TOPIC set, a copy (the
+  original bytes, attributes, and the reason) is published there first (cloud_function/dead_letter.py).
 - Airflow unreachable, 5xx, timeout, auth or DAG not available: the function raises, the push
   gets a 500, and Pub/Sub redelivers with backoff (then dead-letters after max attempts).
 
 Configuration (environment): AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE (password|google|none),
 AIRFLOW_USERNAME, AIRFLOW_PASSWORD or AIRFLOW_PASSWORD_FILE (from Secret Manager), TIDEMARK_DAG_ID,
-TIDEMARK_DATASET, AIRFLOW_TIMEOUT_SECONDS. See cloud_function/README.md.
+TIDEMARK_DATASET, AIRFLOW_TIMEOUT_SECONDS, DEAD_LETTER_TOPIC. See cloud_function/README.md.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import binascii
 
 import functions_framework
 
+from cloud_function import dead_letter
 from cloud_function.airflow_client import AirflowClient, AirflowRejected
 from cloud_function.cloud_logging import get_logger
 from tidemark import names, runs
@@ -57,6 +58,20 @@ def decode_message(message: dict) -> dict:
     return body
 
 
+def _raw_data(message) -> bytes:
+    """The message's original bytes (as published) for the dead-letter copy."""
+    data = message.get("data", "") if isinstance(message, dict) else ""
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        return str(data).encode("utf-8", "replace")
+
+
+def _attributes(message) -> dict:
+    attributes = message.get("attributes") if isinstance(message, dict) else None
+    return attributes if isinstance(attributes, dict) else {}
+
+
 def handle(message: dict, client_factory=_airflow) -> dict:
     """Process one message; return what happened (also logged). Raises to get a redelivery."""
     message_id = message.get("messageId") or message.get("message_id") if isinstance(message, dict) else None
@@ -64,9 +79,17 @@ def handle(message: dict, client_factory=_airflow) -> dict:
         body = decode_message(message)
         run_id = runs.run_id_for_notice(body)
     except (notices.InvalidNotice, runs.InvalidRunKey) as exc:
-        log.error("invalid notice acknowledged without a run", reason=str(exc),
-                  message_id=message_id, outcome="rejected")
-        return {"outcome": "rejected", "reason": str(exc)}
+        reason = str(exc)
+        try:
+            copy_id = dead_letter.forward(_raw_data(message), _attributes(message), reason, message_id)
+        except Exception as forward_error:
+            log.error("invalid notice could not be dead-lettered; Pub/Sub will redeliver",
+                      reason=reason, error=type(forward_error).__name__, message_id=message_id,
+                      outcome="retry")
+            raise
+        log.error("invalid notice acknowledged without a run", reason=reason,
+                  message_id=message_id, dead_letter_message_id=copy_id, outcome="rejected")
+        return {"outcome": "rejected", "reason": reason}
 
     dag_id = names.get("DAG_ID")
     fields = dict(notice_id=body["notice_id"], event_date=body["event_date"],

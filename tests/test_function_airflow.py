@@ -26,6 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAG_ID = names.get("DAG_ID")
 PROJECT = "tidemark-test"
 TOPIC = "tidemark-availability"
+DEAD_LETTER = names.get("DEAD_LETTER_TOPIC")
+DEAD_LETTER_PULL = "dead-letter-audit"
 
 
 def wait_for(check, timeout: float, what: str, interval: float = 0.5):
@@ -64,6 +66,8 @@ def emulator(tmp_path_factory):
     em = ps.PubSubEmulator(str(tmp_path_factory.mktemp("pubsub"))).start()
     try:
         ps.ensure_topic(PROJECT, TOPIC, host=em.host)
+        ps.ensure_topic(PROJECT, DEAD_LETTER, host=em.host)
+        ps.ensure_subscription(PROJECT, DEAD_LETTER_PULL, DEAD_LETTER, host=em.host)
         yield em
     finally:
         em.stop()
@@ -77,7 +81,8 @@ def function(airflow, emulator, tmp_path_factory):
     server = FunctionServer(bundle, env={
         "AIRFLOW_BASE_URL": airflow.url, "AIRFLOW_AUTH_MODE": "password",
         "AIRFLOW_USERNAME": airflow.username, "AIRFLOW_PASSWORD": airflow.password,
-        "AIRFLOW_TIMEOUT_SECONDS": "10"}, isolated=True,
+        "AIRFLOW_TIMEOUT_SECONDS": "10", "PUBSUB_EMULATOR_HOST": emulator.host,
+        "DEAD_LETTER_TOPIC": f"projects/{PROJECT}/topics/{DEAD_LETTER}"}, isolated=True,
         log_path=str(tmp_path_factory.mktemp("fnlog") / "function.log")).start()
     ps.ensure_subscription(PROJECT, "tidemark-availability-to-function", TOPIC,
                            push_endpoint=server.url, host=emulator.host)
@@ -138,7 +143,7 @@ def test_invalid_notices_are_acknowledged_and_never_reach_airflow(airflow, emula
            json.dumps({**good, "event_date": "2026-02-30"}).encode(),
            json.dumps({**good, "event_date": "2026-03-07' OR 1=1 --"}).encode()]
     for data in bad:
-        publish(emulator, data)
+        publish(emulator, data, origin="test")
     rejected = wait_for(lambda: [l for l in log_lines(function) if l.get("outcome") == "rejected"]
                         if len([l for l in log_lines(function) if l.get("outcome") == "rejected"]) >= 4
                         else None, 60, "four rejections")
@@ -148,6 +153,11 @@ def test_invalid_notices_are_acknowledged_and_never_reach_airflow(airflow, emula
     time.sleep(15)  # acknowledged: no redelivery of a rejected message within this window
     assert len([l for l in log_lines(function) if l.get("outcome") == "rejected"]) == 4
     assert {r["dag_run_id"] for r in client.list_dag_runs(DAG_ID)} == before
+    # A copy of each rejected message, untouched, with the reason, on the dead-letter topic.
+    copies = ps.pull(PROJECT, DEAD_LETTER_PULL, host=emulator.host, timeout=10)
+    assert sorted(m.message.data for m in copies) == sorted(bad)
+    assert all(m.message.attributes["origin"] == "test" and m.message.attributes["tidemark_rejected_reason"]
+               for m in copies)
 
 
 def test_dag_param_refuses_a_bad_event_date(airflow):

@@ -30,6 +30,7 @@ FILES = [
     ("cloud_function/__init__.py", "cloud_function/__init__.py"),
     ("cloud_function/airflow_client.py", "cloud_function/airflow_client.py"),
     ("cloud_function/cloud_logging.py", "cloud_function/cloud_logging.py"),
+    ("cloud_function/dead_letter.py", "cloud_function/dead_letter.py"),
     ("tidemark/__init__.py", "tidemark/__init__.py"),
     ("tidemark/notice.py", "tidemark/notice.py"),
     ("tidemark/layout.py", "tidemark/layout.py"),
