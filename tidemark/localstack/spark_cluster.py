@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import urllib.request
 
 from tidemark.localstack import process
@@ -25,6 +26,10 @@ def spark_home() -> str:
     import pyspark
 
     return os.environ.get("SPARK_HOME") or os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
+class WorkerDied(RuntimeError):
+    """A daemon of the cluster exited while the cluster was starting."""
 
 
 class SparkStandalone:
@@ -96,12 +101,25 @@ class SparkStandalone:
                     os.path.join(env["SPARK_LOG_DIR"], f"worker-{index}.out"), env=env,
                     cwd=self.work_dir))
             # Ready when every worker has registered with the master and is ALIVE.
-            process.wait_until(lambda: self.alive_workers() >= self.workers, self.start_timeout,
-                               f"{self.workers} Spark workers", master)
+            deadline = time.monotonic() + self.start_timeout
+            while not self._all_workers_registered():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.workers} Spark workers not registered after "
+                                       f"{self.start_timeout:.0f}s\n{self.log_tails()}")
+                time.sleep(0.25)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _all_workers_registered(self) -> bool:
+        # A worker that died (bad --memory, no free port...) fails the start now, with its log,
+        # instead of after the whole timeout.
+        for managed in self._managed:
+            if not managed.alive():
+                raise WorkerDied(f"{managed.name} exited while starting; see {managed.log_path}:\n"
+                                 f"{process.tail(managed.log_path)}")
+        return self.alive_workers() >= self.workers
 
     def status(self) -> dict | None:
         """The master's own JSON status (its web UI's /json/), or None while it is not up."""
@@ -113,7 +131,10 @@ class SparkStandalone:
             return json.load(response)
 
     def alive_workers(self) -> int:
-        status = self.status() or {}
+        try:
+            status = self.status() or {}
+        except (OSError, ValueError):  # the master's UI is busy or restarting
+            return 0
         return sum(1 for worker in status.get("workers", []) if worker.get("state") == "ALIVE")
 
     def submit_argv(self, app: str, *app_args: str, py_files: str | None = None,
