@@ -25,6 +25,7 @@ resource "google_project_service" "apis" {
     "cloudbuild.googleapis.com",
     "cloudfunctions.googleapis.com",
     "composer.googleapis.com",
+    "compute.googleapis.com",
     "dataproc.googleapis.com",
     "iam.googleapis.com",
     "pubsub.googleapis.com",

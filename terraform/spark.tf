@@ -55,6 +55,29 @@ resource "google_storage_bucket_object" "init_action" {
   source = "${path.module}/scripts/install-tidemark.sh"
 }
 
+# Nodes have internal IPs only. Google APIs (GCS, Pub/Sub) go through Private Google Access on the
+# subnetwork; PyPI, for the init action, through this NAT.
+resource "google_compute_router" "nat" {
+  count   = var.create_nat ? 1 : 0
+  name    = "${var.name_prefix}-router"
+  region  = var.region
+  network = var.dataproc_network
+}
+
+resource "google_compute_router_nat" "nat" {
+  count                              = var.create_nat ? 1 : 0
+  name                               = "${var.name_prefix}-nat"
+  router                             = google_compute_router.nat[0].name
+  region                             = var.region
+  nat_ip_allocate_option             = "AUTO_ONLY"
+  source_subnetwork_ip_ranges_to_nat = "ALL_SUBNETWORKS_ALL_IP_RANGES"
+
+  log_config {
+    enable = true
+    filter = "ERRORS_ONLY"
+  }
+}
+
 resource "google_dataproc_cluster" "spark" {
   #checkov:skip=CKV_GCP_91:Disks use Google-managed encryption; the data's system of record is the lake bucket. Add cluster_config.encryption_config.kms_key_name if your policy requires CMEK.
   name                          = "${var.name_prefix}-spark"
@@ -121,6 +144,7 @@ resource "google_dataproc_cluster" "spark" {
   depends_on = [
     google_project_iam_member.spark_dataproc_worker,
     google_storage_bucket_iam_member.spark_ops,
+    google_compute_router_nat.nat,
   ]
 }
 

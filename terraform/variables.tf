@@ -259,10 +259,22 @@ variable "dataproc_workers" {
   default = 2
 }
 
+variable "dataproc_network" {
+  type        = string
+  default     = "default"
+  description = "VPC network of dataproc_subnetwork (for the Cloud NAT)"
+}
+
 variable "dataproc_subnetwork" {
   type        = string
   default     = "default"
   description = "Subnetwork of the Dataproc nodes; needs Private Google Access (nodes have no external IP)"
+}
+
+variable "create_nat" {
+  type        = bool
+  default     = true
+  description = "Cloud NAT for the nodes' egress: the init action installs tidemark's dependencies from PyPI (false with a custom image or a PyPI mirror)"
 }
 
 variable "run_stream_job" {
