@@ -13,7 +13,7 @@ PYTHON=/opt/conda/default/bin/python
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-gsutil cp "$WHEEL_URI" "$WORK/"
+gcloud storage cp "$WHEEL_URI" "$WORK/" 2>/dev/null || gsutil cp "$WHEEL_URI" "$WORK/"
 WHEEL=$(ls "$WORK"/*.whl)
 
 # Requirements of the wheel (not its extras), pyspark left out.
