@@ -23,7 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBMIT = os.path.join(ROOT, "streaming_job", "submit.py")
 FILES_PER_BATCH = 4
 
-pytestmark = pytest.mark.slow
+# A test's timeout covers its fixtures: the first dedup test sets up the local and cluster dedups of
+# every date (one spark-submit each), which on a loaded 2-core machine can pass the suite's 20 min.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")
