@@ -84,10 +84,11 @@ def _demo(args, console, stack) -> int:
     from tidemark.commands.status import print_status
     print_status(stack, console)
 
-    console.rule("2. landing the workload in waves")
+    console.rule("2. landing the workload in waves, each deduplicated and published before the next")
     console.print(f"{counts['events']} events ({counts['duplicates']} delivered twice, "
                   f"{counts['offline_sessions']} sessions from phones offline for hours or days) "
                   f"+ {counts['malformed']} malformed lines, in {workload.files} files, {len(waves)} waves")
+    client = stack.airflow(settings).client()
     wave_rows, landed, index = [], set(), 0
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console, transient=True)
@@ -105,46 +106,17 @@ def _demo(args, console, stack) -> int:
                               lambda s: StackError("stream", f"did not take wave {row['wave']} in time ({s})",
                                                    wait.component_log(stack, "stream")), stack)
             timings[f"wave_{row['wave']}_stream_s"] = took
+            # Each wave is published before the next lands, so that a later wave's late events
+            # visibly correct a date that already had a version.
+            timings[f"wave_{row['wave']}_published_s"] = _settle(args, console, progress, stack, settings,
+                                                                 client, f"wave {row['wave']}")
             if wave is not waves[-1]:
                 wait.until(_after(args.pause), args.pause + 5, f"pause before wave {row['wave'] + 1}", progress,
                            lambda s: TimeoutError(s), stack, interval=1.0)
-
-        console.rule("3. notices, DAG runs, corrected partitions")
-        sent: list = []
-
-        def notices():
-            done, text, found = wait.notices_sent(settings.lake)
-            sent[:] = found
-            return done, text
-
-        timings["notices_s"] = wait.until(notices, args.timeout, "notices", progress, lambda s: StackError(
-            "stream (notice publisher) / pubsub emulator", f"notices not all published: {s}",
-            wait.component_log(stack, "stream")), stack)
-        console.log(f"notices: {len(sent)} published")
-        client = stack.airflow(settings).client()
-        all_runs: list = []
-
-        def dag_runs():
-            done, text, found = wait.runs_finished(client, sent)
-            all_runs[:] = found
-            return done, text
-
-        timings["dag_runs_s"] = wait.until(dag_runs, args.timeout, "DAG runs", progress, lambda s: StackError(
-            "function / airflow", f"DAG runs not all done: {s}", wait.component_log(stack, "function")), stack,
-            interval=5.0)
-        failed = [r for r in all_runs if r["state"] == "failed"]
-        if failed:
-            raise StackError("airflow", f"DAG run {failed[0]['dag_run_id']} failed "
-                             f"({len(failed)} failed)", wait.run_log_hint(stack, failed[0]))
-        console.log(f"DAG runs: {len(all_runs)} finished")
-        timings["versions_s"] = wait.until(lambda: wait.versions_current(settings.lake), args.timeout,
-                                           "corrected partitions", progress, lambda s: StackError(
-                                               "airflow (tidemark_dedup)", f"partitions still pending: {s}",
-                                               os.path.join(stack.home, "airflow", "logs")), stack)
         all_runs = client.list_dag_runs(_dag_id())  # runs started by the last versions' neighbours
     timings["total_s"] = round(time.monotonic() - began, 1)
 
-    console.rule("4. report")
+    console.rule("3. report")
     rules = SessionRules()
     checks = batch_reference.check_lake(settings.lake, settings.landing, rules.gap)
     data = report.collect(settings.lake, waves, wave_rows, all_runs, checks, timings,
@@ -171,6 +143,47 @@ def _demo(args, console, stack) -> int:
     console.print(f"[bold red]{len(bad)} event date(s) differ from the batch recomputation[/]: "
                   f"{', '.join(c['event_date'] for c in bad)}; see {os.path.join(folder, 'report.json')}")
     return 1
+
+
+def _settle(args, console, progress, stack, settings, client, label: str) -> float:
+    """Wait until every receipt partition so far is advertised, every notice's DAG run has finished
+    (none failed), and every date's current version includes all its receipts; seconds taken."""
+    from tidemark import inspect
+    from tidemark.demo import wait
+    from tidemark.localstack.stack import StackError
+
+    began = time.monotonic()
+    sent: list = []
+
+    def notices():
+        done, text, found = wait.notices_sent(settings.lake)
+        sent[:] = found
+        return done, text
+
+    wait.until(notices, args.timeout, f"{label}: notices", progress, lambda s: StackError(
+        "stream (notice publisher) / pubsub emulator", f"notices not all published: {s}",
+        wait.component_log(stack, "stream")), stack)
+    all_runs: list = []
+
+    def dag_runs():
+        done, text, found = wait.runs_finished(client, sent)
+        all_runs[:] = found
+        return done, text
+
+    wait.until(dag_runs, args.timeout, f"{label}: DAG runs", progress, lambda s: StackError(
+        "function / airflow", f"DAG runs not all done: {s}", wait.component_log(stack, "function")), stack,
+        interval=5.0)
+    failed = [r for r in all_runs if r["state"] == "failed"]
+    if failed:
+        raise StackError("airflow", f"DAG run {failed[0]['dag_run_id']} failed ({len(failed)} failed)",
+                         wait.run_log_hint(stack, failed[0]))
+    wait.until(lambda: wait.versions_current(settings.lake), args.timeout, f"{label}: corrected partitions",
+               progress, lambda s: StackError("airflow (tidemark_dedup)", f"partitions still pending: {s}",
+                                              os.path.join(stack.home, "airflow", "logs")), stack)
+    took = round(time.monotonic() - began, 1)
+    versions = ", ".join(f"{r['event_date']} v{r['version']}" for r in inspect.partitions(settings.lake))
+    console.log(f"{label}: {len(sent)} notices, {len(all_runs)} DAG runs done; current: {versions} ({took:.0f}s)")
+    return took
 
 
 def _after(seconds: float):

@@ -14,8 +14,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from rich.console import Console
-
     from tidemark.commands.status import wide_console
 
     from tidemark.localstack.stack import Stack

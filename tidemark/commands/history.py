@@ -57,8 +57,6 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
 
 
 def run(args) -> int:
-    from rich.console import Console
-
     from tidemark.commands.status import wide_console
     from rich.table import Table
 

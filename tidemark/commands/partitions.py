@@ -15,8 +15,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from rich.console import Console
-
     from tidemark.commands.status import wide_console
     from rich.table import Table
 

@@ -40,8 +40,6 @@ def print_status(stack, console) -> list[dict]:
 
 
 def run(args) -> int:
-    from rich.console import Console
-
     from tidemark.localstack.stack import Stack
 
     stack = Stack(args.home)
