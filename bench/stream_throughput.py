@@ -183,7 +183,28 @@ def print_wide(title: str, columns: list[str], rows: list[list]) -> None:
 
 # --- contenders ---------------------------------------------------------------------------------
 
-def run_tidemark(landing: str, work: str, fpt: int | None, master: str) -> dict:
+def spark_job_profile(event_log_dir: str, top: int = 10) -> list[tuple[str, int, float]]:
+    """From a Spark event log: (call site, jobs, total seconds) of the costliest call sites."""
+    starts, totals = {}, {}
+    for name in os.listdir(event_log_dir):
+        with open(os.path.join(event_log_dir, name), errors="replace") as handle:
+            for line in handle:
+                if '"SparkListenerJob' not in line[:60]:
+                    continue
+                event = json.loads(line)
+                if event["Event"] == "SparkListenerJobStart":
+                    props = event.get("Properties") or {}
+                    site = props.get("callSite.short") or "?"
+                    starts[event["Job ID"]] = (site, event["Submission Time"])
+                elif event["Event"] == "SparkListenerJobEnd" and event["Job ID"] in starts:
+                    site, began = starts.pop(event["Job ID"])
+                    count, seconds = totals.get(site, (0, 0.0))
+                    totals[site] = (count + 1, seconds + (event["Completion Time"] - began) / 1000)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])
+    return [(site, count, round(seconds, 1)) for site, (count, seconds) in ranked[:top]]
+
+
+def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_log: bool = False) -> dict:
     os.makedirs(work, exist_ok=True)
     lake, checkpoint = os.path.join(work, "lake"), os.path.join(work, "checkpoint")
     for path in (lake, checkpoint):
@@ -193,11 +214,20 @@ def run_tidemark(landing: str, work: str, fpt: int | None, master: str) -> dict:
             "--checkpoint", checkpoint, "--available-now", "--master", master]
     if fpt:
         argv += ["--max-files-per-trigger", str(fpt)]
-    result = run_measured(argv, log_path)
+    env = {}
+    if event_log:
+        events = os.path.join(work, "spark-events")
+        os.makedirs(events, exist_ok=True)
+        env["PYSPARK_SUBMIT_ARGS"] = (f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "
+                                      "pyspark-shell")
+    result = run_measured(argv, log_path, env=env)
+    if event_log:
+        result["profile"] = spark_job_profile(events)
     logs = json_lines(log_path)
     batches = [l for l in logs if l.get("event") == "batch committed"]
     result["batches"] = len(batches)
     result["batch_seconds"] = [b["seconds"] for b in batches]
+    result["batch_lines"] = [b["input_lines"] for b in batches]
     result["lines"] = sum(b["input_lines"] for b in batches)
     if batches:
         # in-job time: first batch start (commit time - its duration) -> last commit
@@ -277,6 +307,8 @@ def parse_args(argv):
     p.add_argument("--beam-files", type=int, help="Beam reads only the first N files (it is slow)")
     p.add_argument("--beam-timeout", type=float, default=1200)
     p.add_argument("--skip-beam", action="store_true")
+    p.add_argument("--event-log", action="store_true",
+                   help="also write Spark event logs of the tidemark runs and rank their Spark jobs by time")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--workdir", default="/tmp/tidemark-bench/stream_throughput")
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
@@ -316,7 +348,7 @@ def main(argv=None) -> int:
     results.append(("floor: PySpark read.json -> write.parquet", floor, files, lines))
 
     for fpt in fpts:
-        r = run_tidemark(landing, os.path.join(work, f"tidemark-fpt{fpt}"), fpt, args.master)
+        r = run_tidemark(landing, os.path.join(work, f"tidemark-fpt{fpt}"), fpt, args.master, args.event_log)
         if r["rc"] != 0:
             raise SystemExit(f"tidemark stream failed, see {r['log']}")
         if r["lines"] != lines:
@@ -357,6 +389,19 @@ def main(argv=None) -> int:
             s = r["batch_seconds"]
             detail.append(f"- {label}: per-batch seconds (from `batch committed` logs): "
                           f"min {min(s)}, median {sorted(s)[len(s) // 2]}, max {max(s)}, sum {round(sum(s), 1)}")
+        if r.get("profile"):
+            detail.append(f"  - Spark jobs by call site (event log; seconds summed over the run): " + "; ".join(
+                f"`{site}` x{count} {seconds}s" for site, count, seconds in r["profile"]))
+    pairs = [(n_lines, sec) for label, r, _, _ in results if label.startswith("tidemark")
+             for n_lines, sec in zip(r.get("batch_lines", []), r.get("batch_seconds", []))]
+    if len({p[0] for p in pairs}) > 1:
+        n = len(pairs)
+        mx, my = sum(p[0] for p in pairs) / n, sum(p[1] for p in pairs) / n
+        slope = sum((x - mx) * (y - my) for x, y in pairs) / sum((x - mx) ** 2 for x, _ in pairs)
+        fixed = my - slope * mx
+        detail.append(f"- Least-squares fit over every tidemark batch: seconds = {fixed:.2f} per batch + "
+                      f"{slope * 1e6:.1f} per million lines (the fixed part is what a batch costs however "
+                      f"small: its Spark jobs, state read/write, markers).")
     best = max((r for label, r, _, _ in results if label.startswith("tidemark")),
                key=lambda r: lines / r["job_seconds"])
     ratio = (lines / best["job_seconds"]) / floor_rate
