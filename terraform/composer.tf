@@ -46,6 +46,8 @@ resource "google_composer_environment" "airflow" {
       pypi_packages = {
         # SparkSubmitOperator, which the DAG imports; the Google provider is preinstalled.
         "apache-airflow-providers-apache-spark" = ">=5"
+        # tidemark's structured logs (tidemark.logs), imported by the publish task via the reader.
+        "structlog" = ">=24"
       }
       # Where the DAG's tasks find the lake and the Spark side (docs/production.md).
       env_variables = {
@@ -69,13 +71,18 @@ resource "google_composer_environment" "airflow" {
 }
 
 # Deploy the DAG and the tidemark modules it imports into the environment's dags/ folder (on the
-# workers' PYTHONPATH). .airflowignore keeps the DAG processor out of the package.
+# workers' PYTHONPATH). .airflowignore keeps the DAG processor out of the packages.
 locals {
   composer_dag_prefix = var.create_composer ? google_composer_environment.airflow[0].config[0].dag_gcs_prefix : ""
   composer_bucket     = var.create_composer ? regex("^gs://([^/]+)/", local.composer_dag_prefix)[0] : ""
+  # First-party packages the DAG's tasks import (tests/test_terraform.py follows the imports).
+  dag_packages = ["tidemark", "streaming_job"]
   dag_files = var.create_composer ? toset(concat(
     ["dags/tidemark_dedup.py"],
-    [for f in fileset("${path.module}/..", "tidemark/**") : f if can(regex("\\.(py|json)$", f)) && !can(regex("/(localstack|__pycache__)/", f))],
+    flatten([for pkg in local.dag_packages : [
+      for f in fileset("${path.module}/..", "${pkg}/**") : f
+      if can(regex("\\.(py|json)$", f)) && !can(regex("/(localstack|__pycache__)/", f))
+    ]]),
   )) : toset([])
 }
 
@@ -90,5 +97,5 @@ resource "google_storage_bucket_object" "airflowignore" {
   count   = var.create_composer ? 1 : 0
   bucket  = local.composer_bucket
   name    = "dags/.airflowignore"
-  content = "tidemark/\n"
+  content = join("", [for pkg in local.dag_packages : "${pkg}/\n"])
 }

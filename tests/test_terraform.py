@@ -298,6 +298,54 @@ def test_composer_gets_what_the_dag_reads(tf):
     assert tf["variable"]["composer_image_version"]["default"].startswith("composer-3-airflow-3")
 
 
+FIRST_PARTY = ("tidemark", "streaming_job", "dedup_sql", "cloud_function")
+
+
+def _module_file(module: str) -> str | None:
+    base = os.path.join(ROOT, *module.split("."))
+    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def _first_party_closure(path: str) -> set[str]:
+    """Files of every first-party module `path` imports, at any depth (function-level imports too)."""
+    seen: set[str] = set()
+    todo = [path]
+    while todo:
+        current = todo.pop()
+        for node in ast.walk(ast.parse(open(current).read())):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for module in modules:
+                if module.split(".")[0] not in FIRST_PARTY:
+                    continue
+                parts = module.split(".")
+                for depth in range(1, len(parts) + 1):  # the packages on the way count too
+                    found = _module_file(".".join(parts[:depth]))
+                    if found and found not in seen:
+                        seen.add(found)
+                        todo.append(found)
+    return seen
+
+
+def test_composer_gets_every_module_the_dag_imports(tf):
+    """The DAG and its tasks run in Composer from the dags/ folder Terraform fills: every
+    first-party module they import must be in a package Terraform uploads."""
+    uploaded = tf["locals"]["dag_packages"]
+    assert resource(tf, "google_storage_bucket_object", "dag_files")["for_each"] == "${local.dag_files}"
+    needed = _first_party_closure(os.path.join(ROOT, "dags", "tidemark_dedup.py"))
+    assert needed, "the DAG imports no tidemark module?"
+    missing = sorted(os.path.relpath(f, ROOT) for f in needed
+                     if os.path.relpath(f, ROOT).split(os.sep)[0] not in uploaded
+                     or "localstack" in os.path.relpath(f, ROOT).split(os.sep))
+    assert not missing, f"the DAG imports modules Terraform does not upload to Composer: {missing}"
+
+
 # -- the configuration is self-consistent (what `terraform validate` would catch) -----------------
 
 def test_every_reference_is_declared(tf):
