@@ -23,13 +23,28 @@ resource "google_storage_bucket_iam_member" "composer_reads_lake" {
   member = google_service_account.composer[0].member
 }
 
-# Submitting dedup jobs to this cluster (DataprocSubmitJobOperator), and only this cluster.
-resource "google_dataproc_cluster_iam_member" "composer_submits_jobs" {
+# Submitting the dedup as a Dataproc job (the DAG's DataprocSubmitJobOperator branch, on when
+# TIDEMARK_DATAPROC_CLUSTER is set): jobs.create is project-scoped in Dataproc's IAM, and the
+# predefined roles that hold it also create and delete clusters; this role holds only what
+# submitting, watching and cancelling a job takes.
+resource "google_project_iam_custom_role" "dataproc_job_submitter" {
+  count       = var.create_composer ? 1 : 0
+  role_id     = "${replace(var.name_prefix, "-", "_")}_dataproc_job_submitter"
+  title       = "tidemark: submit Dataproc jobs"
+  description = "Submit, watch and cancel Dataproc jobs on existing clusters; no cluster changes"
+  permissions = [
+    "dataproc.clusters.get",
+    "dataproc.clusters.use",
+    "dataproc.jobs.cancel",
+    "dataproc.jobs.create",
+    "dataproc.jobs.get",
+  ]
+}
+
+resource "google_project_iam_member" "composer_submits_jobs" {
   count   = var.create_composer ? 1 : 0
   project = var.project
-  region  = var.region
-  cluster = google_dataproc_cluster.spark.name
-  role    = "roles/dataproc.editor"
+  role    = google_project_iam_custom_role.dataproc_job_submitter[0].id
   member  = google_service_account.composer[0].member
 }
 
@@ -46,7 +61,7 @@ resource "google_composer_environment" "airflow" {
       pypi_packages = {
         # SparkSubmitOperator, which the DAG imports; the Google provider is preinstalled.
         "apache-airflow-providers-apache-spark" = ">=5"
-        # tidemark's structured logs (tidemark.logs), imported by the publish task via the reader.
+        # tidemark's structured logs (tidemark.logs), which the publish task imports.
         "structlog" = ">=24"
       }
       # Where the DAG's tasks find the lake and the Spark side (docs/production.md).
@@ -76,7 +91,7 @@ locals {
   composer_dag_prefix = var.create_composer ? google_composer_environment.airflow[0].config[0].dag_gcs_prefix : ""
   composer_bucket     = var.create_composer ? regex("^gs://([^/]+)/", local.composer_dag_prefix)[0] : ""
   # First-party packages the DAG's tasks import (tests/test_terraform.py follows the imports).
-  dag_packages = ["tidemark", "streaming_job"]
+  dag_packages = ["tidemark"]
   dag_files = var.create_composer ? toset(concat(
     ["dags/tidemark_dedup.py"],
     flatten([for pkg in local.dag_packages : [

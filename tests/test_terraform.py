@@ -288,14 +288,31 @@ def test_init_action_is_valid_bash_and_keeps_the_clusters_spark():
     assert "--no-deps" in text and "pyspark" in text
 
 
-def test_composer_gets_what_the_dag_reads(tf):
+def _dag_environment_names() -> set[str]:
+    tree = ast.parse(open(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read())
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and re.fullmatch(r"TIDEMARK_[A-Z_]+", node.value)}
+
+
+def test_composer_environment_is_what_the_dag_reads(tf):
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
-    dag = open(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read()
-    for variable in ("TIDEMARK_LAKE", "TIDEMARK_SUBMIT_APP"):
-        assert variable in dag, f"the DAG no longer reads {variable}"
-        assert variable in software["env_variables"]
+    set_by_terraform = set(software["env_variables"])
+    read = _dag_environment_names() | {f"TIDEMARK_{key}" for key in names.DEFAULTS}
+    assert set_by_terraform <= read, f"Composer gets variables nothing reads: {sorted(set_by_terraform - read)}"
+    # What the DAG needs on Composer: the lake, the application, and the Dataproc branch's target.
+    needed = {"TIDEMARK_LAKE", "TIDEMARK_SUBMIT_APP", "TIDEMARK_DATAPROC_CLUSTER",
+              "TIDEMARK_DATAPROC_PROJECT", "TIDEMARK_DATAPROC_REGION"}
+    assert needed <= _dag_environment_names(), f"the DAG no longer reads {sorted(needed - _dag_environment_names())}"
+    assert needed <= set_by_terraform, f"Composer lacks {sorted(needed - set_by_terraform)}"
     assert software["env_variables"]["TIDEMARK_LAKE"] == "${local.lake_uri}"
+    assert software["env_variables"]["TIDEMARK_DATAPROC_CLUSTER"] == "${google_dataproc_cluster.spark.name}"
     assert tf["variable"]["composer_image_version"]["default"].startswith("composer-3-airflow-3")
+    # The Composer account may submit jobs (the Dataproc branch) but not change clusters.
+    role = resource(tf, "google_project_iam_custom_role", "dataproc_job_submitter")
+    assert "dataproc.jobs.create" in role["permissions"]
+    assert not any(p.startswith("dataproc.clusters.") and p.split(".")[-1] in ("create", "delete", "update")
+                   for p in role["permissions"])
 
 
 FIRST_PARTY = ("tidemark", "streaming_job", "dedup_sql", "cloud_function")
