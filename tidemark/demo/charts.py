@@ -67,16 +67,19 @@ def corrections_chart(path: str, data: dict, waves) -> str:
             ax.step(xs + [max(xs[-1], _end(data, t0))], ys + ys[-1:], where="post", color="#55a868",
                     linewidth=2, label="sessions in the current version")
             ax.scatter(xs, ys, color="#55a868", zorder=3)
-            for xv, v in zip(xs, versions):
-                if v.get("added") or v.get("changed"):
-                    ax.annotate(f"+{v['added']} ~{v.get('changed', 0)}", (xv, v["sessions"]), fontsize=7,
-                                xytext=(3, 4), textcoords="offset points")
+            for n, (xv, v) in enumerate(zip(xs, versions)):
+                note = f"v{n + 1}: {v['sessions']}"
+                if n:
+                    note += f" (+{v['added']} new, {v.get('changed', 0)} grew, -{v['removed']})"
+                ax.annotate(note, (xv, v["sessions"]), fontsize=7, xytext=(4, -12), textcoords="offset points")
+            ax.set_ylim(0, max(ys) * 1.3)
         ax2 = ax.twinx()
         rows = [r for r in data["receipts"] if r["event_date"] == event_date]
+        span = max([_end(data, t0), *(xv for xv in xs if xv is not None)], default=60.0)
         for late in (False, True):
             pts = [(x(inspect.parse_time(r["receipt_ts"])), r["events"]) for r in rows if r["late"] == late]
             if pts:
-                ax2.bar([p[0] for p in pts], [p[1] for p in pts], width=2.5, alpha=0.5,
+                ax2.bar([p[0] for p in pts], [p[1] for p in pts], width=max(2.5, span / 70), alpha=0.5,
                         color="#c44e52" if late else "#8172b2",
                         label="late receipt partition (events)" if late else "receipt partition (events)")
         for wave in waves:
@@ -84,7 +87,6 @@ def corrections_chart(path: str, data: dict, waves) -> str:
                 ax.axvline(x(wave.landed_at), color="#999999", linestyle=":", linewidth=1)
                 ax.text(x(wave.landed_at), 0, f" wave {wave.index + 1}", fontsize=7, color="#777777",
                         va="bottom")
-        ax.set_ylim(bottom=0)
         ax.set_title(f"event_date={event_date}: corrections over receipt time", fontsize=10)
         ax.set_ylabel("sessions")
         ax2.set_ylabel("events received")

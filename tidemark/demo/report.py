@@ -115,7 +115,7 @@ def print_report(console, data: dict) -> None:
     console.print(table)
 
     table = Table(title="2. corrections: every version of each date (changes against the previous version)")
-    for column in ("event_date", "version", "created (UTC)", "sessions", "receipts", "new receipts",
+    for column in ("event_date", "version", "created (UTC)", "sessions", "receipts read", "new receipts",
                    "sessions added", "changed", "removed"):
         table.add_column(column)
     for event_date, versions in data["versions"].items():
