@@ -178,7 +178,9 @@ class Stack:
     def up(self, say: Callable[[str], None] = lambda _: None, timeout: float = 600, **options) -> StackSettings:
         """Start whatever is not running yet; returns the settings. On failure, stops what this
         call started and raises StackError naming the component and its log."""
+        _check_db_driver(options.get("db_url"))  # before anything is written
         settings = self.configure(**options)
+        _check_db_driver(settings.db_url)
         for path in (settings.landing, settings.lake, self.logs_dir):
             os.makedirs(path, exist_ok=True)
         running = self.running()
@@ -404,6 +406,19 @@ class Stack:
 
 def _abs(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
+
+
+def _check_db_driver(db_url: str | None) -> None:
+    """Refuse a PostgreSQL URL before anything starts when its driver is not installed."""
+    if not db_url or not db_url.startswith("postgresql"):
+        return
+    driver = "psycopg" if db_url.startswith("postgresql+psycopg:") else "psycopg2"
+    try:
+        __import__(driver)
+    except ImportError:
+        raise ValueError(f"--db-url {db_url.split('://')[0]}://... needs the {driver} module: "
+                         f".venv/bin/pip install {'psycopg[binary]' if driver == 'psycopg' else 'psycopg2-binary'}"
+                         ) from None
 
 
 def _log_has(path: str, offset: int, needle: str) -> bool:
