@@ -128,6 +128,8 @@ class AirflowServer:
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(process.free_port()),
             "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection_uri(self.spark_master),
             "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            # spark-submit from a task binds its driver ports to loopback too (local stack only).
+            "SPARK_LOCAL_IP": "127.0.0.1",
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "TIDEMARK_PYTHON": sys.executable,
