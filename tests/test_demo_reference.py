@@ -1,0 +1,45 @@
+"""tidemark.batch_reference (what `tidemark demo` checks the lake against) agrees with the test
+suite's own reference on a generated landing, and follows the input contract on edge cases."""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from tests import reference
+from tidemark import batch_reference
+from tidemark.generate import Workload, generate
+
+GAP = timedelta(minutes=30)
+
+
+def test_agrees_with_the_test_suites_reference_on_a_generated_landing(tmp_path):
+    landing = str(tmp_path / "landing")
+    generate(landing, Workload(events=3000, users=30, days=3, files=12, seed=19), progress=False)
+    ours = batch_reference.sessions_by_date(landing, GAP)
+    theirs: dict[str, set] = {}
+    for s in reference.sessions_of_landing(landing, GAP):
+        theirs.setdefault(s.event_date, set()).add(
+            (s.user_id, s.session_start.isoformat(timespec="microseconds"),
+             s.session_end.isoformat(timespec="microseconds"), s.event_count))
+    assert len(ours) >= 3 and ours == theirs
+
+
+def test_contract_duplicates_and_the_gap_boundary(tmp_path):
+    def event(event_id, ts, user="u1"):
+        return json.dumps({"event_id": event_id, "user_id": user, "event_type": "play", "event_ts": ts})
+
+    lines = [
+        event("a", "2026-03-06T23:50:00Z"),
+        event("a", "2026-03-06T23:50:00Z"),                 # duplicate: counted once
+        event("b", "2026-03-07T01:20:00+01:00"),            # 00:20 UTC: exactly the gap later -> new session
+        event("c", "2026-03-07T00:49:59.9999999Z"),         # 7 fraction digits, truncated; under the gap
+        event("d", "2026-03-07T00:30:00"),                  # no offset: not an event
+        '{"event_id": "e", "user_id": "u1"',                # truncated JSON
+        json.dumps(["not", "an", "object"]),
+        event("", "2026-03-07T00:30:00Z"),                  # empty event_id
+    ]
+    (tmp_path / "f.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "_manifest.json").write_text("{}")           # not data
+    got = batch_reference.sessionize(batch_reference.valid_events(batch_reference.landed_lines(str(tmp_path))), GAP)
+    assert [(s.event_date, s.event_count) for s in got] == [("2026-03-06", 1), ("2026-03-07", 2)]
+    assert got[1].session_end.isoformat() == "2026-03-07T00:49:59.999999+00:00"
