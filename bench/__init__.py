@@ -70,7 +70,7 @@ def print_table(title: str, columns: list[str], rows: list[list]) -> None:
 
 
 def write_results(name: str, title: str, columns: list[str], rows: list[list], notes: str,
-                  setup: dict, env: dict | None = None) -> str:
+                  setup: dict, env: dict | None = None, command: str | None = None) -> str:
     """bench/results/<name>.md: the figures, how they were produced, and on what machine."""
     os.makedirs(RESULTS_DIR, exist_ok=True)
     env = env or machine()
@@ -79,7 +79,7 @@ def write_results(name: str, title: str, columns: list[str], rows: list[list], n
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
     lines += ["", "## Setup", ""] + [f"- {k}: {v}" for k, v in setup.items()]
     lines += ["", "## Machine", ""] + [f"- {k}: {v}" for k, v in env.items()]
-    lines += ["", f"Reproduce: `.venv/bin/python -m bench.{name}` (see `--help`).", ""]
+    lines += ["", f"Reproduce: `{command or f'.venv/bin/python -m bench.{name}'}` (see `--help`).", ""]
     path = os.path.join(RESULTS_DIR, f"{name}.md")
     with open(path, "w", encoding="utf-8") as out:
         out.write("\n".join(lines))

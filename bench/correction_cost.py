@@ -10,7 +10,7 @@ the last 7 days and against reprocessing everything.
    - full: re-sessionize every receipt of the lake and rewrite every date.
    All three use the same SQL (tidemark.dedup.compute_islands), so the difference is what they read.
 
-    .venv/bin/python -m bench.correction_cost [--days 10 --events 20000 --files 20]
+    .venv/bin/python -m bench.correction_cost [--scale small|full] [--days 16 --events 40000 --files 32]
 """
 from __future__ import annotations
 
@@ -28,22 +28,32 @@ from tidemark.dedup import LakeIndex, Plan, compute_islands, isolated_session, r
 from tidemark.sessions import SessionRules
 
 NAME = "correction_cost"
+SCALES = {"small": {"days": 9, "events": 12_000, "users": 150, "files": 12},
+          "full": {"days": 16, "events": 40_000, "users": 300, "files": 32}}
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m bench.correction_cost", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", default="/tmp/tidemark-bench/correction_cost")
-    p.add_argument("--days", type=int, default=10)
-    p.add_argument("--events", type=int, default=20_000)
-    p.add_argument("--users", type=int, default=200)
-    p.add_argument("--files", type=int, default=20)
+    p.add_argument("--scale", choices=sorted(SCALES), default="small",
+                   help="small: 9 days, 12k events, 12 files; full: 16 days, 40k events, 32 files")
+    p.add_argument("--days", type=int, default=None)
+    p.add_argument("--events", type=int, default=None)
+    p.add_argument("--users", type=int, default=None)
+    p.add_argument("--files", type=int, default=None)
     p.add_argument("--max-files-per-trigger", type=int, default=2)
     p.add_argument("--repeat", type=int, default=2, help="timed runs per approach (the median is kept)")
     p.add_argument("--reuse", action="store_true", help="reuse the streamed lake of a previous run")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for key, value in SCALES[args.scale].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.days < 8:
+        raise SystemExit("--days must be at least 8 (a week before the corrected date, and one after)")
+    return args
 
 
 def build_lake(spark, args, landing, lake, checkpoint, rules) -> dict:
@@ -160,7 +170,7 @@ def main(argv=None) -> int:
                  f"read every receipt of their date range. Wall times are medians of {args.repeat} "
                  f"warm runs on a shared machine (see load average): compare ratios, not absolutes. "
                  f"The version published for {d} has {total['sessions']} sessions.")
-        path = bench.write_results(NAME, f"Correction cost: one date vs 7-day lookback vs full reprocessing",
+        path = bench.write_results(NAME, "Correction cost: one date vs 7-day lookback vs full reprocessing",
                                    columns, rows, notes,
                                    {"workload": f"{summary['events']} events ({summary['duplicates']} "
                                                 f"redelivered, {summary['offline_sessions']} offline sessions), "
@@ -170,7 +180,8 @@ def main(argv=None) -> int:
                                     "spark": f"{args.master}, 8 shuffle partitions",
                                     "receipt partitions in the lake": sum(
                                         len(LakeIndex(lake).partitions(x)) for x in LakeIndex(lake).dates)},
-                                   env)
+                                   env, command=".venv/bin/python -m bench.correction_cost " + " ".join(
+                                       argv if argv is not None else sys.argv[1:]))
         print(f"wrote {path}")
     spark.stop()
     return 0

@@ -171,7 +171,9 @@ def main(argv=None) -> int:
                                    {"sessions": args.sessions, "events per session": args.events_per_session,
                                     "receipt partitions": args.receipts,
                                     "spark": f"{args.master}, 8 shuffle partitions, driver memory "
-                                             f"{spark.conf.get('spark.driver.memory')}"}, env)
+                                             f"{spark.conf.get('spark.driver.memory')}"}, env,
+                                   command=".venv/bin/python -m bench.dedup_partition " + " ".join(
+                                       argv if argv is not None else sys.argv[1:]))
         print(f"wrote {path}")
     spark.stop()
     return 0
