@@ -6,6 +6,7 @@ same receipt_ts, the same panes and the same state, and skips partitions it had 
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -37,17 +38,33 @@ class BatchReport:
     seconds: float = 0.0
 
 
+STOP_MARK = "tidemark-stop-requested"
+
+
+class StopRequested(RuntimeError):
+    """Raised instead of starting a batch after a graceful stop was asked for.
+
+    Returning without processing would let Spark commit the batch, losing its files; failing it
+    leaves it uncommitted in the offset log, so the next run replays exactly that batch.
+    """
+
+
 class BatchProcessor:
     """The foreachBatch function of the stream. `listeners` get a BatchReport after each commit."""
 
     def __init__(self, lake: str, checkpoint: str, rules: SessionRules,
-                 listeners: list[Callable[[BatchReport], None]] | None = None):
+                 listeners: list[Callable[[BatchReport], None]] | None = None,
+                 stop_requested: threading.Event | None = None):
         self.lake = lake
         self.checkpoint = checkpoint
         self.rules = rules
         self.listeners = list(listeners or [])
+        self.stop_requested = stop_requested
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.stop_requested is not None and self.stop_requested.is_set():
+            log.info("stop requested: batch left for the next run", batch_id=batch_id)
+            raise StopRequested(f"{STOP_MARK}: batch {batch_id} left uncommitted for the next run")
         started = time.monotonic()
         report = self._process(batch, batch_id)  # caches the parsed batch, which reads the files once
         if report is None:

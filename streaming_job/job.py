@@ -10,9 +10,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from streaming_job.batch import BatchProcessor, BatchReport
+from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
 from tidemark import layout
 from tidemark.durations import format_duration, parse_duration
 from tidemark.logs import get_logger
@@ -70,7 +71,8 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     if notices is not None:
         notices.start()  # publishes what an earlier run left owed, in the background
         listeners = [notices.on_batch, *(listeners or [])]
-    processor = BatchProcessor(config.lake, config.checkpoint, config.rules, listeners)
+    stop_requested = threading.Event()
+    processor = BatchProcessor(config.lake, config.checkpoint, config.rules, listeners, stop_requested)
     writer = (source(spark, config).writeStream
               .queryName("tidemark_sessions")
               .option("checkpointLocation", layout.join(config.checkpoint, "query"))
@@ -80,21 +82,24 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     else:
         interval = parse_duration(config.trigger_interval)
         writer = writer.trigger(processingTime=f"{int(interval.total_seconds() * 1000)} milliseconds")
-    stop_requested = threading.Event()
     previous = _install_stop_handlers(stop_requested)
     log.info("stream starting", landing=config.landing, lake=config.lake, checkpoint=config.checkpoint,
              trigger=("available-now" if config.available_now else format_duration(parse_duration(config.trigger_interval))),
              **config.rules.describe())
     try:
         query = writer.start()
-        while query.isActive:
-            if query.awaitTermination(0.5):
-                break
-            if stop_requested.is_set():
-                _stop_between_batches(query)
-                break
-        if query.exception() is not None:
-            raise query.exception()
+        try:
+            while query.isActive:
+                if query.awaitTermination(0.5):
+                    break
+                if stop_requested.is_set():
+                    _stop_between_batches(query)
+                    break
+        except StreamingQueryException:
+            pass  # awaitTermination raises the query's failure; judged just below
+        failure = query.exception()
+        if failure is not None and not (stop_requested.is_set() and STOP_MARK in str(failure)):
+            raise failure
     finally:
         _restore_handlers(previous)
         if notices is not None:  # bounded flush; whatever is left stays owed in the outbox
@@ -116,11 +121,21 @@ def _notice_service(config: StreamConfig):
 
 
 def _stop_between_batches(query) -> None:
-    """Wait for the micro-batch under way to commit, then stop the query."""
+    """Let the micro-batch under way commit, then stop.
+
+    With a backlog the next batch starts at once, so the query is never idle: the processor
+    refuses to start any batch once the stop is requested (StopRequested ends the query), and an
+    idle query is stopped here directly.
+    """
     log.info("stop requested: finishing the current micro-batch")
-    while query.isActive and query.status.get("isTriggerActive"):
-        query.awaitTermination(0.2)
-    query.stop()
+    while query.isActive:
+        if not query.status.get("isTriggerActive"):
+            query.stop()
+            break
+        try:
+            query.awaitTermination(0.2)
+        except StreamingQueryException:
+            break  # StopRequested ended it
 
 
 def _install_stop_handlers(stop_requested: threading.Event):

@@ -6,9 +6,8 @@ receipt partition folder lacks its completion marker; every complete partition's
 published (it reached a subscriber) or is still owed in the lake's outbox; and a restarted job
 continues from its checkpoint: it takes every remaining file, no file is read by two committed
 batches, and the partitions of the first run are neither rewritten nor repeated.
-
-Known gap (xfail, strict): with a backlog, SIGTERM currently drains every landed file before the
-job exits instead of stopping after the micro-batch under way (see the mark's reason)."""
+With a backlog, the micro-batch after the one under way is refused (left uncommitted), so the job
+stops after at most the batch it was in."""
 from __future__ import annotations
 
 import os
@@ -161,10 +160,6 @@ def test_a_restarted_job_continues_from_its_checkpoint(stopped):
     assert Outbox(lake).owed() == []  # what the first run still owed went out on the restart
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "streaming_job/job.py _stop_between_batches waits while query.status['isTriggerActive'], which "
-    "stays true while a backlog remains (the next trigger starts at once), so SIGTERM drains the "
-    "whole backlog instead of stopping after the current micro-batch; remove this mark once fixed"))
 def test_sigterm_finishes_only_the_micro_batch_under_way(stopped):
     assert stopped["code"] == 0
     assert stopped["at_exit"] - stopped["at_signal"] <= 1, (
