@@ -183,25 +183,58 @@ def print_wide(title: str, columns: list[str], rows: list[list]) -> None:
 
 # --- contenders ---------------------------------------------------------------------------------
 
-def spark_job_profile(event_log_dir: str, top: int = 10) -> list[tuple[str, int, float]]:
-    """From a Spark event log: (call site, jobs, total seconds) of the costliest call sites."""
-    starts, totals = {}, {}
-    for name in os.listdir(event_log_dir):
-        with open(os.path.join(event_log_dir, name), errors="replace") as handle:
+def _plan_label(plan: str) -> str:
+    """A short name for a SQL execution: the first informative operator of its physical plan."""
+    import re
+
+    lines = plan.split("== Physical Plan ==", 1)[-1].strip().splitlines()
+    for line in lines:
+        text = re.sub(r"^[\s+\-:*()0-9]*", "", line).strip()
+        if not text or text.startswith(("AdaptiveSparkPlan", "ResultQueryStage", "ShuffleQueryStage",
+                                        "TableCacheQueryStage")):
+            continue
+        text = re.sub(r"file:\S*/(sessions|state|_quarantine|query|lake)\S*", r"<\1>", text)
+        text = re.sub(r"\[.*", "", text)
+        text = re.sub(r"\s*\(\d+\)$", "", text)[:50]
+        body = plan.split("== Physical Plan ==", 1)[-1]
+        flags = [name for needle, name in (
+            ("from_json", "parses JSON"), ("Window ", "window functions"), ("Generate ", "explodes state"),
+            ("InMemoryTableScan", "reads a cache"), ("FileScan parquet", "reads Parquet"),
+            ("FileScan text", "reads landed text"), ("Exchange ", "shuffles")) if needle in body]
+        return f"{text} ({', '.join(flags)})" if flags else text
+    return "?"
+
+
+def spark_job_profile(event_log_dir: str, top: int = 8) -> dict:
+    """From a Spark event log: job seconds grouped by what the job's SQL execution does (the call
+    site is useless here: jobs run from foreachBatch all show py4j's callback frame)."""
+    starts, totals, labels = {}, {}, {}
+    paths = [os.path.join(folder, name) for folder, _, names in os.walk(event_log_dir) for name in names
+             if not name.startswith((".", "appstatus"))]
+    for path in paths:
+        with open(path, errors="replace") as handle:
             for line in handle:
-                if '"SparkListenerJob' not in line[:60]:
-                    continue
-                event = json.loads(line)
-                if event["Event"] == "SparkListenerJobStart":
+                head = line[:120]
+                if "SQLExecutionStart" in head:
+                    event = json.loads(line)
+                    labels[event["executionId"]] = _plan_label(event.get("physicalPlanDescription", ""))
+                elif '"SparkListenerJobStart"' in head:
+                    event = json.loads(line)
                     props = event.get("Properties") or {}
-                    site = props.get("callSite.short") or "?"
+                    execution = props.get("spark.sql.execution.id")
+                    site = labels.get(int(execution), "?") if execution is not None else "(no SQL execution)"
                     starts[event["Job ID"]] = (site, event["Submission Time"])
-                elif event["Event"] == "SparkListenerJobEnd" and event["Job ID"] in starts:
+                elif '"SparkListenerJobEnd"' in head:
+                    event = json.loads(line)
+                    if event["Job ID"] not in starts:
+                        continue
                     site, began = starts.pop(event["Job ID"])
                     count, seconds = totals.get(site, (0, 0.0))
                     totals[site] = (count + 1, seconds + (event["Completion Time"] - began) / 1000)
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])
-    return [(site, count, round(seconds, 1)) for site, (count, seconds) in ranked[:top]]
+    return {"jobs": sum(c for c, _ in totals.values()),
+            "job_seconds": round(sum(sec for _, sec in totals.values()), 1),
+            "top": [(site, count, round(seconds, 1)) for site, (count, seconds) in ranked[:top]]}
 
 
 def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_log: bool = False) -> dict:
@@ -219,6 +252,7 @@ def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_lo
         events = os.path.join(work, "spark-events")
         os.makedirs(events, exist_ok=True)
         env["PYSPARK_SUBMIT_ARGS"] = (f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "
+                                      "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false "
                                       "pyspark-shell")
     result = run_measured(argv, log_path, env=env)
     if event_log:
@@ -390,8 +424,12 @@ def main(argv=None) -> int:
             detail.append(f"- {label}: per-batch seconds (from `batch committed` logs): "
                           f"min {min(s)}, median {sorted(s)[len(s) // 2]}, max {max(s)}, sum {round(sum(s), 1)}")
         if r.get("profile"):
-            detail.append(f"  - Spark jobs by call site (event log; seconds summed over the run): " + "; ".join(
-                f"`{site}` x{count} {seconds}s" for site, count, seconds in r["profile"]))
+            prof = r["profile"]
+            detail.append(f"  - Spark event log: {prof['jobs']} Spark jobs, {prof['job_seconds']} s inside jobs, "
+                          f"i.e. {round(sum(r['batch_seconds']) - prof['job_seconds'], 1)} s of the batches' time "
+                          "outside any Spark job (driver: planning, py4j, listing, markers; jobs can also overlap)")
+            detail.append("  - costliest jobs, by the first operator of their physical plan: " + "; ".join(
+                f"`{site}` x{count} {seconds}s" for site, count, seconds in prof["top"]))
     pairs = [(n_lines, sec) for label, r, _, _ in results if label.startswith("tidemark")
              for n_lines, sec in zip(r.get("batch_lines", []), r.get("batch_seconds", []))]
     if len({p[0] for p in pairs}) > 1:
