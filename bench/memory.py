@@ -53,6 +53,34 @@ def dir_bytes(path: str) -> int:
     return total
 
 
+def jvm_heap(root_pid: int) -> dict:
+    """Heap used and committed of the driver JVM under root_pid (`jstat -gc`), in bytes; {} if
+    jstat is missing. RSS alone cannot tell a leak from a JVM that grows its heap towards -Xmx
+    lazily and never gives it back; used vs committed can."""
+    from bench.stream_throughput import tree_pids
+
+    for pid in tree_pids(root_pid):
+        try:
+            with open(f"/proc/{pid}/comm") as handle:
+                if handle.read().strip() != "java":
+                    continue
+            out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        lines = out.split("\n")
+        if len(lines) < 2 or not lines[1].strip():
+            return {}
+        row = dict(zip(lines[0].split(), lines[1].split()))
+        try:
+            kb = lambda *keys: sum(float(row[k]) for k in keys)  # noqa: E731
+            return {"heap_used": int(kb("S0U", "S1U", "EU", "OU") * 1024),
+                    "heap_committed": int(kb("S0C", "S1C", "EC", "OC") * 1024),
+                    "old_used": int(kb("OU") * 1024)}
+        except (KeyError, ValueError):
+            return {}
+    return {}
+
+
 class Watcher(threading.Thread):
     """Samples RSS (with wall time) and records each state version when its marker appears."""
 
@@ -91,7 +119,7 @@ class Watcher(threading.Thread):
             except (OSError, ValueError):
                 continue  # not complete yet
             self.versions[batch_id] = {"bytes": dir_bytes(folder), "sessions": int(meta["sessions"]),
-                                       "seen_at": time.time()}
+                                       "seen_at": time.time(), **jvm_heap(self.pid)}
 
     def stop(self):
         self._halt.set()
@@ -170,6 +198,8 @@ def main(argv=None) -> int:
             "batch_id": b["batch_id"], "lines": b["input_lines"], "seconds": b["seconds"],
             "watermark": b["watermark"][:16], "open_sessions": b["open_sessions"],
             "state_bytes": version.get("bytes"),
+            "heap_used": version.get("heap_used"), "heap_committed": version.get("heap_committed"),
+            "old_used": version.get("old_used"),
             "rss_total": max((s["total"] for s in window), default=0),
             "rss_jvm": max((s["jvm"] for s in window), default=0),
             "rss_py": max((s["python"] for s in window), default=0)})
@@ -181,10 +211,12 @@ def main(argv=None) -> int:
     step = max(1, len(series) // 20)
     shown = [s for i, s in enumerate(series) if i % step == 0 or i == len(series) - 1]
     columns = ["batch", "event time (watermark)", "input lines", "batch s", "open sessions",
-               "state KB", "peak PSS MB (JVM+Py)"]
+               "state KB", "peak PSS MB (JVM+Py)", "JVM heap used / committed MB"]
     rows = [[s["batch_id"], s["watermark"], s["lines"], s["seconds"], s["open_sessions"],
              "-" if s["state_bytes"] is None else round(s["state_bytes"] / 1024),
-             f"{mb(s['rss_total'])} ({mb(s['rss_jvm'])}+{mb(s['rss_py'])})"] for s in shown]
+             f"{mb(s['rss_total'])} ({mb(s['rss_jvm'])}+{mb(s['rss_py'])})",
+             "-" if s["heap_used"] is None else f"{mb(s['heap_used'])} / {mb(s['heap_committed'])}"]
+            for s in shown]
     print_wide(f"Stream memory and state over {scale['days']} days of event time ({args.scale})", columns, rows)
 
     # Flatness: medians of the first and last quarters (skipping the first 3 warm-up batches).
@@ -196,10 +228,14 @@ def main(argv=None) -> int:
     sess_first, sess_last = first_last("open_sessions")
     rss_first, rss_last = first_last("rss_total")
     sec_first, sec_last = first_last("seconds")
+    old_first, old_last = first_last("old_used")
+    committed_first, committed_last = first_last("heap_committed")
     peak = max(s["rss_total"] for s in series)
     peak_state = max((s["state_bytes"] or 0) for s in series)
     max_sessions = max(s["open_sessions"] for s in series)
-    flat = state_last <= 1.25 * max(state_first, 1) and rss_last <= 1.25 * max(rss_first, 1)
+    state_flat = state_last <= 1.25 * max(state_first, 1)
+    heap_flat = old_last <= 1.25 * max(old_first, 1)
+    rss_flat = rss_last <= 1.25 * max(rss_first, 1)
     summary_lines = [
         f"- batches: {len(series)} ({fpt} file(s) per trigger), input lines: {sum(s['lines'] for s in series)}, "
         f"wall {wall:.0f} s, stream exit code {rc}; load average before -> after: {load_before} -> {load_after}",
@@ -209,13 +245,18 @@ def main(argv=None) -> int:
         f"- peak memory (PSS) of the process tree per batch: median first quarter {mb(rss_first)} MB, last quarter "
         f"{mb(rss_last)} MB, overall peak {mb(peak)} MB (JVM heap capped by spark.driver.memory 2g)",
         f"- batch seconds: median first quarter {sec_first:.2f}, last quarter {sec_last:.2f}",
-        f"- flat (last quarter <= 1.25x first quarter for state bytes and RSS): {'YES' if flat else 'NO'}",
+        f"- JVM heap (jstat, when each state version appeared): old generation used, median first quarter "
+        f"{mb(old_first)} MB, last quarter {mb(old_last)} MB; heap committed {mb(committed_first)} -> {mb(committed_last)} MB",
+        f"- flat (last quarter <= 1.25x first quarter): state bytes {'YES' if state_flat else 'NO'}, JVM old generation "
+        f"used {'YES' if heap_flat else 'NO'}, process PSS {'YES' if rss_flat else 'NO'}",
     ]
     print("\n".join(summary_lines))
-    full_table = ["| batch | watermark | lines | seconds | open sessions | state bytes | RSS total | RSS JVM | RSS Python |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+    full_table = ["| batch | watermark | lines | seconds | open sessions | state bytes | PSS total | PSS JVM | "
+                  "PSS Python | heap used | heap committed | old gen used |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     full_table += [f"| {s['batch_id']} | {s['watermark']} | {s['lines']} | {s['seconds']} | {s['open_sessions']} | "
-                   f"{s['state_bytes']} | {s['rss_total']} | {s['rss_jvm']} | {s['rss_py']} |" for s in series]
+                   f"{s['state_bytes']} | {s['rss_total']} | {s['rss_jvm']} | {s['rss_py']} | {s['heap_used']} | "
+                   f"{s['heap_committed']} | {s['old_used']} |" for s in series]
     notes = "\n".join([
         "One `tidemark stream --available-now` process over a landing spanning many days of event time, "
         "a few files per micro-batch. Resident memory is sampled every 0.25 s over the whole process tree (the "
