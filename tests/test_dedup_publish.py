@@ -2,6 +2,7 @@
 partition completed late under an already-used receipt_ts."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -212,3 +213,22 @@ def test_partition_completed_late_under_a_used_receipt_ts_gets_a_newer_version(s
               ("u2", "x", t(10, 0), "play")]
     assert published(lake, "2026-03-06") == expected(events, "2026-03-06")
     assert {(s[0], s[4]) for s in published(lake, "2026-03-06")} == {("u1", 3), ("u2", 1)}
+
+
+@pytest.mark.spark
+def test_dedup_command_prints_one_json_result_line(spark, tmp_path, capsys):
+    lake, _, events, _ = lake_with(tmp_path, seed=6)
+    day = busiest_date(events)
+    # The in-process SparkSession is reused by the command's builder (getOrCreate).
+    assert cli.main(["dedup", "--lake", lake, "--event-date", day, "--gap", "30m"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    pointer = publish.read_pointer(lake, day)
+    assert set(result) >= {"event_date", "version", "published", "sessions", "receipts_read", "rows_read",
+                           "affected_dates"}
+    assert (result["event_date"], result["version"], result["sessions"], result["published"]) == \
+        (day, pointer["version"], pointer["sessions"], True)
+    assert result["rows_read"] == pointer["rows_read"] > 0
+    assert result["affected_dates"] == pointer["affected_dates"]
+    assert published(lake, day) == expected(events, day)

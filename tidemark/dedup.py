@@ -27,6 +27,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from streaming_job import receipts
 from tidemark import layout, publish, storage
+from tidemark.publish import read_pointer  # noqa: F401 - re-exported for the DAG
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
