@@ -71,7 +71,9 @@ def corrections_chart(path: str, data: dict, waves) -> str:
                 note = f"v{n + 1}: {v['sessions']}"
                 if n:
                     note += f" (+{v['added']} new, {v.get('changed', 0)} grew, -{v['removed']})"
-                ax.annotate(note, (xv, v["sessions"]), fontsize=7, xytext=(4, -12), textcoords="offset points")
+                last = n == len(versions) - 1 and n > 0  # keep the newest label inside the axes
+                ax.annotate(note, (xv, v["sessions"]), fontsize=7, xytext=(-4 if last else 4, -12),
+                            textcoords="offset points", ha="right" if last else "left")
             ax.set_ylim(0, max(ys) * 1.3)
         ax2 = ax.twinx()
         rows = [r for r in data["receipts"] if r["event_date"] == event_date]
