@@ -72,7 +72,7 @@ def corrections_chart(path: str, data: dict, waves) -> str:
                 if n:
                     note += f" (+{v['added']} new, {v.get('changed', 0)} grew, -{v['removed']})"
                 last = n == len(versions) - 1 and n > 0  # keep the newest label inside the axes
-                ax.annotate(note, (xv, v["sessions"]), fontsize=7, xytext=(-4 if last else 4, -12),
+                ax.annotate(note, (xv, v["sessions"]), fontsize=7, xytext=(-4 if last else 4, 6 if last else -12),
                             textcoords="offset points", ha="right" if last else "left")
             ax.set_ylim(0, max(ys) * 1.3)
         ax2 = ax.twinx()
