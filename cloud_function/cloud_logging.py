@@ -20,23 +20,28 @@ def _severity(logger, method_name, event_dict):
     return event_dict
 
 
-_configured = False
+class _Stdout:
+    """Writes to sys.stdout as it is at each write (redirected or captured streams get the lines)."""
+
+    def write(self, text: str) -> None:
+        sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+_PROCESSORS = [
+    structlog.contextvars.merge_contextvars,
+    _severity,
+    structlog.processors.TimeStamper(fmt="iso", utc=True, key="time"),
+    structlog.processors.format_exc_info,
+    structlog.processors.EventRenamer("message"),
+    structlog.processors.JSONRenderer(sort_keys=False),
+]
 
 
 def get_logger(component: str):
-    global _configured
-    if not _configured:
-        structlog.configure(
-            processors=[
-                structlog.contextvars.merge_contextvars,
-                _severity,
-                structlog.processors.TimeStamper(fmt="iso", utc=True, key="time"),
-                structlog.processors.format_exc_info,
-                structlog.processors.EventRenamer("message"),
-                structlog.processors.JSONRenderer(sort_keys=False),
-            ],
-            logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
-            cache_logger_on_first_use=True,
-        )
-        _configured = True
-    return structlog.get_logger(component=component)
+    # Wrapped, not structlog.configure()d: global configuration would be shared with any other
+    # structlog user in the process (tidemark's own logs, in tests and local runs).
+    return structlog.wrap_logger(structlog.PrintLogger(file=_Stdout()), processors=_PROCESSORS,
+                                 component=component)

@@ -79,13 +79,4 @@ def list_receipts(lake: str, event_date: str) -> list[str]:
 
 
 def list_event_dates(lake: str) -> list[str]:
-    out = []
-    for name in storage.list_subdirs(layout.sessions_root(lake)):
-        value = layout.partition_value(name, "event_date")
-        if value is None:
-            continue
-        try:
-            out.append(layout.check_event_date(value))
-        except layout.InvalidPartitionValue:
-            continue
-    return sorted(out)
+    return storage.list_event_dates(layout.sessions_root(lake))

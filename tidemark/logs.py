@@ -2,6 +2,10 @@
 
 Log lines name what happened to which partition: pass event_date=, receipt_ts=, version= ... as
 keyword fields, never interpolated into the message.
+
+Loggers are wrapped here rather than through structlog.configure(): global configuration would be
+shared with (and overwritten by) any other structlog user in the same process, such as the Cloud
+Function's Cloud Logging format.
 """
 from __future__ import annotations
 
@@ -11,32 +15,47 @@ import sys
 
 import structlog
 
-_configured = False
+_PROCESSORS = [
+    structlog.contextvars.merge_contextvars,
+    structlog.processors.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    structlog.processors.format_exc_info,
+    structlog.processors.JSONRenderer(sort_keys=False),
+]
+_stdlib_configured = False
+
+
+class CurrentStream:
+    """Writes to sys.<name> as it is at each write, so redirected or captured streams get the lines."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def write(self, text: str) -> None:
+        getattr(sys, self.name).write(text)
+
+    def flush(self) -> None:
+        getattr(sys, self.name).flush()
+
+
+def _level() -> int:
+    return getattr(logging, os.environ.get("TIDEMARK_LOG_LEVEL", "INFO").upper(), logging.INFO)
 
 
 def configure(level: str | None = None) -> None:
-    global _configured
-    if _configured:
+    """Standard logging of the libraries underneath (once): to stderr, py4j quieted."""
+    global _stdlib_configured
+    if _stdlib_configured:
         return
-    level_name = (level or os.environ.get("TIDEMARK_LOG_LEVEL", "INFO")).upper()
-    logging.basicConfig(stream=sys.stderr, level=level_name, format="%(message)s")
+    logging.basicConfig(stream=sys.stderr, level=(level or os.environ.get("TIDEMARK_LOG_LEVEL", "INFO")).upper(),
+                        format="%(message)s")
     # py4j logs every callback at INFO (one line per micro-batch); only its problems matter here.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(sort_keys=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level_name, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
-    )
-    _configured = True
+    _stdlib_configured = True
 
 
 def get_logger(component: str):
     configure()
-    return structlog.get_logger(component=component)
+    return structlog.wrap_logger(
+        structlog.PrintLogger(file=CurrentStream("stderr")), processors=_PROCESSORS,
+        wrapper_class=structlog.make_filtering_bound_logger(_level()), component=component)

@@ -89,16 +89,7 @@ def newest_version(lake: str, event_date: str) -> dict | None:
 
 
 def list_dedup_dates(lake: str) -> list[str]:
-    out = []
-    for name in storage.list_subdirs(layout.dedup_root(lake)):
-        value = layout.partition_value(name, "event_date")
-        if value is None:
-            continue
-        try:
-            out.append(layout.check_event_date(value))
-        except layout.InvalidPartitionValue:
-            continue
-    return sorted(out)
+    return storage.list_event_dates(layout.dedup_root(lake))
 
 
 def complete_version(lake: str, marker: dict) -> None:

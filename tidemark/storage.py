@@ -112,3 +112,23 @@ def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
         if info.type == pafs.FileType.File and info.base_name.endswith(suffix) \
                 and not info.base_name.startswith(("_", ".")):
             yield info.path
+
+
+def list_event_dates(root: str) -> list[str]:
+    """Valid dates of the `event_date=YYYY-MM-DD` folders directly under root, oldest first.
+
+    Folders whose value is not a real date (written by hand, or by something else) are skipped,
+    so a stray folder can never become a path or a run.
+    """
+    from tidemark import layout  # layout has no I/O; storage is what lists
+
+    out = []
+    for name in list_subdirs(root):
+        value = layout.partition_value(name, "event_date")
+        if value is None:
+            continue
+        try:
+            out.append(layout.check_event_date(value))
+        except layout.InvalidPartitionValue:
+            continue
+    return sorted(out)
