@@ -23,7 +23,7 @@ p50 / p95 / max over every notice (one per event date touched per batch); "late"
 notices of dates the watermark had already passed (late=true): a correction of a closed date.
 
     .venv/bin/python -m bench.freshness --scale small     # 3 waves, ~5 minutes
-    .venv/bin/python -m bench.freshness --scale full      # 12 waves
+    .venv/bin/python -m bench.freshness --scale full      # 10 waves
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ NAME = "freshness"
 
 SCALES = {
     "small": dict(waves=3, events_per_wave=300, pause=20.0),
-    "full": dict(waves=12, events_per_wave=500, pause=30.0),
+    "full": dict(waves=10, events_per_wave=500, pause=30.0),
 }
 TERMINAL = ("success", "failed")
 
