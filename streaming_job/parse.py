@@ -22,11 +22,16 @@ def _fields(value: Column) -> Column:
 def with_parse(batch: DataFrame) -> DataFrame:
     """Add `fields`, the parsed timestamp and `reason` (null when the line is a valid event)."""
     fields = F.col("fields")
-    parsed_ts = F.try_to_timestamp(F.regexp_replace(fields["event_ts"], "^(.{10})[Tt ]", "$1T"))
+    # RFC 3339 allows a lowercase 't' and 'z' and a space between date and time; Spark's parser
+    # takes none of them, so normalise before parsing.
+    parsed_ts = F.try_to_timestamp(F.regexp_replace(F.upper(fields["event_ts"]), "^(.{10}) ", "$1T"))
     df = batch.withColumn("fields", _fields(F.col("value")))
     reason = F.when(F.trim(F.col("value")) == "", F.lit("empty line"))
-    reason = reason.when(F.expr("try_parse_json(value)").isNull(), F.lit("not valid JSON"))
-    reason = reason.when(fields.isNull(), F.lit("not a JSON object"))
+    # Only lines that are not a JSON object are parsed a second time, to tell why: the nested
+    # CASE is evaluated only for them, so valid events pay for one parse.
+    reason = reason.when(fields.isNull(),
+                         F.when(F.expr("try_parse_json(value)").isNull(), F.lit("not valid JSON"))
+                         .otherwise(F.lit("not a JSON object")))
     for name in REQUIRED_FIELDS:
         reason = reason.when(fields[name].isNull() | (F.trim(fields[name]) == ""),
                              F.lit(f"missing or empty required field: {name}"))
