@@ -35,6 +35,12 @@ def build_session(app_name: str, master: str | None = None, shuffle_partitions: 
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": os.environ.get("TIDEMARK_SPARK_UI", "false"),
         "spark.driver.memory": os.environ.get("TIDEMARK_DRIVER_MEMORY", "2g"),
+        # The driver keeps the history of finished jobs, stages and SQL executions even with the
+        # UI off (1000 each by default); a stream runs ~15 jobs per micro-batch, so the default
+        # history alone grew the heap for hours in bench/memory.py. Recent history is plenty.
+        "spark.ui.retainedJobs": "100",
+        "spark.ui.retainedStages": "200",
+        "spark.sql.ui.retainedExecutions": "50",
     }
     settings.update(conf or {})
     for key, value in settings.items():
