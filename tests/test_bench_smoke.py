@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -68,9 +70,20 @@ def test_file_batches_reads_only_committed_batches(tmp_path):
     assert freshness.file_batches(str(tmp_path)) == {"a.jsonl": 0}
 
 
-def test_process_tree_memory_counts_this_process():
-    sample = stream_throughput.tree_rss(os.getpid())
-    assert sample["total"] > 10 * 1024 * 1024 and sample["jvm"] == 0
+def test_process_tree_memory_counts_a_tree_without_a_jvm():
+    # A child of our own, not this process: a pytest worker may hold a SparkSession's JVM child
+    # from an earlier test, which would rightly count as "jvm".
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; b = bytearray(64 << 20); "
+                              "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        sample = stream_throughput.tree_rss(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert sample["total"] > 64 * 1024 * 1024 and sample["jvm"] == 0
+    assert sample["total"] == sample["python"]
 
 
 @pytest.mark.spark
