@@ -14,7 +14,6 @@ import time
 from typing import Callable
 
 from tidemark import inspect, layout, names, runs as run_ids, storage
-from tidemark.localstack import process
 from tidemark.localstack.stack import Stack, StackError
 
 TERMINAL = ("success", "failed")
@@ -120,6 +119,3 @@ def component_log(stack: Stack, name: str) -> str:
     record = stack.record(name)
     return record.log_path if record else os.path.join(stack.home, "logs")
 
-
-def tail(path: str) -> str:
-    return process.tail(path, 15)
