@@ -154,7 +154,7 @@ def test_invalid_notices_are_acknowledged_and_never_reach_airflow(airflow, emula
     assert len([l for l in log_lines(function) if l.get("outcome") == "rejected"]) == 4
     assert {r["dag_run_id"] for r in client.list_dag_runs(DAG_ID)} == before
     # A copy of each rejected message, untouched, with the reason, on the dead-letter topic.
-    copies = ps.pull(PROJECT, DEAD_LETTER_PULL, host=emulator.host, timeout=10)
+    copies = ps.pull_until(PROJECT, DEAD_LETTER_PULL, lambda got: len(got) >= len(bad), host=emulator.host)
     assert sorted(m.message.data for m in copies) == sorted(bad)
     assert all(m.message.attributes["origin"] == "test" and m.message.attributes["tidemark_rejected_reason"]
                for m in copies)

@@ -17,7 +17,8 @@ from streaming_job import receipts
 from tidemark import layout, names, notice, storage
 from tidemark.cli import main as cli_main
 from tidemark.generate import Workload, build, split_files, write_file
-from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all
+from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
+                                                 pull_all, pull_until)
 from tidemark.notices.outbox import Outbox
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -72,8 +73,13 @@ def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
             subprocess.run(stream_cmd(landing, lake, checkpoint, topic, "--available-now",
                                       "--notice-coalesce", "2s"),
                            stdout=log, stderr=log, env=env, check=True, timeout=600)
-        received = [(notice.decode(m.message.data), dict(m.message.attributes))
-                    for m in pull_all(PROJECT, "crash-topic-all", host=emulator.host)]
+        # Pull until every notice the outbox records as sent arrived (a pull may return only part
+        # of what is waiting); then whatever else is still there (copies) until quiet.
+        sent = {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
+        raw = pull_until(PROJECT, "crash-topic-all", host=emulator.host,
+                         done=lambda got: sent <= {notice.decode(m.message.data)["notice_id"] for m in got})
+        raw += pull_all(PROJECT, "crash-topic-all", host=emulator.host)
+        received = [(notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
     finally:
         emulator.stop()
 

@@ -9,7 +9,7 @@ import pytest
 
 from tidemark.localstack import process
 from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
-                                                 get_subscription, publisher_admin, pull_all)
+                                                 get_subscription, publisher_admin, pull_until)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -39,7 +39,7 @@ def test_emulator_lifecycle_and_admin_helpers(tmp_path):
         assert stored.dead_letter_policy.max_delivery_attempts == 7
 
         publisher_admin(host).publish(topic, b"hello", kind="partition").result(timeout=30)
-        [message] = pull_all(PROJECT, "pull-all", host=host)
+        [message] = pull_until(PROJECT, "pull-all", lambda got: len(got) >= 1, host=host)
         assert (message.message.data, dict(message.message.attributes)) == (b"hello", {"kind": "partition"})
 
         # A restart keeps the address and forgets every topic (the emulator is in memory).

@@ -1,13 +1,19 @@
 """Availability notices on the real Pub/Sub emulator, started and stopped by these tests.
 
 The emulator keeps everything in memory: after a restart the tests recreate topic and
-subscriptions, exactly what a real outage does not need. It stores subscription filters without
-applying them, so the tests check the stored filter and the attributes it would match.
+subscriptions, exactly what a real outage does not need (the stream test cuts the network link
+instead, tests/netcut.py). It stores subscription filters without applying them, so the tests
+check the stored filter and the attributes it would match.
+
+Receiving: a pull may return only part of what is waiting, or nothing, so the tests pull until
+every notice the outbox records as sent has arrived (pull_until), and use "pull until quiet"
+only to check that nothing (more) arrives.
 """
 from __future__ import annotations
 
 import os
 from collections import defaultdict
+from typing import Collection
 
 import pytest
 
@@ -15,7 +21,7 @@ from streaming_job import receipts
 from tidemark import layout, names, notice
 from tidemark.cli import main as cli_main
 from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
-                                                 get_subscription, pull_all)
+                                                 get_subscription, pull_all, pull_until)
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.service import NoticeService
 
@@ -55,10 +61,27 @@ def make_topic(host: str, topic: str) -> str:
     return f"projects/{PROJECT}/topics/{topic}"
 
 
-def messages(host: str, topic: str, sub: str = "all") -> list[tuple[dict, dict]]:
-    """(validated body, attributes) of every message waiting on the subscription, acked."""
-    return [(notice.decode(m.message.data), dict(m.message.attributes))
-            for m in pull_all(PROJECT, f"{topic}-{sub}", host=host)]
+def messages(host: str, topic: str, sub: str = "all", expect: Collection[str] = (),
+             at_least: int = 0) -> list[tuple[dict, dict]]:
+    """(validated body, attributes) of messages on the subscription, acked: pulled until every
+    notice id in `expect` (and at least `at_least` messages) arrived; with neither, until quiet."""
+    expect = set(expect)
+    subscription = f"{topic}-{sub}"
+    if not expect and not at_least:
+        raw = pull_all(PROJECT, subscription, host=host)
+    else:
+        raw = pull_until(PROJECT, subscription, host=host, done=lambda got: len(got) >= at_least and
+                         expect <= {notice.decode(m.message.data)["notice_id"] for m in got})
+    return [(notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
+
+
+def sent_ids(lake: str) -> set[str]:
+    """The notices the outbox records as acknowledged by Pub/Sub."""
+    return {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
+
+
+def ids(received: list[tuple[dict, dict]]) -> set[str]:
+    return {body["notice_id"] for body, _ in received}
 
 
 def partition(lake: str, event_date: str, receipt_ts: str, batch_id: int, late: bool) -> dict:
@@ -101,7 +124,7 @@ def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp
     service.on_batch(Report(5, parts[2:]))
     assert service.stop(timeout=60) == 0
 
-    received = messages(host, "attrs-topic")
+    received = messages(host, "attrs-topic", expect=sent_ids(lake))
     unique = assert_same_copies(received)
     assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
         sorted((p["event_date"], p["receipt_ts"]) for p in parts)
@@ -119,7 +142,7 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
     before = [partition(lake, "2026-03-07", "20260308T001000000Z", 1, late=False)]
     service.on_batch(Report(1, before))
     assert service.stop(timeout=60) == 0
-    received = messages(emulator.host, "outage-topic")
+    received = messages(emulator.host, "outage-topic", expect=sent_ids(lake))
 
     emulator.stop()
     service = NoticeService(lake, topic, tick=0.2, backoff_max=2).start()
@@ -137,7 +160,7 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
     make_topic(emulator.host, "outage-topic")
     assert cli_main(["notices", "--lake", lake, "--publish", topic, "--timeout", "60",
                      "--format", "summary", "--check"]) == 0
-    received += messages(emulator.host, "outage-topic")
+    received += messages(emulator.host, "outage-topic", expect=sent_ids(lake) - ids(received))
     unique = assert_same_copies(received)
     assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
         sorted((p["event_date"], p["receipt_ts"]) for p in before + during)
@@ -159,7 +182,7 @@ def test_resend_after_a_lost_sent_record_keeps_the_notice_id(pubsub_env, tmp_pat
     service = NoticeService(lake, topic, tick=0.2).start()
     service.on_batch(Report(1, [part]))  # and the batch is replayed too
     assert service.stop(timeout=60) == 0
-    received = messages(host, "resend-topic")
+    received = messages(host, "resend-topic", expect={notice_id}, at_least=2)
     assert [b["notice_id"] for b, _ in received] == [notice_id, notice_id]
     assert len(assert_same_copies(received)) == 1
 
@@ -192,14 +215,15 @@ def test_coalesced_and_digest_notices_wait_for_their_window(pubsub_env, tmp_path
     at["now"] = datetime(2026, 3, 8, 0, 16, tzinfo=timezone.utc)  # 00:10-00:15 has ended
     service = NoticeService(lake, topic, policy=policy, tick=0.2, clock=lambda: at["now"]).start()
     assert service.stop(timeout=60, flush_groups=False) == 0
-    [(body, attrs)] = messages(host, "cadence-topic")
+    [(body, attrs)] = messages(host, "cadence-topic", expect=sent_ids(lake))
     assert (body["kind"], attrs["kind"], body["receipt_ts_list"]) == \
         ("coalesced", "coalesced", [p["receipt_ts"] for p in fresh])
 
     at["now"] = datetime(2026, 3, 8, 1, 0, tzinfo=timezone.utc)  # the digest hour has ended
     service = NoticeService(lake, topic, policy=policy, tick=0.2, clock=lambda: at["now"]).start()
     assert service.stop(timeout=60, flush_groups=True) == 0  # a final flush closes 00:15-00:20 too
-    received = {b["event_date"] + "/" + b["kind"]: b for b, _ in messages(host, "cadence-topic")}
+    received = {b["event_date"] + "/" + b["kind"]: b
+                for b, _ in messages(host, "cadence-topic", expect=sent_ids(lake) - {body["notice_id"]})}
     assert sorted(received) == ["2026-03-04/late_digest", "2026-03-05/late_digest", "2026-03-07/coalesced"]
     assert received["2026-03-05/late_digest"]["receipt_ts_list"] == [old[0]["receipt_ts"], old[1]["receipt_ts"]]
     assert received["2026-03-07/coalesced"]["receipt_ts_list"] == [next_window["receipt_ts"]]
@@ -226,37 +250,44 @@ def _files():
 
 
 @pytest.mark.spark
-def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, pubsub_env, tmp_path):
+def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, pubsub_env, tmp_path,
+                                                                        monkeypatch):
     from streaming_job.job import StreamConfig, run_stream
+    from tests.netcut import NetCut
     from tests.streamkit import land
+    from tidemark.localstack.process import wait_until
     from tidemark.sessions import SessionRules
 
     emulator = pubsub_env
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
     topic = make_topic(emulator.host, "stream-topic")
     land(landing, _files())
-    received, late_received = [], []
+    # The stream reaches Pub/Sub through a link the test cuts: an outage that, unlike an emulator
+    # restart, keeps the topic, its subscriptions and what they hold.
+    link = NetCut(emulator.port).start()
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", link.host)
+    owed_during_outage = []
 
     def outage(report):
-        """Runs after the notice listener of the same batch: Pub/Sub goes away during batch 1
-        (once what was sent is pulled: the emulator forgets on stop) and is back in batch 4."""
+        """Runs after the notice listener of the same batch: Pub/Sub becomes unreachable once the
+        notices of batches 0-1 are out, and reachable again in batch 4."""
         if report.batch_id == 1:
-            from tidemark.localstack.process import wait_until
             wait_until(lambda: not Outbox(lake).owed(), 60, "notices of batches 0-1 sent")
-            received.extend(messages(emulator.host, "stream-topic"))
-            late_received.extend(messages(emulator.host, "stream-topic", "late"))
-            emulator.stop()
+            link.cut()
         elif report.batch_id == 4:
-            assert len(Outbox(lake).owed()) >= 2  # batches 2 and 3 wrote while Pub/Sub was away
-            emulator.start()
-            make_topic(emulator.host, "stream-topic")
+            owed_during_outage.extend(Outbox(lake).owed())
+            link.restore()
 
     config = StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,
                           rules=SessionRules.parse("30m", "1h", "0s"), available_now=True,
                           max_files_per_trigger=1, notify_topic=topic, notice_flush_timeout=60)
-    run_stream(config, listeners=[outage], spark=spark)
-    received.extend(messages(emulator.host, "stream-topic"))
-    late_received.extend(messages(emulator.host, "stream-topic", "late"))
+    try:
+        run_stream(config, listeners=[outage], spark=spark)
+    finally:
+        link.stop()
+    assert len(owed_during_outage) >= 2  # batches 2 and 3 wrote while Pub/Sub was away
+    received = messages(emulator.host, "stream-topic", expect=sent_ids(lake))
+    late_received = messages(emulator.host, "stream-topic", "late", expect=sent_ids(lake))
 
     on_disk = {(d, r): receipts.read_marker(lake, d, r)
                for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
@@ -279,10 +310,11 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
     for name in (str(last), f".{last}.crc"):
         if os.path.exists(os.path.join(commits, name)):
             os.remove(os.path.join(commits, name))
-    sent_before = {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
+    sent_before = sent_ids(lake)
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host)  # a wrong re-publish would arrive
     replayed = []
     run_stream(config, listeners=[replayed.append], spark=spark)
     assert [r.batch_id for r in replayed] == [last] and replayed[0].partitions
-    assert {e["notice"]["notice_id"] for e in Outbox(lake).sent()} == sent_before
+    assert sent_ids(lake) == sent_before
     assert messages(emulator.host, "stream-topic") == []
     assert cli_main(["notices", "--lake", lake, "--check", "--format", "summary"]) == 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 from tidemark.localstack import process
 
@@ -182,11 +183,16 @@ def get_subscription(project: str, subscription: str, host: str | None = None):
 
 
 def pull(project: str, subscription: str, host: str | None = None, max_messages: int = 100,
-         timeout: float = 5.0, ack: bool = True) -> list:
-    """One synchronous pull (ReceivedMessage list), acknowledged unless ack=False."""
+         timeout: float = 10.0, ack: bool = True, client=None) -> list:
+    """One synchronous pull (ReceivedMessage list), acknowledged unless ack=False.
+
+    An empty subscription holds the pull open for a few seconds (the emulator long-polls). A pull
+    cut off by its deadline returns [] here, but the emulator may already have leased messages to
+    it: those come back only after the subscription's ack deadline. So one empty pull proves
+    nothing; callers that expect messages use pull_until."""
     from google.api_core import exceptions
 
-    client = subscriber_admin(_host(host))
+    client = client or subscriber_admin(_host(host))
     path = client.subscription_path(project, subscription)
     try:
         response = client.pull(request={"subscription": path, "max_messages": max_messages},
@@ -199,12 +205,34 @@ def pull(project: str, subscription: str, host: str | None = None, max_messages:
     return received
 
 
+def pull_until(project: str, subscription: str, done, host: str | None = None,
+               timeout: float = 120.0) -> list:
+    """Pull (and ack) until `done(received so far)` is true; TimeoutError after `timeout` seconds.
+
+    What a test that expects messages must use: a pull may return fewer messages than are
+    waiting, or none, so "pull until a pull comes back empty" can stop before everything published
+    has arrived. The default timeout outlasts an ack deadline (30 s), so messages leased to a pull
+    that timed out are redelivered in time."""
+    client = subscriber_admin(_host(host))
+    out: list = []
+    deadline = time.monotonic() + timeout
+    while not done(out):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{subscription}: the expected messages did not arrive within "
+                               f"{timeout:.0f}s ({len(out)} received)")
+        out.extend(pull(project, subscription, client=client,
+                        timeout=max(1.0, min(10.0, deadline - time.monotonic()))))
+    return out
+
+
 def pull_all(project: str, subscription: str, host: str | None = None, idle_rounds: int = 2,
              timeout: float = 2.0) -> list:
-    """Pull (and ack) until `idle_rounds` pulls in a row return nothing."""
+    """Pull (and ack) until `idle_rounds` pulls in a row return nothing: only for draining, or for
+    checking that nothing (more) arrives; to receive messages that were published, use pull_until."""
+    client = subscriber_admin(_host(host))
     out, idle = [], 0
     while idle < idle_rounds:
-        batch = pull(project, subscription, host=host, timeout=timeout)
+        batch = pull(project, subscription, timeout=timeout, client=client)
         out.extend(batch)
         idle = 0 if batch else idle + 1
     return out
