@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` (set up, then run tidemark end to end) and `make test`.
-.PHONY: setup demo test bench
+.PHONY: setup demo test test-fast bench
 
 setup:
 	bash scripts/setup.sh
@@ -11,6 +11,11 @@ demo: setup
 # emulator, spark-submit), so two files share the 2-core machine well; --durations says what was slow.
 test: setup
 	.venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=25
+
+# The edit loop: unit and single-component tests (no emulator, Airflow, functions-framework or
+# cluster: those are marked slow). `make test` stays the full suite that CI runs.
+test-fast: setup
+	.venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadfile -m "not slow" --durations=10
 
 bench: setup
 	.venv/bin/python -m bench
