@@ -75,6 +75,10 @@ def test_build_covers_partitions_deterministically(tmp_path):
     ({"notice_id": "../../etc"}, "notice_id"),
     ({"kind": "weekly"}, "kind"),
     ({"unexpected": 1}, "unexpected"),
+    # "format": "date-time" is checked, not only the type
+    ({"watermark": "2026-13-07T25:00:00Z"}, "watermark"),
+    ({"max_event_ts": "yesterday"}, "max_event_ts"),
+    ({"published_at": "2026-03-07 10:00"}, "published_at"),
 ])
 def test_invalid_notices_are_refused_naming_the_field(tmp_path, change, message):
     body = notice.build("sessions", [partition(str(tmp_path), "2026-03-06", "20260307T100000000Z")])

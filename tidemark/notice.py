@@ -32,7 +32,12 @@ def schema() -> dict:
 
 @lru_cache(maxsize=1)
 def _validator():
-    return jsonschema.Draft202012Validator(schema(), format_checker=jsonschema.FormatChecker())
+    checker = jsonschema.FormatChecker()
+    # jsonschema silently skips a format whose checker library is missing: refuse to run without
+    # the one the schema relies on rather than accept any string as a timestamp.
+    if "date-time" not in checker.checkers:
+        raise RuntimeError("jsonschema cannot check 'date-time' formats: install rfc3339-validator")
+    return jsonschema.Draft202012Validator(schema(), format_checker=checker)
 
 
 def notice_id(dataset: str, event_date: str, receipt_ts_list: list[str]) -> str:
