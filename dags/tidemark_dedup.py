@@ -50,11 +50,11 @@ def date_asset(event_date: str) -> Asset:
 
 
 def read_current(lake: str, event_date: str) -> dict | None:
-    """The date's _CURRENT.json (pyarrow + JSON, no JVM). tidemark.publish imports only layout,
-    storage and logs, so it works where only the tidemark package is deployed (Composer's dags/)."""
+    """The date's current version from the Iceberg table's current metadata (pyiceberg, no JVM):
+    version, receipts, affected_dates, sessions, ... or None."""
     from tidemark import layout, publish
 
-    return publish.read_pointer(lake, layout.check_event_date(event_date))
+    return publish.current_version(lake, layout.check_event_date(event_date))
 
 
 def dedup_task(args: list[str]):

@@ -1,8 +1,10 @@
-"""Publishing: bad input refused up front, idempotent reruns, killed runs, concurrent runs, and a
-partition completed late under an already-used receipt_ts."""
+"""Publishing into the Iceberg table: bad input refused up front, concurrent commits of different
+dates and of one date, idempotent reruns, runs killed around the commit, a slower run with fewer
+receipts, and a partition completed late under an already-used receipt_ts."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import signal
@@ -10,13 +12,15 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from streaming_job import receipts
+from tests import icebergkit
 from tests.test_dedup_lake import RULES, SimulatedStream, arrivals, expected, make_events, published
-from tidemark import cli, layout, publish, reader, storage
+from tidemark import cli, layout, publish, reader, storage, table as iceberg
 from tidemark.dedup import run_dedup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,34 +54,83 @@ def test_bad_event_date_is_refused_before_anything_runs(tmp_path, capsys, comman
     assert not os.path.exists(lake)  # nothing created, nothing started
 
 
-def test_gc_refuses_bad_dates_and_durations(tmp_path, capsys):
-    assert cli.main(["gc", "--lake", str(tmp_path), "--event-date", "2026-13-01"]) == 2
+def test_gc_refuses_bad_durations_and_retentions_below_the_floor(tmp_path, capsys):
     assert cli.main(["gc", "--lake", str(tmp_path), "--retention", "a week"]) == 2
+    assert cli.main(["gc", "--lake", str(tmp_path), "--retention", "1m"]) == 2
     err = capsys.readouterr().err
-    assert "invalid event_date '2026-13-01'" in err and "invalid duration 'a week'" in err
+    assert "invalid duration 'a week'" in err
+    assert "refusing a retention of 1m: below the safe floor of 1h" in err
 
 
-def test_pointer_converges_to_the_newest_complete_version_under_concurrent_writers(tmp_path):
-    """Many writers complete versions in random order and switch the pointer at once, no lock."""
+def _publish_in_process(lake, day, receipts, barrier):
+    barrier.wait()
+    outcome = icebergkit.publish_run(lake, day, receipts)
+    return outcome.committed, outcome.current["run_id"], outcome.current["version"]
+
+
+def test_four_dates_commit_at_once_from_four_processes_and_none_is_lost(tmp_path):
+    """Four dedup drivers (processes) publish four dates into one new table at the same moment:
+    they race to create it and to commit; conflicts are retried on a fresh snapshot."""
+    lake = str(tmp_path / "lake")
+    days = ["2026-03-06", "2026-03-07", "2026-03-08", "2026-03-09"]
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(4, mp_context=context) as pool:
+        barrier = manager.Barrier(4)
+        futures = {day: pool.submit(_publish_in_process, lake, day, [icebergkit.receipt(1), icebergkit.receipt(2)],
+                                    barrier) for day in days}
+        results = {day: future.result(timeout=300) for day, future in futures.items()}
+    assert all(committed for committed, _, _ in results.values())
+    assert publish.list_dedup_dates(lake) == days
+    for day, (_, run_id, version) in results.items():
+        current = publish.current_version(lake, day)
+        assert (current["run_id"], current["version"]) == (run_id, version) == (run_id, icebergkit.receipt(2))
+        assert reader.read_sessions(lake, day).num_rows == 1
+    tbl = iceberg.load(lake)
+    assert sorted(props["tidemark.event-date"] for _, props in publish.snapshot_versions(tbl)) == days
+    assert tbl.scan().to_arrow().num_rows == 4
+
+
+@pytest.mark.parametrize("order", ["complete first", "complete last", "at once"])
+def test_two_publishes_of_one_date_the_more_complete_wins_in_any_order(tmp_path, order):
     lake, day = str(tmp_path / "lake"), "2026-03-06"
-    versions = [layout.format_receipt_ts(publish.layout.parse_receipt_ts("20260306T000000000Z")
-                                         .replace(second=i)) for i in range(24)]
-    random.Random(3).shuffle(versions)
-    barrier = threading.Barrier(len(versions))
+    complete = icebergkit.prepared_run(lake, day, [icebergkit.receipt(h) for h in (1, 2, 3)], sessions=3)
+    partial = icebergkit.prepared_run(lake, day, [icebergkit.receipt(h) for h in (1, 2)], sessions=2)
+    if order == "at once":
+        barrier = threading.Barrier(2)
+        outcomes = {}
 
-    def writer(version):
-        barrier.wait()
-        publish.complete_version(lake, {"event_date": day, "version": version, "data": "data-" + "0" * 32,
-                                        "files": [], "sessions": 0, "receipts": [],
-                                        "created_at": "2026-03-06T00:00:00Z"})
-        publish.switch_pointer(lake, day)
+        def run(marker):
+            barrier.wait()
+            outcomes[marker["run_id"]] = publish.commit(lake, marker)
 
-    threads = [threading.Thread(target=writer, args=(v,)) for v in versions]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert publish.read_pointer(lake, day)["version"] == max(versions)
+        threads = [threading.Thread(target=run, args=(m,)) for m in (partial, complete)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert outcomes[complete["run_id"]].committed
+    else:
+        first, second = (complete, partial) if order == "complete first" else (partial, complete)
+        assert publish.commit(lake, first).committed
+        assert publish.commit(lake, second).committed == (second is complete)
+    current = publish.current_version(lake, day)
+    assert current["run_id"] == complete["run_id"] and current["version"] == icebergkit.receipt(3)
+    assert reader.read_sessions(lake, day).num_rows == 3
+    # Every version id of the date is unique and grows with what it includes.
+    ids = [v["version"] for v in publish.list_versions(lake, day)]
+    assert ids == sorted(set(ids))
+
+
+def test_a_run_missing_receipts_the_current_version_has_is_refused_and_must_replan(tmp_path):
+    lake, day = str(tmp_path / "lake"), "2026-03-06"
+    assert icebergkit.publish_run(lake, day, [icebergkit.receipt(1), icebergkit.receipt(3)]).committed
+    other = icebergkit.prepared_run(lake, day, [icebergkit.receipt(1), icebergkit.receipt(2)])
+    with pytest.raises(publish.Superseded, match="1 receipt partition"):
+        publish.commit(lake, other)
+    assert publish.current_version(lake, day)["version"] == icebergkit.receipt(3)
+    # Same highest receipt, more receipts: a later id (+1 ms), never the same one.
+    fuller = icebergkit.prepared_run(lake, day, [icebergkit.receipt(h) for h in (1, 2, 3)])
+    assert publish.commit(lake, fuller).current["version"] == "20260310T030000001Z"
 
 
 @pytest.mark.spark
@@ -86,20 +139,45 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     day = busiest_date(events)
     first = run_dedup(lake, day, RULES, spark=spark)
     assert first.published and not first.noop and first.version == max(
-        k.split("/")[1] for k in publish.read_pointer(lake, day)["receipts"])
-    before = sorted(os.listdir(layout.dedup_date_dir(lake, day)))
+        k.split("/")[1] for k in publish.current_version(lake, day)["receipts"])
+    snapshot = iceberg.load(lake).current_snapshot().snapshot_id
+    runs = sorted(os.listdir(os.path.dirname(publish.run_dir(lake, day, first_run(lake, day)))))
 
     import tidemark.spark
     monkeypatch.setattr(tidemark.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
     again = run_dedup(lake, day, RULES)  # no spark given: it must not need one
     assert again.noop and not again.published and again.version == first.version
     assert again.rows_read == 0 and again.affected_dates == []
-    assert sorted(os.listdir(layout.dedup_date_dir(lake, day))) == before
+    assert iceberg.load(lake).current_snapshot().snapshot_id == snapshot  # nothing committed
+    assert sorted(os.listdir(os.path.dirname(publish.run_dir(lake, day, first_run(lake, day))))) == runs
     assert published(lake, day) == expected(events, day)
 
 
+def first_run(lake, day):
+    return publish.current_version(lake, day)["run_id"]
+
+
+def _killed_before_commit(real):
+    def commit(lake, marker):
+        raise KeyboardInterrupt()
+    return commit
+
+
+def _killed_after_commit(real):
+    def commit(lake, marker):
+        real(lake, marker)
+        raise KeyboardInterrupt()
+    return commit
+
+
 @pytest.mark.spark
-def test_killed_between_version_and_pointer_keeps_previous_then_rerun_finishes(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("when", ["before", "during", "after"])
+def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(spark, tmp_path, monkeypatch, when):
+    """Killed before the commit (files and marker written), during it (the new metadata file written,
+    the catalog not switched), or after it (before the run reports): readers always see one whole
+    version, and a rerun ends with the table equal to the batch reference."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
     lake, stream, events, cut = lake_with(tmp_path, upto=2)
     day = busiest_date(events)
     v1 = run_dedup(lake, day, RULES, spark=spark)
@@ -108,26 +186,74 @@ def test_killed_between_version_and_pointer_keeps_previous_then_rerun_finishes(s
     for deliveries in cut[2:]:
         stream.batch(deliveries)
 
-    # A leftover of a run killed while writing: a version folder with part of its data, no marker.
-    ghost = publish.data_dir(lake, day, "29990101T000000000Z", publish.new_run_id())
-    os.makedirs(ghost)
-    with open(os.path.join(ghost, "part-00000.parquet"), "wb") as half:
-        half.write(b"PAR1 truncated")
-    assert reader.resolve(lake, day)["version"] == v1.version
+    if when == "during":
+        real_write = SqlCatalog._write_metadata
 
-    # Killed after the version's marker, before the pointer switch.
-    real_switch = publish.switch_pointer
-    monkeypatch.setattr(publish, "switch_pointer", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        def write_then_die(*args, **kwargs):
+            real_write(*args, **kwargs)
+            raise KeyboardInterrupt()
+        monkeypatch.setattr(SqlCatalog, "_write_metadata", staticmethod(write_then_die))
+    else:
+        wrap = _killed_before_commit if when == "before" else _killed_after_commit
+        monkeypatch.setattr(publish, "commit", wrap(publish.commit))
     with pytest.raises(KeyboardInterrupt):
         run_dedup(lake, day, RULES, spark=spark)
-    monkeypatch.setattr(publish, "switch_pointer", real_switch)
-    assert reader.resolve(lake, day)["version"] == v1.version           # readers still see v1, whole
-    assert published(lake, day) == expected(seen, day)
+    monkeypatch.undo()
+    current = publish.current_version(lake, day)
+    if when == "after":
+        assert current["version"] > v1.version and published(lake, day) == expected(events, day)
+    else:
+        assert current["version"] == v1.version and published(lake, day) == expected(seen, day)
+    assert reader.read_sessions(lake, day).num_rows == current["sessions"]  # whole, whichever it is
 
     rerun = run_dedup(lake, day, RULES, spark=spark)
-    assert rerun.noop and rerun.published and rerun.version > v1.version  # finished the switch only
+    assert rerun.noop == (when == "after")
     assert published(lake, day) == expected(events, day)
-    assert publish.newest_version(lake, day)["version"] == rerun.version  # the ghost never counts
+    complete = {f"{p.event_date}/{p.receipt_ts}" for d in receipts.list_event_dates(lake)
+                for p in [receipts.read_marker(lake, d, ts) for ts in receipts.list_receipts(lake, d)]}
+    assert set(publish.current_version(lake, day)["receipts"]) <= complete
+
+
+@pytest.mark.spark
+def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version(spark, tmp_path, monkeypatch):
+    """Issue 11 point 5. Run B plans while a partition of the last batch is still incomplete, and
+    is slow; run A plans after it completed and publishes first. B must not publish its version
+    (same highest receipt_ts, fewer receipts) over A's, nor under the same version id."""
+    lake = str(tmp_path / "lake")
+    stream = SimulatedStream(lake, 1)
+    t = lambda h, m, d=6: datetime(2026, 3, d, h, m, tzinfo=timezone.utc)  # noqa: E731
+    stream.batch([("u1", "a", t(23, 20), "play"), ("u1", "b", t(23, 45), "play")])
+    written = stream.batch([("u1", "c", t(0, 10, 7), "play"), ("u2", "x", t(10, 0), "play")], mode=0.0)
+    hidden = receipts.marker_path(lake, "2026-03-07", written[0].receipt_ts)
+    text = storage.read_text(hidden)
+    os.remove(hidden)
+
+    import tidemark.dedup
+    real_write = tidemark.dedup._write_version
+    b_waiting, b_go = threading.Event(), threading.Event()
+
+    def slow_for_b(*args, **kwargs):
+        if threading.current_thread().name == "run-b":
+            b_waiting.set()
+            assert b_go.wait(300)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(tidemark.dedup, "_write_version", slow_for_b)
+    results = {}
+    b = threading.Thread(name="run-b", target=lambda: results.update(b=run_dedup(lake, "2026-03-06", RULES, spark=spark)))
+    b.start()
+    assert b_waiting.wait(300)
+    storage.write_text_atomic(hidden, text)  # the partition completes
+    a = run_dedup(lake, "2026-03-06", RULES, spark=spark)
+    b_go.set()
+    b.join(300)
+    assert a.published
+    events = [("u1", "a", t(23, 20), "play"), ("u1", "b", t(23, 45), "play"), ("u1", "c", t(0, 10, 7), "play"),
+              ("u2", "x", t(10, 0), "play")]
+    current = publish.current_version(lake, "2026-03-06")
+    assert f"2026-03-07/{written[0].receipt_ts}" in current["receipts"]
+    assert published(lake, "2026-03-06") == expected(events, "2026-03-06")
+    assert not results["b"].published and current["version"] == a.version
 
 
 @pytest.mark.spark
@@ -146,16 +272,16 @@ def test_process_killed_mid_run_leaves_previous_version_readable(spark, tmp_path
         # Kill it as soon as it has started writing its new version's data.
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            if any(v > v1.version for v in publish.list_version_dirs(lake, day)):
+            if len(os.listdir(os.path.dirname(publish.run_dir(lake, day, first_run(lake, day))))) > 1:
                 break
             time.sleep(0.05)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-    pointer = publish.read_pointer(lake, day)
-    assert pointer["version"] in (v1.version, publish.newest_version(lake, day)["version"])
-    current = reader.read_sessions(lake, day)  # whichever it names, it is whole
+    pointer = publish.current_version(lake, day)
+    assert pointer["version"] >= v1.version
+    current = reader.read_sessions(lake, day)  # whichever it is, it is whole
     assert current.num_rows == pointer["sessions"]
     run_dedup(lake, day, RULES, spark=spark)
     assert published(lake, day) == expected(events, day)
@@ -179,10 +305,11 @@ def test_concurrent_runs_of_one_date_both_succeed_and_agree(spark, tmp_path):
     for t in threads:
         t.join()
     assert not errors
-    pointer = publish.read_pointer(lake, day)
+    pointer = publish.current_version(lake, day)
     assert {r.version for r in results} == {pointer["version"]}
+    assert sorted(r.published for r in results) == [False, True]  # one commit, one no-op
     assert published(lake, day) == expected(events, day)
-    assert pointer == publish.read_version(lake, day, pointer["version"])
+    assert [v["version"] for v in publish.list_versions(lake, day)] == [pointer["version"]]
 
 
 @pytest.mark.spark
@@ -224,7 +351,7 @@ def test_dedup_command_prints_one_json_result_line(spark, tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1
     result = json.loads(lines[0])
-    pointer = publish.read_pointer(lake, day)
+    pointer = publish.current_version(lake, day)
     assert set(result) >= {"event_date", "version", "published", "sessions", "receipts_read", "rows_read",
                            "affected_dates"}
     assert (result["event_date"], result["version"], result["sessions"], result["published"]) == \

@@ -1,105 +1,126 @@
-"""tidemark gc: superseded versions go after the retention; current, newest, and anything younger
-stay; leftovers of killed or losing runs go too. Versions are built with pyarrow here (gc is pure
-file logic), read back through the same reader consumers use."""
+"""tidemark gc on the Iceberg table: snapshots expire once they stopped being current longer than
+the retention ago; unreferenced run folders and metadata go after the retention; the current version
+of every date, young leftovers, and anything under the safe floor stay (issue 11 point 7).
+Versions are built with pyarrow (tests/icebergkit.py) except where a real dedup run matters."""
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime, timedelta, timezone
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import pytest
 
-from tidemark import cli, layout, publish, reader
+from tests import icebergkit
+from tidemark import cli, gc, publish, reader, table as iceberg
 
-DAY = "2026-03-06"
-T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
-
-
-def make_version(lake, version, created_at, sessions=1, point=True):
-    run_id = publish.new_run_id()
-    folder = publish.data_dir(lake, DAY, version, run_id)
-    os.makedirs(folder)
-    pq.write_table(pa.table({"user_id": [f"u{i}" for i in range(sessions)],
-                             "session_start": pa.array([T0] * sessions, pa.timestamp("us", tz="UTC"))}),
-                   f"{folder}/part-0.parquet")
-    marker = {"event_date": DAY, "version": version, "data": publish.data_dir_name(run_id),
-              "files": [f"{publish.data_dir_name(run_id)}/part-0.parquet"], "sessions": sessions,
-              "receipts": [], "created_at": created_at.isoformat().replace("+00:00", "Z")}
-    publish.complete_version(lake, marker)
-    if point:
-        publish.switch_pointer(lake, DAY)
-    return marker
+DAY, OTHER = "2026-03-06", "2026-03-07"
 
 
-def age_files(folder, when):
-    for root, dirs, files in os.walk(folder):
-        for name in files + dirs:
-            os.utime(os.path.join(root, name), (when.timestamp(), when.timestamp()))
-    os.utime(folder, (when.timestamp(), when.timestamp()))
+def now_plus(**kw) -> datetime:
+    return datetime.now(timezone.utc) + timedelta(**kw)
 
 
-def test_gc_keeps_current_newest_and_recent_removes_the_rest(tmp_path, capsys):
+def run_folders(lake, day) -> list[str]:
+    return sorted(os.listdir(os.path.dirname(publish.run_dir(lake, day, "0" * 32))))
+
+
+def test_retentions_below_the_floor_are_refused_before_anything(tmp_path):
     lake = str(tmp_path / "lake")
-    v = [f"20260310T0{i}0000000Z" for i in range(1, 5)]
-    make_version(lake, v[0], T0 + timedelta(hours=1))
-    make_version(lake, v[1], T0 + timedelta(hours=2))
-    make_version(lake, v[2], T0 + timedelta(hours=3))
-    make_version(lake, v[3], T0 + timedelta(hours=4), sessions=3)
-    # A run killed mid-write (no marker) and the losing data folder of two concurrent runs.
-    killed = publish.data_dir(lake, DAY, "20260310T050000000Z", publish.new_run_id())
-    os.makedirs(killed)
-    loser = publish.data_dir(lake, DAY, v[3], publish.new_run_id())
-    os.makedirs(loser)
-    age_files(layout.dedup_version_dir(lake, DAY, "20260310T050000000Z"), T0)
-    age_files(loser, T0)
-
-    # now = 4h30 after T0 with a 2h retention: v0 superseded at 2h (2h30 ago) and v1 at 3h (1h30
-    # ago): only v0 goes. The old leftovers go; the current v3 stays.
-    removed = publish.gc(lake, timedelta(hours=2), now=T0 + timedelta(hours=4, minutes=30))
-    assert {(r.what, r.version) for r in removed} == {
-        ("version", v[0]), ("incomplete", "20260310T050000000Z"), ("orphan-data", v[3])}
-    assert publish.list_version_dirs(lake, DAY) == v[1:]
-    assert not os.path.exists(loser)
-    assert reader.read_sessions(lake, DAY).num_rows == 3
-
-    # Much later everything superseded goes, but never the current version.
-    removed = publish.gc(lake, timedelta(hours=2), now=T0 + timedelta(days=30))
-    assert {r.version for r in removed} == {v[1], v[2]}
-    assert publish.list_version_dirs(lake, DAY) == [v[3]]
-    assert reader.read_sessions(lake, DAY).num_rows == 3
-    assert reader.resolve(lake, DAY, as_of=v[3])["version"] == v[3]
+    icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
+    icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1), icebergkit.receipt(2)])
+    with pytest.raises(gc.RetentionTooShort, match="below the safe floor of 1h"):
+        gc.gc(lake, timedelta(minutes=59), now=now_plus(days=30))
+    assert len(run_folders(lake, DAY)) == 2
 
 
-def test_gc_never_removes_the_pointed_version_even_if_a_newer_one_exists(tmp_path):
+def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp_path):
     lake = str(tmp_path / "lake")
-    old = make_version(lake, "20260310T010000000Z", T0)
-    make_version(lake, "20260310T020000000Z", T0 + timedelta(hours=1), point=False)
-    make_version(lake, "20260310T030000000Z", T0 + timedelta(hours=2), point=False)
-    assert publish.read_pointer(lake, DAY)["version"] == old["version"]
-    removed = publish.gc(lake, timedelta(0), now=T0 + timedelta(days=1))
-    assert {r.version for r in removed} == {"20260310T020000000Z"}
-    assert reader.read_sessions(lake, DAY).num_rows == 1
+    first = icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)]).current
+    # OTHER's only version: its snapshot is soon superseded by DAY's commits, its files stay current.
+    other = icebergkit.publish_run(lake, OTHER, [icebergkit.receipt(1)], sessions=2).current
+    second = icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1), icebergkit.receipt(2)]).current
+    third = icebergkit.publish_run(lake, DAY, [icebergkit.receipt(h) for h in (1, 2, 3)], sessions=3).current
+    killed = icebergkit.prepared_run(lake, DAY, [icebergkit.receipt(h) for h in (1, 2, 3, 4)])  # never committed
+    metadata_before = len(os.listdir(os.path.join(lake, "sessions_dedup", "metadata")))
+
+    # Within the retention nothing goes: everything stopped being current (or was written) just now.
+    assert gc.gc(lake, timedelta(hours=2), now=now_plus(hours=1)) == []
+
+    removed = gc.gc(lake, timedelta(hours=2), now=now_plus(hours=3))
+    snapshots = [r for r in removed if r.what == "snapshot"]
+    assert [(r.event_date, r.version) for r in snapshots] == [
+        (DAY, first["version"]), (OTHER, other["version"]), (DAY, second["version"])]
+    runs = {r.path.rsplit("run=", 1)[1]: r for r in removed if r.what == "run"}
+    assert set(runs) == {first["run_id"], second["run_id"], killed["run_id"]}
+    assert runs[first["run_id"]].version == first["version"] and runs[killed["run_id"]].version is None
+    assert any(r.what == "metadata" for r in removed)
+    assert len(os.listdir(os.path.join(lake, "sessions_dedup", "metadata"))) < metadata_before
+
+    # What is current stays readable: the date whose snapshot went, too.
+    assert run_folders(lake, DAY) == [f"run={third['run_id']}"]
+    assert run_folders(lake, OTHER) == [f"run={other['run_id']}"]
+    assert reader.read_sessions(lake, DAY).num_rows == 3
+    assert reader.read_sessions(lake, OTHER).num_rows == 2
+    assert publish.current_version(lake, OTHER)["run_id"] == other["run_id"]
+    assert [v["version"] for v in publish.list_versions(lake, OTHER)] == [other["version"]]
+    with pytest.raises(reader.NoVersion, match="garbage-collected"):
+        reader.resolve(lake, DAY, as_of=second["version"])
+
+    # Much later, again: the current snapshot and files are never candidates.
+    assert [r for r in gc.gc(lake, timedelta(hours=2), now=now_plus(days=400)) if r.what != "metadata"] == []
+    assert reader.read_sessions(lake, DAY).num_rows == 3 and reader.read_sessions(lake, OTHER).num_rows == 2
 
 
 def test_gc_leaves_young_leftovers_of_a_run_in_progress(tmp_path):
     lake = str(tmp_path / "lake")
-    make_version(lake, "20260310T010000000Z", T0)
-    running = publish.data_dir(lake, DAY, "20260310T020000000Z", publish.new_run_id())
+    icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
+    running = publish.run_dir(lake, DAY, publish.new_run_id())
     os.makedirs(running)
-    with open(os.path.join(running, "part-0.parquet"), "wb") as out:
+    with open(os.path.join(running, "part-00000.parquet"), "wb") as out:
         out.write(b"being written")
-    assert publish.gc(lake, timedelta(hours=1)) == []  # mtime is now: a live run
+    assert gc.gc(lake, timedelta(hours=1)) == []  # mtime is now: a live run
     assert os.path.exists(running)
 
 
 def test_gc_command_dry_run_lists_without_removing(tmp_path, capsys):
     lake = str(tmp_path / "lake")
-    make_version(lake, "20260310T010000000Z", T0)
-    make_version(lake, "20260310T020000000Z", T0 + timedelta(hours=1))
+    icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
+    icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1), icebergkit.receipt(2)])
     assert cli.main(["gc", "--lake", lake, "--retention", "1h", "--dry-run"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["version"], r["what"], r["dry_run"]) for r in lines] == [("20260310T010000000Z", "version", True)]
-    assert len(publish.list_version_dirs(lake, DAY)) == 2
-    assert cli.main(["gc", "--lake", lake, "--retention", "1h", "--event-date", DAY]) == 0
-    assert publish.list_version_dirs(lake, DAY) == ["20260310T020000000Z"]
+    assert capsys.readouterr().out == ""  # the first version stopped being current just now
+    assert cli.main(["gc", "--lake", lake, "--retention", "1m"]) == 2
+    assert "below the safe floor" in capsys.readouterr().err
+    assert len(run_folders(lake, DAY)) == 2
+
+
+@pytest.mark.spark
+def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, monkeypatch):
+    """The newer version's data was written 3 hours ago but it became current just now: the older
+    version stopped being current just now, and a reader may still be on it. gc --retention 2h
+    must keep it."""
+    import tidemark.dedup
+    from tests.test_dedup_lake import RULES, expected
+    from tests.test_dedup_publish import busiest_date, lake_with
+
+    lake, stream, events, cut = lake_with(tmp_path, upto=2)
+    day = busiest_date(events)
+    v1 = tidemark.dedup.run_dedup(lake, day, RULES, spark=spark)
+    for deliveries in cut[2:]:
+        stream.batch(deliveries)
+    real = datetime
+
+    class ThreeHoursAgo(real):
+        @classmethod
+        def now(cls, tz=None):
+            return real.now(tz) - timedelta(hours=3)
+
+    monkeypatch.setattr(tidemark.dedup, "datetime", ThreeHoursAgo)
+    v2 = tidemark.dedup.run_dedup(lake, day, RULES, spark=spark)
+    monkeypatch.undo()
+    assert v2.version > v1.version
+
+    assert cli.main(["gc", "--lake", lake, "--retention", "2h"]) == 0
+    assert reader.resolve(lake, day, as_of=v1.version)["version"] == v1.version
+    seen = [e for batch in cut[:2] for e in batch]
+    table = reader.read_sessions(lake, day, as_of=v1.version)
+    assert {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"])
+            for r in table.to_pylist()} == expected(seen, day)

@@ -20,7 +20,8 @@ def test_bad_event_dates_are_refused_with_the_value_in_the_message(bad):
 def test_event_date_paths():
     assert layout.receipt_dir("gs://b/lake/", "2026-03-07", "20260307T201500123Z") == \
         "gs://b/lake/sessions/event_date=2026-03-07/receipt_ts=20260307T201500123Z"
-    assert layout.current_pointer("/l", "2026-03-07") == "/l/sessions_dedup/event_date=2026-03-07/_CURRENT.json"
+    assert layout.current_pointer("/l", "2026-03-07") == \
+        "/l/sessions_dedup (table property tidemark.current.2026-03-07)"
 
 
 def test_receipt_ts_round_trips_and_sorts_like_time():

@@ -14,8 +14,8 @@ Which events can belong to a session starting on D (00:00 UTC of D is `D0`):
   midnight after hi (a pane starting the day after hi could join it).
 
 Reruns are cheap: the receipts a run would read are planned from the markers alone (no Spark), and
-when the newest complete version already includes all of them the run only makes sure the pointer
-names it. Assumes what the input contract says: copies of one (user_id, event_id) are the same event,
+when the current version (the Iceberg table's, tidemark.publish) already includes all of them the
+run is a no-op. Assumes what the input contract says: copies of one (user_id, event_id) are the same event,
 with the same event_ts.
 """
 from __future__ import annotations
@@ -27,7 +27,6 @@ from datetime import date, datetime, timedelta, timezone
 
 from streaming_job import receipts
 from tidemark import layout, publish, storage
-from tidemark.publish import read_pointer  # noqa: F401 - re-exported for the DAG
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
@@ -125,33 +124,42 @@ class DedupResult:
         return asdict(self)
 
 
-def _next_ms(receipt_ts: str) -> str:
-    return layout.format_receipt_ts(layout.parse_receipt_ts(receipt_ts) + timedelta(milliseconds=1))
-
-
 def _covered(keys: list[str], marker: dict | None) -> bool:
     return marker is not None and set(keys) <= set(marker.get("receipts", []))
 
 
-def _noop(event_date: str, lake: str, started: float) -> DedupResult:
-    """Nothing new to include: make sure the pointer names the newest complete version."""
-    pointer, wrote = publish.switch_pointer(lake, event_date)
-    # Affected dates are reported only by the run that made the version current (here: finishing a
-    # run killed between its marker and its pointer), so that reruns do not ping-pong forever.
-    result = DedupResult(event_date, pointer and pointer["version"], wrote,
-                         int(pointer["sessions"]) if pointer else 0, 0, 0,
-                         list(pointer.get("affected_dates", [])) if (pointer and wrote) else [],
+def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
+    """Nothing new to include: the current version already has every planned receipt."""
+    result = DedupResult(event_date, current and current["version"], False,
+                         int(current["sessions"]) if current else 0, 0, 0, [],
                          noop=True, seconds=round(time.monotonic() - started, 3))
-    log.info("dedup up to date", event_date=event_date, version=result.version, pointer_fixed=wrote)
+    log.info("dedup up to date", event_date=event_date, version=result.version)
     return result
+
+
+_MAX_REPLANS = 3
 
 
 def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spark=None,
               run_id: str | None = None) -> DedupResult:
     """Deduplicate and publish one event date. Idempotent, restartable, safe to run concurrently.
 
-    `spark` is only started (when not given) if there is something new to compute.
+    `spark` is only started (when not given) if there is something new to compute. A run whose
+    plan turns out stale at commit time (a concurrent run published receipts it did not read)
+    plans again from the lake as it is now.
     """
+    for attempt in range(1, _MAX_REPLANS + 1):
+        try:
+            return _run_dedup_once(lake, event_date, rules, spark, run_id if attempt == 1 else None)
+        except publish.Superseded as exc:
+            if attempt == _MAX_REPLANS:
+                raise
+            log.info("dedup replans: its plan was stale", event_date=event_date, reason=str(exc))
+    raise AssertionError("unreachable")
+
+
+def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spark,
+                    run_id: str | None) -> DedupResult:
     started = time.monotonic()
     event_date = layout.check_event_date(event_date)
     rules = rules or SessionRules()
@@ -166,7 +174,7 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
         return DedupResult(event_date, None, False, 0, 0, 0, noop=True,
                            seconds=round(time.monotonic() - started, 3))
     if _covered(current.keys, previous):
-        return _noop(event_date, lake, started)
+        return _noop(event_date, previous, started)
 
     if previous is not None and previous.get("gap") != format_duration(rules.gap):
         log.warning("gap differs from the previous version's", event_date=event_date,
@@ -193,25 +201,19 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
     try:
         newest = publish.newest_version(lake, event_date)
         if _covered(current.keys, newest):
-            return _noop(event_date, lake, started)  # a concurrent run published all of it already
-        version = current.max_receipt_ts
-        if newest is not None and newest["version"] >= version:
-            # Same highest receipt but other receipts (a partition of an older batch completed late):
-            # a later id, so that the newest version is always the most complete one.
-            version = _next_ms(newest["version"])
-        marker = _write_version(lake, event_date, version, run_id, islands, summary, current, rules,
-                                known, previous)
+            return _noop(event_date, newest, started)  # a concurrent run published all of it already
+        marker = _write_version(lake, event_date, run_id, islands, summary, current, rules, known, previous)
     finally:
         islands.unpersist()
-    publish.complete_version(lake, marker)
-    pointer, wrote = publish.switch_pointer(lake, event_date)
-    result = DedupResult(event_date, version, pointer is not None and pointer["version"] == version,
-                         marker["sessions"], len(current.partitions), current.rows,
+    outcome = publish.commit(lake, marker)
+    if not outcome.committed:
+        return _noop(event_date, outcome.current, started)
+    version = outcome.current["version"]
+    result = DedupResult(event_date, version, True, marker["sessions"], len(current.partitions), current.rows,
                          marker["affected_dates"], seconds=round(time.monotonic() - started, 3))
     log.info("dedup published", event_date=event_date, version=version, sessions=result.sessions,
              receipts_read=result.receipts_read, rows_read=result.rows_read,
-             affected_dates=result.affected_dates, current=pointer and pointer["version"],
-             seconds=result.seconds)
+             affected_dates=result.affected_dates, seconds=result.seconds)
     return result
 
 
@@ -265,27 +267,31 @@ def _summary(session, islands, event_date: str) -> dict:
     }
 
 
-def _write_version(lake, event_date, version, run_id, islands, summary, current: Plan,
+def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
                    rules: SessionRules, known, previous) -> dict:
+    """Write the run's sessions of event_date as Parquet into its own folder, then its marker.
+    The version id is chosen at commit time (tidemark.publish.commit), on the table's fresh state."""
     from pyspark.sql import functions as F
 
     from tidemark.spark import session_id_sql
 
     sessions = summary["sessions"]
-    out = (islands.where(F.col("event_date") == F.lit(event_date))
-           .select(F.expr(session_id_sql()).alias("session_id"), *OUTPUT_COLUMNS[1:]))
-    folder = publish.data_dir(lake, event_date, version, run_id)
-    # About a million sessions per file, sorted so that row-group statistics on user_id help readers.
-    files = max(1, -(-sessions // 1_000_000))
-    out = out.coalesce(1) if files == 1 else out.repartition(files, "user_id")
-    out.sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
-    names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
-    data = publish.data_dir_name(run_id)
-    return {
+    folder = publish.run_dir(lake, event_date, run_id)
+    names: list[str] = []
+    if sessions:
+        # event_date is inside the files: Iceberg reads the identity partition value from them.
+        out = (islands.where(F.col("event_date") == F.lit(event_date))
+               .select(F.expr(session_id_sql()).alias("session_id"), *OUTPUT_COLUMNS[1:],
+                       F.lit(event_date).cast("date").alias("event_date")))
+        # About a million sessions per file, sorted so that row-group statistics on user_id help readers.
+        files = max(1, -(-sessions // 1_000_000))
+        out = out.coalesce(1) if files == 1 else out.repartition(files, "user_id")
+        out.sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
+        names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
+    marker = {
         "event_date": event_date,
-        "version": version,
-        "data": data,
-        "files": [f"{data}/{name}" for name in names],
+        "run_id": run_id,
+        "files": names,
         "sessions": int(sessions),
         "receipts": current.keys,
         "receipts_read": len(current.partitions),
@@ -295,8 +301,9 @@ def _write_version(lake, event_date, version, run_id, islands, summary, current:
         "hi": current.hi,
         "gap": format_duration(rules.gap),
         "affected_dates": summary["affected_dates"],
-        "previous_version": previous and previous["version"],
+        "planned_on": previous and previous["version"],
         "new_receipts": len(set(current.keys) - known),
-        "run_id": run_id,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
     }
+    publish.write_marker(lake, marker)
+    return marker

@@ -64,7 +64,7 @@ def partitions(lake: str, now: datetime | None = None) -> list[dict]:
             "event_date": event_date,
             "version": pointer["version"] if pointer else None,
             "sessions": int(pointer["sessions"]) if pointer else None,
-            "version_created_at": pointer.get("created_at") if pointer else None,
+            "version_created_at": (pointer.get("committed_at") or pointer.get("created_at")) if pointer else None,
             "receipts": len(stamps),
             "included": len(stamps) - len(pending),
             "pending": len(pending),
@@ -151,7 +151,7 @@ def lineage(lake: str, event_date: str, all_runs: list[dict] | None = None) -> l
         first = next((v for v in versions if key in v.get("receipts", [])), None)
         if first is not None:
             row.version = first["version"]
-            row.version_created_at = parse_time(first.get("created_at"))
+            row.version_created_at = parse_time(first.get("committed_at") or first.get("created_at"))
         rows.append(row)
     return rows
 
@@ -186,7 +186,8 @@ def history(lake: str, event_date: str, all_runs: list[dict] | None = None) -> l
     pointer = publish.read_pointer(lake, event_date)
     for version in publish.list_versions(lake, event_date):
         current = pointer is not None and pointer["version"] == version["version"]
-        items.append({"time": parse_time(version.get("created_at")), "kind": "version", "id": version["version"],
+        items.append({"time": parse_time(version.get("committed_at") or version.get("created_at")),
+                      "kind": "version", "id": version["version"],
                       "state": "current" if current else "superseded",
                       "detail": f"{version['sessions']} sessions from {len(version.get('receipts', []))} "
                                 f"receipt(s), {version.get('new_receipts', '?')} new; run {version.get('run_id', '')}"})

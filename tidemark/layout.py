@@ -5,9 +5,9 @@ and every user-supplied partition value is validated here before it can reach a 
 
     <lake>/sessions/event_date=YYYY-MM-DD/receipt_ts=YYYYMMDDTHHMMSSmmmZ/   stream panes (immutable)
         _tidemark_receipt.json      completion marker, written last; readers skip folders without it
-    <lake>/sessions_dedup/event_date=YYYY-MM-DD/version=<receipt_ts>/       deduplicated versions
-        _tidemark_version.json      completion marker of one version
-    <lake>/sessions_dedup/event_date=YYYY-MM-DD/_CURRENT.json              pointer to the current version
+    <lake>/sessions_dedup/                                                  the deduplicated sessions:
+                                                an Iceberg table (tidemark.table, tidemark.publish)
+    <lake>/_catalog/iceberg.db                                              its local SQLite catalog
     <lake>/_quarantine/receipt_ts=<receipt_ts>/                             malformed input lines
     <lake>/_notices/{outbox,sent}/<notice_id>.json                         availability notice outbox
     <lake>/_notices/pending/<group>.json                                   partitions waiting for a coalesced notice
@@ -23,8 +23,6 @@ QUARANTINE = "_quarantine"
 NOTICES = "_notices"
 
 RECEIPT_MARKER = "_tidemark_receipt.json"
-VERSION_MARKER = "_tidemark_version.json"
-CURRENT_POINTER = "_CURRENT.json"
 QUARANTINE_MARKER = "_tidemark_quarantine.json"
 
 # Basic ISO 8601 in UTC with milliseconds: sortable as text and free of ':' (which Hadoop escapes
@@ -112,16 +110,10 @@ def dedup_root(lake: str) -> str:
     return join(lake, SESSIONS_DEDUP)
 
 
-def dedup_date_dir(lake: str, event_date: object) -> str:
-    return join(lake, SESSIONS_DEDUP, f"event_date={check_event_date(event_date)}")
-
-
-def dedup_version_dir(lake: str, event_date: object, version: object) -> str:
-    return join(dedup_date_dir(lake, event_date), f"version={check_receipt_ts(version)}")
-
-
 def current_pointer(lake: str, event_date: object) -> str:
-    return join(dedup_date_dir(lake, event_date), CURRENT_POINTER)
+    """Where the current version of a date is recorded, for messages: the table property
+    tidemark.current.<date> of the Iceberg table at <lake>/sessions_dedup (see tidemark.publish)."""
+    return f"{dedup_root(lake)} (table property tidemark.current.{check_event_date(event_date)})"
 
 
 def quarantine_root(lake: str) -> str:

@@ -1,217 +1,277 @@
-"""Versions of a deduplicated event date, the `_CURRENT.json` pointer, and their garbage collection.
+"""Publishing a deduplicated version of an event date into the Iceberg table, and what is current.
 
-    sessions_dedup/event_date=D/version=V/data-<run_id>/part-*.parquet   one run's output
-    sessions_dedup/event_date=D/version=V/_tidemark_version.json         marker, written last
-    sessions_dedup/event_date=D/_CURRENT.json                            copy of the current marker
+A dedup run writes its Parquet files (Spark) into a folder of its own, then a marker, then commits:
 
-A version is complete once its marker exists; the marker lists the data files, so readers read
-exactly those and never a half-written or a concurrent run's folder. Each run writes its data into
-its own `data-<run_id>` folder: two runs of the same version at once never touch each other's files.
+    sessions_dedup/data/event_date=D/run=<run_id>/part-*.parquet    the run's sessions of D
+    sessions_dedup/data/event_date=D/run=<run_id>/_tidemark_run.json what the run included (receipts,
+                                                                      sessions, hi, gap, affected dates)
 
-The pointer is switched without locks, in a way that works on object stores: every writer writes
-the newest complete version it can list, then lists again and repeats while a newer one appeared.
-The last write is made by a writer that saw no newer complete version after it, and any version
-completed later is written by its own writer afterwards, so the pointer converges to the newest.
-Only this module and pure-pyarrow readers import this: no Spark here.
+`commit` is ONE Iceberg commit (pyiceberg, optimistic, compare-and-swap in the catalog) that
+- replaces D's data files by the run's files (an `overwrite` snapshot; other dates untouched),
+- records in the snapshot summary the event date, the version, the run, the receipts included,
+- sets the table property `tidemark.current.D` = {"version", "run_id", ...}.
+
+So the table's current metadata is the one truth of what is current: the property names the run
+whose marker holds the receipts the dedup's planning needs, and it changes in the same atomic
+commit as the files. A run killed before the commit leaves an unreferenced folder (gc removes it;
+the rerun recomputes); killed after, the rerun finds its receipts covered.
+
+Conflicts (another run committed first, any date) are retried on a freshly loaded table, and each
+attempt checks again, on that fresh state, that it does not replace a version holding receipts
+this run lacks: the newest complete version wins, whatever the order the runs finish in. The version
+id (the highest receipt_ts included, or the current id + 1 ms when that is not higher) is chosen in
+the same attempt, so two runs of one date can never publish the same id.
 """
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
-import pyarrow.fs as pafs
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, storage
+from tidemark import layout, storage, table as iceberg
 from tidemark.logs import get_logger
 
 log = get_logger("publish")
 
-_DATA_DIR = re.compile(r"^data-[0-9a-f]{32}$")
-_MAX_POINTER_ROUNDS = 20
+RUN_MARKER = "_tidemark_run.json"
+CURRENT_PREFIX = "tidemark.current."
+SUMMARY_PREFIX = "tidemark."
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+_EPOCH_DAY = date(1970, 1, 1)
+
+
+class Superseded(RuntimeError):
+    """The current version holds receipts this run lacks: its plan is stale, it must replan."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    committed: bool       # this run's version became current
+    current: dict         # the date's current version after the attempt (see current_version)
 
 
 def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def data_dir_name(run_id: str) -> str:
-    name = f"data-{run_id}"
-    if not _DATA_DIR.match(name):
-        raise ValueError(f"invalid run id {run_id!r}")
-    return name
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(str(run_id)):
+        raise ValueError(f"invalid run id {str(run_id)[:80]!r}")
+    return str(run_id)
 
 
-def data_dir(lake: str, event_date: str, version: str, run_id: str) -> str:
-    return layout.join(layout.dedup_version_dir(lake, event_date, version), data_dir_name(run_id))
+def run_dir(lake: str, event_date: str, run_id: str) -> str:
+    """The folder one dedup run writes its Parquet files and marker into."""
+    return layout.join(layout.dedup_root(lake), "data", f"event_date={layout.check_event_date(event_date)}",
+                       f"run={check_run_id(run_id)}")
 
 
-def version_marker_path(lake: str, event_date: str, version: str) -> str:
-    return layout.join(layout.dedup_version_dir(lake, event_date, version), layout.VERSION_MARKER)
+def marker_path(lake: str, event_date: str, run_id: str) -> str:
+    return layout.join(run_dir(lake, event_date, run_id), RUN_MARKER)
 
 
-def list_version_dirs(lake: str, event_date: str) -> list[str]:
-    """Every version id with a folder (complete or not), oldest first."""
+def write_marker(lake: str, marker: dict) -> None:
+    storage.write_json_atomic(marker_path(lake, marker["event_date"], marker["run_id"]), marker)
+
+
+def read_marker(lake: str, event_date: str, run_id: str) -> dict | None:
+    return storage.read_json(marker_path(lake, event_date, run_id))
+
+
+def run_files(lake: str, marker: dict) -> list[str]:
+    """The marker's data files as URIs (names checked: never outside the run's folder)."""
+    base = run_dir(lake, marker["event_date"], marker["run_id"])
     out = []
-    for name in storage.list_subdirs(layout.dedup_date_dir(lake, event_date)):
-        value = layout.partition_value(name, "version")
-        if value is None:
-            continue
-        try:
-            out.append(layout.check_receipt_ts(value))
-        except layout.InvalidPartitionValue:
-            continue
-    return sorted(out)
+    for name in marker["files"]:
+        if "/" in name or name.startswith(".") or not name.endswith(".parquet"):
+            raise ValueError(f"run marker of {marker['event_date']} names a file outside its folder: {name!r}")
+        out.append(iceberg._uri(layout.join(base, name)))
+    return out
 
 
-def read_version(lake: str, event_date: str, version: str) -> dict | None:
-    """The marker of a complete version, or None when the version is missing or incomplete."""
-    return storage.read_json(version_marker_path(lake, event_date, version))
+# --- what is current ------------------------------------------------------------------------------
+
+def _record(tbl, event_date: str) -> dict | None:
+    value = tbl.properties.get(CURRENT_PREFIX + event_date)
+    return None if value is None else json.loads(value)
 
 
-def list_versions(lake: str, event_date: str) -> list[dict]:
-    """Markers of the complete versions of one date, oldest first."""
-    markers = []
-    for version in list_version_dirs(lake, event_date):
-        marker = read_version(lake, event_date, version)
-        if marker is not None:
-            markers.append(marker)
-    return markers
+def current_of(lake: str, tbl, event_date: str) -> dict | None:
+    """The current version of a date according to this loaded table (see current_version)."""
+    record = _record(tbl, event_date)
+    if record is None:
+        return None
+    marker = read_marker(lake, event_date, record["run_id"])
+    if marker is None:
+        raise RuntimeError(f"the table names run {record['run_id']} current for {event_date} but its marker "
+                           f"{marker_path(lake, event_date, record['run_id'])} is missing")
+    return {**marker, **record}
 
 
-def newest_version(lake: str, event_date: str) -> dict | None:
-    for version in reversed(list_version_dirs(lake, event_date)):
-        marker = read_version(lake, event_date, version)
-        if marker is not None:
-            return marker
-    return None
+def current_version(lake: str, event_date: str) -> dict | None:
+    """The current version of an event date, from the table's current metadata, or None before the
+    first publish. A dict with at least: event_date, version, run_id, receipts (sorted
+    'YYYY-MM-DD/receipt_ts' keys), sessions, affected_dates, hi, gap, lo, max_receipt_ts,
+    previous_version, files, created_at (the data's), committed_at."""
+    event_date = layout.check_event_date(event_date)
+    tbl = iceberg.load(lake)
+    return None if tbl is None else current_of(lake, tbl, event_date)
+
+
+# The names callers used before the table existed; the same answer.
+newest_version = current_version
+read_pointer = current_version
 
 
 def list_dedup_dates(lake: str) -> list[str]:
-    return storage.list_event_dates(layout.dedup_root(lake))
+    """Every event date with a current version, oldest first."""
+    tbl = iceberg.load(lake)
+    if tbl is None:
+        return []
+    return sorted(key[len(CURRENT_PREFIX):] for key in tbl.properties if key.startswith(CURRENT_PREFIX))
 
 
-def complete_version(lake: str, marker: dict) -> None:
-    """Write the version's marker: from now on the version is complete and may be pointed to."""
-    storage.write_json_atomic(version_marker_path(lake, marker["event_date"], marker["version"]), marker)
-    log.info("version complete", event_date=marker["event_date"], version=marker["version"],
-             sessions=marker.get("sessions"), data=marker.get("data"))
+def snapshot_versions(tbl, event_date: str | None = None) -> list[tuple]:
+    """(snapshot, summary fields) of the tidemark commits still in the table's history, oldest first."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    out = []
+    for snapshot in ancestors_of(tbl.current_snapshot(), tbl.metadata):
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if event_date is None or props.get("tidemark.event-date") == event_date:
+            out.append((snapshot, props))
+    return out[::-1]
 
 
-def read_pointer(lake: str, event_date: str) -> dict | None:
-    """The current version's marker (a copy kept in _CURRENT.json), or None before the first run."""
-    return storage.read_json(layout.current_pointer(lake, event_date))
-
-
-def switch_pointer(lake: str, event_date: str) -> tuple[dict | None, bool]:
-    """Point _CURRENT.json at the newest complete version; returns (pointer, whether we wrote it).
-
-    Safe to call from any number of concurrent writers (see the module docstring).
-    """
+def list_versions(lake: str, event_date: str) -> list[dict]:
+    """The versions of a date the table still knows, oldest first: the snapshots that published
+    them (each with snapshot_id, committed_at and its run's marker), and the current version even
+    when gc expired the snapshot that published it."""
     event_date = layout.check_event_date(event_date)
-    path = layout.current_pointer(lake, event_date)
-    wrote = False
-    for _ in range(_MAX_POINTER_ROUNDS):
-        newest = newest_version(lake, event_date)
-        if newest is None:
-            return read_pointer(lake, event_date), wrote
-        current = read_pointer(lake, event_date)
-        if current is not None and current.get("version") == newest["version"] \
-                and current.get("data") == newest.get("data"):
-            return current, wrote
-        storage.write_json_atomic(path, newest)
-        wrote = True
-        log.info("pointer switched", event_date=event_date, version=newest["version"],
-                 previous=None if current is None else current.get("version"))
-    raise RuntimeError(f"pointer of {event_date} did not settle after {_MAX_POINTER_ROUNDS} rounds")
+    tbl = iceberg.load(lake)
+    if tbl is None:
+        return []
+    out = []
+    for snapshot, props in snapshot_versions(tbl, event_date):
+        marker = read_marker(lake, event_date, props["tidemark.run-id"]) or {}
+        out.append({**marker, "event_date": event_date, "version": props["tidemark.version"],
+                    "run_id": props["tidemark.run-id"], "snapshot_id": snapshot.snapshot_id,
+                    "committed_at": _iso_ms(snapshot.timestamp_ms)})
+    current = current_of(lake, tbl, event_date)
+    if current is not None and all(v["run_id"] != current["run_id"] for v in out):
+        out.insert(0, current)
+    return out
 
 
-# --- garbage collection --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Removal:
-    event_date: str
-    version: str
-    what: str        # "version" (superseded), "incomplete" (no marker), "orphan-data" (unreferenced run)
-    path: str
-    age_s: float
+def _iso_ms(millis: int) -> str:
+    moment = datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _parse_iso(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+def _next_ms(receipt_ts: str) -> str:
+    return layout.format_receipt_ts(layout.parse_receipt_ts(receipt_ts) + timedelta(milliseconds=1))
 
 
-def _newest_mtime(uri: str) -> datetime | None:
-    """Newest modification time of anything below a folder (object stores have no folder mtimes)."""
-    fs, path = storage.resolve(uri)
-    newest = None
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    infos.append(fs.get_file_info(path))
-    for info in infos:
-        if info.mtime is not None:
-            moment = info.mtime if info.mtime.tzinfo else info.mtime.replace(tzinfo=timezone.utc)
-            newest = moment if newest is None or moment > newest else newest
-    return newest
+# --- the commit -----------------------------------------------------------------------------------
+
+def _conflicts():
+    from pyiceberg.exceptions import CommitFailedException
+    from sqlalchemy.exc import OperationalError
+
+    return (CommitFailedException, OperationalError)
 
 
-def gc(lake: str, retention: timedelta, now: datetime | None = None, event_dates: list[str] | None = None,
-       dry_run: bool = False) -> list[Removal]:
-    """Remove what readers can no longer need, once it has been unneeded for `retention`.
+def commit(lake: str, marker: dict) -> Outcome:
+    """Make the run's version (its marker is written, its files complete) the date's current one,
+    unless the current version already includes all its receipts (Outcome.committed False).
 
-    - a complete version that is neither current nor the newest, once the version that superseded
-      it (the next newer one) has existed for `retention` (a reader that followed the pointer just
-      before the switch still has that long to finish);
-    - a version folder without marker (a run killed mid-write) whose newest file is that old;
-    - a `data-*` folder its version's marker does not name (the loser of two concurrent runs).
-    The current version and the newest complete version are never removed.
+    Raises Superseded when the current version includes receipts the run lacks (replan and rerun).
+    Retries conflicting commits on a fresh snapshot; safe to call from many processes at once.
     """
-    now = now or datetime.now(timezone.utc)
-    removed: list[Removal] = []
-    dates = [layout.check_event_date(d) for d in event_dates] if event_dates else list_dedup_dates(lake)
-    for event_date in dates:
-        pointer = read_pointer(lake, event_date)
-        complete = list_versions(lake, event_date)
-        complete_ids = [m["version"] for m in complete]
-        keep = set(complete_ids[-1:])
-        if pointer is not None:
-            keep.add(pointer["version"])
-        for i, marker in enumerate(complete):
-            version = marker["version"]
-            folder = layout.dedup_version_dir(lake, event_date, version)
-            if version not in keep and i + 1 < len(complete):
-                age = (now - _parse_iso(complete[i + 1]["created_at"])).total_seconds()
-                if age >= retention.total_seconds():
-                    removed.append(Removal(event_date, version, "version", folder, age))
-                    if not dry_run:
-                        # Marker first: a half-deleted folder is then an ignored incomplete one.
-                        storage.delete_file(version_marker_path(lake, event_date, version))
-                        storage.delete_dir(folder)
-                    continue
-            for name in storage.list_subdirs(folder):
-                if _DATA_DIR.match(name) and name != marker.get("data"):
-                    removed.extend(_remove_if_old(event_date, version, "orphan-data",
-                                                  layout.join(folder, name), now, retention, dry_run))
-        for version in list_version_dirs(lake, event_date):
-            if version in complete_ids:
-                continue
-            folder = layout.dedup_version_dir(lake, event_date, version)
-            if storage.exists(version_marker_path(lake, event_date, version)):
-                continue  # completed since we listed
-            removed.extend(_remove_if_old(event_date, version, "incomplete", folder, now, retention, dry_run))
-    for item in removed:
-        log.info("gc removed" if not dry_run else "gc would remove", event_date=item.event_date,
-                 version=item.version, what=item.what, age_s=round(item.age_s, 1))
-    return removed
+    event_date = layout.check_event_date(marker["event_date"])
+    run_id = check_run_id(marker["run_id"])
+    paths = run_files(lake, marker)
+    tbl = iceberg.load(lake, create=True)
+    data_files = _data_files(tbl, paths, event_date)
+    attempts = 0
+
+    @retry(retry=retry_if_exception_type(_conflicts()), stop=stop_after_delay(300),
+           wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+    def attempt() -> Outcome:
+        nonlocal attempts
+        attempts += 1
+        fresh = iceberg.load(lake)
+        current = current_of(lake, fresh, event_date)
+        if current is not None and current["run_id"] == run_id:
+            return Outcome(True, current)  # an earlier attempt of ours landed (reported lost)
+        ours, theirs = set(marker["receipts"]), set(current["receipts"]) if current else set()
+        if current is not None and ours <= theirs:
+            return Outcome(False, current)
+        if current is not None and not theirs <= ours:
+            raise Superseded(f"{event_date}: the current version {current['version']} includes "
+                             f"{len(theirs - ours)} receipt partition(s) run {run_id} did not read")
+        version = marker["max_receipt_ts"]
+        if current is not None and current["version"] >= version:
+            # Same highest receipt but more receipts (an older batch's partition completed late):
+            # a later id, so that version ids keep growing with completeness.
+            version = _next_ms(current["version"])
+        record = {"version": version, "run_id": run_id,
+                  "previous_version": current and current["version"],
+                  "committed_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+                  .replace("+00:00", "Z")}
+        _commit_once(fresh, event_date, marker, record, data_files)
+        return Outcome(True, {**marker, **record})
+
+    outcome = attempt()
+    if outcome.committed:
+        log.info("version committed", event_date=event_date, version=outcome.current["version"],
+                 run_id=run_id, previous=outcome.current.get("previous_version"),
+                 files=len(data_files), sessions=marker.get("sessions"), attempts=attempts)
+    else:
+        log.info("version not committed: the current one covers it", event_date=event_date,
+                 current=outcome.current["version"], run_id=run_id, attempts=attempts)
+    return outcome
 
 
-def _remove_if_old(event_date, version, what, folder, now, retention, dry_run) -> list[Removal]:
-    mtime = _newest_mtime(folder)
-    if mtime is None:
-        return []
-    age = (now - mtime).total_seconds()
-    if age < retention.total_seconds():
-        return []
-    if not dry_run:
-        storage.delete_dir(folder)
-    return [Removal(event_date, version, what, folder, age)]
+def _data_files(tbl, paths: list[str], event_date: str) -> list:
+    """Iceberg DataFiles of the run's Parquet files (footers read: statistics, partition value)."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    day = (date.fromisoformat(event_date) - _EPOCH_DAY).days
+    out = []
+    for path in paths:
+        data_file = parquet_file_to_data_file(tbl.io, tbl.metadata, path)
+        if data_file.partition[0] != day:
+            raise ValueError(f"{path} holds sessions of another event date than {event_date}")
+        out.append(data_file)
+    return out
+
+
+def _commit_once(tbl, event_date: str, marker: dict, record: dict, data_files: list) -> None:
+    from pyiceberg.expressions import EqualTo
+
+    replaced = [task.file for task in tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date)).plan_files()]
+    summary = {
+        "tidemark.event-date": event_date,
+        "tidemark.version": record["version"],
+        "tidemark.run-id": record["run_id"],
+        "tidemark.previous-version": record["previous_version"] or "",
+        "tidemark.receipts": str(len(marker["receipts"])),
+        "tidemark.max-receipt-ts": marker["max_receipt_ts"],
+        "tidemark.sessions": str(marker["sessions"]),
+        "tidemark.affected-dates": ",".join(marker.get("affected_dates", [])),
+        "tidemark.gap": marker.get("gap", ""),
+        "tidemark.marker": f"data/event_date={event_date}/run={record['run_id']}/{RUN_MARKER}",
+    }
+    tx = tbl.transaction()
+    tx.set_properties(**{CURRENT_PREFIX + event_date: json.dumps(record, sort_keys=True)})
+    with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+        for data_file in replaced:
+            overwrite.delete_data_file(data_file)
+        for data_file in data_files:
+            overwrite.append_data_file(data_file)
+    tx.commit_transaction()

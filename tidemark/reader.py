@@ -5,9 +5,11 @@
     table = reader.read_sessions(lake, "2026-03-07", as_of="20260308T000000000Z")
     panes = reader.read_panes(lake, "2026-03-07")                            # what the stream wrote
 
-A reader follows `_CURRENT.json` (or, with as_of, the newest complete version whose id, the
-highest receipt_ts it includes, is at or before as_of) and reads exactly the files the version's
-marker lists: never a half-written version, never a concurrent run's folder.
+Sessions come from the Iceberg table (tidemark.table) through pyiceberg's scan of one snapshot,
+pruned to the date's partition: the current snapshot, or with as_of the snapshot that published the
+newest version whose id (the highest receipt_ts it includes) is at or before as_of. The version's
+description and its data come from the same loaded metadata, so they always agree.
+Any engine reads the same table: see docs/production.md.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from streaming_job import receipts
-from tidemark import layout, publish, storage
+from tidemark import layout, publish, storage, table as iceberg
 
 SUMMARY_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count"]
 PANE_SUMMARY_COLUMNS = ["receipt_ts", "pane_kind", "pane_index", "session_id", "user_id",
@@ -29,8 +31,8 @@ class NoVersion(LookupError):
 
 
 def read_pointer(lake: str, event_date: str) -> dict | None:
-    """The current version's marker: version, receipts, sessions, affected_dates, files, ..."""
-    return publish.read_pointer(lake, layout.check_event_date(event_date))
+    """The current version: version, receipts, sessions, affected_dates, files, ... (or None)."""
+    return publish.current_version(lake, layout.check_event_date(event_date))
 
 
 def parse_as_of(value: object) -> str:
@@ -52,20 +54,26 @@ def parse_as_of(value: object) -> str:
 
 
 def resolve(lake: str, event_date: str, as_of: str | None = None) -> dict:
-    """The marker of the version that answers: current, or the newest complete one <= as_of."""
-    event_date = layout.check_event_date(event_date)
+    """The version that answers: current, or the newest one with id <= as_of (see read_sessions)."""
+    return _resolve(lake, iceberg.load(lake), layout.check_event_date(event_date), as_of)
+
+
+def _resolve(lake: str, tbl, event_date: str, as_of: str | None) -> dict:
+    current = None if tbl is None else publish.current_of(lake, tbl, event_date)
     if as_of is None:
-        marker = publish.read_pointer(lake, event_date)
-        if marker is None:
+        if current is None:
             raise NoVersion(f"event_date {event_date} has no deduplicated version yet "
                             "(run `tidemark dedup` for it)")
-        return marker
+        return current
     as_of = parse_as_of(as_of)
-    for version in reversed(publish.list_version_dirs(lake, event_date)):
-        if version <= as_of:
-            marker = publish.read_version(lake, event_date, version)
-            if marker is not None:
-                return marker
+    if current is not None and current["version"] <= as_of:
+        return current
+    # Version ids of a date only grow (tidemark.publish), so the newest answering one is the last.
+    for snapshot, props in reversed(publish.snapshot_versions(tbl, event_date) if tbl is not None else []):
+        if props["tidemark.version"] <= as_of:
+            marker = publish.read_marker(lake, event_date, props["tidemark.run-id"]) or {}
+            return {**marker, "event_date": event_date, "version": props["tidemark.version"],
+                    "run_id": props["tidemark.run-id"], "snapshot_id": snapshot.snapshot_id}
     raise NoVersion(f"event_date {event_date} has no complete deduplicated version as of {as_of} "
                     "(none yet, or older versions were garbage-collected)")
 
@@ -73,18 +81,24 @@ def resolve(lake: str, event_date: str, as_of: str | None = None) -> dict:
 def read_sessions(lake: str, event_date: str, as_of: str | None = None,
                   columns: list[str] | None = None) -> pa.Table:
     """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start."""
-    marker = resolve(lake, event_date, as_of)
-    version_dir = layout.dedup_version_dir(lake, marker["event_date"], layout.check_receipt_ts(marker["version"]))
-    fs, base = storage.resolve(version_dir)
-    for name in marker["files"]:
-        if name.startswith("/") or ".." in name.split("/"):
-            raise ValueError(f"version marker of {event_date} names a file outside its folder: {name!r}")
-    dataset = pads.dataset([f"{base}/{name}" for name in marker["files"]], filesystem=fs, format="parquet")
-    table = dataset.to_table(columns=columns)
+    from pyiceberg.expressions import EqualTo
+
+    event_date = layout.check_event_date(event_date)
+    tbl = iceberg.load(lake)
+    version = _resolve(lake, tbl, event_date, as_of)
+    scan = tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date),
+                    selected_fields=tuple(columns) if columns else ("*",),
+                    snapshot_id=version.get("snapshot_id"))
+    table = scan.to_arrow() if tbl.current_snapshot() is not None else _empty(tbl, columns)
     if {"user_id", "session_start"} <= set(table.column_names):
         table = table.sort_by([("user_id", "ascending"), ("session_start", "ascending")])
-    return table.replace_schema_metadata({"tidemark.event_date": marker["event_date"],
-                                         "tidemark.version": marker["version"]})
+    return table.replace_schema_metadata({"tidemark.event_date": event_date,
+                                         "tidemark.version": version["version"]})
+
+
+def _empty(tbl, columns):
+    schema = tbl.schema().as_arrow()
+    return schema.empty_table() if not columns else schema.empty_table().select(columns)
 
 
 def read_panes(lake: str, event_date: str, as_of: str | None = None,

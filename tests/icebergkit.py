@@ -1,0 +1,47 @@
+"""Versions of a date built without Spark: Parquet files with the table's columns (pyarrow) and the
+run's marker, as a dedup run leaves them right before its commit (tidemark.publish.commit)."""
+from __future__ import annotations
+
+import os
+from datetime import date, datetime, timedelta, timezone
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tidemark import publish, table as iceberg
+
+T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
+
+
+def prepared_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1,
+                 affected_dates: list[str] | None = None) -> dict:
+    """A run's files and marker (not committed). receipts: receipt_ts values of event_date."""
+    run_id = publish.new_run_id()
+    folder = publish.run_dir(lake, event_date, run_id)
+    os.makedirs(folder)
+    names = []
+    if sessions:
+        start = datetime.combine(date.fromisoformat(event_date), datetime.min.time(), tzinfo=timezone.utc)
+        rows = [{"session_id": f"{run_id[:8]}{i:024d}", "user_id": f"u{i}",
+                 "session_start": start + timedelta(minutes=i), "session_end": start + timedelta(minutes=i, seconds=5),
+                 "event_count": 1, "event_ids": [f"e{i}"],
+                 "events": [{"event_ts": start + timedelta(minutes=i), "event_id": f"e{i}", "event_type": "play",
+                             "payload": "{}"}],
+                 "first_receipt_ts": min(receipts), "last_receipt_ts": max(receipts),
+                 "event_date": date.fromisoformat(event_date)} for i in range(sessions)]
+        pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
+        names = ["part-00000.parquet"]
+    marker = {"event_date": event_date, "run_id": run_id, "files": names, "sessions": sessions,
+              "receipts": sorted(f"{event_date}/{r}" for r in receipts), "max_receipt_ts": max(receipts),
+              "receipts_read": len(receipts), "rows_read": sessions, "hi": event_date, "gap": "30m",
+              "affected_dates": affected_dates or [], "created_at": T0.isoformat().replace("+00:00", "Z")}
+    publish.write_marker(lake, marker)
+    return marker
+
+
+def publish_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
+    return publish.commit(lake, prepared_run(lake, event_date, receipts, sessions))
+
+
+def receipt(hour: int, minute: int = 0) -> str:
+    return f"20260310T{hour:02d}{minute:02d}00000Z"

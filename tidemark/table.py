@@ -1,0 +1,236 @@
+"""The deduplicated sessions as an Apache Iceberg table: catalog, schema, partitioning, loading.
+
+One table per lake, `tidemark.sessions_dedup`, located in the lake:
+
+    <lake>/sessions_dedup/metadata/                                  Iceberg metadata (pyiceberg writes it)
+    <lake>/sessions_dedup/data/event_date=D/run=<run_id>/part-*.parquet   one dedup run's output (Spark)
+    <lake>/sessions_dedup/data/event_date=D/run=<run_id>/_tidemark_run.json   what that run included
+
+Which catalog holds it (the first that applies):
+1. pyiceberg's own configuration of a catalog named `tidemark` (or $TIDEMARK_CATALOG): environment
+   variables such as PYICEBERG_CATALOG__TIDEMARK__URI=postgresql+psycopg2://... (a SQL catalog on
+   PostgreSQL) or PYICEBERG_CATALOG__TIDEMARK__TYPE=rest + __URI=https://... (an Iceberg REST
+   catalog such as Google's BigLake metastore), or ~/.pyiceberg.yaml. See docs/production.md.
+2. for a local lake, a SQLite SQL catalog inside the lake, `<lake>/_catalog/iceberg.db`: nothing to
+   run, and the lake folder is the whole state (the local stack's lake lives in its home).
+
+Spark computes and writes the Parquet files; pyiceberg commits them (tidemark.publish) and reads
+them (tidemark.reader). Everything here is pure Python: no JVM.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from tidemark import layout, storage
+from tidemark.logs import get_logger
+
+log = get_logger("table")
+
+CATALOG_NAME = os.environ.get("TIDEMARK_CATALOG", "tidemark")
+DEFAULT_IDENTIFIER = "tidemark.sessions_dedup"
+LOCAL_CATALOG = "_catalog/iceberg.db"
+PARTITION_COLUMN = "event_date"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+
+# Columns, in the order engines show them. Every field is optional because Spark writes nullable
+# Parquet columns and Iceberg refuses to register a nullable file column under a required field;
+# tidemark never writes a null in any of them.
+COLUMNS = (
+    # (name, Iceberg type, doc)
+    ("session_id", "string", "hash of user_id and session_start (32 hex chars): stable id of a session"),
+    ("user_id", "string", "the user (device) the session belongs to"),
+    ("session_start", "timestamptz", "first event's event_ts, UTC, microseconds"),
+    ("session_end", "timestamptz", "last event's event_ts, UTC, microseconds"),
+    ("event_count", "long", "distinct events in the session"),
+    ("event_ids", "list<string>", "the distinct event ids, sorted"),
+    ("events", "list<struct<event_ts: timestamptz, event_id: string, event_type: string, payload: string>>",
+     "the distinct events, by time (one copy of each)"),
+    ("first_receipt_ts", "string", "receipt_ts (YYYYMMDDTHHMMSSmmmZ) when the first event first arrived"),
+    ("last_receipt_ts", "string", "receipt_ts when the last-arriving event first arrived"),
+    ("event_date", "date", "UTC date of session_start; the partition (identity transform)"),
+)
+
+
+class CatalogNotConfigured(RuntimeError):
+    """A lake on an object store needs a catalog service; none is configured."""
+
+
+def schema():
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (DateType, ListType, LongType, NestedField, StringType, StructType,
+                                 TimestamptzType)
+
+    docs = {name: doc for name, _, doc in COLUMNS}
+    event = StructType(
+        NestedField(13, "event_ts", TimestamptzType(), required=False, doc=docs.get("event_ts")),
+        NestedField(14, "event_id", StringType(), required=False, doc=docs.get("event_id")),
+        NestedField(15, "event_type", StringType(), required=False, doc=docs.get("event_type")),
+        NestedField(16, "payload", StringType(), required=False, doc=docs.get("payload")),
+    )
+    fields = [
+        NestedField(1, "session_id", StringType(), required=False, doc=docs.get("session_id")),
+        NestedField(2, "user_id", StringType(), required=False, doc=docs.get("user_id")),
+        NestedField(3, "session_start", TimestamptzType(), required=False, doc=docs.get("session_start")),
+        NestedField(4, "session_end", TimestamptzType(), required=False, doc=docs.get("session_end")),
+        NestedField(5, "event_count", LongType(), required=False, doc=docs.get("event_count")),
+        NestedField(6, "event_ids", ListType(11, StringType(), element_required=False), required=False, doc=docs.get("event_ids")),
+        NestedField(7, "events", ListType(12, event, element_required=False), required=False, doc=docs.get("events")),
+        NestedField(8, "first_receipt_ts", StringType(), required=False, doc=docs.get("first_receipt_ts")),
+        NestedField(9, "last_receipt_ts", StringType(), required=False, doc=docs.get("last_receipt_ts")),
+        NestedField(10, "event_date", DateType(), required=False, doc=docs.get("event_date")),
+    ]
+    return Schema(*fields)
+
+
+def partition_spec(table_schema):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    source = table_schema.find_field(PARTITION_COLUMN)
+    return PartitionSpec(PartitionField(source_id=source.field_id, field_id=1000,
+                                        transform=IdentityTransform(), name=PARTITION_COLUMN))
+
+
+def table_location(lake: str) -> str:
+    """Where the table lives: `<lake>/sessions_dedup`, as a URI pyiceberg and engines resolve."""
+    return _uri(layout.dedup_root(lake))
+
+
+def _uri(path: str) -> str:
+    if "://" in path:
+        return path
+    return "file://" + os.path.abspath(path)
+
+
+def identifier() -> str:
+    name = os.environ.get("TIDEMARK_TABLE", DEFAULT_IDENTIFIER)
+    if not _IDENTIFIER.match(name):
+        raise ValueError(f"invalid TIDEMARK_TABLE {name[:80]!r}: expected namespace.table (letters, digits, _)")
+    return name
+
+
+# --- catalogs -------------------------------------------------------------------------------------
+
+_catalogs: dict[tuple, object] = {}
+_lock = threading.Lock()
+
+
+def catalog_config(lake: str) -> dict:
+    """The properties of the catalog that holds this lake's table (see the module docstring)."""
+    from pyiceberg.utils.config import Config
+
+    configured = Config().get_catalog_config(CATALOG_NAME)
+    if configured:
+        return dict(configured)
+    if not storage.is_local(lake):
+        raise CatalogNotConfigured(
+            f"lake {lake} is not a local folder, so its Iceberg catalog must be configured: set "
+            f"PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__URI (postgresql+psycopg2://... for a SQL catalog) "
+            f"or PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__TYPE=rest with its __URI and __WAREHOUSE "
+            "(see docs/production.md)")
+    root = storage.resolve(lake)[1]
+    return {"type": "sql", "uri": f"sqlite:///{root}/{LOCAL_CATALOG}", "warehouse": _uri(root)}
+
+
+# SQLite answers "database is locked" (OperationalError) while another process commits, and two
+# processes creating the catalog's own tables at once may collide: both are worth a retry.
+def _transient():
+    from sqlalchemy.exc import OperationalError
+
+    return (OperationalError,)
+
+
+def catalog(lake: str):
+    """The (cached, thread-safe) pyiceberg catalog of this lake."""
+    config = catalog_config(lake)
+    key = tuple(sorted(config.items()))
+    with _lock:
+        found = _catalogs.get(key)
+        if found is None:
+            if config.get("type") == "sql" and config["uri"].startswith("sqlite:///"):
+                os.makedirs(os.path.dirname(config["uri"][len("sqlite:///"):]), exist_ok=True)
+            found = _open_catalog(config)
+            _catalogs[key] = found
+        return found
+
+
+@retry(retry=retry_if_exception_type(_transient()), stop=stop_after_attempt(8),
+       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+def _open_catalog(config: dict):
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog(CATALOG_NAME, **config)
+
+
+def exists(lake: str) -> bool:
+    """Whether the lake has its table yet (never creates anything)."""
+    if storage.is_local(lake) and not storage.exists(layout.join(lake, LOCAL_CATALOG)) \
+            and not _configured():
+        return False
+    return catalog(lake).table_exists(identifier())
+
+
+def _configured() -> bool:
+    from pyiceberg.utils.config import Config
+
+    return bool(Config().get_catalog_config(CATALOG_NAME))
+
+
+def load(lake: str, create: bool = False):
+    """The lake's table, freshly loaded from its catalog (None when it does not exist and not create).
+
+    Refuses a table that lives elsewhere: a catalog shared by several lakes must not mix them up.
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if not create and not exists(lake):
+        return None
+    try:
+        table = _load(lake)
+    except NoSuchTableError:
+        if not create:
+            return None
+        table = _create(lake)
+    if table.location().rstrip("/") != table_location(lake).rstrip("/"):
+        raise RuntimeError(f"catalog table {identifier()} lives at {table.location()}, not in lake {lake}: "
+                           "set TIDEMARK_TABLE to a table of its own for this lake")
+    return table
+
+
+@retry(retry=retry_if_exception_type(_transient()), stop=stop_after_attempt(8),
+       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+def _load(lake: str):
+    return catalog(lake).load_table(identifier())
+
+
+@retry(retry=retry_if_exception_type(_transient()), stop=stop_after_attempt(8),
+       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+def _create(lake: str):
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+
+    cat = catalog(lake)
+    namespace = identifier().split(".")[0]
+    try:
+        cat.create_namespace_if_not_exists(namespace)
+    except NamespaceAlreadyExistsError:
+        pass  # another process created it between the check and the insert
+    table_schema = schema()
+    try:
+        table = cat.create_table(
+            identifier(), table_schema, location=table_location(lake), partition_spec=partition_spec(table_schema),
+            properties={
+                # tidemark.publish retries conflicts itself, re-checking on the fresh snapshot that
+                # it does not replace a more complete version; pyiceberg's own retry would not.
+                "commit.retry.num-retries": "0",
+                # Spark writes Parquet without Iceberg field ids: engines map columns by name.
+                "schema.name-mapping.default": table_schema.name_mapping.model_dump_json(),
+                "format-version": "2",
+            })
+    except TableAlreadyExistsError:
+        return cat.load_table(identifier())
+    log.info("iceberg table created", table=identifier(), location=table.location())
+    return table
