@@ -122,3 +122,40 @@ def test_read_starts_no_jvm(lake):
                           env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == reader.read_sessions(lake["path"], lake["day"]).num_rows
+
+
+def _micros(moment: datetime) -> int:
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
+
+
+@pytest.mark.spark
+def test_pyiceberg_alone_and_duckdb_read_exactly_what_tidemark_read_gives(lake, capsys):
+    """What a consumer with no tidemark code sees: the table through its catalog (pyiceberg), and
+    DuckDB over pyiceberg's scan, equal to `tidemark read` and to the batch reference."""
+    from pyiceberg.catalog import load_catalog
+
+    path, day = lake["path"], lake["day"]
+    want = {(u, _micros(s), _micros(e), tuple(sorted(ids)), n) for u, s, e, ids, n in expected(lake["events"], day)}
+
+    assert cli.main(["read", "--lake", path, "--event-date", day, "--format", "jsonl"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    parse = lambda text: _micros(datetime.fromisoformat(text.replace("Z", "+00:00")))  # noqa: E731
+    ours = {(r["user_id"], parse(r["session_start"]), parse(r["session_end"]), tuple(r["event_ids"]),
+             r["event_count"]) for r in rows}
+    assert len(rows) == len(ours) and ours == want
+
+    catalog = load_catalog("tidemark", type="sql", uri=f"sqlite:///{path}/_catalog/iceberg.db")
+    table = catalog.load_table("tidemark.sessions_dedup")
+    scan = table.scan(row_filter=f"event_date = '{day}'")
+    plain = scan.to_arrow()
+    assert {(r["user_id"], _micros(r["session_start"]), _micros(r["session_end"]), tuple(r["event_ids"]),
+             r["event_count"]) for r in plain.to_pylist()} == want and plain.num_rows == len(want)
+    # The partition prunes: only this date's files are planned.
+    assert [f.name for f in table.spec().fields] == ["event_date"]
+    assert all(f"/event_date={day}/" in task.file.file_path for task in scan.plan_files())
+    assert str(table.schema().find_field("session_start").field_type) == "timestamptz"
+
+    con = scan.to_duckdb(table_name="sessions")
+    got = con.execute("SELECT user_id, epoch_us(session_start), epoch_us(session_end), event_ids, event_count "
+                      "FROM sessions").fetchall()
+    assert {(u, s, e, tuple(ids), n) for u, s, e, ids, n in got} == want and len(got) == len(want)

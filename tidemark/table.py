@@ -9,10 +9,15 @@ One table per lake, `tidemark.sessions_dedup`, located in the lake:
 Which catalog holds it (the first that applies):
 1. pyiceberg's own configuration of a catalog named `tidemark` (or $TIDEMARK_CATALOG): environment
    variables such as PYICEBERG_CATALOG__TIDEMARK__URI=postgresql+psycopg2://... (a SQL catalog on
-   PostgreSQL) or PYICEBERG_CATALOG__TIDEMARK__TYPE=rest + __URI=https://... (an Iceberg REST
-   catalog such as Google's BigLake metastore), or ~/.pyiceberg.yaml. See docs/production.md.
-2. for a local lake, a SQLite SQL catalog inside the lake, `<lake>/_catalog/iceberg.db`: nothing to
+   PostgreSQL), or ~/.pyiceberg.yaml;
+2. `<lake>/_catalog/catalog.json`: the catalog's pyiceberg properties kept in the lake itself, e.g.
+   {"type": "rest", "uri": "https://biglake.googleapis.com/iceberg/v1/restcatalog", ...} (Google's
+   BigLake metastore; terraform/iceberg.tf writes it), so that every process that knows the lake
+   (Dataproc driver, Composer worker, a laptop) finds the catalog with nothing else to pass. Keep
+   secrets out of it: use 1. for a catalog that needs a password;
+3. for a local lake, a SQLite SQL catalog inside the lake, `<lake>/_catalog/iceberg.db`: nothing to
    run, and the lake folder is the whole state (the local stack's lake lives in its home).
+See docs/production.md.
 
 Spark computes and writes the Parquet files; pyiceberg commits them (tidemark.publish) and reads
 them (tidemark.reader). Everything here is pure Python: no JVM.
@@ -33,6 +38,8 @@ log = get_logger("table")
 CATALOG_NAME = os.environ.get("TIDEMARK_CATALOG", "tidemark")
 DEFAULT_IDENTIFIER = "tidemark.sessions_dedup"
 LOCAL_CATALOG = "_catalog/iceberg.db"
+LAKE_CATALOG_CONFIG = "_catalog/catalog.json"
+_CATALOG_TYPES = ("rest", "sql", "glue", "hive", "bigquery")
 PARTITION_COLUMN = "event_date"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -55,7 +62,7 @@ COLUMNS = (
 )
 
 
-class CatalogNotConfigured(RuntimeError):
+class CatalogNotConfigured(ValueError):
     """A lake on an object store needs a catalog service; none is configured."""
 
 
@@ -126,14 +133,34 @@ def catalog_config(lake: str) -> dict:
     configured = Config().get_catalog_config(CATALOG_NAME)
     if configured:
         return dict(configured)
+    in_lake = _lake_config(lake)
+    if in_lake is not None:
+        return in_lake
     if not storage.is_local(lake):
         raise CatalogNotConfigured(
             f"lake {lake} is not a local folder, so its Iceberg catalog must be configured: set "
             f"PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__URI (postgresql+psycopg2://... for a SQL catalog) "
             f"or PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__TYPE=rest with its __URI and __WAREHOUSE "
-            "(see docs/production.md)")
+            f"(see docs/production.md), or write its properties to {layout.join(lake, LAKE_CATALOG_CONFIG)}")
     root = storage.resolve(lake)[1]
     return {"type": "sql", "uri": f"sqlite:///{root}/{LOCAL_CATALOG}", "warehouse": _uri(root)}
+
+
+_lake_configs: dict[str, dict | None] = {}
+
+
+def _lake_config(lake: str) -> dict | None:
+    """The catalog properties kept in the lake (read once per process), checked."""
+    if lake not in _lake_configs:
+        config = storage.read_json(layout.join(lake, LAKE_CATALOG_CONFIG))
+        if config is not None:
+            if not isinstance(config, dict) or config.get("type") not in _CATALOG_TYPES \
+                    or not isinstance(config.get("uri", ""), str):
+                raise ValueError(f"{layout.join(lake, LAKE_CATALOG_CONFIG)}: expected a JSON object of pyiceberg "
+                                 f"catalog properties with \"type\" one of {', '.join(_CATALOG_TYPES)}")
+            config = {k: v for k, v in config.items() if not k.startswith("_")}  # "_comment" keys
+        _lake_configs[lake] = config
+    return _lake_configs[lake]
 
 
 # SQLite answers "database is locked" (OperationalError) while another process commits, and two
@@ -169,7 +196,7 @@ def _open_catalog(config: dict):
 def exists(lake: str) -> bool:
     """Whether the lake has its table yet (never creates anything)."""
     if storage.is_local(lake) and not storage.exists(layout.join(lake, LOCAL_CATALOG)) \
-            and not _configured():
+            and not _configured() and _lake_config(lake) is None:
         return False
     return catalog(lake).table_exists(identifier())
 

@@ -1,6 +1,6 @@
 """tidemark read: print the deduplicated sessions of an event date (pyarrow only, no JVM).
 
-Follows the date's _CURRENT.json pointer; --as-of answers with the newest version whose receipts
+Reads the Iceberg table's current snapshot; --as-of answers with the newest version whose receipts
 were all received at or before that time; --raw lists the stream's receipt panes instead.
 """
 from __future__ import annotations
