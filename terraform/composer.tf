@@ -15,7 +15,7 @@ resource "google_project_iam_member" "composer_worker" {
   member  = google_service_account.composer[0].member
 }
 
-# The DAG's publish task reads _CURRENT.json of the date it deduplicated.
+# The DAG's publish task reads the current version of the date it deduplicated (the table's files).
 resource "google_storage_bucket_iam_member" "composer_reads_lake" {
   count  = var.create_composer ? 1 : 0
   bucket = google_storage_bucket.lake.name
@@ -63,6 +63,8 @@ resource "google_composer_environment" "airflow" {
         "apache-airflow-providers-apache-spark" = ">=5"
         # tidemark's structured logs (tidemark.logs), which the publish task imports.
         "structlog" = ">=24"
+        # The publish task reads the current version from the Iceberg table (tidemark.publish).
+        "pyiceberg" = ">=0.12,<0.13"
       }
       # Where the DAG's tasks find the lake and the Spark side (docs/production.md).
       env_variables = {

@@ -416,3 +416,48 @@ def test_checkov_finds_nothing_unexplained():
     for check in report["results"]["skipped_checks"]:
         reason = (check.get("check_result") or {}).get("suppress_comment") or ""
         assert len(reason.strip()) >= 20, f"{check['check_id']} on {check['resource']} is skipped without a reason"
+
+
+# -- the Iceberg table (terraform/iceberg.tf) ------------------------------------------------------
+
+def test_iceberg_catalog_description_is_where_and_what_tidemark_reads(tf):
+    """The catalog properties Terraform writes into the lake are found by tidemark/table.py (same
+    object name), name a REST catalog pyiceberg accepts, and the namespace and table match."""
+    from tidemark import table
+
+    obj = resource(tf, "google_storage_bucket_object", "iceberg_catalog_config")
+    assert obj["bucket"] == "${google_storage_bucket.lake.name}"
+    assert tf["locals"]["iceberg_catalog_object"] == table.LAKE_CATALOG_CONFIG
+    content = obj["content"]
+    assert content.startswith("${jsonencode(")
+    assert re.search(r'\btype = \\?"rest\\?"', content) and "uri = var.iceberg_rest_uri" in content
+    assert "warehouse = local.lake_uri" in content and re.search(r'auth = \{type = \\?"google\\?"\}', content)
+    assert "rest" in table._CATALOG_TYPES
+    namespace, name = table.DEFAULT_IDENTIFIER.split(".")
+    assert (tf["locals"]["iceberg_namespace"], tf["locals"]["iceberg_table"]) == (namespace, name)
+    assert resource(tf, "google_biglake_iceberg_namespace", "tidemark")["namespace_id"] == "${local.iceberg_namespace}"
+    catalog = resource(tf, "google_biglake_iceberg_catalog", "lake")
+    # BigLake maps one catalog to one bucket, named after it; the table lives in the lake bucket.
+    assert catalog["name"] == "${google_storage_bucket.lake.name}" and catalog["catalog_type"] == "CATALOG_TYPE_GCS_BUCKET"
+    assert tf["locals"]["lake_uri"] == "gs://${local.lake_bucket}"
+
+
+def test_who_commits_and_who_reads_the_table(tf):
+    editor = resource(tf, "google_project_iam_member", "spark_biglake_editor")
+    assert editor["role"] == "roles/biglake.editor" and editor["member"] == "${google_service_account.spark.member}"
+    viewer = resource(tf, "google_project_iam_member", "composer_biglake_viewer")
+    assert viewer["role"] == "roles/biglake.viewer" and "composer" in viewer["member"]
+    assert resource(tf, "google_storage_bucket_iam_member", "readers_lake")["role"] == "roles/storage.objectViewer"
+    assert "iceberg_bigquery_table" in tf["output"]
+
+
+def test_composer_installs_the_pyiceberg_the_code_pins(tf):
+    """The DAG's publish task imports tidemark.publish, which needs pyiceberg: Composer installs a
+    range that contains the version constraints.txt pins."""
+    software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
+    spec = software["pypi_packages"]["pyiceberg"]
+    pinned = next(line.split("==")[1] for line in open(os.path.join(ROOT, "constraints.txt"))
+                  if line.lower().startswith("pyiceberg=="))
+    low, high = re.match(r"^>=([\d.]+),<([\d.]+)$", spec).groups()
+    as_tuple = lambda v: tuple(int(x) for x in v.strip().split("."))  # noqa: E731
+    assert as_tuple(low) <= as_tuple(pinned) < as_tuple(high)
