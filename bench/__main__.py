@@ -14,6 +14,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     freshness           landing -> notice -> DAG run -> corrected partition, on the local stack
     correction_cost     one late correction vs reprocessing 7 days vs reprocessing everything
     dedup_partition     deduplicating one big event date vs a plain scan-and-write
+    iceberg_commit      what the Iceberg commit adds to a publish (seconds per date)
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import sys
 import time
 import traceback
 
-ORDER = ["stream_throughput", "memory", "freshness", "correction_cost", "dedup_partition"]
+ORDER = ["stream_throughput", "memory", "freshness", "correction_cost", "dedup_partition", "iceberg_commit"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # What --scale means for modules that do not take --scale themselves (their defaults otherwise).

@@ -100,11 +100,14 @@ def reprocess(spark, lake, rules, first: date, last: date, out: str) -> dict:
             "dates": (last - first).days + 1}
 
 
-def undo(lake: str, day: str, version: str, pointer_text: str | None) -> None:
-    """Put the date back as it was before a timed correction, so the next repeat does the work."""
-    storage.delete_dir(layout.dedup_version_dir(lake, day, version))
-    if pointer_text is not None:
-        storage.write_text_atomic(layout.current_pointer(lake, day), pointer_text)
+def undo(lake: str, metadata_location: str) -> None:
+    """Put the table back as it was before a timed correction (the catalog's pointer to the metadata
+    file of then), so the next repeat does the work again."""
+    from tidemark import table as iceberg
+
+    catalog = iceberg.catalog(lake)
+    catalog.drop_table(iceberg.identifier())  # the catalog's entry only; files stay
+    catalog.register_table(iceberg.identifier(), metadata_location)
 
 
 def main(argv=None) -> int:
@@ -135,12 +138,13 @@ def main(argv=None) -> int:
             json.dump(summary, f)
 
     d = day.isoformat()
-    pointer_text = storage.read_text(layout.current_pointer(lake, d))
+    from tidemark import table as iceberg
+    before = iceberg.load(lake).metadata_location
     times, result = [], None
     for _ in range(args.repeat):
         result = run_dedup(lake, d, rules, spark=spark)
         times.append(result.seconds)
-        undo(lake, d, result.version, pointer_text)
+        undo(lake, before)
     run_dedup(lake, d, rules, spark=spark)  # leave the lake corrected
     rows = [["correction (tidemark dedup of D)", 1, result.receipts_read, result.rows_read, result.sessions,
              statistics.median(times)]]
@@ -162,7 +166,7 @@ def main(argv=None) -> int:
                "sessions written", "wall s (median)", "rows / time vs correction"]
     bench.print_table(f"Correcting {d} after a late receipt", columns, rows)
     if not args.no_write:
-        total = publish.read_pointer(lake, d)
+        total = publish.current_version(lake, d)
         notes = (f"One late receipt for {d} (15 late events of 5 users, one redelivered) after "
                  f"{args.days} days of generated traffic streamed by the real stream. The correction "
                  f"reads only the receipts whose markers say they can hold {d}'s sessions "

@@ -16,8 +16,8 @@ system itself recorded:
     notice published  the same file's published_at (Pub/Sub acknowledged the publish)
     run created       the DAG run's queued_at (Airflow REST), created by the function's POST
     run started       the DAG run's start_date
-    readable          created_at of the first dedup version whose marker includes the notice's
-                      receipt partition (the `_CURRENT.json` pointer is switched right after)
+    readable          committed_at of the first dedup version that includes the notice's
+                      receipt partition (the Iceberg commit of its version)
 
 p50 / p95 / max over every notice (one per event date touched per batch); "late" rows only for
 notices of dates the watermark had already passed (late=true): a correction of a closed date.
@@ -209,7 +209,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     def first_version_with(event_date: str, receipt_ts: str) -> dict | None:
         if event_date not in versions:
             versions[event_date] = sorted(publish.list_versions(lake, event_date),
-                                          key=lambda m: m.get("created_at", ""))
+                                          key=lambda m: m.get("committed_at") or m.get("created_at", ""))
         key = f"{event_date}/{receipt_ts}"
         return next((m for m in versions[event_date] if key in m.get("receipts", [])), None)
 
@@ -242,7 +242,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
                 steps["DAG run duration"].append(parse_iso(run["end_date"]) - parse_iso(run["start_date"]))
         version = first_version_with(n["event_date"], n["receipt_ts"])
         if version is not None:
-            readable = parse_iso(version["created_at"]) - t0
+            readable = parse_iso(version.get("committed_at") or version["created_at"]) - t0
             steps["landed -> corrected partition readable"].append(readable)
             if n["late"]:
                 steps["late data landed -> corrected partition readable"].append(readable)

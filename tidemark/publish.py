@@ -52,6 +52,7 @@ class Superseded(RuntimeError):
 class Outcome:
     committed: bool       # this run's version became current
     current: dict         # the date's current version after the attempt (see current_version)
+    attempts: int = 1     # commit attempts (more than one: conflicts retried on a fresh snapshot)
 
 
 def new_run_id() -> str:
@@ -226,7 +227,8 @@ def commit(lake: str, marker: dict) -> Outcome:
         _commit_once(fresh, event_date, marker, record, data_files)
         return Outcome(True, {**marker, **record})
 
-    outcome = attempt()
+    found = attempt()
+    outcome = Outcome(found.committed, found.current, attempts)
     if outcome.committed:
         log.info("version committed", event_date=event_date, version=outcome.current["version"],
                  run_id=run_id, previous=outcome.current.get("previous_version"),

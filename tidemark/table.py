@@ -261,3 +261,15 @@ def _create(lake: str):
         return cat.load_table(identifier())
     log.info("iceberg table created", table=identifier(), location=table.location())
     return table
+
+
+def drop(lake: str) -> None:
+    """Remove the lake's table: its catalog entry and its folder (benchmarks and tests start over)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if exists(lake):
+        try:
+            catalog(lake).drop_table(identifier())
+        except NoSuchTableError:
+            pass
+    storage.delete_dir(layout.dedup_root(lake))
