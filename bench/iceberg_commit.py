@@ -44,34 +44,52 @@ def parse_args(argv):
     return args
 
 
+_TEMPLATES: dict[tuple, object] = {}
+
+
+def _template(sessions: int, receipts: list[str]):
+    """One dedup-shaped table of `sessions` rows (built once: only event_date changes per date)."""
+    import pyarrow as pa
+
+    from tidemark import table as iceberg
+
+    key = (sessions, receipts[0], receipts[-1])
+    if key not in _TEMPLATES:
+        start = datetime(2026, 3, 1, tzinfo=timezone.utc)
+        starts = [start + timedelta(seconds=7 * i) for i in range(sessions)]
+        _TEMPLATES[key] = pa.table({
+            "session_id": [f"{i:032d}" for i in range(sessions)],
+            "user_id": [f"user-{i % 5000:05d}" for i in range(sessions)],
+            "session_start": pa.array(starts, pa.timestamp("us", tz="UTC")),
+            "session_end": pa.array([s + timedelta(minutes=9) for s in starts], pa.timestamp("us", tz="UTC")),
+            "event_count": pa.array([4] * sessions, pa.int64()),
+            "event_ids": [[f"e{i}-{k}" for k in range(4)] for i in range(sessions)],
+            "events": [[{"event_ts": s + timedelta(minutes=3 * k), "event_id": f"e{i}-{k}", "event_type": "play",
+                         "payload": "{}"} for k in range(4)] for i, s in enumerate(starts)],
+            "first_receipt_ts": [receipts[0]] * sessions, "last_receipt_ts": [receipts[-1]] * sessions,
+            "event_date": pa.array([start.date()] * sessions, pa.date32()),
+        }).cast(iceberg.schema().as_arrow())
+    return _TEMPLATES[key]
+
+
 def prepared(lake: str, day: str, receipts: list[str], sessions: int) -> dict:
     """The files and marker a dedup run leaves before its commit (pyarrow stands in for Spark)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tidemark import publish, table as iceberg
+    from tidemark import publish
 
     run_id = publish.new_run_id()
     folder = publish.run_dir(lake, day, run_id)
     os.makedirs(folder)
-    start = datetime.combine(date.fromisoformat(day), datetime.min.time(), tzinfo=timezone.utc)
-    starts = [start + timedelta(seconds=7 * i) for i in range(sessions)]
-    rows = pa.table({
-        "session_id": [f"{run_id[:8]}{i:024d}" for i in range(sessions)],
-        "user_id": [f"user-{i % 5000:05d}" for i in range(sessions)],
-        "session_start": pa.array(starts, pa.timestamp("us", tz="UTC")),
-        "session_end": pa.array([s + timedelta(minutes=9) for s in starts], pa.timestamp("us", tz="UTC")),
-        "event_count": pa.array([4] * sessions, pa.int64()),
-        "event_ids": [[f"e{i}-{k}" for k in range(4)] for i in range(sessions)],
-        "events": [[{"event_ts": s + timedelta(minutes=3 * k), "event_id": f"e{i}-{k}", "event_type": "play",
-                     "payload": "{}"} for k in range(4)] for i, s in enumerate(starts)],
-        "first_receipt_ts": [receipts[0]] * sessions, "last_receipt_ts": [receipts[-1]] * sessions,
-        "event_date": pa.array([date.fromisoformat(day)] * sessions, pa.date32()),
-    }).cast(iceberg.schema().as_arrow())
+    rows = _template(sessions, receipts)
+    column = rows.schema.get_field_index("event_date")
+    rows = rows.set_column(column, rows.schema.field(column),
+                           pa.array([date.fromisoformat(day)] * sessions, pa.date32()))
     pq.write_table(rows, f"{folder}/part-00000.parquet")
     marker = {"event_date": day, "run_id": run_id, "files": ["part-00000.parquet"], "sessions": sessions,
               "receipts": [f"{day}/{r}" for r in receipts], "max_receipt_ts": receipts[-1], "hi": day,
-              "gap": "30m", "affected_dates": [], "created_at": start.isoformat()}
+              "gap": "30m", "affected_dates": [], "created_at": datetime.now(timezone.utc).isoformat()}
     publish.write_marker(lake, marker)
     return marker
 
