@@ -19,6 +19,7 @@ import dedup_sql
 from streaming_job import parse, receipts
 from streaming_job.state import StateStore
 from tidemark import layout, storage
+from tidemark.contract import InputRules
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
 
@@ -54,10 +55,11 @@ class BatchProcessor:
 
     def __init__(self, lake: str, checkpoint: str, rules: SessionRules,
                  listeners: list[Callable[[BatchReport], None]] | None = None,
-                 stop_requested: threading.Event | None = None):
+                 stop_requested: threading.Event | None = None, input_rules: InputRules | None = None):
         self.lake = lake
         self.checkpoint = checkpoint
         self.rules = rules
+        self.input_rules = input_rules or InputRules()
         self.listeners = list(listeners or [])
         self.stop_requested = stop_requested
 
@@ -80,13 +82,14 @@ class BatchProcessor:
 
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport | None:
         spark = batch.sparkSession
-        parsed = parse.with_parse(batch).persist()
+        parsed = parse.with_parse(batch, self.input_rules).persist()
         try:
             totals = parsed.agg(
                 F.count(F.lit(1)).alias("lines"),
                 F.sum(F.when(F.col("reason").isNull(), 1).otherwise(0)).alias("valid"),
                 F.max(F.when(F.col("reason").isNull(), F.unix_micros("event_ts"))).alias("max_event_us"),
                 F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
+                F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
             ).first()
             if not totals["lines"]:
                 return None  # a batch without input writes nothing
@@ -97,11 +100,10 @@ class BatchProcessor:
 
             store = StateStore(spark, self.checkpoint)
             before, state = store.before(batch_id)
-            watermark_us = before.watermark_us
-            if totals["max_event_us"] is not None:
-                watermark_us = max(watermark_us, totals["max_event_us"] - self.rules.watermark_delay_us)
+            w_prev_us, watermark_us = self._watermarks(before.watermark_us, totals["max_event_us"],
+                                                       int(totals["receipt_us"]), batch_id)
 
-            result = self._sessionize(spark, parse.valid_events(parsed), state, before.watermark_us,
+            result = self._sessionize(spark, parse.valid_events(parsed), state, w_prev_us,
                                       watermark_us).persist()
             try:
                 panes = self._panes(result, receipt_ts, batch_id, watermark_us)
@@ -116,6 +118,26 @@ class BatchProcessor:
             parsed.unpersist()
         return BatchReport(batch_id, receipt_ts, int(totals["lines"]), int(totals["valid"]),
                            quarantined, watermark_us, open_sessions, partitions)
+
+    def _watermarks(self, stored_us: int, max_event_us: int | None, receipt_us: int,
+                    batch_id: int) -> tuple[int, int]:
+        """(watermark at the start of the batch, watermark after it).
+
+        The watermark follows the newest event time minus the delay, but never runs ahead of the
+        batch's receipt time: no event comes from the future, so a clock that is wrong by less
+        than the clock guard's skew still cannot close everyone's sessions early. A stored
+        watermark ahead of the receipt time (state written before this guard, poisoned by a
+        far-future event) is pulled back to it, which heals such a stream.
+        """
+        w_prev_us = stored_us
+        if stored_us > receipt_us:
+            log.warning("stored watermark ahead of the receipt time: pulled back", batch_id=batch_id,
+                        stored=receipts.iso_from_micros(stored_us), receipt=receipts.iso_from_micros(receipt_us))
+            w_prev_us = receipt_us
+        watermark_us = w_prev_us
+        if max_event_us is not None:
+            watermark_us = max(w_prev_us, min(max_event_us - self.rules.watermark_delay_us, receipt_us))
+        return w_prev_us, watermark_us
 
     def _sessionize(self, spark, events: DataFrame, state: DataFrame, w_prev_us: int,
                     w_new_us: int) -> DataFrame:

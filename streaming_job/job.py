@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
 from tidemark import layout
+from tidemark.contract import InputRules
 from tidemark.durations import format_duration, parse_duration
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
@@ -29,6 +30,7 @@ class StreamConfig:
     lake: str
     checkpoint: str
     rules: SessionRules = field(default_factory=SessionRules)
+    input_rules: InputRules = field(default_factory=InputRules)  # the clock guard (tidemark.contract)
     trigger_interval: str = "10s"
     available_now: bool = False
     max_files_per_trigger: int | None = None
@@ -50,7 +52,7 @@ def source(spark, config: StreamConfig):
     # maxFileAge: Spark ignores files older than this relative to the newest file seen; events
     # landed late (a phone offline for days) must never be skipped, so the horizon is very long.
     reader = (spark.readStream.format("text").option("recursiveFileLookup", "true")
-              .option("maxFileAge", "3650d"))
+              .option("maxFileAge", "3650d").option("lineSep", "\n"))  # lines as tidemark.contract splits them
     if config.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", int(config.max_files_per_trigger))
     return reader.load(config.landing).select(
@@ -72,7 +74,8 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
         notices.start()  # publishes what an earlier run left owed, in the background
         listeners = [notices.on_batch, *(listeners or [])]
     stop_requested = threading.Event()
-    processor = BatchProcessor(config.lake, config.checkpoint, config.rules, listeners, stop_requested)
+    processor = BatchProcessor(config.lake, config.checkpoint, config.rules, listeners, stop_requested,
+                               config.input_rules)
     writer = (source(spark, config).writeStream
               .queryName("tidemark_sessions")
               .option("checkpointLocation", layout.join(config.checkpoint, "query"))

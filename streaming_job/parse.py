@@ -1,60 +1,65 @@
-"""Input contract: one JSON object per line with event_id, user_id, event_type and an RFC 3339
-event_ts (with 'Z' or an offset). Other fields are kept in `payload` (a JSON object of strings).
+"""The input contract in the stream: tidemark.contract applied to the raw bytes of every line.
 
-Anything else is quarantined with the raw line, the file it came from and a reason; nothing is
-dropped silently.
+The contract is one Python implementation (tidemark/contract.py), shared with the batch reference;
+here it runs as a vectorised Arrow UDF over each micro-batch. The line's exact bytes (the text
+source keeps invalid UTF-8 as is) go to the contract and, for refused lines, to the quarantine.
 """
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+import pyarrow as pa
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.functions import arrow_udf
 
-REQUIRED_FIELDS = ("event_id", "user_id", "event_type", "event_ts")
+from tidemark.contract import InputRules, check_line
 
-# RFC 3339 date-time: a UTC offset is mandatory, otherwise the instant is ambiguous.
-RFC3339 = r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+VERDICT = ("reason string, user_id string, event_id string, event_type string, "
+           "event_ts_us bigint, payload string")
+_ARROW_VERDICT = pa.struct([("reason", pa.string()), ("user_id", pa.string()), ("event_id", pa.string()),
+                            ("event_type", pa.string()), ("event_ts_us", pa.int64()),
+                            ("payload", pa.string())])
+_REFUSED = (None, None, None, None, None)
 
 
-def _fields(value: Column) -> Column:
-    return F.from_json(value, "map<string,string>")
+def _verdict_udf(rules: InputRules):
+    @arrow_udf(VERDICT)
+    def verdict(raw: pa.Array, received_us: pa.Array) -> pa.Array:
+        out = []
+        for line, received in zip(raw.to_pylist(), received_us.to_pylist()):
+            event, reason = check_line(line, received, rules)
+            out.append((reason, *_REFUSED) if event is None else
+                       (None, event.user_id, event.event_id, event.event_type, event.event_ts_us,
+                        event.payload))
+        columns = list(zip(*out)) if out else [()] * len(_ARROW_VERDICT)
+        return pa.StructArray.from_arrays(
+            [pa.array(col, type=_ARROW_VERDICT.field(i).type) for i, col in enumerate(columns)],
+            fields=list(_ARROW_VERDICT))
+    return verdict
 
 
-def with_parse(batch: DataFrame) -> DataFrame:
-    """Add `fields`, the parsed timestamp and `reason` (null when the line is a valid event)."""
-    fields = F.col("fields")
-    # RFC 3339 allows a lowercase 't' and 'z' and a space between date and time; Spark's parser
-    # takes none of them, so normalise before parsing.
-    parsed_ts = F.try_to_timestamp(F.regexp_replace(F.upper(fields["event_ts"]), "^(.{10}) ", "$1T"))
-    df = batch.withColumn("fields", _fields(F.col("value")))
-    reason = F.when(F.trim(F.col("value")) == "", F.lit("empty line"))
-    # Only lines that are not a JSON object are parsed a second time, to tell why: the nested
-    # CASE is evaluated only for them, so valid events pay for one parse.
-    reason = reason.when(fields.isNull(),
-                         F.when(F.expr("try_parse_json(value)").isNull(), F.lit("not valid JSON"))
-                         .otherwise(F.lit("not a JSON object")))
-    for name in REQUIRED_FIELDS:
-        reason = reason.when(fields[name].isNull() | (F.trim(fields[name]) == ""),
-                             F.lit(f"missing or empty required field: {name}"))
-    reason = reason.when(~fields["event_ts"].rlike(RFC3339),
-                         F.concat(F.lit("event_ts is not an RFC 3339 timestamp with offset: "),
-                                  F.substring(fields["event_ts"], 1, 64)))
-    reason = reason.when(parsed_ts.isNull(),
-                         F.concat(F.lit("event_ts out of range: "), F.substring(fields["event_ts"], 1, 64)))
-    return df.withColumn("event_ts", parsed_ts).withColumn("reason", reason)
+def with_parse(batch: DataFrame, rules: InputRules | None = None) -> DataFrame:
+    """Add `raw` (the line's bytes), `verdict`, `event_ts` and `reason` (null for a valid event).
+
+    Needs `value` (a line) and `receipt_time` (the micro-batch's timestamp: the clock guard's now).
+    """
+    verdict = _verdict_udf(rules or InputRules())
+    raw = F.col("value").cast("binary")
+    return (batch.withColumn("raw", raw)
+            .withColumn("verdict", verdict(F.col("raw"), F.unix_micros("receipt_time")))
+            .withColumn("reason", F.col("verdict.reason"))
+            .withColumn("event_ts", F.timestamp_micros(F.col("verdict.event_ts_us"))))
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
     """Events that passed every check: user_id, event_id, event_ts, event_type, payload."""
-    payload = F.to_json(F.map_filter(F.col("fields"), lambda k, v: ~k.isin(*REQUIRED_FIELDS)))
     return (parsed.where(F.col("reason").isNull())
-            .select(F.col("fields")["user_id"].alias("user_id"),
-                    F.col("fields")["event_id"].alias("event_id"),
+            .select(F.col("verdict.user_id").alias("user_id"),
+                    F.col("verdict.event_id").alias("event_id"),
                     F.col("event_ts"),
-                    F.col("fields")["event_type"].alias("event_type"),
-                    payload.alias("payload")))
+                    F.col("verdict.event_type").alias("event_type"),
+                    F.col("verdict.payload").alias("payload")))
 
 
 def quarantined(parsed: DataFrame) -> DataFrame:
-    """Rejected lines: raw text, reason and source file."""
-    return parsed.where(F.col("reason").isNotNull()).select(
-        F.col("value").alias("raw"), "reason", "source_file")
+    """Refused lines: the exact bytes (binary `raw`), the reason and the source file."""
+    return parsed.where(F.col("reason").isNotNull()).select("raw", "reason", "source_file")

@@ -55,3 +55,20 @@ def partition_snapshot(lake: str) -> dict[tuple[str, str], tuple]:
             with open(os.path.join(folder, layout.RECEIPT_MARKER)) as marker:
                 snap[(event_date, receipt_ts)] = (marker.read(), files)
     return snap
+
+
+def land_raw(landing: str, files: list[list[bytes]], start_index: int = 0) -> list[str]:
+    """Like land, for lines given as bytes (any bytes: invalid UTF-8, NUL, CR)."""
+    os.makedirs(landing, exist_ok=True)
+    base = time.time() - 1000 + start_index
+    paths = []
+    for offset, lines in enumerate(files):
+        index = start_index + offset
+        path = os.path.join(landing, f"file-{index:05d}.jsonl")
+        tmp = os.path.join(landing, f".file-{index:05d}.tmp")
+        with open(tmp, "wb") as out:
+            out.write(b"\n".join(lines) + b"\n")
+        os.utime(tmp, (base + offset * 0.01, base + offset * 0.01))
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths

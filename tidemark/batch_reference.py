@@ -1,21 +1,26 @@
 """An independent batch sessionization of landed files, to check the lake against (`tidemark demo`).
 
-Deliberately shares nothing with the stream or the Spark SQL: plain Python over the raw landed
-lines. It applies the input contract (docs/input-contract.md: a JSON object with non-empty
-event_id, user_id, event_type and an RFC 3339 event_ts with offset), keeps one copy per
+Deliberately shares nothing with the stream's sessionization or the Spark SQL: plain Python over the
+raw landed lines. It reads them with the one implementation of the input contract the stream uses
+too (tidemark.contract, docs/input-contract.md), keeps one copy per
 (user_id, event_id) (the earliest event_ts if copies disagree), sorts each user's events by time and
 starts a new session wherever two neighbours are at least `gap` apart. A session belongs to the UTC
 date of its first event. If the stream, the dedup SQL and this agree, the promise holds.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
+from tidemark import contract
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _micros(moment: datetime) -> int:
+    delta = moment - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 @dataclass(frozen=True)
@@ -40,44 +45,36 @@ def _iso(moment: datetime) -> str:
 
 def parse_ts(text: object) -> datetime | None:
     """RFC 3339 with an offset -> aware UTC datetime (fraction truncated to microseconds), else None."""
-    if not isinstance(text, str) or not _RFC3339.match(text):
-        return None
-    text = text.replace("z", "Z").replace("t", "T").replace(" ", "T")
-    head, dot, rest = text.partition(".")
-    if dot:
-        digits = re.match(r"\d+", rest).group(0)
-        text = f"{head}.{digits[:6].ljust(6, '0')}{rest[len(digits):]}"
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
-    except ValueError:
+        return _EPOCH + timedelta(microseconds=contract.parse_event_ts(text))
+    except contract.Refused:
         return None
 
 
-def valid_events(lines):
-    """(user_id, event_id, event_ts) of every line that follows the input contract."""
-    for line in lines:
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(obj, dict):
-            continue
-        if any(obj.get(k) is None or str(obj.get(k)).strip() == ""
-               for k in ("event_id", "user_id", "event_type", "event_ts")):
-            continue
-        moment = parse_ts(obj["event_ts"])
-        if moment is not None:
-            yield str(obj["user_id"]), str(obj["event_id"]), moment
+def valid_events(lines, received_us: int | None = None):
+    """(user_id, event_id, event_ts) of every line that follows the input contract (tidemark.contract).
+
+    received_us: the receipt time the clock guard compares with; by default now, which is never
+    earlier than any micro-batch of the stream that read these lines, so an event refused here as
+    from the future was refused by the stream too.
+    """
+    now = received_us if received_us is not None else _micros(datetime.now(timezone.utc))
+    for event in contract.read_lines(lines, now):
+        yield event.user_id, event.event_id, event.event_ts
 
 
 def landed_lines(landing: str):
-    """Every line of every landed file (hidden and _-prefixed names are not data, as for Spark)."""
-    for root, _, files in os.walk(landing):
+    """Every line (bytes) of every landed file, split as the stream splits them (contract.split_lines).
+
+    Hidden and _-prefixed names are not data, as for Spark.
+    """
+    for root, dirs, files in os.walk(landing):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
         for name in sorted(files):
             if name.startswith((".", "_")):
                 continue
-            with open(os.path.join(root, name), encoding="utf-8", errors="replace") as handle:
-                yield from handle.read().splitlines()
+            with open(os.path.join(root, name), "rb") as handle:
+                yield from contract.split_lines(handle.read())
 
 
 def sessionize(events, gap: timedelta) -> list[Session]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 
 def session_id_sql(user_col: str = "user_id", start_col: str = "session_start") -> str:
@@ -22,10 +23,14 @@ def build_session(app_name: str, master: str | None = None, shuffle_partitions: 
 
     builder = SparkSession.builder.appName(app_name)
     # spark-submit sets spark.master in the environment of the driver; only default when alone.
+    if not master and "SPARK_ENV_LOADED" not in os.environ and not os.environ.get("PYSPARK_SUBMIT_ARGS"):
+        master = os.environ.get("TIDEMARK_SPARK_MASTER", "local[*]")
     if master:
         builder = builder.master(master)
-    elif "SPARK_ENV_LOADED" not in os.environ and not os.environ.get("PYSPARK_SUBMIT_ARGS"):
-        builder = builder.master(os.environ.get("TIDEMARK_SPARK_MASTER", "local[*]"))
+    if master and master.startswith("local"):
+        # The stream's input contract runs in Python workers (an Arrow UDF), which need this
+        # interpreter's packages (pyarrow, tidemark), not whatever `python3` is first on the PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions or os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS", 8)),

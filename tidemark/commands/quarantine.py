@@ -1,4 +1,9 @@
-"""tidemark quarantine: list malformed input lines with the reason they were refused."""
+"""tidemark quarantine: list refused input lines with the reason they were refused.
+
+Raw lines are shown whatever their bytes: in jsonl as text when they are UTF-8
+("raw_encoding": "utf-8") and as base64 otherwise ("raw_encoding": "base64"); in the table with
+invalid bytes and control characters escaped.
+"""
 from __future__ import annotations
 
 import json
@@ -6,7 +11,7 @@ import sys
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("quarantine", help="list quarantined (malformed) input lines",
+    p = subparsers.add_parser("quarantine", help="list quarantined (refused) input lines",
                               description=__doc__)
     p.add_argument("--lake", required=True)
     p.add_argument("--format", choices=["jsonl", "table"], default="table")
@@ -14,20 +19,22 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark.quarantine import read_quarantine
+    from tidemark.quarantine import display_raw, read_quarantine, to_json_record
 
     rows = read_quarantine(args.lake)
     if args.format == "jsonl":
         for row in rows:
-            sys.stdout.write(json.dumps(row, default=str) + "\n")
+            sys.stdout.write(json.dumps(to_json_record(row), default=str) + "\n")
         return 0
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"quarantine: {len(rows)} line(s)")
     for column in ("receipt_ts", "source_file", "reason", "raw"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["receipt_ts"], row["source_file"], row["reason"], row["raw"][:200])
+        table.add_row(row["receipt_ts"], escape(str(row["source_file"])), escape(row["reason"]),
+                      escape(display_raw(row["raw"] or b"")))
     Console().print(table)
     return 0

@@ -17,6 +17,8 @@ def register(subparsers) -> None:
     p.add_argument("--lake", required=True, help="lake folder or URI (gs://, file://, ...)")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or URI")
     add_session_options(p)
+    p.add_argument("--max-clock-skew", default="1h", metavar="DURATION",  # docs/input-contract.md
+                   help="quarantine events stamped later than their receipt time by more than this")
     p.add_argument("--trigger-interval", default="10s")
     p.add_argument("--available-now", action="store_true", help="process what has landed, then stop")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
@@ -33,6 +35,7 @@ def register(subparsers) -> None:
 
 def config_from_args(args):
     from streaming_job.job import StreamConfig
+    from tidemark.contract import InputRules
     from tidemark.durations import parse_duration
     from tidemark.sessions import SessionRules
 
@@ -42,6 +45,7 @@ def config_from_args(args):
     return StreamConfig(
         landing=args.landing, lake=args.lake, checkpoint=args.checkpoint,
         rules=SessionRules.parse(args.gap, args.allowed_lateness, args.watermark_delay),
+        input_rules=InputRules(max_clock_skew=parse_duration(args.max_clock_skew)),
         trigger_interval=args.trigger_interval, available_now=args.available_now,
         max_files_per_trigger=args.max_files_per_trigger, master=args.master,
         notify_topic=args.notify_topic, **_notice_options(args))
