@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -14,7 +15,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
-from tidemark import layout
+from tidemark import layout, rules_record
 from tidemark.contract import InputRules
 from tidemark.durations import format_duration, parse_duration
 from tidemark.logs import get_logger
@@ -29,7 +30,13 @@ class StreamConfig:
     landing: str
     lake: str
     checkpoint: str
-    rules: SessionRules = field(default_factory=SessionRules)
+    # None: the lake's recorded rules (the defaults on a new lake); a dict {name: timedelta}: only
+    # those rules were given; a SessionRules: all three. Given rules must agree with the lake's
+    # rules record unless migrate_rules (tidemark/rules_record.py).
+    rules: SessionRules | dict | None = None
+    migrate_rules: bool = False
+    # How often a running stream re-reads the lake's rules record (a migration stops it).
+    rules_check_interval: float = 30.0
     input_rules: InputRules = field(default_factory=InputRules)  # the clock guard (tidemark.contract)
     trigger_interval: str = "10s"
     available_now: bool = False
@@ -69,12 +76,18 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     SIGTERM and SIGINT stop gracefully: the micro-batch under way finishes and commits first.
     """
     notices = _notice_service(config)  # validates the topic and cadence before Spark starts
+    if not config.migrate_rules:
+        # Records the rules at the first start on a lake; refuses other rules (before Spark starts).
+        rules = rules_record.ensure(config.lake, config.rules, "tidemark stream").rules
     spark = spark or build_session("tidemark-stream", config.master)
+    if config.migrate_rules:
+        rules = _migrate(config, spark)
+    guard = _RulesGuard(config.lake, rules, config.rules_check_interval)
     if notices is not None:
         notices.start()  # publishes what an earlier run left owed, in the background
         listeners = [notices.on_batch, *(listeners or [])]
     stop_requested = threading.Event()
-    processor = BatchProcessor(config.lake, config.checkpoint, config.rules, listeners, stop_requested,
+    processor = BatchProcessor(config.lake, config.checkpoint, rules, listeners, stop_requested,
                                config.input_rules)
     writer = (source(spark, config).writeStream
               .queryName("tidemark_sessions")
@@ -88,13 +101,19 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     previous = _install_stop_handlers(stop_requested)
     log.info("stream starting", landing=config.landing, lake=config.lake, checkpoint=config.checkpoint,
              trigger=("available-now" if config.available_now else format_duration(parse_duration(config.trigger_interval))),
-             **config.rules.describe())
+             rules_id=guard.rules_id, **rules.describe())
+    changed_to = None
     try:
         query = writer.start()
         try:
             while query.isActive:
                 if query.awaitTermination(0.5):
                     break
+                changed_to = guard.changed()
+                if changed_to is not None:
+                    log.error("the lake's session rules were changed while the stream ran: stopping",
+                              lake=config.lake, rules_id=changed_to.rules_id, running_rules_id=guard.rules_id)
+                    stop_requested.set()
                 if stop_requested.is_set():
                     _stop_between_batches(query)
                     break
@@ -108,6 +127,42 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
         if notices is not None:  # bounded flush; whatever is left stays owed in the outbox
             notices.stop(timeout=config.notice_flush_timeout)
     log.info("stream stopped", lake=config.lake, graceful=stop_requested.is_set())
+    if changed_to is not None:
+        raise rules_record.RulesMismatch(
+            f"tidemark stream: the lake {config.lake} now records {changed_to.describe()}, but this stream "
+            f"ran with {rules_record.describe_rules(rules)}: it stopped after its last complete micro-batch. "
+            "Start it again without rule options to use the lake's rules.")
+
+
+def _migrate(config: StreamConfig, spark) -> SessionRules:
+    """--migrate-rules: the given rules become the lake's, every date re-deduplicated under them."""
+    from tidemark import rules_migration
+
+    target = rules_migration.target_rules(config.lake, config.rules or {})
+    return rules_migration.migrate(config.lake, target, spark=spark,
+                                   recorded_by="tidemark stream --migrate-rules").record.rules
+
+
+class _RulesGuard:
+    """Re-reads the lake's rules record now and then: a migration while the stream runs stops it,
+    so that it never keeps writing with rules the lake no longer has."""
+
+    def __init__(self, lake: str, rules: SessionRules, interval: float):
+        self.lake = lake
+        self.rules_id = rules_record.fingerprint(rules)
+        self.interval = interval
+        self._next = time.monotonic() + interval
+
+    def changed(self) -> rules_record.Recorded | None:
+        if time.monotonic() < self._next:
+            return None
+        self._next = time.monotonic() + self.interval
+        try:
+            recorded = rules_record.current(self.lake)
+        except (OSError, ValueError) as exc:  # a storage hiccup must not stop the stream
+            log.warning("could not re-read the lake's session rules", lake=self.lake, error=str(exc)[:300])
+            return None
+        return recorded if recorded is not None and recorded.rules_id != self.rules_id else None
 
 
 def _notice_service(config: StreamConfig):

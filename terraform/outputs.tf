@@ -65,3 +65,13 @@ output "dedup_submit_example" {
   EOT
   description = "Run the dedup of one date by hand, exactly as the DAG does"
 }
+
+output "rules_migrate_example" {
+  value       = <<-EOT
+    gcloud dataproc jobs submit pyspark gs://${google_storage_bucket.ops.name}/${google_storage_bucket_object.submit_py.name} \
+      --cluster=${google_dataproc_cluster.spark.name} --region=${var.region} \
+      --properties=spark.sql.session.timeZone=UTC \
+      -- rules migrate --lake ${local.lake_uri} --gap 20m
+  EOT
+  description = "Change the lake's session rules on the cluster: records them and re-deduplicates every date (docs/production.md)"
+}

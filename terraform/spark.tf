@@ -174,9 +174,8 @@ resource "google_dataproc_job" "stream" {
       "--lake", local.lake_uri,
       "--checkpoint", local.checkpoint_uri,
       "--trigger-interval", var.stream_trigger_interval,
-      "--gap", var.session_gap,
-      "--allowed-lateness", var.allowed_lateness,
-      "--watermark-delay", var.watermark_delay,
+      # No session rule options: the stream takes them from the lake's rules record (recorded at its
+      # first start, changed only by `tidemark rules migrate`), like the dedup the DAG runs.
       "--notify-topic", google_pubsub_topic.availability.id,
     ]
     properties = {

@@ -288,18 +288,3 @@ variable "stream_trigger_interval" {
   default = "1m"
 }
 
-variable "session_gap" {
-  type        = string
-  default     = "30m"
-  description = "--gap of the stream and the dedup: the two must agree"
-}
-
-variable "allowed_lateness" {
-  type    = string
-  default = "1h"
-}
-
-variable "watermark_delay" {
-  type    = string
-  default = "10m"
-}

@@ -261,13 +261,21 @@ def test_stream_job_arguments_are_a_valid_tidemark_stream_command(tf):
     assert os.path.exists(os.path.join(ROOT, "streaming_job", "submit.py"))
 
 
-def test_session_rules_on_dataproc_default_to_the_codes(tf):
+def test_session_rules_come_from_the_lake_not_from_terraform(tf):
+    """One place for the rules: the lake's rules record. The stream job passes no rule option (it
+    takes the lake's, like the dedup the DAG runs), and no variable holds a rule that could drift."""
+    job = one(resource(tf, "google_dataproc_job", "stream")["pyspark_config"])
+    rule_options = {"--gap", "--allowed-lateness", "--watermark-delay", "--migrate-rules"}
+    assert not rule_options & set(job["args"]), job["args"]
+    assert not {"session_gap", "allowed_lateness", "watermark_delay"} & set(tf["variable"])
+    assert "must agree" not in _raw_text()
+    # The documented way to change them on the cluster is a valid command.
     from tidemark.cli import build_parser
 
-    defaults = build_parser().parse_args(["stream", "--landing", "l", "--lake", "k", "--checkpoint", "c"])
-    for option, variable in (("gap", "session_gap"), ("allowed_lateness", "allowed_lateness"),
-                             ("watermark_delay", "watermark_delay")):
-        assert tf["variable"][variable]["default"] == getattr(defaults, option)
+    example = tf["output"]["rules_migrate_example"]["value"]
+    argv = [word for word in _substitute(example.split(" -- ", 1)[1]).split() if not word.endswith("EOT")]
+    parsed = build_parser().parse_args(argv)
+    assert (parsed.command, parsed.rules_command) == ("rules", "migrate")
 
 
 def test_dataproc_runs_spark_4_in_utc_with_tidemark_installed(tf):

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
 from streaming_job import receipts
-from tidemark import layout, publish, storage
+from tidemark import layout, publish, rules_record, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
@@ -124,8 +124,10 @@ class DedupResult:
         return asdict(self)
 
 
-def _covered(keys: list[str], marker: dict | None) -> bool:
-    return marker is not None and set(keys) <= set(marker.get("receipts", []))
+def _covered(keys: list[str], marker: dict | None, rules: SessionRules) -> bool:
+    # A version made under other session rules is stale whatever it includes (rules_record.py).
+    return marker is not None and set(keys) <= set(marker.get("receipts", [])) \
+        and not rules_record.changed_since(marker, rules)
 
 
 def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
@@ -162,7 +164,8 @@ def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spar
                     run_id: str | None) -> DedupResult:
     started = time.monotonic()
     event_date = layout.check_event_date(event_date)
-    rules = rules or SessionRules()
+    # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
+    rules, rules_id = rules_record.for_dedup(lake, rules)
     run_id = run_id or publish.new_run_id()
     index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
@@ -173,12 +176,14 @@ def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spar
         log.info("dedup: no receipt partitions", event_date=event_date)
         return DedupResult(event_date, None, False, 0, 0, 0, noop=True,
                            seconds=round(time.monotonic() - started, 3))
-    if _covered(current.keys, previous):
+    if _covered(current.keys, previous, rules):
         return _noop(event_date, previous, started)
 
-    if previous is not None and previous.get("gap") != format_duration(rules.gap):
-        log.warning("gap differs from the previous version's", event_date=event_date,
-                    gap=format_duration(rules.gap), previous_gap=previous.get("gap"))
+    if rules_record.changed_since(previous, rules):
+        log.info("session rules changed since the previous version: recomputing the whole date",
+                 event_date=event_date, previous_version=previous["version"], rules_id=rules_id,
+                 previous_rules_id=previous.get("rules_id"), gap=format_duration(rules.gap),
+                 previous_gap=previous.get("gap"))
     if spark is None:
         from tidemark.spark import build_session
         spark = build_session("tidemark-dedup")
@@ -200,7 +205,7 @@ def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spar
         break
     try:
         newest = publish.newest_version(lake, event_date)
-        if _covered(current.keys, newest):
+        if _covered(current.keys, newest, rules):
             return _noop(event_date, newest, started)  # a concurrent run published all of it already
         marker = _write_version(lake, event_date, run_id, islands, summary, current, rules, known, previous)
     finally:
@@ -300,6 +305,7 @@ def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
         "lo": current.lo.isoformat().replace("+00:00", "Z"),
         "hi": current.hi,
         "gap": format_duration(rules.gap),
+        **rules_record.marker_fields(rules),
         "affected_dates": summary["affected_dates"],
         "planned_on": previous and previous["version"],
         "new_receipts": len(set(current.keys) - known),

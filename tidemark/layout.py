@@ -11,6 +11,7 @@ and every user-supplied partition value is validated here before it can reach a 
     <lake>/_quarantine/receipt_ts=<receipt_ts>/                             malformed input lines
     <lake>/_notices/{outbox,sent}/<notice_id>.json                         availability notice outbox
     <lake>/_notices/pending/<group>.json                                   partitions waiting for a coalesced notice
+    <lake>/_rules/rules-NNNNNN.json                                        session rules record, one per change
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ SESSIONS = "sessions"
 SESSIONS_DEDUP = "sessions_dedup"
 QUARANTINE = "_quarantine"
 NOTICES = "_notices"
+RULES = "_rules"
 
 RECEIPT_MARKER = "_tidemark_receipt.json"
 QUARANTINE_MARKER = "_tidemark_quarantine.json"
@@ -128,6 +130,17 @@ def notices_dir(lake: str, which: str) -> str:
     if which not in ("outbox", "sent", "pending"):
         raise ValueError(f"unknown notices folder {which!r}")
     return join(lake, NOTICES, which)
+
+
+def rules_dir(lake: str) -> str:
+    return join(lake, RULES)
+
+
+def rules_record_path(lake: str, sequence: int) -> str:
+    """The rules record number `sequence` (1 = the first rules the lake was written with)."""
+    if isinstance(sequence, bool) or not isinstance(sequence, int) or not 0 < sequence < 1_000_000:
+        raise ValueError(f"invalid rules record sequence {sequence!r}")
+    return join(lake, RULES, f"rules-{sequence:06d}.json")
 
 
 def partition_value(name: str, key: str) -> str | None:

@@ -32,7 +32,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, storage, table as iceberg
+from tidemark import layout, rules_record, storage, table as iceberg
 from tidemark.logs import get_logger
 
 log = get_logger("publish")
@@ -209,8 +209,11 @@ def commit(lake: str, marker: dict) -> Outcome:
         current = current_of(lake, fresh, event_date)
         if current is not None and current["run_id"] == run_id:
             return Outcome(True, current)  # an earlier attempt of ours landed (reported lost)
+        changed = rules_record.outdated(lake, marker)
+        if changed:
+            raise Superseded(f"{event_date}: {changed}")  # the replan takes the lake's new rules
         ours, theirs = set(marker["receipts"]), set(current["receipts"]) if current else set()
-        if current is not None and ours <= theirs:
+        if current is not None and ours <= theirs and rules_record.same_rules(marker, current):
             return Outcome(False, current)
         if current is not None and not theirs <= ours:
             raise Superseded(f"{event_date}: the current version {current['version']} includes "

@@ -9,12 +9,14 @@ parameters and the pane vocabulary, Beam's terms:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from tidemark.durations import format_duration, parse_duration
 
 PANE_KINDS = ("early", "on_time", "late", "too_late")
+# The rules, in the order every message and record lists them.
+RULE_NAMES = ("gap", "allowed_lateness", "watermark_delay")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,37 @@ class SessionRules:
     def describe(self) -> dict:
         return {"gap": format_duration(self.gap), "allowed_lateness": format_duration(self.allowed_lateness),
                 "watermark_delay": format_duration(self.watermark_delay)}
+
+    def micros(self) -> dict:
+        """The canonical form (integers, so "60m" and "1h" are the same rules): records compare this."""
+        return {"gap_us": self.gap_us, "allowed_lateness_us": self.allowed_lateness_us,
+                "watermark_delay_us": self.watermark_delay_us}
+
+    @classmethod
+    def from_micros(cls, values: dict) -> "SessionRules":
+        return cls(**{name: timedelta(microseconds=int(values[f"{name}_us"])) for name in RULE_NAMES})
+
+    def with_overrides(self, overrides: dict[str, timedelta]) -> "SessionRules":
+        """These rules with some of them replaced (the options an operator typed)."""
+        unknown = set(overrides) - set(RULE_NAMES)
+        if unknown:
+            raise ValueError(f"unknown session rules {sorted(unknown)}")
+        return replace(self, **overrides)
+
+    def differences(self, other: "SessionRules", only=RULE_NAMES) -> list[str]:
+        """Which of `only` differ, as ["gap 20m vs 30m", ...] (self's value first)."""
+        mine, theirs = self.describe(), other.describe()
+        return [f"{name} {mine[name]} vs {theirs[name]}" for name in only
+                if getattr(self, name) != getattr(other, name)]
+
+
+def parse_overrides(gap: str | None = None, allowed_lateness: str | None = None,
+                    watermark_delay: str | None = None) -> dict[str, timedelta]:
+    """The rules an operator typed (None = not typed), parsed and checked: {name: timedelta}."""
+    typed = {"gap": gap, "allowed_lateness": allowed_lateness, "watermark_delay": watermark_delay}
+    out = {name: parse_duration(value) for name, value in typed.items() if value is not None}
+    SessionRules().with_overrides(out)  # runs the same checks as a full set (gap > 0, ...)
+    return out
 
 
 def _micros(span: timedelta) -> int:

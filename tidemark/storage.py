@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from typing import Iterable
 
@@ -132,3 +133,39 @@ def list_event_dates(root: str) -> list[str]:
         except layout.InvalidPartitionValue:
             continue
     return sorted(out)
+
+
+def create_text_if_absent(uri: str, text: str, settle_seconds: float = 2.0) -> bool:
+    """Create a file with this text unless it exists; True when this call created it.
+
+    On a local disk (and file://) the creation is exclusive and atomic: a complete hidden temp file
+    is hard-linked to the name, which fails when the name exists, so of any number of concurrent
+    callers exactly one gets True and nobody ever sees a partial file.
+
+    Object stores offer no conditional write through pyarrow: the name is checked, the object
+    written, and after `settle_seconds` read back; True only when it still holds exactly this text.
+    Two writers can then both get True only if one wrote more than `settle_seconds` after it found
+    the name free, so callers on object stores read the file again later (see rules_record).
+    """
+    fs, path = resolve(uri)
+    parent, name = path.rsplit("/", 1)
+    fs.create_dir(parent, recursive=True)
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.remove(tmp)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        return False
+    with fs.open_output_stream(path) as out:
+        out.write(text.encode("utf-8"))
+    time.sleep(settle_seconds)
+    return read_text(uri) == text

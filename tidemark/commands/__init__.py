@@ -10,6 +10,7 @@ COMMAND_MODULES = [
     "quarantine",
     "notices",
     "dedup",
+    "rules",
     "read",
     "gc",
     "demo",

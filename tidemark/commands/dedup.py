@@ -1,5 +1,8 @@
 """tidemark dedup: deduplicate one event date and publish a new version atomically.
 
+The session rules come from the lake's rules record (written by the stream): no rule option is
+needed, and options that disagree with the record are refused before Spark starts.
+
 Prints one JSON line on stdout: {event_date, version, published, sessions, receipts_read, rows_read,
 affected_dates, noop, seconds}. affected_dates are other event dates whose published version this
 run may have made stale (rerun them; a rerun without new receipts is a no-op).
@@ -23,13 +26,16 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark import layout
+    from tidemark import layout, rules_record
     from tidemark.dedup import run_dedup
-    from tidemark.sessions import SessionRules
+    from tidemark.sessions import parse_overrides
 
     # Everything the user typed is checked before Spark starts or any path is built.
     event_date = layout.check_event_date(args.event_date)
-    rules = SessionRules.parse(args.gap, args.allowed_lateness, args.watermark_delay)
+    overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay)
+    rules, _ = rules_record.check(args.lake, overrides or None, "tidemark dedup")
+    if not overrides:
+        rules = None  # run_dedup takes the lake's (and warns when the lake has no record)
     spark = None
     if args.master:
         from tidemark.spark import build_session

@@ -61,7 +61,7 @@ def _demo(args, console, stack) -> int:
     from tidemark import batch_reference
     from tidemark.demo import charts, report, waves as wavelib, wait
     from tidemark.localstack.stack import StackError
-    from tidemark.sessions import SessionRules
+    from tidemark import rules_record
 
     began = time.monotonic()
     timings: dict = {}
@@ -117,7 +117,7 @@ def _demo(args, console, stack) -> int:
     timings["total_s"] = round(time.monotonic() - began, 1)
 
     console.rule("3. report")
-    rules = SessionRules()
+    rules = rules_record.rules_in_force(settings.lake)[0]  # what the stream and the DAG used
     checks = batch_reference.check_lake(settings.lake, settings.landing, rules.gap)
     data = report.collect(settings.lake, waves, wave_rows, all_runs, checks, timings,
                           {**dataclasses.asdict(workload), **counts})

@@ -1,13 +1,27 @@
-"""tidemark stream: the Structured Streaming job, landing -> session panes in receipt partitions."""
+"""tidemark stream: the Structured Streaming job, landing -> session panes in receipt partitions.
+
+Session rules: the first start on a lake records them in the lake (<lake>/_rules/); later starts
+take them from there and need no rule options. Options that disagree with the lake are refused,
+unless --migrate-rules is given: then the new rules are recorded and every date re-deduplicated
+under them (`tidemark rules migrate`) before the stream starts.
+"""
 from __future__ import annotations
 
+LAKE_DEFAULT = "(default: the lake's recorded rules; for a new lake %s)"
 
-def add_session_options(p) -> None:
-    p.add_argument("--gap", default="30m", help="session gap: events closer than this form one session")
-    p.add_argument("--allowed-lateness", default="1h",
-                   help="how long after its window closes a session still takes late events")
-    p.add_argument("--watermark-delay", default="10m",
-                   help="the watermark trails the maximum event time seen by this much")
+
+def add_session_options(p, default_note: str | None = None) -> None:
+    """--gap, --allowed-lateness, --watermark-delay. Default None: a command can tell what was typed
+    (and check it against the lake's rules record) from what was not."""
+    def note(code_default: str) -> str:
+        return default_note or LAKE_DEFAULT % code_default
+
+    p.add_argument("--gap", default=None,
+                   help=f"session gap: events closer than this form one session {note('30m')}")
+    p.add_argument("--allowed-lateness", default=None,
+                   help=f"how long after its window closes a session still takes late events {note('1h')}")
+    p.add_argument("--watermark-delay", default=None,
+                   help=f"the watermark trails the maximum event time seen by this much {note('10m')}")
 
 
 def register(subparsers) -> None:
@@ -19,6 +33,9 @@ def register(subparsers) -> None:
     add_session_options(p)
     p.add_argument("--max-clock-skew", default="1h", metavar="DURATION",  # docs/input-contract.md
                    help="quarantine events stamped later than their receipt time by more than this")
+    p.add_argument("--migrate-rules", action="store_true",
+                   help="the rule options deliberately change the lake's rules: record them and "
+                        "re-deduplicate every date under them before starting (`tidemark rules migrate`)")
     p.add_argument("--trigger-interval", default="10s")
     p.add_argument("--available-now", action="store_true", help="process what has landed, then stop")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
@@ -37,14 +54,16 @@ def config_from_args(args):
     from streaming_job.job import StreamConfig
     from tidemark.contract import InputRules
     from tidemark.durations import parse_duration
-    from tidemark.sessions import SessionRules
+    from tidemark.sessions import parse_overrides
 
     parse_duration(args.trigger_interval)
     if args.max_files_per_trigger is not None and args.max_files_per_trigger < 1:
         raise ValueError("--max-files-per-trigger must be positive")
     return StreamConfig(
         landing=args.landing, lake=args.lake, checkpoint=args.checkpoint,
-        rules=SessionRules.parse(args.gap, args.allowed_lateness, args.watermark_delay),
+        # Only what was typed: the rest comes from the lake's rules record (checked at start).
+        rules=parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay) or None,
+        migrate_rules=args.migrate_rules,
         input_rules=InputRules(max_clock_skew=parse_duration(args.max_clock_skew)),
         trigger_interval=args.trigger_interval, available_now=args.available_now,
         max_files_per_trigger=args.max_files_per_trigger, master=args.master,

@@ -7,6 +7,11 @@ background). Ports are free ones picked at the first `up` (or the ones given) an
 state folder, so `tidemark down` then `tidemark up` resumes with the same addresses, lake,
 checkpoint, Airflow database and emulator data folder. Drop JSON-lines files into the landing
 folder and watch `tidemark partitions` / `tidemark history`.
+
+Session rules: the lake records them (tidemark/rules_record.py). --gap / --allowed-lateness /
+--watermark-delay set them for a new lake; on a lake that records other rules they are refused
+before anything starts (change rules with `tidemark rules migrate`). The stream and the DAG take
+them from the lake.
 """
 from __future__ import annotations
 
@@ -29,6 +34,9 @@ def register(subparsers) -> None:
     p.add_argument("--airflow-port", type=int, default=None)
     p.add_argument("--function-port", type=int, default=None)
     p.add_argument("--trigger-interval", default=None, help="stream micro-batch interval (default 5s)")
+    from tidemark.commands.stream import add_session_options
+
+    add_session_options(p)
     p.add_argument("--timeout", type=float, default=600, help="seconds each component may take to start")
     p.set_defaults(handler=run)
 
@@ -36,7 +44,11 @@ def register(subparsers) -> None:
 def start(args, console) -> "object":
     """Bring the stack up with a spinner; returns (stack, settings). Shared with `tidemark demo`."""
     from tidemark.localstack.stack import Stack
+    from tidemark.sessions import parse_overrides
 
+    # Typed rules are checked (format now, against the lake's record in up()) before anything starts.
+    rules = parse_overrides(getattr(args, "gap", None), getattr(args, "allowed_lateness", None),
+                            getattr(args, "watermark_delay", None))
     stack = Stack(args.home)
     ports = {"pubsub": getattr(args, "pubsub_port", None), "airflow": getattr(args, "airflow_port", None),
              "function": getattr(args, "function_port", None)}
@@ -49,7 +61,8 @@ def start(args, console) -> "object":
         settings = stack.up(say=say, timeout=args.timeout, lake=getattr(args, "lake", None),
                             landing=getattr(args, "landing", None),
                             checkpoint=getattr(args, "checkpoint", None), db_url=getattr(args, "db_url", None),
-                            ports=ports, trigger_interval=getattr(args, "trigger_interval", None))
+                            ports=ports, trigger_interval=getattr(args, "trigger_interval", None),
+                            rules=rules)
     return stack, settings
 
 

@@ -35,7 +35,7 @@ from typing import Callable
 
 import requests
 
-from tidemark import names, storage
+from tidemark import names, rules_record, storage
 from tidemark.localstack import process
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -175,12 +175,19 @@ class Stack:
 
     # -- up ---------------------------------------------------------------------------------------
 
-    def up(self, say: Callable[[str], None] = lambda _: None, timeout: float = 600, **options) -> StackSettings:
+    def up(self, say: Callable[[str], None] = lambda _: None, timeout: float = 600,
+           rules: dict | None = None, **options) -> StackSettings:
         """Start whatever is not running yet; returns the settings. On failure, stops what this
-        call started and raises StackError naming the component and its log."""
+        call started and raises StackError naming the component and its log.
+
+        `rules` ({name: timedelta}, from `tidemark up --gap ...`): session rules for a new lake,
+        recorded in it before anything starts; the stream and the DAG then read them from the lake.
+        Rules that disagree with the lake's record raise RulesMismatch, with nothing started."""
         _check_db_driver(options.get("db_url"))  # before anything is written
         settings = self.configure(**options)
         _check_db_driver(settings.db_url)
+        recorded = rules_record.ensure(settings.lake, rules or None, "tidemark up")
+        say(f"session rules of {settings.lake}: {recorded.describe()}")
         for path in (settings.landing, settings.lake, self.logs_dir):
             os.makedirs(path, exist_ok=True)
         running = self.running()
@@ -387,7 +394,8 @@ class Stack:
                               "push endpoint of " + names.get("FUNCTION_SUBSCRIPTION")))
         stream = self.record("stream")
         rows.append(self._row("stream", stream, "", lambda: True,
-                              f"{settings.landing} -> {settings.lake}; {last_batch(stream)}"))
+                              f"{settings.landing} -> {settings.lake}; {_rules_of(settings.lake)}; "
+                              f"{last_batch(stream)}"))
         return rows
 
     @staticmethod
@@ -419,6 +427,15 @@ def _check_db_driver(db_url: str | None) -> None:
         raise ValueError(f"--db-url {db_url.split('://')[0]}://... needs the {driver} module: "
                          f".venv/bin/pip install {'psycopg[binary]' if driver == 'psycopg' else 'psycopg2-binary'}"
                          ) from None
+
+
+def _rules_of(lake: str) -> str:
+    """'gap 30m, allowed lateness 1h, watermark delay 10m' as the lake records them."""
+    try:
+        recorded = rules_record.current(lake)
+    except ValueError as exc:  # an unreadable record is shown, not fatal to `status`
+        return f"rules record unreadable: {exc}"
+    return rules_record.describe_rules(recorded.rules) if recorded else "no rules recorded yet"
 
 
 def _log_has(path: str, offset: int, needle: str) -> bool:

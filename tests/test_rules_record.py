@@ -1,0 +1,189 @@
+"""The lake's session rules record, without Spark: written once and create-if-absent (concurrent
+first starts cannot both win), history kept, disagreeing rules refused with both values named by
+every entry point (dedup, stream, up) before anything starts, and version staleness."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+
+import pytest
+
+from tidemark import layout, rules_record, storage
+from tidemark.sessions import SessionRules, parse_overrides
+
+TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
+GAP20 = SessionRules(gap=timedelta(minutes=20))
+
+
+def cli(*args, timeout=120, cwd=None):
+    return subprocess.run([TIDEMARK, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def test_first_start_records_the_rules_once_and_later_starts_take_them(tmp_path):
+    lake = str(tmp_path / "lake")
+    assert rules_record.current(lake) is None
+    first = rules_record.ensure(lake, parse_overrides(gap="20m"), "tidemark stream")
+    assert first.sequence == 1 and first.rules == GAP20 and first.reason == "first start on an empty lake"
+    doc = json.loads(open(layout.rules_record_path(lake, 1)).read())
+    assert doc["rules"] == {"gap": "20m", "allowed_lateness": "1h", "watermark_delay": "10m"}
+    assert doc["rules_id"] == rules_record.fingerprint(GAP20)
+    # No options: the lake's rules; the same rules spelled otherwise: accepted; nothing rewritten.
+    assert rules_record.ensure(lake, None, "tidemark stream").rules == GAP20
+    assert rules_record.ensure(lake, parse_overrides(gap="1200s", allowed_lateness="60m"), "x").rules == GAP20
+    assert [r.sequence for r in rules_record.history(lake)] == [1]
+    assert open(layout.rules_record_path(lake, 1)).read() == json.dumps(doc, sort_keys=True, indent=1) + "\n"
+
+
+def test_other_rules_are_refused_naming_both_values(tmp_path):
+    lake = str(tmp_path / "lake")
+    rules_record.ensure(lake, GAP20, "tidemark stream")
+    with pytest.raises(rules_record.RulesMismatch) as refused:
+        rules_record.ensure(lake, parse_overrides(gap="30m"), "tidemark stream")
+    message = str(refused.value)
+    assert "--gap 30m given, the lake records 20m" in message and "tidemark rules migrate" in message
+    # Only what was given is compared: a partial set that agrees is fine.
+    assert rules_record.check(lake, parse_overrides(watermark_delay="10m"), "dedup")[0] == GAP20
+    with pytest.raises(rules_record.RulesMismatch, match="--allowed-lateness 2h given, the lake records 1h"):
+        rules_record.for_dedup(lake, SessionRules(gap=timedelta(minutes=20), allowed_lateness=timedelta(hours=2)))
+    assert rules_record.for_dedup(lake) == (GAP20, rules_record.fingerprint(GAP20))
+
+
+def test_concurrent_first_starts_with_different_rules_cannot_both_win(tmp_path):
+    for attempt in range(5):
+        lake = str(tmp_path / f"lake{attempt}")
+        barrier = threading.Barrier(6)
+        outcomes = {}
+
+        def start(index: int) -> None:
+            rules = SessionRules(gap=timedelta(minutes=10 + index))
+            barrier.wait()
+            try:
+                outcomes[index] = rules_record.ensure(lake, rules, f"stream {index}").rules
+            except rules_record.RulesMismatch:
+                outcomes[index] = "refused"
+
+        threads = [threading.Thread(target=start, args=(i,)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        winners = [i for i, got in outcomes.items() if got != "refused"]
+        assert len(winners) == 1, outcomes
+        assert rules_record.current(lake).rules == SessionRules(gap=timedelta(minutes=10 + winners[0]))
+        assert [n for n in os.listdir(layout.rules_dir(lake))] == ["rules-000001.json"]  # no temp files left
+
+
+def test_a_change_adds_a_record_and_keeps_the_history(tmp_path):
+    lake = str(tmp_path / "lake")
+    first = rules_record.ensure(lake, None, "tidemark stream")
+    assert first.rules == SessionRules()
+    second = rules_record.record_change(lake, GAP20, "tidemark rules migrate")
+    assert (second.sequence, second.previous_rules_id, second.reason) == (2, first.rules_id, "migration")
+    assert rules_record.record_change(lake, GAP20, "again") == second  # already the lake's: nothing added
+    history = rules_record.history(lake)
+    assert [(r.sequence, r.rules) for r in history] == [(1, SessionRules()), (2, GAP20)]
+    assert history[0].recorded_at <= history[1].recorded_at
+    assert rules_record.current(lake) == second
+    with pytest.raises(rules_record.RulesMismatch):
+        rules_record.ensure(lake, SessionRules(), "tidemark stream")
+
+
+def test_a_tampered_record_is_refused_with_its_path(tmp_path):
+    lake = str(tmp_path / "lake")
+    rules_record.ensure(lake, None, "tidemark stream")
+    path = layout.rules_record_path(lake, 1)
+    doc = json.loads(open(path).read())
+    doc["rules_us"]["gap_us"] = 60_000_000  # edited by hand, id left as it was
+    storage.write_json_atomic(path, doc)
+    with pytest.raises(rules_record.InvalidRulesRecord, match="rules-000001.json.*fingerprint"):
+        rules_record.current(lake)
+    storage.write_text_atomic(path, "not json")
+    with pytest.raises(rules_record.InvalidRulesRecord, match="rules-000001.json"):
+        rules_record.current(lake)
+
+
+def test_versions_made_under_other_rules_are_stale():
+    marker = {"version": "20260307T000000000Z", "gap": "30m", **rules_record.marker_fields(SessionRules())}
+    assert not rules_record.changed_since(marker, SessionRules())
+    assert rules_record.changed_since(marker, GAP20)
+    # Any rule counts (the id covers all three) ...
+    assert rules_record.changed_since(marker, SessionRules(allowed_lateness=timedelta(hours=3)))
+    # ... a version written before versions recorded an id is judged by its gap.
+    legacy = {"version": "20260307T000000000Z", "gap": "30m"}
+    assert not rules_record.changed_since(legacy, SessionRules())
+    assert rules_record.changed_since(legacy, GAP20)
+    assert not rules_record.changed_since(None, GAP20)
+
+
+def test_a_lake_without_a_record_dedups_with_the_defaults_and_says_so(tmp_path, capsys):
+    lake = str(tmp_path / "lake")
+    assert rules_record.for_dedup(lake) == (SessionRules(), rules_record.fingerprint(SessionRules()))
+    assert "no session rules record" in capsys.readouterr().err
+    # A lake written before the record existed: the stream's next start adopts its rules.
+    os.makedirs(os.path.join(lake, "sessions", "event_date=2026-03-07"))
+    adopted = rules_record.ensure(lake, GAP20, "tidemark stream")
+    assert adopted.rules == GAP20 and adopted.reason.startswith("adopted")
+
+
+# -- the commands refuse disagreeing options before anything starts -------------------------------
+
+@pytest.fixture()
+def lake20(tmp_path):
+    lake = str(tmp_path / "lake")
+    rules_record.ensure(lake, GAP20, "tidemark stream")
+    return lake
+
+
+def test_dedup_command_refuses_disagreeing_options(lake20):
+    proc = cli("dedup", "--lake", lake20, "--event-date", "2026-03-07", "--gap", "30m")
+    assert proc.returncode == 2, proc.stderr
+    assert "--gap 30m given, the lake records 20m" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_dedup_through_spark_submit_app_refuses_disagreeing_options(lake20):
+    # What the DAG's SparkSubmitOperator runs, with a rule option added: refused the same way.
+    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                                                        "streaming_job", "submit.py"),
+                           "dedup", "--lake", lake20, "--event-date", "2026-03-07", "--gap", "30m"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "the lake records 20m" in proc.stderr
+
+
+def test_stream_command_refuses_other_rules_before_spark_starts(lake20, tmp_path):
+    proc = cli("stream", "--landing", str(tmp_path / "landing"), "--lake", lake20,
+               "--checkpoint", str(tmp_path / "ckpt"), "--gap", "45m", "--available-now")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--gap 45m given, the lake records 20m" in proc.stderr
+    assert not os.path.exists(tmp_path / "ckpt")  # nothing started
+    assert [r.sequence for r in rules_record.history(lake20)] == [1]
+
+
+def test_up_refuses_other_rules_before_anything_starts(lake20, tmp_path):
+    from tidemark.localstack.stack import Stack
+
+    home = str(tmp_path / "state")
+    proc = cli("up", "--home", home, "--lake", lake20, "--gap", "30m")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--gap 30m given, the lake records 20m" in proc.stderr
+    assert Stack(home).records() == {}
+
+
+def test_rules_show_lists_history_and_stale_dates(lake20):
+    # A version published under the default gap (what the DAG did before rules were recorded).
+    folder = os.path.join(lake20, "sessions_dedup", "event_date=2026-03-07")
+    os.makedirs(folder)
+    storage.write_json_atomic(os.path.join(folder, "_CURRENT.json"),
+                              {"event_date": "2026-03-07", "version": "20260307T000000000Z", "gap": "30m"})
+    proc = cli("rules", "show", "--lake", lake20, "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[0]["gap"] == "20m" and lines[0]["recorded"] is True
+    assert [line["sequence"] for line in lines if line["kind"] == "record"] == [1]
+    assert [line["event_date"] for line in lines if line["kind"] == "stale_date"] == ["2026-03-07"]
+    table = cli("rules", "show", "--lake", lake20)
+    assert table.returncode == 0 and "2026-03-07" in table.stdout and "20m" in table.stdout

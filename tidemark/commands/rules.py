@@ -1,0 +1,109 @@
+"""tidemark rules: the session rules a lake records (gap, allowed lateness, watermark delay).
+
+  tidemark rules show --lake DIR      the lake's rules, their history, and the dates whose current
+                                      version was made under other rules
+  tidemark rules migrate --lake DIR --gap 20m [--allowed-lateness 2h] [--watermark-delay 5m]
+                                      change them deliberately: records the new rules (rules not
+                                      typed keep their current value) and re-deduplicates every
+                                      date under them; run it again to finish an interrupted one
+
+The stream records its rules at its first start and refuses other ones later; the dedup and the
+DAG read them from the lake. Stop the stream and pause the dedup DAG before migrating, then start
+the stream again without rule options (docs/lake-layout.md, "Session rules record").
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("rules", help="the lake's session rules: show them, or migrate to new ones",
+                              description=__doc__, formatter_class=_raw())
+    sub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
+
+    show = sub.add_parser("show", help="the lake's rules, their history, dates made under other rules")
+    show.add_argument("--lake", required=True, help="lake folder or URI")
+    show.add_argument("--json", action="store_true", help="one JSON object per line instead of tables")
+    show.set_defaults(handler=run_show)
+
+    migrate = sub.add_parser("migrate", help="record new rules and re-deduplicate every date under them")
+    migrate.add_argument("--lake", required=True, help="lake folder or URI")
+    from tidemark.commands.stream import add_session_options
+
+    add_session_options(migrate, "(default: the lake's current value)")
+    migrate.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
+    migrate.set_defaults(handler=run_migrate)
+
+
+def _raw():
+    import argparse
+
+    return argparse.RawDescriptionHelpFormatter
+
+
+def run_show(args) -> int:
+    from tidemark import rules_migration, rules_record
+
+    records = rules_record.history(args.lake)
+    rules, rules_id, _ = rules_record.rules_in_force(args.lake)
+    stale = rules_migration.stale_dates(args.lake, rules)
+    if args.json:
+        print(json.dumps({"kind": "rules", "recorded": bool(records), "rules_id": rules_id, **rules.describe()}))
+        for record in records:
+            print(json.dumps({"kind": "record", **record.to_json()}))
+        for item in stale:
+            print(json.dumps({"kind": "stale_date", **item}))
+        return 0
+
+    from rich.table import Table
+
+    from tidemark.commands.status import wide_console
+
+    console = wide_console()
+    if records:
+        console.print(f"[bold]{args.lake}[/bold]: {rules_record.describe_rules(rules)} (id {rules_id})")
+    else:
+        console.print(f"[bold]{args.lake}[/bold] has no rules record: the dedup uses the defaults "
+                      f"({rules_record.describe_rules(rules)}); the stream records its rules at its next start")
+    if records:
+        table = Table(title="rules history")
+        for column in ("#", "recorded at (UTC)", "gap", "allowed lateness", "watermark delay", "id", "by", "reason"):
+            table.add_column(column, overflow="fold")
+        for record in records:
+            values = record.rules.describe()
+            table.add_row(str(record.sequence), record.recorded_at, values["gap"], values["allowed_lateness"],
+                          values["watermark_delay"], record.rules_id, record.recorded_by, record.reason)
+        console.print(table)
+    if stale:
+        table = Table(title="dates whose current version was made under other rules "
+                            f"(`tidemark rules migrate --lake {args.lake}` re-deduplicates them)")
+        for column in ("event_date", "version", "its gap", "its rules id"):
+            table.add_column(column)
+        for item in stale:
+            table.add_row(item["event_date"], str(item["version"]), str(item["gap"]), str(item["rules_id"] or "-"))
+        console.print(table)
+    else:
+        console.print("every published date was made under these rules")
+    return 0
+
+
+def run_migrate(args) -> int:
+    from tidemark import rules_migration
+    from tidemark.sessions import parse_overrides
+
+    # Checked before Spark starts or anything is recorded.
+    overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay)
+    rules = rules_migration.target_rules(args.lake, overrides)
+    spark = None
+    if args.master:
+        from tidemark.spark import build_session
+        spark = build_session("tidemark-rules-migrate", args.master)
+
+    def emit(result) -> None:
+        sys.stdout.write(json.dumps({"kind": "date", **result.to_json()}) + "\n")
+        sys.stdout.flush()
+
+    migration = rules_migration.migrate(args.lake, rules, spark=spark, on_result=emit)
+    sys.stdout.write(json.dumps(migration.to_json()) + "\n")
+    return 0
