@@ -1,0 +1,178 @@
+"""Non-default session rules end to end, with the real stream and the real dedup: a stream run with a
+20-minute gap, then the dedup with no rule options (in process, and through the spark-submit
+application the DAG runs), publishes 20-minute sessions; a deliberate change (`tidemark rules
+migrate`, `tidemark stream --migrate-rules`) re-deduplicates every date under the new rules; a
+running stream stops when the lake's rules change under it. Compared with tests/reference.py."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from streaming_job.job import StreamConfig, run_stream
+from tests import reference
+from tests.streamkit import event, land
+from tidemark import cli, publish, reader, rules_record
+from tidemark.dedup import run_dedup
+from tidemark.sessions import SessionRules
+
+pytestmark = pytest.mark.spark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUBMIT = os.path.join(ROOT, "streaming_job", "submit.py")
+D1, D2 = "2026-03-07", "2026-03-08"
+GAP20, GAP30, GAP45 = timedelta(minutes=20), timedelta(minutes=30), timedelta(minutes=45)
+RULES20 = SessionRules(gap=GAP20)
+
+# Neighbours 25 minutes apart (one session at 30m, two at 20m) and 40 minutes apart (one session
+# only at 45m), on two dates; z moves the watermark past all of it.
+FIRST_WAVE = [
+    [event("u", "u1", f"{D1}T10:00:00Z"), event("u", "u2", f"{D1}T10:25:00Z"), event("u", "u3", f"{D1}T10:40:00Z"),
+     event("v", "v1", f"{D1}T12:00:00Z"), event("v", "v2", f"{D1}T12:40:00Z")],
+    [event("w", "w1", f"{D2}T09:00:00Z"), event("w", "w2", f"{D2}T09:40:00Z"), event("w", "w2", f"{D2}T09:40:00Z"),
+     event("w", "w3", f"{D2}T11:00:00Z"), event("w", "w4", f"{D2}T11:25:00Z"), event("z", "z1", f"{D2}T18:00:00Z")],
+]
+
+
+def published(lake: str, event_date: str) -> set[tuple]:
+    try:
+        table = reader.read_sessions(lake, event_date)
+    except reader.NoVersion:
+        return set()
+    return {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]))
+            for r in table.to_pylist()}
+
+
+def expected(landing: str, event_date: str, gap: timedelta) -> set[tuple]:
+    return {(s.user_id, s.session_start, s.session_end, s.event_ids)
+            for s in reference.sessions_of_landing(landing, gap) if s.event_date == event_date}
+
+
+@pytest.fixture(scope="module")
+def streamed(spark, tmp_path_factory):
+    """A lake written by the real stream with a 20-minute gap, not deduplicated yet (copy it)."""
+    base = tmp_path_factory.mktemp("rules20")
+    landing, lake, ckpt = str(base / "landing"), str(base / "lake"), str(base / "ckpt")
+    land(landing, FIRST_WAVE)
+    run_stream(StreamConfig(landing, lake, ckpt, RULES20, available_now=True), spark=spark)
+    # The reference tells the rules apart on this data, so the tests below can fail.
+    for day in (D1, D2):
+        assert expected(landing, day, GAP20) != expected(landing, day, GAP30)
+    return landing, lake, ckpt
+
+
+def copy_of(streamed, tmp_path) -> tuple[str, str, str]:
+    for name, folder in zip(("landing", "lake", "ckpt"), streamed):
+        shutil.copytree(folder, tmp_path / name)
+    return str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+
+
+def test_dedup_without_rule_options_uses_the_streams_gap(spark, streamed, tmp_path):
+    landing, lake, _ = copy_of(streamed, tmp_path)
+    for day in (D1, D2):
+        result = run_dedup(lake, day, spark=spark)  # what `tidemark dedup --lake --event-date` does
+        assert published(lake, day) == expected(landing, day, GAP20), day
+        assert reader.read_pointer(lake, day)["rules_id"] == rules_record.fingerprint(RULES20)
+        assert result.sessions == len(expected(landing, day, GAP20))
+
+
+@pytest.mark.slow
+def test_the_dags_spark_submit_dedup_uses_the_streams_gap(streamed, tmp_path):
+    """`spark-submit streaming_job/submit.py dedup --lake L --event-date D`: the DAG's command line
+    (SparkSubmitOperator on spark_default = local), with no rule option."""
+    from tidemark.localstack.spark_cluster import spark_home
+
+    landing, lake, _ = copy_of(streamed, tmp_path)
+    env = {**os.environ, "SPARK_HOME": spark_home(), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_CONF_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[1]",
+                           "--conf", "spark.ui.enabled=false", SUBMIT, "dedup", "--lake", lake, "--event-date", D1],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["sessions"] == len(expected(landing, D1, GAP20))
+    assert published(lake, D1) == expected(landing, D1, GAP20)
+
+
+def test_the_stream_refuses_other_rules_and_writes_nothing(spark, streamed, tmp_path):
+    landing, lake, ckpt = copy_of(streamed, tmp_path)
+    land(landing_copy := str(tmp_path / "landing2"), [[event("u", "u9", f"{D2}T20:00:00Z")]])
+    before = sorted(os.listdir(os.path.join(lake, "sessions", f"event_date={D2}")))
+    with pytest.raises(rules_record.RulesMismatch, match="--gap 30m given, the lake records 20m"):
+        run_stream(StreamConfig(landing_copy, lake, ckpt, SessionRules(), available_now=True), spark=spark)
+    assert sorted(os.listdir(os.path.join(lake, "sessions", f"event_date={D2}"))) == before
+    assert rules_record.current(lake).rules == RULES20
+
+
+def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, streamed, tmp_path, capsys):
+    landing, lake, ckpt = copy_of(streamed, tmp_path)
+    for day in (D1, D2):
+        run_dedup(lake, day, spark=spark)
+    old = {day: reader.read_pointer(lake, day)["version"] for day in (D1, D2)}
+
+    assert cli.main(["rules", "migrate", "--lake", lake, "--gap", "45m"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["event_date"] for line in lines if line["kind"] == "date"] == [D1, D2]
+    assert lines[-1]["kind"] == "migration" and lines[-1]["recomputed"] == 2 and lines[-1]["gap"] == "45m"
+    history = rules_record.history(lake)
+    assert [(r.sequence, r.rules.gap) for r in history] == [(1, GAP20), (2, GAP45)]
+    assert history[1].previous_rules_id == history[0].rules_id
+    for day in (D1, D2):
+        pointer = reader.read_pointer(lake, day)
+        assert pointer["version"] > old[day] and pointer["rules_id"] == history[1].rules_id
+        assert published(lake, day) == expected(landing, day, GAP45), day
+    assert expected(landing, D2, GAP45) != expected(landing, D2, GAP20)  # the change was visible
+    assert publish.read_version(lake, D1, old[D1])["gap"] == "20m"  # the old version is kept, superseded
+
+    # Again: nothing to record, nothing to recompute (restartable, idempotent).
+    assert cli.main(["rules", "migrate", "--lake", lake, "--gap", "45m"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["recomputed"] == 0
+    assert len(rules_record.history(lake)) == 2
+
+    # The stream restarts without rule options and follows the lake's new rules.
+    land(landing, [[event("v", "v3", f"{D1}T13:20:00Z"), event("z", "z2", f"{D2}T23:00:00Z")]], start_index=2)
+    run_stream(StreamConfig(landing, lake, ckpt, available_now=True), spark=spark)
+    run_dedup(lake, D1, spark=spark)
+    assert published(lake, D1) == expected(landing, D1, GAP45)
+
+
+def test_stream_migrate_rules_option_rededuplicates_before_starting(spark, streamed, tmp_path):
+    landing, lake, ckpt = copy_of(streamed, tmp_path)
+    run_dedup(lake, D1, spark=spark)  # D2 never deduplicated: the migration does it too
+    run_stream(StreamConfig(landing, lake, ckpt, {"gap": GAP30}, migrate_rules=True, available_now=True),
+               spark=spark)
+    assert rules_record.current(lake).rules == SessionRules(gap=GAP30)
+    assert rules_record.current(lake).recorded_by == "tidemark stream --migrate-rules"
+    for day in (D1, D2):
+        assert reader.read_pointer(lake, day)["rules_id"] == rules_record.fingerprint(SessionRules(gap=GAP30))
+        assert published(lake, day) == expected(landing, day, GAP30), day
+
+
+def test_a_running_stream_stops_when_the_lakes_rules_change(spark, streamed, tmp_path):
+    landing, lake, ckpt = copy_of(streamed, tmp_path)
+    outcome = {}
+
+    def run() -> None:
+        try:
+            run_stream(StreamConfig(landing, lake, ckpt, trigger_interval="1s", rules_check_interval=0.5),
+                       spark=spark)
+            outcome["error"] = None
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(3)
+    assert thread.is_alive(), outcome
+    rules_record.record_change(lake, SessionRules(gap=GAP45), "test")
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert isinstance(outcome["error"], rules_record.RulesMismatch)
+    assert "now records gap 45m" in str(outcome["error"])
