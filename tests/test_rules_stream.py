@@ -101,6 +101,23 @@ def test_the_dags_spark_submit_dedup_uses_the_streams_gap(streamed, tmp_path):
     assert published(lake, D1) == expected(landing, D1, GAP20)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_dag_publishes_the_streams_gap(streamed, tmp_path):
+    """`airflow dags test tidemark_dedup` (its SparkSubmitOperator on local Spark) on the 20m lake."""
+    from tidemark import names
+    from tidemark.localstack.airflow import AirflowServer
+
+    landing, lake, _ = copy_of(streamed, tmp_path)
+    server = AirflowServer(str(tmp_path / "airflow"), env={"TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "0"})
+    os.makedirs(server.home, exist_ok=True)
+    server.migrate()
+    proc = server.cli("dags", "test", names.get("DAG_ID"), "--conf", json.dumps({"event_date": D2}), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert published(lake, D2) == expected(landing, D2, GAP20)
+    assert reader.read_pointer(lake, D2)["rules_id"] == rules_record.fingerprint(RULES20)
+
+
 def test_the_stream_refuses_other_rules_and_writes_nothing(spark, streamed, tmp_path):
     landing, lake, ckpt = copy_of(streamed, tmp_path)
     land(landing_copy := str(tmp_path / "landing2"), [[event("u", "u9", f"{D2}T20:00:00Z")]])

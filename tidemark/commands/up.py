@@ -55,7 +55,7 @@ def start(args, console) -> "object":
     with console.status("starting the local stack") as spinner:
         def say(text: str) -> None:
             spinner.update(text)
-            if "ready" in text:
+            if "ready" in text or text.startswith("session rules"):
                 console.log(text)
 
         settings = stack.up(say=say, timeout=args.timeout, lake=getattr(args, "lake", None),
