@@ -173,17 +173,13 @@ def test_up_refuses_other_rules_before_anything_starts(lake20, tmp_path):
     assert Stack(home).records() == {}
 
 
-def test_rules_show_lists_history_and_stale_dates(lake20):
-    # A version published under the default gap (what the DAG did before rules were recorded).
-    folder = os.path.join(lake20, "sessions_dedup", "event_date=2026-03-07")
-    os.makedirs(folder)
-    storage.write_json_atomic(os.path.join(folder, "_CURRENT.json"),
-                              {"event_date": "2026-03-07", "version": "20260307T000000000Z", "gap": "30m"})
+def test_rules_show_lists_the_history(lake20):
+    rules_record.record_change(lake20, SessionRules(gap=timedelta(minutes=45)), "tidemark rules migrate")
     proc = cli("rules", "show", "--lake", lake20, "--json")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert lines[0]["gap"] == "20m" and lines[0]["recorded"] is True
-    assert [line["sequence"] for line in lines if line["kind"] == "record"] == [1]
-    assert [line["event_date"] for line in lines if line["kind"] == "stale_date"] == ["2026-03-07"]
+    assert lines[0]["gap"] == "45m" and lines[0]["recorded"] is True
+    assert [(line["sequence"], line["rules"]["gap"]) for line in lines if line["kind"] == "record"] \
+        == [(1, "20m"), (2, "45m")]
     table = cli("rules", "show", "--lake", lake20)
-    assert table.returncode == 0 and "2026-03-07" in table.stdout and "20m" in table.stdout
+    assert table.returncode == 0 and "rules history" in table.stdout and "20m" in table.stdout

@@ -74,13 +74,28 @@ def copy_of(streamed, tmp_path) -> tuple[str, str, str]:
     return str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
 
 
-def test_dedup_without_rule_options_uses_the_streams_gap(spark, streamed, tmp_path):
+def stale(lake: str, capsys) -> list[str]:
+    assert cli.main(["rules", "show", "--lake", lake, "--json"]) == 0
+    return [line["event_date"] for line in map(json.loads, capsys.readouterr().out.splitlines())
+            if line["kind"] == "stale_date"]
+
+
+def test_dedup_without_rule_options_uses_the_streams_gap(spark, streamed, tmp_path, capsys):
     landing, lake, _ = copy_of(streamed, tmp_path)
     for day in (D1, D2):
         result = run_dedup(lake, day, spark=spark)  # what `tidemark dedup --lake --event-date` does
         assert published(lake, day) == expected(landing, day, GAP20), day
         assert reader.read_pointer(lake, day)["rules_id"] == rules_record.fingerprint(RULES20)
         assert result.sessions == len(expected(landing, day, GAP20))
+    assert stale(lake, capsys) == []
+
+    # The rules change (recorded only): every date is stale, and a plain rerun of one date (what a
+    # DAG run or reconciliation does) recomputes it under the new rules instead of a no-op.
+    rules_record.record_change(lake, SessionRules(gap=GAP45), "test")
+    assert stale(lake, capsys) == [D1, D2]
+    rerun = run_dedup(lake, D2, spark=spark)
+    assert not rerun.noop and published(lake, D2) == expected(landing, D2, GAP45)
+    assert stale(lake, capsys) == [D1]
 
 
 @pytest.mark.slow
@@ -146,7 +161,7 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
         assert pointer["version"] > old[day] and pointer["rules_id"] == history[1].rules_id
         assert published(lake, day) == expected(landing, day, GAP45), day
     assert expected(landing, D2, GAP45) != expected(landing, D2, GAP20)  # the change was visible
-    assert publish.read_version(lake, D1, old[D1])["gap"] == "20m"  # the old version is kept, superseded
+    assert [v["gap"] for v in publish.list_versions(lake, D1)] == ["20m", "45m"]  # history kept
 
     # Again: nothing to record, nothing to recompute (restartable, idempotent).
     assert cli.main(["rules", "migrate", "--lake", lake, "--gap", "45m"]) == 0
