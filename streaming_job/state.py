@@ -8,6 +8,9 @@ version N identically, which makes every batch idempotent.
 
     <checkpoint>/state/batch_id=N/*.parquet   open sessions after batch N
     <checkpoint>/state/batch_id=N/_tidemark_state.json   marker, written last: watermark, counts
+
+A batch without input writes no version; the newest KEEP_VERSIONS versions that exist are kept, so
+the version a replayed batch starts from is always there.
 """
 from __future__ import annotations
 
@@ -78,6 +81,10 @@ class StateStore:
         storage.write_json_atomic(layout.join(path, STATE_MARKER), {
             "batch_id": batch_id, "watermark_us": watermark_us, "sessions": session_count,
             "receipt_ts": receipt_ts})
-        for old in self.versions():
-            if old <= batch_id - KEEP_VERSIONS:
-                storage.delete_dir(self._dir(old))
+        # Keep the newest KEEP_VERSIONS versions that exist, not "batch_id - K and later": empty
+        # batches write no version, so after a run of them that arithmetic deleted the very
+        # version a replay of this batch starts from. Versions after this batch (stale ones,
+        # rewritten when their batches replay) are left alone.
+        existing = [v for v in self.versions() if v <= batch_id]
+        for old in existing[:-KEEP_VERSIONS]:
+            storage.delete_dir(self._dir(old))

@@ -78,3 +78,35 @@ def test_state_versions_are_pruned(spark, tmp_path):
     version, state = StateStore(spark, checkpoint).before(5)
     assert version.sessions == 2 and state.count() == 2
     shutil.rmtree(lake)
+
+
+def test_replay_after_several_empty_batches_keeps_the_state(spark, tmp_path):
+    """Empty batches (an empty landed file) write no state version. Pruning by batch-id arithmetic
+    deleted every version older than batch_id - 3, so the batch after a run of empty ones removed
+    the only version its own replay starts from: the replay began from empty state."""
+    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    process = BatchProcessor(lake, checkpoint, RULES)
+    process(batch_frame(spark, [event("u1", "a1", "2026-03-07T10:00:00Z")], "2026-03-08 09:00:00"), 0)
+    for batch_id in range(1, 6):
+        process(batch_frame(spark, [], f"2026-03-08 09:00:0{batch_id}"), batch_id)  # empty files
+    lines = [event("u1", "a2", "2026-03-07T10:10:00Z")]
+    process(batch_frame(spark, lines, "2026-03-08 09:00:06"), 6)
+    store = StateStore(spark, checkpoint)
+    assert store.versions() == [0, 6]
+    first = store.before(7)[1].collect()
+    assert [r["event_count"] for r in first] == [2]
+    snapshot = partition_snapshot(lake)
+
+    process(batch_frame(spark, lines, "2026-03-08 09:00:06"), 6)  # Spark replays batch 6
+
+    assert StateStore(spark, checkpoint).before(7)[1].collect() == first
+    assert partition_snapshot(lake) == snapshot
+
+
+def test_pruning_keeps_the_newest_versions_that_exist(spark, tmp_path):
+    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    process = BatchProcessor(lake, checkpoint, RULES)
+    for batch_id in (0, 4, 9, 20, 21):  # the batches in between were empty
+        ts = f"2026-03-07T10:{batch_id:02d}:00Z"
+        process(batch_frame(spark, [event("u1", f"e{batch_id}", ts)], f"2026-03-08 09:00:{batch_id:02d}"), batch_id)
+    assert StateStore(spark, checkpoint).versions() == [9, 20, 21]
