@@ -183,3 +183,41 @@ def test_rules_show_lists_the_history(lake20):
         == [(1, "20m"), (2, "45m")]
     table = cli("rules", "show", "--lake", lake20)
     assert table.returncode == 0 and "rules history" in table.stdout and "20m" in table.stdout
+
+
+def test_on_an_object_store_concurrent_first_records_leave_one_winner(monkeypatch):
+    """The object-store branch (no conditional write): writers that raced to an absent name all read
+    back after the settle delay, and only the one whose write is there wins. An in-memory pyarrow
+    filesystem stands in for a bucket (no GCS here)."""
+    import pyarrow.fs as pafs
+
+    bucket = pafs._MockFileSystem()
+    real = storage.resolve
+    monkeypatch.setattr(storage, "resolve",
+                        lambda uri: (bucket, uri[len("mock://"):]) if uri.startswith("mock://") else real(uri))
+    monkeypatch.setattr(storage, "create_text_if_absent",
+                        lambda uri, text, settle_seconds=0.5, _create=storage.create_text_if_absent:
+                        _create(uri, text, settle_seconds))
+    lake = "mock://bucket/lake"
+    barrier = threading.Barrier(4)
+    outcomes = {}
+
+    def start(index: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[index] = rules_record.ensure(lake, SessionRules(gap=timedelta(minutes=10 + index)), "s").rules
+        except rules_record.RulesMismatch:
+            outcomes[index] = "refused"
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [i for i, got in outcomes.items() if got != "refused"]
+    assert len(winners) == 1, outcomes
+    assert rules_record.current(lake).rules.gap == timedelta(minutes=10 + winners[0])
+    # Later starts: the record is there, so nothing is written again.
+    assert not storage.create_text_if_absent(layout.rules_record_path(lake, 1), "other")
+    with pytest.raises(rules_record.RulesMismatch):
+        rules_record.ensure(lake, SessionRules(gap=timedelta(minutes=99)), "s")
