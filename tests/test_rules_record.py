@@ -221,3 +221,32 @@ def test_on_an_object_store_concurrent_first_records_leave_one_winner(monkeypatc
     assert not storage.create_text_if_absent(layout.rules_record_path(lake, 1), "other")
     with pytest.raises(rules_record.RulesMismatch):
         rules_record.ensure(lake, SessionRules(gap=timedelta(minutes=99)), "s")
+
+
+def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path):
+    """The commit re-reads the record: a run that started before a migration and ends after it
+    replans (Superseded) instead of publishing old-rules sessions; same receipts under new rules
+    are committed over an old-rules version (not skipped as 'covered')."""
+    from tests import icebergkit
+    from tidemark import publish
+
+    lake, day = str(tmp_path / "lake"), "2026-03-06"
+    receipts = [icebergkit.receipt(1), icebergkit.receipt(2)]
+    rules_record.ensure(lake, None, "tidemark stream")
+    old = icebergkit.prepared_run(lake, day, receipts)
+    old.update(rules_record.marker_fields(SessionRules()))
+    publish.write_marker(lake, old)
+    assert publish.commit(lake, old).committed
+
+    late = icebergkit.prepared_run(lake, day, receipts + [icebergkit.receipt(3)])
+    late.update(rules_record.marker_fields(SessionRules()))
+    publish.write_marker(lake, late)
+    rules_record.record_change(lake, GAP20, "tidemark rules migrate")  # while `late` was running
+    with pytest.raises(publish.Superseded, match="session rules changed"):
+        publish.commit(lake, late)
+
+    redone = icebergkit.prepared_run(lake, day, receipts)
+    redone.update(rules_record.marker_fields(GAP20), gap="20m")
+    publish.write_marker(lake, redone)
+    outcome = publish.commit(lake, redone)
+    assert outcome.committed and publish.current_version(lake, day)["rules_id"] == rules_record.fingerprint(GAP20)
