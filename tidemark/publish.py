@@ -272,11 +272,41 @@ def _commit_once(tbl, event_date: str, marker: dict, record: dict, data_files: l
         "tidemark.gap": marker.get("gap", ""),
         "tidemark.marker": f"data/event_date={event_date}/run={record['run_id']}/{RUN_MARKER}",
     }
+    from pyiceberg.table.snapshots import Operation
+
     tx = tbl.transaction()
-    tx.set_properties(**{CURRENT_PREFIX + event_date: json.dumps(record, sort_keys=True)})
-    with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+    operation = Operation.OVERWRITE if tbl.current_snapshot() is not None else Operation.APPEND
+    with _Overwrite(operation=operation, transaction=tx, io=tbl.io, snapshot_properties=summary) as overwrite:
         for data_file in replaced:
             overwrite.delete_data_file(data_file)
         for data_file in data_files:
             overwrite.append_data_file(data_file)
+    tx.set_properties(**{CURRENT_PREFIX + event_date: json.dumps(record, sort_keys=True)})
     tx.commit_transaction()
+
+
+def _overwrite_class():
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class Overwrite(_OverwriteFiles):
+        """pyiceberg 0.12's overwrite (what `update_snapshot().overwrite()` returns) carries a
+        manifest whose entries are all DELETED into every later snapshot, so the manifest list grows
+        by one per commit, and with it the cost of every commit and every scan. Drop the manifests
+        that hold no live file, as Java Iceberg does (older snapshots still list them)."""
+
+        def _existing_manifests(self):
+            return [m for m in super()._existing_manifests()
+                    if m.added_files_count is None or m.existing_files_count is None
+                    or m.added_files_count + m.existing_files_count > 0]
+
+    return Overwrite
+
+
+def _Overwrite(**kwargs):  # noqa: N802 - builds the class on first use (pyiceberg imported lazily)
+    global _OVERWRITE
+    if _OVERWRITE is None:
+        _OVERWRITE = _overwrite_class()
+    return _OVERWRITE(**kwargs)
+
+
+_OVERWRITE = None

@@ -238,13 +238,14 @@ def _load(lake: str):
        wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
 def _create(lake: str):
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+    from sqlalchemy.exc import IntegrityError
 
     cat = catalog(lake)
     namespace = identifier().split(".")[0]
     try:
         cat.create_namespace_if_not_exists(namespace)
-    except NamespaceAlreadyExistsError:
-        pass  # another process created it between the check and the insert
+    except (NamespaceAlreadyExistsError, IntegrityError):
+        pass  # another process created it between the check and the insert (the SQL catalog's race)
     table_schema = schema()
     try:
         table = cat.create_table(
@@ -257,7 +258,7 @@ def _create(lake: str):
                 "schema.name-mapping.default": table_schema.name_mapping.model_dump_json(),
                 "format-version": "2",
             })
-    except TableAlreadyExistsError:
+    except (TableAlreadyExistsError, IntegrityError):
         return cat.load_table(identifier())
     log.info("iceberg table created", table=identifier(), location=table.location())
     return table
