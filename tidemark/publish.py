@@ -274,7 +274,7 @@ def _commit_once(tbl, event_date: str, marker: dict, record: dict, data_files: l
     }
     from pyiceberg.table.snapshots import Operation
 
-    tx = tbl.transaction()
+    tx = _transaction_class()(tbl)
     operation = Operation.OVERWRITE if tbl.current_snapshot() is not None else Operation.APPEND
     with _Overwrite(operation=operation, transaction=tx, io=tbl.io, snapshot_properties=summary) as overwrite:
         for data_file in replaced:
@@ -283,6 +283,33 @@ def _commit_once(tbl, event_date: str, marker: dict, record: dict, data_files: l
             overwrite.append_data_file(data_file)
     tx.set_properties(**{CURRENT_PREFIX + event_date: json.dumps(record, sort_keys=True)})
     tx.commit_transaction()
+
+
+_TRANSACTION = None
+
+
+def _transaction_class():
+    global _TRANSACTION
+    if _TRANSACTION is None:
+        from pyiceberg.table import Transaction
+
+        class CachedTransaction(Transaction):
+            """pyiceberg 0.12 re-applies every staged update to a deep copy of the table metadata on
+            each access of `table_metadata` (about 20 per commit); with a few hundred snapshots the
+            copies were most of a commit's time, and so widened the window in which another
+            commit makes ours retry. The metadata changes only when an update is staged: keep one
+            copy per number of staged updates."""
+
+            @property
+            def table_metadata(self):
+                cached = self.__dict__.get("_tidemark_metadata")
+                if cached is None or cached[0] != len(self._updates):
+                    cached = (len(self._updates), Transaction.table_metadata.fget(self))
+                    self.__dict__["_tidemark_metadata"] = cached
+                return cached[1]
+
+        _TRANSACTION = CachedTransaction
+    return _TRANSACTION
 
 
 def _overwrite_class():
