@@ -190,7 +190,8 @@ def history(lake: str, event_date: str, all_runs: list[dict] | None = None) -> l
                       "kind": "version", "id": version["version"],
                       "state": "current" if current else "superseded",
                       "detail": f"{version['sessions']} sessions from {len(version.get('receipts', []))} "
-                                f"receipt(s), {version.get('new_receipts', '?')} new; run {version.get('run_id', '')}"})
+                                f"receipt(s), {version.get('new_receipts', '?')} new; run {version.get('run_id', '')}"
+                                + (f"; Iceberg snapshot {version['snapshot_id']}" if version.get("snapshot_id") else "")})
     order = {"receipt": 0, "notice": 1, "dag run": 2, "version": 3}
     epoch = datetime.min.replace(tzinfo=timezone.utc)
     return sorted(items, key=lambda i: (i["time"] or epoch, order[i["kind"]]))
