@@ -1,0 +1,20 @@
+"""Smoke test of bench/iceberg_commit.py at a tiny scale: it runs and leaves a table equal to what
+it committed (no timing asserted: speed lives in BENCHMARKS.md)."""
+from __future__ import annotations
+
+from bench import iceberg_commit
+from tidemark import publish, reader
+
+
+def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys):
+    work = str(tmp_path / "bench")
+    assert iceberg_commit.main(["--workdir", work, "--dates", "4", "--history", "2", "--sessions", "5",
+                                "--concurrency", "2", "--no-write"]) == 0
+    assert "What the Iceberg commit adds to a publish" in capsys.readouterr().out
+    lake = f"{work}/lake"
+    dates = publish.list_dedup_dates(lake)
+    assert len(dates) == 4
+    for day in dates:
+        # history 2 -> versions 0 and 1, then 'replace' (2) and the concurrent round (3)
+        assert publish.current_version(lake, day)["version"] == iceberg_commit.receipts_for(3)[-1]
+        assert reader.read_sessions(lake, day).num_rows == 5
