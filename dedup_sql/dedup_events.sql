@@ -1,9 +1,11 @@
 -- Deduplication, step 1: the distinct events behind a set of receipt panes.
 --
 -- Every pane holds its session's events so far, so accumulating panes, replays and fragments
--- repeat events; one copy per (user_id, event_id) is kept, chosen deterministically (the smallest
--- (event_ts, event_type, payload), the stream's own rule). Events before :lo_us cannot belong to a
--- session of the date being deduplicated (see tidemark/dedup.py) and are left out.
+-- repeat events. An event is (user_id, event_id, event_ts); of its copies the one kept is THE copy
+-- rule (docs/input-contract.md; the stream's dedup_sql/stream_input.sql, tidemark/contract.py):
+-- the smallest (event_type, payload), a function of the set of copies received. Every copy of an
+-- event has its event_ts, so every copy lies in the receipts this run reads. Events before :lo_us
+-- cannot belong to a session of the date being deduplicated (see tidemark/dedup.py) and are left out.
 --
 -- Input: temp view tm_dedup_panes, one row per pane: user_id, events, receipt_ts, known
 --   (known: the pane's receipt partition was already included in the previous published version).
@@ -21,17 +23,18 @@ distinct_events AS (
   SELECT
     user_id,
     event_id,
-    -- struct order = field order: the smallest event_ts, then event_type, then payload
-    MIN(named_struct('event_ts', event_ts, 'event_type', event_type, 'payload', payload)) AS first_copy,
+    event_ts,
+    -- struct order = field order: the smallest event_type, then payload
+    MIN(named_struct('event_type', event_type, 'payload', payload)) AS first_copy,
     MIN(receipt_ts) AS first_receipt_ts,
     bool_or(known) AS known
   FROM exploded
-  GROUP BY user_id, event_id
+  GROUP BY user_id, event_id, event_ts
 )
 SELECT
   user_id,
   event_id,
-  first_copy.event_ts AS event_ts,
+  event_ts,
   first_copy.event_type AS event_type,
   first_copy.payload AS payload,
   first_receipt_ts,

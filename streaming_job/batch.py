@@ -13,7 +13,6 @@ from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 import dedup_sql
 from streaming_job import parse, receipts
@@ -151,18 +150,12 @@ class BatchProcessor:
         ).select("user_id", "e.event_id", "e.event_ts", "e.event_type", "e.payload",
                  "state_session_id", "state_session_start", "state_closed", "state_pane_count",
                  F.lit(False).alias("is_new"))
-        # A redelivered event is the same event: keep one copy per (user, event_id), chosen
-        # deterministically, and drop copies of events the open sessions already hold.
-        first_copy = Window.partitionBy("user_id", "event_id").orderBy("event_ts", "event_type", "payload")
-        new_events = (events.withColumn("copy", F.row_number().over(first_copy)).where("copy = 1").drop("copy")
-                      .join(state_events.select("user_id", "event_id"), ["user_id", "event_id"], "left_anti")
-                      .select("user_id", "event_id", "event_ts", "event_type", "payload",
-                              F.lit(None).cast("string").alias("state_session_id"),
-                              F.lit(None).cast("timestamp").alias("state_session_start"),
-                              F.lit(None).cast("boolean").alias("state_closed"),
-                              F.lit(None).cast("int").alias("state_pane_count"),
-                              F.lit(True).alias("is_new")))
-        state_events.unionByName(new_events).createOrReplaceTempView("tm_session_input")
+        # One row per distinct event (user_id, event_id, event_ts), the kept copy chosen by the copy
+        # rule whatever the arrival order (dedup_sql/stream_input.sql).
+        state_events.drop("is_new").createOrReplaceTempView("tm_state_events")
+        events.select("user_id", "event_id", "event_ts", "event_type", "payload") \
+            .createOrReplaceTempView("tm_batch_events")
+        dedup_sql.run(spark, "stream_input").createOrReplaceTempView("tm_session_input")
         dedup_sql.run(spark, "sessionize", gap_us=self.rules.gap_us).createOrReplaceTempView("tm_sessionized")
         return dedup_sql.run(spark, "stream_panes", gap_us=self.rules.gap_us,
                              lateness_us=self.rules.allowed_lateness_us, w_prev_us=w_prev_us, w_new_us=w_new_us)

@@ -2,8 +2,8 @@
 
 Deliberately shares nothing with the stream's sessionization or the Spark SQL: plain Python over the
 raw landed lines. It reads them with the one implementation of the input contract the stream uses
-too (tidemark.contract, docs/input-contract.md), keeps one copy per
-(user_id, event_id) (the earliest event_ts if copies disagree), sorts each user's events by time and
+too (tidemark.contract, docs/input-contract.md), keeps one copy per event
+(user_id, event_id, event_ts), sorts each user's events by time and
 starts a new session wherever two neighbours are at least `gap` apart. A session belongs to the UTC
 date of its first event. If the stream, the dedup SQL and this agree, the promise holds.
 """
@@ -78,12 +78,9 @@ def landed_lines(landing: str):
 
 
 def sessionize(events, gap: timedelta) -> list[Session]:
-    first_seen: dict[tuple[str, str], datetime] = {}
-    for user_id, event_id, moment in events:
-        key = (user_id, event_id)
-        first_seen[key] = min(moment, first_seen.get(key, moment))
+    """events: (user_id, event_id, event_ts). An event is the whole triple: copies repeat it."""
     by_user: dict[str, list[datetime]] = {}
-    for (user_id, _), moment in first_seen.items():
+    for user_id, _, moment in set(events):
         by_user.setdefault(user_id, []).append(moment)
     sessions = []
     for user_id, moments in by_user.items():

@@ -264,3 +264,27 @@ def read_lines(lines, received_us: int | None, rules: InputRules = InputRules())
                               received_us, rules)
         if event is not None:
             yield event
+
+
+# -- copies of one event --------------------------------------------------------------------------
+
+def event_key(event: Event) -> tuple[str, str, int]:
+    """What makes an event: two lines with the same user_id, event_id and event_ts are copies of it."""
+    return event.user_id, event.event_id, event.event_ts_us
+
+
+def copy_order(event: Event) -> tuple[str, str]:
+    """THE copy rule: of an event's copies the smallest (event_type, payload) is kept (compared as
+    UTF-8 bytes, which is code point order: Spark's string order too). The stream
+    (dedup_sql/stream_input.sql) and the dedup (dedup_sql/dedup_events.sql) apply it in SQL."""
+    return event.event_type, event.payload
+
+
+def kept_copies(events) -> dict[tuple[str, str, int], Event]:
+    """{event_key: the kept copy} of a set of copies, whatever their order."""
+    kept: dict[tuple[str, str, int], Event] = {}
+    for event in events:
+        key = event_key(event)
+        if key not in kept or copy_order(event) < copy_order(kept[key]):
+            kept[key] = event
+    return kept
