@@ -1,7 +1,7 @@
 -- Deduplication, step 3: what the driver needs to know about the islands, in one pass.
 --
---   last_end_us     the latest end of a session starting on :event_date (does the run need to look
---                   one day further ahead? see tidemark/dedup.py)
+--   reach_us        the latest end of a session touching :event_date (starting on it, or starting
+--                   earlier and still going on it): how far ahead the run must read (tidemark/planning.py)
 --   sessions        how many sessions start on :event_date
 --   affected_dates  the event dates whose published version this run may invalidate: a session that
 --                   holds new events and spans :event_date may have absorbed sessions published under
@@ -11,7 +11,9 @@
 --
 -- Input: temp view tm_dedup_islands (dedup_sessions.sql). Parameter: :event_date ('YYYY-MM-DD').
 SELECT
-  MAX(CASE WHEN event_date = :event_date THEN unix_micros(session_end) END) AS last_end_us,
+  -- islands start at lo = D0 - gap at the earliest, so event_date <= D and an end on or after D0
+  -- is "touches D"; an island ending before D0 cannot reach past D+1 anyway.
+  MAX(CASE WHEN event_date <= :event_date THEN unix_micros(session_end) END) AS reach_us,
   count_if(event_date = :event_date) AS sessions,
   array_sort(array_distinct(flatten(collect_list(
     CASE WHEN has_new

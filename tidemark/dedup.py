@@ -4,31 +4,27 @@ The rule is simple on purpose: take every distinct event that can belong to a se
 D, re-sessionize them with THE session rule (dedup_sql/sessionize.sql) and keep the sessions that
 start on D. Accumulating panes collapse, fragments and bridged sessions stitch, by construction.
 
-Which events can belong to a session starting on D (00:00 UTC of D is `D0`):
-- none before `lo = D0 - gap`: a session starting at s >= D0 is preceded by a gap, so nothing at or
-  before s - gap joins it, and s - gap >= lo;
-- a pane holds a subset of one final session and its event_date is its start date, which is never
-  later than any of its events. So the panes that matter are in receipt partitions whose marker's
-  max_event_ts >= lo and whose event_date <= `hi`, where hi starts at D+1 (a session starting on D
-  crossing midnight) and moves a day later while some session starting on D ends within the gap of
-  midnight after hi (a pane starting the day after hi could join it).
+Which receipt partitions those events can be in is planned from the markers alone
+(tidemark/planning.py): everything from `lo = D0 - gap` on, up to the last date on which a pane can
+still join a session touching D, grown with a recomputation while the sessions reach further. The
+complete plan is made before the no-op decision: a rerun whose plan holds only receipts the current
+version (the Iceberg table's, tidemark.publish) includes is a no-op (no Spark).
 
-Reruns are cheap: the receipts a run would read are planned from the markers alone (no Spark), and
-when the current version (the Iceberg table's, tidemark.publish) already includes all of them the
-run is a no-op. Assumes what the input contract says: copies of one (user_id, event_id) are the same event,
-with the same event_ts.
+Dates the run may have made stale (affected dates) are recorded as rerun obligations
+(tidemark/obligations.py) before the version is published; the obligations of D listed before
+planning are discharged once the run has published or found nothing new. Assumes what the input
+contract says: copies of one (user_id, event_id) are the same event, with the same event_ts.
 """
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 
-from streaming_job import receipts
-from tidemark import layout, publish, rules_record, storage
+from tidemark import layout, obligations, planning, publish, rules_record, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
+from tidemark.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.sessions import SessionRules
 
 log = get_logger("dedup")
@@ -38,74 +34,9 @@ OUTPUT_COLUMNS = ("session_id", "user_id", "session_start", "session_end", "even
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _midnight(day: date) -> datetime:
-    return datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
-
-
 def _micros(moment: datetime) -> int:
     delta = moment - _EPOCH
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _parse_iso(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def receipt_key(event_date: str, receipt_ts: str) -> str:
-    """How versions name the receipt partitions they include: 'YYYY-MM-DD/receipt_ts'."""
-    return f"{event_date}/{receipt_ts}"
-
-
-class LakeIndex:
-    """The complete receipt partitions of a lake and their markers, read once per run."""
-
-    def __init__(self, lake: str):
-        self.lake = lake
-        self.dates = receipts.list_event_dates(lake)
-        self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
-
-    def partitions(self, event_date: str) -> list[receipts.ReceiptPartition]:
-        if event_date not in self._markers:
-            stamps = receipts.list_receipts(self.lake, event_date)
-            # Markers are tiny objects: on a bucket, reading them concurrently hides the latency.
-            with ThreadPoolExecutor(max_workers=16) as pool:
-                found = list(pool.map(lambda ts: receipts.read_marker(self.lake, event_date, ts), stamps))
-            self._markers[event_date] = [m for m in found if m is not None]
-        return self._markers[event_date]
-
-    def has_dates_after(self, event_date: str) -> bool:
-        return any(d > event_date for d in self.dates)
-
-
-@dataclass
-class Plan:
-    event_date: str
-    lo: datetime
-    hi: str
-    partitions: list[receipts.ReceiptPartition]
-
-    @property
-    def keys(self) -> list[str]:
-        return sorted(receipt_key(p.event_date, p.receipt_ts) for p in self.partitions)
-
-    @property
-    def max_receipt_ts(self) -> str | None:
-        return max((p.receipt_ts for p in self.partitions), default=None)
-
-    @property
-    def rows(self) -> int:
-        return sum(p.rows for p in self.partitions)
-
-
-def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Plan:
-    """The receipt partitions that can hold events of the sessions starting on event_date."""
-    lo = _midnight(date.fromisoformat(event_date)) - rules.gap
-    chosen = []
-    for candidate in index.dates:
-        if candidate > hi:
-            break
-        chosen.extend(p for p in index.partitions(candidate) if _parse_iso(p.max_event_ts) >= lo)
-    return Plan(event_date, lo, hi, chosen)
 
 
 @dataclass
@@ -125,9 +56,9 @@ class DedupResult:
 
 
 def _covered(keys: list[str], marker: dict | None, rules: SessionRules) -> bool:
-    # A version made under other session rules is stale whatever it includes (rules_record.py).
-    return marker is not None and set(keys) <= set(marker.get("receipts", [])) \
-        and not rules_record.changed_since(marker, rules)
+    # Planned receipts all included (tidemark/planning.py: only versions that recorded their reach
+    # count), and made under the lake's session rules (rules_record.py): else the date is recomputed.
+    return planning.covers(marker, keys) and not rules_record.changed_since(marker, rules)
 
 
 def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
@@ -167,11 +98,18 @@ def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spar
     # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
     rules, rules_id = rules_record.for_dedup(lake, rules)
     run_id = run_id or publish.new_run_id()
+    # Listed before planning: the obligations this run acts on (see tidemark/obligations.py).
+    owed = obligations.pending(lake, event_date)
+    result = _run(lake, event_date, rules, rules_id, spark, run_id, started)
+    obligations.discharge(lake, owed, result.version)
+    return result
+
+
+def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, run_id: str,
+         started: float) -> DedupResult:
     index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
-    day = date.fromisoformat(event_date)
-    hi = max((day + timedelta(days=1)).isoformat(), previous["hi"] if previous else "")
-    current = plan(index, event_date, rules, hi)
+    current = planning.plan_for_rerun(index, event_date, rules, previous)
     if not current.partitions:
         log.info("dedup: no receipt partitions", event_date=event_date)
         return DedupResult(event_date, None, False, 0, 0, 0, noop=True,
@@ -193,20 +131,21 @@ def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spar
     while True:
         islands = compute_islands(session, lake, current, rules, known).persist()
         summary = _summary(session, islands, event_date)
-        next_midnight = _midnight(date.fromisoformat(current.hi) + timedelta(days=1))
-        if summary["last_end"] is not None and summary["last_end"] >= next_midnight - rules.gap \
-                and index.has_dates_after(current.hi):
-            # A session starting on D may continue in panes starting after hi: look one day further.
-            islands.unpersist()
-            hi = (date.fromisoformat(current.hi) + timedelta(days=1)).isoformat()
-            log.info("dedup extends its look-ahead", event_date=event_date, hi=hi)
-            current = plan(index, event_date, rules, hi)
-            continue
-        break
+        bigger = planning.grown(index, current, rules, summary["reach"])
+        if bigger is None:
+            break
+        # Sessions touching D reach further than the plan read: panes of later dates may join them.
+        islands.unpersist()
+        log.info("dedup extends its look-ahead", event_date=event_date, hi=bigger.hi,
+                 reach=planning.format_iso(summary["reach"]))
+        current = bigger
     try:
         newest = publish.newest_version(lake, event_date)
         if _covered(current.keys, newest, rules):
             return _noop(event_date, newest, started)  # a concurrent run published all of it already
+        # Durable before anything is published: a crash from here on cannot lose a neighbour's
+        # rerun. Named after the newest receipt read (the version id is chosen at commit time).
+        obligations.record(lake, summary["affected_dates"], event_date, current.max_receipt_ts, run_id)
         marker = _write_version(lake, event_date, run_id, islands, summary, current, rules, known, previous)
     finally:
         islands.unpersist()
@@ -260,13 +199,13 @@ def compute_islands(session, lake: str, current: Plan, rules: SessionRules, know
 
 
 def _summary(session, islands, event_date: str) -> dict:
-    """One pass over the (cached) islands: look-ahead need, session count, affected dates."""
+    """One pass over the (cached) islands: reach (tidemark/planning.py), session count, affected dates."""
     import dedup_sql
 
     islands.createOrReplaceTempView("tm_dedup_islands")
     row = dedup_sql.run(session, "dedup_summary", event_date=event_date).first()
     return {
-        "last_end": None if row["last_end_us"] is None else _EPOCH + timedelta(microseconds=row["last_end_us"]),
+        "reach": None if row["reach_us"] is None else _EPOCH + timedelta(microseconds=row["reach_us"]),
         "sessions": int(row["sessions"]),
         "affected_dates": [d for d in row["affected_dates"] if d != event_date],
     }
@@ -304,6 +243,7 @@ def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
         "max_receipt_ts": current.max_receipt_ts,
         "lo": current.lo.isoformat().replace("+00:00", "Z"),
         "hi": current.hi,
+        "reach": planning.format_iso(summary["reach"]),
         "gap": format_duration(rules.gap),
         **rules_record.marker_fields(rules),
         "affected_dates": summary["affected_dates"],

@@ -12,6 +12,7 @@ and every user-supplied partition value is validated here before it can reach a 
     <lake>/_notices/{outbox,sent}/<notice_id>.json                         availability notice outbox
     <lake>/_notices/pending/<group>.json                                   partitions waiting for a coalesced notice
     <lake>/_rules/rules-NNNNNN.json                                        session rules record, one per change
+    <lake>/_obligations/event_date=YYYY-MM-DD/<source date>__<version>.json  reruns owed (tidemark.obligations)
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ SESSIONS_DEDUP = "sessions_dedup"
 QUARANTINE = "_quarantine"
 NOTICES = "_notices"
 RULES = "_rules"
+OBLIGATIONS = "_obligations"
 
 RECEIPT_MARKER = "_tidemark_receipt.json"
 QUARANTINE_MARKER = "_tidemark_quarantine.json"
@@ -124,6 +126,10 @@ def quarantine_root(lake: str) -> str:
 
 def quarantine_dir(lake: str, receipt_ts: object) -> str:
     return join(lake, QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
+
+
+def obligations_dir(lake: str, event_date: object) -> str:
+    return join(lake, OBLIGATIONS, f"event_date={check_event_date(event_date)}")
 
 
 def notices_dir(lake: str, which: str) -> str:

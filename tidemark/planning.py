@@ -1,0 +1,166 @@
+"""Which receipt partitions a deduplication of one event date must read, from markers alone (no Spark).
+
+The dedup of D publishes the sessions starting on D. With `D0` = D 00:00 UTC:
+
+- no event before `lo = D0 - gap` can belong to a session starting on D (a session starting at
+  s >= D0 is preceded by a gap, so nothing at or before s - gap joins it, and s - gap >= lo);
+- a pane holds a subset of one final session and its event_date is its own start, never later than
+  any of its events; so the panes that matter are in receipt partitions whose marker's
+  `max_event_ts >= lo` and whose event_date is at most `hi`;
+- `hi` is the last date on which a pane can still start and join a session touching D. Once every
+  pane up to hi is read, the sessions touching D (starting on D, or starting earlier and still going
+  on D) are known up to the latest end among them, the *reach*; a pane starting later than
+  `reach + gap` cannot join them. So hi = max(D+1, date(reach + gap)), and reading more panes can
+  only move the reach later: the plan is grown and recomputed until hi stops moving.
+
+Following every session that touches D, not only those starting on D, matters twice: a session
+started days earlier may be extended by a late fragment two or more dates later, and the run of D
+must read that fragment to see (and report as affected) the earlier date its session really starts
+on; and a version's recorded reach must say how far its sessions go, so that the next run can plan
+the complete set of receipts *before* deciding it has nothing new to do.
+
+A version records `hi` and `reach` (tidemark.dedup writes them); `plan_for_rerun` rebuilds the plan
+a version would make today from them. If that plan holds only receipts the version includes, the
+same input gives the same islands and the same reach: the rerun is a no-op without Spark. A version
+without a recorded reach (written by an older tidemark) never counts as covering anything.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+
+from streaming_job import receipts
+from tidemark.sessions import SessionRules
+
+
+def midnight(day: date) -> datetime:
+    return datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
+
+
+def parse_iso(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def format_iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(timezone.utc).isoformat(
+        timespec="microseconds").replace("+00:00", "Z")
+
+
+def receipt_key(event_date: str, receipt_ts: str) -> str:
+    """How versions name the receipt partitions they include: 'YYYY-MM-DD/receipt_ts'."""
+    return f"{event_date}/{receipt_ts}"
+
+
+class LakeIndex:
+    """The complete receipt partitions of a lake and their markers, read once per run."""
+
+    def __init__(self, lake: str):
+        self.lake = lake
+        self.dates = receipts.list_event_dates(lake)
+        self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
+
+    def partitions(self, event_date: str) -> list[receipts.ReceiptPartition]:
+        if event_date not in self._markers:
+            stamps = receipts.list_receipts(self.lake, event_date)
+            # Markers are tiny objects: on a bucket, reading them concurrently hides the latency.
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                found = list(pool.map(lambda ts: receipts.read_marker(self.lake, event_date, ts), stamps))
+            self._markers[event_date] = [m for m in found if m is not None]
+        return self._markers[event_date]
+
+    def has_dates_after(self, event_date: str) -> bool:
+        return any(d > event_date for d in self.dates)
+
+
+@dataclass
+class Plan:
+    event_date: str
+    lo: datetime
+    hi: str
+    partitions: list[receipts.ReceiptPartition]
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted(receipt_key(p.event_date, p.receipt_ts) for p in self.partitions)
+
+    @property
+    def max_receipt_ts(self) -> str | None:
+        return max((p.receipt_ts for p in self.partitions), default=None)
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.partitions)
+
+
+def lo_of(event_date: str, rules: SessionRules) -> datetime:
+    return midnight(date.fromisoformat(event_date)) - rules.gap
+
+
+def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> str:
+    """The last event date whose panes can join a session touching event_date whose latest end is
+    `reach`: the next day at least (a session starting on D crossing midnight)."""
+    floor = date.fromisoformat(event_date) + timedelta(days=1)
+    if reach is None:
+        return floor.isoformat()
+    # A pane starting at p joins when p - reach < gap; p = midnight of date(reach + gap) is the
+    # boundary case, included (one date too many is only a cost, one too few loses events).
+    return max(floor, (reach + rules.gap).date()).isoformat()
+
+
+def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Plan:
+    """The receipt partitions up to `hi` that can hold events of the sessions touching event_date."""
+    lo = lo_of(event_date, rules)
+    chosen = []
+    for candidate in index.dates:
+        if candidate > hi:
+            break
+        chosen.extend(p for p in index.partitions(candidate) if parse_iso(p.max_event_ts) >= lo)
+    return Plan(event_date, lo, hi, chosen)
+
+
+def recorded_reach(version: dict | None) -> tuple[bool, datetime | None]:
+    """(whether the version recorded its reach, the reach or None when no session touches D)."""
+    if not version or "reach" not in version:
+        return False, None
+    value = version.get("reach")
+    return True, None if value is None else parse_iso(value)
+
+
+def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previous: dict | None) -> Plan:
+    """The plan a run of event_date starts from: as far as the previous version's sessions reach
+    (they can only reach further with more receipts), never less far than the previous version read."""
+    _, reach = recorded_reach(previous)
+    hi = needed_hi(event_date, rules, reach)
+    if previous and previous.get("hi"):
+        hi = max(hi, previous["hi"])
+    return plan(index, event_date, rules, hi)
+
+
+def grown(index: LakeIndex, current: Plan, rules: SessionRules, reach: datetime | None) -> Plan | None:
+    """The plan to recompute with once a computation over `current` found `reach`, or None when
+    `current` already holds every receipt partition that can matter (its islands are final)."""
+    hi = max(current.hi, needed_hi(current.event_date, rules, reach))
+    if hi == current.hi:
+        return None
+    bigger = plan(index, current.event_date, rules, hi)
+    if bigger.keys == current.keys:
+        current.hi = hi  # no receipt in the extra dates: same islands, record how far we looked
+        return None
+    return bigger
+
+
+def covers(version: dict | None, keys: list[str]) -> bool:
+    """Whether `version` was computed from (at least) the receipts `keys` under today's planning."""
+    known, _ = recorded_reach(version)
+    return known and set(keys) <= set(version.get("receipts", []))
+
+
+def stale_receipts(index: LakeIndex, event_date: str, rules: SessionRules, version: dict | None) -> list[str]:
+    """The planned receipt keys a version does not include (every planned key when the version is
+    missing or predates recorded reaches): what a run of the date would add."""
+    keys = plan_for_rerun(index, event_date, rules, version).keys
+    if version is None or not recorded_reach(version)[0]:
+        return keys
+    included = set(version.get("receipts", []))
+    return [k for k in keys if k not in included]
