@@ -4,14 +4,20 @@ Triggered (schedule=None) by the Cloud Function, one run per availability notice
 conf {"event_date": "YYYY-MM-DD", ...}; or by hand from the UI/REST with the same Param.
 
     prepare ──> dedup (SparkSubmitOperator: spark-submit streaming_job/submit.py dedup ...)
-            ──> publish (reads _CURRENT.json, emits the asset events, lists affected dates)
+            ──> publish (reads _CURRENT.json, emits the asset events, lists the reruns owed)
             ──> trigger_affected (one TriggerDagRunOperator per neighbouring date, mapped)
 
 Idempotency: the dedup step writes a new immutable version and swaps the pointer atomically, so
 rerunning a run, clearing a task, or two runs of one date at once leave the newest complete result.
 Nothing here adds side effects of its own: the asset event is a record, and the run a neighbouring
-date gets has a run id derived from (that date, this date, this date's version), so a rerun finds
-it already there (skip_when_already_exists) instead of adding one.
+date gets has a run id derived from (that date, this date, the version that owed it), so a rerun
+finds it already there (skip_when_already_exists) instead of adding one.
+
+Which neighbours: every rerun obligation a run of this date recorded in the lake and no run of the
+neighbour has acted on yet (tidemark/obligations.py), not the affected_dates of whatever version
+_CURRENT.json names by then: a second run of this date may have superseded that version, or a
+killed run left its obligations to this retry. A neighbour run that fails for good leaves its
+obligation pending, and the tidemark_reconcile DAG starts another.
 
 Where things come from: the lake from the Airflow Variable `tidemark_lake`, else the environment
 TIDEMARK_LAKE; Spark from the connection `spark_default` (local[*] on a laptop via
@@ -122,8 +128,8 @@ def tidemark_dedup():
 
     @task(outlets=[SESSIONS_DEDUP, PER_DATE])
     def publish(prepared: dict, *, outlet_events=None) -> list[dict]:
-        """Record the published version as asset events; list the neighbouring dates to rerun."""
-        from tidemark import layout, runs
+        """Record the published version as asset events; list the neighbouring dates owed a rerun."""
+        from tidemark import layout, obligations
 
         event_date, lake = prepared["event_date"], prepared["lake"]
         pointer = read_current(lake, event_date)
@@ -135,11 +141,7 @@ def tidemark_dedup():
         outlet_events[SESSIONS_DEDUP].extra = extra
         outlet_events[PER_DATE].add(date_asset(event_date), extra=extra)
 
-        affected = sorted({layout.check_event_date(d) for d in pointer.get("affected_dates") or []}
-                          - {event_date})
-        return [{"trigger_run_id": runs.affected_run_id(d, event_date, version),
-                 "conf": {"event_date": d, "source_date": event_date, "source_version": version}}
-                for d in affected]
+        return obligations.reruns_owed_by(lake, event_date)
 
     neighbours = publish(prepared)
     prepared >> dedup >> neighbours

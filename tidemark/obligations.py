@@ -102,6 +102,21 @@ def pending_from(lake: str, source_date: str) -> list[dict]:
     return [o for o in pending(lake) if o["source_date"] == source_date]
 
 
+def reruns_owed_by(lake: str, source_date: str) -> list[dict]:
+    """The neighbour runs the DAG starts after a run of `source_date`: one per date owed a rerun by a
+    run of source_date, named after the newest such obligation (a run started after it was recorded
+    acts on the older ones too): [{"trigger_run_id", "conf"}] for TriggerDagRunOperator."""
+    from tidemark import runs
+
+    newest: dict[str, dict] = {}
+    for owed in pending_from(lake, source_date):  # oldest first: the newest wins
+        newest[owed["event_date"]] = owed
+    return [{"trigger_run_id": runs.affected_run_id(target, owed["source_date"], owed["source_version"]),
+             "conf": {"event_date": target, "source_date": owed["source_date"],
+                      "source_version": owed["source_version"]}}
+            for target, owed in sorted(newest.items())]
+
+
 def discharge(lake: str, acted_on: list[dict], by_version: str | None = None) -> None:
     """Delete obligations a run of their date has acted on (those it listed before planning)."""
     for item in acted_on:

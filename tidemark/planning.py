@@ -154,13 +154,3 @@ def covers(version: dict | None, keys: list[str]) -> bool:
     """Whether `version` was computed from (at least) the receipts `keys` under today's planning."""
     known, _ = recorded_reach(version)
     return known and set(keys) <= set(version.get("receipts", []))
-
-
-def stale_receipts(index: LakeIndex, event_date: str, rules: SessionRules, version: dict | None) -> list[str]:
-    """The planned receipt keys a version does not include (every planned key when the version is
-    missing or predates recorded reaches): what a run of the date would add."""
-    keys = plan_for_rerun(index, event_date, rules, version).keys
-    if version is None or not recorded_reach(version)[0]:
-        return keys
-    included = set(version.get("receipts", []))
-    return [k for k in keys if k not in included]

@@ -21,6 +21,8 @@ from tidemark import layout
 
 NOTICE_PREFIX = "notice"
 AFFECTED_PREFIX = "affected"
+RECONCILE_PREFIX = "reconcile"
+_FINGERPRINT = re.compile(r"^[0-9a-f]{8,64}$")
 _DATASET = re.compile(r"^[a-z][a-z0-9_]{2,62}$")  # the notice schema's dataset pattern
 # Airflow's default [scheduler] allowed_run_id_pattern; every id built here must match it.
 ALLOWED_RUN_ID = re.compile(r"^[A-Za-z0-9_.~:+-]+$")
@@ -71,6 +73,23 @@ def affected_run_id(event_date: object, source_date: object, version: object) ->
     except layout.InvalidPartitionValue as exc:
         raise InvalidRunKey(str(exc)) from None
     return _checked(f"{AFFECTED_PREFIX}__{parts[0]}__from__{parts[1]}__{parts[2]}")
+
+
+def reconcile_run_id(event_date: object, fingerprint: object, attempt: int) -> str:
+    """The run tidemark reconcile starts for a stale date: reconcile__2026-03-07__<fingerprint>__1.
+    The fingerprint names why the date is stale (tidemark.reconcile), so reconciling again while
+    nothing changed lands on the same run; `attempt` moves on only when that run ended and the date
+    is still stale for the same reasons."""
+    try:
+        day = layout.check_event_date(event_date)
+    except layout.InvalidPartitionValue as exc:
+        raise InvalidRunKey(str(exc)) from None
+    text = str(fingerprint)
+    if not _FINGERPRINT.match(text):
+        raise InvalidRunKey(f"invalid fingerprint {text[:80]!r}: expected 8-64 hex digits")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or not 1 <= attempt <= 999:
+        raise InvalidRunKey(f"invalid attempt {attempt!r}: expected 1..999")
+    return _checked(f"{RECONCILE_PREFIX}__{day}__{text}__{attempt}")
 
 
 def run_conf(notice: dict) -> dict:

@@ -19,5 +19,6 @@ COMMAND_MODULES = [
     "status",
     "history",
     "partitions",
+    "reconcile",
     "function_bundle",
 ]

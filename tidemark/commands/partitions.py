@@ -1,6 +1,9 @@
 """tidemark partitions: every event date with its current deduplicated version, the receipt
-partitions pending deduplication (complete, but not in the current version) and the lag (how long
-the oldest pending one has waited). Reads markers only: cheap on a bucket, no JVM."""
+partitions pending deduplication (complete, but not in the current version), the lag (how long
+the oldest pending one has waited), and whether the current version is stale and why (the reasons
+`tidemark reconcile` acts on: receipts a run of the date would read that the version lacks,
+including other dates' receipts its multi-day sessions reach; a rerun owed by another date; a
+pointer behind a complete version; rules changed). Reads markers only: cheap on a bucket, no JVM."""
 from __future__ import annotations
 
 import json
@@ -18,22 +21,35 @@ def run(args) -> int:
     from tidemark.commands.status import wide_console
     from rich.table import Table
 
-    from tidemark import inspect
+    from tidemark import inspect, reconcile
 
     rows = inspect.partitions(args.lake)
+    stale = {item.event_date: item for item in reconcile.staleness(args.lake)}
+    known = {row["event_date"] for row in rows}
+    for item in stale.values():
+        if item.event_date not in known:  # only owed a rerun: no receipts, no version yet
+            rows.append({"event_date": item.event_date, "version": None, "sessions": None,
+                         "version_created_at": None, "receipts": 0, "included": 0, "pending": 0,
+                         "pending_receipts": [], "newest_receipt": None, "lag_s": 0.0})
+    rows.sort(key=lambda r: r["event_date"])
+    for row in rows:
+        item = stale.get(row["event_date"])
+        row["stale"] = sorted(set(item.kinds)) if item else []
+        row["why"] = item.reasons if item else []
     if args.json:
         for row in rows:
             print(json.dumps(row))
         return 0
     table = Table(title=f"event dates in {args.lake}")
-    for column in ("event_date", "current version", "sessions", "receipts", "pending", "lag"):
-        table.add_column(column)
+    for column in ("event_date", "current version", "sessions", "receipts", "pending", "lag", "stale: why"):
+        table.add_column(column, overflow="fold")
     for row in rows:
         pending = str(row["pending"]) if row["pending"] else "0"
         table.add_row(row["event_date"], row["version"] or "[red]none yet[/]",
                       "" if row["sessions"] is None else str(row["sessions"]), str(row["receipts"]),
                       f"[yellow]{pending}[/]" if row["pending"] else pending,
-                      f"{row['lag_s']:.0f}s" if row["pending"] else "-")
+                      f"{row['lag_s']:.0f}s" if row["pending"] else "-",
+                      "[yellow]" + "\n".join(row["why"]) + "[/]" if row["why"] else "")
     wide_console().print(table)
     if not rows:
         print(f"no event dates in {args.lake}")

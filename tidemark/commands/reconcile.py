@@ -1,0 +1,106 @@
+"""tidemark reconcile: list the event dates whose current version is stale, and why; with --trigger,
+start a deduplication run for each due one through Airflow's REST API.
+
+Stale: complete receipt partitions the current version does not include (or no version yet), a
+rerun owed by another date's run, a pointer behind a complete version, session rules changed. A
+date is due once its oldest reason is older than --grace (younger ones are normally being handled by
+their own notice's or neighbour's run). Run ids reconcile__<date>__<fingerprint>__<attempt> make a
+repeated reconcile land on the same runs (see docs/airflow.md, "Reconciliation").
+
+Airflow: --airflow-url (+ --airflow-password-file or $AIRFLOW_PASSWORD), else the Cloud Function's
+environment (AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE, ...), else the local stack's (--home). Without
+one, the command lists and says what it would start.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+
+def register(subparsers) -> None:
+    from tidemark.commands.history import add_airflow_options
+
+    p = subparsers.add_parser("reconcile", help="stale event dates and why; --trigger starts their runs",
+                              description=__doc__)
+    p.add_argument("--lake", required=True)
+    p.add_argument("--trigger", action="store_true", help="start a dedup run for each due stale date")
+    p.add_argument("--grace", default="10m",
+                   help="how old the oldest reason must be before a run is started (default 10m)")
+    p.add_argument("--max-attempts", type=int, default=3,
+                   help="runs started per stale state before giving up (default 3)")
+    p.add_argument("--dag-id", default=None, help="the dedup DAG (default tidemark_dedup)")
+    p.add_argument("--json", action="store_true", help="one JSON object per stale date")
+    add_airflow_options(p)
+    p.set_defaults(handler=run)
+
+
+def airflow_client(args, required: bool):
+    """The REST client (cloud_function.airflow_client) for --airflow-url, the environment or the
+    local stack; None when there is none and it is not required."""
+    from cloud_function.airflow_client import AirflowClient
+
+    if args.airflow_url:
+        if args.airflow_password_file:
+            with open(args.airflow_password_file) as handle:
+                password = handle.read().strip()
+        else:
+            password = os.environ.get("AIRFLOW_PASSWORD")
+        if not password:
+            raise ValueError("--airflow-url needs --airflow-password-file or $AIRFLOW_PASSWORD")
+        return AirflowClient(args.airflow_url, "password", args.airflow_user, password)
+    if os.environ.get("AIRFLOW_BASE_URL"):
+        return AirflowClient.from_env()
+    from tidemark.localstack.stack import Stack
+
+    stack = Stack(args.home)
+    if stack.settings() is not None and "airflow-api-server" in stack.running():
+        return stack.airflow().client()
+    if required:
+        raise ValueError(f"--trigger needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, or "
+                         f"start the local stack (none is up in {stack.home})")
+    return None
+
+
+def run(args) -> int:
+    from tidemark import reconcile
+    from tidemark.durations import parse_duration
+
+    grace = parse_duration(args.grace)
+    if not 1 <= args.max_attempts <= 999:
+        raise ValueError("--max-attempts must be between 1 and 999")
+    if not os.path.exists(args.lake) and "://" not in args.lake:
+        raise ValueError(f"no lake at {args.lake}")
+    client = airflow_client(args, required=args.trigger)
+    stale, decisions = reconcile.reconcile(args.lake, client, dag_id=args.dag_id, trigger=args.trigger,
+                                           grace=grace, max_attempts=args.max_attempts)
+    by_date = {d.event_date: d for d in decisions}
+    if args.json:
+        for item in stale:
+            decision = by_date[item.event_date]
+            print(json.dumps({**item.to_json(), "action": _action(decision, args.trigger),
+                              "run_id": decision.run_id}))
+        return 0
+    from rich.table import Table
+
+    from tidemark.commands.status import wide_console
+
+    console = wide_console()
+    if not stale:
+        console.print(f"every event date in {args.lake} is up to date")
+        return 0
+    table = Table(title=f"stale event dates in {args.lake}")
+    for column in ("event_date", "current version", "why", "action", "run id"):
+        table.add_column(column, overflow="fold")
+    for item in stale:
+        decision = by_date[item.event_date]
+        table.add_row(item.event_date, item.version or "[red]none yet[/]", "\n".join(item.reasons),
+                      _action(decision, args.trigger), decision.run_id or "")
+    console.print(table)
+    return 0
+
+
+def _action(decision, trigger: bool) -> str:
+    if decision.action == "trigger":
+        return "started" if trigger else "would start (--trigger)"
+    return {"in_flight": "run in flight", "waiting": "within the grace period",
+            "given_up": "gave up (every attempt ended)"}[decision.action]

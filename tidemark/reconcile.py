@@ -1,0 +1,228 @@
+"""Reconciliation: find the event dates whose current version is stale, and start the runs that heal them.
+
+A failed DAG run is otherwise final: its notice was acknowledged, a neighbour's rerun is skipped
+when its run id exists, and nothing else looks at the date again. Reconciliation compares the lake
+with itself (markers, versions, obligations; no Spark, no data file read) and finds, per date:
+
+    no_version       complete receipt partitions of the date, but no version yet
+    pending_receipts complete receipt partitions of the date the current version does not include
+                     (another date's receipts reach this date through that date's own run and the
+                     obligation it records, so they are that date's to report)
+    planned_by_older the current version records no reach (written before multi-day planning)
+    pointer_behind   a newer complete version than the one _CURRENT.json names (a run killed
+                     between its version and the pointer switch)
+    obligation       a rerun owed to the date by another date's run (tidemark/obligations.py)
+    rules_changed    the session rules changed since the version (see `rules_changed_since`)
+
+A date is *due* once its oldest reason is older than the grace period (default 10 minutes): younger
+ones are normally being handled by the notice's or the neighbour's own run. For each due date one
+dedup run is started, with the run id `reconcile__<date>__<fingerprint>__<attempt>`
+(tidemark/runs.py): the fingerprint names the reasons, so reconciling again while nothing changed
+finds the same run (queued, running: nothing to do); a run of that id that ended with the date still
+stale for the same reasons gets the next attempt, up to `max_attempts`, then the date is reported as
+given up (it needs a person: the run's logs say why).
+
+Adapters: `tidemark reconcile [--trigger]` (Airflow REST client, the Cloud Function's) and the
+tidemark_reconcile DAG (Airflow's own run lookup and TriggerDagRunOperator).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from streaming_job import receipts
+from tidemark import layout, names, obligations, planning, publish, runs
+from tidemark.logs import get_logger
+
+log = get_logger("reconcile")
+
+DEFAULT_GRACE = timedelta(minutes=10)
+DEFAULT_MAX_ATTEMPTS = 3
+ACTIVE_STATES = ("queued", "running")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def rules_changed_since(lake: str, version: dict) -> str | None:
+    """HOOK (issue 11 point 1): why the lake's session rules differ from those `version` was computed
+    with, or None. Until the rules record lands: nothing is ever reported."""
+    return None
+
+
+@dataclass
+class Staleness:
+    event_date: str
+    version: str | None
+    kinds: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    pending_receipts: list[str] = field(default_factory=list)
+    obligations: list[dict] = field(default_factory=list)
+    since: datetime | None = None  # when the oldest reason appeared
+
+    def add(self, kind: str, reason: str, since: datetime | None) -> None:
+        self.kinds.append(kind)
+        self.reasons.append(reason)
+        since = since or _EPOCH
+        self.since = since if self.since is None else min(self.since, since)
+
+    @property
+    def fingerprint(self) -> str:
+        """Names the reasons: the same stale state gives the same run id."""
+        basis = {"version": self.version, "kinds": sorted(self.kinds),
+                 "receipts": sorted(self.pending_receipts),
+                 "obligations": sorted(f"{o['source_date']}/{o['source_version']}" for o in self.obligations)}
+        return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
+
+    def due(self, now: datetime, grace: timedelta) -> bool:
+        return self.since is not None and self.since <= now - grace
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["since"] = None if self.since is None else self.since.isoformat().replace("+00:00", "Z")
+        out["fingerprint"] = self.fingerprint
+        out["obligations"] = [f"{o['source_date']}/{o['source_version']}" for o in self.obligations]
+        return out
+
+
+def _time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return planning.parse_iso(text)
+    except ValueError:
+        return None
+
+
+def _receipt_time(key: str) -> datetime:
+    return layout.parse_receipt_ts(key.split("/", 1)[1])
+
+
+def staleness(lake: str, event_dates: list[str] | None = None) -> list[Staleness]:
+    """Every event date of the lake (or of `event_dates`) with why its current version is stale;
+    dates that are up to date are left out."""
+    owed_by_date: dict[str, list[dict]] = {}
+    for owed in obligations.pending(lake):
+        owed_by_date.setdefault(owed["event_date"], []).append(owed)
+    if event_dates is None:
+        dates = sorted(set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake))
+                       | set(owed_by_date))
+    else:
+        dates = [layout.check_event_date(d) for d in event_dates]
+    out = []
+    for event_date in dates:
+        item = _date_staleness(lake, event_date, owed_by_date.get(event_date, []))
+        if item.kinds:
+            out.append(item)
+    return out
+
+
+def _date_staleness(lake, event_date, owed) -> Staleness:
+    pointer = publish.read_pointer(lake, event_date)
+    item = Staleness(event_date, pointer and pointer.get("version"))
+    included = set(pointer.get("receipts", [])) if pointer else set()
+    pending = [k for k in (planning.receipt_key(event_date, ts) for ts in receipts.list_receipts(lake, event_date))
+               if k not in included]
+    if pointer is None:
+        if pending:
+            item.pending_receipts = pending
+            item.add("no_version", f"{len(pending)} complete receipt partition(s), no version yet",
+                     _receipt_time(pending[0]))
+    else:
+        if pending:
+            item.pending_receipts = pending
+            item.add("pending_receipts", f"{len(pending)} receipt partition(s) not included, oldest "
+                     f"{pending[0].split('/', 1)[1]}", _receipt_time(pending[0]))
+        if not planning.recorded_reach(pointer)[0]:
+            item.add("planned_by_older", "the current version records no reach (planned by an older "
+                     "tidemark): its multi-day sessions may be incomplete", _EPOCH)
+    if pointer is not None:
+        newest = publish.newest_version(lake, event_date)
+        if newest is not None and newest["version"] > pointer["version"]:
+            item.add("pointer_behind", f"version {newest['version']} is complete but _CURRENT.json "
+                     f"names {pointer['version']}", _time(newest.get("created_at")))
+        changed = rules_changed_since(lake, pointer)
+        if changed:
+            item.add("rules_changed", changed, _EPOCH)
+    if owed:
+        item.obligations = owed
+        item.add("obligation", "rerun owed by " + ", ".join(
+            f"{o['source_date']} (version {o['source_version']})" for o in owed),
+            min(_time(o.get("created_at")) or _EPOCH for o in owed))
+    return item
+
+
+@dataclass
+class Decision:
+    event_date: str
+    action: str                 # "trigger", "in_flight", "waiting" (grace), "given_up"
+    run_id: str | None
+    fingerprint: str
+    reasons: list[str]
+    conf: dict | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+RunState = Callable[[str], "str | None"]  # run id -> Airflow state, or None when no such run
+
+
+def decide(stale: list[Staleness], run_state: RunState | None, now: datetime | None = None,
+           grace: timedelta = DEFAULT_GRACE, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[Decision]:
+    """What to do for each stale date. Without `run_state` (no Airflow to ask) every due date gets
+    attempt 1's run id (creating an existing run is a no-op for Airflow anyway)."""
+    now = now or datetime.now(timezone.utc)
+    out = []
+    for item in stale:
+        fingerprint = item.fingerprint
+        if not item.due(now, grace):
+            out.append(Decision(item.event_date, "waiting", None, fingerprint, item.reasons))
+            continue
+        action, run_id = "given_up", None
+        for attempt in range(1, max_attempts + 1):
+            candidate = runs.reconcile_run_id(item.event_date, fingerprint, attempt)
+            state = run_state(candidate) if run_state else None
+            if state is None:
+                action, run_id = "trigger", candidate
+                break
+            if state in ACTIVE_STATES:
+                action, run_id = "in_flight", candidate
+                break
+            # ended (success or failed) and the date is still stale for the same reasons: again
+        conf = {"event_date": item.event_date, "reconcile": ",".join(sorted(set(item.kinds))),
+                "fingerprint": fingerprint} if action == "trigger" else None
+        out.append(Decision(item.event_date, action, run_id, fingerprint, item.reasons, conf))
+        if action == "given_up":
+            log.error("reconcile gave up on a date: every attempt ended and it is still stale",
+                      event_date=item.event_date, fingerprint=fingerprint, attempts=max_attempts,
+                      reasons=item.reasons)
+    return out
+
+
+def reconcile(lake: str, client=None, dag_id: str | None = None, trigger: bool = False,
+              now: datetime | None = None, grace: timedelta = DEFAULT_GRACE,
+              max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> tuple[list[Staleness], list[Decision]]:
+    """Find stale dates and, with `trigger`, start their runs through the Airflow REST client
+    (cloud_function.airflow_client.AirflowClient)."""
+    dag_id = dag_id or names.get("DAG_ID")
+    if trigger and client is None:
+        raise ValueError("triggering runs needs an Airflow client")
+    stale = staleness(lake)
+    run_state = None
+    if client is not None:
+        def run_state(run_id: str) -> str | None:
+            run = client.get_dag_run(dag_id, run_id)
+            return None if run is None else run.get("state")
+    decisions = decide(stale, run_state, now=now, grace=grace, max_attempts=max_attempts)
+    for decision in decisions:
+        if decision.action == "trigger" and trigger:
+            result = client.trigger_dag_run(dag_id, decision.run_id, decision.conf,
+                                            note="tidemark reconcile: " + "; ".join(decision.reasons))
+            log.info("reconcile started a run" if result.created else "reconcile run already exists",
+                     event_date=decision.event_date, run_id=decision.run_id, reasons=decision.reasons)
+        elif decision.action != "trigger":
+            log.info("reconcile: stale date not triggered", event_date=decision.event_date,
+                     action=decision.action, run_id=decision.run_id, reasons=decision.reasons)
+    return stale, decisions
