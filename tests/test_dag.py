@@ -49,6 +49,12 @@ if dag is not None:
     out["accepts"] = dag.params.get_param("event_date").resolve("2026-03-07")
     out["outlets"] = sorted(str(getattr(o, "name", o))
                             for o in dag.get_task("publish").outlets)
+reconcile = bag.dags.get("tidemark_reconcile")
+if reconcile is not None:
+    out["reconcile"] = {"tasks": sorted(t.task_id for t in reconcile.tasks),
+                        "interval_s": reconcile.timetable.delta.total_seconds()
+                        if hasattr(reconcile.timetable, "delta") else type(reconcile.timetable).__name__,
+                        "max_active_runs": reconcile.max_active_runs}
 print(json.dumps(out))
 """
 
@@ -61,14 +67,32 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\nDagBag parse of dags/: {out['seconds']:.2f}s")
     assert out["errors"] == {}
-    assert out["dags"] == [DAG_ID]
+    assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile"])
     assert out["tasks"] == ["dedup", "prepare", "publish", "trigger_affected"]
     assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
-    assert out["first_party"] == ["tidemark", "tidemark.names"]
+    # tidemark.durations: the reconcile DAG's schedule (standard library only)
+    assert out["first_party"] == ["tidemark", "tidemark.durations", "tidemark.names"]
     assert all(out["refused"].values()), out["refused"]
     assert out["accepts"] == "2026-03-07"
     assert names.get("ASSET_URI_PREFIX") in out["outlets"]
+    # the self-healing loop: every 15 minutes unless TIDEMARK_RECONCILE_INTERVAL says otherwise
+    assert out["reconcile"] == {"tasks": ["find", "trigger"], "interval_s": 900.0, "max_active_runs": 1}
+
+
+def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):
+    base = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    for value, expected in (("1h", 3600.0), ("off", "NullTimetable")):
+        proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
+                              env={**base, "TIDEMARK_RECONCILE_INTERVAL": value},
+                              capture_output=True, text=True, timeout=180)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["reconcile"]["interval_s"] == expected, value
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
+                          env={**base, "TIDEMARK_RECONCILE_INTERVAL": "often"},
+                          capture_output=True, text=True, timeout=180)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "invalid duration 'often'" in " ".join(out["errors"].values())
 
 
 # -- real runs with `airflow dags test` -------------------------------------------------------

@@ -1,0 +1,128 @@
+"""Self-healing on the real local Airflow: a date whose dedup task fails every retry (a corrupt receipt
+file: a real Spark read failure) stays stale; once the file is repaired, the tidemark_reconcile DAG
+starts a tidemark_dedup run for it, a repeated `tidemark reconcile --trigger` adds no second run, and
+the date then equals the batch reference.
+
+One Airflow for the module; the reconcile DAG's schedule is off (it is triggered here, so the test
+does not wait 15 minutes) and its grace period is 0 s."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from streaming_job import receipts
+from tests.test_dedup_lake import SimulatedStream, expected, published
+from tidemark import layout, names, reconcile, runs
+from tidemark.localstack.airflow import AirflowServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DAG_ID = names.get("DAG_ID")
+RECONCILE_DAG = "tidemark_reconcile"
+D7 = "2026-03-07"
+
+
+def at(hh: int, mm: int) -> datetime:
+    return datetime(2026, 3, 7, hh, mm, tzinfo=timezone.utc)
+
+
+EVENTS = [("u1", "a1", at(9, 0), "play"), ("u1", "a2", at(9, 20), "play"), ("u1", "a3", at(10, 30), "play"),
+          ("u2", "b1", at(12, 0), "play"), ("u2", "b1", at(12, 0), "play"), ("u2", "b2", at(12, 25), "play")]
+
+
+def wait_for(check, timeout: float, what: str, interval: float = 2.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not reached after {timeout:.0f}s")
+
+
+def finished(client, dag_id: str, run_id: str, timeout: float = 900) -> str:
+    run = wait_for(lambda: (lambda r: r if r and r["state"] in ("success", "failed") else None)(
+        client.get_dag_run(dag_id, run_id)), timeout, f"{dag_id} run {run_id} to finish")
+    return run["state"]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("heal") / "lake")
+    written = SimulatedStream(path, 3).batch(EVENTS, mode=0.5)
+    assert [p.event_date for p in written] == [D7]
+    return path
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory, lake):
+    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
+                           env={"TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "1",
+                                "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_RECONCILE_GRACE": "0s"})
+    try:
+        server.start()
+        server.wait_for_dag()
+        server.wait_for_dag(RECONCILE_DAG)
+        print(f"\nAirflow timings: {server.timings}")
+        yield server
+    finally:
+        server.stop()
+
+
+def cli_reconcile(server, lake, tmp_path, *extra) -> list[dict]:
+    secret = tmp_path / "airflow-password"
+    secret.write_text(server.password)
+    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "reconcile", "--lake", lake, "--json",
+                           "--grace", "0s", "--airflow-url", server.url,
+                           "--airflow-password-file", str(secret), *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(airflow, lake, tmp_path):
+    client = airflow.client()
+    (receipt_ts,) = receipts.list_receipts(lake, D7)
+    folder = layout.receipt_dir(lake, D7, receipt_ts)
+    (data_file,) = [n for n in os.listdir(folder) if n.endswith(".parquet")]
+    original = tmp_path / "original.parquet"
+    shutil.copyfile(os.path.join(folder, data_file), original)
+    with open(os.path.join(folder, data_file), "wb") as broken:  # a corrupt file: Spark cannot read it
+        broken.write(b"PAR1 this is not parquet")
+
+    notice_run = runs.notice_run_id("sessions", D7, receipt_ts)
+    client.trigger_dag_run(DAG_ID, notice_run, {"event_date": D7})
+    assert finished(client, DAG_ID, notice_run) == "failed"
+    tries = [ti for ti in client.task_instances(DAG_ID, notice_run) if ti["task_id"] == "dedup"]
+    assert tries and tries[0]["state"] == "failed" and tries[0]["try_number"] == 2  # every retry failed
+    assert [(s.event_date, s.kinds) for s in reconcile.staleness(lake)] == [(D7, ["no_version"])]
+
+    shutil.copyfile(original, os.path.join(folder, data_file))  # repaired; nothing reruns by itself
+    (listed,) = cli_reconcile(airflow, lake, tmp_path)
+    assert listed["event_date"] == D7 and listed["action"] == "would start (--trigger)"
+    heal_run = listed["run_id"]
+    assert heal_run.startswith(f"reconcile__{D7}__") and heal_run.endswith("__1")
+    assert client.get_dag_run(DAG_ID, heal_run) is None
+
+    client.trigger_dag_run(RECONCILE_DAG, "manual__heal_check", {})
+    assert finished(client, RECONCILE_DAG, "manual__heal_check", timeout=600) == "success"
+    run = client.get_dag_run(DAG_ID, heal_run)  # the DAG named it as the command did
+    assert run is not None and run["conf"]["event_date"] == D7
+    # Reconciling again while that run is queued, running or done adds no run.
+    for item in cli_reconcile(airflow, lake, tmp_path, "--trigger"):
+        assert item["run_id"] == heal_run and item["action"] == "run in flight"
+    assert finished(client, DAG_ID, heal_run) == "success"
+
+    assert published(lake, D7) == expected(EVENTS, D7)
+    assert reconcile.staleness(lake) == []
+    assert cli_reconcile(airflow, lake, tmp_path, "--trigger") == []
+    ours = [r["dag_run_id"] for r in client.list_dag_runs(DAG_ID)]
+    assert sorted(ours) == sorted([notice_run, heal_run])
