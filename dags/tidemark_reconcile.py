@@ -5,7 +5,7 @@
 
 The self-healing loop (docs/airflow.md): a date whose run failed every retry (Spark down, worker
 killed), a neighbour rerun whose run failed, a receipt partition whose notice never became a run, a
-run killed between its version and the pointer switch: each leaves the date stale in a way the lake
+run killed before its commit: each leaves the date stale in a way the lake
 shows, and this DAG starts a run for it once the oldest reason is older than the grace period.
 Run ids `reconcile__<date>__<fingerprint>__<attempt>` (tidemark/runs.py) keep repeated reconciles
 from piling up runs: the same stale state maps to the same run, a new attempt only once that run

@@ -90,9 +90,9 @@ def _raise(*_a, **_k):
 
 # Where a dedup run of D7 dies, and what to patch to kill it there.
 CRASH_POINTS = {
-    "after_data": (publish, "complete_version"),       # data files written, no version marker
-    "after_marker": (publish, "switch_pointer"),       # version complete, pointer not switched
-    "after_pointer": (obligations, "discharge"),       # published, the run did not return
+    "after_data": (publish, "write_marker"),           # data files written, no run marker
+    "after_marker": (publish, "commit"),               # files and marker written, no commit
+    "after_commit": (obligations, "discharge"),        # committed, the run did not return
 }
 
 
@@ -137,14 +137,14 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     assert list(stale) == [D7] and stale[D7].kinds == ["pending_receipts"]
     assert len(stale[D7].pending_receipts) == 1
 
-    # D7's run records D6's obligation, then dies before its pointer switch.
+    # D7's run records D6's obligation, then dies before its commit.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(publish, "switch_pointer", _raise)
+        patch.setattr(publish, "commit", _raise)
         with pytest.raises(Crash):
             run_dedup(path, D7, RULES, spark=spark)
     stale = {s.event_date: s for s in reconcile.staleness(path)}
     assert stale[D6].kinds == ["obligation"]
-    assert stale[D7].kinds == ["pending_receipts", "pointer_behind"]
+    assert stale[D7].kinds == ["pending_receipts"]
 
     # A date with receipts and no version yet.
     written = stream.batch([("w", "w1", t("2026-03-09", 12, 0), "play")], mode=0.5)
@@ -153,7 +153,7 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     assert cli.main(["partitions", "--lake", path, "--json"]) == 0
     rows = {r["event_date"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
     assert rows[D6]["stale"] == ["obligation"] and "rerun owed by 2026-03-07" in rows[D6]["why"][0]
-    assert rows[D7]["stale"] == ["pending_receipts", "pointer_behind"]
+    assert rows[D7]["stale"] == ["pending_receipts"]
     assert rows["2026-03-09"]["stale"] == ["no_version"] and written
 
     assert cli.main(["reconcile", "--lake", path, "--json", "--grace", "0s", "--home", str(path) + "-none"]) == 0

@@ -9,8 +9,6 @@ with itself (markers, versions, obligations; no Spark, no data file read) and fi
                      (another date's receipts reach this date through that date's own run and the
                      obligation it records, so they are that date's to report)
     planned_by_older the current version records no reach (written before multi-day planning)
-    pointer_behind   a newer complete version than the one _CURRENT.json names (a run killed
-                     between its version and the pointer switch)
     obligation       a rerun owed to the date by another date's run (tidemark/obligations.py)
     rules_changed    the session rules changed since the version (see `rules_changed_since`)
 
@@ -34,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from streaming_job import receipts
-from tidemark import layout, names, obligations, planning, publish, runs
+from tidemark import layout, names, obligations, planning, publish, runs, table as iceberg
 from tidemark.logs import get_logger
 
 log = get_logger("reconcile")
@@ -105,26 +103,28 @@ def staleness(lake: str, event_dates: list[str] | None = None) -> list[Staleness
     owed_by_date: dict[str, list[dict]] = {}
     for owed in obligations.pending(lake):
         owed_by_date.setdefault(owed["event_date"], []).append(owed)
+    tbl = iceberg.load(lake)  # once: every date's current version from the same table state
     if event_dates is None:
-        dates = sorted(set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake))
-                       | set(owed_by_date))
+        with_version = [] if tbl is None else [key[len(publish.CURRENT_PREFIX):] for key in tbl.properties
+                                               if key.startswith(publish.CURRENT_PREFIX)]
+        dates = sorted(set(receipts.list_event_dates(lake)) | set(with_version) | set(owed_by_date))
     else:
         dates = [layout.check_event_date(d) for d in event_dates]
     out = []
     for event_date in dates:
-        item = _date_staleness(lake, event_date, owed_by_date.get(event_date, []))
+        current = None if tbl is None else publish.current_of(lake, tbl, event_date)
+        item = _date_staleness(lake, event_date, current, owed_by_date.get(event_date, []))
         if item.kinds:
             out.append(item)
     return out
 
 
-def _date_staleness(lake, event_date, owed) -> Staleness:
-    pointer = publish.read_pointer(lake, event_date)
-    item = Staleness(event_date, pointer and pointer.get("version"))
-    included = set(pointer.get("receipts", [])) if pointer else set()
+def _date_staleness(lake, event_date, current, owed) -> Staleness:
+    item = Staleness(event_date, current and current.get("version"))
+    included = set(current.get("receipts", [])) if current else set()
     pending = [k for k in (planning.receipt_key(event_date, ts) for ts in receipts.list_receipts(lake, event_date))
                if k not in included]
-    if pointer is None:
+    if current is None:
         if pending:
             item.pending_receipts = pending
             item.add("no_version", f"{len(pending)} complete receipt partition(s), no version yet",
@@ -134,15 +134,11 @@ def _date_staleness(lake, event_date, owed) -> Staleness:
             item.pending_receipts = pending
             item.add("pending_receipts", f"{len(pending)} receipt partition(s) not included, oldest "
                      f"{pending[0].split('/', 1)[1]}", _receipt_time(pending[0]))
-        if not planning.recorded_reach(pointer)[0]:
+        if not planning.recorded_reach(current)[0]:
             item.add("planned_by_older", "the current version records no reach (planned by an older "
                      "tidemark): its multi-day sessions may be incomplete", _EPOCH)
-    if pointer is not None:
-        newest = publish.newest_version(lake, event_date)
-        if newest is not None and newest["version"] > pointer["version"]:
-            item.add("pointer_behind", f"version {newest['version']} is complete but _CURRENT.json "
-                     f"names {pointer['version']}", _time(newest.get("created_at")))
-        changed = rules_changed_since(lake, pointer)
+    if current is not None:
+        changed = rules_changed_since(lake, current)
         if changed:
             item.add("rules_changed", changed, _EPOCH)
     if owed:

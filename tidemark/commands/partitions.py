@@ -3,7 +3,8 @@ partitions pending deduplication (complete, but not in the current version), the
 the oldest pending one has waited), and whether the current version is stale and why (the reasons
 `tidemark reconcile` acts on: receipts a run of the date would read that the version lacks,
 including other dates' receipts its multi-day sessions reach; a rerun owed by another date; a
-pointer behind a complete version; rules changed). Reads markers only: cheap on a bucket, no JVM."""
+version planned by an older tidemark; rules changed). Reads markers and the table's metadata only:
+cheap on a bucket, no JVM."""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,7 @@
 start a deduplication run for each due one through Airflow's REST API.
 
 Stale: complete receipt partitions the current version does not include (or no version yet), a
-rerun owed by another date's run, a pointer behind a complete version, session rules changed. A
+rerun owed by another date's run, a version planned by an older tidemark, session rules changed. A
 date is due once its oldest reason is older than --grace (younger ones are normally being handled by
 their own notice's or neighbour's run). Run ids reconcile__<date>__<fingerprint>__<attempt> make a
 repeated reconcile land on the same runs (see docs/airflow.md, "Reconciliation").
