@@ -45,8 +45,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def rules_changed_since(lake: str, version: dict) -> str | None:
     """HOOK (issue 11 point 1): why the lake's session rules differ from those `version` was computed
-    with, or None. Until the rules record lands: nothing is ever reported."""
-    return None
+    with, or None. Asks the lake's rules record (tidemark.rules_record) once it exists; until then
+    nothing is ever reported."""
+    try:
+        from tidemark import rules_record
+    except ImportError:  # the rules record has not landed in this checkout
+        return None
+    rules, _, recorded = rules_record.rules_in_force(lake)
+    if recorded is None or not rules_record.changed_since(version, rules):
+        return None
+    return (f"session rules changed since the version: it used {version.get('rules') or version.get('gap')}, "
+            f"the lake records {recorded.describe()}")
 
 
 @dataclass
