@@ -12,8 +12,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.test_dedup_lake import RULES, SimulatedStream, expected, published
-from tidemark import cli, layout, obligations, publish, reconcile, runs
+from tidemark import cli, layout, obligations, publish, reconcile, rules_record, runs
 from tidemark.dedup import run_dedup
+from tidemark.sessions import SessionRules
 
 D6, D7 = "2026-03-06", "2026-03-07"
 
@@ -161,6 +162,13 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     assert set(listed) == {D6, D7, "2026-03-09"}
     assert all(r["action"] == "would start (--trigger)" and r["run_id"].startswith(f"reconcile__{d}__")
                for d, r in listed.items())
+
+    # The lake's session rules change (tidemark rules migrate records it first): every version
+    # made under the old ones is stale.
+    rules_record.record_change(path, SessionRules(gap=timedelta(minutes=20)), "test")
+    stale = {s.event_date: s for s in reconcile.staleness(path)}
+    assert "rules_changed" in stale[D6].kinds and "rules_changed" in stale[D7].kinds
+    assert "gap 30m" in " ".join(stale[D6].reasons) and "20m" in " ".join(stale[D6].reasons)
 
 
 def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended():

@@ -10,7 +10,8 @@ with itself (markers, versions, obligations; no Spark, no data file read) and fi
                      obligation it records, so they are that date's to report)
     planned_by_older the current version records no reach (written before multi-day planning)
     obligation       a rerun owed to the date by another date's run (tidemark/obligations.py)
-    rules_changed    the session rules changed since the version (see `rules_changed_since`)
+    rules_changed    the session rules changed since the version (tidemark.rules_record; a
+                     `tidemark rules migrate` reruns every date itself, this catches what it missed)
 
 A date is *due* once its oldest reason is older than the grace period (default 10 minutes): younger
 ones are normally being handled by the notice's or the neighbour's own run. For each due date one
@@ -32,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from streaming_job import receipts
-from tidemark import layout, names, obligations, planning, publish, runs, table as iceberg
+from tidemark import layout, names, obligations, planning, publish, rules_record, runs, table as iceberg
 from tidemark.logs import get_logger
 
 log = get_logger("reconcile")
@@ -43,19 +44,16 @@ ACTIVE_STATES = ("queued", "running")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def rules_changed_since(lake: str, version: dict) -> str | None:
-    """HOOK (issue 11 point 1): why the lake's session rules differ from those `version` was computed
-    with, or None. Asks the lake's rules record (tidemark.rules_record) once it exists; until then
-    nothing is ever reported."""
-    try:
-        from tidemark import rules_record
-    except ImportError:  # the rules record has not landed in this checkout
+def rules_changed_since(lake: str, version: dict, in_force=None) -> str | None:
+    """Why the lake's session rules (tidemark.rules_record) differ from those `version` was computed
+    with, or None. `in_force`: rules_record.rules_in_force(lake), when the caller read it already."""
+    rules, _, recorded = in_force or rules_record.rules_in_force(lake)
+    if not rules_record.changed_since(version, rules):
         return None
-    rules, _, recorded = rules_record.rules_in_force(lake)
-    if recorded is None or not rules_record.changed_since(version, rules):
-        return None
-    return (f"session rules changed since the version: it used {version.get('rules') or version.get('gap')}, "
-            f"the lake records {recorded.describe()}")
+    made_under = version.get("rules") or {"gap": version.get("gap")}
+    return (f"session rules changed since the version: it was made under "
+            f"{', '.join(f'{k} {v}' for k, v in made_under.items())}; the lake now records "
+            f"{recorded.describe() if recorded else rules_record.describe_rules(rules)}")
 
 
 @dataclass
@@ -113,6 +111,7 @@ def staleness(lake: str, event_dates: list[str] | None = None) -> list[Staleness
     for owed in obligations.pending(lake):
         owed_by_date.setdefault(owed["event_date"], []).append(owed)
     tbl = iceberg.load(lake)  # once: every date's current version from the same table state
+    in_force = rules_record.rules_in_force(lake)
     if event_dates is None:
         with_version = [] if tbl is None else [key[len(publish.CURRENT_PREFIX):] for key in tbl.properties
                                                if key.startswith(publish.CURRENT_PREFIX)]
@@ -122,13 +121,13 @@ def staleness(lake: str, event_dates: list[str] | None = None) -> list[Staleness
     out = []
     for event_date in dates:
         current = None if tbl is None else publish.current_of(lake, tbl, event_date)
-        item = _date_staleness(lake, event_date, current, owed_by_date.get(event_date, []))
+        item = _date_staleness(lake, event_date, current, owed_by_date.get(event_date, []), in_force)
         if item.kinds:
             out.append(item)
     return out
 
 
-def _date_staleness(lake, event_date, current, owed) -> Staleness:
+def _date_staleness(lake, event_date, current, owed, in_force) -> Staleness:
     item = Staleness(event_date, current and current.get("version"))
     included = set(current.get("receipts", [])) if current else set()
     pending = [k for k in (planning.receipt_key(event_date, ts) for ts in receipts.list_receipts(lake, event_date))
@@ -147,7 +146,7 @@ def _date_staleness(lake, event_date, current, owed) -> Staleness:
             item.add("planned_by_older", "the current version records no reach (planned by an older "
                      "tidemark): its multi-day sessions may be incomplete", _EPOCH)
     if current is not None:
-        changed = rules_changed_since(lake, current)
+        changed = rules_changed_since(lake, current, in_force)
         if changed:
             item.add("rules_changed", changed, _EPOCH)
     if owed:
