@@ -87,15 +87,17 @@ resource "google_composer_environment" "airflow" {
   depends_on = [google_project_iam_member.composer_worker]
 }
 
-# Deploy the DAG and the tidemark modules it imports into the environment's dags/ folder (on the
+# Deploy the DAGs and the tidemark modules they import into the environment's dags/ folder (on the
 # workers' PYTHONPATH). .airflowignore keeps the DAG processor out of the packages.
+# tidemark_reconcile runs every 15 minutes; set TIDEMARK_RECONCILE_INTERVAL in env_variables to change it.
 locals {
   composer_dag_prefix = var.create_composer ? google_composer_environment.airflow[0].config[0].dag_gcs_prefix : ""
   composer_bucket     = var.create_composer ? regex("^gs://([^/]+)/", local.composer_dag_prefix)[0] : ""
   # First-party packages the DAG's tasks import (tests/test_terraform.py follows the imports).
-  dag_packages = ["tidemark"]
+  # streaming_job: its pure receipts module (markers), read by tidemark_reconcile's planning.
+  dag_packages = ["tidemark", "streaming_job"]
   dag_files = var.create_composer ? toset(concat(
-    ["dags/tidemark_dedup.py"],
+    ["dags/tidemark_dedup.py", "dags/tidemark_reconcile.py"],
     flatten([for pkg in local.dag_packages : [
       for f in fileset("${path.module}/..", "${pkg}/**") : f
       if can(regex("\\.(py|json)$", f)) && !can(regex("/(localstack|__pycache__)/", f))

@@ -297,10 +297,13 @@ def test_init_action_is_valid_bash_and_keeps_the_clusters_spark():
 
 
 def _dag_environment_names() -> set[str]:
-    tree = ast.parse(open(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read())
-    return {node.value for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and re.fullmatch(r"TIDEMARK_[A-Z_]+", node.value)}
+    out = set()
+    for dag_file in ("tidemark_dedup.py", "tidemark_reconcile.py"):
+        tree = ast.parse(open(os.path.join(ROOT, "dags", dag_file)).read())
+        out |= {node.value for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and re.fullmatch(r"TIDEMARK_[A-Z_]+", node.value)}
+    return out
 
 
 def test_composer_environment_is_what_the_dag_reads(tf):
@@ -363,7 +366,11 @@ def test_composer_gets_every_module_the_dag_imports(tf):
     first-party module they import must be in a package Terraform uploads."""
     uploaded = tf["locals"]["dag_packages"]
     assert resource(tf, "google_storage_bucket_object", "dag_files")["for_each"] == "${local.dag_files}"
-    needed = _first_party_closure(os.path.join(ROOT, "dags", "tidemark_dedup.py"))
+    assert {"dags/tidemark_dedup.py", "dags/tidemark_reconcile.py"} <= set(
+        re.findall(r'"(dags/[a-z_]+\.py)"', open(os.path.join(TERRAFORM, "composer.tf")).read()))
+    needed = set()
+    for dag_file in ("tidemark_dedup.py", "tidemark_reconcile.py"):
+        needed |= _first_party_closure(os.path.join(ROOT, "dags", dag_file))
     assert needed, "the DAG imports no tidemark module?"
     missing = sorted(os.path.relpath(f, ROOT) for f in needed
                      if os.path.relpath(f, ROOT).split(os.sep)[0] not in uploaded
