@@ -17,8 +17,9 @@ resource "google_storage_bucket" "lake" {
     enabled = true
   }
 
-  # Old dedup versions: `tidemark gc` deletes superseded versions (it knows the current pointer;
-  # an age rule on live objects could delete a current version that is simply old). What it
+  # Old dedup versions: `tidemark gc` expires Iceberg snapshots and deletes unreferenced files (it
+  # knows the table's current snapshot; an age rule on live objects could delete a current version
+  # that is simply old). What it
   # deletes, and any overwritten object, is purged here once noncurrent for the retention.
   lifecycle_rule {
     condition {

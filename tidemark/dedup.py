@@ -12,8 +12,9 @@ version (the Iceberg table's, tidemark.publish) includes is a no-op (no Spark).
 
 Dates the run may have made stale (affected dates) are recorded as rerun obligations
 (tidemark/obligations.py) before the version is published; the obligations of D listed before
-planning are discharged once the run has published or found nothing new. Assumes what the input
-contract says: copies of one (user_id, event_id) are the same event, with the same event_ts.
+planning are discharged once the run has published or found nothing new. An event is
+(user_id, event_id, event_ts) and its kept copy the smallest (event_type, payload) of the copies
+received (docs/input-contract.md; dedup_sql/dedup_events.sql applies it here).
 """
 from __future__ import annotations
 
