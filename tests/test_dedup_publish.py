@@ -50,7 +50,7 @@ def test_bad_event_date_is_refused_before_anything_runs(tmp_path, capsys, comman
     lake = str(tmp_path / "lake")
     assert cli.main([command, "--lake", lake, "--event-date", bad]) == 2
     err = capsys.readouterr().err
-    assert f"tidemark {command}: error: invalid event_date" in err and repr(bad)[:20] in err
+    assert f"tidemark {command}: error: argument --event-date: invalid event_date" in err and repr(bad)[:20] in err
     assert not os.path.exists(lake)  # nothing created, nothing started
 
 

@@ -236,16 +236,24 @@ def test_nobody_but_the_push_account_may_invoke_the_function(tf):
 
 # -- Spark -----------------------------------------------------------------------------------------
 
-def _substitute(value: str) -> str:
-    """Replace ${...} interpolations by a placeholder path, so argparse sees plain strings."""
-    return re.sub(r"\$\{[^}]*\}", "x", value)
+def _substitute(value: str, tf: dict | None = None) -> str:
+    """Replace ${...} interpolations by a placeholder path, so argparse sees plain strings; a
+    variable with a default by that default (argparse checks typed values such as durations)."""
+    def value_of(match: re.Match) -> str:
+        name = match.group(1)
+        if name.startswith("google_pubsub_topic.") and name.endswith(".id"):  # the topic's full name
+            return f"projects/placeholder-project/topics/{name.split('.')[1]}"
+        default = (tf or {}).get("variable", {}).get(name[len("var."):], {}).get("default") if name.startswith("var.") else None
+        return "x" if default is None else str(default)
+
+    return re.sub(r"\$\{([^}]*)\}", value_of, value)
 
 
 def test_stream_job_arguments_are_a_valid_tidemark_stream_command(tf):
     from tidemark.cli import build_parser
 
     job = one(resource(tf, "google_dataproc_job", "stream")["pyspark_config"])
-    args = [_substitute(a) for a in job["args"]]
+    args = [_substitute(a, tf) for a in job["args"]]
     try:
         parsed = build_parser().parse_args(args)
     except SystemExit as exc:  # argparse exits on an unknown or missing option

@@ -1,4 +1,9 @@
-"""The `tidemark` command: one subcommand per module in tidemark/commands/."""
+"""The `tidemark` command: one subcommand per module in tidemark/commands/.
+
+Exit status: 0 done; 2 a usage error (argparse's: a malformed or conflicting argument, nothing
+done); 1 a failure (the cause is logged on stderr as a JSON line with its traceback); a command may
+document others (`status` 3: not everything runs); 130 interrupted.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,33 +12,52 @@ import sys
 
 from tidemark import __version__
 from tidemark.commands import COMMAND_MODULES
+from tidemark.commands.options import Parser, UsageError
 
-
-class UsageError(Exception):
-    """A bad argument: printed as a one-line message, exit status 2."""
+__all__ = ["UsageError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tidemark",
         description="Late, duplicated, out-of-order events into event-time partitions you can trust.")
     parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"tidemark.commands.{name}").register(subparsers)
+    _remember_parsers(parser)
     return parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)parser records itself as args.usage_parser, so that a handler's UsageError is
+    reported by the parser of the command that was typed (the innermost one wins)."""
+    parser.set_defaults(usage_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                _remember_parsers(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return int(args.handler(args) or 0)
-    except (UsageError, ValueError) as exc:
-        print(f"tidemark {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        args = parser.parse_args(argv)
+        try:
+            return int(args.handler(args) or 0)
+        except UsageError as exc:
+            args.usage_parser.error(str(exc))  # prints the usage line; raises SystemExit(2)
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - the boundary: any failure is logged, exit status 1
+        from tidemark.logs import get_logger
+
+        get_logger("tidemark.cli").error("command failed", command=args.command,
+                                         error=f"{type(exc).__name__}: {exc}", exc_info=True)
+        print(f"tidemark {args.command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

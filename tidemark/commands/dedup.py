@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import sys
 
-from tidemark.commands.stream import add_session_options
+from tidemark.commands.options import EVENT_DATE, UsageError, add_session_options, user_input
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("dedup", help="deduplicate one event date (Spark SQL) and publish it",
                               description=__doc__)
     p.add_argument("--lake", required=True, help="lake folder or URI")
-    p.add_argument("--event-date", required=True, help="the event date, YYYY-MM-DD (UTC)")
+    p.add_argument("--event-date", required=True, type=EVENT_DATE, help="the event date, YYYY-MM-DD (UTC)")
     add_session_options(p)
     p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
     p.set_defaults(handler=run)
@@ -32,8 +32,12 @@ def run(args) -> int:
 
     # Everything the user typed is checked before Spark starts or any path is built.
     event_date = layout.check_event_date(args.event_date)
-    overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay)
-    rules, _ = rules_record.check(args.lake, overrides or None, "tidemark dedup")
+    with user_input():  # typed rules that break a rule (gap > 0, ...)
+        overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay)
+    try:
+        rules, _ = rules_record.check(args.lake, overrides or None, "tidemark dedup")
+    except rules_record.RulesMismatch as exc:  # typed rules the lake's record disagrees with
+        raise UsageError(str(exc)) from exc
     if not overrides:
         rules = None  # run_dedup takes the lake's (and warns when the lake has no record)
     spark = None

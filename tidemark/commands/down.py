@@ -3,10 +3,10 @@ nothing else. The stream stops gracefully (finishes its micro-batch, flushes owe
 Data (lake, checkpoint, Airflow DB, landing) stays: `tidemark up` resumes from it."""
 from __future__ import annotations
 
+from tidemark.commands.options import add_home_option
+
 
 def register(subparsers) -> None:
-    from tidemark.commands.up import add_home_option
-
     p = subparsers.add_parser("down", help="stop the local stack started by `tidemark up`",
                               description=__doc__)
     add_home_option(p)
@@ -14,8 +14,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark.commands.status import wide_console
-
+    from tidemark.commands.console import wide_console
     from tidemark.localstack.stack import Stack
 
     console = wide_console()

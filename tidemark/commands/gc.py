@@ -7,13 +7,22 @@ from __future__ import annotations
 import json
 import sys
 
+from tidemark.commands.options import checked
+
+
+def _retention(text: str):
+    from tidemark import gc
+    from tidemark.durations import parse_duration
+
+    return gc.check_retention(parse_duration(text))
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("gc", help="expire old snapshots and remove unreferenced files after a retention",
                               description=__doc__)
-    p.add_argument("--lake", required=True)
-    p.add_argument("--retention", default="7d",
-                   help="keep what stopped being current for this long (default 7d, at least 1h)")
+    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--retention", default="7d", type=checked(_retention, "retention"),
+                   help="keep what stopped being current for this long (at least 1h)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
     p.set_defaults(handler=run)
 
@@ -22,11 +31,8 @@ def run(args) -> int:
     from dataclasses import asdict
 
     from tidemark import gc
-    from tidemark.durations import parse_duration
 
-    # A bad or too short retention raises ValueError: one line on stderr, exit status 2.
-    retention = gc.check_retention(parse_duration(args.retention))
-    removed = gc.gc(args.lake, retention, dry_run=args.dry_run)
+    removed = gc.gc(args.lake, args.retention, dry_run=args.dry_run)
     for item in removed:
         sys.stdout.write(json.dumps({**asdict(item), "dry_run": args.dry_run}) + "\n")
     return 0

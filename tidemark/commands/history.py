@@ -7,25 +7,18 @@ superseded)."""
 from __future__ import annotations
 
 import json
-import os
+
+from tidemark.commands.options import EVENT_DATE, add_airflow_options, read_airflow_password
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("history", help="an event date's receipts, notices, DAG runs and versions",
                               description=__doc__)
     add_airflow_options(p)
-    p.add_argument("--lake", required=True)
-    p.add_argument("--event-date", required=True, help="YYYY-MM-DD")
+    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--event-date", required=True, type=EVENT_DATE, help="YYYY-MM-DD")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     p.set_defaults(handler=run)
-
-
-def add_airflow_options(p) -> None:
-    p.add_argument("--home", default=".tidemark", help="local stack state folder, for its Airflow (default ./.tidemark)")
-    p.add_argument("--airflow-url", default=None, help="Airflow base URL (default: the local stack's, if up)")
-    p.add_argument("--airflow-user", default="admin")
-    p.add_argument("--airflow-password-file", default=None,
-                   help="file holding the Airflow password (default: $AIRFLOW_PASSWORD)")
 
 
 def fetch_runs(args) -> tuple[list[dict] | None, str]:
@@ -34,11 +27,7 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
 
     url, user, password = args.airflow_url, args.airflow_user, None
     if url:
-        if args.airflow_password_file:
-            with open(args.airflow_password_file) as handle:
-                password = handle.read().strip()
-        else:
-            password = os.environ.get("AIRFLOW_PASSWORD")
+        password = read_airflow_password(args)
         if not password:
             return None, "unavailable: --airflow-url needs --airflow-password-file or $AIRFLOW_PASSWORD"
     else:
@@ -57,12 +46,12 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
 
 
 def run(args) -> int:
-    from tidemark.commands.status import wide_console
     from rich.table import Table
 
-    from tidemark import inspect, layout
+    from tidemark import inspect
+    from tidemark.commands.console import wide_console
 
-    event_date = layout.check_event_date(args.event_date)
+    event_date = args.event_date
     all_runs, source = fetch_runs(args)
     items = inspect.history(args.lake, event_date, all_runs)
     if args.json:

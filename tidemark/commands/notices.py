@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import sys
 
+from tidemark.commands.options import POSITIVE_FLOAT, TOPIC, UsageError
+
 _COLUMNS = ("state", "kind", "event_date", "receipt_ts", "partitions", "rows", "events", "late",
             "notice_id", "published_at")
 
@@ -15,32 +17,28 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("notices", help="availability notices: advertised, owed, waiting",
                               description=__doc__)
     p.add_argument("--lake", required=True, help="lake folder or URI")
-    p.add_argument("--format", choices=["table", "jsonl", "summary"], default="table")
+    p.add_argument("--format", choices=["table", "jsonl", "summary"], default="table",
+                   help="a table, one JSON object per notice, or one JSON object of counts")
     p.add_argument("--state", choices=["all", "sent", "owed", "waiting"], default="all",
                    help="only notices in this state")
     p.add_argument("--check", action="store_true",
                    help="also list complete receipt partitions no notice covers (exit 1 if any)")
     p.add_argument("--backfill", action="store_true",
                    help="record a notice for every complete partition no notice covers (then --publish)")
-    p.add_argument("--publish", metavar="TOPIC", default=None,
+    p.add_argument("--publish", metavar="TOPIC", default=None, type=TOPIC,
                    help="publish what is owed to projects/P/topics/T, then exit (safe while the stream runs)")
     p.add_argument("--close-waiting", action="store_true",
                    help="with --publish: also close waiting coalescing groups now; ONLY while the "
                         "stream is stopped (the running stream owns them)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to keep trying with --publish")
+    p.add_argument("--timeout", type=POSITIVE_FLOAT, default=60.0, help="seconds to keep trying with --publish")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     from tidemark.notices.report import backfill, notices_status, unadvertised
 
-    if args.timeout <= 0:
-        raise ValueError("--timeout must be positive")
     if args.close_waiting and not args.publish:
-        raise ValueError("--close-waiting needs --publish TOPIC")
-    if args.publish:
-        from tidemark.notices.publisher import check_topic
-        check_topic(args.publish)
+        raise UsageError("--close-waiting needs --publish TOPIC")
     if args.backfill:
         recorded = backfill(args.lake)
         print(f"tidemark notices: {len(recorded)} notice(s) recorded for unadvertised partitions",

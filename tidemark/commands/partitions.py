@@ -13,13 +13,13 @@ import json
 def register(subparsers) -> None:
     p = subparsers.add_parser("partitions", help="event dates: current version, pending receipts, lag",
                               description=__doc__)
-    p.add_argument("--lake", required=True)
+    p.add_argument("--lake", required=True, help="lake folder or URI")
     p.add_argument("--json", action="store_true", help="one JSON object per date")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
-    from tidemark.commands.status import wide_console
+    from tidemark.commands.console import wide_console
     from rich.table import Table
 
     from tidemark import inspect, reconcile

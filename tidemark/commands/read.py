@@ -9,26 +9,36 @@ import json
 import os
 import sys
 
+from tidemark.commands.options import EVENT_DATE, UsageError, checked
+
+
+def _as_of(text: str) -> str:
+    from tidemark.reader import parse_as_of
+
+    return parse_as_of(text)
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("read", help="print the deduplicated sessions of an event date",
                               description=__doc__)
-    p.add_argument("--lake", required=True)
-    p.add_argument("--event-date", required=True, help="YYYY-MM-DD")
-    p.add_argument("--as-of", default=None,
+    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--event-date", required=True, type=EVENT_DATE, help="YYYY-MM-DD")
+    p.add_argument("--as-of", default=None, type=checked(_as_of, "as_of"),
                    help="receipt_ts (20260307T201500123Z) or RFC 3339 time: read as of then")
     p.add_argument("--raw", action="store_true", help="list the receipt panes instead of sessions")
-    p.add_argument("--format", choices=["jsonl", "parquet", "table"], default="table")
+    p.add_argument("--format", choices=["jsonl", "parquet", "table"], default="table",
+                   help="one JSON object per row, a Parquet file, or a table")
     p.add_argument("--events", action="store_true", help="include the events themselves (jsonl, parquet)")
     p.add_argument("--output", default=None, help="write here instead of stdout (parquet: required on a terminal)")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
-    from tidemark import layout, reader
+    from tidemark import reader
 
-    event_date = layout.check_event_date(args.event_date)
-    as_of = reader.parse_as_of(args.as_of) if args.as_of is not None else None
+    event_date, as_of = args.event_date, args.as_of
+    if args.format == "parquet" and not args.output and sys.stdout.isatty():
+        raise UsageError("--format parquet needs --output FILE (or a pipe)")
     try:
         if args.raw:
             table = reader.read_panes(args.lake, event_date, as_of)
@@ -66,9 +76,6 @@ def _write_parquet(table, output) -> int:
     if output:
         pq.write_table(table, output)
         return 0
-    if sys.stdout.isatty():
-        print("tidemark read: --format parquet needs --output FILE (or a pipe)", file=sys.stderr)
-        return 2
     pq.write_table(table, sys.stdout.buffer)
     return 0
 

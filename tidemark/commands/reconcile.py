@@ -16,18 +16,20 @@ from __future__ import annotations
 import json
 import os
 
+from tidemark.commands.options import (DURATION_TEXT, UsageError, add_airflow_options, checked,
+                                       read_airflow_password)
+from tidemark.commands.options import _number as number
+
 
 def register(subparsers) -> None:
-    from tidemark.commands.history import add_airflow_options
-
     p = subparsers.add_parser("reconcile", help="stale event dates and why; --trigger starts their runs",
                               description=__doc__)
-    p.add_argument("--lake", required=True)
+    p.add_argument("--lake", required=True, help="lake folder or URI")
     p.add_argument("--trigger", action="store_true", help="start a dedup run for each due stale date")
-    p.add_argument("--grace", default="10m",
-                   help="how old the oldest reason must be before a run is started (default 10m)")
-    p.add_argument("--max-attempts", type=int, default=3,
-                   help="runs started per stale state before giving up (default 3)")
+    p.add_argument("--grace", default="10m", type=DURATION_TEXT,
+                   help="how old the oldest reason must be before a run is started")
+    p.add_argument("--max-attempts", type=checked(number(int, 1, 999), "attempts"), default=3,
+                   help="runs started per stale state before giving up (1-999)")
     p.add_argument("--dag-id", default=None, help="the dedup DAG (default tidemark_dedup)")
     p.add_argument("--json", action="store_true", help="one JSON object per stale date")
     add_airflow_options(p)
@@ -40,13 +42,9 @@ def airflow_client(args, required: bool):
     from cloud_function.airflow_client import AirflowClient
 
     if args.airflow_url:
-        if args.airflow_password_file:
-            with open(args.airflow_password_file) as handle:
-                password = handle.read().strip()
-        else:
-            password = os.environ.get("AIRFLOW_PASSWORD")
+        password = read_airflow_password(args)
         if not password:
-            raise ValueError("--airflow-url needs --airflow-password-file or $AIRFLOW_PASSWORD")
+            raise UsageError("--airflow-url needs --airflow-password-file or $AIRFLOW_PASSWORD")
         return AirflowClient(args.airflow_url, "password", args.airflow_user, password)
     if os.environ.get("AIRFLOW_BASE_URL"):
         return AirflowClient.from_env()
@@ -56,7 +54,7 @@ def airflow_client(args, required: bool):
     if stack.settings() is not None and "airflow-api-server" in stack.running():
         return stack.airflow().client()
     if required:
-        raise ValueError(f"--trigger needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, or "
+        raise UsageError(f"--trigger needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, or "
                          f"start the local stack (none is up in {stack.home})")
     return None
 
@@ -66,10 +64,8 @@ def run(args) -> int:
     from tidemark.durations import parse_duration
 
     grace = parse_duration(args.grace)
-    if not 1 <= args.max_attempts <= 999:
-        raise ValueError("--max-attempts must be between 1 and 999")
     if not os.path.exists(args.lake) and "://" not in args.lake:
-        raise ValueError(f"no lake at {args.lake}")
+        raise UsageError(f"no lake at {args.lake}")
     client = airflow_client(args, required=args.trigger)
     stale, decisions = reconcile.reconcile(args.lake, client, dag_id=args.dag_id, trigger=args.trigger,
                                            grace=grace, max_attempts=args.max_attempts)
@@ -82,7 +78,7 @@ def run(args) -> int:
         return 0
     from rich.table import Table
 
-    from tidemark.commands.status import wide_console
+    from tidemark.commands.console import wide_console
 
     console = wide_console()
     if not stale:

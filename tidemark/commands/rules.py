@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import sys
 
+from tidemark.commands.options import add_session_options, user_input
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("rules", help="the lake's session rules: show them, or migrate to new ones",
-                              description=__doc__, formatter_class=_raw())
+                              description=__doc__)
     sub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
 
     show = sub.add_parser("show", help="the lake's rules, their history, dates made under other rules")
@@ -29,17 +31,9 @@ def register(subparsers) -> None:
 
     migrate = sub.add_parser("migrate", help="record new rules and re-deduplicate every date under them")
     migrate.add_argument("--lake", required=True, help="lake folder or URI")
-    from tidemark.commands.stream import add_session_options
-
     add_session_options(migrate, "(default: the lake's current value)")
     migrate.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
     migrate.set_defaults(handler=run_migrate)
-
-
-def _raw():
-    import argparse
-
-    return argparse.RawDescriptionHelpFormatter
 
 
 def run_show(args) -> int:
@@ -58,7 +52,7 @@ def run_show(args) -> int:
 
     from rich.table import Table
 
-    from tidemark.commands.status import wide_console
+    from tidemark.commands.console import wide_console
 
     console = wide_console()
     if records:
@@ -93,8 +87,13 @@ def run_migrate(args) -> int:
     from tidemark.sessions import parse_overrides
 
     # Checked before Spark starts or anything is recorded.
-    overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay)
-    rules = rules_migration.target_rules(args.lake, overrides)
+    from tidemark import rules_record
+
+    with user_input():
+        overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay)
+    current, _, _ = rules_record.rules_in_force(args.lake)  # a corrupt record is a failure, not a usage error
+    with user_input():  # the typed rules over the current ones must still make a valid set
+        rules = rules_migration.target_rules(args.lake, current.with_overrides(overrides))
     spark = None
     if args.master:
         from tidemark.spark import build_session

@@ -15,10 +15,11 @@ them from the lake.
 """
 from __future__ import annotations
 
+from tidemark.commands.options import (DURATION_TEXT, POSITIVE_FLOAT, add_home_option, add_session_options,
+                                       UsageError, checked, user_input)
+from tidemark.commands.options import _number as number
 
-def add_home_option(p) -> None:
-    p.add_argument("--home", default=".tidemark", help="state folder (default ./.tidemark)")
-
+PORT = checked(number(int, 1, 65535), "port")
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("up", help="start the local stack (emulator, Airflow, function, stream)",
@@ -30,14 +31,16 @@ def register(subparsers) -> None:
     p.add_argument("--db-url", default=None,
                    help="Airflow metadata DB (SQLAlchemy URL, e.g. postgresql+psycopg2://u:p@127.0.0.1/airflow); "
                         "default SQLite under HOME/airflow")
-    p.add_argument("--pubsub-port", type=int, default=None)
-    p.add_argument("--airflow-port", type=int, default=None)
-    p.add_argument("--function-port", type=int, default=None)
-    p.add_argument("--trigger-interval", default=None, help="stream micro-batch interval (default 5s)")
-    from tidemark.commands.stream import add_session_options
-
+    p.add_argument("--pubsub-port", type=PORT, default=None,
+                   help="the Pub/Sub emulator's port (default: the recorded one, else a free one)")
+    p.add_argument("--airflow-port", type=PORT, default=None,
+                   help="Airflow's API server port (default: the recorded one, else a free one)")
+    p.add_argument("--function-port", type=PORT, default=None,
+                   help="the Cloud Function's port (default: the recorded one, else a free one)")
+    p.add_argument("--trigger-interval", default=None, type=DURATION_TEXT,
+                   help="stream micro-batch interval (default 5s)")
     add_session_options(p)
-    p.add_argument("--timeout", type=float, default=600, help="seconds each component may take to start")
+    p.add_argument("--timeout", type=POSITIVE_FLOAT, default=600, help="seconds each component may take to start")
     p.set_defaults(handler=run)
 
 
@@ -47,8 +50,9 @@ def start(args, console) -> "object":
     from tidemark.sessions import parse_overrides
 
     # Typed rules are checked (format now, against the lake's record in up()) before anything starts.
-    rules = parse_overrides(getattr(args, "gap", None), getattr(args, "allowed_lateness", None),
-                            getattr(args, "watermark_delay", None))
+    with user_input():
+        rules = parse_overrides(getattr(args, "gap", None), getattr(args, "allowed_lateness", None),
+                                getattr(args, "watermark_delay", None))
     stack = Stack(args.home)
     ports = {"pubsub": getattr(args, "pubsub_port", None), "airflow": getattr(args, "airflow_port", None),
              "function": getattr(args, "function_port", None)}
@@ -67,16 +71,15 @@ def start(args, console) -> "object":
 
 
 def run(args) -> int:
-    from rich.console import Console
+    from tidemark.commands.console import print_status, wide_console
+    from tidemark.localstack.stack import SettingsConflict, StackError
+    from tidemark.rules_record import RulesMismatch
 
-    from tidemark.commands.status import wide_console
-
-    from tidemark.commands.status import print_status
-    from tidemark.localstack.stack import StackError
-
-    console = Console(stderr=True)
+    console = wide_console(stderr=True)
     try:
         stack, settings = start(args, console)
+    except (SettingsConflict, RulesMismatch) as exc:  # refused before anything started
+        raise UsageError(str(exc)) from exc
     except StackError as exc:
         console.print(f"[red]tidemark up failed[/red]: {exc}")
         return 1

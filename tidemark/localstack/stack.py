@@ -46,6 +46,10 @@ STOP_ORDER = ("stream", "function", "airflow-scheduler", "airflow-dag-processor"
 STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
 
 
+class SettingsConflict(ValueError):
+    """Options of `tidemark up` that the state folder or the machine refuses: nothing was started."""
+
+
 class StackError(RuntimeError):
     """A component failed: says which one and where its log is."""
 
@@ -134,13 +138,13 @@ class Stack:
         else:
             for key, value in given.items():
                 if value is not None and value != getattr(current, key):
-                    raise ValueError(f"{self.home} was set up with {key}={getattr(current, key)!r}, not "
+                    raise SettingsConflict(f"{self.home} was set up with {key}={getattr(current, key)!r}, not "
                                      f"{value!r}; run `tidemark down` and use another --home to change it")
         for component, port in (ports or {}).items():
             if port is None:
                 continue
             if current.ports.get(component) not in (None, port):
-                raise ValueError(f"{self.home} uses port {current.ports[component]} for {component}, "
+                raise SettingsConflict(f"{self.home} uses port {current.ports[component]} for {component}, "
                                  f"not {port}")
             current.ports[component] = int(port)
         for component in ("pubsub", "airflow", "function"):
@@ -279,7 +283,7 @@ class Stack:
         return f"http://127.0.0.1:{settings.ports['function']}/"
 
     def _start_function(self, settings: StackSettings, timeout: float) -> None:
-        from tidemark.commands import function_bundle
+        from tidemark import function_bundle
         from tidemark.localstack.function import FunctionServer
 
         bundle = function_bundle.build(os.path.join(self.home, "function", "bundle"))
@@ -424,7 +428,7 @@ def _check_db_driver(db_url: str | None) -> None:
     try:
         __import__(driver)
     except ImportError:
-        raise ValueError(f"--db-url {db_url.split('://')[0]}://... needs the {driver} module: "
+        raise SettingsConflict(f"--db-url {db_url.split('://')[0]}://... needs the {driver} module: "
                          f".venv/bin/pip install {'psycopg[binary]' if driver == 'psycopg' else 'psycopg2-binary'}"
                          ) from None
 

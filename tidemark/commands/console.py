@@ -1,0 +1,29 @@
+"""Terminal output the subcommands share (rich, imported lazily so `tidemark --help` stays fast)."""
+from __future__ import annotations
+
+
+def wide_console(stderr: bool = False):
+    """A rich Console; when output is not a terminal (a pipe, a test, CI), wide enough that ids and
+    paths are not wrapped across lines."""
+    import sys
+
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(width=None if stream.isatty() else 200, stderr=stderr)
+
+
+def print_status(stack, console) -> list[dict]:
+    """The local stack's components as a table; returns the rows."""
+    from rich.table import Table
+
+    rows = stack.status()
+    table = Table(title=f"tidemark stack in {stack.home}")
+    for column in ("component", "state", "pid", "url", "detail", "log"):
+        table.add_column(column, overflow="fold")
+    colors = {"running": "green", "unhealthy": "yellow", "stopped": "red"}
+    for row in rows:
+        table.add_row(row["component"], f"[{colors[row['state']]}]{row['state']}[/]", str(row["pid"] or ""),
+                      row["url"], row["detail"], row["log"])
+    console.print(table)
+    return rows
