@@ -17,7 +17,7 @@ import statistics
 import sys
 
 import bench
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark import layout, publish, storage, table as iceberg
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules

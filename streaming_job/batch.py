@@ -15,9 +15,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 import dedup_sql
-from streaming_job import parse, receipts
+from streaming_job import parse
 from streaming_job.state import StateStore
-from tidemark import layout, storage
+from tidemark import layout, receipts, storage
 from tidemark.contract import InputRules
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules

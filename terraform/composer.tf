@@ -94,8 +94,8 @@ locals {
   composer_dag_prefix = var.create_composer ? google_composer_environment.airflow[0].config[0].dag_gcs_prefix : ""
   composer_bucket     = var.create_composer ? regex("^gs://([^/]+)/", local.composer_dag_prefix)[0] : ""
   # First-party packages the DAG's tasks import (tests/test_terraform.py follows the imports).
-  # streaming_job: its pure receipts module (markers), read by tidemark_reconcile's planning.
-  dag_packages = ["tidemark", "streaming_job"]
+  # (The receipt markers live in tidemark/receipts.py: the DAGs need nothing from streaming_job/.)
+  dag_packages = ["tidemark"]
   dag_files = var.create_composer ? toset(concat(
     ["dags/tidemark_dedup.py", "dags/tidemark_reconcile.py"],
     flatten([for pkg in local.dag_packages : [

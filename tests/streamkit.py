@@ -7,7 +7,7 @@ import time
 
 import pyarrow.dataset as ds
 
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark import layout
 
 

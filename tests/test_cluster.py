@@ -15,7 +15,7 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark import layout, storage
 from tidemark.localstack.spark_cluster import SparkStandalone, package_zip
 

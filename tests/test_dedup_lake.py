@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tests import reference
 from tidemark import layout, reader
 from tidemark.dedup import run_dedup

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tests import icebergkit
 from tests.test_dedup_lake import RULES, SimulatedStream, arrivals, expected, make_events, published
 from tidemark import cli, layout, publish, reader, storage, table as iceberg

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tests.reference import sessions_of_landing
 from tidemark import reader
 from tidemark.localstack.stack import Stack, port_states

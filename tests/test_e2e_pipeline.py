@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tests.test_dag import lake_sessions, reference_sessions, run_stream
 from tests.test_function_airflow import log_lines, wait_for
 from tidemark import names, notice as notices, runs

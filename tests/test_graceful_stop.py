@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark import layout, names, notice, storage
 from tidemark.demo.wait import processed_files
 from tidemark.generate import Workload, build, split_files, write_file

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark import notice, publish
 from tidemark.cli import main
 from tidemark.notices.outbox import Outbox

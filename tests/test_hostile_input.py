@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from streaming_job.batch import BatchProcessor
 from streaming_job.job import StreamConfig, run_stream
 from streaming_job.state import STATE_MARKER, StateStore

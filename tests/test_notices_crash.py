@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark import layout, names, notice, storage
 from tidemark.cli import main as cli_main
 from tidemark.generate import Workload, build, split_files, write_file

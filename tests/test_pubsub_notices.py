@@ -17,7 +17,7 @@ from typing import Collection
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark import layout, names, notice
 from tidemark.cli import main as cli_main
 from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from streaming_job import receipts
+from tidemark import receipts
 from tests.test_dedup_lake import SimulatedStream, expected, published
 from tidemark import layout, names, reconcile, runs
 from tidemark.localstack.airflow import AirflowServer

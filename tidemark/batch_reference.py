@@ -132,7 +132,7 @@ class DateCheck:
 def check_lake(lake: str, landing: str, gap: timedelta) -> list[DateCheck]:
     """Compare every date's current deduplicated version (tidemark.reader) with the recomputation."""
     from tidemark import publish, reader
-    from streaming_job import receipts
+    from tidemark import receipts
 
     expected = sessions_by_date(landing, gap)
     dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake)))

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from streaming_job import receipts
-from tidemark import layout, names, publish, runs as run_ids
+from tidemark import layout, publish, receipts, runs as run_ids
 from tidemark.notices.outbox import Outbox
 
 
@@ -196,10 +195,3 @@ def history(lake: str, event_date: str, all_runs: list[dict] | None = None) -> l
     epoch = datetime.min.replace(tzinfo=timezone.utc)
     return sorted(items, key=lambda i: (i["time"] or epoch, order[i["kind"]]))
 
-
-def airflow_runs(url: str, username: str, password: str, dag_id: str | None = None) -> list[dict]:
-    """All runs of the dedup DAG from Airflow's REST API (raises when Airflow cannot be reached)."""
-    from cloud_function.airflow_client import AirflowClient
-
-    return AirflowClient(url, "password", username, password, timeout=(3.0, 15.0)).list_dag_runs(
-        dag_id or names.get("DAG_ID"))

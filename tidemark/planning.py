@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark.sessions import SessionRules
 
 

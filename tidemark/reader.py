@@ -18,8 +18,7 @@ from datetime import date, datetime, timezone
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from streaming_job import receipts
-from tidemark import layout, publish, storage, table as iceberg
+from tidemark import layout, publish, receipts, storage, table as iceberg
 
 SUMMARY_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count"]
 PANE_SUMMARY_COLUMNS = ["receipt_ts", "pane_kind", "pane_index", "session_id", "user_id",

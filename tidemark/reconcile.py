@@ -32,8 +32,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from streaming_job import receipts
-from tidemark import layout, names, obligations, planning, publish, rules_record, runs, table as iceberg
+from tidemark import layout, names, obligations, planning, publish, receipts, rules_record, runs, table as iceberg
 from tidemark.logs import get_logger
 
 log = get_logger("reconcile")

@@ -23,8 +23,6 @@ def register(subparsers) -> None:
 
 def fetch_runs(args) -> tuple[list[dict] | None, str]:
     """(runs, where they came from) or (None, why not)."""
-    from tidemark import inspect
-
     url, user, password = args.airflow_url, args.airflow_user, None
     if url:
         password = read_airflow_password(args)
@@ -40,9 +38,18 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
         server = stack.airflow()
         url, user, password = server.url, server.username, server.password
     try:
-        return inspect.airflow_runs(url, user, password), f"from {url}"
+        return airflow_runs(url, user, password), f"from {url}"
     except Exception as exc:  # noqa: BLE001 - any failure to reach Airflow is reported, not fatal
         return None, f"unavailable: Airflow at {url} did not answer ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def airflow_runs(url: str, username: str, password: str) -> list[dict]:
+    """All runs of the dedup DAG from Airflow's REST API (raises when Airflow cannot be reached)."""
+    from cloud_function.airflow_client import AirflowClient
+    from tidemark import names
+
+    return AirflowClient(url, "password", username, password, timeout=(3.0, 15.0)).list_dag_runs(
+        names.get("DAG_ID"))
 
 
 def run(args) -> int:

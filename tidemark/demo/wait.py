@@ -75,7 +75,7 @@ def stream_caught_up(checkpoint: str, landed: set[str]) -> tuple[bool, str]:
 
 def notices_sent(lake: str) -> tuple[bool, str, list[dict]]:
     """(all advertised, status, the sent notices)."""
-    from streaming_job import receipts
+    from tidemark import receipts
 
     sent, owed, unadvertised = [], 0, 0
     for event_date in receipts.list_event_dates(lake):

@@ -5,7 +5,7 @@ it stopped, and from another machine.
 """
 from __future__ import annotations
 
-from streaming_job import receipts
+from tidemark import receipts
 from tidemark import notice
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox

@@ -1,5 +1,8 @@
 """Receipt partitions: immutable folders of panes, each completed by a marker written last.
 
+The marker format lives here, with the lake layout: the stream (streaming_job/batch.py) writes
+markers; the dedup planning, the notices, the reader, reconcile and the CLI read them.
+
 A micro-batch replayed after a crash finds the markers of the partitions it had already completed
 and leaves them alone; partitions without a marker may hold a partial write and are overwritten.
 """

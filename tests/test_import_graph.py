@@ -1,0 +1,152 @@
+"""The import graph of the first-party code, read with the standard library's ast (nothing imported).
+
+Two rules: no import cycle (a lazy import inside a function counts: it is still a dependency, and a
+cycle of lazy imports is one refactor away from an ImportError); and the core (tidemark/ outside the
+adapters: commands/ and cli.py, demo/, localstack/) imports no adapter, so the stream, the DAG, the
+function and the CLI all call the same domain code and the function bundle and Composer can ship
+tidemark/ alone.
+"""
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("tidemark", "streaming_job", "dags", "cloud_function", "dedup_sql")
+ADAPTERS = ("streaming_job", "dags", "cloud_function", "tidemark.commands", "tidemark.cli")
+NOT_CORE = ("tidemark.commands", "tidemark.cli", "tidemark.demo", "tidemark.localstack")
+
+
+def first_party_modules(root: str = ROOT) -> dict[str, str]:
+    """{dotted module name: file}; a package is named by its __init__.py."""
+    found = {}
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(root, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    dotted = os.path.relpath(os.path.join(folder, name), root)[:-3].replace(os.sep, ".")
+                    found[dotted.removesuffix(".__init__")] = os.path.join(folder, name)
+    return found
+
+
+def imports_of(module: str, path: str, known: dict[str, str]) -> set[str]:
+    """First-party modules `module` imports anywhere in its text (top level or inside functions)."""
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    named = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, up level-1 packages
+                package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
+                package = package[:len(package) - node.level + 1]
+                base = ".".join(package + ([base] if base else []))
+            for alias in node.names:  # `from pkg import mod` imports pkg.mod when that is a module
+                named.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    resolved = set()
+    for name in named:
+        while name and name not in known:  # `import tidemark.x.y` where y is a class: tidemark.x
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            resolved.add(name)
+    return resolved
+
+
+def import_graph(root: str = ROOT) -> dict[str, set[str]]:
+    known = first_party_modules(root)
+    return {module: imports_of(module, path, known) for module, path in known.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def core_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    return {module: sorted(t for t in targets if _under(t, ADAPTERS))
+            for module, targets in sorted(graph.items())
+            if _under(module, ("tidemark",)) and not _under(module, NOT_CORE)
+            and any(_under(t, ADAPTERS) for t in targets)}
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return import_graph()
+
+
+def test_the_graph_is_read(graph):
+    assert "tidemark.commands.console" in graph["tidemark.commands.status"]
+    assert "tidemark.receipts" in graph["streaming_job.batch"]
+    assert "tidemark.layout" in graph["tidemark.receipts"]
+
+
+def test_no_import_cycle(graph):
+    assert cycles(graph) == []
+
+
+def test_the_core_imports_no_adapter(graph):
+    assert core_violations(graph) == {}
+
+
+def test_the_checks_find_what_they_look_for():
+    """The checks themselves, on a graph with the defects this tree used to have."""
+    bad = {"tidemark.commands.status": {"tidemark.commands.up"},
+           "tidemark.commands.up": {"tidemark.commands.status"},
+           "tidemark.reader": {"streaming_job.receipts", "tidemark.layout"},
+           "tidemark.localstack.stack": {"tidemark.commands.function_bundle"},
+           "tidemark.layout": set()}
+    assert cycles(bad) == [["tidemark.commands.status", "tidemark.commands.up"]]
+    assert core_violations(bad) == {"tidemark.reader": ["streaming_job.receipts"]}
+
+
+def commands_importers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """tidemark/ modules outside the CLI that import a command module: a command is an adapter, not
+    a library. (Entry points such as streaming_job/submit.py, spark-submit's, may call the CLI.)"""
+    cli = ("tidemark.commands", "tidemark.cli")
+    return {module: sorted(t for t in targets if _under(t, cli))
+            for module, targets in sorted(graph.items())
+            if _under(module, ("tidemark",)) and not _under(module, cli) and any(_under(t, cli) for t in targets)}
+
+
+def test_only_the_cli_imports_commands(graph):
+    assert commands_importers(graph) == {}
+    assert commands_importers({"tidemark.localstack.stack": {"tidemark.commands.function_bundle"}}) == {
+        "tidemark.localstack.stack": ["tidemark.commands.function_bundle"]}
