@@ -3,9 +3,17 @@
 Triggered (schedule=None) by the Cloud Function, one run per availability notice, with
 conf {"event_date": "YYYY-MM-DD", ...}; or by hand from the UI/REST with the same Param.
 
-    prepare ──> dedup (SparkSubmitOperator: spark-submit streaming_job/submit.py dedup ...)
-            ──> publish (reads _CURRENT.json, emits the asset events, lists the reruns owed)
+    prepare ──> needs_spark (short circuit, pure Python: does the current version already
+                include every receipt partition of the date's plan? then skip the dedup)
+            ──> dedup (SparkSubmitOperator: spark-submit streaming_job/submit.py dedup ...)
+            ──> publish (reads the current version, emits the asset events)
+            ──> owed_reruns (runs after a publish or a skipped dedup: the reruns owed)
             ──> trigger_affected (one TriggerDagRunOperator per neighbouring date, mapped)
+
+A run with nothing new (the usual case when several notices of one date queue up: the first run
+to start picks up every complete receipt of its date) shows dedup and publish as skipped, with the
+reason in needs_spark's log, and takes seconds: no Spark, no repeated asset event. It still
+discharges the date's obligations (as the dedup would have) and starts the neighbour runs owed.
 
 Idempotency: the dedup step writes a new immutable version and swaps the pointer atomically, so
 rerunning a run, clearing a task, or two runs of one date at once leave the newest complete result.
@@ -48,7 +56,6 @@ PER_DATE = AssetAlias(f"{ASSET_PREFIX}/by_event_date")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APPLICATION = os.environ.get("TIDEMARK_SUBMIT_APP", os.path.join(REPO, "streaming_job", "submit.py"))
 EVENT_DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
-PREPARED = "ti.xcom_pull(task_ids='prepare')"
 
 
 def date_asset(event_date: str) -> Asset:
@@ -63,12 +70,49 @@ def read_current(lake: str, event_date: str) -> dict | None:
     return publish.current_version(lake, layout.check_event_date(event_date))
 
 
-def dedup_task(args: list[str]):
-    """The Spark step. SparkSubmitOperator on the `spark_default` connection (local[*], a
-    standalone master, YARN ...); on Composer, with TIDEMARK_DATAPROC_CLUSTER set (terraform/
-    composer.tf), a Dataproc PySpark job on that cluster, whose init action installs tidemark.
-    The Dataproc branch needs the Google provider (preinstalled on Composer, absent here): it is
-    not exercised by this repository's tests."""
+class DedupOperator(SparkSubmitOperator):
+    """The Spark step, on the `spark_default` connection, decided when the task runs:
+
+    - connection type `spark_connect` (host, port; SparkConnectHook's URL rules): the task process
+      runs tidemark.dedup itself as a Spark Connect client of that server (a warm JVM: `tidemark
+      up` starts one), in a session of its own;
+    - any other type (spark: local[*], a standalone master, YARN ...): spark-submit of
+      streaming_job/submit.py, as SparkSubmitOperator always did (and its on_kill).
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "lake", "event_date")
+
+    def __init__(self, *, lake: str, event_date: str, **kwargs):
+        super().__init__(application_args=["dedup", "--lake", lake, "--event-date", event_date], **kwargs)
+        self.lake = lake
+        self.event_date = event_date
+
+    def execute(self, context):
+        from airflow.sdk import BaseHook
+
+        self.name = f"tidemark-dedup-{self.event_date}"
+        if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
+            return super().execute(context)
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from tidemark.dedup import run_dedup
+        from tidemark.spark import connect_session
+
+        url = SparkConnectHook(self._conn_id).get_connection_url()
+        self.log.info("dedup of %s as a Spark Connect client of %s", self.event_date, url.split(";")[0])
+        spark = connect_session(url, f"tidemark-dedup-{self.event_date}")
+        try:
+            result = run_dedup(self.lake, self.event_date, spark=spark)
+        finally:
+            spark.stop()  # releases this run's server-side session
+        self.log.info("dedup result: %s", result.to_json())
+
+
+def dedup_task(lake, event_date):
+    """The Spark step: DedupOperator on the `spark_default` connection; on Composer, with
+    TIDEMARK_DATAPROC_CLUSTER set (terraform/composer.tf), a Dataproc PySpark job on that
+    cluster, whose init action installs tidemark. The Dataproc branch needs the Google provider
+    (preinstalled on Composer, absent here): it is not exercised by this repository's tests."""
     cluster = os.environ.get("TIDEMARK_DATAPROC_CLUSTER")
     if cluster:
         from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator
@@ -77,13 +121,14 @@ def dedup_task(args: list[str]):
         return DataprocSubmitJobOperator(
             task_id="dedup", project_id=project, region=os.environ["TIDEMARK_DATAPROC_REGION"],
             job={"reference": {"project_id": project}, "placement": {"cluster_name": cluster},
-                 "pyspark_job": {"main_python_file_uri": APPLICATION, "args": args}})
-    return SparkSubmitOperator(
+                 "pyspark_job": {"main_python_file_uri": APPLICATION,
+                                 "args": ["dedup", "--lake", lake, "--event-date", event_date]}})
+    return DedupOperator(
         task_id="dedup",
         conn_id="spark_default",
         application=APPLICATION,
-        name="tidemark-dedup-{{ %s['event_date'] }}" % PREPARED,
-        application_args=args,
+        lake=lake,
+        event_date=event_date,
         conf={"spark.ui.enabled": "false"},
         verbose=False,
     )
@@ -123,13 +168,33 @@ def tidemark_dedup():
 
     prepared = prepare()
 
-    dedup = dedup_task(["dedup", "--lake", "{{ %s['lake'] }}" % PREPARED,
-                        "--event-date", "{{ %s['event_date'] }}" % PREPARED])
+    # Only the dedup task is skipped (ignore_downstream_trigger_rules=False): the tasks after it
+    # follow their own trigger rules, so the owed neighbour runs are still started.
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def needs_spark(prepared: dict) -> bool:
+        """Pure Python over the markers and the table (tidemark.dedup.up_to_date, the same no-op
+        decision the Spark task makes first): False, and the dedup task skipped, when the current
+        version already includes every receipt partition the date's complete plan holds. The
+        date's pending obligations are then discharged here, as the dedup would have."""
+        from tidemark import dedup
+
+        nothing_new = dedup.up_to_date(prepared["lake"], prepared["event_date"])
+        if nothing_new is None:
+            print(f"{prepared['event_date']}: receipts not in the current version; running the dedup")
+            return True
+        reason = (f"version {nothing_new.version} already includes every planned receipt partition"
+                  if nothing_new.version else "no receipt partition holds events of this date")
+        print(f"{prepared['event_date']}: nothing new ({reason}); skipping the Spark dedup")
+        return False
+
+    # XComArgs (resolved when the task runs, and they make prepare upstream of dedup).
+    dedup = dedup_task(prepared["lake"], prepared["event_date"])
 
     @task(outlets=[SESSIONS_DEDUP, PER_DATE])
-    def publish(prepared: dict, *, outlet_events=None) -> list[dict]:
-        """Record the published version as asset events; list the neighbouring dates owed a rerun."""
-        from tidemark import layout, obligations
+    def publish(prepared: dict, *, outlet_events=None) -> None:
+        """Record the version the dedup published as asset events. Skipped with the dedup: a date
+        with nothing new has no new version, so consumers get no repeated event."""
+        from tidemark import layout
 
         event_date, lake = prepared["event_date"], prepared["lake"]
         pointer = read_current(lake, event_date)
@@ -141,10 +206,17 @@ def tidemark_dedup():
         outlet_events[SESSIONS_DEDUP].extra = extra
         outlet_events[PER_DATE].add(date_asset(event_date), extra=extra)
 
-        return obligations.reruns_owed_by(lake, event_date)
+    # none_failed: after a publish, and also after a skipped dedup (a run of this date that was
+    # killed after recording obligations left them to whichever run of the date comes next).
+    @task(trigger_rule="none_failed")
+    def owed_reruns(prepared: dict) -> list[dict]:
+        """The neighbouring dates owed a rerun by runs of this date (tidemark/obligations.py)."""
+        from tidemark import obligations
 
-    neighbours = publish(prepared)
-    prepared >> dedup >> neighbours
+        return obligations.reruns_owed_by(prepared["lake"], prepared["event_date"])
+
+    neighbours = owed_reruns(prepared)
+    needs_spark(prepared) >> dedup >> publish(prepared) >> neighbours
 
     TriggerDagRunOperator.partial(
         task_id="trigger_affected",

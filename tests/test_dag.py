@@ -68,7 +68,7 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     print(f"\nDagBag parse of dags/: {out['seconds']:.2f}s")
     assert out["errors"] == {}
     assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile"])
-    assert out["tasks"] == ["dedup", "prepare", "publish", "trigger_affected"]
+    assert out["tasks"] == ["dedup", "needs_spark", "owed_reruns", "prepare", "publish", "trigger_affected"]
     assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
     # tidemark.durations: the reconcile DAG's schedule (standard library only)
@@ -173,6 +173,14 @@ def db_rows(server, sql: str, *args) -> list[tuple]:
         return db.execute(sql, args).fetchall()
 
 
+def last_run_states(server) -> dict[str, str]:
+    """task_id -> state of the newest run that `airflow dags test` made (mapped tasks: any index)."""
+    (run_id,) = db_rows(server, "select run_id from dag_run where dag_id = ? and run_id not like 'affected__%' "
+                                "order by id desc limit 1", DAG_ID)[0]
+    return dict(db_rows(server, "select task_id, state from task_instance where dag_id = ? and run_id = ?",
+                        DAG_ID, run_id))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow_home):
@@ -200,8 +208,23 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     triggered = sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'"))
     assert triggered == sorted(runs.affected_run_id(d, event_date, pointer["version"]) for d in affected)
 
-    # Again: nothing new to include -> the same version stays current, no extra neighbour runs.
-    dags_test(server, event_date, "second")
+    assert last_run_states(server)["dedup"] == "success"
+
+    # Again: nothing new to include -> no Spark at all: the dedup task is skipped (with the reason
+    # in the log), the same version stays current, no repeated asset event, no extra neighbour
+    # runs, and an obligation owed to this date is discharged as a dedup would have.
+    from tidemark import obligations
+
+    obligations.record(lake, [event_date], "2026-03-05", pointer["version"])
+    assert [o["source_date"] for o in obligations.pending(lake, event_date)] == ["2026-03-05"]
+    events_before = len(db_rows(server, "select id from asset_event"))
+    proc = dags_test(server, event_date, "second")
+    states = last_run_states(server)
+    assert states["needs_spark"] == "success" and states["dedup"] == "skipped", states
+    assert states["publish"] == "skipped" and states["owed_reruns"] == "success", states
+    assert "skipping the Spark dedup" in proc.stdout + proc.stderr
+    assert len(db_rows(server, "select id from asset_event")) == events_before
+    assert obligations.pending(lake, event_date) == []
     again = reader.read_pointer(lake, event_date)
     assert again["version"] == pointer["version"]
     assert lake_sessions(lake, event_date) == reference_sessions(landing, event_date)

@@ -57,8 +57,8 @@ def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_p
     stack = Stack(home)
     settings = stack.settings()
     records = stack.records()
-    assert set(records) == {"pubsub", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-                            "function", "stream"}
+    assert set(records) == {"pubsub", "spark-connect", "airflow-api-server", "airflow-scheduler",
+                            "airflow-dag-processor", "function", "stream"}
     assert all(r.alive() for r in records.values())
 
     rows = status_rows(home)
@@ -69,6 +69,8 @@ def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_p
     token = requests.post(f"{ui['url']}/auth/token", json={"username": user, "password": password}, timeout=30)
     assert token.status_code in (200, 201) and token.json()["access_token"]
     assert all(port_states(settings).values())
+    spark = next(r for r in rows if r["component"].startswith("spark connect"))
+    assert spark["url"] == f"sc://127.0.0.1:{settings.ports['spark-connect']}"
 
     # A process that is not ours, under a record whose start time does not match: never signalled.
     bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)

@@ -111,12 +111,9 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
     current = planning.plan_for_rerun(index, event_date, rules, previous)
-    if not current.partitions:
-        log.info("dedup: no receipt partitions", event_date=event_date)
-        return DedupResult(event_date, None, False, 0, 0, 0, noop=True,
-                           seconds=round(time.monotonic() - started, 3))
-    if _covered(current.keys, previous, rules):
-        return _noop(event_date, previous, started)
+    nothing_new = _nothing_new(event_date, current, previous, rules, started)
+    if nothing_new is not None:
+        return nothing_new
 
     if rules_record.changed_since(previous, rules):
         log.info("session rules changed since the previous version: recomputing the whole date",
@@ -159,6 +156,35 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     log.info("dedup published", event_date=event_date, version=version, sessions=result.sessions,
              receipts_read=result.receipts_read, rows_read=result.rows_read,
              affected_dates=result.affected_dates, seconds=result.seconds)
+    return result
+
+
+def _nothing_new(event_date: str, current: Plan, previous: dict | None, rules: SessionRules,
+                 started: float) -> DedupResult | None:
+    """The no-op decision, before any Spark: no receipts at all, or every planned one included."""
+    if not current.partitions:
+        log.info("dedup: no receipt partitions", event_date=event_date)
+        return DedupResult(event_date, None, False, 0, 0, 0, noop=True,
+                           seconds=round(time.monotonic() - started, 3))
+    if _covered(current.keys, previous, rules):
+        return _noop(event_date, previous, started)
+    return None
+
+
+def up_to_date(lake: str, event_date: str, rules: SessionRules | None = None) -> DedupResult | None:
+    """run_dedup's no-op decision alone, without Spark (the DAG's skip check): the no-op result
+    when the current version already includes every receipt partition the date's complete plan
+    holds (its pending obligations then discharged, as run_dedup does), else None (Spark needed;
+    nothing discharged: the run that computes lists them itself)."""
+    started = time.monotonic()
+    event_date = layout.check_event_date(event_date)
+    rules, _ = rules_record.for_dedup(lake, rules)
+    owed = obligations.pending(lake, event_date)  # listed before planning, as in run_dedup
+    previous = publish.newest_version(lake, event_date)
+    current = planning.plan_for_rerun(LakeIndex(lake), event_date, rules, previous)
+    result = _nothing_new(event_date, current, previous, rules, started)
+    if result is not None:
+        obligations.discharge(lake, owed, result.version)
     return result
 
 

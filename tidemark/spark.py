@@ -13,6 +13,27 @@ def session_id_sql(user_col: str = "user_id", start_col: str = "session_start") 
     return (f"substr(sha2(concat({user_col}, '|', CAST(unix_micros({start_col}) AS STRING)), 256), 1, 32)")
 
 
+def session_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
+    """The Spark settings every tidemark session runs with (builder, and a Spark Connect server's
+    --conf: a Connect session, and every newSession() of it, starts from the server's)."""
+    return {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions or os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS", 8)),
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": os.environ.get("TIDEMARK_SPARK_UI", "false"),
+        "spark.driver.memory": os.environ.get("TIDEMARK_DRIVER_MEMORY", "2g"),
+        # The driver keeps the history of finished jobs, stages and SQL executions even with the
+        # UI off (1000 each by default); a stream runs ~15 jobs per micro-batch, so the default
+        # history alone grew the heap for hours in bench/memory.py. Recent history is plenty.
+        "spark.ui.retainedJobs": "100",
+        "spark.ui.retainedStages": "200",
+        "spark.sql.ui.retainedExecutions": "50",
+    }
+
+
 def build_session(app_name: str, master: str | None = None, shuffle_partitions: int | None = None,
                   conf: dict[str, str] | None = None):
     """Get or create the SparkSession. Under spark-submit the master comes from spark-submit.
@@ -31,25 +52,32 @@ def build_session(app_name: str, master: str | None = None, shuffle_partitions: 
         # The stream's input contract runs in Python workers (an Arrow UDF), which need this
         # interpreter's packages (pyarrow, tidemark), not whatever `python3` is first on the PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings = {
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions or os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS", 8)),
-        "spark.sql.sources.partitionOverwriteMode": "dynamic",
-        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.ui.enabled": os.environ.get("TIDEMARK_SPARK_UI", "false"),
-        "spark.driver.memory": os.environ.get("TIDEMARK_DRIVER_MEMORY", "2g"),
-        # The driver keeps the history of finished jobs, stages and SQL executions even with the
-        # UI off (1000 each by default); a stream runs ~15 jobs per micro-batch, so the default
-        # history alone grew the heap for hours in bench/memory.py. Recent history is plenty.
-        "spark.ui.retainedJobs": "100",
-        "spark.ui.retainedStages": "200",
-        "spark.sql.ui.retainedExecutions": "50",
-    }
+    settings = session_settings(shuffle_partitions)
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+# The settings a Connect client sets on its own session (runtime SQL settings); the others (memory,
+# UI, history: static) belong to the server, which is started with all of session_settings().
+_CONNECT_RUNTIME = ("spark.sql.session.timeZone", "spark.sql.shuffle.partitions",
+                    "spark.sql.sources.partitionOverwriteMode", "spark.sql.parquet.outputTimestampType")
+
+
+def connect_session(url: str, app_name: str = "tidemark"):
+    """A new Spark Connect session on the server at `url` (sc://host:port[/;params]): its own
+    temp views and settings, so concurrent runs on one server never share state. Only the client
+    runs here (no JVM): tidemark.dedup works unchanged on it (no sparkContext, RDD or _jvm use)."""
+    from pyspark.sql import SparkSession
+
+    if not url.startswith("sc://"):
+        raise ValueError(f"a Spark Connect URL starts with sc://, not {url.split('://')[0]!r}")
+    builder = SparkSession.builder.remote(url).appName(app_name)
+    for key, value in session_settings().items():
+        if key in _CONNECT_RUNTIME:
+            builder = builder.config(key, value)
+    # create(), not getOrCreate(): never the process's cached default session of another run.
+    return builder.create()

@@ -37,6 +37,11 @@ def register(subparsers) -> None:
                    help="Airflow's API server port (default: the recorded one, else a free one)")
     p.add_argument("--function-port", type=PORT, default=None,
                    help="the Cloud Function's port (default: the recorded one, else a free one)")
+    p.add_argument("--spark-connect-port", type=PORT, default=None,
+                   help="the Spark Connect server's port (default: the recorded one, else a free one)")
+    p.add_argument("--spark-submit", action="store_true",
+                   help="the DAG's dedup as a spark-submit per run instead of a client of the stack's "
+                        "warm Spark Connect server (fixed at the home's first up)")
     p.add_argument("--trigger-interval", default=None, type=DURATION_TEXT,
                    help="stream micro-batch interval (default 5s)")
     add_session_options(p)
@@ -55,7 +60,8 @@ def start(args, console) -> "object":
                                 getattr(args, "watermark_delay", None))
     stack = Stack(args.home)
     ports = {"pubsub": getattr(args, "pubsub_port", None), "airflow": getattr(args, "airflow_port", None),
-             "function": getattr(args, "function_port", None)}
+             "function": getattr(args, "function_port", None),
+             "spark-connect": getattr(args, "spark_connect_port", None)}
     with console.status("starting the local stack") as spinner:
         def say(text: str) -> None:
             spinner.update(text)
@@ -66,7 +72,8 @@ def start(args, console) -> "object":
                             landing=getattr(args, "landing", None),
                             checkpoint=getattr(args, "checkpoint", None), db_url=getattr(args, "db_url", None),
                             ports=ports, trigger_interval=getattr(args, "trigger_interval", None),
-                            rules=rules)
+                            rules=rules,
+                            spark_connect=False if getattr(args, "spark_submit", False) else None)
     return stack, settings
 
 

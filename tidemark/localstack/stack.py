@@ -1,7 +1,8 @@
 """The whole system on one machine: `tidemark up | status | down`, and the demo's stack.
 
     stack = Stack(".tidemark")
-    stack.up(say=print)        # emulator, Airflow (api-server, scheduler, dag-processor), function, stream
+    stack.up(say=print)        # emulator, Spark Connect server, Airflow (api-server, scheduler,
+                               # dag-processor), function, stream
     stack.status()             # one row per component: state, pid, URL, log
     stack.down()               # stops exactly what up started, by process id
 
@@ -12,7 +13,7 @@ Everything lives under one state folder (`home`, default ./.tidemark):
     run/<process>.json    one record per started process group: pid, its kernel start time, log
     logs/                 stream.log, function.log (Airflow's under airflow/logs, the emulator's
                           under pubsub/)
-    landing/ lake/ checkpoint/ airflow/ pubsub/ function/
+    landing/ lake/ checkpoint/ airflow/ pubsub/ function/ spark-connect/
 
 Why a record holds the start time: `down` may run long after `up`; a pid alone could by then
 belong to an unrelated process. A process is only signalled when its pid AND start time match.
@@ -20,7 +21,10 @@ belong to an unrelated process. A process is only signalled when its pid AND sta
 Order matters on the way up (each piece needs the previous one's address) and on the way down:
 the stream first (SIGTERM to its Python process only, so that it finishes its micro-batch and
 flushes owed notices before its JVM goes), then the function, Airflow, and the emulator last.
-The emulator keeps topics in memory, so every `up` recreates them (idempotently); notices the
+The Spark Connect server (tidemark/localstack/spark_connect.py) is the DAG's warm Spark: Airflow gets
+AIRFLOW_CONN_SPARK_DEFAULT of type spark_connect naming it, so each dedup run is a client of it
+instead of a spark-submit (`tidemark up --spark-submit` keeps the spark-submit per run). It starts
+before Airflow and stops after it. The emulator keeps topics in memory, so every `up` recreates them (idempotently); notices the
 stream owed while it was down are in the lake's outbox and are published when it starts again.
 """
 from __future__ import annotations
@@ -39,10 +43,10 @@ from tidemark import names, rules_record, storage
 from tidemark.localstack import process
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMPONENTS = ("pubsub", "airflow", "function", "stream")
+COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream")
 # Process records, in the order `down` stops them.
 STOP_ORDER = ("stream", "function", "airflow-scheduler", "airflow-dag-processor", "airflow-api-server",
-              "pubsub")
+              "spark-connect", "pubsub")
 STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
 
 
@@ -72,7 +76,14 @@ class StackSettings:
     trigger_interval: str = "5s"
     master: str = "local[2]"
     notice_coalesce: str | None = None
-    airflow_parallelism: int = 2
+    # Task processes at once, and runs of tidemark_dedup at once (different dates, or a date's
+    # queued runs, which then skip in seconds). With Spark Connect a dedup task is a light client
+    # (the Spark work is in the one server), so 4 fit on 2 cores; a spark-submit per run is a JVM
+    # of about 1 GB each, so 2.
+    airflow_parallelism: int = 4
+    max_active_runs: int = 4
+    # The DAG's dedup as a client of a warm Spark Connect server (False: a spark-submit per run).
+    spark_connect: bool = True
 
     @property
     def topic(self) -> str:
@@ -122,11 +133,11 @@ class Stack:
     def configure(self, lake: str | None = None, landing: str | None = None,
                   checkpoint: str | None = None, db_url: str | None = None, ports: dict | None = None,
                   project: str | None = None, trigger_interval: str | None = None,
-                  notice_coalesce: str | None = None) -> StackSettings:
+                  notice_coalesce: str | None = None, spark_connect: bool | None = None) -> StackSettings:
         """Settings of this home: stored ones, completed (never silently changed) by the options."""
         given = {"lake": _abs(lake), "landing": _abs(landing), "checkpoint": _abs(checkpoint),
                  "db_url": db_url, "project": project, "trigger_interval": trigger_interval,
-                 "notice_coalesce": notice_coalesce}
+                 "notice_coalesce": notice_coalesce, "spark_connect": spark_connect}
         current = self.settings()
         if current is None:
             current = StackSettings(
@@ -134,7 +145,10 @@ class Stack:
                 landing=given["landing"] or os.path.join(self.home, "landing"),
                 checkpoint=given["checkpoint"] or os.path.join(self.home, "checkpoint"),
                 project=project or names.get("PROJECT"), db_url=db_url,
-                trigger_interval=trigger_interval or "5s", notice_coalesce=notice_coalesce)
+                trigger_interval=trigger_interval or "5s", notice_coalesce=notice_coalesce,
+                spark_connect=True if spark_connect is None else spark_connect)
+            if not current.spark_connect:
+                current.airflow_parallelism = current.max_active_runs = 2
         else:
             for key, value in given.items():
                 if value is not None and value != getattr(current, key):
@@ -147,7 +161,7 @@ class Stack:
                 raise SettingsConflict(f"{self.home} uses port {current.ports[component]} for {component}, "
                                  f"not {port}")
             current.ports[component] = int(port)
-        for component in ("pubsub", "airflow", "function"):
+        for component in ("pubsub", "airflow", "function") + (("spark-connect",) if current.spark_connect else ()):
             current.ports.setdefault(component, process.free_port())
         os.makedirs(self.home, exist_ok=True)
         storage.write_json_atomic(self.state_path, current.__dict__)
@@ -200,6 +214,8 @@ class Stack:
             if "pubsub" not in running:
                 self._step("pubsub", say, lambda: self._start_pubsub(settings, timeout), started)
             self._step("topics", say, lambda: self._ensure_topics(settings), [])
+            if settings.spark_connect and "spark-connect" not in running:
+                self._step("spark-connect", say, lambda: self._start_spark_connect(settings, timeout), started)
             if not {"airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= set(running):
                 self._step("airflow", say, lambda: self._start_airflow(settings, timeout, running), started)
             if "function" not in running:
@@ -232,6 +248,21 @@ class Stack:
             raise StackError("pubsub emulator", str(exc).splitlines()[0], log_path) from exc
         self._write_record(emulator.managed, "pubsub")
 
+    def spark_connect(self, settings: StackSettings | None = None):
+        from tidemark.localstack.spark_connect import SparkConnectServer
+
+        settings = settings or self.settings()
+        return SparkConnectServer(os.path.join(self.home, "spark-connect"), port=settings.ports["spark-connect"],
+                                  master=settings.master)
+
+    def _start_spark_connect(self, settings: StackSettings, timeout: float) -> None:
+        server = self.spark_connect(settings)
+        try:
+            server.start(timeout=timeout)
+        except Exception as exc:
+            raise StackError("spark-connect", str(exc).splitlines()[0], server.log_path) from exc
+        self._write_record(server.managed, "spark-connect")
+
     def emulator_host(self, settings: StackSettings | None = None) -> str:
         settings = settings or self.settings()
         return f"127.0.0.1:{settings.ports['pubsub']}"
@@ -256,10 +287,14 @@ class Stack:
         from tidemark.localstack.airflow import AirflowServer
 
         settings = settings or self.settings()
+        env = {"TIDEMARK_LAKE": settings.lake, "TIDEMARK_DAG_RETRIES": "2",
+               "TIDEMARK_DAG_MAX_ACTIVE_RUNS": str(settings.max_active_runs)}
+        if settings.spark_connect:
+            from tidemark.localstack.spark_connect import connection_json
+
+            env["AIRFLOW_CONN_SPARK_DEFAULT"] = connection_json(settings.ports["spark-connect"])
         return AirflowServer(os.path.join(self.home, "airflow"), port=settings.ports["airflow"],
-                             db_url=settings.db_url, parallelism=settings.airflow_parallelism,
-                             env={"TIDEMARK_LAKE": settings.lake, "TIDEMARK_DAG_RETRIES": "2",
-                                  "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2"})
+                             db_url=settings.db_url, parallelism=settings.airflow_parallelism, env=env)
 
     def _start_airflow(self, settings: StackSettings, timeout: float, running: dict) -> None:
         server = self.airflow(settings)
@@ -389,6 +424,11 @@ class Stack:
         rows.append(self._row("airflow api-server (UI)", api, server.url,
                               lambda: _airflow_health(server.url).get("metadatabase", {}).get("status") == "healthy",
                               login))
+        if settings.spark_connect:
+            spark = self.spark_connect(settings)
+            rows.append(self._row("spark connect (the DAG's Spark)", self.record("spark-connect"), spark.url,
+                                  spark.healthy, f"master {settings.master}; AIRFLOW_CONN_SPARK_DEFAULT "
+                                  "type spark_connect"))
         for part, key in (("scheduler", "scheduler"), ("dag-processor", "dag_processor")):
             rows.append(self._row(f"airflow {part}", self.record(f"airflow-{part}"), "",
                                   lambda key=key: _airflow_health(server.url).get(key, {}).get("status") == "healthy",

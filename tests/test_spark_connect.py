@@ -1,0 +1,121 @@
+"""The warm Spark: a real Spark Connect server (tidemark/localstack/spark_connect.py, the one in the
+pyspark package) started by this module. tidemark.dedup runs unchanged as its client and publishes
+the batch reference, two dates at once each in its own session; and the tidemark_dedup DAG, on a
+real Airflow whose `spark_default` connection is of type spark_connect, runs its dedup task as a
+client of that server (no spark-submit), then skips Spark for a run with nothing new."""
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from tests.test_dedup_lake import SimulatedStream, expected, make_events, published
+from tidemark import names
+from tidemark.localstack.spark_connect import SparkConnectServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+DAG_ID = names.get("DAG_ID")
+
+
+def write_lake(path: str, seed: int) -> tuple[list[tuple], set[str]]:
+    """A lake of several micro-batches (late and repeated deliveries) over three days."""
+    rng = random.Random(seed)
+    events = make_events(rng, users=4, days=3)
+    stream = SimulatedStream(path, seed)
+    dates: set[str] = set()
+    deliveries = events + rng.sample(events, len(events) // 5)  # duplicates
+    rng.shuffle(deliveries)
+    for part in range(4):
+        dates |= {p.event_date for p in stream.batch(deliveries[part::4])}
+    return events, dates
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    started = time.monotonic()
+    with SparkConnectServer(str(tmp_path_factory.mktemp("spark-connect"))) as running:
+        print(f"\nSpark Connect server up in {time.monotonic() - started:.1f}s at {running.url}")
+        yield running
+
+
+def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server, tmp_path):
+    from tidemark.dedup import run_dedup
+    from tidemark.spark import connect_session
+
+    lake = str(tmp_path / "lake")
+    events, dates = write_lake(lake, 5)
+    first, second = sorted(dates)[:2]
+    results, errors = {}, []
+
+    def run(event_date: str) -> None:
+        spark = connect_session(server.url, f"test-{event_date}")
+        try:
+            results[event_date] = run_dedup(lake, event_date, spark=spark)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            spark.stop()
+
+    threads = [threading.Thread(target=run, args=(d,)) for d in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert all(r.published for r in results.values()), results
+    for event_date in (first, second):
+        assert published(lake, event_date) == expected(events, event_date)
+    for event_date in sorted(dates)[2:]:  # the rest one after another, on one session each
+        spark = connect_session(server.url)
+        try:
+            run_dedup(lake, event_date, spark=spark)
+        finally:
+            spark.stop()
+        assert published(lake, event_date) == expected(events, event_date)
+
+
+def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
+    from tidemark.localstack.airflow import AirflowServer
+    from tests.test_reconcile_airflow import finished
+
+    lake = str(tmp_path / "lake")
+    events, dates = write_lake(lake, 9)
+    event_date = sorted(dates)[0]
+    airflow = AirflowServer(str(tmp_path / "airflow"),
+                            env={"TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "0",
+                                 "TIDEMARK_RECONCILE_INTERVAL": "off",
+                                 "AIRFLOW_CONN_SPARK_DEFAULT": server.airflow_connection()})
+    try:
+        airflow.start()
+        airflow.wait_for_dag()
+        client = airflow.client()
+        client.trigger_dag_run(DAG_ID, "connect_first", {"event_date": event_date})
+        assert finished(client, DAG_ID, "connect_first") == "success"
+        states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_first")}
+        assert states["dedup"] == "success" and states["publish"] == "success", states
+        log = dedup_log(airflow, "connect_first")
+        assert "as a Spark Connect client of sc://127.0.0.1:" in log
+        assert "spark-submit" not in log
+        assert published(lake, event_date) == expected(events, event_date)
+
+        # Nothing new since: no Spark at all, the dedup shows as skipped.
+        client.trigger_dag_run(DAG_ID, "connect_again", {"event_date": event_date})
+        assert finished(client, DAG_ID, "connect_again") == "success"
+        states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_again")}
+        assert states["needs_spark"] == "success" and states["dedup"] == "skipped", states
+        assert published(lake, event_date) == expected(events, event_date)
+    finally:
+        airflow.stop()
+
+
+def dedup_log(airflow, run_id: str) -> str:
+    root = os.path.join(airflow.home, "logs", f"dag_id={DAG_ID}", f"run_id={run_id}", "task_id=dedup")
+    texts = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), errors="replace") as handle:
+                texts.append(handle.read())
+    return "\n".join(texts)
