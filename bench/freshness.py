@@ -113,6 +113,11 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
     p.add_argument("--workdir", default="/tmp/tidemark-bench/freshness")
     p.add_argument("--keep-up", action="store_true", help="leave the stack running afterwards")
+    p.add_argument("--spark-submit", action="store_true",
+                   help="the DAG's dedup as a spark-submit per run (the stack's default: a client of its "
+                        "warm Spark Connect server)")
+    p.add_argument("--notice-coalesce", default=None,
+                   help="the stream's --notice-coalesce window (e.g. 10s): fewer runs, later notices")
     p.add_argument("--no-write", action="store_true")
     return p.parse_args(argv)
 
@@ -129,6 +134,7 @@ def main(argv=None) -> int:
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     stack = Stack(os.path.join(args.workdir, "stack"))
+    stack.configure(spark_connect=not args.spark_submit, notice_coalesce=args.notice_coalesce)
     workload = generate.Workload(events=per_wave * waves, users=max(4, per_wave * waves // 50), days=2,
                                  files=waves, seed=31, start="2026-03-06", offline_session_rate=0.12,
                                  duplicate_rate=0.04)
@@ -216,9 +222,22 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     steps = {k: [] for k in ("landed -> batch committed", "landed -> notice recorded",
                              "landed -> notice published", "notice published -> DAG run created",
                              "notice published -> DAG run started", "DAG run duration",
+                             "DAG run duration, Spark skipped (nothing new)", "DAG run duration, Spark ran",
+                             "dedup task (Spark) duration",
                              "landed -> corrected partition readable",
                              "late data landed -> corrected partition readable")}
     per_notice = []
+    # Every run of the DAG (notice runs and neighbour runs): did its dedup task run Spark?
+    for run_id, run in all_runs.items():
+        if not (run.get("start_date") and run.get("end_date")):
+            continue
+        took = parse_iso(run["end_date"]) - parse_iso(run["start_date"])
+        dedup = next((ti for ti in client.task_instances(dag_id, run_id) if ti["task_id"] == "dedup"), None)
+        if dedup and dedup["state"] == "skipped":
+            steps["DAG run duration, Spark skipped (nothing new)"].append(took)
+        elif dedup and dedup.get("start_date") and dedup.get("end_date"):
+            steps["DAG run duration, Spark ran"].append(took)
+            steps["dedup task (Spark) duration"].append(parse_iso(dedup["end_date"]) - parse_iso(dedup["start_date"]))
     for entry in Outbox(lake).sent():
         n = entry["notice"]
         t0 = batch_land.get(n["batch_id"])
@@ -260,10 +279,15 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     title = f"Freshness on the local stack ({args.scale}: {len(chunks)} waves, {pause:.0f}s apart)"
     print_wide(title, columns, rows)
     late_n = sum(1 for r in per_notice if r["late"])
+    spark = ("a Spark Connect server (the DAG's dedup runs as its client)" if settings.spark_connect
+             else "a spark-submit per dedup run")
+    coalesce = f", notice coalesce {settings.notice_coalesce}" if settings.notice_coalesce else ""
     notes = "\n".join([
-        "Every component real, on loopback (`tidemark.localstack.stack.Stack`: Pub/Sub emulator, Airflow 3 "
-        "api-server + scheduler + dag-processor with parallelism 2 and max_active_runs 2, the Cloud Function "
-        "under functions-framework behind a push subscription, the stream with a 5 s trigger). One file per "
+        "Every component real, on loopback (`tidemark.localstack.stack.Stack`: Pub/Sub emulator, "
+        f"{spark}, Airflow 3 api-server + scheduler + dag-processor with parallelism "
+        f"{settings.airflow_parallelism} and max_active_runs {settings.max_active_runs}, the Cloud Function "
+        f"under functions-framework behind a push subscription, the stream with a {settings.trigger_interval} "
+        f"trigger{coalesce}). One file per "
         "wave; every figure is a difference of timestamps the system recorded itself (see the module "
         "docstring of bench/freshness.py). One notice per event date touched per batch, so several per wave.",
         "",
@@ -282,6 +306,9 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         path = bench.write_results(NAME, title, columns, rows, notes, {
             "scale": args.scale, "waves": len(chunks), "lines per wave (about)": per_wave,
             "pause between landings s": pause, "stream trigger": settings.trigger_interval,
+            "notice coalesce": settings.notice_coalesce or "off",
+            "dedup Spark": "Spark Connect server (warm)" if settings.spark_connect else "spark-submit per run",
+            "airflow parallelism / max_active_runs": f"{settings.airflow_parallelism} / {settings.max_active_runs}",
             "workload": "tidemark.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
             "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")}}, env)
         print(f"wrote {path}")

@@ -59,7 +59,8 @@ resource "google_composer_environment" "airflow" {
     software_config {
       image_version = var.composer_image_version
       pypi_packages = {
-        # SparkSubmitOperator, which the DAG imports; the Google provider is preinstalled.
+        # SparkSubmitOperator, which the DAG imports; the Google provider is preinstalled. Provider
+        # >= 6 brings pyspark-client: the dedup task as a Spark Connect client (no JVM).
         "apache-airflow-providers-apache-spark" = ">=5"
         # tidemark's structured logs (tidemark.logs), which the publish task imports.
         "structlog" = ">=24"
@@ -67,6 +68,9 @@ resource "google_composer_environment" "airflow" {
         "pyiceberg" = ">=0.12,<0.13"
       }
       # Where the DAG's tasks find the lake and the Spark side (docs/production.md).
+      # Two ways to the cluster's Spark (docs/production.md): a Dataproc job per run (the
+      # default), or, with dedup_spark_connect, the DAG's spark_default connection of type
+      # spark_connect naming the cluster's warm Spark Connect server (no job, no JVM start per run).
       env_variables = {
         TIDEMARK_LAKE             = local.lake_uri
         TIDEMARK_DAG_ID           = var.dag_id
@@ -75,12 +79,19 @@ resource "google_composer_environment" "airflow" {
         TIDEMARK_SUBMIT_APP       = "gs://${google_storage_bucket.ops.name}/${google_storage_bucket_object.submit_py.name}"
         TIDEMARK_DATAPROC_PROJECT = var.project
         TIDEMARK_DATAPROC_REGION  = var.region
-        TIDEMARK_DATAPROC_CLUSTER = google_dataproc_cluster.spark.name
+        # Empty with dedup_spark_connect: the DAG then uses spark_default (below), not a job.
+        TIDEMARK_DATAPROC_CLUSTER = var.dedup_spark_connect ? "" : google_dataproc_cluster.spark.name
+        # The cluster's Spark Connect server (only used when TIDEMARK_DATAPROC_CLUSTER is empty).
+        AIRFLOW_CONN_SPARK_DEFAULT = jsonencode({ conn_type = "spark_connect", host = local.spark_connect_host, port = var.spark_connect_port })
       }
     }
 
     node_config {
       service_account = google_service_account.composer[0].email
+      # Composer 3 reaches the cluster's Spark Connect port through a VPC attachment to the
+      # Dataproc network (only with dedup_spark_connect; the Dataproc API needs no such route).
+      network    = var.dedup_spark_connect ? var.dataproc_network : null
+      subnetwork = var.dedup_spark_connect ? var.dataproc_subnetwork : null
     }
   }
 
@@ -95,12 +106,13 @@ locals {
   composer_bucket     = var.create_composer ? regex("^gs://([^/]+)/", local.composer_dag_prefix)[0] : ""
   # First-party packages the DAG's tasks import (tests/test_terraform.py follows the imports).
   # (The receipt markers live in tidemark/receipts.py: the DAGs need nothing from streaming_job/.)
-  dag_packages = ["tidemark"]
+  # dedup_sql: the dedup's SQL, run by the dedup task itself when it is a Spark Connect client.
+  dag_packages = ["tidemark", "dedup_sql"]
   dag_files = var.create_composer ? toset(concat(
     ["dags/tidemark_dedup.py", "dags/tidemark_reconcile.py"],
     flatten([for pkg in local.dag_packages : [
       for f in fileset("${path.module}/..", "${pkg}/**") : f
-      if can(regex("\\.(py|json)$", f)) && !can(regex("/(localstack|__pycache__)/", f))
+      if can(regex("\\.(py|json|sql)$", f)) && !can(regex("/(localstack|__pycache__)/", f))
     ]]),
   )) : toset([])
 }

@@ -93,10 +93,14 @@ resource "google_dataproc_cluster" "spark" {
       service_account_scopes = ["cloud-platform"]
       internal_ip_only       = true
       subnetwork             = var.dataproc_subnetwork
-      metadata = {
+      metadata = merge({
         tidemark-wheel         = "gs://${google_storage_bucket.ops.name}/${google_storage_bucket_object.wheel.name}"
         block-project-ssh-keys = "true"
-      }
+        }, var.dedup_spark_connect ? {
+        # The init action starts a Spark Connect server on the master (YARN) on this port.
+        tidemark-spark-connect-port = tostring(var.spark_connect_port)
+      } : {})
+      tags = [local.spark_connect_tag]
       shielded_instance_config {
         enable_secure_boot          = true
         enable_vtpm                 = true
@@ -188,4 +192,28 @@ resource "google_dataproc_job" "stream" {
   }
 
   depends_on = [google_pubsub_topic_iam_member.stream_publisher]
+}
+
+# The warm Spark for the DAG's dedup (dedup_spark_connect): a Spark Connect server on the cluster's
+# master, started by the init action (terraform/scripts/install-tidemark.sh) on YARN, so a dedup run
+# is a client session of an already running driver instead of a Dataproc job that starts one. The
+# server has no authentication of its own: only the subnetwork Composer is attached to may reach it.
+locals {
+  spark_connect_tag = "${var.name_prefix}-spark"
+  # Dataproc names the master "<cluster>-m"; internal DNS resolves it inside the VPC.
+  spark_connect_host = "${google_dataproc_cluster.spark.name}-m"
+}
+
+resource "google_compute_firewall" "spark_connect" {
+  count       = var.dedup_spark_connect ? 1 : 0
+  name        = "${var.name_prefix}-spark-connect"
+  network     = var.dataproc_network
+  description = "tidemark: Composer's workers to the Dataproc master's Spark Connect server"
+  direction   = "INGRESS"
+  allow {
+    protocol = "tcp"
+    ports    = [tostring(var.spark_connect_port)]
+  }
+  source_ranges = var.spark_connect_client_ranges
+  target_tags   = [local.spark_connect_tag]
 }

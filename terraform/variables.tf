@@ -288,3 +288,20 @@ variable "stream_trigger_interval" {
   default = "1m"
 }
 
+
+variable "dedup_spark_connect" {
+  type        = bool
+  default     = false
+  description = "The DAG's dedup as a Spark Connect client of a server on the Dataproc master (warm; docs/production.md) instead of a Dataproc job per run"
+}
+
+variable "spark_connect_port" {
+  type    = number
+  default = 15002
+}
+
+variable "spark_connect_client_ranges" {
+  type        = list(string)
+  default     = []
+  description = "CIDR ranges allowed to reach the Spark Connect port: the subnetwork Composer's workers are attached to"
+}

@@ -286,6 +286,24 @@ def test_session_rules_come_from_the_lake_not_from_terraform(tf):
     assert (parsed.command, parsed.rules_command) == ("rules", "migrate")
 
 
+def test_the_dedup_reaches_the_clusters_warm_spark_connect_server_when_asked(tf):
+    """dedup_spark_connect: Composer's spark_default is a spark_connect connection to the master's
+    port, the master's metadata tells the init action to start the server there, and only the
+    client ranges may reach that port."""
+    software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
+    conn = software["env_variables"]["AIRFLOW_CONN_SPARK_DEFAULT"]
+    assert 'conn_type = "spark_connect"' in conn and "local.spark_connect_host" in conn
+    assert "var.spark_connect_port" in conn
+    gce = one(one(resource(tf, "google_dataproc_cluster", "spark")["cluster_config"])["gce_cluster_config"])
+    assert "tidemark-spark-connect-port" in str(gce["metadata"])
+    firewall = resource(tf, "google_compute_firewall", "spark_connect")
+    assert firewall["count"] == "${var.dedup_spark_connect ? 1 : 0}"
+    assert firewall["source_ranges"] == "${var.spark_connect_client_ranges}"
+    assert tf["variable"]["dedup_spark_connect"]["default"] is False
+    script = open(os.path.join(TERRAFORM, "scripts", "install-tidemark.sh")).read()
+    assert "tidemark-spark-connect-port" in script and "start-connect-server.sh --wait --master yarn" in script
+
+
 def test_dataproc_runs_spark_4_in_utc_with_tidemark_installed(tf):
     config = one(resource(tf, "google_dataproc_cluster", "spark")["cluster_config"])
     software = one(config["software_config"])
@@ -317,7 +335,8 @@ def _dag_environment_names() -> set[str]:
 def test_composer_environment_is_what_the_dag_reads(tf):
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
     set_by_terraform = set(software["env_variables"])
-    read = _dag_environment_names() | {f"TIDEMARK_{key}" for key in names.DEFAULTS}
+    # AIRFLOW_CONN_SPARK_DEFAULT: the connection the DAG's dedup task reads (conn_id spark_default).
+    read = _dag_environment_names() | {f"TIDEMARK_{key}" for key in names.DEFAULTS} | {"AIRFLOW_CONN_SPARK_DEFAULT"}
     assert set_by_terraform <= read, f"Composer gets variables nothing reads: {sorted(set_by_terraform - read)}"
     # What the DAG needs on Composer: the lake, the application, and the Dataproc branch's target.
     needed = {"TIDEMARK_LAKE", "TIDEMARK_SUBMIT_APP", "TIDEMARK_DATAPROC_CLUSTER",
@@ -325,7 +344,8 @@ def test_composer_environment_is_what_the_dag_reads(tf):
     assert needed <= _dag_environment_names(), f"the DAG no longer reads {sorted(needed - _dag_environment_names())}"
     assert needed <= set_by_terraform, f"Composer lacks {sorted(needed - set_by_terraform)}"
     assert software["env_variables"]["TIDEMARK_LAKE"] == "${local.lake_uri}"
-    assert software["env_variables"]["TIDEMARK_DATAPROC_CLUSTER"] == "${google_dataproc_cluster.spark.name}"
+    assert software["env_variables"]["TIDEMARK_DATAPROC_CLUSTER"] == \
+        '${var.dedup_spark_connect ? "" : google_dataproc_cluster.spark.name}'
     assert tf["variable"]["composer_image_version"]["default"].startswith("composer-3-airflow-3")
     # The Composer account may submit jobs (the Dataproc branch) but not change clusters.
     role = resource(tf, "google_project_iam_custom_role", "dataproc_job_submitter")

@@ -34,3 +34,30 @@ PY
 "$PYTHON" -m pip install --quiet --no-deps "$WHEEL"
 "$PYTHON" -m pip install --quiet -r "$WORK/requirements.txt"
 "$PYTHON" -c "import tidemark, streaming_job, dedup_sql; print('tidemark', tidemark.__version__)"
+
+# The warm Spark for the DAG's dedup (Terraform's dedup_spark_connect): a Spark Connect server on
+# the master only, on YARN, as a systemd service (restarted if it dies, started again on reboot).
+ROLE=$(/usr/share/google/get_metadata_value attributes/dataproc-role || true)
+CONNECT_PORT=$(/usr/share/google/get_metadata_value attributes/tidemark-spark-connect-port || true)
+if [ "$ROLE" = "Master" ] && [ -n "$CONNECT_PORT" ]; then
+  [[ "$CONNECT_PORT" =~ ^[0-9]+$ ]] || { echo "bad tidemark-spark-connect-port: $CONNECT_PORT" >&2; exit 1; }
+  cat > /etc/systemd/system/tidemark-spark-connect.service <<UNIT
+[Unit]
+Description=tidemark: Spark Connect server for the DAG's dedup
+After=hadoop-yarn-resourcemanager.service
+
+[Service]
+Environment=SPARK_HOME=/usr/lib/spark
+ExecStart=/usr/lib/spark/sbin/start-connect-server.sh --wait --master yarn \
+  --conf spark.connect.grpc.binding.port=${CONNECT_PORT} --conf spark.sql.session.timeZone=UTC \
+  --conf spark.sql.shuffle.partitions=8 --conf spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS \
+  --conf spark.sql.sources.partitionOverwriteMode=dynamic
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  systemctl daemon-reload
+  systemctl enable --now tidemark-spark-connect.service
+fi

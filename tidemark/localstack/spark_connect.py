@@ -49,6 +49,9 @@ class SparkConnectServer:
         settings = {**session_settings(),
                     "spark.connect.grpc.binding.address": "127.0.0.1",
                     "spark.connect.grpc.binding.port": str(self.port),
+                    # The driver's own ports (block manager, RPC) on loopback too.
+                    "spark.driver.bindAddress": "127.0.0.1",
+                    "spark.driver.host": "127.0.0.1",
                     "spark.local.dir": os.path.join(self.home, "scratch"),
                     "spark.sql.warehouse.dir": os.path.join(self.home, "warehouse")}
         argv = [os.path.join(spark_home(), "sbin", "start-connect-server.sh"), "--wait",
@@ -59,6 +62,8 @@ class SparkConnectServer:
 
     def environment(self) -> dict:
         return {"SPARK_HOME": spark_home(),
+                "SPARK_CONF_DIR": os.path.join(self.home, "conf"),
+                "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_LOG_DIR": os.path.join(self.home, "logs"),
                 "SPARK_PID_DIR": os.path.join(self.home, "run"),
                 # Python workers, if a query ever needs one, get this interpreter and its packages.
@@ -67,8 +72,10 @@ class SparkConnectServer:
                 "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
 
     def start(self, timeout: float = START_TIMEOUT_S) -> "SparkConnectServer":
-        for sub in ("logs", "run", "scratch"):
+        for sub in ("logs", "run", "scratch", "conf"):
             os.makedirs(os.path.join(self.home, sub), exist_ok=True)
+        with open(os.path.join(self.home, "conf", "log4j2.properties"), "w") as handle:
+            handle.write(_LOG4J2)
         if process.port_open(self.port):
             raise RuntimeError(f"port {self.port} is already in use; not starting a Spark Connect server there")
         self.managed = process.start("spark-connect", self.argv(), self.log_path, env=self.environment(),
@@ -97,6 +104,20 @@ class SparkConnectServer:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+# WARN and above, plus the server's own start line: at INFO the server logs every session access.
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stdout.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.connect.name = org.apache.spark.sql.connect.service.SparkConnectServer
+logger.connect.level = info
+"""
 
 
 def connection_json(port: int, host: str = "127.0.0.1") -> str:
