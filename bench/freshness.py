@@ -19,6 +19,13 @@ system itself recorded:
     readable          committed_at of the first dedup version that includes the notice's
                       receipt partition (the Iceberg commit of its version)
 
+Per DAG run (notice runs and neighbour runs alike), from its task instances: the run's duration
+when `needs_spark` skipped the dedup (nothing new), when the dedup ran, and the dedup task itself.
+
+By default the stack's DAG runs its dedup as a client of the stack's warm Spark Connect server
+(`--spark-submit`: a spark-submit per run, as before); `--notice-coalesce 10s` measures the
+stream's coalescing window (fewer runs, notices later by up to the window).
+
 p50 / p95 / max over every notice (one per event date touched per batch); "late" rows only for
 notices of dates the watermark had already passed (late=true): a correction of a closed date.
 

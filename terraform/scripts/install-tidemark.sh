@@ -51,7 +51,8 @@ Environment=SPARK_HOME=/usr/lib/spark
 ExecStart=/usr/lib/spark/sbin/start-connect-server.sh --wait --master yarn \
   --conf spark.connect.grpc.binding.port=${CONNECT_PORT} --conf spark.sql.session.timeZone=UTC \
   --conf spark.sql.shuffle.partitions=8 --conf spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS \
-  --conf spark.sql.sources.partitionOverwriteMode=dynamic
+  --conf spark.sql.sources.partitionOverwriteMode=dynamic \
+  --conf spark.connect.session.manager.defaultSessionTimeout=15m
 Restart=always
 RestartSec=10
 

@@ -52,6 +52,9 @@ class SparkConnectServer:
                     # The driver's own ports (block manager, RPC) on loopback too.
                     "spark.driver.bindAddress": "127.0.0.1",
                     "spark.driver.host": "127.0.0.1",
+                    # A session no client has used for this long is released with its views and
+                    # cache (a killed task's, or the per-run newSession() tidemark.dedup opens).
+                    "spark.connect.session.manager.defaultSessionTimeout": "15m",
                     "spark.local.dir": os.path.join(self.home, "scratch"),
                     "spark.sql.warehouse.dir": os.path.join(self.home, "warehouse")}
         argv = [os.path.join(spark_home(), "sbin", "start-connect-server.sh"), "--wait",
