@@ -83,7 +83,7 @@ class DedupOperator(SparkSubmitOperator):
     template_fields = (*SparkSubmitOperator.template_fields, "lake", "event_date")
 
     def __init__(self, *, lake: str, event_date: str, **kwargs):
-        super().__init__(application_args=["dedup", "--lake", lake, "--event-date", event_date], **kwargs)
+        super().__init__(application_args=dedup_args(lake, event_date), **kwargs)
         self.lake = lake
         self.event_date = event_date
 
@@ -108,21 +108,49 @@ class DedupOperator(SparkSubmitOperator):
         self.log.info("dedup result: %s", result.to_json())
 
 
+def dedup_args(lake, event_date) -> list:
+    """The tidemark command line of the Spark step, wherever it runs (spark-submit, Dataproc)."""
+    return ["dedup", "--lake", lake, "--event-date", event_date]
+
+
+DATAPROC_ENV = ("TIDEMARK_DATAPROC_PROJECT", "TIDEMARK_DATAPROC_REGION")
+
+
+def dataproc_target(environ) -> dict | None:
+    """{project, region, cluster} when TIDEMARK_DATAPROC_CLUSTER names a cluster (Composer, set by
+    terraform/composer.tf), else None (spark_default decides). A half-set environment is refused
+    at parse time, naming what is missing, rather than failing in every run."""
+    cluster = (environ.get("TIDEMARK_DATAPROC_CLUSTER") or "").strip()
+    if not cluster:
+        return None
+    missing = [name for name in DATAPROC_ENV if not (environ.get(name) or "").strip()]
+    if missing:
+        raise ValueError(f"TIDEMARK_DATAPROC_CLUSTER={cluster!r} needs {', '.join(missing)} too")
+    return {"project": environ["TIDEMARK_DATAPROC_PROJECT"].strip(),
+            "region": environ["TIDEMARK_DATAPROC_REGION"].strip(), "cluster": cluster}
+
+
+def dataproc_job(target: dict, application: str, lake, event_date) -> dict:
+    """The Dataproc job (DataprocSubmitJobOperator's `job`) of one dedup run on `target`'s cluster."""
+    return {"reference": {"project_id": target["project"]},
+            "placement": {"cluster_name": target["cluster"]},
+            "pyspark_job": {"main_python_file_uri": application, "args": dedup_args(lake, event_date)}}
+
+
 def dedup_task(lake, event_date):
     """The Spark step: DedupOperator on the `spark_default` connection; on Composer, with
     TIDEMARK_DATAPROC_CLUSTER set (terraform/composer.tf), a Dataproc PySpark job on that
-    cluster, whose init action installs tidemark. The Dataproc branch needs the Google provider
-    (preinstalled on Composer, absent here): it is not exercised by this repository's tests."""
-    cluster = os.environ.get("TIDEMARK_DATAPROC_CLUSTER")
-    if cluster:
+    cluster, whose init action installs tidemark. The operator class is chosen here, at parse
+    time; the job it submits is dataproc_job's (tests/test_dag.py checks it). The Google provider
+    is preinstalled on Composer and absent here, so only the operator's construction is not
+    exercised by this repository's tests."""
+    target = dataproc_target(os.environ)
+    if target:
         from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator
 
-        project = os.environ["TIDEMARK_DATAPROC_PROJECT"]
         return DataprocSubmitJobOperator(
-            task_id="dedup", project_id=project, region=os.environ["TIDEMARK_DATAPROC_REGION"],
-            job={"reference": {"project_id": project}, "placement": {"cluster_name": cluster},
-                 "pyspark_job": {"main_python_file_uri": APPLICATION,
-                                 "args": ["dedup", "--lake", lake, "--event-date", event_date]}})
+            task_id="dedup", project_id=target["project"], region=target["region"],
+            job=dataproc_job(target, APPLICATION, lake, event_date))
     return DedupOperator(
         task_id="dedup",
         conn_id="spark_default",

@@ -234,3 +234,32 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     # The neighbour date too (whether or not it was listed as affected).
     dags_test(server, "2026-03-07", "neighbour")
     assert lake_sessions(lake, "2026-03-07") == reference_sessions(landing, "2026-03-07")
+
+
+# -- the Dataproc branch (Composer): chosen at parse time from the environment -------------------
+
+def _dag_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tidemark_dedup_dag", os.path.join(DAGS, "tidemark_dedup.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_submits_a_valid_dedup():
+    from tidemark.cli import build_parser
+
+    dag = _dag_module()
+    assert dag.dataproc_target({}) is None
+    assert dag.dataproc_target({"TIDEMARK_DATAPROC_CLUSTER": ""}) is None  # Spark Connect on Composer
+    with pytest.raises(ValueError, match="TIDEMARK_DATAPROC_REGION"):
+        dag.dataproc_target({"TIDEMARK_DATAPROC_CLUSTER": "c", "TIDEMARK_DATAPROC_PROJECT": "p"})
+    target = dag.dataproc_target({"TIDEMARK_DATAPROC_CLUSTER": "tidemark-spark ",
+                                  "TIDEMARK_DATAPROC_PROJECT": "proj", "TIDEMARK_DATAPROC_REGION": "europe-west1"})
+    assert target == {"project": "proj", "region": "europe-west1", "cluster": "tidemark-spark"}
+    job = dag.dataproc_job(target, "gs://ops/code/submit.py", "gs://lake", "2026-03-07")
+    assert job["placement"] == {"cluster_name": "tidemark-spark"} and job["reference"] == {"project_id": "proj"}
+    assert job["pyspark_job"]["main_python_file_uri"] == "gs://ops/code/submit.py"
+    parsed = build_parser().parse_args(job["pyspark_job"]["args"])  # what submit.py hands to tidemark's CLI
+    assert parsed.command == "dedup" and parsed.lake == "gs://lake" and parsed.event_date == "2026-03-07"
