@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import subprocess
 import time
 from contextlib import contextmanager
@@ -19,13 +18,9 @@ RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"
 
 def machine() -> dict:
     """Cores, RAM, Python, Java and pyspark versions, and the load when the benchmark started."""
-    ram_gb = None
-    try:
-        with open("/proc/meminfo") as meminfo:
-            kb = int(re.search(r"MemTotal:\s+(\d+)", meminfo.read()).group(1))
-            ram_gb = round(kb / 1024 / 1024, 1)
-    except (OSError, AttributeError):
-        pass
+    import psutil
+
+    ram_gb = round(psutil.virtual_memory().total / 1024 ** 3, 1)
     try:
         java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr
         java = java.splitlines()[0] if java else "unknown"

@@ -28,8 +28,8 @@ import threading
 import time
 
 import bench
-from bench.stream_throughput import (BIN, ROOT, json_lines, load, mb, parse_iso, print_wide,
-                                     tree_rss)
+from bench.proctree import is_jvm, tree_pids, tree_rss
+from bench.stream_throughput import BIN, ROOT, json_lines, load, mb, parse_iso, print_wide
 from tidemark import generate
 
 NAME = "memory"
@@ -58,13 +58,10 @@ def jvm_heap(root_pid: int) -> dict:
     """Heap used and committed of the driver JVM under root_pid (`jstat -gc`), in bytes; {} if
     jstat is missing. RSS alone cannot tell a leak from a JVM that grows its heap towards -Xmx
     lazily and never gives it back; used vs committed can."""
-    from bench.stream_throughput import tree_pids
-
     for pid in tree_pids(root_pid):
+        if not is_jvm(pid):
+            continue
         try:
-            with open(f"/proc/{pid}/comm") as handle:
-                if handle.read().strip() != "java":
-                    continue
             out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=20).stdout
         except (OSError, subprocess.SubprocessError):
             return {}

@@ -41,58 +41,8 @@ SCALES = {
 }
 
 
-# --- process-tree measurement (shared with bench.memory and bench.freshness) ---------------------
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as handle:
-                out += [int(c) for c in handle.read().split()]
-    except OSError:
-        pass
-    return out
-
-
-def tree_pids(pid: int) -> list[int]:
-    seen, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.append(p)
-        todo += _children(p)
-    return seen
-
-
-def rss_bytes(pid: int) -> int:
-    """Proportional set size (PSS) of one process, falling back to RSS: forked Python workers share
-    pages with their daemon, and summing their RSS would count those pages several times."""
-    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
-        try:
-            with open(path) as handle:
-                for line in handle:
-                    if line.startswith(key):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return 0
-
-
-def tree_rss(pid: int) -> dict:
-    """Resident memory (PSS) of a process tree, split into JVM (java) and the rest (Python)."""
-    jvm = other = 0
-    for p in tree_pids(pid):
-        try:
-            with open(f"/proc/{p}/comm") as handle:
-                comm = handle.read().strip()
-        except OSError:
-            continue
-        if comm == "java":
-            jvm += rss_bytes(p)
-        else:
-            other += rss_bytes(p)
-    return {"jvm": jvm, "python": other, "total": jvm + other}
+# Process-tree memory lives in bench/proctree.py (psutil); imported here for bench.memory and the smoke test.
+from bench.proctree import rss_bytes, tree_pids, tree_rss  # noqa: E402,F401
 
 
 def load() -> str:

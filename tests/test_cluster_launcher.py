@@ -42,13 +42,7 @@ def test_a_worker_that_dies_fails_the_start_and_everything_is_stopped(tmp_path):
 
 
 def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and process.pid_alive(int(entry)):
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    if text.encode() in handle.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
+    import psutil
+
+    return [proc.pid for proc in psutil.process_iter(["cmdline"])
+            if text in " ".join(proc.info["cmdline"] or []) and process.pid_alive(proc.pid)]

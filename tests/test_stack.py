@@ -15,7 +15,8 @@ import time
 import pytest
 import requests
 
-from tidemark.localstack.stack import Record, Stack, port_states, start_ticks
+from tidemark.localstack import process
+from tidemark.localstack.stack import Record, Stack, port_states
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
@@ -27,16 +28,7 @@ def cli(*args, timeout=900):
 
 def group_alive(pgid: int) -> bool:
     """Any non-zombie member of the process group left?"""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(") ", 1)[1].split()
-            except (FileNotFoundError, IndexError):
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+    return bool(process.group_members(pgid))
 
 
 def status_rows(home: str) -> list[dict]:
@@ -75,7 +67,7 @@ def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_p
     # A process that is not ours, under a record whose start time does not match: never signalled.
     bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
-        fake = Record("function", bystander.pid, (start_ticks(bystander.pid) or 0) + 1, "/dev/null")
+        fake = Record("function", bystander.pid, (process.started_at(bystander.pid) or 0) + 1, "/dev/null")
         real_function = stack.record("function")
         with open(os.path.join(stack.run_dir, "function.json"), "w") as handle:
             json.dump(fake.__dict__, handle)

@@ -44,25 +44,6 @@ def spark_connection_uri(master: str = "local[*]") -> str:
     return json.dumps({"conn_type": "spark", "host": master, "extra": {"deploy-mode": "client"}})
 
 
-def _descendant_groups(root: int) -> list[int]:
-    """Process groups, other than root's own, of root's descendants (from /proc)."""
-    parents: dict[int, tuple[int, int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(") ", 1)[1].split()
-                parents[int(entry)] = (int(fields[1]), int(fields[2]))  # ppid, pgid
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, (ppid, _) in parents.items() if ppid in frontier} - found
-        found |= frontier
-    own = parents.get(root, (0, root))[1]
-    return sorted({parents[pid][1] for pid in found if pid in parents} - {own})
-
-
 class AirflowServer:
     def __init__(self, home: str, port: int | None = None, db_url: str | None = None,
                  dags_folder: str = DAGS_FOLDER, env: dict | None = None, username: str = "admin",
@@ -205,7 +186,7 @@ class AirflowServer:
         for name in sorted(components, key=lambda c: c != "scheduler"):
             managed = self.managed.pop(name, None) or process.read_pidfile(self.pidfile(name))
             if managed is not None:
-                task_groups = _descendant_groups(managed.pid)
+                task_groups = process.descendant_groups(managed.pid)
                 process.stop(managed)
                 for pgid in task_groups:
                     process.stop_group(pgid)

@@ -3,7 +3,8 @@
 Killing only a wrapper (gcloud, `airflow standalone`) orphans its children; every server here is
 started with start_new_session=True and stopped by signalling its whole process group, first
 SIGTERM, then SIGKILL after a grace period. A pid file records the group so that another process
-(`tidemark down`) can stop it, and nothing else.
+(`tidemark down`) can stop it, and nothing else. Process facts (alive, zombie, start time, group
+members, descendants) come from psutil, not from parsing /proc by hand.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
+
+import psutil
 
 
 def free_port() -> int:
@@ -41,19 +44,61 @@ class Managed:
         return pid_alive(self.pid)
 
 
+def _running(proc: psutil.Process) -> bool:
+    """Alive and not a zombie (exited, not yet reaped: it counts as gone)."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
 def pid_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return _running(psutil.Process(pid))
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) counts as gone.
+
+
+def started_at(pid: int) -> float | None:
+    """The process's start time (seconds since the epoch, stable for its whole life): with the pid,
+    it tells our process from a later one that reused the pid. None when there is no such process."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The live (non-zombie) processes of a process group."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and _running(proc):
+                members.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
+def descendant_groups(root: int) -> list[int]:
+    """Process groups, other than root's own, of root's live descendants (children that started
+    their own session, such as the task runners of Airflow's LocalExecutor)."""
+    try:
+        parent = psutil.Process(root)
+        own = os.getpgid(root)
+        children = parent.children(recursive=True)
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return []
+    groups = set()
+    for child in children:
+        try:
+            if _running(child):  # a zombie waiting for its parent needs no stopping
+                groups.add(os.getpgid(child.pid))
+        except ProcessLookupError:
+            continue
+    return sorted(groups - {own})
 
 
 def start(name: str, argv: list[str], log_path: str, env: dict | None = None, cwd: str | None = None,
@@ -89,43 +134,32 @@ def stop(managed: Managed, grace: float = 10.0) -> None:
     stop_group(managed.pid, grace)
 
 
-def stop_group(pid: int, grace: float = 10.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5)
-        while time.monotonic() < deadline:
-            _reap(pid)
-            if not _group_alive(pid):
+def stop_group(pgid: int, grace: float = 10.0) -> None:
+    """SIGTERM the group, wait up to `grace` seconds for every member, then SIGKILL the rest."""
+    try:
+        for sig, timeout in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            members = group_members(pgid)
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
                 return
-            time.sleep(0.1)
+            deadline = time.monotonic() + timeout
+            while members and time.monotonic() < deadline:
+                # wait_procs reaps those that are our children; a zombie of another parent counts as gone.
+                _, members = psutil.wait_procs(members, timeout=0.1)
+                members = [m for m in members if _running(m)]
+            if not members:
+                return
+    finally:
+        _reap(pgid)
 
 
 def _reap(pid: int) -> None:
+    """Collect the leader's exit status when it is our child (a zombie until then)."""
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    # Members may all be zombies waiting for their parent; treat a group of zombies as gone.
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().split(") ", 1)[1].split()
-                if int(fields[2]) == pgid and fields[0] != "Z":
-                    return True
-            except (FileNotFoundError, IndexError, ValueError):
-                continue
-    return False
 
 
 def tail(path: str, lines: int = 30) -> str:

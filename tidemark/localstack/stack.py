@@ -92,26 +92,17 @@ class StackSettings:
 
 # ---- process records ----------------------------------------------------------------------------
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/pid/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return int(handle.read().rsplit(") ", 1)[1].split()[19])
-    except (FileNotFoundError, IndexError, ValueError, ProcessLookupError):
-        return None
-
-
 @dataclass
 class Record:
     name: str
     pid: int
-    started: int | None
+    started: float | None  # process.started_at: with the pid, tells our process from a reused pid
     log_path: str
     url: str = ""
 
     def alive(self) -> bool:
         """Still the process we started (same pid, same start time), and not a zombie."""
-        return process.pid_alive(self.pid) and start_ticks(self.pid) == self.started
+        return process.pid_alive(self.pid) and process.started_at(self.pid) == self.started
 
 
 # ---- the stack ---------------------------------------------------------------------------------
@@ -173,7 +164,7 @@ class Stack:
         return os.path.join(self.run_dir, f"{name}.json")
 
     def _write_record(self, managed: process.Managed, name: str) -> Record:
-        record = Record(name, managed.pid, start_ticks(managed.pid), managed.log_path, managed.url)
+        record = Record(name, managed.pid, process.started_at(managed.pid), managed.log_path, managed.url)
         os.makedirs(self.run_dir, exist_ok=True)
         storage.write_json_atomic(self._record_path(name), record.__dict__)
         return record
