@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tidemark import contract
+from tidemark.times import parse_iso
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -109,8 +110,7 @@ def lake_keys(records: list[dict]) -> set[tuple]:
     """Session keys of `tidemark.reader` records (session_start/session_end as RFC 3339 text)."""
     out = set()
     for row in records:
-        start = datetime.fromisoformat(str(row["session_start"]).replace("Z", "+00:00"))
-        end = datetime.fromisoformat(str(row["session_end"]).replace("Z", "+00:00"))
+        start, end = parse_iso(row["session_start"]), parse_iso(row["session_end"])
         out.add((row["user_id"], _iso(start), _iso(end), int(row["event_count"])))
     return out
 

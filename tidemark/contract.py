@@ -19,6 +19,8 @@ from functools import cached_property
 from datetime import date, datetime, timedelta, timezone
 from typing import Iterator, NamedTuple
 
+from tidemark.times import from_micros, iso_from_micros, to_micros  # noqa: F401 - iso_from_micros: callers use contract's
+
 REQUIRED_FIELDS = ("event_id", "user_id", "event_type", "event_ts")
 ID_FIELDS = ("event_id", "user_id", "event_type")
 
@@ -40,14 +42,7 @@ DEFAULT_MAX_CLOCK_SKEW = timedelta(hours=1)
 EARLIEST_EVENT_TS = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 
-def _micros_of(moment: datetime) -> int:
-    delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def iso_from_micros(micros: int) -> str:
-    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+_micros_of = to_micros
 
 
 @dataclass(frozen=True)
@@ -84,7 +79,7 @@ class Event(NamedTuple):
 
     @property
     def event_ts(self) -> datetime:
-        return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=self.event_ts_us)
+        return from_micros(self.event_ts_us)
 
 
 class Refused(ValueError):

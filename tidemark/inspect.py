@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 from tidemark import layout, publish, receipts, runs as run_ids
 from tidemark.notices.outbox import Outbox
+from tidemark.times import iso_z, parse_iso
 
 
 # ---- time helpers --------------------------------------------------------------------------------
@@ -29,15 +30,13 @@ def parse_time(value: object) -> datetime | None:
     except layout.InvalidPartitionValue:
         pass
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_iso(text, default_utc=True)
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def iso(moment: datetime | None) -> str:
-    return "" if moment is None else moment.astimezone(timezone.utc).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
+    return "" if moment is None else iso_z(moment)
 
 
 def seconds_between(start: datetime | None, end: datetime | None) -> float | None:

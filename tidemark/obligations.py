@@ -21,10 +21,10 @@ Pure Python over the lake (pyarrow filesystems + JSON): the DAG and reconcile re
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
 
 from tidemark import layout, storage
 from tidemark.logs import get_logger
+from tidemark.times import now_iso_z
 
 log = get_logger("obligations")
 
@@ -44,7 +44,7 @@ def path(lake: str, event_date: str, source_date: str, source_version: str) -> s
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return now_iso_z()
 
 
 def record(lake: str, targets: list[str], source_date: str, source_version: str,

@@ -13,12 +13,13 @@ Any engine reads the same table: see docs/production.md.
 """
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 
 import pyarrow as pa
 import pyarrow.dataset as pads
 
 from tidemark import layout, publish, receipts, storage, table as iceberg
+from tidemark.times import iso_z, parse_iso
 
 SUMMARY_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count"]
 PANE_SUMMARY_COLUMNS = ["receipt_ts", "pane_kind", "pane_index", "session_id", "user_id",
@@ -42,10 +43,10 @@ def parse_as_of(value: object) -> str:
     except layout.InvalidPartitionValue:
         pass
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        moment = parse_iso(text)
     except ValueError:
         moment = None
-    if moment is None or moment.tzinfo is None:
+    if moment is None:
         raise layout.InvalidPartitionValue(
             f"invalid --as-of {text[:80]!r}: expected a receipt_ts like 20260307T201500123Z "
             "or an RFC 3339 time with offset like 2026-03-07T20:15:00Z")
@@ -129,9 +130,7 @@ def read_panes(lake: str, event_date: str, as_of: str | None = None,
 def _plain(value):
     """JSON-ready value: timestamps as RFC 3339 UTC ('...Z'), recursively."""
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        return iso_z(value, "microseconds")
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, dict):

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
 from tidemark import layout, storage
+from tidemark.times import iso_from_micros  # noqa: F401 - the stream writes marker times with it
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,6 @@ class ReceiptPartition:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-def iso_from_micros(micros: int) -> str:
-    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def is_late(event_date: str, watermark_us: int) -> bool:

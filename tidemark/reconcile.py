@@ -34,6 +34,7 @@ from typing import Callable
 
 from tidemark import layout, names, obligations, planning, publish, receipts, rules_record, runs, table as iceberg
 from tidemark.logs import get_logger
+from tidemark.times import iso_z
 
 log = get_logger("reconcile")
 
@@ -84,7 +85,7 @@ class Staleness:
 
     def to_json(self) -> dict:
         out = asdict(self)
-        out["since"] = None if self.since is None else self.since.isoformat().replace("+00:00", "Z")
+        out["since"] = None if self.since is None else iso_z(self.since, "auto")
         out["fingerprint"] = self.fingerprint
         out["obligations"] = [f"{o['source_date']}/{o['source_version']}" for o in self.obligations]
         return out

@@ -28,7 +28,6 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 
@@ -38,6 +37,7 @@ from tidemark import layout, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.sessions import RULE_NAMES, SessionRules
+from tidemark.times import now_iso_z
 
 log = get_logger("rules")
 
@@ -248,7 +248,7 @@ def for_dedup(lake: str, requested: SessionRules | dict | None = None) -> tuple[
 # ---- writing records ----------------------------------------------------------------------------
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return now_iso_z()
 
 
 def _create(lake: str, record: Recorded) -> Recorded:
