@@ -137,6 +137,18 @@ def dataproc_job(target: dict, application: str, lake, event_date) -> dict:
             "pyspark_job": {"main_python_file_uri": application, "args": dedup_args(lake, event_date)}}
 
 
+def dedup_concurrency(environ) -> int | None:
+    """TIDEMARK_DEDUP_CONCURRENCY: dedup tasks running at once across all runs (unset: no limit
+    but max_active_runs). On a small box 1 is fastest: runs of one date then never compute the
+    same receipts side by side; the one that waited finds them published and is a no-op."""
+    text = (environ.get("TIDEMARK_DEDUP_CONCURRENCY") or "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"TIDEMARK_DEDUP_CONCURRENCY must be a positive integer, not {text!r}")
+    return int(text)
+
+
 def dedup_task(lake, event_date):
     """The Spark step: DedupOperator on the `spark_default` connection; on Composer, with
     TIDEMARK_DATAPROC_CLUSTER set (terraform/composer.tf), a Dataproc PySpark job on that
@@ -150,9 +162,11 @@ def dedup_task(lake, event_date):
 
         return DataprocSubmitJobOperator(
             task_id="dedup", project_id=target["project"], region=target["region"],
+            max_active_tis_per_dag=dedup_concurrency(os.environ),
             job=dataproc_job(target, APPLICATION, lake, event_date))
     return DedupOperator(
         task_id="dedup",
+        max_active_tis_per_dag=dedup_concurrency(os.environ),
         conn_id="spark_default",
         application=APPLICATION,
         lake=lake,

@@ -47,6 +47,7 @@ if dag is not None:
             refused[bad] = True
     out["refused"] = refused
     out["accepts"] = dag.params.get_param("event_date").resolve("2026-03-07")
+    out["dedup_concurrency"] = dag.get_task("dedup").max_active_tis_per_dag
     out["outlets"] = sorted(str(getattr(o, "name", o))
                             for o in dag.get_task("publish").outlets)
 reconcile = bag.dags.get("tidemark_reconcile")
@@ -70,6 +71,7 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile"])
     assert out["tasks"] == ["dedup", "needs_spark", "owed_reruns", "prepare", "publish", "trigger_affected"]
     assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
+    assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
     # tidemark.durations: the reconcile DAG's schedule (standard library only)
     assert out["first_party"] == ["tidemark", "tidemark.durations", "tidemark.names"]
@@ -263,3 +265,12 @@ def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_subm
     assert job["pyspark_job"]["main_python_file_uri"] == "gs://ops/code/submit.py"
     parsed = build_parser().parse_args(job["pyspark_job"]["args"])  # what submit.py hands to tidemark's CLI
     assert parsed.command == "dedup" and parsed.lake == "gs://lake" and parsed.event_date == "2026-03-07"
+
+
+def test_dedup_concurrency_comes_from_the_environment_and_refuses_nonsense():
+    dag = _dag_module()
+    assert dag.dedup_concurrency({}) is None
+    assert dag.dedup_concurrency({"TIDEMARK_DEDUP_CONCURRENCY": "1"}) == 1
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(ValueError, match="TIDEMARK_DEDUP_CONCURRENCY"):
+            dag.dedup_concurrency({"TIDEMARK_DEDUP_CONCURRENCY": bad})

@@ -84,6 +84,9 @@ class StackSettings:
     max_active_runs: int = 4
     # The DAG's dedup as a client of a warm Spark Connect server (False: a spark-submit per run).
     spark_connect: bool = True
+    # Dedup tasks at once (TIDEMARK_DEDUP_CONCURRENCY): one on 2 cores, so that queued runs of a
+    # date wait for the first and then find nothing new, instead of recomputing it side by side.
+    dedup_concurrency: int = 1
 
     @property
     def topic(self) -> str:
@@ -279,7 +282,8 @@ class Stack:
 
         settings = settings or self.settings()
         env = {"TIDEMARK_LAKE": settings.lake, "TIDEMARK_DAG_RETRIES": "2",
-               "TIDEMARK_DAG_MAX_ACTIVE_RUNS": str(settings.max_active_runs)}
+               "TIDEMARK_DAG_MAX_ACTIVE_RUNS": str(settings.max_active_runs),
+               "TIDEMARK_DEDUP_CONCURRENCY": str(settings.dedup_concurrency)}
         if settings.spark_connect:
             from tidemark.localstack.spark_connect import connection_json
 
