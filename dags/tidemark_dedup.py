@@ -9,6 +9,7 @@ conf {"event_date": "YYYY-MM-DD", ...}; or by hand from the UI/REST with the sam
             ──> publish (reads the current version, emits the asset events)
             ──> owed_reruns (runs after a publish or a skipped dedup: the reruns owed)
             ──> trigger_affected (one TriggerDagRunOperator per neighbouring date, mapped)
+            ──> notify_corrected (the corrected-partition notice, docs/notices.md)
 
 A run with nothing new (the usual case when several notices of one date queue up: the first run
 to start picks up every complete receipt of its date) shows dedup and publish as skipped, with the
@@ -259,6 +260,17 @@ def tidemark_dedup():
 
     neighbours = owed_reruns(prepared)
     needs_spark(prepared) >> dedup >> publish(prepared) >> neighbours
+
+    # One sender at a time (an owed notice goes out once); none_failed: also after a skipped dedup,
+    # to send what an earlier outage left owed.
+    @task(max_active_tis_per_dag=1, trigger_rule="none_failed")
+    def notify_corrected(prepared: dict) -> dict:
+        """The corrected-partition notice (tidemark/notices/corrected.py): recorded, then sent."""
+        from tidemark.notices import corrected
+
+        return corrected.notify(prepared["lake"], prepared["event_date"])
+
+    dedup >> notify_corrected(prepared)
 
     TriggerDagRunOperator.partial(
         task_id="trigger_affected",

@@ -23,6 +23,19 @@ resource "google_storage_bucket_iam_member" "composer_reads_lake" {
   member = google_service_account.composer[0].member
 }
 
+# The notify_corrected task records and marks sent the corrected notices: objects under
+# _notices/corrected/ only (create, overwrite, delete); everything else in the lake stays read-only.
+resource "google_storage_bucket_iam_member" "composer_writes_corrected_outbox" {
+  count  = var.create_composer ? 1 : 0
+  bucket = google_storage_bucket.lake.name
+  role   = "roles/storage.objectUser"
+  member = google_service_account.composer[0].member
+  condition {
+    title      = "corrected-notices-outbox"
+    expression = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.lake.name}/objects/_notices/corrected/\")"
+  }
+}
+
 # Submitting the dedup as a Dataproc job (the DAG's DataprocSubmitJobOperator branch, on when
 # TIDEMARK_DATAPROC_CLUSTER is set): jobs.create is project-scoped in Dataproc's IAM, and the
 # predefined roles that hold it also create and delete clusters; this role holds only what
@@ -83,6 +96,8 @@ resource "google_composer_environment" "airflow" {
         TIDEMARK_DATAPROC_CLUSTER = var.dedup_spark_connect ? "" : google_dataproc_cluster.spark.name
         # The cluster's Spark Connect server (only used when TIDEMARK_DATAPROC_CLUSTER is empty).
         AIRFLOW_CONN_SPARK_DEFAULT = jsonencode({ conn_type = "spark_connect", host = local.spark_connect_host, port = var.spark_connect_port })
+        # The notify_corrected task sends corrected notices here (unset: they stay owed in the lake).
+        TIDEMARK_CORRECTED_TOPIC_PATH = google_pubsub_topic.corrected.id
       }
     }
 

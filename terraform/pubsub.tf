@@ -2,6 +2,8 @@
 #   events topic --(Cloud Storage subscription, text: one JSON object per line)--> landing bucket
 #   availability topic --(push, OIDC)--> the Cloud Function --(after N failures)--> dead-letter topic
 #   availability topic --(filter: late)--> a downstream team's pull subscription
+#   corrected topic (the dedup DAG's notify_corrected task) --(filter: change != unchanged)--> a
+#   downstream team's pull subscription (its service account: consumer.tf)
 
 resource "google_pubsub_topic" "events" {
   #checkov:skip=CKV_GCP_83:Google-managed encryption is accepted for this data; set kms_key_name here if your policy requires CMEK.
@@ -128,4 +130,33 @@ resource "google_pubsub_topic_iam_member" "stream_publisher" {
   topic  = google_pubsub_topic.availability.id
   role   = "roles/pubsub.publisher"
   member = google_service_account.spark.member
+}
+
+# One notice per published deduplicated version (tidemark/corrected_notice.py, docs/notices.md).
+resource "google_pubsub_topic" "corrected" {
+  #checkov:skip=CKV_GCP_83:Notices carry version metadata only (dates, counts, snapshot ids, paths), no event data.
+  name                       = var.corrected_topic
+  message_retention_duration = "604800s"
+  depends_on                 = [google_project_service.apis]
+}
+
+# Example for a downstream team: versions whose sessions changed (attributes per
+# tidemark/corrected_notice.py). Add `AND hasPrefix(attributes.event_date, "2026-03")` to narrow.
+resource "google_pubsub_subscription" "corrected_changed" {
+  name                       = var.corrected_subscription
+  topic                      = google_pubsub_topic.corrected.id
+  filter                     = "attributes.dataset = \"${var.dataset}\" AND attributes.change != \"unchanged\""
+  ack_deadline_seconds       = 60
+  message_retention_duration = "604800s"
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# The DAG's notify_corrected task (on Composer's workers) sends the corrected notices.
+resource "google_pubsub_topic_iam_member" "composer_corrected_publisher" {
+  count  = var.create_composer ? 1 : 0
+  topic  = google_pubsub_topic.corrected.id
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.composer[0].member
 }

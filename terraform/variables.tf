@@ -62,6 +62,18 @@ variable "late_data_subscription" {
   description = "names.LATE_DATA_SUBSCRIPTION: example filtered subscription for a downstream team"
 }
 
+variable "corrected_topic" {
+  type        = string
+  default     = "tidemark-corrected"
+  description = "names.CORRECTED_TOPIC: one notice per published deduplicated version (docs/notices.md)"
+}
+
+variable "corrected_subscription" {
+  type        = string
+  default     = "tidemark-corrected-changed"
+  description = "names.CORRECTED_SUBSCRIPTION: example filtered subscription of a downstream team (versions that changed sessions)"
+}
+
 variable "function_name" {
   type        = string
   default     = "tidemark-notice-to-dag"

@@ -68,8 +68,9 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\nDagBag parse of dags/: {out['seconds']:.2f}s")
     assert out["errors"] == {}
-    assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile"])
-    assert out["tasks"] == ["dedup", "needs_spark", "owed_reruns", "prepare", "publish", "trigger_affected"]
+    assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile", "example_session_metrics"])
+    assert out["tasks"] == ["dedup", "needs_spark", "notify_corrected", "owed_reruns", "prepare", "publish",
+                            "trigger_affected"]
     assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time

@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from tidemark import names, notice
+from tidemark import corrected_notice, names, notice
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERRAFORM = os.path.join(ROOT, "terraform")
@@ -34,6 +34,8 @@ NAME_VARIABLES = {
     "DEAD_LETTER_TOPIC": "dead_letter_topic",
     "FUNCTION_SUBSCRIPTION": "function_subscription",
     "LATE_DATA_SUBSCRIPTION": "late_data_subscription",
+    "CORRECTED_TOPIC": "corrected_topic",
+    "CORRECTED_SUBSCRIPTION": "corrected_subscription",
     "FUNCTION_NAME": "function_name",
     "DAG_ID": "dag_id",
     "ASSET_URI_PREFIX": "asset_uri_prefix",
@@ -47,6 +49,8 @@ NAME_USES = {
     "dead_letter_topic": ("google_pubsub_topic", "dead_letter", "name"),
     "function_subscription": ("google_pubsub_subscription", "to_function", "name"),
     "late_data_subscription": ("google_pubsub_subscription", "late_data", "name"),
+    "corrected_topic": ("google_pubsub_topic", "corrected", "name"),
+    "corrected_subscription": ("google_pubsub_subscription", "corrected_changed", "name"),
     "function_name": ("google_cloudfunctions2_function", "notice_to_dag", "name"),
 }
 
@@ -323,9 +327,14 @@ def test_init_action_is_valid_bash_and_keeps_the_clusters_spark():
 
 
 def _dag_environment_names() -> set[str]:
+    """TIDEMARK_* names the DAG files, and the first-party modules their tasks import, read."""
     out = set()
+    files = set()
     for dag_file in ("tidemark_dedup.py", "tidemark_reconcile.py"):
-        tree = ast.parse(open(os.path.join(ROOT, "dags", dag_file)).read())
+        files.add(os.path.join(ROOT, "dags", dag_file))
+        files |= _first_party_closure(os.path.join(ROOT, "dags", dag_file))
+    for path in sorted(files):
+        tree = ast.parse(open(path).read())
         out |= {node.value for node in ast.walk(tree)
                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
                 and re.fullmatch(r"TIDEMARK_[A-Z_]+", node.value)}
@@ -404,6 +413,51 @@ def test_composer_gets_every_module_the_dag_imports(tf):
                      if os.path.relpath(f, ROOT).split(os.sep)[0] not in uploaded
                      or "localstack" in os.path.relpath(f, ROOT).split(os.sep))
     assert not missing, f"the DAG imports modules Terraform does not upload to Composer: {missing}"
+
+
+def test_corrected_topic_subscription_filter_and_who_may_publish(tf):
+    topic = resource(tf, "google_pubsub_topic", "corrected")
+    sub = resource(tf, "google_pubsub_subscription", "corrected_changed")
+    assert sub["topic"] == "${google_pubsub_topic.corrected.id}"
+    used = set(re.findall(r"attributes\.([A-Za-z_]+)", sub["filter"]))
+    assert "change" in used and used <= set(corrected_notice.ATTRIBUTES), used
+    assert re.search(r'attributes\.change != \\?"unchanged\\?"', sub["filter"])
+    assert "unchanged" in corrected_notice.CHANGE_KINDS
+    assert sub["filter"].replace('\\"', '"') == corrected_notice.EXAMPLE_FILTER.format(dataset="${var.dataset}")
+    assert topic["name"] == "${var.corrected_topic}"
+    # The DAG's notify_corrected task (Composer) publishes and finds the topic in its environment.
+    grant = resource(tf, "google_pubsub_topic_iam_member", "composer_corrected_publisher")
+    assert (grant["topic"], grant["role"]) == ("${google_pubsub_topic.corrected.id}", "roles/pubsub.publisher")
+    software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
+    assert software["env_variables"]["TIDEMARK_CORRECTED_TOPIC_PATH"] == "${google_pubsub_topic.corrected.id}"
+    # ... and writes the corrected outbox, nothing else in the lake.
+    outbox = resource(tf, "google_storage_bucket_iam_member", "composer_writes_corrected_outbox")
+    assert "/objects/_notices/corrected/" in one(outbox["condition"])["expression"]
+
+
+def _grants_of(tf, member: str) -> list[tuple[str, str, dict]]:
+    """(resource type, role, body) of every IAM member resource granting something to `member`."""
+    return [(rtype, body["role"], body) for (rtype, _), body in tf["resource"].items()
+            if rtype.endswith("_iam_member") and body.get("member") == member]
+
+
+def test_consumer_account_subscribes_and_reads_the_corrected_output_but_writes_nothing(tf):
+    resource(tf, "google_service_account", "consumer")
+    grants = _grants_of(tf, "${google_service_account.consumer[0].member}")
+    roles = {(rtype, role) for rtype, role, _ in grants}
+    assert roles == {("google_pubsub_subscription_iam_member", "roles/pubsub.subscriber"),
+                     ("google_storage_bucket_iam_member", "roles/storage.objectViewer"),
+                     ("google_project_iam_member", "roles/biglake.viewer")}, roles
+    for rtype, role, body in grants:
+        if rtype == "google_pubsub_subscription_iam_member":
+            assert body["subscription"] == "${google_pubsub_subscription.corrected_changed.id}"
+        if rtype == "google_storage_bucket_iam_member":
+            expression = one(body["condition"])["expression"]
+            assert "/objects/sessions_dedup/" in expression and "/objects/_catalog/" in expression
+            assert "/objects/sessions/" not in expression  # not the raw panes
+    # Read only: no role that creates, changes or deletes anything, no publisher.
+    assert not any(re.search(r"admin|editor|creator|objectUser|publisher|owner|writer", role, re.I)
+                   for _, role, _ in grants)
 
 
 # -- the configuration is self-consistent (what `terraform validate` would catch) -----------------

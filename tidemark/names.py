@@ -11,6 +11,8 @@ DEFAULTS = {
     "DEAD_LETTER_TOPIC": "tidemark-availability-dead-letter",
     "FUNCTION_SUBSCRIPTION": "tidemark-availability-to-function",
     "LATE_DATA_SUBSCRIPTION": "tidemark-availability-late-data",
+    "CORRECTED_TOPIC": "tidemark-corrected",
+    "CORRECTED_SUBSCRIPTION": "tidemark-corrected-changed",
     "FUNCTION_NAME": "tidemark-notice-to-dag",
     "DAG_ID": "tidemark_dedup",
     "ASSET_URI_PREFIX": "tidemark://sessions_dedup",

@@ -19,25 +19,43 @@ from tidemark import layout
 SCHEMA_VERSION = 1
 ATTRIBUTES = ("dataset", "event_date", "late", "schema_version", "kind", "notice_id")
 KINDS = ("partition", "coalesced", "late_digest")
+SCHEMA_FILE = "notice.schema.json"
 
 
 class InvalidNotice(ValueError):
     """A notice that does not follow the schema; the message says which field is wrong and why."""
 
 
-@lru_cache(maxsize=1)
-def schema() -> dict:
-    return json.loads(resources.files("tidemark").joinpath("schemas/notice.schema.json").read_text())
+def load_schema(filename: str) -> dict:
+    return json.loads(resources.files("tidemark").joinpath(f"schemas/{filename}").read_text())
 
 
-@lru_cache(maxsize=1)
-def _validator():
+@lru_cache(maxsize=None)
+def validator_for(filename: str):
+    """A Draft 2020-12 validator of tidemark/schemas/<filename> that checks formats (date-time)."""
     checker = jsonschema.FormatChecker()
     # jsonschema silently skips a format whose checker library is missing: refuse to run without
     # the one the schema relies on rather than accept any string as a timestamp.
     if "date-time" not in checker.checkers:
         raise RuntimeError("jsonschema cannot check 'date-time' formats: install rfc3339-validator")
-    return jsonschema.Draft202012Validator(schema(), format_checker=checker)
+    return jsonschema.Draft202012Validator(load_schema(filename), format_checker=checker)
+
+
+def first_error(validator, body) -> str | None:
+    """'field.path: message' of the first schema violation (in path order), or None."""
+    errors = sorted(validator.iter_errors(body), key=lambda e: [str(p) for p in e.absolute_path])
+    if not errors:
+        return None
+    where = ".".join(str(p) for p in errors[0].absolute_path) or "notice"
+    return f"{where}: {errors[0].message}"
+
+
+def schema() -> dict:
+    return load_schema(SCHEMA_FILE)
+
+
+def _validator():
+    return validator_for(SCHEMA_FILE)
 
 
 def notice_id(dataset: str, event_date: str, receipt_ts_list: list[str]) -> str:
@@ -91,11 +109,9 @@ def validate(body: dict) -> dict:
     """Return the notice when valid; raise InvalidNotice naming the first problem otherwise."""
     if not isinstance(body, dict):
         raise InvalidNotice("notice must be a JSON object")
-    errors = sorted(_validator().iter_errors(body), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
-        where = ".".join(str(p) for p in first.absolute_path) or "notice"
-        raise InvalidNotice(f"{where}: {first.message}")
+    problem = first_error(_validator(), body)
+    if problem:
+        raise InvalidNotice(problem)
     try:  # the pattern admits 2026-02-31; the lake's own check does not
         layout.check_event_date(body["event_date"])
         for receipt in [body["receipt_ts"], *body.get("receipt_ts_list", [])]:

@@ -5,7 +5,8 @@ the streaming job) in HOME/demo, lands a seeded workload in waves (on time, minu
 late, duplicates, a few malformed lines), waits for every notice, DAG run and deduplicated
 version, and prints what was written per event_date and receipt_ts, what late data corrected, how
 long each step took, and whether every date's final version equals an independent batch
-recomputation of everything landed. Charts and an HTML page go to HOME/demo/report/. The stack is
+recomputation of everything landed, both topics' notices, and the example consumer DAG's daily
+session metrics of every corrected date next to the batch reference's. Charts and an HTML page go to HOME/demo/report/. The stack is
 stopped at the end unless --keep-up. Every run starts from an empty HOME/demo.
 """
 from __future__ import annotations
@@ -121,7 +122,15 @@ def _demo(args, console, stack) -> int:
     checks = batch_reference.check_lake(settings.lake, settings.landing, rules.gap)
     data = report.collect(settings.lake, waves, wave_rows, all_runs, checks, timings,
                           {**dataclasses.asdict(workload), **counts})
+    from tidemark import publish, session_metrics
+    corrected_dates = [d for d in publish.list_dedup_dates(settings.lake) if len(data["versions"].get(d, [])) > 1]
+    data["notices"] = report.notices_report(settings.lake)
+    data["consumer"] = report.consumer_report(session_metrics.default_root(settings.lake), settings.landing,
+                                              rules.gap, corrected_dates)
+    data["ok"] = data["ok"] and all(r["ok"] for r in data["consumer"]) and all(
+        r["state"] == "sent" for r in data["notices"]["corrected"])
     report.print_report(console, data)
+    report.print_notices_and_consumer(console, data)
     folder = os.path.join(stack.home, "report")
     os.makedirs(folder, exist_ok=True)
     lateness = [s for _, s in wavelib.lateness_of([d for w in waves for d in w.deliveries]) if s is not None]
@@ -180,6 +189,13 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
     wait.until(lambda: wait.versions_current(settings.lake), args.timeout, f"{label}: corrected partitions",
                progress, lambda s: StackError("airflow (tidemark_dedup)", f"partitions still pending: {s}",
                                               os.path.join(stack.home, "airflow", "logs")), stack)
+    # The corrected notices sent, and the example consumer DAG rebuilt every date from its current
+    # version (asset-triggered runs of example_session_metrics).
+    from tidemark import session_metrics
+    wait.until(lambda: wait.consumer_caught_up(settings.lake, session_metrics.default_root(settings.lake)),
+               args.timeout, f"{label}: corrected notices and the example consumer", progress,
+               lambda s: StackError("airflow (example_session_metrics) / notify_corrected", f"not caught up: {s}",
+                                    os.path.join(stack.home, "airflow", "logs")), stack)
     took = round(time.monotonic() - began, 1)
     versions = ", ".join(f"{r['event_date']} v{r['version']}" for r in inspect.partitions(settings.lake))
     console.log(f"{label}: {len(sent)} notices, {len(all_runs)} DAG runs done; current: {versions} ({took:.0f}s)")

@@ -148,3 +148,74 @@ def _n(value) -> str:
 
 def _s(value) -> str:
     return "-" if value is None else f"{value:.1f}s"
+
+
+def notices_report(lake: str) -> dict:
+    """Both topics' notices as the lake records them: availability (counts) and corrected (each)."""
+    from tidemark.notices import corrected
+    from tidemark.notices.report import notices_status
+
+    status = notices_status(lake)
+    rows = []
+    for state, entries in (("sent", corrected.outbox(lake).sent()), ("owed", corrected.outbox(lake).owed())):
+        for entry in entries:
+            body = entry["notice"]
+            rows.append({"state": state, "event_date": body["event_date"], "version": body["version"],
+                         "previous_version": body["previous_version"], "change": body["change"],
+                         "rows": body["rows"], "snapshot_id": body["table"]["snapshot_id"],
+                         "message_id": entry.get("message_id", "")})
+    rows.sort(key=lambda r: (r["event_date"], r["version"]))
+    return {"availability": {state: len(status[state]) for state in ("sent", "owed", "waiting")},
+            "availability_late": sum(1 for r in status["sent"] if r["late"]),
+            "corrected": rows}
+
+
+def consumer_report(out_root: str, landing: str, gap, dates: list[str]) -> list[dict]:
+    """The example consumer DAG's metrics per date, next to the same metrics of the batch reference."""
+    from tidemark import batch_reference, session_metrics
+
+    by_date: dict[str, list] = {}
+    for s in batch_reference.sessionize(batch_reference.valid_events(batch_reference.landed_lines(landing)), gap):
+        by_date.setdefault(s.event_date, []).append((s.user_id, s.session_start, s.session_end))
+    out = []
+    for event_date in dates:
+        got = session_metrics.read(out_root, event_date)
+        want = session_metrics.from_sessions(event_date, None, by_date.get(event_date, []))
+        same = got is not None and {k: v for k, v in got.items() if k != "version"} == \
+            {k: v for k, v in want.items() if k != "version"}
+        out.append({"event_date": event_date, "metrics": got, "reference": want, "ok": same})
+    return out
+
+
+def print_notices_and_consumer(console, data: dict) -> None:
+    from rich.table import Table
+
+    notices = data["notices"]
+    a = notices["availability"]
+    console.print(f"availability topic: {a['sent']} notices sent ({notices['availability_late']} late), "
+                  f"{a['owed']} owed, {a['waiting']} waiting")
+    table = Table(title="5. corrected topic: one notice per published version (sessions added / removed / "
+                        "changed against the previous version)")
+    for column in ("event_date", "version", "previous", "change", "added", "removed", "changed", "rows",
+                   "snapshot", "state"):
+        table.add_column(column, overflow="fold")
+    for r in notices["corrected"]:
+        c = r["change"]
+        table.add_row(r["event_date"], r["version"], r["previous_version"] or "-", c["kind"],
+                      _n(c["sessions_added"]), _n(c["sessions_removed"]), _n(c["sessions_changed"]), str(r["rows"]),
+                      str(r["snapshot_id"]), r["state"] if r["state"] == "sent" else f"[red]{r['state']}[/]")
+    console.print(table)
+    table = Table(title="6. example consumer DAG (example_session_metrics, on the per-date asset events): "
+                        "daily session metrics of the corrected dates, against the batch reference's")
+    for column in ("event_date", "version", "sessions", "users", "median s", "p95 s", "crossed midnight", ""):
+        table.add_column(column)
+    for r in data["consumer"]:
+        m = r["metrics"] or {}
+        table.add_row(r["event_date"], m.get("version") or "-", _n(m.get("sessions")), _n(m.get("users")),
+                      _f(m.get("median_duration_s")), _f(m.get("p95_duration_s")), _n(m.get("crossed_midnight")),
+                      "[green]equal[/]" if r["ok"] else f"[red]DIFFERENT[/] (reference {r['reference']})")
+    console.print(table)
+
+
+def _f(value) -> str:
+    return "-" if value is None else f"{value:.1f}"

@@ -119,3 +119,20 @@ def component_log(stack: Stack, name: str) -> str:
     record = stack.record(name)
     return record.log_path if record else os.path.join(stack.home, "logs")
 
+
+
+def consumer_caught_up(lake: str, out_root: str) -> tuple[bool, str]:
+    """Every date's example-consumer metrics were rebuilt from its current version, and no
+    corrected notice is owed."""
+    from tidemark import publish, session_metrics
+    from tidemark.notices import corrected
+
+    dates = publish.list_dedup_dates(lake)
+    done = 0
+    for event_date in dates:
+        row = session_metrics.read(out_root, event_date)
+        current = publish.current_version(lake, event_date)
+        done += bool(row and current and row["version"] == current["version"])
+    owed = len(corrected.outbox(lake).owed())
+    return done == len(dates) and owed == 0, \
+        f"{done}/{len(dates)} dates' metrics rebuilt from their current version, {owed} corrected notice(s) owed"

@@ -92,6 +92,10 @@ class StackSettings:
     def topic(self) -> str:
         return names.topic_path(self.project, names.get("AVAILABILITY_TOPIC"))
 
+    @property
+    def corrected_topic(self) -> str:
+        return names.topic_path(self.project, names.get("CORRECTED_TOPIC"))
+
 
 # ---- process records ----------------------------------------------------------------------------
 
@@ -262,12 +266,19 @@ class Stack:
         return f"127.0.0.1:{settings.ports['pubsub']}"
 
     def _ensure_topics(self, settings: StackSettings) -> None:
+        from tidemark import corrected_notice
         from tidemark.localstack import pubsub_emulator as ps
 
         try:
             ps.ensure_topic(settings.project, names.get("AVAILABILITY_TOPIC"), host=self.emulator_host(settings))
+            # The corrected topic and its example subscription (docs/notices.md), which keeps the
+            # notices for `gcloud pubsub subscriptions pull` (the emulator drops unsubscribed ones).
+            ps.ensure_topic(settings.project, names.get("CORRECTED_TOPIC"), host=self.emulator_host(settings))
+            ps.ensure_subscription(settings.project, names.get("CORRECTED_SUBSCRIPTION"), names.get("CORRECTED_TOPIC"),
+                                   filter=corrected_notice.EXAMPLE_FILTER.format(dataset=names.get("DATASET")),
+                                   host=self.emulator_host(settings))
         except Exception as exc:
-            raise StackError("pubsub emulator", f"cannot create the topic: {exc}",
+            raise StackError("pubsub emulator", f"cannot create the topics: {exc}",
                              os.path.join(self.home, "pubsub", "emulator.log")) from exc
 
     def _ensure_push(self, settings: StackSettings) -> None:
@@ -283,7 +294,10 @@ class Stack:
         settings = settings or self.settings()
         env = {"TIDEMARK_LAKE": settings.lake, "TIDEMARK_DAG_RETRIES": "2",
                "TIDEMARK_DAG_MAX_ACTIVE_RUNS": str(settings.max_active_runs),
-               "TIDEMARK_DEDUP_CONCURRENCY": str(settings.dedup_concurrency)}
+               "TIDEMARK_DEDUP_CONCURRENCY": str(settings.dedup_concurrency),
+               # the dedup DAG's notify_corrected task sends to the emulator
+               "PUBSUB_EMULATOR_HOST": self.emulator_host(settings),
+               "TIDEMARK_CORRECTED_TOPIC_PATH": settings.corrected_topic}
         if settings.spark_connect:
             from tidemark.localstack.spark_connect import connection_json
 
@@ -303,6 +317,8 @@ class Stack:
             for name, managed in server.managed.items():
                 self._write_record(managed, f"airflow-{name}")
             server.wait_for_dag(timeout=timeout)
+            # Parsed before the first asset event, or its schedule would miss it.
+            server.wait_for_dag("example_session_metrics", timeout=timeout)
         except Exception as exc:
             for name, managed in server.managed.items():
                 self._write_record(managed, f"airflow-{name}")

@@ -8,6 +8,11 @@ Marking sent writes the sent file first and then deletes the outbox file; a cras
 both, and owed() treats an outbox entry with a sent twin as sent (and finishes the deletion). File
 names are notice_ids (validated hex), so recording the same notice twice is a no-op: a replayed
 batch finds its notice already there and never makes a new one.
+
+One Outbox class serves both topics: `Outbox(lake)` is the availability notices' (codec
+tidemark.notice, folders _notices/outbox|sent), `Outbox(lake, corrected_notice, "corrected")` the
+corrected notices' (_notices/corrected/outbox|sent). A codec is a module with validate(body) and
+attributes(body); its bodies carry a notice_id.
 """
 from __future__ import annotations
 
@@ -33,12 +38,31 @@ def check_notice_id(value: object) -> str:
     return text
 
 
+_CHANNEL = re.compile(r"^[a-z][a-z0-9_]{2,30}$")
+
+
+def _describe(body: dict) -> dict:
+    """The fields a log line names the notice by (whichever of them the notice has)."""
+    return {k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body}
+
+
 class Outbox:
-    def __init__(self, lake: str):
+    def __init__(self, lake: str, codec=notice, channel: str | None = None):
         self.lake = lake
+        self.codec = codec
+        if channel is not None and not _CHANNEL.match(channel):
+            raise ValueError(f"invalid notice channel {channel!r}")
+        self.channel = channel
+
+    def folder(self, which: str) -> str:
+        if self.channel is None:
+            return layout.notices_dir(self.lake, which)
+        if which not in ("outbox", "sent"):
+            raise ValueError(f"unknown notices folder {which!r}")
+        return layout.join(self.lake, layout.NOTICES, self.channel, which)
 
     def path(self, which: str, notice_id: str) -> str:
-        return layout.join(layout.notices_dir(self.lake, which), f"{check_notice_id(notice_id)}.json")
+        return layout.join(self.folder(which), f"{check_notice_id(notice_id)}.json")
 
     def is_sent(self, notice_id: str) -> bool:
         return storage.exists(self.path("sent", notice_id))
@@ -49,16 +73,16 @@ class Outbox:
 
     def record(self, body: dict) -> bool:
         """Durably record a notice as owed; False (and nothing written) when it was known already."""
-        body = notice.validate(body)
+        body = self.codec.validate(body)
         notice_id = body["notice_id"]
         if self.is_known(notice_id):
-            log.info("notice already recorded", notice_id=notice_id, event_date=body["event_date"],
-                     receipt_ts=body["receipt_ts"])
+            log.info("notice already recorded", notice_id=notice_id, channel=self.channel, **_describe(body))
             return False
+        # Two processes recording one notice at once both write the same file name (the notice_id):
+        # still one entry, whichever write lands last.
         storage.write_json_atomic(self.path("outbox", notice_id), {
-            "notice": body, "attributes": notice.attributes(body), "recorded_at": utc_now_iso()})
-        log.info("notice recorded", notice_id=notice_id, event_date=body["event_date"],
-                 receipt_ts=body["receipt_ts"], kind=body.get("kind", "partition"), late=body["late"])
+            "notice": body, "attributes": self.codec.attributes(body), "recorded_at": utc_now_iso()})
+        log.info("notice recorded", notice_id=notice_id, channel=self.channel, **_describe(body))
         return True
 
     def read_owed(self, notice_id: str) -> dict | None:
@@ -72,7 +96,7 @@ class Outbox:
 
     def _entries(self, which: str) -> list[tuple[str, dict]]:
         out = []
-        for name in storage.list_dir(layout.notices_dir(self.lake, which)):
+        for name in storage.list_dir(self.folder(which)):
             notice_id = name[:-5] if name.endswith(".json") else ""
             if not _NOTICE_ID.match(notice_id):
                 continue  # temp files of an atomic write, strays

@@ -26,11 +26,15 @@ def check_topic(topic: str) -> str:
 
 
 class PubSubPublisher:
-    """One PublisherClient for one topic. publish_many() -> {notice_id: message_id or exception}."""
+    """One PublisherClient for one topic. publish_many() -> {notice_id: message_id or exception}.
+
+    `codec`: the notice module whose encode(body) and attributes(body) make the message
+    (tidemark.notice for the availability topic, tidemark.corrected_notice for the corrected one)."""
 
     def __init__(self, topic: str, publish_timeout: float = 10.0, max_messages: int = 100,
-                 max_latency: float = 0.05):
+                 max_latency: float = 0.05, codec=notice):
         self.topic = check_topic(topic)
+        self.codec = codec
         self.publish_timeout = publish_timeout
         self.max_messages = max_messages
         self.max_latency = max_latency
@@ -66,7 +70,7 @@ class PubSubPublisher:
                 timespec="milliseconds").replace("+00:00", "Z")
             try:
                 futures[body["notice_id"]] = (body["published_at"], self.client.publish(
-                    self.topic, notice.encode(body), **notice.attributes(body)))
+                    self.topic, self.codec.encode(body), **self.codec.attributes(body)))
             except Exception as exc:  # noqa: BLE001 - reported per notice, retried by the caller
                 futures[body["notice_id"]] = (None, exc)
         results = {}

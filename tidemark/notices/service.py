@@ -21,22 +21,11 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponen
 from tidemark import names, notice
 from tidemark.logs import get_logger
 from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
+from tidemark.notices.drain import PublishFailed, raise_failed, send
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.publisher import PubSubPublisher
 
 log = get_logger("notices")
-
-
-class PublishFailed(RuntimeError):
-    """Some owed notices were not acknowledged this round."""
-
-
-def _seconds_since(iso: str | None) -> float | None:
-    """How long a notice was owed (recorded -> acknowledged), for the logs."""
-    if not iso:
-        return None
-    recorded = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    return round((datetime.now(timezone.utc) - recorded).total_seconds(), 3)
 
 
 def _partition_dict(partition) -> dict:
@@ -181,28 +170,15 @@ class NoticeService:
             entries = list(self._owed.values())
         if not entries:
             return
-        results = self.publisher.publish_many(entries)
-        failed = []
-        for entry in entries:
-            notice_id = entry["notice"]["notice_id"]
-            result = results.get(notice_id)
-            if isinstance(result, tuple):
-                message_id, published_at = result
-                self.outbox.mark_sent(entry, str(message_id), published_at)
-                with self._lock:
-                    self._owed.pop(notice_id, None)
-                self.published += 1
-                log.info("notice published", notice_id=notice_id, event_date=entry["notice"]["event_date"],
-                         receipt_ts=entry["notice"]["receipt_ts"], message_id=str(message_id),
-                         kind=entry["notice"].get("kind", PARTITION), late=entry["notice"]["late"],
-                         owed_for_s=_seconds_since(entry.get("recorded_at")))
-            else:
-                failed.append((notice_id, result))
+        sent, failed = send(self.outbox, self.publisher, entries)
+        with self._lock:
+            for entry in sent:
+                self._owed.pop(entry["notice"]["notice_id"], None)
+        self.published += len(sent)
         if failed:
             self.failures += 1
             self.publisher.reset()
-            raise PublishFailed(f"{len(failed)} notice(s) not acknowledged, first: "
-                                f"{type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}")
+        raise_failed(failed)
 
     def _out_of_time(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline

@@ -1,0 +1,145 @@
+"""The corrected-partition notice: schema, what a version's notice says, one outbox entry per
+published version (commit hook, retried commit, the DAG's safety net). No servers, no Spark: versions
+are built with pyarrow (tests/icebergkit.py) and committed with tidemark.publish."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from datetime import date, datetime, timedelta, timezone
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.icebergkit import prepared_run, publish_run, receipt
+from tidemark import corrected_notice, publish, table as iceberg
+from tidemark.notices import corrected
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+D = "2026-03-10"
+START = datetime(2026, 3, 10, tzinfo=timezone.utc)
+
+
+def version_with(lake: str, receipts: list[str], sessions: dict[str, tuple[int, int]],
+                 affected: list[str] | None = None) -> dict:
+    """A committed version whose sessions are {session_id: (end minute, event_count)}."""
+    marker = prepared_run(lake, D, receipts, sessions=0, affected_dates=affected)
+    rows = [{"session_id": sid, "user_id": f"u{sid}", "session_start": START,
+             "session_end": START + timedelta(minutes=end), "event_count": count,
+             "event_ids": [f"{sid}-{i}" for i in range(count)], "events": [],
+             "first_receipt_ts": min(receipts), "last_receipt_ts": max(receipts),
+             "event_date": date.fromisoformat(D)} for sid, (end, count) in sorted(sessions.items())]
+    folder = publish.run_dir(lake, D, marker["run_id"])
+    pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
+    marker.update(files=["part-00000.parquet"], sessions=len(rows))
+    publish.write_marker(lake, marker)
+    outcome = publish.commit(lake, marker)
+    assert outcome.committed
+    return outcome.current
+
+
+def owed(lake: str) -> list[dict]:
+    return [e["notice"] for e in corrected.outbox(lake).owed()]
+
+
+def test_each_published_version_records_one_notice_saying_how_the_date_changed(tmp_path):
+    lake = str(tmp_path / "lake")
+    v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2), "b" * 32: (9, 1)})
+    v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (5, 2), "b" * 32: (30, 3), "c" * 32: (3, 1)},
+                      affected=["2026-03-11"])
+    v3 = version_with(lake, [receipt(1), receipt(2), receipt(3)], {"b" * 32: (30, 3), "c" * 32: (3, 1)})
+    v4 = version_with(lake, [receipt(1), receipt(2), receipt(3), receipt(4)], {"b" * 32: (30, 3), "c" * 32: (3, 1)})
+    first, second, third, fourth = owed(lake)
+    assert [n["version"] for n in (first, second, third, fourth)] == [v["version"] for v in (v1, v2, v3, v4)]
+    assert first["previous_version"] is None and first["change"] == {
+        "kind": "first", "sessions_added": 2, "sessions_removed": 0, "sessions_changed": 0, "sessions_unchanged": 0}
+    assert second["previous_version"] == v1["version"] and second["change"] == {
+        "kind": "changed", "sessions_added": 1, "sessions_removed": 0, "sessions_changed": 1, "sessions_unchanged": 1}
+    assert second["affected_dates"] == ["2026-03-11"] and second["rows"] == 3
+    assert third["change"] == {"kind": "changed", "sessions_added": 0, "sessions_removed": 1,
+                               "sessions_changed": 0, "sessions_unchanged": 2}
+    assert fourth["change"]["kind"] == "unchanged"  # a new version with the same sessions
+    # Where to read it: the snapshot that published the version holds exactly its sessions.
+    tbl = iceberg.load(lake)
+    for body, n in ((first, 2), (second, 3), (fourth, 2)):
+        assert body["table"]["identifier"] == "tidemark.sessions_dedup"
+        assert tbl.scan(snapshot_id=body["table"]["snapshot_id"]).to_arrow().num_rows == n
+        assert os.path.isdir(body["path"].removeprefix("file://"))
+    attrs = corrected.outbox(lake).owed()[1]["attributes"]
+    assert attrs == {"dataset": "sessions", "event_date": D, "change": "changed", "version": v2["version"],
+                     "schema_version": "1", "notice_id": second["notice_id"]}
+
+
+def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
+    lake = str(tmp_path / "lake")
+    marker = prepared_run(lake, D, [receipt(1)])
+    assert publish.commit(lake, marker).committed
+    # The commit retried after a lost answer (its version is current), the DAG's safety net, a rerun.
+    assert publish.commit(lake, copy.deepcopy(marker)).committed
+    assert corrected.record_current(lake, D) is None
+    assert not publish.commit(lake, prepared_run(lake, D, [receipt(1)])).committed  # nothing new: no version
+    assert len(owed(lake)) == 1
+    # After it was sent, too.
+    box = corrected.outbox(lake)
+    box.mark_sent(box.owed()[0], "m1", "2026-03-10T02:00:00.000Z")
+    assert corrected.record_current(lake, D) is None and box.owed() == [] and len(box.sent()) == 1
+
+
+def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(tmp_path, monkeypatch):
+    lake = str(tmp_path / "lake")
+
+    def crash(*_):
+        raise OSError("disk full")  # the hook cannot write: the commit must still succeed
+
+    monkeypatch.setattr(corrected.Outbox, "record", crash)
+    outcome = publish_run(lake, D, [receipt(1)], sessions=2)
+    assert outcome.committed and publish.current_version(lake, D)["version"] == outcome.current["version"]
+    monkeypatch.undo()
+    assert owed(lake) == []
+    body = corrected.record_current(lake, D)
+    assert body["version"] == outcome.current["version"] and body["rows"] == 2
+    assert [n["notice_id"] for n in owed(lake)] == [body["notice_id"]]
+
+
+def test_without_a_topic_notify_records_and_leaves_the_notice_owed(tmp_path, monkeypatch):
+    lake = str(tmp_path / "lake")
+    monkeypatch.delenv("TIDEMARK_CORRECTED_TOPIC_PATH", raising=False)
+    publish_run(lake, D, [receipt(1)])
+    assert corrected.notify(lake, D) == {"recorded": False, "owed": 1, "topic": None}
+
+
+def test_schema_refuses_what_a_consumer_could_not_trust():
+    body = corrected_notice.build("sessions", D, "20260310T020000000Z", "20260310T010000000Z",
+                                  corrected_notice.change_of("20260310T010000000Z", {
+                                      "sessions_added": 1, "sessions_removed": 0, "sessions_changed": 0,
+                                      "sessions_unchanged": 4}),
+                                  5, {"identifier": "tidemark.sessions_dedup", "location": "file:///l",
+                                      "snapshot_id": 7}, "file:///l/run", [], "2026-03-10T02:00:01.000Z")
+    assert corrected_notice.decode(corrected_notice.encode(body)) == body
+    bad = {
+        "event_date": ("event_date", "2026-02-31"),
+        "version": ("version", "2026-03-10T02:00:00Z"),
+        "committed_at": ("committed_at", "yesterday"),  # the date-time format is checked
+        "previous_version": ("previous_version", "20260310T030000000Z"),  # not older
+        "notice_id": ("notice_id", "0" * 32),
+        "change.kind": ("change", {**body["change"], "kind": "first"}),
+        "extra": ("surprise", 1),
+    }
+    for name, (field, value) in bad.items():
+        with pytest.raises(corrected_notice.InvalidNotice):
+            corrected_notice.validate({**body, field: value})
+    with pytest.raises(corrected_notice.InvalidNotice):
+        corrected_notice.decode(b"{not json")
+    assert corrected_notice.change_of("20260310T010000000Z", None)["kind"] == "unknown"
+
+
+def test_docs_example_follows_the_schema():
+    text = open(os.path.join(ROOT, "docs", "notices.md")).read()
+    section = text[text.index("## The corrected-partition notice"):]
+    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    assert corrected_notice.validate(example)
+    documented = set(re.findall(r"^\| `([\w.]+)`", section, re.M))
+    assert set(corrected_notice.schema()["properties"]) <= documented
+    assert set(corrected_notice.ATTRIBUTES) <= documented

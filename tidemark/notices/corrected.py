@@ -1,0 +1,160 @@
+"""Corrected notices: recorded in the lake's outbox when a version is published, sent to the
+corrected topic with retries, drained after an outage.
+
+    record_after_commit(lake, version)    tidemark.publish.commit's hook: right after the commit, in
+                                          the process that committed (spark-submit driver, Spark
+                                          Connect client, skip-Spark path, CLI: all commit there)
+    record_current(lake, event_date)      the safety net the DAG runs after the dedup: a crash
+                                          between the commit and the hook loses nothing
+    publish_owed(lake, topic, timeout)    send every owed corrected notice (any date), retrying
+
+    <lake>/_notices/corrected/outbox/<notice_id>.json   owed
+    <lake>/_notices/corrected/sent/<notice_id>.json     acknowledged by Pub/Sub (message_id, published_at)
+
+The notice_id is a hash of (dataset, event_date, version): recording a version again (a retried
+commit, the safety net, a rerun that finds the version already current) finds it known and writes
+nothing, so each published version has exactly one entry and one notice.
+"""
+from __future__ import annotations
+
+import os
+
+from tidemark import corrected_notice, layout, names, publish, table as iceberg
+from tidemark.logs import get_logger
+from tidemark.notices.drain import drain
+from tidemark.notices.outbox import Outbox
+
+log = get_logger("notices")
+
+CHANNEL = "corrected"
+_DIFF_COLUMNS = ("session_id", "session_end", "event_count", "event_ids")
+
+
+def outbox(lake: str) -> Outbox:
+    return Outbox(lake, corrected_notice, CHANNEL)
+
+
+def configured_topic() -> str | None:
+    """Where the DAG sends corrected notices: $TIDEMARK_CORRECTED_TOPIC_PATH
+    (projects/P/topics/<names CORRECTED_TOPIC>), or None: then notices are recorded and stay owed."""
+    return os.environ.get("TIDEMARK_CORRECTED_TOPIC_PATH") or None
+
+
+def default_topic(project: str | None = None) -> str:
+    return names.topic_path(project or names.get("PROJECT"), names.get("CORRECTED_TOPIC"))
+
+
+def _sessions_at(tbl, event_date: str, snapshot_id: int) -> dict:
+    from pyiceberg.expressions import EqualTo
+
+    rows = tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), selected_fields=_DIFF_COLUMNS,
+                    snapshot_id=snapshot_id).to_arrow().to_pylist()
+    return {r["session_id"]: (r["session_end"], r["event_count"], tuple(r["event_ids"] or ())) for r in rows}
+
+
+def session_changes(old: dict, new: dict) -> dict:
+    """Counts of sessions added, removed, changed, unchanged between two {session_id: content}."""
+    common = old.keys() & new.keys()
+    changed = sum(1 for k in common if old[k] != new[k])
+    return {"sessions_added": len(new.keys() - old.keys()), "sessions_removed": len(old.keys() - new.keys()),
+            "sessions_changed": changed, "sessions_unchanged": len(common) - changed}
+
+
+def _snapshot_of(tbl, event_date: str, key: str, value: str) -> int | None:
+    found = [s.snapshot_id for s, props in publish.snapshot_versions(tbl, event_date) if props.get(key) == value]
+    return found[-1] if found else None
+
+
+def build_for(lake: str, tbl, version: dict) -> dict:
+    """The corrected notice of a published version (a dict like publish.current_version's)."""
+    event_date = layout.check_event_date(version["event_date"])
+    snapshot_id = _snapshot_of(tbl, event_date, "tidemark.run-id", version["run_id"])
+    if snapshot_id is None:  # its snapshot was expired by gc; still current, so the current one holds it
+        snapshot_id = tbl.current_snapshot().snapshot_id
+    previous = version.get("previous_version")
+    counts = None
+    new = _sessions_at(tbl, event_date, snapshot_id)
+    if previous is None:
+        counts = {**session_changes({}, new)}
+    else:
+        previous_snapshot = _snapshot_of(tbl, event_date, "tidemark.version", previous)
+        if previous_snapshot is not None:
+            counts = session_changes(_sessions_at(tbl, event_date, previous_snapshot), new)
+    return corrected_notice.build(
+        names.get("DATASET"), event_date, version["version"], previous,
+        corrected_notice.change_of(previous, counts), rows=len(new),
+        table={"identifier": iceberg.identifier(), "location": iceberg.table_location(lake),
+               "snapshot_id": int(snapshot_id)},
+        path=iceberg._uri(publish.run_dir(lake, event_date, version["run_id"])),
+        affected_dates=[d for d in version.get("affected_dates", []) if d != event_date],
+        committed_at=version["committed_at"])
+
+
+def record(lake: str, version: dict, tbl=None) -> dict | None:
+    """Record the notice of a published version unless known; returns the body recorded, or None."""
+    box = outbox(lake)
+    notice_id = corrected_notice.notice_id(names.get("DATASET"), version["event_date"], version["version"])
+    if box.is_known(notice_id):
+        log.info("corrected notice already recorded", event_date=version["event_date"],
+                 version=version["version"], notice_id=notice_id)
+        return None
+    body = build_for(lake, tbl if tbl is not None else iceberg.load(lake), version)
+    return body if box.record(body) else None
+
+
+def record_current(lake: str, event_date: str) -> dict | None:
+    """Record the notice of the date's current version (if any, and unless known)."""
+    event_date = layout.check_event_date(event_date)
+    tbl = iceberg.load(lake)
+    current = None if tbl is None else publish.current_of(lake, tbl, event_date)
+    if current is None:
+        return None
+    return record(lake, current, tbl)
+
+
+def record_after_commit(lake: str, version: dict) -> None:
+    """publish.commit's hook. Never fails the commit: a notice that cannot be recorded now is
+    recorded by the DAG's safety net (record_current) or the next run of the date."""
+    try:
+        record(lake, version)
+    except Exception:  # noqa: BLE001 - the version is committed; the notice is recorded later
+        log.exception("corrected notice not recorded after the commit (the DAG's notify task records it)",
+                      event_date=version.get("event_date"), version=version.get("version"))
+
+
+def publish_owed(lake: str, topic_path: str, timeout: float = 120.0, publisher=None,
+                 backoff_max: float = 15.0) -> int:
+    """Send every owed corrected notice; retry while Pub/Sub is unreachable, for at most `timeout`
+    seconds. Returns how many are still owed."""
+    from tidemark.notices.publisher import PubSubPublisher
+
+    own = publisher is None
+    publisher = publisher or PubSubPublisher(topic_path, codec=corrected_notice)
+    try:
+        return drain(outbox(lake), publisher, timeout=timeout, backoff_max=backoff_max)
+    finally:
+        if own:
+            publisher.close()
+
+
+class NoticesOwed(RuntimeError):
+    """Corrected notices could not be sent in time (Pub/Sub unreachable); they stay owed."""
+
+
+def notify(lake: str, event_date: str, timeout: float = 120.0) -> dict:
+    """What the dedup DAG's notify_corrected task does after the dedup: record the date's current
+    version's notice (the safety net), then, with a topic configured, send everything owed.
+    Raises NoticesOwed when some stay owed after `timeout` (Airflow retries the task; any later
+    run drains them too)."""
+    recorded = record_current(lake, event_date)
+    topic_path = configured_topic()
+    if topic_path is None:
+        owed = len(outbox(lake).owed())
+        log.warning("no corrected topic configured (TIDEMARK_CORRECTED_TOPIC_PATH): notices stay owed",
+                    event_date=event_date, owed=owed)
+        return {"recorded": recorded is not None, "owed": owed, "topic": None}
+    left = publish_owed(lake, topic_path, timeout=timeout)
+    if left:
+        raise NoticesOwed(f"{left} corrected notice(s) still owed after {timeout:.0f}s: Pub/Sub unreachable "
+                          f"({topic_path}); they stay in {outbox(lake).folder('outbox')}")
+    return {"recorded": recorded is not None, "owed": 0, "topic": topic_path}

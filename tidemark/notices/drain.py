@@ -1,0 +1,95 @@
+"""Send what an outbox owes: one round (send), or until it is empty or time is up (drain).
+
+Shared by both topics: the stream's NoticeService calls send() from its background thread (its
+own retry loop keeps going while the stream runs); the corrected notices are drained with drain()
+by whoever published a version (the dedup DAG's task, `tidemark demo`, a test). An entry is marked
+sent only after Pub/Sub acknowledged it; what is not acknowledged stays owed in the lake.
+"""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+
+from tidemark.logs import get_logger
+from tidemark.notices.outbox import Outbox
+
+log = get_logger("notices")
+
+
+class PublishFailed(RuntimeError):
+    """Some owed notices were not acknowledged this round."""
+
+
+def _seconds_since(iso: str | None) -> float | None:
+    """How long a notice was owed (recorded -> acknowledged), for the logs."""
+    if not iso:
+        return None
+    recorded = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return round((datetime.now(timezone.utc) - recorded).total_seconds(), 3)
+
+
+def send(outbox: Outbox, publisher, entries: list[dict]) -> tuple[list[dict], list[tuple[str, object]]]:
+    """Publish outbox entries once; mark the acknowledged ones sent.
+    Returns (entries sent, [(notice_id, error)] of those not acknowledged)."""
+    if not entries:
+        return [], []
+    results = publisher.publish_many(entries)
+    sent, failed = [], []
+    for entry in entries:
+        body = entry["notice"]
+        result = results.get(body["notice_id"])
+        if isinstance(result, tuple):
+            message_id, published_at = result
+            outbox.mark_sent(entry, str(message_id), published_at)
+            sent.append(entry)
+            log.info("notice published", notice_id=body["notice_id"], channel=outbox.channel,
+                     topic=getattr(publisher, "topic", None), message_id=str(message_id),
+                     owed_for_s=_seconds_since(entry.get("recorded_at")),
+                     **{k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body})
+        else:
+            failed.append((body["notice_id"], result))
+    return sent, failed
+
+
+def raise_failed(failed: list[tuple[str, object]]) -> None:
+    if failed:
+        raise PublishFailed(f"{len(failed)} notice(s) not acknowledged, first: "
+                            f"{type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}")
+
+
+def drain(outbox: Outbox, publisher, timeout: float = 120.0, backoff_initial: float = 0.5,
+          backoff_max: float = 15.0) -> int:
+    """Publish every owed entry of the outbox, retrying (jittered exponential backoff, tenacity)
+    while Pub/Sub is unreachable, for at most `timeout` seconds. Returns how many stay owed (0 when
+    all went out); what stays is sent by the next drain."""
+    began = time.monotonic()
+    published = 0
+
+    def one_round() -> None:
+        nonlocal published
+        sent, failed = send(outbox, publisher, outbox.owed())
+        published += len(sent)
+        if failed:
+            publisher.reset()  # a fresh channel reconnects at once when Pub/Sub is back
+        raise_failed(failed)
+
+    def log_retry(state) -> None:
+        log.warning("Pub/Sub unreachable, notices stay owed", channel=outbox.channel, lake=outbox.lake,
+                    attempt=state.attempt_number,
+                    retry_in_s=round(state.next_action.sleep, 2) if state.next_action else None,
+                    error=str(state.outcome.exception())[:300])
+
+    try:
+        for attempt in Retrying(retry=retry_if_exception_type(PublishFailed),
+                                wait=wait_exponential_jitter(initial=backoff_initial, max=backoff_max),
+                                stop=stop_after_delay(timeout), before_sleep=log_retry, reraise=False):
+            with attempt:
+                one_round()
+    except RetryError:
+        pass
+    left = len(outbox.owed())
+    log.info("notices drained", channel=outbox.channel, topic=getattr(publisher, "topic", None),
+             published=published, still_owed=left, seconds=round(time.monotonic() - began, 2))
+    return left

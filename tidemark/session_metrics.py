@@ -1,0 +1,109 @@
+"""Daily session metrics of one event date: the small product the example consumer DAG
+(dags/example_session_metrics.py) rebuilds whenever the date gets a corrected version.
+
+    row = session_metrics.rebuild(lake, "2026-03-07", out_root)   # read (pyarrow, no JVM), compute, write
+    session_metrics.read(out_root, "2026-03-07")                   # what is there now
+
+One row per date: sessions, users, median and p95 session duration (seconds, linear
+interpolation between the closest ranks), sessions that crossed midnight (end on a later UTC date
+than their start), and the version it was computed from. It is written to
+<out_root>/event_date=D/metrics.parquet in one atomic replace: a function of the date's current
+version only, so a rerun or a cleared task writes the same bytes' worth of values again.
+"""
+from __future__ import annotations
+
+import io
+import os
+import uuid
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tidemark import layout, reader, storage
+from tidemark.logs import get_logger
+
+log = get_logger("session_metrics")
+
+FILE = "metrics.parquet"
+SCHEMA = pa.schema([
+    ("event_date", pa.string()),
+    ("version", pa.string()),
+    ("sessions", pa.int64()),
+    ("users", pa.int64()),
+    ("median_duration_s", pa.float64()),
+    ("p95_duration_s", pa.float64()),
+    ("crossed_midnight", pa.int64()),
+])
+INPUT_COLUMNS = ["user_id", "session_start", "session_end"]
+
+
+def compute(event_date: str, version: str | None, sessions: pa.Table) -> dict:
+    """The metrics row of a table with user_id, session_start, session_end (timestamps, UTC)."""
+    starts = sessions.column("session_start").cast(pa.timestamp("us", tz="UTC"))
+    ends = sessions.column("session_end").cast(pa.timestamp("us", tz="UTC"))
+    micros = pc.subtract(ends.cast(pa.int64()), starts.cast(pa.int64()))
+    seconds = pc.divide(micros.cast(pa.float64()), 1_000_000.0)
+    median = p95 = None
+    if len(seconds):
+        median, p95 = (v.as_py() for v in pc.quantile(seconds, q=[0.5, 0.95], interpolation="linear"))
+    crossed = pc.sum(pc.cast(pc.greater(pc.floor_temporal(ends, unit="day"),
+                                        pc.floor_temporal(starts, unit="day")), pa.int64())).as_py() or 0
+    return {"event_date": event_date, "version": version, "sessions": sessions.num_rows,
+            "users": pc.count_distinct(sessions.column("user_id")).as_py() if sessions.num_rows else 0,
+            "median_duration_s": median, "p95_duration_s": p95, "crossed_midnight": int(crossed)}
+
+
+def from_sessions(event_date: str, version: str | None, rows) -> dict:
+    """The same metrics from (user_id, session_start, session_end) tuples (a batch recomputation)."""
+    rows = list(rows)
+    table = pa.table({"user_id": pa.array([r[0] for r in rows], pa.string()),
+                      "session_start": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+                      "session_end": pa.array([r[2] for r in rows], pa.timestamp("us", tz="UTC"))})
+    return compute(event_date, version, table)
+
+
+def default_root(lake: str) -> str:
+    """Where the example DAG writes when no root is configured (a team points it at its own bucket)."""
+    return layout.join(lake, "_products", "daily_session_metrics")
+
+
+def partition_path(out_root: str, event_date: str) -> str:
+    return layout.join(out_root, f"event_date={layout.check_event_date(event_date)}", FILE)
+
+
+def rebuild(lake: str, event_date: str, out_root: str) -> dict:
+    """Read the date's current corrected version, compute its metrics, replace its partition."""
+    event_date = layout.check_event_date(event_date)
+    sessions = reader.read_sessions(lake, event_date, columns=INPUT_COLUMNS)
+    version = sessions.schema.metadata[b"tidemark.version"].decode()
+    row = compute(event_date, version, sessions)
+    _write(partition_path(out_root, event_date), pa.Table.from_pylist([row], schema=SCHEMA))
+    log.info("daily session metrics rebuilt", event_date=event_date, version=version, sessions=row["sessions"],
+             out=partition_path(out_root, event_date))
+    return row
+
+
+def read(out_root: str, event_date: str) -> dict | None:
+    path = partition_path(out_root, event_date)
+    if not storage.exists(path):
+        return None
+    fs, native = storage.resolve(path)
+    with fs.open_input_file(native) as handle:
+        return pq.read_table(handle).to_pylist()[0]
+
+
+def _write(path: str, table: pa.Table) -> None:
+    """Replace the file whole: a reader sees the old metrics or the new, never a part."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    fs, native = storage.resolve(path)
+    parent, name = native.rsplit("/", 1)
+    fs.create_dir(parent, recursive=True)
+    if storage.is_local(path):
+        tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+        with fs.open_output_stream(tmp) as out:
+            out.write(buffer.getvalue())
+        os.replace(tmp, native)
+    else:  # one object PUT is atomic on GCS/S3
+        with fs.open_output_stream(native) as out:
+            out.write(buffer.getvalue())
