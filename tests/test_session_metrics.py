@@ -1,0 +1,44 @@
+"""Daily session metrics (the example consumer's product): computed from a date's current version
+with pyarrow, written idempotently to its own partition, equal to the same metrics of the batch
+reference's sessions."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tests.test_notices_corrected import D, version_with
+from tests.icebergkit import receipt
+from tidemark import publish, reader, session_metrics
+
+T = datetime(2026, 3, 10, 23, 40, tzinfo=timezone.utc)
+
+
+def test_metrics_of_known_sessions():
+    rows = [("a", T, T + timedelta(minutes=30)),             # crosses midnight
+            ("a", T - timedelta(hours=5), T - timedelta(hours=5)),
+            ("b", T - timedelta(hours=1), T - timedelta(minutes=50)),
+            ("c", T - timedelta(hours=2), T - timedelta(hours=2, seconds=-20))]
+    got = session_metrics.from_sessions(D, "v", rows)
+    # durations 0, 20, 600, 1800 s: median between 20 and 600, p95 = 600 + 0.85 * 1200
+    assert got == {"event_date": D, "version": "v", "sessions": 4, "users": 3, "median_duration_s": 310.0,
+                   "p95_duration_s": pytest.approx(1620.0), "crossed_midnight": 1}
+    assert session_metrics.from_sessions(D, None, [])["median_duration_s"] is None
+
+
+def test_rebuild_reads_the_current_version_and_is_idempotent(tmp_path):
+    lake, out = str(tmp_path / "lake"), str(tmp_path / "out")
+    version_with(lake, [receipt(1)], {"a" * 32: (5, 2), "b" * 32: (9, 1)})
+    first = session_metrics.rebuild(lake, D, out)
+    path = session_metrics.partition_path(out, D)
+    assert session_metrics.read(out, D) == first and first["sessions"] == 2
+    again = session_metrics.rebuild(lake, D, out)  # a rerun or a cleared task
+    assert again == first and session_metrics.read(out, D) == first
+    v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (5, 2), "b" * 32: (30, 3), "c" * 32: (60, 1)})
+    second = session_metrics.rebuild(lake, D, out)
+    assert second["version"] == v2["version"] == publish.current_version(lake, D)["version"]
+    sessions = reader.read_sessions(lake, D, columns=["user_id", "session_start", "session_end"])
+    assert second == session_metrics.compute(D, v2["version"], sessions) and second["sessions"] == 3
+    assert path.endswith(f"event_date={D}/metrics.parquet")
+    with pytest.raises(ValueError):
+        session_metrics.rebuild(lake, "2026-02-30", out)
