@@ -13,13 +13,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.icebergkit import prepared_run, publish_run, receipt
+from tests.icebergkit import prepared_run, receipt
 from tidemark import corrected_notice, publish, table as iceberg
 from tidemark.notices import corrected
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D = "2026-03-10"
 START = datetime(2026, 3, 10, tzinfo=timezone.utc)
+
+
+def commit(lake: str, marker: dict) -> publish.Outcome:
+    """What tidemark.dedup does: the commit, then the corrected notice's record."""
+    outcome = publish.commit(lake, marker)
+    if outcome.committed:
+        corrected.record_after_commit(lake, outcome.current)
+    return outcome
+
+
+def publish_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
+    return commit(lake, prepared_run(lake, event_date, receipts, sessions))
 
 
 def version_with(lake: str, receipts: list[str], sessions: dict[str, tuple[int, int]],
@@ -35,7 +47,7 @@ def version_with(lake: str, receipts: list[str], sessions: dict[str, tuple[int, 
     pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
     marker.update(files=["part-00000.parquet"], sessions=len(rows))
     publish.write_marker(lake, marker)
-    outcome = publish.commit(lake, marker)
+    outcome = commit(lake, marker)
     assert outcome.committed
     return outcome.current
 
@@ -75,11 +87,11 @@ def test_each_published_version_records_one_notice_saying_how_the_date_changed(t
 def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
     lake = str(tmp_path / "lake")
     marker = prepared_run(lake, D, [receipt(1)])
-    assert publish.commit(lake, marker).committed
+    assert commit(lake, marker).committed
     # The commit retried after a lost answer (its version is current), the DAG's safety net, a rerun.
-    assert publish.commit(lake, copy.deepcopy(marker)).committed
+    assert commit(lake, copy.deepcopy(marker)).committed
     assert corrected.record_current(lake, D) is None
-    assert not publish.commit(lake, prepared_run(lake, D, [receipt(1)])).committed  # nothing new: no version
+    assert not commit(lake, prepared_run(lake, D, [receipt(1)])).committed  # nothing new: no version
     assert len(owed(lake)) == 1
     # After it was sent, too.
     box = corrected.outbox(lake)
@@ -106,7 +118,8 @@ def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(t
 def test_without_a_topic_notify_records_and_leaves_the_notice_owed(tmp_path, monkeypatch):
     lake = str(tmp_path / "lake")
     monkeypatch.delenv("TIDEMARK_CORRECTED_TOPIC_PATH", raising=False)
-    publish_run(lake, D, [receipt(1)])
+    publish.commit(lake, prepared_run(lake, D, [receipt(1)]))  # a commit whose process died before the record
+    assert corrected.notify(lake, D) == {"recorded": True, "owed": 1, "topic": None}
     assert corrected.notify(lake, D) == {"recorded": False, "owed": 1, "topic": None}
 
 

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 from tidemark import layout, obligations, planning, publish, rules_record, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
+from tidemark.notices import corrected
 from tidemark.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.sessions import SessionRules
 
@@ -150,6 +151,9 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     outcome = publish.commit(lake, marker)
     if not outcome.committed:
         return _noop(event_date, outcome.current, started)
+    # The corrected notice, recorded (not sent) in the process that committed, however the dedup
+    # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
+    corrected.record_after_commit(lake, outcome.current)
     version = outcome.current["version"]
     result = DedupResult(event_date, version, True, marker["sessions"], len(current.partitions), current.rows,
                          marker["affected_dates"], seconds=round(time.monotonic() - started, 3))

@@ -236,11 +236,6 @@ def commit(lake: str, marker: dict) -> Outcome:
         log.info("version committed", event_date=event_date, version=outcome.current["version"],
                  run_id=run_id, previous=outcome.current.get("previous_version"),
                  files=len(data_files), sessions=marker.get("sessions"), attempts=attempts)
-        # The corrected notice, recorded (not sent) in the process that committed, whatever ran the
-        # dedup; the DAG sends it (tidemark/notices/corrected.py).
-        from tidemark.notices import corrected
-
-        corrected.record_after_commit(lake, outcome.current)
     else:
         log.info("version not committed: the current one covers it", event_date=event_date,
                  current=outcome.current["version"], run_id=run_id, attempts=attempts)

@@ -1,9 +1,9 @@
 """Corrected notices: recorded in the lake's outbox when a version is published, sent to the
 corrected topic with retries, drained after an outage.
 
-    record_after_commit(lake, version)    tidemark.publish.commit's hook: right after the commit, in
-                                          the process that committed (spark-submit driver, Spark
-                                          Connect client, skip-Spark path, CLI: all commit there)
+    record_after_commit(lake, version)    right after a dedup run's commit (tidemark.dedup), in the
+                                          process that committed (spark-submit driver, Spark Connect
+                                          client, `tidemark dedup`, a rules migration)
     record_current(lake, event_date)      the safety net the DAG runs after the dedup: a crash
                                           between the commit and the hook loses nothing
     publish_owed(lake, topic, timeout)    send every owed corrected notice (any date), retrying
@@ -113,7 +113,7 @@ def record_current(lake: str, event_date: str) -> dict | None:
 
 
 def record_after_commit(lake: str, version: dict) -> None:
-    """publish.commit's hook. Never fails the commit: a notice that cannot be recorded now is
+    """Called by the dedup right after its commit. Never fails the run: a notice that cannot be recorded now is
     recorded by the DAG's safety net (record_current) or the next run of the date."""
     try:
         record(lake, version)
