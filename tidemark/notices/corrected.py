@@ -27,7 +27,9 @@ from tidemark.notices.outbox import Outbox
 log = get_logger("notices")
 
 CHANNEL = "corrected"
-_DIFF_COLUMNS = ("session_id", "session_end", "event_count", "event_ids")
+# A session's id is a hash of (user, start); events are only ever added, so with the same start a
+# changed session has another end or another count (the event lists are not read: cheaper).
+_DIFF_COLUMNS = ("session_id", "session_end", "event_count")
 
 
 def outbox(lake: str) -> Outbox:
@@ -49,7 +51,7 @@ def _sessions_at(tbl, event_date: str, snapshot_id: int) -> dict:
 
     rows = tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), selected_fields=_DIFF_COLUMNS,
                     snapshot_id=snapshot_id).to_arrow().to_pylist()
-    return {r["session_id"]: (r["session_end"], r["event_count"], tuple(r["event_ids"] or ())) for r in rows}
+    return {r["session_id"]: (r["session_end"], r["event_count"]) for r in rows}
 
 
 def session_changes(old: dict, new: dict) -> dict:
