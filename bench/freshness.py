@@ -315,7 +315,8 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
             "pause between landings s": pause, "stream trigger": settings.trigger_interval,
             "notice coalesce": settings.notice_coalesce or "off",
             "dedup Spark": "Spark Connect server (warm)" if settings.spark_connect else "spark-submit per run",
-            "airflow parallelism / max_active_runs": f"{settings.airflow_parallelism} / {settings.max_active_runs}",
+            "airflow parallelism / max_active_runs / dedup tasks at once":
+                f"{settings.airflow_parallelism} / {settings.max_active_runs} / {settings.dedup_concurrency}",
             "workload": "tidemark.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
             "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")}}, env)
         print(f"wrote {path}")
