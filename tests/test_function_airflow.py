@@ -7,6 +7,7 @@ triggered runs queued instead of starting Spark.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import time
 import pytest
 
 from cloud_function.airflow_client import AirflowRejected
-from tidemark import names, notice as notices, runs
+from tidemark import names, notice as notices, polling, runs
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.function import FunctionServer
@@ -30,14 +31,7 @@ DEAD_LETTER = names.get("DEAD_LETTER_TOPIC")
 DEAD_LETTER_PULL = "dead-letter-audit"
 
 
-def wait_for(check, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached after {timeout:.0f}s")
+wait_for = functools.partial(polling.wait_for, interval=0.5)
 
 
 def notice_for(receipt_ts: str, event_date: str = "2026-03-07") -> dict:

@@ -11,15 +11,15 @@ import json
 import os
 import shutil
 import subprocess
+import functools
 import sys
-import time
 from datetime import datetime, timezone
 
 import pytest
 
 from tidemark import receipts
 from tests.test_dedup_lake import SimulatedStream, expected, published
-from tidemark import layout, names, reconcile, runs
+from tidemark import layout, names, polling, reconcile, runs
 from tidemark.localstack.airflow import AirflowServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -37,14 +37,7 @@ EVENTS = [("u1", "a1", at(9, 0), "play"), ("u1", "a2", at(9, 20), "play"), ("u1"
           ("u2", "b1", at(12, 0), "play"), ("u2", "b1", at(12, 0), "play"), ("u2", "b2", at(12, 25), "play")]
 
 
-def wait_for(check, timeout: float, what: str, interval: float = 2.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached after {timeout:.0f}s")
+wait_for = functools.partial(polling.wait_for, interval=2.0)  # Airflow runs take seconds: poll gently
 
 
 def finished(client, dag_id: str, run_id: str, timeout: float = 900) -> str:

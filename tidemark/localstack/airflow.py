@@ -33,6 +33,7 @@ import requests
 
 from tidemark import names
 from tidemark.localstack import process
+from tidemark.polling import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAGS_FOLDER = os.path.join(REPO, "dags")
@@ -215,18 +216,13 @@ class AirflowServer:
             found.update(client.get_dag(dag_id) or {})
             return bool(found)
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if parsed():
-                    return found
-            except RuntimeError:
-                raise
-            except Exception:  # noqa: BLE001 - api-server busy
-                pass
-            time.sleep(1)
-        raise TimeoutError(f"DAG {dag_id} not parsed after {timeout:.0f}s; see "
-                           f"{self.managed.get('dag-processor', process.Managed('', 0, '')).log_path}")
+        from cloud_function.airflow_client import AirflowError
+
+        # RuntimeError (an import error) ends the wait; an api-server still busy is "not yet".
+        wait_for(parsed, timeout, f"DAG {dag_id} (parsed)", interval=1,
+                 not_yet=(requests.RequestException, AirflowError, ValueError),
+                 detail=lambda: "; see " + self.managed.get("dag-processor", process.Managed("", 0, "")).log_path)
+        return found
 
     def __enter__(self):
         return self.start()

@@ -19,6 +19,8 @@ from typing import Callable
 
 import psutil
 
+from tidemark.polling import wait_for
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
@@ -113,20 +115,27 @@ def start(name: str, argv: list[str], log_path: str, env: dict | None = None, cw
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, managed: Managed | None = None,
                interval: float = 0.25) -> None:
-    """Poll `check` until true; fail fast (with the log's tail) if the process died."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:  # noqa: BLE001 - not ready yet
-            pass
+    """Poll `check` until true (any exception from it: not ready yet); fail fast (with the log's
+    tail) if the process died."""
+    def died() -> None:
         if managed is not None and not managed.alive():
             raise RuntimeError(f"{managed.name} exited while starting; see {managed.log_path}:\n"
                                f"{tail(managed.log_path)}")
-        time.sleep(interval)
-    where = f"; see {managed.log_path}:\n{tail(managed.log_path)}" if managed else ""
-    raise TimeoutError(f"{what} not ready after {timeout:.0f}s{where}")
+
+    wait_for(check, timeout, what, interval, not_yet=(Exception,), abort=died,
+             detail=(lambda: f"; see {managed.log_path}:\n{tail(managed.log_path)}") if managed else None)
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for a process to exit (reaping it when it is our child); True
+    when it is gone."""
+    try:
+        psutil.Process(pid).wait(timeout=timeout)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        return not pid_alive(pid)
+    return True
 
 
 def stop(managed: Managed, grace: float = 10.0) -> None:

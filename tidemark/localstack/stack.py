@@ -41,6 +41,7 @@ import requests
 
 from tidemark import names, rules_record, storage
 from tidemark.localstack import process
+from tidemark.polling import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream")
@@ -528,13 +529,7 @@ def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:
         os.kill(record.pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and process.pid_alive(record.pid):
-        try:
-            os.waitpid(record.pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.2)
+    process.wait_gone(record.pid, grace)
     process.stop_group(record.pid, grace=10)
 
 
@@ -545,13 +540,16 @@ def port_states(settings: StackSettings) -> dict[str, bool]:
 
 def wait_healthy(stack: Stack, timeout: float = 60) -> list[dict]:
     """Status until every component is running (or raise naming those that are not)."""
-    deadline = time.monotonic() + timeout
-    rows = stack.status()
-    while time.monotonic() < deadline:
-        rows = stack.status()
-        if rows and all(r["state"] == "running" for r in rows):
-            return rows
-        time.sleep(1)
+    rows: list[dict] = []
+
+    def all_running() -> bool:
+        rows[:] = stack.status()
+        return bool(rows) and all(r["state"] == "running" for r in rows)
+
+    try:
+        return wait_for(all_running, timeout, "the stack", interval=1) and rows
+    except TimeoutError:
+        pass
     bad = [r for r in rows if r["state"] != "running"]
     first = bad[0] if bad else {"component": "stack", "log": None, "state": "unknown"}
     raise StackError(first["component"], f"{first['state']} after {timeout:.0f}s", first.get("log"))
