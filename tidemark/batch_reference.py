@@ -1,4 +1,5 @@
-"""An independent batch sessionization of landed files, to check the lake against (`tidemark demo`).
+"""An independent batch sessionization of landed files, to check the lake against (`tidemark demo`
+and the test suite: the one batch reference).
 
 Deliberately shares nothing with the stream's sessionization or the Spark SQL: plain Python over the
 raw landed lines. It reads them with the one implementation of the input contract the stream uses
@@ -14,14 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tidemark import contract
-from tidemark.times import parse_iso
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def _micros(moment: datetime) -> int:
-    delta = moment - _EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+from tidemark.times import from_micros, parse_iso, to_micros
 
 
 @dataclass(frozen=True)
@@ -30,6 +24,7 @@ class Session:
     session_start: datetime
     session_end: datetime
     event_count: int
+    event_ids: frozenset = frozenset()  # which events (the tests compare them; the lake keeps them too)
 
     @property
     def event_date(self) -> str:
@@ -47,7 +42,7 @@ def _iso(moment: datetime) -> str:
 def parse_ts(text: object) -> datetime | None:
     """RFC 3339 with an offset -> aware UTC datetime (fraction truncated to microseconds), else None."""
     try:
-        return _EPOCH + timedelta(microseconds=contract.parse_event_ts(text))
+        return from_micros(contract.parse_event_ts(text))
     except contract.Refused:
         return None
 
@@ -59,7 +54,7 @@ def valid_events(lines, received_us: int | None = None):
     earlier than any micro-batch of the stream that read these lines, so an event refused here as
     from the future was refused by the stream too.
     """
-    now = received_us if received_us is not None else _micros(datetime.now(timezone.utc))
+    now = received_us if received_us is not None else to_micros(datetime.now(timezone.utc))
     for event in contract.read_lines(lines, now):
         yield event.user_id, event.event_id, event.event_ts
 
@@ -80,28 +75,41 @@ def landed_lines(landing: str):
 
 def sessionize(events, gap: timedelta) -> list[Session]:
     """events: (user_id, event_id, event_ts). An event is the whole triple: copies repeat it."""
-    by_user: dict[str, list[datetime]] = {}
-    for user_id, _, moment in set(events):
-        by_user.setdefault(user_id, []).append(moment)
+    by_user: dict[str, list[tuple[datetime, str]]] = {}
+    for user_id, event_id, moment in set(events):
+        by_user.setdefault(user_id, []).append((moment, event_id))
     sessions = []
-    for user_id, moments in by_user.items():
-        moments.sort()
-        start = previous = moments[0]
-        count = 1
-        for moment in moments[1:]:
-            if moment - previous >= gap:
-                sessions.append(Session(user_id, start, previous, count))
-                start, count = moment, 0
-            previous = moment
-            count += 1
-        sessions.append(Session(user_id, start, previous, count))
+    for user_id, items in by_user.items():
+        items.sort()
+        current = [items[0]]
+        for item in items[1:]:
+            if item[0] - current[-1][0] >= gap:
+                sessions.append(_close(user_id, current))
+                current = []
+            current.append(item)
+        sessions.append(_close(user_id, current))
     return sorted(sessions, key=lambda s: (s.user_id, s.session_start))
+
+
+def _close(user_id: str, items: list[tuple[datetime, str]]) -> Session:
+    return Session(user_id, items[0][0], items[-1][0], len(items), frozenset(e for _, e in items))
+
+
+def sessions_of_landing(landing: str, gap: timedelta) -> list[Session]:
+    """Every session of everything landed so far."""
+    return sessionize(valid_events(landed_lines(landing)), gap)
+
+
+def kept_copies_of_landing(landing: str) -> dict:
+    """{(user_id, event_id, event_ts_us): the kept copy (tidemark.contract.Event)} of everything landed."""
+    now = to_micros(datetime.now(timezone.utc))
+    return contract.kept_copies(contract.read_lines(landed_lines(landing), now))
 
 
 def sessions_by_date(landing: str, gap: timedelta) -> dict[str, set[tuple]]:
     """{event_date: {session key}} of everything landed so far."""
     out: dict[str, set[tuple]] = {}
-    for session in sessionize(valid_events(landed_lines(landing)), gap):
+    for session in sessions_of_landing(landing, gap):
         out.setdefault(session.event_date, set()).add(session.key())
     return out
 
