@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark.sql import DataFrame
@@ -18,24 +17,12 @@ import dedup_sql
 from streaming_job import parse
 from streaming_job.state import StateStore
 from tidemark import layout, receipts, storage
+from tidemark.receipts import BatchReport
 from tidemark.contract import InputRules
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
 
 log = get_logger("stream")
-
-
-@dataclass
-class BatchReport:
-    batch_id: int
-    receipt_ts: str
-    input_lines: int
-    valid_events: int
-    quarantined: int
-    watermark_us: int
-    open_sessions: int
-    partitions: list[receipts.ReceiptPartition] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 STOP_MARK = "tidemark-stop-requested"

@@ -14,6 +14,7 @@ from tidemark.notices.cadence import CadencePolicy, PendingGroups
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.report import notices_status, unadvertised
 from tidemark.notices.service import NoticeService
+from tidemark.receipts import BatchReport, ReceiptPartition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,10 +35,10 @@ def write_marker(lake: str, part: dict) -> None:
         json.dump(part, out)
 
 
-class Report:  # the shape of streaming_job.batch.BatchReport that listeners read
-    def __init__(self, batch_id: int, partitions: list[dict]):
-        self.batch_id = batch_id
-        self.partitions = partitions
+def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 - reads like the class
+    """The stream's real batch report, its partitions as their markers say."""
+    return BatchReport(batch_id, partitions[0]["receipt_ts"] if partitions else "", 0, 0, 0, 0, 0,
+                       [ReceiptPartition(**p) for p in partitions])
 
 
 # ---- schema -------------------------------------------------------------------------------------

@@ -35,6 +35,21 @@ class ReceiptPartition:
         return asdict(self)
 
 
+@dataclass
+class BatchReport:
+    """What one micro-batch of the stream did; its listeners (the notice service) get one after the
+    batch's partitions are complete."""
+    batch_id: int
+    receipt_ts: str
+    input_lines: int
+    valid_events: int
+    quarantined: int
+    watermark_us: int
+    open_sessions: int
+    partitions: list[ReceiptPartition] = field(default_factory=list)
+    seconds: float = 0.0
+
+
 def is_late(event_date: str, watermark_us: int) -> bool:
     """A partition is late when the watermark had already passed the end of its event date."""
     day_end = datetime.combine(date.fromisoformat(event_date) + timedelta(days=1),
