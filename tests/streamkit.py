@@ -7,8 +7,7 @@ import time
 
 import pyarrow.dataset as ds
 
-from tidemark import receipts
-from tidemark import layout
+from tidemark import layout, receipts
 
 
 def event(user: str, event_id: str, ts: str, event_type: str = "play", **extra) -> str:
@@ -17,19 +16,7 @@ def event(user: str, event_id: str, ts: str, event_type: str = "play", **extra) 
 
 def land(landing: str, files: list[list[str]], start_index: int = 0) -> list[str]:
     """Write each list of lines as one file, in order (strictly increasing modification times)."""
-    os.makedirs(landing, exist_ok=True)
-    base = time.time() - 1000 + start_index
-    paths = []
-    for offset, lines in enumerate(files):
-        index = start_index + offset
-        path = os.path.join(landing, f"file-{index:05d}.jsonl")
-        tmp = os.path.join(landing, f".file-{index:05d}.tmp")
-        with open(tmp, "w") as out:
-            out.write("\n".join(lines) + "\n")
-        os.utime(tmp, (base + offset * 0.01, base + offset * 0.01))
-        os.replace(tmp, path)
-        paths.append(path)
-    return paths
+    return land_raw(landing, [[line.encode() for line in lines] for lines in files], start_index)
 
 
 def panes(lake: str) -> list[dict]:
@@ -58,7 +45,8 @@ def partition_snapshot(lake: str) -> dict[tuple[str, str], tuple]:
 
 
 def land_raw(landing: str, files: list[list[bytes]], start_index: int = 0) -> list[str]:
-    """Like land, for lines given as bytes (any bytes: invalid UTF-8, NUL, CR)."""
+    """Like land, for lines given as bytes (any bytes: invalid UTF-8, NUL, CR); written under a
+    hidden name, then renamed, so the stream never reads a half-written file."""
     os.makedirs(landing, exist_ok=True)
     base = time.time() - 1000 + start_index
     paths = []

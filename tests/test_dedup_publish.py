@@ -19,7 +19,7 @@ import pytest
 
 from tidemark import receipts
 from tests import icebergkit
-from tests.test_dedup_lake import RULES, SimulatedStream, arrivals, expected, make_events, published
+from tests.lakekit import RULES, SimulatedStream, arrivals, expected, make_events, published
 from tidemark import cli, layout, publish, reader, storage, table as iceberg
 from tidemark.dedup import run_dedup
 

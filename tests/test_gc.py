@@ -98,7 +98,7 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
     version stopped being current just now, and a reader may still be on it. gc --retention 2h
     must keep it."""
     import tidemark.dedup
-    from tests.test_dedup_lake import RULES, expected
+    from tests.lakekit import RULES, expected
     from tests.test_dedup_publish import busiest_date, lake_with
 
     lake, stream, events, cut = lake_with(tmp_path, upto=2)

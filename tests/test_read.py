@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_dedup_lake import RULES, SimulatedStream, arrivals, expected, make_events
+from tests.lakekit import RULES, SimulatedStream, arrivals, expected, make_events
 from tidemark import cli, layout, reader
 from tidemark.dedup import run_dedup
 

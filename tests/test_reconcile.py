@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.test_dedup_lake import RULES, SimulatedStream, expected, published
+from tests.lakekit import RULES, SimulatedStream, expected, published
 from tidemark import cli, layout, obligations, publish, reconcile, rules_record, runs
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tidemark import receipts
-from tests.test_dedup_lake import SimulatedStream, expected, published
+from tests.lakekit import SimulatedStream, expected, published
 from tidemark import layout, names, polling, reconcile, runs
 from tidemark.localstack.airflow import AirflowServer
 

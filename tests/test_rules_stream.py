@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 
 from streaming_job.job import StreamConfig, run_stream
-from tests import reference
+from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
 from tidemark import cli, publish, reader, rules_record
 from tidemark.dedup import run_dedup
@@ -41,18 +41,8 @@ FIRST_WAVE = [
 ]
 
 
-def published(lake: str, event_date: str) -> set[tuple]:
-    try:
-        table = reader.read_sessions(lake, event_date)
-    except reader.NoVersion:
-        return set()
-    return {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]))
-            for r in table.to_pylist()}
-
-
-def expected(landing: str, event_date: str, gap: timedelta) -> set[tuple]:
-    return {(s.user_id, s.session_start, s.session_end, s.event_ids)
-            for s in reference.sessions_of_landing(landing, gap) if s.event_date == event_date}
+published = lake_session_set
+expected = reference_session_set
 
 
 @pytest.fixture(scope="module")

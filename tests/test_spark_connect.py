@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.test_dedup_lake import SimulatedStream, expected, make_events, published
+from tests.lakekit import SimulatedStream, expected, make_events, published
 from tidemark import names
 from tidemark.localstack.spark_connect import SparkConnectServer
 

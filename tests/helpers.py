@@ -1,0 +1,33 @@
+"""Helpers shared by several test modules (a test module imports helpers from here or a *kit module,
+never from another test module).
+
+Session sets: what the lake's current version of a date holds vs what the batch reference says it
+must hold, as comparable sets of (user_id, session_start, session_end, event_ids[, event_count]).
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tests import reference
+from tidemark import reader
+
+
+def lake_session_set(lake: str, event_date: str, with_count: bool = False) -> set[tuple]:
+    """The sessions of the date's current deduplicated version (empty when it has none yet)."""
+    try:
+        table = reader.read_sessions(lake, event_date)
+    except reader.NoVersion:
+        return set()
+    return {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]))
+            + ((r["event_count"],) if with_count else ()) for r in table.to_pylist()}
+
+
+def session_set(sessions, event_date: str, with_count: bool = False) -> set[tuple]:
+    """Reference sessions (tidemark.batch_reference.Session) of one date, as lake_session_set gives them."""
+    return {(s.user_id, s.session_start, s.session_end, s.event_ids) + ((s.event_count,) if with_count else ())
+            for s in sessions if s.event_date == event_date}
+
+
+def reference_session_set(landing: str, event_date: str, gap: timedelta, with_count: bool = False) -> set[tuple]:
+    """What the date must hold: the batch reference over everything landed."""
+    return session_set(reference.sessions_of_landing(landing, gap), event_date, with_count)
