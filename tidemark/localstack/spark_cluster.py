@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import urllib.request
 
 from tidemark.localstack import process
+from tidemark.polling import wait_for
 
 
 def spark_home() -> str:
@@ -101,12 +101,8 @@ class SparkStandalone:
                     os.path.join(env["SPARK_LOG_DIR"], f"worker-{index}.out"), env=env,
                     cwd=self.work_dir))
             # Ready when every worker has registered with the master and is ALIVE.
-            deadline = time.monotonic() + self.start_timeout
-            while not self._all_workers_registered():
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{self.workers} Spark workers not registered after "
-                                       f"{self.start_timeout:.0f}s\n{self.log_tails()}")
-                time.sleep(0.25)
+            wait_for(self._all_workers_registered, self.start_timeout,
+                     f"{self.workers} Spark workers (registered)", detail=lambda: "\n" + self.log_tails())
         except BaseException:
             self.stop()
             raise
