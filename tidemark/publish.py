@@ -28,12 +28,13 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, timedelta
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from tidemark import layout, rules_record, storage, table as iceberg
 from tidemark.logs import get_logger
+from tidemark.times import from_micros, iso_z, now_iso_z
 
 log = get_logger("publish")
 
@@ -169,8 +170,7 @@ def list_versions(lake: str, event_date: str) -> list[dict]:
 
 
 def _iso_ms(millis: int) -> str:
-    moment = datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_z(from_micros(millis * 1000))  # exact: no float on the way
 
 
 def _next_ms(receipt_ts: str) -> str:
@@ -225,8 +225,7 @@ def commit(lake: str, marker: dict) -> Outcome:
             version = _next_ms(current["version"])
         record = {"version": version, "run_id": run_id,
                   "previous_version": current and current["version"],
-                  "committed_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-                  .replace("+00:00", "Z")}
+                  "committed_at": now_iso_z()}
         _commit_once(fresh, event_date, marker, record, data_files)
         return Outcome(True, {**marker, **record})
 

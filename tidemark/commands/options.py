@@ -86,7 +86,8 @@ def _topic(text: str) -> str:
     return check_topic(text)
 
 
-def _number(kind: type, low: float | None = None, high: float | None = None) -> Callable[[str], object]:
+def in_range(kind: type, low: float | None = None, high: float | None = None) -> Callable[[str], object]:
+    """A check for a number of `kind` within [low, high] (for checked())."""
     def check(text: str):
         try:
             value = kind(text)
@@ -104,9 +105,9 @@ EVENT_DATE = checked(_event_date, "event_date")
 DURATION_TEXT = checked(_duration, "duration", keep_text=True)
 POSITIVE_DURATION_TEXT = checked(_positive_duration, "duration", keep_text=True)
 TOPIC = checked(_topic, "topic")
-POSITIVE_INT = checked(_number(int, low=1), "positive_int")
-POSITIVE_FLOAT = checked(_number(float, low=1e-9), "positive_float")
-FRACTION = checked(_number(float, low=0, high=1), "fraction")
+POSITIVE_INT = checked(in_range(int, low=1), "positive_int")
+POSITIVE_FLOAT = checked(in_range(float, low=1e-9), "positive_float")
+FRACTION = checked(in_range(float, low=0, high=1), "fraction")
 
 
 def add_home_option(p: argparse.ArgumentParser) -> None:

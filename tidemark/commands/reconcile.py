@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 import os
 
-from tidemark.commands.options import (DURATION_TEXT, UsageError, add_airflow_options, checked,
+from tidemark.commands.options import (DURATION_TEXT, UsageError, add_airflow_options, checked, in_range,
                                        read_airflow_password)
-from tidemark.commands.options import _number as number
 
 
 def register(subparsers) -> None:
@@ -28,7 +27,7 @@ def register(subparsers) -> None:
     p.add_argument("--trigger", action="store_true", help="start a dedup run for each due stale date")
     p.add_argument("--grace", default="10m", type=DURATION_TEXT,
                    help="how old the oldest reason must be before a run is started")
-    p.add_argument("--max-attempts", type=checked(number(int, 1, 999), "attempts"), default=3,
+    p.add_argument("--max-attempts", type=checked(in_range(int, 1, 999), "attempts"), default=3,
                    help="runs started per stale state before giving up (1-999)")
     p.add_argument("--dag-id", default=None, help="the dedup DAG (default tidemark_dedup)")
     p.add_argument("--json", action="store_true", help="one JSON object per stale date")

@@ -16,10 +16,10 @@ them from the lake.
 from __future__ import annotations
 
 from tidemark.commands.options import (DURATION_TEXT, POSITIVE_FLOAT, add_home_option, add_session_options,
-                                       UsageError, checked, user_input)
-from tidemark.commands.options import _number as number
+                                       UsageError, checked, in_range, user_input)
 
-PORT = checked(number(int, 1, 65535), "port")
+PORT = checked(in_range(int, 1, 65535), "port")
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("up", help="start the local stack (emulator, Airflow, function, stream)",
