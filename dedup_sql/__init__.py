@@ -1,7 +1,10 @@
 """Spark SQL of tidemark, kept as .sql files and run with bound parameters.
 
 Values from users never reach SQL text: callers pass them as named parameters (`:gap_us`), which
-Spark binds as literals (spark.sql(sqlText, args=...)). View names are fixed by the code.
+Spark binds as literals (spark.sql(sqlText, args=...)). Input DataFrames are passed by name and
+referenced as `{name}` in the files (spark.sql(sqlText, **dataframes)): Spark gives each a name of
+its own for the one query, so concurrent runs on one session (threads of a driver, Spark Connect
+clients) never share a view. A literal brace in a file must be doubled (`{{`).
 """
 from __future__ import annotations
 
@@ -20,6 +23,11 @@ def load(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8")
 
 
-def run(spark, name: str, **params):
-    """Run one SQL file with named parameters bound by Spark; returns the DataFrame."""
-    return spark.sql(load(name).strip().rstrip(";"), args=params)
+def run(spark, name: str, inputs: dict | None = None, **params):
+    """Run one SQL file: `inputs` the DataFrames its `{name}`s stand for, `params` its `:name`s
+    (bound by Spark). Returns the DataFrame."""
+    inputs = inputs or {}
+    for key in inputs:
+        if not _NAME.match(key):
+            raise ValueError(f"invalid input name {key!r}")
+    return spark.sql(load(name).strip().rstrip(";"), args=params, **inputs)

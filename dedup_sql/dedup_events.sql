@@ -7,17 +7,22 @@
 -- event has its event_ts, so every copy lies in the receipts this run reads. Events before :lo_us
 -- cannot belong to a session of the date being deduplicated (see tidemark/dedup.py) and are left out.
 --
--- Input: temp view tm_dedup_panes, one row per pane: user_id, events, receipt_ts, known
+-- Input: {panes}, one row per pane: user_id, events, receipt_ts, known
 --   (known: the pane's receipt partition was already included in the previous published version).
 -- Output: user_id, event_id, event_ts, event_type, payload,
---   first_receipt_ts (the first receipt that carried the event),
+--   first_receipt_ts (the first receipt that carried the event), last_receipt_ts (the same: the
+--   latest first receipt of a session's events is dedup_sessions.sql's MAX of it; the incremental
+--   path, dedup_events_incremental.sql, gives carried events their island's bounds instead),
 --   known (some copy of the event was already seen by the previous version).
 -- Parameter: :lo_us, microseconds since the epoch.
 WITH exploded AS (
   SELECT p.user_id, e.event_id, e.event_ts, e.event_type, e.payload, p.receipt_ts, p.known
-  FROM tm_dedup_panes AS p
+  FROM {panes} AS p
   LATERAL VIEW explode(p.events) x AS e
   WHERE unix_micros(e.event_ts) >= :lo_us
+  -- One shuffle for the whole dedup: by user, which the grouping below, sessionize.sql's windows
+  -- and dedup_sessions.sql's grouping all accept; grouped in the windows' order, one sort serves all.
+  DISTRIBUTE BY user_id
 ),
 distinct_events AS (
   SELECT
@@ -29,7 +34,7 @@ distinct_events AS (
     MIN(receipt_ts) AS first_receipt_ts,
     bool_or(known) AS known
   FROM exploded
-  GROUP BY user_id, event_id, event_ts
+  GROUP BY user_id, event_ts, event_id
 )
 SELECT
   user_id,
@@ -38,5 +43,6 @@ SELECT
   first_copy.event_type AS event_type,
   first_copy.payload AS payload,
   first_receipt_ts,
+  first_receipt_ts AS last_receipt_ts,
   known
 FROM distinct_events

@@ -1,6 +1,7 @@
 -- Deduplication, step 2: one row per session (island) of the re-sessionized distinct events.
 --
--- Input: temp view tm_sessionized = sessionize.sql over dedup_events.sql's output.
+-- Input: {sessionized} = sessionize.sql over dedup_events.sql's (or dedup_events_incremental.sql's)
+--   output.
 -- Output: user_id, session_start, session_end, event_count, event_ids (sorted), events (sorted by
 --   time), first_receipt_ts / last_receipt_ts (when the session's first / last event first arrived),
 --   has_new (the session holds an event the previous published version had not seen),
@@ -14,8 +15,8 @@ SELECT
   array_sort(collect_list(named_struct(
     'event_ts', event_ts, 'event_id', event_id, 'event_type', event_type, 'payload', payload))) AS events,
   MIN(first_receipt_ts) AS first_receipt_ts,
-  MAX(first_receipt_ts) AS last_receipt_ts,
+  MAX(last_receipt_ts) AS last_receipt_ts,
   NOT bool_and(known) AS has_new,
   date_format(MIN(event_ts), 'yyyy-MM-dd') AS event_date
-FROM tm_sessionized
+FROM {sessionized}
 GROUP BY user_id, session_seq

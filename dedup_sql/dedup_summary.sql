@@ -9,12 +9,16 @@
 --                   end is reported. An over-approximation: rerunning a date without new receipts is
 --                   a no-op, so the reruns terminate.
 --
--- Input: temp view tm_dedup_islands (dedup_sessions.sql). Parameter: :event_date ('YYYY-MM-DD').
+--   context_rows    how many islands do not start on :event_date (kept beside the version for the
+--                   next run's incremental path, tidemark/incremental.py)
+--
+-- Input: {islands} (dedup_sessions.sql's columns). Parameter: :event_date ('YYYY-MM-DD').
 SELECT
   -- islands start at lo = D0 - gap at the earliest, so event_date <= D and an end on or after D0
   -- is "touches D"; an island ending before D0 cannot reach past D+1 anyway.
   MAX(CASE WHEN event_date <= :event_date THEN unix_micros(session_end) END) AS reach_us,
   count_if(event_date = :event_date) AS sessions,
+  count_if(event_date <> :event_date) AS context_rows,
   array_sort(array_distinct(flatten(collect_list(
     CASE WHEN has_new
               AND to_date(session_start) <= to_date(:event_date)
@@ -22,4 +26,4 @@ SELECT
          THEN transform(sequence(to_date(session_start), to_date(session_end), INTERVAL 1 DAY),
                         d -> date_format(d, 'yyyy-MM-dd'))
     END)))) AS affected_dates
-FROM tm_dedup_islands
+FROM {islands}

@@ -5,7 +5,7 @@
 -- session_window and Beam's Sessions windows: each event opens a window [t, t + gap) and
 -- overlapping windows merge.
 --
--- Input: temp view tm_session_input with at least user_id, event_id, event_ts (distinct events).
+-- Input: {events}, at least user_id, event_id, event_ts (distinct events).
 -- Output: each input row plus session_seq, the ordinal of its session within its user.
 -- Parameter: :gap_us, the gap in microseconds.
 WITH ordered AS (
@@ -14,7 +14,7 @@ WITH ordered AS (
     unix_micros(i.event_ts)
       - LAG(unix_micros(i.event_ts)) OVER (PARTITION BY i.user_id ORDER BY i.event_ts, i.event_id)
       AS since_previous_us
-  FROM tm_session_input AS i
+  FROM {events} AS i
 )
 SELECT
   o.*,

@@ -8,9 +8,8 @@
 -- the one state holds only if it is smaller, and then counts as new (the session's pane is
 -- emitted again with it).
 --
--- Input: temp views tm_state_events (user_id, event_id, event_ts, event_type, payload and the
---   state_* columns of its session) and tm_batch_events (user_id, event_id, event_ts, event_type,
---   payload).
+-- Input: {state_events} (user_id, event_id, event_ts, event_type, payload and the state_* columns
+--   of its session) and {batch_events} (user_id, event_id, event_ts, event_type, payload).
 -- Output: user_id, event_id, event_ts, event_type, payload, state_session_id,
 --   state_session_start, state_closed, state_pane_count (null for events state did not hold),
 --   is_new (the kept copy is not the one state held).
@@ -19,13 +18,18 @@ WITH copies AS (
          named_struct('event_type', event_type, 'payload', payload) AS copy,
          named_struct('event_type', event_type, 'payload', payload) AS state_copy,
          state_session_id, state_session_start, state_closed, state_pane_count
-  FROM tm_state_events
+  FROM {state_events}
   UNION ALL
   SELECT user_id, event_id, event_ts,
          named_struct('event_type', event_type, 'payload', payload) AS copy,
          CAST(NULL AS STRUCT<event_type: STRING, payload: STRING>) AS state_copy,
          CAST(NULL AS STRING), CAST(NULL AS TIMESTAMP), CAST(NULL AS BOOLEAN), CAST(NULL AS INT)
-  FROM tm_batch_events
+  FROM {batch_events}
+),
+by_user AS (
+  -- One shuffle for the batch: by user, which the grouping below, sessionize.sql's windows and
+  -- stream_panes.sql's grouping all accept; grouped in the windows' order, one sort serves all.
+  SELECT * FROM copies DISTRIBUTE BY user_id
 ),
 kept AS (
   SELECT user_id, event_id, event_ts,
@@ -36,8 +40,8 @@ kept AS (
          MIN(state_session_start) AS state_session_start,
          MIN(state_closed) AS state_closed,
          MIN(state_pane_count) AS state_pane_count
-  FROM copies
-  GROUP BY user_id, event_id, event_ts
+  FROM by_user
+  GROUP BY user_id, event_ts, event_id
 )
 SELECT user_id, event_id, event_ts, copy.event_type AS event_type, copy.payload AS payload,
        state_session_id, state_session_start, state_closed, state_pane_count,

@@ -1,7 +1,7 @@
 -- One micro-batch of the stream: merge the batch's new events into the open sessions kept in
 -- state, and decide which panes to emit and which sessions to keep (Beam's triggers, in SQL).
 --
--- Input: tm_sessionized = sessionize.sql over the union of
+-- Input: {sessionized} = sessionize.sql over the union of
 --   state events  (state_session_id, state_session_start, state_closed, state_pane_count set)
 --   new events    (is_new = true, state columns null)
 -- Parameters (microseconds since the epoch / durations in microseconds):
@@ -26,7 +26,7 @@ WITH sessions AS (
     MIN(CASE WHEN state_session_id IS NOT NULL
              THEN named_struct('start', state_session_start, 'id', state_session_id) END).id
       AS kept_session_id
-  FROM tm_sessionized
+  FROM {sessionized}
   GROUP BY user_id, session_seq
 ),
 classified AS (

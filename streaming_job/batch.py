@@ -92,11 +92,11 @@ class BatchProcessor:
             result = self._sessionize(spark, parse.valid_events(parsed), state, w_prev_us,
                                       watermark_us).persist()
             try:
+                stats, open_sessions = self._stats(result)
                 panes = self._panes(result, receipt_ts, batch_id, watermark_us)
-                partitions = self._write_panes(panes, receipt_ts, batch_id, watermark_us)
+                partitions = self._write_panes(panes, stats, receipt_ts, batch_id, watermark_us)
                 kept = result.where("retain").withColumn(
                     "pane_count", F.col("pane_count") + F.col("emit").cast("int"))
-                open_sessions = kept.count()
                 store.write(batch_id, kept, open_sessions, watermark_us, receipt_ts)
             finally:
                 result.unpersist()
@@ -139,12 +139,11 @@ class BatchProcessor:
                  F.lit(False).alias("is_new"))
         # One row per distinct event (user_id, event_id, event_ts), the kept copy chosen by the copy
         # rule whatever the arrival order (dedup_sql/stream_input.sql).
-        state_events.drop("is_new").createOrReplaceTempView("tm_state_events")
-        events.select("user_id", "event_id", "event_ts", "event_type", "payload") \
-            .createOrReplaceTempView("tm_batch_events")
-        dedup_sql.run(spark, "stream_input").createOrReplaceTempView("tm_session_input")
-        dedup_sql.run(spark, "sessionize", gap_us=self.rules.gap_us).createOrReplaceTempView("tm_sessionized")
-        return dedup_sql.run(spark, "stream_panes", gap_us=self.rules.gap_us,
+        merged = dedup_sql.run(spark, "stream_input", {
+            "state_events": state_events.drop("is_new"),
+            "batch_events": events.select("user_id", "event_id", "event_ts", "event_type", "payload")})
+        sessionized = dedup_sql.run(spark, "sessionize", {"events": merged}, gap_us=self.rules.gap_us)
+        return dedup_sql.run(spark, "stream_panes", {"sessionized": sessionized}, gap_us=self.rules.gap_us,
                              lateness_us=self.rules.allowed_lateness_us, w_prev_us=w_prev_us, w_new_us=w_new_us)
 
     @staticmethod
@@ -160,15 +159,26 @@ class BatchProcessor:
             F.lit(receipt_ts).alias("receipt_ts"),
         )
 
-    def _write_panes(self, panes: DataFrame, receipt_ts: str, batch_id: int,
-                     watermark_us: int) -> list[receipts.ReceiptPartition]:
-        stats = panes.groupBy("event_date").agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.sum("event_count").alias("events"),
-            F.min(F.unix_micros("session_start")).alias("min_us"),
-            F.max(F.unix_micros("session_end")).alias("max_us"),
-            F.array_sort(F.collect_set("pane_kind")).alias("kinds"),
+    @staticmethod
+    def _stats(result: DataFrame) -> tuple[list, int]:
+        """One pass over the batch's (cached) sessions: per event date of the emitted panes, what
+        the receipt markers record; and how many sessions stay in state. (One Spark action where
+        there were two: the fixed cost of a micro-batch is mostly its number of actions.)"""
+        emit = F.col("emit")
+        rows = result.groupBy(
+            F.when(emit, F.date_format("session_start", "yyyy-MM-dd")).alias("event_date")
+        ).agg(
+            F.count_if(emit).alias("rows"),
+            F.sum(F.when(emit, F.col("event_count"))).alias("events"),
+            F.min(F.when(emit, F.unix_micros("session_start"))).alias("min_us"),
+            F.max(F.when(emit, F.unix_micros("session_end"))).alias("max_us"),
+            F.array_sort(F.collect_set(F.when(emit, F.col("pane_kind")))).alias("kinds"),
+            F.count_if("retain").alias("retained"),
         ).collect()
+        return [r for r in rows if r["event_date"] is not None], sum(int(r["retained"]) for r in rows)
+
+    def _write_panes(self, panes: DataFrame, stats: list, receipt_ts: str, batch_id: int,
+                     watermark_us: int) -> list[receipts.ReceiptPartition]:
         partitions = [
             receipts.ReceiptPartition(
                 event_date=row["event_date"], receipt_ts=receipt_ts, batch_id=batch_id,

@@ -15,6 +15,14 @@ Dates the run may have made stale (affected dates) are recorded as rerun obligat
 planning are discharged once the run has published or found nothing new. An event is
 (user_id, event_id, event_ts) and its kept copy the smallest (event_type, payload) of the copies
 received (docs/input-contract.md; dedup_sql/dedup_events.sql applies it here).
+
+Two ways to compute, one result: the full path re-sessionizes every planned receipt; the
+incremental path (tidemark/incremental.py) starts from the previous version's islands and
+re-sessionizes only the users the new receipts touch. The incremental path is taken whenever its
+precondition holds; `full=True` (`tidemark dedup --full`) forces the full path.
+
+Spark Connect: this module and what it calls use only the DataFrame / SQL API (no sparkContext,
+RDD or py4j), so `spark` may be a Spark Connect session.
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from tidemark import layout, obligations, planning, publish, rules_record, storage
+from tidemark import incremental, layout, obligations, planning, publish, rules_record, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.notices import corrected
@@ -52,6 +60,9 @@ class DedupResult:
     affected_dates: list[str] = field(default_factory=list)
     noop: bool = False
     seconds: float = 0.0
+    # "incremental" or "full" (tidemark/incremental.py); full_reason: why not incremental
+    mode: str = "full"
+    full_reason: str = ""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -76,16 +87,17 @@ _MAX_REPLANS = 3
 
 
 def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spark=None,
-              run_id: str | None = None) -> DedupResult:
+              run_id: str | None = None, full: bool = False) -> DedupResult:
     """Deduplicate and publish one event date. Idempotent, restartable, safe to run concurrently.
 
-    `spark` is only started (when not given) if there is something new to compute. A run whose
+    `spark` is only started (when not given) if there is something new to compute. `full` forces
+    the full path (every planned receipt re-sessionized) instead of the incremental one. A run whose
     plan turns out stale at commit time (a concurrent run published receipts it did not read)
     plans again from the lake as it is now.
     """
     for attempt in range(1, _MAX_REPLANS + 1):
         try:
-            return _run_dedup_once(lake, event_date, rules, spark, run_id if attempt == 1 else None)
+            return _run_dedup_once(lake, event_date, rules, spark, run_id if attempt == 1 else None, full)
         except publish.Superseded as exc:
             if attempt == _MAX_REPLANS:
                 raise
@@ -94,7 +106,7 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
 
 
 def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spark,
-                    run_id: str | None) -> DedupResult:
+                    run_id: str | None, full: bool = False) -> DedupResult:
     started = time.monotonic()
     event_date = layout.check_event_date(event_date)
     # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
@@ -102,13 +114,13 @@ def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spar
     run_id = run_id or publish.new_run_id()
     # Listed before planning: the obligations this run acts on (see tidemark/obligations.py).
     owed = obligations.pending(lake, event_date)
-    result = _run(lake, event_date, rules, rules_id, spark, run_id, started)
+    result = _run(lake, event_date, rules, rules_id, spark, run_id, started, full)
     obligations.discharge(lake, owed, result.version)
     return result
 
 
 def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, run_id: str,
-         started: float) -> DedupResult:
+         started: float, full: bool = False) -> DedupResult:
     index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
     current = planning.plan_for_rerun(index, event_date, rules, previous)
@@ -124,12 +136,16 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     if spark is None:
         from tidemark.spark import build_session
         spark = build_session("tidemark-dedup")
-    session = isolated_session(spark)
+    _tune(spark)
     known = set(previous["receipts"]) if previous else set()
 
     while True:
-        islands = compute_islands(session, lake, current, rules, known).persist()
-        summary = _summary(session, islands, event_date)
+        start, why = (None, "--full") if full else incremental.base(previous, current, rules)
+        if start is not None:
+            islands = incremental.compute_islands(spark, lake, current, rules, start, read_panes).persist()
+        else:
+            islands = compute_islands(spark, lake, current, rules, known).persist()
+        summary = _summary(spark, islands, event_date)
         bigger = planning.grown(index, current, rules, summary["reach"])
         if bigger is None:
             break
@@ -145,7 +161,11 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
         # Durable before anything is published: a crash from here on cannot lose a neighbour's
         # rerun. Named after the newest receipt read (the version id is chosen at commit time).
         obligations.record(lake, summary["affected_dates"], event_date, current.max_receipt_ts, run_id)
-        marker = _write_version(lake, event_date, run_id, islands, summary, current, rules, known, previous)
+        read = ((len(start.new), start.rows_read) if start is not None
+                else (len(current.partitions), current.rows))
+        mode = "full" if start is None else "incremental"
+        marker = _write_version(lake, event_date, run_id, islands, summary, current, rules, known, previous,
+                                mode=mode, read=read)
     finally:
         islands.unpersist()
     outcome = publish.commit(lake, marker)
@@ -155,10 +175,11 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
     corrected.record_after_commit(lake, outcome.current)
     version = outcome.current["version"]
-    result = DedupResult(event_date, version, True, marker["sessions"], len(current.partitions), current.rows,
-                         marker["affected_dates"], seconds=round(time.monotonic() - started, 3))
+    result = DedupResult(event_date, version, True, marker["sessions"], read[0], read[1],
+                         marker["affected_dates"], seconds=round(time.monotonic() - started, 3),
+                         mode=mode, full_reason=why)
     log.info("dedup published", event_date=event_date, version=version, sessions=result.sessions,
-             receipts_read=result.receipts_read, rows_read=result.rows_read,
+             mode=mode, full_reason=why or None, receipts_read=result.receipts_read, rows_read=result.rows_read,
              affected_dates=result.affected_dates, seconds=result.seconds)
     return result
 
@@ -192,14 +213,10 @@ def up_to_date(lake: str, event_date: str, rules: SessionRules | None = None) ->
     return result
 
 
-def isolated_session(spark):
-    """A session of the same driver with its own temp views and SQL settings, so that concurrent
-    runs (threads of one driver) never share views."""
-    session = spark.newSession()
-    session.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-    # Listing a few hundred receipt folders is faster on the driver than as a Spark job.
-    session.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
-    return session
+def _tune(spark) -> None:
+    """Listing a few hundred receipt folders is faster on the driver than as a Spark job. A listing
+    strategy only (results do not depend on it), so setting it on a shared session is harmless."""
+    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
 
 
 # Only the columns the dedup needs; the partition columns as plain strings. An explicit schema also
@@ -209,42 +226,51 @@ _PANES_SCHEMA = ("user_id STRING, session_end TIMESTAMP, "
                  "event_date STRING, receipt_ts STRING")
 
 
-def compute_islands(session, lake: str, current: Plan, rules: SessionRules, known: set[str]):
+def read_panes(spark, lake: str, partitions, lo: datetime):
+    """The panes of these receipt partitions that end at or after lo, with their event_date and
+    receipt_ts (as strings: the explicit schema also keeps Spark from inferring their types)."""
+    from pyspark.sql import functions as F
+
+    paths = [layout.receipt_dir(lake, p.event_date, p.receipt_ts) for p in partitions]
+    return (spark.read.schema(_PANES_SCHEMA).option("basePath", layout.sessions_root(lake)).parquet(*paths)
+            # a pane ending before lo holds no event of interest (row-group statistics skip it)
+            .where(F.col("session_end") >= F.lit(lo)))
+
+
+def compute_islands(spark, lake: str, current: Plan, rules: SessionRules, known: set[str]):
     """Every session (island) of the distinct events the plan's partitions hold from lo on
     (dedup_sessions.sql's columns), as a lazy DataFrame; `known` receipt keys mark old events.
-    The session must not infer partition column types (see run_dedup)."""
+    The full path."""
     import dedup_sql
     from pyspark.sql import functions as F
 
-    paths = [layout.receipt_dir(lake, p.event_date, p.receipt_ts) for p in current.partitions]
-    panes = (session.read.schema(_PANES_SCHEMA).option("basePath", layout.sessions_root(lake)).parquet(*paths)
-             # a pane ending before lo holds no event of interest (row-group statistics skip it)
-             .where(F.col("session_end") >= F.lit(current.lo))
-             .select("user_id", "events", "receipt_ts",
-                     F.concat_ws("/", "event_date", "receipt_ts")
-                     .isin(sorted(known & set(current.keys))).alias("known")))
-    panes.createOrReplaceTempView("tm_dedup_panes")
-    dedup_sql.run(session, "dedup_events", lo_us=_micros(current.lo)).createOrReplaceTempView("tm_session_input")
-    dedup_sql.run(session, "sessionize", gap_us=rules.gap_us).createOrReplaceTempView("tm_sessionized")
-    return dedup_sql.run(session, "dedup_sessions")
+    panes = read_panes(spark, lake, current.partitions, current.lo).select(
+        "user_id", "events", "receipt_ts",
+        F.concat_ws("/", "event_date", "receipt_ts").isin(sorted(known & set(current.keys))).alias("known"))
+    events = dedup_sql.run(spark, "dedup_events", {"panes": panes}, lo_us=_micros(current.lo))
+    sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
+    return dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
 
 
-def _summary(session, islands, event_date: str) -> dict:
-    """One pass over the (cached) islands: reach (tidemark/planning.py), session count, affected dates."""
+def _summary(spark, islands, event_date: str) -> dict:
+    """One pass over the (cached) islands: reach (tidemark/planning.py), session count, affected
+    dates, context size."""
     import dedup_sql
 
-    islands.createOrReplaceTempView("tm_dedup_islands")
-    row = dedup_sql.run(session, "dedup_summary", event_date=event_date).first()
+    row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, event_date=event_date).first()
     return {
         "reach": None if row["reach_us"] is None else _EPOCH + timedelta(microseconds=row["reach_us"]),
         "sessions": int(row["sessions"]),
+        "context_rows": int(row["context_rows"]),
         "affected_dates": [d for d in row["affected_dates"] if d != event_date],
     }
 
 
 def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
-                   rules: SessionRules, known, previous) -> dict:
-    """Write the run's sessions of event_date as Parquet into its own folder, then its marker.
+                   rules: SessionRules, known, previous, mode: str = "full",
+                   read: tuple[int, int] | None = None) -> dict:
+    """Write the run's sessions of event_date as Parquet into its own folder, the other islands
+    into its `context/` (tidemark/incremental.py: the next run's starting point), then its marker.
     The version id is chosen at commit time (tidemark.publish.commit), on the table's fresh state."""
     from pyspark.sql import functions as F
 
@@ -263,16 +289,26 @@ def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
         out = out.coalesce(1) if files == 1 else out.repartition(files, "user_id")
         out.sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
         names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
+    if summary["context_rows"]:
+        # Not part of the table (files are registered by name, this folder is not listed):
+        # only the next incremental run of this date reads it.
+        (islands.where(F.col("event_date") != F.lit(event_date))
+         .select(*incremental.ISLAND_COLUMNS, "event_date")
+         .coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
+         .write.mode("overwrite").parquet(incremental.context_dir(lake, event_date, run_id)))
+    receipts_read, rows_read = read or (len(current.partitions), current.rows)
     marker = {
         "event_date": event_date,
         "run_id": run_id,
         "files": names,
         "sessions": int(sessions),
         "receipts": current.keys,
-        "receipts_read": len(current.partitions),
-        "rows_read": current.rows,
+        "receipts_read": receipts_read,
+        "rows_read": rows_read,
+        "mode": mode,
+        "context_rows": summary["context_rows"],
         "max_receipt_ts": current.max_receipt_ts,
-        "lo": current.lo.isoformat().replace("+00:00", "Z"),
+        "lo": incremental.lo_text(current.lo),
         "hi": current.hi,
         "reach": planning.format_iso(summary["reach"]),
         "gap": format_duration(rules.gap),

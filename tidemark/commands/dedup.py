@@ -4,7 +4,7 @@ The session rules come from the lake's rules record (written by the stream): no 
 needed, and options that disagree with the record are refused before Spark starts.
 
 Prints one JSON line on stdout: {event_date, version, published, sessions, receipts_read, rows_read,
-affected_dates, noop, seconds}. affected_dates are other event dates whose published version this
+affected_dates, noop, seconds, mode, full_reason}. affected_dates are other event dates whose published version this
 run may have made stale (rerun them; a rerun without new receipts is a no-op).
 """
 from __future__ import annotations
@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="the event date, YYYY-MM-DD (UTC)")
     add_session_options(p)
     p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
+    p.add_argument("--full", action="store_true",
+                   help="re-sessionize every planned receipt instead of only the users new receipts touch "
+                        "(the same result; docs/dedup.md, 'Incremental corrections')")
     p.set_defaults(handler=run)
 
 
@@ -44,7 +47,7 @@ def run(args) -> int:
     if args.master:
         from tidemark.spark import build_session
         spark = build_session("tidemark-dedup", args.master)
-    result = run_dedup(args.lake, event_date, rules, spark=spark)
+    result = run_dedup(args.lake, event_date, rules, spark=spark, full=args.full)
     sys.stdout.write(json.dumps(result.to_json()) + "\n")
     sys.stdout.flush()
     return 0
