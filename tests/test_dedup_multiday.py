@@ -15,9 +15,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from streaming_job.job import StreamConfig, run_stream
-from tests import reference
 from tests.streamkit import event, land
-from tests.test_dedup_lake import RULES, SimulatedStream, arrivals, expected, published
+from tests.helpers import lake_session_set, reference_session_set
+from tests.lakekit import RULES, SimulatedStream, arrivals, expected, published
 from tidemark import obligations, planning, publish, reader
 from tidemark.dedup import run_dedup
 
@@ -183,18 +183,11 @@ def test_random_long_sessions_equal_batch_sessionization(spark, tmp_path, seed):
 
 # -- the real stream ---------------------------------------------------------------------------------
 
-def real_sessions(lake, event_date) -> set[tuple]:
-    try:
-        table = reader.read_sessions(lake, event_date)
-    except reader.NoVersion:
-        return set()
-    return {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]))
-            for r in table.to_pylist()}
+real_sessions = lake_session_set
 
 
 def reference_sessions(landing, event_date) -> set[tuple]:
-    return {(s.user_id, s.session_start, s.session_end, s.event_ids)
-            for s in reference.sessions_of_landing(landing, RULES.gap) if s.event_date == event_date}
+    return reference_session_set(landing, event_date, RULES.gap)
 
 
 def test_real_stream_four_date_session_and_a_too_late_fragment_three_dates_later(spark, tmp_path):

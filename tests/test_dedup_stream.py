@@ -10,6 +10,7 @@ import pytest
 
 from streaming_job.job import StreamConfig, run_stream
 from tests import reference
+from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
 from tidemark import generate, reader
 from tidemark.dedup import run_dedup
@@ -39,18 +40,11 @@ def converge(spark, lake, dates) -> list:
     return results
 
 
-def sessions(lake, event_date) -> set[tuple]:
-    try:
-        table = reader.read_sessions(lake, event_date)
-    except reader.NoVersion:
-        return set()
-    return {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]))
-            for r in table.to_pylist()}
+sessions = lake_session_set
 
 
 def expected(landing, event_date) -> set[tuple]:
-    return {(s.user_id, s.session_start, s.session_end, s.event_ids)
-            for s in reference.sessions_of_landing(landing, RULES.gap) if s.event_date == event_date}
+    return reference_session_set(landing, event_date, RULES.gap)
 
 
 @pytest.mark.spark

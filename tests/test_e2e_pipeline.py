@@ -5,7 +5,7 @@ tidemark_dedup DAG (SparkSubmitOperator, local Spark) -> deduplicated partitions
 Checked: every notice the stream published led to exactly one DAG run; re-publishing a notice three
 times added none; Airflow stopped while notices were being published still ended with every run
 done (the push subscription redelivers; the failed deliveries are printed to show the emulator's
-retry pace); and the published partitions equal the batch reference (tests/reference.py).
+retry pace); and the published partitions equal the batch reference (tidemark/batch_reference.py).
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ import time
 import pytest
 
 from tidemark import receipts
-from tests.test_dag import lake_sessions, reference_sessions, run_stream
-from tests.test_function_airflow import log_lines, wait_for
+from tests.helpers import lake_session_set, log_lines, reference_session_set, wait_for
+from tests.test_dag import run_stream
+from tidemark.sessions import SessionRules
 from tidemark import names, notice as notices, runs
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.localstack.airflow import AirflowServer
@@ -193,5 +194,6 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
     dates = receipts.list_event_dates(stack["lake"])
     assert dates
     for event_date in dates:
-        assert lake_sessions(stack["lake"], event_date) == reference_sessions(landing, event_date), event_date
+        assert lake_session_set(stack["lake"], event_date, with_count=True) == reference_session_set(
+            landing, event_date, SessionRules().gap, with_count=True), event_date
     assert airflow.password not in function.log()

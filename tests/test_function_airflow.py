@@ -7,7 +7,6 @@ triggered runs queued instead of starting Spark.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -17,7 +16,8 @@ import time
 import pytest
 
 from cloud_function.airflow_client import AirflowRejected
-from tidemark import names, notice as notices, polling, runs
+from tests.helpers import log_lines, wait_for
+from tidemark import names, notice as notices, runs
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.function import FunctionServer
@@ -31,7 +31,6 @@ DEAD_LETTER = names.get("DEAD_LETTER_TOPIC")
 DEAD_LETTER_PULL = "dead-letter-audit"
 
 
-wait_for = functools.partial(polling.wait_for, interval=0.5)
 
 
 def notice_for(receipt_ts: str, event_date: str = "2026-03-07") -> dict:
@@ -92,15 +91,6 @@ def publish(emulator, body: bytes, **attributes) -> None:
     client.publish(f"projects/{PROJECT}/topics/{TOPIC}", body, **attributes).result(timeout=30)
 
 
-def log_lines(function) -> list[dict]:
-    out = []
-    for line in function.log().splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
 
 
 def test_bundle_served_alone_imports_nothing_from_the_repo(function):
