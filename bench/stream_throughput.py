@@ -27,6 +27,7 @@ import time
 
 import bench
 from tidemark import generate
+from tidemark.logs import read_log_lines
 
 NAME = "stream_throughput"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,16 +98,9 @@ def run_measured(argv: list[str], log_path: str, env: dict | None = None, timeou
 
 
 def json_lines(path: str) -> list[dict]:
-    out = []
+    """The structured lines of a log file."""
     with open(path, errors="replace") as handle:
-        for line in handle:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    return out
+        return read_log_lines(handle.read())
 
 
 def mb(n: int) -> int:

@@ -7,31 +7,19 @@ must hold, as comparable sets of (user_id, session_start, session_end, event_ids
 from __future__ import annotations
 
 import functools
-import json
 from datetime import timedelta
 
 from tests import reference
 from tidemark import polling, reader
+from tidemark.logs import read_log_lines
 
 # Poll every half second (servers and runs take seconds); see tidemark.polling.wait_for.
 wait_for = functools.partial(polling.wait_for, interval=0.5)
 
 
-def json_lines(text: str) -> list[dict]:
-    """The JSON objects among a log's lines (structured log lines), skipping everything else."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
-
-
 def log_lines(server) -> list[dict]:
     """The structured log lines of a local server (FunctionServer, ...) so far."""
-    return json_lines(server.log())
+    return read_log_lines(server.log())
 
 
 def lake_session_set(lake: str, event_date: str, with_count: bool = False) -> set[tuple]:

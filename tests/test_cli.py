@@ -6,7 +6,6 @@ matters (exit status, stderr), in process otherwise.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from tidemark import layout
 from tidemark.cli import build_parser, main
+from tidemark.logs import read_log_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = "2026-03-06"
@@ -41,7 +41,7 @@ def test_a_corrupt_marker_is_a_failure_with_its_cause_logged_not_a_usage_error(t
     done = tidemark("history", "--lake", lake, "--event-date", DAY, "--home", str(tmp_path / "no-stack"))
     assert done.returncode == 1, done.stderr
     assert "usage:" not in done.stderr
-    logged = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    logged = read_log_lines(done.stderr)
     [failure] = [entry for entry in logged if entry.get("event") == "command failed"]
     assert failure["level"] == "error" and failure["command"] == "history"
     assert failure["error"].startswith("JSONDecodeError")

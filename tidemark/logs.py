@@ -59,3 +59,20 @@ def get_logger(component: str):
     return structlog.wrap_logger(
         structlog.PrintLogger(file=CurrentStream("stderr")), processors=_PROCESSORS,
         wrapper_class=structlog.make_filtering_bound_logger(_level()), component=component)
+
+
+def read_log_lines(text: str) -> list[dict]:
+    """The structured (JSON object) lines of a log's text, skipping everything else (a library's
+    plain lines, a line cut short by a kill): how tests, benchmarks and `tidemark status` read
+    what a component logged."""
+    import json
+
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out

@@ -41,6 +41,7 @@ import requests
 
 from tidemark import names, rules_record, storage
 from tidemark.localstack import process
+from tidemark.logs import read_log_lines
 from tidemark.polling import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -507,12 +508,8 @@ def last_batch(record: Record | None) -> str:
     """'last batch 7 committed at ...' from the end of the stream's log (what an operator asks first)."""
     if record is None:
         return "no batch yet"
-    for line in reversed(process.tail(record.log_path, 200).splitlines()):
-        if '"batch committed"' in line:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
+    for entry in reversed(read_log_lines(process.tail(record.log_path, 200))):
+        if entry.get("event") == "batch committed":
             return f"last batch {entry.get('batch_id')} committed at {entry.get('timestamp', '')[:19]}Z"
     return "no batch committed yet"
 
