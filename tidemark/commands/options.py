@@ -73,26 +73,22 @@ def _duration(text: str):
     return parse_duration(text)
 
 
-def _positive_duration(text: str):
-    span = _duration(text)
-    if span.total_seconds() <= 0:
-        raise ValueError(f"duration {text!r} must be positive")
-    return span
-
-
 def _topic(text: str) -> str:
     from tidemark.notices.publisher import check_topic
 
     return check_topic(text)
 
 
-def in_range(kind: type, low: float | None = None, high: float | None = None) -> Callable[[str], object]:
-    """A check for a number of `kind` within [low, high] (for checked())."""
+def in_range(kind: type, low: float | None = None, high: float | None = None,
+             positive: bool = False) -> Callable[[str], object]:
+    """A check for a number of `kind` within [low, high], or above 0 (for checked())."""
     def check(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise ValueError(f"invalid {kind.__name__} value {text!r}") from None
+        if positive and not value > 0:
+            raise ValueError(f"{text} is out of range: must be positive")
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = (f"between {low:g} and {high:g}" if low is not None and high is not None
                       else f"at least {low:g}" if low is not None else f"at most {high:g}")
@@ -103,10 +99,9 @@ def in_range(kind: type, low: float | None = None, high: float | None = None) ->
 
 EVENT_DATE = checked(_event_date, "event_date")
 DURATION_TEXT = checked(_duration, "duration", keep_text=True)
-POSITIVE_DURATION_TEXT = checked(_positive_duration, "duration", keep_text=True)
 TOPIC = checked(_topic, "topic")
 POSITIVE_INT = checked(in_range(int, low=1), "positive_int")
-POSITIVE_FLOAT = checked(in_range(float, low=1e-9), "positive_float")
+POSITIVE_FLOAT = checked(in_range(float, positive=True), "positive_float")
 FRACTION = checked(in_range(float, low=0, high=1), "fraction")
 
 
