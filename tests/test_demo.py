@@ -68,6 +68,18 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
             assert os.path.getsize(path) > 1000, name
         assert "equals the batch recomputation" in proc.stdout
 
+        # Both topics' notices, and the example consumer DAG's output for the corrected dates.
+        assert data["notices"]["availability"]["sent"] > 0 and data["notices"]["availability"]["owed"] == 0
+        published_versions = {(d, v["version"]) for d, versions in data["versions"].items() for v in versions}
+        corrected_notices = [(n["event_date"], n["version"]) for n in data["notices"]["corrected"]]
+        assert sorted(corrected_notices) == sorted(published_versions)  # exactly one per version
+        assert all(n["state"] == "sent" for n in data["notices"]["corrected"])
+        corrected_dates = {d for d, versions in data["versions"].items() if len(versions) > 1}
+        assert corrected_dates and {r["event_date"] for r in data["consumer"]} == corrected_dates
+        for row in data["consumer"]:  # the DAG's metrics == the batch reference's, from the current version
+            assert row["ok"] and row["metrics"]["version"] == data["versions"][row["event_date"]][-1]["version"]
+        assert "corrected topic" in proc.stdout and "example consumer DAG" in proc.stdout
+
         # Down: no process the demo recorded is alive, no recorded port open.
         assert stack.records() == {}
         assert not any(port_states(settings).values())
