@@ -17,6 +17,12 @@ from tidemark.logs import read_log_lines
 wait_for = functools.partial(polling.wait_for, interval=0.5)
 
 
+def stream_alive(proc) -> None:
+    """For wait_for's abort: a stream subprocess that exited will make no more progress."""
+    if proc.poll() is not None:
+        raise AssertionError(f"stream exited early with {proc.returncode}")
+
+
 def log_lines(server) -> list[dict]:
     """The structured log lines of a local server (FunctionServer, ...) so far."""
     return read_log_lines(server.log())

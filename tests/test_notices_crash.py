@@ -13,6 +13,7 @@ from collections import defaultdict
 
 import pytest
 
+from tests.helpers import stream_alive, wait_for
 from tidemark import receipts
 from tidemark import layout, names, notice, storage
 from tidemark.cli import main as cli_main
@@ -36,14 +37,8 @@ def sent_count(lake: str) -> int:
 
 
 def wait_for_sent(lake, at_least, timeout, proc):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if sent_count(lake) >= at_least:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"stream exited early with {proc.returncode}")
-        time.sleep(0.2)
-    raise AssertionError(f"fewer than {at_least} notices sent in {timeout}s")
+    wait_for(lambda: sent_count(lake) >= at_least, timeout, f"{at_least} notices sent", interval=0.2,
+             abort=lambda: stream_alive(proc))
 
 
 def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):

@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from tests.reference import landed_lines, valid_events
+from tests.helpers import stream_alive, wait_for
 from tests.streamkit import panes, partition_snapshot
 from tidemark.generate import Workload, build, split_files, write_file
 
@@ -26,14 +27,8 @@ def stream_cmd(landing, lake, checkpoint, *extra):
 
 
 def wait_for_markers(lake, at_least, timeout, proc):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(partition_snapshot(lake)) >= at_least:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"stream exited early with {proc.returncode}")
-        time.sleep(0.2)
-    raise AssertionError(f"no progress to {at_least} partitions in {timeout}s")
+    wait_for(lambda: len(partition_snapshot(lake)) >= at_least, timeout, f"{at_least} complete partitions",
+             interval=0.2, abort=lambda: stream_alive(proc))
 
 
 def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path):
