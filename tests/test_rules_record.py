@@ -52,28 +52,35 @@ def test_other_rules_are_refused_naming_both_values(tmp_path):
     assert rules_record.for_dedup(lake) == (GAP20, rules_record.fingerprint(GAP20))
 
 
+def race_first_starts(lake: str, starters: int) -> int:
+    """`starters` streams record different rules (gap 10m + index) on a new lake at once: the index
+    of the one whose rules the lake now records (exactly one wins; the others are refused)."""
+    barrier = threading.Barrier(starters)
+    outcomes = {}
+
+    def start(index: int) -> None:
+        rules = SessionRules(gap=timedelta(minutes=10 + index))
+        barrier.wait()
+        try:
+            outcomes[index] = rules_record.ensure(lake, rules, f"stream {index}").rules
+        except rules_record.RulesMismatch:
+            outcomes[index] = "refused"
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(starters)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [i for i, got in outcomes.items() if got != "refused"]
+    assert len(winners) == 1, outcomes
+    assert rules_record.current(lake).rules == SessionRules(gap=timedelta(minutes=10 + winners[0]))
+    return winners[0]
+
+
 def test_concurrent_first_starts_with_different_rules_cannot_both_win(tmp_path):
     for attempt in range(5):
         lake = str(tmp_path / f"lake{attempt}")
-        barrier = threading.Barrier(6)
-        outcomes = {}
-
-        def start(index: int) -> None:
-            rules = SessionRules(gap=timedelta(minutes=10 + index))
-            barrier.wait()
-            try:
-                outcomes[index] = rules_record.ensure(lake, rules, f"stream {index}").rules
-            except rules_record.RulesMismatch:
-                outcomes[index] = "refused"
-
-        threads = [threading.Thread(target=start, args=(i,)) for i in range(6)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        winners = [i for i, got in outcomes.items() if got != "refused"]
-        assert len(winners) == 1, outcomes
-        assert rules_record.current(lake).rules == SessionRules(gap=timedelta(minutes=10 + winners[0]))
+        race_first_starts(lake, 6)
         assert [n for n in os.listdir(layout.rules_dir(lake))] == ["rules-000001.json"]  # no temp files left
 
 
@@ -199,24 +206,7 @@ def test_on_an_object_store_concurrent_first_records_leave_one_winner(monkeypatc
                         lambda uri, text, settle_seconds=0.5, _create=storage.create_text_if_absent:
                         _create(uri, text, settle_seconds))
     lake = "mock://bucket/lake"
-    barrier = threading.Barrier(4)
-    outcomes = {}
-
-    def start(index: int) -> None:
-        barrier.wait()
-        try:
-            outcomes[index] = rules_record.ensure(lake, SessionRules(gap=timedelta(minutes=10 + index)), "s").rules
-        except rules_record.RulesMismatch:
-            outcomes[index] = "refused"
-
-    threads = [threading.Thread(target=start, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    winners = [i for i, got in outcomes.items() if got != "refused"]
-    assert len(winners) == 1, outcomes
-    assert rules_record.current(lake).rules.gap == timedelta(minutes=10 + winners[0])
+    race_first_starts(lake, 4)
     # Later starts: the record is there, so nothing is written again.
     assert not storage.create_text_if_absent(layout.rules_record_path(lake, 1), "other")
     with pytest.raises(rules_record.RulesMismatch):
