@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 
 from tests import reference
-from tests.test_dedup_lake import DAY0, SimulatedStream, arrivals, make_events
+from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
 from tidemark import incremental, obligations, planning, reader
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.test_dedup_lake import GAP, SimulatedStream
+from tests.lakekit import GAP, SimulatedStream
 from tests.test_reconcile_airflow import finished, wait_for
 from tidemark import batch_reference, corrected_notice, names, session_metrics
 from tidemark.localstack.airflow import AirflowServer
