@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tests.lakekit import GAP, SimulatedStream
-from tests.test_reconcile_airflow import finished, wait_for
+from tests.helpers import dag_run_finished as finished, wait_for
 from tidemark import batch_reference, corrected_notice, names, session_metrics
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until

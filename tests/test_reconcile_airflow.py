@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tidemark import receipts
+from tests.helpers import dag_run_finished
 from tests.lakekit import SimulatedStream, expected, published
 from tidemark import layout, names, polling, reconcile, runs
 from tidemark.localstack.airflow import AirflowServer
@@ -40,10 +41,7 @@ EVENTS = [("u1", "a1", at(9, 0), "play"), ("u1", "a2", at(9, 20), "play"), ("u1"
 wait_for = functools.partial(polling.wait_for, interval=2.0)  # Airflow runs take seconds: poll gently
 
 
-def finished(client, dag_id: str, run_id: str, timeout: float = 900) -> str:
-    run = wait_for(lambda: (lambda r: r if r and r["state"] in ("success", "failed") else None)(
-        client.get_dag_run(dag_id, run_id)), timeout, f"{dag_id} run {run_id} to finish")
-    return run["state"]
+finished = dag_run_finished
 
 
 @pytest.fixture(scope="module")

@@ -79,7 +79,7 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
 
 def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
     from tidemark.localstack.airflow import AirflowServer
-    from tests.test_reconcile_airflow import finished
+    from tests.helpers import dag_run_finished as finished
 
     lake = str(tmp_path / "lake")
     events, dates = write_lake(lake, 9)
