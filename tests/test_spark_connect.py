@@ -33,6 +33,15 @@ def write_lake(path: str, seed: int) -> tuple[list[tuple], set[str]]:
     return events, dates
 
 
+@pytest.fixture(autouse=True)
+def classic_spark_afterwards():
+    """Creating a Connect session makes pyspark set SPARK_CONNECT_MODE_ENABLED in os.environ for the
+    whole process. Left set, the next tests of this pytest worker get Connect behaviour in their
+    classic session, and the processes they start (`tidemark stream`) fail with CONNECT_URL_NOT_SET."""
+    yield
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     started = time.monotonic()

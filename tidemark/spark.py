@@ -70,7 +70,9 @@ _CONNECT_RUNTIME = ("spark.sql.session.timeZone", "spark.sql.shuffle.partitions"
 def connect_session(url: str, app_name: str = "tidemark"):
     """A new Spark Connect session on the server at `url` (sc://host:port[/;params]): its own
     temp views and settings, so concurrent runs on one server never share state. Only the client
-    runs here (no JVM): tidemark.dedup works unchanged on it (no sparkContext, RDD or _jvm use)."""
+    runs here (no JVM): tidemark.dedup works unchanged on it (no sparkContext, RDD or _jvm use).
+    pyspark then marks the whole process as Connect (SPARK_CONNECT_MODE_ENABLED in os.environ,
+    inherited by child processes): use it in a process of its own, as the DAG's task does."""
     from pyspark.sql import SparkSession
 
     if not url.startswith("sc://"):
