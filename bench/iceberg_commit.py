@@ -124,10 +124,22 @@ def stats(label: str, samples: list[tuple[float, int]]) -> list:
 
 
 def main(argv=None) -> int:
+    # Quiet logs, inherited by the spawned workers; restored afterwards because the smoke test runs
+    # main() inside a pytest worker whose later tests (and the stacks they start, whose readiness is
+    # read from info logs) must log at their own level.
+    previous = os.environ.get("TIDEMARK_LOG_LEVEL")
+    os.environ.setdefault("TIDEMARK_LOG_LEVEL", "warning")
+    try:
+        return _run(argv)
+    finally:
+        if previous is None:
+            os.environ.pop("TIDEMARK_LOG_LEVEL", None)
+
+
+def _run(argv) -> int:
     import multiprocessing
 
     args = parse_args(argv if argv is not None else sys.argv[1:])
-    os.environ.setdefault("TIDEMARK_LOG_LEVEL", "warning")
     env = bench.machine()
     shutil.rmtree(args.workdir, ignore_errors=True)
     lake = os.path.join(args.workdir, "lake")

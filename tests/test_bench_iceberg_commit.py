@@ -2,15 +2,21 @@
 it committed (no timing asserted: speed lives in BENCHMARKS.md)."""
 from __future__ import annotations
 
+import os
+
 from bench import iceberg_commit
 from tidemark import publish, reader
 
 
-def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys):
+def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TIDEMARK_LOG_LEVEL", raising=False)
     work = str(tmp_path / "bench")
     assert iceberg_commit.main(["--workdir", work, "--dates", "4", "--history", "2", "--sessions", "5",
                                 "--concurrency", "2", "--no-write"]) == 0
     assert "What the Iceberg commit adds to a publish" in capsys.readouterr().out
+    # Its quiet log level must not outlive it: this pytest worker's later tests start stacks whose
+    # readiness is read from info logs (the demo waited 900 s for "stream starting" in CI).
+    assert "TIDEMARK_LOG_LEVEL" not in os.environ
     lake = f"{work}/lake"
     dates = publish.list_dedup_dates(lake)
     assert len(dates) == 4
