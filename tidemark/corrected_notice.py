@@ -11,10 +11,9 @@ kind: first, changed, unchanged, unknown), version, schema_version, notice_id.
 from __future__ import annotations
 
 import hashlib
-import json
 
 from tidemark import layout
-from tidemark.notice import InvalidNotice, first_error, load_schema, validator_for
+from tidemark.notice import InvalidNotice, canonical_json, first_error, load_schema, parse_json, validator_for
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "corrected_notice.schema.json"
@@ -94,15 +93,11 @@ def validate(body: dict) -> dict:
 
 def decode(data: bytes | str) -> dict:
     """Bytes of a Pub/Sub message -> validated notice."""
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidNotice(f"notice is not valid JSON: {exc}") from None
-    return validate(body)
+    return validate(parse_json(data))
 
 
 def encode(body: dict) -> bytes:
-    return json.dumps(validate(body), sort_keys=True, separators=(",", ":")).encode()
+    return canonical_json(validate(body))
 
 
 def attributes(body: dict) -> dict[str, str]:

@@ -121,17 +121,26 @@ def validate(body: dict) -> dict:
     return body
 
 
-def decode(data: bytes | str) -> dict:
-    """Bytes of a Pub/Sub message -> validated notice."""
+def parse_json(data: bytes | str):
+    """Bytes of a Pub/Sub message -> the JSON value, not yet validated (shared by both notice kinds)."""
     try:
-        body = json.loads(data)
+        return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidNotice(f"notice is not valid JSON: {exc}") from None
-    return validate(body)
+
+
+def canonical_json(body: dict) -> bytes:
+    """A validated notice's message bytes: sorted keys, no spaces (shared by both notice kinds)."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode(data: bytes | str) -> dict:
+    """Bytes of a Pub/Sub message -> validated notice."""
+    return validate(parse_json(data))
 
 
 def encode(body: dict) -> bytes:
-    return json.dumps(validate(body), sort_keys=True, separators=(",", ":")).encode()
+    return canonical_json(validate(body))
 
 
 def attributes(body: dict) -> dict[str, str]:
