@@ -46,20 +46,31 @@ def default_topic(project: str | None = None) -> str:
     return names.topic_path(project or names.get("PROJECT"), names.get("CORRECTED_TOPIC"))
 
 
-def _sessions_at(tbl, event_date: str, snapshot_id: int) -> dict:
+def _sessions_at(tbl, event_date: str, snapshot_id: int):
+    """The date's sessions (_DIFF_COLUMNS) at a snapshot, as an Arrow table."""
     from pyiceberg.expressions import EqualTo
 
-    rows = tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), selected_fields=_DIFF_COLUMNS,
-                    snapshot_id=snapshot_id).to_arrow().to_pylist()
-    return {r["session_id"]: (r["session_end"], r["event_count"]) for r in rows}
+    return tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), selected_fields=_DIFF_COLUMNS,
+                    snapshot_id=snapshot_id).to_arrow()
 
 
-def session_changes(old: dict, new: dict) -> dict:
-    """Counts of sessions added, removed, changed, unchanged between two {session_id: content}."""
-    common = old.keys() & new.keys()
-    changed = sum(1 for k in common if old[k] != new[k])
-    return {"sessions_added": len(new.keys() - old.keys()), "sessions_removed": len(old.keys() - new.keys()),
-            "sessions_changed": changed, "sessions_unchanged": len(common) - changed}
+def session_changes(old, new) -> dict:
+    """Counts of sessions added, removed, changed, unchanged between two versions of a date.
+
+    `old` and `new` are Arrow tables of _DIFF_COLUMNS (session_id unique in each). Compared with Arrow's
+    vectorised join and kernels: a date holds up to millions of sessions, and a Python dict per row took
+    ~10 s per million, inside the dedup's run (recorded right after its commit)."""
+    import pyarrow.compute as pc
+
+    old = old.select(list(_DIFF_COLUMNS))
+    new = new.select(list(_DIFF_COLUMNS))
+    both = new.join(old, keys="session_id", join_type="inner", left_suffix="_new", right_suffix="_old")
+    same = pc.and_kleene(pc.equal(both["session_end_new"], both["session_end_old"]),
+                         pc.equal(both["event_count_new"], both["event_count_old"]))
+    unchanged = pc.sum(pc.fill_null(same, False).cast("int64")).as_py() or 0
+    common = both.num_rows
+    return {"sessions_added": new.num_rows - common, "sessions_removed": old.num_rows - common,
+            "sessions_changed": common - unchanged, "sessions_unchanged": unchanged}
 
 
 def _snapshot_of(tbl, event_date: str, key: str, value: str) -> int | None:
@@ -77,14 +88,14 @@ def build_for(lake: str, tbl, version: dict) -> dict:
     counts = None
     new = _sessions_at(tbl, event_date, snapshot_id)
     if previous is None:
-        counts = {**session_changes({}, new)}
+        counts = session_changes(new.schema.empty_table(), new)
     else:
         previous_snapshot = _snapshot_of(tbl, event_date, "tidemark.version", previous)
         if previous_snapshot is not None:
             counts = session_changes(_sessions_at(tbl, event_date, previous_snapshot), new)
     return corrected_notice.build(
         names.get("DATASET"), event_date, version["version"], previous,
-        corrected_notice.change_of(previous, counts), rows=len(new),
+        corrected_notice.change_of(previous, counts), rows=new.num_rows,
         table={"identifier": iceberg.identifier(), "location": iceberg.table_location(lake),
                "snapshot_id": int(snapshot_id)},
         path=iceberg._uri(publish.run_dir(lake, event_date, version["run_id"])),
