@@ -98,6 +98,8 @@ resource "google_composer_environment" "airflow" {
         AIRFLOW_CONN_SPARK_DEFAULT = jsonencode({ conn_type = "spark_connect", host = local.spark_connect_host, port = var.spark_connect_port })
         # The notify_corrected task sends corrected notices here (unset: they stay owed in the lake).
         TIDEMARK_CORRECTED_TOPIC_PATH = google_pubsub_topic.corrected.id
+        # The example consumer's output root (deploy_example_consumer_dag); empty: its default.
+        TIDEMARK_SESSION_METRICS_ROOT = var.example_session_metrics_root
       }
     }
 
@@ -125,11 +127,25 @@ locals {
   dag_packages = ["tidemark", "dedup_sql"]
   dag_files = var.create_composer ? toset(concat(
     ["dags/tidemark_dedup.py", "dags/tidemark_reconcile.py"],
+    # The example consumer (docs/notices.md) runs on the per-date asset events of tidemark_dedup.
+    var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py"] : [],
     flatten([for pkg in local.dag_packages : [
       for f in fileset("${path.module}/..", "${pkg}/**") : f
       if can(regex("\\.(py|json|sql)$", f)) && !can(regex("/(localstack|__pycache__)/", f))
     ]]),
   )) : toset([])
+}
+
+variable "deploy_example_consumer_dag" {
+  type        = bool
+  default     = false
+  description = "Also upload dags/example_session_metrics.py (the example consumer of the per-date asset events) to Composer"
+}
+
+variable "example_session_metrics_root" {
+  type        = string
+  default     = ""
+  description = "gs:// root the example consumer DAG writes its metrics to (a bucket Composer's account may write; empty: <lake>/_products/daily_session_metrics, which Composer's account may not write)"
 }
 
 resource "google_storage_bucket_object" "dag_files" {

@@ -326,11 +326,15 @@ def test_init_action_is_valid_bash_and_keeps_the_clusters_spark():
     assert "--no-deps" in text and "pyspark" in text
 
 
+# Every DAG file Composer may get (the example consumer only with deploy_example_consumer_dag).
+DAG_FILES = tuple(sorted(name for name in os.listdir(os.path.join(ROOT, "dags")) if name.endswith(".py")))
+
+
 def _dag_environment_names() -> set[str]:
     """TIDEMARK_* names the DAG files, and the first-party modules their tasks import, read."""
     out = set()
     files = set()
-    for dag_file in ("tidemark_dedup.py", "tidemark_reconcile.py"):
+    for dag_file in DAG_FILES:
         files.add(os.path.join(ROOT, "dags", dag_file))
         files |= _first_party_closure(os.path.join(ROOT, "dags", dag_file))
     for path in sorted(files):
@@ -403,10 +407,12 @@ def test_composer_gets_every_module_the_dag_imports(tf):
     first-party module they import must be in a package Terraform uploads."""
     uploaded = tf["locals"]["dag_packages"]
     assert resource(tf, "google_storage_bucket_object", "dag_files")["for_each"] == "${local.dag_files}"
-    assert {"dags/tidemark_dedup.py", "dags/tidemark_reconcile.py"} <= set(
-        re.findall(r'"(dags/[a-z_]+\.py)"', open(os.path.join(TERRAFORM, "composer.tf")).read()))
+    listed = set(re.findall(r'"(dags/[a-z_]+\.py)"', open(os.path.join(TERRAFORM, "composer.tf")).read()))
+    assert {f"dags/{name}" for name in DAG_FILES} == listed, "composer.tf uploads other DAG files than dags/ holds"
+    assert "var.deploy_example_consumer_dag ? [\"dags/example_session_metrics.py\"]" in _raw_text()
+    assert tf["variable"]["deploy_example_consumer_dag"]["default"] is False
     needed = set()
-    for dag_file in ("tidemark_dedup.py", "tidemark_reconcile.py"):
+    for dag_file in DAG_FILES:
         needed |= _first_party_closure(os.path.join(ROOT, "dags", dag_file))
     assert needed, "the DAG imports no tidemark module?"
     missing = sorted(os.path.relpath(f, ROOT) for f in needed
