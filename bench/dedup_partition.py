@@ -26,7 +26,7 @@ from tidemark import receipts
 from tidemark import layout, publish, storage, table as iceberg
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
-from tidemark.spark import session_id_sql
+from tidemark import sql_rules
 
 NAME = "dedup_partition"
 DAY = "2026-03-07"
@@ -76,7 +76,7 @@ panes AS (
   UNION ALL
   SELECT user_id, slice(events, {events}, 1), {receipts} - 1, 'too_late', 3 FROM e WHERE r_fragment < {fragment}
 )
-SELECT substr(sha2(concat(user_id, '|', CAST(unix_micros(events[0].event_ts) AS STRING)), 256), 1, 32) AS session_id,
+SELECT {session_id} AS session_id,
        user_id,
        events[0].event_ts AS session_start,
        events[size(events) - 1].event_ts AS session_end,
@@ -97,7 +97,7 @@ def build_lake(spark, args, lake) -> int:
     from pyspark.sql import functions as F
 
     users = max(1, args.sessions // 5)
-    panes = spark.sql(_PANES_SQL.format(users=users, day=DAY, receipts=args.receipts, sessions=args.sessions,
+    panes = spark.sql(_PANES_SQL.format(session_id=sql_rules.session_id("user_id", "events[0].event_ts"), users=users, day=DAY, receipts=args.receipts, sessions=args.sessions,
                                         events=args.events_per_session, early=args.early_rate,
                                         fragment=args.fragment_rate))
     staged = os.path.join(args.workdir, "staged")
@@ -140,7 +140,7 @@ def land_late_receipt(spark, args, lake) -> int:
     sessions_sql = sessions_sql.format(users=users, day=DAY, receipts=args.receipts, sessions=args.sessions)
     late = spark.sql(_LATE_SQL.format(sessions_sql=sessions_sql, late=int(args.late_rate * 100000)))
     panes = late.select(
-        F.expr(session_id_sql("user_id", "e.event_ts")).alias("session_id"), "user_id",
+        F.expr(sql_rules.session_id("user_id", "e.event_ts")).alias("session_id"), "user_id",
         F.col("e.event_ts").alias("session_start"), F.col("e.event_ts").alias("session_end"),
         F.lit(1).cast("bigint").alias("event_count"), F.array(F.col("e.event_id")).alias("event_ids"),
         F.array("e").alias("events"), F.lit("too_late").alias("pane_kind"), F.lit(1).alias("pane_index"),

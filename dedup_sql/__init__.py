@@ -5,6 +5,9 @@ Spark binds as literals (spark.sql(sqlText, args=...)). Input DataFrames are pas
 referenced as `{name}` in the files (spark.sql(sqlText, **dataframes)): Spark gives each a name of
 its own for the one query, so concurrent runs on one session (threads of a driver, Spark Connect
 clients) never share a view. A literal brace in a file must be doubled (`{{`).
+
+The rules several files share (the session id, the kept-copy rule, the event struct) are written
+once, in tidemark/sql_rules.py, and referenced as `@name(...)` macros that `load` renders.
 """
 from __future__ import annotations
 
@@ -12,15 +15,17 @@ import re
 from functools import lru_cache
 from importlib import resources
 
+from tidemark import sql_rules
+
 _NAME = re.compile(r"^[a-z_]+$")
 
 
 @lru_cache(maxsize=None)
 def load(name: str) -> str:
-    """The text of dedup_sql/<name>.sql (comments kept; Spark ignores them)."""
+    """The text of dedup_sql/<name>.sql, its rule macros rendered (comments kept; Spark ignores them)."""
     if not _NAME.match(name):
         raise ValueError(f"invalid SQL file name {name!r}")
-    return resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    return sql_rules.render(resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8"))
 
 
 def run(spark, name: str, inputs: dict | None = None, **params):

@@ -2,7 +2,7 @@
 --
 -- Every pane holds its session's events so far, so accumulating panes, replays and fragments
 -- repeat events. An event is (user_id, event_id, event_ts); of its copies the one kept is THE copy
--- rule (docs/input-contract.md; the stream's dedup_sql/stream_input.sql, tidemark/contract.py):
+-- rule (docs/input-contract.md; @copy and @kept, tidemark/sql_rules.py, shared with the stream):
 -- the smallest (event_type, payload), a function of the set of copies received. Every copy of an
 -- event has its event_ts, so every copy lies in the receipts this run reads. Events before :lo_us
 -- cannot belong to a session of the date being deduplicated (see tidemark/dedup.py) and are left out.
@@ -16,7 +16,7 @@
 --   known (some copy of the event was already seen by the previous version).
 -- Parameter: :lo_us, microseconds since the epoch.
 WITH exploded AS (
-  SELECT p.user_id, e.event_id, e.event_ts, e.event_type, e.payload, p.receipt_ts, p.known
+  SELECT p.user_id, e.event_id, e.event_ts, @copy(e.event_type, e.payload) AS copy, p.receipt_ts, p.known
   FROM {panes} AS p
   LATERAL VIEW explode(p.events) x AS e
   WHERE unix_micros(e.event_ts) >= :lo_us
@@ -29,8 +29,7 @@ distinct_events AS (
     user_id,
     event_id,
     event_ts,
-    -- struct order = field order: the smallest event_type, then payload
-    MIN(named_struct('event_type', event_type, 'payload', payload)) AS first_copy,
+    @kept(copy) AS copy,
     MIN(receipt_ts) AS first_receipt_ts,
     bool_or(known) AS known
   FROM exploded
@@ -40,8 +39,8 @@ SELECT
   user_id,
   event_id,
   event_ts,
-  first_copy.event_type AS event_type,
-  first_copy.payload AS payload,
+  copy.event_type AS event_type,
+  copy.payload AS payload,
   first_receipt_ts,
   first_receipt_ts AS last_receipt_ts,
   known

@@ -3,7 +3,7 @@
 --
 -- The previous version's islands (its sessions of the date plus the islands it kept beside them,
 -- the "context") hold every distinct event >= lo of the receipts it read, with the kept copy
--- already chosen; a new copy replaces it only if smaller (THE copy rule, as in dedup_events.sql).
+-- already chosen; a new copy replaces it only if smaller (THE copy rule: @copy/@kept, tidemark/sql_rules.py).
 -- Islands only ever merge when events are added, so an old island ends up whole inside one new
 -- island: its first/last receipt bounds carry over as they are. The precondition that every new
 -- receipt is at least as recent as the previous version's newest one means a new copy of an old
@@ -16,13 +16,13 @@
 -- Parameter: :lo_us, microseconds since the epoch.
 WITH copies AS (
   SELECT i.user_id, e.event_id, e.event_ts,
-         named_struct('event_type', e.event_type, 'payload', e.payload) AS copy,
+         @copy(e.event_type, e.payload) AS copy,
          i.first_receipt_ts, i.last_receipt_ts, TRUE AS known
   FROM {islands} AS i
   LATERAL VIEW explode(i.events) x AS e
   UNION ALL
   SELECT p.user_id, e.event_id, e.event_ts,
-         named_struct('event_type', e.event_type, 'payload', e.payload) AS copy,
+         @copy(e.event_type, e.payload) AS copy,
          p.receipt_ts, p.receipt_ts, FALSE AS known
   FROM {panes} AS p
   LATERAL VIEW explode(p.events) x AS e
@@ -34,7 +34,7 @@ by_user AS (
 ),
 distinct_events AS (
   SELECT user_id, event_id, event_ts,
-         MIN(copy) AS copy,
+         @kept(copy) AS copy,
          MIN(first_receipt_ts) AS first_receipt_ts,
          -- an old event lies in exactly one old island: its bound; a new event: its first receipt
          coalesce(MAX(CASE WHEN known THEN last_receipt_ts END), MIN(last_receipt_ts)) AS last_receipt_ts,

@@ -12,8 +12,7 @@ SELECT
   MAX(event_ts) AS session_end,
   COUNT(*) AS event_count,
   array_sort(collect_list(event_id)) AS event_ids,
-  array_sort(collect_list(named_struct(
-    'event_ts', event_ts, 'event_id', event_id, 'event_type', event_type, 'payload', payload))) AS events,
+  array_sort(collect_list(@event())) AS events,
   MIN(first_receipt_ts) AS first_receipt_ts,
   MAX(last_receipt_ts) AS last_receipt_ts,
   NOT bool_and(known) AS has_new,

@@ -2,8 +2,8 @@
 -- events, one row per distinct event.
 --
 -- An event is (user_id, event_id, event_ts); copies of it (redeliveries) may differ in
--- event_type or payload, and the kept copy is THE copy rule of tidemark (docs/input-contract.md,
--- also in dedup_events.sql and tidemark/contract.py): the smallest (event_type, payload). It is
+-- event_type or payload, and the kept copy is THE copy rule of tidemark (docs/input-contract.md;
+-- @copy/@kept of tidemark/sql_rules.py, shared with dedup_events.sql): the smallest (event_type, payload). It is
 -- a function of the set of copies received, whatever their order or batch: a new copy replaces
 -- the one state holds only if it is smaller, and then counts as new (the session's pane is
 -- emitted again with it).
@@ -15,14 +15,14 @@
 --   is_new (the kept copy is not the one state held).
 WITH copies AS (
   SELECT user_id, event_id, event_ts,
-         named_struct('event_type', event_type, 'payload', payload) AS copy,
-         named_struct('event_type', event_type, 'payload', payload) AS state_copy,
+         @copy(event_type, payload) AS copy,
+         @copy(event_type, payload) AS state_copy,
          state_session_id, state_session_start, state_closed, state_pane_count
   FROM {state_events}
   UNION ALL
   SELECT user_id, event_id, event_ts,
-         named_struct('event_type', event_type, 'payload', payload) AS copy,
-         CAST(NULL AS STRUCT<event_type: STRING, payload: STRING>) AS state_copy,
+         @copy(event_type, payload) AS copy,
+         CAST(NULL AS @COPY_TYPE) AS state_copy,
          CAST(NULL AS STRING), CAST(NULL AS TIMESTAMP), CAST(NULL AS BOOLEAN), CAST(NULL AS INT)
   FROM {batch_events}
 ),
@@ -33,7 +33,7 @@ by_user AS (
 ),
 kept AS (
   SELECT user_id, event_id, event_ts,
-         MIN(copy) AS copy,
+         @kept(copy) AS copy,
          -- state holds at most one copy of an event: these pick it (nulls are ignored)
          MIN(state_copy) AS state_copy,
          MIN(state_session_id) AS state_session_id,

@@ -15,9 +15,7 @@ WITH sessions AS (
     MIN(event_ts) AS session_start,
     MAX(event_ts) AS session_end,
     COUNT(*) AS event_count,
-    array_sort(collect_list(named_struct(
-      'event_ts', event_ts, 'event_id', event_id, 'event_type', event_type, 'payload', payload)))
-      AS events,
+    array_sort(collect_list(@event())) AS events,
     bool_or(is_new) AS has_new,
     bool_or(state_session_id IS NOT NULL) AS from_state,
     coalesce(bool_or(state_closed), false) AS was_closed,
@@ -45,7 +43,7 @@ classified AS (
 )
 SELECT
   coalesce(kept_session_id,
-           substr(sha2(concat(user_id, '|', CAST(unix_micros(session_start) AS STRING)), 256), 1, 32))
+           @session_id(user_id, session_start))
     AS session_id,
   user_id,
   session_start,

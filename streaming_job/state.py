@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
-from tidemark import layout, storage
+from tidemark import layout, sql_rules, storage
 
 STATE_MARKER = "_tidemark_state.json"
 KEEP_VERSIONS = 3
@@ -27,8 +27,7 @@ NO_WATERMARK_US = -(2 ** 62)
 
 STATE_SCHEMA = (
     "session_id string, user_id string, session_start timestamp, session_end timestamp, "
-    "event_count bigint, events array<struct<event_ts:timestamp,event_id:string,"
-    "event_type:string,payload:string>>, closed boolean, pane_count int"
+    f"event_count bigint, events {sql_rules.EVENTS_TYPE}, closed boolean, pane_count int"
 )
 STATE_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count", "events",
                  "closed", "pane_count"]

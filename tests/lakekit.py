@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from tests import reference
 from tests.helpers import lake_session_set, session_set
-from tidemark import layout, receipts
+from tidemark import layout, receipts, sql_rules
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
 from tidemark.times import iso_z
@@ -30,8 +30,7 @@ RULES = SessionRules(gap=GAP)
 DAY0 = datetime(2026, 3, 6, tzinfo=timezone.utc)
 RECEIPT0 = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
 
-EVENT_TYPE = pa.struct([("event_ts", pa.timestamp("us", tz="UTC")), ("event_id", pa.string()),
-                        ("event_type", pa.string()), ("payload", pa.string())])
+EVENT_TYPE = sql_rules.event_arrow_type()
 PANE_SCHEMA = pa.schema([
     ("session_id", pa.string()), ("user_id", pa.string()),
     ("session_start", pa.timestamp("us", tz="UTC")), ("session_end", pa.timestamp("us", tz="UTC")),

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 
-from tidemark import incremental, layout, obligations, planning, publish, rules_record, storage
+from tidemark import incremental, layout, obligations, planning, publish, rules_record, sql_rules, storage, times
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.notices import corrected
@@ -41,12 +41,6 @@ log = get_logger("dedup")
 
 OUTPUT_COLUMNS = ("session_id", "user_id", "session_start", "session_end", "event_count", "event_ids",
                   "events", "first_receipt_ts", "last_receipt_ts")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def _micros(moment: datetime) -> int:
-    delta = moment - _EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 @dataclass
@@ -152,7 +146,7 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
         # Sessions touching D reach further than the plan read: panes of later dates may join them.
         islands.unpersist()
         log.info("dedup extends its look-ahead", event_date=event_date, hi=bigger.hi,
-                 reach=planning.format_iso(summary["reach"]))
+                 reach=planning.format_reach(summary["reach"]))
         current = bigger
     try:
         newest = publish.newest_version(lake, event_date)
@@ -221,8 +215,7 @@ def _tune(spark) -> None:
 
 # Only the columns the dedup needs; the partition columns as plain strings. An explicit schema also
 # spares Spark a job to infer it from the files' footers.
-_PANES_SCHEMA = ("user_id STRING, session_end TIMESTAMP, "
-                 "events ARRAY<STRUCT<event_ts: TIMESTAMP, event_id: STRING, event_type: STRING, payload: STRING>>, "
+_PANES_SCHEMA = (f"user_id STRING, session_end TIMESTAMP, events {sql_rules.EVENTS_TYPE}, "
                  "event_date STRING, receipt_ts STRING")
 
 
@@ -247,7 +240,7 @@ def compute_islands(spark, lake: str, current: Plan, rules: SessionRules, known:
     panes = read_panes(spark, lake, current.partitions, current.lo).select(
         "user_id", "events", "receipt_ts",
         F.concat_ws("/", "event_date", "receipt_ts").isin(sorted(known & set(current.keys))).alias("known"))
-    events = dedup_sql.run(spark, "dedup_events", {"panes": panes}, lo_us=_micros(current.lo))
+    events = dedup_sql.run(spark, "dedup_events", {"panes": panes}, lo_us=times.to_micros(current.lo))
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
     return dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
 
@@ -259,7 +252,7 @@ def _summary(spark, islands, event_date: str) -> dict:
 
     row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, event_date=event_date).first()
     return {
-        "reach": None if row["reach_us"] is None else _EPOCH + timedelta(microseconds=row["reach_us"]),
+        "reach": None if row["reach_us"] is None else times.from_micros(row["reach_us"]),
         "sessions": int(row["sessions"]),
         "context_rows": int(row["context_rows"]),
         "affected_dates": [d for d in row["affected_dates"] if d != event_date],
@@ -274,15 +267,13 @@ def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
     The version id is chosen at commit time (tidemark.publish.commit), on the table's fresh state."""
     from pyspark.sql import functions as F
 
-    from tidemark.spark import session_id_sql
-
     sessions = summary["sessions"]
     folder = publish.run_dir(lake, event_date, run_id)
     names: list[str] = []
     if sessions:
         # event_date is inside the files: Iceberg reads the identity partition value from them.
         out = (islands.where(F.col("event_date") == F.lit(event_date))
-               .select(F.expr(session_id_sql()).alias("session_id"), *OUTPUT_COLUMNS[1:],
+               .select(F.expr(sql_rules.session_id()).alias("session_id"), *OUTPUT_COLUMNS[1:],
                        F.lit(event_date).cast("date").alias("event_date")))
         # About a million sessions per file, sorted so that row-group statistics on user_id help readers.
         files = max(1, -(-sessions // 1_000_000))
@@ -310,13 +301,13 @@ def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
         "max_receipt_ts": current.max_receipt_ts,
         "lo": incremental.lo_text(current.lo),
         "hi": current.hi,
-        "reach": planning.format_iso(summary["reach"]),
+        "reach": planning.format_reach(summary["reach"]),
         "gap": format_duration(rules.gap),
         **rules_record.marker_fields(rules),
         "affected_dates": summary["affected_dates"],
         "planned_on": previous and previous["version"],
         "new_receipts": len(set(current.keys) - known),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "created_at": times.now_iso_z(),
     }
     publish.write_marker(lake, marker)
     return marker

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from datetime import datetime
 
-from tidemark import layout, planning, publish, rules_record, times
+from tidemark import layout, planning, publish, rules_record, sql_rules, times
 from tidemark.planning import Plan
 from tidemark.sessions import SessionRules
 
@@ -32,9 +32,8 @@ CONTEXT_DIR = "context"
 # The columns of an island (dedup_sql/dedup_sessions.sql) as the version and its context store them.
 ISLAND_COLUMNS = ("user_id", "session_start", "session_end", "event_count", "event_ids", "events",
                   "first_receipt_ts", "last_receipt_ts")
-EVENTS_TYPE = ("ARRAY<STRUCT<event_ts: TIMESTAMP, event_id: STRING, event_type: STRING, payload: STRING>>")
 _ISLANDS_SCHEMA = ("user_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, event_count BIGINT, "
-                   f"event_ids ARRAY<STRING>, events {EVENTS_TYPE}, first_receipt_ts STRING, "
+                   f"event_ids ARRAY<STRING>, events {sql_rules.EVENTS_TYPE}, first_receipt_ts STRING, "
                    "last_receipt_ts STRING")
 
 
@@ -82,7 +81,7 @@ def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Bas
 
 def lo_text(lo: datetime) -> str:
     """How a version's marker records its lo."""
-    return lo.isoformat().replace("+00:00", "Z")
+    return times.iso_z(lo, "auto")  # no fraction for a whole second: as versions have recorded it
 
 
 def context_dir(lake: str, event_date: str, run_id: str) -> str:

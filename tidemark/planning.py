@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark import receipts
+from tidemark import receipts, times
 from tidemark.sessions import SessionRules
 
 
@@ -38,13 +38,9 @@ def midnight(day: date) -> datetime:
     return datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
 
 
-def parse_iso(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def format_iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.astimezone(timezone.utc).isoformat(
-        timespec="microseconds").replace("+00:00", "Z")
+def format_reach(moment: datetime | None) -> str | None:
+    """How a version's marker records its reach (to the microsecond; None: no session touches D)."""
+    return None if moment is None else times.iso_z(moment, "microseconds")
 
 
 def receipt_key(event_date: str, receipt_ts: str) -> str:
@@ -115,7 +111,7 @@ def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Pla
     for candidate in index.dates:
         if candidate > hi:
             break
-        chosen.extend(p for p in index.partitions(candidate) if parse_iso(p.max_event_ts) >= lo)
+        chosen.extend(p for p in index.partitions(candidate) if times.parse_iso(p.max_event_ts) >= lo)
     return Plan(event_date, lo, hi, chosen)
 
 
@@ -124,7 +120,7 @@ def recorded_reach(version: dict | None) -> tuple[bool, datetime | None]:
     if not version or "reach" not in version:
         return False, None
     value = version.get("reach")
-    return True, None if value is None else parse_iso(value)
+    return True, None if value is None else times.parse_iso(value)
 
 
 def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previous: dict | None) -> Plan:

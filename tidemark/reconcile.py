@@ -34,6 +34,7 @@ from typing import Callable
 
 from tidemark import layout, names, obligations, planning, publish, receipts, rules_record, runs, table as iceberg
 from tidemark.logs import get_logger
+from tidemark import times
 from tidemark.times import iso_z
 
 log = get_logger("reconcile")
@@ -95,7 +96,7 @@ def _time(text: str | None) -> datetime | None:
     if not text:
         return None
     try:
-        return planning.parse_iso(text)
+        return times.parse_iso(text, default_utc=True)
     except ValueError:
         return None
 

@@ -5,14 +5,6 @@ import os
 import sys
 
 
-def session_id_sql(user_col: str = "user_id", start_col: str = "session_start") -> str:
-    """SQL expression of a session's id: a hash of its user and start, stable for a given start.
-
-    Column names are fixed by the code (never user input).
-    """
-    return (f"substr(sha2(concat({user_col}, '|', CAST(unix_micros({start_col}) AS STRING)), 256), 1, 32)")
-
-
 def session_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
     """The Spark settings every tidemark session runs with (builder, and a Spark Connect server's
     --conf: a Connect session, and every newSession() of it, starts from the server's)."""
