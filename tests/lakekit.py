@@ -160,6 +160,25 @@ def _pane(island: list[tuple], batch_id: int, receipt_time: datetime) -> dict:
 
 # --- checks ------------------------------------------------------------------------------------------
 
+def lake_with(tmp_path, seed=5, batches=4, upto=None):
+    """A simulated lake of 3 users over 2 days, fed `upto` of its `batches` arrival batches:
+    returns (lake, stream, events, batches) so a test can feed the rest later."""
+    rng = random.Random(seed)
+    events = make_events(rng, users=3, days=2)
+    lake = str(tmp_path / "lake")
+    stream = SimulatedStream(lake, seed)
+    cut = arrivals(rng, events, batches)
+    for deliveries in cut[:upto]:
+        stream.batch(deliveries)
+    return lake, stream, events, cut
+
+
+def busiest_date(events) -> str:
+    """The event date with the most events (the first such date on a tie)."""
+    days = [ts.date().isoformat() for _, _, ts, _ in events]
+    return max(sorted(set(days)), key=days.count)
+
+
 def published(lake: str, event_date: str) -> set[tuple]:
     """Empty for a date never notified nor affected: it must then have no session (checked by caller)."""
     return lake_session_set(lake, event_date, with_count=True)

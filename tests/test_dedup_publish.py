@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -19,28 +18,11 @@ import pytest
 
 from tidemark import receipts
 from tests import icebergkit
-from tests.lakekit import RULES, SimulatedStream, arrivals, expected, make_events, published
+from tests.lakekit import RULES, SimulatedStream, busiest_date, expected, lake_with, published
 from tidemark import cli, layout, publish, reader, storage, table as iceberg
 from tidemark.dedup import run_dedup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def lake_with(tmp_path, seed=5, batches=4, upto=None):
-    """A simulated lake (see test_dedup_lake.py): returns (lake, stream, events, batches)."""
-    rng = random.Random(seed)
-    events = make_events(rng, users=3, days=2)
-    lake = str(tmp_path / "lake")
-    stream = SimulatedStream(lake, seed)
-    cut = arrivals(rng, events, batches)
-    for deliveries in cut[:upto]:
-        stream.batch(deliveries)
-    return lake, stream, events, cut
-
-
-def busiest_date(events) -> str:
-    days = [ts.date().isoformat() for _, _, ts, _ in events]
-    return max(sorted(set(days)), key=days.count)
 
 
 @pytest.mark.parametrize("command", ["dedup", "read"])

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests import icebergkit
-from tidemark import cli, gc, publish, reader, table as iceberg
+from tidemark import cli, gc, publish, reader
 
 DAY, OTHER = "2026-03-06", "2026-03-07"
 
@@ -98,8 +98,7 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
     version stopped being current just now, and a reader may still be on it. gc --retention 2h
     must keep it."""
     import tidemark.dedup
-    from tests.lakekit import RULES, expected
-    from tests.test_dedup_publish import busiest_date, lake_with
+    from tests.lakekit import RULES, busiest_date, expected, lake_with
 
     lake, stream, events, cut = lake_with(tmp_path, upto=2)
     day = busiest_date(events)
