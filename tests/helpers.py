@@ -7,11 +7,16 @@ must hold, as comparable sets of (user_id, session_start, session_end, event_ids
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 from tests import reference
 from tidemark import polling, reader
 from tidemark.logs import read_log_lines
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Poll every half second (servers and runs take seconds); see tidemark.polling.wait_for.
 wait_for = functools.partial(polling.wait_for, interval=0.5)
@@ -54,3 +59,13 @@ def session_set(sessions, event_date: str, with_count: bool = False) -> set[tupl
 def reference_session_set(landing: str, event_date: str, gap: timedelta, with_count: bool = False) -> set[tuple]:
     """What the date must hold: the batch reference over everything landed."""
     return session_set(reference.sessions_of_landing(landing, gap), event_date, with_count)
+
+
+def run_stream_cli(landing: str, lake: str, checkpoint: str, extra=(), env: dict | None = None) -> None:
+    """The real `tidemark stream --available-now` (local[2]) in its own process, as an operator runs
+    it; fails the test with the end of its stderr when it exits non-zero."""
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream",
+                           "--landing", landing, "--lake", lake, "--checkpoint", checkpoint,
+                           "--available-now", "--master", "local[2]", *extra],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tidemark import publish, table as iceberg
+from tidemark.notices import corrected
 
 T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
 
@@ -41,6 +42,39 @@ def prepared_run(lake: str, event_date: str, receipts: list[str], sessions: int 
 
 def publish_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
     return publish.commit(lake, prepared_run(lake, event_date, receipts, sessions))
+
+
+def commit_recording(lake: str, marker: dict) -> publish.Outcome:
+    """What tidemark.dedup does: the commit, then the corrected notice's record."""
+    outcome = publish.commit(lake, marker)
+    if outcome.committed:
+        corrected.record_after_commit(lake, outcome.current)
+    return outcome
+
+
+def publish_recorded_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
+    """publish_run, with the corrected notice recorded after the commit as tidemark.dedup does."""
+    return commit_recording(lake, prepared_run(lake, event_date, receipts, sessions))
+
+
+def version_with(lake: str, receipts: list[str], sessions: dict[str, tuple[int, int]],
+                 affected: list[str] | None = None, event_date: str = "2026-03-10") -> dict:
+    """A committed (and recorded) version whose sessions are {session_id: (end minute, event_count)},
+    all starting at midnight of event_date; returns the new current version."""
+    marker = prepared_run(lake, event_date, receipts, sessions=0, affected_dates=affected)
+    start = datetime.combine(date.fromisoformat(event_date), datetime.min.time(), tzinfo=timezone.utc)
+    rows = [{"session_id": sid, "user_id": f"u{sid}", "session_start": start,
+             "session_end": start + timedelta(minutes=end), "event_count": count,
+             "event_ids": [f"{sid}-{i}" for i in range(count)], "events": [],
+             "first_receipt_ts": min(receipts), "last_receipt_ts": max(receipts),
+             "event_date": date.fromisoformat(event_date)} for sid, (end, count) in sorted(sessions.items())]
+    folder = publish.run_dir(lake, event_date, marker["run_id"])
+    pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
+    marker.update(files=["part-00000.parquet"], sessions=len(rows))
+    publish.write_marker(lake, marker)
+    outcome = commit_recording(lake, marker)
+    assert outcome.committed
+    return outcome.current
 
 
 def receipt(hour: int, minute: int = 0) -> str:

@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from tests import reference
+from tests.helpers import lake_session_set, reference_session_set, run_stream_cli
 from tidemark import names, runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,37 +101,6 @@ def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):
 
 # -- real runs with `airflow dags test` -------------------------------------------------------
 
-def lake_sessions(lake: str, event_date: str) -> set:
-    from tidemark import reader
-
-    rows = reader.to_records(reader.read_sessions(lake, event_date))
-    return {(r["user_id"], _iso(r["session_start"]), _iso(r["session_end"]), int(r["event_count"]))
-            for r in rows}
-
-
-def reference_sessions(landing: str, event_date: str) -> set:
-    return {(s.user_id, _iso(s.session_start), _iso(s.session_end), s.event_count)
-            for s in reference.sessions_of_landing(landing, GAP) if s.event_date == event_date}
-
-
-def _iso(value) -> str:
-    from datetime import datetime, timezone
-
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
-
-
-def run_stream(landing: str, lake: str, checkpoint: str, extra=()) -> None:
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream",
-                           "--landing", landing, "--lake", lake, "--checkpoint", checkpoint,
-                           "--available-now", "--master", "local[2]", *extra],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-
-
 @pytest.fixture(scope="module")
 def small_lake(tmp_path_factory):
     """A landing over two days (sessions cross midnight) streamed by the real job."""
@@ -141,7 +111,7 @@ def small_lake(tmp_path_factory):
                            "--start", "2026-03-06", "--files", "6", "--seed", "11"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    run_stream(landing, lake, str(base / "checkpoint"))
+    run_stream_cli(landing, lake, str(base / "checkpoint"))
     return landing, lake
 
 
@@ -195,7 +165,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     dags_test(server, event_date, "first")
     pointer = reader.read_pointer(lake, event_date)
     assert pointer and pointer["version"]
-    assert lake_sessions(lake, event_date) == reference_sessions(landing, event_date)
+    assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
 
     # The asset events: the shared asset with {event_date, version}, and the per-date asset.
     events = db_rows(server, "select a.name, e.extra from asset_event e join asset a on a.id = e.asset_id")
@@ -206,8 +176,15 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert {"event_date": event_date, "version": pointer["version"]} in by_uri[prefix]
     assert by_uri[f"{prefix}/event_date={event_date}"][0]["version"] == pointer["version"]
 
-    # Affected neighbours became runs with deterministic ids.
+    # Affected neighbours became runs with deterministic ids. A first version holds only new events,
+    # so every other date a session touching event_date spans is affected (dedup_summary.sql); the
+    # two-day landing has sessions crossing midnight, so the list is not empty.
     affected = sorted(set(pointer.get("affected_dates") or []) - {event_date})
+    spanned = {str(s.session_start.date() + timedelta(days=n))
+               for s in reference.sessions_of_landing(landing, GAP)
+               if str(s.session_start.date()) <= event_date <= str(s.session_end.date())
+               for n in range((s.session_end.date() - s.session_start.date()).days + 1)}
+    assert affected and affected == sorted(spanned - {event_date}), pointer
     triggered = sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'"))
     assert triggered == sorted(runs.affected_run_id(d, event_date, pointer["version"]) for d in affected)
 
@@ -230,13 +207,13 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert obligations.pending(lake, event_date) == []
     again = reader.read_pointer(lake, event_date)
     assert again["version"] == pointer["version"]
-    assert lake_sessions(lake, event_date) == reference_sessions(landing, event_date)
+    assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
     assert sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'")) \
         == triggered
 
     # The neighbour date too (whether or not it was listed as affected).
     dags_test(server, "2026-03-07", "neighbour")
-    assert lake_sessions(lake, "2026-03-07") == reference_sessions(landing, "2026-03-07")
+    assert lake_session_set(lake, "2026-03-07", True) == reference_session_set(landing, "2026-03-07", GAP, True)
 
 
 # -- the Dataproc branch (Composer): chosen at parse time from the environment -------------------

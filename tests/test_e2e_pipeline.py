@@ -18,8 +18,7 @@ import time
 import pytest
 
 from tidemark import receipts
-from tests.helpers import lake_session_set, log_lines, reference_session_set, wait_for
-from tests.test_dag import run_stream
+from tests.helpers import lake_session_set, log_lines, reference_session_set, run_stream_cli, wait_for
 from tidemark.sessions import SessionRules
 from tidemark import names, notice as notices, runs
 from tidemark.localstack import pubsub_emulator as ps
@@ -72,17 +71,9 @@ def stack(tmp_path_factory):
 
 
 def stream(stack, landing: str) -> None:
-    env_before = os.environ.get("PUBSUB_EMULATOR_HOST")
-    os.environ["PUBSUB_EMULATOR_HOST"] = stack["emulator"].host  # inherited by the stream
-    try:
-        run_stream(landing, stack["lake"], str(stack["base"] / "checkpoint"),
-                   extra=("--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}",
-                          "--max-files-per-trigger", "2"))
-    finally:
-        if env_before is None:
-            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-        else:
-            os.environ["PUBSUB_EMULATOR_HOST"] = env_before
+    run_stream_cli(landing, stack["lake"], str(stack["base"] / "checkpoint"),
+                   extra=("--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}", "--max-files-per-trigger", "2"),
+                   env={**os.environ, "PUBSUB_EMULATOR_HOST": stack["emulator"].host})
 
 
 def audit(stack, seen: dict) -> dict:

@@ -7,49 +7,16 @@ import copy
 import json
 import os
 import re
-from datetime import date, datetime, timedelta, timezone
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from tests.icebergkit import prepared_run, receipt
+from tests.icebergkit import commit_recording as commit, prepared_run, publish_recorded_run as publish_run
+from tests.icebergkit import receipt, version_with
 from tidemark import corrected_notice, publish, table as iceberg
 from tidemark.notices import corrected
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D = "2026-03-10"
-START = datetime(2026, 3, 10, tzinfo=timezone.utc)
-
-
-def commit(lake: str, marker: dict) -> publish.Outcome:
-    """What tidemark.dedup does: the commit, then the corrected notice's record."""
-    outcome = publish.commit(lake, marker)
-    if outcome.committed:
-        corrected.record_after_commit(lake, outcome.current)
-    return outcome
-
-
-def publish_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
-    return commit(lake, prepared_run(lake, event_date, receipts, sessions))
-
-
-def version_with(lake: str, receipts: list[str], sessions: dict[str, tuple[int, int]],
-                 affected: list[str] | None = None) -> dict:
-    """A committed version whose sessions are {session_id: (end minute, event_count)}."""
-    marker = prepared_run(lake, D, receipts, sessions=0, affected_dates=affected)
-    rows = [{"session_id": sid, "user_id": f"u{sid}", "session_start": START,
-             "session_end": START + timedelta(minutes=end), "event_count": count,
-             "event_ids": [f"{sid}-{i}" for i in range(count)], "events": [],
-             "first_receipt_ts": min(receipts), "last_receipt_ts": max(receipts),
-             "event_date": date.fromisoformat(D)} for sid, (end, count) in sorted(sessions.items())]
-    folder = publish.run_dir(lake, D, marker["run_id"])
-    pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
-    marker.update(files=["part-00000.parquet"], sessions=len(rows))
-    publish.write_marker(lake, marker)
-    outcome = commit(lake, marker)
-    assert outcome.committed
-    return outcome.current
 
 
 def owed(lake: str) -> list[dict]:

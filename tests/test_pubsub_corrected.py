@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from tests.icebergkit import receipt
-from tests.test_notices_corrected import publish_run
+from tests.icebergkit import publish_recorded_run as publish_run, receipt
 from tests.netcut import NetCut
 from tidemark import corrected_notice, names
 from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.test_notices_corrected import D, version_with
-from tests.icebergkit import receipt
+from tests.icebergkit import receipt, version_with
 from tidemark import publish, reader, session_metrics
 
+D = "2026-03-10"  # icebergkit.version_with's default date
 T = datetime(2026, 3, 10, 23, 40, tzinfo=timezone.utc)
 
 
