@@ -33,13 +33,9 @@ def write_lake(path: str, seed: int) -> tuple[list[tuple], set[str]]:
     return events, dates
 
 
-@pytest.fixture(autouse=True)
-def classic_spark_afterwards():
-    """Creating a Connect session makes pyspark set SPARK_CONNECT_MODE_ENABLED in os.environ for the
-    whole process. Left set, the next tests of this pytest worker get Connect behaviour in their
-    classic session, and the processes they start (`tidemark stream`) fail with CONNECT_URL_NOT_SET."""
-    yield
-    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+# Creating a Connect session makes pyspark set SPARK_CONNECT_MODE_ENABLED in os.environ for the whole
+# process; left set, the worker's later tests get Connect behaviour and the `tidemark stream`s they
+# start fail with CONNECT_URL_NOT_SET. tests/conftest.py's environment guard undoes it after each test.
 
 
 @pytest.fixture(scope="module")
