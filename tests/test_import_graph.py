@@ -150,3 +150,37 @@ def test_only_the_cli_imports_commands(graph):
     assert commands_importers(graph) == {}
     assert commands_importers({"tidemark.localstack.stack": {"tidemark.commands.function_bundle"}}) == {
         "tidemark.localstack.stack": ["tidemark.commands.function_bundle"]}
+
+
+def importers_of_test_modules(root: str = ROOT) -> dict[str, list[str]]:
+    """{tests/ file: the test modules it imports}: shared test code lives in tests/helpers.py and the
+    *kit.py modules, so running or changing one test module never depends on another."""
+    found = {}
+    folder = os.path.join(root, "tests")
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        path = os.path.join(folder, name)
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+        named = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                named.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = ("tests." if node.level else "") + (node.module or "")
+                named.update(f"{base}.{alias.name}".lstrip(".") for alias in node.names)
+                named.add(base)
+        hits = sorted({n for n in named if any(part.startswith("test_") for part in n.split("."))})
+        if hits:
+            found[name] = hits
+    return found
+
+
+def test_no_test_module_imports_another(tmp_path):
+    assert importers_of_test_modules() == {}
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_b.py").write_text("from tests.test_a import helper\nfrom tests import lakekit\n")
+    (tmp_path / "tests" / "test_c.py").write_text("from .test_a import helper\nimport tests.helpers\n")
+    assert importers_of_test_modules(str(tmp_path)) == {
+        "test_b.py": ["tests.test_a", "tests.test_a.helper"], "test_c.py": ["tests.test_a", "tests.test_a.helper"]}
