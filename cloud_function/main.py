@@ -28,7 +28,7 @@ from cloud_function import dead_letter
 from cloud_function.airflow_client import AirflowClient, AirflowRejected
 from cloud_function.cloud_logging import get_logger
 from tidemark import names, runs
-from tidemark import notice as notices
+from tidemark import availability_notice
 
 log = get_logger("cloud_function")
 _client: AirflowClient | None = None
@@ -45,15 +45,15 @@ def _airflow() -> AirflowClient:
 def decode_message(message: dict) -> dict:
     """The Pub/Sub message of a push/CloudEvent -> validated notice, or InvalidNotice."""
     if not isinstance(message, dict) or "data" not in message:
-        raise notices.InvalidNotice("the event carries no Pub/Sub message data")
+        raise availability_notice.InvalidNotice("the event carries no Pub/Sub message data")
     try:
         data = base64.b64decode(message["data"], validate=True)
     except (binascii.Error, TypeError, ValueError):
-        raise notices.InvalidNotice("message data is not base64") from None
-    body = notices.decode(data)
+        raise availability_notice.InvalidNotice("message data is not base64") from None
+    body = availability_notice.decode(data)
     dataset = names.get("DATASET")
     if body["dataset"] != dataset:
-        raise notices.InvalidNotice(f"dataset {body['dataset']!r} is not {dataset!r}, "
+        raise availability_notice.InvalidNotice(f"dataset {body['dataset']!r} is not {dataset!r}, "
                                     "the dataset this function deduplicates")
     return body
 
@@ -78,7 +78,7 @@ def handle(message: dict, client_factory=_airflow) -> dict:
     try:
         body = decode_message(message)
         run_id = runs.run_id_for_notice(body)
-    except (notices.InvalidNotice, runs.InvalidRunKey) as exc:
+    except (availability_notice.InvalidNotice, runs.InvalidRunKey) as exc:
         reason = str(exc)
         try:
             copy_id = dead_letter.forward(_raw_data(message), _attributes(message), reason, message_id)

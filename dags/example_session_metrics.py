@@ -1,7 +1,7 @@
 """example_session_metrics: what a downstream team copies to rebuild its own product whenever
 tidemark publishes a corrected version of an event date.
 
-Scheduled on tidemark's per-date asset events, not on a cron: the dedup DAG's `publish` task emits
+Scheduled on tidemark's per-date asset events, not on a cron: the dedup DAG's `emit_assets` task emits
 one event per published version on the asset tidemark://sessions_dedup/event_date=D through the
 alias tidemark://sessions_dedup/by_event_date, and this DAG is scheduled on that alias, so it runs
 for exactly the dates that changed (one run may carry several events: several dates, or several

@@ -1,4 +1,4 @@
-"""tidemark_dedup: deduplicate one event date of the sessions lake and publish it as an asset.
+"""tidemark_dedup: deduplicate one event date of the sessions lake and announce it as an asset event.
 
 Triggered (schedule=None) by the Cloud Function, one run per availability notice, with
 conf {"event_date": "YYYY-MM-DD", ...}; or by hand from the UI/REST with the same Param.
@@ -6,13 +6,13 @@ conf {"event_date": "YYYY-MM-DD", ...}; or by hand from the UI/REST with the sam
     prepare ──> needs_spark (short circuit, pure Python: does the current version already
                 include every receipt partition of the date's plan? then skip the dedup)
             ──> dedup (SparkSubmitOperator: spark-submit streaming_job/submit.py dedup ...)
-            ──> publish (reads the current version, emits the asset events)
-            ──> owed_reruns (runs after a publish or a skipped dedup: the reruns owed)
+            ──> emit_assets (reads the current version, emits the asset events)
+            ──> owed_reruns (runs after emit_assets or a skipped dedup: the reruns owed)
             ──> trigger_affected (one TriggerDagRunOperator per neighbouring date, mapped)
             ──> notify_corrected (the corrected-partition notice, docs/notices.md)
 
 A run with nothing new (the usual case when several notices of one date queue up: the first run
-to start picks up every complete receipt of its date) shows dedup and publish as skipped, with the
+to start picks up every complete receipt of its date) shows dedup and emit_assets as skipped, with the
 reason in needs_spark's log, and takes seconds: no Spark, no repeated asset event. It still
 discharges the date's obligations (as the dedup would have) and starts the neighbour runs owed.
 
@@ -234,8 +234,9 @@ def tidemark_dedup():
     dedup = dedup_task(prepared["lake"], prepared["event_date"])
 
     @task(outlets=[SESSIONS_DEDUP, PER_DATE])
-    def publish(prepared: dict, *, outlet_events=None) -> None:
-        """Record the version the dedup published as asset events. Skipped with the dedup: a date
+    def emit_assets(prepared: dict, *, outlet_events=None) -> None:
+        """Record the version the dedup published as asset events (named apart from the version
+        publish, tidemark/publish.py, and the notices' Pub/Sub send). Skipped with the dedup: a date
         with nothing new has no new version, so consumers get no repeated event."""
         from tidemark import layout
 
@@ -249,7 +250,7 @@ def tidemark_dedup():
         outlet_events[SESSIONS_DEDUP].extra = extra
         outlet_events[PER_DATE].add(date_asset(event_date), extra=extra)
 
-    # none_failed: after a publish, and also after a skipped dedup (a run of this date that was
+    # none_failed: after emit_assets, and also after a skipped dedup (a run of this date that was
     # killed after recording obligations left them to whichever run of the date comes next).
     @task(trigger_rule="none_failed")
     def owed_reruns(prepared: dict) -> list[dict]:
@@ -259,7 +260,7 @@ def tidemark_dedup():
         return obligations.reruns_owed_by(prepared["lake"], prepared["event_date"])
 
     neighbours = owed_reruns(prepared)
-    needs_spark(prepared) >> dedup >> publish(prepared) >> neighbours
+    needs_spark(prepared) >> dedup >> emit_assets(prepared) >> neighbours
 
     # One sender at a time (an owed notice goes out once); none_failed: also after a skipped dedup,
     # to send what an earlier outage left owed.

@@ -15,7 +15,7 @@ resource "google_project_iam_member" "composer_worker" {
   member  = google_service_account.composer[0].member
 }
 
-# The DAG's publish task reads the current version of the date it deduplicated (the table's files).
+# The DAG's emit_assets task reads the current version of the date it deduplicated (the table's files).
 resource "google_storage_bucket_iam_member" "composer_reads_lake" {
   count  = var.create_composer ? 1 : 0
   bucket = google_storage_bucket.lake.name
@@ -75,9 +75,9 @@ resource "google_composer_environment" "airflow" {
         # SparkSubmitOperator, which the DAG imports; the Google provider is preinstalled. Provider
         # >= 6 brings pyspark-client: the dedup task as a Spark Connect client (no JVM).
         "apache-airflow-providers-apache-spark" = ">=5"
-        # tidemark's structured logs (tidemark.logs), which the publish task imports.
+        # tidemark's structured logs (tidemark.logs), which the emit_assets task imports.
         "structlog" = ">=24"
-        # The publish task reads the current version from the Iceberg table (tidemark.publish).
+        # The emit_assets task reads the current version from the Iceberg table (tidemark.publish).
         "pyiceberg" = ">=0.12,<0.13"
       }
       # Where the DAG's tasks find the lake and the Spark side (docs/production.md).

@@ -102,7 +102,7 @@ resource "google_pubsub_subscription" "to_function" {
 }
 
 # Example for a downstream team: only notices of partitions that arrived after the watermark passed
-# the end of their event date (attributes per tidemark/notice.py; docs/notices.md lists them).
+# the end of their event date (attributes per tidemark/availability_notice.py; docs/notices.md lists them).
 # Add `AND hasPrefix(attributes.event_date, "2026-03")` to narrow to dates. Filters are immutable.
 resource "google_pubsub_subscription" "late_data" {
   name                       = var.late_data_subscription

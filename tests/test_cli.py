@@ -54,7 +54,7 @@ def test_a_corrupt_marker_is_a_failure_with_its_cause_logged_not_a_usage_error(t
     (["gc", "--lake", "x", "--retention", "a week"], "invalid duration"),
     (["gc", "--lake", "x", "--retention", "5m"], "refusing a retention of 5m"),
     (["generate", "--landing", "x", "--events", "0"], "argument --events: 0 is out of range"),
-    (["notices", "--lake", "x", "--close-waiting"], "--close-waiting needs --publish"),
+    (["notices", "--lake", "x", "--close-waiting"], "--close-waiting needs --send"),
     (["stream", "--landing", "l", "--lake", "k", "--checkpoint", "c", "--gap", "0s"], "gap"),
     (["rules", "migrate", "--lake", "x", "--gap", "soon"], "invalid duration"),
     (["nonsense"], "invalid choice"),

@@ -50,7 +50,7 @@ if dag is not None:
     out["accepts"] = dag.params.get_param("event_date").resolve("2026-03-07")
     out["dedup_concurrency"] = dag.get_task("dedup").max_active_tis_per_dag
     out["outlets"] = sorted(str(getattr(o, "name", o))
-                            for o in dag.get_task("publish").outlets)
+                            for o in dag.get_task("emit_assets").outlets)
 reconcile = bag.dags.get("tidemark_reconcile")
 if reconcile is not None:
     out["reconcile"] = {"tasks": sorted(t.task_id for t in reconcile.tasks),
@@ -70,7 +70,7 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     print(f"\nDagBag parse of dags/: {out['seconds']:.2f}s")
     assert out["errors"] == {}
     assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile", "example_session_metrics"])
-    assert out["tasks"] == ["dedup", "needs_spark", "notify_corrected", "owed_reruns", "prepare", "publish",
+    assert out["tasks"] == ["dedup", "emit_assets", "needs_spark", "notify_corrected", "owed_reruns", "prepare",
                             "trigger_affected"]
     assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
@@ -201,7 +201,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     proc = dags_test(server, event_date, "second")
     states = last_run_states(server)
     assert states["needs_spark"] == "success" and states["dedup"] == "skipped", states
-    assert states["publish"] == "skipped" and states["owed_reruns"] == "success", states
+    assert states["emit_assets"] == "skipped" and states["owed_reruns"] == "success", states
     assert "skipping the Spark dedup" in proc.stdout + proc.stderr
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, event_date) == []

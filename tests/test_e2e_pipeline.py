@@ -20,7 +20,7 @@ import pytest
 from tidemark import receipts
 from tests.helpers import lake_session_set, log_lines, reference_session_set, run_stream_cli, wait_for
 from tidemark.sessions import SessionRules
-from tidemark import names, notice as notices, runs
+from tidemark import availability_notice, names, runs
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.function import FunctionServer
@@ -81,9 +81,9 @@ def audit(stack, seen: dict) -> dict:
     outbox records as sent is there (one pull may return only part of what is waiting)."""
     sent = {e["notice"]["notice_id"] for e in Outbox(stack["lake"]).sent()} - set(seen)
     got = ps.pull_until(PROJECT, AUDIT, host=stack["emulator"].host,
-                        done=lambda got: sent <= {notices.decode(m.message.data)["notice_id"] for m in got})
+                        done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got})
     for received in got:
-        body = notices.decode(received.message.data)
+        body = availability_notice.decode(received.message.data)
         seen[body["notice_id"]] = body
     return seen
 
@@ -136,8 +136,8 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
     some = next(iter(seen.values()))
     publisher = ps.publisher_admin(emulator.host)
     for _ in range(3):
-        publisher.publish(f"projects/{PROJECT}/topics/{TOPIC}", notices.encode(some),
-                          **notices.attributes(some)).result(timeout=30)
+        publisher.publish(f"projects/{PROJECT}/topics/{TOPIC}", availability_notice.encode(some),
+                          **availability_notice.attributes(some)).result(timeout=30)
     dup_run = runs.run_id_for_notice(some)
     wait_for(lambda: len([l for l in log_lines(function) if l.get("run_id") == dup_run
                           and l.get("outcome") == "already_exists"]) >= 3, 120, "three duplicate deliveries")

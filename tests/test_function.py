@@ -18,7 +18,7 @@ import pytest
 
 from cloud_function import main
 from cloud_function.airflow_client import (AirflowClient, ConfigError, TransientAirflowError)
-from tidemark import notice as notices
+from tidemark import availability_notice
 from tidemark import runs
 from tidemark.localstack.process import free_port
 
@@ -34,7 +34,7 @@ def partition(event_date="2026-03-07", receipt_ts="20260307T201500123Z", **extra
 
 
 def make_notice(**kw) -> dict:
-    return notices.build("sessions", [partition(**kw)])
+    return availability_notice.build("sessions", [partition(**kw)])
 
 
 def message(body) -> dict:
@@ -61,7 +61,7 @@ def test_run_id_is_derived_from_the_notice_and_allowed_by_airflow():
 
 
 def test_coalesced_notice_maps_to_its_newest_partition():
-    coalesced = notices.build("sessions", [partition(receipt_ts="20260307T201500123Z"),
+    coalesced = availability_notice.build("sessions", [partition(receipt_ts="20260307T201500123Z"),
                                            partition(receipt_ts="20260307T201600000Z")], kind="coalesced")
     assert runs.run_id_for_notice(coalesced) == runs.notice_run_id(
         "sessions", "2026-03-07", "20260307T201600000Z")
@@ -162,6 +162,6 @@ def test_function_bundle_is_self_contained(tmp_path):
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert files == sorted(report["files"])  # nothing else: no stale file, no __pycache__
-    assert {"main", "tidemark.notice", "tidemark.runs", "cloud_function.airflow_client"} <= set(
+    assert {"main", "tidemark.availability_notice", "tidemark.runs", "cloud_function.airflow_client"} <= set(
         report["checked_modules"])
     assert "functions-framework" in (out / "requirements.txt").read_text()

@@ -17,7 +17,7 @@ import pytest
 
 from cloud_function.airflow_client import AirflowRejected
 from tests.helpers import log_lines, wait_for
-from tidemark import names, notice as notices, runs
+from tidemark import availability_notice, names, runs
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.function import FunctionServer
@@ -34,7 +34,7 @@ DEAD_LETTER_PULL = "dead-letter-audit"
 
 
 def notice_for(receipt_ts: str, event_date: str = "2026-03-07") -> dict:
-    return notices.build("sessions", [{
+    return availability_notice.build("sessions", [{
         "event_date": event_date, "receipt_ts": receipt_ts, "batch_id": 1,
         "uri": f"file:///lake/sessions/event_date={event_date}/receipt_ts={receipt_ts}", "rows": 1,
         "events": 2, "pane_kinds": ["early"], "watermark": f"{event_date}T20:00:00Z", "late": False}])
@@ -103,9 +103,9 @@ def test_bundle_served_alone_imports_nothing_from_the_repo(function):
 def test_each_notice_becomes_exactly_one_run_despite_redelivery(airflow, emulator, function):
     body = notice_for("20260307T201500123Z")
     run_id = runs.run_id_for_notice(body)
-    data = notices.encode(body)
+    data = availability_notice.encode(body)
     for _ in range(3):  # the same notice published three times: three push deliveries
-        publish(emulator, data, **notices.attributes(body))
+        publish(emulator, data, **availability_notice.attributes(body))
     client = airflow.client()
     run = wait_for(lambda: client.get_dag_run(DAG_ID, run_id), 60, "the run")
     assert run["conf"]["event_date"] == "2026-03-07"
@@ -160,7 +160,7 @@ def test_airflow_down_means_redelivery_until_it_is_back(airflow, emulator, funct
     run_id = runs.run_id_for_notice(body)
     airflow.stop(components=("api-server",))
     try:
-        publish(emulator, notices.encode(body))
+        publish(emulator, availability_notice.encode(body))
         retries = wait_for(lambda: (lambda r: r if len(r) >= 3 else None)(
             [l for l in log_lines(function) if l.get("run_id") == run_id and l.get("outcome") == "retry"]),
             120, "three failed deliveries")

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tidemark import receipts
-from tidemark import layout, names, notice, storage
+from tidemark import availability_notice, layout, names, storage
 from tidemark.demo.wait import processed_files
 from tidemark.generate import Workload, build, split_files, write_file
 from tidemark.localstack import pubsub_emulator as ps
@@ -142,7 +142,7 @@ def test_sigterm_exits_0_with_every_partition_complete_and_every_notice_publishe
     # Pull until each sent notice arrived (one pull may return only part of what is waiting);
     # a notice that never arrives fails the pull with a timeout.
     ps.pull_until(PROJECT, AUDIT, host=emulator.host,
-                  done=lambda got: sent <= {notice.decode(m.message.data)["notice_id"] for m in got})
+                  done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got})
 
 
 def test_a_restarted_job_continues_from_its_checkpoint(stopped):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tidemark import receipts
-from tidemark import notice, publish
+from tidemark import availability_notice, publish
 from tidemark.cli import main
 from tidemark.notices.outbox import Outbox
 
@@ -59,7 +59,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
 
     # A notice the stream would have owed for the newest receipt partition of the date.
     newest = receipts.list_receipts(lake, first)[-1]
-    body = notice.build("sessions", [receipts.read_marker(lake, first, newest).to_json()])
+    body = availability_notice.build("sessions", [receipts.read_marker(lake, first, newest).to_json()])
     assert Outbox(lake).record(body)
 
     items = json_lines(capsys, ["history", "--lake", lake, "--event-date", first, "--json",

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tidemark import layout, notice
+from tidemark import availability_notice, layout
 from tidemark.cli import main as cli_main
 from tidemark.notices.cadence import CadencePolicy, PendingGroups
 from tidemark.notices.outbox import Outbox
@@ -46,28 +46,28 @@ def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 
 def test_docs_example_follows_the_schema():
     text = open(os.path.join(ROOT, "docs", "notices.md")).read()
     example = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
-    assert notice.validate(example)["notice_id"] == notice.notice_id(
+    assert availability_notice.validate(example)["notice_id"] == availability_notice.notice_id(
         example["dataset"], example["event_date"], example["receipt_ts_list"])
     # Every body field the docs' table names is a schema property, and the reverse.
     documented = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?", text, re.M))
     names = {n for pair in documented for n in pair if n}
-    assert set(notice.schema()["properties"]) <= names | set(notice.ATTRIBUTES)
+    assert set(availability_notice.schema()["properties"]) <= names | set(availability_notice.ATTRIBUTES)
 
 
 def test_build_covers_partitions_deterministically(tmp_path):
     lake = str(tmp_path)
     a = partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=3, late=True, rows=1, events=2)
     b = partition(lake, "2026-03-06", "20260307T100500000Z", batch_id=4, rows=4, events=9)
-    one, other = notice.build("sessions", [a, b], "coalesced"), notice.build("sessions", [b, a], "coalesced")
+    one, other = availability_notice.build("sessions", [a, b], "coalesced"), availability_notice.build("sessions", [b, a], "coalesced")
     assert one == other
     assert one["receipt_ts"] == b["receipt_ts"] and one["uri"] == b["uri"]
     assert one["receipt_ts_list"] == [a["receipt_ts"], b["receipt_ts"]]
     assert (one["rows"], one["events"], one["batch_id"], one["late"]) == (5, 11, 4, True)
-    assert notice.decode(notice.encode(one)) == one
-    attrs = notice.attributes(one)
+    assert availability_notice.decode(availability_notice.encode(one)) == one
+    attrs = availability_notice.attributes(one)
     assert attrs == {"dataset": "sessions", "event_date": "2026-03-06", "late": "true",
                      "schema_version": "1", "kind": "coalesced", "notice_id": one["notice_id"]}
-    assert notice.build("sessions", [a])["notice_id"] != one["notice_id"]
+    assert availability_notice.build("sessions", [a])["notice_id"] != one["notice_id"]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -82,15 +82,15 @@ def test_build_covers_partitions_deterministically(tmp_path):
     ({"published_at": "2026-03-07 10:00"}, "published_at"),
 ])
 def test_invalid_notices_are_refused_naming_the_field(tmp_path, change, message):
-    body = notice.build("sessions", [partition(str(tmp_path), "2026-03-06", "20260307T100000000Z")])
-    with pytest.raises(notice.InvalidNotice, match=message):
-        notice.validate({**body, **change})
+    body = availability_notice.build("sessions", [partition(str(tmp_path), "2026-03-06", "20260307T100000000Z")])
+    with pytest.raises(availability_notice.InvalidNotice, match=message):
+        availability_notice.validate({**body, **change})
 
 
 def test_build_refuses_mixed_dates(tmp_path):
     lake = str(tmp_path)
-    with pytest.raises(notice.InvalidNotice, match="one event_date"):
-        notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z"),
+    with pytest.raises(availability_notice.InvalidNotice, match="one event_date"):
+        availability_notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z"),
                                   partition(lake, "2026-03-07", "20260307T100000000Z")])
 
 
@@ -99,11 +99,11 @@ def test_build_refuses_mixed_dates(tmp_path):
 def test_outbox_records_once_and_moves_to_sent(tmp_path):
     lake = str(tmp_path)
     outbox = Outbox(lake)
-    body = notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z")])
+    body = availability_notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z")])
     assert outbox.record(body) is True
     assert outbox.record(body) is False  # a replayed batch: same id, nothing new
     [entry] = outbox.owed()
-    assert entry["notice"] == body and entry["attributes"] == notice.attributes(body)
+    assert entry["notice"] == body and entry["attributes"] == availability_notice.attributes(body)
     outbox.mark_sent(entry, "17", "2026-03-07T10:00:01.000Z")
     assert outbox.owed() == [] and outbox.record(body) is False
     [sent] = outbox.sent()
@@ -113,7 +113,7 @@ def test_outbox_records_once_and_moves_to_sent(tmp_path):
 def test_interrupted_mark_sent_is_not_owed(tmp_path):
     lake = str(tmp_path)
     outbox = Outbox(lake)
-    body = notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z")])
+    body = availability_notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z")])
     outbox.record(body)
     entry = outbox.owed()[0]
     # Crash between the two steps of mark_sent: the sent record exists, the outbox entry too.
@@ -196,7 +196,7 @@ def test_crash_between_outbox_write_and_group_update_gives_the_same_notice(tmp_p
         groups.add(partition(lake, "2026-03-06", ts), "coalesced", window)
     [gid] = groups.due(datetime(2026, 3, 7, 11, tzinfo=timezone.utc))
     # The outbox entry is written, the group file not yet updated (the process dies here).
-    outbox.record(notice.build("sessions", groups.groups[gid]["open"], "coalesced"))
+    outbox.record(availability_notice.build("sessions", groups.groups[gid]["open"], "coalesced"))
     restarted = PendingGroups(lake, "sessions", outbox)
     restarted.load()
     body = restarted.close(gid)
@@ -204,7 +204,7 @@ def test_crash_between_outbox_write_and_group_update_gives_the_same_notice(tmp_p
 
 
 def test_service_listener_records_before_publishing_and_replays_add_nothing(tmp_path):
-    """The listener alone (publisher thread not started): durable records, no network."""
+    """The listener alone (sender thread not started): durable records, no network."""
     lake = str(tmp_path)
     service = NoticeService(lake, "projects/tidemark-local/topics/tidemark-availability")
     parts = [partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=5),
@@ -226,9 +226,9 @@ def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys
     forgotten = partition(lake, "2026-03-07", "20260307T100200000Z")
     for part in (sent_part, owed_part, waiting_part, forgotten):
         write_marker(lake, part)
-    outbox.record(notice.build("sessions", [sent_part]))
+    outbox.record(availability_notice.build("sessions", [sent_part]))
     outbox.mark_sent(outbox.owed()[0], "1", "2026-03-07T10:00:01.000Z")
-    outbox.record(notice.build("sessions", [owed_part]))
+    outbox.record(availability_notice.build("sessions", [owed_part]))
     PendingGroups(lake, "sessions", outbox).add(waiting_part, "coalesced", timedelta(minutes=5))
 
     status = notices_status(lake)
@@ -248,7 +248,7 @@ def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys
                                    "projects/tidemark-local/topics/x", "projects/tidemark-local/topics/goog-x",
                                    "projects/tidemark-local/subscriptions/abc", "projects/Tidemark/topics/abc"])
 def test_topic_paths_are_checked(topic):
-    from tidemark.notices.publisher import check_topic
+    from tidemark.notices.sender import check_topic
 
     with pytest.raises(ValueError, match="invalid topic"):
         check_topic(topic)
@@ -290,7 +290,7 @@ def test_a_group_closed_again_after_its_notice_was_sent_is_not_queued(tmp_path):
     part = partition(lake, "2026-03-06", "20260307T100000000Z")
     service.on_partition(part)
     [gid] = service.groups.due(datetime(2026, 3, 7, 11, tzinfo=timezone.utc))
-    body = notice.build("sessions", service.groups.groups[gid]["open"], "coalesced")
+    body = availability_notice.build("sessions", service.groups.groups[gid]["open"], "coalesced")
     service.outbox.record(body)
     service.outbox.mark_sent(service.outbox.owed()[0], "1", "2026-03-07T11:00:00.000Z")
     closed = service.groups.close(gid)
@@ -306,7 +306,7 @@ def test_backfill_records_a_notice_for_each_unadvertised_partition(tmp_path, cap
                  partition(lake, "2026-03-07", "20260307T100100000Z")]
     for part in (covered, *forgotten):
         write_marker(lake, part)
-    Outbox(lake).record(notice.build("sessions", [covered]))
+    Outbox(lake).record(availability_notice.build("sessions", [covered]))
     assert cli_main(["notices", "--lake", lake, "--backfill", "--check", "--format", "summary"]) == 0
     assert json.loads(capsys.readouterr().out) == {"sent": 0, "owed": 3, "waiting": 0, "unadvertised": 0}
     owed = {(e["notice"]["event_date"], e["notice"]["receipt_ts"]): e["notice"] for e in Outbox(lake).owed()}
@@ -319,4 +319,4 @@ def test_backfill_records_a_notice_for_each_unadvertised_partition(tmp_path, cap
 
 def test_close_waiting_needs_a_topic(tmp_path, capsys):
     assert cli_main(["notices", "--lake", str(tmp_path), "--close-waiting"]) == 2
-    assert "--close-waiting needs --publish" in capsys.readouterr().err
+    assert "--close-waiting needs --send" in capsys.readouterr().err

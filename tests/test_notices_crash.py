@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import stream_alive, wait_for
 from tidemark import receipts
-from tidemark import layout, names, notice, storage
+from tidemark import availability_notice, layout, names, storage
 from tidemark.cli import main as cli_main
 from tidemark.generate import Workload, build, split_files, write_file
 from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
@@ -72,15 +72,15 @@ def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
         # of what is waiting); then whatever else is still there (copies) until quiet.
         sent = {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
         raw = pull_until(PROJECT, "crash-topic-all", host=emulator.host,
-                         done=lambda got: sent <= {notice.decode(m.message.data)["notice_id"] for m in got})
+                         done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got})
         raw += pull_all(PROJECT, "crash-topic-all", host=emulator.host)
-        received = [(notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
+        received = [(availability_notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
     finally:
         emulator.stop()
 
     by_id = defaultdict(list)
     for body, attrs in received:
-        assert attrs == notice.attributes(body)
+        assert attrs == availability_notice.attributes(body)
         by_id[body["notice_id"]].append({k: v for k, v in body.items() if k != "published_at"})
     for copies in by_id.values():
         assert all(copy == copies[0] for copy in copies)

@@ -54,11 +54,11 @@ def test_one_message_per_published_version_however_often_it_is_sent(emulator, tm
     topic = make_topic(host, "corrected-once")
     versions = [publish_run(lake, D, [receipt(h) for h in range(1, n + 1)], sessions=n).current["version"]
                 for n in (1, 2)]
-    assert corrected.publish_owed(lake, topic, timeout=60) == 0
+    assert corrected.send_owed(lake, topic, timeout=60) == 0
     # Everything that may record or send again: the DAG's notify task of a rerun, another drain.
     monkeypatch.setenv("TIDEMARK_CORRECTED_TOPIC_PATH", topic)
     assert corrected.notify(lake, D, timeout=60) == {"recorded": False, "owed": 0, "topic": topic}
-    assert corrected.publish_owed(lake, topic, timeout=60) == 0
+    assert corrected.send_owed(lake, topic, timeout=60) == 0
     got = received(host, "corrected-once", sent_ids(lake))
     assert sorted(b["version"] for b, _ in got) == versions  # one each
     for body, attrs in got:
@@ -83,14 +83,14 @@ def test_pubsub_down_during_a_publish_the_notice_goes_out_once_when_it_is_back(e
         link.cut()
         v1 = publish_run(lake, D, [receipt(1)]).current["version"]
         # A bounded publish while Pub/Sub is unreachable: nothing acknowledged, the notice stays owed.
-        assert corrected.publish_owed(lake, topic, timeout=3, backoff_max=1) == 1
+        assert corrected.send_owed(lake, topic, timeout=3, backoff_max=1) == 1
         assert [e["notice"]["version"] for e in corrected.outbox(lake).owed()] == [v1]
 
         # A publish that is retrying when Pub/Sub comes back sends it, and a second version too.
         v2 = publish_run(lake, D, [receipt(1), receipt(2)]).current["version"]
         result: list[int] = []
         sender = threading.Thread(target=lambda: result.append(
-            corrected.publish_owed(lake, topic, timeout=120, backoff_max=2)))
+            corrected.send_owed(lake, topic, timeout=120, backoff_max=2)))
         sender.start()
         time.sleep(4)  # let it fail and back off at least once (not an assertion on time)
         assert sender.is_alive()

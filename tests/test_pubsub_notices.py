@@ -18,7 +18,7 @@ from typing import Collection
 import pytest
 
 from tidemark import receipts
-from tidemark import layout, names, notice
+from tidemark import availability_notice, layout, names
 from tidemark.cli import main as cli_main
 from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
                                                  get_subscription, pull_all, pull_until)
@@ -72,8 +72,8 @@ def messages(host: str, topic: str, sub: str = "all", expect: Collection[str] = 
         raw = pull_all(PROJECT, subscription, host=host)
     else:
         raw = pull_until(PROJECT, subscription, host=host, done=lambda got: len(got) >= at_least and
-                         expect <= {notice.decode(m.message.data)["notice_id"] for m in got})
-    return [(notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
+                         expect <= {availability_notice.decode(m.message.data)["notice_id"] for m in got})
+    return [(availability_notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
 
 
 def sent_ids(lake: str) -> set[str]:
@@ -103,7 +103,7 @@ def assert_same_copies(received: list[tuple[dict, dict]]) -> dict[str, dict]:
     """Duplicates only with the same notice_id: copies of one id are the same notice."""
     by_id = defaultdict(list)
     for body, attrs in received:
-        assert attrs == notice.attributes(body)
+        assert attrs == availability_notice.attributes(body)
         by_id[body["notice_id"]].append({k: v for k, v in body.items() if k != "published_at"})
     for copies in by_id.values():
         assert all(copy == copies[0] for copy in copies)
@@ -160,7 +160,7 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
     # Pub/Sub is back (a fresh emulator: topics recreated); a new process publishes what is owed.
     emulator.start()
     make_topic(emulator.host, "outage-topic")
-    assert cli_main(["notices", "--lake", lake, "--publish", topic, "--timeout", "60",
+    assert cli_main(["notices", "--lake", lake, "--send", topic, "--timeout", "60",
                      "--format", "summary", "--check"]) == 0
     received += messages(emulator.host, "outage-topic", expect=sent_ids(lake) - ids(received))
     unique = assert_same_copies(received)

@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from tidemark import corrected_notice, names, notice
+from tidemark import availability_notice, corrected_notice, names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERRAFORM = os.path.join(ROOT, "terraform")
@@ -145,9 +145,9 @@ def test_late_data_filter_uses_attributes_that_notices_carry(tf):
     filter_text = resource(tf, "google_pubsub_subscription", "late_data")["filter"]
     used = set(re.findall(r"attributes\.([A-Za-z_]+)", filter_text))
     assert "late" in used
-    assert used <= set(notice.ATTRIBUTES), f"filter uses attributes notices do not carry: {used - set(notice.ATTRIBUTES)}"
-    # The value notices give `late` (strings "true"/"false", tidemark/notice.py).
-    assert notice.attributes({"dataset": "d", "event_date": "2026-03-07", "late": True, "schema_version": 1,
+    assert used <= set(availability_notice.ATTRIBUTES), f"filter uses attributes notices do not carry: {used - set(availability_notice.ATTRIBUTES)}"
+    # The value notices give `late` (strings "true"/"false", tidemark/availability_notice.py).
+    assert availability_notice.attributes({"dataset": "d", "event_date": "2026-03-07", "late": True, "schema_version": 1,
                               "kind": "partition", "notice_id": "n"})["late"] == "true"
     assert re.search(r'attributes\.late = \\?"true\\?"', filter_text)
 
@@ -555,7 +555,7 @@ def test_who_commits_and_who_reads_the_table(tf):
 
 
 def test_composer_installs_the_pyiceberg_the_code_pins(tf):
-    """The DAG's publish task imports tidemark.publish, which needs pyiceberg: Composer installs a
+    """The DAG's emit_assets task imports tidemark.publish, which needs pyiceberg: Composer installs a
     range that contains the version constraints.txt pins."""
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
     spec = software["pypi_packages"]["pyiceberg"]

@@ -1,5 +1,5 @@
 """The availability notice: built, encoded and validated in one place (the JSON Schema file
-tidemark/schemas/notice.schema.json), used by the stream, the Cloud Function and the DAG.
+tidemark/schemas/availability_notice.schema.json), used by the stream, the Cloud Function and the DAG.
 
 Message attributes mirror the body fields that subscription filters need, as strings:
 dataset, event_date, late ("true"/"false"), schema_version, kind, notice_id.
@@ -19,7 +19,7 @@ from tidemark import layout
 SCHEMA_VERSION = 1
 ATTRIBUTES = ("dataset", "event_date", "late", "schema_version", "kind", "notice_id")
 KINDS = ("partition", "coalesced", "late_digest")
-SCHEMA_FILE = "notice.schema.json"
+SCHEMA_FILE = "availability_notice.schema.json"
 
 
 class InvalidNotice(ValueError):

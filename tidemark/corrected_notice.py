@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 
 from tidemark import layout
-from tidemark.notice import InvalidNotice, canonical_json, first_error, load_schema, parse_json, validator_for
+from tidemark.availability_notice import InvalidNotice, canonical_json, first_error, load_schema, parse_json, validator_for
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "corrected_notice.schema.json"

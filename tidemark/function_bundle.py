@@ -32,11 +32,11 @@ FILES = [
     ("cloud_function/cloud_logging.py", "cloud_function/cloud_logging.py"),
     ("cloud_function/dead_letter.py", "cloud_function/dead_letter.py"),
     ("tidemark/__init__.py", "tidemark/__init__.py"),
-    ("tidemark/notice.py", "tidemark/notice.py"),
+    ("tidemark/availability_notice.py", "tidemark/availability_notice.py"),
     ("tidemark/layout.py", "tidemark/layout.py"),
     ("tidemark/names.py", "tidemark/names.py"),
     ("tidemark/runs.py", "tidemark/runs.py"),
-    ("tidemark/schemas/notice.schema.json", "tidemark/schemas/notice.schema.json"),
+    ("tidemark/schemas/availability_notice.schema.json", "tidemark/schemas/availability_notice.schema.json"),
 ]
 FIRST_PARTY = ("tidemark", "cloud_function", "streaming_job", "dedup_sql", "main")
 

@@ -58,7 +58,7 @@ def notice_run_id(dataset: object, event_date: object, receipt_ts: object) -> st
 
 
 def run_id_for_notice(notice: dict) -> str:
-    """The run id of a validated notice (tidemark.notice.validate); receipt_ts is its newest
+    """The run id of a validated notice (tidemark.availability_notice.validate); receipt_ts is its newest
     receipt partition, so a coalesced notice maps to the run of its newest partition."""
     return notice_run_id(notice["dataset"], notice["event_date"], notice["receipt_ts"])
 

@@ -170,7 +170,7 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
         return done, text
 
     wait.until(notices, args.timeout, f"{label}: notices", progress, lambda s: StackError(
-        "stream (notice publisher) / pubsub emulator", f"notices not all published: {s}",
+        "stream (notice sender) / pubsub emulator", f"notices not all published: {s}",
         wait.component_log(stack, "stream")), stack)
     all_runs: list = []
 

@@ -1,4 +1,4 @@
-"""tidemark notices: what was advertised on Pub/Sub, what is still owed, and (with --publish) send it.
+"""tidemark notices: what was advertised on Pub/Sub, what is still owed, and (with --send) send it.
 
 Exit status 1 with --check when a complete receipt partition is covered by no notice at all.
 """
@@ -24,27 +24,28 @@ def register(subparsers) -> None:
     p.add_argument("--check", action="store_true",
                    help="also list complete receipt partitions no notice covers (exit 1 if any)")
     p.add_argument("--backfill", action="store_true",
-                   help="record a notice for every complete partition no notice covers (then --publish)")
-    p.add_argument("--publish", metavar="TOPIC", default=None, type=TOPIC,
-                   help="publish what is owed to projects/P/topics/T, then exit (safe while the stream runs)")
+                   help="record a notice for every complete partition no notice covers (then --send)")
+    p.add_argument("--send", "--publish", dest="send", metavar="TOPIC", default=None, type=TOPIC,
+                   help="send what is owed to projects/P/topics/T, then exit (safe while the stream runs; "
+                        "--publish is its former name)")
     p.add_argument("--close-waiting", action="store_true",
-                   help="with --publish: also close waiting coalescing groups now; ONLY while the "
+                   help="with --send: also close waiting coalescing groups now; ONLY while the "
                         "stream is stopped (the running stream owns them)")
-    p.add_argument("--timeout", type=POSITIVE_FLOAT, default=60.0, help="seconds to keep trying with --publish")
+    p.add_argument("--timeout", type=POSITIVE_FLOAT, default=60.0, help="seconds to keep trying with --send")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     from tidemark.notices.report import backfill, notices_status, unadvertised
 
-    if args.close_waiting and not args.publish:
-        raise UsageError("--close-waiting needs --publish TOPIC")
+    if args.close_waiting and not args.send:
+        raise UsageError("--close-waiting needs --send TOPIC")
     if args.backfill:
         recorded = backfill(args.lake)
         print(f"tidemark notices: {len(recorded)} notice(s) recorded for unadvertised partitions",
               file=sys.stderr)
-    if args.publish:
-        still_owed = _publish(args)
+    if args.send:
+        still_owed = _send(args)
         if still_owed:
             print(f"tidemark notices: {still_owed} notice(s) still owed after {args.timeout:g}s",
                   file=sys.stderr)
@@ -65,15 +66,15 @@ def run(args) -> int:
         sys.stdout.write(json.dumps(summary) + "\n")
     else:
         _print_table(rows, status, missing, args.check)
-    if args.publish and status["owed"]:
+    if args.send and status["owed"]:
         return 1
     return 1 if missing else 0
 
 
-def _publish(args) -> int:
+def _send(args) -> int:
     from tidemark.notices.service import NoticeService
 
-    service = NoticeService(args.lake, args.publish, close_groups=args.close_waiting).start()
+    service = NoticeService(args.lake, args.send, close_groups=args.close_waiting).start()
     return service.stop(timeout=args.timeout, flush_groups=args.close_waiting)
 
 

@@ -74,7 +74,7 @@ def _duration(text: str):
 
 
 def _topic(text: str) -> str:
-    from tidemark.notices.publisher import check_topic
+    from tidemark.notices.sender import check_topic
 
     return check_topic(text)
 

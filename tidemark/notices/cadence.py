@@ -23,14 +23,14 @@ import threading
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark import layout, notice, storage
+from tidemark import availability_notice, layout, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.notices.outbox import Outbox
 
 log = get_logger("notices")
 
-PARTITION, COALESCED, LATE_DIGEST = notice.KINDS
+PARTITION, COALESCED, LATE_DIGEST = availability_notice.KINDS
 
 
 def _parse_iso(text: str) -> datetime:
@@ -85,7 +85,7 @@ def window_start(receipt_ts: str, window: timedelta) -> datetime:
 class PendingGroups:
     """Coalescing groups waiting for their window to end, mirrored in <lake>/_notices/pending/.
 
-    Thread-safe: the stream's listener adds, the publisher thread closes.
+    Thread-safe: the stream's listener adds, the sender thread closes.
     """
 
     def __init__(self, lake: str, dataset: str, outbox: Outbox):
@@ -146,7 +146,7 @@ class PendingGroups:
             group = self.groups.get(group_id)
             if not group or not group["open"]:
                 return None
-            body = notice.build(self.dataset, group["open"], group["kind"])
+            body = availability_notice.build(self.dataset, group["open"], group["kind"])
             self.outbox.record(body)
             group["closed"].append({"notice_id": body["notice_id"],
                                     "receipt_ts_list": body["receipt_ts_list"],

@@ -6,7 +6,7 @@ corrected topic with retries, drained after an outage.
                                           client, `tidemark dedup`, a rules migration)
     record_current(lake, event_date)      the safety net the DAG runs after the dedup: a crash
                                           between the commit and the hook loses nothing
-    publish_owed(lake, topic, timeout)    send every owed corrected notice (any date), retrying
+    send_owed(lake, topic, timeout)    send every owed corrected notice (any date), retrying
 
     <lake>/_notices/corrected/outbox/<notice_id>.json   owed
     <lake>/_notices/corrected/sent/<notice_id>.json     acknowledged by Pub/Sub (message_id, published_at)
@@ -135,19 +135,19 @@ def record_after_commit(lake: str, version: dict) -> None:
                       event_date=version.get("event_date"), version=version.get("version"))
 
 
-def publish_owed(lake: str, topic_path: str, timeout: float = 120.0, publisher=None,
+def send_owed(lake: str, topic_path: str, timeout: float = 120.0, sender=None,
                  backoff_max: float = 15.0) -> int:
     """Send every owed corrected notice; retry while Pub/Sub is unreachable, for at most `timeout`
     seconds. Returns how many are still owed."""
-    from tidemark.notices.publisher import PubSubPublisher
+    from tidemark.notices.sender import PubSubSender
 
-    own = publisher is None
-    publisher = publisher or PubSubPublisher(topic_path, codec=corrected_notice)
+    own = sender is None
+    sender = sender or PubSubSender(topic_path, codec=corrected_notice)
     try:
-        return drain(outbox(lake), publisher, timeout=timeout, backoff_max=backoff_max)
+        return drain(outbox(lake), sender, timeout=timeout, backoff_max=backoff_max)
     finally:
         if own:
-            publisher.close()
+            sender.close()
 
 
 class NoticesOwed(RuntimeError):
@@ -166,7 +166,7 @@ def notify(lake: str, event_date: str, timeout: float = 120.0) -> dict:
         log.warning("no corrected topic configured (TIDEMARK_CORRECTED_TOPIC_PATH): notices stay owed",
                     event_date=event_date, owed=owed)
         return {"recorded": recorded is not None, "owed": owed, "topic": None}
-    left = publish_owed(lake, topic_path, timeout=timeout)
+    left = send_owed(lake, topic_path, timeout=timeout)
     if left:
         raise NoticesOwed(f"{left} corrected notice(s) still owed after {timeout:.0f}s: Pub/Sub unreachable "
                           f"({topic_path}); they stay in {outbox(lake).folder('outbox')}")

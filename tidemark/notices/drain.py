@@ -18,7 +18,7 @@ from tidemark.notices.outbox import Outbox
 log = get_logger("notices")
 
 
-class PublishFailed(RuntimeError):
+class SendFailed(RuntimeError):
     """Some owed notices were not acknowledged this round."""
 
 
@@ -30,12 +30,12 @@ def _seconds_since(iso: str | None) -> float | None:
     return round((datetime.now(timezone.utc) - recorded).total_seconds(), 3)
 
 
-def send(outbox: Outbox, publisher, entries: list[dict]) -> tuple[list[dict], list[tuple[str, object]]]:
+def send(outbox: Outbox, sender, entries: list[dict]) -> tuple[list[dict], list[tuple[str, object]]]:
     """Publish outbox entries once; mark the acknowledged ones sent.
     Returns (entries sent, [(notice_id, error)] of those not acknowledged)."""
     if not entries:
         return [], []
-    results = publisher.publish_many(entries)
+    results = sender.send_many(entries)
     sent, failed = [], []
     for entry in entries:
         body = entry["notice"]
@@ -44,8 +44,8 @@ def send(outbox: Outbox, publisher, entries: list[dict]) -> tuple[list[dict], li
             message_id, published_at = result
             outbox.mark_sent(entry, str(message_id), published_at)
             sent.append(entry)
-            log.info("notice published", notice_id=body["notice_id"], channel=outbox.channel,
-                     topic=getattr(publisher, "topic", None), message_id=str(message_id),
+            log.info("notice sent", notice_id=body["notice_id"], channel=outbox.channel,
+                     topic=getattr(sender, "topic", None), message_id=str(message_id),
                      owed_for_s=_seconds_since(entry.get("recorded_at")),
                      **{k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body})
         else:
@@ -55,24 +55,24 @@ def send(outbox: Outbox, publisher, entries: list[dict]) -> tuple[list[dict], li
 
 def raise_failed(failed: list[tuple[str, object]]) -> None:
     if failed:
-        raise PublishFailed(f"{len(failed)} notice(s) not acknowledged, first: "
+        raise SendFailed(f"{len(failed)} notice(s) not acknowledged, first: "
                             f"{type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}")
 
 
-def drain(outbox: Outbox, publisher, timeout: float = 120.0, backoff_initial: float = 0.5,
+def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float = 0.5,
           backoff_max: float = 15.0) -> int:
     """Publish every owed entry of the outbox, retrying (jittered exponential backoff, tenacity)
     while Pub/Sub is unreachable, for at most `timeout` seconds. Returns how many stay owed (0 when
     all went out); what stays is sent by the next drain."""
     began = time.monotonic()
-    published = 0
+    sent_count = 0
 
     def one_round() -> None:
-        nonlocal published
-        sent, failed = send(outbox, publisher, outbox.owed())
-        published += len(sent)
+        nonlocal sent_count
+        sent, failed = send(outbox, sender, outbox.owed())
+        sent_count += len(sent)
         if failed:
-            publisher.reset()  # a fresh channel reconnects at once when Pub/Sub is back
+            sender.reset()  # a fresh channel reconnects at once when Pub/Sub is back
         raise_failed(failed)
 
     def log_retry(state) -> None:
@@ -82,7 +82,7 @@ def drain(outbox: Outbox, publisher, timeout: float = 120.0, backoff_initial: fl
                     error=str(state.outcome.exception())[:300])
 
     try:
-        for attempt in Retrying(retry=retry_if_exception_type(PublishFailed),
+        for attempt in Retrying(retry=retry_if_exception_type(SendFailed),
                                 wait=wait_exponential_jitter(initial=backoff_initial, max=backoff_max),
                                 stop=stop_after_delay(timeout), before_sleep=log_retry, reraise=False):
             with attempt:
@@ -90,6 +90,6 @@ def drain(outbox: Outbox, publisher, timeout: float = 120.0, backoff_initial: fl
     except RetryError:
         pass
     left = len(outbox.owed())
-    log.info("notices drained", channel=outbox.channel, topic=getattr(publisher, "topic", None),
-             published=published, still_owed=left, seconds=round(time.monotonic() - began, 2))
+    log.info("notices drained", channel=outbox.channel, topic=getattr(sender, "topic", None),
+             sent=sent_count, still_owed=left, seconds=round(time.monotonic() - began, 2))
     return left

@@ -10,7 +10,7 @@ names are notice_ids (validated hex), so recording the same notice twice is a no
 batch finds its notice already there and never makes a new one.
 
 One Outbox class serves both topics: `Outbox(lake)` is the availability notices' (codec
-tidemark.notice, folders _notices/outbox|sent), `Outbox(lake, corrected_notice, "corrected")` the
+tidemark.availability_notice, folders _notices/outbox|sent), `Outbox(lake, corrected_notice, "corrected")` the
 corrected notices' (_notices/corrected/outbox|sent). A codec is a module with validate(body) and
 attributes(body); its bodies carry a notice_id.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from tidemark import layout, notice, storage
+from tidemark import availability_notice, layout, storage
 from tidemark.logs import get_logger
 
 log = get_logger("notices")
@@ -47,7 +47,7 @@ def _describe(body: dict) -> dict:
 
 
 class Outbox:
-    def __init__(self, lake: str, codec=notice, channel: str | None = None):
+    def __init__(self, lake: str, codec=availability_notice, channel: str | None = None):
         self.lake = lake
         self.codec = codec
         if channel is not None and not _CHANNEL.match(channel):

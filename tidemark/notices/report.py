@@ -6,7 +6,7 @@ it stopped, and from another machine.
 from __future__ import annotations
 
 from tidemark import receipts
-from tidemark import notice
+from tidemark import availability_notice
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
 
@@ -68,7 +68,7 @@ def backfill(lake: str, dataset: str = "sessions") -> list[dict]:
     recorded = []
     for event_date, receipt_ts in unadvertised(lake, dataset):
         marker = receipts.read_marker(lake, event_date, receipt_ts)
-        body = notice.build(dataset, [marker.to_json()])
+        body = availability_notice.build(dataset, [marker.to_json()])
         if outbox.record(body):
             recorded.append(body)
     return recorded

@@ -2,7 +2,7 @@
 
 With PUBSUB_EMULATOR_HOST set the client talks to that emulator (insecure channel, no
 credentials); otherwise to GCP with Application Default Credentials. The client's own retry is
-bounded (publish_timeout) so that an outage surfaces as a failed future; the caller (service.py)
+bounded (send_timeout) so that an outage surfaces as a failed future; the caller (service.py)
 backs off and tries again, forever, with the notices still safe in the outbox.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from tidemark import notice
+from tidemark import availability_notice
 
 _TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~+%-]{2,254}$")
 
@@ -25,17 +25,17 @@ def check_topic(topic: str) -> str:
     return text
 
 
-class PubSubPublisher:
-    """One PublisherClient for one topic. publish_many() -> {notice_id: message_id or exception}.
+class PubSubSender:
+    """One PublisherClient for one topic. send_many() -> {notice_id: message_id or exception}.
 
     `codec`: the notice module whose encode(body) and attributes(body) make the message
-    (tidemark.notice for the availability topic, tidemark.corrected_notice for the corrected one)."""
+    (tidemark.availability_notice for the availability topic, tidemark.corrected_notice for the corrected one)."""
 
-    def __init__(self, topic: str, publish_timeout: float = 10.0, max_messages: int = 100,
-                 max_latency: float = 0.05, codec=notice):
+    def __init__(self, topic: str, send_timeout: float = 10.0, max_messages: int = 100,
+                 max_latency: float = 0.05, codec=availability_notice):
         self.topic = check_topic(topic)
         self.codec = codec
-        self.publish_timeout = publish_timeout
+        self.send_timeout = send_timeout
         self.max_messages = max_messages
         self.max_latency = max_latency
         self._client = None
@@ -52,8 +52,8 @@ class PubSubPublisher:
                 max_messages=self.max_messages, max_bytes=1_000_000, max_latency=self.max_latency),
             publisher_options=pubsub_v1.types.PublisherOptions(
                 enable_message_ordering=False,
-                retry=Retry(initial=0.25, maximum=2.0, multiplier=2.0, timeout=self.publish_timeout),
-                timeout=self.publish_timeout))
+                retry=Retry(initial=0.25, maximum=2.0, multiplier=2.0, timeout=self.send_timeout),
+                timeout=self.send_timeout))
 
     @property
     def client(self):
@@ -61,7 +61,7 @@ class PubSubPublisher:
             self._client = self._make_client()
         return self._client
 
-    def publish_many(self, entries: list[dict]) -> dict[str, object]:
+    def send_many(self, entries: list[dict]) -> dict[str, object]:
         """Publish outbox entries; wait for every future. Values: message_id (acked) or the error."""
         futures = {}
         for entry in entries:
@@ -79,7 +79,7 @@ class PubSubPublisher:
                 results[notice_id] = future
                 continue
             try:
-                results[notice_id] = (future.result(timeout=self.publish_timeout + 10), published_at)
+                results[notice_id] = (future.result(timeout=self.send_timeout + 10), published_at)
             except Exception as exc:  # noqa: BLE001
                 results[notice_id] = exc
         return results

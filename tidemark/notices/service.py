@@ -18,12 +18,12 @@ from typing import Callable
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponential_jitter
 
-from tidemark import names, notice
+from tidemark import availability_notice, names
 from tidemark.logs import get_logger
 from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
-from tidemark.notices.drain import PublishFailed, raise_failed, send
+from tidemark.notices.drain import SendFailed, raise_failed, send
 from tidemark.notices.outbox import Outbox
-from tidemark.notices.publisher import PubSubPublisher
+from tidemark.notices.sender import PubSubSender
 
 log = get_logger("notices")
 
@@ -34,15 +34,15 @@ def _partition_dict(partition) -> dict:
 
 class NoticeService:
     def __init__(self, lake: str, topic: str | None = None, dataset: str | None = None,
-                 policy: CadencePolicy | None = None, publisher=None, tick: float = 1.0,
+                 policy: CadencePolicy | None = None, sender=None, tick: float = 1.0,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0,
                  clock: Callable[[], datetime] | None = None, close_groups: bool = True):
-        if publisher is None and topic is None:
-            raise ValueError("NoticeService needs a topic or a publisher")
+        if sender is None and topic is None:
+            raise ValueError("NoticeService needs a topic or a sender")
         self.lake = lake
         self.dataset = dataset or names.get("DATASET")
         self.policy = policy or CadencePolicy()
-        self.publisher = publisher or PubSubPublisher(topic)
+        self.sender = sender or PubSubSender(topic)
         self.outbox = Outbox(lake)
         self.groups = PendingGroups(lake, self.dataset, self.outbox)
         self.tick = tick
@@ -60,7 +60,7 @@ class NoticeService:
         self._deadline: float | None = None
         self._flush_groups = False
         self._thread: threading.Thread | None = None
-        self.published = 0
+        self.sent = 0
         self.failures = 0
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -72,7 +72,7 @@ class NoticeService:
         with self._lock:
             for entry in owed:
                 self._owed[entry["notice"]["notice_id"]] = entry
-        log.info("notice service starting", lake=self.lake, topic=getattr(self.publisher, "topic", None),
+        log.info("notice service starting", lake=self.lake, topic=getattr(self.sender, "topic", None),
                  owed=len(owed), waiting_groups=len(self.groups.waiting()), **self.policy.describe())
         self._thread = threading.Thread(target=self._run, name="tidemark-notices", daemon=True)
         self._thread.start()
@@ -88,11 +88,11 @@ class NoticeService:
         self._interrupt.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout + self.publisher.publish_timeout + 15
-                              if hasattr(self.publisher, "publish_timeout") else timeout + 15)
-        self.publisher.close()
+            self._thread.join(timeout + self.sender.send_timeout + 15
+                              if hasattr(self.sender, "send_timeout") else timeout + 15)
+        self.sender.close()
         left = self.owed_count()
-        log.info("notice service stopped", lake=self.lake, published=self.published, still_owed=left,
+        log.info("notice service stopped", lake=self.lake, sent=self.sent, still_owed=left,
                  waiting_groups=len(self.groups.waiting()))
         return left
 
@@ -107,7 +107,7 @@ class NoticeService:
     # ---- the stream's listener ----------------------------------------------------------------
 
     def on_batch(self, report) -> None:
-        """BatchProcessor listener: record the batch's notices durably, then wake the publisher.
+        """BatchProcessor listener: record the batch's notices durably, then wake the sender.
 
         Runs before Spark commits the batch; an exception fails the batch, which is replayed."""
         self.groups.forget_committed(report.batch_id)
@@ -118,14 +118,14 @@ class NoticeService:
     def on_partition(self, partition: dict) -> None:
         kind, window = self.policy.route(partition)
         if window is None:
-            body = notice.build(self.dataset, [partition], PARTITION)
+            body = availability_notice.build(self.dataset, [partition], PARTITION)
             if self.outbox.record(body):
                 self._enqueue(body)
         else:
             self.groups.add(partition, kind, window)
 
     def _enqueue(self, body: dict) -> None:
-        """Queue a recorded notice for the publisher; one already sent (a group closed again after
+        """Queue a recorded notice for the sender; one already sent (a group closed again after
         a crash) has no outbox entry and is not sent twice."""
         entry = self.outbox.read_owed(body["notice_id"])
         if entry is None:
@@ -133,13 +133,13 @@ class NoticeService:
         with self._lock:
             self._owed.setdefault(body["notice_id"], entry)
 
-    # ---- the publisher thread -----------------------------------------------------------------
+    # ---- the sender thread -----------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             try:
                 for attempt in Retrying(
-                        retry=retry_if_exception_type(PublishFailed),
+                        retry=retry_if_exception_type(SendFailed),
                         wait=wait_exponential_jitter(initial=self.backoff_initial, max=self.backoff_max),
                         stop=self._give_up, sleep=self._sleep, reraise=False,
                         before_sleep=self._log_retry):
@@ -148,7 +148,7 @@ class NoticeService:
             except RetryError:
                 pass  # stopping and out of time: what is left stays owed in the outbox
             except Exception:  # noqa: BLE001 - never let the thread die; log and go on
-                log.exception("notice publisher round failed", lake=self.lake)
+                log.exception("notice sender round failed", lake=self.lake)
                 self._sleep(self.backoff_max)
             if self._stopping.is_set() and (self.idle_after_flush() or self._out_of_time()):
                 return
@@ -170,14 +170,14 @@ class NoticeService:
             entries = list(self._owed.values())
         if not entries:
             return
-        sent, failed = send(self.outbox, self.publisher, entries)
+        sent, failed = send(self.outbox, self.sender, entries)
         with self._lock:
             for entry in sent:
                 self._owed.pop(entry["notice"]["notice_id"], None)
-        self.published += len(sent)
+        self.sent += len(sent)
         if failed:
             self.failures += 1
-            self.publisher.reset()
+            self.sender.reset()
         raise_failed(failed)
 
     def _out_of_time(self) -> bool:
