@@ -11,7 +11,8 @@ import platform
 import subprocess
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
+
+from tidemark.times import now_iso_z
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -38,7 +39,7 @@ def machine() -> dict:
     return {"cores": os.cpu_count(), "ram_gb": ram_gb, "python": platform.python_version(),
             "java": java, "pyspark": spark_version, "os": platform.platform(terse=True),
             "load average at start (1, 5, 15 min)": load,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "date": now_iso_z("seconds")}
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import date, datetime, timedelta, timezone
 
 import bench
+from tidemark.times import now_iso_z
 
 NAME = "iceberg_commit"
 DAY0 = date(2026, 3, 1)
@@ -89,7 +90,7 @@ def prepared(lake: str, day: str, receipts: list[str], sessions: int) -> dict:
     pq.write_table(rows, f"{folder}/part-00000.parquet")
     marker = {"event_date": day, "run_id": run_id, "files": ["part-00000.parquet"], "sessions": sessions,
               "receipts": [f"{day}/{r}" for r in receipts], "max_receipt_ts": receipts[-1], "hi": day,
-              "gap": "30m", "affected_dates": [], "created_at": datetime.now(timezone.utc).isoformat()}
+              "gap": "30m", "affected_dates": [], "created_at": now_iso_z()}
     publish.write_marker(lake, marker)
     return marker
 

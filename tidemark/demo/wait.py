@@ -15,6 +15,7 @@ from typing import Callable
 
 from tidemark import inspect, layout, names, runs as run_ids, storage
 from tidemark.localstack.stack import Stack, StackError
+from tidemark.polling import wait_for
 
 TERMINAL = ("success", "failed")
 
@@ -42,30 +43,33 @@ def processed_files(checkpoint: str) -> set[str]:
 
 def until(check: Callable[[], tuple[bool, str]], timeout: float, what: str, progress, on_timeout: Callable[[str], Exception],
           stack: Stack | None = None, interval: float = 2.0) -> float:
-    """Poll check() -> (done, status text) with a spinner line; returns the seconds it took.
-    Between polls, a stack process that died fails the wait at once, naming it and its log."""
+    """Poll check() -> (done, status text) with a spinner line (tidemark.polling.wait_for); returns
+    the seconds it took. Between polls, a stack process that died fails the wait at once, naming it
+    and its log; after `timeout`, on_timeout(the last status) is raised."""
     began = time.monotonic()
     task = progress.add_task(what, total=None)
-    status = ""
+    status = [""]
+
+    def poll() -> bool:
+        try:
+            done, status[0] = check()
+        except Exception as exc:  # noqa: BLE001 - a component that cannot answer right now
+            done, status[0] = False, f"{type(exc).__name__}: {str(exc)[:120]}"
+        progress.update(task, description=f"{what}: {status[0]} ({time.monotonic() - began:.0f}s)")
+        return done
+
+    def died() -> None:
+        for name, record in (stack.records().items() if stack is not None else ()):
+            if not record.alive():
+                raise StackError(name, f"exited while waiting for {what}", record.log_path)
+
     try:
-        while True:
-            try:
-                done, status = check()
-            except Exception as exc:  # noqa: BLE001 - a component that cannot answer right now
-                done, status = False, f"{type(exc).__name__}: {str(exc)[:120]}"
-            elapsed = time.monotonic() - began
-            progress.update(task, description=f"{what}: {status} ({elapsed:.0f}s)")
-            if done:
-                return round(elapsed, 1)
-            if stack is not None:
-                for name, record in stack.records().items():
-                    if not record.alive():
-                        raise StackError(name, f"exited while waiting for {what}", record.log_path)
-            if elapsed > timeout:
-                raise on_timeout(status)
-            time.sleep(interval)
+        wait_for(poll, timeout, what, interval=interval, abort=died)
+    except TimeoutError:
+        raise on_timeout(status[0]) from None
     finally:
         progress.remove_task(task)
+    return round(time.monotonic() - began, 1)
 
 
 def stream_caught_up(checkpoint: str, landed: set[str]) -> tuple[bool, str]:

@@ -25,6 +25,7 @@ import shutil
 import time
 
 from tidemark.localstack import process
+from tidemark.polling import wait_for
 
 EMULATOR_BIN = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
 
@@ -216,12 +217,15 @@ def pull_until(project: str, subscription: str, done, host: str | None = None,
     client = subscriber_admin(_host(host))
     out: list = []
     deadline = time.monotonic() + timeout
-    while not done(out):
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{subscription}: the expected messages did not arrive within "
-                               f"{timeout:.0f}s ({len(out)} received)")
-        out.extend(pull(project, subscription, client=client,
-                        timeout=max(1.0, min(10.0, deadline - time.monotonic()))))
+
+    def received_enough() -> bool:
+        if not done(out):  # each pull waits at most 10 s, never past the deadline
+            out.extend(pull(project, subscription, client=client,
+                            timeout=max(1.0, min(10.0, deadline - time.monotonic()))))
+        return done(out)
+
+    wait_for(received_enough, timeout, f"{subscription}: the expected messages", interval=0,
+             detail=lambda: f" ({len(out)} received)")
     return out
 
 

@@ -42,7 +42,6 @@ import requests
 from tidemark import names, rules_record, storage
 from tidemark.localstack import process
 from tidemark.logs import read_log_lines
-from tidemark.polling import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream")
@@ -371,7 +370,7 @@ class Stack:
                                      "PYTHONUNBUFFERED": "1"})
         self._write_record(managed, "stream")
         try:
-            process.wait_until(lambda: _log_has(log_path, offset, '"stream starting"'), timeout,
+            process.wait_until(lambda: _logged_since(log_path, offset, "stream starting"), timeout,
                                "the stream", managed, interval=1.0)
         except Exception as exc:
             raise StackError("stream", str(exc).splitlines()[0], log_path) from exc
@@ -495,13 +494,16 @@ def _rules_of(lake: str) -> str:
     return rules_record.describe_rules(recorded.rules) if recorded else "no rules recorded yet"
 
 
-def _log_has(path: str, offset: int, needle: str) -> bool:
+def _logged_since(path: str, offset: int, event: str) -> bool:
+    """Whether the component logged the structured line `event` after byte `offset` of its log (the
+    log of an earlier start is ignored)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
-            return needle.encode() in handle.read()
+            text = handle.read().decode("utf-8", "replace")
     except FileNotFoundError:
         return False
+    return any(entry.get("event") == event for entry in read_log_lines(text))
 
 
 def last_batch(record: Record | None) -> str:
@@ -533,21 +535,3 @@ def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:
 def port_states(settings: StackSettings) -> dict[str, bool]:
     """Whether each recorded port accepts connections (tests: all closed after down)."""
     return {name: process.port_open(port) for name, port in settings.ports.items()}
-
-
-def wait_healthy(stack: Stack, timeout: float = 60) -> list[dict]:
-    """Status until every component is running (or raise naming those that are not)."""
-    rows: list[dict] = []
-
-    def all_running() -> bool:
-        rows[:] = stack.status()
-        return bool(rows) and all(r["state"] == "running" for r in rows)
-
-    try:
-        return wait_for(all_running, timeout, "the stack", interval=1) and rows
-    except TimeoutError:
-        pass
-    bad = [r for r in rows if r["state"] != "running"]
-    first = bad[0] if bad else {"component": "stack", "log": None, "state": "unknown"}
-    raise StackError(first["component"], f"{first['state']} after {timeout:.0f}s", first.get("log"))
-

@@ -27,14 +27,11 @@ from tidemark import availability_notice, layout, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.notices.outbox import Outbox
+from tidemark.times import parse_iso
 
 log = get_logger("notices")
 
 PARTITION, COALESCED, LATE_DIGEST = availability_notice.KINDS
-
-
-def _parse_iso(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)
@@ -59,7 +56,7 @@ class CadencePolicy:
             return False
         day_end = datetime.combine(date.fromisoformat(partition["event_date"]) + timedelta(days=1),
                                    datetime.min.time(), tzinfo=timezone.utc)
-        return _parse_iso(partition["watermark"]) - day_end > self.late_horizon
+        return parse_iso(partition["watermark"]) - day_end > self.late_horizon
 
     def route(self, partition: dict) -> tuple[str, timedelta | None]:
         """(kind, window) for a partition; window None means: advertise at once."""

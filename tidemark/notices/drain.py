@@ -14,6 +14,7 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_d
 
 from tidemark.logs import get_logger
 from tidemark.notices.outbox import Outbox
+from tidemark.times import parse_iso
 
 log = get_logger("notices")
 
@@ -26,8 +27,7 @@ def _seconds_since(iso: str | None) -> float | None:
     """How long a notice was owed (recorded -> acknowledged), for the logs."""
     if not iso:
         return None
-    recorded = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    return round((datetime.now(timezone.utc) - recorded).total_seconds(), 3)
+    return round((datetime.now(timezone.utc) - parse_iso(iso)).total_seconds(), 3)
 
 
 def send(outbox: Outbox, sender, entries: list[dict]) -> tuple[list[dict], list[tuple[str, object]]]:

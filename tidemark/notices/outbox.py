@@ -17,18 +17,14 @@ attributes(body); its bodies carry a notice_id.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
 
 from tidemark import availability_notice, layout, storage
 from tidemark.logs import get_logger
+from tidemark.times import now_iso_z
 
 log = get_logger("notices")
 
 _NOTICE_ID = re.compile(r"^[0-9a-f]{32}$")
-
-
-def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def check_notice_id(value: object) -> str:
@@ -81,7 +77,7 @@ class Outbox:
         # Two processes recording one notice at once both write the same file name (the notice_id):
         # still one entry, whichever write lands last.
         storage.write_json_atomic(self.path("outbox", notice_id), {
-            "notice": body, "attributes": self.codec.attributes(body), "recorded_at": utc_now_iso()})
+            "notice": body, "attributes": self.codec.attributes(body), "recorded_at": now_iso_z()})
         log.info("notice recorded", notice_id=notice_id, channel=self.channel, **_describe(body))
         return True
 

@@ -8,9 +8,9 @@ backs off and tries again, forever, with the notices still safe in the outbox.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
 
 from tidemark import availability_notice
+from tidemark.times import now_iso_z
 
 _TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~+%-]{2,254}$")
 
@@ -66,8 +66,7 @@ class PubSubSender:
         futures = {}
         for entry in entries:
             body = dict(entry["notice"])
-            body["published_at"] = datetime.now(timezone.utc).isoformat(
-                timespec="milliseconds").replace("+00:00", "Z")
+            body["published_at"] = now_iso_z()
             try:
                 futures[body["notice_id"]] = (body["published_at"], self.client.publish(
                     self.topic, self.codec.encode(body), **self.codec.attributes(body)))
