@@ -10,10 +10,11 @@ import functools
 import os
 import subprocess
 import sys
+from collections import defaultdict
 from datetime import timedelta
 
 from tests import reference
-from tidemark import polling, reader
+from tidemark import availability_notice, polling, reader
 from tidemark.logs import read_log_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,3 +70,22 @@ def run_stream_cli(landing: str, lake: str, checkpoint: str, extra=(), env: dict
                            "--available-now", "--master", "local[2]", *extra],
                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def generate_cli(landing: str, *args: str) -> None:
+    """The real `tidemark generate --landing LANDING ARGS...` in its own process."""
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "generate",
+                           "--landing", landing, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def same_notice_copies(received: list[tuple[dict, dict]]) -> dict[str, dict]:
+    """Availability notices received as (body, attributes): every copy of one notice_id is the same
+    notice (but for published_at) with its body's attributes. {notice_id: body without published_at}."""
+    by_id = defaultdict(list)
+    for body, attrs in received:
+        assert attrs == availability_notice.attributes(body)
+        by_id[body["notice_id"]].append({k: v for k, v in body.items() if k != "published_at"})
+    for copies in by_id.values():
+        assert all(copy == copies[0] for copy in copies)
+    return {notice_id: copies[0] for notice_id, copies in by_id.items()}

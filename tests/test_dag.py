@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from tests import reference
-from tests.helpers import lake_session_set, reference_session_set, run_stream_cli
+from tests.helpers import generate_cli, lake_session_set, reference_session_set, run_stream_cli
 from tidemark import names, runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,11 +106,8 @@ def small_lake(tmp_path_factory):
     """A landing over two days (sessions cross midnight) streamed by the real job."""
     base = tmp_path_factory.mktemp("lake")
     landing, lake = str(base / "landing"), str(base / "lake")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "generate",
-                           "--landing", landing, "--events", "1500", "--users", "25", "--days", "2",
-                           "--start", "2026-03-06", "--files", "6", "--seed", "11"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    generate_cli(landing, "--events", "1500", "--users", "25", "--days", "2", "--start", "2026-03-06",
+                 "--files", "6", "--seed", "11")
     run_stream_cli(landing, lake, str(base / "checkpoint"))
     return landing, lake
 

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from tidemark import receipts
-from tests.helpers import lake_session_set, log_lines, reference_session_set, run_stream_cli, wait_for
+from tests.helpers import (generate_cli, lake_session_set, log_lines, reference_session_set, run_stream_cli,
+                           wait_for)
+from tidemark import availability_notice, names, receipts, runs
 from tidemark.sessions import SessionRules
-from tidemark import availability_notice, names, runs
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.function import FunctionServer
@@ -115,11 +115,8 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
     airflow, function, emulator = stack["airflow"], stack["function"], stack["emulator"]
     client = airflow.client()
     generated, landing = str(tmp_path / "generated"), str(tmp_path / "landing")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "generate",
-                           "--landing", generated, "--events", "1200", "--users", "20", "--days", "2",
-                           "--start", "2026-03-06", "--files", "8", "--seed", "5"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    generate_cli(generated, "--events", "1200", "--users", "20", "--days", "2", "--start", "2026-03-06",
+                 "--files", "8", "--seed", "5")
     files = sorted(f for f in os.listdir(generated) if f.endswith(".jsonl"))
     os.makedirs(landing)
 

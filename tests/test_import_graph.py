@@ -155,32 +155,24 @@ def test_only_the_cli_imports_commands(graph):
 def importers_of_test_modules(root: str = ROOT) -> dict[str, list[str]]:
     """{tests/ file: the test modules it imports}: shared test code lives in tests/helpers.py and the
     *kit.py modules, so running or changing one test module never depends on another."""
-    found = {}
     folder = os.path.join(root, "tests")
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith(".py"):
-            continue
-        path = os.path.join(folder, name)
-        with open(path, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read(), path)
-        named = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                named.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = ("tests." if node.level else "") + (node.module or "")
-                named.update(f"{base}.{alias.name}".lstrip(".") for alias in node.names)
-                named.add(base)
-        hits = sorted({n for n in named if any(part.startswith("test_") for part in n.split("."))})
+    known = {f"tests.{name[:-3]}": os.path.join(folder, name)
+             for name in os.listdir(folder) if name.endswith(".py") and name != "__init__.py"}
+    found = {}
+    for module, path in sorted(known.items()):
+        hits = sorted(t for t in imports_of(module, path, {**known, "tests": folder})
+                      if t.rpartition(".")[2].startswith("test_"))
         if hits:
-            found[name] = hits
+            found[os.path.basename(path)] = hits
     return found
 
 
 def test_no_test_module_imports_another(tmp_path):
     assert importers_of_test_modules() == {}
     (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def helper():\n    pass\n")
     (tmp_path / "tests" / "test_b.py").write_text("from tests.test_a import helper\nfrom tests import lakekit\n")
     (tmp_path / "tests" / "test_c.py").write_text("from .test_a import helper\nimport tests.helpers\n")
+    (tmp_path / "tests" / "test_d.py").write_text("from tests import test_a\n")
     assert importers_of_test_modules(str(tmp_path)) == {
-        "test_b.py": ["tests.test_a", "tests.test_a.helper"], "test_c.py": ["tests.test_a", "tests.test_a.helper"]}
+        "test_b.py": ["tests.test_a"], "test_c.py": ["tests.test_a"], "test_d.py": ["tests.test_a"]}

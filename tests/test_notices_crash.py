@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.helpers import stream_alive, wait_for
+from tests.helpers import same_notice_copies, stream_alive, wait_for
 from tidemark import receipts
 from tidemark import availability_notice, layout, names, storage
 from tidemark.cli import main as cli_main
@@ -78,16 +78,11 @@ def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
     finally:
         emulator.stop()
 
-    by_id = defaultdict(list)
-    for body, attrs in received:
-        assert attrs == availability_notice.attributes(body)
-        by_id[body["notice_id"]].append({k: v for k, v in body.items() if k != "published_at"})
-    for copies in by_id.values():
-        assert all(copy == copies[0] for copy in copies)
+    by_id = same_notice_copies(received)
     advertised = defaultdict(set)
-    for notice_id, copies in by_id.items():
-        for receipt_ts in copies[0]["receipt_ts_list"]:
-            advertised[(copies[0]["event_date"], receipt_ts)].add(notice_id)
+    for notice_id, body in by_id.items():
+        for receipt_ts in body["receipt_ts_list"]:
+            advertised[(body["event_date"], receipt_ts)].add(notice_id)
     on_disk = {(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
     assert set(advertised) == on_disk
     assert all(len(ids) == 1 for ids in advertised.values()), "a partition advertised under two ids"

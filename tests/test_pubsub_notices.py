@@ -12,13 +12,12 @@ only to check that nothing (more) arrives.
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from typing import Collection
 
 import pytest
 
-from tidemark import receipts
-from tidemark import availability_notice, layout, names
+from tests.helpers import same_notice_copies
+from tidemark import availability_notice, layout, names, receipts
 from tidemark.cli import main as cli_main
 from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
                                                  get_subscription, pull_all, pull_until)
@@ -99,17 +98,6 @@ def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 
                        [ReceiptPartition(**p) for p in partitions])
 
 
-def assert_same_copies(received: list[tuple[dict, dict]]) -> dict[str, dict]:
-    """Duplicates only with the same notice_id: copies of one id are the same notice."""
-    by_id = defaultdict(list)
-    for body, attrs in received:
-        assert attrs == availability_notice.attributes(body)
-        by_id[body["notice_id"]].append({k: v for k, v in body.items() if k != "published_at"})
-    for copies in by_id.values():
-        assert all(copy == copies[0] for copy in copies)
-    return {notice_id: copies[0] for notice_id, copies in by_id.items()}
-
-
 # ---- service level: real emulator, synthetic batch reports ------------------------------------
 
 def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp_path):
@@ -127,7 +115,7 @@ def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp
     assert service.stop(timeout=60) == 0
 
     received = messages(host, "attrs-topic", expect=sent_ids(lake))
-    unique = assert_same_copies(received)
+    unique = same_notice_copies(received)
     assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
         sorted((p["event_date"], p["receipt_ts"]) for p in parts)
     # What the late-data filter would let through: exactly the late partitions.
@@ -163,7 +151,7 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
     assert cli_main(["notices", "--lake", lake, "--send", topic, "--timeout", "60",
                      "--format", "summary", "--check"]) == 0
     received += messages(emulator.host, "outage-topic", expect=sent_ids(lake) - ids(received))
-    unique = assert_same_copies(received)
+    unique = same_notice_copies(received)
     assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
         sorted((p["event_date"], p["receipt_ts"]) for p in before + during)
     assert Outbox(lake).owed() == []
@@ -186,7 +174,7 @@ def test_resend_after_a_lost_sent_record_keeps_the_notice_id(pubsub_env, tmp_pat
     assert service.stop(timeout=60) == 0
     received = messages(host, "resend-topic", expect={notice_id}, at_least=2)
     assert [b["notice_id"] for b, _ in received] == [notice_id, notice_id]
-    assert len(assert_same_copies(received)) == 1
+    assert len(same_notice_copies(received)) == 1
 
 
 def test_coalesced_and_digest_notices_wait_for_their_window(pubsub_env, tmp_path):
@@ -293,7 +281,7 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
 
     on_disk = {(d, r): receipts.read_marker(lake, d, r)
                for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
-    unique = assert_same_copies(received)
+    unique = same_notice_copies(received)
     # One for one: every complete partition has exactly one notice, and every notice a partition.
     assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == sorted(on_disk)
     for body in unique.values():
