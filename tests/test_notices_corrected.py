@@ -123,3 +123,39 @@ def test_docs_example_follows_the_schema():
     documented = set(re.findall(r"^\| `([\w.]+)`", section, re.M))
     assert set(corrected_notice.schema()["properties"]) <= documented
     assert set(corrected_notice.ATTRIBUTES) <= documented
+
+
+def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_path, capsys, monkeypatch):
+    from tidemark.cli import main as cli_main
+
+    monkeypatch.setenv("COLUMNS", "250")  # rich folds long cells in a narrow table
+
+    lake = str(tmp_path / "lake")
+    v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
+    v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3), "b" * 32: (3, 1)})
+    box = corrected.outbox(lake)
+    first = next(e for e in box.owed() if e["notice"]["version"] == v1["version"])
+    box.mark_sent(first, "m-1", "2026-03-10T05:00:00.000Z")
+    capsys.readouterr()
+
+    assert cli_main(["notices", "--lake", lake, "--topic", "corrected", "--format", "jsonl"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["topic"], r["state"], r["event_date"], r["version"], r["previous_version"], r["change"]["kind"])
+            for r in rows] == [("corrected", "sent", D, v1["version"], None, "first"),
+                               ("corrected", "owed", D, v2["version"], v1["version"], "changed")]
+    assert rows[0]["message_id"] == "m-1" and rows[1]["change"]["sessions_added"] == 1
+
+    assert cli_main(["notices", "--lake", lake, "--topic", "corrected", "--format", "summary"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"sent": 1, "owed": 1}
+    assert cli_main(["notices", "--lake", lake, "--topic", "all", "--format", "summary"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"availability": {"sent": 0, "owed": 0, "waiting": 0},
+                                                   "corrected": {"sent": 1, "owed": 1}}
+    assert cli_main(["notices", "--lake", lake, "--topic", "corrected", "--state", "owed"]) == 0
+    table = capsys.readouterr().out
+    assert "corrected notices: 1 sent, 1 owed" in table and v2["version"] in table and v1["version"] in table
+    assert "changed: +1 -0 ~1 =0" in table
+    # The availability listing is what it was: corrected notices only when asked for.
+    assert cli_main(["notices", "--lake", lake, "--format", "summary"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"sent": 0, "owed": 0, "waiting": 0}
+    assert cli_main(["notices", "--lake", lake, "--topic", "corrected", "--check"]) == 2
+    assert "--check is about availability notices" in capsys.readouterr().err

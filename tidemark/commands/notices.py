@@ -1,5 +1,10 @@
 """tidemark notices: what was advertised on Pub/Sub, what is still owed, and (with --send) send it.
 
+--topic availability (the default): the stream's availability notices, sent, owed or waiting in a
+coalescing group. --topic corrected: the corrected-partition notices, one per published version
+(event date, version, previous version, how the sessions changed), sent or owed. --topic all: both,
+each row with its topic.
+
 Exit status 1 with --check when a complete receipt partition is covered by no notice at all.
 """
 from __future__ import annotations
@@ -11,6 +16,9 @@ from tidemark.commands.options import POSITIVE_FLOAT, TOPIC, UsageError
 
 _COLUMNS = ("state", "kind", "event_date", "receipt_ts", "partitions", "rows", "events", "late",
             "notice_id", "published_at")
+_CORRECTED_COLUMNS = ("state", "event_date", "version", "previous_version", "change", "rows", "notice_id",
+                      "published_at")
+TOPICS = ("availability", "corrected", "all")
 
 
 def register(subparsers) -> None:
@@ -19,15 +27,17 @@ def register(subparsers) -> None:
     p.add_argument("--lake", required=True, help="lake folder or URI")
     p.add_argument("--format", choices=["table", "jsonl", "summary"], default="table",
                    help="a table, one JSON object per notice, or one JSON object of counts")
+    p.add_argument("--topic", choices=TOPICS, default="availability",
+                   help="which notices: the availability topic's, the corrected topic's, or both")
     p.add_argument("--state", choices=["all", "sent", "owed", "waiting"], default="all",
-                   help="only notices in this state")
+                   help="only notices in this state (waiting: availability notices only)")
     p.add_argument("--check", action="store_true",
                    help="also list complete receipt partitions no notice covers (exit 1 if any)")
     p.add_argument("--backfill", action="store_true",
                    help="record a notice for every complete partition no notice covers (then --send)")
     p.add_argument("--send", "--publish", dest="send", metavar="TOPIC", default=None, type=TOPIC,
-                   help="send what is owed to projects/P/topics/T, then exit (safe while the stream runs; "
-                        "--publish is its former name)")
+                   help="send what is owed on --topic (availability or corrected) to projects/P/topics/T, "
+                        "then exit (safe while the stream runs; --publish is its former name)")
     p.add_argument("--close-waiting", action="store_true",
                    help="with --send: also close waiting coalescing groups now; ONLY while the "
                         "stream is stopped (the running stream owns them)")
@@ -40,6 +50,15 @@ def run(args) -> int:
 
     if args.close_waiting and not args.send:
         raise UsageError("--close-waiting needs --send TOPIC")
+    if args.topic != "availability":
+        for flag, used in (("--check", args.check), ("--backfill", args.backfill),
+                           ("--close-waiting", args.close_waiting)):
+            if used:
+                raise UsageError(f"{flag} is about availability notices: not with --topic {args.topic}")
+    if args.send and args.topic == "all":
+        raise UsageError("--send sends one topic's notices: choose --topic availability or corrected")
+    if args.topic == "corrected":
+        return _corrected(args)
     if args.backfill:
         recorded = backfill(args.lake)
         print(f"tidemark notices: {len(recorded)} notice(s) recorded for unadvertised partitions",
@@ -52,6 +71,8 @@ def run(args) -> int:
     status = notices_status(args.lake)
     rows = [r for state in ("sent", "owed", "waiting") if args.state in ("all", state)
             for r in status[state]]
+    if args.topic == "all":
+        return _both(args, status, rows)
     missing = unadvertised(args.lake) if args.check else []
     if args.format == "jsonl":
         for row in rows:
@@ -71,11 +92,78 @@ def run(args) -> int:
     return 1 if missing else 0
 
 
+def _corrected(args) -> int:
+    """--topic corrected: list (after --send, if given) the corrected notices."""
+    from tidemark.notices.report import corrected_status
+
+    if args.send:
+        from tidemark.notices import corrected
+
+        still_owed = corrected.send_owed(args.lake, args.send, timeout=args.timeout)
+        if still_owed:
+            print(f"tidemark notices: {still_owed} corrected notice(s) still owed after {args.timeout:g}s",
+                  file=sys.stderr)
+    status = corrected_status(args.lake)
+    rows = _corrected_rows(status, args.state)
+    if args.format == "jsonl":
+        for row in rows:
+            sys.stdout.write(json.dumps({"topic": "corrected", **row}) + "\n")
+    elif args.format == "summary":
+        sys.stdout.write(json.dumps({state: len(status[state]) for state in ("sent", "owed")}) + "\n")
+    else:
+        _print_corrected_table(rows, status)
+    return 1 if args.send and status["owed"] else 0
+
+
+def _corrected_rows(status: dict, state: str) -> list[dict]:
+    return [r for s in ("sent", "owed") if state in ("all", s) for r in status[s]]
+
+
+def _both(args, status, rows) -> int:
+    """--topic all: the availability notices, then the corrected ones, each row naming its topic."""
+    from tidemark.notices.report import corrected_status
+
+    corrected = corrected_status(args.lake)
+    corrected_rows = _corrected_rows(corrected, args.state)
+    if args.format == "jsonl":
+        for topic, listed in (("availability", rows), ("corrected", corrected_rows)):
+            for row in listed:
+                sys.stdout.write(json.dumps({"topic": topic, **row}) + "\n")
+    elif args.format == "summary":
+        sys.stdout.write(json.dumps({
+            "availability": {state: len(status[state]) for state in ("sent", "owed", "waiting")},
+            "corrected": {state: len(corrected[state]) for state in ("sent", "owed")}}) + "\n")
+    else:
+        _print_table(rows, status, [], False)
+        _print_corrected_table(corrected_rows, corrected)
+    return 0
+
+
 def _send(args) -> int:
     from tidemark.notices.service import NoticeService
 
     service = NoticeService(args.lake, args.send, close_groups=args.close_waiting).start()
     return service.stop(timeout=args.timeout, flush_groups=args.close_waiting)
+
+
+def _change(change: dict) -> str:
+    """'changed: +1 -0 ~2 =5' (added, removed, changed, unchanged sessions)."""
+    counts = [change.get(k) for k in ("sessions_added", "sessions_removed", "sessions_changed", "sessions_unchanged")]
+    if any(c is None for c in counts):
+        return change["kind"]
+    return f"{change['kind']}: +{counts[0]} -{counts[1]} ~{counts[2]} ={counts[3]}"
+
+
+def _print_corrected_table(rows, status) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"corrected notices: {len(status['sent'])} sent, {len(status['owed'])} owed")
+    for column in _CORRECTED_COLUMNS:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(_change(row[c]) if c == "change" else str(row.get(c) or "") for c in _CORRECTED_COLUMNS))
+    Console().print(table)
 
 
 def _print_table(rows, status, missing, check) -> None:

@@ -152,19 +152,11 @@ def _s(value) -> str:
 
 def notices_report(lake: str) -> dict:
     """Both topics' notices as the lake records them: availability (counts) and corrected (each)."""
-    from tidemark.notices import corrected
-    from tidemark.notices.report import notices_status
+    from tidemark.notices.report import corrected_status, notices_status
 
     status = notices_status(lake)
-    rows = []
-    for state, entries in (("sent", corrected.outbox(lake).sent()), ("owed", corrected.outbox(lake).owed())):
-        for entry in entries:
-            body = entry["notice"]
-            rows.append({"state": state, "event_date": body["event_date"], "version": body["version"],
-                         "previous_version": body["previous_version"], "change": body["change"],
-                         "rows": body["rows"], "snapshot_id": body["table"]["snapshot_id"],
-                         "message_id": entry.get("message_id", "")})
-    rows.sort(key=lambda r: (r["event_date"], r["version"]))
+    corrected = corrected_status(lake)
+    rows = sorted(corrected["sent"] + corrected["owed"], key=lambda r: (r["event_date"], r["version"]))
     return {"availability": {state: len(status[state]) for state in ("sent", "owed", "waiting")},
             "availability_late": sum(1 for r in status["sent"] if r["late"]),
             "corrected": rows}

@@ -1,12 +1,12 @@
-"""What was advertised, what is still owed, and which complete partitions no notice covers.
+"""What was advertised, what is still owed, and which complete partitions no notice covers; the
+corrected notices' sent and owed entries (corrected_status).
 
 Read from the lake only (_notices/ and the receipt markers): works while the stream runs, after
 it stopped, and from another machine.
 """
 from __future__ import annotations
 
-from tidemark import receipts
-from tidemark import availability_notice
+from tidemark import availability_notice, receipts
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
 
@@ -35,6 +35,26 @@ def notices_status(lake: str, dataset: str = "sessions") -> dict:
     return {"sent": [_row(e, "sent") for e in outbox.sent()],
             "owed": [_row(e, "owed") for e in outbox.owed()],
             "waiting": waiting}
+
+
+def _corrected_row(entry: dict, state: str) -> dict:
+    body = entry["notice"]
+    return {"state": state, "notice_id": body["notice_id"], "event_date": body["event_date"],
+            "version": body["version"], "previous_version": body["previous_version"], "change": body["change"],
+            "rows": body["rows"], "snapshot_id": body["table"]["snapshot_id"],
+            "recorded_at": entry.get("recorded_at", ""), "published_at": entry.get("published_at", ""),
+            "message_id": entry.get("message_id", "")}
+
+
+def corrected_status(lake: str) -> dict:
+    """{"sent": rows, "owed": rows}: one row per corrected notice (one per published version), in
+    (event_date, version) order."""
+    from tidemark.notices import corrected  # pyiceberg: only when corrected notices are asked for
+
+    outbox = corrected.outbox(lake)
+    order = (lambda r: (r["event_date"], r["version"]))
+    return {"sent": sorted((_corrected_row(e, "sent") for e in outbox.sent()), key=order),
+            "owed": sorted((_corrected_row(e, "owed") for e in outbox.owed()), key=order)}
 
 
 def covered_partitions(lake: str, dataset: str = "sessions") -> dict[tuple[str, str], str]:
