@@ -12,8 +12,10 @@ demo: setup
 test: setup
 	.venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
-# The edit loop: unit and single-component tests (no emulator, Airflow, functions-framework or
-# cluster: those are marked slow). `make test` stays the full suite that CI runs.
+# The edit loop, under 3 minutes: unit and single-component tests (`-m "not slow"`). Marked slow
+# (setup.cfg): a test that starts a server (emulator, Airflow, functions-framework, cluster, Spark
+# Connect), a second Spark driver, or Spark jobs beyond a few seconds in the shared session (real
+# streams, many dedup runs). `make test` stays the full suite that CI runs, slow tests included.
 test-fast: setup
 	.venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadfile -m "not slow" --durations=10
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from bench import iceberg_commit
 from tidemark import publish, reader
 
 
+@pytest.mark.slow  # not in make test-fast: the commit bench at smoke scale, with a process pool
 def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TIDEMARK_LOG_LEVEL", raising=False)
     work = str(tmp_path / "bench")

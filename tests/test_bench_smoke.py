@@ -86,6 +86,7 @@ def test_process_tree_memory_counts_a_tree_without_a_jvm():
     assert sample["total"] == sample["python"]
 
 
+@pytest.mark.slow  # not in make test-fast: the stream bench at smoke scale, minutes
 @pytest.mark.spark
 @pytest.mark.timeout(900)
 def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeypatch):

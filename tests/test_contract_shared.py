@@ -17,7 +17,8 @@ from tidemark import batch_reference, contract
 from tidemark.quarantine import read_quarantine
 from tidemark.sessions import SessionRules
 
-pytestmark = pytest.mark.spark
+# slow (not in make test-fast): a real stream over the hostile lines (module fixture), tens of seconds
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def ev(event_id, user="u1", ts="2026-03-07T10:00:00Z", event_type="play", **extra) -> bytes:

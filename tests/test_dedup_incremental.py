@@ -65,6 +65,7 @@ def keys(table_rows: list[dict]) -> set[tuple]:
             for r in table_rows}
 
 
+@pytest.mark.slow  # not in make test-fast: ~25 dedup runs per case
 @pytest.mark.spark
 @pytest.mark.timeout(3000)  # ~25 dedup runs: minutes on a quiet machine, far more on a loaded one
 @pytest.mark.parametrize("seed,rules", [

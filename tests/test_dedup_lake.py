@@ -14,6 +14,7 @@ from tests.lakekit import (DAY0, GAP, RULES, SimulatedStream, arrivals, converge
                            make_events, published)
 
 
+@pytest.mark.slow  # not in make test-fast: many dedup runs per seed
 @pytest.mark.spark
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_published_versions_equal_batch_sessionization_over_random_arrivals(spark, tmp_path, seed):

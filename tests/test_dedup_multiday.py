@@ -64,6 +64,7 @@ def check(lake, events, dates):
         assert published(lake, day) == expected(events, day), day
 
 
+@pytest.mark.slow  # not in make test-fast: several dedup runs (or a real stream), tens of seconds
 def test_fragment_two_dates_after_a_three_date_session_reaches_its_start_date(spark, tmp_path):
     """The first run of D6 saw no later date in the lake; a late fragment on D8 extends the session
     that started on D6. Before: D6's rerun decided 'nothing new' from its old plan and the fragment's
@@ -86,6 +87,7 @@ def test_fragment_two_dates_after_a_three_date_session_reaches_its_start_date(sp
     assert session[4] == len(kiosk) + len(fragment)
 
 
+@pytest.mark.slow  # not in make test-fast: several dedup runs (or a real stream), tens of seconds
 def test_bridged_hole_then_extensions_walk_back_to_the_start_date(spark, tmp_path):
     """Two multi-day sessions with an hour's hole; a late bridge joins them into one session from
     D6; then late fragments extend it into D9. Before: D7's rerun, planned only as far as sessions
@@ -164,6 +166,7 @@ def long_sessions(rng: random.Random, users: int = 4) -> list[tuple]:
     return events
 
 
+@pytest.mark.slow  # not in make test-fast: several dedup runs (or a real stream), tens of seconds
 @pytest.mark.parametrize("seed", [2, 4])
 def test_random_long_sessions_equal_batch_sessionization(spark, tmp_path, seed):
     rng = random.Random(seed)
@@ -190,6 +193,7 @@ def reference_sessions(landing, event_date) -> set[tuple]:
     return reference_session_set(landing, event_date, RULES.gap)
 
 
+@pytest.mark.slow  # not in make test-fast: several dedup runs (or a real stream), tens of seconds
 def test_real_stream_four_date_session_and_a_too_late_fragment_three_dates_later(spark, tmp_path):
     """A kiosk active from D6 12:00 to D9 02:00. Its state expires; then events from 02:20 on D9
     arrive (a too_late fragment under D9). The reruns must walk back D9 -> D8 -> D7 -> D6: before,

@@ -50,6 +50,7 @@ def _publish_in_process(lake, day, receipts, barrier):
     return outcome.committed, outcome.current["run_id"], outcome.current["version"]
 
 
+@pytest.mark.slow  # not in make test-fast: four spawned Python processes
 def test_four_dates_commit_at_once_from_four_processes_and_none_is_lost(tmp_path):
     """Four dedup drivers (processes) publish four dates into one new table at the same moment:
     they race to create it and to commit; conflicts are retried on a fresh snapshot."""
@@ -152,6 +153,7 @@ def _killed_after_commit(real):
     return commit
 
 
+@pytest.mark.slow  # not in make test-fast: a dedup killed and rerun per crash point
 @pytest.mark.spark
 @pytest.mark.parametrize("when", ["before", "during", "after"])
 def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(spark, tmp_path, monkeypatch, when):

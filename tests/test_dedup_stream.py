@@ -47,6 +47,7 @@ def expected(landing, event_date) -> set[tuple]:
     return reference_session_set(landing, event_date, RULES.gap)
 
 
+@pytest.mark.slow  # not in make test-fast: the real stream, then dedups
 @pytest.mark.spark
 def test_crafted_late_bridging_and_midnight_cases(spark, tmp_path):
     landing, lake, ckpt = str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
@@ -85,6 +86,7 @@ def test_crafted_late_bridging_and_midnight_cases(spark, tmp_path):
     assert {s[0] for s in sessions(lake, D2)} == {"y", "z"}
 
 
+@pytest.mark.slow  # not in make test-fast: the real stream, then dedups
 @pytest.mark.spark
 @pytest.mark.parametrize("seed", [11])
 def test_shuffled_generated_workload_equals_reference(spark, tmp_path, seed):

@@ -22,7 +22,8 @@ from tidemark import contract, reader
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
 
-pytestmark = pytest.mark.spark
+# slow (not in make test-fast): a real stream and dedup per arrangement (module fixture)
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 RULES = SessionRules()  # gap 30m, allowed lateness 1h, watermark delay 10m
 D = "2026-03-07"

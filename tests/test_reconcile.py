@@ -61,6 +61,7 @@ def lake(tmp_path, spark):
     return path, stream, spark
 
 
+@pytest.mark.slow  # not in make test-fast: dedup runs until the dates settle, 10-15 s apiece
 @pytest.mark.spark
 def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lake):
     """D7's first run finds D6 affected; a second notice's run publishes a newer version of D7 that
@@ -97,6 +98,7 @@ CRASH_POINTS = {
 }
 
 
+@pytest.mark.slow  # not in make test-fast: dedup runs until the dates settle, 10-15 s apiece
 @pytest.mark.spark
 @pytest.mark.parametrize("recovery", ["retry", "reconcile"])
 @pytest.mark.parametrize("point", [*CRASH_POINTS, "before_neighbour_triggers"])
@@ -131,6 +133,7 @@ def test_crash_at_each_step_then_retry_or_reconcile_ends_equal_to_the_reference(
     assert reconcile.staleness(path) == []
 
 
+@pytest.mark.slow  # not in make test-fast: dedup runs until the dates settle, 10-15 s apiece
 @pytest.mark.spark
 def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     path, stream, spark = lake

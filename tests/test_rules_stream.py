@@ -23,7 +23,8 @@ from tidemark import cli, publish, reader, rules_record
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
 
-pytestmark = pytest.mark.spark
+# slow (not in make test-fast): the module streams a lake, then migrations re-deduplicate every date
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBMIT = os.path.join(ROOT, "streaming_job", "submit.py")

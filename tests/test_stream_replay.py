@@ -12,7 +12,8 @@ from tests.streamkit import event, panes, partition_snapshot
 from tidemark import layout
 from tidemark.sessions import SessionRules
 
-pytestmark = pytest.mark.spark
+# slow (not in make test-fast): each test runs micro-batches of the real job, 5-15 s apiece
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 RULES = SessionRules.parse("30m", "1h", "0s")
 

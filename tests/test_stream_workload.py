@@ -11,7 +11,8 @@ from tests.streamkit import panes
 from tidemark.generate import Workload, build, split_files, write_file
 from tidemark.sessions import SessionRules
 
-pytestmark = pytest.mark.spark
+# slow (not in make test-fast): ten days of events through the real stream
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_ten_days_of_events_stream_with_bounded_state(spark, tmp_path):
