@@ -12,7 +12,8 @@ from tidemark import availability_notice, publish
 from tidemark.cli import main
 from tidemark.notices.outbox import Outbox
 
-pytestmark = pytest.mark.timeout(900)
+# slow (not in make test-fast): a real stream and a dedup (module fixture)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,8 @@ from tidemark.contract import Reason
 from tidemark.quarantine import read_quarantine
 from tidemark.sessions import SessionRules
 
-pytestmark = pytest.mark.spark
+# slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # Event times near the real clock: the clock guard compares them with the batch's receipt time.
 NOW = datetime.now(timezone.utc).replace(second=0, microsecond=0)

@@ -16,7 +16,8 @@ from tests.streamkit import event, land, panes
 from tidemark.cli import main as cli_main
 from tidemark.sessions import SessionRules
 
-pytestmark = pytest.mark.spark
+# slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 D6, D7 = "2026-03-06", "2026-03-07"
 
