@@ -46,6 +46,8 @@ def parse_args(argv):
     p.add_argument("--master", default="local[2]")
     p.add_argument("--reuse", action="store_true")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--event-log", metavar="DIR", default=None,
+                   help="write the Spark event log there (job and stage times: where the time goes)")
     return p.parse_args(argv)
 
 
@@ -173,7 +175,12 @@ def main(argv=None) -> int:
 
     env = bench.machine()
     lake = os.path.join(args.workdir, "lake")
-    spark = build_session("tidemark-bench-dedup-partition", args.master, shuffle_partitions=8)
+    conf = None
+    if args.event_log:
+        os.makedirs(args.event_log, exist_ok=True)
+        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": "file://" + os.path.abspath(args.event_log),
+                "spark.eventLog.compress": "false"}
+    spark = build_session("tidemark-bench-dedup-partition", args.master, shuffle_partitions=8, conf=conf)
     if not (args.reuse and receipts.list_receipts(lake, DAY)):
         shutil.rmtree(args.workdir, ignore_errors=True)
         with bench.stopwatch() as t:
@@ -210,7 +217,6 @@ def main(argv=None) -> int:
             secs.append(fixed.seconds)
             undo(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
-    run_dedup(lake, DAY, SessionRules(), spark=spark)  # leave the lake corrected
     pointer = publish.current_version(lake, DAY)
     rows = [["tidemark dedup (version + Iceberg commit)", rows_in, result.sessions, d, f"{events_in / d:,.0f}",
              f"{d / c:.2f}x", "-"],

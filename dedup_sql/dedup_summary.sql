@@ -9,16 +9,22 @@
 --                   end is reported. An over-approximation: rerunning a date without new receipts is
 --                   a no-op, so the reruns terminate.
 --
---   context_rows    how many islands do not start on :event_date (kept beside the version for the
---                   next run's incremental path, tidemark/incremental.py)
+--   context_rows    how many islands do not start on :event_date but before :horizon_us (kept beside
+--                   the version for the next run's incremental path, tidemark/incremental.py)
+--   past_horizon    how many islands of :event_date or earlier that hold new events end less than
+--                   a gap before the horizon: an incremental run cannot vouch for them (it falls
+--                   back to the full path; tidemark/incremental.py)
 --
--- Input: {islands} (dedup_sessions.sql's columns). Parameter: :event_date ('YYYY-MM-DD').
+-- Input: {islands} (dedup_sessions.sql's columns). Parameters: :event_date ('YYYY-MM-DD'),
+--   :horizon_us (microseconds since the epoch), :gap_us.
 SELECT
   -- islands start at lo = D0 - gap at the earliest, so event_date <= D and an end on or after D0
   -- is "touches D"; an island ending before D0 cannot reach past D+1 anyway.
   MAX(CASE WHEN event_date <= :event_date THEN unix_micros(session_end) END) AS reach_us,
   count_if(event_date = :event_date) AS sessions,
-  count_if(event_date <> :event_date) AS context_rows,
+  count_if(event_date <> :event_date AND unix_micros(session_start) < :horizon_us) AS context_rows,
+  count_if(has_new AND event_date <= :event_date AND unix_micros(session_end) + :gap_us > :horizon_us)
+    AS past_horizon,
   array_sort(array_distinct(flatten(collect_list(
     CASE WHEN has_new
               AND to_date(session_start) <= to_date(:event_date)

@@ -107,7 +107,7 @@ def test_incremental_equals_full_path_and_reference_over_random_histories(spark,
 def _previous(**changes) -> dict:
     version = {"event_date": "2026-03-07", "run_id": "r1", "version": "20260308T000000000Z",
                "receipts": ["2026-03-07/20260308T000000000Z"], "reach": "2026-03-07T10:00:00.000000Z",
-               "hi": "2026-03-08", "lo": "2026-03-06T23:30:00Z", "gap": "30m",
+               "hi": "2026-03-08", "lo": "2026-03-06T23:30:00Z", "horizon": "2026-03-08T02:00:00Z", "gap": "30m",
                "max_receipt_ts": "20260308T000000000Z", "sessions": 3, "context_rows": 1,
                "rules": {"gap_us": 1_800_000_000, "allowed_lateness_us": 3_600_000_000,
                          "watermark_delay_us": 600_000_000}}
@@ -136,6 +136,9 @@ def _plan(*stamps) -> planning.Plan:
     (_previous(lo="2026-03-06T23:00:00Z"), _plan("20260308T000000000Z", "20260309T000000000Z"), "another lo"),
     (_previous(receipts=["2026-03-07/20260301T000000000Z"]), _plan("20260308T000000000Z"), "does not"),
     (_previous(), _plan("20260307T000000000Z", "20260308T000000000Z"), "older than the previous"),
+    (_previous(horizon=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no context horizon"),
+    (_previous(horizon="2026-03-08T01:00:00Z"), _plan("20260308T000000000Z", "20260309T000000000Z"),
+     "shorter context"),
 ])
 def test_incremental_precondition_falls_back_to_the_full_path(previous, plan, why):
     if previous is not None and previous.get("reach") == "__drop__":
@@ -149,3 +152,54 @@ def test_incremental_base_names_only_the_new_receipts():
                                      SessionRules())
     assert reason == "" and [p.receipt_ts for p in start.new] == ["20260309T000000000Z"]
     assert start.rows_read == 5 + 3 + 1
+
+
+def _at(day: int, hh: int, mm: int):
+    return DAY0 + timedelta(days=day, hours=hh, minutes=mm)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)
+def test_context_stops_at_the_horizon_and_a_correction_reaching_it_falls_back(spark, tmp_path):
+    """The context keeps only the islands that start before the horizon (D+1 02:00 with a 30 min
+    gap). A correction that extends D's session to within a gap of it must not trust the pruned
+    context: here late events chain D's 23:50 session to an island at 03:00 on D+1 that the context
+    did not keep; the incremental path alone would publish the session without that island's events."""
+    rules = SessionRules()
+    day, next_day = DAY0.date().isoformat(), (DAY0 + timedelta(days=1)).date().isoformat()
+    assert incremental.horizon(day, rules) == _at(1, 2, 0)
+    first = ([("a", f"a-{n}", t, "play") for n, t in enumerate(
+                [_at(0, 23, 20), _at(0, 23, 40), _at(0, 23, 50),   # D's session
+                 _at(1, 0, 50), _at(1, 1, 0),                        # D+1, before the horizon: context
+                 _at(1, 3, 0), _at(1, 3, 10)])]                      # D+1, after it: not kept
+             + [("b", "b-0", _at(0, 12, 0), "play"), ("b", "b-1", _at(0, 12, 10), "play"),
+                ("c", "c-0", _at(1, 10, 0), "play")])
+    # 23:50 -> 00:15 -> 00:40 -> 00:50: D's session now ends at 01:00, a gap before the horizon.
+    within = [("a", "a-w1", _at(1, 0, 15), "bridge"), ("a", "a-w2", _at(1, 0, 40), "bridge")]
+    # 01:00 -> 01:25 -> ... -> 02:40 -> 03:00: it reaches the island the context did not keep.
+    beyond = [("a", f"a-x{n}", _at(1, 1, 25) + timedelta(minutes=25 * n), "bridge") for n in range(4)]
+    lakes = {"incremental": str(tmp_path / "inc"), "full": str(tmp_path / "full")}
+    streams = {name: SimulatedStream(lake, 5) for name, lake in lakes.items()}
+    seen, day_runs = [], []
+    for wave in (first, within, beyond):
+        for stream in streams.values():
+            stream.batch(wave, mode=0.1)  # too_late fragments: the late events arrive on their own
+        seen.extend(wave)
+        runs = converge(lakes["incremental"], spark, {day, next_day}, rules, full=False)
+        day_runs.append([r for r in runs if r["event_date"] == day and r["published"]][0])
+        for d in (day, next_day):
+            assert keys(rows(lakes["incremental"], d)) == expected(seen, d, rules.gap), (d, runs)
+        if wave is first:
+            # D+1's 00:50 island is context; the 03:00 and 10:00 islands are past the horizon.
+            assert planning_context_rows(lakes["incremental"], day) == 1
+    assert [r["mode"] for r in day_runs] == ["full", "incremental", "full"], day_runs
+    assert "horizon" in day_runs[2]["full_reason"], day_runs[2]
+    converge(lakes["full"], spark, {day, next_day}, rules, full=True)
+    for d in (day, next_day):
+        assert rows(lakes["incremental"], d) == rows(lakes["full"], d), d
+
+
+def planning_context_rows(lake: str, event_date: str) -> int:
+    from tidemark import publish
+
+    return int(publish.current_version(lake, event_date)["context_rows"])

@@ -133,18 +133,26 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     _tune(spark)
     known = set(previous["receipts"]) if previous else set()
 
+    fallback = "--full" if full else ""
     while True:
-        start, why = (None, "--full") if full else incremental.base(previous, current, rules)
+        start, why = (None, fallback) if fallback else incremental.base(previous, current, rules)
         if start is not None:
-            islands = incremental.compute_islands(spark, lake, current, rules, start, read_panes).persist()
+            islands = incremental.correct(spark, lake, current, rules, start, read_panes)
         else:
-            islands = compute_islands(spark, lake, current, rules, known).persist()
-        summary = _summary(spark, islands, event_date)
+            islands = _full(spark, lake, current, rules, known)
+        summary = islands.summary
+        if start is not None and summary["past_horizon"]:
+            # A corrected session may continue into islands the context does not keep.
+            islands.release()
+            fallback = "a corrected session reaches the context horizon"
+            log.info("dedup falls back to the full path", event_date=event_date, reason=fallback,
+                     sessions=summary["past_horizon"])
+            continue
         bigger = planning.grown(index, current, rules, summary["reach"])
         if bigger is None:
             break
         # Sessions touching D reach further than the plan read: panes of later dates may join them.
-        islands.unpersist()
+        islands.release()
         log.info("dedup extends its look-ahead", event_date=event_date, hi=bigger.hi,
                  reach=planning.format_reach(summary["reach"]))
         current = bigger
@@ -161,7 +169,7 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
         marker = _write_version(lake, event_date, run_id, islands, summary, current, rules, known, previous,
                                 mode=mode, read=read)
     finally:
-        islands.unpersist()
+        islands.release()
     outcome = publish.commit(lake, marker)
     if not outcome.committed:
         return _noop(event_date, outcome.current, started)
@@ -245,21 +253,25 @@ def compute_islands(spark, lake: str, current: Plan, rules: SessionRules, known:
     return dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
 
 
-def _summary(spark, islands, event_date: str) -> dict:
-    """One pass over the (cached) islands: reach (tidemark/planning.py), session count, affected
-    dates, context size."""
+def _full(spark, lake: str, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
+    """The full path: every planned receipt's events re-sessionized, cached for the summary (one
+    pass: reach (tidemark/planning.py), session count, affected dates, context size) and the writes."""
     import dedup_sql
+    from pyspark.sql import functions as F
 
-    row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, event_date=event_date).first()
-    return {
-        "reach": None if row["reach_us"] is None else times.from_micros(row["reach_us"]),
-        "sessions": int(row["sessions"]),
-        "context_rows": int(row["context_rows"]),
-        "affected_dates": [d for d in row["affected_dates"] if d != event_date],
-    }
+    event_date = current.event_date
+    until = incremental.horizon(event_date, rules)
+    islands = compute_islands(spark, lake, current, rules, known).persist()
+    row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, event_date=event_date,
+                        horizon_us=times.to_micros(until), gap_us=rules.gap_us).first()
+    on_date = F.col("event_date") == F.lit(event_date)
+    return incremental.Islands(
+        islands.where(on_date).select(*incremental.ISLAND_COLUMNS, "event_date"),
+        islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*incremental.ISLAND_COLUMNS, "event_date"),
+        incremental.summary_of(row, event_date), [islands])
 
 
-def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
+def _write_version(lake, event_date, run_id, islands: incremental.Islands, summary, current: Plan,
                    rules: SessionRules, known, previous, mode: str = "full",
                    read: tuple[int, int] | None = None) -> dict:
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
@@ -272,19 +284,18 @@ def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
     names: list[str] = []
     if sessions:
         # event_date is inside the files: Iceberg reads the identity partition value from them.
-        out = (islands.where(F.col("event_date") == F.lit(event_date))
+        out = (islands.sessions
                .select(F.expr(sql_rules.session_id()).alias("session_id"), *OUTPUT_COLUMNS[1:],
                        F.lit(event_date).cast("date").alias("event_date")))
-        # About a million sessions per file, sorted so that row-group statistics on user_id help readers.
-        files = max(1, -(-sessions // 1_000_000))
-        out = out.coalesce(1) if files == 1 else out.repartition(files, "user_id")
-        out.sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
+        # A file per ~250k sessions (at most 8): written by as many tasks side by side, without a
+        # shuffle (coalesce), each sorted so that row-group statistics on user_id help readers.
+        files = max(1, min(8, -(-sessions // 250_000)))
+        out.coalesce(files).sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
         names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):
         # only the next incremental run of this date reads it.
-        (islands.where(F.col("event_date") != F.lit(event_date))
-         .select(*incremental.ISLAND_COLUMNS, "event_date")
+        (islands.context
          .coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
          .write.mode("overwrite").parquet(incremental.context_dir(lake, event_date, run_id)))
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
@@ -300,6 +311,7 @@ def _write_version(lake, event_date, run_id, islands, summary, current: Plan,
         "context_rows": summary["context_rows"],
         "max_receipt_ts": current.max_receipt_ts,
         "lo": incremental.lo_text(current.lo),
+        "horizon": times.iso_z(incremental.horizon(event_date, rules), "auto"),
         "hi": current.hi,
         "reach": planning.format_reach(summary["reach"]),
         "gap": format_duration(rules.gap),

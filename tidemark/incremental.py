@@ -11,7 +11,20 @@ needs only that and the new receipts:
 - a touched user's islands are recomputed from their previous islands' events plus the new panes'
   events (dedup_sql/dedup_events_incremental.sql), with THE session rule (sessionize.sql). Adding
   events only merges islands, so nothing else can change, across any date boundary: the context
-  holds the neighbours on both sides of D (before midnight down to lo, after it up to hi).
+  holds the neighbours on both sides of D (before midnight down to lo, after it up to the horizon).
+
+The context stops at a **horizon** H (`horizon()`: D+1 00:00 plus max(2 h, 2 gaps), at most D+2
+00:00): islands
+starting at or after H are not kept, because only a chain of new events reaching from a session of D
+to H could ever join them to D, and that is rare and detected. The islands a correction computes
+from "every event < H plus the new ones" are exact wherever they end at least a gap before H: a
+missing event (>= H) within the gap of such an island's end is impossible, and one before its start
+is too. So a correction checks every recomputed island of D (or earlier) that holds new events:
+if one ends less than a gap before H, it might continue into islands the context did not keep,
+and the run falls back to the full path (`full_reason` says so). An island starting on D+1 before
+H that the run cannot see whole (its continuation is past H or past hi) is kept as it is: should
+it ever meet D, it ends within a gap of H, and the same check sends that run to the full path.
+This keeps the context to the few islands around D's two midnights instead of all of D+1 .. hi.
 
 The result equals the full path's row for row (tests/test_dedup_incremental.py checks it against
 the full path and the batch reference). The full path stays the fallback whenever the precondition
@@ -20,8 +33,7 @@ below does not hold (`base` says why), and `tidemark dedup --full` forces it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from datetime import datetime
+from datetime import date, datetime, timedelta
 
 from tidemark import layout, planning, publish, rules_record, sql_rules, times
 from tidemark.planning import Plan
@@ -63,8 +75,13 @@ def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Bas
         return None, "the session rules changed since the previous version"
     if "context_rows" not in previous:
         return None, "the previous version kept no island context (written by an older tidemark)"
+    if not previous.get("horizon"):
+        return None, "the previous version records no context horizon (written by an older tidemark)"
     if previous.get("lo") != lo_text(current.lo):
         return None, "the previous version was planned from another lo"
+    # H is a function of the date and the rules (checked above): a version of today has the same.
+    if times.parse_iso(previous["horizon"]) < horizon(current.event_date, rules):
+        return None, "the previous version kept a shorter context"
     old = set(previous.get("receipts", []))
     keys = set(current.keys)
     if not old <= keys:
@@ -79,6 +96,21 @@ def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Bas
     return Base(previous, new), ""
 
 
+# How far past D+1 00:00 the context reaches, at least (and at least two gaps): a session of D that
+# a correction extends to end after H - gap sends the run to the full path, so the margin is what
+# midnight-crossing sessions get before that happens; each hour costs an hour of D+1's islands.
+HORIZON_MARGIN = timedelta(hours=2)
+
+
+def horizon(event_date: str, rules: SessionRules) -> datetime:
+    """H: the context of a version of event_date holds the islands that start before H.
+
+    At most D+2 00:00: every event before H is then in a pane of a date <= D+1 <= hi, so every
+    version (and every run's new panes) holds all of them, which is what the check relies on."""
+    next_day = planning.midnight(date.fromisoformat(event_date) + timedelta(days=1))
+    return min(next_day + max(HORIZON_MARGIN, 2 * rules.gap), next_day + timedelta(days=1))
+
+
 def lo_text(lo: datetime) -> str:
     """How a version's marker records its lo."""
     return times.iso_z(lo, "auto")  # no fraction for a whole second: as versions have recorded it
@@ -88,41 +120,94 @@ def context_dir(lake: str, event_date: str, run_id: str) -> str:
     return layout.join(publish.run_dir(lake, event_date, run_id), CONTEXT_DIR)
 
 
-def previous_islands(spark, lake: str, previous: dict):
-    """Every island of the previous version: its sessions of the date and its context."""
+@dataclass
+class Islands:
+    """A run's islands as the version writer takes them: lazy DataFrames of ISLAND_COLUMNS plus
+    event_date ('YYYY-MM-DD'), the sessions of D and the context (not D, starting before the
+    horizon); the summary (`summary_of`'s keys); what to unpersist once written."""
+    sessions: object
+    context: object
+    summary: dict
+    cached: list
+
+    def release(self) -> None:
+        for frame in self.cached:
+            frame.unpersist()
+
+
+def summary_of(row, event_date: str) -> dict:
+    """dedup_summary.sql's row as the run uses it."""
+    return {
+        "reach": None if row["reach_us"] is None else times.from_micros(row["reach_us"]),
+        "sessions": int(row["sessions"]),
+        "context_rows": int(row["context_rows"]),
+        "affected_dates": [d for d in row["affected_dates"] if d != event_date],
+        "past_horizon": int(row["past_horizon"]),
+    }
+
+
+def _previous_sessions(spark, lake: str, previous: dict):
     from pyspark.sql import functions as F
 
-    parts = []
     files = publish.run_files(lake, previous)
-    if files:
-        parts.append(spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE").parquet(*files)
-                     .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")))
-    if int(previous["context_rows"]):
-        parts.append(spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
-                     .parquet(context_dir(lake, previous["event_date"], previous["run_id"]))
-                     .select(*ISLAND_COLUMNS, "event_date"))
-    if not parts:
+    if not files:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    return out
+    return (spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE").parquet(*files)
+            .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")))
 
 
-def compute_islands(spark, lake: str, current: Plan, rules: SessionRules, start: Base, read_panes):
-    """The islands of `current` (dedup_sessions.sql's columns), from `start` and the new receipts'
-    panes (`read_panes(spark, lake, partitions, lo)`, the full path's reader): the previous islands
-    of untouched users as they are, the touched users' recomputed."""
+def _previous_context(spark, lake: str, previous: dict, until: datetime):
+    from pyspark.sql import functions as F
+
+    if not int(previous["context_rows"]):
+        return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
+    return (spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
+            .parquet(context_dir(lake, previous["event_date"], previous["run_id"]))
+            .where(F.col("session_start") < F.lit(until))
+            .select(*ISLAND_COLUMNS, "event_date"))
+
+
+def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, read_panes) -> Islands:
+    """The islands of `current` from `start` and the new receipts' panes (`read_panes(spark, lake,
+    partitions, lo)`, the full path's reader): the previous islands of untouched users as they are,
+    the touched users' recomputed.
+
+    Only the touched users' part is computed and cached (small); the untouched users' rows are
+    streamed from the previous version's files straight into the new ones when they are written
+    (one scan, no shuffle, no cache of the whole date). The summary is the previous version's,
+    corrected by the difference the touched users make: adding events only merges islands, so every
+    previous island touching D lies in a new one touching D (the reach can only grow: the new reach
+    is the larger of the previous one and the recomputed islands'), and only recomputed islands
+    hold new events (affected dates, the horizon check)."""
     import dedup_sql
     from pyspark.sql import functions as F
 
+    until = horizon(current.event_date, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
     touched = F.broadcast(panes.select("user_id").distinct())
-    old = previous_islands(spark, lake, start.previous)
-    carried = old.join(touched, "user_id", "left_anti").withColumn("has_new", F.lit(False))
-    events = dedup_sql.run(spark, "dedup_events_incremental",
-                           {"islands": old.join(touched, "user_id", "left_semi"), "panes": panes},
+    old_sessions = _previous_sessions(spark, lake, start.previous)
+    old_context = _previous_context(spark, lake, start.previous, until)
+    old = old_sessions.unionByName(old_context).join(touched, "user_id", "left_semi").persist()
+    events = dedup_sql.run(spark, "dedup_events_incremental", {"islands": old, "panes": panes},
                            lo_us=times.to_micros(current.lo))
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
-    recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
-    return recomputed.unionByName(carried.select(*recomputed.columns))
+    recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).persist()
+
+    params = {"event_date": current.event_date, "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
+    new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, **params)
+    gone = dedup_sql.run(spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))}, **params)
+    row = new.crossJoin(gone.select(F.col("sessions").alias("gone_sessions"),
+                                    F.col("context_rows").alias("gone_context"))).first()
+    summary = summary_of(row, current.event_date)
+    _, previous_reach = planning.recorded_reach(start.previous)
+    summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)
+    summary["sessions"] += int(start.previous["sessions"]) - int(row["gone_sessions"])
+    summary["context_rows"] += int(start.previous["context_rows"]) - int(row["gone_context"])
+
+    on_date = F.col("event_date") == F.lit(current.event_date)
+    sessions = (old_sessions.join(touched, "user_id", "left_anti")
+                .unionByName(recomputed.where(on_date).select(*ISLAND_COLUMNS, "event_date")))
+    context = (old_context.join(touched, "user_id", "left_anti")
+               .unionByName(recomputed.where(~on_date & (F.col("session_start") < F.lit(until)))
+                            .select(*ISLAND_COLUMNS, "event_date")))
+    return Islands(sessions, context, summary, [recomputed, old])
