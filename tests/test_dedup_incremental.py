@@ -96,6 +96,7 @@ def test_incremental_equals_full_path_and_reference_over_random_histories(spark,
             got = rows(lakes["incremental"], day)
             if got or day in notified:
                 assert keys(got) == expected(seen, day, rules.gap), day
+            check_counts(lakes["incremental"], day)
     assert "incremental" in modes, modes
     # The full path once over the same receipts: the same rows, column for column.
     full_runs = converge(lakes["full"], spark, everything, rules, full=True)
@@ -189,6 +190,7 @@ def test_context_stops_at_the_horizon_and_a_correction_reaching_it_falls_back(sp
         day_runs.append([r for r in runs if r["event_date"] == day and r["published"]][0])
         for d in (day, next_day):
             assert keys(rows(lakes["incremental"], d)) == expected(seen, d, rules.gap), (d, runs)
+            check_counts(lakes["incremental"], d)
         if wave is first:
             # D+1's 00:50 island is context; the 03:00 and 10:00 islands are past the horizon.
             assert planning_context_rows(lakes["incremental"], day) == 1
@@ -197,6 +199,24 @@ def test_context_stops_at_the_horizon_and_a_correction_reaching_it_falls_back(sp
     converge(lakes["full"], spark, {day, next_day}, rules, full=True)
     for d in (day, next_day):
         assert rows(lakes["incremental"], d) == rows(lakes["full"], d), d
+
+
+def check_counts(lake: str, event_date: str) -> None:
+    """The marker's counts (an incremental run derives them from the previous version's) are the
+    rows really written: the table's sessions and the context folder's islands."""
+    import os
+
+    import pyarrow.dataset as ds
+
+    from tidemark import publish
+
+    version = publish.current_version(lake, event_date)
+    if version is None:
+        return
+    assert int(version["sessions"]) == len(rows(lake, event_date)), (event_date, version)
+    folder = incremental.context_dir(lake, event_date, version["run_id"])
+    written = ds.dataset(folder, format="parquet").count_rows() if os.path.isdir(folder) else 0
+    assert int(version["context_rows"]) == written, (event_date, version)
 
 
 def planning_context_rows(lake: str, event_date: str) -> int:
