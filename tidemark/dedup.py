@@ -290,7 +290,9 @@ def _write_version(lake, event_date, run_id, islands: incremental.Islands, summa
         # A file per ~250k sessions (at most 8): written by as many tasks side by side, without a
         # shuffle (coalesce), each sorted so that row-group statistics on user_id help readers.
         files = max(1, min(8, -(-sessions // 250_000)))
-        out.coalesce(files).sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
+        if files == 1 or not islands.spread:
+            out = out.coalesce(files)
+        out.sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
         names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):

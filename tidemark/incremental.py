@@ -124,11 +124,13 @@ def context_dir(lake: str, event_date: str, run_id: str) -> str:
 class Islands:
     """A run's islands as the version writer takes them: lazy DataFrames of ISLAND_COLUMNS plus
     event_date ('YYYY-MM-DD'), the sessions of D and the context (not D, starting before the
-    horizon); the summary (`summary_of`'s keys); what to unpersist once written."""
+    horizon); the summary (`summary_of`'s keys); what to unpersist once written; whether the
+    sessions are already spread over the tasks that should write them (else the writer coalesces)."""
     sessions: object
     context: object
     summary: dict
     cached: list
+    spread: bool = False
 
     def release(self) -> None:
         for frame in self.cached:
@@ -205,9 +207,11 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
     summary["context_rows"] += int(start.previous["context_rows"]) - int(row["gone_context"])
 
     on_date = F.col("event_date") == F.lit(current.event_date)
+    # Written as the previous files are scanned (Spark spreads them over the cores), plus one small
+    # partition of recomputed rows: a coalesce of the union could put every scan in one task.
     sessions = (old_sessions.join(touched, "user_id", "left_anti")
-                .unionByName(recomputed.where(on_date).select(*ISLAND_COLUMNS, "event_date")))
+                .unionByName(recomputed.where(on_date).select(*ISLAND_COLUMNS, "event_date").coalesce(1)))
     context = (old_context.join(touched, "user_id", "left_anti")
                .unionByName(recomputed.where(~on_date & (F.col("session_start") < F.lit(until)))
                             .select(*ISLAND_COLUMNS, "event_date")))
-    return Islands(sessions, context, summary, [recomputed, old])
+    return Islands(sessions, context, summary, [recomputed, old], spread=True)
