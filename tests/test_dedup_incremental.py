@@ -139,7 +139,7 @@ def _plan(*stamps) -> planning.Plan:
     (_previous(), _plan("20260307T000000000Z", "20260308T000000000Z"), "older than the previous"),
     (_previous(horizon=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no context horizon"),
     (_previous(horizon="2026-03-08T01:00:00Z"), _plan("20260308T000000000Z", "20260309T000000000Z"),
-     "shorter context"),
+     "another horizon"),
 ])
 def test_incremental_precondition_falls_back_to_the_full_path(previous, plan, why):
     if previous is not None and previous.get("reach") == "__drop__":

@@ -79,9 +79,10 @@ def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Bas
         return None, "the previous version records no context horizon (written by an older tidemark)"
     if previous.get("lo") != lo_text(current.lo):
         return None, "the previous version was planned from another lo"
-    # H is a function of the date and the rules (checked above): a version of today has the same.
-    if times.parse_iso(previous["horizon"]) < horizon(current.event_date, rules):
-        return None, "the previous version kept a shorter context"
+    # H is a function of the date and the rules (checked above); another H (another tidemark's
+    # margin) holds other islands, and the counts the summary starts from would not add up.
+    if times.parse_iso(previous["horizon"]) != horizon(current.event_date, rules):
+        return None, "the previous version kept its context to another horizon"
     old = set(previous.get("receipts", []))
     keys = set(current.keys)
     if not old <= keys:
