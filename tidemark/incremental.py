@@ -170,6 +170,10 @@ def _previous_context(spark, lake: str, previous: dict, until: datetime):
             .select(*ISLAND_COLUMNS, "event_date"))
 
 
+# Up to this many touched users are filtered by value (an IN list in the plan), more by a join.
+_ISIN_USERS = 50_000
+
+
 def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, read_panes) -> Islands:
     """The islands of `current` from `start` and the new receipts' panes (`read_panes(spark, lake,
     partitions, lo)`, the full path's reader): the previous islands of untouched users as they are,
@@ -187,10 +191,19 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
 
     until = horizon(current.event_date, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
-    touched = F.broadcast(panes.select("user_id").distinct())
+    # The touched users, once, on the driver: a correction's few (a broadcast join instead would
+    # read the new panes again in every query below, one more Spark job each); many go by a join.
+    users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
+    if len(users) <= _ISIN_USERS:
+        is_touched = F.col("user_id").isin(users) if users else F.lit(False)
+        keep, drop = (lambda frame: frame.where(is_touched)), (lambda frame: frame.where(~is_touched))
+    else:
+        touched = F.broadcast(panes.select("user_id").distinct())
+        keep = lambda frame: frame.join(touched, "user_id", "left_semi")  # noqa: E731
+        drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
     old_sessions = _previous_sessions(spark, lake, start.previous)
     old_context = _previous_context(spark, lake, start.previous, until)
-    old = old_sessions.unionByName(old_context).join(touched, "user_id", "left_semi").persist()
+    old = keep(old_sessions.unionByName(old_context)).persist()
     events = dedup_sql.run(spark, "dedup_events_incremental", {"islands": old, "panes": panes},
                            lo_us=times.to_micros(current.lo))
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
@@ -210,9 +223,9 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
     on_date = F.col("event_date") == F.lit(current.event_date)
     # Written as the previous files are scanned (Spark spreads them over the cores), plus one small
     # partition of recomputed rows: a coalesce of the union could put every scan in one task.
-    sessions = (old_sessions.join(touched, "user_id", "left_anti")
+    sessions = (drop(old_sessions)
                 .unionByName(recomputed.where(on_date).select(*ISLAND_COLUMNS, "event_date").coalesce(1)))
-    context = (old_context.join(touched, "user_id", "left_anti")
+    context = (drop(old_context)
                .unionByName(recomputed.where(~on_date & (F.col("session_start") < F.lit(until)))
                             .select(*ISLAND_COLUMNS, "event_date")))
     return Islands(sessions, context, summary, [recomputed, old], spread=True)
