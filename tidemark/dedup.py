@@ -261,7 +261,11 @@ def _full(spark, lake: str, current: Plan, rules: SessionRules, known: set[str])
 
     event_date = current.event_date
     until = incremental.horizon(event_date, rules)
-    islands = compute_islands(spark, lake, current, rules, known).persist()
+    # Materialized once, here (localCheckpoint, not persist: a cached DataFrame passed to another
+    # spark.sql(..., **dataframes) is uncached when pyspark drops that query's temp view, and
+    # persist() also missed for spark.sql results built on other spark.sql results: the 1M-session
+    # event log showed the whole dedup computed twice, once for the summary and again for the write).
+    islands = compute_islands(spark, lake, current, rules, known).localCheckpoint()
     row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, event_date=event_date,
                         horizon_us=times.to_micros(until), gap_us=rules.gap_us).first()
     on_date = F.col("event_date") == F.lit(event_date)
@@ -288,11 +292,12 @@ def _write_version(lake, event_date, run_id, islands: incremental.Islands, summa
                .select(F.expr(sql_rules.session_id()).alias("session_id"), *OUTPUT_COLUMNS[1:],
                        F.lit(event_date).cast("date").alias("event_date")))
         # A file per ~250k sessions (at most 8): written by as many tasks side by side, without a
-        # shuffle (coalesce), each sorted so that row-group statistics on user_id help readers.
+        # shuffle (coalesce). Not sorted: a file of this size is one row group, so a sort bought
+        # readers nothing and cost a sort of the whole date.
         files = max(1, min(8, -(-sessions // 250_000)))
         if files == 1 or not islands.spread:
             out = out.coalesce(files)
-        out.sortWithinPartitions("user_id", "session_start").write.mode("overwrite").parquet(folder)
+        out.write.mode("overwrite").parquet(folder)
         names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):

@@ -134,6 +134,8 @@ class Islands:
     spread: bool = False
 
     def release(self) -> None:
+        # Checkpointed blocks go with their DataFrames (Spark's cleaner; a Connect session's end);
+        # unpersist frees what a persisted one holds at once.
         for frame in self.cached:
             frame.unpersist()
 
@@ -203,11 +205,12 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
         drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
     old_sessions = _previous_sessions(spark, lake, start.previous)
     old_context = _previous_context(spark, lake, start.previous, until)
-    old = keep(old_sessions.unionByName(old_context)).persist()
+    # localCheckpoint, not persist: see tidemark.dedup._full (a cached input of spark.sql is uncached).
+    old = keep(old_sessions.unionByName(old_context)).localCheckpoint()
     events = dedup_sql.run(spark, "dedup_events_incremental", {"islands": old, "panes": panes},
                            lo_us=times.to_micros(current.lo))
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
-    recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).persist()
+    recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).localCheckpoint()
 
     params = {"event_date": current.event_date, "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
     new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, **params)
