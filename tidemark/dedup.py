@@ -262,9 +262,8 @@ def _full(spark, lake: str, current: Plan, rules: SessionRules, known: set[str])
     event_date = current.event_date
     until = incremental.horizon(event_date, rules)
     # Materialized once, here (localCheckpoint, not persist: a cached DataFrame passed to another
-    # spark.sql(..., **dataframes) is uncached when pyspark drops that query's temp view, and
-    # persist() also missed for spark.sql results built on other spark.sql results: the 1M-session
-    # event log showed the whole dedup computed twice, once for the summary and again for the write).
+    # spark.sql(..., **dataframes) is uncached when pyspark drops that query's temp view; the
+    # 1M-session event log showed the whole dedup computed twice, for the summary and for the write).
     islands = compute_islands(spark, lake, current, rules, known).localCheckpoint()
     row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, event_date=event_date,
                         horizon_us=times.to_micros(until), gap_us=rules.gap_us).first()
