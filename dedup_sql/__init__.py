@@ -12,6 +12,7 @@ once, in tidemark/sql_rules.py, and referenced as `@name(...)` macros that `load
 from __future__ import annotations
 
 import re
+import uuid
 from functools import lru_cache
 from importlib import resources
 
@@ -28,11 +29,32 @@ def load(name: str) -> str:
     return sql_rules.render(resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8"))
 
 
-def run(spark, name: str, inputs: dict | None = None, **params):
+def run(spark, name: str, inputs: dict | None = None, views: list | None = None, **params):
     """Run one SQL file: `inputs` the DataFrames its `{name}`s stand for, `params` its `:name`s
-    (bound by Spark). Returns the DataFrame."""
+    (bound by Spark). Returns the DataFrame.
+
+    With `views` (a list), the inputs are registered as temp views of unique names that are
+    appended to it and left for the caller to drop (`drop_views`) once it is done: pyspark drops
+    the views of `spark.sql(text, **dataframes)` as soon as the call returns, and dropping a view
+    uncaches the DataFrame it was made from, so a persisted input would be recomputed by every later
+    query (the 1M-session dedup computed everything twice that way)."""
     inputs = inputs or {}
     for key in inputs:
         if not _NAME.match(key):
             raise ValueError(f"invalid input name {key!r}")
-    return spark.sql(load(name).strip().rstrip(";"), args=params, **inputs)
+    text = load(name).strip().rstrip(";")
+    if views is None:
+        return spark.sql(text, args=params, **inputs)
+    names = {}
+    for key, frame in inputs.items():
+        names[key] = f"tidemark_{key}_{uuid.uuid4().hex}"
+        frame.createOrReplaceTempView(names[key])
+        views.append(names[key])
+    # the same `{name}` / `{{` rules as Spark's formatter (both are Python's str.format)
+    return spark.sql(text.format(**names), args=params)
+
+
+def drop_views(spark, views: list) -> None:
+    """Drop the temp views `run(..., views=...)` left (uncaching what they were made from)."""
+    while views:
+        spark.catalog.dropTempView(views.pop())

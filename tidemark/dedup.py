@@ -261,17 +261,18 @@ def _full(spark, lake: str, current: Plan, rules: SessionRules, known: set[str])
 
     event_date = current.event_date
     until = incremental.horizon(event_date, rules)
-    # Materialized once, here (localCheckpoint, not persist: a cached DataFrame passed to another
-    # spark.sql(..., **dataframes) is uncached when pyspark drops that query's temp view; the
-    # 1M-session event log showed the whole dedup computed twice, for the summary and for the write).
-    islands = compute_islands(spark, lake, current, rules, known).localCheckpoint()
-    row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, event_date=event_date,
+    # Cached for the summary and the writes; it goes to SQL through a view kept until release
+    # (dedup_sql.run's `views`: pyspark's own views, dropped when spark.sql returns, uncache their
+    # DataFrame; the 1M-session event log showed the dedup computed twice, for the summary and the write).
+    islands = compute_islands(spark, lake, current, rules, known).persist()
+    views: list = []
+    row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, views=views, event_date=event_date,
                         horizon_us=times.to_micros(until), gap_us=rules.gap_us).first()
     on_date = F.col("event_date") == F.lit(event_date)
     return incremental.Islands(
         islands.where(on_date).select(*incremental.ISLAND_COLUMNS, "event_date"),
         islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*incremental.ISLAND_COLUMNS, "event_date"),
-        incremental.summary_of(row, event_date), [islands])
+        incremental.summary_of(row, event_date), [islands], spark=spark, views=views)
 
 
 def _write_version(lake, event_date, run_id, islands: incremental.Islands, summary, current: Plan,

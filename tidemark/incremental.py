@@ -32,7 +32,7 @@ below does not hold (`base` says why), and `tidemark dedup --full` forces it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from tidemark import layout, planning, publish, rules_record, sql_rules, times
@@ -132,10 +132,14 @@ class Islands:
     summary: dict
     cached: list
     spread: bool = False
+    spark: object = None
+    views: list = field(default_factory=list)  # dedup_sql.run(..., views=): dropped on release
 
     def release(self) -> None:
-        # Checkpointed blocks go with their DataFrames (Spark's cleaner; a Connect session's end);
-        # unpersist frees what a persisted one holds at once.
+        import dedup_sql
+
+        if self.spark is not None:
+            dedup_sql.drop_views(self.spark, self.views)
         for frame in self.cached:
             frame.unpersist()
 
@@ -205,16 +209,18 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
         drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
     old_sessions = _previous_sessions(spark, lake, start.previous)
     old_context = _previous_context(spark, lake, start.previous, until)
-    # localCheckpoint, not persist: see tidemark.dedup._full (a cached input of spark.sql is uncached).
-    old = keep(old_sessions.unionByName(old_context)).localCheckpoint()
-    events = dedup_sql.run(spark, "dedup_events_incremental", {"islands": old, "panes": panes},
+    # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
+    views: list = []
+    old = keep(old_sessions.unionByName(old_context)).persist()
+    events = dedup_sql.run(spark, "dedup_events_incremental", {"islands": old, "panes": panes}, views=views,
                            lo_us=times.to_micros(current.lo))
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
-    recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).localCheckpoint()
+    recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).persist()
 
     params = {"event_date": current.event_date, "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
-    new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, **params)
-    gone = dedup_sql.run(spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))}, **params)
+    new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, views=views, **params)
+    gone = dedup_sql.run(spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))},
+                         views=views, **params)
     row = new.crossJoin(gone.select(F.col("sessions").alias("gone_sessions"),
                                     F.col("context_rows").alias("gone_context"))).first()
     summary = summary_of(row, current.event_date)
@@ -231,4 +237,4 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
     context = (drop(old_context)
                .unionByName(recomputed.where(~on_date & (F.col("session_start") < F.lit(until)))
                             .select(*ISLAND_COLUMNS, "event_date")))
-    return Islands(sessions, context, summary, [recomputed, old], spread=True)
+    return Islands(sessions, context, summary, [recomputed, old], spread=True, spark=spark, views=views)
