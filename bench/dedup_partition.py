@@ -218,12 +218,12 @@ def main(argv=None) -> int:
             undo(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
     pointer = publish.current_version(lake, DAY)
-    rows = [["tidemark dedup (version + Iceberg commit)", rows_in, result.sessions, d, f"{events_in / d:,.0f}",
+    rows = [["tidemark dedup (version + Iceberg commit)", rows_in, result.sessions, round(d, 2), f"{events_in / d:,.0f}",
              f"{d / c:.2f}x", "-"],
-            ["plain Spark scan-and-write", rows_in, copied, c, f"{events_in / c:,.0f}", "1.00x", "-"]]
+            ["plain Spark scan-and-write", rows_in, copied, round(c, 2), f"{events_in / c:,.0f}", "1.00x", "-"]]
     for label, (secs, fixed) in corrections.items():
         rows.append([f"correction, {label} path (1 late receipt, {late_rows:,} panes)", fixed.rows_read,
-                     fixed.sessions, secs, "-", f"{secs / c:.2f}x", f"{secs / d:.2f}x"])
+                     fixed.sessions, round(secs, 2), "-", f"{secs / c:.2f}x", f"{secs / d:.2f}x"])
     columns = ["job", "rows read", "rows written", "wall s (median)", "pane events/s", "vs plain",
                "vs full dedup"]
     bench.print_table(f"Dedup of a {args.sessions:,}-session event date", columns, rows)
