@@ -257,7 +257,6 @@ def _full(spark, lake: str, current: Plan, rules: SessionRules, known: set[str])
     """The full path: every planned receipt's events re-sessionized, cached for the summary (one
     pass: reach (tidemark/planning.py), session count, affected dates, context size) and the writes."""
     import dedup_sql
-    from pyspark.sql import functions as F
 
     event_date = current.event_date
     until = incremental.horizon(event_date, rules)
@@ -268,11 +267,9 @@ def _full(spark, lake: str, current: Plan, rules: SessionRules, known: set[str])
     views: list = []
     row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, views=views, event_date=event_date,
                         horizon_us=times.to_micros(until), gap_us=rules.gap_us).first()
-    on_date = F.col("event_date") == F.lit(event_date)
-    return incremental.Islands(
-        islands.where(on_date).select(*incremental.ISLAND_COLUMNS, "event_date"),
-        islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*incremental.ISLAND_COLUMNS, "event_date"),
-        incremental.summary_of(row, event_date), [islands], spark=spark, views=views)
+    sessions, context = incremental.split(islands, event_date, until)
+    return incremental.Islands(sessions, context, incremental.summary_of(row, event_date), [islands],
+                               spark=spark, views=views)
 
 
 def _write_version(lake, event_date, run_id, islands: incremental.Islands, summary, current: Plan,

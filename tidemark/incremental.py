@@ -144,6 +144,18 @@ class Islands:
             frame.unpersist()
 
 
+def split(islands, event_date: str, until: datetime):
+    """(sessions, context) of a run's islands: those of event_date, and the others that start before
+    the horizon `until` (what a version keeps beside its sessions), both as ISLAND_COLUMNS + event_date.
+    The full and the incremental path both split with this, so their versions hold the same rows."""
+    from pyspark.sql import functions as F
+
+    on_date = F.col("event_date") == F.lit(event_date)
+    columns = (*ISLAND_COLUMNS, "event_date")
+    return (islands.where(on_date).select(*columns),
+            islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*columns))
+
+
 def summary_of(row, event_date: str) -> dict:
     """dedup_summary.sql's row as the run uses it."""
     return {
@@ -229,12 +241,9 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
     summary["sessions"] += int(start.previous["sessions"]) - int(row["gone_sessions"])
     summary["context_rows"] += int(start.previous["context_rows"]) - int(row["gone_context"])
 
-    on_date = F.col("event_date") == F.lit(current.event_date)
+    new_sessions, new_context = split(recomputed, current.event_date, until)
     # Written as the previous files are scanned (Spark spreads them over the cores), plus one small
     # partition of recomputed rows: a coalesce of the union could put every scan in one task.
-    sessions = (drop(old_sessions)
-                .unionByName(recomputed.where(on_date).select(*ISLAND_COLUMNS, "event_date").coalesce(1)))
-    context = (drop(old_context)
-               .unionByName(recomputed.where(~on_date & (F.col("session_start") < F.lit(until)))
-                            .select(*ISLAND_COLUMNS, "event_date")))
+    sessions = drop(old_sessions).unionByName(new_sessions.coalesce(1))
+    context = drop(old_context).unionByName(new_context)
     return Islands(sessions, context, summary, [recomputed, old], spread=True, spark=spark, views=views)
