@@ -15,7 +15,7 @@ WITH sessions AS (
     MIN(event_ts) AS session_start,
     MAX(event_ts) AS session_end,
     COUNT(*) AS event_count,
-    array_sort(collect_list(@event())) AS events,
+    sort_array(collect_list(@event())) AS events,  -- not array_sort: see dedup_sessions.sql
     bool_or(is_new) AS has_new,
     bool_or(state_session_id IS NOT NULL) AS from_state,
     coalesce(bool_or(state_closed), false) AS was_closed,
