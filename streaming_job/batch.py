@@ -212,6 +212,7 @@ class BatchProcessor:
         (parse.quarantined(parsed)
          .withColumn("receipt_ts", F.lit(receipt_ts))
          .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
-         .coalesce(1).write.mode("overwrite").parquet(folder))
+         # one file, but not coalesce(1): that would scan the whole cached batch in one task
+         .repartition(1).write.mode("overwrite").parquet(folder))
         storage.write_json_atomic(marker, {"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
         log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)

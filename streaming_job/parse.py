@@ -38,26 +38,35 @@ def _verdict_udf(rules: InputRules):
 
 
 def with_parse(batch: DataFrame, rules: InputRules | None = None) -> DataFrame:
-    """Add `raw` (the line's bytes), `verdict`, `event_ts` and `reason` (null for a valid event).
+    """The batch's lines checked: `reason` (null for a valid event), the event's columns (`user_id`,
+    `event_id`, `event_ts`, `event_type`, `payload`; null for a refused line), `raw` and
+    `source_file` (set for refused lines only) and `receipt_time`.
 
-    Needs `value` (a line) and `receipt_time` (the micro-batch's timestamp: the clock guard's now).
+    Needs `value` (a line), `source_file` and `receipt_time` (the micro-batch's timestamp: the clock
+    guard's now). The stream caches this frame, so it holds only what a later step reads: a valid
+    line's bytes and file name are never read again (only the quarantine needs them), and keeping
+    them doubled the cache a batch builds and scans.
     """
     verdict = _verdict_udf(rules or InputRules())
-    raw = F.col("value").cast("binary")
-    return (batch.withColumn("raw", raw)
-            .withColumn("verdict", verdict(F.col("raw"), F.unix_micros("receipt_time")))
-            .withColumn("reason", F.col("verdict.reason"))
-            .withColumn("event_ts", F.timestamp_micros(F.col("verdict.event_ts_us"))))
+    checked = (batch.withColumn("raw", F.col("value").cast("binary"))
+               .withColumn("verdict", verdict(F.col("raw"), F.unix_micros("receipt_time"))))
+    refused = F.col("verdict.reason").isNotNull()
+    return checked.select(
+        F.col("verdict.reason").alias("reason"),
+        F.col("verdict.user_id").alias("user_id"),
+        F.col("verdict.event_id").alias("event_id"),
+        F.timestamp_micros(F.col("verdict.event_ts_us")).alias("event_ts"),
+        F.col("verdict.event_type").alias("event_type"),
+        F.col("verdict.payload").alias("payload"),
+        F.when(refused, F.col("raw")).alias("raw"),
+        F.when(refused, F.col("source_file")).alias("source_file"),
+        "receipt_time")
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
     """Events that passed every check: user_id, event_id, event_ts, event_type, payload."""
     return (parsed.where(F.col("reason").isNull())
-            .select(F.col("verdict.user_id").alias("user_id"),
-                    F.col("verdict.event_id").alias("event_id"),
-                    F.col("event_ts"),
-                    F.col("verdict.event_type").alias("event_type"),
-                    F.col("verdict.payload").alias("payload")))
+            .select("user_id", "event_id", "event_ts", "event_type", "payload"))
 
 
 def quarantined(parsed: DataFrame) -> DataFrame:
