@@ -42,7 +42,12 @@ def parse_args(argv):
     p.add_argument("--early-rate", type=float, default=0.3, help="share of sessions with an early pane")
     p.add_argument("--fragment-rate", type=float, default=0.05, help="share with a redelivered fragment")
     p.add_argument("--late-rate", type=float, default=0.01, help="share of sessions the late receipt touches")
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=2, help="timed runs of each job (medians), after --warmup")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed dedups first (the JVM's JIT and Spark's first query compilations), "
+                        "so the medians are of warm runs; the first one's time is reported as the cold run")
+    p.add_argument("--no-stages", action="store_true",
+                   help="skip the stage ladder (where the dedup's time goes, one query per stage)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--reuse", action="store_true")
     p.add_argument("--no-write", action="store_true")
@@ -162,6 +167,62 @@ def land_late_receipt(spark, args, lake) -> int:
     return int(stats["rows"])
 
 
+def stage_ladder(spark, lake) -> list[list]:
+    """Where the full dedup's time goes: the same query cut after each stage and run into Spark's
+    `noop` sink (computed, nothing written), each stage's time the difference to the one before.
+    The stages are the dedup's own SQL files (tidemark.dedup.compute_islands's steps) plus the
+    shuffle and the sort they imply, spelled out to time them apart."""
+    import dedup_sql
+    from pyspark.sql import functions as F
+
+    from tidemark import planning, times
+    from tidemark.dedup import read_panes
+
+    rules = SessionRules()
+    plan = planning.plan_for_rerun(planning.LakeIndex(lake), DAY, rules, None)
+    lo_us = times.to_micros(plan.lo)
+
+    def panes():
+        return read_panes(spark, lake, plan.partitions, plan.lo).select(
+            "user_id", "events", "receipt_ts", F.lit(False).alias("known"))
+
+    def exploded():
+        return (panes().select("user_id", F.explode("events").alias("e"), "receipt_ts")
+                .select("user_id", "e.*", "receipt_ts").where(F.unix_micros("event_ts") >= F.lit(lo_us)))
+
+    def events():
+        return dedup_sql.run(spark, "dedup_events", {"panes": panes()}, lo_us=lo_us)
+
+    def sessionized():
+        return dedup_sql.run(spark, "sessionize", {"events": events()}, gap_us=rules.gap_us)
+
+    stages = [
+        ("scan the panes (the plain copy's read)", panes),
+        ("explode the events, shuffle them by user", lambda: exploded().repartition("user_id")),
+        ("sort each user's events by time", lambda: exploded().repartition("user_id")
+         .sortWithinPartitions("user_id", "event_ts", "event_id")),
+        ("distinct events, the kept copy (dedup_events.sql)", events),
+        ("both windows of the session rule (sessionize.sql)", sessionized),
+        ("one row per session (dedup_sessions.sql): the islands",
+         lambda: dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized()})),
+    ]
+    rows, before = [], 0.0
+    for label, frame in stages:
+        runs = []
+        for _ in range(2):  # the faster of two: one run is at the mercy of a GC pause or a neighbour
+            with bench.stopwatch() as t:
+                frame().write.format("noop").mode("overwrite").save()
+            runs.append(t["seconds"])
+        secs = min(runs)
+        rows.append([label, round(secs, 2), f"{secs - before:+.2f}" if before else "-"])
+        before = secs
+    return rows
+
+
+def _phases(result) -> str:
+    return ", ".join(f"{name} {secs:.1f}" for name, secs in result.phases.items() if secs >= 0.05)
+
+
 def plain_copy(spark, lake, out) -> int:
     paths = [layout.receipt_dir(lake, DAY, ts) for ts in receipts.list_receipts(lake, DAY)]
     shutil.rmtree(out, ignore_errors=True)
@@ -191,11 +252,14 @@ def main(argv=None) -> int:
     rows_in = sum(receipts.read_marker(lake, DAY, ts).rows for ts in receipts.list_receipts(lake, DAY))
     events_in = sum(receipts.read_marker(lake, DAY, ts).events for ts in receipts.list_receipts(lake, DAY))
 
-    dedup_secs, result = [], None
-    for _ in range(args.repeat):
+    dedup_secs, result, cold = [], None, None
+    for i in range(args.warmup + args.repeat):
         iceberg.drop(lake)  # each repeat publishes a first version again
         result = run_dedup(lake, DAY, SessionRules(), spark=spark)
-        dedup_secs.append(result.seconds)
+        cold = cold or result
+        print(f"dedup {'warm-up' if i < args.warmup else 'timed'}: {result.seconds} s ({_phases(result)})")
+        if i >= args.warmup:
+            dedup_secs.append(result.seconds)
     assert result.sessions == args.sessions, (result.sessions, args.sessions)
     copy_secs, copied = [], 0
     for _ in range(args.repeat):
@@ -203,6 +267,10 @@ def main(argv=None) -> int:
             copied = plain_copy(spark, lake, os.path.join(args.workdir, "copy"))
         copy_secs.append(t["seconds"])
     d, c = statistics.median(dedup_secs), statistics.median(copy_secs)
+    ladder = [] if args.no_stages else stage_ladder(spark, lake)
+    if ladder:
+        bench.print_table("Where the dedup's time goes (cumulative, into a noop sink)",
+                          ["the query up to", "s", "this stage"], ladder)
 
     # The correction: one late receipt, deduplicated incrementally and with --full from the same version.
     from bench.correction_cost import undo
@@ -214,18 +282,19 @@ def main(argv=None) -> int:
         for _ in range(args.repeat):
             fixed = run_dedup(lake, DAY, SessionRules(), spark=spark, full=full)
             assert fixed.published and fixed.mode == label, fixed
+            print(f"correction, {label}: {fixed.seconds} s ({_phases(fixed)})")
             secs.append(fixed.seconds)
             undo(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
     pointer = publish.current_version(lake, DAY)
     rows = [["tidemark dedup (version + Iceberg commit)", rows_in, result.sessions, round(d, 2), f"{events_in / d:,.0f}",
-             f"{d / c:.2f}x", "-"],
-            ["plain Spark scan-and-write", rows_in, copied, round(c, 2), f"{events_in / c:,.0f}", "1.00x", "-"]]
+             f"{d / c:.2f}x", "-", _phases(result)],
+            ["plain Spark scan-and-write", rows_in, copied, round(c, 2), f"{events_in / c:,.0f}", "1.00x", "-", "-"]]
     for label, (secs, fixed) in corrections.items():
         rows.append([f"correction, {label} path (1 late receipt, {late_rows:,} panes)", fixed.rows_read,
-                     fixed.sessions, round(secs, 2), "-", f"{secs / c:.2f}x", f"{secs / d:.2f}x"])
+                     fixed.sessions, round(secs, 2), "-", f"{secs / c:.2f}x", f"{secs / d:.2f}x", _phases(fixed)])
     columns = ["job", "rows read", "rows written", "wall s (median)", "pane events/s", "vs plain",
-               "vs full dedup"]
+               "vs full dedup", "phases of the last run (s)"]
     bench.print_table(f"Dedup of a {args.sessions:,}-session event date", columns, rows)
     if not args.no_write:
         notes = (f"One event date with {args.sessions:,} sessions ({events_in:,} events in {rows_in:,} pane "
@@ -235,11 +304,16 @@ def main(argv=None) -> int:
                  f"(user_id, event_id), re-sessionizes them (window over each user's events) and writes "
                  f"one version ({len(pointer['files'])} file(s)) then commits it to the Iceberg table; the plain job "
                  f"reads the same partitions and writes them back unchanged. Medians of {args.repeat} "
-                 f"warm runs on a shared machine (see load average): compare the ratio, not absolutes. "
+                 f"runs after {args.warmup} untimed warm-up dedup(s) (the cold first run took "
+                 f"{cold.seconds:.1f} s: the JVM's JIT and Spark's first query compilations); see the "
+                 f"load average: compare the ratio, not absolutes. "
                  f"The corrections: one late receipt with one event for {args.late_rate:.0%} of the "
                  f"sessions ({late_rows:,} too_late panes), deduplicated from the published version "
                  f"incrementally (tidemark's default) and with --full; rows read = the new panes plus "
-                 f"the previous version's sessions (incremental), every pane (full).")
+                 f"the previous version's sessions (incremental), every pane (full). Phases (tidemark.dedup."
+                 f"DedupResult.phases): compute = the islands, cached, and their summary; write = the "
+                 f"version's files and its context; commit = the Iceberg commit; notice = the corrected "
+                 f"notice's diff against the previous version.")
         path = bench.write_results(NAME, f"Dedup of a {args.sessions:,}-session partition vs a plain scan-and-write",
                                    columns, rows, notes,
                                    {"sessions": args.sessions, "events per session": args.events_per_session,
@@ -248,6 +322,12 @@ def main(argv=None) -> int:
                                              f"{spark.conf.get('spark.driver.memory')}"}, env,
                                    command=".venv/bin/python -m bench.dedup_partition " + " ".join(
                                        argv if argv is not None else sys.argv[1:]))
+        if ladder:  # after the main table: readers (and tests) take the first table as the results
+            with open(path, "a", encoding="utf-8") as out:
+                out.write("\n## Where the full dedup's time goes\n\nThe same query cut after each stage, run "
+                          "warm into Spark's noop sink (computed, nothing written), the faster of two runs "
+                          "each, after the timed dedups:\n\n| the query up to | s | this stage |\n|---|---|---|\n"
+                          + "\n".join(f"| {a} | {b} | {c_} |" for a, b, c_ in ladder) + "\n")
         print(f"wrote {path}")
     spark.stop()
     return 0

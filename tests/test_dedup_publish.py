@@ -123,6 +123,10 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     first = run_dedup(lake, day, RULES, spark=spark)
     assert first.published and not first.noop and first.version == max(
         k.split("/")[1] for k in publish.current_version(lake, day)["receipts"])
+    # Where the time went, phase by phase, adding up to the run's seconds (the profile's source).
+    assert list(first.phases) == ["plan", "spark", "compute", "write", "commit", "notice"]
+    assert all(s >= 0 for s in first.phases.values())
+    assert sum(first.phases.values()) == pytest.approx(first.seconds, abs=0.01)
     snapshot = iceberg.load(lake).current_snapshot().snapshot_id
     runs = sorted(os.listdir(os.path.dirname(publish.run_dir(lake, day, first_run(lake, day)))))
 
@@ -130,7 +134,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     monkeypatch.setattr(tidemark.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
     again = run_dedup(lake, day, RULES)  # no spark given: it must not need one
     assert again.noop and not again.published and again.version == first.version
-    assert again.rows_read == 0 and again.affected_dates == []
+    assert again.rows_read == 0 and again.affected_dates == [] and again.phases == {}
     assert iceberg.load(lake).current_snapshot().snapshot_id == snapshot  # nothing committed
     assert sorted(os.listdir(os.path.dirname(publish.run_dir(lake, day, first_run(lake, day))))) == runs
     assert published(lake, day) == expected(events, day)

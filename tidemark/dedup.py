@@ -57,6 +57,9 @@ class DedupResult:
     # "incremental" or "full" (tidemark/incremental.py); full_reason: why not incremental
     mode: str = "full"
     full_reason: str = ""
+    # Seconds per phase of a run that computed (plan, compute, write, commit, notice): where a
+    # dedup's time goes, in its log line and in bench/dedup_partition.py's profile.
+    phases: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -121,6 +124,8 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     nothing_new = _nothing_new(event_date, current, previous, rules, started)
     if nothing_new is not None:
         return nothing_new
+    phases = _Phases(started)
+    phases.done("plan")
 
     if rules_record.changed_since(previous, rules):
         log.info("session rules changed since the previous version: recomputing the whole date",
@@ -131,6 +136,7 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
         from tidemark.spark import build_session
         spark = build_session("tidemark-dedup")
     _tune(spark)
+    phases.done("spark")  # getting the session: ~0 when it is given (a warm one)
     known = set(previous["receipts"]) if previous else set()
 
     fallback = "--full" if full else ""
@@ -156,6 +162,7 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
         log.info("dedup extends its look-ahead", event_date=event_date, hi=bigger.hi,
                  reach=planning.format_reach(summary["reach"]))
         current = bigger
+    phases.done("compute")  # the islands and their summary (cached), every replan included
     try:
         newest = publish.newest_version(lake, event_date)
         if _covered(current.keys, newest, rules):
@@ -170,20 +177,36 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
                                 mode=mode, read=read)
     finally:
         islands.release()
+    phases.done("write")
     outcome = publish.commit(lake, marker)
+    phases.done("commit")
     if not outcome.committed:
         return _noop(event_date, outcome.current, started)
     # The corrected notice, recorded (not sent) in the process that committed, however the dedup
     # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
     corrected.record_after_commit(lake, outcome.current)
+    phases.done("notice")
     version = outcome.current["version"]
     result = DedupResult(event_date, version, True, marker["sessions"], read[0], read[1],
                          marker["affected_dates"], seconds=round(time.monotonic() - started, 3),
-                         mode=mode, full_reason=why)
+                         mode=mode, full_reason=why, phases=phases.seconds)
     log.info("dedup published", event_date=event_date, version=version, sessions=result.sessions,
              mode=mode, full_reason=why or None, receipts_read=result.receipts_read, rows_read=result.rows_read,
-             affected_dates=result.affected_dates, seconds=result.seconds)
+             affected_dates=result.affected_dates, seconds=result.seconds, phases=result.phases)
     return result
+
+
+class _Phases:
+    """Seconds spent in each phase of a run, each measured from the end of the one before."""
+
+    def __init__(self, started: float):
+        self.seconds: dict[str, float] = {}
+        self._mark = started
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._mark, 3)
+        self._mark = now
 
 
 def _nothing_new(event_date: str, current: Plan, previous: dict | None, rules: SessionRules,
