@@ -151,7 +151,7 @@ def main(argv=None) -> int:
             assert result.published and result.mode == ("full" if full else "incremental"), result
             times.append(result.seconds)
             undo(lake, before)
-        rows.append([label, 1, result.receipts_read, result.rows_read, result.sessions, statistics.median(times)])
+        rows.append([label, 1, result.receipts_read, result.rows_read, result.sessions, round(statistics.median(times), 2)])
     run_dedup(lake, d, rules, spark=spark)  # leave the lake corrected
     for label, first in (("7-day lookback reprocessing", day - timedelta(days=6)),
                          ("full reprocessing", start)):
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
                 info = reprocess(spark, lake, rules, first, last, out)
             secs.append(t["seconds"])
         rows.append([label, info["dates"], info["receipts"], info["rows"], info["sessions"],
-                     statistics.median(secs)])
+                     round(statistics.median(secs), 2)])
     base_rows, base_secs = rows[0][3], rows[0][5]
     for row in rows:
         row.append(f"{row[3] / base_rows:.1f}x / {row[5] / base_secs:.1f}x")

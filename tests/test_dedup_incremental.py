@@ -68,11 +68,14 @@ def keys(table_rows: list[dict]) -> set[tuple]:
 @pytest.mark.slow  # not in make test-fast: ~25 dedup runs per case
 @pytest.mark.spark
 @pytest.mark.timeout(3000)  # ~25 dedup runs: minutes on a quiet machine, far more on a loaded one
-@pytest.mark.parametrize("seed,rules", [
-    (1, SessionRules()),
-    (2, SessionRules(gap=timedelta(minutes=50), allowed_lateness=timedelta(hours=3))),
+@pytest.mark.parametrize("seed,rules,touched_by", [
+    (1, SessionRules(), "value"),
+    (2, SessionRules(gap=timedelta(minutes=50), allowed_lateness=timedelta(hours=3)), "join"),
 ])
-def test_incremental_equals_full_path_and_reference_over_random_histories(spark, tmp_path, seed, rules):
+def test_incremental_equals_full_path_and_reference_over_random_histories(spark, tmp_path, monkeypatch, seed,
+                                                                           rules, touched_by):
+    if touched_by == "join":  # the path of many touched users (a broadcast join instead of an IN list)
+        monkeypatch.setattr(incremental, "_ISIN_USERS", 0)
     rng = random.Random(seed)
     events = make_events(rng, users=4, days=2) + long_sessions(rng, users=1)
     batches = arrivals(rng, events, batches=6)

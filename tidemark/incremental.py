@@ -188,6 +188,10 @@ def _previous_context(spark, lake: str, previous: dict, until: datetime):
             .select(*ISLAND_COLUMNS, "event_date"))
 
 
+# Up to this many touched users are filtered by value (an IN list in the plan), more by a join.
+_ISIN_USERS = 200
+
+
 def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, read_panes) -> Islands:
     """The islands of `current` from `start` and the new receipts' panes (`read_panes(spark, lake,
     partitions, lo)`, the full path's reader): the previous islands of untouched users as they are,
@@ -205,13 +209,19 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
 
     until = horizon(current.event_date, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
-    # The touched users as a broadcast semi/anti join, not an IN list of their ids: with 10k touched
-    # users the list made every query's plan 10k literals long, and planning them (analysis, AQE's
-    # re-optimizations) took ~15 s of the 1M-session correction's ~20 s, more than its Spark jobs
-    # (BENCHMARKS.md section 4). The join reads the new panes' user ids again per query: small.
-    touched = F.broadcast(panes.select("user_id").distinct())
-    keep = lambda frame: frame.join(touched, "user_id", "left_semi")  # noqa: E731
-    drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
+    # The touched users, once, on the driver: a correction's few go to the queries below as an IN
+    # list (a broadcast join would read the new panes again in every query, one more Spark job
+    # each: 2.2 s against 3.4 s for a 152-session date). Many go as a broadcast semi/anti join: with
+    # 10k touched users the list put 10k literals in every query's plan, and planning them (analysis,
+    # AQE's re-optimizations) took ~14 s of the 1M-session correction's 20 s (BENCHMARKS.md section 4).
+    users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
+    if len(users) <= _ISIN_USERS:
+        is_touched = F.col("user_id").isin(users) if users else F.lit(False)
+        keep, drop = (lambda frame: frame.where(is_touched)), (lambda frame: frame.where(~is_touched))
+    else:
+        touched = F.broadcast(panes.select("user_id").distinct())
+        keep = lambda frame: frame.join(touched, "user_id", "left_semi")  # noqa: E731
+        drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
     old_sessions = _previous_sessions(spark, lake, start.previous)
     old_context = _previous_context(spark, lake, start.previous, until)
     # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
