@@ -65,14 +65,18 @@ def print_table(title: str, columns: list[str], rows: list[list]) -> None:
     Console().print(table)
 
 
+def markdown_table(columns: list[str], rows: list[list]) -> list[str]:
+    """A markdown table's lines: header, separator, one line per row."""
+    return (["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows])
+
+
 def write_results(name: str, title: str, columns: list[str], rows: list[list], notes: str,
                   setup: dict, env: dict | None = None, command: str | None = None) -> str:
     """bench/results/<name>.md: the figures, how they were produced, and on what machine."""
     os.makedirs(RESULTS_DIR, exist_ok=True)
     env = env or machine()
-    lines = [f"# {title}", "", notes.strip(), "", "| " + " | ".join(columns) + " |",
-             "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    lines = [f"# {title}", "", notes.strip(), "", *markdown_table(columns, rows)]
     lines += ["", "## Setup", ""] + [f"- {k}: {v}" for k, v in setup.items()]
     lines += ["", "## Machine", ""] + [f"- {k}: {v}" for k, v in env.items()]
     lines += ["", f"Reproduce: `{command or f'.venv/bin/python -m bench.{name}'}` (see `--help`).", ""]

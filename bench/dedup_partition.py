@@ -167,6 +167,9 @@ def land_late_receipt(spark, args, lake) -> int:
     return int(stats["rows"])
 
 
+LADDER_COLUMNS = ["the query up to", "s", "this stage"]
+
+
 def stage_ladder(spark, lake) -> list[list]:
     """Where the full dedup's time goes: the same query cut after each stage and run into Spark's
     `noop` sink (computed, nothing written), each stage's time the difference to the one before.
@@ -269,8 +272,7 @@ def main(argv=None) -> int:
     d, c = statistics.median(dedup_secs), statistics.median(copy_secs)
     ladder = [] if args.no_stages else stage_ladder(spark, lake)
     if ladder:
-        bench.print_table("Where the dedup's time goes (cumulative, into a noop sink)",
-                          ["the query up to", "s", "this stage"], ladder)
+        bench.print_table("Where the dedup's time goes (cumulative, into a noop sink)", LADDER_COLUMNS, ladder)
 
     # The correction: one late receipt, deduplicated incrementally and with --full from the same version.
     from bench.correction_cost import undo
@@ -326,8 +328,8 @@ def main(argv=None) -> int:
             with open(path, "a", encoding="utf-8") as out:
                 out.write("\n## Where the full dedup's time goes\n\nThe same query cut after each stage, run "
                           "warm into Spark's noop sink (computed, nothing written), the faster of two runs "
-                          "each, after the timed dedups:\n\n| the query up to | s | this stage |\n|---|---|---|\n"
-                          + "\n".join(f"| {a} | {b} | {c_} |" for a, b, c_ in ladder) + "\n")
+                          "each, after the timed dedups:\n\n"
+                          + "\n".join(bench.markdown_table(LADDER_COLUMNS, ladder)) + "\n")
         print(f"wrote {path}")
     spark.stop()
     return 0

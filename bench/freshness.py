@@ -303,10 +303,10 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         f"- load average (1/5/15 min) at start, at each landing and at the end: {', '.join(loads)}",
         "",
         "<details><summary>Every notice</summary>", "",
-        "| event_date | receipt_ts | batch | late | landed -> published s | landed -> readable s |",
-        "|---|---|---|---|---|---|",
-        *[f"| {r['event_date']} | {r['receipt_ts']} | {r['batch_id']} | {r['late']} | {r.get('notice_s', '-')} | "
-          f"{r.get('readable_s', '-')} |" for r in per_notice],
+        *bench.markdown_table(
+            ["event_date", "receipt_ts", "batch", "late", "landed -> published s", "landed -> readable s"],
+            [[r["event_date"], r["receipt_ts"], r["batch_id"], r["late"], r.get("notice_s", "-"),
+              r.get("readable_s", "-")] for r in per_notice]),
         "", "</details>", ""])
     print("\n".join(notes.splitlines()[2:5]))
     if not args.no_write:

@@ -255,12 +255,12 @@ def main(argv=None) -> int:
         f"used {'YES' if heap_flat else 'NO'}, process PSS {'YES' if rss_flat else 'NO'}",
     ]
     print("\n".join(summary_lines))
-    full_table = ["| batch | watermark | lines | seconds | open sessions | state bytes | PSS total | PSS JVM | "
-                  "PSS Python | heap used | heap committed | old gen used |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    full_table += [f"| {s['batch_id']} | {s['watermark']} | {s['lines']} | {s['seconds']} | {s['open_sessions']} | "
-                   f"{s['state_bytes']} | {s['rss_total']} | {s['rss_jvm']} | {s['rss_py']} | {s['heap_used']} | "
-                   f"{s['heap_committed']} | {s['old_used']} |" for s in series]
+    full_table = bench.markdown_table(
+        ["batch", "watermark", "lines", "seconds", "open sessions", "state bytes", "PSS total", "PSS JVM",
+         "PSS Python", "heap used", "heap committed", "old gen used"],
+        [[s[key] for key in ("batch_id", "watermark", "lines", "seconds", "open_sessions", "state_bytes",
+                             "rss_total", "rss_jvm", "rss_py", "heap_used", "heap_committed", "old_used")]
+         for s in series])
     notes = "\n".join([
         "One `tidemark stream --available-now` process over a landing spanning many days of event time, "
         "a few files per micro-batch. Resident memory is sampled every 0.25 s over the whole process tree (the "
