@@ -57,7 +57,7 @@ class DedupResult:
     # "incremental" or "full" (tidemark/incremental.py); full_reason: why not incremental
     mode: str = "full"
     full_reason: str = ""
-    # Seconds per phase of a run that computed (plan, compute, write, commit, notice): where a
+    # Seconds per phase of a run that computed (plan, spark, compute, write, commit, notice): where a
     # dedup's time goes, in its log line and in bench/dedup_partition.py's profile.
     phases: dict = field(default_factory=dict)
 
@@ -205,7 +205,7 @@ class _Phases:
 
     def done(self, phase: str) -> None:
         now = time.monotonic()
-        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._mark, 3)
+        self.seconds[phase] = round(now - self._mark, 3)
         self._mark = now
 
 

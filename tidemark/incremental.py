@@ -209,11 +209,13 @@ def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, r
 
     until = horizon(current.event_date, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
-    # The touched users, once, on the driver: a correction's few go to the queries below as an IN
-    # list (a broadcast join would read the new panes again in every query, one more Spark job
-    # each: 2.2 s against 3.4 s for a 152-session date). Many go as a broadcast semi/anti join: with
-    # 10k touched users the list put 10k literals in every query's plan, and planning them (analysis,
-    # AQE's re-optimizations) took ~14 s of the 1M-session correction's 20 s (BENCHMARKS.md section 4).
+    # The touched users, once, on the driver. A correction's few go to the queries below as an IN
+    # list: a broadcast join would read the new panes again in every query, one more Spark job each
+    # (a 152-session date's correction: 3.4 s with the join, 2.2 s by value, two quiet runs of
+    # bench/correction_cost.py; the bound of 200 is a judgement, not measured). Many go as a
+    # broadcast semi/anti join: with 10k touched users the list put 10k literals in every query's
+    # plan, and planning them (analysis, AQE's re-optimizations) took ~14 s of the 1M-session
+    # correction's 20 s (BENCHMARKS.md section 4).
     users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
     if len(users) <= _ISIN_USERS:
         is_touched = F.col("user_id").isin(users) if users else F.lit(False)
