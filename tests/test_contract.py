@@ -92,3 +92,24 @@ def test_lines_are_split_on_newline_only():
     assert split_lines(data) == [b'{"a":1}\r', b"", b'{"s":"x\xe2\x80\xa8y"}', b"lone\rcr", b"last"]
     assert split_lines(b"a\n") == [b"a"]
     assert split_lines(b"") == []
+
+
+def test_the_payload_is_the_json_encoding_of_the_other_fields_whatever_their_text():
+    # read_line spells an all-string payload itself (the common case, for speed); it must be the
+    # very text json gives, for any keys and values: quotes, backslashes, control characters,
+    # non-ASCII, U+2028, astral characters, empty strings; and with a null among them.
+    import random
+
+    alphabet = ['a', 'Z', '~', '"', '\\', '/', '\x00', '\x1f', '\x7f', '\n', 'é', 'e\u0301', '\u2028', '\U0001F600', ' ', '']
+    rng = random.Random(14)
+    for case in range(300):
+        fields = {"".join(rng.choices(alphabet, k=rng.randrange(4))): "".join(rng.choices(alphabet, k=rng.randrange(6)))
+                  for _ in range(rng.randrange(5))}
+        fields = {k: v for k, v in fields.items() if k not in ("event_id", "user_id", "event_type", "event_ts")}
+        if case % 3 == 0 and fields:
+            fields[next(iter(fields))] = None
+        raw = json.dumps({"event_id": "e", "user_id": "u", "event_type": "play", "event_ts": "2026-03-07T10:00:00Z",
+                          **fields}, ensure_ascii=case % 2 == 0).encode()
+        event, why = check_line(raw, RECEIPT_US)
+        assert why is None, (raw, why)
+        assert event.payload == json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False), raw
