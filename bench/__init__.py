@@ -72,11 +72,14 @@ def markdown_table(columns: list[str], rows: list[list]) -> list[str]:
 
 
 def write_results(name: str, title: str, columns: list[str], rows: list[list], notes: str,
-                  setup: dict, env: dict | None = None, command: str | None = None) -> str:
-    """bench/results/<name>.md: the figures, how they were produced, and on what machine."""
+                  setup: dict, env: dict | None = None, command: str | None = None,
+                  after: str = "") -> str:
+    """bench/results/<name>.md: the figures, how they were produced, and on what machine; `after`
+    (markdown, e.g. a second table) follows the main table."""
     os.makedirs(RESULTS_DIR, exist_ok=True)
     env = env or machine()
     lines = [f"# {title}", "", notes.strip(), "", *markdown_table(columns, rows)]
+    lines += ["", after.strip()] if after.strip() else []
     lines += ["", "## Setup", ""] + [f"- {k}: {v}" for k, v in setup.items()]
     lines += ["", "## Machine", ""] + [f"- {k}: {v}" for k, v in env.items()]
     lines += ["", f"Reproduce: `{command or f'.venv/bin/python -m bench.{name}'}` (see `--help`).", ""]

@@ -228,20 +228,25 @@ def run_floor(landing: str, work: str, master: str) -> dict:
     return result
 
 
-def floor_worker(landing: str, out: str, master: str) -> None:
+def _floor_copy(spark, landing: str, out: str) -> None:
     """The floor: the same JSON lines, parsed with a schema, written as event-date partitions."""
     from pyspark.sql import functions as F
 
-    from tidemark.spark import build_session
-
-    spark = build_session("bench-floor", master)
-    started = time.perf_counter()
     df = (spark.read.schema("event_id string, user_id string, event_type string, event_ts string, "
                             "device string, content_id string")
           .option("pathGlobFilter", "*.jsonl").json(landing))
     df = (df.withColumn("event_ts", F.try_to_timestamp("event_ts"))
           .withColumn("event_date", F.date_format("event_ts", "yyyy-MM-dd")))
     df.write.mode("overwrite").partitionBy("event_date").parquet(out)
+
+
+def floor_worker(landing: str, out: str, master: str) -> None:
+    """The floor in a process of its own, cold: its time from the SparkSession on."""
+    from tidemark.spark import build_session
+
+    spark = build_session("bench-floor", master)
+    started = time.perf_counter()
+    _floor_copy(spark, landing, out)
     seconds = time.perf_counter() - started
     lines = spark.read.option("pathGlobFilter", "*.jsonl").text(landing).count()
     print(json.dumps({"floor": {"job_seconds": round(seconds, 2), "lines": lines, "batches": 1}}), flush=True)
@@ -273,6 +278,103 @@ def run_beam(landing: str, work: str, files: list[str], timeout: float) -> dict:
     return result
 
 
+LADDER_COLUMNS = ["stage (warm, one process, the faster of two runs)", "seconds", "vs warm floor"]
+
+
+def ladder_worker(landing: str, work: str, master: str) -> None:
+    """Where one large micro-batch's time goes, warm: the floor's copy, then the batch's steps cut
+    after each one, each run twice in one process (the faster counts), and the whole batch.
+
+    Every stage is run from the landed files (cumulative), into Spark's `noop` sink unless it is the
+    write, so the differences between rows are what each step adds. The steps are the stream's own
+    code (streaming_job.parse, BatchProcessor's sessionizing and panes); a cold process pays more
+    (the plans and the Python workers start), which the main table's `in-job` figures carry."""
+    from pyspark.sql import functions as F
+
+    from streaming_job import parse
+    from streaming_job.batch import BatchProcessor
+    from streaming_job.job import StreamConfig, run_stream
+    from streaming_job.state import NO_WATERMARK_US, STATE_SCHEMA
+    from tidemark.sessions import SessionRules
+    from tidemark.spark import build_session
+
+    spark = build_session("bench-ladder", master)
+    processor = BatchProcessor(os.path.join(work, "unused-lake"), os.path.join(work, "unused-checkpoint"),
+                               SessionRules())
+    no_state = spark.createDataFrame([], STATE_SCHEMA)
+    watermark_us = 2 ** 62  # closes every session: each one emits its pane
+    output = os.path.join(work, "ladder-out")
+
+    def lines():  # the stream's source (streaming_job.job.source), read as a batch
+        return (spark.read.format("text").option("recursiveFileLookup", "true").option("lineSep", "\n")
+                .load(landing).select("value", F.col("_metadata.file_path").alias("source_file"),
+                                      F.current_timestamp().alias("receipt_time")))
+
+    def noop(frame):
+        frame.write.format("noop").mode("overwrite").save()
+
+    def cached_batch(then):
+        # as a batch does: the checked lines cached, filled by the batch's totals aggregation
+        checked = parse.with_parse(lines()).persist()
+        try:
+            checked.agg(F.count(F.lit(1)), F.max("receipt_time")).first()
+            if then is not None:
+                then(processor._sessionize(spark, parse.valid_events(checked), no_state, NO_WATERMARK_US,
+                                           watermark_us))
+        finally:
+            checked.unpersist()
+
+    def write_panes(result):
+        shutil.rmtree(output, ignore_errors=True)
+        (BatchProcessor._panes(result, "20990101T000000000Z", 0, watermark_us).repartition("event_date")
+         .write.mode("overwrite").partitionBy("event_date", "receipt_ts").parquet(output))
+
+    def whole_batch():
+        shutil.rmtree(os.path.join(work, "ladder-stream"), ignore_errors=True)
+        run_stream(StreamConfig(landing=landing, lake=os.path.join(work, "ladder-stream", "lake"),
+                                checkpoint=os.path.join(work, "ladder-stream", "checkpoint"),
+                                available_now=True), spark=spark)
+
+    def floor():
+        shutil.rmtree(output, ignore_errors=True)
+        _floor_copy(spark, landing, output)
+
+    stages = [
+        ("floor: the plain copy (read.json -> write.parquet)", floor),
+        ("scan the landed lines (text source)", lambda: noop(lines())),
+        ("+ the input contract per line (Arrow UDF, tidemark.contract)", lambda: noop(parse.with_parse(lines()))),
+        ("+ cache the checked lines (persist, the batch's totals)", lambda: cached_batch(None)),
+        ("+ merge copies, sessionize, classify panes (stream_input, sessionize, stream_panes .sql)",
+         lambda: cached_batch(noop)),
+        ("+ write the panes (Parquet by event date and receipt)", lambda: cached_batch(write_panes)),
+        ("the whole batch: `tidemark stream --available-now` (+ statistics, quarantine, state, markers)",
+         whole_batch),
+    ]
+    rows, floor_seconds = [], None
+    for label, stage in stages:
+        runs = []
+        for _ in range(2):
+            with bench.stopwatch() as t:
+                stage()
+            runs.append(t["seconds"])
+        seconds = min(runs)
+        floor_seconds = floor_seconds or seconds
+        rows.append([label, round(seconds, 2), f"{seconds / floor_seconds:.2f}x"])
+    print(json.dumps({"ladder": rows}), flush=True)
+    spark.stop()
+
+
+def run_ladder(landing: str, work: str, master: str) -> dict:
+    log_path = os.path.join(work, "ladder.log")
+    result = run_measured([sys.executable, "-m", "bench.stream_throughput", "--ladder-worker",
+                           landing, work, "--master", master], log_path)
+    found = [l for l in json_lines(log_path) if "ladder" in l]
+    if result["rc"] != 0 or not found:
+        raise SystemExit(f"the stage ladder failed, see {log_path}")
+    result["rows"] = found[-1]["ladder"]
+    return result
+
+
 # --- the benchmark ------------------------------------------------------------------------------
 
 def parse_args(argv):
@@ -290,7 +392,11 @@ def parse_args(argv):
     p.add_argument("--master", default="local[2]")
     p.add_argument("--workdir", default="/tmp/tidemark-bench/stream_throughput")
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
+    p.add_argument("--ladder", action="store_true",
+                   help="also run the stage ladder: one warm process times the floor, each step of a "
+                        "micro-batch cumulatively, and the whole batch (section 1 of BENCHMARKS.md)")
     p.add_argument("--floor-worker", nargs=2, metavar=("LANDING", "OUT"), help=argparse.SUPPRESS)
+    p.add_argument("--ladder-worker", nargs=2, metavar=("LANDING", "WORK"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -298,6 +404,9 @@ def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
     if args.floor_worker:
         floor_worker(*args.floor_worker, args.master)
+        return 0
+    if args.ladder_worker:
+        ladder_worker(*args.ladder_worker, args.master)
         return 0
     scale = dict(SCALES[args.scale])
     events = args.events or scale["events"]
@@ -395,13 +504,21 @@ def main(argv=None) -> int:
         "start -> last commit, from the `batch committed` logs; floor: after the SparkSession exists; "
         "Beam: pipeline run). events/s counts every input line (duplicates and malformed lines too).",
         "", verdict, "", beam_note, "", *detail])
-    print(notes)
+    after = ""
+    if args.ladder:
+        ladder = run_ladder(landing, work, args.master)
+        after = "\n".join([
+            f"## Stage ladder (load {ladder['load_before']} -> {ladder['load_after']})", "",
+            "One process, warm: each row runs the steps above it too, from the landed files (the "
+            "faster of two runs), into Spark's noop sink unless it writes; the whole batch last.", "",
+            *bench.markdown_table(LADDER_COLUMNS, ladder["rows"])])
+    print(notes + ("\n\n" + after if after else ""))
     if not args.no_write:
         path = bench.write_results(NAME, f"Stream throughput ({args.scale})", columns, rows, notes, {
             "scale": args.scale, "events": events, "input lines": lines, "files": files,
             "users": scale["users"], "event days": scale["days"], "master": args.master,
             "workload": "tidemark.generate.Workload(seed=11): 3% duplicates, 0.2% malformed, 10% minutes late, "
-                        "2% sessions offline for hours to days"}, env)
+                        "2% sessions offline for hours to days"}, env, after=after)
         print(f"wrote {path}")
     return 0
 

@@ -91,13 +91,20 @@ def test_process_tree_memory_counts_a_tree_without_a_jvm():
 @pytest.mark.timeout(900)
 def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "RESULTS_DIR", str(tmp_path / "results"))
-    assert stream_throughput.main(["--scale", "tiny", "--files-per-trigger", "6", "--skip-beam",
+    assert stream_throughput.main(["--scale", "tiny", "--files-per-trigger", "6", "--skip-beam", "--ladder",
                                    "--workdir", str(tmp_path / "st")]) == 0
     header, rows = results_table(str(tmp_path / "results" / "stream_throughput.md"))
     assert header[0] == "contender" and len(rows) == 2
     assert rows[0][0].startswith("floor") and rows[1][0].startswith("tidemark")
     assert rows[0][1] == rows[1][1]  # same input lines
     assert all(float(r[header.index("events/s (in-job)")]) > 0 for r in rows)
+    # the stage ladder: the floor first (1.00x), every step of a batch, the whole batch last
+    text = (tmp_path / "results" / "stream_throughput.md").read_text()
+    ladder = [line.split(" | ") for line in text.split("## Stage ladder", 1)[1].splitlines()
+              if line.startswith("| ") and not line.startswith("| stage")]
+    assert len(ladder) == 7
+    assert ladder[0][0].startswith("| floor") and ladder[0][2] == "1.00x |"
+    assert "whole batch" in ladder[-1][0] and all(float(row[1]) > 0 for row in ladder)
 
     assert memory.main(["--scale", "tiny", "--files", "3", "--events", "1500",
                         "--workdir", str(tmp_path / "mem")]) == 0

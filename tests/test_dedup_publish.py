@@ -347,3 +347,19 @@ def test_dedup_command_prints_one_json_result_line(spark, tmp_path, capsys):
     assert result["rows_read"] == pointer["rows_read"] > 0
     assert result["affected_dates"] == pointer["affected_dates"]
     assert published(lake, day) == expected(events, day)
+
+
+@pytest.mark.parametrize("known_count", [0, 3, 8, 10])
+def test_known_receipts_are_flagged_with_the_smaller_list_of_literals(spark, known_count):
+    # The full path flags panes whose receipt the previous version read. A date read by thousands
+    # of receipts must not put thousands of literals in a plan: the flag is spelled with whichever
+    # list is smaller, the receipts new since that version or the ones it read.
+    from tidemark.dedup import known_receipt
+
+    planned = [f"2026-03-07/2026030{i}T000000000Z" for i in range(10)]
+    known = set(planned[:known_count]) | {"2026-03-06/20260301T000000000Z"}  # one not in the plan
+    frame = spark.createDataFrame([(key,) for key in planned], "key string")
+    column = known_receipt(frame["key"], planned, known)
+    got = {row["key"]: row["known"] for row in frame.select("key", column.alias("known")).collect()}
+    assert got == {key: key in known for key in planned}
+    assert str(column).count("2026-03-07/") <= min(known_count, 10 - known_count)
