@@ -181,6 +181,21 @@ def spark_job_profile(event_log_dir: str, top: int = 8) -> dict:
             "top": [(site, count, round(seconds, 1)) for site, (count, seconds) in ranked[:top]]}
 
 
+def phase_summary(phases: list[dict]) -> str:
+    """Where the batches' time went (each `batch committed` log's `phases`): the first batch, which
+    pays the cold process's start-up (plans compiled, JIT, Python workers), and the median of the
+    others."""
+    def spell(values: dict) -> str:
+        return ", ".join(f"{name} {seconds:.2f}" for name, seconds in values.items())
+
+    text = f"phases of the first batch (s): {spell(phases[0])}"
+    rest = phases[1:]
+    if rest:
+        median = {name: sorted(p.get(name, 0.0) for p in rest)[len(rest) // 2] for name in rest[0]}
+        text += f"; median of the {len(rest)} others: {spell(median)}"
+    return text
+
+
 def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_log: bool = False) -> dict:
     os.makedirs(work, exist_ok=True)
     lake, checkpoint = os.path.join(work, "lake"), os.path.join(work, "checkpoint")
@@ -206,6 +221,7 @@ def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_lo
     result["batches"] = len(batches)
     result["batch_seconds"] = [b["seconds"] for b in batches]
     result["batch_lines"] = [b["input_lines"] for b in batches]
+    result["batch_phases"] = [b.get("phases", {}) for b in batches]
     result["lines"] = sum(b["input_lines"] for b in batches)
     if batches:
         # in-job time: first batch start (commit time - its duration) -> last commit
@@ -476,6 +492,8 @@ def main(argv=None) -> int:
             s = r["batch_seconds"]
             detail.append(f"- {label}: per-batch seconds (from `batch committed` logs): "
                           f"min {min(s)}, median {sorted(s)[len(s) // 2]}, max {max(s)}, sum {round(sum(s), 1)}")
+        if r.get("batch_phases"):
+            detail.append(f"  - {phase_summary(r['batch_phases'])}")
         if r.get("profile"):
             prof = r["profile"]
             detail.append(f"  - Spark event log: {prof['jobs']} Spark jobs, {prof['job_seconds']} s inside jobs, "

@@ -20,6 +20,7 @@ from tidemark import layout, receipts, storage
 from tidemark.receipts import BatchReport
 from tidemark.contract import InputRules
 from tidemark.logs import get_logger
+from tidemark.phases import Phases
 from tidemark.sessions import SessionRules
 
 log = get_logger("stream")
@@ -54,19 +55,22 @@ class BatchProcessor:
             log.info("stop requested: batch left for the next run", batch_id=batch_id)
             raise StopRequested(f"{STOP_MARK}: batch {batch_id} left uncommitted for the next run")
         started = time.monotonic()
-        report = self._process(batch, batch_id)  # caches the parsed batch, which reads the files once
+        phases = Phases(started)
+        report = self._process(batch, batch_id, phases)  # caches the parsed batch: one read of the files
         if report is None:
             return
         report.seconds = round(time.monotonic() - started, 3)
+        report.phases = phases.seconds
         log.info("batch committed", batch_id=batch_id, receipt_ts=report.receipt_ts,
                  input_lines=report.input_lines, valid_events=report.valid_events,
                  quarantined=report.quarantined, open_sessions=report.open_sessions,
                  watermark=receipts.iso_from_micros(report.watermark_us),
-                 partitions=[p.event_date for p in report.partitions], seconds=report.seconds)
+                 partitions=[p.event_date for p in report.partitions], seconds=report.seconds,
+                 phases=report.phases)
         for listener in self.listeners:
             listener(report)
 
-    def _process(self, batch: DataFrame, batch_id: int) -> BatchReport | None:
+    def _process(self, batch: DataFrame, batch_id: int, phases: Phases) -> BatchReport | None:
         spark = batch.sparkSession
         parsed = parse.with_parse(batch, self.input_rules).persist()
         try:
@@ -77,12 +81,14 @@ class BatchProcessor:
                 F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
                 F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
             ).first()
+            phases.done("check")  # the input contract over every line, cached, and the totals
             if not totals["lines"]:
                 return None  # a batch without input writes nothing
             receipt_ts = layout.receipt_ts_from_millis(totals["receipt_ms"])
             quarantined = int(totals["lines"] - totals["valid"])
             if quarantined:
                 self._write_quarantine(parsed, receipt_ts, batch_id, quarantined)
+            phases.done("quarantine")
 
             store = StateStore(spark, self.checkpoint)
             before, state = store.before(batch_id)
@@ -93,11 +99,14 @@ class BatchProcessor:
                                       watermark_us).persist()
             try:
                 stats, open_sessions = self._stats(result)
+                phases.done("sessionize")  # state read, merged, sessionized, cached; the statistics
                 panes = self._panes(result, receipt_ts, batch_id, watermark_us)
                 partitions = self._write_panes(panes, stats, receipt_ts, batch_id, watermark_us)
+                phases.done("panes")
                 kept = result.where("retain").withColumn(
                     "pane_count", F.col("pane_count") + F.col("emit").cast("int"))
                 store.write(batch_id, kept, open_sessions, watermark_us, receipt_ts)
+                phases.done("state")
             finally:
                 result.unpersist()
         finally:

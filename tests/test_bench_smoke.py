@@ -105,6 +105,9 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     assert len(ladder) == 7
     assert ladder[0][0].startswith("| floor") and ladder[0][2] == "1.00x |"
     assert "whole batch" in ladder[-1][0] and all(float(row[1]) > 0 for row in ladder)
+    # where the (one) batch's time went, from its `batch committed` log
+    assert re.search(r"phases of the first batch \(s\): check [\d.]+, quarantine [\d.]+, sessionize [\d.]+, "
+                     r"panes [\d.]+, state [\d.]+", text)
 
     assert memory.main(["--scale", "tiny", "--files", "3", "--events", "1500",
                         "--workdir", str(tmp_path / "mem")]) == 0

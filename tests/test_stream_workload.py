@@ -33,6 +33,11 @@ def test_ten_days_of_events_stream_with_bounded_state(spark, tmp_path):
     assert len(reports) == 12
     assert max(r.open_sessions for r in reports) <= 2 * 15
     assert counts["sessions_generated"] > 5 * max(r.open_sessions for r in reports)
+    # every batch says where its time went, step by step, in the order the steps run
+    for report in reports:
+        assert list(report.phases) == ["check", "quarantine", "sessionize", "panes", "state"]
+        assert all(seconds >= 0 for seconds in report.phases.values())
+        assert sum(report.phases.values()) == pytest.approx(report.seconds, abs=0.05)
     # pane kinds: a real mix, and too_late fragments for the offline (days late) sessions
     kinds = {r["pane_kind"] for r in rows}
     assert {"early", "on_time", "too_late"} <= kinds

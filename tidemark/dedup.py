@@ -34,6 +34,7 @@ from tidemark import incremental, layout, obligations, planning, publish, rules_
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.notices import corrected
+from tidemark.phases import Phases
 from tidemark.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.sessions import SessionRules
 
@@ -124,7 +125,7 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     nothing_new = _nothing_new(event_date, current, previous, rules, started)
     if nothing_new is not None:
         return nothing_new
-    phases = _Phases(started)
+    phases = Phases(started)
     phases.done("plan")
 
     if rules_record.changed_since(previous, rules):
@@ -194,19 +195,6 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
              mode=mode, full_reason=why or None, receipts_read=result.receipts_read, rows_read=result.rows_read,
              affected_dates=result.affected_dates, seconds=result.seconds, phases=result.phases)
     return result
-
-
-class _Phases:
-    """Seconds spent in each phase of a run, each measured from the end of the one before."""
-
-    def __init__(self, started: float):
-        self.seconds: dict[str, float] = {}
-        self._mark = started
-
-    def done(self, phase: str) -> None:
-        now = time.monotonic()
-        self.seconds[phase] = round(now - self._mark, 3)
-        self._mark = now
 
 
 def _nothing_new(event_date: str, current: Plan, previous: dict | None, rules: SessionRules,

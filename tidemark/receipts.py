@@ -48,6 +48,7 @@ class BatchReport:
     open_sessions: int
     partitions: list[ReceiptPartition] = field(default_factory=list)
     seconds: float = 0.0
+    phases: dict = field(default_factory=dict)  # seconds per step of the batch (tidemark.phases)
 
 
 def is_late(event_date: str, watermark_us: int) -> bool:
