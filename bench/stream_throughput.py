@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -191,7 +192,7 @@ def phase_summary(phases: list[dict]) -> str:
     text = f"phases of the first batch (s): {spell(phases[0])}"
     rest = phases[1:]
     if rest:
-        median = {name: sorted(p.get(name, 0.0) for p in rest)[len(rest) // 2] for name in rest[0]}
+        median = {name: statistics.median(p[name] for p in rest) for name in rest[0]}
         text += f"; median of the {len(rest)} others: {spell(median)}"
     return text
 

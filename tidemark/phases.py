@@ -8,9 +8,10 @@ import time
 
 
 class Phases:
-    def __init__(self, started: float | None = None):
+    def __init__(self, started: float):
+        """`started`: the run's time.monotonic() at its start, which its first phase counts from."""
         self.seconds: dict[str, float] = {}
-        self._mark = time.monotonic() if started is None else started
+        self._mark = started
 
     def done(self, phase: str) -> None:
         """Close `phase` now: its seconds are the time since the previous phase closed."""
