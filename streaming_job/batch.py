@@ -15,8 +15,8 @@ from pyspark.sql import functions as F
 
 import dedup_sql
 from streaming_job import parse
-from streaming_job.state import StateStore
-from tidemark import layout, receipts, storage
+from streaming_job.state import StateStore, watermark_text as state_watermark_text
+from tidemark import landing, landing_ledger, layout, receipts, storage
 from tidemark.receipts import BatchReport
 from tidemark.contract import InputRules
 from tidemark.logs import get_logger
@@ -42,8 +42,10 @@ class BatchProcessor:
 
     def __init__(self, lake: str, checkpoint: str, rules: SessionRules,
                  listeners: list[Callable[[BatchReport], None]] | None = None,
-                 stop_requested: threading.Event | None = None, input_rules: InputRules | None = None):
+                 stop_requested: threading.Event | None = None, input_rules: InputRules | None = None,
+                 landing: str | None = None):
         self.lake = lake
+        self.landing = landing  # the landing folder: files are named relative to it (tidemark.landing)
         self.checkpoint = checkpoint
         self.rules = rules
         self.input_rules = input_rules or InputRules()
@@ -64,7 +66,7 @@ class BatchProcessor:
         log.info("batch committed", batch_id=batch_id, receipt_ts=report.receipt_ts,
                  input_lines=report.input_lines, valid_events=report.valid_events,
                  quarantined=report.quarantined, open_sessions=report.open_sessions,
-                 watermark=receipts.iso_from_micros(report.watermark_us),
+                 watermark=state_watermark_text(report.watermark_us),
                  partitions=[p.event_date for p in report.partitions], seconds=report.seconds,
                  phases=report.phases)
         for listener in self.listeners:
@@ -74,17 +76,17 @@ class BatchProcessor:
         spark = batch.sparkSession
         parsed = parse.with_parse(batch, self.input_rules).persist()
         try:
-            totals = parsed.agg(
-                F.count(F.lit(1)).alias("lines"),
-                F.sum(F.when(F.col("reason").isNull(), 1).otherwise(0)).alias("valid"),
-                F.max(F.when(F.col("reason").isNull(), F.unix_micros("event_ts"))).alias("max_event_us"),
-                F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
-                F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
-            ).first()
+            by_file = self._by_file(parsed)
             phases.done("check")  # the input contract over every line, cached, and the totals
+            if not by_file:
+                return None  # a batch without lines writes nothing
+            receipt_ts = layout.receipt_ts_from_millis(max(row["receipt_ms"] for row in by_file))
+            receipt_us = max(int(row["receipt_us"]) for row in by_file)
+            totals, skipped = self._admit(by_file, receipt_ts, batch_id)
+            if skipped:  # lines of files the landing rule does not take as input: not events, not quarantined
+                parsed = parsed.where(~F.col("source_file").isin(skipped))
             if not totals["lines"]:
-                return None  # a batch without input writes nothing
-            receipt_ts = layout.receipt_ts_from_millis(totals["receipt_ms"])
+                return None  # only files that are not input: recorded in the ledger, nothing else
             quarantined = int(totals["lines"] - totals["valid"])
             if quarantined:
                 self._write_quarantine(parsed, receipt_ts, batch_id, quarantined)
@@ -93,7 +95,7 @@ class BatchProcessor:
             store = StateStore(spark, self.checkpoint)
             before, state = store.before(batch_id)
             w_prev_us, watermark_us = self._watermarks(before.watermark_us, totals["max_event_us"],
-                                                       int(totals["receipt_us"]), batch_id)
+                                                       receipt_us, batch_id)
 
             result = self._sessionize(spark, parse.valid_events(parsed), state, w_prev_us,
                                       watermark_us).persist()
@@ -113,6 +115,46 @@ class BatchProcessor:
             parsed.unpersist()
         return BatchReport(batch_id, receipt_ts, int(totals["lines"]), int(totals["valid"]),
                            quarantined, watermark_us, open_sessions, partitions)
+
+    @staticmethod
+    def _by_file(parsed: DataFrame) -> list:
+        """One Spark action over the checked batch: per file, its lines, valid events, newest event
+        time and (when the source gives them) size and modification time; and the batch's time."""
+        valid = F.col("reason").isNull()
+        facts = [F.max(name).alias(name) for name in parse.FILE_FACTS if name in parsed.columns]
+        return parsed.groupBy("source_file").agg(
+            F.count(F.lit(1)).alias("lines"),
+            F.count_if(valid).alias("valid"),
+            F.max(F.when(valid, F.unix_micros("event_ts"))).alias("max_event_us"),
+            F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
+            F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
+            *facts,
+        ).collect()
+
+    def _admit(self, by_file: list, receipt_ts: str, batch_id: int) -> tuple[dict, list[str]]:
+        """The landing rule over the batch's files (tidemark.landing), the batch's ledger entry
+        written, and the totals of its input files. Returns (totals, URIs of files not read)."""
+        files, skipped = [], []
+        totals = {"lines": 0, "valid": 0, "max_event_us": None}
+        for found in by_file:
+            row = found.asDict()
+            path = landing.relative_path(self.landing, row["source_file"])
+            verdict = landing.classify(path)
+            files.append({"path": path, "size": row.get("file_size"), "mtime_ms": row.get("file_mtime_ms"),
+                          "lines": int(row["lines"]), "verdict": verdict})
+            if verdict != landing.INPUT:
+                skipped.append(row["source_file"])
+                continue
+            totals["lines"] += int(row["lines"])
+            totals["valid"] += int(row["valid"])
+            if row["max_event_us"] is not None:
+                totals["max_event_us"] = max(totals["max_event_us"] or row["max_event_us"], row["max_event_us"])
+        landing_ledger.record_batch(self.lake, receipt_ts, batch_id, files)
+        if skipped:
+            log.warning("landed files not read: not input by the landing rule", batch_id=batch_id,
+                        receipt_ts=receipt_ts,
+                        files={f["path"]: f["verdict"] for f in files if f["verdict"] != landing.INPUT})
+        return totals, skipped
 
     def _watermarks(self, stored_us: int, max_event_us: int | None, receipt_us: int,
                     batch_id: int) -> tuple[int, int]:

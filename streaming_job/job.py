@@ -37,6 +37,9 @@ class StreamConfig:
     migrate_rules: bool = False
     # How often a running stream re-reads the lake's rules record (a migration stops it).
     rules_check_interval: float = 30.0
+    # How often a running stream compares the landing with its ledger (tidemark.landing_ledger):
+    # replaced files are quarantined, files under in-progress names reported. Also once at the end.
+    landing_audit_interval: float = 300.0
     input_rules: InputRules = field(default_factory=InputRules)  # the clock guard (tidemark.contract)
     trigger_interval: str = "10s"
     available_now: bool = False
@@ -51,22 +54,33 @@ class StreamConfig:
 
 
 def source(spark, config: StreamConfig):
-    """Every line of every landed file, with the file it came from and the batch's timestamp.
+    """Every line of every landed file, with the file it came from (its URI, size and modification
+    time as Spark listed it: the landing ledger records them) and the batch's timestamp.
 
     current_timestamp() is evaluated in the streaming plan, so it is the batch timestamp stored in
     the offset log: a batch replayed after a crash gets the same value, hence the same receipt_ts.
+    Which of the listed files are input is tidemark.landing's rule, applied per batch
+    (streaming_job/batch.py): Spark's own listing rules differ from it.
     """
-    # maxFileAge: Spark ignores files older than this relative to the newest file seen; events
-    # landed late (a phone offline for days) must never be skipped, so the horizon is very long.
     reader = (spark.readStream.format("text").option("recursiveFileLookup", "true")
-              .option("maxFileAge", "3650d").option("lineSep", "\n"))  # lines as tidemark.contract splits them
+              .option("maxFileAge", NO_MAX_FILE_AGE).option("lineSep", "\n"))  # lines as tidemark.contract splits them
     if config.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", int(config.max_files_per_trigger))
     return reader.load(config.landing).select(
         "value",
         F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_size").alias("file_size"),
+        F.unix_millis(F.col("_metadata.file_modification_time")).alias("file_mtime_ms"),
         F.current_timestamp().alias("receipt_time"),
     )
+
+
+# maxFileAge: Spark skips files whose modification time is older than this, measured from the newest
+# file it has seen, not from now: with any finite age, files landed with old times (`tar -x`,
+# `cp -p`, time 0) were skipped silently, and after one file stamped 2099 every normal file was.
+# Modification times must not decide what is read, so the age is unbounded (Long.MaxValue ms: what
+# Spark itself uses when it disables the limit). Every file is read once, whatever its time.
+NO_MAX_FILE_AGE = f"{2 ** 63 - 1}ms"
 
 
 def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], None]] | None = None,
@@ -83,12 +97,13 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     if config.migrate_rules:
         rules = _migrate(config, spark)
     guard = _RulesGuard(config.lake, rules, config.rules_check_interval)
+    audit = _LandingAudit(config.landing, config.lake, config.landing_audit_interval)
     if notices is not None:
         notices.start()  # publishes what an earlier run left owed, in the background
         listeners = [notices.on_batch, *(listeners or [])]
     stop_requested = threading.Event()
     processor = BatchProcessor(config.lake, config.checkpoint, rules, listeners, stop_requested,
-                               config.input_rules)
+                               config.input_rules, landing=config.landing)
     writer = (source(spark, config).writeStream
               .queryName("tidemark_sessions")
               .option("checkpointLocation", layout.join(config.checkpoint, "query"))
@@ -117,11 +132,13 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
                 if stop_requested.is_set():
                     _stop_between_batches(query)
                     break
+                audit.maybe_run()
         except StreamingQueryException:
             pass  # awaitTermination raises the query's failure; judged just below
         failure = query.exception()
         if failure is not None and not (stop_requested.is_set() and STOP_MARK in str(failure)):
             raise failure
+        audit.run()
     finally:
         _restore_handlers(previous)
         if notices is not None:  # bounded flush; whatever is left stays owed in the outbox
@@ -163,6 +180,29 @@ class _RulesGuard:
             log.warning("could not re-read the lake's session rules", lake=self.lake, error=str(exc)[:300])
             return None
         return recorded if recorded is not None and recorded.rules_id != self.rules_id else None
+
+
+class _LandingAudit:
+    """Now and then (and once when the stream ends), the landing compared with the ledger: replaced
+    files quarantined, in-progress names reported (tidemark.landing_ledger). A listing of the
+    landing, as Spark makes every trigger; never fatal to the stream."""
+
+    def __init__(self, landing: str, lake: str, interval: float):
+        self.landing, self.lake, self.interval = landing, lake, interval
+        self._next = time.monotonic() + interval
+
+    def maybe_run(self) -> None:
+        if time.monotonic() >= self._next:
+            self.run()
+
+    def run(self) -> None:
+        from tidemark import landing_ledger
+
+        self._next = time.monotonic() + self.interval
+        try:
+            landing_ledger.report(self.landing, self.lake)
+        except (OSError, ValueError) as exc:
+            log.warning("could not audit the landing", landing=self.landing, error=str(exc)[:300])
 
 
 def _notice_service(config: StreamConfig):

@@ -19,6 +19,7 @@ _ARROW_VERDICT = pa.struct([("reason", pa.string()), ("user_id", pa.string()), (
                             ("event_type", pa.string()), ("event_ts_us", pa.int64()),
                             ("payload", pa.string())])
 _REFUSED = (None, None, None, None, None)
+FILE_FACTS = ("file_size", "file_mtime_ms")  # of a line's file, as Spark listed it (streaming_job.job.source)
 
 
 def _verdict_udf(rules: InputRules):
@@ -43,9 +44,11 @@ def with_parse(batch: DataFrame, rules: InputRules | None = None) -> DataFrame:
     `source_file` (set for refused lines only) and `receipt_time`.
 
     Needs `value` (a line), `source_file` and `receipt_time` (the micro-batch's timestamp: the clock
-    guard's now). The stream caches this frame, so it holds only what a later step reads: a valid
-    line's bytes and file name are never read again (only the quarantine needs them), and keeping
-    them doubled the cache a batch builds and scans.
+    guard's now); `file_size` and `file_mtime_ms` are passed on when present. The stream caches this
+    frame, so it holds only what a later step reads: a valid line's bytes are never read again (only
+    the quarantine needs them), and keeping them doubled the cache a batch builds and scans. The
+    file of every line stays (the landing rule and ledger group by it; the cache's dictionary
+    encoding stores one copy of each name per column batch).
     """
     verdict = _verdict_udf(rules or InputRules())
     checked = (batch.withColumn("raw", F.col("value").cast("binary"))
@@ -59,7 +62,8 @@ def with_parse(batch: DataFrame, rules: InputRules | None = None) -> DataFrame:
         F.col("verdict.event_type").alias("event_type"),
         F.col("verdict.payload").alias("payload"),
         F.when(refused, F.col("raw")).alias("raw"),
-        F.when(refused, F.col("source_file")).alias("source_file"),
+        "source_file",
+        *[name for name in FILE_FACTS if name in batch.columns],
         "receipt_time")
 
 

@@ -19,11 +19,19 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from tidemark import layout, sql_rules, storage
+from tidemark.times import iso_from_micros
 
 STATE_MARKER = "_tidemark_state.json"
 KEEP_VERSIONS = 3
 # Watermark before any event was seen: far in the past, nothing is late yet.
 NO_WATERMARK_US = -(2 ** 62)
+
+
+def watermark_text(watermark_us: int) -> str | None:
+    """A watermark as RFC 3339 text for logs and reports; None before the stream has one (a stream
+    whose batches so far held no valid event): NO_WATERMARK_US is no representable instant."""
+    return None if watermark_us <= NO_WATERMARK_US else iso_from_micros(watermark_us)
+
 
 STATE_SCHEMA = (
     "session_id string, user_id string, session_start timestamp, session_end timestamp, "

@@ -10,11 +10,10 @@ date of its first event. If the stream, the dedup SQL and this agree, the promis
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from tidemark import contract
+from tidemark import contract, landing, landing_ledger
 from tidemark.times import from_micros, parse_iso, to_micros
 
 
@@ -50,27 +49,47 @@ def parse_ts(text: object) -> datetime | None:
 def valid_events(lines, received_us: int | None = None):
     """(user_id, event_id, event_ts) of every line that follows the input contract (tidemark.contract).
 
-    received_us: the receipt time the clock guard compares with; by default now, which is never
-    earlier than any micro-batch of the stream that read these lines, so an event refused here as
-    from the future was refused by the stream too.
+    received_us: the receipt time the clock guard compares with; by default now. To judge each line
+    against the time the stream received it, use events_of_landing with the lake.
     """
     now = received_us if received_us is not None else to_micros(datetime.now(timezone.utc))
     for event in contract.read_lines(lines, now):
         yield event.user_id, event.event_id, event.event_ts
 
 
-def landed_lines(landing: str):
-    """Every line (bytes) of every landed file, split as the stream splits them (contract.split_lines).
+def landed_files(landing_uri: str, lake: str | None = None, now_us: int | None = None):
+    """(path, receipt time in us, lines) of every input file of the landing (tidemark.landing's
+    rule: hidden and in-progress names are not input; a leading BOM is not part of a line).
 
-    Hidden and _-prefixed names are not data, as for Spark.
+    With the lake, a file the stream read is judged at the receipt time its landing ledger records
+    (tidemark.landing_ledger), so the clock guard decides here exactly as it did in the stream,
+    however much later the reference runs; a file not read yet, at now_us (default: now). A file
+    replaced after it was read is left out: its new content is in the quarantine.
     """
-    for root, dirs, files in os.walk(landing):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        for name in sorted(files):
-            if name.startswith((".", "_")):
-                continue
-            with open(os.path.join(root, name), "rb") as handle:
-                yield from contract.split_lines(handle.read())
+    now = now_us if now_us is not None else to_micros(datetime.now(timezone.utc))
+    ledger = landing_ledger.read_ledger(lake) if lake is not None else {}
+    for found in landing.list_landing(landing_uri):
+        if found.verdict != landing.INPUT:
+            continue
+        record = ledger.get(found.path)
+        if record is not None and record.verdict == landing_ledger.REPLACED_VERDICT and record.matches(found):
+            continue
+        received = (landing_ledger.receipt_us(record.receipt_ts)
+                    if record is not None and record.verdict == landing.INPUT else now)
+        yield found.path, received, landing.file_lines(landing.read_file(landing_uri, found.path))
+
+
+def landed_lines(landing_uri: str):
+    """Every line (bytes) of every input file of the landing, as the stream reads them."""
+    for _, _, lines in landed_files(landing_uri):
+        yield from lines
+
+
+def events_of_landing(landing_uri: str, lake: str | None = None, now_us: int | None = None,
+                      rules: contract.InputRules = contract.InputRules()):
+    """The events (tidemark.contract.Event) of the landing, each line judged at its receipt time."""
+    for _, received, lines in landed_files(landing_uri, lake, now_us):
+        yield from contract.read_lines(lines, received, rules)
 
 
 def sessionize(events, gap: timedelta) -> list[Session]:
@@ -95,21 +114,20 @@ def _close(user_id: str, items: list[tuple[datetime, str]]) -> Session:
     return Session(user_id, items[0][0], items[-1][0], len(items), frozenset(e for _, e in items))
 
 
-def sessions_of_landing(landing: str, gap: timedelta) -> list[Session]:
-    """Every session of everything landed so far."""
-    return sessionize(valid_events(landed_lines(landing)), gap)
+def sessions_of_landing(landing_uri: str, gap: timedelta, lake: str | None = None) -> list[Session]:
+    """Every session of everything landed so far (with the lake: each line judged at its receipt time)."""
+    return sessionize(((e.user_id, e.event_id, e.event_ts) for e in events_of_landing(landing_uri, lake)), gap)
 
 
-def kept_copies_of_landing(landing: str) -> dict:
+def kept_copies_of_landing(landing_uri: str, lake: str | None = None) -> dict:
     """{(user_id, event_id, event_ts_us): the kept copy (tidemark.contract.Event)} of everything landed."""
-    now = to_micros(datetime.now(timezone.utc))
-    return contract.kept_copies(contract.read_lines(landed_lines(landing), now))
+    return contract.kept_copies(events_of_landing(landing_uri, lake))
 
 
-def sessions_by_date(landing: str, gap: timedelta) -> dict[str, set[tuple]]:
+def sessions_by_date(landing_uri: str, gap: timedelta, lake: str | None = None) -> dict[str, set[tuple]]:
     """{event_date: {session key}} of everything landed so far."""
     out: dict[str, set[tuple]] = {}
-    for session in sessions_of_landing(landing, gap):
+    for session in sessions_of_landing(landing_uri, gap, lake):
         out.setdefault(session.event_date, set()).add(session.key())
     return out
 
@@ -142,7 +160,7 @@ def check_lake(lake: str, landing: str, gap: timedelta) -> list[DateCheck]:
     from tidemark import publish, reader
     from tidemark import receipts
 
-    expected = sessions_by_date(landing, gap)
+    expected = sessions_by_date(landing, gap, lake)
     dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake)))
     out = []
     for event_date in dates:

@@ -13,6 +13,8 @@ and every user-supplied partition value is validated here before it can reach a 
     <lake>/_notices/pending/<group>.json                                   partitions waiting for a coalesced notice
     <lake>/_rules/rules-NNNNNN.json                                        session rules record, one per change
     <lake>/_obligations/event_date=YYYY-MM-DD/<source date>__<version>.json  reruns owed (tidemark.obligations)
+    <lake>/_landing/receipt_ts=<receipt_ts>.json                           the landing ledger: files read per batch
+                                                                           (tidemark.landing_ledger)
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ QUARANTINE = "_quarantine"
 NOTICES = "_notices"
 RULES = "_rules"
 OBLIGATIONS = "_obligations"
+LANDING_LEDGER = "_landing"
 
 RECEIPT_MARKER = "_tidemark_receipt.json"
 QUARANTINE_MARKER = "_tidemark_quarantine.json"
@@ -126,6 +129,14 @@ def quarantine_root(lake: str) -> str:
 
 def quarantine_dir(lake: str, receipt_ts: object) -> str:
     return join(lake, QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
+
+
+def landing_ledger_dir(lake: str) -> str:
+    return join(lake, LANDING_LEDGER)
+
+
+def landing_ledger_path(lake: str, receipt_ts: object) -> str:
+    return join(lake, LANDING_LEDGER, f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
 
 
 def obligations_dir(lake: str, event_date: object) -> str:

@@ -1,0 +1,182 @@
+"""The landing ledger: which landed files the stream read, when, and what it made of each.
+
+Every micro-batch that read lines records one entry, `<lake>/_landing/receipt_ts=R.json`
+(tidemark.layout), written before the batch's panes and rewritten identically if the batch is
+replayed: for each file Spark gave it, the file's path relative to the landing folder, its size and
+modification time as Spark listed them, its line count and its verdict (tidemark.landing: input,
+hidden or in progress). So
+  - no landed file is skipped without a record: hidden and in-progress files the source listed are
+    recorded with their verdict, and `audit` reports every file in the landing that no entry covers;
+  - the receipt time of every line is known after the fact: the batch reference judges the clock
+    guard against it (tidemark.batch_reference), exactly as the stream did;
+  - a file replaced under a name already read is found: Spark's source reads each name once, so the
+    new content would be lost without a trace. `audit` compares the landing with the ledger, and
+    `quarantine_replaced` puts every line of a replaced file's new content in the quarantine (raw
+    bytes, reason `REPLACED`) and records its size and time, so it is reported once. Landed files
+    are immutable: to add events, land a new file (docs/input-contract.md).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from tidemark import landing, layout, storage
+from tidemark.logs import get_logger
+from tidemark.times import to_micros
+
+log = get_logger("landing")
+
+REPLACED_VERDICT = "replaced"
+REPLACED = "landed file replaced after it was read: its new content is not read (land new events as a new file)"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """What the ledger says about one landed file."""
+    path: str
+    size: int | None
+    mtime_ms: int | None
+    lines: int
+    verdict: str
+    receipt_ts: str
+
+    def matches(self, found: landing.LandedFile) -> bool:
+        """The landed file is the one recorded (unknown size or time: taken as the same)."""
+        return ((self.size is None or self.size == found.size)
+                and (self.mtime_ms is None or self.mtime_ms == found.mtime_ms))
+
+
+def record_batch(lake: str, receipt_ts: str, batch_id: int | None, files: list[dict], source: str = "stream") -> None:
+    """Write one batch's entry. files: {path, size, mtime_ms, lines, verdict}."""
+    storage.write_json_atomic(layout.landing_ledger_path(lake, receipt_ts), {
+        "receipt_ts": receipt_ts, "batch_id": batch_id, "source": source,
+        "files": sorted(files, key=lambda f: f["path"])})
+
+
+def read_ledger(lake: str) -> dict[str, FileRecord]:
+    """{path: the newest record of that path} over every entry."""
+    root = layout.landing_ledger_dir(lake)
+    out: dict[str, FileRecord] = {}
+    for name in storage.list_dir(root):  # sorted: receipt_ts order, so newer records win
+        receipt_ts = layout.partition_value(name.removesuffix(".json"), "receipt_ts")
+        if receipt_ts is None or not name.endswith(".json"):
+            continue
+        entry = storage.read_json(layout.join(root, name)) or {}
+        for item in entry.get("files", []):
+            out[item["path"]] = FileRecord(item["path"], item.get("size"), item.get("mtime_ms"),
+                                           int(item.get("lines") or 0), item["verdict"], receipt_ts)
+    return out
+
+
+def receipt_times(lake: str) -> dict[str, int]:
+    """{path: receipt time in microseconds} of every file the stream read as input."""
+    return {path: receipt_us(record.receipt_ts) for path, record in read_ledger(lake).items()
+            if record.verdict == landing.INPUT}
+
+
+def receipt_us(receipt_ts: str) -> int:
+    """A ledger entry's receipt_ts as microseconds: the receipt time the stream's clock guard used
+    (the batch timestamp, which receipt_ts spells to the millisecond)."""
+    return to_micros(layout.parse_receipt_ts(receipt_ts))
+
+
+@dataclass
+class Audit:
+    """The landing compared with the ledger."""
+    read: list[str] = field(default_factory=list)          # input files read as they are now
+    pending: list[str] = field(default_factory=list)       # input files no batch has read yet
+    replaced: list[landing.LandedFile] = field(default_factory=list)  # read once, changed since
+    in_progress: list[landing.LandedFile] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"read": len(self.read), "pending": self.pending,
+                "replaced": [f.path for f in self.replaced],
+                "in_progress": [f.path for f in self.in_progress], "hidden": len(self.hidden)}
+
+
+def audit(landing_uri: str, lake: str) -> Audit:
+    """Every file in the landing, sorted by what the ledger says of it. Reads no file's content."""
+    ledger = read_ledger(lake)
+    out = Audit()
+    for found in landing.list_landing(landing_uri):
+        verdict = found.verdict
+        if verdict == landing.HIDDEN:
+            out.hidden.append(found.path)
+        elif verdict == landing.IN_PROGRESS:
+            out.in_progress.append(found)
+        elif found.path not in ledger:
+            # an empty file has no line to read: Spark lists it, no batch sees it, nothing is lost
+            (out.read if found.size == 0 else out.pending).append(found.path)
+        elif ledger[found.path].matches(found):
+            out.read.append(found.path)
+        else:
+            out.replaced.append(found)
+    return out
+
+
+def quarantine_replaced(landing_uri: str, lake: str, found: Audit | None = None) -> Audit:
+    """Quarantine the new content of every replaced file (once: the ledger then records it).
+
+    The quarantine folder is one of the lake's usual ones (`tidemark quarantine` lists it), with a
+    receipt_ts of its own, so a later micro-batch's folder is never taken.
+    """
+    found = found if found is not None else audit(landing_uri, lake)
+    if not found.replaced:
+        return found
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    receipt_ts = _free_receipt_ts(lake)
+    rows = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
+    records = []
+    for replaced in found.replaced:
+        data = landing.read_file(landing_uri, replaced.path)
+        lines = landing.file_lines(data)
+        for line in lines:
+            rows["raw"].append(line)
+            rows["reason"].append(REPLACED)
+            rows["source_file"].append(replaced.path)
+            rows["batch_id"].append(None)
+        records.append({"path": replaced.path, "size": replaced.size, "mtime_ms": replaced.mtime_ms,
+                        "lines": len(lines), "verdict": REPLACED_VERDICT,
+                        "sha256": hashlib.sha256(data).hexdigest()})
+    folder = layout.quarantine_dir(lake, receipt_ts)
+    table = pa.table({"raw": pa.array(rows["raw"], pa.binary()), "reason": pa.array(rows["reason"], pa.string()),
+                      "source_file": pa.array(rows["source_file"], pa.string()),
+                      "receipt_ts": pa.array([receipt_ts] * len(rows["raw"]), pa.string()),
+                      "batch_id": pa.array(rows["batch_id"], pa.int64())})
+    fs, path = storage.resolve(folder)
+    fs.create_dir(path, recursive=True)
+    pq.write_table(table, f"{path}/part-00000-replaced.parquet", filesystem=fs)
+    storage.write_json_atomic(layout.join(folder, layout.QUARANTINE_MARKER),
+                              {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])})
+    record_batch(lake, receipt_ts, None, records, source="audit")
+    for record in records:
+        log.warning("landed file replaced after it was read: new content quarantined", file=record["path"],
+                    lines=record["lines"], receipt_ts=receipt_ts, path=folder)
+    return found
+
+
+def _free_receipt_ts(lake: str) -> str:
+    """Now as a receipt_ts that no quarantine folder or ledger entry has yet."""
+    millis = int(datetime.now(timezone.utc).timestamp() * 1000)
+    while True:
+        receipt_ts = layout.receipt_ts_from_millis(millis)
+        if not (storage.exists(layout.quarantine_dir(lake, receipt_ts))
+                or storage.exists(layout.landing_ledger_path(lake, receipt_ts))):
+            return receipt_ts
+        millis += 1
+
+
+def report(landing_uri: str, lake: str, quarantine: bool = True) -> Audit:
+    """Audit the landing, quarantine replaced files, and log what was not read and why."""
+    found = quarantine_replaced(landing_uri, lake) if quarantine else audit(landing_uri, lake)
+    now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+    for stuck in found.in_progress:
+        log.warning("landed file under an in-progress name: not read until it is renamed", file=stuck.path,
+                    age_s=round((now_ms - stuck.mtime_ms) / 1000, 1))
+    if found.pending:
+        log.info("landed files not read yet", files=len(found.pending), first=found.pending[:5])
+    return found
