@@ -141,3 +141,21 @@ def test_the_audit_finds_replaced_pending_and_in_progress_files_and_quarantines_
     # the reference leaves the replaced file's new content out (it is quarantined, not input)
     assert {e for _, e, _ in batch_reference.valid_events(
         line for _, _, lines in batch_reference.landed_files(root, lake) for line in lines)} == {"r", "p"}
+
+
+def test_the_landing_command_lists_what_was_not_read(tmp_path, capsys):
+    from tidemark.cli import main
+
+    root, lake = str(tmp_path / "land"), str(tmp_path / "lake")
+    read = _write(root, "read.jsonl", _line("u", "r", "2026-08-05T10:00:00Z"), mtime=1_700_000_000)
+    _ledger_entry(lake, datetime(2026, 8, 5, 10, 0, tzinfo=timezone.utc),
+                  [{"path": "read.jsonl", "size": os.path.getsize(read), "mtime_ms": 1_700_000_000_000,
+                    "lines": 1, "verdict": landing.INPUT}])
+    _write(root, "new.jsonl", _line("u", "n", "2026-08-05T10:00:00Z"))
+    _write(root, "x.jsonl._COPYING_", b"{")
+    assert main(["landing", "--landing", root, "--lake", lake, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "read": 1, "pending": ["new.jsonl"], "replaced": [], "in_progress": ["x.jsonl._COPYING_"], "hidden": 0}
+    _write(root, "read.jsonl", _line("u", "r2", "2026-08-05T10:00:00Z"), mtime=1_700_000_500)
+    assert main(["landing", "--landing", root, "--lake", lake]) == 3
+    assert "replaced after it was read" in capsys.readouterr().out

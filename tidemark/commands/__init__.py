@@ -8,6 +8,7 @@ COMMAND_MODULES = [
     "generate",
     "stream",
     "quarantine",
+    "landing",
     "notices",
     "dedup",
     "rules",

@@ -1,0 +1,46 @@
+"""tidemark landing: the landing folder against the stream's landing ledger (docs/input-contract.md).
+
+Lists what the stream has not read and why: files no micro-batch has read yet (pending), files
+under an in-progress name (`._COPYING_`, `.tmp`, `.part`: read once renamed), and files replaced
+under a name already read (their new content is quarantined by the stream's audit, not read as
+events). Read-only: it quarantines nothing itself. Exit status 0 when nothing is replaced, 3 when
+some file was replaced and not yet quarantined by the stream.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("landing", help="what the stream has not read from the landing, and why",
+                              description=__doc__)
+    p.add_argument("--landing", required=True, help="landing folder or URI")
+    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--format", choices=["json", "table"], default="table", help="one JSON object, or a table")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from tidemark import landing_ledger
+
+    found = landing_ledger.audit(args.landing, args.lake)
+    status = 3 if found.replaced else 0
+    if args.format == "json":
+        sys.stdout.write(json.dumps(found.to_json()) + "\n")
+        return status
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"landing: {len(found.read)} file(s) read, {len(found.hidden)} hidden")
+    table.add_column("file", overflow="fold")
+    table.add_column("state")
+    for path in found.pending:
+        table.add_row(escape(path), "pending: not read yet")
+    for item in found.in_progress:
+        table.add_row(escape(item.path), "in progress: read once renamed")
+    for item in found.replaced:
+        table.add_row(escape(item.path), "replaced after it was read: not read again")
+    Console().print(table)
+    return status
