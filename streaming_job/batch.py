@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 import dedup_sql
-from streaming_job import parse
+from streaming_job import pane_writer, parse
 from streaming_job.state import StateStore, watermark_text as state_watermark_text
 from tidemark import landing, landing_ledger, layout, receipts, storage
 from tidemark.receipts import BatchReport
@@ -241,15 +241,14 @@ class BatchProcessor:
                 late=receipts.is_late(row["event_date"], watermark_us))
             for row in sorted(stats, key=lambda r: r["event_date"])
         ]
-        pending = [p for p in partitions if not receipts.is_complete(self.lake, p.event_date, receipt_ts)]
+        complete = receipts.complete_among(self.lake, partitions)  # a replayed batch's finished ones
+        pending = [p for p in partitions if (p.event_date, p.receipt_ts) not in complete]
         if pending:
-            (panes.where(F.col("event_date").isin([p.event_date for p in pending]))
-             .repartition("event_date")
-             .write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
-             .partitionBy("event_date", "receipt_ts")
-             .parquet(layout.sessions_root(self.lake)))
+            pending_dates = [p.event_date for p in pending]
+            panes = panes.where(F.col("event_date").isin(pending_dates)) if complete else panes
+            pane_writer.write_panes(panes, layout.sessions_root(self.lake))
+            receipts.complete_all(self.lake, pending)  # markers last: each partition complete at once
             for partition in pending:
-                receipts.complete(self.lake, partition)
                 log.info("receipt partition written", event_date=partition.event_date,
                          receipt_ts=receipt_ts, rows=partition.rows, pane_kinds=partition.pane_kinds,
                          late=partition.late)
