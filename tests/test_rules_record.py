@@ -240,3 +240,46 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
     publish.write_marker(lake, redone)
     outcome = publish.commit(lake, redone)
     assert outcome.committed and publish.current_version(lake, day)["rules_id"] == rules_record.fingerprint(GAP20)
+
+
+def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not_need(tmp_path):
+    """Issue 33 item 2: a 30m version of D read the previous day's partition whose newest event is
+    27 minutes before midnight (lo = D0 - 30m); a run under 25m (lo = D0 - 25m) does not need it.
+    The receipt sets of versions made under different rules are not comparable: the run under the
+    lake's rules replaces the old-rules version (it used to raise Superseded on every replan, so
+    the migration failed for good). Under the same rules the newest complete version still wins:
+    a run that lacks a receipt the current (new-rules) version read replans."""
+    from tests import icebergkit
+    from tidemark import publish
+
+    lake, day, before = str(tmp_path / "lake"), "2026-03-06", "2026-03-05"
+    gap25 = SessionRules(gap=timedelta(minutes=25))
+    rules_record.ensure(lake, None, "tidemark stream")  # 30m
+    near_midnight = f"{before}/{icebergkit.receipt(1)}"  # the previous day's partition, max_event_ts 23:33
+
+    def run(receipts: list[str], rules: SessionRules, extra: tuple[str, ...] = ()) -> dict:
+        marker = icebergkit.prepared_run(lake, day, receipts)
+        marker.update(rules_record.marker_fields(rules), gap=rules.describe()["gap"],
+                      receipts=sorted(marker["receipts"] + list(extra)))
+        publish.write_marker(lake, marker)
+        return marker
+
+    old = run([icebergkit.receipt(2)], SessionRules(), extra=(near_midnight,))
+    assert publish.commit(lake, old).committed
+
+    rules_record.record_change(lake, gap25, "tidemark rules migrate")
+    migrated = run([icebergkit.receipt(2)], gap25)  # the 25m plan: D's partition only
+    outcome = publish.commit(lake, migrated)
+    assert outcome.committed
+    current = publish.current_version(lake, day)
+    assert current["run_id"] == migrated["run_id"] and current["rules_id"] == rules_record.fingerprint(gap25)
+    assert current["version"] > old["max_receipt_ts"]  # ids keep growing (same newest receipt: +1 ms)
+
+    # The race the check exists for, under the (new) same rules: still refused, replan.
+    behind = run([icebergkit.receipt(3)], gap25)
+    with pytest.raises(publish.Superseded, match="1 receipt partition"):
+        publish.commit(lake, behind)
+    # ... and a run covering what the current version read replaces it; one covered by it does not.
+    fuller = run([icebergkit.receipt(2), icebergkit.receipt(3)], gap25)
+    assert publish.commit(lake, fuller).committed
+    assert not publish.commit(lake, run([icebergkit.receipt(2), icebergkit.receipt(3)], gap25)).committed

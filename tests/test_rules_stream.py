@@ -19,7 +19,7 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
-from tidemark import cli, publish, reader, rules_record
+from tidemark import cli, publish, reader, rules_migration, rules_record
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
 
@@ -199,3 +199,57 @@ def test_a_running_stream_stops_when_the_lakes_rules_change(spark, streamed, tmp
     assert not thread.is_alive()
     assert isinstance(outcome["error"], rules_record.RulesMismatch)
     assert "now records gap 45m" in str(outcome["error"])
+
+
+# Issue 33 item 2: a 30m lake whose first date ends with events 40 and 28 minutes before midnight,
+# each landed alone (one file per micro-batch), so that they sit in receipt partitions of D1 whose
+# newest event is 23:20 (read by D2's plan at 45m only: lo = 23:15) and 23:32 (read at 30m and 45m,
+# not at 25m: lo = 23:35). u's two events 27 minutes apart are one session at 30m, two at 25m;
+# v's 40 minutes apart one at 45m only, and a's 23:20 and 00:00 one session starting on D1 at 45m.
+EDGE_WAVES = [
+    [event("a", "a1", f"{D1}T09:00:00Z"), event("a", "a2", f"{D1}T09:20:00Z"), event("a", "a3", f"{D1}T23:20:00Z")],
+    [event("b", "b1", f"{D1}T23:32:00Z")],
+    [event("a", "a4", f"{D2}T00:00:00Z"), event("u", "u1", f"{D2}T10:00:00Z"), event("u", "u2", f"{D2}T10:27:00Z"),
+     event("v", "v1", f"{D2}T12:00:00Z"), event("v", "v2", f"{D2}T12:40:00Z")],
+    [event("z", "z1", f"{D2}T18:00:00Z")],
+]
+
+
+def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_reference(spark, tmp_path, capsys):
+    """`rules migrate --gap 25m` on a 30m lake where D2's 30m plan read a partition of D1 (newest
+    event 28 minutes before midnight) that the 25m plan does not need: the migration used to exit 1
+    (Superseded on every replan: the old version 'includes a receipt partition the run did not
+    read'), leaving D2 on the old rules for good. Then 45m, and back to 30m (D2's 45m plan read a
+    partition of D1 the 30m plan does not). After each, every date equals the batch reference under
+    the lake's new rules, and a second run of the same migration recomputes nothing."""
+    landing, lake, ckpt = str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    land(landing, EDGE_WAVES)
+    run_stream(StreamConfig(landing, lake, ckpt, SessionRules(gap=GAP30), available_now=True,
+                            max_files_per_trigger=1), spark=spark)
+    gap25 = timedelta(minutes=25)
+    # The reference tells every step's rules apart on this data, so each step below can fail.
+    assert expected(landing, D2, gap25) != expected(landing, D2, GAP30) != expected(landing, D2, GAP45)
+    assert expected(landing, D1, GAP45) != expected(landing, D1, GAP30)
+    dates = rules_migration.event_dates(lake)
+    assert dates == [D1, D2]
+    for day in dates:
+        run_dedup(lake, day, spark=spark)
+        assert published(lake, day) == expected(landing, day, GAP30), day
+
+    def d1_receipts(day: str) -> set[str]:
+        return {k for k in reader.read_pointer(lake, day)["receipts"] if k.startswith(f"{D1}/")}
+
+    for gap, text in ((gap25, "25m"), (GAP45, "45m"), (GAP30, "30m")):
+        before = d1_receipts(D2)
+        code = cli.main(["rules", "migrate", "--lake", lake, "--gap", text])
+        assert code == 0, capsys.readouterr().err[-3000:]
+        summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert (summary["gap"], summary["recomputed"]) == (text, 2)
+        for day in dates:
+            pointer = reader.read_pointer(lake, day)
+            assert pointer["rules_id"] == rules_record.fingerprint(SessionRules(gap=gap)), (text, day)
+            assert published(lake, day) == expected(landing, day, gap), (text, day)
+        if text != "45m":  # the smaller lo: D2's new version no longer holds a partition of D1 the old one did
+            assert before - d1_receipts(D2), text
+        assert cli.main(["rules", "migrate", "--lake", lake, "--gap", text]) == 0
+        assert json.loads(capsys.readouterr().out.splitlines()[-1])["recomputed"] == 0

@@ -17,10 +17,12 @@ commit as the files. A run killed before the commit leaves an unreferenced folde
 the rerun recomputes); killed after, the rerun finds its receipts covered.
 
 Conflicts (another run committed first, any date) are retried on a freshly loaded table, and each
-attempt checks again, on that fresh state, that it does not replace a version holding receipts
-this run lacks: the newest complete version wins, whatever the order the runs finish in. The version
-id (the highest receipt_ts included, or the current id + 1 ms when that is not higher) is chosen in
-the same attempt, so two runs of one date can never publish the same id.
+attempt checks again, on that fresh state, that it does not replace a version made under the same
+rules holding receipts this run lacks: the newest complete version wins, whatever the order the runs
+finish in. Complete means complete for the version's own plan under its own rules, so a version
+made under rules the lake no longer has is replaced whatever it read (a migration's plan may need
+fewer receipts). The version id (the highest receipt_ts included, or the current id + 1 ms when that
+is not higher) is chosen in the same attempt, so two runs of one date can never publish the same id.
 """
 from __future__ import annotations
 
@@ -190,7 +192,8 @@ def commit(lake: str, marker: dict) -> Outcome:
     """Make the run's version (its marker is written, its files complete) the date's current one,
     unless the current version already includes all its receipts (Outcome.committed False).
 
-    Raises Superseded when the current version includes receipts the run lacks (replan and rerun).
+    Raises Superseded when the current version, made under the same rules, includes receipts the
+    run lacks (replan and rerun); one made under other rules is replaced (see the comment inside).
     Retries conflicting commits on a fresh snapshot; safe to call from many processes at once.
     """
     event_date = layout.check_event_date(marker["event_date"])
@@ -212,12 +215,23 @@ def commit(lake: str, marker: dict) -> Outcome:
         changed = rules_record.outdated(lake, marker)
         if changed:
             raise Superseded(f"{event_date}: {changed}")  # the replan takes the lake's new rules
+        # "Complete" is relative to a plan, and a plan to its rules: the receipts a version needs
+        # are those its own plan under its own rules holds (lo = D0 - gap, hi from its reach). So
+        # the receipt sets are compared only between versions made under the same rules, where
+        # they are comparable: same lo, and a replan from the current version reaches at least its
+        # hi, so every receipt it read is one our replan reads (Superseded always converges). A
+        # current version made under other rules is stale (ours are the lake's, checked just
+        # above; on a lake without a record, the rules the run was given) and its receipts answer
+        # another plan's needs: a smaller gap's plan never reads the previous day's partitions a
+        # larger gap's lo took in. It is replaced whatever it read; refusing would refuse every
+        # run under the lake's rules, for good (issue 33).
         ours, theirs = set(marker["receipts"]), set(current["receipts"]) if current else set()
-        if current is not None and ours <= theirs and rules_record.same_rules(marker, current):
-            return Outcome(False, current)
-        if current is not None and not theirs <= ours:
-            raise Superseded(f"{event_date}: the current version {current['version']} includes "
-                             f"{len(theirs - ours)} receipt partition(s) run {run_id} did not read")
+        if current is not None and rules_record.same_rules(marker, current):
+            if ours <= theirs:
+                return Outcome(False, current)
+            if not theirs <= ours:
+                raise Superseded(f"{event_date}: the current version {current['version']} includes "
+                                 f"{len(theirs - ours)} receipt partition(s) run {run_id} did not read")
         version = marker["max_receipt_ts"]
         if current is not None and current["version"] >= version:
             # Same highest receipt but more receipts (an older batch's partition completed late):
