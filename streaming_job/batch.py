@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 import dedup_sql
 from streaming_job import pane_writer, parse
 from streaming_job.state import StateStore, watermark_text as state_watermark_text
-from tidemark import landing, landing_ledger, layout, receipts, storage
+from tidemark import landing, landing_ledger, layout, receipt_index, receipts, storage
 from tidemark.receipts import BatchReport
 from tidemark.contract import InputRules
 from tidemark.logs import get_logger
@@ -252,6 +252,8 @@ class BatchProcessor:
                 log.info("receipt partition written", event_date=partition.event_date,
                          receipt_ts=receipt_ts, rows=partition.rows, pane_kinds=partition.pane_kinds,
                          late=partition.late)
+        if partitions:  # every partition of this batch, hence of every earlier one, is complete
+            receipt_index.write_head(self.lake, receipt_ts)
         return partitions
 
     def _write_quarantine(self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int) -> None:

@@ -15,7 +15,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
-from tidemark import layout, rules_record
+from tidemark import layout, receipt_index, rules_record
 from tidemark.contract import InputRules
 from tidemark.durations import format_duration, parse_duration
 from tidemark.logs import get_logger
@@ -93,6 +93,7 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     if not config.migrate_rules:
         # Records the rules at the first start on a lake; refuses other rules (before Spark starts).
         rules = rules_record.ensure(config.lake, config.rules, "tidemark stream").rules
+    receipt_index.start(config.lake)  # a new lake is indexed from its first partition on
     spark = spark or build_session("tidemark-stream", config.master)
     if config.migrate_rules:
         rules = _migrate(config, spark)

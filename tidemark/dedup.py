@@ -121,6 +121,8 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
          started: float, full: bool = False) -> DedupResult:
     index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
+    if _quick_noop(index, event_date, previous, rules):
+        return _noop(event_date, previous, started)
     current = planning.plan_for_rerun(index, event_date, rules, previous)
     nothing_new = _nothing_new(event_date, current, previous, rules, started)
     if nothing_new is not None:
@@ -197,6 +199,13 @@ def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, 
     return result
 
 
+def _quick_noop(index: LakeIndex, event_date: str, previous: dict | None, rules: SessionRules) -> bool:
+    """The no-op decision from what was received since the previous version was planned (no marker
+    it already planned over is read): a cost independent of the lake's age (planning.quick_covered)."""
+    return (previous is not None and not rules_record.changed_since(previous, rules)
+            and planning.quick_covered(index, event_date, rules, previous))
+
+
 def _nothing_new(event_date: str, current: Plan, previous: dict | None, rules: SessionRules,
                  started: float) -> DedupResult | None:
     """The no-op decision, before any Spark: no receipts at all, or every planned one included."""
@@ -218,9 +227,13 @@ def up_to_date(lake: str, event_date: str, rules: SessionRules | None = None) ->
     event_date = layout.check_event_date(event_date)
     rules, _ = rules_record.for_dedup(lake, rules)
     owed = obligations.pending(lake, event_date)  # listed before planning, as in run_dedup
+    index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
-    current = planning.plan_for_rerun(LakeIndex(lake), event_date, rules, previous)
-    result = _nothing_new(event_date, current, previous, rules, started)
+    if _quick_noop(index, event_date, previous, rules):
+        result = _noop(event_date, previous, started)
+    else:
+        current = planning.plan_for_rerun(index, event_date, rules, previous)
+        result = _nothing_new(event_date, current, previous, rules, started)
     if result is not None:
         obligations.discharge(lake, owed, result.version)
     return result
@@ -340,6 +353,7 @@ def _write_version(lake, event_date, run_id, islands: incremental.Islands, summa
         "mode": mode,
         "context_rows": summary["context_rows"],
         "max_receipt_ts": current.max_receipt_ts,
+        "planned_through": current.planned_through,
         "lo": incremental.lo_text(current.lo),
         "horizon": times.iso_z(incremental.horizon(event_date, rules), "auto"),
         "hi": current.hi,

@@ -13,6 +13,9 @@ and every user-supplied partition value is validated here before it can reach a 
     <lake>/_notices/pending/<group>.json                                   partitions waiting for a coalesced notice
     <lake>/_rules/rules-NNNNNN.json                                        session rules record, one per change
     <lake>/_obligations/event_date=YYYY-MM-DD/<source date>__<version>.json  reruns owed (tidemark.obligations)
+    <lake>/_receipts/reach/event_date=E/<event_date>__<receipt_ts>          receipt partitions of earlier dates whose
+                                                                           sessions reach into E (tidemark.receipt_index)
+    <lake>/_receipts/head.json, _receipts/reach_complete.json              the newest fully written batch; the index's start
     <lake>/_landing/receipt_ts=<receipt_ts>.json                           the landing ledger: files read per batch
                                                                            (tidemark.landing_ledger)
 """
@@ -28,6 +31,7 @@ NOTICES = "_notices"
 RULES = "_rules"
 OBLIGATIONS = "_obligations"
 LANDING_LEDGER = "_landing"
+RECEIPT_INDEX = "_receipts"
 
 RECEIPT_MARKER = "_tidemark_receipt.json"
 QUARANTINE_MARKER = "_tidemark_quarantine.json"
@@ -129,6 +133,19 @@ def quarantine_root(lake: str) -> str:
 
 def quarantine_dir(lake: str, receipt_ts: object) -> str:
     return join(lake, QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
+
+
+def receipt_index_dir(lake: str) -> str:
+    return join(lake, RECEIPT_INDEX)
+
+
+def reach_dir(lake: str, event_date: object) -> str:
+    """Entries naming the receipt partitions of earlier dates whose panes reach into event_date."""
+    return join(lake, RECEIPT_INDEX, "reach", f"event_date={check_event_date(event_date)}")
+
+
+def reach_entry(lake: str, into: object, event_date: object, receipt_ts: object) -> str:
+    return join(reach_dir(lake, into), f"{check_event_date(event_date)}__{check_receipt_ts(receipt_ts)}")
 
 
 def landing_ledger_dir(lake: str) -> str:

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark import receipts, times
+from tidemark import receipt_index, receipts, times
 from tidemark.sessions import SessionRules
 
 
@@ -49,21 +49,50 @@ def receipt_key(event_date: str, receipt_ts: str) -> str:
 
 
 class LakeIndex:
-    """The complete receipt partitions of a lake and their markers, read once per run."""
+    """The complete receipt partitions of a lake and their markers, read as a run needs them.
+
+    With a complete receipt index (tidemark/receipt_index.py) a plan reads the dates in
+    [date(lo), hi] and one reach folder; without it (a lake written before the index, until
+    `tidemark reindex`), every date up to hi, as before.
+    """
 
     def __init__(self, lake: str):
         self.lake = lake
-        self.dates = receipts.list_event_dates(lake)
+        # Read before any listing: every partition at or before the head was complete by then, so a
+        # version planned from this index has seen all of them (planned_through).
+        self.head = receipt_index.head(lake)
+        self.indexed = receipt_index.is_complete(lake)
+        self._dates: list[str] | None = None
         self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
+        self._reaching: dict[str, list[receipts.ReceiptPartition]] = {}
+
+    @property
+    def dates(self) -> list[str]:
+        """Every event date of the lake (the planner without an index lists them all)."""
+        if self._dates is None:
+            self._dates = receipts.list_event_dates(self.lake)
+        return self._dates
 
     def partitions(self, event_date: str) -> list[receipts.ReceiptPartition]:
         if event_date not in self._markers:
             stamps = receipts.list_receipts(self.lake, event_date)
-            # Markers are tiny objects: on a bucket, reading them concurrently hides the latency.
-            with ThreadPoolExecutor(max_workers=16) as pool:
-                found = list(pool.map(lambda ts: receipts.read_marker(self.lake, event_date, ts), stamps))
-            self._markers[event_date] = [m for m in found if m is not None]
+            self._markers[event_date] = self.markers([(event_date, ts) for ts in stamps])
         return self._markers[event_date]
+
+    def reaching(self, into: str) -> list[receipts.ReceiptPartition]:
+        """The complete partitions of earlier dates whose panes reach into `into` (the index)."""
+        if into not in self._reaching:
+            self._reaching[into] = self.markers(receipt_index.reaching(self.lake, into))
+        return self._reaching[into]
+
+    def markers(self, keys: list[tuple[str, str]]) -> list[receipts.ReceiptPartition]:
+        """The markers of complete partitions among (event_date, receipt_ts) keys."""
+        # Markers are tiny objects: on a bucket, reading them concurrently hides the latency.
+        if not keys:
+            return []
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            found = list(pool.map(lambda key: receipts.read_marker(self.lake, *key), keys))
+        return [m for m in found if m is not None]
 
     def has_dates_after(self, event_date: str) -> bool:
         return any(d > event_date for d in self.dates)
@@ -75,6 +104,9 @@ class Plan:
     lo: datetime
     hi: str
     partitions: list[receipts.ReceiptPartition]
+    # The receipt index's head when the plan was made (LakeIndex.head): every partition received at
+    # or before it that the plan needs is in it. A version records it; None: unknown.
+    planned_through: str | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -104,15 +136,45 @@ def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> s
     return max(floor, (reach + rules.gap).date()).isoformat()
 
 
+def scope(event_date: str, rules: SessionRules, hi: str) -> list[str]:
+    """The dates whose every partition a plan up to `hi` must look at: date(lo) .. hi. Partitions of
+    earlier dates can matter only through the receipt index's reach entries into date(lo)."""
+    first = lo_of(event_date, rules).date()
+    last = date.fromisoformat(hi)
+    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
 def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Plan:
     """The receipt partitions up to `hi` that can hold events of the sessions touching event_date."""
     lo = lo_of(event_date, rules)
-    chosen = []
-    for candidate in index.dates:
-        if candidate > hi:
-            break
-        chosen.extend(p for p in index.partitions(candidate) if times.parse_iso(p.max_event_ts) >= lo)
-    return Plan(event_date, lo, hi, chosen)
+    if index.indexed:
+        dates = scope(event_date, rules, hi)
+        found = [p for d in dates for p in index.partitions(d)] + index.reaching(dates[0])
+    else:
+        found = [p for d in index.dates if d <= hi for p in index.partitions(d)]
+    chosen = sorted((p for p in found if times.parse_iso(p.max_event_ts) >= lo),
+                    key=lambda p: (p.event_date, p.receipt_ts))
+    return Plan(event_date, lo, hi, chosen, index.head)
+
+
+def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previous: dict | None) -> bool:
+    """Whether `previous` (a version made under `rules`) surely includes every partition today's
+    plan holds, from the partitions received after its `planned_through` alone: the no-op decision
+    without reading the markers of the partitions it already planned over. False means "not known":
+    the caller makes the whole plan (so a lake without the index, or a version from before
+    planned_through, decides as before)."""
+    since = (previous or {}).get("planned_through")
+    known, reach = recorded_reach(previous)
+    if not (index.indexed and since and known):
+        return False
+    hi = max(needed_hi(event_date, rules, reach), previous.get("hi") or "")
+    lo = lo_of(event_date, rules)
+    included = set(previous.get("receipts", []))
+    dates = scope(event_date, rules, hi)
+    newer = [(d, ts) for d in dates for ts in receipts.list_receipt_names(index.lake, d) if ts > since]
+    newer += [(d, ts) for d, ts in receipt_index.reaching(index.lake, dates[0]) if ts > since]
+    unseen = [key for key in newer if receipt_key(*key) not in included]
+    return not any(times.parse_iso(p.max_event_ts) >= lo for p in index.markers(unseen))
 
 
 def recorded_reach(version: dict | None) -> tuple[bool, datetime | None]:

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark import layout, storage
+from tidemark import layout, receipt_index, storage
 from tidemark.times import iso_from_micros  # noqa: F401 - the stream writes marker times with it
 
 
@@ -68,6 +68,8 @@ def is_complete(lake: str, event_date: str, receipt_ts: str) -> bool:
 
 
 def complete(lake: str, partition: ReceiptPartition) -> None:
+    """Register the partition in the receipt index, then write its marker: complete from then on."""
+    receipt_index.register(lake, partition)
     storage.write_json_atomic(marker_path(lake, partition.event_date, partition.receipt_ts),
                               partition.to_json())
 
@@ -103,6 +105,21 @@ def read_marker(lake: str, event_date: str, receipt_ts: str) -> ReceiptPartition
     return None if payload is None else ReceiptPartition(**payload)
 
 
+def list_receipt_names(lake: str, event_date: str) -> list[str]:
+    """Receipt timestamps of the partition folders of one event date, complete or not, oldest first:
+    one listing, no marker read (the caller reads the markers of those it needs)."""
+    out = []
+    for name in storage.list_subdirs(layout.event_date_dir(lake, event_date)):
+        value = layout.partition_value(name, "receipt_ts")
+        if value is None:
+            continue
+        try:
+            out.append(layout.check_receipt_ts(value))
+        except layout.InvalidPartitionValue:
+            continue
+    return sorted(out)
+
+
 def list_receipts(lake: str, event_date: str) -> list[str]:
     """Receipt timestamps of the complete partitions of one event date, oldest first."""
     folder = layout.event_date_dir(lake, event_date)
@@ -122,3 +139,21 @@ def list_receipts(lake: str, event_date: str) -> list[str]:
 
 def list_event_dates(lake: str) -> list[str]:
     return storage.list_event_dates(layout.sessions_root(lake))
+
+
+def reindex(lake: str, progress=None) -> int:
+    """Register every existing receipt partition in the receipt index (a lake written before the
+    index: `tidemark reindex`), then mark the index complete. Idempotent, and safe while the stream
+    runs (it registers what it writes meanwhile). Returns how many partitions reach later dates."""
+    spanning = 0
+    dates = list_event_dates(lake)
+    for event_date in dates:
+        for receipt_ts in list_receipts(lake, event_date):
+            marker = read_marker(lake, event_date, receipt_ts)
+            if marker is not None and receipt_index.reached_dates(marker):
+                receipt_index.register(lake, marker)
+                spanning += 1
+        if progress is not None:
+            progress(event_date)
+    receipt_index.mark_complete(lake, "tidemark reindex")
+    return spanning

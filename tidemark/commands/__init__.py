@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "rules",
     "read",
     "gc",
+    "reindex",
     "demo",
     "up",
     "down",

@@ -1,0 +1,170 @@
+"""The receipt index (tidemark/receipt_index.py) against planning without it, on random lakes of
+markers: the same plans, a no-op decision that never says "covered" when the full plan is not, and
+the migration of a lake written before the index. No Spark: planning reads markers only."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+
+from tidemark import layout, planning, receipt_index, receipts, times
+from tidemark.sessions import SessionRules
+
+DAY0 = date(2026, 3, 1)
+RULES = [SessionRules.parse("30m", "1h", "0s"), SessionRules.parse("10m", "1h", "0s"),
+         SessionRules.parse("25h", "1h", "0s")]
+
+
+def _stamp(batch: int) -> str:
+    return layout.format_receipt_ts(datetime(2026, 4, 1, tzinfo=timezone.utc) + timedelta(seconds=10 * batch))
+
+
+def _partition(rng: random.Random, batch: int, event_date: date) -> receipts.ReceiptPartition:
+    start = datetime.combine(event_date, datetime.min.time(), tzinfo=timezone.utc) + timedelta(
+        seconds=rng.randrange(86400))
+    # most sessions are short; some run past midnight, a few for days
+    span = rng.choice([timedelta(minutes=rng.randrange(60))] * 6 + [timedelta(hours=rng.randrange(30))] * 3
+                      + [timedelta(hours=rng.randrange(100))])
+    receipt_ts = _stamp(batch)
+    return receipts.ReceiptPartition(
+        event_date=event_date.isoformat(), receipt_ts=receipt_ts, batch_id=batch, uri="unused", rows=1, events=1,
+        pane_kinds=["early"], min_event_ts=times.iso_z(start), max_event_ts=times.iso_z(start + span),
+        watermark=times.iso_z(start), late=False)
+
+
+def _write_batch(lake: str, rng: random.Random, batch: int, days: int = 12) -> list[receipts.ReceiptPartition]:
+    dates = sorted({DAY0 + timedelta(days=rng.randrange(days)) for _ in range(rng.randrange(1, 4))})
+    written = [_partition(rng, batch, d) for d in dates]
+    receipts.complete_all(lake, written)
+    receipt_index.write_head(lake, _stamp(batch))
+    return written
+
+
+def _plans(lake: str, event_date: str, rules: SessionRules, hi: str) -> tuple[list[str], list[str]]:
+    """(plan keys with the index, plan keys reading every marker)."""
+    indexed = planning.plan(planning.LakeIndex(lake), event_date, rules, hi)
+    flag = os.path.join(layout.receipt_index_dir(lake), receipt_index.COMPLETE)
+    os.rename(flag, flag + ".off")
+    try:
+        scanned = planning.plan(planning.LakeIndex(lake), event_date, rules, hi)
+    finally:
+        os.rename(flag + ".off", flag)
+    return indexed.keys, scanned.keys
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_plans_with_the_index_equal_plans_that_read_every_marker(tmp_path, seed):
+    rng = random.Random(seed)
+    lake = str(tmp_path / "lake")
+    receipt_index.start(lake)
+    assert receipt_index.is_complete(lake)
+    for batch in range(40):
+        _write_batch(lake, rng, batch)
+    checked = 0
+    for offset in range(13):
+        event_date = (DAY0 + timedelta(days=offset)).isoformat()
+        for rules in RULES:
+            for extra in (1, 3):
+                hi = (DAY0 + timedelta(days=offset + extra)).isoformat()
+                indexed, scanned = _plans(lake, event_date, rules, hi)
+                assert indexed == scanned, (event_date, rules, hi)
+                checked += bool(scanned)
+    assert checked > 20  # the lakes are not empty
+
+
+def _version(lake: str, event_date: str, rules: SessionRules) -> dict:
+    """What a dedup records about its plan (as tidemark.dedup does): keys, hi, reach, planned_through."""
+    index = planning.LakeIndex(lake)
+    current = planning.plan_for_rerun(index, event_date, rules, None)
+    while True:  # grow the plan like a run does, with the partitions' ends as the reach
+        reach = max((times.parse_iso(p.max_event_ts) for p in current.partitions), default=None)
+        bigger = planning.grown(index, current, rules, reach)
+        if bigger is None:
+            break
+        current = bigger
+    return {"receipts": current.keys, "hi": current.hi, "reach": planning.format_reach(reach),
+            "planned_through": current.planned_through}
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_quick_no_op_decision_never_says_covered_when_the_full_plan_is_not(tmp_path, seed):
+    rng = random.Random(100 + seed)
+    lake = str(tmp_path / "lake")
+    receipt_index.start(lake)
+    for batch in range(30):
+        _write_batch(lake, rng, batch, days=6)
+    verdicts = {True: 0, False: 0}
+    for round_ in range(6):
+        versions = {(d, i): _version(lake, (DAY0 + timedelta(days=d)).isoformat(), rules)
+                    for d in range(7) for i, rules in enumerate(RULES)}
+        for batch in range(30 + 5 * round_, 30 + 5 * round_ + rng.randrange(0, 4)):
+            _write_batch(lake, rng, batch, days=6)
+        for (d, i), version in versions.items():
+            event_date, rules = (DAY0 + timedelta(days=d)).isoformat(), RULES[i]
+            quick = planning.quick_covered(planning.LakeIndex(lake), event_date, rules, version)
+            full = planning.plan_for_rerun(planning.LakeIndex(lake), event_date, rules, version)
+            if quick:
+                assert planning.covers(version, full.keys), (event_date, rules)
+            verdicts[quick] += 1
+    assert verdicts[True] and verdicts[False]  # both answers were exercised
+
+
+def test_a_version_without_planned_through_or_a_lake_without_the_index_is_never_quick(tmp_path):
+    rng = random.Random(7)
+    lake = str(tmp_path / "lake")
+    for batch in range(10):
+        _write_batch(lake, rng, batch, days=3)
+    version = _version(lake, DAY0.isoformat(), RULES[0])
+    assert not receipt_index.is_complete(lake)  # markers written, but no stream started it
+    assert not planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], version)
+    receipt_index.mark_complete(lake, "test")
+    version_now = _version(lake, DAY0.isoformat(), RULES[0])
+    assert planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], version_now)
+    assert not planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0],
+                                      {**version_now, "planned_through": None})
+
+
+def test_reindex_migrates_a_lake_written_before_the_index(tmp_path):
+    rng = random.Random(3)
+    lake = str(tmp_path / "lake")
+    for batch in range(40):
+        _write_batch(lake, rng, batch)
+    entries = sorted(os.path.relpath(os.path.join(root, name), lake)
+                     for root, _, names in os.walk(os.path.join(lake, layout.RECEIPT_INDEX, "reach")) for name in names)
+    assert entries  # some sessions run past midnight
+    shutil.rmtree(os.path.join(lake, layout.RECEIPT_INDEX))  # a lake of yesterday's layout
+    assert not receipt_index.is_complete(lake)
+    spanning = receipts.reindex(lake)
+    again = sorted(os.path.relpath(os.path.join(root, name), lake)
+                   for root, _, names in os.walk(os.path.join(lake, layout.RECEIPT_INDEX, "reach")) for name in names)
+    assert again == entries and spanning > 0
+    assert receipt_index.is_complete(lake)
+    assert receipts.reindex(lake) == spanning  # idempotent
+
+
+def test_reach_entries_name_every_later_date_a_partition_reaches():
+    rng = random.Random(0)
+    p = _partition(rng, 0, DAY0)
+    p = receipts.ReceiptPartition(**{**p.to_json(), "min_event_ts": "2026-03-01T23:50:00Z",
+                                     "max_event_ts": "2026-03-04T00:10:00Z"})
+    assert receipt_index.reached_dates(p) == ["2026-03-02", "2026-03-03", "2026-03-04"]
+    same_day = receipts.ReceiptPartition(**{**p.to_json(), "max_event_ts": "2026-03-01T23:59:59.999999Z"})
+    assert receipt_index.reached_dates(same_day) == []
+
+
+def test_the_reindex_command_migrates_a_lake(tmp_path, capsys):
+    from tidemark.cli import main
+
+    rng = random.Random(5)
+    lake = str(tmp_path / "lake")
+    for batch in range(20):
+        _write_batch(lake, rng, batch)
+    shutil.rmtree(os.path.join(lake, layout.RECEIPT_INDEX))
+    assert main(["reindex", "--lake", lake]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["complete"] and out["event_dates"] == len(receipts.list_event_dates(lake))
+    assert receipt_index.is_complete(lake)

@@ -1,0 +1,91 @@
+"""The receipt index: what lets planning read the dates that matter instead of the whole lake.
+
+A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 00:00 - gap`
+(tidemark/planning.py). Every partition of a date in [date(lo), hi] may; a partition of an earlier
+date only when its sessions run on into date(lo) or later, which few do (a session longer than
+the time to the next midnight). The markers of every date used to be read to find those few: a
+no-op decision on a year-old lake read every marker ever written. The index keeps, for each date E,
+an empty entry per partition of an earlier date whose panes reach into E:
+
+    <lake>/_receipts/reach/event_date=E/<event_date>__<receipt_ts>
+
+so a plan lists the folders of the dates in [date(lo), hi] and one reach folder, whatever the
+lake's age. Entries are written before the partition's marker (`register`): a partition is still
+complete only when its marker exists, and an entry without a marker (a crash in between; the
+replayed batch writes both again) is skipped by the planner like any incomplete partition. Entries
+name dates, never rules: a gap change reads the same entries.
+
+Two small files make the fast paths safe:
+  - `head.json`: the receipt_ts of the newest micro-batch whose partitions are all complete,
+    written by the stream after each batch's markers. The stream runs its batches one after
+    another, so a partition with a receipt_ts at or before the head was complete before anyone read
+    the head: a dedup that reads it before listing records it with its version (`planned_through`),
+    and the next no-op decision looks only at partitions after it (planning.quick_covered).
+  - `reach_complete.json`: the index covers every partition of the lake. The stream writes it when
+    it starts on a lake without receipt partitions; `tidemark reindex` (receipts.reindex: the
+    migration of a lake written before the index) writes it after indexing every existing partition. Without it,
+    planning reads every marker as before.
+"""
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from tidemark import layout, storage, times
+from tidemark.logs import get_logger
+
+log = get_logger("receipts")
+
+HEAD = "head.json"
+COMPLETE = "reach_complete.json"
+
+
+def reached_dates(partition) -> list[str]:
+    """The dates after the partition's own into which its panes reach (their last events' dates)."""
+    own = date.fromisoformat(partition.event_date)
+    last = times.parse_iso(partition.max_event_ts).date()
+    return [(own + timedelta(days=n)).isoformat() for n in range(1, (last - own).days + 1)]
+
+
+def register(lake: str, partition) -> None:
+    """Write the partition's reach entries (before its marker: see the module's docstring)."""
+    for into in reached_dates(partition):
+        storage.write_text_atomic(layout.reach_entry(lake, into, partition.event_date, partition.receipt_ts), "")
+
+
+def reaching(lake: str, into: str) -> list[tuple[str, str]]:
+    """(event_date, receipt_ts) of the partitions of earlier dates registered as reaching `into`."""
+    out = []
+    for name in storage.list_dir(layout.reach_dir(lake, into)):
+        event_date, _, receipt_ts = name.partition("__")
+        try:
+            out.append((layout.check_event_date(event_date), layout.check_receipt_ts(receipt_ts)))
+        except layout.InvalidPartitionValue:
+            continue  # a hidden temporary file, or a stranger's
+    return out
+
+
+def write_head(lake: str, receipt_ts: str) -> None:
+    storage.write_json_atomic(layout.join(layout.receipt_index_dir(lake), HEAD),
+                              {"receipt_ts": layout.check_receipt_ts(receipt_ts)})
+
+
+def head(lake: str) -> str | None:
+    """The newest batch whose partitions are all complete, or None (no stream wrote one yet)."""
+    payload = storage.read_json(layout.join(layout.receipt_index_dir(lake), HEAD))
+    return None if not payload else layout.check_receipt_ts(payload["receipt_ts"])
+
+
+def is_complete(lake: str) -> bool:
+    return storage.exists(layout.join(layout.receipt_index_dir(lake), COMPLETE))
+
+
+def mark_complete(lake: str, how: str) -> None:
+    storage.write_json_atomic(layout.join(layout.receipt_index_dir(lake), COMPLETE),
+                              {"since": how, "at": times.now_iso_z()})
+
+
+def start(lake: str) -> None:
+    """At a stream's start: on a lake without receipt partitions, the index is complete from here on."""
+    if not is_complete(lake) and not storage.list_event_dates(layout.sessions_root(lake)):
+        mark_complete(lake, "the first stream on an empty lake")
+        log.info("receipt index started", lake=lake)
