@@ -15,6 +15,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     correction_cost     one late correction vs reprocessing 7 days vs reprocessing everything
     dedup_partition     deduplicating one big event date vs a plain scan-and-write
     iceberg_commit      what the Iceberg commit adds to a publish (seconds per date)
+    history             planning against the lake's age: 10^3..10^6 receipt partitions, index or not
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ import sys
 import time
 import traceback
 
-ORDER = ["stream_throughput", "memory", "freshness", "correction_cost", "dedup_partition", "iceberg_commit"]
+ORDER = ["stream_throughput", "memory", "freshness", "correction_cost", "dedup_partition", "iceberg_commit",
+         "history"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # What --scale means for modules that do not take --scale themselves (their defaults otherwise).

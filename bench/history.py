@@ -1,0 +1,264 @@
+"""Cost against the lake's age (issue 27): planning on lakes with 10^3 .. 10^6 receipt partitions.
+
+    .venv/bin/python -m bench.history [--sizes 1000,10000,100000] [--latency-ms 30]
+
+For each size it builds a lake of receipt-partition markers at the density of a 10 s trigger (one
+partition of the current date per micro-batch, and one of an earlier date, up to 30 days back, in
+10% of them; a few sessions run past midnight), written through the stream's registration path
+(`receipts.complete_all`: reach entries, then markers; `receipt_index.write_head` after each batch).
+Planning reads markers and folders only, so the panes' Parquet files are not written (what a
+1M-partition lake of real files would cost to build, for no figure that changes).
+
+Measured, each with the receipt index and with the planning that reads every marker (the lake's
+`reach_complete.json` hidden), wall time and the storage operations counted at the filesystem layer
+(list calls, metadata reads, objects opened: the figures that hold for a bucket):
+  1. the no-op decision for the newest date, with a version planned a few batches earlier;
+  2. planning a correction of the newest date, and of a date 30 days back.
+With --latency-ms, every storage operation sleeps that long first (a bucket's round trip; marker
+reads run 16 at a time, as planning does).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+
+import pyarrow.fs as pafs
+
+from bench import write_results
+from tidemark import layout, planning, receipt_index, receipts, storage, times
+from tidemark.sessions import SessionRules
+
+RULES = SessionRules()
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class CountingHandler(pafs.FileSystemHandler):
+    """A local filesystem that counts (and optionally delays) every operation planning makes."""
+
+    def __init__(self, latency_s: float = 0.0):
+        self.inner = pafs.LocalFileSystem()
+        self.latency_s = latency_s
+        self.lock = threading.Lock()
+        self.counts = {"list": 0, "stat": 0, "read": 0, "write": 0}
+
+    def _count(self, kind: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts[kind] += n
+        if self.latency_s:
+            time.sleep(self.latency_s)
+
+    def get_type_name(self):
+        return "counting"
+
+    def equals(self, other):
+        return self is other
+
+    def normalize_path(self, path):
+        return path
+
+    def get_file_info(self, paths):
+        self._count("stat", len(paths))
+        return self.inner.get_file_info(paths)
+
+    def get_file_info_selector(self, selector):
+        self._count("list")
+        return self.inner.get_file_info(selector)
+
+    def open_input_stream(self, path):
+        self._count("read")
+        return self.inner.open_input_stream(path)
+
+    def open_input_file(self, path):
+        self._count("read")
+        return self.inner.open_input_file(path)
+
+    def create_dir(self, path, recursive):
+        return self.inner.create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path):
+        return self.inner.delete_dir(path)
+
+    def delete_dir_contents(self, path, missing_dir_ok=False):
+        return self.inner.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self):
+        raise NotImplementedError
+
+    def delete_file(self, path):
+        return self.inner.delete_file(path)
+
+    def move(self, src, dest):
+        return self.inner.move(src, dest)
+
+    def copy_file(self, src, dest):
+        return self.inner.copy_file(src, dest)
+
+    def open_output_stream(self, path, metadata):
+        self._count("write")
+        return self.inner.open_output_stream(path)
+
+    def open_append_stream(self, path, metadata):
+        return self.inner.open_append_stream(path)
+
+
+@contextmanager
+def counted(latency_ms: float):
+    """storage.resolve hands out the counting filesystem for local paths while this runs."""
+    handler = CountingHandler(latency_ms / 1000)
+    fs = pafs.PyFileSystem(handler)
+    original = storage.resolve
+
+    def resolve(uri):
+        inner, path = original(uri)
+        return (fs, path) if isinstance(inner, pafs.LocalFileSystem) else (inner, path)
+
+    storage.resolve = resolve
+    try:
+        yield handler.counts
+    finally:
+        storage.resolve = original
+
+
+def build(lake: str, partitions: int, seed: int = 0) -> tuple[str, int]:
+    """A lake of `partitions` receipt partitions; returns (the newest date, batches written)."""
+    rng = random.Random(seed)
+    receipt_index.start(lake)
+    written, batch = 0, 0
+    while written < partitions:
+        received = START + timedelta(seconds=10 * batch)
+        receipt_ts = layout.format_receipt_ts(received)
+        dates = [received.date()]
+        if rng.random() < 0.1:
+            dates.append(received.date() - timedelta(days=rng.randrange(1, 31)))
+        batch_partitions = []
+        for day in sorted(set(dates)):
+            begin = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(
+                seconds=rng.randrange(86400))
+            span = timedelta(hours=rng.randrange(30)) if rng.random() < 0.02 else timedelta(minutes=rng.randrange(40))
+            batch_partitions.append(receipts.ReceiptPartition(
+                event_date=day.isoformat(), receipt_ts=receipt_ts, batch_id=batch, uri="", rows=1, events=1,
+                pane_kinds=["early"], min_event_ts=times.iso_z(begin), max_event_ts=times.iso_z(begin + span),
+                watermark=times.iso_z(received), late=day < received.date()))
+        receipts.complete_all(lake, batch_partitions)
+        receipt_index.write_head(lake, receipt_ts)
+        written += len(batch_partitions)
+        batch += 1
+    return (START + timedelta(seconds=10 * (batch - 1))).date().isoformat(), batch
+
+
+def late_data(lake: str, first_batch: int, count: int, newest: str) -> None:
+    """`count` more batches, each one partition of a date 2-20 days before `newest`."""
+    rng = random.Random(first_batch)
+    for batch in range(first_batch, first_batch + count):
+        received = START + timedelta(seconds=10 * batch)
+        day = datetime.fromisoformat(newest).date() - timedelta(days=rng.randrange(2, 21))
+        begin = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=12)
+        receipt_ts = layout.format_receipt_ts(received)
+        receipts.complete_all(lake, [receipts.ReceiptPartition(
+            event_date=day.isoformat(), receipt_ts=receipt_ts, batch_id=batch, uri="", rows=1, events=1,
+            pane_kinds=["too_late"], min_event_ts=times.iso_z(begin), max_event_ts=times.iso_z(begin),
+            watermark=times.iso_z(received), late=True)])
+        receipt_index.write_head(lake, receipt_ts)
+
+
+def _version(lake: str, event_date: str) -> dict:
+    index = planning.LakeIndex(lake)
+    current = planning.plan_for_rerun(index, event_date, RULES, None)
+    reach = max((times.parse_iso(p.max_event_ts) for p in current.partitions), default=None)
+    return {"receipts": current.keys, "hi": current.hi, "reach": planning.format_reach(reach),
+            "planned_through": current.planned_through}
+
+
+@contextmanager
+def without_index(lake: str):
+    flag = layout.join(layout.receipt_index_dir(lake), receipt_index.COMPLETE)
+    os.rename(flag, flag + ".off")
+    try:
+        yield
+    finally:
+        os.rename(flag + ".off", flag)
+
+
+def measure(fn, latency_ms: float) -> tuple[float, dict]:
+    with counted(latency_ms) as counts:
+        started = time.perf_counter()
+        fn()
+        return time.perf_counter() - started, dict(counts)
+
+
+def run_size(size: int, latency_ms: float, root: str) -> list[list]:
+    lake = os.path.join(root, f"lake-{size}")
+    started = time.monotonic()
+    newest, batches = build(lake, size)
+    print(f"built {size} partitions ({batches} batches, newest date {newest}) in {time.monotonic() - started:.0f} s",
+          flush=True)
+    old = (datetime.fromisoformat(newest) - timedelta(days=30)).date().isoformat()
+    version = _version(lake, newest)
+    # five more batches arrive after the version, with late data for other dates only: the no-op
+    # decision has something to look at, as it has after every notice
+    late_data(lake, batches, 5, newest)
+    rows = []
+    cases = [
+        ("no-op decision, newest date", lambda: planning.quick_covered(planning.LakeIndex(lake), newest, RULES, version),
+         lambda: planning.covers(version, planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, version).keys)),
+        ("plan a correction, newest date", lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, None),
+         lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, None)),
+        ("plan a correction, 30 days back", lambda: planning.plan_for_rerun(planning.LakeIndex(lake), old, RULES, None),
+         lambda: planning.plan_for_rerun(planning.LakeIndex(lake), old, RULES, None)),
+    ]
+    for name, indexed, scanned in cases:
+        seconds, ops = measure(indexed, latency_ms)
+        with without_index(lake):
+            before_s, before_ops = measure(scanned, latency_ms)
+        rows.append([f"{size:,}", name, latency_ms,
+                     f"{before_s:.3f}", _ops(before_ops), f"{seconds:.3f}", _ops(ops)])
+        print(" | ".join(str(v) for v in rows[-1]), flush=True)
+    return rows
+
+
+def _ops(counts: dict) -> str:
+    return f"{counts['list']} list, {counts['stat']} stat, {counts['read']} read"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="bench.history", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", choices=["small", "full"], default="small",
+                        help="small: 10^3 and 10^4 partitions; full: up to 10^6")
+    parser.add_argument("--sizes", help="comma-separated partition counts (overrides --scale)")
+    parser.add_argument("--latency-ms", type=float, nargs="*", default=[0.0],
+                        help="simulated latency per storage operation (several: one run each)")
+    parser.add_argument("--work", help="folder for the lakes (default: a temporary one, removed)")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/results/history.md")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
+             else [1_000, 10_000] if args.scale == "small" else [1_000, 10_000, 100_000, 1_000_000])
+    root = args.work or tempfile.mkdtemp(prefix="tidemark-history-")
+    try:
+        rows = [row for size in sizes for latency in args.latency_ms for row in run_size(size, latency, root)]
+    finally:
+        if not args.work:
+            shutil.rmtree(root, ignore_errors=True)
+    columns = ["receipt partitions", "what", "latency ms/op", "every marker: s", "every marker: ops",
+               "receipt index: s", "receipt index: ops"]
+    if not args.no_write:
+        write_results("history", "Cost against the lake's age: planning with and without the receipt index",
+                      columns, rows, __doc__.split("\n\n", 1)[1],
+                      {"sizes": sizes, "latency per operation (ms)": args.latency_ms,
+                       "rules": RULES.describe()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
