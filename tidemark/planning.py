@@ -75,7 +75,9 @@ class LakeIndex:
 
     def partitions(self, event_date: str) -> list[receipts.ReceiptPartition]:
         if event_date not in self._markers:
-            stamps = receipts.list_receipts(self.lake, event_date)
+            # one listing, then the markers read concurrently; a folder without one (incomplete)
+            # reads as None and is dropped: no separate existence check per partition
+            stamps = receipts.list_receipt_names(self.lake, event_date)
             self._markers[event_date] = self.markers([(event_date, ts) for ts in stamps])
         return self._markers[event_date]
 
