@@ -215,6 +215,33 @@ def test_function_environment_is_what_the_function_reads(tf):
     assert offered and offered <= set(AUTH_MODES)
 
 
+def test_function_forwards_rejected_notices_to_the_declared_dead_letter_topic(tf):
+    """Invalid notices are acked (so Pub/Sub never dead-letters them): without DEAD_LETTER_TOPIC the
+    function only logs them. It is set, to the full name (projects/P/topics/T) of a topic Terraform
+    declares under the shared name, which the function's account may publish to."""
+    from cloud_function import dead_letter
+
+    env = one(resource(tf, "google_cloudfunctions2_function", "notice_to_dag")["service_config"])[
+        "environment_variables"]
+    assert "DEAD_LETTER_TOPIC" in env, "the function's environment lacks DEAD_LETTER_TOPIC"
+    assert "DEAD_LETTER_TOPIC" in _names_the_function_reads()
+    match = re.fullmatch(r"\$\{google_pubsub_topic\.([a-z0-9_]+)\.id\}", env["DEAD_LETTER_TOPIC"])
+    assert match, f"DEAD_LETTER_TOPIC must be a declared topic's id (projects/P/topics/T), not {env['DEAD_LETTER_TOPIC']!r}"
+    topic = resource(tf, "google_pubsub_topic", match.group(1))
+    assert topic["name"] == "${var.dead_letter_topic}"
+    assert tf["variable"]["dead_letter_topic"]["default"] == names.DEFAULTS["DEAD_LETTER_TOPIC"]
+    # What the function accepts: a topic id as Terraform renders it passes dead_letter.topic().
+    rendered = _substitute(env["DEAD_LETTER_TOPIC"], tf)
+    assert dead_letter._TOPIC.match(rendered), rendered
+    # The same topic the push subscription dead-letters to, and it has a subscription keeping it.
+    assert one(resource(tf, "google_pubsub_subscription", "to_function")["dead_letter_policy"])[
+        "dead_letter_topic"] == env["DEAD_LETTER_TOPIC"]
+    grants = [body for (rtype, _), body in tf["resource"].items()
+              if rtype == "google_pubsub_topic_iam_member" and body["topic"] == env["DEAD_LETTER_TOPIC"]
+              and body["member"] == "${google_service_account.function.member}"]
+    assert [g["role"] for g in grants] == ["roles/pubsub.publisher"], grants
+
+
 def test_function_source_is_the_bundle_function_bundle_builds(tf):
     from tidemark.cli import build_parser
 
