@@ -5,28 +5,32 @@ conf {"event_date": "YYYY-MM-DD", ...}; or by hand from the UI/REST with the sam
 
     prepare ──> needs_spark (short circuit, pure Python: does the current version already
                 include every receipt partition of the date's plan? then skip the dedup)
-            ──> dedup (SparkSubmitOperator: spark-submit streaming_job/submit.py dedup ...)
+            ──> dedup (DedupOperator on spark_default: a Spark Connect client, or spark-submit
+                streaming_job/submit.py dedup ...; a Dataproc job when TIDEMARK_DATAPROC_CLUSTER is set)
             ──> emit_assets (reads the current version, emits the asset events)
             ──> owed_reruns (runs after emit_assets or a skipped dedup: the reruns owed)
             ──> trigger_affected (one TriggerDagRunOperator per neighbouring date, mapped)
-            ──> notify_corrected (the corrected-partition notice, docs/notices.md)
+    dedup   ──> notify_corrected (after the dedup or a skipped one: the corrected-partition
+                notices owed, docs/notices.md)
 
 A run with nothing new (the usual case when several notices of one date queue up: the first run
 to start picks up every complete receipt of its date) shows dedup and emit_assets as skipped, with the
 reason in needs_spark's log, and takes seconds: no Spark, no repeated asset event. It still
 discharges the date's obligations (as the dedup would have) and starts the neighbour runs owed.
 
-Idempotency: the dedup step writes a new immutable version and swaps the pointer atomically, so
-rerunning a run, clearing a task, or two runs of one date at once leave the newest complete result.
+Idempotency: the dedup step writes a new immutable version and makes it current in one Iceberg
+commit (the date's data files and the table property tidemark.current.<date> together,
+tidemark/publish.py), so rerunning a run, clearing a task, or two runs of one date at once leave
+the newest complete result.
 Nothing here adds side effects of its own: the asset event is a record, and the run a neighbouring
 date gets has a run id derived from (that date, this date, the version that owed it), so a rerun
 finds it already there (skip_when_already_exists) instead of adding one.
 
 Which neighbours: every rerun obligation a run of this date recorded in the lake and no run of the
 neighbour has acted on yet (tidemark/obligations.py), not the affected_dates of whatever version
-_CURRENT.json names by then: a second run of this date may have superseded that version, or a
-killed run left its obligations to this retry. A neighbour run that fails for good leaves its
-obligation pending, and the tidemark_reconcile DAG starts another.
+the table's tidemark.current.<date> property names by then: a second run of this date may have
+superseded that version, or a killed run left its obligations to this retry. A neighbour run
+that fails for good leaves its obligation pending, and the tidemark_reconcile DAG starts another.
 
 Where things come from: the lake from the Airflow Variable `tidemark_lake`, else the environment
 TIDEMARK_LAKE; Spark from the connection `spark_default` (local[*] on a laptop via

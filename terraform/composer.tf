@@ -72,9 +72,16 @@ resource "google_composer_environment" "airflow" {
     software_config {
       image_version = var.composer_image_version
       pypi_packages = {
-        # SparkSubmitOperator, which the DAG imports; the Google provider is preinstalled. Provider
-        # >= 6 brings pyspark-client: the dedup task as a Spark Connect client (no JVM).
-        "apache-airflow-providers-apache-spark" = ">=5"
+        # SparkSubmitOperator, which the DAG imports, and SparkConnectHook, its Spark Connect path
+        # (dedup_spark_connect): the task runs tidemark.dedup itself as a Connect client. Provider 6
+        # is the first that depends on pyspark-client, the pure-Python Connect client (no JVM); 5.x
+        # depends on the full pyspark (400 MB) instead. Never add plain pyspark beside it: both
+        # install into the same pyspark/ folder and overwrite each other's files. (Locally,
+        # constraints.txt pins 5.6.0 over the full pyspark the local Spark needs; its
+        # hooks/spark_connect.py is the same. The Google provider is preinstalled.)
+        "apache-airflow-providers-apache-spark" = ">=6,<7"
+        # The Connect client's Spark major is the cluster's and the code's (setup.cfg: pyspark>=4.0,<5).
+        "pyspark-client" = ">=4.0,<5"
         # tidemark's structured logs (tidemark.logs), which the emit_assets task imports.
         "structlog" = ">=24"
         # The emit_assets task reads the current version from the Iceberg table (tidemark.publish).

@@ -83,6 +83,10 @@ resource "google_cloudfunctions2_function" "notice_to_dag" {
       AIRFLOW_USERNAME  = var.airflow_auth_mode == "password" ? var.airflow_username : ""
       TIDEMARK_DAG_ID   = var.dag_id
       TIDEMARK_DATASET  = var.dataset
+      # Rejected (invalid) notices are acked, so Pub/Sub's dead-letter policy never sees them: the
+      # function forwards a copy here itself (cloud_function/dead_letter.py), into the same topic
+      # the push subscription dead-letters to (projects/P/topics/T; kept by dead_letter_hold).
+      DEAD_LETTER_TOPIC = google_pubsub_topic.dead_letter.id
     }
 
     # Password mode: the secret as an environment variable, resolved at instance start.
@@ -100,7 +104,15 @@ resource "google_cloudfunctions2_function" "notice_to_dag" {
   depends_on = [
     google_project_service.apis,
     google_secret_manager_secret_iam_member.function_reads_password,
+    google_pubsub_topic_iam_member.function_dead_letter_publisher,
   ]
+}
+
+# The function publishes its copies of rejected notices to the dead-letter topic, nowhere else.
+resource "google_pubsub_topic_iam_member" "function_dead_letter_publisher" {
+  topic  = google_pubsub_topic.dead_letter.id
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.function.member
 }
 
 # Only the push service account may invoke the function (a 2nd gen function is a Cloud Run

@@ -1,6 +1,7 @@
 # Topics and subscriptions:
 #   events topic --(Cloud Storage subscription, text: one JSON object per line)--> landing bucket
 #   availability topic --(push, OIDC)--> the Cloud Function --(after N failures)--> dead-letter topic
+#   the Cloud Function --(a copy of each rejected notice, DEAD_LETTER_TOPIC)--> dead-letter topic
 #   availability topic --(filter: late)--> a downstream team's pull subscription
 #   corrected topic (the dedup DAG's notify_corrected task) --(filter: change != unchanged)--> a
 #   downstream team's pull subscription (its service account: consumer.tf)

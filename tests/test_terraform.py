@@ -215,6 +215,33 @@ def test_function_environment_is_what_the_function_reads(tf):
     assert offered and offered <= set(AUTH_MODES)
 
 
+def test_function_forwards_rejected_notices_to_the_declared_dead_letter_topic(tf):
+    """Invalid notices are acked (so Pub/Sub never dead-letters them): without DEAD_LETTER_TOPIC the
+    function only logs them. It is set, to the full name (projects/P/topics/T) of a topic Terraform
+    declares under the shared name, which the function's account may publish to."""
+    from cloud_function import dead_letter
+
+    env = one(resource(tf, "google_cloudfunctions2_function", "notice_to_dag")["service_config"])[
+        "environment_variables"]
+    assert "DEAD_LETTER_TOPIC" in env, "the function's environment lacks DEAD_LETTER_TOPIC"
+    assert "DEAD_LETTER_TOPIC" in _names_the_function_reads()
+    match = re.fullmatch(r"\$\{google_pubsub_topic\.([a-z0-9_]+)\.id\}", env["DEAD_LETTER_TOPIC"])
+    assert match, f"DEAD_LETTER_TOPIC must be a declared topic's id (projects/P/topics/T), not {env['DEAD_LETTER_TOPIC']!r}"
+    topic = resource(tf, "google_pubsub_topic", match.group(1))
+    assert topic["name"] == "${var.dead_letter_topic}"
+    assert tf["variable"]["dead_letter_topic"]["default"] == names.DEFAULTS["DEAD_LETTER_TOPIC"]
+    # What the function accepts: a topic id as Terraform renders it passes dead_letter.topic().
+    rendered = _substitute(env["DEAD_LETTER_TOPIC"], tf)
+    assert dead_letter._TOPIC.match(rendered), rendered
+    # The same topic the push subscription dead-letters to, and it has a subscription keeping it.
+    assert one(resource(tf, "google_pubsub_subscription", "to_function")["dead_letter_policy"])[
+        "dead_letter_topic"] == env["DEAD_LETTER_TOPIC"]
+    grants = [body for (rtype, _), body in tf["resource"].items()
+              if rtype == "google_pubsub_topic_iam_member" and body["topic"] == env["DEAD_LETTER_TOPIC"]
+              and body["member"] == "${google_service_account.function.member}"]
+    assert [g["role"] for g in grants] == ["roles/pubsub.publisher"], grants
+
+
 def test_function_source_is_the_bundle_function_bundle_builds(tf):
     from tidemark.cli import build_parser
 
@@ -564,3 +591,80 @@ def test_composer_installs_the_pyiceberg_the_code_pins(tf):
     low, high = re.match(r"^>=([\d.]+),<([\d.]+)$", spec).groups()
     as_tuple = lambda v: tuple(int(x) for x in v.strip().split("."))  # noqa: E731
     assert as_tuple(low) <= as_tuple(pinned) < as_tuple(high)
+
+
+# -- the Spark provider Composer installs for the dedup's Spark Connect path ----------------------
+
+# The first apache-airflow-providers-apache-spark that depends on pyspark-client (the pure-Python
+# Spark Connect client) instead of the full pyspark: 6.0.0 ("Make pyspark-client as default and
+# pyspark package optional"). Its hooks/spark_connect.py (6.0.2) is byte-identical to 5.6.0's.
+PROVIDER_WITH_CONNECT_CLIENT = 6
+CONNECT_HOOK_MODULE = "airflow.providers.apache.spark.hooks.spark_connect"
+
+
+def _range(spec: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    match = re.fullmatch(r">=([\d.]+),<([\d.]+)", spec.replace(" ", ""))
+    assert match, f"{spec!r} is not a bounded range >=low,<high"
+    low, high = match.groups()
+    return tuple(int(x) for x in low.split(".")), tuple(int(x) for x in high.split("."))
+
+
+def _pinned(package: str) -> tuple[int, ...]:
+    line = next(line for line in open(os.path.join(ROOT, "constraints.txt"))
+                if line.lower().startswith(package.lower() + "=="))
+    return tuple(int(x) for x in line.strip().split("==")[1].split("."))
+
+
+def _setup_cfg_requirement(package: str) -> str:
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    lines = config["options"]["install_requires"].splitlines()
+    lines += [line for extra in config["options.extras_require"].values() for line in extra.splitlines()]
+    spec = next(line.strip() for line in lines if re.match(rf"^{re.escape(package)}(\[|>|<|=|$)", line.strip()))
+    return re.sub(r"^[A-Za-z0-9_.-]+(\[[^]]*\])?", "", spec)
+
+
+def _dag_connect_path_imports() -> set[str]:
+    """Modules DedupOperator's Spark Connect branch imports (function-level imports of the DAG file)."""
+    tree = ast.parse(open(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read())
+    operator = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "DedupOperator")
+    return {node.module for node in ast.walk(operator) if isinstance(node, ast.ImportFrom) and node.module}
+
+
+def test_composer_installs_the_spark_provider_that_brings_the_connect_client(tf):
+    """With dedup_spark_connect the dedup task is a Spark Connect client on Composer's worker:
+    SparkConnectHook (the provider) and a pyspark Connect client of the cluster's Spark major.
+    Composer installs no pyspark, so the provider's range starts at the first major that depends on
+    pyspark-client, is bounded above, and pyspark-client's range is the code's pyspark range."""
+    imports = _dag_connect_path_imports()
+    assert CONNECT_HOOK_MODULE in imports and "tidemark.spark" in imports, imports
+    software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
+    packages = software["pypi_packages"]
+    low, high = _range(packages["apache-airflow-providers-apache-spark"])
+    assert low[0] >= PROVIDER_WITH_CONNECT_CLIENT, (
+        f"Composer's Spark provider range starts at {low}: below {PROVIDER_WITH_CONNECT_CLIENT} it brings "
+        "no pyspark-client, and the Connect path has no client on the worker")
+    assert high == (low[0] + 1,), f"bound the provider to one major (>={low[0]},<{low[0] + 1}), not <{high}"
+    assert "pyspark" not in packages, "pyspark and pyspark-client overwrite each other's files (pyspark/)"
+    client = _range(packages["pyspark-client"])
+    code = _range(_setup_cfg_requirement("pyspark"))
+    assert client == code, f"pyspark-client {client} on Composer, pyspark {code} in setup.cfg: one Spark major"
+    assert client[0] <= _pinned("pyspark") < client[1]
+
+
+def test_the_local_spark_provider_pin_has_the_hook_the_connect_path_imports():
+    """Locally (constraints.txt) the provider stays below the pyspark-client major, over the full
+    pyspark the local Spark runs on, and has the same hook module the DAG imports on Composer."""
+    import importlib
+    from importlib.metadata import version
+
+    pinned = _pinned("apache-airflow-providers-apache-spark")
+    assert pinned[0] < PROVIDER_WITH_CONNECT_CLIENT, (
+        "constraints.txt pins a provider that depends on pyspark-client, which overwrites the local pyspark")
+    low, high = _range(_setup_cfg_requirement("apache-airflow-providers-apache-spark"))
+    assert low <= pinned < high, "setup.cfg's airflow extra does not admit constraints.txt's provider"
+    assert tuple(int(x) for x in version("apache-airflow-providers-apache-spark").split(".")) == pinned
+    hook = importlib.import_module(CONNECT_HOOK_MODULE).SparkConnectHook
+    assert callable(hook.get_connection_url) and hook.conn_type == "spark_connect"

@@ -1,5 +1,5 @@
-"""Summaries of the lake for people, built from markers, pointers and notice records (no data file
-is read), plus the Airflow runs of a date when an Airflow is reachable.
+"""Summaries of the lake for people, built from markers, the Iceberg table's current metadata and
+notice records (no data file is read), plus the Airflow runs of a date when an Airflow is reachable.
 
     partitions(lake)                    one row per event date: current version, pending receipts, lag
     lineage(lake, event_date, runs)     one row per receipt partition: notice, DAG run, first version

@@ -298,12 +298,42 @@ def _commit_once(tbl, event_date: str, marker: dict, record: dict, data_files: l
     tx.commit_transaction()
 
 
+# The commit relies on pyiceberg internals no public API offers (a Transaction subclass reading
+# `_updates`, and `_OverwriteFiles`, what `update_snapshot().overwrite()` returns, with
+# `_existing_manifests` replaced: the public overwrite keeps every all-deleted manifest). They are
+# checked for these versions only (setup.cfg pins the same range; tests/test_publish_pyiceberg.py
+# asserts the internals' shape): another pyiceberg fails the commit loudly, before it starts.
+PYICEBERG_SUPPORTED = ((0, 12), (0, 13))  # >=0.12,<0.13
+
+
+class UnsupportedPyiceberg(RuntimeError):
+    """The installed pyiceberg is outside PYICEBERG_SUPPORTED."""
+
+
+def require_supported_pyiceberg(installed: str | None = None) -> None:
+    """Raise UnsupportedPyiceberg, naming the installed version, unless it is a supported one."""
+    if installed is None:
+        import pyiceberg
+
+        installed = pyiceberg.__version__
+    release = tuple(int(x) for x in re.findall(r"\d+", installed)[:2])
+    (low, high) = PYICEBERG_SUPPORTED
+    if not low <= release < high:
+        raise UnsupportedPyiceberg(
+            f"tidemark.publish commits through pyiceberg internals (Transaction._updates, "
+            f"_OverwriteFiles._existing_manifests) checked for pyiceberg >={'.'.join(map(str, low))},"
+            f"<{'.'.join(map(str, high))} only; pyiceberg {installed} is installed. Install a supported "
+            f"pyiceberg (setup.cfg, constraints.txt), or check those internals against the new version "
+            f"(tests/test_publish_pyiceberg.py) and widen PYICEBERG_SUPPORTED")
+
+
 _TRANSACTION = None
 
 
 def _transaction_class():
     global _TRANSACTION
     if _TRANSACTION is None:
+        require_supported_pyiceberg()
         from pyiceberg.table import Transaction
 
         class CachedTransaction(Transaction):
@@ -326,6 +356,7 @@ def _transaction_class():
 
 
 def _overwrite_class():
+    require_supported_pyiceberg()
     from pyiceberg.table.update.snapshot import _OverwriteFiles
 
     class Overwrite(_OverwriteFiles):

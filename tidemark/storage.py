@@ -1,6 +1,7 @@
 """Small file operations on the lake through pyarrow's filesystems (local paths, file://, gs://, s3://).
 
-Markers and pointers are tiny JSON files. Publishing one must be atomic so that readers never see a
+Markers and the lake's other records (notice records, obligations, ledgers) are tiny JSON files.
+Publishing one must be atomic so that readers never see a
 half-written file: on a local disk we write a hidden temp file and rename it over the target; on
 object stores a single object upload is already atomic.
 """
