@@ -134,8 +134,8 @@ class BatchProcessor:
     def _admit(self, by_file: list, receipt_ts: str, batch_id: int) -> tuple[dict, list[str]]:
         """The landing rule over the batch's files (tidemark.landing), the batch's ledger entry
         written, and the totals of its input files. Returns (totals, URIs of files not read)."""
-        files, skipped = [], []
-        totals = {"lines": 0, "valid": 0, "max_event_us": None}
+        files, skipped, newest = [], [], []
+        totals = {"lines": 0, "valid": 0}
         for found in by_file:
             row = found.asDict()
             path = landing.relative_path(self.landing, row["source_file"])
@@ -148,7 +148,8 @@ class BatchProcessor:
             totals["lines"] += int(row["lines"])
             totals["valid"] += int(row["valid"])
             if row["max_event_us"] is not None:
-                totals["max_event_us"] = max(totals["max_event_us"] or row["max_event_us"], row["max_event_us"])
+                newest.append(row["max_event_us"])
+        totals["max_event_us"] = max(newest, default=None)
         landing_ledger.record_batch(self.lake, receipt_ts, batch_id, files)
         if skipped:
             log.warning("landed files not read: not input by the landing rule", batch_id=batch_id,

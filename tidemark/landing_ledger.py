@@ -69,12 +69,6 @@ def read_ledger(lake: str) -> dict[str, FileRecord]:
     return out
 
 
-def receipt_times(lake: str) -> dict[str, int]:
-    """{path: receipt time in microseconds} of every file the stream read as input."""
-    return {path: receipt_us(record.receipt_ts) for path, record in read_ledger(lake).items()
-            if record.verdict == landing.INPUT}
-
-
 def receipt_us(receipt_ts: str) -> int:
     """A ledger entry's receipt_ts as microseconds: the receipt time the stream's clock guard used
     (the batch timestamp, which receipt_ts spells to the millisecond)."""

@@ -108,33 +108,13 @@ def read_marker(lake: str, event_date: str, receipt_ts: str) -> ReceiptPartition
 def list_receipt_names(lake: str, event_date: str) -> list[str]:
     """Receipt timestamps of the partition folders of one event date, complete or not, oldest first:
     one listing, no marker read (the caller reads the markers of those it needs)."""
-    out = []
-    for name in storage.list_subdirs(layout.event_date_dir(lake, event_date)):
-        value = layout.partition_value(name, "receipt_ts")
-        if value is None:
-            continue
-        try:
-            out.append(layout.check_receipt_ts(value))
-        except layout.InvalidPartitionValue:
-            continue
-    return sorted(out)
+    return storage.list_partition_values(layout.event_date_dir(lake, event_date), "receipt_ts",
+                                         layout.check_receipt_ts)
 
 
 def list_receipts(lake: str, event_date: str) -> list[str]:
     """Receipt timestamps of the complete partitions of one event date, oldest first."""
-    folder = layout.event_date_dir(lake, event_date)
-    out = []
-    for name in storage.list_subdirs(folder):
-        value = layout.partition_value(name, "receipt_ts")
-        if value is None:
-            continue
-        try:
-            layout.check_receipt_ts(value)
-        except layout.InvalidPartitionValue:
-            continue
-        if storage.exists(layout.join(folder, name, layout.RECEIPT_MARKER)):
-            out.append(value)
-    return sorted(out)
+    return [ts for ts in list_receipt_names(lake, event_date) if is_complete(lake, event_date, ts)]
 
 
 def list_event_dates(lake: str) -> list[str]:
@@ -148,8 +128,8 @@ def reindex(lake: str, progress=None) -> int:
     spanning = 0
     dates = list_event_dates(lake)
     for event_date in dates:
-        for receipt_ts in list_receipts(lake, event_date):
-            marker = read_marker(lake, event_date, receipt_ts)
+        for receipt_ts in list_receipt_names(lake, event_date):
+            marker = read_marker(lake, event_date, receipt_ts)  # None: not complete
             if marker is not None and receipt_index.reached_dates(marker):
                 receipt_index.register(lake, marker)
                 spanning += 1

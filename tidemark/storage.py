@@ -116,24 +116,29 @@ def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
             yield info.path
 
 
-def list_event_dates(root: str) -> list[str]:
-    """Valid dates of the `event_date=YYYY-MM-DD` folders directly under root, oldest first.
-
-    Folders whose value is not a real date (written by hand, or by something else) are skipped,
-    so a stray folder can never become a path or a run.
-    """
+def list_partition_values(root: str, key: str, check) -> list[str]:
+    """The values of the `key=value` folders directly under root that `check` (a layout check)
+    accepts, sorted. Others (written by hand, or by something else) are skipped, so a stray folder
+    can never become a path or a run."""
     from tidemark import layout  # layout has no I/O; storage is what lists
 
     out = []
     for name in list_subdirs(root):
-        value = layout.partition_value(name, "event_date")
+        value = layout.partition_value(name, key)
         if value is None:
             continue
         try:
-            out.append(layout.check_event_date(value))
+            out.append(check(value))
         except layout.InvalidPartitionValue:
             continue
     return sorted(out)
+
+
+def list_event_dates(root: str) -> list[str]:
+    """Valid dates of the `event_date=YYYY-MM-DD` folders directly under root, oldest first."""
+    from tidemark import layout
+
+    return list_partition_values(root, "event_date", layout.check_event_date)
 
 
 def create_text_if_absent(uri: str, text: str, settle_seconds: float = 2.0) -> bool:
