@@ -15,7 +15,11 @@ and every user-supplied partition value is validated here before it can reach a 
     <lake>/_obligations/event_date=YYYY-MM-DD/<source date>__<version>.json  reruns owed (tidemark.obligations)
     <lake>/_receipts/reach/event_date=E/<event_date>__<receipt_ts>          receipt partitions of earlier dates whose
                                                                            sessions reach into E (tidemark.receipt_index)
+    <lake>/_receipts/arrivals/day=YYYY-MM-DD/<receipt_ts>__<event_date>   every receipt partition, by the day it was received
+                                                                           (what changed since a time: tidemark.receipt_index)
     <lake>/_receipts/head.json, _receipts/reach_complete.json              the newest fully written batch; the index's start
+    <lake>/_reconcile/cursor.json                                          where reconciliation's last pass stopped
+                                                                           (tidemark.reconcile)
     <lake>/_landing/receipt_ts=<receipt_ts>.json                           the landing ledger: files read per batch
                                                                            (tidemark.landing_ledger)
 """
@@ -32,6 +36,7 @@ RULES = "_rules"
 OBLIGATIONS = "_obligations"
 LANDING_LEDGER = "_landing"
 RECEIPT_INDEX = "_receipts"
+RECONCILE = "_reconcile"
 
 RECEIPT_MARKER = "_tidemark_receipt.json"
 QUARANTINE_MARKER = "_tidemark_quarantine.json"
@@ -146,6 +151,20 @@ def reach_dir(lake: str, event_date: object) -> str:
 
 def reach_entry(lake: str, into: object, event_date: object, receipt_ts: object) -> str:
     return join(reach_dir(lake, into), f"{check_event_date(event_date)}__{check_receipt_ts(receipt_ts)}")
+
+
+def arrivals_dir(lake: str, day: object) -> str:
+    """Entries naming the receipt partitions received on `day` (UTC), one per partition."""
+    return join(lake, RECEIPT_INDEX, "arrivals", f"day={check_event_date(day)}")
+
+
+def arrival_entry(lake: str, receipt_ts: object, event_date: object) -> str:
+    received = parse_receipt_ts(receipt_ts).date().isoformat()
+    return join(arrivals_dir(lake, received), f"{check_receipt_ts(receipt_ts)}__{check_event_date(event_date)}")
+
+
+def reconcile_cursor_path(lake: str) -> str:
+    return join(lake, RECONCILE, "cursor.json")
 
 
 def landing_ledger_dir(lake: str) -> str:

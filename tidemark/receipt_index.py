@@ -15,6 +15,16 @@ complete only when its marker exists, and an entry without a marker (a crash in 
 replayed batch writes both again) is skipped by the planner like any incomplete partition. Entries
 name dates, never rules: a gap change reads the same entries.
 
+What changed since a time, without listing the dates: every partition also gets an arrival entry,
+by the UTC day it was received, written first (before its reach entries and its marker):
+
+    <lake>/_receipts/arrivals/day=R/<receipt_ts>__<event_date>
+
+`arrived(lake, after, through)` lists the days between two receipt times and returns the dates
+that received partitions in between: what reconciliation (tidemark/reconcile.py) re-examines
+instead of every date. An entry whose partition never completed (a crash; the replay writes it
+again) only makes a date be looked at once more.
+
 Two small files make the fast paths safe:
   - `head.json`: the receipt_ts of the newest micro-batch whose partitions are all complete,
     written by the stream after each batch's markers. The stream runs its batches one after
@@ -50,6 +60,31 @@ def register(lake: str, partition) -> None:
     """Write the partition's reach entries (before its marker: see the module's docstring)."""
     for into in reached_dates(partition):
         storage.write_text_atomic(layout.reach_entry(lake, into, partition.event_date, partition.receipt_ts), "")
+
+
+def record_arrival(lake: str, partition) -> None:
+    """Write the partition's arrival entry (first of all its registration: see the module's docstring)."""
+    storage.write_text_atomic(layout.arrival_entry(lake, partition.receipt_ts, partition.event_date), "")
+
+
+def arrived(lake: str, after: str | None, through: str) -> set[str]:
+    """The event dates of the partitions received after `after` (exclusive; None: from the first
+    arrival day on record is not known, so the caller must not ask) up to `through` (inclusive):
+    one listing per day in between, whatever the lake's age."""
+    if after is None:
+        raise ValueError("arrived() needs a start: without one every date may have changed")
+    first = layout.parse_receipt_ts(after).date()
+    last = layout.parse_receipt_ts(through).date()
+    out = set()
+    for n in range((last - first).days + 1):
+        for name in storage.list_dir(layout.arrivals_dir(lake, first + timedelta(days=n))):
+            receipt_ts, _, event_date = name.partition("__")
+            try:
+                if after < layout.check_receipt_ts(receipt_ts) <= through:
+                    out.add(layout.check_event_date(event_date))
+            except layout.InvalidPartitionValue:
+                continue  # a hidden temporary file, or a stranger's
+    return out
 
 
 def reaching(lake: str, into: str) -> list[tuple[str, str]]:

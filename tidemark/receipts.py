@@ -68,24 +68,30 @@ def is_complete(lake: str, event_date: str, receipt_ts: str) -> bool:
 
 
 def complete(lake: str, partition: ReceiptPartition) -> None:
-    """Register the partition in the receipt index, then write its marker: complete from then on."""
+    """Register the partition in the receipt index (its arrival, then the later dates it reaches),
+    then write its marker: complete from then on."""
+    receipt_index.record_arrival(lake, partition)
     receipt_index.register(lake, partition)
     storage.write_json_atomic(marker_path(lake, partition.event_date, partition.receipt_ts),
                               partition.to_json())
 
 
 def complete_among(lake: str, partitions: list[ReceiptPartition]) -> set[tuple[str, str]]:
-    """(event_date, receipt_ts) of those of `partitions` whose marker exists: one metadata call
-    for all of them (a batch touching 2,000 dates used to make 2,000)."""
+    """(event_date, receipt_ts) of those of `partitions` whose marker exists."""
+    return complete_keys(lake, [(p.event_date, p.receipt_ts) for p in partitions])
+
+
+def complete_keys(lake: str, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Those (event_date, receipt_ts) whose marker exists: one metadata call for all of them (a
+    batch touching 2,000 dates used to make 2,000)."""
     import pyarrow.fs as pafs
 
-    if not partitions:
+    if not keys:
         return set()
     fs, _ = storage.resolve(lake)
-    paths = [storage.resolve(marker_path(lake, p.event_date, p.receipt_ts))[1] for p in partitions]
+    paths = [storage.resolve(marker_path(lake, *key))[1] for key in keys]
     infos = fs.get_file_info(paths)
-    return {(p.event_date, p.receipt_ts) for p, info in zip(partitions, infos)
-            if info.type != pafs.FileType.NotFound}
+    return {key for key, info in zip(keys, infos) if info.type != pafs.FileType.NotFound}
 
 
 def complete_all(lake: str, partitions: list[ReceiptPartition]) -> None:
