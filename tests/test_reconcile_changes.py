@@ -122,3 +122,29 @@ def test_arrivals_name_the_dates_received_between_two_times(lake):
         assert receipt_index.arrived(lake, written[a][0].receipt_ts, written[b][0].receipt_ts) == expected
     with pytest.raises(ValueError):
         receipt_index.arrived(lake, None, written[-1][0].receipt_ts)
+
+
+def test_partitions_shows_a_range_of_dates_with_what_reconcile_finds(lake, capsys):
+    import json
+
+    from tidemark import cli
+
+    rng = random.Random(8)
+    for batch in range(10):
+        _write_batch(lake, rng, batch, days=6)
+    dates = receipts.list_event_dates(lake)
+    for event_date in dates[::2]:
+        _commit_version(lake, event_date, random.Random(0))
+    _write_batch(lake, rng, 10, days=6)
+    since, until = dates[1], dates[-2]
+    capsys.readouterr()
+    assert cli.main(["partitions", "--lake", lake, "--json", "--since", since, "--until", until]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["event_date"] for r in rows] == [d for d in dates if since <= d <= until]
+    stale = {s.event_date: s for s in reconcile.staleness(lake, event_dates=dates)}
+    for row in rows:
+        expected = stale.get(row["event_date"])
+        assert row["pending_receipts"] == ([k.split("/", 1)[1] for k in expected.pending_receipts]
+                                           if expected else [])
+        assert row["receipts"] == len(receipts.list_receipts(lake, row["event_date"]))
+    assert cli.main(["partitions", "--lake", lake, "--since", "2026-02-30"]) != 0
