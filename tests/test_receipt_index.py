@@ -28,14 +28,20 @@ def _plans(lake: str, event_date: str, rules: SessionRules, hi: str) -> tuple[li
     return indexed.keys, scanned.keys
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_plans_with_the_index_equal_plans_that_read_every_marker(tmp_path, seed):
+@pytest.mark.parametrize("seed,ends", [(0, "all"), (1, "all"), (2, "some"), (3, "none")])
+def test_plans_with_the_index_equal_plans_that_read_every_marker(tmp_path, seed, ends):
+    """`ends`: which partitions have end entries: all, some or none (a lake indexed before they
+    existed, then written on by today's stream): the partitions without one have their markers read."""
     rng = random.Random(seed)
     lake = str(tmp_path / "lake")
     receipt_index.start(lake)
     assert receipt_index.is_complete(lake)
     for batch in range(40):
+        if batch == 20 and ends == "some":
+            shutil.rmtree(os.path.join(lake, layout.RECEIPT_INDEX, "ends"))
         _write_batch(lake, rng, batch)
+    if ends == "none":
+        shutil.rmtree(os.path.join(lake, layout.RECEIPT_INDEX, "ends"))
     checked = 0
     for offset in range(13):
         event_date = (DAY0 + timedelta(days=offset)).isoformat()

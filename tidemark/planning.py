@@ -26,7 +26,6 @@ without a recorded reach (written by an older tidemark) never counts as covering
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
@@ -65,6 +64,7 @@ class LakeIndex:
         self._dates: list[str] | None = None
         self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
         self._reaching: dict[str, list[receipts.ReceiptPartition]] = {}
+        self._ending: dict[tuple[str, datetime], list] = {}
 
     @property
     def dates(self) -> list[str]:
@@ -89,12 +89,25 @@ class LakeIndex:
 
     def markers(self, keys: list[tuple[str, str]]) -> list[receipts.ReceiptPartition]:
         """The markers of complete partitions among (event_date, receipt_ts) keys."""
-        # Markers are tiny objects: on a bucket, reading them concurrently hides the latency.
-        if not keys:
-            return []
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            found = list(pool.map(lambda key: receipts.read_marker(self.lake, *key), keys))
-        return [m for m in found if m is not None]
+        return receipts.read_markers(self.lake, keys)
+
+    def ending_after(self, event_date: str, lo: datetime) -> list:
+        """The complete partitions of event_date whose panes end at or after lo, from listings: the
+        date's markers by name and, when its midnight is before lo, its end entries (a partition
+        without one, registered before they existed, has its marker read)."""
+        key = (event_date, lo)
+        if key not in self._ending:
+            stamps = receipts.complete_names(self.lake, event_date)
+            if midnight(date.fromisoformat(event_date)) >= lo:
+                # every pane of the date starts at or after its midnight: all of them reach lo
+                found = [receipts.ReceiptRef(self.lake, event_date, ts) for ts in stamps]
+            else:
+                ends = receipt_index.ends(self.lake, event_date)
+                found = [receipts.ReceiptRef(self.lake, event_date, ts, ends[ts]) for ts in stamps if ts in ends]
+                found += self.markers([(event_date, ts) for ts in stamps if ts not in ends])
+                found = [p for p in found if times.parse_iso(p.max_event_ts) >= lo]
+            self._ending[key] = found
+        return self._ending[key]
 
     def has_dates_after(self, event_date: str) -> bool:
         return any(d > event_date for d in self.dates)
@@ -105,7 +118,7 @@ class Plan:
     event_date: str
     lo: datetime
     hi: str
-    partitions: list[receipts.ReceiptPartition]
+    partitions: list  # receipts.ReceiptPartition (a marker read) or receipts.ReceiptRef (from listings)
     # The receipt index's head when the plan was made (LakeIndex.head): every partition received at
     # or before it that the plan needs is in it. A version records it; None: unknown.
     planned_through: str | None = None
@@ -120,6 +133,9 @@ class Plan:
 
     @property
     def rows(self) -> int:
+        """Pane rows of the plan's partitions (the markers of those known from listings are read,
+        concurrently, only when this is asked: a full run's report)."""
+        receipts.load_markers([p for p in self.partitions if isinstance(p, receipts.ReceiptRef)])
         return sum(p.rows for p in self.partitions)
 
 
@@ -151,11 +167,12 @@ def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Pla
     lo = lo_of(event_date, rules)
     if index.indexed:
         dates = scope(event_date, rules, hi)
-        found = [p for d in dates for p in index.partitions(d)] + index.reaching(dates[0])
+        reaching = [p for p in index.reaching(dates[0]) if times.parse_iso(p.max_event_ts) >= lo]
+        found = [p for d in dates for p in index.ending_after(d, lo)] + reaching
     else:
-        found = [p for d in index.dates if d <= hi for p in index.partitions(d)]
-    chosen = sorted((p for p in found if times.parse_iso(p.max_event_ts) >= lo),
-                    key=lambda p: (p.event_date, p.receipt_ts))
+        found = [p for d in index.dates if d <= hi for p in index.partitions(d)
+                 if times.parse_iso(p.max_event_ts) >= lo]
+    chosen = sorted(found, key=lambda p: (p.event_date, p.receipt_ts))
     return Plan(event_date, lo, hi, chosen, index.head)
 
 

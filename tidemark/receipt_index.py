@@ -15,6 +15,17 @@ complete only when its marker exists, and an entry without a marker (a crash in 
 replayed batch writes both again) is skipped by the planner like any incomplete partition. Entries
 name dates, never rules: a gap change reads the same entries.
 
+What planning needs of a partition without reading its marker: every partition also gets an end
+entry under its own date, naming the latest end of its panes (in microseconds):
+
+    <lake>/_receipts/ends/event_date=E/<receipt_ts>__<max_event_us>
+
+A plan of D takes every complete partition of the dates after date(lo) (their panes start on or
+after their date's midnight, past lo), and those of date(lo) whose end is at or after lo: with the
+end entries, one listing of that date tells which, and whether a partition is complete is one
+recursive listing of its date's folder (the markers' names), not a read per marker. A partition
+registered before end entries existed has none: its marker is read, as before.
+
 What changed since a time, without listing the dates: every partition also gets an arrival entry,
 by the UTC day it was received, written first (before its reach entries and its marker):
 
@@ -60,6 +71,25 @@ def register(lake: str, partition) -> None:
     """Write the partition's reach entries (before its marker: see the module's docstring)."""
     for into in reached_dates(partition):
         storage.write_text_atomic(layout.reach_entry(lake, into, partition.event_date, partition.receipt_ts), "")
+
+
+def record_end(lake: str, partition) -> None:
+    """Write the partition's end entry (before its marker: see the module's docstring)."""
+    end_us = times.to_micros(times.parse_iso(partition.max_event_ts))
+    storage.write_text_atomic(layout.end_entry(lake, partition.event_date, partition.receipt_ts, end_us), "")
+
+
+def ends(lake: str, event_date: str) -> dict[str, str]:
+    """receipt_ts -> the latest end of its panes (ISO, microseconds), for the partitions of
+    event_date with an end entry, complete or not (one listing)."""
+    out = {}
+    for name in storage.list_dir(layout.ends_dir(lake, event_date)):
+        receipt_ts, _, end_us = name.partition("__")
+        try:
+            out[layout.check_receipt_ts(receipt_ts)] = times.iso_from_micros(int(end_us))
+        except (layout.InvalidPartitionValue, ValueError):
+            continue  # a hidden temporary file, or a stranger's
+    return out
 
 
 def record_arrival(lake: str, partition) -> None:

@@ -71,6 +71,7 @@ def complete(lake: str, partition: ReceiptPartition) -> None:
     """Register the partition in the receipt index (its arrival, then the later dates it reaches),
     then write its marker: complete from then on."""
     receipt_index.record_arrival(lake, partition)
+    receipt_index.record_end(lake, partition)
     receipt_index.register(lake, partition)
     storage.write_json_atomic(marker_path(lake, partition.event_date, partition.receipt_ts),
                               partition.to_json())
@@ -111,6 +112,78 @@ def read_marker(lake: str, event_date: str, receipt_ts: str) -> ReceiptPartition
     return None if payload is None else ReceiptPartition(**payload)
 
 
+@dataclass(frozen=True)
+class ReceiptRef:
+    """A complete receipt partition known from listings: its key and, when the plan needed it, the
+    latest end of its panes (the receipt index's end entry). Its marker is read only when another
+    of its facts is asked for (`rows`: the few new partitions of an incremental run)."""
+    lake: str
+    event_date: str
+    receipt_ts: str
+    end: str | None = None
+
+    @property
+    def marker(self) -> ReceiptPartition:
+        if "_marker" not in self.__dict__:
+            load_markers([self])
+        return self.__dict__["_marker"]
+
+    @property
+    def max_event_ts(self) -> str:
+        return self.end or self.marker.max_event_ts
+
+    @property
+    def rows(self) -> int:
+        return self.marker.rows
+
+
+def read_markers(lake: str, keys: list[tuple[str, str]]) -> list[ReceiptPartition]:
+    """The markers of complete partitions among (event_date, receipt_ts) keys, read concurrently
+    (tiny objects: on a bucket, concurrency hides the latency); missing ones are left out."""
+    if not keys:
+        return []
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        found = list(pool.map(lambda key: read_marker(lake, *key), keys))
+    return [m for m in found if m is not None]
+
+
+def load_markers(refs: list[ReceiptRef]) -> None:
+    """Read the markers of those `refs` not read yet, concurrently, and keep them with each ref."""
+    todo = [ref for ref in refs if "_marker" not in ref.__dict__]
+    if not todo:
+        return
+    found = {(m.event_date, m.receipt_ts): m for m in read_markers(todo[0].lake, [(r.event_date, r.receipt_ts) for r in todo])}
+    for ref in todo:
+        marker = found.get((ref.event_date, ref.receipt_ts))
+        if marker is None:
+            raise FileNotFoundError(f"the marker of a complete receipt partition is gone: "
+                                    f"{marker_path(ref.lake, ref.event_date, ref.receipt_ts)}")
+        ref.__dict__["_marker"] = marker  # frozen dataclass: the cache bypasses __setattr__ on purpose
+
+
+def complete_names(lake: str, event_date: str) -> list[str]:
+    """Receipt timestamps of the complete partitions of one event date, oldest first: one recursive
+    listing of the date's folder, markers recognised by name (none read)."""
+    import pyarrow.fs as pafs
+
+    fs, root = storage.resolve(layout.event_date_dir(lake, event_date))
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for info in infos:
+        if info.base_name != layout.RECEIPT_MARKER:
+            continue
+        folder = info.path[:-len(layout.RECEIPT_MARKER)].rstrip("/").rsplit("/", 1)[-1]
+        value = layout.partition_value(folder, "receipt_ts")
+        try:
+            out.append(layout.check_receipt_ts(value))
+        except layout.InvalidPartitionValue:
+            continue  # a marker in a stranger's folder
+    return sorted(out)
+
+
 def list_receipt_names(lake: str, event_date: str) -> list[str]:
     """Receipt timestamps of the partition folders of one event date, complete or not, oldest first:
     one listing, no marker read (the caller reads the markers of those it needs)."""
@@ -136,7 +209,10 @@ def reindex(lake: str, progress=None) -> int:
     for event_date in dates:
         for receipt_ts in list_receipt_names(lake, event_date):
             marker = read_marker(lake, event_date, receipt_ts)  # None: not complete
-            if marker is not None and receipt_index.reached_dates(marker):
+            if marker is None:
+                continue
+            receipt_index.record_end(lake, marker)
+            if receipt_index.reached_dates(marker):
                 receipt_index.register(lake, marker)
                 spanning += 1
         if progress is not None:
