@@ -207,8 +207,9 @@ def measure(fn, latency_ms: float) -> tuple[float, dict]:
 
 
 def run_size(size: int, latency_ms: float, root: str) -> list[list]:
-    lake = os.path.join(root, f"lake-{size}")
-    shutil.rmtree(lake, ignore_errors=True)  # each latency measures a lake in the same state
+    # each latency measures a new lake in the same state (a new path: the Iceberg catalog of a
+    # removed lake stays cached in the process)
+    lake = os.path.join(root, f"lake-{size}-{latency_ms:g}ms")
     started = time.monotonic()
     newest, batches = build(lake, size)
     print(f"built {size} partitions ({batches} batches, newest date {newest}) in {time.monotonic() - started:.0f} s",

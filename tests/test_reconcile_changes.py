@@ -5,6 +5,7 @@ versions are committed to the Iceberg table with no data files (what a version o
 sessions is), which is all reconciliation reads of them."""
 from __future__ import annotations
 
+import os
 import random
 from datetime import datetime, timedelta, timezone
 
@@ -148,3 +149,24 @@ def test_partitions_shows_a_range_of_dates_with_what_reconcile_finds(lake, capsy
                                            if expected else [])
         assert row["receipts"] == len(receipts.list_receipts(lake, row["event_date"]))
     assert cli.main(["partitions", "--lake", lake, "--since", "2026-02-30"]) != 0
+
+
+def test_gc_prunes_arrivals_reconciliation_no_longer_needs_and_a_pass_behind_them_walks(lake):
+    from tidemark import gc, storage
+
+    rng = random.Random(9)
+    written = [_write_batch(lake, rng, batch) for batch in range(0, 8640 * 3, 2880)]  # 3 days of receipts
+    arrivals = os.path.join(lake, layout.RECEIPT_INDEX, "arrivals")
+    assert len(os.listdir(arrivals)) == 3
+    reconcile.staleness(lake, now=NOW)  # a cursor at the newest head (day 3)
+    day3 = datetime(2026, 4, 3, 12, tzinfo=timezone.utc)
+    removed = gc.gc(lake, timedelta(hours=1), now=day3)
+    assert sorted(r.path.rsplit("=", 1)[1] for r in removed if r.what == "arrivals") == ["2026-04-01", "2026-04-02"]
+    assert os.listdir(arrivals) == ["day=2026-04-03"]
+    assert not reconcile.Cursor.start(lake, RULES, NOW, full=False).full  # the last pass is after them
+    # a cursor from before the pruned days: the next pass cannot read what arrived since, so it walks
+    cursor = _cursor(lake)
+    storage.write_json_atomic(layout.reconcile_cursor_path(lake), {**cursor, "head": written[1][0].receipt_ts})
+    assert reconcile.Cursor.start(lake, RULES, NOW, full=False).full
+    walked = reconcile.staleness(lake, event_dates=receipts.list_event_dates(lake))
+    assert [s.to_json() for s in reconcile.staleness(lake, now=NOW)] == [s.to_json() for s in walked]

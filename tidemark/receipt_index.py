@@ -117,6 +117,31 @@ def arrived(lake: str, after: str | None, through: str) -> set[str]:
     return out
 
 
+ARRIVALS_PRUNED = "arrivals_pruned.json"
+
+
+def arrivals_pruned_before(lake: str) -> str | None:
+    """The first receipt day whose arrival entries are all kept (older days may be pruned), or None."""
+    payload = storage.read_json(layout.join(layout.receipt_index_dir(lake), ARRIVALS_PRUNED))
+    return None if not payload else layout.check_event_date(payload["before"])
+
+
+def prune_arrivals(lake: str, keep_from: date, dry_run: bool = False) -> list[str]:
+    """Remove the arrival entries of receipt days before `keep_from` (`tidemark gc`); returns the
+    days removed. The horizon is recorded first: a reconciliation pass whose previous pass stopped
+    before it walks every date instead of reading arrivals that may be gone."""
+    root = layout.join(layout.receipt_index_dir(lake), "arrivals")
+    days = [d for d in storage.list_partition_values(root, "day", layout.check_event_date) if d < keep_from.isoformat()]
+    if days and not dry_run:
+        recorded = arrivals_pruned_before(lake)
+        if recorded is None or recorded < keep_from.isoformat():
+            storage.write_json_atomic(layout.join(layout.receipt_index_dir(lake), ARRIVALS_PRUNED),
+                                      {"before": keep_from.isoformat(), "at": times.now_iso_z()})
+        for day in days:
+            storage.delete_dir(layout.arrivals_dir(lake, day))
+    return days
+
+
 def reaching(lake: str, into: str) -> list[tuple[str, str]]:
     """(event_date, receipt_ts) of the partitions of earlier dates registered as reaching `into`."""
     out = []

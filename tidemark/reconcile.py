@@ -178,6 +178,8 @@ class Cursor:
                     "no stream batch recorded yet" if head is None or not previous.get("head") else
                     "the session rules changed" if previous.get("rules") != described else
                     "the head went back" if head < previous["head"] else
+                    "arrivals since the last pass were pruned" if (receipt_index.arrivals_pruned_before(lake) or "")
+                    > layout.parse_receipt_ts(previous["head"]).date().isoformat() else
                     "the last walk is old" if _time(previous.get("walked_at")) is None
                     or now - _time(previous["walked_at"]) >= FULL_EVERY else None)
         if why_full:
