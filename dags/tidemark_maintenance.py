@@ -24,23 +24,13 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import dag, task
 
+from tidemark.durations import parse_interval  # standard library only: cheap at parse time
+
 DAG_ID = "tidemark_maintenance"
 
 
-def _interval(text: str) -> timedelta | None:
-    """TIDEMARK_MAINTENANCE_INTERVAL: "1d", "12h", ... or "off". A bad value fails the parse with a
-    clear import error instead of a silent default."""
-    if text.strip().lower() in ("off", "none", ""):
-        return None
-    from tidemark.durations import parse_duration
-
-    span = parse_duration(text.strip())
-    if span < timedelta(hours=1):
-        raise ValueError(f"TIDEMARK_MAINTENANCE_INTERVAL {text!r} is below 1h")
-    return span
-
-
-SCHEDULE = _interval(os.environ.get("TIDEMARK_MAINTENANCE_INTERVAL", "1d"))
+SCHEDULE = parse_interval(os.environ.get("TIDEMARK_MAINTENANCE_INTERVAL", "1d"), "TIDEMARK_MAINTENANCE_INTERVAL",
+                          timedelta(hours=1))
 
 
 def _setting(variable: str, env: str, default: str) -> str:
