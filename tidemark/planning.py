@@ -1,4 +1,5 @@
-"""Which receipt partitions a deduplication of one event date must read, from markers alone (no Spark).
+"""Which receipt partitions a deduplication of one event date must read, from the receipt index's
+listings and markers (no Spark, no data file).
 
 The dedup of D publishes the sessions starting on D. With `D0` = D 00:00 UTC:
 
@@ -50,9 +51,10 @@ def receipt_key(event_date: str, receipt_ts: str) -> str:
 class LakeIndex:
     """The complete receipt partitions of a lake and their markers, read as a run needs them.
 
-    With a complete receipt index (tidemark/receipt_index.py) a plan reads the dates in
-    [date(lo), hi] and one reach folder; without it (a lake written before the index, until
-    `tidemark reindex`), every date up to hi, as before.
+    With a complete receipt index (tidemark/receipt_index.py) a plan lists the dates in
+    [date(lo), hi] (`ending_after`: no marker read but those of partitions without an end entry)
+    and reads the markers of one reach folder; without it (a lake written before the index, until
+    `tidemark reindex`), every marker up to hi.
     """
 
     def __init__(self, lake: str):
