@@ -95,3 +95,34 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
     healthy = _health(lake)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert healthy.stdout.startswith("healthy: 0 stale date(s)")
+
+
+def test_the_stack_starts_prometheus_scraping_the_exporter_and_down_stops_both(tmp_path, monkeypatch):
+    """The stack's own start (the part of `tidemark up` after the stream): the exporter and
+    Prometheus are recorded, `status` shows them running with Prometheus's URL, Prometheus scrapes
+    the exporter (target up) and reports the stream it cannot reach, and `down` stops both."""
+    from tidemark.localstack.stack import Stack, port_states
+
+    monkeypatch.setenv("PYTHONPATH", ROOT)  # the `tidemark` script runs this checkout's code
+    stack = Stack(str(tmp_path / "home"))
+    settings = stack.configure()
+    os.makedirs(settings.lake)
+    try:
+        stack._start_exporter(settings, 60)
+        stack._start_prometheus(settings, 60)
+        rows = {r["component"]: r for r in stack.status()}
+        assert rows["prometheus"]["state"] == "running"
+        assert rows["prometheus"]["url"] == f"http://127.0.0.1:{settings.ports['prometheus']}"
+        assert rows["exporter (lake SLO gauges)"]["state"] == "running"
+        server = stack.prometheus(settings)
+        wait_for(lambda: server.targets_health() == {"tidemark-exporter": "up", "tidemark-stream": "down"},
+                 90, "Prometheus to scrape both targets", 1.0)
+        assert server.query('tidemark_slo_objective_seconds{tidemark_slo="correction"}')[0]["value"][1] == "1200"
+        # no stream runs: its alert is pending (for: 120s), not yet firing
+        wait_for(lambda: any(a["labels"]["alertname"] == "TidemarkStreamDown" for a in server.alerts()),
+                 60, "the stream-down alert to be pending", 1.0)
+    finally:
+        done = stack.down()
+    assert sorted(d["component"] for d in done if d["stopped"]) == ["exporter", "prometheus"]
+    assert not port_states(settings)["prometheus"] and not port_states(settings)["exporter"]
+    assert {r["state"] for r in stack.status() if r["component"] in ("prometheus", "exporter (lake SLO gauges)")} == {"stopped"}
