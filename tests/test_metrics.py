@@ -178,3 +178,20 @@ def test_dedup_outcomes_are_counted_by_kind():
                 if m.name == "tidemark.dedup.runs":
                     points = {p.attributes["tidemark.dedup.outcome"]: p.value for p in m.data.data_points}
     assert points == {"no_op": 1, "superseded": 1, "failed": 1}
+
+
+def test_given_up_dates_come_from_reconciles_run_states(tmp_path):
+    """With Airflow's answers (run id -> state), a date whose every reconcile attempt ended is given
+    up; while an attempt is queued it is not; when Airflow cannot be asked it is unknown, not 0."""
+    lake, *_ = lake_with(tmp_path, upto=2)
+    dates = sorted(s.event_date for s in read_lake(lake).stale)
+    ended = read_lake(lake, run_state=lambda run_id: "failed")
+    assert ended.given_up == dates
+    assert "given_up" in {b.slo for b in breaches(ended, Objectives())}
+    queued = read_lake(lake, run_state=lambda run_id: "queued" if run_id.endswith("__3") else "failed")
+    assert queued.given_up == []
+
+    def unreachable(run_id):
+        raise ConnectionError("airflow down")
+
+    assert read_lake(lake, run_state=unreachable).given_up is None
