@@ -92,6 +92,16 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
         wait_for(lambda: not prometheus.firing("TidemarkEventDateStale") and not prometheus.firing("TidemarkNoticeOwed"),
                  60, "the alerts to clear", 0.5)
         assert prometheus.query("tidemark_event_date_stale")[0]["value"][1] == "0"
+        # The demo report's staleness chart, from the same series: the stale dates, then none.
+        from tidemark.metrics_charts import STALENESS, prometheus_charts, query_range
+
+        end = time.time()
+        history = query_range(prometheus.url, STALENESS, end - 600, end, 1)
+        # (a date the corrections reached may have been stale for a moment too: an owed rerun)
+        assert set(stale_dates) <= {h["metric"]["tidemark_event_date"] for h in history}
+        charts = prometheus_charts(str(tmp_path), prometheus.url, end - 600, end)
+        assert [os.path.basename(c) for c in charts] == ["staleness.png"]  # no stream: no lag chart
+        assert os.path.getsize(charts[0]) > 10_000
     healthy = _health(lake)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert healthy.stdout.startswith("healthy: 0 stale date(s)")
