@@ -59,7 +59,6 @@ class Metric:
 STREAM = "stream (BatchReport listener)"
 LAKE = "exporter (observed from the lake)"
 DEDUP = "dedup (tidemark dedup, the DAG's task)"
-FUNCTION = "Cloud Function"
 
 METRICS = (
     Metric("tidemark.stream.batch.lag", "histogram", "s",
@@ -82,8 +81,6 @@ METRICS = (
            ("tidemark.dedup.outcome",), DEDUP),
     Metric("tidemark.dedup.versions.committed", "counter", "{version}", "Versions published by dedup runs",
            (), DEDUP),
-    Metric("tidemark.function.notices", "counter", "{notice}",
-           "Availability notices handled by the function, by outcome", ("tidemark.function.outcome",), FUNCTION),
     Metric("tidemark.event_date.staleness", "gauge", "s",
            "Per stale event date: age of the oldest reason its current version is stale (oldest "
            "complete receipt partition it lacks, owed rerun, ...)", ("tidemark.event_date",), LAKE),
