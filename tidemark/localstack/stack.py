@@ -498,6 +498,10 @@ class Stack:
             rows.append(self._row("exporter (lake SLO gauges)", self.record("exporter"),
                                   f"http://127.0.0.1:{settings.ports['exporter']}/metrics",
                                   lambda: process.port_open(settings.ports["exporter"]), "tidemark exporter"))
+        from tidemark.localstack.prometheus import binary
+
+        # Not installed: `up` skipped it (and said so), so no "stopped" row makes `status` exit 3.
+        if "prometheus" in settings.ports and (binary() is not None or self.record("prometheus")):
             server = self.prometheus(settings)
             rows.append(self._row("prometheus", self.record("prometheus"), server.url, server.healthy,
                                   _alerts_detail(server)))
