@@ -18,10 +18,10 @@ from tidemark.health import LakeObserver, Objectives
 
 class LakeExporter:
     def __init__(self, lake: str, objectives: Objectives | None = None, refresh: float = 60.0,
-                 run_state=None):
+                 run_state=None, max_attempts: int | None = None):
         self.lake = lake
         self.objectives = objectives or Objectives()
-        self.observer = LakeObserver(lake, refresh, run_state)
+        self.observer = LakeObserver(lake, refresh, run_state, max_attempts)
 
     def register(self) -> None:
         """The observable gauges; each callback reads the observer's cached reading only."""

@@ -73,7 +73,7 @@ class Reading:
 RunState = "Callable[[str], str | None]"
 
 
-def read_lake(lake: str, run_state=None, now: datetime | None = None) -> Reading:
+def read_lake(lake: str, run_state=None, now: datetime | None = None, max_attempts: int | None = None) -> Reading:
     """One reading of the lake: reconcile.staleness (per date, the oldest reason's time), the
     notices owed per channel and, with `run_state` (reconcile's run id -> Airflow state), the
     dates reconciliation gave up on."""
@@ -97,7 +97,8 @@ def read_lake(lake: str, run_state=None, now: datetime | None = None) -> Reading
     given_up = None
     if run_state is not None:
         try:
-            decisions = reconcile.decide(stale, run_state, now=now)
+            decisions = reconcile.decide(stale, run_state, now=now,
+                                         max_attempts=max_attempts or reconcile.DEFAULT_MAX_ATTEMPTS)
             given_up = sorted(d.event_date for d in decisions if d.action == "given_up")
         except Exception as exc:  # noqa: BLE001 - Airflow down: unknown, not zero (the gauge is absent)
             log.warning("cannot ask Airflow for reconcile's runs", error=f"{type(exc).__name__}: {exc}")
@@ -107,8 +108,9 @@ def read_lake(lake: str, run_state=None, now: datetime | None = None) -> Reading
 class LakeObserver:
     """The last reading of a lake, recomputed at most every `refresh` seconds."""
 
-    def __init__(self, lake: str, refresh: float = 60.0, run_state=None):
+    def __init__(self, lake: str, refresh: float = 60.0, run_state=None, max_attempts: int | None = None):
         self.lake = lake
+        self.max_attempts = max_attempts
         self.refresh = refresh
         self.run_state = run_state
         self._reading: Reading | None = None
@@ -118,7 +120,7 @@ class LakeObserver:
 
     def refresh_now(self) -> Reading:
         try:
-            reading = read_lake(self.lake, self.run_state)
+            reading = read_lake(self.lake, self.run_state, max_attempts=self.max_attempts)
         except Exception as exc:  # noqa: BLE001 - an unreadable lake keeps the last reading; logged
             log.error("lake reading failed", lake=self.lake, error=f"{type(exc).__name__}: {exc}")
             raise

@@ -31,7 +31,7 @@ def run(args) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    exporter = LakeExporter(args.lake, objectives(args), args.refresh, run_state(args))
+    exporter = LakeExporter(args.lake, objectives(args), args.refresh, run_state(args), args.max_attempts)
     exporter.start(args.port, args.bind)
     get_logger("exporter").info("exporter starting", lake=args.lake, port=args.port, refresh=args.refresh)
     try:

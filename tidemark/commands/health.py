@@ -33,7 +33,7 @@ def run(args) -> int:
 
     if not os.path.exists(args.lake) and "://" not in args.lake:
         raise UsageError(f"no lake at {args.lake}")
-    reading = read_lake(args.lake, run_state(args))
+    reading = read_lake(args.lake, run_state(args), max_attempts=args.max_attempts)
     found = breaches(reading, objectives(args))
     if args.json:
         print(json.dumps({"healthy": not found, "breaches": [asdict(b) for b in found], "reading": reading.to_json()}))

@@ -2,7 +2,7 @@
 that tells which dates reconciliation gave up on (tidemark/health.py)."""
 from __future__ import annotations
 
-from tidemark.commands.options import DURATION_TEXT, add_airflow_options
+from tidemark.commands.options import DURATION_TEXT, add_airflow_options, checked, in_range
 
 
 def add_slo_options(p) -> None:
@@ -13,6 +13,9 @@ def add_slo_options(p) -> None:
                    help="SLO: no notice owed longer than this")
     p.add_argument("--stream-lag", default="5m", type=DURATION_TEXT,
                    help="SLO: the stream's p95 landing -> committed lag (alerted by Prometheus)")
+    p.add_argument("--max-attempts", type=checked(in_range(int, 1, 999), "attempts"), default=3,
+                   help="reconcile's attempts per stale state before a date counts as given up (as "
+                        "`tidemark reconcile --max-attempts`; the reconcile DAG's default is 3)")
     p.add_argument("--no-airflow", action="store_true",
                    help="do not ask Airflow which dates reconciliation gave up on")
     add_airflow_options(p)
