@@ -2,7 +2,7 @@
 
     stack = Stack(".tidemark")
     stack.up(say=print)        # emulator, Spark Connect server, Airflow (api-server, scheduler,
-                               # dag-processor), function, stream
+                               # dag-processor), function, stream, exporter, Prometheus
     stack.status()             # one row per component: state, pid, URL, log
     stack.down()               # stops exactly what up started, by process id
 
