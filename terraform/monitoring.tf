@@ -40,3 +40,27 @@ resource "google_monitoring_alert_policy" "slo" {
   user_labels           = var.labels
   depends_on            = [google_project_service.apis]
 }
+
+# The Cloud Function's outcomes as a metric without code in its bundle: every log line of its
+# handler carries `outcome` (triggered, already_exists, rejected, retry: cloud_function/main.py), a
+# jsonPayload field in Cloud Logging; this counts them by outcome
+# (logging.googleapis.com/user/tidemark_function_notices in Cloud Monitoring).
+resource "google_logging_metric" "function_notices" {
+  name   = "tidemark_function_notices"
+  filter = "resource.type=\"cloud_run_revision\" AND resource.labels.service_name=\"${var.function_name}\" AND jsonPayload.outcome:*"
+  metric_descriptor {
+    metric_kind  = "DELTA"
+    value_type   = "INT64"
+    unit         = "{notice}"
+    display_name = "tidemark function: notices by outcome"
+    labels {
+      key         = "outcome"
+      value_type  = "STRING"
+      description = "triggered, already_exists, rejected or retry"
+    }
+  }
+  label_extractors = {
+    outcome = "EXTRACT(jsonPayload.outcome)"
+  }
+  depends_on = [google_project_service.apis]
+}

@@ -690,3 +690,17 @@ def test_alert_policies_are_the_prometheus_rules(tf):
         assert re.fullmatch(r"\d+s", rule.get("for", "0s")), rule["alert"]
         assert {"severity", "slo"} <= set(rule["labels"]) and rule["annotations"]["runbook"]
     assert "monitoring.googleapis.com" in _raw_text()
+
+
+def test_function_outcome_metric_counts_the_outcomes_the_function_logs(tf):
+    """The log-based metric extracts `outcome` from the function's own Cloud Run service, and
+    every log line of the function's handler carries that field."""
+    metric = resource(tf, "google_logging_metric", "function_notices")
+    assert "${var.function_name}" in metric["filter"] and "jsonPayload.outcome" in metric["filter"]
+    assert metric["label_extractors"] == {"outcome": "EXTRACT(jsonPayload.outcome)"}
+    source = open(os.path.join(ROOT, "cloud_function", "main.py")).read()
+    handler = source[source.index("def handle("):source.index("@functions_framework")]
+    calls = re.findall(r"log\.(?:error|warning|info)\((.*?)\)\n", handler, re.S)
+    assert len(calls) >= 4 and all("outcome=" in call for call in calls), calls
+    assert {"rejected", "retry"} <= set(re.findall(r'outcome="(\w+)"', handler))
+    assert '"triggered" if result.created else "already_exists"' in handler
