@@ -4,8 +4,8 @@
     exporter.stop()
 
 What the gauges say comes from tidemark.health.LakeObserver: one cached reading of the lake,
-recomputed at most every `refresh` seconds (never per scrape: reconcile.staleness lists every
-date's receipts, and a lake may hold millions of them). The SLO objectives are exported too
+recomputed at most every `refresh` seconds (never per scrape: a reconcile.staleness pass may walk
+every date, and a lake may hold millions of receipt partitions). The SLO objectives are exported too
 (tidemark_slo_objective_seconds{tidemark_slo=...}), so that the alert rules in
 ops/prometheus/rules.yml compare with the thresholds this exporter was given instead of repeating
 them: one place to change an objective.

@@ -21,10 +21,10 @@ The SLOs (docs/metrics.md says the same, with the alert that watches each one):
                  Prometheus from the stream's own histogram (ops/prometheus/rules.yml); `tidemark
                  health` reads the lake only and cannot see it.
 
-Why a cached, bounded reading: a lake holds up to millions of receipt partitions, and
-reconcile.staleness lists every date's receipts. A scrape must never do that: the observer
-recomputes at most once per `refresh` seconds, in a background thread when started as one, and a
-scrape reads the last result.
+Why a cached, bounded reading: a lake holds up to millions of receipt partitions, and a
+reconcile.staleness pass can walk every date (a first pass, and whenever it cannot know what
+changed). A scrape must never do that: the observer makes a pass at most once per `refresh`
+seconds, in a background thread when started as one, and a scrape reads the last result.
 """
 from __future__ import annotations
 
