@@ -137,6 +137,7 @@ def _demo(args, console, stack) -> int:
     pictures = [charts.lateness_chart(os.path.join(folder, "lateness.png"), lateness, rules),
                 charts.corrections_chart(os.path.join(folder, "corrections.png"), data, waves),
                 charts.steps_chart(os.path.join(folder, "steps.png"), data["steps"])]
+    pictures += _metric_charts(stack, folder, began)  # lag and staleness, from the stack's Prometheus
     page = charts.write_html(folder, data, pictures)
     with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1, default=str)
@@ -215,3 +216,15 @@ def _dag_id() -> str:
     from tidemark import names
 
     return names.get("DAG_ID")
+
+
+def _metric_charts(stack, folder: str, began: float) -> list[str]:
+    """lag.png and staleness.png from what the stack's Prometheus recorded during the demo
+    (tidemark/metrics_charts.py); none when Prometheus is not running."""
+    if "prometheus" not in stack.running():
+        return []
+    from tidemark.metrics_charts import prometheus_charts
+
+    end = time.time()
+    return prometheus_charts(folder, stack.prometheus().url, end - (time.monotonic() - began), end)
+

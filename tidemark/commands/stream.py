@@ -38,6 +38,8 @@ def register(subparsers) -> None:
                    help="dates older than this behind the watermark go into a periodic digest notice")
     p.add_argument("--notice-digest-interval", default="1h", metavar="DURATION", type=DURATION_TEXT,
                    help="how often the late-data digest is published (with --notice-late-horizon)")
+    p.add_argument("--metrics-port", type=POSITIVE_INT, default=None,
+                   help="serve the stream's metrics on 127.0.0.1:PORT/metrics for Prometheus (docs/metrics.md)")
     p.set_defaults(handler=run)
 
 
@@ -78,8 +80,14 @@ def run(args) -> int:
     from tidemark.rules_record import RulesMismatch
 
     config = config_from_args(args)
+    listeners = []
+    if args.metrics_port:  # the stream's instruments, fed by its BatchReport listener (tidemark/metrics.py)
+        from tidemark import metrics
+
+        metrics.serve_prometheus(args.metrics_port, service="tidemark-stream")
+        listeners.append(metrics.StreamMetrics())
     try:
-        run_stream(config)
+        run_stream(config, listeners=listeners)
     except RulesMismatch as exc:  # typed rules the lake's record disagrees with: refused before the first batch
         raise UsageError(str(exc)) from exc
     return 0
