@@ -121,6 +121,8 @@ def test_arrivals_name_the_dates_received_between_two_times(lake):
     for a, b in [(0, 3), (2, 6), (4, 8), (0, 8)]:
         expected = {p.event_date for batch in written[a + 1:b + 1] for p in batch}
         assert receipt_index.arrived(lake, written[a][0].receipt_ts, written[b][0].receipt_ts) == expected
+        since = {p.event_date for batch in written[a + 1:] for p in batch}
+        assert receipt_index.arrived(lake, written[a][0].receipt_ts) == since  # up to the newest
     with pytest.raises(ValueError):
         receipt_index.arrived(lake, None, written[-1][0].receipt_ts)
 

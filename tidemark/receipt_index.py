@@ -31,9 +31,8 @@ by the UTC day it was received, written first (before its reach entries and its 
 
     <lake>/_receipts/arrivals/day=R/<receipt_ts>__<event_date>
 
-`arrived(lake, after, through)` lists the days between two receipt times and returns the dates
-that received partitions in between: what reconciliation (tidemark/reconcile.py) re-examines
-instead of every date. An entry whose partition never completed (a crash; the replay writes it
+`arrived(lake, after)` lists the days since a receipt time and returns the dates that received
+partitions since: what reconciliation (tidemark/reconcile.py) re-examines instead of every date. An entry whose partition never completed (a crash; the replay writes it
 again) only makes a date be looked at once more.
 
 Two small files make the fast paths safe:
@@ -97,20 +96,24 @@ def record_arrival(lake: str, partition) -> None:
     storage.write_text_atomic(layout.arrival_entry(lake, partition.receipt_ts, partition.event_date), "")
 
 
-def arrived(lake: str, after: str | None, through: str) -> set[str]:
-    """The event dates of the partitions received after `after` (exclusive; None: from the first
-    arrival day on record is not known, so the caller must not ask) up to `through` (inclusive):
-    one listing per day in between, whatever the lake's age."""
+def arrived(lake: str, after: str | None, through: str | None = None) -> set[str]:
+    """The event dates of the partitions received after `after` (exclusive) up to `through`
+    (inclusive; None: up to the newest, in-flight batches included): one listing of the arrival
+    days (few: `tidemark gc` prunes those reconciliation has passed) and one per day in between,
+    whatever the lake's age."""
     if after is None:
         raise ValueError("arrived() needs a start: without one every date may have changed")
-    first = layout.parse_receipt_ts(after).date()
-    last = layout.parse_receipt_ts(through).date()
+    first = layout.parse_receipt_ts(after).date().isoformat()
+    last = layout.parse_receipt_ts(through).date().isoformat() if through else None
+    root = layout.join(layout.receipt_index_dir(lake), "arrivals")
     out = set()
-    for n in range((last - first).days + 1):
-        for name in storage.list_dir(layout.arrivals_dir(lake, first + timedelta(days=n))):
+    for day in storage.list_partition_values(root, "day", layout.check_event_date):
+        if day < first or (last and day > last):
+            continue
+        for name in storage.list_dir(layout.arrivals_dir(lake, day)):
             receipt_ts, _, event_date = name.partition("__")
             try:
-                if after < layout.check_receipt_ts(receipt_ts) <= through:
+                if after < layout.check_receipt_ts(receipt_ts) and (not through or receipt_ts <= through):
                     out.add(layout.check_event_date(event_date))
             except layout.InvalidPartitionValue:
                 continue  # a hidden temporary file, or a stranger's

@@ -188,8 +188,10 @@ class Cursor:
                    iso_z(now, "auto") if why_full else previous["walked_at"])
 
     def changed_dates(self) -> set[str]:
-        """The dates stale at the last pass and those that received partitions since."""
-        arrived = receipt_index.arrived(self.lake, self.previous["head"], self.head)
+        """The dates stale at the last pass and those that received partitions since, those of a
+        batch still in flight included (some of its partitions may be complete: a walk would see
+        them; the next pass, starting from this pass's head, looks at them again)."""
+        arrived = receipt_index.arrived(self.lake, self.previous["head"])
         log.info("reconcile looks at what changed", lake=self.lake, since=self.previous["head"],
                  through=self.head, received=len(arrived), stale_before=len(self.previous["stale"]))
         return set(self.previous["stale"]) | arrived
