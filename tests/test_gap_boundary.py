@@ -16,6 +16,7 @@ import pytest
 
 from tests.lakekit import SimulatedStream
 from tidemark import batch_reference, planning, reader, rules_migration, rules_record
+from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules, parse_overrides
 from tidemark.times import to_micros
 
@@ -46,6 +47,7 @@ LATE = [
     ("exact", "b", at(10.5), "view"),                   # a copy of an event already landed
     ("chain", "d", at(10.5), "view"),                   # extends the chain by one more exact gap
 ]
+EXTRA = [("over", "c", at(11, US), "view")]             # exactly one gap after `over`'s last event
 
 
 def spark_sessions(spark, events, gap_text: str):
@@ -110,6 +112,14 @@ def test_dedup_equals_spark_session_window_under_both_boundaries_and_migrations(
     # A sanity check that the scenario tells the boundaries apart at all.
     assert lake_sessions(spark, lake, dates).count() < spark_sessions(spark, everything, "1799999999 microseconds").count()
 
+    # One more late event, exactly one gap after the last: a plain dedup run (the incremental path
+    # where it can vouch for the result) under the recorded `merge`.
+    stream.batch(EXTRA, mode=0.0)
+    everything += EXTRA
+    modes = {run_dedup(lake, event_date, spark=spark).to_json().get("mode") for event_date in dates}
+    _check(spark, lake, everything, dates, MERGE)
+    assert "incremental" in modes, modes
+
     back = rules_migration.migrate(lake, SPLIT, spark=spark, recorded_by="test")
     assert back.changed and back.record.rules_id == first.record.rules_id  # same rules, same id
     assert [r.rules.gap_boundary for r in rules_record.history(lake)] == ["split", "merge", "split"]
@@ -163,3 +173,66 @@ def test_planning_bounds_follow_the_boundary():
     reach_before = reach - US
     assert planning.needed_hi("2026-03-07", SPLIT, reach_before) == "2026-03-08"
     assert planning.needed_hi("2026-03-07", MERGE, reach_before) == "2026-03-09"
+
+
+# ---- the command line ------------------------------------------------------------------------------
+
+def test_stream_refuses_another_boundary_before_spark_starts_and_rules_show_names_it(tmp_path, capsys):
+    from tidemark import cli
+
+    lake = str(tmp_path / "lake")
+    rules_record.ensure(lake, MERGE, "tidemark stream")
+    code = cli.main(["stream", "--landing", str(tmp_path / "landing"), "--lake", lake,
+                     "--checkpoint", str(tmp_path / "ckpt"), "--gap-boundary", "split", "--available-now"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--gap-boundary split given, the lake records merge" in err
+    assert "tidemark rules migrate --lake" in err and "--gap-boundary split" in err
+    assert not (tmp_path / "ckpt").exists()
+    assert cli.main(["rules", "show", "--lake", lake, "--json"]) == 0
+    import json
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["gap_boundary"] == "merge"
+    assert [line["rules_us"].get("gap_boundary", "split") for line in lines if line["kind"] == "record"] == ["merge"]
+
+
+def test_a_bad_boundary_option_is_a_usage_error(tmp_path, capsys):
+    from tidemark import cli
+
+    assert cli.main(["rules", "migrate", "--lake", str(tmp_path / "lake"), "--gap-boundary", "touch"]) == 2
+    assert "invalid choice: 'touch'" in capsys.readouterr().err
+    assert not (tmp_path / "lake").exists()
+
+
+# ---- the real stream under `merge` (slow) ---------------------------------------------------------
+
+def _text(ts: datetime) -> str:
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_the_stream_and_dedup_under_merge_equal_spark_session_window(spark, tmp_path):
+    """The stream (its panes, state and expiry) and the dedup under `merge`, one file per batch:
+    the late events arrive after the watermark passed their sessions (a far-later event pushes it)."""
+    from streaming_job.job import StreamConfig, run_stream
+    from tests.streamkit import event, land
+
+    far = ("far", "z", at(24 * 2 + 12), "view")  # moves the watermark past everything above
+    files = [[event(u, e, _text(ts), kind) for u, e, ts, kind in FIRST], [event(*far[:2], _text(far[2]), far[3])],
+             [event(u, e, _text(ts), kind) for u, e, ts, kind in LATE]]
+    landing, lake, ckpt = str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    land(landing, files)
+    run_stream(StreamConfig(landing, lake, ckpt, {"gap_boundary": "merge"}, available_now=True,
+                            max_files_per_trigger=1), spark=spark)
+    assert rules_record.current(lake).rules == MERGE
+    # The stream itself merges at the gap: its panes already join events exactly one gap apart.
+    from tests.streamkit import panes
+    counts = {row["user_id"]: 0 for row in panes(lake)}
+    for row in panes(lake):
+        counts[row["user_id"]] = max(counts[row["user_id"]], row["event_count"])
+    assert counts["exact"] == 2 and counts["midnight"] == 2 and counts["over"] == 1
+    dates = rules_migration.event_dates(lake)
+    for event_date in dates:
+        run_dedup(lake, event_date, spark=spark)
+    _check(spark, lake, FIRST + LATE + [far], dates, MERGE)
