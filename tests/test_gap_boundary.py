@@ -146,6 +146,14 @@ def test_default_boundary_keeps_existing_records_and_ids():
     assert rules_record.describe_rules(MERGE).endswith("gap boundary merge")
 
 
+def test_a_version_without_rules_id_was_made_under_split():
+    legacy = {"gap": "30m", "version": "20260310T120000000Z"}
+    assert not rules_record.changed_since(legacy, SPLIT)
+    assert rules_record.changed_since(legacy, MERGE)
+    assert rules_record.changed_since({"rules_id": rules_record.fingerprint(SPLIT)}, MERGE)
+    assert not rules_record.changed_since({"rules_id": rules_record.fingerprint(MERGE)}, MERGE)
+
+
 def test_boundary_is_recorded_and_checked(tmp_path):
     lake = str(tmp_path / "lake")
     recorded = rules_record.ensure(lake, {"gap_boundary": "merge"}, "test")

@@ -39,7 +39,7 @@ import jsonschema
 from tidemark import layout, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
-from tidemark.sessions import RULE_NAMES, SessionRules
+from tidemark.sessions import DEFAULT_GAP_BOUNDARY, RULE_NAMES, SessionRules
 from tidemark.times import now_iso_z
 
 log = get_logger("rules")
@@ -170,14 +170,15 @@ def changed_since(marker: dict | None, rules: SessionRules) -> bool:
     """Were the lake's rules changed since this dedup version was made? `rules`: the lake's rules
     now (rules_in_force(lake)[0]).
 
-    A version written before versions recorded their rules id is judged by its gap, the one rule
-    the dedup's output depends on. No version at all: nothing to judge (False).
+    A version written before versions recorded their rules id is judged by its gap and boundary,
+    the rules the dedup's output depends on: such a version predates the boundary, so it was made
+    under `split`. No version at all: nothing to judge (False).
     """
     if marker is None:
         return False
     if marker.get("rules_id"):
         return marker["rules_id"] != fingerprint(rules)
-    return marker.get("gap") != format_duration(rules.gap)
+    return marker.get("gap") != format_duration(rules.gap) or rules.gap_boundary != DEFAULT_GAP_BOUNDARY
 
 
 def same_rules(a: dict, b: dict) -> bool:
