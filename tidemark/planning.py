@@ -142,7 +142,9 @@ class Plan:
 
 
 def lo_of(event_date: str, rules: SessionRules) -> datetime:
-    return midnight(date.fromisoformat(event_date)) - rules.gap
+    # split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
+    # the session (tidemark/sessions.py), so the bound below is one microsecond earlier.
+    return midnight(date.fromisoformat(event_date)) - rules.split_gap
 
 
 def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> str:
@@ -151,9 +153,10 @@ def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> s
     floor = date.fromisoformat(event_date) + timedelta(days=1)
     if reach is None:
         return floor.isoformat()
-    # A pane starting at p joins when p - reach < gap; p = midnight of date(reach + gap) is the
-    # boundary case, included (one date too many is only a cost, one too few loses events).
-    return max(floor, (reach + rules.gap).date()).isoformat()
+    # A pane starting at p joins when p - reach < split_gap (<= gap under `merge`); p = midnight of
+    # date(reach + split_gap) is the boundary case, included (one date too many is only a cost, one
+    # too few loses events).
+    return max(floor, (reach + rules.split_gap).date()).isoformat()
 
 
 def scope(event_date: str, rules: SessionRules, hi: str) -> list[str]:

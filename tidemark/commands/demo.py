@@ -119,14 +119,14 @@ def _demo(args, console, stack) -> int:
 
     console.rule("3. report")
     rules = rules_record.rules_in_force(settings.lake)[0]  # what the stream and the DAG used
-    checks = batch_reference.check_lake(settings.lake, settings.landing, rules.gap)
+    checks = batch_reference.check_lake(settings.lake, settings.landing, rules)
     data = report.collect(settings.lake, waves, wave_rows, all_runs, checks, timings,
                           {**dataclasses.asdict(workload), **counts})
     from tidemark import publish, session_metrics
     corrected_dates = [d for d in publish.list_dedup_dates(settings.lake) if len(data["versions"].get(d, [])) > 1]
     data["notices"] = report.notices_report(settings.lake)
     data["consumer"] = report.consumer_report(session_metrics.default_root(settings.lake), settings.landing,
-                                              rules.gap, corrected_dates)
+                                              rules, corrected_dates)  # the boundary too
     data["ok"] = data["ok"] and all(r["ok"] for r in data["consumer"]) and all(
         r["state"] == "sent" for r in data["notices"]["corrected"])
     report.print_report(console, data)

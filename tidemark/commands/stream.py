@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--landing", required=True, help="landing folder or URI of JSON-lines files")
     p.add_argument("--lake", required=True, help="lake folder or URI (gs://, file://, ...)")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or URI")
-    add_session_options(p)
+    add_session_options(p, boundary=True)
     p.add_argument("--max-clock-skew", default="1h", metavar="DURATION", type=DURATION_TEXT,  # docs/input-contract.md
                    help="quarantine events stamped later than their receipt time by more than this")
     p.add_argument("--migrate-rules", action="store_true",
@@ -50,7 +50,7 @@ def config_from_args(args):
     from tidemark.sessions import parse_overrides
 
     with user_input():  # only what was typed: the rest comes from the lake's rules record (checked at start)
-        rules = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay) or None
+        rules = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary) or None
         input_rules = InputRules(max_clock_skew=parse_duration(args.max_clock_skew))
     return StreamConfig(
         landing=args.landing, lake=args.lake, checkpoint=args.checkpoint, rules=rules,
