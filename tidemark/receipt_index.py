@@ -1,6 +1,6 @@
 """The receipt index: what lets planning read the dates that matter instead of the whole lake.
 
-A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 00:00 - gap`
+A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 00:00 - gap` (the split gap: SessionRules.split_gap, one microsecond more under the `merge` boundary)
 (tidemark/planning.py). Every partition of a date in [date(lo), hi] may; a partition of an earlier
 date only when its sessions run on into date(lo) or later, which few do (a session longer than
 the time to the next midnight). The markers of every date used to be read to find those few: a
