@@ -175,7 +175,12 @@ def shutdown() -> None:
 
 
 def meter():
-    return otel_metrics.get_meter(METER_NAME)
+    """The meter of the provider configure() installed (the API's no-op meter before that). Asked of
+    our own provider, not of OpenTelemetry's global one: the global can be set once per process, so
+    after a shutdown() a second configure() (a test, a restarted component) would otherwise get
+    meters from the shut-down provider, which record nothing."""
+    provider = _provider
+    return provider.get_meter(METER_NAME) if provider is not None else otel_metrics.get_meter(METER_NAME)
 
 
 def instrument(name: str):
