@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow.fs as pafs
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, publish, receipt_index, storage, table as iceberg
+from tidemark import layout, publish, receipt_index, reconcile, storage, table as iceberg
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 
@@ -71,9 +71,9 @@ def _prune_arrivals(lake: str, retention: timedelta, now: datetime, dry_run: boo
     """The receipt index's arrival entries of days older than the retention and than reconciliation's
     last pass (which reads only those after it; tidemark/reconcile.py): one folder per day."""
     keep_from = (now - retention).date()
-    cursor = storage.read_json(layout.reconcile_cursor_path(lake))
-    if cursor and cursor.get("head"):
-        keep_from = min(keep_from, layout.parse_receipt_ts(cursor["head"]).date())
+    head = reconcile.last_pass_head(lake)
+    if head:
+        keep_from = min(keep_from, layout.parse_receipt_ts(head).date())
     days = receipt_index.prune_arrivals(lake, keep_from, dry_run)
     return [Removal("arrivals", f"{layout.RECEIPT_INDEX}/arrivals/day={day}", None, None,
                     (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds())

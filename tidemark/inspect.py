@@ -58,19 +58,13 @@ def partitions(lake: str, now: datetime | None = None, since: str | None = None,
     since = since and layout.check_event_date(since)
     until = until and layout.check_event_date(until)
     tbl = iceberg.load(lake)
-    with_version = [] if tbl is None else [key[len(publish.CURRENT_PREFIX):] for key in tbl.properties
-                                           if key.startswith(publish.CURRENT_PREFIX)]
-    dates = sorted(d for d in set(receipts.list_event_dates(lake)) | set(with_version)
+    dates = sorted(d for d in set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl))
                    if (not since or d >= since) and (not until or d <= until))
     rows = []
     for event_date in dates:
         pointer = None if tbl is None else publish.current_of(lake, tbl, event_date)
         included = set(pointer.get("receipts", [])) if pointer else set()
-        names = receipts.list_receipt_names(lake, event_date)
-        unseen = [(event_date, ts) for ts in names if f"{event_date}/{ts}" not in included]
-        complete = receipts.complete_keys(lake, unseen)
-        pending = [ts for _, ts in unseen if (event_date, ts) in complete]
-        stamps = [ts for ts in names if f"{event_date}/{ts}" in included or (event_date, ts) in complete]
+        stamps, pending = receipts.complete_and_pending(lake, event_date, included)
         oldest = layout.parse_receipt_ts(pending[0]) if pending else None
         rows.append({
             "event_date": event_date,

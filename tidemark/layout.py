@@ -166,9 +166,13 @@ def end_entry(lake: str, event_date: object, receipt_ts: object, max_event_us: i
     return join(ends_dir(lake, event_date), f"{check_receipt_ts(receipt_ts)}__{max_event_us}")
 
 
+def arrivals_root(lake: str) -> str:
+    return join(lake, RECEIPT_INDEX, "arrivals")
+
+
 def arrivals_dir(lake: str, day: object) -> str:
     """Entries naming the receipt partitions received on `day` (UTC), one per partition."""
-    return join(lake, RECEIPT_INDEX, "arrivals", f"day={check_event_date(day)}")
+    return join(arrivals_root(lake), f"day={check_event_date(day)}")
 
 
 def arrival_entry(lake: str, receipt_ts: object, event_date: object) -> str:

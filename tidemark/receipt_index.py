@@ -1,7 +1,8 @@
 """The receipt index: what lets planning read the dates that matter instead of the whole lake.
 
-A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 00:00 - gap` (the split gap: SessionRules.split_gap, one microsecond more under the `merge` boundary)
-(tidemark/planning.py). Every partition of a date in [date(lo), hi] may; a partition of an earlier
+A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 00:00 - gap` (the
+split gap: SessionRules.split_gap, one microsecond more under the `merge` boundary;
+tidemark/planning.py). Every partition of a date in [date(lo), hi] may; a partition of an earlier
 date only when its sessions run on into date(lo) or later, which few do (a session longer than
 the time to the next midnight). The markers of every date used to be read to find those few: a
 no-op decision on a year-old lake read every marker ever written. The index keeps, for each date E,
@@ -32,8 +33,9 @@ by the UTC day it was received, written first (before its reach entries and its 
     <lake>/_receipts/arrivals/day=R/<receipt_ts>__<event_date>
 
 `arrived(lake, after)` lists the days since a receipt time and returns the dates that received
-partitions since: what reconciliation (tidemark/reconcile.py) re-examines instead of every date. An entry whose partition never completed (a crash; the replay writes it
-again) only makes a date be looked at once more.
+partitions since: what reconciliation (tidemark/reconcile.py) re-examines instead of every date.
+An entry whose partition never completed (a crash; the replay writes it again) only makes a date be
+looked at once more.
 
 Two small files make the fast paths safe:
   - `head.json`: the receipt_ts of the newest micro-batch whose partitions are all complete,
@@ -105,9 +107,8 @@ def arrived(lake: str, after: str | None, through: str | None = None) -> set[str
         raise ValueError("arrived() needs a start: without one every date may have changed")
     first = layout.parse_receipt_ts(after).date().isoformat()
     last = layout.parse_receipt_ts(through).date().isoformat() if through else None
-    root = layout.join(layout.receipt_index_dir(lake), "arrivals")
     out = set()
-    for day in storage.list_partition_values(root, "day", layout.check_event_date):
+    for day in storage.list_partition_values(layout.arrivals_root(lake), "day", layout.check_event_date):
         if day < first or (last and day > last):
             continue
         for name in storage.list_dir(layout.arrivals_dir(lake, day)):
@@ -133,8 +134,8 @@ def prune_arrivals(lake: str, keep_from: date, dry_run: bool = False) -> list[st
     """Remove the arrival entries of receipt days before `keep_from` (`tidemark gc`); returns the
     days removed. The horizon is recorded first: a reconciliation pass whose previous pass stopped
     before it walks every date instead of reading arrivals that may be gone."""
-    root = layout.join(layout.receipt_index_dir(lake), "arrivals")
-    days = [d for d in storage.list_partition_values(root, "day", layout.check_event_date) if d < keep_from.isoformat()]
+    days = [d for d in storage.list_partition_values(layout.arrivals_root(lake), "day", layout.check_event_date)
+            if d < keep_from.isoformat()]
     if days and not dry_run:
         recorded = arrivals_pruned_before(lake)
         if recorded is None or recorded < keep_from.isoformat():

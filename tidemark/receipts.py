@@ -191,6 +191,18 @@ def list_receipt_names(lake: str, event_date: str) -> list[str]:
                                          layout.check_receipt_ts)
 
 
+def complete_and_pending(lake: str, event_date: str, included: set[str]) -> tuple[list[str], list[str]]:
+    """(receipt timestamps of the complete partitions of event_date, those of them not among the
+    version's `included` keys 'YYYY-MM-DD/receipt_ts'), oldest first: one listing, and the markers
+    checked only of the partitions the version lacks (a version includes complete ones only), in
+    one call."""
+    names = list_receipt_names(lake, event_date)
+    unseen = [(event_date, ts) for ts in names if f"{event_date}/{ts}" not in included]
+    complete = complete_keys(lake, unseen)
+    pending = [ts for _, ts in unseen if (event_date, ts) in complete]
+    return [ts for ts in names if f"{event_date}/{ts}" in included or (event_date, ts) in complete], pending
+
+
 def list_receipts(lake: str, event_date: str) -> list[str]:
     """Receipt timestamps of the complete partitions of one event date, oldest first."""
     return [ts for ts in list_receipt_names(lake, event_date) if is_complete(lake, event_date, ts)]

@@ -137,9 +137,8 @@ def staleness(lake: str, event_dates: list[str] | None = None, full: bool = Fals
     else:
         cursor = Cursor.start(lake, in_force[0], now or datetime.now(timezone.utc), full)
         if cursor.full:
-            with_version = [] if tbl is None else [key[len(publish.CURRENT_PREFIX):] for key in tbl.properties
-                                                   if key.startswith(publish.CURRENT_PREFIX)]
-            dates = sorted(set(receipts.list_event_dates(lake)) | set(with_version) | set(owed_by_date))
+            dates = sorted(set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl))
+                           | set(owed_by_date))
         else:
             dates = sorted(cursor.changed_dates() | set(owed_by_date))
     out = []
@@ -151,6 +150,16 @@ def staleness(lake: str, event_dates: list[str] | None = None, full: bool = Fals
     if cursor is not None:
         cursor.save([item.event_date for item in out], len(dates))
     return out
+
+
+def _read_cursor(lake: str) -> dict | None:
+    return storage.read_json(layout.reconcile_cursor_path(lake))
+
+
+def last_pass_head(lake: str) -> str | None:
+    """The head the last pass started from: the next pass reads the arrivals after it (tidemark.gc
+    keeps those), or None."""
+    return (_read_cursor(lake) or {}).get("head")
 
 
 @dataclass
@@ -170,7 +179,7 @@ class Cursor:
         # The head first: partitions received up to it are complete and their arrivals written, so
         # the next pass, starting from it, misses none that completes later.
         head = receipt_index.head(lake)
-        previous = storage.read_json(layout.reconcile_cursor_path(lake))
+        previous = _read_cursor(lake)
         described = rules_record.describe_rules(rules)
         why_full = ("asked" if full else
                     "no previous pass" if not previous else
@@ -207,11 +216,8 @@ class Cursor:
 def _date_staleness(lake, event_date, current, owed, in_force) -> Staleness:
     item = Staleness(event_date, current and current.get("version"))
     included = set(current.get("receipts", [])) if current else set()
-    # A version includes complete partitions only: the others' markers are checked, in one call.
-    unseen = [ts for ts in receipts.list_receipt_names(lake, event_date)
-              if planning.receipt_key(event_date, ts) not in included]
-    complete = receipts.complete_keys(lake, [(event_date, ts) for ts in unseen])
-    pending = [planning.receipt_key(event_date, ts) for ts in unseen if (event_date, ts) in complete]
+    _, pending_stamps = receipts.complete_and_pending(lake, event_date, included)
+    pending = [planning.receipt_key(event_date, ts) for ts in pending_stamps]
     if current is None:
         if pending:
             item.pending_receipts = pending
