@@ -122,11 +122,8 @@ def _remove_files(lake, tbl, expired: list[Removal], versions: dict, retention, 
             metadata.add(_relative(manifest.manifest_path, location))
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
                 data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
-    current_runs = set()
-    for key, value in tbl.properties.items():
-        if key.startswith(publish.CURRENT_PREFIX):
-            event_date = key[len(publish.CURRENT_PREFIX):]
-            current_runs.add(f"data/event_date={event_date}/run={publish._record(tbl, event_date)['run_id']}")
+    current_runs = {f"data/event_date={event_date}/run={publish._record(tbl, event_date)['run_id']}"
+                    for event_date in publish.dates_with_version(tbl)}
     root = layout.dedup_root(lake)
     removed = []
     for date_dir in storage.list_subdirs(layout.join(root, "data")):
