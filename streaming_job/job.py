@@ -21,6 +21,7 @@ from tidemark.durations import format_duration, parse_duration
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
 from tidemark.spark import build_session
+from tidemark.lake import Lake
 
 log = get_logger("stream")
 
@@ -28,7 +29,7 @@ log = get_logger("stream")
 @dataclass
 class StreamConfig:
     landing: str
-    lake: str
+    lake: Lake
     checkpoint: str
     # None: the lake's recorded rules (the defaults on a new lake); a dict {name: timedelta}: only
     # those rules were given; a SessionRules: all three. Given rules must agree with the lake's
@@ -51,6 +52,9 @@ class StreamConfig:
     notice_late_horizon: str | None = None
     notice_digest_interval: str = "1h"
     notice_flush_timeout: float = 30.0
+
+    def __post_init__(self):
+        self.lake = Lake.open(self.lake)  # the Spark job's boundary: a URI from whoever configures it
 
 
 def source(spark, config: StreamConfig):
@@ -165,7 +169,7 @@ class _RulesGuard:
     """Re-reads the lake's rules record now and then: a migration while the stream runs stops it,
     so that it never keeps writing with rules the lake no longer has."""
 
-    def __init__(self, lake: str, rules: SessionRules, interval: float):
+    def __init__(self, lake: Lake, rules: SessionRules, interval: float):
         self.lake = lake
         self.rules_id = rules_record.fingerprint(rules)
         self.interval = interval
@@ -188,7 +192,7 @@ class _LandingAudit:
     files quarantined, in-progress names reported (tidemark.landing_ledger). A listing of the
     landing, as Spark makes every trigger; never fatal to the stream."""
 
-    def __init__(self, landing: str, lake: str, interval: float):
+    def __init__(self, landing: str, lake: Lake, interval: float):
         self.landing, self.lake, self.interval = landing, lake, interval
         self._next = time.monotonic() + interval
 
