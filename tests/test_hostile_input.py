@@ -22,6 +22,7 @@ from tidemark.cli import main as cli_main
 from tidemark.contract import Reason
 from tidemark.quarantine import read_quarantine
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -76,6 +77,7 @@ def receipt_us(report) -> int:
 def streamed(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     landing, lake, checkpoint = (str(root / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     land_raw(landing, [HOSTILE, *AFTER])
     reports = []
     config = StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,
