@@ -19,8 +19,9 @@ Why each restriction makes the fast answer the reference's answer:
 - duplicate keys: msgspec keeps the last, the contract refuses the line; without escapes every `"`
   delimits a string, so a flat object of n distinct keys has exactly 4n of them.
 
-Per line, only msgspec's decode and encode run in Python; the field rules are Arrow compute kernels
-over the batch. BENCHMARKS.md section 1 has the costs.
+Per line, only msgspec's decode (one call for many lines) and encode run in Python; the field rules
+are Arrow compute kernels and numpy over the batch. BENCHMARKS.md section 1 has the costs: about
+1.9 us of CPU per landed line against 7.9-12 us for check_line.
 """
 from __future__ import annotations
 
