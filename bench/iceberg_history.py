@@ -236,15 +236,17 @@ def _metadata_files(root: str) -> dict[str, int]:
     return {name: os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder)}
 
 
-def one_commit(lake: Lake, root: str, version: int, sessions: int, latency_ms: float) -> dict:
+def one_commit(lake: Lake, root: str, sessions: int, latency_ms: float) -> dict:
     """Commit a new version of yesterday's date (prepared first, not timed), counted."""
     from bench.iceberg_commit import prepared, receipts_for
     from tidemark import publish, table as iceberg
 
     tbl = iceberg.load(lake)
     newest = publish.dates_with_version(tbl)[-1]
-    marker = prepared(lake, (datetime.fromisoformat(newest) - timedelta(days=1)).date().isoformat(),
-                      receipts_for(version), sessions)
+    day = (datetime.fromisoformat(newest) - timedelta(days=1)).date().isoformat()
+    # One receipt partition more than the current version: a correction that must replace it.
+    version = len(publish.current_of(lake, tbl, day)["receipts"])
+    marker = prepared(lake, day, receipts_for(version), sessions)
     before = _metadata_files(root)
     COUNTER.reset()
     COUNTER.latency_s = latency_ms / 1000
@@ -265,6 +267,7 @@ def measure(days: int, root: str, sessions: int, repeats: int, latencies: list[f
             reuse: bool = False) -> tuple[dict, list[dict]]:
     if reuse and os.path.exists(os.path.join(root, "_catalog", "catalog.json")):
         lake, built = counted_lake(root), {"build s": "reused"}  # a table an earlier run built
+        expire(lake, 7 * COMMITS_PER_DAY)  # as its build ends (it may have been stopped mid-week)
     else:
         shutil.rmtree(root, ignore_errors=True)
         lake = counted_lake(root)
@@ -272,12 +275,10 @@ def measure(days: int, root: str, sessions: int, repeats: int, latencies: list[f
     built.update(shape(lake))
     built.update(parse_cost(lake))
     samples = []
-    version = COMMITS_PER_DAY if built["build s"] != "reused" else 100  # above what an earlier run committed
     for latency in latencies:
         runs = []
         for _ in range(repeats if not latency else 1):
-            runs.append(one_commit(lake, root, version, sessions, latency))
-            version += 1
+            runs.append(one_commit(lake, root, sessions, latency))
         best = runs[0] | {"s": statistics.median(r["s"] for r in runs), "latency ms": latency, "n": len(runs)}
         samples.append(best)
     return built, samples
