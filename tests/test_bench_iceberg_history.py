@@ -3,10 +3,13 @@ leaves them, and its counting FileIO sees pyiceberg's own reads and writes (no t
 speed lives in BENCHMARKS.md)."""
 from __future__ import annotations
 
+import pytest
+
 from bench import iceberg_history
 from tidemark import publish, table as iceberg
 
 
+@pytest.mark.slow  # not in make test-fast: 30 commits and a gc, as test_bench_iceberg_commit
 def test_history_bench_builds_gc_d_tables_and_counts_pyiceberg_io(tmp_path, monkeypatch):
     monkeypatch.delenv("TIDEMARK_LOG_LEVEL", raising=False)
     root = str(tmp_path / "days10")
