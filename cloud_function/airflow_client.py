@@ -172,9 +172,18 @@ class AirflowClient:
     def health(self) -> dict:
         return self._request("GET", "/api/v2/monitor/health").json()
 
-    def trigger_dag_run(self, dag_id: str, run_id: str, conf: dict, note: str | None = None) -> TriggerResult:
-        """Create run `run_id` of `dag_id`; an existing run with that id (409) is success."""
+    def trigger_dag_run(self, dag_id: str, run_id: str, conf: dict, note: str | None = None,
+                        partition_key: str | None = None) -> TriggerResult:
+        """Create run `run_id` of `dag_id`; an existing run with that id (409) is success.
+
+        The run's partition_key is `partition_key`, else the conf's event_date: every per-date
+        run (the function's, reconcile's, a test's) is then that date's partition in Airflow
+        without each caller having to repeat it. A DAG that is not partitioned refuses a key
+        (HTTP 400); pass conf without event_date to trigger one."""
         body = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
+        key = partition_key if partition_key is not None else (conf or {}).get("event_date")
+        if key is not None:
+            body["partition_key"] = key
         if note:
             body["note"] = note
         response = self._request("POST", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns",

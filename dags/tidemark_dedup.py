@@ -1,7 +1,10 @@
 """tidemark_dedup: deduplicate one event date of the sessions lake and announce it as an asset event.
 
-Triggered (schedule=None) by the Cloud Function, one run per availability notice, with
-conf {"event_date": "YYYY-MM-DD", ...}; or by hand from the UI/REST with the same Param.
+Triggered (schedule=PartitionedAtRuntime(): never scheduled) by the Cloud Function, one run per
+availability notice, with conf {"event_date": "YYYY-MM-DD", ...} and the date as the run's
+partition_key (the REST client sets it from the conf); or by hand from the UI/REST with the same
+Param and the date as the key. The neighbour reruns below carry no partition_key yet: the standard
+provider's TriggerDagRunOperator (1.21.0) has no such argument.
 
     prepare ──> needs_spark (short circuit, pure Python: does the current version already
                 include every receipt partition of the date's plan? then skip the dedup)
@@ -47,7 +50,7 @@ from datetime import timedelta
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import Asset, AssetAlias, Param, dag, task
+from airflow.sdk import Asset, AssetAlias, Param, PartitionedAtRuntime, dag, task
 
 from tidemark import names
 
@@ -184,7 +187,10 @@ def dedup_task(lake, event_date):
 @dag(
     dag_id=DAG_ID,
     description="Deduplicate one event date of the sessions lake (Spark) and publish it atomically",
-    schedule=None,
+    # Never scheduled (triggered per notice, as schedule=None was), but partitioned: Airflow then
+    # accepts the event date as each run's partition_key, so the UI and `airflow partitions`
+    # can filter, clear and backfill one date (issue 29).
+    schedule=PartitionedAtRuntime(),
     catchup=False,
     max_active_runs=int(os.environ.get("TIDEMARK_DAG_MAX_ACTIVE_RUNS", "4")),
     dagrun_timeout=timedelta(hours=2),

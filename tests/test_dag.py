@@ -72,7 +72,8 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile", "example_session_metrics"])
     assert out["tasks"] == ["dedup", "emit_assets", "needs_spark", "notify_corrected", "owed_reruns", "prepare",
                             "trigger_affected"]
-    assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
+    # PartitionedAtRuntime: runs only when triggered, each with its event date as partition_key
+    assert out["schedule"] == "PartitionedAtRuntime"
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
     # tidemark.durations: the reconcile DAG's schedule (standard library only)
