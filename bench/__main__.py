@@ -16,6 +16,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     dedup_partition     deduplicating one big event date vs a plain scan-and-write
     iceberg_commit      what the Iceberg commit adds to a publish (seconds per date)
     history             planning against the lake's age: 10^3..10^6 receipt partitions, index or not
+    receipts_per_date   a full dedup of a date of 100 vs 8,640 receipt partitions, by reader
 """
 from __future__ import annotations
 
@@ -29,12 +30,13 @@ import time
 import traceback
 
 ORDER = ["stream_throughput", "memory", "freshness", "correction_cost", "dedup_partition", "iceberg_commit",
-         "history"]
+         "history", "receipts_per_date"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # What --scale means for modules that do not take --scale themselves (their defaults otherwise).
 SCALE_ARGS: dict[str, dict[str, list[str]]] = {
     "dedup_partition": {"small": ["--sessions", "50000"], "full": []},  # full: its 1M-session default
+    "receipts_per_date": {"small": ["--sessions", "20000", "--many", "2000", "--readers", "arrow"], "full": []},
 }
 
 

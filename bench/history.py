@@ -13,7 +13,12 @@ Measured, each with the receipt index and with the planning that reads every mar
 `reach_complete.json` hidden), wall time and the storage operations counted at the filesystem layer
 (list calls, metadata reads, objects opened: the figures that hold for a bucket):
   1. the no-op decision for the newest date, with a version planned a few batches earlier;
-  2. planning a correction of the newest date, and of a date 30 days back.
+  2. planning a correction of the newest date, and of a date 30 days back;
+  3. one reconciliation pass, every date with a version (committed to the lake's Iceberg table, no
+     data files: reconciliation reads versions' records, never their data), 15 minutes of traffic
+     (90 batches, some late) after the previous pass: the pass from what changed against the walk
+     of every date (`tidemark reconcile --full`, the only way before the arrivals log). Main before
+     it (d5cb773) also checked every receipt partition's marker on every pass (one stat each).
 With --latency-ms, every storage operation sleeps that long first (a bucket's round trip; marker
 reads run 16 at a time, as planning does).
 """
@@ -46,7 +51,7 @@ class CountingHandler(pafs.FileSystemHandler):
         self.inner = pafs.LocalFileSystem()
         self.latency_s = latency_s
         self.lock = threading.Lock()
-        self.counts = {"list": 0, "stat": 0, "read": 0, "write": 0}
+        self.counts = {"list": 0, "listed": 0, "stat": 0, "read": 0, "write": 0}
 
     def _count(self, kind: str, n: int = 1) -> None:
         with self.lock:
@@ -69,7 +74,10 @@ class CountingHandler(pafs.FileSystemHandler):
 
     def get_file_info_selector(self, selector):
         self._count("list")
-        return self.inner.get_file_info(selector)
+        found = self.inner.get_file_info(selector)
+        with self.lock:  # a bucket returns 1,000 names per list call: what a listing's size costs there
+            self.counts["listed"] += len(found)
+        return found
 
     def open_input_stream(self, path):
         self._count("read")
@@ -119,11 +127,16 @@ def counted(latency_ms: float):
         inner, path = original(uri)
         return (fs, path) if isinstance(inner, pafs.LocalFileSystem) else (inner, path)
 
+    original_is_local = storage.is_local
     storage.resolve = resolve
+    # still local (the table's catalog is found by it); pyiceberg reads the table's metadata through
+    # its own FileIO, which this does not count
+    storage.is_local = lambda uri: isinstance(original(uri)[0], pafs.LocalFileSystem)
     try:
         yield handler.counts
     finally:
         storage.resolve = original
+        storage.is_local = original_is_local
 
 
 def build(lake: str, partitions: int, seed: int = 0) -> tuple[str, int]:
@@ -194,7 +207,9 @@ def measure(fn, latency_ms: float) -> tuple[float, dict]:
 
 
 def run_size(size: int, latency_ms: float, root: str) -> list[list]:
-    lake = os.path.join(root, f"lake-{size}")
+    # each latency measures a new lake in the same state (a new path: the Iceberg catalog of a
+    # removed lake stays cached in the process)
+    lake = os.path.join(root, f"lake-{size}-{latency_ms:g}ms")
     started = time.monotonic()
     newest, batches = build(lake, size)
     print(f"built {size} partitions ({batches} batches, newest date {newest}) in {time.monotonic() - started:.0f} s",
@@ -220,11 +235,48 @@ def run_size(size: int, latency_ms: float, root: str) -> list[list]:
         rows.append([f"{size:,}", name, latency_ms,
                      f"{before_s:.3f}", _ops(before_ops), f"{seconds:.3f}", _ops(ops)])
         print(" | ".join(str(v) for v in rows[-1]), flush=True)
+    rows.append(reconciliation(lake, size, batches + 5, newest, latency_ms))
+    print(" | ".join(str(v) for v in rows[-1]), flush=True)
     return rows
 
 
+def commit_versions(lake: str) -> int:
+    """A version of every date including its complete receipt partitions, committed to the table
+    without data files (a date without sessions): what reconciliation compares with."""
+    from tidemark import publish, rules_record
+
+    dates = receipts.list_event_dates(lake)
+    for event_date in dates:
+        stamps = receipts.list_receipts(lake, event_date)
+        marker = {"event_date": event_date, "run_id": publish.new_run_id(), "files": [], "sessions": 0,
+                  "receipts": [planning.receipt_key(event_date, ts) for ts in stamps],
+                  "max_receipt_ts": stamps[-1], "reach": None, "hi": event_date,
+                  "planned_through": receipt_index.head(lake), "affected_dates": [],
+                  **rules_record.marker_fields(RULES)}
+        publish.write_marker(lake, marker)
+        publish.commit(lake, marker)
+    return len(dates)
+
+
+def reconciliation(lake: str, size: int, first_batch: int, newest: str, latency_ms: float) -> list:
+    from tidemark import reconcile, rules_record
+
+    rules_record.ensure(lake, RULES, "bench")
+    if not os.path.exists(layout.reconcile_cursor_path(lake)):
+        started = time.monotonic()
+        dates = commit_versions(lake)
+        print(f"committed versions of {dates} dates in {time.monotonic() - started:.0f} s", flush=True)
+    reconcile.staleness(lake, full=True)  # the previous pass
+    late_data(lake, first_batch, 90, newest)  # 15 minutes of 10 s batches since
+    changed_s, changed_ops = measure(lambda: reconcile.staleness(lake), latency_ms)
+    walk_s, walk_ops = measure(lambda: reconcile.staleness(lake, full=True), latency_ms)
+    return [f"{size:,}", "one reconciliation pass, 15 min after the last", latency_ms,
+            f"{walk_s:.3f}", _ops(walk_ops), f"{changed_s:.3f}", _ops(changed_ops)]
+
+
 def _ops(counts: dict) -> str:
-    return f"{counts['list']} list, {counts['stat']} stat, {counts['read']} read"
+    return (f"{counts['list']} list ({counts['listed']} names), {counts['stat']} stat, "
+            f"{counts['read']} read")
 
 
 def parse_args(argv=None):
@@ -250,8 +302,8 @@ def main(argv=None) -> int:
     finally:
         if not args.work:
             shutil.rmtree(root, ignore_errors=True)
-    columns = ["receipt partitions", "what", "latency ms/op", "every marker: s", "every marker: ops",
-               "receipt index: s", "receipt index: ops"]
+    columns = ["receipt partitions", "what", "latency ms/op", "every marker / walk: s",
+               "every marker / walk: ops", "receipt index: s", "receipt index: ops"]
     if not args.no_write:
         write_results("history", "Cost against the lake's age: planning with and without the receipt index",
                       columns, rows, __doc__.split("\n\n", 1)[1],

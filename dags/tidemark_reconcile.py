@@ -28,25 +28,14 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import dag, task
 
 from tidemark import names
+from tidemark.durations import parse_interval  # standard library only: cheap at parse time
 
 DAG_ID = "tidemark_reconcile"
 DEDUP_DAG_ID = names.get("DAG_ID")
 
 
-def _interval(text: str) -> timedelta | None:
-    """TIDEMARK_RECONCILE_INTERVAL: "15m", "1h", ... or "off" (tidemark.durations: standard library
-    only). A bad value fails the parse with a clear import error instead of a silent default."""
-    if text.strip().lower() in ("off", "none", ""):
-        return None
-    from tidemark.durations import parse_duration
-
-    span = parse_duration(text.strip())
-    if span < timedelta(minutes=1):
-        raise ValueError(f"TIDEMARK_RECONCILE_INTERVAL {text!r} is below 1m")
-    return span
-
-
-SCHEDULE = _interval(os.environ.get("TIDEMARK_RECONCILE_INTERVAL", "15m"))
+SCHEDULE = parse_interval(os.environ.get("TIDEMARK_RECONCILE_INTERVAL", "15m"), "TIDEMARK_RECONCILE_INTERVAL",
+                          timedelta(minutes=1))
 
 
 def _setting(variable: str, env: str, default: str) -> str:

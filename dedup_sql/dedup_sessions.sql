@@ -2,8 +2,9 @@
 --
 -- Input: {sessionized} = sessionize.sql over dedup_events.sql's (or dedup_events_incremental.sql's)
 --   output.
--- Output: user_id, session_start, session_end, event_count, event_ids (sorted), events (sorted by
---   time), first_receipt_ts / last_receipt_ts (when the session's first / last event first arrived),
+-- Output: user_id, session_start, session_end, event_count, event_ids (sorted, one per event: an id
+--   sent at two timestamps is two events and appears twice), events (sorted by time),
+--   first_receipt_ts / last_receipt_ts (the earliest / latest of its events' first arrivals),
 --   has_new (the session holds an event the previous published version had not seen),
 --   event_date (UTC date of the start: the partition the session belongs to).
 SELECT

@@ -16,9 +16,10 @@
 --                   back to the full path; tidemark/incremental.py)
 --
 -- Input: {islands} (dedup_sessions.sql's columns). Parameters: :event_date ('YYYY-MM-DD'),
---   :horizon_us (microseconds since the epoch), :gap_us.
+--   :horizon_us (microseconds since the epoch), :gap_us (the split threshold, sessionize.sql: an
+--   event at session_end + :gap_us or later could not join the island, one before it could).
 SELECT
-  -- islands start at lo = D0 - gap at the earliest, so event_date <= D and an end on or after D0
+  -- islands start at lo = D0 - split gap at the earliest, so event_date <= D and an end on or after D0
   -- is "touches D"; an island ending before D0 cannot reach past D+1 anyway.
   MAX(CASE WHEN event_date <= :event_date THEN unix_micros(session_end) END) AS reach_us,
   count_if(event_date = :event_date) AS sessions,

@@ -1,13 +1,17 @@
 -- The session rule of tidemark, in one place: gaps and islands over event time.
 --
--- Events of one user whose timestamps are closer than the gap (strictly: a distance of exactly
--- the gap starts a new session) belong to one session. These are the semantics of Spark's
--- session_window and Beam's Sessions windows: each event opens a window [t, t + gap) and
--- overlapping windows merge.
+-- Neighbouring events of one user (in time order) at least :gap_us apart are in two sessions;
+-- closer ones are in one. :gap_us is the split threshold of the lake's rules (SessionRules.gap_us,
+-- tidemark/sessions.py), which hold the gap boundary:
+--   split (the default)  :gap_us = the gap: events exactly one gap apart start a new session, as
+--                        Beam's Sessions (windows [t, t + gap) that touch stay apart);
+--   merge                :gap_us = the gap + 1 us: events exactly one gap apart join, as Spark's
+--                        session_window and Flink's session windows (touching windows merge).
+-- Timestamps are whole microseconds, so that one comparison states both (docs/lake-layout.md).
 --
 -- Input: {events}, at least user_id, event_id, event_ts (distinct events).
 -- Output: each input row plus session_seq, the ordinal of its session within its user.
--- Parameter: :gap_us, the gap in microseconds.
+-- Parameter: :gap_us, the split threshold in microseconds.
 WITH ordered AS (
   SELECT
     i.*,

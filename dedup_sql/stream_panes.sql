@@ -7,7 +7,8 @@
 -- Parameters (microseconds since the epoch / durations in microseconds):
 --   :w_prev_us     watermark at the start of the batch (decides what is too late)
 --   :w_new_us      watermark after the batch (decides what closes and what expires)
---   :gap_us, :lateness_us
+--   :gap_us (the split threshold, sessionize.sql: a window ends :gap_us after its last event, so
+--   under the `merge` boundary one microsecond after last event + gap), :lateness_us
 WITH sessions AS (
   SELECT
     user_id,
@@ -19,9 +20,12 @@ WITH sessions AS (
     bool_or(is_new) AS has_new,
     bool_or(state_session_id IS NOT NULL) AS from_state,
     coalesce(bool_or(state_closed), false) AS was_closed,
-    coalesce(MAX(state_pane_count), 0) AS pane_count,
-    -- A session that absorbs others keeps the id of the earliest one, so its id stays stable.
-    MIN(CASE WHEN state_session_id IS NOT NULL
+    -- A session that absorbs others keeps the id (and the pane count) of the earliest one, so its
+    -- id stays stable. Only the session holding a state session's first event inherits from it:
+    -- after `rules migrate` to a shorter gap a state session can come apart here, and its later
+    -- pieces are new sessions with ids of their own (one id never names two sessions).
+    coalesce(MAX(CASE WHEN event_ts = state_session_start THEN state_pane_count END), 0) AS pane_count,
+    MIN(CASE WHEN state_session_id IS NOT NULL AND event_ts = state_session_start
              THEN named_struct('start', state_session_start, 'id', state_session_id) END).id
       AS kept_session_id
   FROM {sessionized}

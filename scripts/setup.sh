@@ -13,6 +13,10 @@ if ! command -v java >/dev/null 2>&1; then
   say "installing Java 17 (Spark needs a JVM)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  say "installing Prometheus (the local stack's alerts; promtool checks the rules)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 if ! command -v gcloud >/dev/null 2>&1 || [ ! -d /usr/lib/google-cloud-sdk/platform/pubsub-emulator ]; then
   say "warning: the Pub/Sub emulator (google-cloud-cli-pubsub-emulator) is not installed;"
   say "         tests and commands that need it will say so and be skipped"

@@ -124,7 +124,8 @@ resource "google_composer_environment" "airflow" {
 
 # Deploy the DAGs and the tidemark modules they import into the environment's dags/ folder (on the
 # workers' PYTHONPATH). .airflowignore keeps the DAG processor out of the packages.
-# tidemark_reconcile runs every 15 minutes; set TIDEMARK_RECONCILE_INTERVAL in env_variables to change it.
+# tidemark_reconcile runs every 15 minutes, tidemark_maintenance (tidemark gc) daily; set
+# TIDEMARK_RECONCILE_INTERVAL / TIDEMARK_MAINTENANCE_INTERVAL in env_variables to change them.
 locals {
   composer_dag_prefix = var.create_composer ? google_composer_environment.airflow[0].config[0].dag_gcs_prefix : ""
   composer_bucket     = var.create_composer ? regex("^gs://([^/]+)/", local.composer_dag_prefix)[0] : ""
@@ -133,7 +134,7 @@ locals {
   # dedup_sql: the dedup's SQL, run by the dedup task itself when it is a Spark Connect client.
   dag_packages = ["tidemark", "dedup_sql"]
   dag_files = var.create_composer ? toset(concat(
-    ["dags/tidemark_dedup.py", "dags/tidemark_reconcile.py"],
+    ["dags/tidemark_dedup.py", "dags/tidemark_reconcile.py", "dags/tidemark_maintenance.py"],
     # The example consumer (docs/notices.md) runs on the per-date asset events of tidemark_dedup.
     var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py"] : [],
     flatten([for pkg in local.dag_packages : [

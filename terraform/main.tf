@@ -28,6 +28,7 @@ resource "google_project_service" "apis" {
     "compute.googleapis.com",
     "dataproc.googleapis.com",
     "iam.googleapis.com",
+    "monitoring.googleapis.com",
     "pubsub.googleapis.com",
     "run.googleapis.com",
     "secretmanager.googleapis.com",

@@ -317,3 +317,17 @@ variable "spark_connect_client_ranges" {
   default     = []
   description = "CIDR ranges allowed to reach the Spark Connect port: the subnetwork Composer's workers are attached to"
 }
+
+# -- alerting (terraform/monitoring.tf, docs/metrics.md) ---------------------------------------------
+
+variable "alert_notification_channels" {
+  type        = list(string)
+  default     = []
+  description = "Cloud Monitoring notification channel ids the SLO alert policies notify (none: the incidents are only listed)"
+}
+
+variable "alert_evaluation_interval" {
+  type        = string
+  default     = "60s"
+  description = "How often Cloud Monitoring evaluates each SLO alert's PromQL condition"
+}

@@ -51,6 +51,11 @@ if dag is not None:
     out["dedup_concurrency"] = dag.get_task("dedup").max_active_tis_per_dag
     out["outlets"] = sorted(str(getattr(o, "name", o))
                             for o in dag.get_task("emit_assets").outlets)
+maintenance = bag.dags.get("tidemark_maintenance")
+if maintenance is not None:
+    out["maintenance"] = {"tasks": sorted(t.task_id for t in maintenance.tasks),
+                          "interval_s": maintenance.timetable.delta.total_seconds()
+                          if hasattr(maintenance.timetable, "delta") else type(maintenance.timetable).__name__}
 reconcile = bag.dags.get("tidemark_reconcile")
 if reconcile is not None:
     out["reconcile"] = {"tasks": sorted(t.task_id for t in reconcile.tasks),
@@ -69,7 +74,7 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\nDagBag parse of dags/: {out['seconds']:.2f}s")
     assert out["errors"] == {}
-    assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile", "example_session_metrics"])
+    assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile", "tidemark_maintenance", "example_session_metrics"])
     assert out["tasks"] == ["dedup", "emit_assets", "needs_spark", "notify_corrected", "owed_reruns", "prepare",
                             "trigger_affected"]
     # PartitionedAtRuntime: runs only when triggered, each with its event date as partition_key
@@ -83,6 +88,8 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     assert names.get("ASSET_URI_PREFIX") in out["outlets"]
     # the self-healing loop: every 15 minutes unless TIDEMARK_RECONCILE_INTERVAL says otherwise
     assert out["reconcile"] == {"tasks": ["find", "trigger"], "interval_s": 900.0, "max_active_runs": 1}
+    # the lake's upkeep (tidemark gc): daily unless TIDEMARK_MAINTENANCE_INTERVAL says otherwise
+    assert out["maintenance"] == {"tasks": ["gc"], "interval_s": 86400.0}
 
 
 def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):
@@ -98,6 +105,15 @@ def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):
                           capture_output=True, text=True, timeout=180)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "invalid duration 'often'" in " ".join(out["errors"].values())
+    for value, expected in (("12h", 43200.0), ("off", "NullTimetable"), ("5m", None)):
+        proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
+                              env={**base, "TIDEMARK_MAINTENANCE_INTERVAL": value},
+                              capture_output=True, text=True, timeout=180)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        if expected is None:
+            assert "is below 1h" in " ".join(out["errors"].values())
+        else:
+            assert out["maintenance"]["interval_s"] == expected, value
 
 
 # -- real runs with `airflow dags test` -------------------------------------------------------

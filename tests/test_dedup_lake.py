@@ -16,8 +16,15 @@ from tests.lakekit import (DAY0, GAP, RULES, SimulatedStream, arrivals, converge
 
 @pytest.mark.slow  # not in make test-fast: many dedup runs per seed
 @pytest.mark.spark
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_published_versions_equal_batch_sessionization_over_random_arrivals(spark, tmp_path, seed):
+@pytest.mark.parametrize("seed,reader", [(1, "spark"), (2, "spark"), (3, "spark"), (1, "arrow"), (4, "arrow")])
+def test_published_versions_equal_batch_sessionization_over_random_arrivals(spark, tmp_path, seed, reader,
+                                                                              monkeypatch):
+    """reader: the panes read by Spark's file source, or by the executors with pyarrow (what a date
+    of thousands of receipt partitions gets: tidemark/pane_reader.py), here from the first folder."""
+    if reader == "arrow":
+        from tidemark import pane_reader
+
+        monkeypatch.setattr(pane_reader, "FOLDERS_FOR_ARROW", 1)
     rng = random.Random(seed)
     events = make_events(rng)
     lake = str(tmp_path / "lake")

@@ -668,3 +668,39 @@ def test_the_local_spark_provider_pin_has_the_hook_the_connect_path_imports():
     assert tuple(int(x) for x in version("apache-airflow-providers-apache-spark").split(".")) == pinned
     hook = importlib.import_module(CONNECT_HOOK_MODULE).SparkConnectHook
     assert callable(hook.get_connection_url) and hook.conn_type == "spark_connect"
+
+
+# -- alert policies (terraform/monitoring.tf) -------------------------------------------------------
+
+def test_alert_policies_are_the_prometheus_rules(tf):
+    """One policy per alert of ops/prometheus/rules.yml, read from that file (so the names and
+    expressions cannot drift), with a PromQL condition and a notification channel variable."""
+    import yaml
+
+    policy = resource(tf, "google_monitoring_alert_policy", "slo")
+    assert "yamldecode(file(" in _raw_text() and "ops/prometheus/rules.yml" in _raw_text()
+    assert policy["for_each"] == "${local.slo_rules}"
+    condition = one(one(policy["conditions"])["condition_prometheus_query_language"])
+    assert condition["query"] == "${each.value.expr}" and condition["alert_rule"] == "${each.key}"
+    assert policy["notification_channels"] == "${var.alert_notification_channels}"
+    with open(os.path.join(ROOT, "ops", "prometheus", "rules.yml")) as handle:
+        rules = yaml.safe_load(handle)["groups"][0]["rules"]
+    for rule in rules:
+        # Cloud Monitoring takes durations in seconds ("300s"), Prometheus takes them too.
+        assert re.fullmatch(r"\d+s", rule.get("for", "0s")), rule["alert"]
+        assert {"severity", "slo"} <= set(rule["labels"]) and rule["annotations"]["runbook"]
+    assert "monitoring.googleapis.com" in _raw_text()
+
+
+def test_function_outcome_metric_counts_the_outcomes_the_function_logs(tf):
+    """The log-based metric extracts `outcome` from the function's own Cloud Run service, and
+    every log line of the function's handler carries that field."""
+    metric = resource(tf, "google_logging_metric", "function_notices")
+    assert "${var.function_name}" in metric["filter"] and "jsonPayload.outcome" in metric["filter"]
+    assert metric["label_extractors"] == {"outcome": "EXTRACT(jsonPayload.outcome)"}
+    source = open(os.path.join(ROOT, "cloud_function", "main.py")).read()
+    handler = source[source.index("def handle("):source.index("@functions_framework")]
+    calls = re.findall(r"log\.(?:error|warning|info)\((.*?)\)\n", handler, re.S)
+    assert len(calls) >= 4 and all("outcome=" in call for call in calls), calls
+    assert {"rejected", "retry"} <= set(re.findall(r'outcome="(\w+)"', handler))
+    assert '"triggered" if result.created else "already_exists"' in handler

@@ -5,7 +5,8 @@ Deliberately shares nothing with the stream's sessionization or the Spark SQL: p
 raw landed lines. It reads them with the one implementation of the input contract the stream uses
 too (tidemark.contract, docs/input-contract.md), keeps one copy per event
 (user_id, event_id, event_ts), sorts each user's events by time and
-starts a new session wherever two neighbours are at least `gap` apart. A session belongs to the UTC
+starts a new session wherever two neighbours are at least the rules' split gap apart (the gap, or
+the gap + 1 us under the `merge` gap boundary: tidemark/sessions.py). A session belongs to the UTC
 date of its first event. If the stream, the dedup SQL and this agree, the promise holds.
 """
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from tidemark import contract, landing, landing_ledger
+from tidemark import contract, landing, landing_ledger, rules_record
+from tidemark.sessions import SessionRules
 from tidemark.times import from_micros, parse_iso, to_micros
 
 
@@ -92,8 +94,10 @@ def events_of_landing(landing_uri: str, lake: str | None = None, now_us: int | N
         yield from contract.read_lines(lines, received, rules)
 
 
-def sessionize(events, gap: timedelta) -> list[Session]:
-    """events: (user_id, event_id, event_ts). An event is the whole triple: copies repeat it."""
+def sessionize(events, rules: SessionRules | timedelta) -> list[Session]:
+    """events: (user_id, event_id, event_ts). An event is the whole triple: copies repeat it.
+    rules: the lake's rules (their gap and gap boundary), or a bare gap with the default boundary."""
+    gap = SessionRules.of(rules).split_gap
     by_user: dict[str, list[tuple[datetime, str]]] = {}
     for user_id, event_id, moment in set(events):
         by_user.setdefault(user_id, []).append((moment, event_id))
@@ -114,9 +118,9 @@ def _close(user_id: str, items: list[tuple[datetime, str]]) -> Session:
     return Session(user_id, items[0][0], items[-1][0], len(items), frozenset(e for _, e in items))
 
 
-def sessions_of_landing(landing_uri: str, gap: timedelta, lake: str | None = None) -> list[Session]:
+def sessions_of_landing(landing_uri: str, rules: SessionRules | timedelta, lake: str | None = None) -> list[Session]:
     """Every session of everything landed so far (with the lake: each line judged at its receipt time)."""
-    return sessionize(((e.user_id, e.event_id, e.event_ts) for e in events_of_landing(landing_uri, lake)), gap)
+    return sessionize(((e.user_id, e.event_id, e.event_ts) for e in events_of_landing(landing_uri, lake)), rules)
 
 
 def kept_copies_of_landing(landing_uri: str, lake: str | None = None) -> dict:
@@ -124,10 +128,11 @@ def kept_copies_of_landing(landing_uri: str, lake: str | None = None) -> dict:
     return contract.kept_copies(events_of_landing(landing_uri, lake))
 
 
-def sessions_by_date(landing_uri: str, gap: timedelta, lake: str | None = None) -> dict[str, set[tuple]]:
+def sessions_by_date(landing_uri: str, rules: SessionRules | timedelta,
+                     lake: str | None = None) -> dict[str, set[tuple]]:
     """{event_date: {session key}} of everything landed so far."""
     out: dict[str, set[tuple]] = {}
-    for session in sessions_of_landing(landing_uri, gap, lake):
+    for session in sessions_of_landing(landing_uri, rules, lake):
         out.setdefault(session.event_date, set()).add(session.key())
     return out
 
@@ -155,12 +160,15 @@ class DateCheck:
         return self.missing == 0 and self.unexpected == 0
 
 
-def check_lake(lake: str, landing: str, gap: timedelta) -> list[DateCheck]:
-    """Compare every date's current deduplicated version (tidemark.reader) with the recomputation."""
+def check_lake(lake: str, landing: str, rules: SessionRules | timedelta | None = None) -> list[DateCheck]:
+    """Compare every date's current deduplicated version (tidemark.reader) with the recomputation
+    under `rules` (default: the rules the lake records, gap boundary included)."""
     from tidemark import publish, reader
     from tidemark import receipts
 
-    expected = sessions_by_date(landing, gap, lake)
+    if rules is None:
+        rules = rules_record.rules_in_force(lake)[0]
+    expected = sessions_by_date(landing, rules, lake)
     dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake)))
     out = []
     for event_date in dates:

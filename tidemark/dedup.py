@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-from tidemark import incremental, layout, obligations, planning, publish, rules_record, sql_rules, storage, times
+from tidemark import incremental, layout, obligations, pane_reader, planning, publish, rules_record, sql_rules, storage, times
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.notices import corrected
@@ -257,6 +257,8 @@ def read_panes(spark, lake: str, partitions, lo: datetime):
     from pyspark.sql import functions as F
 
     paths = [layout.receipt_dir(lake, p.event_date, p.receipt_ts) for p in partitions]
+    if len(paths) >= pane_reader.FOLDERS_FOR_ARROW:  # thousands of small folders: see tidemark/pane_reader.py
+        return pane_reader.read(spark, layout.sessions_root(lake), paths, _PANES_SCHEMA, lo)
     return (spark.read.schema(_PANES_SCHEMA).option("basePath", layout.sessions_root(lake)).parquet(*paths)
             # a pane ending before lo holds no event of interest (row-group statistics skip it)
             .where(F.col("session_end") >= F.lit(lo)))

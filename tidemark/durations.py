@@ -26,3 +26,15 @@ def format_duration(span: timedelta) -> str:
         if micros % (seconds * 1_000_000) == 0:
             return f"{micros // (seconds * 1_000_000)}{unit}"
     return f"{micros / 1000:g}ms"
+
+
+def parse_interval(text: str, name: str, minimum: timedelta) -> timedelta | None:
+    """A schedule interval from the environment (the DAGs' TIDEMARK_*_INTERVAL): a duration of at
+    least `minimum`, or "off"/"none"/"" for None (triggered runs only). A bad value raises, so the
+    DAG fails to parse with a clear import error instead of running on a silent default."""
+    if text.strip().lower() in ("off", "none", ""):
+        return None
+    span = parse_duration(text.strip())
+    if span < minimum:
+        raise ValueError(f"{name} {text!r} is below {format_duration(minimum)}")
+    return span

@@ -1,6 +1,7 @@
 """Garbage collection of the deduplicated table: expire old snapshots, then remove the files that no
 remaining snapshot references (superseded versions, runs killed before their commit, runs whose
-commit was refused, old Iceberg metadata).
+commit was refused, old Iceberg metadata), and prune the receipt index's arrival entries that
+reconciliation no longer reads. Scheduled daily by dags/tidemark_maintenance.py.
 
 Safety floors:
 - a retention below MIN_RETENTION is refused: a reader that loaded the table just before a commit,
@@ -20,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow.fs as pafs
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, publish, storage, table as iceberg
+from tidemark import layout, publish, receipt_index, reconcile, storage, table as iceberg
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 
@@ -35,7 +36,7 @@ class RetentionTooShort(ValueError):
 
 @dataclass(frozen=True)
 class Removal:
-    what: str                 # "snapshot", "run" (an unreferenced run folder), "metadata"
+    what: str                 # "snapshot", "run" (an unreferenced run folder), "metadata", "arrivals"
     path: str                 # the snapshot id, or the path relative to the table's location
     event_date: str | None
     version: str | None       # the version a snapshot published / a run folder held, when known
@@ -55,14 +56,28 @@ def gc(lake: str, retention: timedelta, now: datetime | None = None, dry_run: bo
     whose newest write is that old. Returns what was (dry_run: would be) removed."""
     check_retention(retention)
     now = now or datetime.now(timezone.utc)
-    if iceberg.load(lake) is None:
-        return []
-    removed, tbl, versions = _expire(lake, retention, now, dry_run)
-    removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run)
+    removed = []
+    if iceberg.load(lake) is not None:
+        removed, tbl, versions = _expire(lake, retention, now, dry_run)
+        removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run)
+    removed += _prune_arrivals(lake, retention, now, dry_run)
     for item in removed:
         log.info("gc removed" if not dry_run else "gc would remove", what=item.what, path=item.path,
                  event_date=item.event_date, version=item.version, age_s=round(item.age_s, 1))
     return removed
+
+
+def _prune_arrivals(lake: str, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
+    """The receipt index's arrival entries of days older than the retention and than reconciliation's
+    last pass (which reads only those after it; tidemark/reconcile.py): one folder per day."""
+    keep_from = (now - retention).date()
+    head = reconcile.last_pass_head(lake)
+    if head:
+        keep_from = min(keep_from, layout.parse_receipt_ts(head).date())
+    days = receipt_index.prune_arrivals(lake, keep_from, dry_run)
+    return [Removal("arrivals", f"{layout.RECEIPT_INDEX}/arrivals/day={day}", None, None,
+                    (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds())
+            for day in days]
 
 
 def _conflicts():
@@ -107,11 +122,8 @@ def _remove_files(lake, tbl, expired: list[Removal], versions: dict, retention, 
             metadata.add(_relative(manifest.manifest_path, location))
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
                 data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
-    current_runs = set()
-    for key, value in tbl.properties.items():
-        if key.startswith(publish.CURRENT_PREFIX):
-            event_date = key[len(publish.CURRENT_PREFIX):]
-            current_runs.add(f"data/event_date={event_date}/run={publish._record(tbl, event_date)['run_id']}")
+    current_runs = {f"data/event_date={event_date}/run={publish._record(tbl, event_date)['run_id']}"
+                    for event_date in publish.dates_with_version(tbl)}
     root = layout.dedup_root(lake)
     removed = []
     for date_dir in storage.list_subdirs(layout.join(root, "data")):

@@ -109,7 +109,9 @@ def horizon(event_date: str, rules: SessionRules) -> datetime:
     At most D+2 00:00: every event before H is then in a pane of a date <= D+1 <= hi, so every
     version (and every run's new panes) holds all of them, which is what the check relies on."""
     next_day = planning.midnight(date.fromisoformat(event_date) + timedelta(days=1))
-    return min(next_day + max(HORIZON_MARGIN, 2 * rules.gap), next_day + timedelta(days=1))
+    # split_gap: the check below (dedup_summary.sql) compares session ends + :gap_us with H, and
+    # :gap_us is the split threshold (the gap + 1 us under `merge`).
+    return min(next_day + max(HORIZON_MARGIN, 2 * rules.split_gap), next_day + timedelta(days=1))
 
 
 def lo_text(lo: datetime) -> str:

@@ -45,18 +45,26 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
 
 # ---- partitions ----------------------------------------------------------------------------------
 
-def partitions(lake: str, now: datetime | None = None) -> list[dict]:
-    """Per event date: the current version, its sessions, how many complete receipt partitions it
-    includes and how many are pending (complete but not in the current version), and the lag: how
-    long the oldest pending receipt has waited (0 when nothing is pending)."""
+def partitions(lake: str, now: datetime | None = None, since: str | None = None,
+               until: str | None = None) -> list[dict]:
+    """Per event date (those in [since, until] when given): the current version, its sessions, how
+    many complete receipt partitions it includes and how many are pending (complete but not in the
+    current version), and the lag: how long the oldest pending receipt has waited (0 when nothing
+    is pending). Reads the table once, lists each date's folders once, and checks the markers only
+    of the partitions its version lacks (a version includes complete ones only)."""
+    from tidemark import table as iceberg
+
     now = now or datetime.now(timezone.utc)
-    dates = sorted(set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake)))
+    since = since and layout.check_event_date(since)
+    until = until and layout.check_event_date(until)
+    tbl = iceberg.load(lake)
+    dates = sorted(d for d in set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl))
+                   if (not since or d >= since) and (not until or d <= until))
     rows = []
     for event_date in dates:
-        stamps = receipts.list_receipts(lake, event_date)
-        pointer = publish.read_pointer(lake, event_date)
+        pointer = None if tbl is None else publish.current_of(lake, tbl, event_date)
         included = set(pointer.get("receipts", [])) if pointer else set()
-        pending = [ts for ts in stamps if f"{event_date}/{ts}" not in included]
+        stamps, pending = receipts.complete_and_pending(lake, event_date, included)
         oldest = layout.parse_receipt_ts(pending[0]) if pending else None
         rows.append({
             "event_date": event_date,

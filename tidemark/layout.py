@@ -15,7 +15,13 @@ and every user-supplied partition value is validated here before it can reach a 
     <lake>/_obligations/event_date=YYYY-MM-DD/<source date>__<version>.json  reruns owed (tidemark.obligations)
     <lake>/_receipts/reach/event_date=E/<event_date>__<receipt_ts>          receipt partitions of earlier dates whose
                                                                            sessions reach into E (tidemark.receipt_index)
+    <lake>/_receipts/ends/event_date=E/<receipt_ts>__<max_event_us>         every receipt partition of E with the latest end of its
+                                                                           panes (planning without reading markers)
+    <lake>/_receipts/arrivals/day=YYYY-MM-DD/<receipt_ts>__<event_date>   every receipt partition, by the day it was received
+                                                                           (what changed since a time: tidemark.receipt_index)
     <lake>/_receipts/head.json, _receipts/reach_complete.json              the newest fully written batch; the index's start
+    <lake>/_reconcile/cursor.json                                          where reconciliation's last pass stopped
+                                                                           (tidemark.reconcile)
     <lake>/_landing/receipt_ts=<receipt_ts>.json                           the landing ledger: files read per batch
                                                                            (tidemark.landing_ledger)
 """
@@ -32,6 +38,7 @@ RULES = "_rules"
 OBLIGATIONS = "_obligations"
 LANDING_LEDGER = "_landing"
 RECEIPT_INDEX = "_receipts"
+RECONCILE = "_reconcile"
 
 RECEIPT_MARKER = "_tidemark_receipt.json"
 QUARANTINE_MARKER = "_tidemark_quarantine.json"
@@ -146,6 +153,35 @@ def reach_dir(lake: str, event_date: object) -> str:
 
 def reach_entry(lake: str, into: object, event_date: object, receipt_ts: object) -> str:
     return join(reach_dir(lake, into), f"{check_event_date(event_date)}__{check_receipt_ts(receipt_ts)}")
+
+
+def ends_dir(lake: str, event_date: object) -> str:
+    """Entries naming each receipt partition of event_date and the latest end of its panes."""
+    return join(lake, RECEIPT_INDEX, "ends", f"event_date={check_event_date(event_date)}")
+
+
+def end_entry(lake: str, event_date: object, receipt_ts: object, max_event_us: int) -> str:
+    if isinstance(max_event_us, bool) or not isinstance(max_event_us, int):
+        raise InvalidPartitionValue(f"invalid max_event_us {max_event_us!r}: expected microseconds")
+    return join(ends_dir(lake, event_date), f"{check_receipt_ts(receipt_ts)}__{max_event_us}")
+
+
+def arrivals_root(lake: str) -> str:
+    return join(lake, RECEIPT_INDEX, "arrivals")
+
+
+def arrivals_dir(lake: str, day: object) -> str:
+    """Entries naming the receipt partitions received on `day` (UTC), one per partition."""
+    return join(arrivals_root(lake), f"day={check_event_date(day)}")
+
+
+def arrival_entry(lake: str, receipt_ts: object, event_date: object) -> str:
+    received = parse_receipt_ts(receipt_ts).date().isoformat()
+    return join(arrivals_dir(lake, received), f"{check_receipt_ts(receipt_ts)}__{check_event_date(event_date)}")
+
+
+def reconcile_cursor_path(lake: str) -> str:
+    return join(lake, RECONCILE, "cursor.json")
 
 
 def landing_ledger_dir(lake: str) -> str:

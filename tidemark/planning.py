@@ -1,4 +1,5 @@
-"""Which receipt partitions a deduplication of one event date must read, from markers alone (no Spark).
+"""Which receipt partitions a deduplication of one event date must read, from the receipt index's
+listings and markers (no Spark, no data file).
 
 The dedup of D publishes the sessions starting on D. With `D0` = D 00:00 UTC:
 
@@ -26,7 +27,6 @@ without a recorded reach (written by an older tidemark) never counts as covering
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
@@ -51,9 +51,10 @@ def receipt_key(event_date: str, receipt_ts: str) -> str:
 class LakeIndex:
     """The complete receipt partitions of a lake and their markers, read as a run needs them.
 
-    With a complete receipt index (tidemark/receipt_index.py) a plan reads the dates in
-    [date(lo), hi] and one reach folder; without it (a lake written before the index, until
-    `tidemark reindex`), every date up to hi, as before.
+    With a complete receipt index (tidemark/receipt_index.py) a plan lists the dates in
+    [date(lo), hi] (`ending_after`: no marker read but those of partitions without an end entry)
+    and reads the markers of one reach folder; without it (a lake written before the index, until
+    `tidemark reindex`), every marker up to hi.
     """
 
     def __init__(self, lake: str):
@@ -65,6 +66,7 @@ class LakeIndex:
         self._dates: list[str] | None = None
         self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
         self._reaching: dict[str, list[receipts.ReceiptPartition]] = {}
+        self._ending: dict[tuple[str, datetime], list] = {}
 
     @property
     def dates(self) -> list[str]:
@@ -89,12 +91,25 @@ class LakeIndex:
 
     def markers(self, keys: list[tuple[str, str]]) -> list[receipts.ReceiptPartition]:
         """The markers of complete partitions among (event_date, receipt_ts) keys."""
-        # Markers are tiny objects: on a bucket, reading them concurrently hides the latency.
-        if not keys:
-            return []
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            found = list(pool.map(lambda key: receipts.read_marker(self.lake, *key), keys))
-        return [m for m in found if m is not None]
+        return receipts.read_markers(self.lake, keys)
+
+    def ending_after(self, event_date: str, lo: datetime) -> list:
+        """The complete partitions of event_date whose panes end at or after lo, from listings: the
+        date's markers by name and, when its midnight is before lo, its end entries (a partition
+        without one, registered before they existed, has its marker read)."""
+        key = (event_date, lo)
+        if key not in self._ending:
+            stamps = receipts.complete_names(self.lake, event_date)
+            if midnight(date.fromisoformat(event_date)) >= lo:
+                # every pane of the date starts at or after its midnight: all of them reach lo
+                found = [receipts.ReceiptRef(self.lake, event_date, ts) for ts in stamps]
+            else:
+                ends = receipt_index.ends(self.lake, event_date)
+                found = [receipts.ReceiptRef(self.lake, event_date, ts, ends[ts]) for ts in stamps if ts in ends]
+                found += self.markers([(event_date, ts) for ts in stamps if ts not in ends])
+                found = [p for p in found if times.parse_iso(p.max_event_ts) >= lo]
+            self._ending[key] = found
+        return self._ending[key]
 
     def has_dates_after(self, event_date: str) -> bool:
         return any(d > event_date for d in self.dates)
@@ -105,7 +120,7 @@ class Plan:
     event_date: str
     lo: datetime
     hi: str
-    partitions: list[receipts.ReceiptPartition]
+    partitions: list  # receipts.ReceiptPartition (a marker read) or receipts.ReceiptRef (from listings)
     # The receipt index's head when the plan was made (LakeIndex.head): every partition received at
     # or before it that the plan needs is in it. A version records it; None: unknown.
     planned_through: str | None = None
@@ -120,11 +135,16 @@ class Plan:
 
     @property
     def rows(self) -> int:
+        """Pane rows of the plan's partitions (the markers of those known from listings are read,
+        concurrently, only when this is asked: a full run's report)."""
+        receipts.load_markers([p for p in self.partitions if isinstance(p, receipts.ReceiptRef)])
         return sum(p.rows for p in self.partitions)
 
 
 def lo_of(event_date: str, rules: SessionRules) -> datetime:
-    return midnight(date.fromisoformat(event_date)) - rules.gap
+    # split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
+    # the session (tidemark/sessions.py), so the bound below is one microsecond earlier.
+    return midnight(date.fromisoformat(event_date)) - rules.split_gap
 
 
 def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> str:
@@ -133,9 +153,10 @@ def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> s
     floor = date.fromisoformat(event_date) + timedelta(days=1)
     if reach is None:
         return floor.isoformat()
-    # A pane starting at p joins when p - reach < gap; p = midnight of date(reach + gap) is the
-    # boundary case, included (one date too many is only a cost, one too few loses events).
-    return max(floor, (reach + rules.gap).date()).isoformat()
+    # A pane starting at p joins when p - reach < split_gap (<= gap under `merge`); p = midnight of
+    # date(reach + split_gap) is the boundary case, included (one date too many is only a cost, one
+    # too few loses events).
+    return max(floor, (reach + rules.split_gap).date()).isoformat()
 
 
 def scope(event_date: str, rules: SessionRules, hi: str) -> list[str]:
@@ -151,11 +172,12 @@ def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Pla
     lo = lo_of(event_date, rules)
     if index.indexed:
         dates = scope(event_date, rules, hi)
-        found = [p for d in dates for p in index.partitions(d)] + index.reaching(dates[0])
+        reaching = [p for p in index.reaching(dates[0]) if times.parse_iso(p.max_event_ts) >= lo]
+        found = [p for d in dates for p in index.ending_after(d, lo)] + reaching
     else:
-        found = [p for d in index.dates if d <= hi for p in index.partitions(d)]
-    chosen = sorted((p for p in found if times.parse_iso(p.max_event_ts) >= lo),
-                    key=lambda p: (p.event_date, p.receipt_ts))
+        found = [p for d in index.dates if d <= hi for p in index.partitions(d)
+                 if times.parse_iso(p.max_event_ts) >= lo]
+    chosen = sorted(found, key=lambda p: (p.event_date, p.receipt_ts))
     return Plan(event_date, lo, hi, chosen, index.head)
 
 

@@ -131,12 +131,16 @@ newest_version = current_version
 read_pointer = current_version
 
 
-def list_dedup_dates(lake: str) -> list[str]:
-    """Every event date with a current version, oldest first."""
-    tbl = iceberg.load(lake)
+def dates_with_version(tbl) -> list[str]:
+    """Every event date with a current version in this loaded table (None: no table), oldest first."""
     if tbl is None:
         return []
     return sorted(key[len(CURRENT_PREFIX):] for key in tbl.properties if key.startswith(CURRENT_PREFIX))
+
+
+def list_dedup_dates(lake: str) -> list[str]:
+    """Every event date with a current version, oldest first."""
+    return dates_with_version(iceberg.load(lake))
 
 
 def snapshot_versions(tbl, event_date: str | None = None) -> list[tuple]:

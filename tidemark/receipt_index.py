@@ -1,7 +1,8 @@
 """The receipt index: what lets planning read the dates that matter instead of the whole lake.
 
-A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 00:00 - gap`
-(tidemark/planning.py). Every partition of a date in [date(lo), hi] may; a partition of an earlier
+A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 00:00 - gap` (the
+split gap: SessionRules.split_gap, one microsecond more under the `merge` boundary;
+tidemark/planning.py). Every partition of a date in [date(lo), hi] may; a partition of an earlier
 date only when its sessions run on into date(lo) or later, which few do (a session longer than
 the time to the next midnight). The markers of every date used to be read to find those few: a
 no-op decision on a year-old lake read every marker ever written. The index keeps, for each date E,
@@ -14,6 +15,27 @@ lake's age. Entries are written before the partition's marker (`register`): a pa
 complete only when its marker exists, and an entry without a marker (a crash in between; the
 replayed batch writes both again) is skipped by the planner like any incomplete partition. Entries
 name dates, never rules: a gap change reads the same entries.
+
+What planning needs of a partition without reading its marker: every partition also gets an end
+entry under its own date, naming the latest end of its panes (in microseconds):
+
+    <lake>/_receipts/ends/event_date=E/<receipt_ts>__<max_event_us>
+
+A plan of D takes every complete partition of the dates after date(lo) (their panes start on or
+after their date's midnight, past lo), and those of date(lo) whose end is at or after lo: with the
+end entries, one listing of that date tells which, and whether a partition is complete is one
+recursive listing of its date's folder (the markers' names), not a read per marker. A partition
+registered before end entries existed has none: its marker is read, as before.
+
+What changed since a time, without listing the dates: every partition also gets an arrival entry,
+by the UTC day it was received, written first (before its reach entries and its marker):
+
+    <lake>/_receipts/arrivals/day=R/<receipt_ts>__<event_date>
+
+`arrived(lake, after)` lists the days since a receipt time and returns the dates that received
+partitions since: what reconciliation (tidemark/reconcile.py) re-examines instead of every date.
+An entry whose partition never completed (a crash; the replay writes it again) only makes a date be
+looked at once more.
 
 Two small files make the fast paths safe:
   - `head.json`: the receipt_ts of the newest micro-batch whose partitions are all complete,
@@ -50,6 +72,78 @@ def register(lake: str, partition) -> None:
     """Write the partition's reach entries (before its marker: see the module's docstring)."""
     for into in reached_dates(partition):
         storage.write_text_atomic(layout.reach_entry(lake, into, partition.event_date, partition.receipt_ts), "")
+
+
+def record_end(lake: str, partition) -> None:
+    """Write the partition's end entry (before its marker: see the module's docstring)."""
+    end_us = times.to_micros(times.parse_iso(partition.max_event_ts))
+    storage.write_text_atomic(layout.end_entry(lake, partition.event_date, partition.receipt_ts, end_us), "")
+
+
+def ends(lake: str, event_date: str) -> dict[str, str]:
+    """receipt_ts -> the latest end of its panes (ISO, microseconds), for the partitions of
+    event_date with an end entry, complete or not (one listing)."""
+    out = {}
+    for name in storage.list_dir(layout.ends_dir(lake, event_date)):
+        receipt_ts, _, end_us = name.partition("__")
+        try:
+            out[layout.check_receipt_ts(receipt_ts)] = times.iso_from_micros(int(end_us))
+        except (layout.InvalidPartitionValue, ValueError):
+            continue  # a hidden temporary file, or a stranger's
+    return out
+
+
+def record_arrival(lake: str, partition) -> None:
+    """Write the partition's arrival entry (first of all its registration: see the module's docstring)."""
+    storage.write_text_atomic(layout.arrival_entry(lake, partition.receipt_ts, partition.event_date), "")
+
+
+def arrived(lake: str, after: str | None, through: str | None = None) -> set[str]:
+    """The event dates of the partitions received after `after` (exclusive) up to `through`
+    (inclusive; None: up to the newest, in-flight batches included): one listing of the arrival
+    days (few: `tidemark gc` prunes those reconciliation has passed) and one per day in between,
+    whatever the lake's age."""
+    if after is None:
+        raise ValueError("arrived() needs a start: without one every date may have changed")
+    first = layout.parse_receipt_ts(after).date().isoformat()
+    last = layout.parse_receipt_ts(through).date().isoformat() if through else None
+    out = set()
+    for day in storage.list_partition_values(layout.arrivals_root(lake), "day", layout.check_event_date):
+        if day < first or (last and day > last):
+            continue
+        for name in storage.list_dir(layout.arrivals_dir(lake, day)):
+            receipt_ts, _, event_date = name.partition("__")
+            try:
+                if after < layout.check_receipt_ts(receipt_ts) and (not through or receipt_ts <= through):
+                    out.add(layout.check_event_date(event_date))
+            except layout.InvalidPartitionValue:
+                continue  # a hidden temporary file, or a stranger's
+    return out
+
+
+ARRIVALS_PRUNED = "arrivals_pruned.json"
+
+
+def arrivals_pruned_before(lake: str) -> str | None:
+    """The first receipt day whose arrival entries are all kept (older days may be pruned), or None."""
+    payload = storage.read_json(layout.join(layout.receipt_index_dir(lake), ARRIVALS_PRUNED))
+    return None if not payload else layout.check_event_date(payload["before"])
+
+
+def prune_arrivals(lake: str, keep_from: date, dry_run: bool = False) -> list[str]:
+    """Remove the arrival entries of receipt days before `keep_from` (`tidemark gc`); returns the
+    days removed. The horizon is recorded first: a reconciliation pass whose previous pass stopped
+    before it walks every date instead of reading arrivals that may be gone."""
+    days = [d for d in storage.list_partition_values(layout.arrivals_root(lake), "day", layout.check_event_date)
+            if d < keep_from.isoformat()]
+    if days and not dry_run:
+        recorded = arrivals_pruned_before(lake)
+        if recorded is None or recorded < keep_from.isoformat():
+            storage.write_json_atomic(layout.join(layout.receipt_index_dir(lake), ARRIVALS_PRUNED),
+                                      {"before": keep_from.isoformat(), "at": times.now_iso_z()})
+        for day in days:
+            storage.delete_dir(layout.arrivals_dir(lake, day))
+    return days
 
 
 def reaching(lake: str, into: str) -> list[tuple[str, str]]:

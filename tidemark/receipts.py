@@ -68,24 +68,31 @@ def is_complete(lake: str, event_date: str, receipt_ts: str) -> bool:
 
 
 def complete(lake: str, partition: ReceiptPartition) -> None:
-    """Register the partition in the receipt index, then write its marker: complete from then on."""
+    """Register the partition in the receipt index (its arrival, then the later dates it reaches),
+    then write its marker: complete from then on."""
+    receipt_index.record_arrival(lake, partition)
+    receipt_index.record_end(lake, partition)
     receipt_index.register(lake, partition)
     storage.write_json_atomic(marker_path(lake, partition.event_date, partition.receipt_ts),
                               partition.to_json())
 
 
 def complete_among(lake: str, partitions: list[ReceiptPartition]) -> set[tuple[str, str]]:
-    """(event_date, receipt_ts) of those of `partitions` whose marker exists: one metadata call
-    for all of them (a batch touching 2,000 dates used to make 2,000)."""
+    """(event_date, receipt_ts) of those of `partitions` whose marker exists."""
+    return complete_keys(lake, [(p.event_date, p.receipt_ts) for p in partitions])
+
+
+def complete_keys(lake: str, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Those (event_date, receipt_ts) whose marker exists: one metadata call for all of them (a
+    batch touching 2,000 dates used to make 2,000)."""
     import pyarrow.fs as pafs
 
-    if not partitions:
+    if not keys:
         return set()
     fs, _ = storage.resolve(lake)
-    paths = [storage.resolve(marker_path(lake, p.event_date, p.receipt_ts))[1] for p in partitions]
+    paths = [storage.resolve(marker_path(lake, *key))[1] for key in keys]
     infos = fs.get_file_info(paths)
-    return {(p.event_date, p.receipt_ts) for p, info in zip(partitions, infos)
-            if info.type != pafs.FileType.NotFound}
+    return {key for key, info in zip(keys, infos) if info.type != pafs.FileType.NotFound}
 
 
 def complete_all(lake: str, partitions: list[ReceiptPartition]) -> None:
@@ -105,11 +112,95 @@ def read_marker(lake: str, event_date: str, receipt_ts: str) -> ReceiptPartition
     return None if payload is None else ReceiptPartition(**payload)
 
 
+@dataclass(frozen=True)
+class ReceiptRef:
+    """A complete receipt partition known from listings: its key and, when the plan needed it, the
+    latest end of its panes (the receipt index's end entry). Its marker is read only when another
+    of its facts is asked for (`rows`: the few new partitions of an incremental run)."""
+    lake: str
+    event_date: str
+    receipt_ts: str
+    end: str | None = None
+
+    @property
+    def marker(self) -> ReceiptPartition:
+        if "_marker" not in self.__dict__:
+            load_markers([self])
+        return self.__dict__["_marker"]
+
+    @property
+    def max_event_ts(self) -> str:
+        return self.end or self.marker.max_event_ts
+
+    @property
+    def rows(self) -> int:
+        return self.marker.rows
+
+
+def read_markers(lake: str, keys: list[tuple[str, str]]) -> list[ReceiptPartition]:
+    """The markers of complete partitions among (event_date, receipt_ts) keys, read concurrently
+    (tiny objects: on a bucket, concurrency hides the latency); missing ones are left out."""
+    if not keys:
+        return []
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        found = list(pool.map(lambda key: read_marker(lake, *key), keys))
+    return [m for m in found if m is not None]
+
+
+def load_markers(refs: list[ReceiptRef]) -> None:
+    """Read the markers of those `refs` not read yet, concurrently, and keep them with each ref."""
+    todo = [ref for ref in refs if "_marker" not in ref.__dict__]
+    if not todo:
+        return
+    found = {(m.event_date, m.receipt_ts): m for m in read_markers(todo[0].lake, [(r.event_date, r.receipt_ts) for r in todo])}
+    for ref in todo:
+        marker = found.get((ref.event_date, ref.receipt_ts))
+        if marker is None:
+            raise FileNotFoundError(f"the marker of a complete receipt partition is gone: "
+                                    f"{marker_path(ref.lake, ref.event_date, ref.receipt_ts)}")
+        ref.__dict__["_marker"] = marker  # frozen dataclass: the cache bypasses __setattr__ on purpose
+
+
+def complete_names(lake: str, event_date: str) -> list[str]:
+    """Receipt timestamps of the complete partitions of one event date, oldest first: one recursive
+    listing of the date's folder, markers recognised by name (none read)."""
+    import pyarrow.fs as pafs
+
+    fs, root = storage.resolve(layout.event_date_dir(lake, event_date))
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for info in infos:
+        if info.base_name != layout.RECEIPT_MARKER:
+            continue
+        folder = info.path[:-len(layout.RECEIPT_MARKER)].rstrip("/").rsplit("/", 1)[-1]
+        value = layout.partition_value(folder, "receipt_ts")
+        try:
+            out.append(layout.check_receipt_ts(value))
+        except layout.InvalidPartitionValue:
+            continue  # a marker in a stranger's folder
+    return sorted(out)
+
+
 def list_receipt_names(lake: str, event_date: str) -> list[str]:
     """Receipt timestamps of the partition folders of one event date, complete or not, oldest first:
     one listing, no marker read (the caller reads the markers of those it needs)."""
     return storage.list_partition_values(layout.event_date_dir(lake, event_date), "receipt_ts",
                                          layout.check_receipt_ts)
+
+
+def complete_and_pending(lake: str, event_date: str, included: set[str]) -> tuple[list[str], list[str]]:
+    """(receipt timestamps of the complete partitions of event_date, those of them not among the
+    version's `included` keys 'YYYY-MM-DD/receipt_ts'), oldest first: one listing, and the markers
+    checked only of the partitions the version lacks (a version includes complete ones only), in
+    one call."""
+    names = list_receipt_names(lake, event_date)
+    unseen = [(event_date, ts) for ts in names if f"{event_date}/{ts}" not in included]
+    complete = complete_keys(lake, unseen)
+    pending = [ts for _, ts in unseen if (event_date, ts) in complete]
+    return [ts for ts in names if f"{event_date}/{ts}" in included or (event_date, ts) in complete], pending
 
 
 def list_receipts(lake: str, event_date: str) -> list[str]:
@@ -130,7 +221,10 @@ def reindex(lake: str, progress=None) -> int:
     for event_date in dates:
         for receipt_ts in list_receipt_names(lake, event_date):
             marker = read_marker(lake, event_date, receipt_ts)  # None: not complete
-            if marker is not None and receipt_index.reached_dates(marker):
+            if marker is None:
+                continue
+            receipt_index.record_end(lake, marker)
+            if receipt_index.reached_dates(marker):
                 receipt_index.register(lake, marker)
                 spanning += 1
         if progress is not None:

@@ -13,6 +13,11 @@ with itself (markers, versions, obligations; no Spark, no data file read) and fi
     rules_changed    the session rules changed since the version (tidemark.rules_record; a
                      `tidemark rules migrate` reruns every date itself, this catches what it missed)
 
+A pass looks at what can have changed since the previous pass (`staleness`, `Cursor`): the dates
+stale then, those that received receipt partitions since (the receipt index's arrivals), those owed
+a rerun. Its cost follows the traffic since the last pass, not the lake's age; it walks every date
+when it cannot know what changed (first pass, rules changed, no stream head) and once a day.
+
 A date is *due* once its oldest reason is older than the grace period (default 10 minutes): younger
 ones are normally being handled by the notice's or the neighbour's own run. For each due date one
 dedup run is started, with the run id `reconcile__<date>__<fingerprint>__<attempt>`
@@ -32,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from tidemark import layout, names, obligations, planning, publish, receipts, rules_record, runs, table as iceberg
+from tidemark import (layout, names, obligations, planning, publish, receipt_index, receipts, rules_record, runs,
+                      storage, table as iceberg)
 from tidemark.logs import get_logger
 from tidemark import times
 from tidemark.times import iso_z
@@ -105,34 +111,113 @@ def _receipt_time(key: str) -> datetime:
     return layout.parse_receipt_ts(key.split("/", 1)[1])
 
 
-def staleness(lake: str, event_dates: list[str] | None = None) -> list[Staleness]:
+FULL_EVERY = timedelta(hours=24)
+
+
+def staleness(lake: str, event_dates: list[str] | None = None, full: bool = False,
+              now: datetime | None = None) -> list[Staleness]:
     """Every event date of the lake (or of `event_dates`) with why its current version is stale;
-    dates that are up to date are left out."""
+    dates that are up to date are left out.
+
+    Without `event_dates` a pass looks only at what can have changed since the previous pass
+    (`Cursor`): the dates that were stale then, the dates that received partitions since (the receipt
+    index's arrivals), the dates owed a rerun. Every other date was up to date then and nothing that
+    can make it stale has happened to it since. A pass walks every date instead (`full`, or by
+    itself) when there is no previous pass, the receipt index is not complete or has no head, the
+    session rules changed, or the last walk is older than FULL_EVERY (a safety net for what no
+    tidemark component does: versions or markers edited by hand)."""
     owed_by_date: dict[str, list[dict]] = {}
     for owed in obligations.pending(lake):
         owed_by_date.setdefault(owed["event_date"], []).append(owed)
     tbl = iceberg.load(lake)  # once: every date's current version from the same table state
     in_force = rules_record.rules_in_force(lake)
-    if event_dates is None:
-        with_version = [] if tbl is None else [key[len(publish.CURRENT_PREFIX):] for key in tbl.properties
-                                               if key.startswith(publish.CURRENT_PREFIX)]
-        dates = sorted(set(receipts.list_event_dates(lake)) | set(with_version) | set(owed_by_date))
-    else:
+    cursor = None
+    if event_dates is not None:
         dates = [layout.check_event_date(d) for d in event_dates]
+    else:
+        cursor = Cursor.start(lake, in_force[0], now or datetime.now(timezone.utc), full)
+        if cursor.full:
+            dates = sorted(set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl))
+                           | set(owed_by_date))
+        else:
+            dates = sorted(cursor.changed_dates() | set(owed_by_date))
     out = []
     for event_date in dates:
         current = None if tbl is None else publish.current_of(lake, tbl, event_date)
         item = _date_staleness(lake, event_date, current, owed_by_date.get(event_date, []), in_force)
         if item.kinds:
             out.append(item)
+    if cursor is not None:
+        cursor.save([item.event_date for item in out], len(dates))
     return out
+
+
+def _read_cursor(lake: str) -> dict | None:
+    return storage.read_json(layout.reconcile_cursor_path(lake))
+
+
+def last_pass_head(lake: str) -> str | None:
+    """The head the last pass started from: the next pass reads the arrivals after it (tidemark.gc
+    keeps those), or None."""
+    return (_read_cursor(lake) or {}).get("head")
+
+
+@dataclass
+class Cursor:
+    """Where the last pass stopped (<lake>/_reconcile/cursor.json): the receipt index's head it read
+    before looking, the dates it found stale, the rules it judged by, and when it last walked every
+    date. Each pass writes a whole new cursor: two passes at once leave one of two valid states."""
+    lake: str
+    head: str | None        # the head read at this pass's start: every partition up to it is complete
+    previous: dict | None   # the last pass's cursor
+    rules: str
+    full: bool
+    walked_at: str
+
+    @classmethod
+    def start(cls, lake: str, rules, now: datetime, full: bool) -> "Cursor":
+        # The head first: partitions received up to it are complete and their arrivals written, so
+        # the next pass, starting from it, misses none that completes later.
+        head = receipt_index.head(lake)
+        previous = _read_cursor(lake)
+        described = rules_record.describe_rules(rules)
+        why_full = ("asked" if full else
+                    "no previous pass" if not previous else
+                    "the receipt index is not complete" if not receipt_index.is_complete(lake) else
+                    "no stream batch recorded yet" if head is None or not previous.get("head") else
+                    "the session rules changed" if previous.get("rules") != described else
+                    "the head went back" if head < previous["head"] else
+                    "arrivals since the last pass were pruned" if (receipt_index.arrivals_pruned_before(lake) or "")
+                    > layout.parse_receipt_ts(previous["head"]).date().isoformat() else
+                    "the last walk is old" if _time(previous.get("walked_at")) is None
+                    or now - _time(previous["walked_at"]) >= FULL_EVERY else None)
+        if why_full:
+            log.info("reconcile walks every date", lake=lake, why=why_full)
+        return cls(lake, head, previous, described, bool(why_full),
+                   iso_z(now, "auto") if why_full else previous["walked_at"])
+
+    def changed_dates(self) -> set[str]:
+        """The dates stale at the last pass and those that received partitions since, those of a
+        batch still in flight included (some of its partitions may be complete: a walk would see
+        them; the next pass, starting from this pass's head, looks at them again)."""
+        arrived = receipt_index.arrived(self.lake, self.previous["head"])
+        log.info("reconcile looks at what changed", lake=self.lake, since=self.previous["head"],
+                 through=self.head, received=len(arrived), stale_before=len(self.previous["stale"]))
+        return set(self.previous["stale"]) | arrived
+
+    def save(self, stale: list[str], examined: int) -> None:
+        if self.head is None or not receipt_index.is_complete(self.lake):
+            return  # nothing to start the next pass from: it walks every date again
+        storage.write_json_atomic(layout.reconcile_cursor_path(self.lake), {
+            "head": self.head, "stale": sorted(stale), "rules": self.rules,
+            "walked_at": self.walked_at, "examined": examined, "at": times.now_iso_z()})
 
 
 def _date_staleness(lake, event_date, current, owed, in_force) -> Staleness:
     item = Staleness(event_date, current and current.get("version"))
     included = set(current.get("receipts", [])) if current else set()
-    pending = [k for k in (planning.receipt_key(event_date, ts) for ts in receipts.list_receipts(lake, event_date))
-               if k not in included]
+    _, pending_stamps = receipts.complete_and_pending(lake, event_date, included)
+    pending = [planning.receipt_key(event_date, ts) for ts in pending_stamps]
     if current is None:
         if pending:
             item.pending_receipts = pending
@@ -208,13 +293,13 @@ def decide(stale: list[Staleness], run_state: RunState | None, now: datetime | N
 
 def reconcile(lake: str, client=None, dag_id: str | None = None, trigger: bool = False,
               now: datetime | None = None, grace: timedelta = DEFAULT_GRACE,
-              max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> tuple[list[Staleness], list[Decision]]:
+              max_attempts: int = DEFAULT_MAX_ATTEMPTS, full: bool = False) -> tuple[list[Staleness], list[Decision]]:
     """Find stale dates and, with `trigger`, start their runs through the Airflow REST client
     (cloud_function.airflow_client.AirflowClient)."""
     dag_id = dag_id or names.get("DAG_ID")
     if trigger and client is None:
         raise ValueError("triggering runs needs an Airflow client")
-    stale = staleness(lake)
+    stale = staleness(lake, full=full, now=now)
     run_state = None
     if client is not None:
         def run_state(run_id: str) -> str | None:

@@ -1,4 +1,5 @@
-"""The lake's session rules record: the gap, allowed lateness and watermark delay its sessions follow.
+"""The lake's session rules record: the gap, allowed lateness, watermark delay and gap boundary its
+sessions follow (tidemark/sessions.py defines them).
 
     <lake>/_rules/rules-000001.json   the rules the lake was first written with
     <lake>/_rules/rules-000002.json   one more file per deliberate change (`tidemark rules migrate`)
@@ -6,6 +7,8 @@
 The record with the highest sequence is the lake's rules. Every record is written once and never
 modified, so the folder is the history of the rules and of when they changed. Each holds a
 fingerprint of the rules (`rules_id`): equal rules, equal ids, whatever their spelling ("60m", "1h").
+The gap boundary is recorded only when it is `merge`: a record without it means `split`, so the
+records and ids of lakes written before the boundary was a rule keep their meaning and identity.
 
 Who reads and writes it:
 - the stream records its rules at its first start on a lake (create-if-absent, so two streams
@@ -36,7 +39,7 @@ import jsonschema
 from tidemark import layout, storage
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
-from tidemark.sessions import RULE_NAMES, SessionRules
+from tidemark.sessions import DEFAULT_GAP_BOUNDARY, RULE_NAMES, SessionRules
 from tidemark.times import now_iso_z
 
 log = get_logger("rules")
@@ -44,7 +47,8 @@ log = get_logger("rules")
 FORMAT = 1
 _RECORD_NAME = re.compile(r"^rules-(\d{6})\.json$")
 # How a rule is typed on a command line, for messages an operator can act on.
-OPTION = {"gap": "--gap", "allowed_lateness": "--allowed-lateness", "watermark_delay": "--watermark-delay"}
+OPTION = {"gap": "--gap", "allowed_lateness": "--allowed-lateness", "watermark_delay": "--watermark-delay",
+          "gap_boundary": "--gap-boundary"}
 
 
 class RulesMismatch(ValueError):
@@ -78,8 +82,8 @@ class Recorded:
 
 
 def describe_rules(rules: SessionRules) -> str:
-    values = rules.describe()
-    return ", ".join(f"{name.replace('_', ' ')} {values[name]}" for name in RULE_NAMES)
+    # describe() leaves the default boundary out: messages about existing lakes read as before.
+    return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in rules.describe().items())
 
 
 def fingerprint(rules: SessionRules) -> str:
@@ -166,14 +170,15 @@ def changed_since(marker: dict | None, rules: SessionRules) -> bool:
     """Were the lake's rules changed since this dedup version was made? `rules`: the lake's rules
     now (rules_in_force(lake)[0]).
 
-    A version written before versions recorded their rules id is judged by its gap, the one rule
-    the dedup's output depends on. No version at all: nothing to judge (False).
+    A version written before versions recorded their rules id is judged by its gap and boundary,
+    the rules the dedup's output depends on: such a version predates the boundary, so it was made
+    under `split`. No version at all: nothing to judge (False).
     """
     if marker is None:
         return False
     if marker.get("rules_id"):
         return marker["rules_id"] != fingerprint(rules)
-    return marker.get("gap") != format_duration(rules.gap)
+    return marker.get("gap") != format_duration(rules.gap) or rules.gap_boundary != DEFAULT_GAP_BOUNDARY
 
 
 def same_rules(a: dict, b: dict) -> bool:
@@ -209,10 +214,10 @@ def _given(requested: SessionRules | dict | None) -> tuple[SessionRules | None, 
 
 def mismatch(lake: str, recorded: Recorded, given: SessionRules, names: tuple[str, ...], who: str) -> str:
     """The refusal message: both values of each rule that differs, and what to do instead."""
-    lake_values, given_values = recorded.rules.describe(), given.describe()
     differing = [n for n in names if getattr(recorded.rules, n) != getattr(given, n)]
-    pairs = "; ".join(f"{OPTION[n]} {given_values[n]} given, the lake records {lake_values[n]}" for n in differing)
-    migrate = " ".join(f"{OPTION[n]} {given_values[n]}" for n in differing)
+    pairs = "; ".join(f"{OPTION[n]} {given.value(n)} given, the lake records {recorded.rules.value(n)}"
+                      for n in differing)
+    migrate = " ".join(f"{OPTION[n]} {given.value(n)}" for n in differing)
     return (f"{who}: session rules disagree with the lake {lake}: {pairs} "
             f"(rules record {recorded.sequence}, recorded {recorded.recorded_at}). "
             f"Leave the rule options out to use the lake's rules, or change the rules deliberately with "

@@ -23,4 +23,6 @@ COMMAND_MODULES = [
     "partitions",
     "reconcile",
     "function_bundle",
+    "exporter",
+    "health",
 ]

@@ -47,7 +47,14 @@ def run(args) -> int:
     if args.master:
         from tidemark.spark import build_session
         spark = build_session("tidemark-dedup", args.master)
-    result = run_dedup(args.lake, event_date, rules, spark=spark, full=args.full)
+    from tidemark import metrics
+
+    metrics.configure(service="tidemark-dedup")  # OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else no-op
+    try:
+        with metrics.dedup_run(event_date) as outcome:  # runs by outcome, duration (docs/metrics.md)
+            result = outcome["result"] = run_dedup(args.lake, event_date, rules, spark=spark, full=args.full)
+    finally:
+        metrics.shutdown()  # a short-lived process: flush before exit
     sys.stdout.write(json.dumps(result.to_json()) + "\n")
     sys.stdout.flush()
     return 0

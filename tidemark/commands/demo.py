@@ -119,14 +119,14 @@ def _demo(args, console, stack) -> int:
 
     console.rule("3. report")
     rules = rules_record.rules_in_force(settings.lake)[0]  # what the stream and the DAG used
-    checks = batch_reference.check_lake(settings.lake, settings.landing, rules.gap)
+    checks = batch_reference.check_lake(settings.lake, settings.landing, rules)
     data = report.collect(settings.lake, waves, wave_rows, all_runs, checks, timings,
                           {**dataclasses.asdict(workload), **counts})
     from tidemark import publish, session_metrics
     corrected_dates = [d for d in publish.list_dedup_dates(settings.lake) if len(data["versions"].get(d, [])) > 1]
     data["notices"] = report.notices_report(settings.lake)
     data["consumer"] = report.consumer_report(session_metrics.default_root(settings.lake), settings.landing,
-                                              rules.gap, corrected_dates)
+                                              rules, corrected_dates)  # the boundary too
     data["ok"] = data["ok"] and all(r["ok"] for r in data["consumer"]) and all(
         r["state"] == "sent" for r in data["notices"]["corrected"])
     report.print_report(console, data)
@@ -137,6 +137,7 @@ def _demo(args, console, stack) -> int:
     pictures = [charts.lateness_chart(os.path.join(folder, "lateness.png"), lateness, rules),
                 charts.corrections_chart(os.path.join(folder, "corrections.png"), data, waves),
                 charts.steps_chart(os.path.join(folder, "steps.png"), data["steps"])]
+    pictures += _metric_charts(stack, folder, began)  # lag and staleness, from the stack's Prometheus
     page = charts.write_html(folder, data, pictures)
     with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1, default=str)
@@ -215,3 +216,15 @@ def _dag_id() -> str:
     from tidemark import names
 
     return names.get("DAG_ID")
+
+
+def _metric_charts(stack, folder: str, began: float) -> list[str]:
+    """lag.png and staleness.png from what the stack's Prometheus recorded during the demo
+    (tidemark/metrics_charts.py); none when Prometheus is not running."""
+    if "prometheus" not in stack.running():
+        return []
+    from tidemark.metrics_charts import prometheus_charts
+
+    end = time.time()
+    return prometheus_charts(folder, stack.prometheus().url, end - (time.monotonic() - began), end)
+

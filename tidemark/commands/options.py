@@ -109,9 +109,11 @@ def add_home_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", default=".tidemark", help="the local stack's state folder")
 
 
-def add_session_options(p: argparse.ArgumentParser, default_note: str | None = None) -> None:
-    """--gap, --allowed-lateness, --watermark-delay. Default None: a command can tell what was typed
-    (and check it against the lake's rules record) from what was not."""
+def add_session_options(p: argparse.ArgumentParser, default_note: str | None = None,
+                        boundary: bool = False) -> None:
+    """--gap, --allowed-lateness, --watermark-delay (and --gap-boundary with boundary=True, for the
+    commands that record rules). Default None: a command can tell what was typed (and check it
+    against the lake's rules record) from what was not."""
     def note(code_default: str) -> str:
         return default_note or f"(default: the lake's recorded rules; for a new lake {code_default})"
 
@@ -121,6 +123,12 @@ def add_session_options(p: argparse.ArgumentParser, default_note: str | None = N
                    help=f"how long after its window closes a session still takes late events {note('1h')}")
     p.add_argument("--watermark-delay", default=None, type=DURATION_TEXT,
                    help=f"the watermark trails the maximum event time seen by this much {note('10m')}")
+    if boundary:
+        from tidemark.sessions import GAP_BOUNDARIES
+
+        p.add_argument("--gap-boundary", default=None, choices=GAP_BOUNDARIES,
+                       help="events exactly one gap apart: split = two sessions (Beam), merge = one session "
+                            f"(Spark's session_window, Flink) {note('split')}")
 
 
 def add_airflow_options(p: argparse.ArgumentParser) -> None:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 
+from tidemark.commands.options import EVENT_DATE
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("partitions", help="event dates: current version, pending receipts, lag",
                               description=__doc__)
     p.add_argument("--lake", required=True, help="lake folder or URI")
     p.add_argument("--json", action="store_true", help="one JSON object per date")
+    p.add_argument("--since", type=EVENT_DATE, help="only event dates from this one (YYYY-MM-DD)")
+    p.add_argument("--until", type=EVENT_DATE, help="only event dates up to this one (YYYY-MM-DD)")
     p.set_defaults(handler=run)
 
 
@@ -24,8 +28,10 @@ def run(args) -> int:
 
     from tidemark import inspect, reconcile
 
-    rows = inspect.partitions(args.lake)
-    stale = {item.event_date: item for item in reconcile.staleness(args.lake)}
+    rows = inspect.partitions(args.lake, since=args.since, until=args.until)
+    # every stale date of the lake, from what changed since reconciliation's last pass
+    stale = {item.event_date: item for item in reconcile.staleness(args.lake)
+             if (not args.since or item.event_date >= args.since) and (not args.until or item.event_date <= args.until)}
     known = {row["event_date"] for row in rows}
     for item in stale.values():
         if item.event_date not in known:  # only owed a rerun: no receipts, no version yet

@@ -7,6 +7,10 @@ date is due once its oldest reason is older than --grace (younger ones are norma
 their own notice's or neighbour's run). Run ids reconcile__<date>__<fingerprint>__<attempt> make a
 repeated reconcile land on the same runs (see docs/airflow.md, "Reconciliation").
 
+A pass looks at what changed since the previous one (the dates stale then, the dates that received
+partitions since, the dates owed a rerun), so its cost follows the traffic, not the lake's age; it
+walks every date on the first pass, after a rules change, once a day, and with --full.
+
 Airflow: --airflow-url (+ --airflow-password-file or $AIRFLOW_PASSWORD), else the Cloud Function's
 environment (AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE, ...), else the local stack's (--home). Without
 one, the command lists and says what it would start.
@@ -31,6 +35,8 @@ def register(subparsers) -> None:
                    help="runs started per stale state before giving up (1-999)")
     p.add_argument("--dag-id", default=None, help="the dedup DAG (default tidemark_dedup)")
     p.add_argument("--json", action="store_true", help="one JSON object per stale date")
+    p.add_argument("--full", action="store_true",
+                   help="walk every event date instead of what changed since the last pass")
     add_airflow_options(p)
     p.set_defaults(handler=run)
 
@@ -67,7 +73,7 @@ def run(args) -> int:
         raise UsageError(f"no lake at {args.lake}")
     client = airflow_client(args, required=args.trigger)
     stale, decisions = reconcile.reconcile(args.lake, client, dag_id=args.dag_id, trigger=args.trigger,
-                                           grace=grace, max_attempts=args.max_attempts)
+                                           grace=grace, max_attempts=args.max_attempts, full=args.full)
     by_date = {d.event_date: d for d in decisions}
     if args.json:
         for item in stale:

@@ -1,8 +1,9 @@
-"""tidemark rules: the session rules a lake records (gap, allowed lateness, watermark delay).
+"""tidemark rules: the session rules a lake records (gap, allowed lateness, watermark delay, gap boundary).
 
   tidemark rules show --lake DIR      the lake's rules, their history, and the dates whose current
                                       version was made under other rules
   tidemark rules migrate --lake DIR --gap 20m [--allowed-lateness 2h] [--watermark-delay 5m]
+                         [--gap-boundary split|merge]
                                       change them deliberately: records the new rules (rules not
                                       typed keep their current value) and re-deduplicates every
                                       date under them; run it again to finish an interrupted one
@@ -31,7 +32,7 @@ def register(subparsers) -> None:
 
     migrate = sub.add_parser("migrate", help="record new rules and re-deduplicate every date under them")
     migrate.add_argument("--lake", required=True, help="lake folder or URI")
-    add_session_options(migrate, "(default: the lake's current value)")
+    add_session_options(migrate, "(default: the lake's current value)", boundary=True)
     migrate.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
     migrate.set_defaults(handler=run_migrate)
 
@@ -43,7 +44,8 @@ def run_show(args) -> int:
     rules, rules_id, _ = rules_record.rules_in_force(args.lake)
     stale = rules_migration.stale_dates(args.lake, rules)
     if args.json:
-        print(json.dumps({"kind": "rules", "recorded": bool(records), "rules_id": rules_id, **rules.describe()}))
+        print(json.dumps({"kind": "rules", "recorded": bool(records), "rules_id": rules_id, **rules.describe(),
+                          "gap_boundary": rules.gap_boundary}))
         for record in records:
             print(json.dumps({"kind": "record", **record.to_json()}))
         for item in stale:
@@ -62,12 +64,14 @@ def run_show(args) -> int:
                       f"({rules_record.describe_rules(rules)}); the stream records its rules at its next start")
     if records:
         table = Table(title="rules history")
-        for column in ("#", "recorded at (UTC)", "gap", "allowed lateness", "watermark delay", "id", "by", "reason"):
+        for column in ("#", "recorded at (UTC)", "gap", "allowed lateness", "watermark delay", "gap boundary", "id", "by",
+                       "reason"):
             table.add_column(column, overflow="fold")
         for record in records:
-            values = record.rules.describe()
-            table.add_row(str(record.sequence), record.recorded_at, values["gap"], values["allowed_lateness"],
-                          values["watermark_delay"], record.rules_id, record.recorded_by, record.reason)
+            rules_of = record.rules
+            table.add_row(str(record.sequence), record.recorded_at, rules_of.value("gap"),
+                          rules_of.value("allowed_lateness"), rules_of.value("watermark_delay"),
+                          rules_of.gap_boundary, record.rules_id, record.recorded_by, record.reason)
         console.print(table)
     if stale:
         table = Table(title="dates whose current version was made under other rules "
@@ -90,7 +94,7 @@ def run_migrate(args) -> int:
     from tidemark import rules_record
 
     with user_input():
-        overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay)
+        overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary)
     current, _, _ = rules_record.rules_in_force(args.lake)  # a corrupt record is a failure, not a usage error
     with user_input():  # the typed rules over the current ones must still make a valid set
         rules = rules_migration.target_rules(args.lake, current.with_overrides(overrides))

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--landing", required=True, help="landing folder or URI of JSON-lines files")
     p.add_argument("--lake", required=True, help="lake folder or URI (gs://, file://, ...)")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or URI")
-    add_session_options(p)
+    add_session_options(p, boundary=True)
     p.add_argument("--max-clock-skew", default="1h", metavar="DURATION", type=DURATION_TEXT,  # docs/input-contract.md
                    help="quarantine events stamped later than their receipt time by more than this")
     p.add_argument("--migrate-rules", action="store_true",
@@ -38,6 +38,8 @@ def register(subparsers) -> None:
                    help="dates older than this behind the watermark go into a periodic digest notice")
     p.add_argument("--notice-digest-interval", default="1h", metavar="DURATION", type=DURATION_TEXT,
                    help="how often the late-data digest is published (with --notice-late-horizon)")
+    p.add_argument("--metrics-port", type=POSITIVE_INT, default=None,
+                   help="serve the stream's metrics on 127.0.0.1:PORT/metrics for Prometheus (docs/metrics.md)")
     p.set_defaults(handler=run)
 
 
@@ -48,7 +50,7 @@ def config_from_args(args):
     from tidemark.sessions import parse_overrides
 
     with user_input():  # only what was typed: the rest comes from the lake's rules record (checked at start)
-        rules = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay) or None
+        rules = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary) or None
         input_rules = InputRules(max_clock_skew=parse_duration(args.max_clock_skew))
     return StreamConfig(
         landing=args.landing, lake=args.lake, checkpoint=args.checkpoint, rules=rules,
@@ -78,8 +80,14 @@ def run(args) -> int:
     from tidemark.rules_record import RulesMismatch
 
     config = config_from_args(args)
+    listeners = []
+    if args.metrics_port:  # the stream's instruments, fed by its BatchReport listener (tidemark/metrics.py)
+        from tidemark import metrics
+
+        metrics.serve_prometheus(args.metrics_port, service="tidemark-stream")
+        listeners.append(metrics.StreamMetrics())
     try:
-        run_stream(config)
+        run_stream(config, listeners=listeners)
     except RulesMismatch as exc:  # typed rules the lake's record disagrees with: refused before the first batch
         raise UsageError(str(exc)) from exc
     return 0

@@ -3,7 +3,8 @@
 The Pub/Sub emulator (topic + push subscription to the function), Airflow 3 (api-server,
 scheduler, dag-processor; SQLite unless --db-url), the Cloud Function under functions-framework,
 and the streaming job on the landing folder (`tidemark stream --notify-topic ...`, in the
-background). Ports are free ones picked at the first `up` (or the ones given) and recorded in the
+background), then the lake's SLO exporter (`tidemark exporter`) and a Prometheus server that
+scrapes it and the stream and evaluates the SLO alerts (docs/metrics.md). Ports are free ones picked at the first `up` (or the ones given) and recorded in the
 state folder, so `tidemark down` then `tidemark up` resumes with the same addresses, lake,
 checkpoint, Airflow database and emulator data folder. Drop JSON-lines files into the landing
 folder and watch `tidemark partitions` / `tidemark history`.

@@ -2,7 +2,7 @@
 
     stack = Stack(".tidemark")
     stack.up(say=print)        # emulator, Spark Connect server, Airflow (api-server, scheduler,
-                               # dag-processor), function, stream
+                               # dag-processor), function, stream, exporter, Prometheus
     stack.status()             # one row per component: state, pid, URL, log
     stack.down()               # stops exactly what up started, by process id
 
@@ -44,9 +44,9 @@ from tidemark.localstack import process
 from tidemark.logs import read_log_lines
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream")
-# Process records, in the order `down` stops them.
-STOP_ORDER = ("stream", "function", "airflow-scheduler", "airflow-dag-processor", "airflow-api-server",
+COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream", "exporter", "prometheus")
+# Process records, in the order `down` stops them (the observers first: they only read).
+STOP_ORDER = ("prometheus", "exporter", "stream", "function", "airflow-scheduler", "airflow-dag-processor", "airflow-api-server",
               "spark-connect", "pubsub")
 STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
 
@@ -160,7 +160,8 @@ class Stack:
                 raise SettingsConflict(f"{self.home} uses port {current.ports[component]} for {component}, "
                                  f"not {port}")
             current.ports[component] = int(port)
-        for component in ("pubsub", "airflow", "function") + (("spark-connect",) if current.spark_connect else ()):
+        for component in ("pubsub", "airflow", "function", "stream-metrics", "exporter", "prometheus") + (
+                ("spark-connect",) if current.spark_connect else ()):
             current.ports.setdefault(component, process.free_port())
         os.makedirs(self.home, exist_ok=True)
         storage.write_json_atomic(self.state_path, current.__dict__)
@@ -222,6 +223,10 @@ class Stack:
             self._step("push subscription", say, lambda: self._ensure_push(settings), [])
             if "stream" not in running:
                 self._step("stream", say, lambda: self._start_stream(settings, timeout), started)
+            if "exporter" not in running:
+                self._step("exporter", say, lambda: self._start_exporter(settings, timeout), started)
+            if "prometheus" not in running and _has_prometheus(say):
+                self._step("prometheus", say, lambda: self._start_prometheus(settings, timeout), started)
         except BaseException:
             self._stop_names([n for n in STOP_ORDER if any(n.startswith(s) for s in started)])
             raise
@@ -358,7 +363,44 @@ class Stack:
                 "--notify-topic", settings.topic]
         if settings.notice_coalesce:
             argv += ["--notice-coalesce", settings.notice_coalesce]
+        if settings.ports.get("stream-metrics"):
+            argv += ["--metrics-port", str(settings.ports["stream-metrics"])]
         return argv
+
+    # -- metrics: the lake's exporter and Prometheus (docs/metrics.md) --------------------------------
+
+    def exporter_argv(self, settings: StackSettings) -> list[str]:
+        return [os.path.join(os.path.dirname(sys.executable), "tidemark"), "exporter", "--lake", settings.lake,
+                "--port", str(settings.ports["exporter"]), "--home", self.home, "--refresh", "30"]
+
+    def _start_exporter(self, settings: StackSettings, timeout: float) -> None:
+        log_path = os.path.join(self.logs_dir, "exporter.log")
+        url = f"http://127.0.0.1:{settings.ports['exporter']}/metrics"
+        if process.port_open(settings.ports["exporter"]):
+            raise StackError("exporter", f"port {settings.ports['exporter']} is in use by another program", log_path)
+        managed = process.start("exporter", self.exporter_argv(settings), log_path, url=url)
+        self._write_record(managed, "exporter")
+        try:
+            process.wait_until(lambda: process.port_open(settings.ports["exporter"]), timeout, "the exporter",
+                               managed, interval=0.5)
+        except Exception as exc:
+            raise StackError("exporter", str(exc).splitlines()[0], log_path) from exc
+
+    def prometheus(self, settings: StackSettings | None = None):
+        from tidemark.localstack.prometheus import PrometheusServer
+
+        settings = settings or self.settings()
+        return PrometheusServer(os.path.join(self.home, "prometheus"), port=settings.ports["prometheus"],
+                                targets={"tidemark-exporter": [f"127.0.0.1:{settings.ports['exporter']}"],
+                                         "tidemark-stream": [f"127.0.0.1:{settings.ports['stream-metrics']}"]})
+
+    def _start_prometheus(self, settings: StackSettings, timeout: float) -> None:
+        server = self.prometheus(settings)
+        try:
+            server.start(timeout=min(timeout, 120))
+        except Exception as exc:
+            raise StackError("prometheus", str(exc).splitlines()[0], server.log_path) from exc
+        self._write_record(server.managed, "prometheus")
 
     def _start_stream(self, settings: StackSettings, timeout: float) -> None:
         log_path = os.path.join(self.logs_dir, "stream.log")
@@ -452,6 +494,17 @@ class Stack:
         rows.append(self._row("stream", stream, "", lambda: True,
                               f"{settings.landing} -> {settings.lake}; {_rules_of(settings.lake)}; "
                               f"{last_batch(stream)}"))
+        if "exporter" in settings.ports:  # a home set up before the metrics had none
+            rows.append(self._row("exporter (lake SLO gauges)", self.record("exporter"),
+                                  f"http://127.0.0.1:{settings.ports['exporter']}/metrics",
+                                  lambda: process.port_open(settings.ports["exporter"]), "tidemark exporter"))
+        from tidemark.localstack.prometheus import binary
+
+        # Not installed: `up` skipped it (and said so), so no "stopped" row makes `status` exit 3.
+        if "prometheus" in settings.ports and (binary() is not None or self.record("prometheus")):
+            server = self.prometheus(settings)
+            rows.append(self._row("prometheus", self.record("prometheus"), server.url, server.healthy,
+                                  _alerts_detail(server)))
         return rows
 
     @staticmethod
@@ -514,6 +567,30 @@ def last_batch(record: Record | None) -> str:
         if entry.get("event") == "batch committed":
             return f"last batch {entry.get('batch_id')} committed at {entry.get('timestamp', '')[:19]}Z"
     return "no batch committed yet"
+
+
+def _has_prometheus(say) -> bool:
+    """Whether Debian's prometheus is installed; without it the stack runs unwatched (said, not fatal:
+    every other component works the same)."""
+    from tidemark.localstack.prometheus import binary
+
+    if binary() is None:
+        say("prometheus is not installed (apt-get install prometheus): starting without it")
+        return False
+    return True
+
+
+def _alerts_detail(server) -> str:
+    """'firing: TidemarkEventDateStale (2026-03-07)' or 'no alert firing' (what on call asks first)."""
+    try:
+        firing = server.firing()
+    except Exception:  # noqa: BLE001 - Prometheus not up: the row's state says so
+        return "rules: ops/prometheus/rules.yml"
+    if not firing:
+        return "no alert firing"
+    return "firing: " + ", ".join(sorted(a["labels"]["alertname"] + (
+        f" ({a['labels']['tidemark_event_date']})" if "tidemark_event_date" in a["labels"] else "")
+        for a in firing))
 
 
 def _airflow_health(url: str) -> dict:

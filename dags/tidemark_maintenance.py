@@ -1,0 +1,76 @@
+"""tidemark_maintenance: the lake's upkeep, once a day: `tidemark gc` on a schedule.
+
+    gc (tidemark.gc: expire the table's snapshots that stopped being current longer than the
+        retention ago, remove the files nothing references any more, prune the receipt index's
+        arrival entries older than the retention and than reconciliation's last pass)
+
+Without it a lake that runs for years keeps every snapshot (the table's metadata, rewritten at every
+commit, grows with them), every superseded version's files and one arrival entry per receipt
+partition ever written. gc's safety floors hold here as from the shell: a retention below 1h is
+refused, the current version of every date is never touched, a folder still being written is young.
+
+Configuration: the schedule from the environment variable TIDEMARK_MAINTENANCE_INTERVAL (a duration,
+default 1d; `off` for triggered runs only), read when the file is parsed; at run time the Airflow
+Variables (else environment variables) tidemark_lake / TIDEMARK_LAKE and tidemark_gc_retention /
+TIDEMARK_GC_RETENTION (default 7d). On by default: the local stack and Composer load every DAG of
+this folder unpaused.
+
+Top level stays cheap: no pyarrow, no storage access, no Variable reads.
+"""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import dag, task
+
+from tidemark.durations import parse_interval  # standard library only: cheap at parse time
+
+DAG_ID = "tidemark_maintenance"
+
+
+SCHEDULE = parse_interval(os.environ.get("TIDEMARK_MAINTENANCE_INTERVAL", "1d"), "TIDEMARK_MAINTENANCE_INTERVAL",
+                          timedelta(hours=1))
+
+
+def _setting(variable: str, env: str, default: str) -> str:
+    from airflow.sdk import Variable
+
+    return Variable.get(variable, default=None) or os.environ.get(env) or default
+
+
+@dag(
+    dag_id=DAG_ID,
+    description="Expire old snapshots, remove unreferenced files, prune the receipt index (tidemark gc)",
+    schedule=SCHEDULE,
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(hours=2),
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
+    tags=["tidemark"],
+    doc_md=__doc__,
+)
+def tidemark_maintenance():
+    @task
+    def gc() -> dict:
+        """tidemark.gc with the configured retention; returns how many of each kind it removed."""
+        from collections import Counter
+
+        from tidemark import gc as lake_gc
+        from tidemark.durations import parse_duration
+
+        lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
+        if not lake:
+            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
+        retention = lake_gc.check_retention(
+            parse_duration(_setting("tidemark_gc_retention", "TIDEMARK_GC_RETENTION", "7d")))
+        removed = lake_gc.gc(lake, retention)
+        counts = dict(Counter(item.what for item in removed))
+        print(f"gc of {lake} with a retention of {retention}: removed {counts or 'nothing'}")
+        return counts
+
+    gc()
+
+
+tidemark_maintenance()

@@ -1,0 +1,113 @@
+"""TidemarkReconcileGaveUp on a real Prometheus, from a real Airflow: a date whose dedup always
+fails (a corrupt receipt file: a real Spark read failure) is retried by reconciliation until its
+attempts are spent; the exporter, asking Airflow for reconcile's runs, reports it given up, the
+alert fires and `tidemark health` exits 4 naming it; once the file is repaired and the date
+deduplicated, the alert clears and `tidemark health` exits 0."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import pytest
+
+from tests.helpers import dag_run_finished
+from tests.lakekit import SimulatedStream
+from tidemark import layout, names, receipts, reconcile
+from tidemark.localstack import process
+from tidemark.localstack.airflow import AirflowServer
+from tidemark.localstack.prometheus import PrometheusServer, binary
+from tidemark.polling import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1800),
+              pytest.mark.skipif(binary() is None, reason="prometheus not installed (apt-get install prometheus)")]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+D7 = "2026-03-07"
+
+
+def at(hh: int, mm: int) -> datetime:
+    return datetime(2026, 3, 7, hh, mm, tzinfo=timezone.utc)
+
+
+EVENTS = [("u1", "a1", at(9, 0), "play"), ("u1", "a2", at(9, 20), "play"), ("u2", "b1", at(12, 0), "play")]
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "tidemark.cli", *args]
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": ROOT}
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("gaveup") / "lake")
+    assert [p.event_date for p in SimulatedStream(path, 3).batch(EVENTS, mode=0.5)] == [D7]
+    return path
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory, lake):
+    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
+                           env={"TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "0",
+                                "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_RECONCILE_GRACE": "0s"})
+    try:
+        server.start()
+        server.wait_for_dag()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_path, spark):
+    from tidemark.dedup import run_dedup
+
+    secret = tmp_path / "airflow-password"
+    secret.write_text(airflow.password)
+    access = ["--airflow-url", airflow.url, "--airflow-password-file", str(secret), "--max-attempts", "1"]
+    (receipt_ts,) = receipts.list_receipts(lake, D7)
+    folder = layout.receipt_dir(lake, D7, receipt_ts)
+    (data_file,) = [n for n in os.listdir(folder) if n.endswith(".parquet")]
+    shutil.copyfile(os.path.join(folder, data_file), tmp_path / "original.parquet")
+    with open(os.path.join(folder, data_file), "wb") as broken:  # a dedup that always fails
+        broken.write(b"PAR1 this is not parquet")
+
+    # Reconciliation's one allowed attempt, and its failure.
+    started = subprocess.run(_cli("reconcile", "--lake", lake, "--grace", "0s", "--trigger", "--json", *access),
+                             capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
+    assert started.returncode == 0, started.stderr[-3000:]
+    stale = reconcile.staleness(lake)
+    run_id = f"reconcile__{D7}__{stale[0].fingerprint}__1"
+    assert dag_run_finished(airflow.client(), names.get("DAG_ID"), run_id, timeout=600) == "failed"
+
+    port = process.free_port()
+    exporter = process.start("exporter", _cli("exporter", "--lake", lake, "--port", str(port), "--refresh", "1",
+                                              "--correction", "1000d", *access),
+                             str(tmp_path / "exporter.log"), cwd=ROOT, env={"PYTHONPATH": ROOT})
+    try:
+        process.wait_until(lambda: process.port_open(port), 60, "the exporter", exporter)
+        with PrometheusServer(str(tmp_path / "prometheus"), targets={"tidemark-exporter": [f"127.0.0.1:{port}"]},
+                              scrape_interval="1s", evaluation_interval="1s") as prometheus:
+            wait_for(lambda: prometheus.firing("TidemarkReconcileGaveUp"), 90, "the given-up alert", 1.0)
+            assert prometheus.firing("TidemarkReconcileGaveUp")[0]["annotations"]["summary"].startswith(
+                "reconciliation gave up on 1 event date(s)")
+            assert not prometheus.firing("TidemarkEventDateStale")  # within its (here huge) objective
+
+            health = subprocess.run(_cli("health", "--lake", lake, "--correction", "1000d", *access),
+                                    capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
+            assert health.returncode == 4, health.stdout + health.stderr[-2000:]
+            assert health.stdout.strip() == f"BREACHED given_up: reconciliation gave up on 1 event date(s): {D7}"
+
+            # A person repairs the file and deduplicates the date.
+            shutil.copyfile(tmp_path / "original.parquet", os.path.join(folder, data_file))
+            run_dedup(lake, D7, spark=spark)
+            wait_for(lambda: not prometheus.firing("TidemarkReconcileGaveUp"), 90, "the alert to clear", 1.0)
+            assert prometheus.query("tidemark_reconcile_given_up")[0]["value"][1] == "0"
+    finally:
+        process.stop(exporter)
+    health = subprocess.run(_cli("health", "--lake", lake, "--correction", "1000d", *access),
+                            capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
+    assert health.returncode == 0, health.stdout + health.stderr[-2000:]
