@@ -185,7 +185,7 @@ def dedup_runs_settled(client) -> None:
              "the dedup runs to end")
 
 
-def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack):
+def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tmp_path):
     client, lake, out = stack["client"], stack["lake"], stack["out"]
     dedup_runs_settled(client)
     assert corrected.outbox(lake).owed("airflow") == []
@@ -208,8 +208,15 @@ def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack):
     got = {k: v for k, v in session_metrics.read(out, D5).items() if k != "version"}
     assert got == reference_metrics(HAND, D5)
 
-    # Drained again (and a later DAG run's emit task would be the same): nothing new.
+    # Drained again, by the DAG and from the command line: nothing new.
     run_reconcile(client, "drain_2")
+    secret = tmp_path / "password"
+    secret.write_text(stack["server"].password)
+    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "notices", "--lake", lake, "--topic", "corrected",
+                           "--emit-asset-events", "--airflow-url", stack["server"].url,
+                           "--airflow-password-file", str(secret), "--format", "summary"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     time.sleep(8)  # a few scheduler loops: a second event would have made a second run by now
     assert len([e for e in events_of(client) if e["partition_key"] == D5]) == 1
     assert len(consumer_runs_of(client, D5)) == 1
