@@ -31,6 +31,7 @@ import pwd
 import secrets
 import shutil
 import subprocess
+import time
 
 from tidemark.localstack import process
 
@@ -184,4 +185,9 @@ class PostgresServer:
     def remove(self) -> None:
         """Stop, then delete the data folder (the tests' servers; `tidemark down` keeps it)."""
         self.stop()
-        shutil.rmtree(os.path.dirname(self.data_dir) if self.as_root else self.data_dir, ignore_errors=True)
+        folder = os.path.dirname(self.data_dir) if self.as_root else self.data_dir
+        for _ in range(20):  # a backend killed at the end of stop() may still be writing for a moment
+            shutil.rmtree(folder, ignore_errors=True)
+            if not os.path.exists(folder):
+                return
+            time.sleep(0.5)
