@@ -388,8 +388,10 @@ def burst(args) -> int:
                 return 2
             pg = postgres.PostgresServer(os.path.join(home, "postgres")).start()
             db_url = pg.db_url
+        # Only the trigger path: no scheduled reconcile or maintenance run in the middle of a burst.
         airflow = AirflowServer(os.path.join(home, "airflow"), db_url=db_url, parallelism=2,
-                                env={"TIDEMARK_LAKE": os.path.join(home, "lake")})
+                                env={"TIDEMARK_LAKE": os.path.join(home, "lake"),
+                                     "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_MAINTENANCE_INTERVAL": "off"})
         with bench.stopwatch() as up:
             airflow.start(timeout=args.timeout)
         started.append(airflow)
