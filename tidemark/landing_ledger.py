@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from tidemark import landing, layout, storage
+from tidemark import landing, landing_archive, layout, storage
 from tidemark.logs import get_logger
 from tidemark.times import to_micros
 
@@ -90,8 +90,12 @@ class Audit:
                 "in_progress": [f.path for f in self.in_progress], "hidden": len(self.hidden)}
 
 
-def audit(landing_uri: str, lake: str) -> Audit:
-    """Every file in the landing, sorted by what the ledger says of it. Reads no file's content."""
+def audit(landing_uri: str, lake: str, archive: str | None = None) -> Audit:
+    """Every file in the landing, sorted by what the ledger says of it. Reads no file's content.
+
+    With the stream's archive (tidemark.landing_archive), a file under a name whose earlier file was
+    read and archived is a new file, pending: the stream reads it in its next checkpoint generation
+    (its events, if it repeats the old file, are copies that the dedup collapses)."""
     ledger = read_ledger(lake)
     out = Audit()
     for found in landing.list_landing(landing_uri):
@@ -105,18 +109,22 @@ def audit(landing_uri: str, lake: str) -> Audit:
             (out.read if found.size == 0 else out.pending).append(found.path)
         elif ledger[found.path].matches(found):
             out.read.append(found.path)
+        elif archive is not None and storage.exists(
+                landing_archive.archive_path(archive, ledger[found.path].receipt_ts, found.path)):
+            out.pending.append(found.path)
         else:
             out.replaced.append(found)
     return out
 
 
-def quarantine_replaced(landing_uri: str, lake: str, found: Audit | None = None) -> Audit:
+def quarantine_replaced(landing_uri: str, lake: str, found: Audit | None = None,
+                        archive: str | None = None) -> Audit:
     """Quarantine the new content of every replaced file (once: the ledger then records it).
 
     The quarantine folder is one of the lake's usual ones (`tidemark quarantine` lists it), with a
     receipt_ts of its own, so a later micro-batch's folder is never taken.
     """
-    found = found if found is not None else audit(landing_uri, lake)
+    found = found if found is not None else audit(landing_uri, lake, archive)
     if not found.replaced:
         return found
     import pyarrow as pa
@@ -164,9 +172,10 @@ def _free_receipt_ts(lake: str) -> str:
         millis += 1
 
 
-def report(landing_uri: str, lake: str, quarantine: bool = True) -> Audit:
+def report(landing_uri: str, lake: str, quarantine: bool = True, archive: str | None = None) -> Audit:
     """Audit the landing, quarantine replaced files, and log what was not read and why."""
-    found = quarantine_replaced(landing_uri, lake) if quarantine else audit(landing_uri, lake)
+    found = (quarantine_replaced(landing_uri, lake, archive=archive) if quarantine
+             else audit(landing_uri, lake, archive))
     now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
     for stuck in found.in_progress:
         log.warning("landed file under an in-progress name: not read until it is renamed", file=stuck.path,
