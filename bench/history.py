@@ -19,6 +19,9 @@ Measured, each with the receipt index and with the planning that reads every mar
      (90 batches, some late) after the previous pass: the pass from what changed against the walk
      of every date (`tidemark reconcile --full`, the only way before the arrivals log). Main before
      it (d5cb773) also checked every receipt partition's marker on every pass (one stat each).
+  4. one stream micro-batch's fixed cost (listing, source log, commit) with the landing at 10^3 ..
+     10^6 files, before and after the bounded landing: `--landing-sizes`, bench/landing_age.py
+     (bench/results/landing_age.md).
 With --latency-ms, every storage operation sleeps that long first (a bucket's round trip; marker
 reads run 16 at a time, as planning does).
 """
@@ -287,6 +290,8 @@ def parse_args(argv=None):
     parser.add_argument("--sizes", help="comma-separated partition counts (overrides --scale)")
     parser.add_argument("--latency-ms", type=float, nargs="*", default=[0.0],
                         help="simulated latency per storage operation (several: one run each)")
+    parser.add_argument("--landing-sizes", default=None,
+                        help="also item 4 at these landed-file counts (bench/landing_age.py), e.g. 1000,10000,100000")
     parser.add_argument("--work", help="folder for the lakes (default: a temporary one, removed)")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/results/history.md")
     return parser.parse_args(argv)
@@ -296,6 +301,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
              else [1_000, 10_000] if args.scale == "small" else [1_000, 10_000, 100_000, 1_000_000])
+    if args.landing_sizes:  # item 4: a Spark stream, its own results file
+        from bench import landing_age
+
+        landing_age.main(["--sizes", args.landing_sizes] + (["--no-write"] if args.no_write else []))
     root = args.work or tempfile.mkdtemp(prefix="tidemark-history-")
     try:
         rows = [row for size in sizes for latency in args.latency_ms for row in run_size(size, latency, root)]

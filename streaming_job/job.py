@@ -181,21 +181,23 @@ def _run_query(spark, config: StreamConfig, processor: BatchProcessor, guard, au
                 log.error("the lake's session rules were changed while the stream ran: stopping",
                           lake=config.lake, rules_id=changed_to.rules_id, running_rules_id=guard.rules_id)
                 stop_requested.set()
-            if (config.rotate_after and not rotate.is_set()
-                    and _committed_batches(config.checkpoint, generation) >= config.rotate_after):
-                log.info("checkpoint rotation due: finishing the current micro-batch",
-                         generation=generation.generation)
-                rotate.set()
-            if stop_requested.is_set() or rotate.is_set():
-                _stop_between_batches(query)
-                break
             if config.archive and time.monotonic() >= next_drain:
-                # committed batches' files out of the landing, between batches as much as beside them
+                # committed batches' files out of the landing (beside the running batch: a batch
+                # never reads a file of an earlier one), and the rotation's due date, both from
+                # small listings of the checkpoint, every archive_interval
                 next_drain = time.monotonic() + config.archive_interval
                 try:
                     landing_archive.drain(config.landing, config.archive, config.checkpoint)
+                    if (config.rotate_after and not rotate.is_set()
+                            and _committed_batches(config.checkpoint, generation) >= config.rotate_after):
+                        log.info("checkpoint rotation due: finishing the current micro-batch",
+                                 generation=generation.generation)
+                        rotate.set()
                 except OSError as exc:  # a storage hiccup: the files stay queued, moved next time
                     log.warning("could not archive landed files", error=str(exc)[:300])
+            if stop_requested.is_set() or rotate.is_set():
+                _stop_between_batches(query)
+                break
             audit.maybe_run()
     except StreamingQueryException:
         pass  # awaitTermination raises the query's failure; judged just below

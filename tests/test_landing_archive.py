@@ -197,3 +197,16 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     for event_date in sorted(set(want) | set(receipts.list_event_dates(lake))):
         table = reader.read_sessions(lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"])
         assert lake_keys(reader.to_records(table)) == want.get(event_date, set()), event_date
+
+
+def test_the_landing_bench_lands_tiny_files_fast_and_counts_the_archive_move(tmp_path):
+    from bench import landing_age
+
+    root = str(tmp_path / "landing")
+    landing_age.land(root, 2500)
+    landing_age.land(root, 10, start=2500)
+    found = landing.list_landing(root)
+    assert len(found) == 2510 and {f.verdict for f in found} == {landing.INPUT}
+    assert len(os.listdir(root)) == 3  # 1,000 files a folder
+    seconds, ops = landing_age.drain_cost(str(tmp_path))
+    assert ops["list"] <= 2 and ops["stat"] <= 4  # the queue, one commit, the file: not the landing
