@@ -15,7 +15,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
-from tidemark import landing_archive, layout, receipt_index, rules_record
+from tidemark import landing_archive, landing_ledger, layout, receipt_index, rules_record
 from tidemark.contract import InputRules
 from tidemark.durations import format_duration, parse_duration
 from tidemark.logs import get_logger
@@ -96,9 +96,12 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
 
     SIGTERM and SIGINT stop gracefully: the micro-batch under way finishes and commits first.
     """
-    if config.rotate_after and not config.archive:
-        # a new file-source log reads every file still in the landing again
-        raise ValueError("a checkpoint rotation needs an archive: read files must leave the landing first")
+    if (config.rotate_after or landing_archive.current(config.checkpoint).generation) and not config.archive:
+        # a new file-source log reads every file still in the landing again: a checkpoint that has
+        # rotated keeps running with the archive, else its next rotation would read files again
+        raise ValueError(f"tidemark stream: the checkpoint {config.checkpoint} rotates its file-source log "
+                         "(--checkpoint-rotation, or an earlier rotation): it needs --archive, so that read "
+                         "files leave the landing first")
     notices = _notice_service(config)  # validates the topic and cadence before Spark starts
     if not config.migrate_rules:
         # Records the rules at the first start on a lake; refuses other rules (before Spark starts).
@@ -132,12 +135,14 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             changed_to = _run_query(spark, config, processor, guard, audit, stop_requested, rotate,
                                     generation)
             if config.archive:
-                landing_archive.drain(config.landing, config.archive, config.checkpoint)
+                landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
             audit.run()
             if changed_to is not None or not config.rotate_after:
                 break
             if rotate.is_set() or (_committed_batches(config.checkpoint, generation) >= config.rotate_after):
-                nxt = landing_archive.rotate(config.landing, config.archive, config.checkpoint, generation)
+                nxt = landing_archive.rotate(
+                    config.landing, config.archive, config.checkpoint, generation, _set_aside(config),
+                    sweep=lambda: landing_ledger.sweep_read(config.landing, config.lake, config.archive))
                 if nxt is not None:
                     generation = nxt
                     if rotate.is_set() and not stop_requested.is_set():
@@ -187,7 +192,7 @@ def _run_query(spark, config: StreamConfig, processor: BatchProcessor, guard, au
                 # small listings of the checkpoint, every archive_interval
                 next_drain = time.monotonic() + config.archive_interval
                 try:
-                    landing_archive.drain(config.landing, config.archive, config.checkpoint)
+                    landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
                     if (config.rotate_after and not rotate.is_set()
                             and _committed_batches(config.checkpoint, generation) >= config.rotate_after):
                         log.info("checkpoint rotation due: finishing the current micro-batch",
@@ -205,6 +210,13 @@ def _run_query(spark, config: StreamConfig, processor: BatchProcessor, guard, au
     if failure is not None and not ((stop_requested.is_set() or rotate.is_set()) and STOP_MARK in str(failure)):
         raise failure
     return changed_to
+
+
+def _set_aside(config: StreamConfig):
+    """What the archive does with a file replaced after it was read: its new content quarantined
+    (as the landing audit does), the file set aside under <archive>/_replaced/."""
+    return lambda files: landing_ledger.quarantine_replaced(
+        config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive)
 
 
 def _committed_batches(checkpoint: str, generation: landing_archive.Generation) -> int:

@@ -95,6 +95,61 @@ def test_a_name_landed_again_after_its_file_was_archived_is_pending_not_replaced
     assert found.pending == ["f.jsonl"] and found.replaced == []
 
 
+def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replaced_ones_aside(tmp_path):
+    """A stream that ran without --archive left read files in the landing: a new file-source log
+    would read them again, so the first rotation moves them (the ledger says which), and a file
+    replaced after it was read has its new content quarantined once and leaves the landing."""
+    from tidemark import quarantine
+
+    root, lake, archive, checkpoint = (str(tmp_path / d) for d in ("land", "lake", "archive", "checkpoint"))
+    read = _write(root, "old/a.jsonl", b'{"x":1}\n', 1_700_000_000)
+    replaced = _write(root, "r.jsonl", b'{"x":1}\n', 1_700_000_000)
+    landing_ledger.record_batch(lake, "20261120T080000000Z", 0, [
+        {"path": p, "size": os.path.getsize(full), "mtime_ms": 1_700_000_000_000, "lines": 1, "verdict": landing.INPUT}
+        for p, full in (("old/a.jsonl", read), ("r.jsonl", replaced))])
+    _write(root, "r.jsonl", b'{"x":2}\n{"x":3}\n', 1_700_000_900)
+    _write(root, "pending.jsonl", b'{"x":4}\n', 1_700_000_900)
+    gen = landing_archive.current(checkpoint)
+
+    def sweep():
+        landing_ledger.sweep_read(root, lake, archive)
+
+    nxt = landing_archive.rotate(root, archive, checkpoint, gen, sweep=sweep)
+    assert nxt.generation == 1
+    assert _input_files(root) == ["pending.jsonl"]
+    assert os.path.exists(os.path.join(archive, "received=2026-11-20", "old", "a.jsonl"))
+    aside = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(archive, landing_archive.REPLACED_DIR)) for f in fs]
+    assert [os.path.basename(p) for p in aside] == ["r.jsonl"]
+    assert sorted(r["raw"] for r in quarantine.read_quarantine(lake)) == [b'{"x":2}', b'{"x":3}']
+    assert landing_ledger.audit(root, lake, archive).replaced == []
+    # the batch reference reads the archive's received= folders, not the set-aside content
+    assert sorted(landed_lines(archive)) == [b'{"x":1}']
+
+    def no_sweep():
+        raise AssertionError("a later generation ran with the archive throughout: no sweep")
+
+    assert landing_archive.rotate(root, archive, checkpoint, nxt, sweep=no_sweep).generation == 2
+
+
+def test_a_file_replaced_before_its_batch_was_archived_is_quarantined_and_set_aside(tmp_path):
+    from streaming_job.job import StreamConfig, _set_aside
+    from tidemark import quarantine
+
+    root, lake, archive, checkpoint = (str(tmp_path / d) for d in ("land", "lake", "archive", "checkpoint"))
+    path = _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
+    item = {"path": "f.jsonl", "size": os.path.getsize(path), "mtime_ms": 1_700_000_000_000}
+    gen = landing_archive.current(checkpoint)
+    landing_archive.enqueue(checkpoint, gen, 0, "20261125T101500000Z", [item])
+    landing_ledger.record_batch(lake, "20261125T101500000Z", 0, [{**item, "lines": 1, "verdict": landing.INPUT}])
+    _commit(checkpoint, gen, 0)
+    _write(root, "f.jsonl", b'{"x":9}\n', 1_700_000_100)
+    config = StreamConfig(landing=root, lake=lake, checkpoint=checkpoint, archive=archive)
+    assert landing_archive.drain(root, archive, checkpoint, _set_aside(config)) == 0
+    assert _input_files(root) == [] and landing_archive.queued(checkpoint) == []
+    assert [r["raw"] for r in quarantine.read_quarantine(lake)] == [b'{"x":9}']
+    assert list(landed_lines(archive)) == []  # set aside, not archived as read
+
+
 # --- the real stream ---------------------------------------------------------------------------
 
 def stream_cmd(landing_dir, lake, checkpoint, archive, *extra):

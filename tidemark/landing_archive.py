@@ -19,8 +19,10 @@ files itself, with the landing rule and the stream's commit log deciding:
 
 A file moves only after Spark's commit log records the batch that read it (`commits/<id>`): a batch
 that is not committed is replayed from the same files, so its files must stay. A file whose size or
-modification time changed since the batch read it is not moved: it was replaced, and the landing
-audit quarantines its new content (tidemark.landing_ledger).
+modification time changed since the batch read it was replaced: its new content is quarantined
+(tidemark.landing_ledger, as the landing audit does) and it moves under `<archive>/_replaced/`.
+The first rotation of a checkpoint also moves whatever the landing ledger records as read (a
+landing that held read files before the archive was turned on).
 
 A rotation (every `rotate_after` batches of a generation, at a graceful stop) starts the next
 generation on an empty query folder. It is safe only when every file a batch read has left the
@@ -35,10 +37,12 @@ one increasing sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import pyarrow.fs as pafs
 
 from tidemark import layout, storage
+from tidemark.landing import LandedFile
 from tidemark.logs import get_logger
 
 log = get_logger("landing")
@@ -46,6 +50,7 @@ log = get_logger("landing")
 GENERATION_FILE = "generation.json"
 QUEUE_DIR = "archive_queue"
 RECEIVED_KEY = "received"
+REPLACED_DIR = "_replaced"  # hidden: files replaced after they were read (content quarantined)
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,12 @@ def current(checkpoint: str) -> Generation:
     return Generation(int(meta.get("generation", 0)), int(meta.get("batch_base", 0)))
 
 
+def _day(receipt_ts: str) -> str:
+    return layout.parse_receipt_ts(receipt_ts).date().isoformat()
+
+
 def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
-    day = layout.parse_receipt_ts(receipt_ts).date().isoformat()
-    return layout.join(archive, f"{RECEIVED_KEY}={day}", relative)
+    return layout.join(archive, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
 
 
 def _queue_dir(checkpoint: str) -> str:
@@ -103,36 +111,70 @@ def committed(checkpoint: str, entry: dict) -> bool:
     return storage.exists(layout.join(query, "commits", str(int(entry["spark_batch_id"]))))
 
 
-def drain(landing: str, archive: str, checkpoint: str) -> int:
+def drain(landing: str, archive: str, checkpoint: str,
+          on_replaced: Callable[[list[LandedFile]], None] | None = None) -> int:
     """Move the files of every committed batch in the queue to the archive; returns files moved.
     Idempotent: a file already moved (a crash after the move, before the entry's deletion) is
-    skipped."""
+    skipped.
+
+    A file changed since its batch read it (replaced under its name) is not archived as read:
+    on_replaced gets it before the batch's entry is deleted (the stream quarantines its new content
+    and sets it aside: tidemark.landing_ledger.quarantine_replaced), so that no later checkpoint
+    generation reads it as a new file. Without on_replaced it stays, for the landing audit."""
     moved = 0
     for entry in queued(checkpoint):
         if not committed(checkpoint, entry):
             continue
+        replaced = []
         for item in entry["files"]:
-            moved += _move(landing, archive, entry["receipt_ts"], item)
+            found = _found(landing, item["path"])
+            if found is None:
+                continue  # moved already
+            if ((item.get("size") is not None and item["size"] != found.size)
+                    or (item.get("mtime_ms") is not None and item["mtime_ms"] != found.mtime_ms)):
+                replaced.append(found)
+                continue
+            move_read(landing, archive, entry["receipt_ts"], item["path"])
+            moved += 1
+        if replaced:
+            log.warning("landed files changed after they were read: not archived as read",
+                        files=[f.path for f in replaced])
+            if on_replaced is not None:
+                on_replaced(replaced)
         storage.delete_file(_queue_entry(checkpoint, entry["batch_id"]))
     return moved
 
 
-def _move(landing: str, archive: str, receipt_ts: str, item: dict) -> int:
+def _found(landing: str, path: str) -> LandedFile | None:
     fs, root = storage.resolve(landing)
-    source = root.rstrip("/") + "/" + item["path"]
+    info = fs.get_file_info(root.rstrip("/") + "/" + path)
+    if info.type != pafs.FileType.File:
+        return None
+    return LandedFile(path, int(info.size or 0), int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0)
+
+
+def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
+    """A read input file to <archive>/received=<its batch's day>/<path>."""
+    _rename(landing, path, archive_path(archive, receipt_ts, path), receipt_ts)
+
+
+def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
+    """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
+    out of the landing, and out of what the batch reference reads (a hidden folder)."""
+    _rename(landing, path, layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", path),
+            receipt_ts)
+
+
+def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
+    fs, root = storage.resolve(landing)
+    source = root.rstrip("/") + "/" + path
     info = fs.get_file_info(source)
     if info.type != pafs.FileType.File:
-        return 0  # moved already
-    mtime_ms = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else None
-    if ((item.get("size") is not None and item["size"] != info.size)
-            or (item.get("mtime_ms") is not None and mtime_ms is not None and item["mtime_ms"] != mtime_ms)):
-        # replaced after the batch read it: left for the landing audit, which quarantines it
-        log.warning("landed file changed after it was read: not archived", file=item["path"])
-        return 0
-    afs, target = storage.resolve(archive_path(archive, receipt_ts, item["path"]))
+        return
+    afs, target = storage.resolve(target_uri)
     existing = afs.get_file_info(target)
     if existing.type == pafs.FileType.File and existing.size != info.size:
-        # the same name read again the same day (a file landed under an archived name): keep both
+        # the same name archived twice the same day (a file landed under an archived name): keep both
         target = f"{target}.{receipt_ts}"
     afs.create_dir(target.rsplit("/", 1)[0], recursive=True)
     if type(afs) is type(fs):
@@ -140,14 +182,23 @@ def _move(landing: str, archive: str, receipt_ts: str, item: dict) -> int:
     else:
         pafs.copy_files(source, target, source_filesystem=fs, destination_filesystem=afs)
         fs.delete_file(source)
-    return 1
 
 
-def rotate(landing: str, archive: str, checkpoint: str, generation: Generation) -> Generation | None:
+def rotate(landing: str, archive: str, checkpoint: str, generation: Generation,
+           on_replaced: Callable[[list[LandedFile]], None] | None = None,
+           sweep: Callable[[], None] | None = None) -> Generation | None:
     """Start the next generation if nothing a batch read is left in the landing; returns it, or
     None when some batch's work is not committed (the old generation then resumes and replays it).
-    Call only after the generation's query has stopped."""
-    drain(landing, archive, checkpoint)
+    Call only after the generation's query has stopped.
+
+    sweep: at the first rotation only (generation 0, which may have run without the archive), what
+    moves every file the landing ledger records as read (tidemark.landing_ledger.sweep_read): a
+    landing that held read files before the archive was turned on is cleared before a new
+    file-source log could read them again. Later generations ran with the archive throughout (a
+    generation file refuses a start without it), so their queue is the whole story."""
+    drain(landing, archive, checkpoint, on_replaced)
+    if sweep is not None and generation.generation == 0:
+        sweep()
     if queued(checkpoint):
         log.warning("checkpoint rotation skipped: a batch is not committed yet", checkpoint=checkpoint)
         return None

@@ -158,7 +158,25 @@ def quarantine_replaced(landing_uri: str, lake: str, found: Audit | None = None,
     for record in records:
         log.warning("landed file replaced after it was read: new content quarantined", file=record["path"],
                     lines=record["lines"], receipt_ts=receipt_ts, path=folder)
+    if archive is not None:  # out of the landing: a later checkpoint generation must not read it
+        for replaced in found.replaced:
+            landing_archive.set_aside(landing_uri, archive, receipt_ts, replaced.path)
     return found
+
+
+def sweep_read(landing_uri: str, lake: str, archive: str) -> int:
+    """Every file of the landing that the ledger records as read, moved to the archive (under the
+    day of the batch that read it), and every replaced one quarantined and set aside: what a
+    checkpoint's first rotation needs when the stream ran without the archive before. Reads the
+    whole ledger: once per checkpoint (tidemark.landing_archive.rotate). Returns files moved."""
+    ledger = read_ledger(lake)
+    found = audit(landing_uri, lake, archive)
+    for path in found.read:
+        record = ledger.get(path)
+        if record is not None and record.verdict == landing.INPUT:
+            landing_archive.move_read(landing_uri, archive, record.receipt_ts, path)
+    quarantine_replaced(landing_uri, lake, found, archive=archive)
+    return len(found.read)
 
 
 def _free_receipt_ts(lake: str) -> str:
