@@ -142,30 +142,37 @@ def counted(latency_ms: float):
         storage.is_local = original_is_local
 
 
-def build(lake: str, partitions: int, seed: int = 0) -> tuple[str, int]:
-    """A lake of `partitions` receipt partitions; returns (the newest date, batches written)."""
+def build(lake: str, partitions: int, seed: int = 0, chunk: int = 256) -> tuple[str, int]:
+    """A lake of `partitions` receipt partitions; returns (the newest date, batches written).
+
+    The partitions of `chunk` consecutive batches go through one `receipts.complete_all` (the
+    stream's registration path, its writes 16 at a time), then the head moves to the chunk's last
+    batch: as after `chunk` micro-batches, the head never ahead of a partition not complete. The
+    same lake as one batch at a time, ~4x faster to build (10^6 partitions become feasible)."""
     rng = random.Random(seed)
     receipt_index.start(lake)
     written, batch = 0, 0
+    pending: list[receipts.ReceiptPartition] = []
     while written < partitions:
         received = START + timedelta(seconds=10 * batch)
         receipt_ts = layout.format_receipt_ts(received)
         dates = [received.date()]
         if rng.random() < 0.1:
             dates.append(received.date() - timedelta(days=rng.randrange(1, 31)))
-        batch_partitions = []
         for day in sorted(set(dates)):
             begin = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(
                 seconds=rng.randrange(86400))
             span = timedelta(hours=rng.randrange(30)) if rng.random() < 0.02 else timedelta(minutes=rng.randrange(40))
-            batch_partitions.append(receipts.ReceiptPartition(
+            pending.append(receipts.ReceiptPartition(
                 event_date=day.isoformat(), receipt_ts=receipt_ts, batch_id=batch, uri="", rows=1, events=1,
                 pane_kinds=["early"], min_event_ts=times.iso_z(begin), max_event_ts=times.iso_z(begin + span),
                 watermark=times.iso_z(received), late=day < received.date()))
-        receipts.complete_all(lake, batch_partitions)
-        receipt_index.write_head(lake, receipt_ts)
-        written += len(batch_partitions)
+            written += 1
         batch += 1
+        if batch % chunk == 0 or written >= partitions:
+            receipts.complete_all(lake, pending)
+            receipt_index.write_head(lake, receipt_ts)
+            pending = []
     return (START + timedelta(seconds=10 * (batch - 1))).date().isoformat(), batch
 
 
