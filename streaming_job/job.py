@@ -142,7 +142,8 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             if rotate.is_set() or (_committed_batches(config.checkpoint, generation) >= config.rotate_after):
                 nxt = landing_archive.rotate(
                     config.landing, config.archive, config.checkpoint, generation, _set_aside(config),
-                    sweep=lambda: landing_ledger.sweep_read(config.landing, config.lake, config.archive))
+                    sweep=lambda: landing_ledger.sweep_read(config.landing, config.lake, config.archive),
+                    lake=config.lake)
                 if nxt is not None:
                     generation = nxt
                     if rotate.is_set() and not stop_requested.is_set():

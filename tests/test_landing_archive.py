@@ -114,7 +114,17 @@ def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replace
     def sweep():
         landing_ledger.sweep_read(root, lake, archive)
 
-    nxt = landing_archive.rotate(root, archive, checkpoint, gen, sweep=sweep)
+    # a batch planned in the offset log and not committed, which a run without the archive began
+    # (its ledger entry, under its batch timestamp, exists): its replay needs the files, no rotation
+    offsets = os.path.join(gen.query_dir(checkpoint), "offsets")
+    os.makedirs(offsets)
+    with open(os.path.join(offsets, "0"), "w") as out:
+        out.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":%d,"conf":{}}\n{"logOffset":0}\n'
+                  % (layout.parse_receipt_ts("20261120T080000000Z").timestamp() * 1000))
+    assert landing_archive.rotate(root, archive, checkpoint, gen, sweep=sweep, lake=lake) is None
+    assert _input_files(root) == ["old/a.jsonl", "pending.jsonl", "r.jsonl"]
+    _commit(checkpoint, gen, 0)
+    nxt = landing_archive.rotate(root, archive, checkpoint, gen, sweep=sweep, lake=lake)
     assert nxt.generation == 1
     assert _input_files(root) == ["pending.jsonl"]
     assert os.path.exists(os.path.join(archive, "received=2026-11-20", "old", "a.jsonl"))

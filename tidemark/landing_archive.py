@@ -186,7 +186,7 @@ def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
 
 def rotate(landing: str, archive: str, checkpoint: str, generation: Generation,
            on_replaced: Callable[[list[LandedFile]], None] | None = None,
-           sweep: Callable[[], None] | None = None) -> Generation | None:
+           sweep: Callable[[], None] | None = None, lake: str | None = None) -> Generation | None:
     """Start the next generation if nothing a batch read is left in the landing; returns it, or
     None when some batch's work is not committed (the old generation then resumes and replays it).
     Call only after the generation's query has stopped.
@@ -195,15 +195,20 @@ def rotate(landing: str, archive: str, checkpoint: str, generation: Generation,
     moves every file the landing ledger records as read (tidemark.landing_ledger.sweep_read): a
     landing that held read files before the archive was turned on is cleared before a new
     file-source log could read them again. Later generations ran with the archive throughout (a
-    generation file refuses a start without it), so their queue is the whole story."""
+    generation file refuses a start without it), so their queue is the whole story.
+
+    lake: also refuse while a planned, uncommitted batch has a landing ledger entry (its receipt_ts
+    is its batch timestamp in the offset log): work a run without the archive left half done,
+    which its replay must finish from the landing's files."""
     drain(landing, archive, checkpoint, on_replaced)
-    if sweep is not None and generation.generation == 0:
-        sweep()
-    if queued(checkpoint):
+    query = generation.query_dir(checkpoint)
+    offsets = [int(n) for n in storage.list_dir(layout.join(query, "offsets")) if n.isdigit()]
+    commits = [int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()]
+    if queued(checkpoint) or (lake is not None and _half_done(lake, query, offsets, commits)):
         log.warning("checkpoint rotation skipped: a batch is not committed yet", checkpoint=checkpoint)
         return None
-    offsets = [int(n) for n in storage.list_dir(layout.join(generation.query_dir(checkpoint), "offsets"))
-               if n.isdigit()]
+    if sweep is not None and generation.generation == 0:
+        sweep()
     # every id the old query planned, even one it refused to run (a graceful stop): never reused
     nxt = Generation(generation.generation + 1, generation.batch_base + max(offsets, default=-1) + 1)
     storage.write_json_atomic(layout.join(checkpoint, GENERATION_FILE),
@@ -212,6 +217,22 @@ def rotate(landing: str, archive: str, checkpoint: str, generation: Generation,
              batch_base=nxt.batch_base)
     remove_old_generations(checkpoint, nxt)
     return nxt
+
+
+def _half_done(lake: str, query: str, offsets: list[int], commits: list[int]) -> bool:
+    import json
+
+    done = max(commits, default=-1)
+    for batch_id in (n for n in offsets if n > done):
+        text = storage.read_text(layout.join(query, "offsets", str(batch_id))) or ""
+        lines = text.splitlines()
+        try:
+            millis = int(json.loads(lines[1])["batchTimestampMs"])
+        except (IndexError, KeyError, ValueError):
+            return True  # an offset entry not understood: do not guess
+        if storage.exists(layout.landing_ledger_path(lake, layout.receipt_ts_from_millis(millis))):
+            return True
+    return False
 
 
 def remove_old_generations(checkpoint: str, generation: Generation) -> None:
