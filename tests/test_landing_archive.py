@@ -80,7 +80,7 @@ def test_only_committed_unchanged_files_move_and_a_rotation_waits_for_every_batc
     assert landing_archive.queued(checkpoint) == []
 
 
-def test_a_name_landed_again_after_its_file_was_archived_is_pending_not_replaced(tmp_path):
+def test_a_name_landed_again_after_its_file_was_archived_is_pending_not_replaced(tmp_path, capsys):
     root, lake, archive = (str(tmp_path / d) for d in ("land", "lake", "archive"))
     path = _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
     landing_ledger.record_batch(lake, "20261125T101500000Z", 0, [
@@ -93,6 +93,11 @@ def test_a_name_landed_again_after_its_file_was_archived_is_pending_not_replaced
     assert [f.path for f in landing_ledger.audit(root, lake).replaced] == ["f.jsonl"]  # without the archive
     found = landing_ledger.audit(root, lake, archive)
     assert found.pending == ["f.jsonl"] and found.replaced == []
+    from tidemark.cli import main
+
+    assert main(["landing", "--landing", root, "--lake", lake, "--archive", archive, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pending"] == ["f.jsonl"] and out["replaced"] == [] and out["archived"] == {"2026-11-25": 1}
 
 
 def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replaced_ones_aside(tmp_path):
