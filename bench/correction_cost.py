@@ -28,6 +28,7 @@ import bench
 from tidemark import generate, layout, publish, storage
 from tidemark.dedup import LakeIndex, Plan, compute_islands, run_dedup
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 NAME = "correction_cost"
 SCALES = {"small": {"days": 9, "events": 12_000, "users": 150, "files": 12},
@@ -102,7 +103,7 @@ def reprocess(spark, lake, rules, first: date, last: date, out: str) -> dict:
             "dates": (last - first).days + 1}
 
 
-def undo(lake: str, metadata_location: str) -> None:
+def undo(lake: Lake, metadata_location: str) -> None:
     """Put the table back as it was before a timed correction (the catalog's pointer to the metadata
     file of then), so the next repeat does the work again."""
     from tidemark import table as iceberg
@@ -120,6 +121,7 @@ def main(argv=None) -> int:
     rules = SessionRules()
     work = args.workdir
     landing, lake, ckpt = (os.path.join(work, n) for n in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     spark = build_session("tidemark-bench-correction", args.master, shuffle_partitions=8)
     start = date(2026, 3, 1)
     day = start + timedelta(days=args.days - 2)  # a recent date with a full week before it

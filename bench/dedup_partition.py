@@ -23,6 +23,7 @@ import statistics
 import sys
 
 import bench
+from tidemark.lake import Lake
 from tidemark import receipts
 from tidemark import layout, publish, storage, table as iceberg
 from tidemark.dedup import run_dedup
@@ -119,7 +120,7 @@ def build_lake(spark, args, lake) -> int:
         F.max(F.unix_micros("session_end")).alias("hi")).collect()}
     for i in sorted(by_receipt):
         stats = by_receipt[i]
-        folder = layout.receipt_dir(lake, DAY, receipt_ts_of(i))
+        folder = lake.receipt_dir(DAY, receipt_ts_of(i))
         shutil.rmtree(folder, ignore_errors=True)
         shutil.copytree(os.path.join(staged, f"receipt={i}"), folder)
         receipts.complete(lake, receipts.ReceiptPartition(
@@ -157,7 +158,7 @@ def land_late_receipt(spark, args, lake) -> int:
         F.array("e").alias("events"), F.lit("too_late").alias("pane_kind"), F.lit(1).alias("pane_index"),
         F.lit(args.receipts).cast("bigint").alias("batch_id"),
         F.to_timestamp(F.lit(f"{DAY} 00:00:00")).alias("watermark"))
-    folder = layout.receipt_dir(lake, DAY, receipt_ts_of(args.receipts))
+    folder = lake.receipt_dir(DAY, receipt_ts_of(args.receipts))
     shutil.rmtree(folder, ignore_errors=True)
     panes.coalesce(1).write.mode("overwrite").parquet(folder)
     stats = spark.read.parquet(folder).agg(F.count(F.lit(1)).alias("rows"),
@@ -231,7 +232,7 @@ def _phases(result) -> str:
 
 
 def plain_copy(spark, lake, out) -> int:
-    paths = [layout.receipt_dir(lake, DAY, ts) for ts in receipts.list_receipts(lake, DAY)]
+    paths = [lake.receipt_dir(DAY, ts) for ts in receipts.list_receipts(lake, DAY)]
     shutil.rmtree(out, ignore_errors=True)
     spark.read.parquet(*paths).write.parquet(out)
     return spark.read.parquet(out).count()
@@ -242,7 +243,7 @@ def main(argv=None) -> int:
     from tidemark.spark import build_session
 
     env = bench.machine()
-    lake = os.path.join(args.workdir, "lake")
+    lake = Lake.open(os.path.join(args.workdir, "lake"))
     conf = None
     if args.event_log:
         os.makedirs(args.event_log, exist_ok=True)
@@ -255,7 +256,7 @@ def main(argv=None) -> int:
             build_lake(spark, args, lake)
         print(f"synthesized {args.receipts} receipt partitions in {t['seconds']} s")
     else:  # the late receipt of an earlier run is landed again below
-        shutil.rmtree(layout.receipt_dir(lake, DAY, receipt_ts_of(args.receipts)), ignore_errors=True)
+        shutil.rmtree(lake.receipt_dir(DAY, receipt_ts_of(args.receipts)), ignore_errors=True)
     rows_in = sum(receipts.read_marker(lake, DAY, ts).rows for ts in receipts.list_receipts(lake, DAY))
     events_in = sum(receipts.read_marker(lake, DAY, ts).events for ts in receipts.list_receipts(lake, DAY))
 

@@ -44,6 +44,7 @@ import time
 
 import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
+from tidemark.lake import Lake
 from tidemark import generate
 
 NAME = "freshness"
@@ -179,7 +180,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         if i < len(chunks) - 1:
             time.sleep(max(0.0, pause - (time.time() - began)))
 
-    lake = settings.lake
+    lake = Lake.open(settings.lake)
     client = stack.airflow(settings).client()
     dag_id = names.get("DAG_ID")
 

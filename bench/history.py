@@ -42,6 +42,7 @@ import pyarrow.fs as pafs
 from bench import write_results
 from tidemark import layout, planning, receipt_index, receipts, storage, times
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 RULES = SessionRules()
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -130,8 +131,9 @@ def counted(latency_ms: float):
         inner, path = original(uri)
         return (fs, path) if isinstance(inner, pafs.LocalFileSystem) else (inner, path)
 
-    original_is_local = storage.is_local
+    original_is_local, original_locate = storage.is_local, Lake.locate
     storage.resolve = resolve
+    Lake.locate = lambda lake, uri: resolve(uri)  # every file operation of a Lake goes through locate
     # still local (the table's catalog is found by it); pyiceberg reads the table's metadata through
     # its own FileIO, which this does not count
     storage.is_local = lambda uri: isinstance(original(uri)[0], pafs.LocalFileSystem)
@@ -140,9 +142,10 @@ def counted(latency_ms: float):
     finally:
         storage.resolve = original
         storage.is_local = original_is_local
+        Lake.locate = original_locate
 
 
-def build(lake: str, partitions: int, seed: int = 0, chunk: int = 256) -> tuple[str, int]:
+def build(lake: Lake, partitions: int, seed: int = 0, chunk: int = 256) -> tuple[str, int]:
     """A lake of `partitions` receipt partitions; returns (the newest date, batches written).
 
     The partitions of `chunk` consecutive batches go through one `receipts.complete_all` (the
@@ -176,7 +179,7 @@ def build(lake: str, partitions: int, seed: int = 0, chunk: int = 256) -> tuple[
     return (START + timedelta(seconds=10 * (batch - 1))).date().isoformat(), batch
 
 
-def late_data(lake: str, first_batch: int, count: int, newest: str) -> None:
+def late_data(lake: Lake, first_batch: int, count: int, newest: str) -> None:
     """`count` more batches, each one partition of a date 2-20 days before `newest`."""
     rng = random.Random(first_batch)
     for batch in range(first_batch, first_batch + count):
@@ -191,7 +194,7 @@ def late_data(lake: str, first_batch: int, count: int, newest: str) -> None:
         receipt_index.write_head(lake, receipt_ts)
 
 
-def _version(lake: str, event_date: str) -> dict:
+def _version(lake: Lake, event_date: str) -> dict:
     index = planning.LakeIndex(lake)
     current = planning.plan_for_rerun(index, event_date, RULES, None)
     reach = max((times.parse_iso(p.max_event_ts) for p in current.partitions), default=None)
@@ -200,8 +203,8 @@ def _version(lake: str, event_date: str) -> dict:
 
 
 @contextmanager
-def without_index(lake: str):
-    flag = layout.join(layout.receipt_index_dir(lake), receipt_index.COMPLETE)
+def without_index(lake: Lake):
+    flag = lake.receipt_index_file(receipt_index.COMPLETE)
     os.rename(flag, flag + ".off")
     try:
         yield
@@ -219,7 +222,7 @@ def measure(fn, latency_ms: float) -> tuple[float, dict]:
 def run_size(size: int, latency_ms: float, root: str) -> list[list]:
     # each latency measures a new lake in the same state (a new path: the Iceberg catalog of a
     # removed lake stays cached in the process)
-    lake = os.path.join(root, f"lake-{size}-{latency_ms:g}ms")
+    lake = Lake.open(os.path.join(root, f"lake-{size}-{latency_ms:g}ms"))
     started = time.monotonic()
     newest, batches = build(lake, size)
     print(f"built {size} partitions ({batches} batches, newest date {newest}) in {time.monotonic() - started:.0f} s",
@@ -250,7 +253,7 @@ def run_size(size: int, latency_ms: float, root: str) -> list[list]:
     return rows
 
 
-def commit_versions(lake: str) -> int:
+def commit_versions(lake: Lake) -> int:
     """A version of every date including its complete receipt partitions, committed to the table
     without data files (a date without sessions): what reconciliation compares with."""
     from tidemark import publish, rules_record
@@ -268,11 +271,11 @@ def commit_versions(lake: str) -> int:
     return len(dates)
 
 
-def reconciliation(lake: str, size: int, first_batch: int, newest: str, latency_ms: float) -> list:
+def reconciliation(lake: Lake, size: int, first_batch: int, newest: str, latency_ms: float) -> list:
     from tidemark import reconcile, rules_record
 
     rules_record.ensure(lake, RULES, "bench")
-    if not os.path.exists(layout.reconcile_cursor_path(lake)):
+    if not os.path.exists(lake.reconcile_cursor()):
         started = time.monotonic()
         dates = commit_versions(lake)
         print(f"committed versions of {dates} dates in {time.monotonic() - started:.0f} s", flush=True)

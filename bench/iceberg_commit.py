@@ -25,6 +25,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import bench
 from tidemark.times import now_iso_z
+from tidemark.lake import Lake
 
 NAME = "iceberg_commit"
 DAY0 = date(2026, 3, 1)
@@ -73,7 +74,7 @@ def _template(sessions: int, receipts: list[str]):
     return _TEMPLATES[key]
 
 
-def prepared(lake: str, day: str, receipts: list[str], sessions: int) -> dict:
+def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> dict:
     """The files and marker a dedup run leaves before its commit (pyarrow stands in for Spark)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -81,7 +82,7 @@ def prepared(lake: str, day: str, receipts: list[str], sessions: int) -> dict:
     from tidemark import publish
 
     run_id = publish.new_run_id()
-    folder = publish.run_dir(lake, day, run_id)
+    folder = lake.run_dir(day, run_id)
     os.makedirs(folder)
     rows = _template(sessions, receipts)
     column = rows.schema.get_field_index("event_date")
@@ -99,7 +100,7 @@ def receipts_for(version: int) -> list[str]:
     return [f"20260401T{h:02d}0000000Z" for h in range(version + 1)]
 
 
-def timed_commit(lake: str, marker: dict) -> tuple[float, int]:
+def timed_commit(lake: Lake, marker: dict) -> tuple[float, int]:
     from tidemark import publish
 
     t0 = time.perf_counter()
@@ -108,7 +109,7 @@ def timed_commit(lake: str, marker: dict) -> tuple[float, int]:
     return time.perf_counter() - t0, outcome.attempts
 
 
-def _worker(lake: str, days: list[str], version: int, sessions: int, barrier) -> list[tuple[float, int]]:
+def _worker(lake: Lake, days: list[str], version: int, sessions: int, barrier) -> list[tuple[float, int]]:
     import logging
 
     logging.disable(logging.WARNING)
@@ -143,7 +144,7 @@ def _run(argv) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
     env = bench.machine()
     shutil.rmtree(args.workdir, ignore_errors=True)
-    lake = os.path.join(args.workdir, "lake")
+    lake = Lake.open(os.path.join(args.workdir, "lake"))
     days = [(DAY0 + timedelta(days=i)).isoformat() for i in range(args.dates)]
 
     first = [timed_commit(lake, prepared(lake, d, receipts_for(0), args.sessions)) for d in days]

@@ -22,6 +22,7 @@ from bench import dedup_partition
 from tidemark import pane_reader, table as iceberg
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 NAME = "receipts_per_date"
 
@@ -40,7 +41,7 @@ def parse_args(argv):
 
 
 def build(spark, args, receipts: int) -> str:
-    lake = os.path.join(args.workdir, f"lake-{receipts}")
+    lake = Lake.open(os.path.join(args.workdir, f"lake-{receipts}"))
     if args.reuse and os.path.isdir(lake):
         return lake
     shutil.rmtree(lake, ignore_errors=True)
@@ -52,7 +53,7 @@ def build(spark, args, receipts: int) -> str:
     return lake
 
 
-def full_dedup(spark, lake: str, reader: str):
+def full_dedup(spark, lake: Lake, reader: str):
     pane_reader.FOLDERS_FOR_ARROW = 1 if reader == "arrow" else 10 ** 9
     iceberg.drop(lake)  # every run publishes a first version
     return run_dedup(lake, dedup_partition.DAY, SessionRules(), spark=spark, full=True)

@@ -56,12 +56,13 @@ def example_session_metrics():
         from airflow.sdk import Variable
 
         from tidemark import layout, session_metrics
+        from tidemark.lake import Lake
 
         lake = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
         if not lake:
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
         out = (Variable.get("session_metrics_root", default=None) or os.environ.get("TIDEMARK_SESSION_METRICS_ROOT")
-               or session_metrics.default_root(lake))
+               or session_metrics.default_root(Lake.open(lake)))
         wanted = set()
         if (params or {}).get("event_date"):
             wanted.add(layout.check_event_date(params["event_date"]))
@@ -76,8 +77,9 @@ def example_session_metrics():
     @task
     def rebuild(item: dict) -> dict:
         from tidemark import session_metrics
+        from tidemark.lake import Lake
 
-        return session_metrics.rebuild(item["lake"], item["event_date"], item["out"])
+        return session_metrics.rebuild(Lake.open(item["lake"]), item["event_date"], item["out"])
 
     rebuild.expand(item=dates())
 

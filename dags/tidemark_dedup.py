@@ -71,8 +71,9 @@ def read_current(lake: str, event_date: str) -> dict | None:
     """The date's current version from the Iceberg table's current metadata (pyiceberg, no JVM):
     version, receipts, affected_dates, sessions, ... or None."""
     from tidemark import layout, publish
+    from tidemark.lake import Lake
 
-    return publish.current_version(lake, layout.check_event_date(event_date))
+    return publish.current_version(Lake.open(lake), layout.check_event_date(event_date))
 
 
 class DedupOperator(SparkSubmitOperator):
@@ -101,13 +102,14 @@ class DedupOperator(SparkSubmitOperator):
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         from tidemark.dedup import run_dedup
+        from tidemark.lake import Lake
         from tidemark.spark import connect_session
 
         url = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("dedup of %s as a Spark Connect client of %s", self.event_date, url.split(";")[0])
         spark = connect_session(url, f"tidemark-dedup-{self.event_date}")
         try:
-            result = run_dedup(self.lake, self.event_date, spark=spark)
+            result = run_dedup(Lake.open(self.lake), self.event_date, spark=spark)
         finally:
             spark.stop()  # releases this run's server-side session
         self.log.info("dedup result: %s", result.to_json())
@@ -224,8 +226,9 @@ def tidemark_dedup():
         version already includes every receipt partition the date's complete plan holds. The
         date's pending obligations are then discharged here, as the dedup would have."""
         from tidemark import dedup
+        from tidemark.lake import Lake
 
-        nothing_new = dedup.up_to_date(prepared["lake"], prepared["event_date"])
+        nothing_new = dedup.up_to_date(Lake.open(prepared["lake"]), prepared["event_date"])
         if nothing_new is None:
             print(f"{prepared['event_date']}: receipts not in the current version; running the dedup")
             return True
@@ -243,11 +246,12 @@ def tidemark_dedup():
         publish, tidemark/publish.py, and the notices' Pub/Sub send). Skipped with the dedup: a date
         with nothing new has no new version, so consumers get no repeated event."""
         from tidemark import layout
+        from tidemark.lake import Lake
 
-        event_date, lake = prepared["event_date"], prepared["lake"]
+        event_date, lake = prepared["event_date"], Lake.open(prepared["lake"])
         pointer = read_current(lake, event_date)
         if not pointer or not pointer.get("version"):
-            raise RuntimeError(f"dedup succeeded but {layout.current_pointer(lake, event_date)} "
+            raise RuntimeError(f"dedup succeeded but {lake.current_pointer(event_date)} "
                                "names no version")
         version = layout.check_receipt_ts(pointer["version"])
         extra = {"event_date": event_date, "version": version}
@@ -260,8 +264,9 @@ def tidemark_dedup():
     def owed_reruns(prepared: dict) -> list[dict]:
         """The neighbouring dates owed a rerun by runs of this date (tidemark/obligations.py)."""
         from tidemark import obligations
+        from tidemark.lake import Lake
 
-        return obligations.reruns_owed_by(prepared["lake"], prepared["event_date"])
+        return obligations.reruns_owed_by(Lake.open(prepared["lake"]), prepared["event_date"])
 
     neighbours = owed_reruns(prepared)
     needs_spark(prepared) >> dedup >> emit_assets(prepared) >> neighbours
@@ -271,9 +276,10 @@ def tidemark_dedup():
     @task(max_active_tis_per_dag=1, trigger_rule="none_failed")
     def notify_corrected(prepared: dict) -> dict:
         """The corrected-partition notice (tidemark/notices/corrected.py): recorded, then sent."""
+        from tidemark.lake import Lake
         from tidemark.notices import corrected
 
-        return corrected.notify(prepared["lake"], prepared["event_date"])
+        return corrected.notify(Lake.open(prepared["lake"]), prepared["event_date"])
 
     dedup >> notify_corrected(prepared)
 

@@ -58,6 +58,7 @@ def tidemark_maintenance():
         from collections import Counter
 
         from tidemark import gc as lake_gc
+        from tidemark.lake import Lake
         from tidemark.durations import parse_duration
 
         lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
@@ -65,7 +66,7 @@ def tidemark_maintenance():
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
         retention = lake_gc.check_retention(
             parse_duration(_setting("tidemark_gc_retention", "TIDEMARK_GC_RETENTION", "7d")))
-        removed = lake_gc.gc(lake, retention)
+        removed = lake_gc.gc(Lake.open(lake), retention)
         counts = dict(Counter(item.what for item in removed))
         print(f"gc of {lake} with a retention of {retention}: removed {counts or 'nothing'}")
         return counts

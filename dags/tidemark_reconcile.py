@@ -74,13 +74,14 @@ def tidemark_reconcile():
         """The stale dates and, for the due ones, the run to start (see tidemark/reconcile.py)."""
         from tidemark import reconcile
         from tidemark.durations import parse_duration
+        from tidemark.lake import Lake
 
         lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
         if not lake:
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
         grace = parse_duration(_setting("tidemark_reconcile_grace", "TIDEMARK_RECONCILE_GRACE", "10m"))
         attempts = int(_setting("tidemark_reconcile_max_attempts", "TIDEMARK_RECONCILE_MAX_ATTEMPTS", "3"))
-        decisions = reconcile.decide(reconcile.staleness(lake), _run_state, grace=grace,
+        decisions = reconcile.decide(reconcile.staleness(Lake.open(lake)), _run_state, grace=grace,
                                      max_attempts=attempts)
         for decision in decisions:
             print(f"{decision.event_date}: {decision.action} {decision.run_id or ''} "

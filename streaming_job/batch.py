@@ -22,6 +22,7 @@ from tidemark.contract import InputRules
 from tidemark.logs import get_logger
 from tidemark.phases import Phases
 from tidemark.sessions import SessionRules
+from tidemark.lake import QUARANTINE_MARKER, Lake
 
 log = get_logger("stream")
 
@@ -40,7 +41,7 @@ class StopRequested(RuntimeError):
 class BatchProcessor:
     """The foreachBatch function of the stream. `listeners` get a BatchReport after each commit."""
 
-    def __init__(self, lake: str, checkpoint: str, rules: SessionRules,
+    def __init__(self, lake: Lake, checkpoint: str, rules: SessionRules,
                  listeners: list[Callable[[BatchReport], None]] | None = None,
                  stop_requested: threading.Event | None = None, input_rules: InputRules | None = None,
                  landing: str | None = None, generation: landing_archive.Generation | None = None,
@@ -243,7 +244,7 @@ class BatchProcessor:
         partitions = [
             receipts.ReceiptPartition(
                 event_date=row["event_date"], receipt_ts=receipt_ts, batch_id=batch_id,
-                uri=layout.receipt_dir(self.lake, row["event_date"], receipt_ts),
+                uri=self.lake.receipt_dir(row["event_date"], receipt_ts),
                 rows=int(row["rows"]), events=int(row["events"]),
                 pane_kinds=list(row["kinds"]), min_event_ts=receipts.iso_from_micros(row["min_us"]),
                 max_event_ts=receipts.iso_from_micros(row["max_us"]),
@@ -256,7 +257,7 @@ class BatchProcessor:
         if pending:
             pending_dates = [p.event_date for p in pending]
             panes = panes.where(F.col("event_date").isin(pending_dates)) if complete else panes
-            pane_writer.write_panes(panes, layout.sessions_root(self.lake))
+            pane_writer.write_panes(panes, self.lake.sessions_root())
             receipts.complete_all(self.lake, pending)  # markers last: each partition complete at once
             for partition in pending:
                 log.info("receipt partition written", event_date=partition.event_date,
@@ -267,8 +268,8 @@ class BatchProcessor:
         return partitions
 
     def _write_quarantine(self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int) -> None:
-        folder = layout.quarantine_dir(self.lake, receipt_ts)
-        marker = layout.join(folder, layout.QUARANTINE_MARKER)
+        folder = self.lake.quarantine_dir(receipt_ts)
+        marker = layout.join(folder, QUARANTINE_MARKER)
         if storage.exists(marker):
             return
         (parse.quarantined(parsed)

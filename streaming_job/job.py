@@ -21,6 +21,7 @@ from tidemark.durations import format_duration, parse_duration
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
 from tidemark.spark import build_session
+from tidemark.lake import Lake
 
 log = get_logger("stream")
 
@@ -28,7 +29,7 @@ log = get_logger("stream")
 @dataclass
 class StreamConfig:
     landing: str
-    lake: str
+    lake: Lake
     checkpoint: str
     # None: the lake's recorded rules (the defaults on a new lake); a dict {name: timedelta}: only
     # those rules were given; a SessionRules: all three. Given rules must agree with the lake's
@@ -58,6 +59,9 @@ class StreamConfig:
     # micro-batches; None never does (Spark's source log then grows with every file read).
     rotate_after: int | None = None
     archive_interval: float = 2.0  # how often a running stream moves committed batches' files
+
+    def __post_init__(self):
+        self.lake = Lake.open(self.lake)  # the Spark job's boundary: a URI from whoever configures it
 
 
 def source(spark, config: StreamConfig):
@@ -251,7 +255,7 @@ class _RulesGuard:
     """Re-reads the lake's rules record now and then: a migration while the stream runs stops it,
     so that it never keeps writing with rules the lake no longer has."""
 
-    def __init__(self, lake: str, rules: SessionRules, interval: float):
+    def __init__(self, lake: Lake, rules: SessionRules, interval: float):
         self.lake = lake
         self.rules_id = rules_record.fingerprint(rules)
         self.interval = interval
@@ -274,7 +278,7 @@ class _LandingAudit:
     files quarantined, in-progress names reported (tidemark.landing_ledger). A listing of the
     landing, as Spark makes every trigger; never fatal to the stream."""
 
-    def __init__(self, landing: str, lake: str, interval: float, archive: str | None = None):
+    def __init__(self, landing: str, lake: Lake, interval: float, archive: str | None = None):
         self.landing, self.lake, self.interval, self.archive = landing, lake, interval, archive
         self._next = time.monotonic() + interval
 

@@ -16,6 +16,7 @@ from datetime import timedelta
 from tests import reference
 from tidemark import availability_notice, polling, reader
 from tidemark.logs import read_log_lines
+from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +42,7 @@ def log_lines(server) -> list[dict]:
     return read_log_lines(server.log())
 
 
-def lake_session_set(lake: str, event_date: str, with_count: bool = False) -> set[tuple]:
+def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> set[tuple]:
     """The sessions of the date's current deduplicated version (empty when it has none yet)."""
     try:
         table = reader.read_sessions(lake, event_date)
@@ -62,11 +63,11 @@ def reference_session_set(landing: str, event_date: str, gap: timedelta, with_co
     return session_set(reference.sessions_of_landing(landing, gap), event_date, with_count)
 
 
-def run_stream_cli(landing: str, lake: str, checkpoint: str, extra=(), env: dict | None = None) -> None:
+def run_stream_cli(landing: str, lake: Lake, checkpoint: str, extra=(), env: dict | None = None) -> None:
     """The real `tidemark stream --available-now` (local[2]) in its own process, as an operator runs
     it; fails the test with the end of its stderr when it exits non-zero."""
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream",
-                           "--landing", landing, "--lake", lake, "--checkpoint", checkpoint,
+                           "--landing", landing, "--lake", str(lake), "--checkpoint", checkpoint,
                            "--available-now", "--master", "local[2]", *extra],
                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]

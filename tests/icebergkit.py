@@ -10,15 +10,16 @@ import pyarrow.parquet as pq
 
 from tidemark import publish, table as iceberg
 from tidemark.notices import corrected
+from tidemark.lake import Lake
 
 T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
 
 
-def prepared_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1,
+def prepared_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1,
                  affected_dates: list[str] | None = None) -> dict:
     """A run's files and marker (not committed). receipts: receipt_ts values of event_date."""
     run_id = publish.new_run_id()
-    folder = publish.run_dir(lake, event_date, run_id)
+    folder = lake.run_dir(event_date, run_id)
     os.makedirs(folder)
     names = []
     if sessions:
@@ -40,11 +41,11 @@ def prepared_run(lake: str, event_date: str, receipts: list[str], sessions: int 
     return marker
 
 
-def publish_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
+def publish_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
     return publish.commit(lake, prepared_run(lake, event_date, receipts, sessions))
 
 
-def commit_recording(lake: str, marker: dict) -> publish.Outcome:
+def commit_recording(lake: Lake, marker: dict) -> publish.Outcome:
     """What tidemark.dedup does: the commit, then the corrected notice's record."""
     outcome = publish.commit(lake, marker)
     if outcome.committed:
@@ -52,12 +53,12 @@ def commit_recording(lake: str, marker: dict) -> publish.Outcome:
     return outcome
 
 
-def publish_recorded_run(lake: str, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
+def publish_recorded_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
     """publish_run, with the corrected notice recorded after the commit as tidemark.dedup does."""
     return commit_recording(lake, prepared_run(lake, event_date, receipts, sessions))
 
 
-def version_with(lake: str, receipts: list[str], sessions: dict[str, tuple[int, int]],
+def version_with(lake: Lake, receipts: list[str], sessions: dict[str, tuple[int, int]],
                  affected: list[str] | None = None, event_date: str = "2026-03-10") -> dict:
     """A committed (and recorded) version whose sessions are {session_id: (end minute, event_count)},
     all starting at midnight of event_date; returns the new current version."""
@@ -68,7 +69,7 @@ def version_with(lake: str, receipts: list[str], sessions: dict[str, tuple[int, 
              "event_ids": [f"{sid}-{i}" for i in range(count)], "events": [],
              "first_receipt_ts": min(receipts), "last_receipt_ts": max(receipts),
              "event_date": date.fromisoformat(event_date)} for sid, (end, count) in sorted(sessions.items())]
-    folder = publish.run_dir(lake, event_date, marker["run_id"])
+    folder = lake.run_dir(event_date, marker["run_id"])
     pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
     marker.update(files=["part-00000.parquet"], sessions=len(rows))
     publish.write_marker(lake, marker)

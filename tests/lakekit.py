@@ -24,6 +24,7 @@ from tidemark import layout, receipts, sql_rules
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
 from tidemark.times import iso_z
+from tidemark.lake import Lake
 
 GAP = timedelta(minutes=30)
 RULES = SessionRules(gap=GAP)
@@ -80,7 +81,7 @@ def arrivals(rng: random.Random, events: list[tuple], batches: int) -> list[list
 # --- the simulated stream --------------------------------------------------------------------------
 
 class SimulatedStream:
-    def __init__(self, lake: str, seed: int):
+    def __init__(self, lake: Lake, seed: int):
         self.lake = lake
         self.rng = random.Random(seed * 7919)
         self.seen: dict[str, dict[str, tuple]] = defaultdict(dict)
@@ -119,7 +120,7 @@ class SimulatedStream:
             by_date[row["session_start"].date().isoformat()].append(row)
         out = []
         for event_date, part in sorted(by_date.items()):
-            folder = layout.receipt_dir(self.lake, event_date, receipt_ts)
+            folder = self.lake.receipt_dir(event_date, receipt_ts)
             os.makedirs(folder, exist_ok=True)
             pq.write_table(pa.Table.from_pylist(part, schema=PANE_SCHEMA), f"{folder}/part-00000.parquet")
             partition = receipts.ReceiptPartition(
@@ -165,7 +166,7 @@ def lake_with(tmp_path, seed=5, batches=4, upto=None):
     returns (lake, stream, events, batches) so a test can feed the rest later."""
     rng = random.Random(seed)
     events = make_events(rng, users=3, days=2)
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, seed)
     cut = arrivals(rng, events, batches)
     for deliveries in cut[:upto]:
@@ -179,7 +180,7 @@ def busiest_date(events) -> str:
     return max(sorted(set(days)), key=days.count)
 
 
-def published(lake: str, event_date: str) -> set[tuple]:
+def published(lake: Lake, event_date: str) -> set[tuple]:
     """Empty for a date never notified nor affected: it must then have no session (checked by caller)."""
     return lake_session_set(lake, event_date, with_count=True)
 
@@ -189,7 +190,7 @@ def expected(events: list[tuple], event_date: str) -> set[tuple]:
                        with_count=True)
 
 
-def converge(lake: str, spark, dates: set[str]) -> list[dict]:
+def converge(lake: Lake, spark, dates: set[str]) -> list[dict]:
     """What the DAG does: run every notified date, then every date a run says it affected."""
     queue, runs = deque(sorted(dates)), []
     while queue:

@@ -8,6 +8,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from tidemark import layout, receipt_index, receipts, times
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 DAY0 = date(2026, 3, 1)
 RULES = [SessionRules.parse("30m", "1h", "0s"), SessionRules.parse("10m", "1h", "0s"),
@@ -31,7 +32,7 @@ def random_partition(rng: random.Random, batch: int, event_date: date) -> receip
         watermark=times.iso_z(start), late=False)
 
 
-def write_batch(lake: str, rng: random.Random, batch: int, days: int = 12) -> list[receipts.ReceiptPartition]:
+def write_batch(lake: Lake, rng: random.Random, batch: int, days: int = 12) -> list[receipts.ReceiptPartition]:
     dates = sorted({DAY0 + timedelta(days=rng.randrange(days)) for _ in range(rng.randrange(1, 4))})
     written = [random_partition(rng, batch, d) for d in dates]
     receipts.complete_all(lake, written)

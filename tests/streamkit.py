@@ -8,6 +8,8 @@ import time
 import pyarrow.dataset as ds
 
 from tidemark import layout, receipts
+from tidemark import lake as lake_layout
+from tidemark.lake import Lake
 
 
 def event(user: str, event_id: str, ts: str, event_type: str = "play", **extra) -> str:
@@ -19,27 +21,27 @@ def land(landing: str, files: list[list[str]], start_index: int = 0) -> list[str
     return land_raw(landing, [[line.encode() for line in lines] for lines in files], start_index)
 
 
-def panes(lake: str) -> list[dict]:
+def panes(lake: Lake) -> list[dict]:
     """Every pane row of every complete receipt partition, with its partition values."""
     rows = []
     for event_date in receipts.list_event_dates(lake):
         for receipt_ts in receipts.list_receipts(lake, event_date):
-            folder = layout.receipt_dir(lake, event_date, receipt_ts)
+            folder = lake.receipt_dir(event_date, receipt_ts)
             for row in ds.dataset(folder, format="parquet").to_table().to_pylist():
                 row.update(event_date=event_date, receipt_ts=receipt_ts)
                 rows.append(row)
     return rows
 
 
-def partition_snapshot(lake: str) -> dict[tuple[str, str], tuple]:
+def partition_snapshot(lake: Lake) -> dict[tuple[str, str], tuple]:
     """(event_date, receipt_ts) -> (marker text, sorted (file name, size, mtime)) of complete partitions."""
     snap = {}
     for event_date in receipts.list_event_dates(lake):
         for receipt_ts in receipts.list_receipts(lake, event_date):
-            folder = layout.receipt_dir(lake, event_date, receipt_ts)
+            folder = lake.receipt_dir(event_date, receipt_ts)
             files = tuple(sorted((n, os.path.getsize(os.path.join(folder, n)), os.path.getmtime(os.path.join(folder, n)))
                                  for n in os.listdir(folder)))
-            with open(os.path.join(folder, layout.RECEIPT_MARKER)) as marker:
+            with open(os.path.join(folder, lake_layout.RECEIPT_MARKER)) as marker:
                 snap[(event_date, receipt_ts)] = (marker.read(), files)
     return snap
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from bench import history
 from tidemark import planning, receipt_index, receipts
+from tidemark.lake import Lake
 
 
 def test_the_history_bench_counts_what_planning_reads(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     newest, batches = history.build(lake, 300)
     assert receipt_index.is_complete(lake)
     assert sum(len(receipts.list_receipts(lake, d)) for d in receipts.list_event_dates(lake)) >= 300

@@ -8,6 +8,7 @@ import pytest
 
 from bench import iceberg_commit
 from tidemark import publish, reader
+from tidemark.lake import Lake
 
 
 @pytest.mark.slow  # not in make test-fast: the commit bench at smoke scale, with a process pool
@@ -20,7 +21,7 @@ def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys, m
     # Its quiet log level must not outlive it: this pytest worker's later tests start stacks whose
     # readiness is read from info logs (the demo waited 900 s for "stream starting" in CI).
     assert "TIDEMARK_LOG_LEVEL" not in os.environ
-    lake = f"{work}/lake"
+    lake = Lake.open(f"{work}/lake")
     dates = publish.list_dedup_dates(lake)
     assert len(dates) == 4
     for day in dates:

@@ -15,6 +15,8 @@ import pytest
 from tidemark import layout
 from tidemark.cli import build_parser, main
 from tidemark.logs import read_log_lines
+from tidemark.lake import Lake
+from tidemark import lake as lake_layout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = "2026-03-06"
@@ -26,19 +28,19 @@ def tidemark(*argv: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
 
 
-def corrupt_receipt_marker(lake: str) -> str:
-    folder = layout.receipt_dir(lake, DAY, RECEIPT)
+def corrupt_receipt_marker(lake: Lake) -> str:
+    folder = lake.receipt_dir(DAY, RECEIPT)
     os.makedirs(folder)
-    path = os.path.join(folder, layout.RECEIPT_MARKER)
+    path = os.path.join(folder, lake_layout.RECEIPT_MARKER)
     with open(path, "w") as handle:
         handle.write('{"event_date": "2026-03-06", "receipt_ts": ')  # cut short by a crash or a bad copy
     return path
 
 
 def test_a_corrupt_marker_is_a_failure_with_its_cause_logged_not_a_usage_error(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     corrupt_receipt_marker(lake)
-    done = tidemark("history", "--lake", lake, "--event-date", DAY, "--home", str(tmp_path / "no-stack"))
+    done = tidemark("history", "--lake", str(lake), "--event-date", DAY, "--home", str(tmp_path / "no-stack"))
     assert done.returncode == 1, done.stderr
     assert "usage:" not in done.stderr
     logged = read_log_lines(done.stderr)

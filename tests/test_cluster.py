@@ -18,6 +18,8 @@ import pytest
 from tidemark import receipts
 from tidemark import layout, storage
 from tidemark.localstack.spark_cluster import SparkStandalone, package_zip
+from tidemark.lake import Lake
+from tidemark import lake as lake_layout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBMIT = os.path.join(ROOT, "streaming_job", "submit.py")
@@ -64,12 +66,12 @@ def spark_submit(cluster: SparkStandalone, py_files: str, *args: str) -> None:
                                   f"{done.stderr[-4000:]}\n{cluster.log_tails()}")
 
 
-def canonical_panes(lake: str) -> list[tuple]:
+def canonical_panes(lake: Lake) -> list[tuple]:
     """Every pane row of every complete receipt partition, without its receipt_ts, lists sorted."""
     rows = []
     for event_date in receipts.list_event_dates(lake):
         for receipt_ts in receipts.list_receipts(lake, event_date):
-            table = pq.read_table(layout.receipt_dir(lake, event_date, receipt_ts))
+            table = pq.read_table(lake.receipt_dir(event_date, receipt_ts))
             for row in table.to_pylist():
                 row["event_ids"] = sorted(row["event_ids"])
                 row["events"] = sorted(tuple(sorted(e.items())) for e in row["events"])
@@ -77,7 +79,7 @@ def canonical_panes(lake: str) -> list[tuple]:
     return sorted(rows)
 
 
-def canonical_markers(lake: str) -> list[dict]:
+def canonical_markers(lake: Lake) -> list[dict]:
     out = []
     for event_date in receipts.list_event_dates(lake):
         for receipt_ts in receipts.list_receipts(lake, event_date):
@@ -86,12 +88,12 @@ def canonical_markers(lake: str) -> list[dict]:
     return sorted(out, key=lambda m: (m["event_date"], m["batch_id"]))
 
 
-def canonical_quarantine(lake: str) -> list[tuple]:
-    root = layout.quarantine_root(lake)
+def canonical_quarantine(lake: Lake) -> list[tuple]:
+    root = lake.quarantine_root()
     rows = []
     for name in storage.list_subdirs(root):
         folder = layout.join(root, name)
-        if storage.exists(layout.join(folder, layout.QUARANTINE_MARKER)):
+        if storage.exists(layout.join(folder, lake_layout.QUARANTINE_MARKER)):
             rows += [(r["raw"], r["reason"], r["source_file"], r["batch_id"])
                      for r in pq.read_table(folder, columns=["raw", "reason", "source_file", "batch_id"]).to_pylist()]
     return sorted(rows)
@@ -103,7 +105,7 @@ def local_run(spark, landing, tmp_path_factory):
     from streaming_job.job import StreamConfig, run_stream
 
     base = tmp_path_factory.mktemp("local-run")
-    lake, checkpoint = str(base / "lake"), str(base / "checkpoint")
+    lake, checkpoint = Lake.open(base / "lake"), str(base / "checkpoint")
     run_stream(StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint, available_now=True,
                             max_files_per_trigger=FILES_PER_BATCH), spark=spark)
     return lake
@@ -112,8 +114,8 @@ def local_run(spark, landing, tmp_path_factory):
 @pytest.fixture(scope="module")
 def cluster_run(cluster, py_files, landing, tmp_path_factory):
     base = tmp_path_factory.mktemp("cluster-run")
-    lake, checkpoint = str(base / "lake"), str(base / "checkpoint")
-    spark_submit(cluster, py_files, "stream", "--landing", landing, "--lake", lake,
+    lake, checkpoint = Lake.open(base / "lake"), str(base / "checkpoint")
+    spark_submit(cluster, py_files, "stream", "--landing", landing, "--lake", str(lake),
                  "--checkpoint", checkpoint, "--available-now",
                  "--max-files-per-trigger", str(FILES_PER_BATCH))
     return lake
@@ -158,7 +160,7 @@ def test_receipt_partitions_of_the_two_runs_are_distinct(local_run, cluster_run)
 
 # -- the dedup job ---------------------------------------------------------------------------------
 
-def canonical_sessions(lake: str, event_date: str) -> list[tuple]:
+def canonical_sessions(lake: Lake, event_date: str) -> list[tuple]:
     """The published sessions of a date, without the receipt timestamps that differ between runs."""
     from tidemark import reader
 
@@ -226,8 +228,8 @@ def undeduplicated_lake(cluster_run, tmp_path_factory):
     """The cluster stream's receipt partitions only (no sessions_dedup/): work for the DAG."""
     import shutil
 
-    lake = str(tmp_path_factory.mktemp("dag-lake") / "lake")
-    shutil.copytree(layout.sessions_root(cluster_run), layout.sessions_root(lake))
+    lake = Lake.open(tmp_path_factory.mktemp("dag-lake") / "lake")
+    shutil.copytree(layout.sessions_root(cluster_run), lake.sessions_root())
     return lake
 
 

@@ -15,6 +15,7 @@ import pytest
 from tests import reference
 from tests.helpers import generate_cli, lake_session_set, reference_session_set, run_stream_cli
 from tidemark import names, runs
+from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAGS = os.path.join(ROOT, "dags")
@@ -121,7 +122,7 @@ def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):
 def small_lake(tmp_path_factory):
     """A landing over two days (sessions cross midnight) streamed by the real job."""
     base = tmp_path_factory.mktemp("lake")
-    landing, lake = str(base / "landing"), str(base / "lake")
+    landing, lake = str(base / "landing"), Lake.open(base / "lake")
     generate_cli(landing, "--events", "1500", "--users", "25", "--days", "2", "--start", "2026-03-06",
                  "--files", "6", "--seed", "11")
     run_stream_cli(landing, lake, str(base / "checkpoint"))
@@ -255,7 +256,7 @@ def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_subm
     assert job["placement"] == {"cluster_name": "tidemark-spark"} and job["reference"] == {"project_id": "proj"}
     assert job["pyspark_job"]["main_python_file_uri"] == "gs://ops/code/submit.py"
     parsed = build_parser().parse_args(job["pyspark_job"]["args"])  # what submit.py hands to tidemark's CLI
-    assert parsed.command == "dedup" and parsed.lake == "gs://lake" and parsed.event_date == "2026-03-07"
+    assert parsed.command == "dedup" and parsed.lake == Lake.open("gs://lake") and parsed.event_date == "2026-03-07"
 
 
 def test_dedup_concurrency_comes_from_the_environment_and_refuses_nonsense():

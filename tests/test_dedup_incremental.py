@@ -20,6 +20,7 @@ from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
 from tidemark import incremental, obligations, planning, reader
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 
 def long_sessions(rng: random.Random, users: int = 2) -> list[tuple]:
@@ -46,7 +47,7 @@ def converge(lake, spark, dates, rules, full) -> list[dict]:
     return runs
 
 
-def rows(lake: str, event_date: str) -> list[dict]:
+def rows(lake: Lake, event_date: str) -> list[dict]:
     try:
         table = reader.read_sessions(lake, event_date)
     except reader.NoVersion:
@@ -79,7 +80,7 @@ def test_incremental_equals_full_path_and_reference_over_random_histories(spark,
     rng = random.Random(seed)
     events = make_events(rng, users=4, days=2) + long_sessions(rng, users=1)
     batches = arrivals(rng, events, batches=6)
-    lakes = {"incremental": str(tmp_path / "inc"), "full": str(tmp_path / "full")}
+    lakes = {"incremental": Lake.open(tmp_path / "inc"), "full": Lake.open(tmp_path / "full")}
     # The same seed: both simulators write the same panes under the same receipt_ts.
     streams = {name: SimulatedStream(lake, seed) for name, lake in lakes.items()}
     seen, modes, everything = [], [], set()
@@ -182,7 +183,7 @@ def test_context_stops_at_the_horizon_and_a_correction_reaching_it_falls_back(sp
     within = [("a", "a-w1", _at(1, 0, 15), "bridge"), ("a", "a-w2", _at(1, 0, 40), "bridge")]
     # 01:00 -> 01:25 -> ... -> 02:40 -> 03:00: it reaches the island the context did not keep.
     beyond = [("a", f"a-x{n}", _at(1, 1, 25) + timedelta(minutes=25 * n), "bridge") for n in range(4)]
-    lakes = {"incremental": str(tmp_path / "inc"), "full": str(tmp_path / "full")}
+    lakes = {"incremental": Lake.open(tmp_path / "inc"), "full": Lake.open(tmp_path / "full")}
     streams = {name: SimulatedStream(lake, 5) for name, lake in lakes.items()}
     seen, day_runs = [], []
     for wave in (first, within, beyond):
@@ -204,7 +205,7 @@ def test_context_stops_at_the_horizon_and_a_correction_reaching_it_falls_back(sp
         assert rows(lakes["incremental"], d) == rows(lakes["full"], d), d
 
 
-def check_counts(lake: str, event_date: str) -> None:
+def check_counts(lake: Lake, event_date: str) -> None:
     """The marker's counts (an incremental run derives them from the previous version's) are the
     rows really written: the table's sessions and the context folder's islands."""
     import os
@@ -222,7 +223,7 @@ def check_counts(lake: str, event_date: str) -> None:
     assert int(version["context_rows"]) == written, (event_date, version)
 
 
-def planning_context_rows(lake: str, event_date: str) -> int:
+def planning_context_rows(lake: Lake, event_date: str) -> int:
     from tidemark import publish
 
     return int(publish.current_version(lake, event_date)["context_rows"])

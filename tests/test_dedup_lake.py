@@ -9,6 +9,7 @@ import random
 import pytest
 
 from tidemark.dedup import run_dedup
+from tidemark.lake import Lake
 # The kit's names are also imported from here by older test modules: import them from tests.lakekit.
 from tests.lakekit import (DAY0, GAP, RULES, SimulatedStream, arrivals, converge, expected,  # noqa: F401
                            make_events, published)
@@ -27,7 +28,7 @@ def test_published_versions_equal_batch_sessionization_over_random_arrivals(spar
         monkeypatch.setattr(pane_reader, "FOLDERS_FOR_ARROW", 1)
     rng = random.Random(seed)
     events = make_events(rng)
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, seed)
     batches = arrivals(rng, events, batches=6)
     seen: list[tuple] = []

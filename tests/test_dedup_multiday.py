@@ -20,6 +20,7 @@ from tests.helpers import lake_session_set, reference_session_set
 from tests.lakekit import RULES, SimulatedStream, arrivals, expected, published
 from tidemark import obligations, planning, publish, reader
 from tidemark.dedup import run_dedup
+from tidemark.lake import Lake
 
 pytestmark = pytest.mark.spark
 
@@ -69,7 +70,7 @@ def test_fragment_two_dates_after_a_three_date_session_reaches_its_start_date(sp
     """The first run of D6 saw no later date in the lake; a late fragment on D8 extends the session
     that started on D6. Before: D6's rerun decided 'nothing new' from its old plan and the fragment's
     events were published under no date."""
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, 1)
     kiosk = every("k", "k", at(D6, 12), at(D8, 2))
     stream.batch(kiosk, mode=0.5)  # accumulating panes: all under D6, the session's start
@@ -92,7 +93,7 @@ def test_bridged_hole_then_extensions_walk_back_to_the_start_date(spark, tmp_pat
     """Two multi-day sessions with an hour's hole; a late bridge joins them into one session from
     D6; then late fragments extend it into D9. Before: D7's rerun, planned only as far as sessions
     starting on D7 reached, missed the last fragment, so D6 never heard of it."""
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, 2)
     first = every("h", "a", at(D6, 20), at(D7, 20))          # D6 20:00 .. D7 20:00
     second = every("h", "b", at(D7, 21), at(D8, 20))         # a hole of an hour, then D7 .. D8
@@ -113,7 +114,7 @@ def test_bridged_hole_then_extensions_walk_back_to_the_start_date(spark, tmp_pat
 
 
 def test_rerun_after_a_multi_day_session_is_still_a_noop_without_spark(spark, tmp_path, monkeypatch):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, 3)
     kiosk = every("k", "k", at(D6, 12), at(D9, 1))
     stream.batch(kiosk, mode=0.5)
@@ -171,7 +172,7 @@ def long_sessions(rng: random.Random, users: int = 4) -> list[tuple]:
 def test_random_long_sessions_equal_batch_sessionization(spark, tmp_path, seed):
     rng = random.Random(seed)
     events = long_sessions(rng)
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, seed)
     batches = arrivals(rng, events, batches=6)
     seen: list[tuple] = []
@@ -198,7 +199,7 @@ def test_real_stream_four_date_session_and_a_too_late_fragment_three_dates_later
     """A kiosk active from D6 12:00 to D9 02:00. Its state expires; then events from 02:20 on D9
     arrive (a too_late fragment under D9). The reruns must walk back D9 -> D8 -> D7 -> D6: before,
     D7's rerun (which only followed sessions starting on D7) never read the D9 fragment."""
-    landing, lake, ckpt = str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    landing, lake, ckpt = str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     kiosk, t, n = [], at(D6, 12), 0
     while t <= at(D9, 2):
         n += 1

@@ -21,6 +21,7 @@ from tests import icebergkit
 from tests.lakekit import RULES, SimulatedStream, busiest_date, expected, lake_with, published
 from tidemark import cli, layout, publish, reader, storage, table as iceberg
 from tidemark.dedup import run_dedup
+from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,8 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.parametrize("bad", ["../x", "2026-02-31", "'; DROP TABLE sessions; --", "2026-3-7", "",
                                  "2026-03-07/../../etc"])
 def test_bad_event_date_is_refused_before_anything_runs(tmp_path, capsys, command, bad):
-    lake = str(tmp_path / "lake")
-    assert cli.main([command, "--lake", lake, "--event-date", bad]) == 2
+    lake = Lake.open(tmp_path / "lake")
+    assert cli.main([command, "--lake", str(lake), "--event-date", bad]) == 2
     err = capsys.readouterr().err
     assert f"tidemark {command}: error: argument --event-date: invalid event_date" in err and repr(bad)[:20] in err
     assert not os.path.exists(lake)  # nothing created, nothing started
@@ -54,7 +55,7 @@ def _publish_in_process(lake, day, receipts, barrier):
 def test_four_dates_commit_at_once_from_four_processes_and_none_is_lost(tmp_path):
     """Four dedup drivers (processes) publish four dates into one new table at the same moment:
     they race to create it and to commit; conflicts are retried on a fresh snapshot."""
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     days = ["2026-03-06", "2026-03-07", "2026-03-08", "2026-03-09"]
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager, ProcessPoolExecutor(4, mp_context=context) as pool:
@@ -75,7 +76,7 @@ def test_four_dates_commit_at_once_from_four_processes_and_none_is_lost(tmp_path
 
 @pytest.mark.parametrize("order", ["complete first", "complete last", "at once"])
 def test_two_publishes_of_one_date_the_more_complete_wins_in_any_order(tmp_path, order):
-    lake, day = str(tmp_path / "lake"), "2026-03-06"
+    lake, day = Lake.open(tmp_path / "lake"), "2026-03-06"
     complete = icebergkit.prepared_run(lake, day, [icebergkit.receipt(h) for h in (1, 2, 3)], sessions=3)
     partial = icebergkit.prepared_run(lake, day, [icebergkit.receipt(h) for h in (1, 2)], sessions=2)
     if order == "at once":
@@ -105,7 +106,7 @@ def test_two_publishes_of_one_date_the_more_complete_wins_in_any_order(tmp_path,
 
 
 def test_a_run_missing_receipts_the_current_version_has_is_refused_and_must_replan(tmp_path):
-    lake, day = str(tmp_path / "lake"), "2026-03-06"
+    lake, day = Lake.open(tmp_path / "lake"), "2026-03-06"
     assert icebergkit.publish_run(lake, day, [icebergkit.receipt(1), icebergkit.receipt(3)]).committed
     other = icebergkit.prepared_run(lake, day, [icebergkit.receipt(1), icebergkit.receipt(2)])
     with pytest.raises(publish.Superseded, match="1 receipt partition"):
@@ -128,7 +129,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     assert all(s >= 0 for s in first.phases.values())
     assert sum(first.phases.values()) == pytest.approx(first.seconds, abs=0.01)
     snapshot = iceberg.load(lake).current_snapshot().snapshot_id
-    runs = sorted(os.listdir(os.path.dirname(publish.run_dir(lake, day, first_run(lake, day)))))
+    runs = sorted(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day)))))
 
     import tidemark.spark
     monkeypatch.setattr(tidemark.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
@@ -136,7 +137,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     assert again.noop and not again.published and again.version == first.version
     assert again.rows_read == 0 and again.affected_dates == [] and again.phases == {}
     assert iceberg.load(lake).current_snapshot().snapshot_id == snapshot  # nothing committed
-    assert sorted(os.listdir(os.path.dirname(publish.run_dir(lake, day, first_run(lake, day))))) == runs
+    assert sorted(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day))))) == runs
     assert published(lake, day) == expected(events, day)
 
 
@@ -207,12 +208,12 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
     """Issue 11 point 5. Run B plans while a partition of the last batch is still incomplete, and
     is slow; run A plans after it completed and publishes first. B must not publish its version
     (same highest receipt_ts, fewer receipts) over A's, nor under the same version id."""
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, 1)
     t = lambda h, m, d=6: datetime(2026, 3, d, h, m, tzinfo=timezone.utc)  # noqa: E731
     stream.batch([("u1", "a", t(23, 20), "play"), ("u1", "b", t(23, 45), "play")])
     written = stream.batch([("u1", "c", t(0, 10, 7), "play"), ("u2", "x", t(10, 0), "play")], mode=0.0)
-    hidden = receipts.marker_path(lake, "2026-03-07", written[0].receipt_ts)
+    hidden = lake.receipt_marker("2026-03-07", written[0].receipt_ts)
     text = storage.read_text(hidden)
     os.remove(hidden)
 
@@ -253,14 +254,14 @@ def test_process_killed_mid_run_leaves_previous_version_readable(spark, tmp_path
     for deliveries in cut[2:]:
         stream.batch(deliveries)
     env = {**os.environ, "TIDEMARK_SPARK_MASTER": "local[1]", "PYTHONPATH": ROOT}
-    proc = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "dedup", "--lake", lake, "--event-date", day],
+    proc = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "dedup", "--lake", str(lake), "--event-date", day],
                             cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Kill it as soon as it has started writing its new version's data.
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            if len(os.listdir(os.path.dirname(publish.run_dir(lake, day, first_run(lake, day))))) > 1:
+            if len(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day))))) > 1:
                 break
             time.sleep(0.05)
     finally:
@@ -304,14 +305,14 @@ def test_concurrent_runs_of_one_date_both_succeed_and_agree(spark, tmp_path):
 def test_partition_completed_late_under_a_used_receipt_ts_gets_a_newer_version(spark, tmp_path):
     """A batch wrote two dates and crashed before the second marker; its replay completes that
     partition later, under the batch's (already used) receipt_ts."""
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, 1)
     t = lambda h, m, d=6: datetime(2026, 3, d, h, m, tzinfo=timezone.utc)  # noqa: E731
     stream.batch([("u1", "a", t(23, 20), "play"), ("u1", "b", t(23, 45), "play")])
     # u1's 00:10 arrives as a fragment (a pane of 2026-03-07), u2 gets a pane of 2026-03-06.
     written = stream.batch([("u1", "c", t(0, 10, 7), "play"), ("u2", "x", t(10, 0), "play")], mode=0.0)
     assert {p.event_date for p in written} == {"2026-03-06", "2026-03-07"}
-    hidden = receipts.marker_path(lake, "2026-03-07", written[0].receipt_ts)
+    hidden = lake.receipt_marker("2026-03-07", written[0].receipt_ts)
     text = storage.read_text(hidden)
     os.remove(hidden)
     first = run_dedup(lake, "2026-03-06", RULES, spark=spark)
@@ -335,7 +336,7 @@ def test_dedup_command_prints_one_json_result_line(spark, tmp_path, capsys):
     lake, _, events, _ = lake_with(tmp_path, seed=6)
     day = busiest_date(events)
     # The in-process SparkSession is reused by the command's builder (getOrCreate).
-    assert cli.main(["dedup", "--lake", lake, "--event-date", day, "--gap", "30m"]) == 0
+    assert cli.main(["dedup", "--lake", str(lake), "--event-date", day, "--gap", "30m"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1
     result = json.loads(lines[0])

@@ -15,6 +15,7 @@ from tests.streamkit import event, land
 from tidemark import generate, reader
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 RULES = SessionRules()  # gap 30m, allowed lateness 1h, watermark delay 10m: the stream's defaults
 D0, D1, D2 = "2026-03-06", "2026-03-07", "2026-03-08"
@@ -50,7 +51,7 @@ def expected(landing, event_date) -> set[tuple]:
 @pytest.mark.slow  # not in make test-fast: the real stream, then dedups
 @pytest.mark.spark
 def test_crafted_late_bridging_and_midnight_cases(spark, tmp_path):
-    landing, lake, ckpt = str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    landing, lake, ckpt = str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     a_first = event("a", "a1", f"{D0}T23:40:00Z")
     land(landing, [
         [a_first, a_first, event("a", "a2", f"{D1}T00:05:00+00:00"), event("a", "a3", f"{D1}T01:10:00+01:00"),
@@ -90,7 +91,7 @@ def test_crafted_late_bridging_and_midnight_cases(spark, tmp_path):
 @pytest.mark.spark
 @pytest.mark.parametrize("seed", [11])
 def test_shuffled_generated_workload_equals_reference(spark, tmp_path, seed):
-    landing, lake, ckpt = str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    landing, lake, ckpt = str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     workload = generate.Workload(events=300, users=8, days=2, files=4, seed=seed, duplicate_rate=0.1,
                                  offline_session_rate=0.1)
     deliveries, _ = generate.build(workload)

@@ -15,6 +15,7 @@ from tidemark import contract, layout, reader, rules_record, sql_rules
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
 from tidemark.times import to_micros
+from tidemark.lake import Lake
 
 T = datetime(2026, 3, 7, 10, 0, tzinfo=timezone.utc)
 RECEIVED = to_micros(T + timedelta(minutes=5))
@@ -54,7 +55,7 @@ def test_leap_seconds_are_refused_as_out_of_range(text):
 
 @pytest.mark.spark
 def test_event_ids_repeat_an_id_per_event_and_first_receipt_is_the_earliest_arrival(spark, tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     rules_record.ensure(lake, SessionRules(), "test")
     stream = SimulatedStream(lake, seed=1)
     # Batch 0 brings the session's later events; batch 1 its first one (in time), late.

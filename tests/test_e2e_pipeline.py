@@ -25,6 +25,7 @@ from tidemark.localstack import pubsub_emulator as ps
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.function import FunctionServer
 from tidemark.notices.outbox import Outbox
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +40,7 @@ TERMINAL = {"success", "failed"}
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     base = tmp_path_factory.mktemp("e2e")
-    lake = str(base / "lake")
+    lake = Lake.open(base / "lake")
     started = []
     try:
         emulator = ps.PubSubEmulator(str(base / "pubsub")).start()
@@ -48,7 +49,7 @@ def stack(tmp_path_factory):
         ps.ensure_subscription(PROJECT, AUDIT, TOPIC, host=emulator.host)
 
         airflow = AirflowServer(str(base / "airflow"), env={
-            "TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "2", "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2"})
+            "TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "2", "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2"})
         started.append(airflow)
         airflow.start()
         airflow.wait_for_dag()

@@ -18,6 +18,7 @@ from tidemark import batch_reference, corrected_notice, names, session_metrics
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
 from tidemark.notices import corrected
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 PROJECT = names.get("PROJECT")
@@ -57,11 +58,11 @@ def emulator(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, emulator):
     home = tmp_path_factory.mktemp("consumer")
-    lake, out = str(home / "lake"), str(home / "metrics")
+    lake, out = Lake.open(home / "lake"), str(home / "metrics")
     stream = SimulatedStream(lake, 5)
     stream.batch(ON_TIME, mode=0.5)
     server = AirflowServer(str(home / "airflow"), env={
-        "TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "0", "TIDEMARK_RECONCILE_INTERVAL": "off",
+        "TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0", "TIDEMARK_RECONCILE_INTERVAL": "off",
         "PUBSUB_EMULATOR_HOST": emulator.host, "TIDEMARK_SESSION_METRICS_ROOT": out,
         "TIDEMARK_CORRECTED_TOPIC_PATH": corrected.default_topic(PROJECT)})
     try:

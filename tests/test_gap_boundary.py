@@ -19,6 +19,7 @@ from tidemark import batch_reference, planning, reader, rules_migration, rules_r
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules, parse_overrides
 from tidemark.times import to_micros
+from tidemark.lake import Lake
 
 GAP = timedelta(minutes=30)
 US = timedelta(microseconds=1)
@@ -61,7 +62,7 @@ def spark_sessions(spark, events, gap_text: str):
             .select("user_id", F.col("w.start").alias("session_start"), "session_end", "event_count"))
 
 
-def lake_sessions(spark, lake: str, dates):
+def lake_sessions(spark, lake: Lake, dates):
     """Every date's published sessions, with a check that each lies in the partition of its start date."""
     rows = []
     for event_date in dates:
@@ -93,7 +94,7 @@ def _check(spark, lake, events, dates, rules):
 
 @pytest.mark.spark
 def test_dedup_equals_spark_session_window_under_both_boundaries_and_migrations(spark, tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, seed=3)
     dates = [D.date().isoformat(), (D + timedelta(days=1)).date().isoformat()]
 
@@ -155,7 +156,7 @@ def test_a_version_without_rules_id_was_made_under_split():
 
 
 def test_boundary_is_recorded_and_checked(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     recorded = rules_record.ensure(lake, {"gap_boundary": "merge"}, "test")
     assert recorded.rules == MERGE
     assert rules_record.parse_record(recorded.to_json()).rules == MERGE
@@ -188,15 +189,15 @@ def test_planning_bounds_follow_the_boundary():
 def test_stream_refuses_another_boundary_before_spark_starts_and_rules_show_names_it(tmp_path, capsys):
     from tidemark import cli
 
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     rules_record.ensure(lake, MERGE, "tidemark stream")
-    code = cli.main(["stream", "--landing", str(tmp_path / "landing"), "--lake", lake,
+    code = cli.main(["stream", "--landing", str(tmp_path / "landing"), "--lake", str(lake),
                      "--checkpoint", str(tmp_path / "ckpt"), "--gap-boundary", "split", "--available-now"])
     err = capsys.readouterr().err
     assert code == 2 and "--gap-boundary split given, the lake records merge" in err
     assert "tidemark rules migrate --lake" in err and "--gap-boundary split" in err
     assert not (tmp_path / "ckpt").exists()
-    assert cli.main(["rules", "show", "--lake", lake, "--json"]) == 0
+    assert cli.main(["rules", "show", "--lake", str(lake), "--json"]) == 0
     import json
 
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -229,7 +230,7 @@ def test_the_stream_and_dedup_under_merge_equal_spark_session_window(spark, tmp_
     far = ("far", "z", at(24 * 2 + 12), "view")  # moves the watermark past everything above
     files = [[event(u, e, _text(ts), kind) for u, e, ts, kind in FIRST], [event(*far[:2], _text(far[2]), far[3])],
              [event(u, e, _text(ts), kind) for u, e, ts, kind in LATE]]
-    landing, lake, ckpt = str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    landing, lake, ckpt = str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     land(landing, files)
     run_stream(StreamConfig(landing, lake, ckpt, {"gap_boundary": "merge"}, available_now=True,
                             max_files_per_trigger=1), spark=spark)

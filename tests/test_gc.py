@@ -11,6 +11,7 @@ import pytest
 
 from tests import icebergkit
 from tidemark import cli, gc, publish, reader
+from tidemark.lake import Lake
 
 DAY, OTHER = "2026-03-06", "2026-03-07"
 
@@ -20,11 +21,11 @@ def now_plus(**kw) -> datetime:
 
 
 def run_folders(lake, day) -> list[str]:
-    return sorted(os.listdir(os.path.dirname(publish.run_dir(lake, day, "0" * 32))))
+    return sorted(os.listdir(os.path.dirname(lake.run_dir(day, "0" * 32))))
 
 
 def test_retentions_below_the_floor_are_refused_before_anything(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1), icebergkit.receipt(2)])
     with pytest.raises(gc.RetentionTooShort, match="below the safe floor of 1h"):
@@ -33,7 +34,7 @@ def test_retentions_below_the_floor_are_refused_before_anything(tmp_path):
 
 
 def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     first = icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)]).current
     # OTHER's only version: its snapshot is soon superseded by DAY's commits, its files stay current.
     other = icebergkit.publish_run(lake, OTHER, [icebergkit.receipt(1)], sessions=2).current
@@ -71,9 +72,9 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
 
 
 def test_gc_leaves_young_leftovers_of_a_run_in_progress(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
-    running = publish.run_dir(lake, DAY, publish.new_run_id())
+    running = lake.run_dir(DAY, publish.new_run_id())
     os.makedirs(running)
     with open(os.path.join(running, "part-00000.parquet"), "wb") as out:
         out.write(b"being written")
@@ -82,12 +83,12 @@ def test_gc_leaves_young_leftovers_of_a_run_in_progress(tmp_path):
 
 
 def test_gc_command_dry_run_lists_without_removing(tmp_path, capsys):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1), icebergkit.receipt(2)])
-    assert cli.main(["gc", "--lake", lake, "--retention", "1h", "--dry-run"]) == 0
+    assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--dry-run"]) == 0
     assert capsys.readouterr().out == ""  # the first version stopped being current just now
-    assert cli.main(["gc", "--lake", lake, "--retention", "1m"]) == 2
+    assert cli.main(["gc", "--lake", str(lake), "--retention", "1m"]) == 2
     assert "below the safe floor" in capsys.readouterr().err
     assert len(run_folders(lake, DAY)) == 2
 
@@ -117,7 +118,7 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
     monkeypatch.undo()
     assert v2.version > v1.version
 
-    assert cli.main(["gc", "--lake", lake, "--retention", "2h"]) == 0
+    assert cli.main(["gc", "--lake", str(lake), "--retention", "2h"]) == 0
     assert reader.resolve(lake, day, as_of=v1.version)["version"] == v1.version
     seen = [e for batch in cut[:2] for e in batch]
     table = reader.read_sessions(lake, day, as_of=v1.version)

@@ -24,6 +24,8 @@ from tidemark.demo.wait import processed_files
 from tidemark.generate import Workload, build, split_files, write_file
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.notices.outbox import Outbox
+from tidemark import lake as lake_layout
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 PROJECT = "tidemark-graceful"
@@ -34,7 +36,7 @@ STOP_WITHIN_S = 600  # generous bound on a loaded 2-core machine: stopped, not h
 
 def stream_argv(landing, lake, checkpoint, *extra):
     return [os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream", "--landing", landing,
-            "--lake", lake, "--checkpoint", checkpoint, "--master", "local[2]",
+            "--lake", str(lake), "--checkpoint", checkpoint, "--master", "local[2]",
             "--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}", "--max-files-per-trigger", "1", *extra]
 
 
@@ -43,17 +45,17 @@ def committed_batches(log_path: str) -> int:
         return handle.read().count('"batch committed"')
 
 
-def folders_without_marker(lake: str) -> list[str]:
+def folders_without_marker(lake: Lake) -> list[str]:
     torn = []
     for event_date in receipts.list_event_dates(lake):
-        folder = layout.event_date_dir(lake, event_date)
+        folder = lake.event_date_dir(event_date)
         for name in storage.list_subdirs(folder):
-            if name.startswith("receipt_ts=") and not storage.exists(layout.join(folder, name, layout.RECEIPT_MARKER)):
+            if name.startswith("receipt_ts=") and not storage.exists(layout.join(folder, name, lake_layout.RECEIPT_MARKER)):
                 torn.append(f"{event_date}/{name}")
     return torn
 
 
-def snapshot(lake: str) -> dict:
+def snapshot(lake: Lake) -> dict:
     """Every complete receipt partition -> its marker."""
     return {(d, ts): receipts.read_marker(lake, d, ts).to_json()
             for d in receipts.list_event_dates(lake) for ts in receipts.list_receipts(lake, d)}

@@ -11,6 +11,7 @@ from tidemark import receipts
 from tidemark import availability_notice, publish
 from tidemark.cli import main
 from tidemark.notices.outbox import Outbox
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): a real stream and a dedup (module fixture)
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
@@ -22,7 +23,7 @@ def lake(spark, tmp_path_factory):
     from tidemark.generate import Workload, generate
 
     base = tmp_path_factory.mktemp("history")
-    landing, lake = str(base / "landing"), str(base / "lake")
+    landing, lake = str(base / "landing"), Lake.open(base / "lake")
     generate(landing, Workload(events=300, users=6, days=2, files=4, seed=3), progress=False)
     run_stream(StreamConfig(landing=landing, lake=lake, checkpoint=str(base / "checkpoint"),
                             available_now=True, max_files_per_trigger=2), spark=spark)
@@ -40,7 +41,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     from tidemark.dedup import run_dedup
 
     dates = receipts.list_event_dates(lake)
-    before = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", lake, "--json"])}
+    before = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
     assert sorted(before) == dates
     for event_date, row in before.items():
         stamps = receipts.list_receipts(lake, event_date)
@@ -51,7 +52,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
 
     first = dates[0]
     run_dedup(lake, first, spark=spark)
-    after = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", lake, "--json"])}
+    after = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
     pointer = publish.read_pointer(lake, first)
     assert after[first]["version"] == pointer["version"]
     assert after[first]["pending"] == 0 and after[first]["lag_s"] == 0
@@ -63,7 +64,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     body = availability_notice.build("sessions", [receipts.read_marker(lake, first, newest).to_json()])
     assert Outbox(lake).record(body)
 
-    items = json_lines(capsys, ["history", "--lake", lake, "--event-date", first, "--json",
+    items = json_lines(capsys, ["history", "--lake", str(lake), "--event-date", first, "--json",
                                 "--home", str(tmp_path / "no-stack")])
     source, items = items[0], items[1:]
     assert source["kind"] == "source" and source["dag_runs"].startswith("unavailable")
@@ -79,11 +80,11 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
 
     # The table form says where DAG runs would come from.
     capsys.readouterr()
-    assert main(["history", "--lake", lake, "--event-date", first, "--home", str(tmp_path / "no-stack")]) == 0
+    assert main(["history", "--lake", str(lake), "--event-date", first, "--home", str(tmp_path / "no-stack")]) == 0
     out = capsys.readouterr().out
     assert "unavailable" in out and pointer["version"] in out
     capsys.readouterr()
-    assert main(["partitions", "--lake", lake]) == 0
+    assert main(["partitions", "--lake", str(lake)]) == 0
     assert first in capsys.readouterr().out
 
 
@@ -92,12 +93,12 @@ def test_history_says_when_a_given_airflow_does_not_answer(lake, capsys, monkeyp
 
     monkeypatch.setenv("AIRFLOW_PASSWORD", "not-a-real-one")
     url = f"http://127.0.0.1:{free_port()}"
-    items = json_lines(capsys, ["history", "--lake", lake, "--event-date", receipts.list_event_dates(lake)[0],
+    items = json_lines(capsys, ["history", "--lake", str(lake), "--event-date", receipts.list_event_dates(lake)[0],
                                 "--json", "--airflow-url", url])
     assert items[0]["dag_runs"].startswith(f"unavailable: Airflow at {url} did not answer")
     assert "not-a-real-one" not in json.dumps(items)
 
 
 def test_history_refuses_a_bad_date(lake, capsys):
-    assert main(["history", "--lake", lake, "--event-date", "2026-02-31"]) == 2
+    assert main(["history", "--lake", str(lake), "--event-date", "2026-02-31"]) == 2
     assert "invalid event_date" in capsys.readouterr().err

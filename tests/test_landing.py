@@ -11,6 +11,7 @@ import pytest
 
 from tidemark import batch_reference, contract, landing, landing_ledger, layout, quarantine
 from tidemark.times import to_micros
+from tidemark.lake import Lake
 
 
 @pytest.mark.parametrize("path, verdict", [
@@ -87,7 +88,7 @@ def test_the_reference_judges_the_clock_guard_at_each_files_recorded_receipt_tim
     """Issue 33 item 6: an event more than the max clock skew ahead of its receipt is refused by the
     stream for good; a reference computed later must refuse it too, not accept it because its own
     clock has caught up."""
-    root, lake = str(tmp_path / "land"), str(tmp_path / "lake")
+    root, lake = str(tmp_path / "land"), Lake.open(tmp_path / "lake")
     received = datetime(2026, 8, 5, 10, 0, tzinfo=timezone.utc)
     path = _write(root, "f.jsonl", _line("u", "future", "2026-08-05T12:00:00Z") + b"\n"
                   + _line("u", "now", "2026-08-05T09:59:00Z") + b"\n")
@@ -107,7 +108,7 @@ def test_the_reference_judges_the_clock_guard_at_each_files_recorded_receipt_tim
 
 
 def test_the_audit_finds_replaced_pending_and_in_progress_files_and_quarantines_replacements_once(tmp_path):
-    root, lake = str(tmp_path / "land"), str(tmp_path / "lake")
+    root, lake = str(tmp_path / "land"), Lake.open(tmp_path / "lake")
     read = _write(root, "read.jsonl", _line("u", "r", "2026-08-05T10:00:00Z") + b"\n", mtime=1_700_000_000)
     replaced = _write(root, "replaced.jsonl", _line("u", "old", "2026-08-05T10:00:00Z") + b"\n", mtime=1_700_000_000)
     files = [{"path": name, "size": os.path.getsize(p), "mtime_ms": int(os.path.getmtime(p) * 1000), "lines": 1,
@@ -146,16 +147,16 @@ def test_the_audit_finds_replaced_pending_and_in_progress_files_and_quarantines_
 def test_the_landing_command_lists_what_was_not_read(tmp_path, capsys):
     from tidemark.cli import main
 
-    root, lake = str(tmp_path / "land"), str(tmp_path / "lake")
+    root, lake = str(tmp_path / "land"), Lake.open(tmp_path / "lake")
     read = _write(root, "read.jsonl", _line("u", "r", "2026-08-05T10:00:00Z"), mtime=1_700_000_000)
     _ledger_entry(lake, datetime(2026, 8, 5, 10, 0, tzinfo=timezone.utc),
                   [{"path": "read.jsonl", "size": os.path.getsize(read), "mtime_ms": 1_700_000_000_000,
                     "lines": 1, "verdict": landing.INPUT}])
     _write(root, "new.jsonl", _line("u", "n", "2026-08-05T10:00:00Z"))
     _write(root, "x.jsonl._COPYING_", b"{")
-    assert main(["landing", "--landing", root, "--lake", lake, "--format", "json"]) == 0
+    assert main(["landing", "--landing", root, "--lake", str(lake), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "read": 1, "pending": ["new.jsonl"], "replaced": [], "in_progress": ["x.jsonl._COPYING_"], "hidden": 0}
     _write(root, "read.jsonl", _line("u", "r2", "2026-08-05T10:00:00Z"), mtime=1_700_000_500)
-    assert main(["landing", "--landing", root, "--lake", lake]) == 3
+    assert main(["landing", "--landing", root, "--lake", str(lake)]) == 3
     assert "replaced after it was read" in capsys.readouterr().out

@@ -18,6 +18,7 @@ from tests.streamkit import panes, partition_snapshot
 from tidemark import landing, landing_archive, landing_ledger, layout, reader, receipts, rules_record
 from tidemark.batch_reference import lake_keys
 from tidemark.generate import Workload, build, split_files, write_file
+from tidemark.lake import Lake
 
 
 def _write(root, path, data: bytes, mtime: float):
@@ -82,6 +83,7 @@ def test_only_committed_unchanged_files_move_and_a_rotation_waits_for_every_batc
 
 def test_a_name_landed_again_after_its_file_was_archived_is_pending_not_replaced(tmp_path, capsys):
     root, lake, archive = (str(tmp_path / d) for d in ("land", "lake", "archive"))
+    lake = Lake.open(lake)
     path = _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
     landing_ledger.record_batch(lake, "20261125T101500000Z", 0, [
         {"path": "f.jsonl", "size": os.path.getsize(path), "mtime_ms": 1_700_000_000_000, "lines": 1,
@@ -107,6 +109,7 @@ def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replace
     from tidemark import quarantine
 
     root, lake, archive, checkpoint = (str(tmp_path / d) for d in ("land", "lake", "archive", "checkpoint"))
+    lake = Lake.open(lake)
     read = _write(root, "old/a.jsonl", b'{"x":1}\n', 1_700_000_000)
     replaced = _write(root, "r.jsonl", b'{"x":1}\n', 1_700_000_000)
     landing_ledger.record_batch(lake, "20261120T080000000Z", 0, [
@@ -151,6 +154,7 @@ def test_a_file_replaced_before_its_batch_was_archived_is_quarantined_and_set_as
     from tidemark import quarantine
 
     root, lake, archive, checkpoint = (str(tmp_path / d) for d in ("land", "lake", "archive", "checkpoint"))
+    lake = Lake.open(lake)
     path = _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
     item = {"path": "f.jsonl", "size": os.path.getsize(path), "mtime_ms": 1_700_000_000_000}
     gen = landing_archive.current(checkpoint)
@@ -192,6 +196,7 @@ def _source_log_files(query_dir) -> set[str]:
 @pytest.mark.spark
 def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(tmp_path, spark):
     landing_dir, lake, checkpoint, archive = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint", "archive"))
+    lake = Lake.open(lake)  # path-like: the CLI's argument as well
     deliveries, _ = build(Workload(events=1200, users=25, days=2, seed=17, duplicate_rate=0.05))
     chunks = split_files(deliveries, 18)
     names = [os.path.basename(write_file(landing_dir, i, chunk, mtime=time.time() - 100 + i / 100))
@@ -212,7 +217,7 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
         proc.wait()
     assert _input_files(landing_dir) == sorted(names)  # committed, not moved
     before = partition_snapshot(lake)
-    ledger_before = sorted(os.listdir(layout.landing_ledger_dir(lake)))
+    ledger_before = sorted(os.listdir(lake.landing_ledger_dir()))
 
     # 2. The restart moves them and reads none of them again.
     subprocess.run(stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now"),
@@ -221,7 +226,7 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     assert landing_archive.queued(checkpoint) == []
     assert sum(landing_archive.archived_days(archive).values()) == 6
     assert partition_snapshot(lake) == before
-    assert sorted(os.listdir(layout.landing_ledger_dir(lake))) == ledger_before
+    assert sorted(os.listdir(lake.landing_ledger_dir())) == ledger_before
 
     # 3. Generations: rotate every 2 batches (2 files each), mid-run and at the end of a run.
     for i, chunk in enumerate(chunks[6:12], start=6):

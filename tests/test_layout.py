@@ -7,6 +7,7 @@ import pytest
 
 from tidemark import layout
 from tidemark.durations import format_duration, parse_duration
+from tidemark.lake import Lake
 from tidemark.sessions import SessionRules
 
 
@@ -14,13 +15,13 @@ from tidemark.sessions import SessionRules
                                  "2026-03-07' OR 1=1 --", "", "20260307", "2026-03-07\n"])
 def test_bad_event_dates_are_refused_with_the_value_in_the_message(bad):
     with pytest.raises(layout.InvalidPartitionValue, match="invalid event_date"):
-        layout.event_date_dir("/lake", bad)
+        Lake.open("/lake").event_date_dir(bad)
 
 
 def test_event_date_paths():
-    assert layout.receipt_dir("gs://b/lake/", "2026-03-07", "20260307T201500123Z") == \
+    assert Lake.open("gs://b/lake/").receipt_dir("2026-03-07", "20260307T201500123Z") == \
         "gs://b/lake/sessions/event_date=2026-03-07/receipt_ts=20260307T201500123Z"
-    assert layout.current_pointer("/l", "2026-03-07") == \
+    assert Lake.open("/l").current_pointer("2026-03-07") == \
         "/l/sessions_dedup (table property tidemark.current.2026-03-07)"
 
 

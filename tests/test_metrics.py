@@ -134,7 +134,7 @@ def _health(*args, env=None):
 
 def test_health_command_exit_status(tmp_path):
     lake, *_ = lake_with(tmp_path, upto=1)
-    broken = _health("--lake", lake, "--no-airflow")
+    broken = _health("--lake", str(lake), "--no-airflow")
     assert broken.returncode == 4, broken.stderr
     assert broken.stdout.startswith("BREACHED correction: ")
     empty = tmp_path / "empty"

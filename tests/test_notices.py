@@ -15,23 +15,25 @@ from tidemark.notices.outbox import Outbox
 from tidemark.notices.report import notices_status, unadvertised
 from tidemark.notices.service import NoticeService
 from tidemark.receipts import BatchReport, ReceiptPartition
+from tidemark.lake import Lake
+from tidemark import lake as lake_layout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def partition(lake: str, event_date: str, receipt_ts: str, batch_id: int = 0, late: bool = False,
+def partition(lake: Lake, event_date: str, receipt_ts: str, batch_id: int = 0, late: bool = False,
               watermark: str = "2026-03-07T12:00:00.000000Z", rows: int = 2, events: int = 5) -> dict:
     return {"event_date": event_date, "receipt_ts": receipt_ts, "batch_id": batch_id,
-            "uri": layout.receipt_dir(lake, event_date, receipt_ts), "rows": rows, "events": events,
+            "uri": lake.receipt_dir(event_date, receipt_ts), "rows": rows, "events": events,
             "pane_kinds": ["early"], "min_event_ts": f"{event_date}T01:00:00.000000Z",
             "max_event_ts": f"{event_date}T02:00:00.000000Z", "watermark": watermark, "late": late,
             "extra": {}}
 
 
-def write_marker(lake: str, part: dict) -> None:
-    folder = layout.receipt_dir(lake, part["event_date"], part["receipt_ts"])
+def write_marker(lake: Lake, part: dict) -> None:
+    folder = lake.receipt_dir(part["event_date"], part["receipt_ts"])
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, layout.RECEIPT_MARKER), "w") as out:
+    with open(os.path.join(folder, lake_layout.RECEIPT_MARKER), "w") as out:
         json.dump(part, out)
 
 
@@ -55,7 +57,7 @@ def test_docs_example_follows_the_schema():
 
 
 def test_build_covers_partitions_deterministically(tmp_path):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     a = partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=3, late=True, rows=1, events=2)
     b = partition(lake, "2026-03-06", "20260307T100500000Z", batch_id=4, rows=4, events=9)
     one, other = availability_notice.build("sessions", [a, b], "coalesced"), availability_notice.build("sessions", [b, a], "coalesced")
@@ -82,13 +84,13 @@ def test_build_covers_partitions_deterministically(tmp_path):
     ({"published_at": "2026-03-07 10:00"}, "published_at"),
 ])
 def test_invalid_notices_are_refused_naming_the_field(tmp_path, change, message):
-    body = availability_notice.build("sessions", [partition(str(tmp_path), "2026-03-06", "20260307T100000000Z")])
+    body = availability_notice.build("sessions", [partition(Lake.open(tmp_path), "2026-03-06", "20260307T100000000Z")])
     with pytest.raises(availability_notice.InvalidNotice, match=message):
         availability_notice.validate({**body, **change})
 
 
 def test_build_refuses_mixed_dates(tmp_path):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     with pytest.raises(availability_notice.InvalidNotice, match="one event_date"):
         availability_notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z"),
                                   partition(lake, "2026-03-07", "20260307T100000000Z")])
@@ -97,7 +99,7 @@ def test_build_refuses_mixed_dates(tmp_path):
 # ---- outbox -------------------------------------------------------------------------------------
 
 def test_outbox_records_once_and_moves_to_sent(tmp_path):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     outbox = Outbox(lake)
     body = availability_notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z")])
     assert outbox.record(body) is True
@@ -111,7 +113,7 @@ def test_outbox_records_once_and_moves_to_sent(tmp_path):
 
 
 def test_interrupted_mark_sent_is_not_owed(tmp_path):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     outbox = Outbox(lake)
     body = availability_notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z")])
     outbox.record(body)
@@ -125,13 +127,13 @@ def test_interrupted_mark_sent_is_not_owed(tmp_path):
 
 def test_outbox_refuses_a_notice_id_that_is_not_hex(tmp_path):
     with pytest.raises(ValueError, match="invalid notice_id"):
-        Outbox(str(tmp_path)).path("outbox", "../../x")
+        Outbox(Lake.open(tmp_path)).path("outbox", "../../x")
 
 
 # ---- cadence ------------------------------------------------------------------------------------
 
 def test_routing_by_policy(tmp_path):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     fresh = partition(lake, "2026-03-07", "20260307T100000000Z", watermark="2026-03-07T11:00:00.000000Z")
     old = partition(lake, "2026-03-01", "20260307T100000000Z", watermark="2026-03-07T11:00:00.000000Z",
                     late=True)
@@ -154,7 +156,7 @@ def test_cadence_refuses_nonsense(kwargs):
 
 
 def test_coalesced_groups_close_when_their_window_ends(tmp_path):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     outbox = Outbox(lake)
     groups = PendingGroups(lake, "sessions", outbox)
     window = timedelta(minutes=5)
@@ -184,11 +186,11 @@ def test_coalesced_groups_close_when_their_window_ends(tmp_path):
     assert not again.add(first[2], "coalesced", window)
     # Once batch 4 runs, batches <= 3 can no longer be replayed: closed records are dropped.
     again.forget_committed(4)
-    assert len(os.listdir(layout.notices_dir(lake, "pending"))) == 1
+    assert len(os.listdir(lake.notices_dir("pending"))) == 1
 
 
 def test_crash_between_outbox_write_and_group_update_gives_the_same_notice(tmp_path):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     outbox = Outbox(lake)
     groups = PendingGroups(lake, "sessions", outbox)
     window = timedelta(minutes=5)
@@ -205,7 +207,7 @@ def test_crash_between_outbox_write_and_group_update_gives_the_same_notice(tmp_p
 
 def test_service_listener_records_before_publishing_and_replays_add_nothing(tmp_path):
     """The listener alone (sender thread not started): durable records, no network."""
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     service = NoticeService(lake, "projects/tidemark-local/topics/tidemark-availability")
     parts = [partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=5),
              partition(lake, "2026-03-07", "20260307T100000000Z", batch_id=5)]
@@ -218,7 +220,7 @@ def test_service_listener_records_before_publishing_and_replays_add_nothing(tmp_
 
 
 def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     outbox = Outbox(lake)
     sent_part = partition(lake, "2026-03-06", "20260307T100000000Z")
     owed_part = partition(lake, "2026-03-06", "20260307T100100000Z")
@@ -237,9 +239,9 @@ def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys
     assert [r["receipt_ts"] for r in status["waiting"]] == [waiting_part["receipt_ts"]]
     assert unadvertised(lake) == [("2026-03-07", forgotten["receipt_ts"])]
 
-    assert cli_main(["notices", "--lake", lake, "--format", "summary", "--check"]) == 1
+    assert cli_main(["notices", "--lake", str(lake), "--format", "summary", "--check"]) == 1
     assert json.loads(capsys.readouterr().out) == {"sent": 1, "owed": 1, "waiting": 1, "unadvertised": 1}
-    assert cli_main(["notices", "--lake", lake, "--format", "jsonl", "--state", "owed"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--format", "jsonl", "--state", "owed"]) == 0
     [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert (row["state"], row["receipt_ts"]) == ("owed", owed_part["receipt_ts"])
 
@@ -284,7 +286,7 @@ def test_stream_config_carries_the_cadence(tmp_path):
 def test_a_group_closed_again_after_its_notice_was_sent_is_not_queued(tmp_path):
     """Crash between recording a group's notice and updating the group file; the restarted
     process drains the outbox first, then closes the group again: same id, already sent."""
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     service = NoticeService(lake, "projects/tidemark-local/topics/tidemark-availability",
                             policy=CadencePolicy(coalesce=timedelta(minutes=5)))
     part = partition(lake, "2026-03-06", "20260307T100000000Z")
@@ -300,20 +302,20 @@ def test_a_group_closed_again_after_its_notice_was_sent_is_not_queued(tmp_path):
 
 
 def test_backfill_records_a_notice_for_each_unadvertised_partition(tmp_path, capsys):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     covered = partition(lake, "2026-03-06", "20260307T100000000Z")
     forgotten = [partition(lake, "2026-03-06", "20260307T100100000Z", late=True),
                  partition(lake, "2026-03-07", "20260307T100100000Z")]
     for part in (covered, *forgotten):
         write_marker(lake, part)
     Outbox(lake).record(availability_notice.build("sessions", [covered]))
-    assert cli_main(["notices", "--lake", lake, "--backfill", "--check", "--format", "summary"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--backfill", "--check", "--format", "summary"]) == 0
     assert json.loads(capsys.readouterr().out) == {"sent": 0, "owed": 3, "waiting": 0, "unadvertised": 0}
     owed = {(e["notice"]["event_date"], e["notice"]["receipt_ts"]): e["notice"] for e in Outbox(lake).owed()}
     for part in forgotten:
         body = owed[(part["event_date"], part["receipt_ts"])]
         assert (body["late"], body["rows"], body["uri"]) == (part["late"], part["rows"], part["uri"])
-    assert cli_main(["notices", "--lake", lake, "--backfill", "--format", "summary"]) == 0  # idempotent
+    assert cli_main(["notices", "--lake", str(lake), "--backfill", "--format", "summary"]) == 0  # idempotent
     assert json.loads(capsys.readouterr().out)["owed"] == 3
 
 

@@ -14,17 +14,18 @@ from tests.icebergkit import commit_recording as commit, prepared_run, publish_r
 from tests.icebergkit import receipt, version_with
 from tidemark import corrected_notice, publish, table as iceberg
 from tidemark.notices import corrected
+from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D = "2026-03-10"
 
 
-def owed(lake: str) -> list[dict]:
+def owed(lake: Lake) -> list[dict]:
     return [e["notice"] for e in corrected.outbox(lake).owed()]
 
 
 def test_each_published_version_records_one_notice_saying_how_the_date_changed(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2), "b" * 32: (9, 1)})
     v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (5, 2), "b" * 32: (30, 3), "c" * 32: (3, 1)},
                       affected=["2026-03-11"])
@@ -52,7 +53,7 @@ def test_each_published_version_records_one_notice_saying_how_the_date_changed(t
 
 
 def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     marker = prepared_run(lake, D, [receipt(1)])
     assert commit(lake, marker).committed
     # The commit retried after a lost answer (its version is current), the DAG's safety net, a rerun.
@@ -67,7 +68,7 @@ def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
 
 
 def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(tmp_path, monkeypatch):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
 
     def crash(*_):
         raise OSError("disk full")  # the hook cannot write: the commit must still succeed
@@ -83,7 +84,7 @@ def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(t
 
 
 def test_without_a_topic_notify_records_and_leaves_the_notice_owed(tmp_path, monkeypatch):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     monkeypatch.delenv("TIDEMARK_CORRECTED_TOPIC_PATH", raising=False)
     publish.commit(lake, prepared_run(lake, D, [receipt(1)]))  # a commit whose process died before the record
     assert corrected.notify(lake, D) == {"recorded": True, "owed": 1, "topic": None}
@@ -130,7 +131,7 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
 
     monkeypatch.setenv("COLUMNS", "250")  # rich folds long cells in a narrow table
 
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3), "b" * 32: (3, 1)})
     box = corrected.outbox(lake)
@@ -138,24 +139,24 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
     box.mark_sent(first, "m-1", "2026-03-10T05:00:00.000Z")
     capsys.readouterr()
 
-    assert cli_main(["notices", "--lake", lake, "--topic", "corrected", "--format", "jsonl"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--topic", "corrected", "--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["topic"], r["state"], r["event_date"], r["version"], r["previous_version"], r["change"]["kind"])
             for r in rows] == [("corrected", "sent", D, v1["version"], None, "first"),
                                ("corrected", "owed", D, v2["version"], v1["version"], "changed")]
     assert rows[0]["message_id"] == "m-1" and rows[1]["change"]["sessions_added"] == 1
 
-    assert cli_main(["notices", "--lake", lake, "--topic", "corrected", "--format", "summary"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--topic", "corrected", "--format", "summary"]) == 0
     assert json.loads(capsys.readouterr().out) == {"sent": 1, "owed": 1}
-    assert cli_main(["notices", "--lake", lake, "--topic", "all", "--format", "summary"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--topic", "all", "--format", "summary"]) == 0
     assert json.loads(capsys.readouterr().out) == {"availability": {"sent": 0, "owed": 0, "waiting": 0},
                                                    "corrected": {"sent": 1, "owed": 1}}
-    assert cli_main(["notices", "--lake", lake, "--topic", "corrected", "--state", "owed"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--topic", "corrected", "--state", "owed"]) == 0
     table = capsys.readouterr().out
     assert "corrected notices: 1 sent, 1 owed" in table and v2["version"] in table and v1["version"] in table
     assert "changed: +1 -0 ~1 =0" in table
     # The availability listing is what it was: corrected notices only when asked for.
-    assert cli_main(["notices", "--lake", lake, "--format", "summary"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--format", "summary"]) == 0
     assert json.loads(capsys.readouterr().out) == {"sent": 0, "owed": 0, "waiting": 0}
-    assert cli_main(["notices", "--lake", lake, "--topic", "corrected", "--check"]) == 2
+    assert cli_main(["notices", "--lake", str(lake), "--topic", "corrected", "--check"]) == 2
     assert "--check is about availability notices" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from tidemark.generate import Workload, build, split_files, write_file
 from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
                                                  pull_all, pull_until)
 from tidemark.notices.outbox import Outbox
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -28,12 +29,12 @@ PROJECT = names.get("PROJECT")
 
 
 def stream_cmd(landing, lake, checkpoint, topic, *extra):
-    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing, "--lake", lake,
+    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing, "--lake", str(lake),
             "--checkpoint", checkpoint, "--max-files-per-trigger", "2", "--notify-topic", topic, *extra]
 
 
-def sent_count(lake: str) -> int:
-    return sum(1 for n in storage.list_dir(layout.notices_dir(lake, "sent")) if n.endswith(".json"))
+def sent_count(lake: Lake) -> int:
+    return sum(1 for n in lake.list_dir(lake.notices_dir("sent")) if n.endswith(".json"))
 
 
 def wait_for_sent(lake, at_least, timeout, proc):
@@ -43,6 +44,7 @@ def wait_for_sent(lake, at_least, timeout, proc):
 
 def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     deliveries, _ = build(Workload(events=800, users=20, days=2, seed=3))
     for i, chunk in enumerate(split_files(deliveries, 12)):
         write_file(landing, i, chunk, mtime=time.time() - 100 + i / 100)
@@ -89,4 +91,4 @@ def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
     assert {k for k, v in by_id.items()} == {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
     assert Outbox(lake).owed() == []
     assert {b["kind"] for b, _ in received} >= {"partition", "coalesced"}
-    assert cli_main(["notices", "--lake", lake, "--check", "--format", "summary"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--check", "--format", "summary"]) == 0

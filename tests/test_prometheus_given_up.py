@@ -20,6 +20,7 @@ from tidemark.localstack import process
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.prometheus import PrometheusServer, binary
 from tidemark.polling import wait_for
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1800),
               pytest.mark.skipif(binary() is None, reason="prometheus not installed (apt-get install prometheus)")]
@@ -44,7 +45,7 @@ def _env():
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("gaveup") / "lake")
+    path = Lake.open(tmp_path_factory.mktemp("gaveup") / "lake")
     assert [p.event_date for p in SimulatedStream(path, 3).batch(EVENTS, mode=0.5)] == [D7]
     return path
 
@@ -52,7 +53,7 @@ def lake(tmp_path_factory):
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory, lake):
     server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
-                           env={"TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "0",
+                           env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0",
                                 "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_RECONCILE_GRACE": "0s"})
     try:
         server.start()
@@ -69,14 +70,14 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
     secret.write_text(airflow.password)
     access = ["--airflow-url", airflow.url, "--airflow-password-file", str(secret), "--max-attempts", "1"]
     (receipt_ts,) = receipts.list_receipts(lake, D7)
-    folder = layout.receipt_dir(lake, D7, receipt_ts)
+    folder = lake.receipt_dir(D7, receipt_ts)
     (data_file,) = [n for n in os.listdir(folder) if n.endswith(".parquet")]
     shutil.copyfile(os.path.join(folder, data_file), tmp_path / "original.parquet")
     with open(os.path.join(folder, data_file), "wb") as broken:  # a dedup that always fails
         broken.write(b"PAR1 this is not parquet")
 
     # Reconciliation's one allowed attempt, and its failure.
-    started = subprocess.run(_cli("reconcile", "--lake", lake, "--grace", "0s", "--trigger", "--json", *access),
+    started = subprocess.run(_cli("reconcile", "--lake", str(lake), "--grace", "0s", "--trigger", "--json", *access),
                              capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
     assert started.returncode == 0, started.stderr[-3000:]
     stale = reconcile.staleness(lake)
@@ -84,7 +85,7 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
     assert dag_run_finished(airflow.client(), names.get("DAG_ID"), run_id, timeout=600) == "failed"
 
     port = process.free_port()
-    exporter = process.start("exporter", _cli("exporter", "--lake", lake, "--port", str(port), "--refresh", "1",
+    exporter = process.start("exporter", _cli("exporter", "--lake", str(lake), "--port", str(port), "--refresh", "1",
                                               "--correction", "1000d", *access),
                              str(tmp_path / "exporter.log"), cwd=ROOT, env={"PYTHONPATH": ROOT})
     try:
@@ -96,7 +97,7 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
                 "reconciliation gave up on 1 event date(s)")
             assert not prometheus.firing("TidemarkEventDateStale")  # within its (here huge) objective
 
-            health = subprocess.run(_cli("health", "--lake", lake, "--correction", "1000d", *access),
+            health = subprocess.run(_cli("health", "--lake", str(lake), "--correction", "1000d", *access),
                                     capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
             assert health.returncode == 4, health.stdout + health.stderr[-2000:]
             assert health.stdout.strip() == f"BREACHED given_up: reconciliation gave up on 1 event date(s): {D7}"
@@ -108,6 +109,6 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
             assert prometheus.query("tidemark_reconcile_given_up")[0]["value"][1] == "0"
     finally:
         process.stop(exporter)
-    health = subprocess.run(_cli("health", "--lake", lake, "--correction", "1000d", *access),
+    health = subprocess.run(_cli("health", "--lake", str(lake), "--correction", "1000d", *access),
                             capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
     assert health.returncode == 0, health.stdout + health.stderr[-2000:]

@@ -37,7 +37,7 @@ def exporter(tmp_path):
     """`tidemark exporter` as its own process (as `tidemark up` runs it), reading the lake every second."""
     lake, stream, events, cut = lake_with(tmp_path)
     port = process.free_port()
-    managed = process.start("exporter", _cli("exporter", "--lake", lake, "--port", str(port), "--refresh", "1",
+    managed = process.start("exporter", _cli("exporter", "--lake", str(lake), "--port", str(port), "--refresh", "1",
                                              *OBJECTIVES),
                             str(tmp_path / "exporter.log"), cwd=ROOT, env={"PYTHONPATH": ROOT})
     try:
@@ -48,7 +48,7 @@ def exporter(tmp_path):
 
 
 def _health(lake):
-    return subprocess.run(_cli("health", "--lake", lake, *OBJECTIVES), capture_output=True, text=True,
+    return subprocess.run(_cli("health", "--lake", str(lake), *OBJECTIVES), capture_output=True, text=True,
                           timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
 
 

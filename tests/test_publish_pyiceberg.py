@@ -12,6 +12,7 @@ import pytest
 
 from tests import icebergkit
 from tidemark import publish, table as iceberg
+from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,7 +43,7 @@ def test_an_unsupported_pyiceberg_is_refused_by_name(version):
 def test_a_commit_on_an_unsupported_pyiceberg_fails_before_it_starts(tmp_path, monkeypatch):
     import pyiceberg
 
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     marker = icebergkit.prepared_run(lake, "2026-03-10", [icebergkit.receipt(1)])
     monkeypatch.setattr(pyiceberg, "__version__", "0.13.0")
     monkeypatch.setattr(publish, "_TRANSACTION", None)
@@ -89,7 +90,7 @@ def test_transaction_has_the_shape_the_cached_subclass_relies_on(tmp_path):
     from pyiceberg.table import Transaction
 
     assert isinstance(Transaction.__dict__.get("table_metadata"), property)
-    tbl = iceberg.load(str(tmp_path / "lake"), create=True)
+    tbl = iceberg.load(Lake.open(tmp_path / "lake"), create=True)
     tx = publish._transaction_class()(tbl)
     assert isinstance(tx._updates, tuple) and len(tx._updates) == 0
     before = tx.table_metadata
@@ -100,7 +101,7 @@ def test_transaction_has_the_shape_the_cached_subclass_relies_on(tmp_path):
     assert tx.table_metadata is after  # cached while no update is staged
 
 
-def _manifest_counts(lake: str, commits: int) -> list[int]:
+def _manifest_counts(lake: Lake, commits: int) -> list[int]:
     counts = []
     for n in range(commits):
         icebergkit.publish_run(lake, "2026-03-10", [icebergkit.receipt(1, m) for m in range(n + 1)])
@@ -112,10 +113,10 @@ def _manifest_counts(lake: str, commits: int) -> list[int]:
 def test_the_overwrite_subclass_keeps_the_manifest_list_from_growing(tmp_path, monkeypatch):
     """What the private subclass is for: repeated overwrites of one date keep a bounded manifest
     list. pyiceberg's own overwrite (the public API) carries every all-deleted manifest forward."""
-    ours = _manifest_counts(str(tmp_path / "ours"), 6)
+    ours = _manifest_counts(Lake.open(tmp_path / "ours"), 6)
     assert max(ours[2:]) == min(ours[2:]) <= 2, ours
     from pyiceberg.table.update.snapshot import _OverwriteFiles
 
     monkeypatch.setattr(publish, "_OVERWRITE", _OverwriteFiles)
-    theirs = _manifest_counts(str(tmp_path / "theirs"), 6)
+    theirs = _manifest_counts(Lake.open(tmp_path / "theirs"), 6)
     assert theirs[-1] > theirs[2], f"pyiceberg's overwrite no longer grows the manifest list: {theirs}"

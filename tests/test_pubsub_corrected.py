@@ -13,6 +13,7 @@ from tests.netcut import NetCut
 from tidemark import corrected_notice, names
 from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
 from tidemark.notices import corrected
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -44,12 +45,12 @@ def received(host: str, name: str, expect: set[str]) -> list[tuple[dict, dict]]:
     return [(corrected_notice.decode(m.message.data), dict(m.message.attributes)) for m in got]
 
 
-def sent_ids(lake: str) -> set[str]:
+def sent_ids(lake: Lake) -> set[str]:
     return {e["notice"]["notice_id"] for e in corrected.outbox(lake).sent()}
 
 
 def test_one_message_per_published_version_however_often_it_is_sent(emulator, tmp_path, monkeypatch):
-    lake, host = str(tmp_path / "lake"), emulator.host
+    lake, host = Lake.open(tmp_path / "lake"), emulator.host
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", host)
     topic = make_topic(host, "corrected-once")
     versions = [publish_run(lake, D, [receipt(h) for h in range(1, n + 1)], sessions=n).current["version"]
@@ -75,7 +76,7 @@ def emulator_subscription(host: str, name: str):
 
 
 def test_pubsub_down_during_a_publish_the_notice_goes_out_once_when_it_is_back(emulator, tmp_path, monkeypatch):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     topic = make_topic(emulator.host, "corrected-outage")
     link = NetCut(emulator.port).start()
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", link.host)

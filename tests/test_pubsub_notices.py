@@ -24,6 +24,7 @@ from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscrip
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.service import NoticeService
 from tidemark.receipts import BatchReport, ReceiptPartition
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -75,7 +76,7 @@ def messages(host: str, topic: str, sub: str = "all", expect: Collection[str] = 
     return [(availability_notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
 
 
-def sent_ids(lake: str) -> set[str]:
+def sent_ids(lake: Lake) -> set[str]:
     """The notices the outbox records as acknowledged by Pub/Sub."""
     return {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
 
@@ -84,9 +85,9 @@ def ids(received: list[tuple[dict, dict]]) -> set[str]:
     return {body["notice_id"] for body, _ in received}
 
 
-def partition(lake: str, event_date: str, receipt_ts: str, batch_id: int, late: bool) -> dict:
+def partition(lake: Lake, event_date: str, receipt_ts: str, batch_id: int, late: bool) -> dict:
     return {"event_date": event_date, "receipt_ts": receipt_ts, "batch_id": batch_id,
-            "uri": layout.receipt_dir(lake, event_date, receipt_ts), "rows": 1, "events": 2,
+            "uri": lake.receipt_dir(event_date, receipt_ts), "rows": 1, "events": 2,
             "pane_kinds": ["late" if late else "early"], "min_event_ts": f"{event_date}T01:00:00.000000Z",
             "max_event_ts": f"{event_date}T02:00:00.000000Z", "watermark": "2026-03-08T00:30:00.000000Z",
             "late": late, "extra": {}}
@@ -101,7 +102,7 @@ def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 
 # ---- service level: real emulator, synthetic batch reports ------------------------------------
 
 def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp_path):
-    host, lake = pubsub_env.host, str(tmp_path / "lake")
+    host, lake = pubsub_env.host, Lake.open(tmp_path / "lake")
     topic = make_topic(host, "attrs-topic")
     stored = get_subscription(PROJECT, "attrs-topic-late", host=host)
     assert stored.filter == LATE_FILTER and stored.topic == topic
@@ -126,7 +127,7 @@ def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp
 
 
 def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env, tmp_path):
-    emulator, lake = pubsub_env, str(tmp_path / "lake")
+    emulator, lake = pubsub_env, Lake.open(tmp_path / "lake")
     topic = make_topic(emulator.host, "outage-topic")
     service = NoticeService(lake, topic, tick=0.2, backoff_max=2).start()
     before = [partition(lake, "2026-03-07", "20260308T001000000Z", 1, late=False)]
@@ -148,7 +149,7 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
     # Pub/Sub is back (a fresh emulator: topics recreated); a new process publishes what is owed.
     emulator.start()
     make_topic(emulator.host, "outage-topic")
-    assert cli_main(["notices", "--lake", lake, "--send", topic, "--timeout", "60",
+    assert cli_main(["notices", "--lake", str(lake), "--send", topic, "--timeout", "60",
                      "--format", "summary", "--check"]) == 0
     received += messages(emulator.host, "outage-topic", expect=sent_ids(lake) - ids(received))
     unique = same_notice_copies(received)
@@ -158,7 +159,7 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
 
 
 def test_resend_after_a_lost_sent_record_keeps_the_notice_id(pubsub_env, tmp_path):
-    host, lake = pubsub_env.host, str(tmp_path / "lake")
+    host, lake = pubsub_env.host, Lake.open(tmp_path / "lake")
     topic = make_topic(host, "resend-topic")
     part = partition(lake, "2026-03-07", "20260308T001000000Z", 1, late=False)
     service = NoticeService(lake, topic, tick=0.2).start()
@@ -182,7 +183,7 @@ def test_coalesced_and_digest_notices_wait_for_their_window(pubsub_env, tmp_path
 
     from tidemark.notices.cadence import CadencePolicy
 
-    host, lake = pubsub_env.host, str(tmp_path / "lake")
+    host, lake = pubsub_env.host, Lake.open(tmp_path / "lake")
     topic = make_topic(host, "cadence-topic")
     policy = CadencePolicy(coalesce=timedelta(minutes=5), late_horizon=timedelta(days=1),
                            digest_interval=timedelta(hours=1))
@@ -250,6 +251,7 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
 
     emulator = pubsub_env
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     topic = make_topic(emulator.host, "stream-topic")
     land(landing, _files())
     # The stream reaches Pub/Sub through a link the test cuts: an outage that, unlike an emulator
@@ -307,4 +309,4 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
     assert [r.batch_id for r in replayed] == [last] and replayed[0].partitions
     assert sent_ids(lake) == sent_before
     assert messages(emulator.host, "stream-topic") == []
-    assert cli_main(["notices", "--lake", lake, "--check", "--format", "summary"]) == 0
+    assert cli_main(["notices", "--lake", str(lake), "--check", "--format", "summary"]) == 0

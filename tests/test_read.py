@@ -15,6 +15,7 @@ import pytest
 from tests.lakekit import RULES, SimulatedStream, arrivals, expected, make_events
 from tidemark import cli, layout, reader
 from tidemark.dedup import run_dedup
+from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +27,7 @@ def lake(spark, tmp_path_factory):
     events = make_events(rng, users=4, days=2)
     days = [ts.date().isoformat() for _, _, ts, _ in events]
     day = max(sorted(set(days)), key=days.count)
-    path = str(tmp_path_factory.mktemp("read") / "lake")
+    path = Lake.open(tmp_path_factory.mktemp("read") / "lake")
     stream = SimulatedStream(path, 21)
     batches = arrivals(rng, events, 4)
     for deliveries in batches[:2]:
@@ -86,7 +87,7 @@ def test_raw_lists_receipt_panes_filtered_by_as_of(lake):
 
 @pytest.mark.spark
 def test_cli_formats(lake, tmp_path, capsys):
-    base = ["read", "--lake", lake["path"], "--event-date", lake["day"]]
+    base = ["read", "--lake", str(lake["path"]), "--event-date", lake["day"]]
     assert cli.main(base + ["--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == reader.read_sessions(lake["path"], lake["day"]).num_rows
@@ -116,7 +117,7 @@ def test_unpublished_date_is_a_clear_error(tmp_path, capsys):
 @pytest.mark.spark
 def test_read_starts_no_jvm(lake):
     code = ("import sys\nfrom tidemark.cli import main\n"
-            f"rc = main(['read', '--lake', {lake['path']!r}, '--event-date', {lake['day']!r}, '--format', 'jsonl'])\n"
+            f"rc = main(['read', '--lake', {str(lake['path'])!r}, '--event-date', {lake['day']!r}, '--format', 'jsonl'])\n"
             "assert rc == 0 and 'pyspark' not in sys.modules and 'py4j' not in sys.modules, sorted(sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": ROOT})
@@ -137,7 +138,7 @@ def test_pyiceberg_alone_and_duckdb_read_exactly_what_tidemark_read_gives(lake, 
     path, day = lake["path"], lake["day"]
     want = {(u, _micros(s), _micros(e), tuple(sorted(ids)), n) for u, s, e, ids, n in expected(lake["events"], day)}
 
-    assert cli.main(["read", "--lake", path, "--event-date", day, "--format", "jsonl"]) == 0
+    assert cli.main(["read", "--lake", str(path), "--event-date", day, "--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     parse = lambda text: _micros(datetime.fromisoformat(text.replace("Z", "+00:00")))  # noqa: E731
     ours = {(r["user_id"], parse(r["session_start"]), parse(r["session_end"]), tuple(r["event_ids"]),

@@ -13,13 +13,15 @@ import pytest
 
 from tidemark import layout, planning, receipt_index, receipts, times
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 from tests.markerkit import DAY0, RULES, random_partition as _partition, stamp as _stamp, write_batch as _write_batch
+from tidemark import lake as lake_layout
 
 
-def _plans(lake: str, event_date: str, rules: SessionRules, hi: str) -> tuple[list[str], list[str]]:
+def _plans(lake: Lake, event_date: str, rules: SessionRules, hi: str) -> tuple[list[str], list[str]]:
     """(plan keys with the index, plan keys reading every marker)."""
     indexed = planning.plan(planning.LakeIndex(lake), event_date, rules, hi)
-    flag = os.path.join(layout.receipt_index_dir(lake), receipt_index.COMPLETE)
+    flag = os.path.join(lake.receipt_index_dir(), receipt_index.COMPLETE)
     os.rename(flag, flag + ".off")
     try:
         scanned = planning.plan(planning.LakeIndex(lake), event_date, rules, hi)
@@ -33,15 +35,15 @@ def test_plans_with_the_index_equal_plans_that_read_every_marker(tmp_path, seed,
     """`ends`: which partitions have end entries: all, some or none (a lake indexed before they
     existed, then written on by today's stream): the partitions without one have their markers read."""
     rng = random.Random(seed)
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     receipt_index.start(lake)
     assert receipt_index.is_complete(lake)
     for batch in range(40):
         if batch == 20 and ends == "some":
-            shutil.rmtree(os.path.join(lake, layout.RECEIPT_INDEX, "ends"))
+            shutil.rmtree(os.path.join(lake, lake_layout.RECEIPT_INDEX, "ends"))
         _write_batch(lake, rng, batch)
     if ends == "none":
-        shutil.rmtree(os.path.join(lake, layout.RECEIPT_INDEX, "ends"))
+        shutil.rmtree(os.path.join(lake, lake_layout.RECEIPT_INDEX, "ends"))
     checked = 0
     for offset in range(13):
         event_date = (DAY0 + timedelta(days=offset)).isoformat()
@@ -54,7 +56,7 @@ def test_plans_with_the_index_equal_plans_that_read_every_marker(tmp_path, seed,
     assert checked > 20  # the lakes are not empty
 
 
-def _version(lake: str, event_date: str, rules: SessionRules) -> dict:
+def _version(lake: Lake, event_date: str, rules: SessionRules) -> dict:
     """What a dedup records about its plan (as tidemark.dedup does): keys, hi, reach, planned_through."""
     index = planning.LakeIndex(lake)
     current = planning.plan_for_rerun(index, event_date, rules, None)
@@ -71,7 +73,7 @@ def _version(lake: str, event_date: str, rules: SessionRules) -> dict:
 @pytest.mark.parametrize("seed", range(2))
 def test_the_quick_no_op_decision_never_says_covered_when_the_full_plan_is_not(tmp_path, seed):
     rng = random.Random(100 + seed)
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     receipt_index.start(lake)
     for batch in range(30):
         _write_batch(lake, rng, batch, days=6)
@@ -93,7 +95,7 @@ def test_the_quick_no_op_decision_never_says_covered_when_the_full_plan_is_not(t
 
 def test_a_version_without_planned_through_or_a_lake_without_the_index_is_never_quick(tmp_path):
     rng = random.Random(7)
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     for batch in range(10):
         _write_batch(lake, rng, batch, days=3)
     version = _version(lake, DAY0.isoformat(), RULES[0])
@@ -106,21 +108,21 @@ def test_a_version_without_planned_through_or_a_lake_without_the_index_is_never_
                                       {**version_now, "planned_through": None})
 
 
-def _entries(lake: str) -> list[str]:
+def _entries(lake: Lake) -> list[str]:
     """The reach and end entries of the receipt index (what `tidemark reindex` rebuilds)."""
     return sorted(os.path.relpath(os.path.join(root, name), lake)
                   for kind in ("reach", "ends")
-                  for root, _, names in os.walk(os.path.join(lake, layout.RECEIPT_INDEX, kind)) for name in names)
+                  for root, _, names in os.walk(os.path.join(lake, lake_layout.RECEIPT_INDEX, kind)) for name in names)
 
 
 def test_reindex_migrates_a_lake_written_before_the_index(tmp_path):
     rng = random.Random(3)
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     for batch in range(40):
         _write_batch(lake, rng, batch)
     entries = _entries(lake)
     assert any("/reach/" in e for e in entries)  # some sessions run past midnight
-    shutil.rmtree(os.path.join(lake, layout.RECEIPT_INDEX))  # a lake of yesterday's layout
+    shutil.rmtree(os.path.join(lake, lake_layout.RECEIPT_INDEX))  # a lake of yesterday's layout
     assert not receipt_index.is_complete(lake)
     spanning = receipts.reindex(lake)
     again = _entries(lake)
@@ -143,11 +145,11 @@ def test_the_reindex_command_migrates_a_lake(tmp_path, capsys):
     from tidemark.cli import main
 
     rng = random.Random(5)
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     for batch in range(20):
         _write_batch(lake, rng, batch)
-    shutil.rmtree(os.path.join(lake, layout.RECEIPT_INDEX))
-    assert main(["reindex", "--lake", lake]) == 0
+    shutil.rmtree(os.path.join(lake, lake_layout.RECEIPT_INDEX))
+    assert main(["reindex", "--lake", str(lake)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["complete"] and out["event_dates"] == len(receipts.list_event_dates(lake))
     assert receipt_index.is_complete(lake)

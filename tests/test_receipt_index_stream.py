@@ -10,6 +10,7 @@ from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
 from tidemark import dedup, planning, publish, receipt_index, receipts
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -24,6 +25,7 @@ def _stream(spark, landing, lake, checkpoint):
 
 def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp_path, monkeypatch):
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     land(landing, [
         [event("u1", "a1", f"{D6}T23:50:00Z"), event("u1", "a2", f"{D7}T00:10:00Z")],  # crosses midnight
         [event("u2", "b1", f"{D7}T10:00:00Z")],

@@ -6,6 +6,7 @@ The DAG's way is reproduced with the functions its tasks call: `run_dedup` (the 
 every date equal to the batch reference (tests/reference.py through test_dedup_lake.expected)."""
 from __future__ import annotations
 
+import os
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -15,6 +16,7 @@ from tests.lakekit import RULES, SimulatedStream, expected, published
 from tidemark import cli, layout, obligations, publish, reconcile, rules_record, runs
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 D6, D7 = "2026-03-06", "2026-03-07"
 
@@ -52,7 +54,7 @@ def check(lake, events) -> None:
 @pytest.fixture
 def lake(tmp_path, spark):
     """D6 and D7 published from A, B and OTHER; then BRIDGE lands (notice: D7)."""
-    path = str(tmp_path / "lake")
+    path = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(path, 1)
     stream.batch(A + B + OTHER, mode=0.5)
     settle(path, spark, [D6, D7])
@@ -208,8 +210,8 @@ def test_reconcile_run_ids_refuse_bad_parts(bad):
 
 def test_reconcile_trigger_without_an_airflow_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("AIRFLOW_BASE_URL", raising=False)
-    lake = tmp_path / "lake"
-    lake.mkdir()
+    lake = Lake.open(tmp_path / "lake")
+    os.makedirs(lake)
     assert cli.main(["reconcile", "--lake", str(lake), "--trigger", "--home", str(tmp_path / "home")]) == 2
     assert "--trigger needs an Airflow" in capsys.readouterr().err
     assert cli.main(["reconcile", "--lake", str(tmp_path / "nope")]) == 2
@@ -217,13 +219,13 @@ def test_reconcile_trigger_without_an_airflow_is_a_clear_error(tmp_path, capsys,
 
 
 def test_obligations_are_idempotent_and_refuse_bad_values(tmp_path):
-    lake = str(tmp_path)
+    lake = Lake.open(tmp_path)
     first = obligations.record(lake, [D6, D7], D7, "20260307T010000000Z", "r1")
     again = obligations.record(lake, [D6], D7, "20260307T010000000Z", "r2")
     assert [o["event_date"] for o in first] == [D6] and again == first  # the source itself is not owed
     with pytest.raises(layout.InvalidPartitionValue):
         obligations.record(lake, ["../etc"], D7, "20260307T010000000Z")
-    with open(layout.join(layout.obligations_dir(lake, D6), "junk.json"), "w") as handle:
+    with open(layout.join(lake.obligations_dir(D6), "junk.json"), "w") as handle:
         handle.write('{"event_date": "x"}')
     assert [o["source_run_id"] for o in obligations.pending(lake)] == ["r1"]
     obligations.discharge(lake, first)

@@ -22,6 +22,7 @@ from tests.helpers import dag_run_finished
 from tests.lakekit import SimulatedStream, expected, published
 from tidemark import layout, names, polling, reconcile, runs
 from tidemark.localstack.airflow import AirflowServer
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +47,7 @@ finished = dag_run_finished
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("heal") / "lake")
+    path = Lake.open(tmp_path_factory.mktemp("heal") / "lake")
     written = SimulatedStream(path, 3).batch(EVENTS, mode=0.5)
     assert [p.event_date for p in written] == [D7]
     return path
@@ -55,7 +56,7 @@ def lake(tmp_path_factory):
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory, lake):
     server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
-                           env={"TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "1",
+                           env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "1",
                                 "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_RECONCILE_GRACE": "0s"})
     try:
         server.start()
@@ -70,7 +71,7 @@ def airflow(tmp_path_factory, lake):
 def cli_reconcile(server, lake, tmp_path, *extra) -> list[dict]:
     secret = tmp_path / "airflow-password"
     secret.write_text(server.password)
-    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "reconcile", "--lake", lake, "--json",
+    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "reconcile", "--lake", str(lake), "--json",
                            "--grace", "0s", "--airflow-url", server.url,
                            "--airflow-password-file", str(secret), *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -82,7 +83,7 @@ def cli_reconcile(server, lake, tmp_path, *extra) -> list[dict]:
 def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(airflow, lake, tmp_path):
     client = airflow.client()
     (receipt_ts,) = receipts.list_receipts(lake, D7)
-    folder = layout.receipt_dir(lake, D7, receipt_ts)
+    folder = lake.receipt_dir(D7, receipt_ts)
     (data_file,) = [n for n in os.listdir(folder) if n.endswith(".parquet")]
     original = tmp_path / "original.parquet"
     shutil.copyfile(os.path.join(folder, data_file), original)

@@ -14,12 +14,14 @@ import pytest
 from tests.markerkit import stamp as _stamp, write_batch as _write_batch
 from tidemark import layout, obligations, planning, publish, receipt_index, receipts, reconcile, rules_record
 from tidemark.sessions import SessionRules
+from tidemark import lake as lake_layout
+from tidemark.lake import Lake
 
 RULES = SessionRules.parse("30m", "1h", "0s")
 NOW = datetime(2026, 4, 2, tzinfo=timezone.utc)
 
 
-def _commit_version(lake: str, event_date: str, rng: random.Random) -> None:
+def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
     """A version of event_date that includes its complete receipt partitions (all, or all but the
     newest: a version made before the last batch)."""
     stamps = receipts.list_receipts(lake, event_date)
@@ -34,20 +36,20 @@ def _commit_version(lake: str, event_date: str, rng: random.Random) -> None:
     publish.commit(lake, marker)
 
 
-def _every_date(lake: str) -> list[str]:
+def _every_date(lake: Lake) -> list[str]:
     return sorted(set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake))
                   | {o["event_date"] for o in obligations.pending(lake)})
 
 
-def _cursor(lake: str) -> dict:
+def _cursor(lake: Lake) -> dict:
     from tidemark import storage
 
-    return storage.read_json(layout.reconcile_cursor_path(lake))
+    return lake.read_json(lake.reconcile_cursor())
 
 
 @pytest.fixture
 def lake(tmp_path):
-    path = str(tmp_path / "lake")
+    path = Lake.open(tmp_path / "lake")
     rules_record.ensure(path, RULES, "test")
     receipt_index.start(path)  # what the stream does on an empty lake
     return path
@@ -141,7 +143,7 @@ def test_partitions_shows_a_range_of_dates_with_what_reconcile_finds(lake, capsy
     _write_batch(lake, rng, 10, days=6)
     since, until = dates[1], dates[-2]
     capsys.readouterr()
-    assert cli.main(["partitions", "--lake", lake, "--json", "--since", since, "--until", until]) == 0
+    assert cli.main(["partitions", "--lake", str(lake), "--json", "--since", since, "--until", until]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [r["event_date"] for r in rows] == [d for d in dates if since <= d <= until]
     stale = {s.event_date: s for s in reconcile.staleness(lake, event_dates=dates)}
@@ -150,7 +152,7 @@ def test_partitions_shows_a_range_of_dates_with_what_reconcile_finds(lake, capsy
         assert row["pending_receipts"] == ([k.split("/", 1)[1] for k in expected.pending_receipts]
                                            if expected else [])
         assert row["receipts"] == len(receipts.list_receipts(lake, row["event_date"]))
-    assert cli.main(["partitions", "--lake", lake, "--since", "2026-02-30"]) != 0
+    assert cli.main(["partitions", "--lake", str(lake), "--since", "2026-02-30"]) != 0
 
 
 def test_gc_prunes_arrivals_reconciliation_no_longer_needs_and_a_pass_behind_them_walks(lake):
@@ -158,7 +160,7 @@ def test_gc_prunes_arrivals_reconciliation_no_longer_needs_and_a_pass_behind_the
 
     rng = random.Random(9)
     written = [_write_batch(lake, rng, batch) for batch in range(0, 8640 * 3, 2880)]  # 3 days of receipts
-    arrivals = os.path.join(lake, layout.RECEIPT_INDEX, "arrivals")
+    arrivals = os.path.join(lake, lake_layout.RECEIPT_INDEX, "arrivals")
     assert len(os.listdir(arrivals)) == 3
     reconcile.staleness(lake, now=NOW)  # a cursor at the newest head (day 3)
     day3 = datetime(2026, 4, 3, 12, tzinfo=timezone.utc)
@@ -168,7 +170,7 @@ def test_gc_prunes_arrivals_reconciliation_no_longer_needs_and_a_pass_behind_the
     assert not reconcile.Cursor.start(lake, RULES, NOW, full=False).full  # the last pass is after them
     # a cursor from before the pruned days: the next pass cannot read what arrived since, so it walks
     cursor = _cursor(lake)
-    storage.write_json_atomic(layout.reconcile_cursor_path(lake), {**cursor, "head": written[1][0].receipt_ts})
+    lake.write_json_atomic(lake.reconcile_cursor(), {**cursor, "head": written[1][0].receipt_ts})
     assert reconcile.Cursor.start(lake, RULES, NOW, full=False).full
     walked = reconcile.staleness(lake, event_dates=receipts.list_event_dates(lake))
     assert [s.to_json() for s in reconcile.staleness(lake, now=NOW)] == [s.to_json() for s in walked]

@@ -26,14 +26,16 @@ import pytest
 
 from tests.markerkit import DAY0, RULES
 from tidemark import layout, planning, receipt_index, receipts, reconcile, rules_record
+from tidemark.lake import Lake
 
 WRITER = textwrap.dedent("""
     import os, random, sys
     from datetime import datetime, timedelta, timezone
     import pyarrow as pa, pyarrow.parquet as pq
     from tidemark import layout, receipt_index, receipts, times
+    from tidemark.lake import Lake
 
-    lake, batch, dates = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    lake, batch, dates = Lake.open(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     rng = random.Random(batch)  # a replay computes the same partitions, as the stream's does
     receipt_ts = layout.format_receipt_ts(datetime(2026, 4, 1, tzinfo=timezone.utc) + timedelta(seconds=10 * batch))
     day0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
@@ -43,7 +45,7 @@ WRITER = textwrap.dedent("""
         end = start + timedelta(hours=rng.choice([0, 0, 1, 5, 30, 80]), minutes=rng.randrange(60))
         partitions.append(receipts.ReceiptPartition(
             event_date=start.date().isoformat(), receipt_ts=receipt_ts, batch_id=batch,
-            uri=layout.receipt_dir(lake, start.date().isoformat(), receipt_ts), rows=1, events=1,
+            uri=lake.receipt_dir(start.date().isoformat(), receipt_ts), rows=1, events=1,
             pane_kinds=["early"], min_event_ts=times.iso_z(start), max_event_ts=times.iso_z(end),
             watermark=times.iso_z(start), late=False))
     done = receipts.complete_among(lake, partitions)
@@ -58,7 +60,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def _start(lake: str, batch: int, dates: int) -> subprocess.Popen:
+def _start(lake: Lake, batch: int, dates: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", WRITER, lake, str(batch), str(dates)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -73,24 +75,24 @@ def _wait_for(proc: subprocess.Popen, word: str, timeout: float = 60) -> None:
     raise AssertionError(f"the writer ended before {word}")
 
 
-def _complete(lake: str) -> list[receipts.ReceiptPartition]:
+def _complete(lake: Lake) -> list[receipts.ReceiptPartition]:
     return [receipts.read_marker(lake, d, ts) for d in receipts.list_event_dates(lake)
             for ts in receipts.list_receipts(lake, d)]
 
 
-def check_promises(lake: str) -> None:
+def check_promises(lake: Lake) -> None:
     complete = _complete(lake)
     for p in complete:
-        folder = layout.receipt_dir(lake, p.event_date, p.receipt_ts)
+        folder = lake.receipt_dir(p.event_date, p.receipt_ts)
         assert os.path.getsize(os.path.join(folder, "part-00000.parquet")) > 0, folder
-        assert os.path.exists(layout.arrival_entry(lake, p.receipt_ts, p.event_date)), folder
+        assert os.path.exists(lake.arrival_entry(p.receipt_ts, p.event_date)), folder
         for into in receipt_index.reached_dates(p):
-            assert os.path.exists(layout.reach_entry(lake, into, p.event_date, p.receipt_ts)), (folder, into)
+            assert os.path.exists(lake.reach_entry(into, p.event_date, p.receipt_ts)), (folder, into)
     head = receipt_index.head(lake)
     if head is not None:  # every partition of a batch at or before the head is complete
         folders = [(d, ts) for d in receipts.list_event_dates(lake) for ts in receipts.list_receipt_names(lake, d)]
         assert {(d, ts) for d, ts in folders if ts <= head} <= {(p.event_date, p.receipt_ts) for p in complete}
-    flag = os.path.join(layout.receipt_index_dir(lake), receipt_index.COMPLETE)
+    flag = os.path.join(lake.receipt_index_dir(), receipt_index.COMPLETE)
     for day in range(0, 60, 5):
         event_date = (DAY0 + timedelta(days=day)).isoformat()
         for rules in RULES:
@@ -108,7 +110,7 @@ def check_promises(lake: str) -> None:
 
 @pytest.fixture
 def lake(tmp_path):
-    path = str(tmp_path / "lake")
+    path = Lake.open(tmp_path / "lake")
     rules_record.ensure(path, RULES[0], "test")
     receipt_index.start(path)
     return path

@@ -14,6 +14,7 @@ import pytest
 
 from tidemark import layout, rules_record, storage
 from tidemark.sessions import SessionRules, parse_overrides
+from tidemark.lake import Lake
 
 TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
 GAP20 = SessionRules(gap=timedelta(minutes=20))
@@ -24,22 +25,22 @@ def cli(*args, timeout=120, cwd=None):
 
 
 def test_first_start_records_the_rules_once_and_later_starts_take_them(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     assert rules_record.current(lake) is None
     first = rules_record.ensure(lake, parse_overrides(gap="20m"), "tidemark stream")
     assert first.sequence == 1 and first.rules == GAP20 and first.reason == "first start on an empty lake"
-    doc = json.loads(open(layout.rules_record_path(lake, 1)).read())
+    doc = json.loads(open(lake.rules_record(1)).read())
     assert doc["rules"] == {"gap": "20m", "allowed_lateness": "1h", "watermark_delay": "10m"}
     assert doc["rules_id"] == rules_record.fingerprint(GAP20)
     # No options: the lake's rules; the same rules spelled otherwise: accepted; nothing rewritten.
     assert rules_record.ensure(lake, None, "tidemark stream").rules == GAP20
     assert rules_record.ensure(lake, parse_overrides(gap="1200s", allowed_lateness="60m"), "x").rules == GAP20
     assert [r.sequence for r in rules_record.history(lake)] == [1]
-    assert open(layout.rules_record_path(lake, 1)).read() == json.dumps(doc, sort_keys=True, indent=1) + "\n"
+    assert open(lake.rules_record(1)).read() == json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 
 def test_other_rules_are_refused_naming_both_values(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     rules_record.ensure(lake, GAP20, "tidemark stream")
     with pytest.raises(rules_record.RulesMismatch) as refused:
         rules_record.ensure(lake, parse_overrides(gap="30m"), "tidemark stream")
@@ -52,7 +53,7 @@ def test_other_rules_are_refused_naming_both_values(tmp_path):
     assert rules_record.for_dedup(lake) == (GAP20, rules_record.fingerprint(GAP20))
 
 
-def race_first_starts(lake: str, starters: int) -> int:
+def race_first_starts(lake: Lake, starters: int) -> int:
     """`starters` streams record different rules (gap 10m + index) on a new lake at once: the index
     of the one whose rules the lake now records (exactly one wins; the others are refused)."""
     barrier = threading.Barrier(starters)
@@ -79,13 +80,13 @@ def race_first_starts(lake: str, starters: int) -> int:
 
 def test_concurrent_first_starts_with_different_rules_cannot_both_win(tmp_path):
     for attempt in range(5):
-        lake = str(tmp_path / f"lake{attempt}")
+        lake = Lake.open(tmp_path / f"lake{attempt}")
         race_first_starts(lake, 6)
-        assert [n for n in os.listdir(layout.rules_dir(lake))] == ["rules-000001.json"]  # no temp files left
+        assert [n for n in os.listdir(lake.rules_dir())] == ["rules-000001.json"]  # no temp files left
 
 
 def test_a_change_adds_a_record_and_keeps_the_history(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     first = rules_record.ensure(lake, None, "tidemark stream")
     assert first.rules == SessionRules()
     second = rules_record.record_change(lake, GAP20, "tidemark rules migrate")
@@ -100,9 +101,9 @@ def test_a_change_adds_a_record_and_keeps_the_history(tmp_path):
 
 
 def test_a_tampered_record_is_refused_with_its_path(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     rules_record.ensure(lake, None, "tidemark stream")
-    path = layout.rules_record_path(lake, 1)
+    path = lake.rules_record(1)
     doc = json.loads(open(path).read())
     doc["rules_us"]["gap_us"] = 60_000_000  # edited by hand, id left as it was
     storage.write_json_atomic(path, doc)
@@ -127,7 +128,7 @@ def test_versions_made_under_other_rules_are_stale():
 
 
 def test_a_lake_without_a_record_dedups_with_the_defaults_and_says_so(tmp_path, capsys):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     assert rules_record.for_dedup(lake) == (SessionRules(), rules_record.fingerprint(SessionRules()))
     assert "no session rules record" in capsys.readouterr().err
     # A lake written before the record existed: the stream's next start adopts its rules.
@@ -140,7 +141,7 @@ def test_a_lake_without_a_record_dedups_with_the_defaults_and_says_so(tmp_path, 
 
 @pytest.fixture()
 def lake20(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     rules_record.ensure(lake, GAP20, "tidemark stream")
     return lake
 
@@ -205,10 +206,10 @@ def test_on_an_object_store_concurrent_first_records_leave_one_winner(monkeypatc
     monkeypatch.setattr(storage, "create_text_if_absent",
                         lambda uri, text, settle_seconds=0.5, _create=storage.create_text_if_absent:
                         _create(uri, text, settle_seconds))
-    lake = "mock://bucket/lake"
+    lake = Lake.open("mock://bucket/lake")
     race_first_starts(lake, 4)
     # Later starts: the record is there, so nothing is written again.
-    assert not storage.create_text_if_absent(layout.rules_record_path(lake, 1), "other")
+    assert not lake.create_text_if_absent(lake.rules_record(1), "other")
     with pytest.raises(rules_record.RulesMismatch):
         rules_record.ensure(lake, SessionRules(gap=timedelta(minutes=99)), "s")
 
@@ -220,7 +221,7 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
     from tests import icebergkit
     from tidemark import publish
 
-    lake, day = str(tmp_path / "lake"), "2026-03-06"
+    lake, day = Lake.open(tmp_path / "lake"), "2026-03-06"
     receipts = [icebergkit.receipt(1), icebergkit.receipt(2)]
     rules_record.ensure(lake, None, "tidemark stream")
     old = icebergkit.prepared_run(lake, day, receipts)
@@ -252,7 +253,7 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
     from tests import icebergkit
     from tidemark import publish
 
-    lake, day, before = str(tmp_path / "lake"), "2026-03-06", "2026-03-05"
+    lake, day, before = Lake.open(tmp_path / "lake"), "2026-03-06", "2026-03-05"
     gap25 = SessionRules(gap=timedelta(minutes=25))
     rules_record.ensure(lake, None, "tidemark stream")  # 30m
     near_midnight = f"{before}/{icebergkit.receipt(1)}"  # the previous day's partition, max_event_ts 23:33

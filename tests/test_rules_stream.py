@@ -22,6 +22,7 @@ from tests.streamkit import event, land
 from tidemark import cli, publish, reader, rules_migration, rules_record
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): the module streams a lake, then migrations re-deduplicate every date
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -50,7 +51,7 @@ expected = reference_session_set
 def streamed(spark, tmp_path_factory):
     """A lake written by the real stream with a 20-minute gap, not deduplicated yet (copy it)."""
     base = tmp_path_factory.mktemp("rules20")
-    landing, lake, ckpt = str(base / "landing"), str(base / "lake"), str(base / "ckpt")
+    landing, lake, ckpt = str(base / "landing"), Lake.open(base / "lake"), str(base / "ckpt")
     land(landing, FIRST_WAVE)
     run_stream(StreamConfig(landing, lake, ckpt, RULES20, available_now=True), spark=spark)
     # The reference tells the rules apart on this data, so the tests below can fail.
@@ -65,8 +66,8 @@ def copy_of(streamed, tmp_path) -> tuple[str, str, str]:
     return str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
 
 
-def stale(lake: str, capsys) -> list[str]:
-    assert cli.main(["rules", "show", "--lake", lake, "--json"]) == 0
+def stale(lake: Lake, capsys) -> list[str]:
+    assert cli.main(["rules", "show", "--lake", str(lake), "--json"]) == 0
     return [line["event_date"] for line in map(json.loads, capsys.readouterr().out.splitlines())
             if line["kind"] == "stale_date"]
 
@@ -100,7 +101,7 @@ def test_the_dags_spark_submit_dedup_uses_the_streams_gap(streamed, tmp_path):
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_CONF_DIR": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[1]",
-                           "--conf", "spark.ui.enabled=false", SUBMIT, "dedup", "--lake", lake, "--event-date", D1],
+                           "--conf", "spark.ui.enabled=false", SUBMIT, "dedup", "--lake", str(lake), "--event-date", D1],
                           capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["sessions"] == len(expected(landing, D1, GAP20))
@@ -115,7 +116,7 @@ def test_the_dag_publishes_the_streams_gap(streamed, tmp_path):
     from tidemark.localstack.airflow import AirflowServer
 
     landing, lake, _ = copy_of(streamed, tmp_path)
-    server = AirflowServer(str(tmp_path / "airflow"), env={"TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "0"})
+    server = AirflowServer(str(tmp_path / "airflow"), env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0"})
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
     proc = server.cli("dags", "test", names.get("DAG_ID"), "--conf", json.dumps({"event_date": D2}), timeout=900)
@@ -140,7 +141,7 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
         run_dedup(lake, day, spark=spark)
     old = {day: reader.read_pointer(lake, day)["version"] for day in (D1, D2)}
 
-    assert cli.main(["rules", "migrate", "--lake", lake, "--gap", "45m"]) == 0
+    assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["event_date"] for line in lines if line["kind"] == "date"] == [D1, D2]
     assert lines[-1]["kind"] == "migration" and lines[-1]["recomputed"] == 2 and lines[-1]["gap"] == "45m"
@@ -155,7 +156,7 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
     assert [v["gap"] for v in publish.list_versions(lake, D1)] == ["20m", "45m"]  # history kept
 
     # Again: nothing to record, nothing to recompute (restartable, idempotent).
-    assert cli.main(["rules", "migrate", "--lake", lake, "--gap", "45m"]) == 0
+    assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["recomputed"] == 0
     assert len(rules_record.history(lake)) == 2
 
@@ -222,7 +223,7 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
     read'), leaving D2 on the old rules for good. Then 45m, and back to 30m (D2's 45m plan read a
     partition of D1 the 30m plan does not). After each, every date equals the batch reference under
     the lake's new rules, and a second run of the same migration recomputes nothing."""
-    landing, lake, ckpt = str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    landing, lake, ckpt = str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     land(landing, EDGE_WAVES)
     run_stream(StreamConfig(landing, lake, ckpt, SessionRules(gap=GAP30), available_now=True,
                             max_files_per_trigger=1), spark=spark)
@@ -241,7 +242,7 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
 
     for gap, text in ((gap25, "25m"), (GAP45, "45m"), (GAP30, "30m")):
         before = d1_receipts(D2)
-        code = cli.main(["rules", "migrate", "--lake", lake, "--gap", text])
+        code = cli.main(["rules", "migrate", "--lake", str(lake), "--gap", text])
         assert code == 0, capsys.readouterr().err[-3000:]
         summary = json.loads(capsys.readouterr().out.splitlines()[-1])
         assert (summary["gap"], summary["recomputed"]) == (text, 2)
@@ -251,5 +252,5 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
             assert published(lake, day) == expected(landing, day, gap), (text, day)
         if text != "45m":  # the smaller lo: D2's new version no longer holds a partition of D1 the old one did
             assert before - d1_receipts(D2), text
-        assert cli.main(["rules", "migrate", "--lake", lake, "--gap", text]) == 0
+        assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", text]) == 0
         assert json.loads(capsys.readouterr().out.splitlines()[-1])["recomputed"] == 0

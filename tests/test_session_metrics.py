@@ -9,6 +9,7 @@ import pytest
 
 from tests.icebergkit import receipt, version_with
 from tidemark import publish, reader, session_metrics
+from tidemark.lake import Lake
 
 D = "2026-03-10"  # icebergkit.version_with's default date
 T = datetime(2026, 3, 10, 23, 40, tzinfo=timezone.utc)
@@ -27,7 +28,7 @@ def test_metrics_of_known_sessions():
 
 
 def test_rebuild_reads_the_current_version_and_is_idempotent(tmp_path):
-    lake, out = str(tmp_path / "lake"), str(tmp_path / "out")
+    lake, out = Lake.open(tmp_path / "lake"), str(tmp_path / "out")
     version_with(lake, [receipt(1)], {"a" * 32: (5, 2), "b" * 32: (9, 1)})
     first = session_metrics.rebuild(lake, D, out)
     path = session_metrics.partition_path(out, D)

@@ -15,6 +15,7 @@ import pytest
 from tests.lakekit import SimulatedStream, expected, make_events, published
 from tidemark import names
 from tidemark.localstack.spark_connect import SparkConnectServer
+from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 DAG_ID = names.get("DAG_ID")
@@ -50,7 +51,7 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
     from tidemark.dedup import run_dedup
     from tidemark.spark import connect_session
 
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     events, dates = write_lake(lake, 5)
     first, second = sorted(dates)[:2]
     results, errors = {}, []
@@ -86,11 +87,11 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
     from tidemark.localstack.airflow import AirflowServer
     from tests.helpers import dag_run_finished as finished
 
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     events, dates = write_lake(lake, 9)
     event_date = sorted(dates)[0]
     airflow = AirflowServer(str(tmp_path / "airflow"),
-                            env={"TIDEMARK_LAKE": lake, "TIDEMARK_DAG_RETRIES": "0",
+                            env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0",
                                  "TIDEMARK_RECONCILE_INTERVAL": "off",
                                  "AIRFLOW_CONN_SPARK_DEFAULT": server.airflow_connection()})
     try:

@@ -17,12 +17,13 @@ from tests.helpers import stream_alive, wait_for
 from tests.streamkit import panes, partition_snapshot
 from tidemark import landing_archive
 from tidemark.generate import Workload, build, split_files, write_file
+from tidemark.lake import Lake
 
 pytestmark = pytest.mark.slow
 
 
 def stream_cmd(landing, lake, checkpoint, *extra):
-    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing, "--lake", lake,
+    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing, "--lake", str(lake),
             "--checkpoint", checkpoint, "--gap", "30m", "--allowed-lateness", "1h",
             "--max-files-per-trigger", "2", *extra]
 
@@ -40,6 +41,7 @@ def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path, bounded)
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
     archive = str(tmp_path / "archive")
     bounded_args = ("--archive", archive, "--checkpoint-rotation", "3") if bounded else ()
+    lake = Lake.open(lake)
     deliveries, counts = build(Workload(events=1500, users=30, days=2, seed=11, duplicate_rate=0.05))
     chunks = split_files(deliveries, 24)
     for i, chunk in enumerate(chunks):

@@ -11,6 +11,8 @@ from streaming_job.state import StateStore
 from tests.streamkit import event, panes, partition_snapshot
 from tidemark import layout
 from tidemark.sessions import SessionRules
+from tidemark import lake as lake_layout
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): each test runs micro-batches of the real job, 5-15 s apiece
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -29,7 +31,7 @@ LINES_1 = [event("u1", "a2", "2026-03-07T00:05:00Z"), event("u3", "c1", "2026-03
 
 
 def test_replaying_a_batch_is_a_no_op(spark, tmp_path):
-    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    lake, checkpoint = Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     process = BatchProcessor(lake, checkpoint, RULES)
     process(batch_frame(spark, LINES_0), 0)
     first = partition_snapshot(lake)
@@ -42,7 +44,7 @@ def test_replaying_a_batch_is_a_no_op(spark, tmp_path):
 
 
 def test_a_partial_write_is_completed_and_complete_partitions_are_left_alone(spark, tmp_path):
-    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    lake, checkpoint = Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     process = BatchProcessor(lake, checkpoint, RULES)
     process(batch_frame(spark, LINES_0), 0)
     receipt = "20260308T090001000Z"
@@ -50,8 +52,8 @@ def test_a_partial_write_is_completed_and_complete_partitions_are_left_alone(spa
     complete = partition_snapshot(lake)
     # Crash simulation: batch 1 had written 2026-03-07's files but died before its marker, and
     # left a torn file behind.
-    torn = layout.receipt_dir(lake, "2026-03-07", receipt)
-    os.remove(os.path.join(torn, layout.RECEIPT_MARKER))
+    torn = lake.receipt_dir("2026-03-07", receipt)
+    os.remove(os.path.join(torn, lake_layout.RECEIPT_MARKER))
     with open(os.path.join(torn, "part-torn.parquet"), "wb") as out:
         out.write(b"PAR1 half a file")
     untouched = {k: v for k, v in complete.items() if k != ("2026-03-07", receipt)}
@@ -69,7 +71,7 @@ def test_a_partial_write_is_completed_and_complete_partitions_are_left_alone(spa
 
 
 def test_state_versions_are_pruned(spark, tmp_path):
-    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    lake, checkpoint = Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     process = BatchProcessor(lake, checkpoint, RULES)
     for batch_id in range(5):
         ts = f"2026-03-07T{10 + batch_id:02d}:00:00Z"
@@ -85,7 +87,7 @@ def test_replay_after_several_empty_batches_keeps_the_state(spark, tmp_path):
     """Empty batches (an empty landed file) write no state version. Pruning by batch-id arithmetic
     deleted every version older than batch_id - 3, so the batch after a run of empty ones removed
     the only version its own replay starts from: the replay began from empty state."""
-    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    lake, checkpoint = Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     process = BatchProcessor(lake, checkpoint, RULES)
     process(batch_frame(spark, [event("u1", "a1", "2026-03-07T10:00:00Z")], "2026-03-08 09:00:00"), 0)
     for batch_id in range(1, 6):
@@ -105,7 +107,7 @@ def test_replay_after_several_empty_batches_keeps_the_state(spark, tmp_path):
 
 
 def test_pruning_keeps_the_newest_versions_that_exist(spark, tmp_path):
-    lake, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    lake, checkpoint = Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     process = BatchProcessor(lake, checkpoint, RULES)
     for batch_id in (0, 4, 9, 20, 21):  # the batches in between were empty
         ts = f"2026-03-07T10:{batch_id:02d}:00Z"

@@ -10,6 +10,7 @@ from tests.reference import landed_lines, valid_events
 from tests.streamkit import panes
 from tidemark.generate import Workload, build, split_files, write_file
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): ten days of events through the real stream
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -17,6 +18,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 def test_ten_days_of_events_stream_with_bounded_state(spark, tmp_path):
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     deliveries, counts = build(Workload(events=3000, users=15, days=10, seed=21))
     for i, chunk in enumerate(split_files(deliveries, 12)):
         write_file(landing, i, chunk, mtime=time.time() - 100 + i / 100)

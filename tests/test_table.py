@@ -9,6 +9,7 @@ import pytest
 
 from tests import icebergkit
 from tidemark import publish, reader, table as iceberg
+from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = "2026-03-06"
@@ -24,7 +25,7 @@ def fresh_catalogs(monkeypatch):
 def test_local_default_is_a_sqlite_catalog_in_the_lake_that_pyiceberg_alone_opens(tmp_path):
     from pyiceberg.catalog import load_catalog
 
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     assert iceberg.load(lake) is None and not os.path.exists(lake)  # reading creates nothing
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)], sessions=2)
     assert os.path.exists(os.path.join(lake, "_catalog", "iceberg.db"))
@@ -35,7 +36,7 @@ def test_local_default_is_a_sqlite_catalog_in_the_lake_that_pyiceberg_alone_open
 
 
 def test_a_catalog_described_in_the_lake_is_used(tmp_path):
-    lake, elsewhere = str(tmp_path / "lake"), tmp_path / "catalogs"
+    lake, elsewhere = Lake.open(tmp_path / "lake"), tmp_path / "catalogs"
     elsewhere.mkdir()
     os.makedirs(os.path.join(lake, "_catalog"))
     with open(os.path.join(lake, "_catalog", "catalog.json"), "w") as out:
@@ -47,7 +48,7 @@ def test_a_catalog_described_in_the_lake_is_used(tmp_path):
 
 
 def test_a_bad_catalog_description_is_refused(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     os.makedirs(os.path.join(lake, "_catalog"))
     with open(os.path.join(lake, "_catalog", "catalog.json"), "w") as out:
         json.dump({"type": "nessie-or-whatever"}, out)
@@ -57,7 +58,7 @@ def test_a_bad_catalog_description_is_refused(tmp_path):
 
 def test_a_shared_catalog_never_mixes_two_lakes_up(tmp_path, monkeypatch):
     monkeypatch.setenv("PYICEBERG_CATALOG__TIDEMARK__URI", f"sqlite:///{tmp_path}/shared.db")
-    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    first, second = Lake.open(tmp_path / "first"), Lake.open(tmp_path / "second")
     icebergkit.publish_run(first, DAY, [icebergkit.receipt(1)])
     with pytest.raises(RuntimeError, match="not in lake .*second: set TIDEMARK_TABLE"):
         publish.current_version(second, DAY)

@@ -20,6 +20,7 @@ import subprocess
 import pytest
 
 from tidemark import availability_notice, corrected_notice, names
+from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERRAFORM = os.path.join(ROOT, "terraform")
@@ -557,7 +558,7 @@ def test_iceberg_catalog_description_is_where_and_what_tidemark_reads(tf):
 
     obj = resource(tf, "google_storage_bucket_object", "iceberg_catalog_config")
     assert obj["bucket"] == "${google_storage_bucket.lake.name}"
-    assert tf["locals"]["iceberg_catalog_object"] == table.LAKE_CATALOG_CONFIG
+    assert Lake.open("gs://b").catalog_config() == "gs://b/" + tf["locals"]["iceberg_catalog_object"]
     content = obj["content"]
     assert content.startswith("${jsonencode(")
     assert re.search(r'\btype = \\?"rest\\?"', content) and "uri = var.iceberg_rest_uri" in content

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from tidemark import contract, landing, landing_ledger, rules_record
 from tidemark.sessions import SessionRules
 from tidemark.times import from_micros, parse_iso, to_micros
+from tidemark.lake import Lake
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def valid_events(lines, received_us: int | None = None):
         yield event.user_id, event.event_id, event.event_ts
 
 
-def landed_files(landing_uri: str, lake: str | None = None, now_us: int | None = None):
+def landed_files(landing_uri: str, lake: Lake | None = None, now_us: int | None = None):
     """(path, receipt time in us, lines) of every input file of the landing (tidemark.landing's
     rule: hidden and in-progress names are not input; a leading BOM is not part of a line).
 
@@ -87,7 +88,7 @@ def landed_lines(landing_uri: str):
         yield from lines
 
 
-def events_of_landing(landing_uri: str, lake: str | None = None, now_us: int | None = None,
+def events_of_landing(landing_uri: str, lake: Lake | None = None, now_us: int | None = None,
                       rules: contract.InputRules = contract.InputRules()):
     """The events (tidemark.contract.Event) of the landing, each line judged at its receipt time."""
     for _, received, lines in landed_files(landing_uri, lake, now_us):
@@ -118,18 +119,18 @@ def _close(user_id: str, items: list[tuple[datetime, str]]) -> Session:
     return Session(user_id, items[0][0], items[-1][0], len(items), frozenset(e for _, e in items))
 
 
-def sessions_of_landing(landing_uri: str, rules: SessionRules | timedelta, lake: str | None = None) -> list[Session]:
+def sessions_of_landing(landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None) -> list[Session]:
     """Every session of everything landed so far (with the lake: each line judged at its receipt time)."""
     return sessionize(((e.user_id, e.event_id, e.event_ts) for e in events_of_landing(landing_uri, lake)), rules)
 
 
-def kept_copies_of_landing(landing_uri: str, lake: str | None = None) -> dict:
+def kept_copies_of_landing(landing_uri: str, lake: Lake | None = None) -> dict:
     """{(user_id, event_id, event_ts_us): the kept copy (tidemark.contract.Event)} of everything landed."""
     return contract.kept_copies(events_of_landing(landing_uri, lake))
 
 
 def sessions_by_date(landing_uri: str, rules: SessionRules | timedelta,
-                     lake: str | None = None) -> dict[str, set[tuple]]:
+                     lake: Lake | None = None) -> dict[str, set[tuple]]:
     """{event_date: {session key}} of everything landed so far."""
     out: dict[str, set[tuple]] = {}
     for session in sessions_of_landing(landing_uri, rules, lake):
@@ -160,7 +161,7 @@ class DateCheck:
         return self.missing == 0 and self.unexpected == 0
 
 
-def check_lake(lake: str, landing: str, rules: SessionRules | timedelta | None = None) -> list[DateCheck]:
+def check_lake(lake: Lake, landing: str, rules: SessionRules | timedelta | None = None) -> list[DateCheck]:
     """Compare every date's current deduplicated version (tidemark.reader) with the recomputation
     under `rules` (default: the rules the lake records, gap boundary included)."""
     from tidemark import publish, reader

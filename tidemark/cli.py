@@ -7,6 +7,7 @@ document others (`status` 3: not everything runs); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import importlib
 import sys
 
@@ -41,6 +42,9 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    args = argparse.Namespace(command=None)
+    if argv is not None:  # path-like arguments (a Lake, a pathlib.Path) as subprocess takes them
+        argv = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in argv]
     try:
         args = parser.parse_args(argv)
         try:

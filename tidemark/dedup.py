@@ -37,6 +37,7 @@ from tidemark.notices import corrected
 from tidemark.phases import Phases
 from tidemark.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 log = get_logger("dedup")
 
@@ -84,7 +85,7 @@ def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
 _MAX_REPLANS = 3
 
 
-def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spark=None,
+def run_dedup(lake: Lake, event_date: str, rules: SessionRules | None = None, spark=None,
               run_id: str | None = None, full: bool = False) -> DedupResult:
     """Deduplicate and publish one event date. Idempotent, restartable, safe to run concurrently.
 
@@ -103,7 +104,7 @@ def run_dedup(lake: str, event_date: str, rules: SessionRules | None = None, spa
     raise AssertionError("unreachable")
 
 
-def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spark,
+def _run_dedup_once(lake: Lake, event_date: str, rules: SessionRules | None, spark,
                     run_id: str | None, full: bool = False) -> DedupResult:
     started = time.monotonic()
     event_date = layout.check_event_date(event_date)
@@ -117,7 +118,7 @@ def _run_dedup_once(lake: str, event_date: str, rules: SessionRules | None, spar
     return result
 
 
-def _run(lake: str, event_date: str, rules: SessionRules, rules_id: str, spark, run_id: str,
+def _run(lake: Lake, event_date: str, rules: SessionRules, rules_id: str, spark, run_id: str,
          started: float, full: bool = False) -> DedupResult:
     index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
@@ -218,7 +219,7 @@ def _nothing_new(event_date: str, current: Plan, previous: dict | None, rules: S
     return None
 
 
-def up_to_date(lake: str, event_date: str, rules: SessionRules | None = None) -> DedupResult | None:
+def up_to_date(lake: Lake, event_date: str, rules: SessionRules | None = None) -> DedupResult | None:
     """run_dedup's no-op decision alone, without Spark (the DAG's skip check): the no-op result
     when the current version already includes every receipt partition the date's complete plan
     holds (its pending obligations then discharged, as run_dedup does), else None (Spark needed;
@@ -251,15 +252,15 @@ _PANES_SCHEMA = (f"user_id STRING, session_end TIMESTAMP, events {sql_rules.EVEN
                  "event_date STRING, receipt_ts STRING")
 
 
-def read_panes(spark, lake: str, partitions, lo: datetime):
+def read_panes(spark, lake: Lake, partitions, lo: datetime):
     """The panes of these receipt partitions that end at or after lo, with their event_date and
     receipt_ts (as strings: the explicit schema also keeps Spark from inferring their types)."""
     from pyspark.sql import functions as F
 
-    paths = [layout.receipt_dir(lake, p.event_date, p.receipt_ts) for p in partitions]
+    paths = [lake.receipt_dir(p.event_date, p.receipt_ts) for p in partitions]
     if len(paths) >= pane_reader.FOLDERS_FOR_ARROW:  # thousands of small folders: see tidemark/pane_reader.py
-        return pane_reader.read(spark, layout.sessions_root(lake), paths, _PANES_SCHEMA, lo)
-    return (spark.read.schema(_PANES_SCHEMA).option("basePath", layout.sessions_root(lake)).parquet(*paths)
+        return pane_reader.read(spark, lake.sessions_root(), paths, _PANES_SCHEMA, lo)
+    return (spark.read.schema(_PANES_SCHEMA).option("basePath", lake.sessions_root()).parquet(*paths)
             # a pane ending before lo holds no event of interest (row-group statistics skip it)
             .where(F.col("session_end") >= F.lit(lo)))
 
@@ -279,7 +280,7 @@ def known_receipt(key, planned: list[str], known: set[str]):
     return key.isin(old) if old else F.lit(False)
 
 
-def compute_islands(spark, lake: str, current: Plan, rules: SessionRules, known: set[str]):
+def compute_islands(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]):
     """Every session (island) of the distinct events the plan's partitions hold from lo on
     (dedup_sessions.sql's columns), as a lazy DataFrame; `known` receipt keys mark old events.
     The full path."""
@@ -294,7 +295,7 @@ def compute_islands(spark, lake: str, current: Plan, rules: SessionRules, known:
     return dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
 
 
-def _full(spark, lake: str, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
+def _full(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
     """The full path: every planned receipt's events re-sessionized, cached for the summary (one
     pass: reach (tidemark/planning.py), session count, affected dates, context size) and the writes."""
     import dedup_sql
@@ -313,7 +314,7 @@ def _full(spark, lake: str, current: Plan, rules: SessionRules, known: set[str])
                                spark=spark, views=views)
 
 
-def _write_version(lake, event_date, run_id, islands: incremental.Islands, summary, current: Plan,
+def _write_version(lake: Lake, event_date, run_id, islands: incremental.Islands, summary, current: Plan,
                    rules: SessionRules, known, previous, mode: str = "full",
                    read: tuple[int, int] | None = None) -> dict:
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
@@ -322,7 +323,7 @@ def _write_version(lake, event_date, run_id, islands: incremental.Islands, summa
     from pyspark.sql import functions as F
 
     sessions = summary["sessions"]
-    folder = publish.run_dir(lake, event_date, run_id)
+    folder = lake.run_dir(event_date, run_id)
     names: list[str] = []
     if sessions:
         # event_date is inside the files: Iceberg reads the identity partition value from them.

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from tidemark import metrics
 from tidemark.health import LakeObserver, Objectives
+from tidemark.lake import Lake
 
 
 class LakeExporter:
-    def __init__(self, lake: str, objectives: Objectives | None = None, refresh: float = 60.0,
+    def __init__(self, lake: Lake, objectives: Objectives | None = None, refresh: float = 60.0,
                  run_state=None, max_attempts: int | None = None):
         self.lake = lake
         self.objectives = objectives or Objectives()

@@ -24,6 +24,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_rand
 from tidemark import layout, publish, receipt_index, reconcile, storage, table as iceberg
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
+from tidemark.lake import Lake, RUN_MARKER, run_folder
 
 log = get_logger("gc")
 
@@ -51,7 +52,7 @@ def check_retention(retention: timedelta) -> timedelta:
     return retention
 
 
-def gc(lake: str, retention: timedelta, now: datetime | None = None, dry_run: bool = False) -> list[Removal]:
+def gc(lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: bool = False) -> list[Removal]:
     """Expire snapshots that stopped being current `retention` ago, then remove unreferenced files
     whose newest write is that old. Returns what was (dry_run: would be) removed."""
     check_retention(retention)
@@ -67,7 +68,7 @@ def gc(lake: str, retention: timedelta, now: datetime | None = None, dry_run: bo
     return removed
 
 
-def _prune_arrivals(lake: str, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
+def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
     """The receipt index's arrival entries of days older than the retention and than reconciliation's
     last pass (which reads only those after it; tidemark/reconcile.py): one folder per day."""
     keep_from = (now - retention).date()
@@ -75,7 +76,7 @@ def _prune_arrivals(lake: str, retention: timedelta, now: datetime, dry_run: boo
     if head:
         keep_from = min(keep_from, layout.parse_receipt_ts(head).date())
     days = receipt_index.prune_arrivals(lake, keep_from, dry_run)
-    return [Removal("arrivals", f"{layout.RECEIPT_INDEX}/arrivals/day={day}", None, None,
+    return [Removal("arrivals", lake.arrivals_dir(day)[len(lake.uri) + 1:], None, None,
                     (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds())
             for day in days]
 
@@ -89,7 +90,7 @@ def _conflicts():
 
 @retry(retry=retry_if_exception_type(_conflicts()), stop=stop_after_delay(300),
        wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
-def _expire(lake: str, retention: timedelta, now: datetime, dry_run: bool):
+def _expire(lake: Lake, retention: timedelta, now: datetime, dry_run: bool):
     """(removals, the table as left, {run_id: version} of every tidemark snapshot seen)."""
     tbl = iceberg.load(lake)
     lineage = [snapshot for snapshot, _ in publish.snapshot_versions(tbl)]
@@ -111,7 +112,7 @@ def _expire(lake: str, retention: timedelta, now: datetime, dry_run: bool):
     return removals, tbl, versions
 
 
-def _remove_files(lake, tbl, expired: list[Removal], versions: dict, retention, now, dry_run) -> list[Removal]:
+def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, retention, now, dry_run) -> list[Removal]:
     gone = {int(r.path) for r in expired}
     kept = [s for s in tbl.snapshots() if s.snapshot_id not in gone]
     location = tbl.location().rstrip("/") + "/"
@@ -122,14 +123,14 @@ def _remove_files(lake, tbl, expired: list[Removal], versions: dict, retention, 
             metadata.add(_relative(manifest.manifest_path, location))
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
                 data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
-    current_runs = {f"data/event_date={event_date}/run={publish._record(tbl, event_date)['run_id']}"
+    current_runs = {run_folder(event_date, publish._record(tbl, event_date)["run_id"])
                     for event_date in publish.dates_with_version(tbl)}
-    root = layout.dedup_root(lake)
+    root = lake.dedup_root()
     removed = []
-    for date_dir in storage.list_subdirs(layout.join(root, "data")):
+    for date_dir in lake.list_subdirs(lake.dedup_data_dir()):
         event_date = layout.partition_value(date_dir, "event_date")
-        for run_dir in storage.list_subdirs(layout.join(root, "data", date_dir)):
-            folder = f"data/{date_dir}/{run_dir}"
+        for run_dir in lake.list_subdirs(layout.join(lake.dedup_data_dir(), date_dir)):
+            folder = _relative(layout.join(lake.dedup_data_dir(), date_dir, run_dir), root + "/")
             if folder in data or folder in current_runs:
                 continue
             age_s = _age_s(layout.join(root, folder), now, recursive=True)
@@ -139,10 +140,10 @@ def _remove_files(lake, tbl, expired: list[Removal], versions: dict, retention, 
             removed.append(Removal("run", folder, event_date, versions.get(run_id, (None, None))[1], age_s))
             if not dry_run:
                 # The marker first: a half-removed folder is then plainly a leftover.
-                storage.delete_file(layout.join(root, folder, publish.RUN_MARKER))
-                storage.delete_dir(layout.join(root, folder))
-    for name in storage.list_dir(layout.join(root, "metadata")):
-        path = f"metadata/{name}"
+                lake.delete_file(layout.join(root, folder, RUN_MARKER))
+                lake.delete_dir(layout.join(root, folder))
+    for name in lake.list_dir(lake.dedup_metadata_dir()):
+        path = _relative(layout.join(lake.dedup_metadata_dir(), name), root + "/")
         if path in metadata:
             continue
         age_s = _age_s(layout.join(root, path), now)
@@ -150,7 +151,7 @@ def _remove_files(lake, tbl, expired: list[Removal], versions: dict, retention, 
             continue  # young: perhaps a commit in flight
         removed.append(Removal("metadata", path, None, None, age_s))
         if not dry_run:
-            storage.delete_file(layout.join(root, path))
+            lake.delete_file(layout.join(root, path))
     return removed
 
 

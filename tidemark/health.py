@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from tidemark.logs import get_logger
+from tidemark.lake import Lake
 
 log = get_logger("health")
 
@@ -73,7 +74,7 @@ class Reading:
 RunState = "Callable[[str], str | None]"
 
 
-def read_lake(lake: str, run_state=None, now: datetime | None = None, max_attempts: int | None = None) -> Reading:
+def read_lake(lake: Lake, run_state=None, now: datetime | None = None, max_attempts: int | None = None) -> Reading:
     """One reading of the lake: reconcile.staleness (per date, the oldest reason's time), the
     notices owed per channel and, with `run_state` (reconcile's run id -> Airflow state), the
     dates reconciliation gave up on."""
@@ -108,7 +109,7 @@ def read_lake(lake: str, run_state=None, now: datetime | None = None, max_attemp
 class LakeObserver:
     """The last reading of a lake, recomputed at most every `refresh` seconds."""
 
-    def __init__(self, lake: str, refresh: float = 60.0, run_state=None, max_attempts: int | None = None):
+    def __init__(self, lake: Lake, refresh: float = 60.0, run_state=None, max_attempts: int | None = None):
         self.lake = lake
         self.max_attempts = max_attempts
         self.refresh = refresh

@@ -38,6 +38,7 @@ from datetime import date, datetime, timedelta
 from tidemark import layout, planning, publish, rules_record, sql_rules, times
 from tidemark.planning import Plan
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 # Not "_context": Spark ignores a path whose name starts with "_" or ".", even one given explicitly.
 CONTEXT_DIR = "context"
@@ -119,8 +120,8 @@ def lo_text(lo: datetime) -> str:
     return times.iso_z(lo, "auto")  # no fraction for a whole second: as versions have recorded it
 
 
-def context_dir(lake: str, event_date: str, run_id: str) -> str:
-    return layout.join(publish.run_dir(lake, event_date, run_id), CONTEXT_DIR)
+def context_dir(lake: Lake, event_date: str, run_id: str) -> str:
+    return lake.run_context_dir(event_date, run_id)
 
 
 @dataclass
@@ -169,7 +170,7 @@ def summary_of(row, event_date: str) -> dict:
     }
 
 
-def _previous_sessions(spark, lake: str, previous: dict):
+def _previous_sessions(spark, lake: Lake, previous: dict):
     from pyspark.sql import functions as F
 
     files = publish.run_files(lake, previous)
@@ -179,7 +180,7 @@ def _previous_sessions(spark, lake: str, previous: dict):
             .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")))
 
 
-def _previous_context(spark, lake: str, previous: dict, until: datetime):
+def _previous_context(spark, lake: Lake, previous: dict, until: datetime):
     from pyspark.sql import functions as F
 
     if not int(previous["context_rows"]):
@@ -194,7 +195,7 @@ def _previous_context(spark, lake: str, previous: dict, until: datetime):
 _ISIN_USERS = 200
 
 
-def correct(spark, lake: str, current: Plan, rules: SessionRules, start: Base, read_panes) -> Islands:
+def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, read_panes) -> Islands:
     """The islands of `current` from `start` and the new receipts' panes (`read_panes(spark, lake,
     partitions, lo)`, the full path's reader): the previous islands of untouched users as they are,
     the touched users' recomputed.

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from tidemark import layout, publish, receipts, runs as run_ids
 from tidemark.notices.outbox import Outbox
 from tidemark.times import iso_z, parse_iso
+from tidemark.lake import Lake
 
 
 # ---- time helpers --------------------------------------------------------------------------------
@@ -45,7 +46,7 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
 
 # ---- partitions ----------------------------------------------------------------------------------
 
-def partitions(lake: str, now: datetime | None = None, since: str | None = None,
+def partitions(lake: Lake, now: datetime | None = None, since: str | None = None,
                until: str | None = None) -> list[dict]:
     """Per event date (those in [since, until] when given): the current version, its sessions, how
     many complete receipt partitions it includes and how many are pending (complete but not in the
@@ -83,7 +84,7 @@ def partitions(lake: str, now: datetime | None = None, since: str | None = None,
 
 # ---- lineage and history -------------------------------------------------------------------------
 
-def notices_of(lake: str, event_date: str) -> list[dict]:
+def notices_of(lake: Lake, event_date: str) -> list[dict]:
     """The date's notices, sent and owed: {notice, state, recorded_at, published_at, message_id}."""
     outbox = Outbox(lake)
     out = []
@@ -125,7 +126,7 @@ class ReceiptLineage:
         return layout.parse_receipt_ts(self.receipt_ts)
 
 
-def lineage(lake: str, event_date: str, all_runs: list[dict] | None = None) -> list[ReceiptLineage]:
+def lineage(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> list[ReceiptLineage]:
     """Receipt partition -> the notice that advertised it -> that notice's DAG run -> the first
     version that includes it."""
     event_date = layout.check_event_date(event_date)
@@ -162,7 +163,7 @@ def lineage(lake: str, event_date: str, all_runs: list[dict] | None = None) -> l
     return rows
 
 
-def history(lake: str, event_date: str, all_runs: list[dict] | None = None) -> list[dict]:
+def history(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> list[dict]:
     """Everything that happened to one event date, oldest first: {time, kind, id, state, detail}."""
     event_date = layout.check_event_date(event_date)
     items = []

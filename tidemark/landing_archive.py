@@ -43,6 +43,7 @@ import pyarrow.fs as pafs
 
 from tidemark import layout, storage
 from tidemark.landing import LandedFile
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 
 log = get_logger("landing")
@@ -186,7 +187,7 @@ def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
 
 def rotate(landing: str, archive: str, checkpoint: str, generation: Generation,
            on_replaced: Callable[[list[LandedFile]], None] | None = None,
-           sweep: Callable[[], None] | None = None, lake: str | None = None) -> Generation | None:
+           sweep: Callable[[], None] | None = None, lake: Lake | None = None) -> Generation | None:
     """Start the next generation if nothing a batch read is left in the landing; returns it, or
     None when some batch's work is not committed (the old generation then resumes and replays it).
     Call only after the generation's query has stopped.
@@ -219,7 +220,7 @@ def rotate(landing: str, archive: str, checkpoint: str, generation: Generation,
     return nxt
 
 
-def _half_done(lake: str, query: str, offsets: list[int], commits: list[int]) -> bool:
+def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -> bool:
     import json
 
     done = max(commits, default=-1)
@@ -230,7 +231,7 @@ def _half_done(lake: str, query: str, offsets: list[int], commits: list[int]) ->
             millis = int(json.loads(lines[1])["batchTimestampMs"])
         except (IndexError, KeyError, ValueError):
             return True  # an offset entry not understood: do not guess
-        if storage.exists(layout.landing_ledger_path(lake, layout.receipt_ts_from_millis(millis))):
+        if storage.exists(lake.landing_ledger_path(layout.receipt_ts_from_millis(millis))):
             return True
     return False
 

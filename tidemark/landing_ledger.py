@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from tidemark import landing, landing_archive, layout, storage
 from tidemark.logs import get_logger
 from tidemark.times import to_micros
+from tidemark.lake import QUARANTINE_MARKER, Lake
 
 log = get_logger("landing")
 
@@ -47,16 +48,16 @@ class FileRecord:
                 and (self.mtime_ms is None or self.mtime_ms == found.mtime_ms))
 
 
-def record_batch(lake: str, receipt_ts: str, batch_id: int | None, files: list[dict], source: str = "stream") -> None:
+def record_batch(lake: Lake, receipt_ts: str, batch_id: int | None, files: list[dict], source: str = "stream") -> None:
     """Write one batch's entry. files: {path, size, mtime_ms, lines, verdict}."""
-    storage.write_json_atomic(layout.landing_ledger_path(lake, receipt_ts), {
+    lake.write_json_atomic(lake.landing_ledger_path(receipt_ts), {
         "receipt_ts": receipt_ts, "batch_id": batch_id, "source": source,
         "files": sorted(files, key=lambda f: f["path"])})
 
 
-def read_ledger(lake: str) -> dict[str, FileRecord]:
+def read_ledger(lake: Lake) -> dict[str, FileRecord]:
     """{path: the newest record of that path} over every entry."""
-    root = layout.landing_ledger_dir(lake)
+    root = lake.landing_ledger_dir()
     out: dict[str, FileRecord] = {}
     for name in storage.list_dir(root):  # sorted: receipt_ts order, so newer records win
         receipt_ts = layout.partition_value(name.removesuffix(".json"), "receipt_ts")
@@ -90,7 +91,7 @@ class Audit:
                 "in_progress": [f.path for f in self.in_progress], "hidden": len(self.hidden)}
 
 
-def audit(landing_uri: str, lake: str, archive: str | None = None) -> Audit:
+def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
     """Every file in the landing, sorted by what the ledger says of it. Reads no file's content.
 
     With the stream's archive (tidemark.landing_archive), a file under a name whose earlier file was
@@ -117,7 +118,7 @@ def audit(landing_uri: str, lake: str, archive: str | None = None) -> Audit:
     return out
 
 
-def quarantine_replaced(landing_uri: str, lake: str, found: Audit | None = None,
+def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None,
                         archive: str | None = None) -> Audit:
     """Quarantine the new content of every replaced file (once: the ledger then records it).
 
@@ -144,7 +145,7 @@ def quarantine_replaced(landing_uri: str, lake: str, found: Audit | None = None,
         records.append({"path": replaced.path, "size": replaced.size, "mtime_ms": replaced.mtime_ms,
                         "lines": len(lines), "verdict": REPLACED_VERDICT,
                         "sha256": hashlib.sha256(data).hexdigest()})
-    folder = layout.quarantine_dir(lake, receipt_ts)
+    folder = lake.quarantine_dir(receipt_ts)
     table = pa.table({"raw": pa.array(rows["raw"], pa.binary()), "reason": pa.array(rows["reason"], pa.string()),
                       "source_file": pa.array(rows["source_file"], pa.string()),
                       "receipt_ts": pa.array([receipt_ts] * len(rows["raw"]), pa.string()),
@@ -152,7 +153,7 @@ def quarantine_replaced(landing_uri: str, lake: str, found: Audit | None = None,
     fs, path = storage.resolve(folder)
     fs.create_dir(path, recursive=True)
     pq.write_table(table, f"{path}/part-00000-replaced.parquet", filesystem=fs)
-    storage.write_json_atomic(layout.join(folder, layout.QUARANTINE_MARKER),
+    storage.write_json_atomic(layout.join(folder, QUARANTINE_MARKER),
                               {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])})
     record_batch(lake, receipt_ts, None, records, source="audit")
     for record in records:
@@ -164,7 +165,7 @@ def quarantine_replaced(landing_uri: str, lake: str, found: Audit | None = None,
     return found
 
 
-def sweep_read(landing_uri: str, lake: str, archive: str) -> int:
+def sweep_read(landing_uri: str, lake: Lake, archive: str) -> int:
     """Every file of the landing that the ledger records as read, moved to the archive (under the
     day of the batch that read it), and every replaced one quarantined and set aside: what a
     checkpoint's first rotation needs when the stream ran without the archive before. Reads the
@@ -179,18 +180,18 @@ def sweep_read(landing_uri: str, lake: str, archive: str) -> int:
     return len(found.read)
 
 
-def _free_receipt_ts(lake: str) -> str:
+def _free_receipt_ts(lake: Lake) -> str:
     """Now as a receipt_ts that no quarantine folder or ledger entry has yet."""
     millis = int(datetime.now(timezone.utc).timestamp() * 1000)
     while True:
         receipt_ts = layout.receipt_ts_from_millis(millis)
-        if not (storage.exists(layout.quarantine_dir(lake, receipt_ts))
-                or storage.exists(layout.landing_ledger_path(lake, receipt_ts))):
+        if not (lake.exists(lake.quarantine_dir(receipt_ts))
+                or lake.exists(lake.landing_ledger_path(receipt_ts))):
             return receipt_ts
         millis += 1
 
 
-def report(landing_uri: str, lake: str, quarantine: bool = True, archive: str | None = None) -> Audit:
+def report(landing_uri: str, lake: Lake, quarantine: bool = True, archive: str | None = None) -> Audit:
     """Audit the landing, quarantine replaced files, and log what was not read and why."""
     found = (quarantine_replaced(landing_uri, lake, archive=archive) if quarantine
              else audit(landing_uri, lake, archive))

@@ -25,20 +25,21 @@ from __future__ import annotations
 from tidemark import layout, storage
 from tidemark.logs import get_logger
 from tidemark.times import now_iso_z
+from tidemark.lake import Lake
 
 log = get_logger("obligations")
 
 
 
-def root(lake: str) -> str:
-    return layout.join(lake, layout.OBLIGATIONS)
+def root(lake: Lake) -> str:
+    return lake.obligations_root()
 
 
-def date_dir(lake: str, event_date: str) -> str:
-    return layout.obligations_dir(lake, event_date)
+def date_dir(lake: Lake, event_date: str) -> str:
+    return lake.obligations_dir(event_date)
 
 
-def path(lake: str, event_date: str, source_date: str, source_version: str) -> str:
+def path(lake: Lake, event_date: str, source_date: str, source_version: str) -> str:
     name = f"{layout.check_event_date(source_date)}__{layout.check_receipt_ts(source_version)}.json"
     return layout.join(date_dir(lake, event_date), name)
 
@@ -47,7 +48,7 @@ def _now() -> str:
     return now_iso_z()
 
 
-def record(lake: str, targets: list[str], source_date: str, source_version: str,
+def record(lake: Lake, targets: list[str], source_date: str, source_version: str,
            source_run_id: str | None = None) -> list[dict]:
     """Record that every date in `targets` (other than the source) must be rerun. Idempotent: an
     obligation already recorded for the same (target, source, version) is kept as it is."""
@@ -86,7 +87,7 @@ def _read_dir(folder: str) -> list[dict]:
     return sorted(out, key=lambda o: (o["created_at"], o["source_date"], o["source_version"]))
 
 
-def pending(lake: str, event_date: str | None = None) -> list[dict]:
+def pending(lake: Lake, event_date: str | None = None) -> list[dict]:
     """Pending obligations of one date (or of every date), oldest first."""
     if event_date is not None:
         return _read_dir(date_dir(lake, event_date))
@@ -96,13 +97,13 @@ def pending(lake: str, event_date: str | None = None) -> list[dict]:
     return out
 
 
-def pending_from(lake: str, source_date: str) -> list[dict]:
+def pending_from(lake: Lake, source_date: str) -> list[dict]:
     """Pending obligations recorded by runs of `source_date`."""
     source_date = layout.check_event_date(source_date)
     return [o for o in pending(lake) if o["source_date"] == source_date]
 
 
-def reruns_owed_by(lake: str, source_date: str) -> list[dict]:
+def reruns_owed_by(lake: Lake, source_date: str) -> list[dict]:
     """The neighbour runs the DAG starts after a run of `source_date`: one per date owed a rerun by a
     run of source_date, named after the newest such obligation (a run started after it was recorded
     acts on the older ones too): [{"trigger_run_id", "conf"}] for TriggerDagRunOperator."""
@@ -117,7 +118,7 @@ def reruns_owed_by(lake: str, source_date: str) -> list[dict]:
             for target, owed in sorted(newest.items())]
 
 
-def discharge(lake: str, acted_on: list[dict], by_version: str | None = None) -> None:
+def discharge(lake: Lake, acted_on: list[dict], by_version: str | None = None) -> None:
     """Delete obligations a run of their date has acted on (those it listed before planning)."""
     for item in acted_on:
         storage.delete_file(path(lake, item["event_date"], item["source_date"], item["source_version"]))

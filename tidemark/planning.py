@@ -32,6 +32,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from tidemark import receipt_index, receipts, times
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 
 def midnight(day: date) -> datetime:
@@ -57,7 +58,7 @@ class LakeIndex:
     `tidemark reindex`), every marker up to hi.
     """
 
-    def __init__(self, lake: str):
+    def __init__(self, lake: Lake):
         self.lake = lake
         # Read before any listing: every partition at or before the head was complete by then, so a
         # version planned from this index has seen all of them (planned_through).

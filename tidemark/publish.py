@@ -37,13 +37,12 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_rand
 from tidemark import layout, rules_record, storage, table as iceberg
 from tidemark.logs import get_logger
 from tidemark.times import from_micros, iso_z, now_iso_z
+from tidemark.lake import Lake, RUN_MARKER, run_folder
 
 log = get_logger("publish")
 
-RUN_MARKER = "_tidemark_run.json"
 CURRENT_PREFIX = "tidemark.current."
 SUMMARY_PREFIX = "tidemark."
-_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 _EPOCH_DAY = date(1970, 1, 1)
 
 
@@ -62,33 +61,17 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def check_run_id(run_id: str) -> str:
-    if not _RUN_ID.match(str(run_id)):
-        raise ValueError(f"invalid run id {str(run_id)[:80]!r}")
-    return str(run_id)
+def write_marker(lake: Lake, marker: dict) -> None:
+    lake.write_json_atomic(lake.run_marker(marker["event_date"], marker["run_id"]), marker)
 
 
-def run_dir(lake: str, event_date: str, run_id: str) -> str:
-    """The folder one dedup run writes its Parquet files and marker into."""
-    return layout.join(layout.dedup_root(lake), "data", f"event_date={layout.check_event_date(event_date)}",
-                       f"run={check_run_id(run_id)}")
+def read_marker(lake: Lake, event_date: str, run_id: str) -> dict | None:
+    return lake.read_json(lake.run_marker(event_date, run_id))
 
 
-def marker_path(lake: str, event_date: str, run_id: str) -> str:
-    return layout.join(run_dir(lake, event_date, run_id), RUN_MARKER)
-
-
-def write_marker(lake: str, marker: dict) -> None:
-    storage.write_json_atomic(marker_path(lake, marker["event_date"], marker["run_id"]), marker)
-
-
-def read_marker(lake: str, event_date: str, run_id: str) -> dict | None:
-    return storage.read_json(marker_path(lake, event_date, run_id))
-
-
-def run_files(lake: str, marker: dict) -> list[str]:
+def run_files(lake: Lake, marker: dict) -> list[str]:
     """The marker's data files as URIs (names checked: never outside the run's folder)."""
-    base = run_dir(lake, marker["event_date"], marker["run_id"])
+    base = lake.run_dir(marker["event_date"], marker["run_id"])
     out = []
     for name in marker["files"]:
         if "/" in name or name.startswith(".") or not name.endswith(".parquet"):
@@ -104,7 +87,7 @@ def _record(tbl, event_date: str) -> dict | None:
     return None if value is None else json.loads(value)
 
 
-def current_of(lake: str, tbl, event_date: str) -> dict | None:
+def current_of(lake: Lake, tbl, event_date: str) -> dict | None:
     """The current version of a date according to this loaded table (see current_version)."""
     record = _record(tbl, event_date)
     if record is None:
@@ -112,11 +95,11 @@ def current_of(lake: str, tbl, event_date: str) -> dict | None:
     marker = read_marker(lake, event_date, record["run_id"])
     if marker is None:
         raise RuntimeError(f"the table names run {record['run_id']} current for {event_date} but its marker "
-                           f"{marker_path(lake, event_date, record['run_id'])} is missing")
+                           f"{lake.run_marker(event_date, record['run_id'])} is missing")
     return {**marker, **record}
 
 
-def current_version(lake: str, event_date: str) -> dict | None:
+def current_version(lake: Lake, event_date: str) -> dict | None:
     """The current version of an event date, from the table's current metadata, or None before the
     first publish. A dict with at least: event_date, version, run_id, receipts (sorted
     'YYYY-MM-DD/receipt_ts' keys), sessions, affected_dates, hi, gap, lo, max_receipt_ts,
@@ -138,7 +121,7 @@ def dates_with_version(tbl) -> list[str]:
     return sorted(key[len(CURRENT_PREFIX):] for key in tbl.properties if key.startswith(CURRENT_PREFIX))
 
 
-def list_dedup_dates(lake: str) -> list[str]:
+def list_dedup_dates(lake: Lake) -> list[str]:
     """Every event date with a current version, oldest first."""
     return dates_with_version(iceberg.load(lake))
 
@@ -155,7 +138,7 @@ def snapshot_versions(tbl, event_date: str | None = None) -> list[tuple]:
     return out[::-1]
 
 
-def list_versions(lake: str, event_date: str) -> list[dict]:
+def list_versions(lake: Lake, event_date: str) -> list[dict]:
     """The versions of a date the table still knows, oldest first: the snapshots that published
     them (each with snapshot_id, committed_at and its run's marker), and the current version even
     when gc expired the snapshot that published it."""
@@ -192,7 +175,7 @@ def _conflicts():
     return (CommitFailedException, OperationalError)
 
 
-def commit(lake: str, marker: dict) -> Outcome:
+def commit(lake: Lake, marker: dict) -> Outcome:
     """Make the run's version (its marker is written, its files complete) the date's current one,
     unless the current version already includes all its receipts (Outcome.committed False).
 
@@ -201,7 +184,7 @@ def commit(lake: str, marker: dict) -> Outcome:
     Retries conflicting commits on a fresh snapshot; safe to call from many processes at once.
     """
     event_date = layout.check_event_date(marker["event_date"])
-    run_id = check_run_id(marker["run_id"])
+    run_id = layout.check_run_id(marker["run_id"])
     paths = run_files(lake, marker)
     tbl = iceberg.load(lake, create=True)
     data_files = _data_files(tbl, paths, event_date)
@@ -287,7 +270,7 @@ def _commit_once(tbl, event_date: str, marker: dict, record: dict, data_files: l
         "tidemark.sessions": str(marker["sessions"]),
         "tidemark.affected-dates": ",".join(marker.get("affected_dates", [])),
         "tidemark.gap": marker.get("gap", ""),
-        "tidemark.marker": f"data/event_date={event_date}/run={record['run_id']}/{RUN_MARKER}",
+        "tidemark.marker": f"{run_folder(event_date, record['run_id'])}/{RUN_MARKER}",
     }
     from pyiceberg.table.snapshots import Operation
 

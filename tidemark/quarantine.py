@@ -14,20 +14,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tidemark import layout, storage
+from tidemark.lake import QUARANTINE_MARKER, Lake
 
 
-def read_quarantine(lake: str) -> list[dict]:
+def read_quarantine(lake: Lake) -> list[dict]:
     """Every quarantined line of complete quarantine folders.
 
     Rows: raw (bytes, exactly as landed, without the line's final newline), reason, source_file,
     receipt_ts, batch_id.
     """
     rows: list[dict] = []
-    root = layout.quarantine_root(lake)
+    root = lake.quarantine_root()
     for name in storage.list_subdirs(root):
         receipt_ts = layout.partition_value(name, "receipt_ts")
         folder = layout.join(root, name)
-        if receipt_ts is None or not storage.exists(layout.join(folder, layout.QUARANTINE_MARKER)):
+        if receipt_ts is None or not storage.exists(layout.join(folder, QUARANTINE_MARKER)):
             continue
         fs, _ = storage.resolve(folder)
         for path in sorted(storage.data_files(folder)):

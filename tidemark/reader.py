@@ -20,6 +20,7 @@ import pyarrow.dataset as pads
 
 from tidemark import layout, publish, receipts, storage, table as iceberg
 from tidemark.times import iso_z, parse_iso
+from tidemark.lake import Lake
 
 SUMMARY_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count"]
 PANE_SUMMARY_COLUMNS = ["receipt_ts", "pane_kind", "pane_index", "session_id", "user_id",
@@ -30,7 +31,7 @@ class NoVersion(LookupError):
     """No deduplicated version answers the request (never deduplicated, or garbage-collected)."""
 
 
-def read_pointer(lake: str, event_date: str) -> dict | None:
+def read_pointer(lake: Lake, event_date: str) -> dict | None:
     """The current version: version, receipts, sessions, affected_dates, files, ... (or None)."""
     return publish.current_version(lake, layout.check_event_date(event_date))
 
@@ -53,12 +54,12 @@ def parse_as_of(value: object) -> str:
     return layout.format_receipt_ts(moment)
 
 
-def resolve(lake: str, event_date: str, as_of: str | None = None) -> dict:
+def resolve(lake: Lake, event_date: str, as_of: str | None = None) -> dict:
     """The version that answers: current, or the newest one with id <= as_of (see read_sessions)."""
     return _resolve(lake, iceberg.load(lake), layout.check_event_date(event_date), as_of)
 
 
-def _resolve(lake: str, tbl, event_date: str, as_of: str | None) -> dict:
+def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> dict:
     current = None if tbl is None else publish.current_of(lake, tbl, event_date)
     if as_of is None:
         if current is None:
@@ -78,7 +79,7 @@ def _resolve(lake: str, tbl, event_date: str, as_of: str | None) -> dict:
                     "(none yet, or older versions were garbage-collected)")
 
 
-def read_sessions(lake: str, event_date: str, as_of: str | None = None,
+def read_sessions(lake: Lake, event_date: str, as_of: str | None = None,
                   columns: list[str] | None = None) -> pa.Table:
     """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start."""
     from pyiceberg.expressions import EqualTo
@@ -101,7 +102,7 @@ def _empty(tbl, columns):
     return schema.empty_table() if not columns else schema.empty_table().select(columns)
 
 
-def read_panes(lake: str, event_date: str, as_of: str | None = None,
+def read_panes(lake: Lake, event_date: str, as_of: str | None = None,
                columns: list[str] | None = None) -> pa.Table:
     """Every pane the stream wrote for an event date (complete receipt partitions only, and with
     as_of only those received at or before it), with its receipt_ts."""
@@ -111,7 +112,7 @@ def read_panes(lake: str, event_date: str, as_of: str | None = None,
     for receipt_ts in receipts.list_receipts(lake, event_date):
         if as_of is not None and receipt_ts > as_of:
             continue
-        folder = layout.receipt_dir(lake, event_date, receipt_ts)
+        folder = lake.receipt_dir(event_date, receipt_ts)
         fs, _ = storage.resolve(folder)
         files = sorted(storage.data_files(folder))
         if not files:

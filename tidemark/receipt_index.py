@@ -54,6 +54,7 @@ from datetime import date, timedelta
 
 from tidemark import layout, storage, times
 from tidemark.logs import get_logger
+from tidemark.lake import Lake
 
 log = get_logger("receipts")
 
@@ -68,23 +69,23 @@ def reached_dates(partition) -> list[str]:
     return [(own + timedelta(days=n)).isoformat() for n in range(1, (last - own).days + 1)]
 
 
-def register(lake: str, partition) -> None:
+def register(lake: Lake, partition) -> None:
     """Write the partition's reach entries (before its marker: see the module's docstring)."""
     for into in reached_dates(partition):
-        storage.write_text_atomic(layout.reach_entry(lake, into, partition.event_date, partition.receipt_ts), "")
+        lake.write_text_atomic(lake.reach_entry(into, partition.event_date, partition.receipt_ts), "")
 
 
-def record_end(lake: str, partition) -> None:
+def record_end(lake: Lake, partition) -> None:
     """Write the partition's end entry (before its marker: see the module's docstring)."""
     end_us = times.to_micros(times.parse_iso(partition.max_event_ts))
-    storage.write_text_atomic(layout.end_entry(lake, partition.event_date, partition.receipt_ts, end_us), "")
+    lake.write_text_atomic(lake.end_entry(partition.event_date, partition.receipt_ts, end_us), "")
 
 
-def ends(lake: str, event_date: str) -> dict[str, str]:
+def ends(lake: Lake, event_date: str) -> dict[str, str]:
     """receipt_ts -> the latest end of its panes (ISO, microseconds), for the partitions of
     event_date with an end entry, complete or not (one listing)."""
     out = {}
-    for name in storage.list_dir(layout.ends_dir(lake, event_date)):
+    for name in lake.list_dir(lake.ends_dir(event_date)):
         receipt_ts, _, end_us = name.partition("__")
         try:
             out[layout.check_receipt_ts(receipt_ts)] = times.iso_from_micros(int(end_us))
@@ -93,12 +94,12 @@ def ends(lake: str, event_date: str) -> dict[str, str]:
     return out
 
 
-def record_arrival(lake: str, partition) -> None:
+def record_arrival(lake: Lake, partition) -> None:
     """Write the partition's arrival entry (first of all its registration: see the module's docstring)."""
-    storage.write_text_atomic(layout.arrival_entry(lake, partition.receipt_ts, partition.event_date), "")
+    lake.write_text_atomic(lake.arrival_entry(partition.receipt_ts, partition.event_date), "")
 
 
-def arrived(lake: str, after: str | None, through: str | None = None) -> set[str]:
+def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[str]:
     """The event dates of the partitions received after `after` (exclusive) up to `through`
     (inclusive; None: up to the newest, in-flight batches included): one listing of the arrival
     days (few: `tidemark gc` prunes those reconciliation has passed) and one per day in between,
@@ -108,10 +109,10 @@ def arrived(lake: str, after: str | None, through: str | None = None) -> set[str
     first = layout.parse_receipt_ts(after).date().isoformat()
     last = layout.parse_receipt_ts(through).date().isoformat() if through else None
     out = set()
-    for day in storage.list_partition_values(layout.arrivals_root(lake), "day", layout.check_event_date):
+    for day in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date):
         if day < first or (last and day > last):
             continue
-        for name in storage.list_dir(layout.arrivals_dir(lake, day)):
+        for name in lake.list_dir(lake.arrivals_dir(day)):
             receipt_ts, _, event_date = name.partition("__")
             try:
                 if after < layout.check_receipt_ts(receipt_ts) and (not through or receipt_ts <= through):
@@ -124,32 +125,32 @@ def arrived(lake: str, after: str | None, through: str | None = None) -> set[str
 ARRIVALS_PRUNED = "arrivals_pruned.json"
 
 
-def arrivals_pruned_before(lake: str) -> str | None:
+def arrivals_pruned_before(lake: Lake) -> str | None:
     """The first receipt day whose arrival entries are all kept (older days may be pruned), or None."""
-    payload = storage.read_json(layout.join(layout.receipt_index_dir(lake), ARRIVALS_PRUNED))
+    payload = lake.read_json(lake.receipt_index_file(ARRIVALS_PRUNED))
     return None if not payload else layout.check_event_date(payload["before"])
 
 
-def prune_arrivals(lake: str, keep_from: date, dry_run: bool = False) -> list[str]:
+def prune_arrivals(lake: Lake, keep_from: date, dry_run: bool = False) -> list[str]:
     """Remove the arrival entries of receipt days before `keep_from` (`tidemark gc`); returns the
     days removed. The horizon is recorded first: a reconciliation pass whose previous pass stopped
     before it walks every date instead of reading arrivals that may be gone."""
-    days = [d for d in storage.list_partition_values(layout.arrivals_root(lake), "day", layout.check_event_date)
+    days = [d for d in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date)
             if d < keep_from.isoformat()]
     if days and not dry_run:
         recorded = arrivals_pruned_before(lake)
         if recorded is None or recorded < keep_from.isoformat():
-            storage.write_json_atomic(layout.join(layout.receipt_index_dir(lake), ARRIVALS_PRUNED),
+            lake.write_json_atomic(lake.receipt_index_file(ARRIVALS_PRUNED),
                                       {"before": keep_from.isoformat(), "at": times.now_iso_z()})
         for day in days:
-            storage.delete_dir(layout.arrivals_dir(lake, day))
+            lake.delete_dir(lake.arrivals_dir(day))
     return days
 
 
-def reaching(lake: str, into: str) -> list[tuple[str, str]]:
+def reaching(lake: Lake, into: str) -> list[tuple[str, str]]:
     """(event_date, receipt_ts) of the partitions of earlier dates registered as reaching `into`."""
     out = []
-    for name in storage.list_dir(layout.reach_dir(lake, into)):
+    for name in lake.list_dir(lake.reach_dir(into)):
         event_date, _, receipt_ts = name.partition("__")
         try:
             out.append((layout.check_event_date(event_date), layout.check_receipt_ts(receipt_ts)))
@@ -158,28 +159,28 @@ def reaching(lake: str, into: str) -> list[tuple[str, str]]:
     return out
 
 
-def write_head(lake: str, receipt_ts: str) -> None:
-    storage.write_json_atomic(layout.join(layout.receipt_index_dir(lake), HEAD),
+def write_head(lake: Lake, receipt_ts: str) -> None:
+    lake.write_json_atomic(lake.receipt_index_file(HEAD),
                               {"receipt_ts": layout.check_receipt_ts(receipt_ts)})
 
 
-def head(lake: str) -> str | None:
+def head(lake: Lake) -> str | None:
     """The newest batch whose partitions are all complete, or None (no stream wrote one yet)."""
-    payload = storage.read_json(layout.join(layout.receipt_index_dir(lake), HEAD))
+    payload = lake.read_json(lake.receipt_index_file(HEAD))
     return None if not payload else layout.check_receipt_ts(payload["receipt_ts"])
 
 
-def is_complete(lake: str) -> bool:
-    return storage.exists(layout.join(layout.receipt_index_dir(lake), COMPLETE))
+def is_complete(lake: Lake) -> bool:
+    return lake.exists(lake.receipt_index_file(COMPLETE))
 
 
-def mark_complete(lake: str, how: str) -> None:
-    storage.write_json_atomic(layout.join(layout.receipt_index_dir(lake), COMPLETE),
+def mark_complete(lake: Lake, how: str) -> None:
+    lake.write_json_atomic(lake.receipt_index_file(COMPLETE),
                               {"since": how, "at": times.now_iso_z()})
 
 
-def start(lake: str) -> None:
+def start(lake: Lake) -> None:
     """At a stream's start: on a lake without receipt partitions, the index is complete from here on."""
-    if not is_complete(lake) and not storage.list_event_dates(layout.sessions_root(lake)):
+    if not is_complete(lake) and not lake.list_event_dates(lake.sessions_root()):
         mark_complete(lake, "the first stream on an empty lake")
         log.info("receipt index started", lake=lake)

@@ -14,6 +14,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from tidemark import layout, receipt_index, storage
 from tidemark.times import iso_from_micros  # noqa: F401 - the stream writes marker times with it
+from tidemark.lake import Lake, RECEIPT_MARKER
 
 
 @dataclass(frozen=True)
@@ -59,43 +60,39 @@ def is_late(event_date: str, watermark_us: int) -> bool:
     return watermark_us >= int(day_end.timestamp() * 1_000_000)
 
 
-def marker_path(lake: str, event_date: str, receipt_ts: str) -> str:
-    return layout.join(layout.receipt_dir(lake, event_date, receipt_ts), layout.RECEIPT_MARKER)
+def is_complete(lake: Lake, event_date: str, receipt_ts: str) -> bool:
+    return lake.exists(lake.receipt_marker(event_date, receipt_ts))
 
 
-def is_complete(lake: str, event_date: str, receipt_ts: str) -> bool:
-    return storage.exists(marker_path(lake, event_date, receipt_ts))
-
-
-def complete(lake: str, partition: ReceiptPartition) -> None:
+def complete(lake: Lake, partition: ReceiptPartition) -> None:
     """Register the partition in the receipt index (its arrival, then the later dates it reaches),
     then write its marker: complete from then on."""
     receipt_index.record_arrival(lake, partition)
     receipt_index.record_end(lake, partition)
     receipt_index.register(lake, partition)
-    storage.write_json_atomic(marker_path(lake, partition.event_date, partition.receipt_ts),
+    lake.write_json_atomic(lake.receipt_marker(partition.event_date, partition.receipt_ts),
                               partition.to_json())
 
 
-def complete_among(lake: str, partitions: list[ReceiptPartition]) -> set[tuple[str, str]]:
+def complete_among(lake: Lake, partitions: list[ReceiptPartition]) -> set[tuple[str, str]]:
     """(event_date, receipt_ts) of those of `partitions` whose marker exists."""
     return complete_keys(lake, [(p.event_date, p.receipt_ts) for p in partitions])
 
 
-def complete_keys(lake: str, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
     """Those (event_date, receipt_ts) whose marker exists: one metadata call for all of them (a
     batch touching 2,000 dates used to make 2,000)."""
     import pyarrow.fs as pafs
 
     if not keys:
         return set()
-    fs, _ = storage.resolve(lake)
-    paths = [storage.resolve(marker_path(lake, *key))[1] for key in keys]
+    fs = lake.locate(lake.uri)[0]
+    paths = [lake.locate(lake.receipt_marker(*key))[1] for key in keys]
     infos = fs.get_file_info(paths)
     return {key for key, info in zip(keys, infos) if info.type != pafs.FileType.NotFound}
 
 
-def complete_all(lake: str, partitions: list[ReceiptPartition]) -> None:
+def complete_all(lake: Lake, partitions: list[ReceiptPartition]) -> None:
     """Write the markers of `partitions`, concurrently (tiny objects: on a bucket each is a round
     trip). Each one completes its partition on its own; a crash leaves some written, which the
     replayed batch finds (complete_among) and keeps."""
@@ -107,8 +104,8 @@ def complete_all(lake: str, partitions: list[ReceiptPartition]) -> None:
         list(pool.map(lambda partition: complete(lake, partition), partitions))
 
 
-def read_marker(lake: str, event_date: str, receipt_ts: str) -> ReceiptPartition | None:
-    payload = storage.read_json(marker_path(lake, event_date, receipt_ts))
+def read_marker(lake: Lake, event_date: str, receipt_ts: str) -> ReceiptPartition | None:
+    payload = lake.read_json(lake.receipt_marker(event_date, receipt_ts))
     return None if payload is None else ReceiptPartition(**payload)
 
 
@@ -117,7 +114,7 @@ class ReceiptRef:
     """A complete receipt partition known from listings: its key and, when the plan needed it, the
     latest end of its panes (the receipt index's end entry). Its marker is read only when another
     of its facts is asked for (`rows`: the few new partitions of an incremental run)."""
-    lake: str
+    lake: Lake
     event_date: str
     receipt_ts: str
     end: str | None = None
@@ -137,7 +134,7 @@ class ReceiptRef:
         return self.marker.rows
 
 
-def read_markers(lake: str, keys: list[tuple[str, str]]) -> list[ReceiptPartition]:
+def read_markers(lake: Lake, keys: list[tuple[str, str]]) -> list[ReceiptPartition]:
     """The markers of complete partitions among (event_date, receipt_ts) keys, read concurrently
     (tiny objects: on a bucket, concurrency hides the latency); missing ones are left out."""
     if not keys:
@@ -157,25 +154,25 @@ def load_markers(refs: list[ReceiptRef]) -> None:
         marker = found.get((ref.event_date, ref.receipt_ts))
         if marker is None:
             raise FileNotFoundError(f"the marker of a complete receipt partition is gone: "
-                                    f"{marker_path(ref.lake, ref.event_date, ref.receipt_ts)}")
+                                    f"{ref.lake.receipt_marker(ref.event_date, ref.receipt_ts)}")
         ref.__dict__["_marker"] = marker  # frozen dataclass: the cache bypasses __setattr__ on purpose
 
 
-def complete_names(lake: str, event_date: str) -> list[str]:
+def complete_names(lake: Lake, event_date: str) -> list[str]:
     """Receipt timestamps of the complete partitions of one event date, oldest first: one recursive
     listing of the date's folder, markers recognised by name (none read)."""
     import pyarrow.fs as pafs
 
-    fs, root = storage.resolve(layout.event_date_dir(lake, event_date))
+    fs, root = lake.locate(lake.event_date_dir(event_date))
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
         return []
     out = []
     for info in infos:
-        if info.base_name != layout.RECEIPT_MARKER:
+        if info.base_name != RECEIPT_MARKER:
             continue
-        folder = info.path[:-len(layout.RECEIPT_MARKER)].rstrip("/").rsplit("/", 1)[-1]
+        folder = info.path[:-len(RECEIPT_MARKER)].rstrip("/").rsplit("/", 1)[-1]
         value = layout.partition_value(folder, "receipt_ts")
         try:
             out.append(layout.check_receipt_ts(value))
@@ -184,14 +181,14 @@ def complete_names(lake: str, event_date: str) -> list[str]:
     return sorted(out)
 
 
-def list_receipt_names(lake: str, event_date: str) -> list[str]:
+def list_receipt_names(lake: Lake, event_date: str) -> list[str]:
     """Receipt timestamps of the partition folders of one event date, complete or not, oldest first:
     one listing, no marker read (the caller reads the markers of those it needs)."""
-    return storage.list_partition_values(layout.event_date_dir(lake, event_date), "receipt_ts",
+    return lake.list_partition_values(lake.event_date_dir(event_date), "receipt_ts",
                                          layout.check_receipt_ts)
 
 
-def complete_and_pending(lake: str, event_date: str, included: set[str]) -> tuple[list[str], list[str]]:
+def complete_and_pending(lake: Lake, event_date: str, included: set[str]) -> tuple[list[str], list[str]]:
     """(receipt timestamps of the complete partitions of event_date, those of them not among the
     version's `included` keys 'YYYY-MM-DD/receipt_ts'), oldest first: one listing, and the markers
     checked only of the partitions the version lacks (a version includes complete ones only), in
@@ -203,16 +200,16 @@ def complete_and_pending(lake: str, event_date: str, included: set[str]) -> tupl
     return [ts for ts in names if f"{event_date}/{ts}" in included or (event_date, ts) in complete], pending
 
 
-def list_receipts(lake: str, event_date: str) -> list[str]:
+def list_receipts(lake: Lake, event_date: str) -> list[str]:
     """Receipt timestamps of the complete partitions of one event date, oldest first."""
     return [ts for ts in list_receipt_names(lake, event_date) if is_complete(lake, event_date, ts)]
 
 
-def list_event_dates(lake: str) -> list[str]:
-    return storage.list_event_dates(layout.sessions_root(lake))
+def list_event_dates(lake: Lake) -> list[str]:
+    return lake.list_event_dates(lake.sessions_root())
 
 
-def reindex(lake: str, progress=None) -> int:
+def reindex(lake: Lake, progress=None) -> int:
     """Register every existing receipt partition in the receipt index (a lake written before the
     index: `tidemark reindex`), then mark the index complete. Idempotent, and safe while the stream
     runs (it registers what it writes meanwhile). Returns how many partitions reach later dates."""

@@ -42,6 +42,7 @@ from tidemark import (layout, names, obligations, planning, publish, receipt_ind
 from tidemark.logs import get_logger
 from tidemark import times
 from tidemark.times import iso_z
+from tidemark.lake import Lake
 
 log = get_logger("reconcile")
 
@@ -51,7 +52,7 @@ ACTIVE_STATES = ("queued", "running")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def rules_changed_since(lake: str, version: dict, in_force=None) -> str | None:
+def rules_changed_since(lake: Lake, version: dict, in_force=None) -> str | None:
     """Why the lake's session rules (tidemark.rules_record) differ from those `version` was computed
     with, or None. `in_force`: rules_record.rules_in_force(lake), when the caller read it already."""
     rules, _, recorded = in_force or rules_record.rules_in_force(lake)
@@ -114,7 +115,7 @@ def _receipt_time(key: str) -> datetime:
 FULL_EVERY = timedelta(hours=24)
 
 
-def staleness(lake: str, event_dates: list[str] | None = None, full: bool = False,
+def staleness(lake: Lake, event_dates: list[str] | None = None, full: bool = False,
               now: datetime | None = None) -> list[Staleness]:
     """Every event date of the lake (or of `event_dates`) with why its current version is stale;
     dates that are up to date are left out.
@@ -152,11 +153,11 @@ def staleness(lake: str, event_dates: list[str] | None = None, full: bool = Fals
     return out
 
 
-def _read_cursor(lake: str) -> dict | None:
-    return storage.read_json(layout.reconcile_cursor_path(lake))
+def _read_cursor(lake: Lake) -> dict | None:
+    return lake.read_json(lake.reconcile_cursor())
 
 
-def last_pass_head(lake: str) -> str | None:
+def last_pass_head(lake: Lake) -> str | None:
     """The head the last pass started from: the next pass reads the arrivals after it (tidemark.gc
     keeps those), or None."""
     return (_read_cursor(lake) or {}).get("head")
@@ -167,7 +168,7 @@ class Cursor:
     """Where the last pass stopped (<lake>/_reconcile/cursor.json): the receipt index's head it read
     before looking, the dates it found stale, the rules it judged by, and when it last walked every
     date. Each pass writes a whole new cursor: two passes at once leave one of two valid states."""
-    lake: str
+    lake: Lake
     head: str | None        # the head read at this pass's start: every partition up to it is complete
     previous: dict | None   # the last pass's cursor
     rules: str
@@ -175,7 +176,7 @@ class Cursor:
     walked_at: str
 
     @classmethod
-    def start(cls, lake: str, rules, now: datetime, full: bool) -> "Cursor":
+    def start(cls, lake: Lake, rules, now: datetime, full: bool) -> "Cursor":
         # The head first: partitions received up to it are complete and their arrivals written, so
         # the next pass, starting from it, misses none that completes later.
         head = receipt_index.head(lake)
@@ -208,12 +209,12 @@ class Cursor:
     def save(self, stale: list[str], examined: int) -> None:
         if self.head is None or not receipt_index.is_complete(self.lake):
             return  # nothing to start the next pass from: it walks every date again
-        storage.write_json_atomic(layout.reconcile_cursor_path(self.lake), {
+        self.lake.write_json_atomic(self.lake.reconcile_cursor(), {
             "head": self.head, "stale": sorted(stale), "rules": self.rules,
             "walked_at": self.walked_at, "examined": examined, "at": times.now_iso_z()})
 
 
-def _date_staleness(lake, event_date, current, owed, in_force) -> Staleness:
+def _date_staleness(lake: Lake, event_date, current, owed, in_force) -> Staleness:
     item = Staleness(event_date, current and current.get("version"))
     included = set(current.get("receipts", [])) if current else set()
     _, pending_stamps = receipts.complete_and_pending(lake, event_date, included)
@@ -291,7 +292,7 @@ def decide(stale: list[Staleness], run_state: RunState | None, now: datetime | N
     return out
 
 
-def reconcile(lake: str, client=None, dag_id: str | None = None, trigger: bool = False,
+def reconcile(lake: Lake, client=None, dag_id: str | None = None, trigger: bool = False,
               now: datetime | None = None, grace: timedelta = DEFAULT_GRACE,
               max_attempts: int = DEFAULT_MAX_ATTEMPTS, full: bool = False) -> tuple[list[Staleness], list[Decision]]:
     """Find stale dates and, with `trigger`, start their runs through the Airflow REST client

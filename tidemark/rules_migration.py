@@ -24,6 +24,7 @@ from typing import Callable
 from tidemark import publish, rules_record, storage, layout
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 log = get_logger("rules")
 
@@ -43,7 +44,7 @@ class Migration:
                 "seconds": self.seconds}
 
 
-def target_rules(lake: str, requested: SessionRules | dict) -> SessionRules:
+def target_rules(lake: Lake, requested: SessionRules | dict) -> SessionRules:
     """The rules to migrate to: a full set, or the typed options over the lake's current rules."""
     if isinstance(requested, SessionRules):
         return requested
@@ -51,12 +52,12 @@ def target_rules(lake: str, requested: SessionRules | dict) -> SessionRules:
     return rules.with_overrides(requested)
 
 
-def event_dates(lake: str) -> list[str]:
+def event_dates(lake: Lake) -> list[str]:
     """Every date with receipt partitions or published versions, oldest first."""
-    return sorted(set(storage.list_event_dates(layout.sessions_root(lake))) | set(publish.list_dedup_dates(lake)))
+    return sorted(set(lake.list_event_dates(lake.sessions_root())) | set(publish.list_dedup_dates(lake)))
 
 
-def stale_dates(lake: str, rules: SessionRules | None = None) -> list[dict]:
+def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
     """Dates whose current version was made under other rules than the lake's: {event_date, version,
     rules_id, gap}. No Spark: markers only."""
     rules = rules or rules_record.rules_in_force(lake)[0]
@@ -69,7 +70,7 @@ def stale_dates(lake: str, rules: SessionRules | None = None) -> list[dict]:
     return out
 
 
-def migrate(lake: str, rules: SessionRules, spark=None, recorded_by: str = "tidemark rules migrate",
+def migrate(lake: Lake, rules: SessionRules, spark=None, recorded_by: str = "tidemark rules migrate",
             on_result: Callable | None = None) -> Migration:
     """Make `rules` the lake's rules and every date's current version one made under them."""
     from tidemark.dedup import run_dedup

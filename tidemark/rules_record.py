@@ -41,6 +41,7 @@ from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.sessions import DEFAULT_GAP_BOUNDARY, RULE_NAMES, SessionRules
 from tidemark.times import now_iso_z
+from tidemark.lake import Lake
 
 log = get_logger("rules")
 
@@ -115,17 +116,17 @@ def parse_record(doc: object, where: str = "rules record") -> Recorded:
                     doc["recorded_by"], doc["previous_rules_id"])
 
 
-def _sequences(lake: str) -> list[int]:
+def _sequences(lake: Lake) -> list[int]:
     found = []
-    for name in storage.list_dir(layout.rules_dir(lake)):
+    for name in lake.list_dir(lake.rules_dir()):
         match = _RECORD_NAME.match(name)
         if match and int(match.group(1)) > 0:
             found.append(int(match.group(1)))
     return sorted(found)
 
 
-def _read(lake: str, sequence: int) -> Recorded:
-    path = layout.rules_record_path(lake, sequence)
+def _read(lake: Lake, sequence: int) -> Recorded:
+    path = lake.rules_record(sequence)
     try:
         doc = storage.read_json(path)
     except ValueError as exc:  # not JSON
@@ -138,12 +139,12 @@ def _read(lake: str, sequence: int) -> Recorded:
     return record
 
 
-def history(lake: str) -> list[Recorded]:
+def history(lake: Lake) -> list[Recorded]:
     """Every rules record of the lake, oldest first ([] for a lake without a record)."""
     return [_read(lake, sequence) for sequence in _sequences(lake)]
 
 
-def current(lake: str) -> Recorded | None:
+def current(lake: Lake) -> Recorded | None:
     """The lake's rules and their id (the newest record), or None when the lake has no record.
 
     rules_in_force() adds the defaults for a lake without a record.
@@ -152,7 +153,7 @@ def current(lake: str) -> Recorded | None:
     return _read(lake, sequences[-1]) if sequences else None
 
 
-def rules_in_force(lake: str) -> tuple[SessionRules, str, Recorded | None]:
+def rules_in_force(lake: Lake) -> tuple[SessionRules, str, Recorded | None]:
     """(rules, rules_id, record): the recorded rules, or the defaults for a lake without a record."""
     recorded = current(lake)
     rules = recorded.rules if recorded else SessionRules()
@@ -188,7 +189,7 @@ def same_rules(a: dict, b: dict) -> bool:
     return a.get("gap") == b.get("gap")
 
 
-def outdated(lake: str, marker: dict) -> str | None:
+def outdated(lake: Lake, marker: dict) -> str | None:
     """Why a run's version must not be published (the lake's rules changed while it ran), or None.
 
     Checked at commit time, so that a run started before a migration cannot publish old-rules
@@ -212,7 +213,7 @@ def _given(requested: SessionRules | dict | None) -> tuple[SessionRules | None, 
     return SessionRules().with_overrides(requested), tuple(n for n in RULE_NAMES if n in requested)
 
 
-def mismatch(lake: str, recorded: Recorded, given: SessionRules, names: tuple[str, ...], who: str) -> str:
+def mismatch(lake: Lake, recorded: Recorded, given: SessionRules, names: tuple[str, ...], who: str) -> str:
     """The refusal message: both values of each rule that differs, and what to do instead."""
     differing = [n for n in names if getattr(recorded.rules, n) != getattr(given, n)]
     pairs = "; ".join(f"{OPTION[n]} {given.value(n)} given, the lake records {recorded.rules.value(n)}"
@@ -224,7 +225,7 @@ def mismatch(lake: str, recorded: Recorded, given: SessionRules, names: tuple[st
             f"`tidemark rules migrate --lake {lake} {migrate}` (records them and re-deduplicates every date).")
 
 
-def check(lake: str, requested: SessionRules | dict | None, who: str) -> tuple[SessionRules, Recorded | None]:
+def check(lake: Lake, requested: SessionRules | dict | None, who: str) -> tuple[SessionRules, Recorded | None]:
     """The rules a command must use: the lake's, with the requested ones checked against them.
 
     Requested rules that disagree raise RulesMismatch naming both values. A lake without a record
@@ -239,7 +240,7 @@ def check(lake: str, requested: SessionRules | dict | None, who: str) -> tuple[S
     return recorded.rules, recorded
 
 
-def for_dedup(lake: str, requested: SessionRules | dict | None = None) -> tuple[SessionRules, str]:
+def for_dedup(lake: Lake, requested: SessionRules | dict | None = None) -> tuple[SessionRules, str]:
     """(rules, rules_id) for deduplicating a date of this lake: see check()."""
     rules, recorded = check(lake, requested, "dedup")
     if recorded is None:
@@ -256,9 +257,9 @@ def _now() -> str:
     return now_iso_z()
 
 
-def _create(lake: str, record: Recorded) -> Recorded:
+def _create(lake: Lake, record: Recorded) -> Recorded:
     """Write record number `record.sequence` unless it exists; returns the record that is there."""
-    path = layout.rules_record_path(lake, record.sequence)
+    path = lake.rules_record(record.sequence)
     text = json.dumps(record.to_json(), sort_keys=True, indent=1) + "\n"
     if storage.create_text_if_absent(path, text):
         log.info("session rules recorded", lake=lake, sequence=record.sequence, rules_id=record.rules_id,
@@ -267,7 +268,7 @@ def _create(lake: str, record: Recorded) -> Recorded:
     return _read(lake, record.sequence)
 
 
-def ensure(lake: str, requested: SessionRules | dict | None, recorded_by: str) -> Recorded:
+def ensure(lake: Lake, requested: SessionRules | dict | None, recorded_by: str) -> Recorded:
     """The stream's first start on a lake records its rules; later starts must bring the same ones.
 
     Returns the lake's record. Raises RulesMismatch when the lake records other rules, or when
@@ -276,7 +277,7 @@ def ensure(lake: str, requested: SessionRules | dict | None, recorded_by: str) -
     rules, recorded = check(lake, requested, recorded_by)
     if recorded is not None:
         return recorded
-    legacy = bool(storage.list_event_dates(layout.sessions_root(lake)))
+    legacy = bool(lake.list_event_dates(lake.sessions_root()))
     reason = ("adopted: the lake was written before rules were recorded" if legacy
               else "first start on an empty lake")
     if legacy:
@@ -291,7 +292,7 @@ def ensure(lake: str, requested: SessionRules | dict | None, recorded_by: str) -
     return there
 
 
-def record_change(lake: str, rules: SessionRules, recorded_by: str, reason: str = "migration") -> Recorded:
+def record_change(lake: Lake, rules: SessionRules, recorded_by: str, reason: str = "migration") -> Recorded:
     """Make `rules` the lake's rules by adding a record (a no-op when they already are).
 
     The new record's number is the current one + 1, created only if absent: of two concurrent

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from tidemark import layout, reader, storage
 from tidemark.logs import get_logger
+from tidemark.lake import Lake
 
 log = get_logger("session_metrics")
 
@@ -62,16 +63,16 @@ def from_sessions(event_date: str, version: str | None, rows) -> dict:
     return compute(event_date, version, table)
 
 
-def default_root(lake: str) -> str:
+def default_root(lake: Lake) -> str:
     """Where the example DAG writes when no root is configured (a team points it at its own bucket)."""
-    return layout.join(lake, "_products", "daily_session_metrics")
+    return lake.product_dir("daily_session_metrics")
 
 
 def partition_path(out_root: str, event_date: str) -> str:
     return layout.join(out_root, f"event_date={layout.check_event_date(event_date)}", FILE)
 
 
-def rebuild(lake: str, event_date: str, out_root: str) -> dict:
+def rebuild(lake: Lake, event_date: str, out_root: str) -> dict:
     """Read the date's current corrected version, compute its metrics, replace its partition."""
     event_date = layout.check_event_date(event_date)
     sessions = reader.read_sessions(lake, event_date, columns=INPUT_COLUMNS)

@@ -11,7 +11,7 @@ import json
 import os
 import time
 import uuid
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pyarrow.fs as pafs
 
@@ -35,13 +35,19 @@ def is_local(uri: str) -> bool:
 
 
 def exists(uri: str) -> bool:
-    fs, path = resolve(uri)
+    return exists_at(*resolve(uri))
+
+
+def exists_at(fs: pafs.FileSystem, path: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
 def read_text(uri: str) -> str | None:
     """The file's text, or None when it does not exist."""
-    fs, path = resolve(uri)
+    return read_text_at(*resolve(uri))
+
+
+def read_text_at(fs: pafs.FileSystem, path: str) -> str | None:
     try:
         with fs.open_input_stream(path) as stream:
             return stream.read().decode("utf-8")
@@ -50,13 +56,20 @@ def read_text(uri: str) -> str | None:
 
 
 def read_json(uri: str) -> dict | None:
-    text = read_text(uri)
+    return read_json_at(*resolve(uri))
+
+
+def read_json_at(fs: pafs.FileSystem, path: str) -> dict | None:
+    text = read_text_at(fs, path)
     return None if text is None else json.loads(text)
 
 
 def write_text_atomic(uri: str, text: str) -> None:
     """Write a whole file so that a reader sees either the old content or the new, never a part."""
-    fs, path = resolve(uri)
+    write_text_atomic_at(*resolve(uri), text)
+
+
+def write_text_atomic_at(fs: pafs.FileSystem, path: str, text: str) -> None:
     parent = path.rsplit("/", 1)[0]
     fs.create_dir(parent, recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
@@ -70,12 +83,19 @@ def write_text_atomic(uri: str, text: str) -> None:
 
 
 def write_json_atomic(uri: str, payload: dict) -> None:
-    write_text_atomic(uri, json.dumps(payload, sort_keys=True, indent=1, default=str) + "\n")
+    write_json_atomic_at(*resolve(uri), payload)
+
+
+def write_json_atomic_at(fs: pafs.FileSystem, path: str, payload: dict) -> None:
+    write_text_atomic_at(fs, path, json.dumps(payload, sort_keys=True, indent=1, default=str) + "\n")
 
 
 def list_dir(uri: str) -> list[str]:
     """Names (not paths) of the entries directly inside a folder; [] when it does not exist."""
-    fs, path = resolve(uri)
+    return list_dir_at(*resolve(uri))
+
+
+def list_dir_at(fs: pafs.FileSystem, path: str) -> list[str]:
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
@@ -84,7 +104,10 @@ def list_dir(uri: str) -> list[str]:
 
 
 def list_subdirs(uri: str) -> list[str]:
-    fs, path = resolve(uri)
+    return list_subdirs_at(*resolve(uri))
+
+
+def list_subdirs_at(fs: pafs.FileSystem, path: str) -> list[str]:
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
@@ -93,13 +116,19 @@ def list_subdirs(uri: str) -> list[str]:
 
 
 def delete_dir(uri: str) -> None:
-    fs, path = resolve(uri)
+    delete_dir_at(*resolve(uri))
+
+
+def delete_dir_at(fs: pafs.FileSystem, path: str) -> None:
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)
 
 
 def delete_file(uri: str) -> None:
-    fs, path = resolve(uri)
+    delete_file_at(*resolve(uri))
+
+
+def delete_file_at(fs: pafs.FileSystem, path: str) -> None:
     try:
         fs.delete_file(path)
     except FileNotFoundError:
@@ -116,14 +145,14 @@ def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
             yield info.path
 
 
-def list_partition_values(root: str, key: str, check) -> list[str]:
-    """The values of the `key=value` folders directly under root that `check` (a layout check)
-    accepts, sorted. Others (written by hand, or by something else) are skipped, so a stray folder
-    can never become a path or a run."""
+def partition_values(names: Iterable[str], key: str, check: Callable[[str], str]) -> list[str]:
+    """The values of the `key=value` folder names that `check` (a layout check) accepts, sorted.
+    Others (written by hand, or by something else) are skipped, so a stray folder can never become
+    a path or a run."""
     from tidemark import layout  # layout has no I/O; storage is what lists
 
     out = []
-    for name in list_subdirs(root):
+    for name in names:
         value = layout.partition_value(name, key)
         if value is None:
             continue
@@ -132,6 +161,11 @@ def list_partition_values(root: str, key: str, check) -> list[str]:
         except layout.InvalidPartitionValue:
             continue
     return sorted(out)
+
+
+def list_partition_values(root: str, key: str, check: Callable[[str], str]) -> list[str]:
+    """The checked values of the `key=value` folders directly under root (see partition_values)."""
+    return partition_values(list_subdirs(root), key, check)
 
 
 def list_event_dates(root: str) -> list[str]:
@@ -153,7 +187,10 @@ def create_text_if_absent(uri: str, text: str, settle_seconds: float = 2.0) -> b
     Two writers can then both get True only if one wrote more than `settle_seconds` after it found
     the name free, so callers on object stores read the file again later (see rules_record).
     """
-    fs, path = resolve(uri)
+    return create_text_if_absent_at(*resolve(uri), text, settle_seconds)
+
+
+def create_text_if_absent_at(fs: pafs.FileSystem, path: str, text: str, settle_seconds: float = 2.0) -> bool:
     parent, name = path.rsplit("/", 1)
     fs.create_dir(parent, recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
@@ -174,4 +211,4 @@ def create_text_if_absent(uri: str, text: str, settle_seconds: float = 2.0) -> b
     with fs.open_output_stream(path) as out:
         out.write(text.encode("utf-8"))
     time.sleep(settle_seconds)
-    return read_text(uri) == text
+    return read_text_at(fs, path) == text

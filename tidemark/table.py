@@ -32,13 +32,12 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ra
 
 from tidemark import layout, storage
 from tidemark.logs import get_logger
+from tidemark.lake import Lake
 
 log = get_logger("table")
 
 CATALOG_NAME = os.environ.get("TIDEMARK_CATALOG", "tidemark")
 DEFAULT_IDENTIFIER = "tidemark.sessions_dedup"
-LOCAL_CATALOG = "_catalog/iceberg.db"
-LAKE_CATALOG_CONFIG = "_catalog/catalog.json"
 _CATALOG_TYPES = ("rest", "sql", "glue", "hive", "bigquery")
 PARTITION_COLUMN = "event_date"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,9 +101,9 @@ def partition_spec(table_schema):
                                         transform=IdentityTransform(), name=PARTITION_COLUMN))
 
 
-def table_location(lake: str) -> str:
+def table_location(lake: Lake) -> str:
     """Where the table lives: `<lake>/sessions_dedup`, as a URI pyiceberg and engines resolve."""
-    return _uri(layout.dedup_root(lake))
+    return _uri(lake.dedup_root())
 
 
 def _uri(path: str) -> str:
@@ -126,7 +125,7 @@ _catalogs: dict[tuple, object] = {}
 _lock = threading.Lock()
 
 
-def catalog_config(lake: str) -> dict:
+def catalog_config(lake: Lake) -> dict:
     """The properties of the catalog that holds this lake's table (see the module docstring)."""
     from pyiceberg.utils.config import Config
 
@@ -136,27 +135,27 @@ def catalog_config(lake: str) -> dict:
     in_lake = _lake_config(lake)
     if in_lake is not None:
         return in_lake
-    if not storage.is_local(lake):
+    if not lake.is_local:
         raise CatalogNotConfigured(
             f"lake {lake} is not a local folder, so its Iceberg catalog must be configured: set "
             f"PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__URI (postgresql+psycopg2://... for a SQL catalog) "
             f"or PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__TYPE=rest with its __URI and __WAREHOUSE "
-            f"(see docs/production.md), or write its properties to {layout.join(lake, LAKE_CATALOG_CONFIG)}")
-    root = storage.resolve(lake)[1]
-    return {"type": "sql", "uri": f"sqlite:///{root}/{LOCAL_CATALOG}", "warehouse": _uri(root)}
+            f"(see docs/production.md), or write its properties to {lake.catalog_config()}")
+    local_catalog = lake.locate(lake.local_catalog())[1]
+    return {"type": "sql", "uri": f"sqlite:///{local_catalog}", "warehouse": _uri(lake.root)}
 
 
-_lake_configs: dict[str, dict | None] = {}
+_lake_configs: dict[Lake, dict | None] = {}
 
 
-def _lake_config(lake: str) -> dict | None:
+def _lake_config(lake: Lake) -> dict | None:
     """The catalog properties kept in the lake (read once per process), checked."""
     if lake not in _lake_configs:
-        config = storage.read_json(layout.join(lake, LAKE_CATALOG_CONFIG))
+        config = lake.read_json(lake.catalog_config())
         if config is not None:
             if not isinstance(config, dict) or config.get("type") not in _CATALOG_TYPES \
                     or not isinstance(config.get("uri", ""), str):
-                raise ValueError(f"{layout.join(lake, LAKE_CATALOG_CONFIG)}: expected a JSON object of pyiceberg "
+                raise ValueError(f"{lake.catalog_config()}: expected a JSON object of pyiceberg "
                                  f"catalog properties with \"type\" one of {', '.join(_CATALOG_TYPES)}")
             config = {k: v for k, v in config.items() if not k.startswith("_")}  # "_comment" keys
         _lake_configs[lake] = config
@@ -171,7 +170,7 @@ def _transient():
     return (OperationalError,)
 
 
-def catalog(lake: str):
+def catalog(lake: Lake):
     """The (cached, thread-safe) pyiceberg catalog of this lake."""
     config = catalog_config(lake)
     key = tuple(sorted(config.items()))
@@ -193,9 +192,9 @@ def _open_catalog(config: dict):
     return load_catalog(CATALOG_NAME, **config)
 
 
-def exists(lake: str) -> bool:
+def exists(lake: Lake) -> bool:
     """Whether the lake has its table yet (never creates anything)."""
-    if storage.is_local(lake) and not storage.exists(layout.join(lake, LOCAL_CATALOG)) \
+    if lake.is_local and not lake.exists(lake.local_catalog()) \
             and not _configured() and _lake_config(lake) is None:
         return False
     return catalog(lake).table_exists(identifier())
@@ -207,7 +206,7 @@ def _configured() -> bool:
     return bool(Config().get_catalog_config(CATALOG_NAME))
 
 
-def load(lake: str, create: bool = False):
+def load(lake: Lake, create: bool = False):
     """The lake's table, freshly loaded from its catalog (None when it does not exist and not create).
 
     Refuses a table that lives elsewhere: a catalog shared by several lakes must not mix them up.
@@ -230,13 +229,13 @@ def load(lake: str, create: bool = False):
 
 @retry(retry=retry_if_exception_type(_transient()), stop=stop_after_attempt(8),
        wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
-def _load(lake: str):
+def _load(lake: Lake):
     return catalog(lake).load_table(identifier())
 
 
 @retry(retry=retry_if_exception_type(_transient()), stop=stop_after_attempt(8),
        wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
-def _create(lake: str):
+def _create(lake: Lake):
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
     from sqlalchemy.exc import IntegrityError
 
@@ -264,7 +263,7 @@ def _create(lake: str):
     return table
 
 
-def drop(lake: str) -> None:
+def drop(lake: Lake) -> None:
     """Remove the lake's table: its catalog entry and its folder (benchmarks and tests start over)."""
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -273,4 +272,4 @@ def drop(lake: str) -> None:
             catalog(lake).drop_table(identifier())
         except NoSuchTableError:
             pass
-    storage.delete_dir(layout.dedup_root(lake))
+    lake.delete_dir(lake.dedup_root())

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import sys
 
-from tidemark.commands.options import EVENT_DATE, UsageError, add_session_options, user_input
+from tidemark.commands.options import EVENT_DATE, UsageError, add_session_options, user_input, LAKE
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("dedup", help="deduplicate one event date (Spark SQL) and publish it",
                               description=__doc__)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="the event date, YYYY-MM-DD (UTC)")
     add_session_options(p)
     p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")

@@ -63,6 +63,7 @@ def _demo(args, console, stack) -> int:
     from tidemark.demo import charts, report, waves as wavelib, wait
     from tidemark.localstack.stack import StackError
     from tidemark import rules_record
+    from tidemark.lake import Lake
 
     began = time.monotonic()
     timings: dict = {}
@@ -81,6 +82,7 @@ def _demo(args, console, stack) -> int:
                 console.log(text)
 
         settings = stack.up(say=say, timeout=args.timeout)
+    lake = Lake.open(settings.lake)
     timings["stack_up"] = dict(stack.timings)
     from tidemark.commands.status import print_status
     print_status(stack, console)
@@ -118,14 +120,14 @@ def _demo(args, console, stack) -> int:
     timings["total_s"] = round(time.monotonic() - began, 1)
 
     console.rule("3. report")
-    rules = rules_record.rules_in_force(settings.lake)[0]  # what the stream and the DAG used
-    checks = batch_reference.check_lake(settings.lake, settings.landing, rules)
-    data = report.collect(settings.lake, waves, wave_rows, all_runs, checks, timings,
+    rules = rules_record.rules_in_force(lake)[0]  # what the stream and the DAG used
+    checks = batch_reference.check_lake(lake, settings.landing, rules)
+    data = report.collect(lake, waves, wave_rows, all_runs, checks, timings,
                           {**dataclasses.asdict(workload), **counts})
     from tidemark import publish, session_metrics
-    corrected_dates = [d for d in publish.list_dedup_dates(settings.lake) if len(data["versions"].get(d, [])) > 1]
-    data["notices"] = report.notices_report(settings.lake)
-    data["consumer"] = report.consumer_report(session_metrics.default_root(settings.lake), settings.landing,
+    corrected_dates = [d for d in publish.list_dedup_dates(lake) if len(data["versions"].get(d, [])) > 1]
+    data["notices"] = report.notices_report(lake)
+    data["consumer"] = report.consumer_report(session_metrics.default_root(lake), settings.landing,
                                               rules, corrected_dates)  # the boundary too
     data["ok"] = data["ok"] and all(r["ok"] for r in data["consumer"]) and all(
         r["state"] == "sent" for r in data["notices"]["corrected"])
@@ -159,14 +161,16 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
     """Wait until every receipt partition so far is advertised, every notice's DAG run has finished
     (none failed), and every date's current version includes all its receipts; seconds taken."""
     from tidemark import inspect
+    from tidemark.lake import Lake
     from tidemark.demo import wait
     from tidemark.localstack.stack import StackError
 
     began = time.monotonic()
+    lake = Lake.open(settings.lake)
     sent: list = []
 
     def notices():
-        done, text, found = wait.notices_sent(settings.lake)
+        done, text, found = wait.notices_sent(lake)
         sent[:] = found
         return done, text
 
@@ -187,18 +191,18 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
     if failed:
         raise StackError("airflow", f"DAG run {failed[0]['dag_run_id']} failed ({len(failed)} failed)",
                          wait.run_log_hint(stack, failed[0]))
-    wait.until(lambda: wait.versions_current(settings.lake), args.timeout, f"{label}: corrected partitions",
+    wait.until(lambda: wait.versions_current(lake), args.timeout, f"{label}: corrected partitions",
                progress, lambda s: StackError("airflow (tidemark_dedup)", f"partitions still pending: {s}",
                                               os.path.join(stack.home, "airflow", "logs")), stack)
     # The corrected notices sent, and the example consumer DAG rebuilt every date from its current
     # version (asset-triggered runs of example_session_metrics).
     from tidemark import session_metrics
-    wait.until(lambda: wait.consumer_caught_up(settings.lake, session_metrics.default_root(settings.lake)),
+    wait.until(lambda: wait.consumer_caught_up(lake, session_metrics.default_root(lake)),
                args.timeout, f"{label}: corrected notices and the example consumer", progress,
                lambda s: StackError("airflow (example_session_metrics) / notify_corrected", f"not caught up: {s}",
                                     os.path.join(stack.home, "airflow", "logs")), stack)
     took = round(time.monotonic() - began, 1)
-    versions = ", ".join(f"{r['event_date']} v{r['version']}" for r in inspect.partitions(settings.lake))
+    versions = ", ".join(f"{r['event_date']} v{r['version']}" for r in inspect.partitions(lake))
     console.log(f"{label}: {len(sent)} notices, {len(all_runs)} DAG runs done; current: {versions} ({took:.0f}s)")
     return took
 

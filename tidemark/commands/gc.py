@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tidemark.commands.options import checked
+from tidemark.commands.options import checked, LAKE
 
 
 def _retention(text: str):
@@ -20,7 +20,7 @@ def _retention(text: str):
 def register(subparsers) -> None:
     p = subparsers.add_parser("gc", help="expire old snapshots and remove unreferenced files after a retention",
                               description=__doc__)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--retention", default="7d", type=checked(_retention, "retention"),
                    help="keep what stopped being current for this long (at least 1h)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")

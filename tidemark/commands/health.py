@@ -31,7 +31,7 @@ def run(args) -> int:
     from tidemark.commands.slo_options import objectives, run_state
     from tidemark.health import breaches, read_lake
 
-    if not os.path.exists(args.lake) and "://" not in args.lake:
+    if args.lake.is_local and not os.path.exists(args.lake.root):
         raise UsageError(f"no lake at {args.lake}")
     reading = read_lake(args.lake, run_state(args), max_attempts=args.max_attempts)
     found = breaches(reading, objectives(args))

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 
-from tidemark.commands.options import EVENT_DATE, add_airflow_options, read_airflow_password
+from tidemark.commands.options import EVENT_DATE, add_airflow_options, read_airflow_password, LAKE
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("history", help="an event date's receipts, notices, DAG runs and versions",
                               description=__doc__)
     add_airflow_options(p)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="YYYY-MM-DD")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     p.set_defaults(handler=run)

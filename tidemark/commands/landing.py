@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import sys
 
+from tidemark.commands.options import LAKE
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("landing", help="what the stream has not read from the landing, and why",
                               description=__doc__)
     p.add_argument("--landing", required=True, help="landing folder or URI")
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--archive", default=None, help="the stream's archive folder (tidemark stream --archive)")
     p.add_argument("--format", choices=["json", "table"], default="table", help="one JSON object, or a table")
     p.set_defaults(handler=run)

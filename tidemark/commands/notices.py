@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tidemark.commands.options import POSITIVE_FLOAT, TOPIC, UsageError
+from tidemark.commands.options import POSITIVE_FLOAT, TOPIC, UsageError, LAKE
 
 _COLUMNS = ("state", "kind", "event_date", "receipt_ts", "partitions", "rows", "events", "late",
             "notice_id", "published_at")
@@ -24,7 +24,7 @@ TOPICS = ("availability", "corrected", "all")
 def register(subparsers) -> None:
     p = subparsers.add_parser("notices", help="availability notices: advertised, owed, waiting",
                               description=__doc__)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--format", choices=["table", "jsonl", "summary"], default="table",
                    help="a table, one JSON object per notice, or one JSON object of counts")
     p.add_argument("--topic", choices=TOPICS, default="availability",

@@ -67,6 +67,12 @@ def _event_date(text: str) -> str:
     return check_event_date(text)
 
 
+def _lake(text: str):
+    from tidemark.lake import Lake
+
+    return Lake.open(text)
+
+
 def _duration(text: str):
     from tidemark.durations import parse_duration
 
@@ -98,6 +104,7 @@ def in_range(kind: type, low: float | None = None, high: float | None = None,
 
 
 EVENT_DATE = checked(_event_date, "event_date")
+LAKE = checked(_lake, "lake")  # the adapters open the lake once; everything below takes the handle
 DURATION_TEXT = checked(_duration, "duration", keep_text=True)
 TOPIC = checked(_topic, "topic")
 POSITIVE_INT = checked(in_range(int, low=1), "positive_int")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 
-from tidemark.commands.options import EVENT_DATE
+from tidemark.commands.options import EVENT_DATE, LAKE
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("partitions", help="event dates: current version, pending receipts, lag",
                               description=__doc__)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--json", action="store_true", help="one JSON object per date")
     p.add_argument("--since", type=EVENT_DATE, help="only event dates from this one (YYYY-MM-DD)")
     p.add_argument("--until", type=EVENT_DATE, help="only event dates up to this one (YYYY-MM-DD)")

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import sys
 
+from tidemark.commands.options import LAKE
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("quarantine", help="list quarantined (refused) input lines",
                               description=__doc__)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--format", choices=["jsonl", "table"], default="table",
                    help="one JSON object per line, or a table")
     p.set_defaults(handler=run)

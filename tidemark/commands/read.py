@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from tidemark.commands.options import EVENT_DATE, UsageError, checked
+from tidemark.commands.options import EVENT_DATE, UsageError, checked, LAKE
 
 
 def _as_of(text: str) -> str:
@@ -21,7 +21,7 @@ def _as_of(text: str) -> str:
 def register(subparsers) -> None:
     p = subparsers.add_parser("read", help="print the deduplicated sessions of an event date",
                               description=__doc__)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="YYYY-MM-DD")
     p.add_argument("--as-of", default=None, type=checked(_as_of, "as_of"),
                    help="receipt_ts (20260307T201500123Z) or RFC 3339 time: read as of then")

@@ -21,13 +21,13 @@ import json
 import os
 
 from tidemark.commands.options import (DURATION_TEXT, UsageError, add_airflow_options, checked, in_range,
-                                       read_airflow_password)
+                                       read_airflow_password, LAKE)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("reconcile", help="stale event dates and why; --trigger starts their runs",
                               description=__doc__)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--trigger", action="store_true", help="start a dedup run for each due stale date")
     p.add_argument("--grace", default="10m", type=DURATION_TEXT,
                    help="how old the oldest reason must be before a run is started")
@@ -69,7 +69,7 @@ def run(args) -> int:
     from tidemark.durations import parse_duration
 
     grace = parse_duration(args.grace)
-    if not os.path.exists(args.lake) and "://" not in args.lake:
+    if args.lake.is_local and not os.path.exists(args.lake.root):
         raise UsageError(f"no lake at {args.lake}")
     client = airflow_client(args, required=args.trigger)
     stale, decisions = reconcile.reconcile(args.lake, client, dag_id=args.dag_id, trigger=args.trigger,

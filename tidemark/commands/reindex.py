@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import sys
 
+from tidemark.commands.options import LAKE
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("reindex", help="build the receipt index of a lake written before it (once)",
                               description=__doc__)
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.set_defaults(handler=run)
 
 
@@ -27,6 +29,6 @@ def run(args) -> int:
     with Progress(transient=True) as progress:
         task = progress.add_task("indexing event dates", total=len(dates))
         spanning = receipts.reindex(args.lake, progress=lambda _: progress.advance(task))
-    sys.stdout.write(json.dumps({"lake": args.lake, "event_dates": len(dates),
+    sys.stdout.write(json.dumps({"lake": str(args.lake), "event_dates": len(dates),
                                  "spanning_partitions": spanning, "complete": True}) + "\n")
     return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tidemark.commands.options import add_session_options, user_input
+from tidemark.commands.options import add_session_options, user_input, LAKE
 
 
 def register(subparsers) -> None:
@@ -26,12 +26,12 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
 
     show = sub.add_parser("show", help="the lake's rules, their history, dates made under other rules")
-    show.add_argument("--lake", required=True, help="lake folder or URI")
+    show.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     show.add_argument("--json", action="store_true", help="one JSON object per line instead of tables")
     show.set_defaults(handler=run_show)
 
     migrate = sub.add_parser("migrate", help="record new rules and re-deduplicate every date under them")
-    migrate.add_argument("--lake", required=True, help="lake folder or URI")
+    migrate.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     add_session_options(migrate, "(default: the lake's current value)", boundary=True)
     migrate.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
     migrate.set_defaults(handler=run_migrate)

@@ -2,11 +2,11 @@
 that tells which dates reconciliation gave up on (tidemark/health.py)."""
 from __future__ import annotations
 
-from tidemark.commands.options import DURATION_TEXT, add_airflow_options, checked, in_range
+from tidemark.commands.options import DURATION_TEXT, add_airflow_options, checked, in_range, LAKE
 
 
 def add_slo_options(p) -> None:
-    p.add_argument("--lake", required=True, help="lake folder or URI")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--correction", default="20m", type=DURATION_TEXT,
                    help="SLO: no event date stale (uncorrected receipts, owed rerun) longer than this")
     p.add_argument("--notice-owed", default="10m", type=DURATION_TEXT,

@@ -8,7 +8,7 @@ under them (`tidemark rules migrate`) before the stream starts.
 from __future__ import annotations
 
 from tidemark.commands.options import (DURATION_TEXT, POSITIVE_INT, TOPIC, UsageError,
-                                       add_session_options, user_input)
+                                       add_session_options, user_input, LAKE)
 
 __all__ = ["add_session_options", "config_from_args", "register", "run"]  # add_session_options: moved to options
 
@@ -17,7 +17,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("stream", help="run the streaming job (landing -> sessions lake)",
                               description=__doc__)
     p.add_argument("--landing", required=True, help="landing folder or URI of JSON-lines files")
-    p.add_argument("--lake", required=True, help="lake folder or URI (gs://, file://, ...)")
+    p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI (gs://, file://, ...)")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or URI")
     add_session_options(p, boundary=True)
     p.add_argument("--max-clock-skew", default="1h", metavar="DURATION", type=DURATION_TEXT,  # docs/input-contract.md

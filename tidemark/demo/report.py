@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from tidemark import inspect, publish, reader
 from tidemark.batch_reference import DateCheck, lake_keys
+from tidemark.lake import Lake
 
 STEPS = (("landing -> receipt partition", "landed_at", "received_at"),
          ("receipt -> notice published", "received_at", "notice_published_at"),
@@ -32,7 +33,7 @@ def _wave_of(received: datetime, waves) -> int | None:
     return None if found is None else found.index
 
 
-def receipts_report(lake: str, dates: list[str], waves, all_runs) -> list[dict]:
+def receipts_report(lake: Lake, dates: list[str], waves, all_runs) -> list[dict]:
     rows = []
     landed = {w.index: w.landed_at.astimezone(timezone.utc) for w in waves if w.landed_at}
     for event_date in dates:
@@ -60,7 +61,7 @@ def step_summary(receipt_rows: list[dict]) -> list[dict]:
     return out
 
 
-def corrections(lake: str, event_date: str) -> list[dict]:
+def corrections(lake: Lake, event_date: str) -> list[dict]:
     """Every complete version of a date, oldest first, with what changed against the one before."""
     out, previous = [], None
     for marker in publish.list_versions(lake, event_date):
@@ -83,12 +84,12 @@ def corrections(lake: str, event_date: str) -> list[dict]:
     return out
 
 
-def collect(lake: str, waves, wave_counts: list[dict], all_runs: list[dict] | None, checks: list[DateCheck],
+def collect(lake: Lake, waves, wave_counts: list[dict], all_runs: list[dict] | None, checks: list[DateCheck],
             timings: dict, workload: dict) -> dict:
     dates = [c.event_date for c in checks]
     receipt_rows = receipts_report(lake, dates, waves, all_runs)
     return {
-        "lake": lake,
+        "lake": str(lake),
         "workload": workload,
         "waves": wave_counts,
         "timings_s": timings,
@@ -150,7 +151,7 @@ def _s(value) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
 
-def notices_report(lake: str) -> dict:
+def notices_report(lake: Lake) -> dict:
     """Both topics' notices as the lake records them: availability (counts) and corrected (each)."""
     from tidemark.notices.report import corrected_status, notices_status
 

@@ -16,6 +16,7 @@ from typing import Callable
 from tidemark import inspect, layout, names, runs as run_ids, storage
 from tidemark.localstack.stack import Stack, StackError
 from tidemark.polling import wait_for
+from tidemark.lake import Lake
 
 TERMINAL = ("success", "failed")
 
@@ -77,7 +78,7 @@ def stream_caught_up(checkpoint: str, landed: set[str]) -> tuple[bool, str]:
     return len(done) == len(landed), f"{len(done)}/{len(landed)} files in committed micro-batches"
 
 
-def notices_sent(lake: str) -> tuple[bool, str, list[dict]]:
+def notices_sent(lake: Lake) -> tuple[bool, str, list[dict]]:
     """(all advertised, status, the sent notices)."""
     from tidemark import receipts
 
@@ -105,7 +106,7 @@ def runs_finished(client, sent: list[dict]) -> tuple[bool, str, list[dict]]:
     return not missing and not active, text, all_runs
 
 
-def versions_current(lake: str) -> tuple[bool, str]:
+def versions_current(lake: Lake) -> tuple[bool, str]:
     rows = inspect.partitions(lake)
     pending = sum(r["pending"] for r in rows)
     return pending == 0 and all(r["version"] for r in rows), \
@@ -125,7 +126,7 @@ def component_log(stack: Stack, name: str) -> str:
 
 
 
-def consumer_caught_up(lake: str, out_root: str) -> tuple[bool, str]:
+def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
     """Every date's example-consumer metrics were rebuilt from its current version, and no
     corrected notice is owed."""
     from tidemark import publish, session_metrics

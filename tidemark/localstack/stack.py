@@ -42,6 +42,7 @@ import requests
 from tidemark import names, rules_record, storage
 from tidemark.localstack import process
 from tidemark.logs import read_log_lines
+from tidemark.lake import Lake
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream", "exporter", "prometheus")
@@ -204,7 +205,7 @@ class Stack:
         _check_db_driver(options.get("db_url"))  # before anything is written
         settings = self.configure(**options)
         _check_db_driver(settings.db_url)
-        recorded = rules_record.ensure(settings.lake, rules or None, "tidemark up")
+        recorded = rules_record.ensure(Lake.open(settings.lake), rules or None, "tidemark up")
         say(f"session rules of {settings.lake}: {recorded.describe()}")
         for path in (settings.landing, settings.lake, self.logs_dir):
             os.makedirs(path, exist_ok=True)
@@ -492,7 +493,7 @@ class Stack:
                               "push endpoint of " + names.get("FUNCTION_SUBSCRIPTION")))
         stream = self.record("stream")
         rows.append(self._row("stream", stream, "", lambda: True,
-                              f"{settings.landing} -> {settings.lake}; {_rules_of(settings.lake)}; "
+                              f"{settings.landing} -> {settings.lake}; {_rules_of(Lake.open(settings.lake))}; "
                               f"{last_batch(stream)}"))
         if "exporter" in settings.ports:  # a home set up before the metrics had none
             rows.append(self._row("exporter (lake SLO gauges)", self.record("exporter"),
@@ -538,7 +539,7 @@ def _check_db_driver(db_url: str | None) -> None:
                          ) from None
 
 
-def _rules_of(lake: str) -> str:
+def _rules_of(lake: Lake) -> str:
     """'gap 30m, allowed lateness 1h, watermark delay 10m' as the lake records them."""
     try:
         recorded = rules_record.current(lake)

@@ -28,6 +28,7 @@ from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.notices.outbox import Outbox
 from tidemark.times import parse_iso
+from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -85,7 +86,7 @@ class PendingGroups:
     Thread-safe: the stream's listener adds, the sender thread closes.
     """
 
-    def __init__(self, lake: str, dataset: str, outbox: Outbox):
+    def __init__(self, lake: Lake, dataset: str, outbox: Outbox):
         self.lake = lake
         self.dataset = dataset
         self.outbox = outbox
@@ -93,12 +94,12 @@ class PendingGroups:
         self.lock = threading.RLock()
 
     def _path(self, group_id: str) -> str:
-        return layout.join(layout.notices_dir(self.lake, "pending"), f"{group_id}.json")
+        return layout.join(self.lake.notices_dir("pending"), f"{group_id}.json")
 
     def load(self) -> None:
         """Read the groups left by a previous run."""
         with self.lock:
-            for name in storage.list_dir(layout.notices_dir(self.lake, "pending")):
+            for name in self.lake.list_dir(self.lake.notices_dir("pending")):
                 if not name.endswith(".json") or name.startswith((".", "_")):
                     continue
                 group = storage.read_json(self._path(name[:-5]))

@@ -23,6 +23,7 @@ from tidemark import corrected_notice, layout, names, publish, table as iceberg
 from tidemark.logs import get_logger
 from tidemark.notices.drain import drain
 from tidemark.notices.outbox import Outbox
+from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -32,7 +33,7 @@ CHANNEL = "corrected"
 _DIFF_COLUMNS = ("session_id", "session_end", "event_count")
 
 
-def outbox(lake: str) -> Outbox:
+def outbox(lake: Lake) -> Outbox:
     return Outbox(lake, corrected_notice, CHANNEL)
 
 
@@ -78,7 +79,7 @@ def _snapshot_of(tbl, event_date: str, key: str, value: str) -> int | None:
     return found[-1] if found else None
 
 
-def build_for(lake: str, tbl, version: dict) -> dict:
+def build_for(lake: Lake, tbl, version: dict) -> dict:
     """The corrected notice of a published version (a dict like publish.current_version's)."""
     event_date = layout.check_event_date(version["event_date"])
     snapshot_id = _snapshot_of(tbl, event_date, "tidemark.run-id", version["run_id"])
@@ -98,12 +99,12 @@ def build_for(lake: str, tbl, version: dict) -> dict:
         corrected_notice.change_of(previous, counts), rows=new.num_rows,
         table={"identifier": iceberg.identifier(), "location": iceberg.table_location(lake),
                "snapshot_id": int(snapshot_id)},
-        path=iceberg._uri(publish.run_dir(lake, event_date, version["run_id"])),
+        path=iceberg._uri(lake.run_dir(event_date, version["run_id"])),
         affected_dates=[d for d in version.get("affected_dates", []) if d != event_date],
         committed_at=version["committed_at"])
 
 
-def record(lake: str, version: dict, tbl=None) -> dict | None:
+def record(lake: Lake, version: dict, tbl=None) -> dict | None:
     """Record the notice of a published version unless known; returns the body recorded, or None."""
     box = outbox(lake)
     notice_id = corrected_notice.notice_id(names.get("DATASET"), version["event_date"], version["version"])
@@ -115,7 +116,7 @@ def record(lake: str, version: dict, tbl=None) -> dict | None:
     return body if box.record(body) else None
 
 
-def record_current(lake: str, event_date: str) -> dict | None:
+def record_current(lake: Lake, event_date: str) -> dict | None:
     """Record the notice of the date's current version (if any, and unless known)."""
     event_date = layout.check_event_date(event_date)
     tbl = iceberg.load(lake)
@@ -125,7 +126,7 @@ def record_current(lake: str, event_date: str) -> dict | None:
     return record(lake, current, tbl)
 
 
-def record_after_commit(lake: str, version: dict) -> None:
+def record_after_commit(lake: Lake, version: dict) -> None:
     """Called by the dedup right after its commit. Never fails the run: a notice that cannot be recorded now is
     recorded by the DAG's safety net (record_current) or the next run of the date."""
     try:
@@ -135,7 +136,7 @@ def record_after_commit(lake: str, version: dict) -> None:
                       event_date=version.get("event_date"), version=version.get("version"))
 
 
-def send_owed(lake: str, topic_path: str, timeout: float = 120.0, sender=None,
+def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None,
                  backoff_max: float = 15.0) -> int:
     """Send every owed corrected notice; retry while Pub/Sub is unreachable, for at most `timeout`
     seconds. Returns how many are still owed."""
@@ -154,7 +155,7 @@ class NoticesOwed(RuntimeError):
     """Corrected notices could not be sent in time (Pub/Sub unreachable); they stay owed."""
 
 
-def notify(lake: str, event_date: str, timeout: float = 120.0) -> dict:
+def notify(lake: Lake, event_date: str, timeout: float = 120.0) -> dict:
     """What the dedup DAG's notify_corrected task does after the dedup: record the date's current
     version's notice (the safety net), then, with a topic configured, send everything owed.
     Raises NoticesOwed when some stay owed after `timeout` (Airflow retries the task; any later

@@ -21,6 +21,7 @@ import re
 from tidemark import availability_notice, layout, storage
 from tidemark.logs import get_logger
 from tidemark.times import now_iso_z
+from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -43,7 +44,7 @@ def _describe(body: dict) -> dict:
 
 
 class Outbox:
-    def __init__(self, lake: str, codec=availability_notice, channel: str | None = None):
+    def __init__(self, lake: Lake, codec=availability_notice, channel: str | None = None):
         self.lake = lake
         self.codec = codec
         if channel is not None and not _CHANNEL.match(channel):
@@ -51,11 +52,7 @@ class Outbox:
         self.channel = channel
 
     def folder(self, which: str) -> str:
-        if self.channel is None:
-            return layout.notices_dir(self.lake, which)
-        if which not in ("outbox", "sent"):
-            raise ValueError(f"unknown notices folder {which!r}")
-        return layout.join(self.lake, layout.NOTICES, self.channel, which)
+        return self.lake.notices_dir(which, self.channel)
 
     def path(self, which: str, notice_id: str) -> str:
         return layout.join(self.folder(which), f"{check_notice_id(notice_id)}.json")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from tidemark import availability_notice, receipts
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
+from tidemark.lake import Lake
 
 
 def _row(entry: dict, state: str) -> dict:
@@ -21,7 +22,7 @@ def _row(entry: dict, state: str) -> dict:
             "message_id": entry.get("message_id", "")}
 
 
-def notices_status(lake: str, dataset: str = "sessions") -> dict:
+def notices_status(lake: Lake, dataset: str = "sessions") -> dict:
     """{"sent": rows, "owed": rows, "waiting": rows}: one row per notice (or waiting group)."""
     outbox = Outbox(lake)
     groups = PendingGroups(lake, dataset, outbox)
@@ -46,7 +47,7 @@ def _corrected_row(entry: dict, state: str) -> dict:
             "message_id": entry.get("message_id", "")}
 
 
-def corrected_status(lake: str) -> dict:
+def corrected_status(lake: Lake) -> dict:
     """{"sent": rows, "owed": rows}: one row per corrected notice (one per published version), in
     (event_date, version) order."""
     from tidemark.notices import corrected  # pyiceberg: only when corrected notices are asked for
@@ -57,7 +58,7 @@ def corrected_status(lake: str) -> dict:
             "owed": sorted((_corrected_row(e, "owed") for e in outbox.owed()), key=order)}
 
 
-def covered_partitions(lake: str, dataset: str = "sessions") -> dict[tuple[str, str], str]:
+def covered_partitions(lake: Lake, dataset: str = "sessions") -> dict[tuple[str, str], str]:
     """(event_date, receipt_ts) -> state ('sent', 'owed', 'waiting') of the notice covering it."""
     outbox = Outbox(lake)
     covered: dict[tuple[str, str], str] = {}
@@ -74,14 +75,14 @@ def covered_partitions(lake: str, dataset: str = "sessions") -> dict[tuple[str, 
     return covered
 
 
-def unadvertised(lake: str, dataset: str = "sessions") -> list[tuple[str, str]]:
+def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[str, str]]:
     """Complete receipt partitions that no notice (sent, owed or waiting) covers."""
     covered = covered_partitions(lake, dataset)
     return [(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)
             if (d, r) not in covered]
 
 
-def backfill(lake: str, dataset: str = "sessions") -> list[dict]:
+def backfill(lake: Lake, dataset: str = "sessions") -> list[dict]:
     """Record a partition notice for every complete partition no notice covers (written by a run
     without --notify-topic, say), from its marker. Returns the recorded notices; idempotent."""
     outbox = Outbox(lake)

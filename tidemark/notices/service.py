@@ -24,6 +24,7 @@ from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
 from tidemark.notices.drain import SendFailed, raise_failed, send
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.sender import PubSubSender
+from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -33,7 +34,7 @@ def _partition_dict(partition) -> dict:
 
 
 class NoticeService:
-    def __init__(self, lake: str, topic: str | None = None, dataset: str | None = None,
+    def __init__(self, lake: Lake, topic: str | None = None, dataset: str | None = None,
                  policy: CadencePolicy | None = None, sender=None, tick: float = 1.0,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0,
                  clock: Callable[[], datetime] | None = None, close_groups: bool = True):
