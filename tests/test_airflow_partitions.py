@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.icebergkit import receipt, version_with
+from tidemark.lake import Lake
 from tidemark import names
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.notices import asset_events, corrected
@@ -51,7 +52,7 @@ def test_a_per_date_trigger_is_that_dates_partition_and_stays_idempotent(airflow
 
 def test_each_committed_version_becomes_one_asset_event_even_after_a_drain_died_mid_way(airflow, tmp_path):
     client = airflow.client()
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     d = "2026-03-10"
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3), "b" * 32: (4, 1)})

@@ -165,7 +165,7 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
 # -- two sinks: Pub/Sub and Airflow's asset events ----------------------------------------------
 
 def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     box = corrected.outbox(lake)
     (entry,) = box.owed()
@@ -197,7 +197,7 @@ def test_with_airflow_down_the_asset_events_stay_owed(tmp_path):
     from tidemark.airflow_api import AirflowClient
     from tidemark.localstack.process import free_port
 
-    lake = str(tmp_path / "lake")
+    lake = Lake.open(tmp_path / "lake")
     version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     client = AirflowClient(f"http://127.0.0.1:{free_port()}", "none", timeout=(0.5, 1.0))  # nothing listens
     assert corrected.emit_owed(lake, client, timeout=2, backoff_max=0.5) == 1

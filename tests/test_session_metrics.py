@@ -46,7 +46,7 @@ def test_rebuild_reads_the_current_version_and_is_idempotent(tmp_path):
 
 
 def test_the_weekly_rollup_reads_every_date_of_the_week_that_has_a_version(tmp_path):
-    lake, out = str(tmp_path / "lake"), str(tmp_path / "out")
+    lake, out = Lake.open(tmp_path / "lake"), str(tmp_path / "out")
     version_with(lake, [receipt(1)], {"a" * 32: (5, 2), "b" * 32: (9, 1)})  # 2026-03-10, a Tuesday
     week = session_metrics.rebuild_week(lake, "2026-03-09", out)
     day = session_metrics.rebuild(lake, D, str(tmp_path / "daily"))
