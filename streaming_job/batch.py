@@ -46,7 +46,7 @@ class BatchProcessor:
                  stop_requested: threading.Event | None = None, input_rules: InputRules | None = None,
                  landing: str | None = None, generation: landing_archive.Generation | None = None,
                  archive: bool = False):
-        self.lake = lake
+        self.lake = Lake.open(lake)  # the Spark job's boundary: a URI or a Lake
         # Spark's batch ids restart at 0 in each checkpoint generation (tidemark.landing_archive);
         # the batch id everywhere else (state versions, panes, ledger, notices) is batch_base + it.
         self.generation = generation or landing_archive.Generation(0, 0)

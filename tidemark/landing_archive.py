@@ -231,7 +231,7 @@ def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -
             millis = int(json.loads(lines[1])["batchTimestampMs"])
         except (IndexError, KeyError, ValueError):
             return True  # an offset entry not understood: do not guess
-        if storage.exists(lake.landing_ledger_path(layout.receipt_ts_from_millis(millis))):
+        if lake.exists(lake.landing_ledger_path(layout.receipt_ts_from_millis(millis))):
             return True
     return False
 
