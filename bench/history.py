@@ -32,14 +32,13 @@ import os
 import random
 import shutil
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import pyarrow.fs as pafs
 
-from bench import write_results
+from bench import counting_fs, write_results
 from tidemark import layout, planning, receipt_index, receipts, storage, times
 from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
@@ -48,76 +47,24 @@ RULES = SessionRules()
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-class CountingHandler(pafs.FileSystemHandler):
-    """A local filesystem that counts (and optionally delays) every operation planning makes."""
+class CountingHandler(counting_fs.CountingHandler):
+    """Counts (and optionally delays) every operation planning makes, by kind; deletes and moves
+    are neither counted nor delayed."""
+
+    delay_changes = False
 
     def __init__(self, latency_s: float = 0.0):
-        self.inner = pafs.LocalFileSystem()
-        self.latency_s = latency_s
-        self.lock = threading.Lock()
+        super().__init__(latency_s)
         self.counts = {"list": 0, "listed": 0, "stat": 0, "read": 0, "write": 0}
 
-    def _count(self, kind: str, n: int = 1) -> None:
-        with self.lock:
-            self.counts[kind] += n
-        if self.latency_s:
-            time.sleep(self.latency_s)
+    def count(self, op: str, path: str, n: int = 1) -> None:
+        if op != "change":
+            with self.lock:
+                self.counts[op] += n
 
-    def get_type_name(self):
-        return "counting"
-
-    def equals(self, other):
-        return self is other
-
-    def normalize_path(self, path):
-        return path
-
-    def get_file_info(self, paths):
-        self._count("stat", len(paths))
-        return self.inner.get_file_info(paths)
-
-    def get_file_info_selector(self, selector):
-        self._count("list")
-        found = self.inner.get_file_info(selector)
+    def listed(self, names: int) -> None:
         with self.lock:  # a bucket returns 1,000 names per list call: what a listing's size costs there
-            self.counts["listed"] += len(found)
-        return found
-
-    def open_input_stream(self, path):
-        self._count("read")
-        return self.inner.open_input_stream(path)
-
-    def open_input_file(self, path):
-        self._count("read")
-        return self.inner.open_input_file(path)
-
-    def create_dir(self, path, recursive):
-        return self.inner.create_dir(path, recursive=recursive)
-
-    def delete_dir(self, path):
-        return self.inner.delete_dir(path)
-
-    def delete_dir_contents(self, path, missing_dir_ok=False):
-        return self.inner.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
-
-    def delete_root_dir_contents(self):
-        raise NotImplementedError
-
-    def delete_file(self, path):
-        return self.inner.delete_file(path)
-
-    def move(self, src, dest):
-        return self.inner.move(src, dest)
-
-    def copy_file(self, src, dest):
-        return self.inner.copy_file(src, dest)
-
-    def open_output_stream(self, path, metadata):
-        self._count("write")
-        return self.inner.open_output_stream(path)
-
-    def open_append_stream(self, path, metadata):
-        return self.inner.open_append_stream(path)
+            self.counts["listed"] += names
 
 
 @contextmanager

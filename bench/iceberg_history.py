@@ -23,7 +23,6 @@ import os
 import shutil
 import statistics
 import sys
-import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -31,6 +30,7 @@ import pyarrow.fs as pafs
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 import bench
+from bench import counting_fs
 from tidemark.lake import Lake
 
 NAME = "iceberg_history"
@@ -38,96 +38,32 @@ RETENTION = timedelta(days=7)
 COMMITS_PER_DAY = 3  # the new date's first version, corrections of the two dates before it
 
 
-class Counter(pafs.FileSystemHandler):
-    """A local filesystem that counts every operation (and the bytes of the objects opened), split
-    into the table's metadata (under .../metadata/) and everything else, optionally sleeping first."""
+class Counter(counting_fs.CountingHandler):
+    """Counts every operation (and the bytes of the objects opened), split into the table's
+    metadata (under .../metadata/) and everything else, optionally sleeping first."""
 
     def __init__(self):
-        self.inner = pafs.LocalFileSystem()
-        self.latency_s = 0.0
-        self.lock = threading.Lock()
+        super().__init__()
         self.reset()
 
     def reset(self) -> None:
         self.counts = {"metadata read": 0, "metadata bytes read": 0, "metadata written": 0,
                        "other read": 0, "other written": 0, "stat": 0, "list": 0}
 
-    def _op(self, kind: str | None, n: int = 1, nbytes: int = 0, path: str = "") -> None:
-        if kind is not None:
-            with self.lock:
-                self.counts[kind] += n
-                if nbytes:
-                    self.counts["metadata bytes read"] += nbytes
-        if self.latency_s:
-            time.sleep(self.latency_s)
-
-    @staticmethod
-    def _kind(path: str, verb: str) -> str:
-        return ("metadata " if "/metadata/" in path else "other ") + verb
-
-    def get_type_name(self):
-        return "counting"
-
-    def equals(self, other):
-        return self is other
-
-    def normalize_path(self, path):
-        return path
-
-    def get_file_info(self, paths):
-        self._op("stat", len(paths))
-        return self.inner.get_file_info(paths)
-
-    def get_file_info_selector(self, selector):
-        self._op("list")
-        return self.inner.get_file_info(selector)
-
-    def _opened(self, path):
-        kind = self._kind(path, "read")
-        size = self.inner.get_file_info(path).size if kind.startswith("metadata") else 0
-        self._op(kind, nbytes=size or 0)
-
-    def open_input_stream(self, path):
-        self._opened(path)
-        return self.inner.open_input_stream(path)
-
-    def open_input_file(self, path):
-        self._opened(path)
-        return self.inner.open_input_file(path)
-
-    def create_dir(self, path, recursive):
-        return self.inner.create_dir(path, recursive=recursive)
-
-    def delete_dir(self, path):
-        self._op(None)
-        return self.inner.delete_dir(path)
-
-    def delete_dir_contents(self, path, missing_dir_ok=False):
-        self._op(None)
-        return self.inner.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
-
-    def delete_root_dir_contents(self):
-        raise NotImplementedError
-
-    def delete_file(self, path):
-        self._op(None)
-        return self.inner.delete_file(path)
-
-    def move(self, src, dest):
-        self._op(None)
-        return self.inner.move(src, dest)
-
-    def copy_file(self, src, dest):
-        self._op(None)
-        return self.inner.copy_file(src, dest)
+    def count(self, op: str, path: str, n: int = 1) -> None:
+        if op == "change":
+            return
+        kind = (("metadata " if "/metadata/" in path else "other ") + ("written" if op == "write" else op)
+                if op in ("read", "write") else op)
+        size = self.inner.get_file_info(path).size if kind == "metadata read" else 0
+        with self.lock:
+            self.counts[kind] += n
+            if size:
+                self.counts["metadata bytes read"] += size
 
     def open_output_stream(self, path, metadata):
-        self._op(self._kind(path, "written"))
         self.inner.create_dir(os.path.dirname(path), recursive=True)  # as pyiceberg's local filesystem does
-        return self.inner.open_output_stream(path)
-
-    def open_append_stream(self, path, metadata):
-        return self.inner.open_append_stream(path)
+        return super().open_output_stream(path, metadata)
 
 
 COUNTER = Counter()

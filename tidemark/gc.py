@@ -76,7 +76,7 @@ def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bo
     if head:
         keep_from = min(keep_from, layout.parse_receipt_ts(head).date())
     days = receipt_index.prune_arrivals(lake, keep_from, dry_run)
-    return [Removal("arrivals", lake.arrivals_dir(day)[len(lake.uri) + 1:], None, None,
+    return [Removal("arrivals", _relative(lake.arrivals_dir(day), lake.uri + "/"), None, None,
                     (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds())
             for day in days]
 
