@@ -31,6 +31,16 @@ notices of dates the watermark had already passed (late=true): a correction of a
 
     .venv/bin/python -m bench.freshness --scale small     # 3 waves, ~5 minutes
     .venv/bin/python -m bench.freshness --scale full      # 10 waves
+
+Bursts (`--burst N`, issue 29): only the trigger path, for each Airflow metadata database. N
+availability notices of N dates are published at once to the emulator; the push subscription
+delivers them to the function (functions-framework, the deployed bundle), whose POSTs create the
+runs; the DAG is paused, so no Spark runs and each run stays queued. notice -> run created is the
+run's queued_at (Airflow) minus the moment Pub/Sub acknowledged the notice's publish (this
+process), over `--rounds` bursts:
+
+    .venv/bin/python -m bench.freshness --burst 20 --metadata-db sqlite
+    .venv/bin/python -m bench.freshness --burst 20 --metadata-db postgres
 """
 from __future__ import annotations
 
@@ -127,11 +137,18 @@ def parse_args(argv):
     p.add_argument("--notice-coalesce", default=None,
                    help="the stream's --notice-coalesce window (e.g. 10s): fewer runs, later notices")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--burst", type=int, default=None, metavar="N",
+                   help="measure only notice -> run created for N notices published at once")
+    p.add_argument("--rounds", type=int, default=3, help="with --burst: bursts to measure")
+    p.add_argument("--metadata-db", choices=("sqlite", "postgres"), default="sqlite",
+                   help="with --burst: Airflow's metadata database")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
+    if args.burst:
+        return burst(args)
     scale = dict(SCALES[args.scale])
     waves = args.waves or scale["waves"]
     per_wave = args.events_per_wave or scale["events_per_wave"]
@@ -323,6 +340,123 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         print(f"wrote {path}")
     return 0 if complete else 1
 
+
+
+
+def burst_notices(n: int, round_no: int) -> list[dict]:
+    """N availability notices of N different dates (one receipt partition each)."""
+    from datetime import date, timedelta
+
+    from tidemark import availability_notice, layout, names
+
+    out = []
+    for i in range(n):
+        day = str(date(2026, 1, 1) + timedelta(days=i))
+        receipt_ts = f"20260301T{round_no:02d}{i // 60:02d}{i % 60:02d}000Z"
+        layout.check_receipt_ts(receipt_ts)
+        out.append(availability_notice.build(names.get("DATASET"), [{
+            "event_date": day, "receipt_ts": receipt_ts, "batch_id": round_no,
+            "uri": f"file:///bench/sessions/event_date={day}/receipt_ts={receipt_ts}",
+            "rows": 1, "events": 1, "pane_kinds": ["early"], "watermark": "2026-03-01T00:00:00Z",
+            "late": False}]))
+    return out
+
+
+def burst(args) -> int:
+    """--burst N: the trigger path under N simultaneous notices (see the module docstring)."""
+    from concurrent.futures import wait as wait_futures
+    from datetime import datetime
+
+    from tidemark import availability_notice, function_bundle, names, runs as run_ids
+    from tidemark.localstack import postgres, pubsub_emulator as ps
+    from tidemark.localstack.airflow import AirflowServer
+    from tidemark.localstack.function import FunctionServer
+
+    home = os.path.join(args.workdir, f"burst-{args.metadata_db}")
+    shutil.rmtree(home, ignore_errors=True)
+    project, dag_id = names.get("PROJECT"), names.get("DAG_ID")
+    env_machine = bench.machine()
+    started: list = []
+    pg = None
+    try:
+        emulator = ps.PubSubEmulator(os.path.join(home, "pubsub")).start()
+        started.append(emulator)
+        ps.ensure_topic(project, names.get("AVAILABILITY_TOPIC"), host=emulator.host)
+        db_url = None
+        if args.metadata_db == "postgres":
+            if not postgres.available():
+                print("PostgreSQL (or psycopg2/asyncpg) is not installed", file=sys.stderr)
+                return 2
+            pg = postgres.PostgresServer(os.path.join(home, "postgres")).start()
+            db_url = pg.db_url
+        # Only the trigger path: no scheduled reconcile or maintenance run in the middle of a burst.
+        airflow = AirflowServer(os.path.join(home, "airflow"), db_url=db_url, parallelism=2,
+                                env={"TIDEMARK_LAKE": os.path.join(home, "lake"),
+                                     "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_MAINTENANCE_INTERVAL": "off"})
+        with bench.stopwatch() as up:
+            airflow.start(timeout=args.timeout)
+        started.append(airflow)
+        airflow.wait_for_dag()
+        client = airflow.client()
+        client.set_paused(dag_id, True)  # runs stay queued: only their creation is measured
+        secret = os.path.join(home, "airflow_password")
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(airflow.password)
+        bundle = function_bundle.build(os.path.join(home, "function", "bundle"))
+        function = FunctionServer(bundle, isolated=True, log_path=os.path.join(home, "function.log"),
+                                  env={"AIRFLOW_BASE_URL": airflow.url, "AIRFLOW_USERNAME": airflow.username,
+                                       "AIRFLOW_PASSWORD_FILE": secret, "AIRFLOW_TIMEOUT_SECONDS": "10"}).start()
+        started.append(function)
+        ps.ensure_subscription(project, names.get("FUNCTION_SUBSCRIPTION"), names.get("AVAILABILITY_TOPIC"),
+                               push_endpoint=function.url, ack_deadline_seconds=60, host=emulator.host)
+        publisher = ps.publisher_admin(emulator.host)
+        topic = names.topic_path(project, names.get("AVAILABILITY_TOPIC"))
+        latencies: list[float] = []
+        errors = 0
+        for round_no in range(1, args.rounds + 1):
+            notices = burst_notices(args.burst, round_no)
+            acked: dict[str, float] = {}
+            futures = {}
+            for body in notices:  # all in flight at once; each ack time taken when it arrives
+                future = publisher.publish(topic, availability_notice.encode(body),
+                                           **availability_notice.attributes(body))
+                run_id = run_ids.run_id_for_notice(body)
+                future.add_done_callback(lambda f, r=run_id: acked.setdefault(r, time.time()))
+                futures[run_id] = future
+            wait_futures(list(futures.values()), timeout=60)
+            wanted = set(futures)
+
+            def created():
+                found = {r["dag_run_id"]: r for r in client.list_dag_runs(dag_id) if r["dag_run_id"] in wanted}
+                return found if len(found) == len(wanted) else None
+
+            found = None
+            deadline = time.monotonic() + args.timeout
+            while found is None and time.monotonic() < deadline:
+                found = created()
+                if found is None:
+                    time.sleep(0.5)
+            if found is None:
+                print(f"round {round_no}: not every run was created", file=sys.stderr)
+                return 1
+            for run_id, run in found.items():
+                queued = datetime.fromisoformat(run["queued_at"].replace("Z", "+00:00")).timestamp()
+                latencies.append(round(queued - acked[run_id], 3))
+            errors += sum(1 for line in open(function.log_path, errors="replace") if "HTTP 5" in line)
+            print(f"round {round_no}: {len(found)} runs; slowest {max(latencies[-len(found):]):.2f}s", flush=True)
+            time.sleep(2)
+        result = {"metadata_db": args.metadata_db, "notices_per_burst": args.burst, "rounds": args.rounds,
+                  "n": len(latencies), "p50_s": percentile(latencies, 50), "p95_s": percentile(latencies, 95),
+                  "max_s": max(latencies), "function_5xx_log_lines": errors,
+                  "airflow_start_s": up["seconds"], "load": load(), "machine": env_machine}
+        print(json.dumps(result), flush=True)
+        return 0
+    finally:
+        for server in reversed(started):
+            server.stop()
+        if pg is not None:
+            pg.remove()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,30 +1,44 @@
-"""tidemark_dedup: deduplicate one event date of the sessions lake and announce it as an asset event.
+"""tidemark_dedup: deduplicate one event date of the sessions lake; its new version becomes one
+asset event of tidemark.sessions_dedup with the date as partition_key.
 
-Triggered (schedule=None) by the Cloud Function, one run per availability notice, with
-conf {"event_date": "YYYY-MM-DD", ...}; or by hand from the UI/REST with the same Param.
+Partitioned (schedule=PartitionedAtRuntime(): never scheduled, every run is one event date's
+partition): triggered by the Cloud Function, one run per availability notice, with conf
+{"event_date": "YYYY-MM-DD", ...} and the date as the run's partition_key; by the reconcile DAG and
+by this DAG's neighbour reruns the same way (through the REST API: see trigger_affected); by hand
+from the UI (Trigger, partition key = the date, the same date in the Param) or `airflow dags
+trigger`. The UI filters, clears and reruns a date by its partition key (docs/airflow.md).
 
     prepare ──> needs_spark (short circuit, pure Python: does the current version already
                 include every receipt partition of the date's plan? then skip the dedup)
             ──> dedup (DedupOperator on spark_default: a Spark Connect client, or spark-submit
                 streaming_job/submit.py dedup ...; a Dataproc job when TIDEMARK_DATAPROC_CLUSTER is set)
-            ──> emit_assets (reads the current version, emits the asset events)
-            ──> owed_reruns (runs after emit_assets or a skipped dedup: the reruns owed)
-            ──> trigger_affected (one TriggerDagRunOperator per neighbouring date, mapped)
-    dedup   ──> notify_corrected (after the dedup or a skipped one: the corrected-partition
-                notices owed, docs/notices.md)
+            ──> owed_reruns (after the dedup or a skipped one: the reruns owed)
+            ──> trigger_affected (one REST trigger per neighbouring date, mapped)
+    dedup   ──> emit_asset_events (after the dedup or a skipped one: the corrected outbox's entries
+                owed to Airflow, as asset events; tidemark/notices/asset_events.py)
+    dedup   ──> notify_corrected (after the dedup or a skipped one: the same entries owed to the
+                corrected topic, docs/notices.md)
+
+Asset events: exactly one per committed version, whoever committed it. The commit records the
+version's entry in the lake's corrected outbox (tidemark.dedup, also for `tidemark dedup` by hand or
+`tidemark rules migrate`); emit_asset_events drains what the outbox owes Airflow through
+POST /api/v2/assets/events (so a hand-run's version reaches consumers at the next drain, or at once
+when the command finds an Airflow). No task has the asset as an outlet: an outlet would add a second
+event for every successful run, and none for versions committed outside the DAG.
 
 A run with nothing new (the usual case when several notices of one date queue up: the first run
-to start picks up every complete receipt of its date) shows dedup and emit_assets as skipped, with the
-reason in needs_spark's log, and takes seconds: no Spark, no repeated asset event. It still
-discharges the date's obligations (as the dedup would have) and starts the neighbour runs owed.
+to start picks up every complete receipt of its date) shows dedup as skipped, with the reason in
+needs_spark's log, and takes seconds: no Spark, no new version, no asset event. It still
+discharges the date's obligations (as the dedup would have), starts the neighbour runs owed and
+drains what an earlier outage left owed.
 
 Idempotency: the dedup step writes a new immutable version and makes it current in one Iceberg
 commit (the date's data files and the table property tidemark.current.<date> together,
 tidemark/publish.py), so rerunning a run, clearing a task, or two runs of one date at once leave
 the newest complete result.
-Nothing here adds side effects of its own: the asset event is a record, and the run a neighbouring
-date gets has a run id derived from (that date, this date, the version that owed it), so a rerun
-finds it already there (skip_when_already_exists) instead of adding one.
+Nothing here adds side effects of its own: an asset event goes out once per version (the outbox),
+and the run a neighbouring date gets has a run id derived from (that date, this date, the version
+that owed it), so a rerun finds it already there (HTTP 409: the task is skipped) instead of adding one.
 
 Which neighbours: every rerun obligation a run of this date recorded in the lake and no run of the
 neighbour has acted on yet (tidemark/obligations.py), not the affected_dates of whatever version
@@ -35,7 +49,8 @@ that fails for good leaves its obligation pending, and the tidemark_reconcile DA
 Where things come from: the lake from the Airflow Variable `tidemark_lake`, else the environment
 TIDEMARK_LAKE; Spark from the connection `spark_default` (local[*] on a laptop via
 AIRFLOW_CONN_SPARK_DEFAULT; a cluster, YARN or Dataproc in production); the application from
-TIDEMARK_SUBMIT_APP (default: this repository's streaming_job/submit.py).
+TIDEMARK_SUBMIT_APP (default: this repository's streaming_job/submit.py); this Airflow's REST API
+from the connection `tidemark_airflow_api` (tidemark/airflow_api.py; `tidemark up` sets it).
 
 Top level stays cheap (the dag-processor re-parses this file): no pyspark, no storage access, no
 Variable reads; the tasks import what they need.
@@ -46,34 +61,20 @@ import os
 from datetime import timedelta
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import Asset, AssetAlias, Param, dag, task
+from airflow.sdk import Asset, Param, PartitionedAtRuntime, dag, task
 
 from tidemark import names
 
 DAG_ID = names.get("DAG_ID")
-ASSET_PREFIX = names.get("ASSET_URI_PREFIX")
-# One asset for "some date of sessions_dedup changed" (extra says which date and version) ...
-SESSIONS_DEDUP = Asset(ASSET_PREFIX, extra={"layout": "event_date=YYYY-MM-DD/version=<receipt_ts>"})
-# ... and, through an alias, one asset per date (tidemark://sessions_dedup/event_date=2026-03-07),
-# so a downstream DAG can schedule on exactly the date it needs.
-PER_DATE = AssetAlias(f"{ASSET_PREFIX}/by_event_date")
+# The corrected table, one asset: each event is one committed version, its partition_key the event
+# date, its extra {notice_id, event_date, version, previous_version, change, rows, committed_at}
+# (tidemark/notices/asset_events.py holds the same name and URI). Consumers schedule on
+# Asset.ref(name="tidemark.sessions_dedup") with PartitionedAssetTimetable.
+SESSIONS_DEDUP = Asset(name="tidemark.sessions_dedup", uri=names.get("ASSET_URI_PREFIX"),
+                       extra={"layout": "event_date=YYYY-MM-DD/version=<receipt_ts>"})
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APPLICATION = os.environ.get("TIDEMARK_SUBMIT_APP", os.path.join(REPO, "streaming_job", "submit.py"))
 EVENT_DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
-
-
-def date_asset(event_date: str) -> Asset:
-    return Asset(f"{ASSET_PREFIX}/event_date={event_date}")
-
-
-def read_current(lake: str, event_date: str) -> dict | None:
-    """The date's current version from the Iceberg table's current metadata (pyiceberg, no JVM):
-    version, receipts, affected_dates, sessions, ... or None."""
-    from tidemark import layout, publish
-    from tidemark.lake import Lake
-
-    return publish.current_version(Lake.open(lake), layout.check_event_date(event_date))
 
 
 class DedupOperator(SparkSubmitOperator):
@@ -186,7 +187,10 @@ def dedup_task(lake, event_date):
 @dag(
     dag_id=DAG_ID,
     description="Deduplicate one event date of the sessions lake (Spark) and publish it atomically",
-    schedule=None,
+    # Never scheduled (triggered per notice, as schedule=None was), but partitioned: Airflow then
+    # accepts the event date as each run's partition_key, so the UI and `airflow partitions`
+    # can filter, clear and backfill one date (issue 29).
+    schedule=PartitionedAtRuntime(),
     catchup=False,
     max_active_runs=int(os.environ.get("TIDEMARK_DAG_MAX_ACTIVE_RUNS", "4")),
     dagrun_timeout=timedelta(hours=2),
@@ -240,25 +244,20 @@ def tidemark_dedup():
     # XComArgs (resolved when the task runs, and they make prepare upstream of dedup).
     dedup = dedup_task(prepared["lake"], prepared["event_date"])
 
-    @task(outlets=[SESSIONS_DEDUP, PER_DATE])
-    def emit_assets(prepared: dict, *, outlet_events=None) -> None:
-        """Record the version the dedup published as asset events (named apart from the version
-        publish, tidemark/publish.py, and the notices' Pub/Sub send). Skipped with the dedup: a date
-        with nothing new has no new version, so consumers get no repeated event."""
-        from tidemark import layout
+    # none_failed: after the dedup, and also after a skipped one (what an earlier outage or a
+    # version committed outside the DAG left owed). Declared as an inlet, not an outlet: the asset
+    # must exist in Airflow for the REST events, and an outlet would emit an event of its own.
+    @task(inlets=[SESSIONS_DEDUP], max_active_tis_per_dag=1, trigger_rule="none_failed")
+    def emit_asset_events(prepared: dict) -> dict:
+        """The asset events owed (tidemark/notices/asset_events.py): this date's current version's
+        outbox entry recorded if missing, then every entry owed to Airflow posted, once."""
+        from tidemark import airflow_api
         from tidemark.lake import Lake
+        from tidemark.notices import corrected
 
-        event_date, lake = prepared["event_date"], Lake.open(prepared["lake"])
-        pointer = read_current(lake, event_date)
-        if not pointer or not pointer.get("version"):
-            raise RuntimeError(f"dedup succeeded but {lake.current_pointer(event_date)} "
-                               "names no version")
-        version = layout.check_receipt_ts(pointer["version"])
-        extra = {"event_date": event_date, "version": version}
-        outlet_events[SESSIONS_DEDUP].extra = extra
-        outlet_events[PER_DATE].add(date_asset(event_date), extra=extra)
+        return corrected.emit(Lake.open(prepared["lake"]), prepared["event_date"], airflow_api.for_tasks())
 
-    # none_failed: after emit_assets, and also after a skipped dedup (a run of this date that was
+    # none_failed: after the dedup, and also after a skipped dedup (a run of this date that was
     # killed after recording obligations left them to whichever run of the date comes next).
     @task(trigger_rule="none_failed")
     def owed_reruns(prepared: dict) -> list[dict]:
@@ -269,7 +268,8 @@ def tidemark_dedup():
         return obligations.reruns_owed_by(Lake.open(prepared["lake"]), prepared["event_date"])
 
     neighbours = owed_reruns(prepared)
-    needs_spark(prepared) >> dedup >> emit_assets(prepared) >> neighbours
+    needs_spark(prepared) >> dedup >> neighbours
+    dedup >> emit_asset_events(prepared)
 
     # One sender at a time (an owed notice goes out once); none_failed: also after a skipped dedup,
     # to send what an earlier outage left owed.
@@ -283,14 +283,23 @@ def tidemark_dedup():
 
     dedup >> notify_corrected(prepared)
 
-    TriggerDagRunOperator.partial(
-        task_id="trigger_affected",
-        trigger_dag_id=DAG_ID,
-        logical_date=None,
-        skip_when_already_exists=True,
-        wait_for_completion=False,
-        openlineage_inject_parent_info=False,
-    ).expand_kwargs(neighbours)
+    @task
+    def trigger_affected(trigger_run_id: str, conf: dict) -> str:
+        """One neighbour's run, with its date as partition_key, through the REST API: the standard
+        provider's TriggerDagRunOperator (1.21.0) and the SDK's trigger message cannot set a
+        partition_key in 3.3.2 (tests/test_airflow_partitions.py shows it). The run id is
+        deterministic: an existing run (HTTP 409, a retried or rerun task) skips this task."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from tidemark import airflow_api, layout
+
+        event_date = layout.check_event_date(conf.get("event_date"))
+        result = airflow_api.for_tasks().trigger_dag_run(DAG_ID, trigger_run_id, conf, partition_key=event_date)
+        if not result.created:
+            raise AirflowSkipException(f"run {trigger_run_id} of {event_date} already exists")
+        return trigger_run_id
+
+    trigger_affected.expand_kwargs(neighbours)
 
 
 tidemark_dedup()

@@ -1,7 +1,12 @@
 """tidemark_reconcile: find the event dates whose current version is stale and start their dedup runs.
 
     find (tidemark.reconcile: markers, versions, obligations; no Spark)
-      ──> trigger (one TriggerDagRunOperator of tidemark_dedup per stale date, mapped)
+      ──> trigger (one tidemark_dedup run per stale date, mapped: the REST API, with the date as
+                   the run's partition_key; tidemark/airflow_api.py)
+
+    drain_outbox (the corrected outbox: every asset event owed to Airflow, every notice owed to
+                  the corrected topic; versions committed outside the dedup DAG, a `tidemark
+                  dedup` by hand or `tidemark rules migrate`, reach consumers here at the latest)
 
 The self-healing loop (docs/airflow.md): a date whose run failed every retry (Spark down, worker
 killed), a neighbour rerun whose run failed, a receipt partition whose notice never became a run, a
@@ -24,7 +29,6 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta, timezone
 
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, task
 
 from tidemark import names
@@ -88,14 +92,44 @@ def tidemark_reconcile():
                   f"({'; '.join(decision.reasons)})")
         return [{"trigger_run_id": d.run_id, "conf": d.conf} for d in decisions if d.action == "trigger"]
 
-    TriggerDagRunOperator.partial(
-        task_id="trigger",
-        trigger_dag_id=DEDUP_DAG_ID,
-        logical_date=None,
-        skip_when_already_exists=True,
-        wait_for_completion=False,
-        openlineage_inject_parent_info=False,
-    ).expand_kwargs(find())
+    @task
+    def trigger(trigger_run_id: str, conf: dict) -> str:
+        """The stale date's run, its date as partition_key (the SDK's TriggerDagRunOperator cannot
+        set one in 3.3.2); an existing run id (HTTP 409) skips the task, as skip_when_already_exists did."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from tidemark import airflow_api, layout
+
+        event_date = layout.check_event_date(conf.get("event_date"))
+        result = airflow_api.for_tasks().trigger_dag_run(DEDUP_DAG_ID, trigger_run_id, conf,
+                                                         partition_key=event_date)
+        if not result.created:
+            raise AirflowSkipException(f"run {trigger_run_id} of {event_date} already exists")
+        return trigger_run_id
+
+    trigger.expand_kwargs(find())
+
+    @task(max_active_tis_per_dag=1)
+    def drain_outbox() -> dict:
+        """Emit what the corrected outbox owes (tidemark/notices/corrected.py): one asset event per
+        committed version, whoever committed it, and its notice on the topic when one is set."""
+        from tidemark import airflow_api
+        from tidemark.lake import Lake
+        from tidemark.notices import corrected
+
+        uri = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
+        if not uri:
+            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
+        lake = Lake.open(uri)
+        owed = {"asset_events": corrected.emit_owed(lake, airflow_api.for_tasks(), timeout=60)}
+        topic = corrected.configured_topic()
+        if topic:
+            owed["notices"] = corrected.send_owed(lake, topic, timeout=60)
+        if any(owed.values()):
+            raise corrected.NoticesOwed(f"still owed after 60s: {owed}")
+        return owed
+
+    drain_outbox()
 
 
 tidemark_reconcile()

@@ -17,6 +17,10 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
   say "installing Prometheus (the local stack's alerts; promtool checks the rules)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  say "installing PostgreSQL (the local stack's Airflow metadata database; SQLite without it)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+fi
 if ! command -v gcloud >/dev/null 2>&1 || [ ! -d /usr/lib/google-cloud-sdk/platform/pubsub-emulator ]; then
   say "warning: the Pub/Sub emulator (google-cloud-cli-pubsub-emulator) is not installed;"
   say "         tests and commands that need it will say so and be skipped"

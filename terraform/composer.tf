@@ -15,7 +15,7 @@ resource "google_project_iam_member" "composer_worker" {
   member  = google_service_account.composer[0].member
 }
 
-# The DAG's emit_assets task reads the current version of the date it deduplicated (the table's files).
+# The DAG's emit_asset_events task reads the current version of the date it deduplicated (the table's files).
 resource "google_storage_bucket_iam_member" "composer_reads_lake" {
   count  = var.create_composer ? 1 : 0
   bucket = google_storage_bucket.lake.name
@@ -82,9 +82,9 @@ resource "google_composer_environment" "airflow" {
         "apache-airflow-providers-apache-spark" = ">=6,<7"
         # The Connect client's Spark major is the cluster's and the code's (setup.cfg: pyspark>=4.0,<5).
         "pyspark-client" = ">=4.0,<5"
-        # tidemark's structured logs (tidemark.logs), which the emit_assets task imports.
+        # tidemark's structured logs (tidemark.logs), which the emit_asset_events task imports.
         "structlog" = ">=24"
-        # The emit_assets task reads the current version from the Iceberg table (tidemark.publish).
+        # The emit_asset_events task reads the current version from the Iceberg table (tidemark.publish).
         "pyiceberg" = ">=0.12,<0.13"
       }
       # Where the DAG's tasks find the lake and the Spark side (docs/production.md).
@@ -135,8 +135,8 @@ locals {
   dag_packages = ["tidemark", "dedup_sql"]
   dag_files = var.create_composer ? toset(concat(
     ["dags/tidemark_dedup.py", "dags/tidemark_reconcile.py", "dags/tidemark_maintenance.py"],
-    # The example consumer (docs/notices.md) runs on the per-date asset events of tidemark_dedup.
-    var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py"] : [],
+    # The example consumer (docs/notices.md) runs on the partitioned asset events of tidemark.sessions_dedup.
+    var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py", "dags/example_weekly_session_metrics.py"] : [],
     flatten([for pkg in local.dag_packages : [
       for f in fileset("${path.module}/..", "${pkg}/**") : f
       if can(regex("\\.(py|json|sql)$", f)) && !can(regex("/(localstack|__pycache__)/", f))
@@ -147,7 +147,7 @@ locals {
 variable "deploy_example_consumer_dag" {
   type        = bool
   default     = false
-  description = "Also upload dags/example_session_metrics.py (the example consumer of the per-date asset events) to Composer"
+  description = "Also upload dags/example_session_metrics.py and dags/example_weekly_session_metrics.py (the example consumers of the partitioned asset events) to Composer"
 }
 
 variable "example_session_metrics_root" {

@@ -50,8 +50,9 @@ if dag is not None:
     out["refused"] = refused
     out["accepts"] = dag.params.get_param("event_date").resolve("2026-03-07")
     out["dedup_concurrency"] = dag.get_task("dedup").max_active_tis_per_dag
-    out["outlets"] = sorted(str(getattr(o, "name", o))
-                            for o in dag.get_task("emit_assets").outlets)
+    out["inlets"] = sorted(f"{o.name} {o.uri}" for o in dag.get_task("emit_asset_events").inlets)
+    out["outlets"] = sorted(str(o) for t in dag.tasks for o in t.outlets)
+    out["consumers"] = {d: type(bag.dags[d].timetable).__name__ for d in bag.dags if d.startswith("example_")}
 maintenance = bag.dags.get("tidemark_maintenance")
 if maintenance is not None:
     out["maintenance"] = {"tasks": sorted(t.task_id for t in maintenance.tasks),
@@ -75,19 +76,29 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\nDagBag parse of dags/: {out['seconds']:.2f}s")
     assert out["errors"] == {}
-    assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile", "tidemark_maintenance", "example_session_metrics"])
-    assert out["tasks"] == ["dedup", "emit_assets", "needs_spark", "notify_corrected", "owed_reruns", "prepare",
-                            "trigger_affected"]
-    assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
+    assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile", "tidemark_maintenance", "example_session_metrics",
+                                  "example_weekly_session_metrics"])
+    assert out["tasks"] == ["dedup", "emit_asset_events", "needs_spark", "notify_corrected", "owed_reruns",
+                            "prepare", "trigger_affected"]
+    # PartitionedAtRuntime: runs only when triggered, each with its event date as partition_key
+    assert out["schedule"] == "PartitionedAtRuntime"
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
     # tidemark.durations: the reconcile DAG's schedule (standard library only)
     assert out["first_party"] == ["tidemark", "tidemark.durations", "tidemark.names"]
     assert all(out["refused"].values()), out["refused"]
     assert out["accepts"] == "2026-03-07"
-    assert names.get("ASSET_URI_PREFIX") in out["outlets"]
+    # One asset, declared (an inlet: the asset events come from the outbox, one per version, and an
+    # outlet would add one per successful run); the consumers are partitioned on it.
+    from tidemark.notices import asset_events
+
+    assert out["inlets"] == [f"{asset_events.ASSET_NAME} {names.get('ASSET_URI_PREFIX')}/"]  # URI normalised
+    assert out["outlets"] == []
+    assert out["consumers"] == {"example_session_metrics": "PartitionedAssetTimetable",
+                                "example_weekly_session_metrics": "PartitionedAssetTimetable"}
     # the self-healing loop: every 15 minutes unless TIDEMARK_RECONCILE_INTERVAL says otherwise
-    assert out["reconcile"] == {"tasks": ["find", "trigger"], "interval_s": 900.0, "max_active_runs": 1}
+    assert out["reconcile"] == {"tasks": ["drain_outbox", "find", "trigger"], "interval_s": 900.0,
+                                "max_active_runs": 1}
     # the lake's upkeep (tidemark gc): daily unless TIDEMARK_MAINTENANCE_INTERVAL says otherwise
     assert out["maintenance"] == {"tasks": ["gc"], "interval_s": 86400.0}
 
@@ -138,7 +149,11 @@ def airflow_home(tmp_path_factory, small_lake):
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
     print(f"\nairflow db migrate: {server.timings['db_migrate_s']}s")
-    return server
+    # The api-server alone (no scheduler: `dags test` runs the tasks): the tasks that trigger the
+    # neighbours and emit the asset events call this Airflow's REST API.
+    server.start(components=("api-server",))
+    yield server
+    server.stop()
 
 
 def dags_test(server, event_date: str, run_id: str):
@@ -181,14 +196,13 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert pointer and pointer["version"]
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
 
-    # The asset events: the shared asset with {event_date, version}, and the per-date asset.
-    events = db_rows(server, "select a.name, e.extra from asset_event e join asset a on a.id = e.asset_id")
-    by_uri = {}
-    for uri, extra in events:
-        by_uri.setdefault(uri, []).append(json.loads(extra) if isinstance(extra, str) else extra)
-    prefix = names.get("ASSET_URI_PREFIX")
-    assert {"event_date": event_date, "version": pointer["version"]} in by_uri[prefix]
-    assert by_uri[f"{prefix}/event_date={event_date}"][0]["version"] == pointer["version"]
+    # One asset event: tidemark.sessions_dedup, the date as partition_key, the version in extra.
+    from tidemark.notices import asset_events
+
+    events = [(name, key, json.loads(extra) if isinstance(extra, str) else extra) for name, key, extra in db_rows(
+        server, "select a.name, e.partition_key, e.extra from asset_event e join asset a on a.id = e.asset_id")]
+    assert [(n, k, x["event_date"], x["version"]) for n, k, x in events] == [
+        (asset_events.ASSET_NAME, event_date, event_date, pointer["version"])]
 
     # Affected neighbours became runs with deterministic ids. A first version holds only new events,
     # so every other date a session touching event_date spans is affected (dedup_summary.sql); the
@@ -215,7 +229,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     proc = dags_test(server, event_date, "second")
     states = last_run_states(server)
     assert states["needs_spark"] == "success" and states["dedup"] == "skipped", states
-    assert states["emit_assets"] == "skipped" and states["owed_reruns"] == "success", states
+    assert states["emit_asset_events"] == "success" and states["owed_reruns"] == "success", states
     assert "skipping the Spark dedup" in proc.stdout + proc.stderr
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, event_date) == []

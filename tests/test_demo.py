@@ -81,6 +81,14 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
             assert row["ok"] and row["metrics"]["version"] == data["versions"][row["event_date"]][-1]["version"]
         assert "corrected topic" in proc.stdout and "example consumer DAG" in proc.stdout
 
+        # Airflow's partitions: every dedup run is its date's partition, one asset event per version
+        # (the date as partition_key), and every date with events got consumer runs.
+        partitions = {r["partition_key"]: r for r in data["partitions"]}
+        assert "-" not in partitions and all(r["ok"] for r in partitions.values()), partitions
+        assert sorted((k, v) for k, r in partitions.items() for v in r["versions"]) == sorted(published_versions)
+        assert all(partitions[d]["consumer_runs"] >= 1 for d in corrected_dates)
+        assert "Airflow partitions" in proc.stdout
+
         # Down: no process the demo recorded is alive, no recorded port open.
         assert stack.records() == {}
         assert not any(port_states(settings).values())

@@ -93,7 +93,7 @@ def _dedup_dag_tasks() -> set[str]:
 
 
 def test_the_dag_task_list_is_found():
-    assert {"prepare", "needs_spark", "dedup", "emit_assets", "owed_reruns", "trigger_affected",
+    assert {"prepare", "needs_spark", "dedup", "emit_asset_events", "owed_reruns", "trigger_affected",
             "notify_corrected"} <= _dedup_dag_tasks()
 
 

@@ -160,3 +160,47 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
     assert json.loads(capsys.readouterr().out) == {"sent": 0, "owed": 0, "waiting": 0}
     assert cli_main(["notices", "--lake", str(lake), "--topic", "corrected", "--check"]) == 2
     assert "--check is about availability notices" in capsys.readouterr().err
+
+
+# -- two sinks: Pub/Sub and Airflow's asset events ----------------------------------------------
+
+def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
+    lake = Lake.open(tmp_path / "lake")
+    v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
+    box = corrected.outbox(lake)
+    (entry,) = box.owed()
+    assert box.owed("airflow") == [entry]
+    box.mark_sent(entry, "m1", "2026-03-10T00:00:00Z")  # Pub/Sub has it; Airflow does not yet
+    assert box.owed() == [] and box.owed("airflow") == [entry]
+    assert os.path.exists(box.path("outbox", entry["notice"]["notice_id"]))
+    assert corrected.record_current(lake, D) is None  # still known: no second entry
+    box.mark_sent(entry, "17", "2026-03-10T00:00:01Z", sink="airflow")
+    assert box.owed() == [] and box.owed("airflow") == []
+    assert not os.path.exists(box.path("outbox", entry["notice"]["notice_id"]))
+    assert [e["message_id"] for e in box.sent("airflow")] == ["17"] and box.sent()[0]["message_id"] == "m1"
+    assert box.sent("airflow")[0]["notice"]["version"] == v1["version"]
+    # A drain killed between the last sent record and the outbox delete: owed() finishes it.
+    version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3)})
+    (second,) = box.owed("airflow")
+    for sink in ("pubsub", "airflow"):
+        sent_file = box.path(box._sink(sink), second["notice"]["notice_id"])
+        os.makedirs(os.path.dirname(sent_file), exist_ok=True)
+        with open(sent_file, "w") as handle:
+            json.dump({**second, "message_id": "x", "published_at": "2026-03-10T00:00:02Z"}, handle)
+    assert box.owed() == [] and box.owed("airflow") == []
+    assert not os.path.exists(box.path("outbox", second["notice"]["notice_id"]))
+    with pytest.raises(ValueError, match="unknown sink"):
+        box.owed("kafka")
+
+
+def test_with_airflow_down_the_asset_events_stay_owed(tmp_path):
+    from tidemark.airflow_api import AirflowClient
+    from tidemark.localstack.process import free_port
+
+    lake = Lake.open(tmp_path / "lake")
+    version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
+    client = AirflowClient(f"http://127.0.0.1:{free_port()}", "none", timeout=(0.5, 1.0))  # nothing listens
+    assert corrected.emit_owed(lake, client, timeout=2, backoff_max=0.5) == 1
+    assert len(corrected.outbox(lake).owed("airflow")) == 1 and corrected.outbox(lake).sent("airflow") == []
+    with pytest.raises(corrected.NoticesOwed, match="1 asset event"):
+        corrected.emit(lake, D, client, timeout=1)

@@ -108,6 +108,7 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
     assert finished(client, RECONCILE_DAG, "manual__heal_check", timeout=600) == "success"
     run = client.get_dag_run(DAG_ID, heal_run)  # the DAG named it as the command did
     assert run is not None and run["conf"]["event_date"] == D7
+    assert run["partition_key"] == D7  # the reconcile DAG's REST trigger: the date's partition
     # Reconciling again while that run is queued, running or done adds no run.
     for item in cli_reconcile(airflow, lake, tmp_path, "--trigger"):
         assert item["run_id"] == heal_run and item["action"] == "run in flight"

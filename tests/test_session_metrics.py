@@ -43,3 +43,22 @@ def test_rebuild_reads_the_current_version_and_is_idempotent(tmp_path):
     assert path.endswith(f"event_date={D}/metrics.parquet")
     with pytest.raises(ValueError):
         session_metrics.rebuild(lake, "2026-02-30", out)
+
+
+def test_the_weekly_rollup_reads_every_date_of_the_week_that_has_a_version(tmp_path):
+    lake, out = Lake.open(tmp_path / "lake"), str(tmp_path / "out")
+    version_with(lake, [receipt(1)], {"a" * 32: (5, 2), "b" * 32: (9, 1)})  # 2026-03-10, a Tuesday
+    week = session_metrics.rebuild_week(lake, "2026-03-09", out)
+    day = session_metrics.rebuild(lake, D, str(tmp_path / "daily"))
+    # One date with a version in the week: the week's metrics are that date's.
+    assert {k: v for k, v in week.items() if k not in ("event_date", "version")} == \
+        {k: v for k, v in day.items() if k not in ("event_date", "version")}
+    assert week["event_date"] == "2026-03-09" and week["version"] == f"{D}={day['version']}"
+    assert session_metrics.read_week(out, "2026-03-09") == week
+    assert session_metrics.rebuild_week(lake, "2026-03-09", out) == week  # a rerun: the same
+    empty = session_metrics.rebuild_week(lake, "2026-03-02", out)  # no date of it has a version
+    assert empty["sessions"] == 0 and empty["version"] is None
+    with pytest.raises(ValueError, match="not a Monday"):
+        session_metrics.rebuild_week(lake, D, out)
+    with pytest.raises(ValueError):
+        session_metrics.rebuild_week(lake, "../../etc", out)

@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 
-from tidemark.localstack import process
+from tidemark.localstack import postgres, process
 from tidemark.localstack.stack import Record, Stack, port_states
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -42,6 +42,8 @@ def home(tmp_path):
     path = str(tmp_path / "state")
     yield path
     Stack(path).down()  # whatever a failed test left running, by its records only
+    if Stack(path).settings() is not None and Stack(path).settings().metadata_db == "postgres":
+        Stack(path).postgres().remove()  # its data folder lives outside the home when run as root
 
 
 def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_path):
@@ -51,10 +53,14 @@ def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_p
     settings = stack.settings()
     records = stack.records()
     # exporter and prometheus: the SLO gauges and alerts (docs/metrics.md); prometheus when installed
+    # postgres: Airflow's metadata database, where Debian's postgresql is installed (else SQLite)
     assert set(records) == {"pubsub", "spark-connect", "airflow-api-server", "airflow-scheduler",
                             "airflow-dag-processor", "function", "stream", "exporter"} | (
-                                {"prometheus"} if shutil.which("prometheus") else set())
+                                {"prometheus"} if shutil.which("prometheus") else set()) | (
+                                {"postgres"} if postgres.available() else set())
     assert all(r.alive() for r in records.values())
+    assert settings.metadata_db == ("postgres" if postgres.available() else "sqlite")
+    assert stack.airflow().db_url.startswith("postgresql" if postgres.available() else "sqlite")
 
     rows = status_rows(home)
     assert {r["component"]: r["state"] for r in rows} == {r["component"]: "running" for r in rows}, rows

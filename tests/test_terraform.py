@@ -188,9 +188,12 @@ def test_function_entry_point_is_the_cloud_event_function_in_main_py(tf):
 
 
 def _names_the_function_reads() -> set[str]:
-    """Every string literal of the function's code, plus TIDEMARK_<NAME> for names.get(NAME)."""
+    """Every string literal of the function's code (its bundle: cloud_function/ and the tidemark
+    modules it carries, such as the REST client tidemark/airflow_api.py), plus TIDEMARK_<NAME>."""
+    from tidemark.function_bundle import FILES
+
     literals = set()
-    for path in glob.glob(os.path.join(ROOT, "cloud_function", "*.py")):
+    for path in [os.path.join(ROOT, source) for source, _ in FILES if source.endswith(".py")]:
         for node in ast.walk(ast.parse(open(path).read())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 literals.add(node.value)
@@ -437,7 +440,8 @@ def test_composer_gets_every_module_the_dag_imports(tf):
     assert resource(tf, "google_storage_bucket_object", "dag_files")["for_each"] == "${local.dag_files}"
     listed = set(re.findall(r'"(dags/[a-z_]+\.py)"', open(os.path.join(TERRAFORM, "composer.tf")).read()))
     assert {f"dags/{name}" for name in DAG_FILES} == listed, "composer.tf uploads other DAG files than dags/ holds"
-    assert "var.deploy_example_consumer_dag ? [\"dags/example_session_metrics.py\"]" in _raw_text()
+    assert ("var.deploy_example_consumer_dag ? [\"dags/example_session_metrics.py\", "
+            "\"dags/example_weekly_session_metrics.py\"]") in _raw_text()
     assert tf["variable"]["deploy_example_consumer_dag"]["default"] is False
     needed = set()
     for dag_file in DAG_FILES:

@@ -6,7 +6,7 @@ bundle carries the tidemark modules the function imports, at the same import pat
     <out>/main.py                     cloud_function/main.py (the entry point: on_notice)
     <out>/requirements.txt            cloud_function/requirements.txt
     <out>/cloud_function/             the REST client and the Cloud Logging setup
-    <out>/tidemark/                   availability_notice, layout, names, runs + schemas/availability_notice.schema.json
+    <out>/tidemark/                   airflow_api, availability_notice, layout, names, runs + schemas/availability_notice.schema.json
 
 The folder is built next to <out> and swapped in, then checked: a clean Python with only the
 bundle on its path imports main and must load no first-party module from outside the bundle.
@@ -29,6 +29,7 @@ FILES = [
     ("cloud_function/requirements.txt", "requirements.txt"),
     ("cloud_function/__init__.py", "cloud_function/__init__.py"),
     ("cloud_function/airflow_client.py", "cloud_function/airflow_client.py"),
+    ("tidemark/airflow_api.py", "tidemark/airflow_api.py"),
     ("cloud_function/cloud_logging.py", "cloud_function/cloud_logging.py"),
     ("cloud_function/dead_letter.py", "cloud_function/dead_letter.py"),
     ("tidemark/__init__.py", "tidemark/__init__.py"),

@@ -293,12 +293,13 @@ class Lake:
         return self.path(OBLIGATIONS, f"event_date={check_event_date(event_date)}")
 
     def notices_dir(self, which: str, channel: str | None = None) -> str:
-        """The availability notices' folders, or (channel) another kind of notice's outbox and sent."""
+        """The availability notices' folders, or (channel) another kind of notice's outbox and the
+        sent records of each of its destinations (tidemark.notices.outbox.SINKS)."""
         if channel is None:
             if which not in NOTICE_FOLDERS:
                 raise ValueError(f"unknown notices folder {which!r}")
             return self.path(NOTICES, which)
-        if not channel.isidentifier() or channel in NOTICE_FOLDERS or which not in ("outbox", "sent"):
+        if not channel.isidentifier() or channel in NOTICE_FOLDERS or not which.isidentifier():
             raise ValueError(f"unknown notices folder {channel!r}/{which!r}")
         return self.path(NOTICES, channel, which)
 

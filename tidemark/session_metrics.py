@@ -56,11 +56,7 @@ def compute(event_date: str, version: str | None, sessions: pa.Table) -> dict:
 
 def from_sessions(event_date: str, version: str | None, rows) -> dict:
     """The same metrics from (user_id, session_start, session_end) tuples (a batch recomputation)."""
-    rows = list(rows)
-    table = pa.table({"user_id": pa.array([r[0] for r in rows], pa.string()),
-                      "session_start": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
-                      "session_end": pa.array([r[2] for r in rows], pa.timestamp("us", tz="UTC"))})
-    return compute(event_date, version, table)
+    return compute(event_date, version, from_table_rows(list(rows)))
 
 
 def default_root(lake: Lake) -> str:
@@ -82,6 +78,59 @@ def rebuild(lake: Lake, event_date: str, out_root: str) -> dict:
     log.info("daily session metrics rebuilt", event_date=event_date, version=version, sessions=row["sessions"],
              out=partition_path(out_root, event_date))
     return row
+
+
+def default_weekly_root(lake: Lake) -> str:
+    return lake.product_dir("weekly_session_metrics")
+
+
+def week_path(out_root: str, monday: str) -> str:
+    return layout.join(out_root, f"week={layout.check_event_date(monday)}", FILE)
+
+
+def rebuild_week(lake: Lake, monday: str, out_root: str) -> dict:
+    """The example weekly consumer's product: the metrics of the sessions of the ISO week starting
+    on `monday` (every date of it that has a version), in <out_root>/week=MONDAY/metrics.parquet.
+    Its "version" is the dates' versions, "D=V" joined by ",", so a rerun shows what it read."""
+    from datetime import date, timedelta
+
+    monday = layout.check_event_date(monday)
+    if date.fromisoformat(monday).weekday() != 0:
+        raise ValueError(f"{monday} is not a Monday: a week is named by the Monday it starts on")
+    parts, versions = [], []
+    for n in range(7):
+        day = str(date.fromisoformat(monday) + timedelta(days=n))
+        try:
+            sessions = reader.read_sessions(lake, day, columns=INPUT_COLUMNS)
+        except reader.NoVersion:
+            continue
+        parts.append(sessions.select(INPUT_COLUMNS).cast(pa.schema(
+            [("user_id", pa.string()), ("session_start", pa.timestamp("us", tz="UTC")),
+             ("session_end", pa.timestamp("us", tz="UTC"))])).replace_schema_metadata(None))
+        versions.append(f"{day}={sessions.schema.metadata[b'tidemark.version'].decode()}")
+    if parts:
+        table = pa.concat_tables(parts)
+    else:
+        table = from_table_rows([])
+    row = compute(monday, ",".join(versions) or None, table)
+    _write(week_path(out_root, monday), pa.Table.from_pylist([row], schema=SCHEMA))
+    log.info("weekly session metrics rebuilt", week=monday, dates=len(versions), sessions=row["sessions"])
+    return row
+
+
+def from_table_rows(rows) -> pa.Table:
+    return pa.table({"user_id": pa.array([r[0] for r in rows], pa.string()),
+                     "session_start": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+                     "session_end": pa.array([r[2] for r in rows], pa.timestamp("us", tz="UTC"))})
+
+
+def read_week(out_root: str, monday: str) -> dict | None:
+    path = week_path(out_root, monday)
+    if not storage.exists(path):
+        return None
+    fs, native = storage.resolve(path)
+    with fs.open_input_file(native) as handle:
+        return pq.read_table(handle).to_pylist()[0]
 
 
 def read(out_root: str, event_date: str) -> dict | None:

@@ -131,8 +131,12 @@ def _demo(args, console, stack) -> int:
                                               rules, corrected_dates)  # the boundary too
     data["ok"] = data["ok"] and all(r["ok"] for r in data["consumer"]) and all(
         r["state"] == "sent" for r in data["notices"]["corrected"])
+    data["partitions"] = report.partitions_report(all_runs or [], client.list_dag_runs("example_session_metrics"),
+                                                  _asset_events(client))
+    data["ok"] = data["ok"] and all(r["ok"] for r in data["partitions"])
     report.print_report(console, data)
     report.print_notices_and_consumer(console, data)
+    report.print_partitions(console, data["partitions"])
     folder = os.path.join(stack.home, "report")
     os.makedirs(folder, exist_ok=True)
     lateness = [s for _, s in wavelib.lateness_of([d for w in waves for d in w.deliveries]) if s is not None]
@@ -214,6 +218,14 @@ def _after(seconds: float):
         left = deadline - time.monotonic()
         return left <= 0, f"{max(0, left):.0f}s left"
     return check
+
+
+def _asset_events(client) -> list[dict]:
+    """The asset events of tidemark.sessions_dedup (none when Airflow does not know the asset yet)."""
+    from tidemark.notices.asset_events import ASSET_NAME
+
+    asset_id = client.asset_id(ASSET_NAME)
+    return [] if asset_id is None else client.asset_events(asset_id)
 
 
 def _dag_id() -> str:

@@ -3,7 +3,9 @@
 --topic availability (the default): the stream's availability notices, sent, owed or waiting in a
 coalescing group. --topic corrected: the corrected-partition notices, one per published version
 (event date, version, previous version, how the sessions changed), sent or owed. --topic all: both,
-each row with its topic.
+each row with its topic. --topic corrected --emit-asset-events: also post the versions owed to
+Airflow as asset events of tidemark.sessions_dedup now (a `tidemark dedup` by hand reaches
+consumer DAGs at once instead of at the reconcile DAG's next drain).
 
 Exit status 1 with --check when a complete receipt partition is covered by no notice at all.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tidemark.commands.options import POSITIVE_FLOAT, TOPIC, UsageError, LAKE
+from tidemark.commands.options import LAKE, POSITIVE_FLOAT, TOPIC, UsageError, add_airflow_options
 
 _COLUMNS = ("state", "kind", "event_date", "receipt_ts", "partitions", "rows", "events", "late",
             "notice_id", "published_at")
@@ -42,6 +44,10 @@ def register(subparsers) -> None:
                    help="with --send: also close waiting coalescing groups now; ONLY while the "
                         "stream is stopped (the running stream owns them)")
     p.add_argument("--timeout", type=POSITIVE_FLOAT, default=60.0, help="seconds to keep trying with --send")
+    p.add_argument("--emit-asset-events", action="store_true",
+                   help="with --topic corrected: post the versions owed to Airflow as asset events "
+                        "(Airflow: --airflow-url, $AIRFLOW_BASE_URL or the local stack's)")
+    add_airflow_options(p)
     p.set_defaults(handler=run)
 
 
@@ -55,6 +61,8 @@ def run(args) -> int:
                            ("--close-waiting", args.close_waiting)):
             if used:
                 raise UsageError(f"{flag} is about availability notices: not with --topic {args.topic}")
+    if args.emit_asset_events and args.topic != "corrected":
+        raise UsageError("--emit-asset-events is about corrected notices: add --topic corrected")
     if args.send and args.topic == "all":
         raise UsageError("--send sends one topic's notices: choose --topic availability or corrected")
     if args.topic == "corrected":
@@ -103,6 +111,19 @@ def _corrected(args) -> int:
         if still_owed:
             print(f"tidemark notices: {still_owed} corrected notice(s) still owed after {args.timeout:g}s",
                   file=sys.stderr)
+    events_owed = 0
+    if args.emit_asset_events:
+        from tidemark.commands.reconcile import airflow_client
+        from tidemark.notices import corrected
+
+        client = airflow_client(args, required=False)
+        if client is None:
+            raise UsageError("--emit-asset-events needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, "
+                             f"or start the local stack (none is up in {args.home})")
+        events_owed = corrected.emit_owed(args.lake, client, timeout=args.timeout)
+        if events_owed:
+            print(f"tidemark notices: {events_owed} asset event(s) still owed to Airflow after {args.timeout:g}s",
+                  file=sys.stderr)
     status = corrected_status(args.lake)
     rows = _corrected_rows(status, args.state)
     if args.format == "jsonl":
@@ -112,7 +133,7 @@ def _corrected(args) -> int:
         sys.stdout.write(json.dumps({state: len(status[state]) for state in ("sent", "owed")}) + "\n")
     else:
         _print_corrected_table(rows, status)
-    return 1 if args.send and status["owed"] else 0
+    return 1 if (args.send and status["owed"]) or events_owed else 0
 
 
 def _corrected_rows(status: dict, state: str) -> list[dict]:

@@ -97,6 +97,7 @@ def collect(lake: Lake, waves, wave_counts: list[dict], all_runs: list[dict] | N
         "steps": step_summary(receipt_rows),
         "versions": {d: corrections(lake, d) for d in dates},
         "dag_runs": [{"run_id": r["dag_run_id"], "state": r.get("state"), "event_date": (r.get("conf") or {}).get("event_date"),
+                      "partition_key": r.get("partition_key"),
                       "start": r.get("start_date"), "end": r.get("end_date")} for r in (all_runs or [])],
         "checks": [{**asdict(c), "ok": c.ok} for c in checks],
         "ok": bool(checks) and all(c.ok for c in checks),
@@ -198,7 +199,7 @@ def print_notices_and_consumer(console, data: dict) -> None:
                       _n(c["sessions_added"]), _n(c["sessions_removed"]), _n(c["sessions_changed"]), str(r["rows"]),
                       str(r["snapshot_id"]), r["state"] if r["state"] == "sent" else f"[red]{r['state']}[/]")
     console.print(table)
-    table = Table(title="6. example consumer DAG (example_session_metrics, on the per-date asset events): "
+    table = Table(title="6. example consumer DAG (example_session_metrics, one run per corrected date): "
                         "daily session metrics of the corrected dates, against the batch reference's")
     for column in ("event_date", "version", "sessions", "users", "median s", "p95 s", "crossed midnight", ""):
         table.add_column(column)
@@ -207,6 +208,41 @@ def print_notices_and_consumer(console, data: dict) -> None:
         table.add_row(r["event_date"], m.get("version") or "-", _n(m.get("sessions")), _n(m.get("users")),
                       _f(m.get("median_duration_s")), _f(m.get("p95_duration_s")), _n(m.get("crossed_midnight")),
                       "[green]equal[/]" if r["ok"] else f"[red]DIFFERENT[/] (reference {r['reference']})")
+    console.print(table)
+
+
+def partitions_report(dedup_runs: list[dict], consumer_runs: list[dict], asset_events: list[dict]) -> list[dict]:
+    """Per Airflow partition key (an event date): the tidemark_dedup runs, the asset events of
+    tidemark.sessions_dedup and the example consumer's runs. A dedup run whose key is not its conf's
+    event_date (or has none) makes its row not ok; so does a date with events but no consumer run."""
+    keys = sorted({r.get("partition_key") or "-" for r in dedup_runs + consumer_runs}
+                  | {e.get("partition_key") or "-" for e in asset_events})
+    out = []
+    for key in keys:
+        runs = [r for r in dedup_runs if (r.get("partition_key") or "-") == key]
+        consumers = [r for r in consumer_runs if (r.get("partition_key") or "-") == key]
+        events = [e for e in asset_events if (e.get("partition_key") or "-") == key]
+        keyed = key != "-" and all((r.get("conf") or {}).get("event_date") == key for r in runs)
+        out.append({"partition_key": key, "dedup_runs": len(runs),
+                    "asset_events": len(events),
+                    "versions": sorted((e.get("extra") or {}).get("version") or "" for e in events),
+                    "consumer_runs": len(consumers),
+                    "consumer_states": sorted({r.get("state") or "" for r in consumers}),
+                    "ok": keyed and (not events or bool(consumers))})
+    return out
+
+
+def print_partitions(console, rows: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title="7. Airflow partitions: per partition key (event date), the tidemark_dedup runs, "
+                        "the asset events of tidemark.sessions_dedup (one per version) and the consumer's runs")
+    for column in ("partition_key", "dedup runs", "asset events", "versions", "consumer runs", ""):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(r["partition_key"], str(r["dedup_runs"]), str(r["asset_events"]), " ".join(r["versions"]),
+                      f"{r['consumer_runs']} ({', '.join(r['consumer_states'])})" if r["consumer_runs"] else "0",
+                      "[green]ok[/]" if r["ok"] else "[red]NOT OK[/]")
     console.print(table)
 
 

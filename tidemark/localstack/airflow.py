@@ -48,7 +48,7 @@ def spark_connection_uri(master: str = "local[*]") -> str:
 class AirflowServer:
     def __init__(self, home: str, port: int | None = None, db_url: str | None = None,
                  dags_folder: str = DAGS_FOLDER, env: dict | None = None, username: str = "admin",
-                 parallelism: int = 2, spark_master: str = "local[*]"):
+                 parallelism: int = 2, spark_master: str = "local[*]", api_workers: int | None = None):
         self.home = os.path.abspath(home)
         self.port = port or process.free_port()
         self.db_url = db_url or f"sqlite:///{os.path.join(self.home, 'airflow.db')}"
@@ -58,6 +58,10 @@ class AirflowServer:
         self.parallelism = parallelism
         self.spark_master = spark_master
         self.url = f"http://127.0.0.1:{self.port}"
+        # api-server worker processes: one on SQLite (a second only adds writers waiting on its
+        # single lock), two on PostgreSQL, which takes concurrent writers: a burst of trigger POSTs
+        # is then served by both cores (BENCHMARKS.md section 2).
+        self.api_workers = api_workers or (2 if self.db_url.startswith("postgresql") else 1)
         self.managed: dict[str, process.Managed] = {}
         self.timings: dict[str, float] = {}
 
@@ -66,11 +70,6 @@ class AirflowServer:
     @property
     def passwords_file(self) -> str:
         return os.path.join(self.home, "simple_auth_manager_passwords.json")
-
-    @property
-    def password(self) -> str:
-        with open(self.passwords_file) as handle:
-            return json.load(handle)[self.username]
 
     def _secret(self, name: str) -> str:
         """A random secret kept in the home, so a restart keeps tokens and logins valid."""
@@ -101,7 +100,7 @@ class AirflowServer:
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": self.url,
-            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__WORKERS": str(self.api_workers),
             "AIRFLOW__API_AUTH__JWT_SECRET": self._secret("jwt_secret"),
             "AIRFLOW__API__SECRET_KEY": self._secret("api_secret_key"),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
@@ -115,11 +114,22 @@ class AirflowServer:
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "TIDEMARK_PYTHON": sys.executable,
+            # This Airflow's REST API for its own tasks (tidemark/airflow_api.py for_tasks): the
+            # per-date triggers with a partition_key and the asset events of the outbox.
+            "AIRFLOW_CONN_TIDEMARK_AIRFLOW_API": json.dumps({
+                "conn_type": "http", "host": self.url, "login": self.username, "password": self.password}),
         }
         env.update(self.extra_env)
         return env
 
+    @property
+    def password(self) -> str:
+        self._write_passwords()
+        with open(self.passwords_file) as handle:
+            return json.load(handle)[self.username]
+
     def _write_passwords(self) -> None:
+        os.makedirs(self.home, exist_ok=True)
         if os.path.exists(self.passwords_file):
             return  # a restart keeps the password
         fd = os.open(self.passwords_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -150,7 +160,7 @@ class AirflowServer:
         started = time.monotonic()
         airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
         argv = {"api-server": [airflow, "api-server", "--host", "127.0.0.1", "--port", str(self.port),
-                               "--workers", "1"],
+                               "--workers", str(self.api_workers)],
                 "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
                 "dag-processor": [airflow, "dag-processor"]}
         env = self.environment()
@@ -198,7 +208,7 @@ class AirflowServer:
 
     def client(self):
         """A REST client logged in as the admin (cloud_function's client)."""
-        from cloud_function.airflow_client import AirflowClient
+        from tidemark.airflow_api import AirflowClient
 
         return AirflowClient(self.url, "password", self.username, self.password)
 
@@ -216,7 +226,7 @@ class AirflowServer:
             found.update(client.get_dag(dag_id) or {})
             return bool(found)
 
-        from cloud_function.airflow_client import AirflowError
+        from tidemark.airflow_api import AirflowError
 
         # RuntimeError (an import error) ends the wait; an api-server still busy is "not yet".
         wait_for(parsed, timeout, f"DAG {dag_id} (parsed)", interval=1,

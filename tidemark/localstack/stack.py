@@ -20,7 +20,11 @@ belong to an unrelated process. A process is only signalled when its pid AND sta
 
 Order matters on the way up (each piece needs the previous one's address) and on the way down:
 the stream first (SIGTERM to its Python process only, so that it finishes its micro-batch and
-flushes owed notices before its JVM goes), then the function, Airflow, and the emulator last.
+flushes owed notices before its JVM goes), then the function, Airflow, its PostgreSQL, and the
+emulator last. Airflow's metadata database is a PostgreSQL the stack starts (Debian's package,
+tidemark/localstack/postgres.py; a burst of notices then triggers runs without waiting on SQLite's
+single writer, BENCHMARKS.md section 2) when it is installed at the first `up`, else SQLite;
+`--db-url` names a database of your own instead. The choice is fixed in stack.json.
 The Spark Connect server (tidemark/localstack/spark_connect.py) is the DAG's warm Spark: Airflow gets
 AIRFLOW_CONN_SPARK_DEFAULT of type spark_connect naming it, so each dedup run is a client of it
 instead of a spark-submit (`tidemark up --spark-submit` keeps the spark-submit per run). It starts
@@ -48,7 +52,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream", "exporter", "prometheus")
 # Process records, in the order `down` stops them (the observers first: they only read).
 STOP_ORDER = ("prometheus", "exporter", "stream", "function", "airflow-scheduler", "airflow-dag-processor", "airflow-api-server",
-              "spark-connect", "pubsub")
+              "postgres", "spark-connect", "pubsub")
 STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
 
 
@@ -74,6 +78,9 @@ class StackSettings:
     checkpoint: str
     project: str
     db_url: str | None = None
+    # Airflow's metadata database when db_url is not given: "postgres" (the stack's own, started
+    # and stopped with it) or "sqlite" (PostgreSQL not installed; homes from before it existed).
+    metadata_db: str = "sqlite"
     ports: dict = field(default_factory=dict)
     trigger_interval: str = "5s"
     master: str = "local[2]"
@@ -147,6 +154,9 @@ class Stack:
                 project=project or names.get("PROJECT"), db_url=db_url,
                 trigger_interval=trigger_interval or "5s", notice_coalesce=notice_coalesce,
                 spark_connect=True if spark_connect is None else spark_connect)
+            from tidemark.localstack import postgres
+
+            current.metadata_db = "postgres" if db_url is None and postgres.available() else "sqlite"
             if not current.spark_connect:
                 current.airflow_parallelism = current.max_active_runs = 2
         else:
@@ -162,7 +172,8 @@ class Stack:
                                  f"not {port}")
             current.ports[component] = int(port)
         for component in ("pubsub", "airflow", "function", "stream-metrics", "exporter", "prometheus") + (
-                ("spark-connect",) if current.spark_connect else ()):
+                ("spark-connect",) if current.spark_connect else ()) + (
+                ("postgres",) if current.metadata_db == "postgres" else ()):
             current.ports.setdefault(component, process.free_port())
         os.makedirs(self.home, exist_ok=True)
         storage.write_json_atomic(self.state_path, current.__dict__)
@@ -217,6 +228,8 @@ class Stack:
             self._step("topics", say, lambda: self._ensure_topics(settings), [])
             if settings.spark_connect and "spark-connect" not in running:
                 self._step("spark-connect", say, lambda: self._start_spark_connect(settings, timeout), started)
+            if settings.metadata_db == "postgres" and "postgres" not in running:
+                self._step("postgres", say, lambda: self._start_postgres(settings, timeout), started)
             if not {"airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= set(running):
                 self._step("airflow", say, lambda: self._start_airflow(settings, timeout, running), started)
             if "function" not in running:
@@ -295,6 +308,30 @@ class Stack:
                                names.get("AVAILABILITY_TOPIC"), push_endpoint=self.function_url(settings),
                                ack_deadline_seconds=60, host=self.emulator_host(settings))
 
+    def postgres(self, settings: StackSettings | None = None):
+        from tidemark.localstack.postgres import PostgresServer
+
+        settings = settings or self.settings()
+        return PostgresServer(os.path.join(self.home, "postgres"), port=settings.ports["postgres"])
+
+    def _start_postgres(self, settings: StackSettings, timeout: float) -> None:
+        server = self.postgres(settings)
+        if process.port_open(server.port):
+            raise StackError("postgres", f"port {server.port} (recorded in {self.state_path}) is in use "
+                             "by another program", None)
+        try:
+            server.start(timeout=min(timeout, 120))
+        except Exception as exc:
+            if server.managed is not None:
+                self._write_record(server.managed, "postgres")
+            raise StackError("postgres", str(exc)[:2000], server.log_path) from exc
+        self._write_record(server.managed, "postgres")
+
+    def airflow_db_url(self, settings: StackSettings) -> str | None:
+        if settings.db_url:
+            return settings.db_url
+        return self.postgres(settings).db_url if settings.metadata_db == "postgres" else None
+
     def airflow(self, settings: StackSettings | None = None):
         from tidemark.localstack.airflow import AirflowServer
 
@@ -310,7 +347,8 @@ class Stack:
 
             env["AIRFLOW_CONN_SPARK_DEFAULT"] = connection_json(settings.ports["spark-connect"])
         return AirflowServer(os.path.join(self.home, "airflow"), port=settings.ports["airflow"],
-                             db_url=settings.db_url, parallelism=settings.airflow_parallelism, env=env)
+                             db_url=self.airflow_db_url(settings), parallelism=settings.airflow_parallelism,
+                             env=env)
 
     def _start_airflow(self, settings: StackSettings, timeout: float, running: dict) -> None:
         server = self.airflow(settings)
@@ -326,6 +364,7 @@ class Stack:
             server.wait_for_dag(timeout=timeout)
             # Parsed before the first asset event, or its schedule would miss it.
             server.wait_for_dag("example_session_metrics", timeout=timeout)
+            server.wait_for_dag("example_weekly_session_metrics", timeout=timeout)
         except Exception as exc:
             for name, managed in server.managed.items():
                 self._write_record(managed, f"airflow-{name}")
@@ -476,6 +515,10 @@ class Stack:
             login = f"login {server.username} / {server.password}"
         except (FileNotFoundError, KeyError, ValueError):
             pass
+        if settings.metadata_db == "postgres" and not settings.db_url:
+            pg = self.postgres(settings)
+            rows.append(self._row("postgres (Airflow's metadata)", self.record("postgres"),
+                                  f"127.0.0.1:{pg.port}", pg.healthy, f"data {pg.data_dir}"))
         rows.append(self._row("airflow api-server (UI)", api, server.url,
                               lambda: _airflow_health(server.url).get("metadatabase", {}).get("status") == "healthy",
                               login))

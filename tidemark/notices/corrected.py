@@ -7,9 +7,13 @@ corrected topic with retries, drained after an outage.
     record_current(lake, event_date)      the safety net the DAG runs after the dedup: a crash
                                           between the commit and the hook loses nothing
     send_owed(lake, topic, timeout)    send every owed corrected notice (any date), retrying
+    emit_owed(lake, client, timeout)   the same entries as Airflow asset events (asset
+                                       tidemark.sessions_dedup, partition_key = the date):
+                                       tidemark/notices/asset_events.py
 
-    <lake>/_notices/corrected/outbox/<notice_id>.json   owed
-    <lake>/_notices/corrected/sent/<notice_id>.json     acknowledged by Pub/Sub (message_id, published_at)
+    <lake>/_notices/corrected/outbox/<notice_id>.json        owed (to Pub/Sub, to Airflow, or both)
+    <lake>/_notices/corrected/sent/<notice_id>.json          acknowledged by Pub/Sub (message_id, published_at)
+    <lake>/_notices/corrected/asset_events/<notice_id>.json  acknowledged by Airflow (event id, timestamp)
 
 The notice_id is a hash of (dataset, event_date, version): recording a version again (a retried
 commit, the safety net, a rerun that finds the version already current) finds it known and writes
@@ -34,7 +38,7 @@ _DIFF_COLUMNS = ("session_id", "session_end", "event_count")
 
 
 def outbox(lake: Lake) -> Outbox:
-    return Outbox(lake, corrected_notice, CHANNEL)
+    return Outbox(lake, corrected_notice, CHANNEL, sinks=("pubsub", "airflow"))
 
 
 def configured_topic() -> str | None:
@@ -149,6 +153,28 @@ def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None,
     finally:
         if own:
             sender.close()
+
+
+def emit_owed(lake: Lake, client, timeout: float = 120.0, backoff_max: float = 15.0) -> int:
+    """Emit every corrected notice owed to Airflow as an asset event through `client`
+    (tidemark.airflow_api.AirflowClient), retrying while Airflow is unreachable, for at most
+    `timeout` seconds. Returns how many stay owed."""
+    from tidemark.notices.asset_events import AssetEventSender
+
+    return drain(outbox(lake), AssetEventSender(client), timeout=timeout, backoff_max=backoff_max,
+                 sink="airflow")
+
+
+def emit(lake: Lake, event_date: str, client, timeout: float = 120.0) -> dict:
+    """What the dedup DAG's emit_asset_events task does: record the date's current version's
+    notice (the safety net), then emit every asset event owed (any date, any committer).
+    Raises NoticesOwed when some stay owed after `timeout`."""
+    recorded = record_current(lake, event_date)
+    left = emit_owed(lake, client, timeout=timeout)
+    if left:
+        raise NoticesOwed(f"{left} asset event(s) still owed after {timeout:.0f}s: Airflow unreachable "
+                          f"({client!r}); they stay in {outbox(lake).folder('outbox')}")
+    return {"recorded": recorded is not None, "owed": 0}
 
 
 class NoticesOwed(RuntimeError):

@@ -30,8 +30,9 @@ def _seconds_since(iso: str | None) -> float | None:
     return round((datetime.now(timezone.utc) - parse_iso(iso)).total_seconds(), 3)
 
 
-def send(outbox: Outbox, sender, entries: list[dict]) -> tuple[list[dict], list[tuple[str, object]]]:
-    """Publish outbox entries once; mark the acknowledged ones sent.
+def send(outbox: Outbox, sender, entries: list[dict],
+         sink: str = "pubsub") -> tuple[list[dict], list[tuple[str, object]]]:
+    """Publish outbox entries once to `sender` (the outbox's `sink`); mark the acknowledged ones sent.
     Returns (entries sent, [(notice_id, error)] of those not acknowledged)."""
     if not entries:
         return [], []
@@ -42,9 +43,9 @@ def send(outbox: Outbox, sender, entries: list[dict]) -> tuple[list[dict], list[
         result = results.get(body["notice_id"])
         if isinstance(result, tuple):
             message_id, published_at = result
-            outbox.mark_sent(entry, str(message_id), published_at)
+            outbox.mark_sent(entry, str(message_id), published_at, sink=sink)
             sent.append(entry)
-            log.info("notice sent", notice_id=body["notice_id"], channel=outbox.channel,
+            log.info("notice sent", notice_id=body["notice_id"], channel=outbox.channel, sink=sink,
                      topic=getattr(sender, "topic", None), message_id=str(message_id),
                      owed_for_s=_seconds_since(entry.get("recorded_at")),
                      **{k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body})
@@ -60,23 +61,23 @@ def raise_failed(failed: list[tuple[str, object]]) -> None:
 
 
 def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float = 0.5,
-          backoff_max: float = 15.0) -> int:
-    """Publish every owed entry of the outbox, retrying (jittered exponential backoff, tenacity)
-    while Pub/Sub is unreachable, for at most `timeout` seconds. Returns how many stay owed (0 when
+          backoff_max: float = 15.0, sink: str = "pubsub") -> int:
+    """Publish every entry of the outbox owed to `sink` through `sender`, retrying (jittered
+    exponential backoff, tenacity) while the sink is unreachable, for at most `timeout` seconds. Returns how many stay owed (0 when
     all went out); what stays is sent by the next drain."""
     began = time.monotonic()
     sent_count = 0
 
     def one_round() -> None:
         nonlocal sent_count
-        sent, failed = send(outbox, sender, outbox.owed())
+        sent, failed = send(outbox, sender, outbox.owed(sink), sink=sink)
         sent_count += len(sent)
         if failed:
             sender.reset()  # a fresh channel reconnects at once when Pub/Sub is back
         raise_failed(failed)
 
     def log_retry(state) -> None:
-        log.warning("Pub/Sub unreachable, notices stay owed", channel=outbox.channel, lake=outbox.lake,
+        log.warning("sink unreachable, notices stay owed", channel=outbox.channel, sink=sink, lake=outbox.lake,
                     attempt=state.attempt_number,
                     retry_in_s=round(state.next_action.sleep, 2) if state.next_action else None,
                     error=str(state.outcome.exception())[:300])
@@ -89,7 +90,7 @@ def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float
                 one_round()
     except RetryError:
         pass
-    left = len(outbox.owed())
-    log.info("notices drained", channel=outbox.channel, topic=getattr(sender, "topic", None),
+    left = len(outbox.owed(sink))
+    log.info("notices drained", channel=outbox.channel, sink=sink, topic=getattr(sender, "topic", None),
              sent=sent_count, still_owed=left, seconds=round(time.monotonic() - began, 2))
     return left

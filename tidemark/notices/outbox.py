@@ -9,6 +9,12 @@ both, and owed() treats an outbox entry with a sent twin as sent (and finishes t
 names are notice_ids (validated hex), so recording the same notice twice is a no-op: a replayed
 batch finds its notice already there and never makes a new one.
 
+An outbox may have several sinks, each with its own sent folder: the corrected notices go to Pub/Sub
+(sent/) and, as asset events, to Airflow (asset_events/, tidemark/notices/asset_events.py). An entry
+is owed to each sink until that sink's sent file exists; the outbox file goes once every sink has
+it. Entries whose outbox file a one-sink outbox removed earlier count as known (never recorded
+again) and are owed to nobody.
+
 One Outbox class serves both topics: `Outbox(lake)` is the availability notices' (codec
 tidemark.availability_notice, folders _notices/outbox|sent), `Outbox(lake, corrected_notice, "corrected")` the
 corrected notices' (_notices/corrected/outbox|sent). A codec is a module with validate(body) and
@@ -43,26 +49,43 @@ def _describe(body: dict) -> dict:
     return {k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body}
 
 
+# sink -> the folder of what it acknowledged
+SINKS = {"pubsub": "sent", "airflow": "asset_events"}
+
+
 class Outbox:
-    def __init__(self, lake: Lake, codec=availability_notice, channel: str | None = None):
+    def __init__(self, lake: Lake, codec=availability_notice, channel: str | None = None,
+                 sinks: tuple[str, ...] = ("pubsub",)):
         self.lake = lake
         self.codec = codec
         if channel is not None and not _CHANNEL.match(channel):
             raise ValueError(f"invalid notice channel {channel!r}")
+        unknown = [s for s in sinks if s not in SINKS]
+        if unknown or not sinks or (channel is None and tuple(sinks) != ("pubsub",)):
+            raise ValueError(f"invalid notice sinks {sinks!r}")
         self.channel = channel
+        self.sinks = tuple(sinks)
 
     def folder(self, which: str) -> str:
+        if self.channel is not None and which != "outbox" and which not in SINKS.values():
+            raise ValueError(f"unknown notices folder {which!r}")
         return self.lake.notices_dir(which, self.channel)
 
     def path(self, which: str, notice_id: str) -> str:
         return layout.join(self.folder(which), f"{check_notice_id(notice_id)}.json")
 
-    def is_sent(self, notice_id: str) -> bool:
-        return storage.exists(self.path("sent", notice_id))
+    def _sink(self, sink: str) -> str:
+        if sink not in self.sinks:
+            raise ValueError(f"unknown sink {sink!r} (this outbox: {', '.join(self.sinks)})")
+        return SINKS[sink]
+
+    def is_sent(self, notice_id: str, sink: str = "pubsub") -> bool:
+        return storage.exists(self.path(self._sink(sink), notice_id))
 
     def is_known(self, notice_id: str) -> bool:
-        """Recorded already: owed or sent."""
-        return storage.exists(self.path("outbox", notice_id)) or self.is_sent(notice_id)
+        """Recorded already: owed, or sent to any sink."""
+        return storage.exists(self.path("outbox", notice_id)) or any(
+            self.is_sent(notice_id, sink) for sink in self.sinks)
 
     def record(self, body: dict) -> bool:
         """Durably record a notice as owed; False (and nothing written) when it was known already."""
@@ -81,11 +104,13 @@ class Outbox:
     def read_owed(self, notice_id: str) -> dict | None:
         return storage.read_json(self.path("outbox", notice_id))
 
-    def mark_sent(self, entry: dict, message_id: str, published_at: str) -> None:
+    def mark_sent(self, entry: dict, message_id: str, published_at: str, sink: str = "pubsub") -> None:
+        """The sink's sent file first; then the outbox file, once no sink is owed it any more."""
         notice_id = entry["notice"]["notice_id"]
-        storage.write_json_atomic(self.path("sent", notice_id),
+        storage.write_json_atomic(self.path(self._sink(sink), notice_id),
                                   {**entry, "message_id": message_id, "published_at": published_at})
-        storage.delete_file(self.path("outbox", notice_id))
+        if all(s == sink or self.is_sent(notice_id, s) for s in self.sinks):
+            storage.delete_file(self.path("outbox", notice_id))
 
     def _entries(self, which: str) -> list[tuple[str, dict]]:
         out = []
@@ -98,16 +123,19 @@ class Outbox:
                 out.append((notice_id, entry))
         return out
 
-    def owed(self) -> list[dict]:
-        """Outbox entries not yet sent, oldest recorded first."""
+    def owed(self, sink: str = "pubsub") -> list[dict]:
+        """Outbox entries not yet sent to `sink`, oldest recorded first."""
+        self._sink(sink)
         out = []
         for notice_id, entry in self._entries("outbox"):
-            if self.is_sent(notice_id):  # a mark_sent interrupted between its two steps
+            sent_to = {s for s in self.sinks if self.is_sent(notice_id, s)}
+            if sent_to == set(self.sinks):  # a mark_sent interrupted between its two steps
                 storage.delete_file(self.path("outbox", notice_id))
                 continue
-            out.append(entry)
+            if sink not in sent_to:
+                out.append(entry)
         return sorted(out, key=lambda e: (e.get("recorded_at", ""), e["notice"]["notice_id"]))
 
-    def sent(self) -> list[dict]:
-        return sorted((entry for _, entry in self._entries("sent")),
+    def sent(self, sink: str = "pubsub") -> list[dict]:
+        return sorted((entry for _, entry in self._entries(self._sink(sink))),
                       key=lambda e: (e.get("published_at", ""), e["notice"]["notice_id"]))
