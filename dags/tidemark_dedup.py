@@ -24,7 +24,11 @@ version's entry in the lake's corrected outbox (tidemark.dedup, also for `tidema
 `tidemark rules migrate`); emit_asset_events drains what the outbox owes Airflow through
 POST /api/v2/assets/events (so a hand-run's version reaches consumers at the next drain, or at once
 when the command finds an Airflow). No task has the asset as an outlet: an outlet would add a second
-event for every successful run, and none for versions committed outside the DAG.
+event for every successful run, and none for versions committed outside the DAG. The entry, not the
+task, is the record: with the REST API not configured (`airflow dags test`) or unreachable, the
+task succeeds and leaves the entry owed, with a warning naming the date and version; the next drain
+posts it once. Likewise trigger_affected, once its retries are spent: the neighbour's obligation
+stays pending in the lake and tidemark_reconcile starts its run.
 
 A run with nothing new (the usual case when several notices of one date queue up: the first run
 to start picks up every complete receipt of its date) shows dedup as skipped, with the reason in
@@ -250,12 +254,18 @@ def tidemark_dedup():
     @task(inlets=[SESSIONS_DEDUP], max_active_tis_per_dag=1, trigger_rule="none_failed")
     def emit_asset_events(prepared: dict) -> dict:
         """The asset events owed (tidemark/notices/asset_events.py): this date's current version's
-        outbox entry recorded if missing, then every entry owed to Airflow posted, once."""
+        outbox entry recorded if missing, then every entry owed to Airflow posted, once.
+
+        The outbox entry is the source of truth: with this Airflow's REST API not configured (no
+        tidemark_airflow_api connection, as under `airflow dags test`) or unreachable for 30 s,
+        the task succeeds, the entries stay owed, a warning names their dates and versions, and
+        the next drain posts them (any later run, reconcile's drain_outbox, `tidemark notices
+        --topic corrected --emit-asset-events`). A refusal (a 4xx: our bug) fails the task."""
         from tidemark import airflow_api
         from tidemark.lake import Lake
         from tidemark.notices import corrected
 
-        return corrected.emit(Lake.open(prepared["lake"]), prepared["event_date"], airflow_api.for_tasks())
+        return corrected.emit(Lake.open(prepared["lake"]), prepared["event_date"], airflow_api.for_tasks)
 
     # none_failed: after the dedup, and also after a skipped dedup (a run of this date that was
     # killed after recording obligations left them to whichever run of the date comes next).
@@ -289,12 +299,30 @@ def tidemark_dedup():
         provider's TriggerDagRunOperator (1.21.0) and the SDK's trigger message cannot set a
         partition_key in 3.3.2 (tests/test_airflow_partitions.py shows it). The run id is
         deterministic: an existing run (HTTP 409, a retried or rerun task) skips this task."""
+        from airflow.sdk import get_current_context
         from airflow.sdk.exceptions import AirflowSkipException
 
         from tidemark import airflow_api, layout
+        from tidemark.logs import get_logger
 
         event_date = layout.check_event_date(conf.get("event_date"))
-        result = airflow_api.for_tasks().trigger_dag_run(DAG_ID, trigger_run_id, conf, partition_key=event_date)
+        try:
+            result = airflow_api.for_tasks().trigger_dag_run(DAG_ID, trigger_run_id, conf,
+                                                             partition_key=event_date)
+        except (airflow_api.NotConfigured, airflow_api.TransientAirflowError) as exc:
+            # The obligation is in the lake and stays pending until a run of the neighbour acts on
+            # it: Airflow's retries first (a blip), then the next run of this date (owed_reruns) or
+            # tidemark_reconcile starts it. Not configured (`airflow dags test`): no retry helps.
+            ti = get_current_context()["ti"]
+            if isinstance(exc, airflow_api.TransientAirflowError) and ti.try_number <= ti.max_tries:
+                raise
+            get_logger("dag").warning(
+                "neighbour run not started: Airflow API unavailable; its obligation stays pending for "
+                "tidemark_reconcile", event_date=event_date, run_id=trigger_run_id,
+                source_date=conf.get("source_date"), source_version=conf.get("source_version"),
+                try_number=ti.try_number, error=str(exc)[:300])
+            raise AirflowSkipException(f"run {trigger_run_id} of {event_date} not started ({exc}); "
+                                       "its obligation stays pending (tidemark_reconcile)") from None
         if not result.created:
             raise AirflowSkipException(f"run {trigger_run_id} of {event_date} already exists")
         return trigger_run_id

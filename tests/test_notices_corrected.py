@@ -193,14 +193,125 @@ def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
         box.owed("kafka")
 
 
-def test_with_airflow_down_the_asset_events_stay_owed(tmp_path):
+def _warnings(err: str, event: str) -> list[dict]:
+    """The structured log lines (JSON on stderr) at level warning whose message starts with `event`."""
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("level") == "warning" and line["event"].startswith(event)]
+
+
+def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_fail(tmp_path, capsys):
+    """The DAG's emit_asset_events (corrected.emit) with the API unreachable: no exception (the
+    run must not fail for it), the entry stays owed, and a warning names the date and version."""
     from tidemark.airflow_api import AirflowClient
     from tidemark.localstack.process import free_port
 
     lake = Lake.open(tmp_path / "lake")
-    version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
+    v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     client = AirflowClient(f"http://127.0.0.1:{free_port()}", "none", timeout=(0.5, 1.0))  # nothing listens
     assert corrected.emit_owed(lake, client, timeout=2, backoff_max=0.5) == 1
     assert len(corrected.outbox(lake).owed("airflow")) == 1 and corrected.outbox(lake).sent("airflow") == []
-    with pytest.raises(corrected.NoticesOwed, match="1 asset event"):
-        corrected.emit(lake, D, client, timeout=1)
+    capsys.readouterr()
+    result = corrected.emit(lake, D, client, timeout=1)
+    assert result == {"recorded": False, "version": v1["version"], "owed": 1, "delivered": False,
+                      "reason": "unreachable"}
+    (warning,) = _warnings(capsys.readouterr().err, "asset events stay owed: Airflow API unreachable")
+    assert warning["event_date"] == D and warning["version"] == v1["version"]
+    assert warning["owed_versions"] == [f"{D}={v1['version']}"]
+    assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1["version"]]
+
+
+def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path, capsys, monkeypatch):
+    """`airflow dags test` on a laptop: no tidemark_airflow_api connection, no AIRFLOW_BASE_URL.
+    The task's client factory (airflow_api.for_tasks, the real one) says NotConfigured; emit records
+    the date's entry (the safety net) and leaves it owed without waiting for any timeout."""
+    import time
+
+    from tidemark import airflow_api
+
+    monkeypatch.delenv("AIRFLOW_BASE_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_TIDEMARK_AIRFLOW_API", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    lake = Lake.open(tmp_path / "lake")
+    v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
+    box = corrected.outbox(lake)
+    # A crash between the commit and its hook: the entry is missing until the safety net records it.
+    for entry in box.owed("airflow"):
+        os.remove(box.path("outbox", entry["notice"]["notice_id"]))
+    assert box.owed("airflow") == []
+    capsys.readouterr()
+    began = time.monotonic()
+    result = corrected.emit(lake, D, airflow_api.for_tasks, timeout=60)
+    assert time.monotonic() - began < 30
+    assert result == {"recorded": True, "version": v1["version"], "owed": 1, "delivered": False,
+                      "reason": "not configured"}
+    (warning,) = _warnings(capsys.readouterr().err, "asset events stay owed: no Airflow API configured")
+    assert warning["event_date"] == D and warning["version"] == v1["version"] and warning["owed"] == 1
+    assert [e["notice"]["version"] for e in box.owed("airflow")] == [v1["version"]]
+    # A connection that exists but is wrong is an operator's error to see, not "not configured".
+    monkeypatch.setenv("AIRFLOW_BASE_URL", "ftp://nowhere")
+    with pytest.raises(airflow_api.ConfigError, match="AIRFLOW_BASE_URL must be set"):
+        corrected.emit(lake, D, airflow_api.for_tasks)
+
+
+class _RefusingAirflow:
+    """A real HTTP server on loopback that knows the asset and refuses every event with a 422 (what
+    Airflow answers a body it cannot accept: a bug of ours, not an outage). Airflow itself accepts
+    every body tidemark builds, so a refusal cannot be provoked there."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        posts = self.posts = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _json(self, status: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802
+                if self.path.startswith("/api/v2/assets/events"):
+                    self._json(200, {"asset_events": [], "total_entries": 0})
+                else:
+                    self._json(200, {"assets": [{"id": 7, "name": "tidemark.sessions_dedup"}], "total_entries": 1})
+
+            def do_POST(self):  # noqa: N802
+                posts.append(self.rfile.read(int(self.headers["Content-Length"])))
+                self._json(422, {"detail": [{"type": "missing", "loc": ["body", "asset_id"]}]})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_refused_asset_event_fails_the_task_at_once_and_stays_owed(tmp_path, capsys):
+    import time
+
+    from tidemark.airflow_api import AirflowClient, AirflowRejected
+
+    lake = Lake.open(tmp_path / "lake")
+    v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
+    refusing = _RefusingAirflow()
+    try:
+        began = time.monotonic()
+        with pytest.raises(AirflowRejected, match="HTTP 422"):
+            corrected.emit(lake, D, AirflowClient(refusing.url, "none"), timeout=60)
+        assert time.monotonic() - began < 10  # not retried until the timeout: retrying cannot help
+        assert len(refusing.posts) == 1
+    finally:
+        refusing.close()
+    assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1["version"]]
+    errors = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    assert any(e["level"] == "error" and e["event"].startswith("sink refused a notice") and e["sink"] == "airflow"
+               for e in errors)

@@ -46,6 +46,13 @@ class ConfigError(ValueError):
     """The function's environment is incomplete; the message names the variable, never a value."""
 
 
+class NotConfigured(ConfigError):
+    """No REST API is configured at all (no connection, no AIRFLOW_BASE_URL): e.g. `airflow dags
+    test` on a laptop. Callers whose work the lake keeps owed (the asset events of the corrected
+    outbox, the neighbour reruns of obligations) leave it to a later drain instead of failing; a
+    connection that exists but is wrong stays a plain ConfigError."""
+
+
 @dataclass(frozen=True)
 class TriggerResult:
     run_id: str
@@ -290,6 +297,6 @@ def for_tasks(conn_id: str = API_CONN_ID) -> AirflowClient:
     except AirflowNotFoundException:
         if os.environ.get("AIRFLOW_BASE_URL"):
             return AirflowClient.from_env()
-        raise ConfigError(f"no Airflow connection {conn_id!r} (nor AIRFLOW_BASE_URL): the tasks that "
-                          "trigger per-date runs and emit asset events need this Airflow's REST API") from None
+        raise NotConfigured(f"no Airflow connection {conn_id!r} (nor AIRFLOW_BASE_URL): the tasks that "
+                            "trigger per-date runs and emit asset events need this Airflow's REST API") from None
     return AirflowClient.from_connection(conn)

@@ -158,23 +158,61 @@ def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None,
 def emit_owed(lake: Lake, client, timeout: float = 120.0, backoff_max: float = 15.0) -> int:
     """Emit every corrected notice owed to Airflow as an asset event through `client`
     (tidemark.airflow_api.AirflowClient), retrying while Airflow is unreachable, for at most
-    `timeout` seconds. Returns how many stay owed."""
+    `timeout` seconds. Returns how many stay owed. A refusal (AirflowRejected: a 4xx that retrying
+    cannot fix, a bug of ours) is raised at once; the refused entry stays owed."""
+    from tidemark.airflow_api import AirflowRejected
     from tidemark.notices.asset_events import AssetEventSender
 
     return drain(outbox(lake), AssetEventSender(client), timeout=timeout, backoff_max=backoff_max,
-                 sink="airflow")
+                 sink="airflow", permanent=(AirflowRejected,))
 
 
-def emit(lake: Lake, event_date: str, client, timeout: float = 120.0) -> dict:
+# How long the dedup DAG's emit_asset_events task keeps trying an unreachable Airflow API before it
+# leaves the events owed to the next drain (an api-server restart takes ~15 s).
+EMIT_TIMEOUT_S = 30.0
+
+
+def _owed_versions(box: Outbox, sink: str, limit: int = 20) -> list[str]:
+    """The entries owed to `sink` as 'event_date=version', oldest first (for the logs)."""
+    return [f"{e['notice']['event_date']}={e['notice']['version']}" for e in box.owed(sink)[:limit]]
+
+
+def emit(lake: Lake, event_date: str, client, timeout: float = EMIT_TIMEOUT_S) -> dict:
     """What the dedup DAG's emit_asset_events task does: record the date's current version's
     notice (the safety net), then emit every asset event owed (any date, any committer).
-    Raises NoticesOwed when some stay owed after `timeout`."""
-    recorded = record_current(lake, event_date)
+
+    `client` is an AirflowClient or a callable that makes one (tidemark.airflow_api.for_tasks).
+    The outbox entry is the source of truth, so the run does not fail because the asset-events API
+    is not configured (NotConfigured: no connection, as under `airflow dags test`) or stays
+    unreachable for `timeout` seconds: the entries stay owed, a structured warning names their
+    dates and versions, and the next drain (any later dedup run, the reconcile DAG's drain_outbox,
+    `tidemark notices --topic corrected --emit-asset-events`) posts each of them once. A refusal
+    (AirflowRejected) or a wrong connection (ConfigError) is raised: retrying cannot fix those."""
+    from tidemark.airflow_api import NotConfigured
+
+    event_date = layout.check_event_date(event_date)
+    tbl = iceberg.load(lake)
+    current = None if tbl is None else publish.current_of(lake, tbl, event_date)
+    recorded = None if current is None else record(lake, current, tbl)
+    version = current["version"] if current else None
+    box = outbox(lake)
+    if callable(client):
+        try:
+            client = client()
+        except NotConfigured as exc:
+            owed = _owed_versions(box, "airflow")
+            log.warning("asset events stay owed: no Airflow API configured", event_date=event_date,
+                        version=version, owed=len(owed), owed_versions=owed, error=str(exc))
+            return {"recorded": recorded is not None, "version": version, "owed": len(owed),
+                    "delivered": False, "reason": "not configured"}
     left = emit_owed(lake, client, timeout=timeout)
     if left:
-        raise NoticesOwed(f"{left} asset event(s) still owed after {timeout:.0f}s: Airflow unreachable "
-                          f"({client!r}); they stay in {outbox(lake).folder('outbox')}")
-    return {"recorded": recorded is not None, "owed": 0}
+        log.warning("asset events stay owed: Airflow API unreachable; the next drain posts them",
+                    event_date=event_date, version=version, owed=left, owed_versions=_owed_versions(box, "airflow"),
+                    airflow=repr(client), waited_s=timeout)
+        return {"recorded": recorded is not None, "version": version, "owed": left, "delivered": False,
+                "reason": "unreachable"}
+    return {"recorded": recorded is not None, "version": version, "owed": 0, "delivered": True}
 
 
 class NoticesOwed(RuntimeError):

@@ -61,10 +61,15 @@ def raise_failed(failed: list[tuple[str, object]]) -> None:
 
 
 def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float = 0.5,
-          backoff_max: float = 15.0, sink: str = "pubsub") -> int:
+          backoff_max: float = 15.0, sink: str = "pubsub",
+          permanent: tuple[type[BaseException], ...] = ()) -> int:
     """Publish every entry of the outbox owed to `sink` through `sender`, retrying (jittered
     exponential backoff, tenacity) while the sink is unreachable, for at most `timeout` seconds. Returns how many stay owed (0 when
-    all went out); what stays is sent by the next drain."""
+    all went out); what stays is sent by the next drain.
+
+    An error of a `permanent` type (the sink refused an entry: retrying cannot help, a bug of ours)
+    is not retried: once the acknowledged entries of the round are marked sent, it is logged and
+    raised, and the refused entry stays owed."""
     began = time.monotonic()
     sent_count = 0
 
@@ -72,6 +77,12 @@ def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float
         nonlocal sent_count
         sent, failed = send(outbox, sender, outbox.owed(sink), sink=sink)
         sent_count += len(sent)
+        refused = [(notice_id, error) for notice_id, error in failed if isinstance(error, permanent)]
+        if refused:
+            for notice_id, error in refused:
+                log.error("sink refused a notice; it stays owed", notice_id=notice_id, channel=outbox.channel,
+                          sink=sink, topic=getattr(sender, "topic", None), error=str(error)[:300])
+            raise refused[0][1]
         if failed:
             sender.reset()  # a fresh channel reconnects at once when Pub/Sub is back
         raise_failed(failed)
