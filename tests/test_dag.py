@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -137,7 +138,15 @@ def small_lake(tmp_path_factory):
     generate_cli(landing, "--events", "1500", "--users", "25", "--days", "2", "--start", "2026-03-06",
                  "--files", "6", "--seed", "11")
     run_stream_cli(landing, lake, str(base / "checkpoint"))
+    # Untouched by the tests' dedup runs: a test that needs the lake before any version copies it.
+    shutil.copytree(lake.uri, base / "pristine")
     return landing, lake
+
+
+def pristine_copy(small_lake, dest) -> Lake:
+    """A copy of the small lake as the stream left it (no version of any date yet)."""
+    shutil.copytree(os.path.join(os.path.dirname(small_lake[1].uri), "pristine"), dest)
+    return Lake.open(dest)
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +251,64 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     # The neighbour date too (whether or not it was listed as affected).
     dags_test(server, "2026-03-07", "neighbour")
     assert lake_session_set(lake, "2026-03-07", True) == reference_session_set(landing, "2026-03-07", GAP, True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later_drain_posts_it_once(
+        small_lake, tmp_path):
+    """`airflow dags test` with no api-server (the tidemark_airflow_api connection names a port where
+    nothing listens, as in the cluster and rules tests): the run succeeds, the version's outbox entry
+    stays owed to Airflow, a warning names the date and version, the neighbour's obligation stays
+    pending; once an api-server is up, `tidemark notices --emit-asset-events` posts exactly one
+    event, and draining again posts nothing."""
+    from tidemark import obligations, reader
+    from tidemark.localstack.airflow import AirflowServer
+    from tidemark.notices import asset_events, corrected
+
+    event_date = "2026-03-06"
+    lake = pristine_copy(small_lake, tmp_path / "lake")
+    server = AirflowServer(str(tmp_path / "airflow"), env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0"})
+    os.makedirs(server.home, exist_ok=True)
+    server.migrate()
+    proc = dags_test(server, event_date, "offline")
+    states = last_run_states(server)
+    assert states["dedup"] == "success" and states["emit_asset_events"] == "success", states
+    assert states["notify_corrected"] == "success" and states["owed_reruns"] == "success", states
+    pointer = reader.read_pointer(lake, event_date)
+    box = corrected.outbox(lake)
+    assert [(e["notice"]["event_date"], e["notice"]["version"]) for e in box.owed("airflow")] == [
+        (event_date, pointer["version"])]
+    assert db_rows(server, "select id from asset_event") == []
+    output = proc.stdout + proc.stderr
+    warned = [line for line in output.splitlines() if "asset events stay owed: Airflow API unreachable" in line]
+    assert warned and event_date in warned[0] and pointer["version"] in warned[0], output[-3000:]
+    # The neighbours owed a rerun were not started (no API): their obligations stay pending.
+    affected = sorted(set(pointer.get("affected_dates") or []) - {event_date})
+    assert affected, pointer  # the two-day landing has sessions crossing midnight
+    assert states["trigger_affected"] == "skipped", states
+    assert all(obligations.pending(lake, d) for d in affected)
+
+    # Later, Airflow's REST API is up: a drain posts the owed event, once.
+    server.start(components=("api-server",))
+    try:
+        for _ in range(2):
+            drained = subprocess.run(
+                [sys.executable, "-m", "tidemark.cli", "notices", "--lake", lake.uri, "--topic", "corrected",
+                 "--emit-asset-events", "--airflow-url", server.url, "--airflow-user", server.username,
+                 "--format", "summary", "--timeout", "60"],
+                env={**os.environ, "AIRFLOW_PASSWORD": server.password, "PYTHONPATH": ROOT},
+                capture_output=True, text=True, timeout=300)
+            assert drained.returncode == 0, drained.stderr[-3000:]
+            events = [(name, key, json.loads(extra) if isinstance(extra, str) else extra) for name, key, extra in
+                      db_rows(server, "select a.name, e.partition_key, e.extra from asset_event e "
+                                      "join asset a on a.id = e.asset_id")]
+            assert [(n, k, x["version"]) for n, k, x in events] == [
+                (asset_events.ASSET_NAME, event_date, pointer["version"])]
+        assert box.owed("airflow") == [] and [e["notice"]["version"] for e in box.sent("airflow")] == [
+            pointer["version"]]
+    finally:
+        server.stop(components=("api-server",))
 
 
 # -- the Dataproc branch (Composer): chosen at parse time from the environment -------------------
