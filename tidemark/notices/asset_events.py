@@ -36,12 +36,13 @@ def event_extra(notice: dict) -> dict:
 
 
 class AssetEventSender:
-    """send_many(entries) -> {notice_id: (event id, timestamp) or the error}, like PubSubSender."""
+    """Airflow's asset events as a notice transport (tidemark.notices.sender.Sender): send_many(entries)
+    -> {notice_id: (event id, timestamp) or the error}."""
 
     def __init__(self, client, name: str = ASSET_NAME):
         self.client = client
         self.name = name
-        self.topic = f"airflow asset {name}"  # what the drain's log lines name
+        self.destination = f"airflow asset {name}"  # what the drain's log lines name
         self._asset_id: int | None = None
 
     def _asset(self) -> int:

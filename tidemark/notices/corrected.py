@@ -144,10 +144,10 @@ def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None,
                  backoff_max: float = 15.0) -> int:
     """Send every owed corrected notice; retry while Pub/Sub is unreachable, for at most `timeout`
     seconds. Returns how many are still owed."""
-    from tidemark.notices.sender import PubSubSender
+    from tidemark.notices.sender import sender_for
 
     own = sender is None
-    sender = sender or PubSubSender(topic_path, codec=corrected_notice)
+    sender = sender or sender_for(topic_path, codec=corrected_notice)
     try:
         return drain(outbox(lake), sender, timeout=timeout, backoff_max=backoff_max)
     finally:

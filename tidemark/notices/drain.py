@@ -14,6 +14,7 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_d
 
 from tidemark.logs import get_logger
 from tidemark.notices.outbox import Outbox
+from tidemark.notices.sender import Sender
 from tidemark.times import parse_iso
 
 log = get_logger("notices")
@@ -30,7 +31,7 @@ def _seconds_since(iso: str | None) -> float | None:
     return round((datetime.now(timezone.utc) - parse_iso(iso)).total_seconds(), 3)
 
 
-def send(outbox: Outbox, sender, entries: list[dict],
+def send(outbox: Outbox, sender: Sender, entries: list[dict],
          sink: str = "pubsub") -> tuple[list[dict], list[tuple[str, object]]]:
     """Publish outbox entries once to `sender` (the outbox's `sink`); mark the acknowledged ones sent.
     Returns (entries sent, [(notice_id, error)] of those not acknowledged)."""
@@ -46,7 +47,7 @@ def send(outbox: Outbox, sender, entries: list[dict],
             outbox.mark_sent(entry, str(message_id), published_at, sink=sink)
             sent.append(entry)
             log.info("notice sent", notice_id=body["notice_id"], channel=outbox.channel, sink=sink,
-                     topic=getattr(sender, "topic", None), message_id=str(message_id),
+                     destination=sender.destination, message_id=str(message_id),
                      owed_for_s=_seconds_since(entry.get("recorded_at")),
                      **{k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body})
         else:
@@ -60,7 +61,7 @@ def raise_failed(failed: list[tuple[str, object]]) -> None:
                             f"{type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}")
 
 
-def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float = 0.5,
+def drain(outbox: Outbox, sender: Sender, timeout: float = 120.0, backoff_initial: float = 0.5,
           backoff_max: float = 15.0, sink: str = "pubsub",
           permanent: tuple[type[BaseException], ...] = ()) -> int:
     """Publish every entry of the outbox owed to `sink` through `sender`, retrying (jittered
@@ -81,7 +82,7 @@ def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float
         if refused:
             for notice_id, error in refused:
                 log.error("sink refused a notice; it stays owed", notice_id=notice_id, channel=outbox.channel,
-                          sink=sink, topic=getattr(sender, "topic", None), error=str(error)[:300])
+                          sink=sink, destination=sender.destination, error=str(error)[:300])
             raise refused[0][1]
         if failed:
             sender.reset()  # a fresh channel reconnects at once when Pub/Sub is back
@@ -102,6 +103,6 @@ def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float
     except RetryError:
         pass
     left = len(outbox.owed(sink))
-    log.info("notices drained", channel=outbox.channel, sink=sink, topic=getattr(sender, "topic", None),
+    log.info("notices drained", channel=outbox.channel, sink=sink, destination=sender.destination,
              sent=sent_count, still_owed=left, seconds=round(time.monotonic() - began, 2))
     return left

@@ -1,4 +1,13 @@
-"""Publish notices with google-cloud-pubsub and report which ones Pub/Sub acknowledged.
+"""The notice transports' seam (`Sender`, and `sender_for`, the one factory from a destination), and
+its Pub/Sub transport: publish notices with google-cloud-pubsub and report which ones Pub/Sub
+acknowledged.
+
+A transport is a class with `destination`, `send_many`, `reset` and `close` (the `Sender` protocol);
+the outbox drain (tidemark/notices/drain.py) and the stream's notice service
+(tidemark/notices/service.py) use nothing else, so a second transport is that class plus one
+branch of `sender_for` (docs/architecture.md, "Drill: a second notice transport"). The other one in
+the tree, Airflow's asset events (tidemark/notices/asset_events.py), is built from an Airflow
+client rather than a destination string.
 
 With PUBSUB_EMULATOR_HOST set the client talks to that emulator (insecure channel, no
 credentials); otherwise to GCP with Application Default Credentials. The client's own retry is
@@ -8,6 +17,7 @@ backs off and tries again, forever, with the notices still safe in the outbox.
 from __future__ import annotations
 
 import re
+from typing import Protocol, runtime_checkable
 
 from tidemark import availability_notice
 from tidemark.times import now_iso_z
@@ -25,6 +35,31 @@ def check_topic(topic: str) -> str:
     return text
 
 
+@runtime_checkable
+class Sender(Protocol):
+    """What the outbox drain and the notice service need of a transport."""
+
+    destination: str  # what log lines name: a topic path, an asset
+
+    def send_many(self, entries: list[dict]) -> dict[str, object]:
+        """Send outbox entries once; {notice_id: the transport's receipt (acknowledged) or the error}."""
+        ...
+
+    def reset(self) -> None:
+        """Drop connection state after a failed round (the next round reconnects)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def sender_for(destination: str, codec=availability_notice) -> Sender:
+    """The transport for a destination an operator configured: `projects/P/topics/T` is a Pub/Sub
+    topic. `codec`: the notice module that makes the message (availability or corrected)."""
+    if str(destination).startswith("projects/"):
+        return PubSubSender(destination, codec=codec)
+    raise ValueError(f"no notice transport for {str(destination)[:120]!r}: expected projects/PROJECT/topics/TOPIC")
+
+
 class PubSubSender:
     """One PublisherClient for one topic. send_many() -> {notice_id: message_id or exception}.
 
@@ -34,6 +69,7 @@ class PubSubSender:
     def __init__(self, topic: str, send_timeout: float = 10.0, max_messages: int = 100,
                  max_latency: float = 0.05, codec=availability_notice):
         self.topic = check_topic(topic)
+        self.destination = self.topic
         self.codec = codec
         self.send_timeout = send_timeout
         self.max_messages = max_messages

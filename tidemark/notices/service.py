@@ -23,7 +23,7 @@ from tidemark.logs import get_logger
 from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
 from tidemark.notices.drain import SendFailed, raise_failed, send
 from tidemark.notices.outbox import Outbox
-from tidemark.notices.sender import PubSubSender
+from tidemark.notices.sender import Sender, sender_for
 from tidemark.lake import Lake
 
 log = get_logger("notices")
@@ -35,7 +35,7 @@ def _partition_dict(partition) -> dict:
 
 class NoticeService:
     def __init__(self, lake: Lake, topic: str | None = None, dataset: str | None = None,
-                 policy: CadencePolicy | None = None, sender=None, tick: float = 1.0,
+                 policy: CadencePolicy | None = None, sender: Sender | None = None, tick: float = 1.0,
                  backoff_initial: float = 0.5, backoff_max: float = 30.0,
                  clock: Callable[[], datetime] | None = None, close_groups: bool = True):
         if sender is None and topic is None:
@@ -43,7 +43,7 @@ class NoticeService:
         self.lake = lake
         self.dataset = dataset or names.get("DATASET")
         self.policy = policy or CadencePolicy()
-        self.sender = sender or PubSubSender(topic)
+        self.sender: Sender = sender or sender_for(str(topic))
         self.outbox = Outbox(lake)
         self.groups = PendingGroups(lake, self.dataset, self.outbox)
         self.tick = tick
@@ -73,7 +73,7 @@ class NoticeService:
         with self._lock:
             for entry in owed:
                 self._owed[entry["notice"]["notice_id"]] = entry
-        log.info("notice service starting", lake=self.lake, topic=getattr(self.sender, "topic", None),
+        log.info("notice service starting", lake=self.lake, destination=self.sender.destination,
                  owed=len(owed), waiting_groups=len(self.groups.waiting()), **self.policy.describe())
         self._thread = threading.Thread(target=self._run, name="tidemark-notices", daemon=True)
         self._thread.start()
