@@ -161,21 +161,31 @@ def dedup_concurrency(environ) -> int | None:
     return int(text)
 
 
-def dedup_task(lake, event_date):
-    """The Spark step: DedupOperator on the `spark_default` connection; on Composer, with
-    TIDEMARK_DATAPROC_CLUSTER set (terraform/composer.tf), a Dataproc PySpark job on that
-    cluster, whose init action installs tidemark. The operator class is chosen here, at parse
-    time; the job it submits is dataproc_job's (tests/test_dag.py checks it). The Google provider
-    is preinstalled on Composer and absent here, so only the operator's construction is not
-    exercised by this repository's tests."""
-    target = dataproc_target(os.environ)
-    if target:
-        from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator
+# --- the dedup's back ends, chosen in one place (dedup_backend) ------------------------------------
+# Each builds the `dedup` task of one run. A new back end (Databricks, EMR Serverless, ...) is one
+# builder here, its name in BACKENDS, and a test (docs/architecture.md, "Drill: a new dedup back end").
 
-        return DataprocSubmitJobOperator(
-            task_id="dedup", project_id=target["project"], region=target["region"],
-            max_active_tis_per_dag=dedup_concurrency(os.environ),
-            job=dataproc_job(target, APPLICATION, lake, event_date))
+
+def _dataproc_task(lake, event_date):
+    """A Dataproc PySpark job on TIDEMARK_DATAPROC_CLUSTER (Composer; terraform/composer.tf sets it),
+    whose init action installs tidemark; the job it submits is dataproc_job's (tests/test_dag.py
+    checks it). The Google provider is preinstalled on Composer and absent here, so only the
+    operator's construction is not exercised by this repository's tests."""
+    from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator
+
+    target = dataproc_target(os.environ)
+    if target is None:
+        raise ValueError("the dataproc dedup back end needs TIDEMARK_DATAPROC_CLUSTER")
+    return DataprocSubmitJobOperator(
+        task_id="dedup", project_id=target["project"], region=target["region"],
+        max_active_tis_per_dag=dedup_concurrency(os.environ),
+        job=dataproc_job(target, APPLICATION, lake, event_date))
+
+
+def _spark_task(lake, event_date):
+    """DedupOperator on the `spark_default` connection: spark-submit, or a Spark Connect client
+    when the connection's type is spark_connect (decided when the task runs: connections are read
+    then, not at parse time)."""
     return DedupOperator(
         task_id="dedup",
         max_active_tis_per_dag=dedup_concurrency(os.environ),
@@ -186,6 +196,25 @@ def dedup_task(lake, event_date):
         conf={"spark.ui.enabled": "false"},
         verbose=False,
     )
+
+
+BACKENDS = {"dataproc": _dataproc_task, "spark": _spark_task}
+
+
+def dedup_backend(environ) -> str:
+    """TIDEMARK_DEDUP_BACKEND (dataproc or spark), else dataproc when TIDEMARK_DATAPROC_CLUSTER
+    is set (Composer), else spark. Refused at parse time when unknown, naming the choices."""
+    name = (environ.get("TIDEMARK_DEDUP_BACKEND") or "").strip()
+    if not name:
+        return "dataproc" if dataproc_target(environ) else "spark"
+    if name not in BACKENDS:
+        raise ValueError(f"TIDEMARK_DEDUP_BACKEND={name!r}: expected one of {', '.join(sorted(BACKENDS))}")
+    return name
+
+
+def dedup_task(lake, event_date):
+    """The Spark step of a run, built by the back end dedup_backend chooses."""
+    return BACKENDS[dedup_backend(os.environ)](lake, event_date)
 
 
 @dag(

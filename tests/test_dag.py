@@ -340,6 +340,19 @@ def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_subm
     assert parsed.command == "dedup" and parsed.lake == Lake.open("gs://lake") and parsed.event_date == "2026-03-07"
 
 
+def test_the_dedup_back_end_is_chosen_in_one_place():
+    dag = _dag_module()
+    composer = {"TIDEMARK_DATAPROC_CLUSTER": "c", "TIDEMARK_DATAPROC_PROJECT": "p", "TIDEMARK_DATAPROC_REGION": "r"}
+    assert dag.dedup_backend({}) == "spark"
+    assert dag.dedup_backend(composer) == "dataproc"
+    assert dag.dedup_backend({**composer, "TIDEMARK_DEDUP_BACKEND": "spark"}) == "spark"  # forced
+    with pytest.raises(ValueError, match="expected one of dataproc, spark"):
+        dag.dedup_backend({"TIDEMARK_DEDUP_BACKEND": "databricks"})
+    assert set(dag.BACKENDS) == {"dataproc", "spark"}
+    task = dag.BACKENDS["spark"]("/lake", "2026-03-07")  # outside a DAG: the operator alone
+    assert isinstance(task, dag.DedupOperator) and task.event_date == "2026-03-07" and task.lake == "/lake"
+
+
 def test_dedup_concurrency_comes_from_the_environment_and_refuses_nonsense():
     dag = _dag_module()
     assert dag.dedup_concurrency({}) is None
