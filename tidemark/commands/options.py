@@ -80,9 +80,9 @@ def _duration(text: str):
 
 
 def _topic(text: str) -> str:
-    from tidemark.notices.sender import check_topic
+    from tidemark.notices.sender import check_destination
 
-    return check_topic(text)
+    return check_destination(text)
 
 
 def in_range(kind: type, low: float | None = None, high: float | None = None,

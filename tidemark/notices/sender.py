@@ -52,6 +52,11 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
+def check_destination(destination: str) -> str:
+    """A destination some transport serves (what the CLI's TOPIC options accept), else ValueError."""
+    return sender_for(destination).destination
+
+
 def sender_for(destination: str, codec=availability_notice) -> Sender:
     """The transport for a destination an operator configured: `projects/P/topics/T` is a Pub/Sub
     topic. `codec`: the notice module that makes the message (availability or corrected)."""
