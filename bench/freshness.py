@@ -42,6 +42,7 @@ process), over `--rounds` bursts:
     .venv/bin/python -m bench.freshness --burst 20 --metadata-db sqlite
     .venv/bin/python -m bench.freshness --burst 20 --metadata-db postgres
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,8 @@ import time
 
 import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
-from tidemark.lake import Lake
 from tidemark import generate
+from tidemark.lake import Lake
 
 NAME = "freshness"
 
@@ -122,8 +123,9 @@ def wait_for(check, timeout: float, what: str, interval: float = 2.0) -> bool:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.freshness", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.freshness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--scale", choices=sorted(SCALES), default="small")
     p.add_argument("--waves", type=int)
     p.add_argument("--events-per-wave", type=int)
@@ -131,17 +133,32 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
     p.add_argument("--workdir", default="/tmp/tidemark-bench/freshness")
     p.add_argument("--keep-up", action="store_true", help="leave the stack running afterwards")
-    p.add_argument("--spark-submit", action="store_true",
-                   help="the DAG's dedup as a spark-submit per run (the stack's default: a client of its "
-                        "warm Spark Connect server)")
-    p.add_argument("--notice-coalesce", default=None,
-                   help="the stream's --notice-coalesce window (e.g. 10s): fewer runs, later notices")
+    p.add_argument(
+        "--spark-submit",
+        action="store_true",
+        help="the DAG's dedup as a spark-submit per run (the stack's default: a client of its "
+        "warm Spark Connect server)",
+    )
+    p.add_argument(
+        "--notice-coalesce",
+        default=None,
+        help="the stream's --notice-coalesce window (e.g. 10s): fewer runs, later notices",
+    )
     p.add_argument("--no-write", action="store_true")
-    p.add_argument("--burst", type=int, default=None, metavar="N",
-                   help="measure only notice -> run created for N notices published at once")
+    p.add_argument(
+        "--burst",
+        type=int,
+        default=None,
+        metavar="N",
+        help="measure only notice -> run created for N notices published at once",
+    )
     p.add_argument("--rounds", type=int, default=3, help="with --burst: bursts to measure")
-    p.add_argument("--metadata-db", choices=("sqlite", "postgres"), default="sqlite",
-                   help="with --burst: Airflow's metadata database")
+    p.add_argument(
+        "--metadata-db",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="with --burst: Airflow's metadata database",
+    )
     return p.parse_args(argv)
 
 
@@ -160,9 +177,16 @@ def main(argv=None) -> int:
     shutil.rmtree(args.workdir, ignore_errors=True)
     stack = Stack(os.path.join(args.workdir, "stack"))
     stack.configure(spark_connect=not args.spark_submit, notice_coalesce=args.notice_coalesce)
-    workload = generate.Workload(events=per_wave * waves, users=max(4, per_wave * waves // 50), days=2,
-                                 files=waves, seed=31, start="2026-03-06", offline_session_rate=0.12,
-                                 duplicate_rate=0.04)
+    workload = generate.Workload(
+        events=per_wave * waves,
+        users=max(4, per_wave * waves // 50),
+        days=2,
+        files=waves,
+        seed=31,
+        start="2026-03-06",
+        offline_session_rate=0.12,
+        duplicate_rate=0.04,
+    )
     deliveries, counts = generate.build(workload)
     chunks = generate.split_files(deliveries, waves)
     loads = [load()]
@@ -170,8 +194,7 @@ def main(argv=None) -> int:
     with bench.stopwatch() as up_time:
         settings = stack.up(say=lambda text: print(f"  {text}", flush=True), timeout=args.timeout)
     try:
-        return _measure(args, stack, settings, chunks, counts, pause, env, loads, up_time["seconds"],
-                        per_wave)
+        return _measure(args, stack, settings, chunks, counts, pause, env, loads, up_time["seconds"], per_wave)
     finally:
         if not args.keep_up:
             stack.down()
@@ -179,11 +202,11 @@ def main(argv=None) -> int:
 
 
 def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_seconds, per_wave) -> int:
-    from tidemark import publish
+    from tidemark import names, publish
+    from tidemark import runs as run_ids
     from tidemark.notices.outbox import Outbox
-    from tidemark import runs as run_ids, names
 
-    landed: dict[str, float] = {}     # file base name -> landing time (epoch s)
+    landed: dict[str, float] = {}  # file base name -> landing time (epoch s)
     wave_of: dict[str, int] = {}
     for i, chunk in enumerate(chunks):
         began = time.time()
@@ -192,8 +215,8 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         landed[name], wave_of[name] = time.time(), i
         print(f"wave {i + 1}/{len(chunks)}: {len(chunk)} lines landed (load {load()})", flush=True)
         loads.append(load())
-        wait_for(lambda: (name in file_batches(settings.checkpoint), "in a committed batch"), args.timeout,
-                 "stream")
+        # noqa below: wait_for calls the lambda within this iteration, so `name` is this iteration's
+        wait_for(lambda: (name in file_batches(settings.checkpoint), "in a committed batch"), args.timeout, "stream")  # noqa: B023
         if i < len(chunks) - 1:
             time.sleep(max(0.0, pause - (time.time() - began)))
 
@@ -203,6 +226,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
 
     def notices_done():
         from tidemark.demo import wait as demo_wait
+
         done, text, _ = demo_wait.notices_sent(lake)
         return done, text
 
@@ -212,17 +236,22 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         ids = {r["dag_run_id"] for r in all_runs}
         expected = {run_ids.run_id_for_notice(e["notice"]) for e in sent}
         active = [r for r in all_runs if r["state"] not in TERMINAL]
-        return (expected <= ids and not active,
-                f"{len(expected & ids)}/{len(expected)} runs created, {len(active)} not finished")
+        return (
+            expected <= ids and not active,
+            f"{len(expected & ids)}/{len(expected)} runs created, {len(active)} not finished",
+        )
 
     def versions_done():
         from tidemark.demo import wait as demo_wait
+
         return demo_wait.versions_current(lake)
 
     print("waiting for the pipeline to drain", flush=True)
-    complete = (wait_for(notices_done, args.timeout, "notices") and
-                wait_for(runs_done, args.timeout, "DAG runs", interval=5) and
-                wait_for(versions_done, args.timeout, "corrected partitions"))
+    complete = (
+        wait_for(notices_done, args.timeout, "notices")
+        and wait_for(runs_done, args.timeout, "DAG runs", interval=5)
+        and wait_for(versions_done, args.timeout, "corrected partitions")
+    )
     loads.append(load())
 
     # --- what the system recorded -------------------------------------------------------------
@@ -232,25 +261,36 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         if name in landed:
             batch_land[batch_id] = min(batch_land.get(batch_id, float("inf")), landed[name])
     stream_log = os.path.join(stack.logs_dir, "stream.log")
-    committed_at = {l["batch_id"]: parse_iso(l["timestamp"]) for l in json_lines(stream_log)
-                    if l.get("event") == "batch committed"}
+    committed_at = {
+        l["batch_id"]: parse_iso(l["timestamp"]) for l in json_lines(stream_log) if l.get("event") == "batch committed"
+    }
     all_runs = {r["dag_run_id"]: r for r in client.list_dag_runs(dag_id)}
     versions: dict[str, list[dict]] = {}
 
     def first_version_with(event_date: str, receipt_ts: str) -> dict | None:
         if event_date not in versions:
-            versions[event_date] = sorted(publish.list_versions(lake, event_date),
-                                          key=lambda m: m.get("committed_at") or m.get("created_at", ""))
+            versions[event_date] = sorted(
+                publish.list_versions(lake, event_date), key=lambda m: m.get("committed_at") or m.get("created_at", "")
+            )
         key = f"{event_date}/{receipt_ts}"
         return next((m for m in versions[event_date] if key in m.get("receipts", [])), None)
 
-    steps = {k: [] for k in ("landed -> batch committed", "landed -> notice recorded",
-                             "landed -> notice published", "notice published -> DAG run created",
-                             "notice published -> DAG run started", "DAG run duration",
-                             "DAG run duration, Spark skipped (nothing new)", "DAG run duration, Spark ran",
-                             "dedup task (Spark) duration",
-                             "landed -> corrected partition readable",
-                             "late data landed -> corrected partition readable")}
+    steps = {
+        k: []
+        for k in (
+            "landed -> batch committed",
+            "landed -> notice recorded",
+            "landed -> notice published",
+            "notice published -> DAG run created",
+            "notice published -> DAG run started",
+            "DAG run duration",
+            "DAG run duration, Spark skipped (nothing new)",
+            "DAG run duration, Spark ran",
+            "dedup task (Spark) duration",
+            "landed -> corrected partition readable",
+            "late data landed -> corrected partition readable",
+        )
+    }
     per_notice = []
     # Every run of the DAG (notice runs and neighbour runs): did its dedup task run Spark?
     for run_id, run in all_runs.items():
@@ -268,8 +308,12 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         t0 = batch_land.get(n["batch_id"])
         if t0 is None:
             continue  # a partition of a file this run did not land (cannot happen on a fresh stack)
-        row = {"event_date": n["event_date"], "receipt_ts": n["receipt_ts"], "late": n["late"],
-               "batch_id": n["batch_id"]}
+        row = {
+            "event_date": n["event_date"],
+            "receipt_ts": n["receipt_ts"],
+            "late": n["late"],
+            "batch_id": n["batch_id"],
+        }
         if n["batch_id"] in committed_at:
             steps["landed -> batch committed"].append(committed_at[n["batch_id"]] - t0)
         if entry.get("recorded_at"):
@@ -297,50 +341,85 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     rows = []
     for step, values in steps.items():
         if values:
-            rows.append([step, len(values), f"{percentile(values, 50):.1f}", f"{percentile(values, 95):.1f}",
-                         f"{max(values):.1f}"])
+            rows.append(
+                [
+                    step,
+                    len(values),
+                    f"{percentile(values, 50):.1f}",
+                    f"{percentile(values, 95):.1f}",
+                    f"{max(values):.1f}",
+                ]
+            )
         else:
             rows.append([step, 0, "-", "-", "-"])
     title = f"Freshness on the local stack ({args.scale}: {len(chunks)} waves, {pause:.0f}s apart)"
     print_wide(title, columns, rows)
     late_n = sum(1 for r in per_notice if r["late"])
-    spark = ("a Spark Connect server (the DAG's dedup runs as its client)" if settings.spark_connect
-             else "a spark-submit per dedup run")
+    spark = (
+        "a Spark Connect server (the DAG's dedup runs as its client)"
+        if settings.spark_connect
+        else "a spark-submit per dedup run"
+    )
     coalesce = f", notice coalesce {settings.notice_coalesce}" if settings.notice_coalesce else ""
-    notes = "\n".join([
-        "Every component real, on loopback (`tidemark.localstack.stack.Stack`: Pub/Sub emulator, "
-        f"{spark}, Airflow 3 api-server + scheduler + dag-processor with parallelism "
-        f"{settings.airflow_parallelism} and max_active_runs {settings.max_active_runs}, the Cloud Function "
-        f"under functions-framework behind a push subscription, the stream with a {settings.trigger_interval} "
-        f"trigger{coalesce}). One file per "
-        "wave; every figure is a difference of timestamps the system recorded itself (see the module "
-        "docstring of bench/freshness.py). One notice per event date touched per batch, so several per wave.",
-        "",
-        f"- stack up in {up_seconds:.0f} s; {len(per_notice)} notices ({late_n} late=true); "
-        f"pipeline drained: {'yes' if complete else 'NO (timed out; figures cover what finished)'}",
-        f"- load average (1/5/15 min) at start, at each landing and at the end: {', '.join(loads)}",
-        "",
-        "<details><summary>Every notice</summary>", "",
-        *bench.markdown_table(
-            ["event_date", "receipt_ts", "batch", "late", "landed -> published s", "landed -> readable s"],
-            [[r["event_date"], r["receipt_ts"], r["batch_id"], r["late"], r.get("notice_s", "-"),
-              r.get("readable_s", "-")] for r in per_notice]),
-        "", "</details>", ""])
+    notes = "\n".join(
+        [
+            "Every component real, on loopback (`tidemark.localstack.stack.Stack`: Pub/Sub emulator, "
+            f"{spark}, Airflow 3 api-server + scheduler + dag-processor with parallelism "
+            f"{settings.airflow_parallelism} and max_active_runs {settings.max_active_runs}, the Cloud Function "
+            f"under functions-framework behind a push subscription, the stream with a {settings.trigger_interval} "
+            f"trigger{coalesce}). One file per "
+            "wave; every figure is a difference of timestamps the system recorded itself (see the module "
+            "docstring of bench/freshness.py). One notice per event date touched per batch, so several per wave.",
+            "",
+            f"- stack up in {up_seconds:.0f} s; {len(per_notice)} notices ({late_n} late=true); "
+            f"pipeline drained: {'yes' if complete else 'NO (timed out; figures cover what finished)'}",
+            f"- load average (1/5/15 min) at start, at each landing and at the end: {', '.join(loads)}",
+            "",
+            "<details><summary>Every notice</summary>",
+            "",
+            *bench.markdown_table(
+                ["event_date", "receipt_ts", "batch", "late", "landed -> published s", "landed -> readable s"],
+                [
+                    [
+                        r["event_date"],
+                        r["receipt_ts"],
+                        r["batch_id"],
+                        r["late"],
+                        r.get("notice_s", "-"),
+                        r.get("readable_s", "-"),
+                    ]
+                    for r in per_notice
+                ],
+            ),
+            "",
+            "</details>",
+            "",
+        ]
+    )
     print("\n".join(notes.splitlines()[2:5]))
     if not args.no_write:
-        path = bench.write_results(NAME, title, columns, rows, notes, {
-            "scale": args.scale, "waves": len(chunks), "lines per wave (about)": per_wave,
-            "pause between landings s": pause, "stream trigger": settings.trigger_interval,
-            "notice coalesce": settings.notice_coalesce or "off",
-            "dedup Spark": "Spark Connect server (warm)" if settings.spark_connect else "spark-submit per run",
-            "airflow parallelism / max_active_runs / dedup tasks at once":
-                f"{settings.airflow_parallelism} / {settings.max_active_runs} / {settings.dedup_concurrency}",
-            "workload": "tidemark.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
-            "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")}}, env)
+        path = bench.write_results(
+            NAME,
+            title,
+            columns,
+            rows,
+            notes,
+            {
+                "scale": args.scale,
+                "waves": len(chunks),
+                "lines per wave (about)": per_wave,
+                "pause between landings s": pause,
+                "stream trigger": settings.trigger_interval,
+                "notice coalesce": settings.notice_coalesce or "off",
+                "dedup Spark": "Spark Connect server (warm)" if settings.spark_connect else "spark-submit per run",
+                "airflow parallelism / max_active_runs / dedup tasks at once": f"{settings.airflow_parallelism} / {settings.max_active_runs} / {settings.dedup_concurrency}",
+                "workload": "tidemark.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
+                "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")},
+            },
+            env,
+        )
         print(f"wrote {path}")
     return 0 if complete else 1
-
-
 
 
 def burst_notices(n: int, round_no: int) -> list[dict]:
@@ -354,11 +433,24 @@ def burst_notices(n: int, round_no: int) -> list[dict]:
         day = str(date(2026, 1, 1) + timedelta(days=i))
         receipt_ts = f"20260301T{round_no:02d}{i // 60:02d}{i % 60:02d}000Z"
         layout.check_receipt_ts(receipt_ts)
-        out.append(availability_notice.build(names.get("DATASET"), [{
-            "event_date": day, "receipt_ts": receipt_ts, "batch_id": round_no,
-            "uri": f"file:///bench/sessions/event_date={day}/receipt_ts={receipt_ts}",
-            "rows": 1, "events": 1, "pane_kinds": ["early"], "watermark": "2026-03-01T00:00:00Z",
-            "late": False}]))
+        out.append(
+            availability_notice.build(
+                names.get("DATASET"),
+                [
+                    {
+                        "event_date": day,
+                        "receipt_ts": receipt_ts,
+                        "batch_id": round_no,
+                        "uri": f"file:///bench/sessions/event_date={day}/receipt_ts={receipt_ts}",
+                        "rows": 1,
+                        "events": 1,
+                        "pane_kinds": ["early"],
+                        "watermark": "2026-03-01T00:00:00Z",
+                        "late": False,
+                    }
+                ],
+            )
+        )
     return out
 
 
@@ -367,8 +459,10 @@ def burst(args) -> int:
     from concurrent.futures import wait as wait_futures
     from datetime import datetime
 
-    from tidemark import availability_notice, function_bundle, names, runs as run_ids
-    from tidemark.localstack import postgres, pubsub_emulator as ps
+    from tidemark import availability_notice, function_bundle, names
+    from tidemark import runs as run_ids
+    from tidemark.localstack import postgres
+    from tidemark.localstack import pubsub_emulator as ps
     from tidemark.localstack.airflow import AirflowServer
     from tidemark.localstack.function import FunctionServer
 
@@ -390,9 +484,16 @@ def burst(args) -> int:
             pg = postgres.PostgresServer(os.path.join(home, "postgres")).start()
             db_url = pg.db_url
         # Only the trigger path: no scheduled reconcile or maintenance run in the middle of a burst.
-        airflow = AirflowServer(os.path.join(home, "airflow"), db_url=db_url, parallelism=2,
-                                env={"TIDEMARK_LAKE": os.path.join(home, "lake"),
-                                     "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_MAINTENANCE_INTERVAL": "off"})
+        airflow = AirflowServer(
+            os.path.join(home, "airflow"),
+            db_url=db_url,
+            parallelism=2,
+            env={
+                "TIDEMARK_LAKE": os.path.join(home, "lake"),
+                "TIDEMARK_RECONCILE_INTERVAL": "off",
+                "TIDEMARK_MAINTENANCE_INTERVAL": "off",
+            },
+        )
         with bench.stopwatch() as up:
             airflow.start(timeout=args.timeout)
         started.append(airflow)
@@ -404,12 +505,26 @@ def burst(args) -> int:
         with os.fdopen(fd, "w") as handle:
             handle.write(airflow.password)
         bundle = function_bundle.build(os.path.join(home, "function", "bundle"))
-        function = FunctionServer(bundle, isolated=True, log_path=os.path.join(home, "function.log"),
-                                  env={"AIRFLOW_BASE_URL": airflow.url, "AIRFLOW_USERNAME": airflow.username,
-                                       "AIRFLOW_PASSWORD_FILE": secret, "AIRFLOW_TIMEOUT_SECONDS": "10"}).start()
+        function = FunctionServer(
+            bundle,
+            isolated=True,
+            log_path=os.path.join(home, "function.log"),
+            env={
+                "AIRFLOW_BASE_URL": airflow.url,
+                "AIRFLOW_USERNAME": airflow.username,
+                "AIRFLOW_PASSWORD_FILE": secret,
+                "AIRFLOW_TIMEOUT_SECONDS": "10",
+            },
+        ).start()
         started.append(function)
-        ps.ensure_subscription(project, names.get("FUNCTION_SUBSCRIPTION"), names.get("AVAILABILITY_TOPIC"),
-                               push_endpoint=function.url, ack_deadline_seconds=60, host=emulator.host)
+        ps.ensure_subscription(
+            project,
+            names.get("FUNCTION_SUBSCRIPTION"),
+            names.get("AVAILABILITY_TOPIC"),
+            push_endpoint=function.url,
+            ack_deadline_seconds=60,
+            host=emulator.host,
+        )
         publisher = ps.publisher_admin(emulator.host)
         topic = names.topic_path(project, names.get("AVAILABILITY_TOPIC"))
         latencies: list[float] = []
@@ -419,8 +534,9 @@ def burst(args) -> int:
             acked: dict[str, float] = {}
             futures = {}
             for body in notices:  # all in flight at once; each ack time taken when it arrives
-                future = publisher.publish(topic, availability_notice.encode(body),
-                                           **availability_notice.attributes(body))
+                future = publisher.publish(
+                    topic, availability_notice.encode(body), **availability_notice.attributes(body)
+                )
                 run_id = run_ids.run_id_for_notice(body)
                 future.add_done_callback(lambda f, r=run_id: acked.setdefault(r, time.time()))
                 futures[run_id] = future
@@ -444,12 +560,21 @@ def burst(args) -> int:
                 queued = datetime.fromisoformat(run["queued_at"].replace("Z", "+00:00")).timestamp()
                 latencies.append(round(queued - acked[run_id], 3))
             errors += sum(1 for line in open(function.log_path, errors="replace") if "HTTP 5" in line)
-            print(f"round {round_no}: {len(found)} runs; slowest {max(latencies[-len(found):]):.2f}s", flush=True)
+            print(f"round {round_no}: {len(found)} runs; slowest {max(latencies[-len(found) :]):.2f}s", flush=True)
             time.sleep(2)
-        result = {"metadata_db": args.metadata_db, "notices_per_burst": args.burst, "rounds": args.rounds,
-                  "n": len(latencies), "p50_s": percentile(latencies, 50), "p95_s": percentile(latencies, 95),
-                  "max_s": max(latencies), "function_5xx_log_lines": errors,
-                  "airflow_start_s": up["seconds"], "load": load(), "machine": env_machine}
+        result = {
+            "metadata_db": args.metadata_db,
+            "notices_per_burst": args.burst,
+            "rounds": args.rounds,
+            "n": len(latencies),
+            "p50_s": percentile(latencies, 50),
+            "p95_s": percentile(latencies, 95),
+            "max_s": max(latencies),
+            "function_5xx_log_lines": errors,
+            "airflow_start_s": up["seconds"],
+            "load": load(),
+            "machine": env_machine,
+        }
         print(json.dumps(result), flush=True)
         return 0
     finally:
@@ -457,6 +582,7 @@ def burst(args) -> int:
             server.stop()
         if pg is not None:
             pg.remove()
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,6 +22,7 @@ Where things come from: the lake from the Airflow Variable `tidemark_lake` or TI
 output root from the Variable `session_metrics_root` or TIDEMARK_SESSION_METRICS_ROOT (default
 <lake>/_products/daily_session_metrics; point it at your own bucket).
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,9 @@ DAG_ID = "example_session_metrics"
     dag_id=DAG_ID,
     description="Example consumer: daily session metrics of every date tidemark corrects",
     # One run per corrected date: the asset event's partition_key (the event date) is the run's.
-    schedule=PartitionedAssetTimetable(assets=Asset.ref(name="tidemark.sessions_dedup"),
-                                       default_partition_mapper=IdentityMapper()),
+    schedule=PartitionedAssetTimetable(
+        assets=Asset.ref(name="tidemark.sessions_dedup"), default_partition_mapper=IdentityMapper()
+    ),
     catchup=False,
     # One run at a time (a small box; each run replaces one file). Dates corrected while a run is
     # active still get a run each (Airflow issue 56050 lost such events for classic asset
@@ -45,9 +47,15 @@ DAG_ID = "example_session_metrics"
     max_active_runs=1,
     dagrun_timeout=timedelta(hours=1),
     default_args={"retries": 2, "retry_delay": timedelta(seconds=20)},
-    params={"event_date": Param(None, type=["null", "string"], pattern=r"^\d{4}-\d{2}-\d{2}$",
-                                title="Event date",
-                                description="Manual runs without a partition key: rebuild this date")},
+    params={
+        "event_date": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^\d{4}-\d{2}-\d{2}$",
+            title="Event date",
+            description="Manual runs without a partition key: rebuild this date",
+        )
+    },
     tags=["tidemark", "example"],
     doc_md=__doc__,
 )
@@ -64,14 +72,17 @@ def example_session_metrics():
         if not uri:
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
         lake = Lake.open(uri)
-        out = (Variable.get("session_metrics_root", default=None) or os.environ.get("TIDEMARK_SESSION_METRICS_ROOT")
-               or session_metrics.default_root(lake))
+        out = (
+            Variable.get("session_metrics_root", default=None)
+            or os.environ.get("TIDEMARK_SESSION_METRICS_ROOT")
+            or session_metrics.default_root(lake)
+        )
         key = getattr(dag_run, "partition_key", None)
         wanted = (params or {}).get("event_date")
         if key and wanted and key != wanted:
             raise ValueError(f"partition key {key!r} and event_date {wanted!r} disagree: give one date")
         if not (key or wanted):
-            raise ValueError("no event date: trigger with the date as partition key (or {\"event_date\": \"YYYY-MM-DD\"})")
+            raise ValueError('no event date: trigger with the date as partition key (or {"event_date": "YYYY-MM-DD"})')
         return session_metrics.rebuild(lake, layout.check_event_date(key or wanted), out)
 
     rebuild()

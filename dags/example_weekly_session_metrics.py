@@ -15,6 +15,7 @@ Where things come from: as dags/example_session_metrics.py; the output root from
 `weekly_session_metrics_root` or TIDEMARK_WEEKLY_SESSION_METRICS_ROOT (default
 <lake>/_products/weekly_session_metrics).
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,8 @@ DAG_ID = "example_weekly_session_metrics"
     schedule=PartitionedAssetTimetable(
         assets=Asset.ref(name="tidemark.sessions_dedup"),
         # Event dates in, the week's Monday out (both YYYY-MM-DD: the default output adds " (Wnn)").
-        default_partition_mapper=StartOfWeekMapper(input_format="%Y-%m-%d", output_format="%Y-%m-%d")),
+        default_partition_mapper=StartOfWeekMapper(input_format="%Y-%m-%d", output_format="%Y-%m-%d"),
+    ),
     catchup=False,
     max_active_runs=1,
     dagrun_timeout=timedelta(hours=1),
@@ -51,9 +53,11 @@ def example_weekly_session_metrics():
         if not uri:
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
         lake = Lake.open(uri)
-        out = (Variable.get("weekly_session_metrics_root", default=None)
-               or os.environ.get("TIDEMARK_WEEKLY_SESSION_METRICS_ROOT")
-               or session_metrics.default_weekly_root(lake))
+        out = (
+            Variable.get("weekly_session_metrics_root", default=None)
+            or os.environ.get("TIDEMARK_WEEKLY_SESSION_METRICS_ROOT")
+            or session_metrics.default_weekly_root(lake)
+        )
         week = layout.check_event_date(getattr(dag_run, "partition_key", None))
         return session_metrics.rebuild_week(lake, week, out)
 

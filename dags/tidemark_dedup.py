@@ -59,6 +59,7 @@ from the connection `tidemark_airflow_api` (tidemark/airflow_api.py; `tidemark u
 Top level stays cheap (the dag-processor re-parses this file): no pyspark, no storage access, no
 Variable reads; the tasks import what they need.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,8 +75,11 @@ DAG_ID = names.get("DAG_ID")
 # date, its extra {notice_id, event_date, version, previous_version, change, rows, committed_at}
 # (tidemark/notices/asset_events.py holds the same name and URI). Consumers schedule on
 # Asset.ref(name="tidemark.sessions_dedup") with PartitionedAssetTimetable.
-SESSIONS_DEDUP = Asset(name="tidemark.sessions_dedup", uri=names.get("ASSET_URI_PREFIX"),
-                       extra={"layout": "event_date=YYYY-MM-DD/version=<receipt_ts>"})
+SESSIONS_DEDUP = Asset(
+    name="tidemark.sessions_dedup",
+    uri=names.get("ASSET_URI_PREFIX"),
+    extra={"layout": "event_date=YYYY-MM-DD/version=<receipt_ts>"},
+)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APPLICATION = os.environ.get("TIDEMARK_SUBMIT_APP", os.path.join(REPO, "streaming_job", "submit.py"))
 EVENT_DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
@@ -138,15 +142,20 @@ def dataproc_target(environ) -> dict | None:
     missing = [name for name in DATAPROC_ENV if not (environ.get(name) or "").strip()]
     if missing:
         raise ValueError(f"TIDEMARK_DATAPROC_CLUSTER={cluster!r} needs {', '.join(missing)} too")
-    return {"project": environ["TIDEMARK_DATAPROC_PROJECT"].strip(),
-            "region": environ["TIDEMARK_DATAPROC_REGION"].strip(), "cluster": cluster}
+    return {
+        "project": environ["TIDEMARK_DATAPROC_PROJECT"].strip(),
+        "region": environ["TIDEMARK_DATAPROC_REGION"].strip(),
+        "cluster": cluster,
+    }
 
 
 def dataproc_job(target: dict, application: str, lake, event_date) -> dict:
     """The Dataproc job (DataprocSubmitJobOperator's `job`) of one dedup run on `target`'s cluster."""
-    return {"reference": {"project_id": target["project"]},
-            "placement": {"cluster_name": target["cluster"]},
-            "pyspark_job": {"main_python_file_uri": application, "args": dedup_args(lake, event_date)}}
+    return {
+        "reference": {"project_id": target["project"]},
+        "placement": {"cluster_name": target["cluster"]},
+        "pyspark_job": {"main_python_file_uri": application, "args": dedup_args(lake, event_date)},
+    }
 
 
 def dedup_concurrency(environ) -> int | None:
@@ -177,9 +186,12 @@ def _dataproc_task(lake, event_date):
     if target is None:
         raise ValueError("the dataproc dedup back end needs TIDEMARK_DATAPROC_CLUSTER")
     return DataprocSubmitJobOperator(
-        task_id="dedup", project_id=target["project"], region=target["region"],
+        task_id="dedup",
+        project_id=target["project"],
+        region=target["region"],
         max_active_tis_per_dag=dedup_concurrency(os.environ),
-        job=dataproc_job(target, APPLICATION, lake, event_date))
+        job=dataproc_job(target, APPLICATION, lake, event_date),
+    )
 
 
 def _spark_task(lake, event_date):
@@ -227,12 +239,15 @@ def dedup_task(lake, event_date):
     catchup=False,
     max_active_runs=int(os.environ.get("TIDEMARK_DAG_MAX_ACTIVE_RUNS", "4")),
     dagrun_timeout=timedelta(hours=2),
-    default_args={"retries": int(os.environ.get("TIDEMARK_DAG_RETRIES", "2")),
-                  "retry_delay": timedelta(seconds=20)},
+    default_args={"retries": int(os.environ.get("TIDEMARK_DAG_RETRIES", "2")), "retry_delay": timedelta(seconds=20)},
     params={
         "event_date": Param(
-            type="string", pattern=EVENT_DATE_PATTERN, format="date",
-            title="Event date", description="UTC date of session starts to deduplicate (YYYY-MM-DD)"),
+            type="string",
+            pattern=EVENT_DATE_PATTERN,
+            format="date",
+            title="Event date",
+            description="UTC date of session starts to deduplicate (YYYY-MM-DD)",
+        ),
     },
     tags=["tidemark"],
     doc_md=__doc__,
@@ -269,8 +284,11 @@ def tidemark_dedup():
         if nothing_new is None:
             print(f"{prepared['event_date']}: receipts not in the current version; running the dedup")
             return True
-        reason = (f"version {nothing_new.version} already includes every planned receipt partition"
-                  if nothing_new.version else "no receipt partition holds events of this date")
+        reason = (
+            f"version {nothing_new.version} already includes every planned receipt partition"
+            if nothing_new.version
+            else "no receipt partition holds events of this date"
+        )
         print(f"{prepared['event_date']}: nothing new ({reason}); skipping the Spark dedup")
         return False
 
@@ -336,8 +354,7 @@ def tidemark_dedup():
 
         event_date = layout.check_event_date(conf.get("event_date"))
         try:
-            result = airflow_api.for_tasks().trigger_dag_run(DAG_ID, trigger_run_id, conf,
-                                                             partition_key=event_date)
+            result = airflow_api.for_tasks().trigger_dag_run(DAG_ID, trigger_run_id, conf, partition_key=event_date)
         except (airflow_api.NotConfigured, airflow_api.TransientAirflowError) as exc:
             # The obligation is in the lake and stays pending until a run of the neighbour acts on
             # it: Airflow's retries first (a blip), then the next run of this date (owed_reruns) or
@@ -347,11 +364,18 @@ def tidemark_dedup():
                 raise
             get_logger("dag").warning(
                 "neighbour run not started: Airflow API unavailable; its obligation stays pending for "
-                "tidemark_reconcile", event_date=event_date, run_id=trigger_run_id,
-                source_date=conf.get("source_date"), source_version=conf.get("source_version"),
-                try_number=ti.try_number, error=str(exc)[:300])
-            raise AirflowSkipException(f"run {trigger_run_id} of {event_date} not started ({exc}); "
-                                       "its obligation stays pending (tidemark_reconcile)") from None
+                "tidemark_reconcile",
+                event_date=event_date,
+                run_id=trigger_run_id,
+                source_date=conf.get("source_date"),
+                source_version=conf.get("source_version"),
+                try_number=ti.try_number,
+                error=str(exc)[:300],
+            )
+            raise AirflowSkipException(
+                f"run {trigger_run_id} of {event_date} not started ({exc}); "
+                "its obligation stays pending (tidemark_reconcile)"
+            ) from None
         if not result.created:
             raise AirflowSkipException(f"run {trigger_run_id} of {event_date} already exists")
         return trigger_run_id

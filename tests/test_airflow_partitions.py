@@ -4,13 +4,14 @@ corrected outbox's entries become asset events exactly once.
 The DAG is paused: the runs stay queued (no Spark), which is enough to see what Airflow recorded.
 Versions are committed with pyarrow and tidemark.publish (tests/icebergkit.py): no Spark either.
 """
+
 from __future__ import annotations
 
 import pytest
 
 from tests.icebergkit import receipt, version_with
-from tidemark.lake import Lake
 from tidemark import names
+from tidemark.lake import Lake
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.notices import asset_events, corrected
 
@@ -21,8 +22,9 @@ D7 = "2026-03-07"
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
-    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
-                           env={"TIDEMARK_LAKE": str(tmp_path_factory.mktemp("lake"))})
+    server = AirflowServer(
+        str(tmp_path_factory.mktemp("airflow")), env={"TIDEMARK_LAKE": str(tmp_path_factory.mktemp("lake"))}
+    )
     try:
         server.start()
         server.wait_for_dag()
@@ -45,8 +47,7 @@ def test_a_per_date_trigger_is_that_dates_partition_and_stays_idempotent(airflow
     keys = [r["partition_key"] for r in client.list_dag_runs(DAG_ID)]
     assert keys == [D7]
     # An explicit key wins over the conf (the UI's manual trigger sets it by hand).
-    client.trigger_dag_run(DAG_ID, "manual__p29", {"event_date": "2026-03-08"},
-                           partition_key="2026-03-08")
+    client.trigger_dag_run(DAG_ID, "manual__p29", {"event_date": "2026-03-08"}, partition_key="2026-03-08")
     assert client.get_dag_run(DAG_ID, "manual__p29")["partition_key"] == "2026-03-08"
 
 
@@ -62,7 +63,9 @@ def test_each_committed_version_becomes_one_asset_event_even_after_a_drain_died_
     assert corrected.emit_owed(lake, client, timeout=30) == 0
     new = [e for e in client.asset_events(asset_id) if e["id"] not in {b["id"] for b in before}]
     assert [(e["partition_key"], e["extra"]["version"], e["extra"]["previous_version"]) for e in new] == [
-        (d, v1["version"], None), (d, v2["version"], v1["version"])]
+        (d, v1["version"], None),
+        (d, v2["version"], v1["version"]),
+    ]
     assert new[1]["extra"]["change"] == "changed" and new[1]["extra"]["rows"] == 2
     # Drained again: nothing new.
     assert corrected.emit_owed(lake, client, timeout=30) == 0
@@ -82,18 +85,24 @@ def test_each_committed_version_becomes_one_asset_event_even_after_a_drain_died_
 
 # -- what does not work in 3.3.2, and why the DAGs trigger through the REST API ------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="Airflow 3.3.2 / standard provider 1.21.0: a task cannot give the run it "
-                                       "triggers a partition_key; the DAGs use the REST API (docs/airflow.md). "
-                                       "When this passes, TriggerDagRunOperator can carry the key again.")
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="Airflow 3.3.2 / standard provider 1.21.0: a task cannot give the run it "
+    "triggers a partition_key; the DAGs use the REST API (docs/airflow.md). "
+    "When this passes, TriggerDagRunOperator can carry the key again.",
+)
 def test_the_sdk_trigger_path_carries_a_partition_key():
     import inspect
 
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
     from airflow.sdk.api.client import DagRunOperations
-    from airflow.sdk.exceptions import DagRunTriggerException
 
     # The execution API's payload has the field (TriggerDAGRunPayload.partition_key) ...
     from airflow.sdk.api.datamodels._generated import TriggerDAGRunPayload
+    from airflow.sdk.exceptions import DagRunTriggerException
+
     assert "partition_key" in TriggerDAGRunPayload.model_fields
     # ... but none of the three steps from the operator to it passes one.
     assert "partition_key" in inspect.signature(TriggerDagRunOperator.__init__).parameters

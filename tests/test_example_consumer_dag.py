@@ -10,6 +10,7 @@ every event received so far. Rerunning it from the UI for the date, clearing its
 the date's partition from the CLI write the same metrics again. A version committed by `tidemark
 dedup` by hand reaches the consumer exactly once (the reconcile DAG drains the outbox); three dates
 corrected while a consumer run is active each get their run (Airflow issue 56050)."""
+
 from __future__ import annotations
 
 import os
@@ -20,12 +21,13 @@ from datetime import datetime, timezone
 
 import pytest
 
+from tests.helpers import dag_run_finished as finished
+from tests.helpers import wait_for
 from tests.lakekit import GAP, RULES, SimulatedStream
-from tests.helpers import dag_run_finished as finished, wait_for
 from tidemark import batch_reference, corrected_notice, names, session_metrics
+from tidemark.lake import Lake
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
-from tidemark.lake import Lake
 from tidemark.notices import asset_events, corrected
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -41,19 +43,32 @@ def at(day: int, hh: int, mm: int) -> datetime:
     return datetime(2026, 3, day, hh, mm, tzinfo=timezone.utc)
 
 
-ON_TIME = [("u1", "a1", at(7, 9, 0), "play"), ("u1", "a2", at(7, 9, 20), "play"), ("u1", "a3", at(7, 10, 30), "play"),
-           ("u2", "b1", at(7, 12, 0), "play"), ("u2", "b1", at(7, 12, 0), "play"), ("u2", "b2", at(7, 12, 25), "play")]
+ON_TIME = [
+    ("u1", "a1", at(7, 9, 0), "play"),
+    ("u1", "a2", at(7, 9, 20), "play"),
+    ("u1", "a3", at(7, 10, 30), "play"),
+    ("u2", "b1", at(7, 12, 0), "play"),
+    ("u2", "b1", at(7, 12, 0), "play"),
+    ("u2", "b2", at(7, 12, 25), "play"),
+]
 # Days later: u1's two sessions bridged, a new user, and a session that crosses midnight.
-LATE = [("u1", "a4", at(7, 9, 50), "seek"), ("u1", "a5", at(7, 10, 10), "seek"), ("u3", "c1", at(7, 23, 50), "play"),
-        ("u3", "c2", at(8, 0, 5), "play"), ("u2", "b2", at(7, 12, 25), "play")]
+LATE = [
+    ("u1", "a4", at(7, 9, 50), "seek"),
+    ("u1", "a5", at(7, 10, 10), "seek"),
+    ("u3", "c1", at(7, 23, 50), "play"),
+    ("u3", "c2", at(8, 0, 5), "play"),
+    ("u2", "b2", at(7, 12, 25), "play"),
+]
 
 
 def reference_metrics(events: list[tuple], event_date: str = D7) -> dict:
     """Metrics of the batch reference's sessions of a date (tidemark/batch_reference.py)."""
-    sessions = [s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP)
-                if s.event_date == event_date]
-    row = session_metrics.from_sessions(event_date, None,
-                                        [(s.user_id, s.session_start, s.session_end) for s in sessions])
+    sessions = [
+        s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP) if s.event_date == event_date
+    ]
+    row = session_metrics.from_sessions(
+        event_date, None, [(s.user_id, s.session_start, s.session_end) for s in sessions]
+    )
     return {k: v for k, v in row.items() if k != "version"}
 
 
@@ -72,17 +87,30 @@ def stack(tmp_path_factory, emulator):
     lake, out = Lake.open(home / "lake"), str(home / "metrics")
     stream = SimulatedStream(lake, 5)
     stream.batch(ON_TIME, mode=0.5)
-    server = AirflowServer(str(home / "airflow"), env={
-        "TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0", "TIDEMARK_RECONCILE_INTERVAL": "off",
-        "PUBSUB_EMULATOR_HOST": emulator.host, "TIDEMARK_SESSION_METRICS_ROOT": out,
-        "TIDEMARK_CORRECTED_TOPIC_PATH": corrected.default_topic(PROJECT)})
+    server = AirflowServer(
+        str(home / "airflow"),
+        env={
+            "TIDEMARK_LAKE": str(lake),
+            "TIDEMARK_DAG_RETRIES": "0",
+            "TIDEMARK_RECONCILE_INTERVAL": "off",
+            "PUBSUB_EMULATOR_HOST": emulator.host,
+            "TIDEMARK_SESSION_METRICS_ROOT": out,
+            "TIDEMARK_CORRECTED_TOPIC_PATH": corrected.default_topic(PROJECT),
+        },
+    )
     try:
         server.start()
         server.wait_for_dag()
         server.wait_for_dag(CONSUMER)
         server.wait_for_dag(WEEKLY)
-        yield {"server": server, "client": server.client(), "lake": lake, "out": out, "stream": stream,
-               "weekly_out": os.path.join(lake, "_products", "weekly_session_metrics")}
+        yield {
+            "server": server,
+            "client": server.client(),
+            "lake": lake,
+            "out": out,
+            "stream": stream,
+            "weekly_out": os.path.join(lake, "_products", "weekly_session_metrics"),
+        }
     finally:
         server.stop()
 
@@ -94,9 +122,18 @@ def consumer_runs(client) -> list[dict]:
 def next_consumer_run(client, seen: set[str], partition_key: str = D7) -> str:
     """The id of the consumer run of `partition_key` an asset event started after `seen`, once it
     succeeded (a neighbour date's version, D7's late events reach 03-08, makes runs of its own)."""
-    run = wait_for(lambda: next((r for r in consumer_runs(client) if r["dag_run_id"] not in seen
-                                 and r.get("partition_key") == partition_key), None),
-                   600, "an asset-triggered run of the consumer DAG")
+    run = wait_for(
+        lambda: next(
+            (
+                r
+                for r in consumer_runs(client)
+                if r["dag_run_id"] not in seen and r.get("partition_key") == partition_key
+            ),
+            None,
+        ),
+        600,
+        "an asset-triggered run of the consumer DAG",
+    )
     assert run["run_type"] == "asset_triggered", run
     assert finished(client, CONSUMER, run["dag_run_id"]) == "success"
     return run["dag_run_id"]
@@ -108,8 +145,12 @@ def events_of(client) -> list[dict]:
 
 
 def corrected_messages(host: str, versions: set[str]) -> list[dict]:
-    got = pull_until(PROJECT, "corrected-all", host=host, done=lambda ms: versions <= {
-        corrected_notice.decode(m.message.data)["version"] for m in ms})
+    got = pull_until(
+        PROJECT,
+        "corrected-all",
+        host=host,
+        done=lambda ms: versions <= {corrected_notice.decode(m.message.data)["version"] for m in ms},
+    )
     got += pull_all(PROJECT, "corrected-all", host=host)  # a duplicate would show here
     return [corrected_notice.decode(m.message.data) for m in got]
 
@@ -155,15 +196,21 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
     assert finished(client, CONSUMER, "manual_rerun") == "success"
     assert session_metrics.read(out, D7) == before
     tries = {ti["task_id"]: ti["try_number"] for ti in client.task_instances(CONSUMER, second_consumer)}
-    client._request("POST", f"/api/v2/dags/{CONSUMER}/clearTaskInstances",
-                    json={"dry_run": False, "dag_run_id": second_consumer, "only_failed": False,
-                          "reset_dag_runs": True})
-    wait_for(lambda: all(ti["try_number"] > tries[ti["task_id"]] and ti["state"] == "success"
-                         for ti in client.task_instances(CONSUMER, second_consumer)), 600,
-             "the cleared tasks to run again")
+    client._request(
+        "POST",
+        f"/api/v2/dags/{CONSUMER}/clearTaskInstances",
+        json={"dry_run": False, "dag_run_id": second_consumer, "only_failed": False, "reset_dag_runs": True},
+    )
+    wait_for(
+        lambda: all(
+            ti["try_number"] > tries[ti["task_id"]] and ti["state"] == "success"
+            for ti in client.task_instances(CONSUMER, second_consumer)
+        ),
+        600,
+        "the cleared tasks to run again",
+    )
     assert session_metrics.read(out, D7) == before
     assert pull_all(PROJECT, "corrected-all", host=emulator.host) == []  # the consumer sends nothing
-
 
 
 D5 = "2026-03-05"
@@ -182,8 +229,11 @@ def run_reconcile(client, run_id: str) -> None:
 def dedup_runs_settled(client) -> None:
     """Every tidemark_dedup run (the neighbour runs the first test's versions owed) has ended, so the
     outbox holds what this test commits and nothing a DAG run is about to drain."""
-    wait_for(lambda: all(r["state"] in ("success", "failed") for r in client.list_dag_runs(DAG_ID)), 900,
-             "the dedup runs to end")
+    wait_for(
+        lambda: all(r["state"] in ("success", "failed") for r in client.list_dag_runs(DAG_ID)),
+        900,
+        "the dedup runs to end",
+    )
 
 
 def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tmp_path):
@@ -192,8 +242,12 @@ def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tm
     assert corrected.outbox(lake).owed("airflow") == []
     stack["stream"].batch(HAND, mode=0.5)
     # `tidemark dedup` by hand, outside Airflow: it commits and records the outbox entry, nothing more.
-    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "dedup", "--lake", lake, "--event-date", D5],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidemark.cli", "dedup", "--lake", lake, "--event-date", D5],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     owed = corrected.outbox(lake).owed("airflow")
     assert [e["notice"]["event_date"] for e in owed] == [D5]
@@ -213,10 +267,28 @@ def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tm
     run_reconcile(client, "drain_2")
     secret = tmp_path / "password"
     secret.write_text(stack["server"].password)
-    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "notices", "--lake", lake, "--topic", "corrected",
-                           "--emit-asset-events", "--airflow-url", stack["server"].url,
-                           "--airflow-password-file", str(secret), "--format", "summary"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidemark.cli",
+            "notices",
+            "--lake",
+            lake,
+            "--topic",
+            "corrected",
+            "--emit-asset-events",
+            "--airflow-url",
+            stack["server"].url,
+            "--airflow-password-file",
+            str(secret),
+            "--format",
+            "summary",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     time.sleep(8)  # a few scheduler loops: a second event would have made a second run by now
     assert len([e for e in events_of(client) if e["partition_key"] == D5]) == 1
@@ -229,8 +301,11 @@ THREE = ["2026-03-11", "2026-03-12", "2026-03-13"]
 def three_dates_events() -> list[tuple]:
     out = []
     for n, day in enumerate((11, 12, 13)):
-        out += [(f"w{n}", f"w{n}a", at(day, 9, 0), "play"), (f"w{n}", f"w{n}b", at(day, 9, 10 + n), "play"),
-                (f"x{n}", f"x{n}a", at(day, 18, 0), "play")]
+        out += [
+            (f"w{n}", f"w{n}a", at(day, 9, 0), "play"),
+            (f"w{n}", f"w{n}b", at(day, 9, 10 + n), "play"),
+            (f"x{n}", f"x{n}a", at(day, 18, 0), "play"),
+        ]
     return out
 
 
@@ -242,8 +317,7 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
 
     client, lake, out = stack["client"], stack["lake"], stack["out"]
     slots = client._request("GET", "/api/v2/pools/default_pool").json()["slots"]
-    client._request("PATCH", "/api/v2/pools/default_pool", params={"update_mask": "slots"},
-                    json={"slots": 0})
+    client._request("PATCH", "/api/v2/pools/default_pool", params={"update_mask": "slots"}, json={"slots": 0})
     try:
         assert client.trigger_dag_run(CONSUMER, "held", {"event_date": D7}).created
         wait_for(lambda: client.get_dag_run(CONSUMER, "held")["state"] == "running", 120, "the held consumer run")
@@ -260,8 +334,7 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
         waiting = [r for d in THREE for r in consumer_runs_of(client, d)]
         assert all(r["state"] == "queued" for r in waiting), waiting
     finally:
-        client._request("PATCH", "/api/v2/pools/default_pool", params={"update_mask": "slots"},
-                        json={"slots": slots})
+        client._request("PATCH", "/api/v2/pools/default_pool", params={"update_mask": "slots"}, json={"slots": slots})
     assert finished(client, CONSUMER, "held") == "success"
     for day in THREE:
         wait_for(lambda: consumer_runs_of(client, day), 600, f"the consumer run of {day}")
@@ -272,28 +345,38 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
     # The weekly example: one run for the week of the three dates (Monday 2026-03-09), on every
     # date of it that has a version.
     week = "2026-03-09"
-    wait_for(lambda: any(r["state"] == "success" for r in consumer_runs_of(client, week, WEEKLY)), 600,
-             "the weekly run")
+    wait_for(
+        lambda: any(r["state"] == "success" for r in consumer_runs_of(client, week, WEEKLY)), 600, "the weekly run"
+    )
     weekly = session_metrics.read_week(stack["weekly_out"], week)
-    sessions = [s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP)
-                if s.event_date in THREE]
-    expected = session_metrics.from_sessions(week, None, [(s.user_id, s.session_start, s.session_end)
-                                                          for s in sessions])
-    assert {k: v for k, v in weekly.items() if k != "version"} == {k: v for k, v in expected.items()
-                                                                  if k != "version"}
+    sessions = [
+        s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP) if s.event_date in THREE
+    ]
+    expected = session_metrics.from_sessions(
+        week, None, [(s.user_id, s.session_start, s.session_end) for s in sessions]
+    )
+    assert {k: v for k, v in weekly.items() if k != "version"} == {k: v for k, v in expected.items() if k != "version"}
 
 
 def test_clearing_a_dates_partition_from_the_cli_reruns_it_with_the_same_result(stack):
-    client, server, out, lake = stack["client"], stack["server"], stack["out"], stack["lake"]
+    client, server, out, _lake = stack["client"], stack["server"], stack["out"], stack["lake"]
     before = session_metrics.read(out, D7)
-    tries = {r["dag_run_id"]: {ti["task_id"]: ti["try_number"] for ti in client.task_instances(CONSUMER, r["dag_run_id"])}
-             for r in consumer_runs_of(client, D7)}
+    tries = {
+        r["dag_run_id"]: {ti["task_id"]: ti["try_number"] for ti in client.task_instances(CONSUMER, r["dag_run_id"])}
+        for r in consumer_runs_of(client, D7)
+    }
     events_before = len(events_of(client))
     proc = server.cli("dags", "clear", CONSUMER, "--partition-key", D7, "--yes")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    wait_for(lambda: all(ti["state"] == "success" and ti["try_number"] > tries[run_id][ti["task_id"]]
-                         for run_id in tries for ti in client.task_instances(CONSUMER, run_id)),
-             600, "the cleared runs of the date to run again")
+    wait_for(
+        lambda: all(
+            ti["state"] == "success" and ti["try_number"] > tries[run_id][ti["task_id"]]
+            for run_id in tries
+            for ti in client.task_instances(CONSUMER, run_id)
+        ),
+        600,
+        "the cleared runs of the date to run again",
+    )
     assert session_metrics.read(out, D7) == before
     # The producer's side: clearing the date's dedup runs reruns them as no-ops (nothing new to
     # include): the same version stays current and no asset event is emitted.
@@ -303,8 +386,9 @@ def test_clearing_a_dates_partition_from_the_cli_reruns_it_with_the_same_result(
     proc = server.cli("dags", "clear", DAG_ID, "--partition-key", D7, "--yes")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     for run_id in dedup_runs:
-        wait_for(lambda: client.get_dag_run(DAG_ID, run_id)["state"] in ("success", "failed"), 600,
-                 f"{run_id} to rerun")
+        wait_for(
+            lambda: client.get_dag_run(DAG_ID, run_id)["state"] in ("success", "failed"), 600, f"{run_id} to rerun"
+        )
         assert finished(client, DAG_ID, run_id) == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, run_id)}
         assert states["dedup"] == "skipped", states

@@ -30,37 +30,48 @@ The result equals the full path's row for row (tests/test_dedup_incremental.py c
 the full path and the batch reference). The full path stays the fallback whenever the precondition
 below does not hold (`base` says why), and `tidemark dedup --full` forces it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
-from tidemark import layout, planning, publish, rules_record, sql_rules, times
+from tidemark import planning, publish, rules_record, sql_rules, times
+from tidemark.lake import Lake
 from tidemark.planning import Plan
 from tidemark.sessions import SessionRules
-from tidemark.lake import Lake
 
 # Not "_context": Spark ignores a path whose name starts with "_" or ".", even one given explicitly.
 CONTEXT_DIR = "context"
 # The columns of an island (dedup_sql/dedup_sessions.sql) as the version and its context store them.
-ISLAND_COLUMNS = ("user_id", "session_start", "session_end", "event_count", "event_ids", "events",
-                  "first_receipt_ts", "last_receipt_ts")
-_ISLANDS_SCHEMA = ("user_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, event_count BIGINT, "
-                   f"event_ids ARRAY<STRING>, events {sql_rules.EVENTS_TYPE}, first_receipt_ts STRING, "
-                   "last_receipt_ts STRING")
+ISLAND_COLUMNS = (
+    "user_id",
+    "session_start",
+    "session_end",
+    "event_count",
+    "event_ids",
+    "events",
+    "first_receipt_ts",
+    "last_receipt_ts",
+)
+_ISLANDS_SCHEMA = (
+    "user_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, event_count BIGINT, "
+    f"event_ids ARRAY<STRING>, events {sql_rules.EVENTS_TYPE}, first_receipt_ts STRING, "
+    "last_receipt_ts STRING"
+)
 
 
 @dataclass
 class Base:
     """What an incremental run starts from: the previous version and the receipts it lacks."""
+
     previous: dict
     new: list  # the plan's receipt partitions (markers) the previous version did not read
 
     @property
     def rows_read(self) -> int:
         """Pane rows of the new receipts plus the previous version's islands (sessions + context)."""
-        return (sum(p.rows for p in self.new) + int(self.previous["sessions"])
-                + int(self.previous["context_rows"]))
+        return sum(p.rows for p in self.new) + int(self.previous["sessions"]) + int(self.previous["context_rows"])
 
 
 def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Base | None, str]:
@@ -130,6 +141,7 @@ class Islands:
     event_date ('YYYY-MM-DD'), the sessions of D and the context (not D, starting before the
     horizon); the summary (`summary_of`'s keys); what to unpersist once written; whether the
     sessions are already spread over the tasks that should write them (else the writer coalesces)."""
+
     sessions: object
     context: object
     summary: dict
@@ -155,8 +167,10 @@ def split(islands, event_date: str, until: datetime):
 
     on_date = F.col("event_date") == F.lit(event_date)
     columns = (*ISLAND_COLUMNS, "event_date")
-    return (islands.where(on_date).select(*columns),
-            islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*columns))
+    return (
+        islands.where(on_date).select(*columns),
+        islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*columns),
+    )
 
 
 def summary_of(row, event_date: str) -> dict:
@@ -176,8 +190,11 @@ def _previous_sessions(spark, lake: Lake, previous: dict):
     files = publish.run_files(lake, previous)
     if not files:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
-    return (spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE").parquet(*files)
-            .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")))
+    return (
+        spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE")
+        .parquet(*files)
+        .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date"))
+    )
 
 
 def _previous_context(spark, lake: Lake, previous: dict, until: datetime):
@@ -185,10 +202,12 @@ def _previous_context(spark, lake: Lake, previous: dict, until: datetime):
 
     if not int(previous["context_rows"]):
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
-    return (spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
-            .parquet(context_dir(lake, previous["event_date"], previous["run_id"]))
-            .where(F.col("session_start") < F.lit(until))
-            .select(*ISLAND_COLUMNS, "event_date"))
+    return (
+        spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
+        .parquet(context_dir(lake, previous["event_date"], previous["run_id"]))
+        .where(F.col("session_start") < F.lit(until))
+        .select(*ISLAND_COLUMNS, "event_date")
+    )
 
 
 # Up to this many touched users are filtered by value (an IN list in the plan), more by a join.
@@ -207,8 +226,9 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     previous island touching D lies in a new one touching D (the reach can only grow: the new reach
     is the larger of the previous one and the recomputed islands'), and only recomputed islands
     hold new events (affected dates, the horizon check)."""
-    import dedup_sql
     from pyspark.sql import functions as F
+
+    import dedup_sql
 
     until = horizon(current.event_date, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
@@ -232,17 +252,24 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
     views: list = []
     old = keep(old_sessions.unionByName(old_context)).persist()
-    events = dedup_sql.run(spark, "dedup_events_incremental", {"islands": old, "panes": panes}, views=views,
-                           lo_us=times.to_micros(current.lo))
+    events = dedup_sql.run(
+        spark,
+        "dedup_events_incremental",
+        {"islands": old, "panes": panes},
+        views=views,
+        lo_us=times.to_micros(current.lo),
+    )
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
     recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).persist()
 
     params = {"event_date": current.event_date, "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
     new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, views=views, **params)
-    gone = dedup_sql.run(spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))},
-                         views=views, **params)
-    row = new.crossJoin(gone.select(F.col("sessions").alias("gone_sessions"),
-                                    F.col("context_rows").alias("gone_context"))).first()
+    gone = dedup_sql.run(
+        spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))}, views=views, **params
+    )
+    row = new.crossJoin(
+        gone.select(F.col("sessions").alias("gone_sessions"), F.col("context_rows").alias("gone_context"))
+    ).first()
     summary = summary_of(row, current.event_date)
     _, previous_reach = planning.recorded_reach(start.previous)
     summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)

@@ -11,6 +11,7 @@ newest version whose id (the highest receipt_ts it includes) is at or before as_
 description and its data come from the same loaded metadata, so they always agree.
 Any engine reads the same table: see docs/production.md.
 """
+
 from __future__ import annotations
 
 from datetime import date, datetime
@@ -18,13 +19,22 @@ from datetime import date, datetime
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from tidemark import layout, publish, receipts, storage, table as iceberg
-from tidemark.times import iso_z, parse_iso
+from tidemark import layout, publish, receipts, storage
+from tidemark import table as iceberg
 from tidemark.lake import Lake
+from tidemark.times import iso_z, parse_iso
 
 SUMMARY_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count"]
-PANE_SUMMARY_COLUMNS = ["receipt_ts", "pane_kind", "pane_index", "session_id", "user_id",
-                        "session_start", "session_end", "event_count"]
+PANE_SUMMARY_COLUMNS = [
+    "receipt_ts",
+    "pane_kind",
+    "pane_index",
+    "session_id",
+    "user_id",
+    "session_start",
+    "session_end",
+    "event_count",
+]
 
 
 class NoVersion(LookupError):
@@ -50,7 +60,8 @@ def parse_as_of(value: object) -> str:
     if moment is None:
         raise layout.InvalidPartitionValue(
             f"invalid --as-of {text[:80]!r}: expected a receipt_ts like 20260307T201500123Z "
-            "or an RFC 3339 time with offset like 2026-03-07T20:15:00Z")
+            "or an RFC 3339 time with offset like 2026-03-07T20:15:00Z"
+        )
     return layout.format_receipt_ts(moment)
 
 
@@ -63,8 +74,7 @@ def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> dict:
     current = None if tbl is None else publish.current_of(lake, tbl, event_date)
     if as_of is None:
         if current is None:
-            raise NoVersion(f"event_date {event_date} has no deduplicated version yet "
-                            "(run `tidemark dedup` for it)")
+            raise NoVersion(f"event_date {event_date} has no deduplicated version yet (run `tidemark dedup` for it)")
         return current
     as_of = parse_as_of(as_of)
     if current is not None and current["version"] <= as_of:
@@ -73,28 +83,35 @@ def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> dict:
     for snapshot, props in reversed(publish.snapshot_versions(tbl, event_date) if tbl is not None else []):
         if props["tidemark.version"] <= as_of:
             marker = publish.read_marker(lake, event_date, props["tidemark.run-id"]) or {}
-            return {**marker, "event_date": event_date, "version": props["tidemark.version"],
-                    "run_id": props["tidemark.run-id"], "snapshot_id": snapshot.snapshot_id}
-    raise NoVersion(f"event_date {event_date} has no complete deduplicated version as of {as_of} "
-                    "(none yet, or older versions were garbage-collected)")
+            return {
+                **marker,
+                "event_date": event_date,
+                "version": props["tidemark.version"],
+                "run_id": props["tidemark.run-id"],
+                "snapshot_id": snapshot.snapshot_id,
+            }
+    raise NoVersion(
+        f"event_date {event_date} has no complete deduplicated version as of {as_of} "
+        "(none yet, or older versions were garbage-collected)"
+    )
 
 
-def read_sessions(lake: Lake, event_date: str, as_of: str | None = None,
-                  columns: list[str] | None = None) -> pa.Table:
+def read_sessions(lake: Lake, event_date: str, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
     """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start."""
     from pyiceberg.expressions import EqualTo
 
     event_date = layout.check_event_date(event_date)
     tbl = iceberg.load(lake)
     version = _resolve(lake, tbl, event_date, as_of)
-    scan = tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date),
-                    selected_fields=tuple(columns) if columns else ("*",),
-                    snapshot_id=version.get("snapshot_id"))
+    scan = tbl.scan(
+        row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date),
+        selected_fields=tuple(columns) if columns else ("*",),
+        snapshot_id=version.get("snapshot_id"),
+    )
     table = scan.to_arrow() if tbl.current_snapshot() is not None else _empty(tbl, columns)
     if {"user_id", "session_start"} <= set(table.column_names):
         table = table.sort_by([("user_id", "ascending"), ("session_start", "ascending")])
-    return table.replace_schema_metadata({"tidemark.event_date": event_date,
-                                         "tidemark.version": version["version"]})
+    return table.replace_schema_metadata({"tidemark.event_date": event_date, "tidemark.version": version["version"]})
 
 
 def _empty(tbl, columns):
@@ -102,8 +119,7 @@ def _empty(tbl, columns):
     return schema.empty_table() if not columns else schema.empty_table().select(columns)
 
 
-def read_panes(lake: Lake, event_date: str, as_of: str | None = None,
-               columns: list[str] | None = None) -> pa.Table:
+def read_panes(lake: Lake, event_date: str, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
     """Every pane the stream wrote for an event date (complete receipt partitions only, and with
     as_of only those received at or before it), with its receipt_ts."""
     event_date = layout.check_event_date(event_date)
@@ -118,13 +134,15 @@ def read_panes(lake: Lake, event_date: str, as_of: str | None = None,
         if not files:
             continue
         table = pads.dataset(files, filesystem=fs, format="parquet").to_table(
-            columns=[c for c in columns if c != "receipt_ts"] if columns else None)
+            columns=[c for c in columns if c != "receipt_ts"] if columns else None
+        )
         tables.append(table.append_column("receipt_ts", pa.array([receipt_ts] * table.num_rows, pa.string())))
     if not tables:
         return pa.table({"receipt_ts": pa.array([], pa.string())})
     table = pa.concat_tables(tables, promote_options="default")
-    order = [("receipt_ts", "ascending")] + [(c, "ascending") for c in ("user_id", "session_start")
-                                             if c in table.column_names]
+    order = [("receipt_ts", "ascending")] + [
+        (c, "ascending") for c in ("user_id", "session_start") if c in table.column_names
+    ]
     return table.sort_by(order)
 
 

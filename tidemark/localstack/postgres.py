@@ -22,6 +22,7 @@ Choices:
   the postmaster and its backends; SIGTERM is PostgreSQL's "smart" shutdown, and the stack stops
   Airflow first, so no client holds it up.
 """
+
 from __future__ import annotations
 
 import glob
@@ -42,8 +43,11 @@ SHARED_ROOT = "/var/tmp/tidemark-postgres"
 
 def bin_dir() -> str | None:
     """The newest installed PostgreSQL's bin folder (Debian: /usr/lib/postgresql/<major>/bin)."""
-    found = [d for d in glob.glob("/usr/lib/postgresql/*/bin")
-             if os.path.exists(os.path.join(d, "postgres")) and os.path.exists(os.path.join(d, "initdb"))]
+    found = [
+        d
+        for d in glob.glob("/usr/lib/postgresql/*/bin")
+        if os.path.exists(os.path.join(d, "postgres")) and os.path.exists(os.path.join(d, "initdb"))
+    ]
     if not found:
         return None
     return max(found, key=lambda d: int(d.split("/")[-2]) if d.split("/")[-2].isdigit() else 0)
@@ -129,22 +133,47 @@ class PostgresServer:
                 os.chown(path, user.pw_uid, user.pw_gid)
             os.chmod(parent, 0o700)
         try:
-            result = subprocess.run(self._as_server_user([
-                os.path.join(binaries, "initdb"), "-D", self.data_dir, "-U", ROLE, f"--pwfile={pwfile}",
-                "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"]),
-                capture_output=True, text=True, timeout=120)
+            result = subprocess.run(
+                self._as_server_user(
+                    [
+                        os.path.join(binaries, "initdb"),
+                        "-D",
+                        self.data_dir,
+                        "-U",
+                        ROLE,
+                        f"--pwfile={pwfile}",
+                        "--auth=scram-sha-256",
+                        "--encoding=UTF8",
+                        "--locale=C.UTF-8",
+                    ]
+                ),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         finally:
             os.remove(pwfile)
         if result.returncode != 0:
             raise RuntimeError(f"initdb failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
 
-    def start(self, timeout: float = 60) -> "PostgresServer":
+    def start(self, timeout: float = 60) -> PostgresServer:
         self.init()
-        argv = self._as_server_user([
-            os.path.join(bin_dir(), "postgres"), "-D", self.data_dir, "-p", str(self.port),
-            "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-            # Airflow's api-server, scheduler, dag-processor and task processes each keep a pool.
-            "-c", "max_connections=200"])
+        argv = self._as_server_user(
+            [
+                os.path.join(bin_dir(), "postgres"),
+                "-D",
+                self.data_dir,
+                "-p",
+                str(self.port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+                # Airflow's api-server, scheduler, dag-processor and task processes each keep a pool.
+                "-c",
+                "max_connections=200",
+            ]
+        )
         self.managed = process.start("postgres", argv, self.log_path)
         process.wait_until(self._ready, timeout, "PostgreSQL", self.managed)
         self._ensure_database()
@@ -153,8 +182,9 @@ class PostgresServer:
     def _connect(self, database: str):
         import psycopg2
 
-        return psycopg2.connect(host="127.0.0.1", port=self.port, user=ROLE, password=self.password,
-                                dbname=database, connect_timeout=2)
+        return psycopg2.connect(
+            host="127.0.0.1", port=self.port, user=ROLE, password=self.password, dbname=database, connect_timeout=2
+        )
 
     def _ready(self) -> bool:
         self._connect("postgres").close()

@@ -13,6 +13,7 @@ lists the asset's events since the oldest owed entry was recorded and takes an e
 carries the entry's notice_id as the acknowledgement (a drain killed between Airflow's answer and
 the sent file would otherwise post it twice).
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -29,10 +30,15 @@ CLOCK_MARGIN = timedelta(hours=1)
 def event_extra(notice: dict) -> dict:
     """What a consumer reads from the event (the full notice stays on the corrected topic)."""
     change = notice.get("change") or {}
-    return {"notice_id": notice["notice_id"], "event_date": notice["event_date"],
-            "version": notice["version"], "previous_version": notice.get("previous_version"),
-            "change": change.get("kind"), "rows": notice.get("rows"),
-            "committed_at": notice.get("committed_at")}
+    return {
+        "notice_id": notice["notice_id"],
+        "event_date": notice["event_date"],
+        "version": notice["version"],
+        "previous_version": notice.get("previous_version"),
+        "change": change.get("kind"),
+        "rows": notice.get("rows"),
+        "committed_at": notice.get("committed_at"),
+    }
 
 
 class AssetEventSender:
@@ -73,8 +79,9 @@ class AssetEventSender:
             try:
                 event = posted.get(notice_id)
                 if event is None:
-                    event = self.client.create_asset_event(asset_id, event_extra(notice),
-                                                           partition_key=notice["event_date"])
+                    event = self.client.create_asset_event(
+                        asset_id, event_extra(notice), partition_key=notice["event_date"]
+                    )
                 results[notice_id] = (str(event["id"]), str(event["timestamp"]))
             except Exception as exc:  # noqa: BLE001
                 results[notice_id] = exc

@@ -20,14 +20,15 @@ tidemark.availability_notice, folders _notices/outbox|sent), `Outbox(lake, corre
 corrected notices' (_notices/corrected/outbox|sent). A codec is a module with validate(body) and
 attributes(body); its bodies carry a notice_id.
 """
+
 from __future__ import annotations
 
 import re
 
 from tidemark import availability_notice, layout, storage
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.times import now_iso_z
-from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -54,8 +55,9 @@ SINKS = {"pubsub": "sent", "airflow": "asset_events"}
 
 
 class Outbox:
-    def __init__(self, lake: Lake, codec=availability_notice, channel: str | None = None,
-                 sinks: tuple[str, ...] = ("pubsub",)):
+    def __init__(
+        self, lake: Lake, codec=availability_notice, channel: str | None = None, sinks: tuple[str, ...] = ("pubsub",)
+    ):
         self.lake = lake
         self.codec = codec
         if channel is not None and not _CHANNEL.match(channel):
@@ -85,7 +87,8 @@ class Outbox:
     def is_known(self, notice_id: str) -> bool:
         """Recorded already: owed, or sent to any sink."""
         return storage.exists(self.path("outbox", notice_id)) or any(
-            self.is_sent(notice_id, sink) for sink in self.sinks)
+            self.is_sent(notice_id, sink) for sink in self.sinks
+        )
 
     def record(self, body: dict) -> bool:
         """Durably record a notice as owed; False (and nothing written) when it was known already."""
@@ -96,8 +99,10 @@ class Outbox:
             return False
         # Two processes recording one notice at once both write the same file name (the notice_id):
         # still one entry, whichever write lands last.
-        storage.write_json_atomic(self.path("outbox", notice_id), {
-            "notice": body, "attributes": self.codec.attributes(body), "recorded_at": now_iso_z()})
+        storage.write_json_atomic(
+            self.path("outbox", notice_id),
+            {"notice": body, "attributes": self.codec.attributes(body), "recorded_at": now_iso_z()},
+        )
         log.info("notice recorded", notice_id=notice_id, channel=self.channel, **_describe(body))
         return True
 
@@ -107,8 +112,9 @@ class Outbox:
     def mark_sent(self, entry: dict, message_id: str, published_at: str, sink: str = "pubsub") -> None:
         """The sink's sent file first; then the outbox file, once no sink is owed it any more."""
         notice_id = entry["notice"]["notice_id"]
-        storage.write_json_atomic(self.path(self._sink(sink), notice_id),
-                                  {**entry, "message_id": message_id, "published_at": published_at})
+        storage.write_json_atomic(
+            self.path(self._sink(sink), notice_id), {**entry, "message_id": message_id, "published_at": published_at}
+        )
         if all(s == sink or self.is_sent(notice_id, s) for s in self.sinks):
             storage.delete_file(self.path("outbox", notice_id))
 
@@ -137,5 +143,7 @@ class Outbox:
         return sorted(out, key=lambda e: (e.get("recorded_at", ""), e["notice"]["notice_id"]))
 
     def sent(self, sink: str = "pubsub") -> list[dict]:
-        return sorted((entry for _, entry in self._entries(self._sink(sink))),
-                      key=lambda e: (e.get("published_at", ""), e["notice"]["notice_id"]))
+        return sorted(
+            (entry for _, entry in self._entries(self._sink(sink))),
+            key=lambda e: (e.get("published_at", ""), e["notice"]["notice_id"]),
+        )
