@@ -186,7 +186,7 @@ def published(lake: Lake, event_date: str) -> set[tuple]:
 
 
 def expected(events: list[tuple], event_date: str) -> set[tuple]:
-    return session_set(reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP), event_date,
+    return session_set(reference.sessionize(events, GAP), event_date,
                        with_count=True)
 
 

@@ -30,7 +30,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-from tidemark import incremental, layout, obligations, pane_reader, planning, publish, rules_record, sql_rules, storage, times
+from tidemark import (incremental, layout, obligations, pane_reader, planning, publish, rules_record, session_schema,
+                      sql_rules, storage, times)
 from tidemark.durations import format_duration
 from tidemark.logs import get_logger
 from tidemark.notices import corrected
@@ -41,8 +42,8 @@ from tidemark.lake import Lake
 
 log = get_logger("dedup")
 
-OUTPUT_COLUMNS = ("session_id", "user_id", "session_start", "session_end", "event_count", "event_ids",
-                  "events", "first_receipt_ts", "last_receipt_ts")
+# The table's columns but event_date (written from the run's date): THE session schema's.
+OUTPUT_COLUMNS = session_schema.TABLE_COLUMNS[:-1]
 
 
 @dataclass
@@ -359,6 +360,7 @@ def _write_version(lake: Lake, event_date, run_id, islands: incremental.Islands,
         "planned_through": current.planned_through,
         "lo": incremental.lo_text(current.lo),
         "horizon": times.iso_z(incremental.horizon(event_date, rules), "auto"),
+        session_schema.MARKER_KEY: session_schema.VERSION,  # the columns its files (and context) hold
         "hi": current.hi,
         "reach": planning.format_reach(summary["reach"]),
         "gap": format_duration(rules.gap),
