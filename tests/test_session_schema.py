@@ -9,7 +9,7 @@ import os
 import random
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,7 +17,7 @@ import pytest
 
 from tests import icebergkit
 from tests.helpers import ROOT
-from tests.lakekit import RULES, converge, expected, make_events
+from tests.lakekit import RULES, SimulatedStream, busiest_date, converge, expected, make_events
 from tidemark import publish, reader, session_schema, table as iceberg
 from tidemark.lake import Lake
 
@@ -215,17 +215,13 @@ rng = random.Random(seed)
 events = make_events(rng)
 lake = Lake.open(path)
 stream = SimulatedStream(lake, seed)
-batches = arrivals(rng, events, batches=6)
 notified = set()
-for deliveries in batches[:3]:
+for deliveries in arrivals(rng, events, batches=6):
     notified |= {p.event_date for p in stream.batch(deliveries)}
 spark = build_session("tidemark-old", "local[2]", shuffle_partitions=4)
 converge(lake, spark, notified)
-later = set()
-for deliveries in batches[3:]:
-    later |= {p.event_date for p in stream.batch(deliveries)}
 spark.stop()
-print(json.dumps({"deduplicated": sorted(notified), "later": sorted(later)}))
+print(json.dumps(sorted(notified)))
 """
 
 
@@ -233,10 +229,11 @@ print(json.dumps({"deduplicated": sorted(notified), "later": sorted(later)}))
 @pytest.mark.spark
 @pytest.mark.timeout(1800)
 def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(spark, tmp_path):
-    """The tidemark of BEFORE_DRILL streams and deduplicates half of a random lake (schema 1 files,
-    markers and table); this tidemark then evolves the table in place, deduplicates the dates the
-    rest of the stream touched (incremental runs fill the column from the older versions' events),
-    and every date equals the batch reference, event_type_count included."""
+    """The tidemark of BEFORE_DRILL streams and deduplicates a random lake (schema 1 files, markers
+    and table); this tidemark evolves the table in place, and a late event for one user sends its
+    date through the incremental path from the schema-1 version: the untouched users' rows are
+    carried over with the column filled from their events (not null), and every date equals the
+    batch reference, event_type_count included (older versions through fill_arrow)."""
     old_tree = tmp_path / "old"
     old_tree.mkdir()
     archive = subprocess.run(["git", "-C", ROOT, "archive", BEFORE_DRILL], capture_output=True, check=True)
@@ -251,27 +248,31 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
     # written before the column: the table has schema 1 and the versions no session_schema
     raw = iceberg.catalog(lake).load_table(iceberg.identifier())
     assert "event_type_count" not in {f.name for f in raw.schema().fields}
-    for day in dates["deduplicated"]:
-        marker = publish.current_version(lake, day)
+    for day in dates:
+        marker = publish.current_version(lake, day)  # loads the table: evolved here
         assert marker is None or session_schema.MARKER_KEY not in marker
 
-    rng = random.Random(seed)
-    events = make_events(rng)
-    runs = converge(lake, spark, set(dates["later"]))  # loads the table: evolved here
+    events = make_events(random.Random(seed))
+    day = busiest_date(events)
+    users = sorted({u for u, _, ts, _ in events if ts.date().isoformat() == day})
+    assert len(users) > 1  # an untouched user's rows are carried over from the old version
+    first = min(e for e in events if e[0] == users[0] and e[2].date().isoformat() == day)
+    late = (users[0], "late-1", first[2] + timedelta(seconds=1), "a-type-of-its-own")
+    stream = SimulatedStream(lake, seed)
+    stream.batch_id = 100  # received after everything the old tidemark read
+    stream.batch([late])
+    runs = converge(lake, spark, {day})
+    assert runs[0]["mode"] == "incremental", runs[0]
 
     tbl = iceberg.load(lake)
     assert [f.name for f in tbl.schema().fields] == list(session_schema.TABLE_COLUMNS)
-    # the incremental path started from schema-1 versions and filled the column (not nulls)
-    assert any(r["mode"] == "incremental" for r in runs), runs
     rerun = {r["event_date"] for r in runs if r["published"]}
-    for day in sorted(set(dates["deduplicated"]) | set(dates["later"])):
-        table = reader.read_sessions(lake, day) if publish.current_version(lake, day) else None
-        if table is None:
-            assert expected(events, day) == set(), day
-            continue
-        if day in rerun:  # written by this tidemark: the column is in the files
-            assert None not in table.column("event_type_count").to_pylist(), day
-        filled = session_schema.fill_arrow(table)
+    assert day in rerun
+    events = events + [late]
+    for each in sorted(set(dates) | rerun):
+        table = reader.read_sessions(lake, each)
+        if each in rerun:  # written by this tidemark: the column is in every row, none null
+            assert None not in table.column("event_type_count").to_pylist(), each
         got = {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"],
-                r["event_type_count"]) for r in filled.to_pylist()}
-        assert got == expected(events, day), day
+                r["event_type_count"]) for r in session_schema.fill_arrow(table).to_pylist()}
+        assert got == expected(events, each), each
