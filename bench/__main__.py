@@ -15,6 +15,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     correction_cost     one late correction vs reprocessing 7 days vs reprocessing everything
     dedup_partition     deduplicating one big event date vs a plain scan-and-write
     iceberg_commit      what the Iceberg commit adds to a publish (seconds per date)
+    iceberg_history     one Iceberg commit against the table's age (7 days vs a year of dates, gc'd)
     history             planning against the lake's age: 10^3..10^6 receipt partitions, index or not
     receipts_per_date   a full dedup of a date of 100 vs 8,640 receipt partitions, by reader
 """
@@ -30,7 +31,7 @@ import time
 import traceback
 
 ORDER = ["stream_throughput", "memory", "freshness", "correction_cost", "dedup_partition", "iceberg_commit",
-         "history", "receipts_per_date"]
+         "iceberg_history", "history", "receipts_per_date"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # What --scale means for modules that do not take --scale themselves (their defaults otherwise).

@@ -270,6 +270,30 @@ def floor_worker(landing: str, out: str, master: str) -> None:
     spark.stop()
 
 
+CONTRACT_SAMPLE = 100_000  # landed lines timed outside Spark for the contract's CPU per line
+
+
+def measure_contract(landing: str) -> str:
+    """The input contract's CPU per line on the landing's first lines, outside Spark (in this
+    process, Arrow batches of 10,000 lines as the stream's UDF gets them): the stream's fast path
+    and the reference it falls back to; target <= 3 us for the fast path."""
+    from bench import contract_differential
+    from tidemark.contract import split_lines
+
+    lines = []
+    for name in sorted(f for f in os.listdir(landing) if f.endswith(".jsonl")):
+        with open(os.path.join(landing, name), "rb") as handle:
+            lines += split_lines(handle.read())
+        if len(lines) >= CONTRACT_SAMPLE:
+            break
+    lines = lines[:CONTRACT_SAMPLE]
+    load_before = load()
+    cost = contract_differential.cpu_per_line(lines)
+    return (f"The input contract's CPU per line on the first {len(lines)} landed lines, outside Spark, best of 3 "
+            f"(load {load_before} -> {load()}): " + "; ".join(f"{k} {v} us" for k, v in cost.items())
+            + " (target for the fast path: <= 3 us).")
+
+
 def beam_available() -> bool:
     if not os.access(BEAM_PYTHON, os.X_OK):
         return False
@@ -359,7 +383,7 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
     stages = [
         ("floor: the plain copy (read.json -> write.parquet)", floor),
         ("scan the landed lines (text source)", lambda: noop(lines())),
-        ("+ the input contract per line (Arrow UDF, tidemark.contract)", lambda: noop(parse.with_parse(lines()))),
+        ("+ the input contract per line (Arrow UDF, tidemark.contract_fast)", lambda: noop(parse.with_parse(lines()))),
         ("+ cache the checked lines (persist, the batch's totals)", lambda: cached_batch(None)),
         ("+ merge copies, sessionize, classify panes (stream_input, sessionize, stream_panes .sql)",
          lambda: cached_batch(noop)),
@@ -478,6 +502,7 @@ def main(argv=None) -> int:
             beam_note = (f"Beam read the first {len(take)} of {len(names)} files ({beam_lines} lines): "
                          "the Python DirectRunner is too slow for all of them in the time box.")
 
+    contract_cost = measure_contract(landing)
     rows = []
     for label, r, fpt, n in results:
         rate_job = n / r["job_seconds"]
@@ -522,7 +547,7 @@ def main(argv=None) -> int:
         "`wall` includes JVM / interpreter start; `in-job` excludes it (tidemark: first micro-batch "
         "start -> last commit, from the `batch committed` logs; floor: after the SparkSession exists; "
         "Beam: pipeline run). events/s counts every input line (duplicates and malformed lines too).",
-        "", verdict, "", beam_note, "", *detail])
+        "", verdict, "", contract_cost, "", beam_note, "", *detail])
     after = ""
     if args.ladder:
         ladder = run_ladder(landing, work, args.master)

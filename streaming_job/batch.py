@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 import dedup_sql
 from streaming_job import pane_writer, parse
 from streaming_job.state import StateStore, watermark_text as state_watermark_text
-from tidemark import landing, landing_ledger, layout, receipt_index, receipts, session_schema, storage
+from tidemark import landing, landing_archive, landing_ledger, layout, receipt_index, receipts, session_schema, storage
 from tidemark.receipts import BatchReport
 from tidemark.contract import InputRules
 from tidemark.logs import get_logger
@@ -44,8 +44,13 @@ class BatchProcessor:
     def __init__(self, lake: Lake, checkpoint: str, rules: SessionRules,
                  listeners: list[Callable[[BatchReport], None]] | None = None,
                  stop_requested: threading.Event | None = None, input_rules: InputRules | None = None,
-                 landing: str | None = None):
-        self.lake = lake
+                 landing: str | None = None, generation: landing_archive.Generation | None = None,
+                 archive: bool = False):
+        self.lake = Lake.open(lake)  # the Spark job's boundary: a URI or a Lake
+        # Spark's batch ids restart at 0 in each checkpoint generation (tidemark.landing_archive);
+        # the batch id everywhere else (state versions, panes, ledger, notices) is batch_base + it.
+        self.generation = generation or landing_archive.Generation(0, 0)
+        self.archive = archive  # record each batch's input files for the archive (landing_archive)
         self.landing = landing  # the landing folder: files are named relative to it (tidemark.landing)
         self.checkpoint = checkpoint
         self.rules = rules
@@ -53,7 +58,8 @@ class BatchProcessor:
         self.listeners = list(listeners or [])
         self.stop_requested = stop_requested
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def __call__(self, batch: DataFrame, spark_batch_id: int) -> None:
+        batch_id = self.generation.batch_base + spark_batch_id
         if self.stop_requested is not None and self.stop_requested.is_set():
             log.info("stop requested: batch left for the next run", batch_id=batch_id)
             raise StopRequested(f"{STOP_MARK}: batch {batch_id} left uncommitted for the next run")
@@ -151,6 +157,9 @@ class BatchProcessor:
             if row["max_event_us"] is not None:
                 newest.append(row["max_event_us"])
         totals["max_event_us"] = max(newest, default=None)
+        if self.archive:  # before the ledger entry: an empty queue means no batch did half its work
+            landing_archive.enqueue(self.checkpoint, self.generation, batch_id - self.generation.batch_base, receipt_ts,
+                                    [f for f in files if f["verdict"] == landing.INPUT])
         landing_ledger.record_batch(self.lake, receipt_ts, batch_id, files)
         if skipped:
             log.warning("landed files not read: not input by the landing rule", batch_id=batch_id,

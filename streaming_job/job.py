@@ -15,7 +15,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
-from tidemark import layout, receipt_index, rules_record
+from tidemark import landing_archive, landing_ledger, layout, receipt_index, rules_record
 from tidemark.contract import InputRules
 from tidemark.durations import format_duration, parse_duration
 from tidemark.logs import get_logger
@@ -52,6 +52,13 @@ class StreamConfig:
     notice_late_horizon: str | None = None
     notice_digest_interval: str = "1h"
     notice_flush_timeout: float = 30.0
+    # A bounded landing (tidemark.landing_archive): read input files moved here once their batch is
+    # committed; None keeps them in the landing (every trigger then lists all of them).
+    archive: str | None = None
+    # With an archive: start a new checkpoint generation (an empty file-source log) after this many
+    # micro-batches; None never does (Spark's source log then grows with every file read).
+    rotate_after: int | None = None
+    archive_interval: float = 2.0  # how often a running stream moves committed batches' files
 
     def __post_init__(self):
         self.lake = Lake.open(self.lake)  # the Spark job's boundary: a URI from whoever configures it
@@ -93,6 +100,12 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
 
     SIGTERM and SIGINT stop gracefully: the micro-batch under way finishes and commits first.
     """
+    if (config.rotate_after or landing_archive.current(config.checkpoint).generation) and not config.archive:
+        # a new file-source log reads every file still in the landing again: a checkpoint that has
+        # rotated keeps running with the archive, else its next rotation would read files again
+        raise ValueError(f"tidemark stream: the checkpoint {config.checkpoint} rotates its file-source log "
+                         "(--checkpoint-rotation, or an earlier rotation): it needs --archive, so that read "
+                         "files leave the landing first")
     notices = _notice_service(config)  # validates the topic and cadence before Spark starts
     if not config.migrate_rules:
         # Records the rules at the first start on a lake; refuses other rules (before Spark starts).
@@ -102,48 +115,44 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     if config.migrate_rules:
         rules = _migrate(config, spark)
     guard = _RulesGuard(config.lake, rules, config.rules_check_interval)
-    audit = _LandingAudit(config.landing, config.lake, config.landing_audit_interval)
+    audit = _LandingAudit(config.landing, config.lake, config.landing_audit_interval, config.archive)
     if notices is not None:
         notices.start()  # publishes what an earlier run left owed, in the background
         listeners = [notices.on_batch, *(listeners or [])]
     stop_requested = threading.Event()
-    processor = BatchProcessor(config.lake, config.checkpoint, rules, listeners, stop_requested,
-                               config.input_rules, landing=config.landing)
-    writer = (source(spark, config).writeStream
-              .queryName("tidemark_sessions")
-              .option("checkpointLocation", layout.join(config.checkpoint, "query"))
-              .foreachBatch(processor))
-    if config.available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        interval = parse_duration(config.trigger_interval)
-        writer = writer.trigger(processingTime=f"{int(interval.total_seconds() * 1000)} milliseconds")
     previous = _install_stop_handlers(stop_requested)
     log.info("stream starting", landing=config.landing, lake=config.lake, checkpoint=config.checkpoint,
              trigger=("available-now" if config.available_now else format_duration(parse_duration(config.trigger_interval))),
-             rules_id=guard.rules_id, **rules.describe())
+             rules_id=guard.rules_id, archive=config.archive, rotate_after=config.rotate_after,
+             **rules.describe())
     changed_to = None
+    generation = landing_archive.current(config.checkpoint)
     try:
-        query = writer.start()
-        try:
-            while query.isActive:
-                if query.awaitTermination(0.5):
-                    break
-                changed_to = guard.changed()
-                if changed_to is not None:
-                    log.error("the lake's session rules were changed while the stream ran: stopping",
-                              lake=config.lake, rules_id=changed_to.rules_id, running_rules_id=guard.rules_id)
-                    stop_requested.set()
-                if stop_requested.is_set():
-                    _stop_between_batches(query)
-                    break
-                audit.maybe_run()
-        except StreamingQueryException:
-            pass  # awaitTermination raises the query's failure; judged just below
-        failure = query.exception()
-        if failure is not None and not (stop_requested.is_set() and STOP_MARK in str(failure)):
-            raise failure
-        audit.run()
+        if config.archive:
+            landing_archive.remove_old_generations(config.checkpoint, generation)
+        while True:
+            rotate = threading.Event()  # this generation has run its batches: stop it and rotate
+            processor = BatchProcessor(config.lake, config.checkpoint, rules, listeners,
+                                       _Either(stop_requested, rotate), config.input_rules,
+                                       landing=config.landing, generation=generation,
+                                       archive=bool(config.archive))
+            changed_to = _run_query(spark, config, processor, guard, audit, stop_requested, rotate,
+                                    generation)
+            if config.archive:
+                landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
+            audit.run()
+            if changed_to is not None or not config.rotate_after:
+                break
+            if rotate.is_set() or (_committed_batches(config.checkpoint, generation) >= config.rotate_after):
+                nxt = landing_archive.rotate(
+                    config.landing, config.archive, config.checkpoint, generation, _set_aside(config),
+                    sweep=lambda: landing_ledger.sweep_read(config.landing, config.lake, config.archive),
+                    lake=config.lake)
+                if nxt is not None:
+                    generation = nxt
+                    if rotate.is_set() and not stop_requested.is_set():
+                        continue  # the stream goes on in the new generation
+            break
     finally:
         _restore_handlers(previous)
         if notices is not None:  # bounded flush; whatever is left stays owed in the outbox
@@ -154,6 +163,83 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             f"tidemark stream: the lake {config.lake} now records {changed_to.describe()}, but this stream "
             f"ran with {rules_record.describe_rules(rules)}: it stopped after its last complete micro-batch. "
             "Start it again without rule options to use the lake's rules.")
+
+
+def _run_query(spark, config: StreamConfig, processor: BatchProcessor, guard, audit,
+               stop_requested: threading.Event, rotate: threading.Event,
+               generation: landing_archive.Generation):
+    """One generation's query, until it stops, fails, or has run config.rotate_after batches.
+    Returns the lake's new rules if a migration stopped it."""
+    writer = (source(spark, config).writeStream
+              .queryName("tidemark_sessions")
+              .option("checkpointLocation", generation.query_dir(config.checkpoint))
+              .foreachBatch(processor))
+    if config.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        interval = parse_duration(config.trigger_interval)
+        writer = writer.trigger(processingTime=f"{int(interval.total_seconds() * 1000)} milliseconds")
+    changed_to = None
+    next_drain = time.monotonic() + config.archive_interval
+    query = writer.start()
+    try:
+        while query.isActive:
+            if query.awaitTermination(0.5):
+                break
+            changed_to = guard.changed()
+            if changed_to is not None:
+                log.error("the lake's session rules were changed while the stream ran: stopping",
+                          lake=config.lake, rules_id=changed_to.rules_id, running_rules_id=guard.rules_id)
+                stop_requested.set()
+            if config.archive and time.monotonic() >= next_drain:
+                # committed batches' files out of the landing (beside the running batch: a batch
+                # never reads a file of an earlier one), and the rotation's due date, both from
+                # small listings of the checkpoint, every archive_interval
+                next_drain = time.monotonic() + config.archive_interval
+                try:
+                    landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
+                    if (config.rotate_after and not rotate.is_set()
+                            and _committed_batches(config.checkpoint, generation) >= config.rotate_after):
+                        log.info("checkpoint rotation due: finishing the current micro-batch",
+                                 generation=generation.generation)
+                        rotate.set()
+                except OSError as exc:  # a storage hiccup: the files stay queued, moved next time
+                    log.warning("could not archive landed files", error=str(exc)[:300])
+            if stop_requested.is_set() or rotate.is_set():
+                _stop_between_batches(query)
+                break
+            audit.maybe_run()
+    except StreamingQueryException:
+        pass  # awaitTermination raises the query's failure; judged just below
+    failure = query.exception()
+    if failure is not None and not ((stop_requested.is_set() or rotate.is_set()) and STOP_MARK in str(failure)):
+        raise failure
+    return changed_to
+
+
+def _set_aside(config: StreamConfig):
+    """What the archive does with a file replaced after it was read: its new content quarantined
+    (as the landing audit does), the file set aside under <archive>/_replaced/."""
+    return lambda files: landing_ledger.quarantine_replaced(
+        config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive)
+
+
+def _committed_batches(checkpoint: str, generation: landing_archive.Generation) -> int:
+    """Batches the generation's query has committed (its commit log: the newest id + 1)."""
+    from tidemark import storage
+
+    ids = [int(n) for n in storage.list_dir(layout.join(generation.query_dir(checkpoint), "commits")) if n.isdigit()]
+    return max(ids, default=-1) + 1
+
+
+class _Either:
+    """Set when either event is: the processor refuses new batches on a stop or a rotation."""
+
+    def __init__(self, *events: threading.Event):
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
 
 
 def _migrate(config: StreamConfig, spark) -> SessionRules:
@@ -192,8 +278,8 @@ class _LandingAudit:
     files quarantined, in-progress names reported (tidemark.landing_ledger). A listing of the
     landing, as Spark makes every trigger; never fatal to the stream."""
 
-    def __init__(self, landing: str, lake: Lake, interval: float):
-        self.landing, self.lake, self.interval = landing, lake, interval
+    def __init__(self, landing: str, lake: Lake, interval: float, archive: str | None = None):
+        self.landing, self.lake, self.interval, self.archive = landing, lake, interval, archive
         self._next = time.monotonic() + interval
 
     def maybe_run(self) -> None:
@@ -205,7 +291,7 @@ class _LandingAudit:
 
         self._next = time.monotonic() + self.interval
         try:
-            landing_ledger.report(self.landing, self.lake)
+            landing_ledger.report(self.landing, self.lake, archive=self.archive)
         except (OSError, ValueError) as exc:
             log.warning("could not audit the landing", landing=self.landing, error=str(exc)[:300])
 

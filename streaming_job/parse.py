@@ -1,8 +1,11 @@
-"""The input contract in the stream: tidemark.contract applied to the raw bytes of every line.
+"""The input contract in the stream: applied to the raw bytes of every line.
 
-The contract is one Python implementation (tidemark/contract.py), shared with the batch reference;
-here it runs as a vectorised Arrow UDF over each micro-batch. The line's exact bytes (the text
-source keeps invalid UTF-8 as is) go to the contract and, for refused lines, to the quarantine.
+The contract is specified by one Python implementation (tidemark/contract.py), shared with the
+batch reference; here it runs as a vectorised Arrow UDF over each micro-batch, through its fast
+path (tidemark/contract_fast.py: the common lines decided in bulk, every other line by
+contract.check_line itself, the two held identical by tests/test_contract_differential.py). The
+line's exact bytes (the text source keeps invalid UTF-8 as is) go to the contract and, for refused
+lines, to the quarantine.
 """
 from __future__ import annotations
 
@@ -11,30 +14,18 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import arrow_udf
 
-from tidemark.contract import InputRules, check_line
+from tidemark import contract_fast
+from tidemark.contract import InputRules
 
 VERDICT = ("reason string, user_id string, event_id string, event_type string, "
-           "event_ts_us bigint, payload string")
-_ARROW_VERDICT = pa.struct([("reason", pa.string()), ("user_id", pa.string()), ("event_id", pa.string()),
-                            ("event_type", pa.string()), ("event_ts_us", pa.int64()),
-                            ("payload", pa.string())])
-_REFUSED = (None, None, None, None, None)
+           "event_ts_us bigint, payload string")  # the Spark spelling of contract_fast.VERDICT
 FILE_FACTS = ("file_size", "file_mtime_ms")  # of a line's file, as Spark listed it (streaming_job.job.source)
 
 
 def _verdict_udf(rules: InputRules):
     @arrow_udf(VERDICT)
     def verdict(raw: pa.Array, received_us: pa.Array) -> pa.Array:
-        out = []
-        for line, received in zip(raw.to_pylist(), received_us.to_pylist()):
-            event, reason = check_line(line, received, rules)
-            out.append((reason, *_REFUSED) if event is None else
-                       (None, event.user_id, event.event_id, event.event_type, event.event_ts_us,
-                        event.payload))
-        columns = list(zip(*out)) if out else [()] * len(_ARROW_VERDICT)
-        return pa.StructArray.from_arrays(
-            [pa.array(col, type=_ARROW_VERDICT.field(i).type) for i, col in enumerate(columns)],
-            fields=list(_ARROW_VERDICT))
+        return contract_fast.verdicts(raw, received_us, rules)
     return verdict
 
 

@@ -229,7 +229,7 @@ def undeduplicated_lake(cluster_run, tmp_path_factory):
     import shutil
 
     lake = Lake.open(tmp_path_factory.mktemp("dag-lake") / "lake")
-    shutil.copytree(layout.sessions_root(cluster_run), lake.sessions_root())
+    shutil.copytree(Lake.open(cluster_run).sessions_root(), lake.sessions_root())
     return lake
 
 

@@ -16,6 +16,7 @@ from tests.streamkit import land_raw, panes
 from tidemark import batch_reference, contract
 from tidemark.quarantine import read_quarantine
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): a real stream over the hostile lines (module fixture), tens of seconds
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -74,6 +75,7 @@ LINES = [
 def both(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("shared")
     landing, lake, checkpoint = (str(root / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     land_raw(landing, [LINES])
     reports = []
     run_stream(StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,

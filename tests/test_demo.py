@@ -18,6 +18,7 @@ import pytest
 from tidemark import receipts
 from tests.reference import sessions_of_landing
 from tidemark import reader
+from tidemark.lake import Lake
 from tidemark.localstack.stack import Stack, port_states
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -44,7 +45,7 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
         print(proc.stdout[-12000:])
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
         settings = stack.settings()
-        lake, landing = settings.lake, settings.landing
+        lake, landing = Lake.open(settings.lake), settings.landing
 
         # Independent final check: the current version of every date == the reference.
         expected: dict[str, set] = {}

@@ -21,6 +21,7 @@ from tests.streamkit import land
 from tidemark import contract, reader
 from tidemark.dedup import run_dedup
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): a real stream and dedup per arrangement (module fixture)
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -81,6 +82,7 @@ def outcomes(spark, tmp_path_factory):
     for name, files in ARRANGEMENTS.items():
         root = tmp_path_factory.mktemp("copies")
         landing, lake, checkpoint = (str(root / d) for d in ("landing", "lake", "checkpoint"))
+        lake = Lake.open(lake)
         land(landing, files)
         dates: set[str] = set()
         run_stream(StreamConfig(landing, lake, checkpoint, RULES, available_now=True, max_files_per_trigger=1),

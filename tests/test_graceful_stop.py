@@ -92,6 +92,7 @@ def stopped(emulator, tmp_path_factory):
     files land. Returns what was observed."""
     base = tmp_path_factory.mktemp("graceful")
     landing, lake, checkpoint = (str(base / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     deliveries, _ = build(Workload(events=900, users=12, days=2, seed=31))
     chunks = split_files(deliveries, 9)
     now = time.time()

@@ -22,6 +22,7 @@ from tidemark.cli import main as cli_main
 from tidemark.contract import Reason
 from tidemark.quarantine import read_quarantine
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -76,6 +77,7 @@ def receipt_us(report) -> int:
 def streamed(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     landing, lake, checkpoint = (str(root / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     land_raw(landing, [HOSTILE, *AFTER])
     reports = []
     config = StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,
@@ -157,4 +159,4 @@ def test_an_event_inside_the_skew_cannot_push_the_watermark_past_the_receipt_tim
                    listeners=[reports.append])(frame, 0)
     assert reports[0].valid_events == 1
     assert receipts.iso_from_micros(reports[0].watermark_us) == "2026-03-08T09:00:00.000000Z"
-    assert os.path.isdir(layout.receipt_dir(str(tmp_path / "lake"), "2026-03-08", reports[0].receipt_ts))
+    assert os.path.isdir(Lake.open(tmp_path / "lake").receipt_dir("2026-03-08", reports[0].receipt_ts))

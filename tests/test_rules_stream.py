@@ -60,10 +60,10 @@ def streamed(spark, tmp_path_factory):
     return landing, lake, ckpt
 
 
-def copy_of(streamed, tmp_path) -> tuple[str, str, str]:
+def copy_of(streamed, tmp_path) -> tuple[str, Lake, str]:
     for name, folder in zip(("landing", "lake", "ckpt"), streamed):
         shutil.copytree(folder, tmp_path / name)
-    return str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    return str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
 
 
 def stale(lake: Lake, capsys) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 from tests.reference import landed_lines, valid_events
 from tests.helpers import stream_alive, wait_for
 from tests.streamkit import panes, partition_snapshot
+from tidemark import landing_archive
 from tidemark.generate import Workload, build, split_files, write_file
 from tidemark.lake import Lake
 
@@ -32,8 +33,14 @@ def wait_for_markers(lake, at_least, timeout, proc):
              interval=0.2, abort=lambda: stream_alive(proc))
 
 
-def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path):
+@pytest.mark.parametrize("bounded", [False, True], ids=["landing", "archive-and-rotation"])
+def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path, bounded):
+    """bounded: the landing archive and checkpoint generations (tidemark.landing_archive), a
+    rotation every 3 micro-batches, so the kills also land between a commit and the archive's move
+    and inside rotations."""
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
+    archive = str(tmp_path / "archive")
+    bounded_args = ("--archive", archive, "--checkpoint-rotation", "3") if bounded else ()
     lake = Lake.open(lake)
     deliveries, counts = build(Workload(events=1500, users=30, days=2, seed=11, duplicate_rate=0.05))
     chunks = split_files(deliveries, 24)
@@ -45,7 +52,7 @@ def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path):
     seen: dict = {}
     kills = 0
     for _ in range(3):
-        proc = subprocess.Popen(stream_cmd(landing, lake, checkpoint, "--trigger-interval", "200ms"),
+        proc = subprocess.Popen(stream_cmd(landing, lake, checkpoint, "--trigger-interval", "200ms", *bounded_args),
                                 stdout=log, stderr=log, env=env, start_new_session=True)
         try:
             wait_for_markers(lake, len(seen) + 1, 240, proc)
@@ -59,7 +66,7 @@ def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path):
             assert snapshot.get(key) == value, f"complete partition {key} changed after a restart"
         seen = snapshot
     # finish everything that has landed
-    subprocess.run(stream_cmd(landing, lake, checkpoint, "--available-now"), stdout=log, stderr=log,
+    subprocess.run(stream_cmd(landing, lake, checkpoint, "--available-now", *bounded_args), stdout=log, stderr=log,
                    env=env, check=True, timeout=600)
     final = partition_snapshot(lake)
     for key, value in seen.items():
@@ -67,8 +74,12 @@ def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path):
 
     rows = panes(lake)
     in_lake = {(r["user_id"], e) for r in rows for e in r["event_ids"]}
-    sent = {(u, e) for u, e, _ in valid_events(landed_lines(landing))}
+    landed = list(landed_lines(landing)) + (list(landed_lines(archive)) if bounded else [])
+    sent = {(u, e) for u, e, _ in valid_events(landed)}
     assert kills == 3
+    if bounded:  # everything read left the landing, and the stream did rotate
+        assert not [name for name in os.listdir(landing) if not name.startswith(".")]
+        assert landing_archive.current(checkpoint).generation >= 1
     assert in_lake == sent
     # each batch wrote under exactly one receipt_ts, and no pane was written twice
     receipts_of_batch = {}

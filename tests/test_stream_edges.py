@@ -11,6 +11,7 @@ import pytest
 
 from streaming_job.job import StreamConfig, run_stream
 from tests.streamkit import event, land, land_raw, panes
+from tidemark.lake import Lake
 from tidemark import batch_reference, contract, landing, landing_ledger, quarantine
 from tidemark.sessions import SessionRules
 from tidemark.times import iso_z, to_micros
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _dirs(tmp_path):
-    return str(tmp_path / "landing"), str(tmp_path / "lake"), str(tmp_path / "checkpoint")
+    return str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "checkpoint")
 
 
 def _run(spark, landing_dir, lake, checkpoint, reports=None, **extra):

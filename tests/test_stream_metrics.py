@@ -12,6 +12,7 @@ from streaming_job.job import StreamConfig, run_stream
 from tests.streamkit import event, land
 from tidemark import metrics, receipts
 from tidemark.localstack.process import free_port
+from tidemark.lake import Lake
 from tidemark.sessions import SessionRules
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]  # the real stream, two micro-batches
@@ -53,7 +54,8 @@ def test_the_real_stream_feeds_its_instruments(spark, tmp_path, served):
     assert _values(served, names["tidemark.stream.lines.quarantined"]) == {"tidemark_quarantine_reason=any": 2.0}
     written = _values(served, names["tidemark.receipt.partitions.written"])
     assert sum(written.values()) == sum(len(r.partitions) for r in reports) == len(
-        [(d, ts) for d in receipts.list_event_dates(lake) for ts in receipts.list_receipts(lake, d)])
+        [(d, ts) for d in receipts.list_event_dates(Lake.open(lake))
+         for ts in receipts.list_receipts(Lake.open(lake), d)])
     assert _values(served, names["tidemark.stream.batch.lag"] + "_count") == {"": float(len(reports))}
     lag_sum = _values(served, names["tidemark.stream.batch.lag"] + "_sum")[""]
     assert 0 < lag_sum < 600 * len(reports)  # from each batch's trigger to its commit: seconds, not days

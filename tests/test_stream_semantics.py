@@ -15,6 +15,7 @@ from tests.reference import valid_events
 from tests.streamkit import event, land, panes
 from tidemark.cli import main as cli_main
 from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -46,6 +47,7 @@ FILES = [
 def streamed(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("semantics")
     landing, lake, checkpoint = (str(root / d) for d in ("landing", "lake", "checkpoint"))
+    lake = Lake.open(lake)
     land(landing, FILES)
     reports = []
     config = StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,

@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from tidemark import landing, layout, storage
+from tidemark import landing, landing_archive, layout, storage
 from tidemark.logs import get_logger
 from tidemark.times import to_micros
 from tidemark.lake import QUARANTINE_MARKER, Lake
@@ -91,8 +91,12 @@ class Audit:
                 "in_progress": [f.path for f in self.in_progress], "hidden": len(self.hidden)}
 
 
-def audit(landing_uri: str, lake: Lake) -> Audit:
-    """Every file in the landing, sorted by what the ledger says of it. Reads no file's content."""
+def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
+    """Every file in the landing, sorted by what the ledger says of it. Reads no file's content.
+
+    With the stream's archive (tidemark.landing_archive), a file under a name whose earlier file was
+    read and archived is a new file, pending: the stream reads it in its next checkpoint generation
+    (its events, if it repeats the old file, are copies that the dedup collapses)."""
     ledger = read_ledger(lake)
     out = Audit()
     for found in landing.list_landing(landing_uri):
@@ -106,18 +110,22 @@ def audit(landing_uri: str, lake: Lake) -> Audit:
             (out.read if found.size == 0 else out.pending).append(found.path)
         elif ledger[found.path].matches(found):
             out.read.append(found.path)
+        elif archive is not None and storage.exists(
+                landing_archive.archive_path(archive, ledger[found.path].receipt_ts, found.path)):
+            out.pending.append(found.path)
         else:
             out.replaced.append(found)
     return out
 
 
-def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None) -> Audit:
+def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None,
+                        archive: str | None = None) -> Audit:
     """Quarantine the new content of every replaced file (once: the ledger then records it).
 
     The quarantine folder is one of the lake's usual ones (`tidemark quarantine` lists it), with a
     receipt_ts of its own, so a later micro-batch's folder is never taken.
     """
-    found = found if found is not None else audit(landing_uri, lake)
+    found = found if found is not None else audit(landing_uri, lake, archive)
     if not found.replaced:
         return found
     import pyarrow as pa
@@ -151,7 +159,25 @@ def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None
     for record in records:
         log.warning("landed file replaced after it was read: new content quarantined", file=record["path"],
                     lines=record["lines"], receipt_ts=receipt_ts, path=folder)
+    if archive is not None:  # out of the landing: a later checkpoint generation must not read it
+        for replaced in found.replaced:
+            landing_archive.set_aside(landing_uri, archive, receipt_ts, replaced.path)
     return found
+
+
+def sweep_read(landing_uri: str, lake: Lake, archive: str) -> int:
+    """Every file of the landing that the ledger records as read, moved to the archive (under the
+    day of the batch that read it), and every replaced one quarantined and set aside: what a
+    checkpoint's first rotation needs when the stream ran without the archive before. Reads the
+    whole ledger: once per checkpoint (tidemark.landing_archive.rotate). Returns files moved."""
+    ledger = read_ledger(lake)
+    found = audit(landing_uri, lake, archive)
+    for path in found.read:
+        record = ledger.get(path)
+        if record is not None and record.verdict == landing.INPUT:
+            landing_archive.move_read(landing_uri, archive, record.receipt_ts, path)
+    quarantine_replaced(landing_uri, lake, found, archive=archive)
+    return len(found.read)
 
 
 def _free_receipt_ts(lake: Lake) -> str:
@@ -165,9 +191,10 @@ def _free_receipt_ts(lake: Lake) -> str:
         millis += 1
 
 
-def report(landing_uri: str, lake: Lake, quarantine: bool = True) -> Audit:
+def report(landing_uri: str, lake: Lake, quarantine: bool = True, archive: str | None = None) -> Audit:
     """Audit the landing, quarantine replaced files, and log what was not read and why."""
-    found = quarantine_replaced(landing_uri, lake) if quarantine else audit(landing_uri, lake)
+    found = (quarantine_replaced(landing_uri, lake, archive=archive) if quarantine
+             else audit(landing_uri, lake, archive))
     now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
     for stuck in found.in_progress:
         log.warning("landed file under an in-progress name: not read until it is renamed", file=stuck.path,

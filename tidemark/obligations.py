@@ -92,7 +92,7 @@ def pending(lake: Lake, event_date: str | None = None) -> list[dict]:
     if event_date is not None:
         return _read_dir(date_dir(lake, event_date))
     out = []
-    for target in storage.list_event_dates(root(lake)):
+    for target in lake.list_event_dates(root(lake)):
         out.extend(_read_dir(date_dir(lake, target)))
     return out
 

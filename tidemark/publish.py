@@ -195,7 +195,9 @@ def commit(lake: Lake, marker: dict) -> Outcome:
     def attempt() -> Outcome:
         nonlocal attempts
         attempts += 1
-        fresh = iceberg.load(lake)
+        # The first attempt works on the table just loaded (a stale one fails the catalog's
+        # compare-and-swap like any other conflict); every retry loads it afresh.
+        fresh = tbl if attempts == 1 else iceberg.load(lake)
         current = current_of(lake, fresh, event_date)
         if current is not None and current["run_id"] == run_id:
             return Outcome(True, current)  # an earlier attempt of ours landed (reported lost)

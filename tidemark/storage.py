@@ -163,18 +163,6 @@ def partition_values(names: Iterable[str], key: str, check: Callable[[str], str]
     return sorted(out)
 
 
-def list_partition_values(root: str, key: str, check: Callable[[str], str]) -> list[str]:
-    """The checked values of the `key=value` folders directly under root (see partition_values)."""
-    return partition_values(list_subdirs(root), key, check)
-
-
-def list_event_dates(root: str) -> list[str]:
-    """Valid dates of the `event_date=YYYY-MM-DD` folders directly under root, oldest first."""
-    from tidemark import layout
-
-    return list_partition_values(root, "event_date", layout.check_event_date)
-
-
 def create_text_if_absent(uri: str, text: str, settle_seconds: float = 2.0) -> bool:
     """Create a file with this text unless it exists; True when this call created it.
 

@@ -158,11 +158,24 @@ def _open_catalog(config: dict):
 
 
 def exists(lake: Lake) -> bool:
-    """Whether the lake has its table yet (never creates anything)."""
-    if lake.is_local and not lake.exists(lake.local_catalog()) \
-            and not _configured() and _lake_config(lake) is None:
-        return False
-    return catalog(lake).table_exists(identifier())
+    """Whether the lake has its table yet (never creates or evolves anything)."""
+    return _may_exist(lake) and _load_if_any(lake) is not None
+
+
+def _load_if_any(lake: Lake):
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return _load(lake)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
+def _may_exist(lake: Lake) -> bool:
+    """False when the lake cannot have a table: a local lake without its catalog file, no catalog
+    configured (opening the catalog would create the file)."""
+    return not (lake.is_local and not lake.exists(lake.local_catalog())
+                and not _configured() and _lake_config(lake) is None)
 
 
 def _configured() -> bool:
@@ -176,13 +189,12 @@ def load(lake: Lake, create: bool = False):
 
     Refuses a table that lives elsewhere: a catalog shared by several lakes must not mix them up.
     """
-    from pyiceberg.exceptions import NoSuchTableError
-
-    if not create and not exists(lake):
+    if not create and not _may_exist(lake):
         return None
-    try:
-        table = _load(lake)
-    except NoSuchTableError:
+    # One load, no existence check first: pyiceberg's table_exists loads the table (reads its
+    # metadata file), so checking then loading read the metadata twice per load.
+    table = _load_if_any(lake)
+    if table is None:
         if not create:
             return None
         table = _create(lake)
@@ -234,7 +246,7 @@ def drop(lake: Lake) -> None:
     """Remove the lake's table: its catalog entry and its folder (benchmarks and tests start over)."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    if exists(lake):
+    if _may_exist(lake):
         try:
             catalog(lake).drop_table(identifier())
         except NoSuchTableError:

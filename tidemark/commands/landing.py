@@ -5,6 +5,10 @@ under an in-progress name (`._COPYING_`, `.tmp`, `.part`: read once renamed), an
 under a name already read (their new content is quarantined by the stream's audit, not read as
 events). Read-only: it quarantines nothing itself. Exit status 0 when nothing is replaced, 3 when
 some file was replaced and not yet quarantined by the stream.
+
+With --archive (the stream's `--archive`): the files read and moved out of the landing, per day
+received, and a file under a name already archived counts as pending (read in the stream's next
+checkpoint generation), not as replaced.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ def register(subparsers) -> None:
                               description=__doc__)
     p.add_argument("--landing", required=True, help="landing folder or URI")
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
+    p.add_argument("--archive", default=None, help="the stream's archive folder (tidemark stream --archive)")
     p.add_argument("--format", choices=["json", "table"], default="table", help="one JSON object, or a table")
     p.set_defaults(handler=run)
 
@@ -26,10 +31,18 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from tidemark import landing_ledger
 
-    found = landing_ledger.audit(args.landing, args.lake)
+    found = landing_ledger.audit(args.landing, args.lake, args.archive)
     status = 3 if found.replaced else 0
+    archived = None
+    if args.archive:
+        from tidemark import landing_archive
+
+        archived = landing_archive.archived_days(args.archive)
     if args.format == "json":
-        sys.stdout.write(json.dumps(found.to_json()) + "\n")
+        out = found.to_json()
+        if archived is not None:
+            out["archived"] = archived
+        sys.stdout.write(json.dumps(out) + "\n")
         return status
     from rich.console import Console
     from rich.markup import escape
@@ -45,4 +58,11 @@ def run(args) -> int:
     for item in found.replaced:
         table.add_row(escape(item.path), "replaced after it was read: not read again")
     Console().print(table)
+    if archived is not None:
+        days = Table(title=f"archive: {sum(archived.values())} file(s) read and moved out of the landing")
+        days.add_column("received")
+        days.add_column("files", justify="right")
+        for day, count in sorted(archived.items()):
+            days.add_row(day, str(count))
+        Console().print(days)
     return status

@@ -30,6 +30,14 @@ def register(subparsers) -> None:
     p.add_argument("--available-now", action="store_true", help="process what has landed, then stop")
     p.add_argument("--max-files-per-trigger", type=POSITIVE_INT, default=None,
                    help="landed files read per micro-batch (default: all new ones)")
+    p.add_argument("--archive", default=None, metavar="FOLDER",
+                   help="move each read input file here (under received=YYYY-MM-DD/) once its micro-batch is "
+                        "committed, so the landing holds only unread files (docs/input-contract.md, Landing)")
+    p.add_argument("--checkpoint-rotation", type=POSITIVE_INT, default=None, metavar="BATCHES",
+                   help="with --archive: start a fresh file-source log after this many micro-batches "
+                        "(8640 is a day at a 10 s trigger), so the checkpoint does not grow with the landing's age")
+    p.add_argument("--archive-interval", default="2s", metavar="DURATION", type=DURATION_TEXT,
+                   help="how often a running stream moves committed micro-batches' files to the archive")
     p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
     p.add_argument("--notify-topic", default=None, type=TOPIC, help="projects/P/topics/T for availability notices")
     p.add_argument("--notice-coalesce", default=None, metavar="DURATION", type=DURATION_TEXT,
@@ -52,12 +60,17 @@ def config_from_args(args):
     with user_input():  # only what was typed: the rest comes from the lake's rules record (checked at start)
         rules = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary) or None
         input_rules = InputRules(max_clock_skew=parse_duration(args.max_clock_skew))
+        if args.checkpoint_rotation and not args.archive:
+            raise UsageError("--checkpoint-rotation needs --archive: a fresh file-source log would read "
+                             "every file still in the landing again")
     return StreamConfig(
         landing=args.landing, lake=args.lake, checkpoint=args.checkpoint, rules=rules,
         migrate_rules=args.migrate_rules,
         input_rules=input_rules,
         trigger_interval=args.trigger_interval, available_now=args.available_now,
         max_files_per_trigger=args.max_files_per_trigger, master=args.master,
+        archive=args.archive, rotate_after=args.checkpoint_rotation,
+        archive_interval=parse_duration(args.archive_interval).total_seconds(),
         notify_topic=args.notify_topic, **_notice_options(args))
 
 

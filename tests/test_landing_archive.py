@@ -1,0 +1,287 @@
+"""The bounded landing (tidemark.landing_archive): read files leave the landing once their batch is
+committed, a SIGKILL between the commit and the move loses and repeats nothing, and checkpoint
+generations keep the stream exactly-once against the batch reference."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import stream_alive, wait_for
+from tests.reference import landed_lines, sessionize, valid_events
+from tests.streamkit import panes, partition_snapshot
+from tidemark import landing, landing_archive, landing_ledger, layout, reader, receipts, rules_record
+from tidemark.batch_reference import lake_keys
+from tidemark.generate import Workload, build, split_files, write_file
+from tidemark.lake import Lake
+
+
+def _write(root, path, data: bytes, mtime: float):
+    full = os.path.join(root, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "wb") as out:
+        out.write(data)
+    os.utime(full, (mtime, mtime))
+    return full
+
+
+def _commit(checkpoint, generation, spark_batch_id):
+    """Spark's commit-log file for a batch (what the real stream writes: tests below)."""
+    commits = os.path.join(generation.query_dir(checkpoint), "commits")
+    os.makedirs(commits, exist_ok=True)
+    open(os.path.join(commits, str(spark_batch_id)), "w").close()
+
+
+def _input_files(root):
+    return sorted(f.path for f in landing.list_landing(root) if f.verdict == landing.INPUT)
+
+
+def test_only_committed_unchanged_files_move_and_a_rotation_waits_for_every_batch(tmp_path):
+    landing_dir, archive, checkpoint = (str(tmp_path / d) for d in ("landing", "archive", "checkpoint"))
+    gen = landing_archive.current(checkpoint)
+    assert gen == landing_archive.Generation(0, 0)
+    files = {}
+    for name in ("a.jsonl", "sub/b.jsonl", "c.jsonl", "d.jsonl"):
+        path = _write(landing_dir, name, b'{"x":1}\n', 1_700_000_000)
+        files[name] = {"path": name, "size": os.path.getsize(path), "mtime_ms": 1_700_000_000_000}
+    landing_archive.enqueue(checkpoint, gen, 0, "20261125T101500000Z", [files["a.jsonl"], files["sub/b.jsonl"]])
+    landing_archive.enqueue(checkpoint, gen, 1, "20261126T000000001Z", [files["c.jsonl"]])
+    landing_archive.enqueue(checkpoint, gen, 2, "20261126T000010001Z", [files["d.jsonl"]])
+    # nothing committed: nothing moves, and no rotation (a new source log would read them again)
+    assert landing_archive.drain(landing_dir, archive, checkpoint) == 0
+    assert landing_archive.rotate(landing_dir, archive, checkpoint, gen) is None
+    assert _input_files(landing_dir) == ["a.jsonl", "c.jsonl", "d.jsonl", "sub/b.jsonl"]
+
+    _commit(checkpoint, gen, 0)
+    _commit(checkpoint, gen, 1)
+    _write(landing_dir, "c.jsonl", b'{"x":2}\n{"x":3}\n', 1_700_000_100)  # replaced after batch 1 read it
+    assert landing_archive.drain(landing_dir, archive, checkpoint) == 2
+    assert _input_files(landing_dir) == ["c.jsonl", "d.jsonl"]  # c: left for the audit's quarantine
+    assert os.path.exists(os.path.join(archive, "received=2026-11-25", "sub", "b.jsonl"))
+    assert os.path.exists(os.path.join(archive, "received=2026-11-25", "a.jsonl"))
+    assert [e["batch_id"] for e in landing_archive.queued(checkpoint)] == [2]
+    assert landing_archive.archived_days(archive) == {"2026-11-25": 2}
+
+    # batch 2 committed and a planned batch 3 that the graceful stop refused (offsets only)
+    _commit(checkpoint, gen, 2)
+    offsets = os.path.join(gen.query_dir(checkpoint), "offsets")
+    os.makedirs(offsets)
+    for n in range(4):
+        open(os.path.join(offsets, str(n)), "w").close()
+    nxt = landing_archive.rotate(landing_dir, archive, checkpoint, gen)
+    assert nxt == landing_archive.Generation(1, 4)  # batch ids continue after every planned one
+    assert landing_archive.current(checkpoint) == nxt
+    assert not os.path.exists(gen.query_dir(checkpoint))
+    assert _input_files(landing_dir) == ["c.jsonl"]
+    assert landing_archive.queued(checkpoint) == []
+
+
+def test_a_name_landed_again_after_its_file_was_archived_is_pending_not_replaced(tmp_path, capsys):
+    root, lake, archive = (str(tmp_path / d) for d in ("land", "lake", "archive"))
+    lake = Lake.open(lake)
+    path = _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
+    landing_ledger.record_batch(lake, "20261125T101500000Z", 0, [
+        {"path": "f.jsonl", "size": os.path.getsize(path), "mtime_ms": 1_700_000_000_000, "lines": 1,
+         "verdict": landing.INPUT}])
+    target = landing_archive.archive_path(archive, "20261125T101500000Z", "f.jsonl")
+    os.makedirs(os.path.dirname(target))
+    os.replace(path, target)
+    _write(root, "f.jsonl", b'{"x":1}\n{"x":2}\n', 1_700_000_500)
+    assert [f.path for f in landing_ledger.audit(root, lake).replaced] == ["f.jsonl"]  # without the archive
+    found = landing_ledger.audit(root, lake, archive)
+    assert found.pending == ["f.jsonl"] and found.replaced == []
+    from tidemark.cli import main
+
+    assert main(["landing", "--landing", root, "--lake", lake, "--archive", archive, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pending"] == ["f.jsonl"] and out["replaced"] == [] and out["archived"] == {"2026-11-25": 1}
+
+
+def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replaced_ones_aside(tmp_path):
+    """A stream that ran without --archive left read files in the landing: a new file-source log
+    would read them again, so the first rotation moves them (the ledger says which), and a file
+    replaced after it was read has its new content quarantined once and leaves the landing."""
+    from tidemark import quarantine
+
+    root, lake, archive, checkpoint = (str(tmp_path / d) for d in ("land", "lake", "archive", "checkpoint"))
+    lake = Lake.open(lake)
+    read = _write(root, "old/a.jsonl", b'{"x":1}\n', 1_700_000_000)
+    replaced = _write(root, "r.jsonl", b'{"x":1}\n', 1_700_000_000)
+    landing_ledger.record_batch(lake, "20261120T080000000Z", 0, [
+        {"path": p, "size": os.path.getsize(full), "mtime_ms": 1_700_000_000_000, "lines": 1, "verdict": landing.INPUT}
+        for p, full in (("old/a.jsonl", read), ("r.jsonl", replaced))])
+    _write(root, "r.jsonl", b'{"x":2}\n{"x":3}\n', 1_700_000_900)
+    _write(root, "pending.jsonl", b'{"x":4}\n', 1_700_000_900)
+    gen = landing_archive.current(checkpoint)
+
+    def sweep():
+        landing_ledger.sweep_read(root, lake, archive)
+
+    # a batch planned in the offset log and not committed, which a run without the archive began
+    # (its ledger entry, under its batch timestamp, exists): its replay needs the files, no rotation
+    offsets = os.path.join(gen.query_dir(checkpoint), "offsets")
+    os.makedirs(offsets)
+    with open(os.path.join(offsets, "0"), "w") as out:
+        out.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":%d,"conf":{}}\n{"logOffset":0}\n'
+                  % (layout.parse_receipt_ts("20261120T080000000Z").timestamp() * 1000))
+    assert landing_archive.rotate(root, archive, checkpoint, gen, sweep=sweep, lake=lake) is None
+    assert _input_files(root) == ["old/a.jsonl", "pending.jsonl", "r.jsonl"]
+    _commit(checkpoint, gen, 0)
+    nxt = landing_archive.rotate(root, archive, checkpoint, gen, sweep=sweep, lake=lake)
+    assert nxt.generation == 1
+    assert _input_files(root) == ["pending.jsonl"]
+    assert os.path.exists(os.path.join(archive, "received=2026-11-20", "old", "a.jsonl"))
+    aside = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(archive, landing_archive.REPLACED_DIR)) for f in fs]
+    assert [os.path.basename(p) for p in aside] == ["r.jsonl"]
+    assert sorted(r["raw"] for r in quarantine.read_quarantine(lake)) == [b'{"x":2}', b'{"x":3}']
+    assert landing_ledger.audit(root, lake, archive).replaced == []
+    # the batch reference reads the archive's received= folders, not the set-aside content
+    assert sorted(landed_lines(archive)) == [b'{"x":1}']
+
+    def no_sweep():
+        raise AssertionError("a later generation ran with the archive throughout: no sweep")
+
+    assert landing_archive.rotate(root, archive, checkpoint, nxt, sweep=no_sweep).generation == 2
+
+
+def test_a_file_replaced_before_its_batch_was_archived_is_quarantined_and_set_aside(tmp_path):
+    from streaming_job.job import StreamConfig, _set_aside
+    from tidemark import quarantine
+
+    root, lake, archive, checkpoint = (str(tmp_path / d) for d in ("land", "lake", "archive", "checkpoint"))
+    lake = Lake.open(lake)
+    path = _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
+    item = {"path": "f.jsonl", "size": os.path.getsize(path), "mtime_ms": 1_700_000_000_000}
+    gen = landing_archive.current(checkpoint)
+    landing_archive.enqueue(checkpoint, gen, 0, "20261125T101500000Z", [item])
+    landing_ledger.record_batch(lake, "20261125T101500000Z", 0, [{**item, "lines": 1, "verdict": landing.INPUT}])
+    _commit(checkpoint, gen, 0)
+    _write(root, "f.jsonl", b'{"x":9}\n', 1_700_000_100)
+    config = StreamConfig(landing=root, lake=lake, checkpoint=checkpoint, archive=archive)
+    assert landing_archive.drain(root, archive, checkpoint, _set_aside(config)) == 0
+    assert _input_files(root) == [] and landing_archive.queued(checkpoint) == []
+    assert [r["raw"] for r in quarantine.read_quarantine(lake)] == [b'{"x":9}']
+    assert list(landed_lines(archive)) == []  # set aside, not archived as read
+
+
+# --- the real stream ---------------------------------------------------------------------------
+
+def stream_cmd(landing_dir, lake, checkpoint, archive, *extra):
+    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing_dir, "--lake", lake,
+            "--checkpoint", checkpoint, "--gap", "30m", "--allowed-lateness", "1h",
+            "--archive", archive, "--max-files-per-trigger", "2", *extra]
+
+
+def _queued_committed_files(checkpoint) -> int:
+    return sum(len(e["files"]) for e in landing_archive.queued(checkpoint)
+               if landing_archive.committed(checkpoint, e))
+
+
+def _source_log_files(query_dir) -> set[str]:
+    names = set()
+    log_dir = os.path.join(query_dir, "sources", "0")
+    for name in os.listdir(log_dir) if os.path.isdir(log_dir) else []:
+        if not name.startswith("."):
+            with open(os.path.join(log_dir, name)) as handle:
+                names |= {json.loads(line)["path"].rsplit("/", 1)[-1] for line in handle.read().splitlines()[1:]}
+    return names
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(tmp_path, spark):
+    landing_dir, lake, checkpoint, archive = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint", "archive"))
+    lake = Lake.open(lake)  # path-like: the CLI's argument as well
+    deliveries, _ = build(Workload(events=1200, users=25, days=2, seed=17, duplicate_rate=0.05))
+    chunks = split_files(deliveries, 18)
+    names = [os.path.basename(write_file(landing_dir, i, chunk, mtime=time.time() - 100 + i / 100))
+             for i, chunk in enumerate(chunks[:6])]
+    env = {**os.environ, "TIDEMARK_LOG_LEVEL": "WARNING"}
+    log = open(tmp_path / "stream.log", "ab")
+
+    # 1. A stream that commits its batches but never gets to move their files (archive interval 1 h),
+    #    killed: the state a SIGKILL between Spark's commit and the move leaves.
+    proc = subprocess.Popen(stream_cmd(landing_dir, lake, checkpoint, archive, "--trigger-interval", "200ms",
+                                       "--archive-interval", "1h"),
+                            stdout=log, stderr=log, env=env, start_new_session=True)
+    try:
+        wait_for(lambda: _queued_committed_files(checkpoint) == 6, 240, "6 files in committed batches",
+                 interval=0.2, abort=lambda: stream_alive(proc))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert _input_files(landing_dir) == sorted(names)  # committed, not moved
+    before = partition_snapshot(lake)
+    ledger_before = sorted(os.listdir(lake.landing_ledger_dir()))
+
+    # 2. The restart moves them and reads none of them again.
+    subprocess.run(stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now"),
+                   stdout=log, stderr=log, env=env, check=True, timeout=600)
+    assert _input_files(landing_dir) == []
+    assert landing_archive.queued(checkpoint) == []
+    assert sum(landing_archive.archived_days(archive).values()) == 6
+    assert partition_snapshot(lake) == before
+    assert sorted(os.listdir(lake.landing_ledger_dir())) == ledger_before
+
+    # 3. Generations: rotate every 2 batches (2 files each), mid-run and at the end of a run.
+    for i, chunk in enumerate(chunks[6:12], start=6):
+        write_file(landing_dir, i, chunk, mtime=time.time() - 50 + i / 100)
+    subprocess.run(stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now",
+                              "--checkpoint-rotation", "2"), stdout=log, stderr=log, env=env, check=True, timeout=600)
+    assert landing_archive.current(checkpoint).generation >= 1
+    late_names = [os.path.basename(write_file(landing_dir, i, chunk, mtime=time.time() - 20 + i / 100))
+                  for i, chunk in enumerate(chunks[12:], start=12)]
+    first = landing_archive.current(checkpoint)
+    subprocess.run(stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now",
+                              "--checkpoint-rotation", "2"), stdout=log, stderr=log, env=env, check=True, timeout=600)
+    gen = landing_archive.current(checkpoint)
+    assert gen.generation > first.generation
+    # at most the current generation's query folder is left (none if the run ended by rotating),
+    # and its source log holds no file of an earlier generation
+    assert set(n for n in os.listdir(checkpoint) if n.startswith("query")) <= {os.path.basename(gen.query_dir(checkpoint))}
+    assert _source_log_files(gen.query_dir(checkpoint)) <= set(late_names)
+    assert _input_files(landing_dir) == []
+    assert sum(landing_archive.archived_days(archive).values()) == len(chunks)
+
+    # exactly once: every valid event landed is in the lake, no pane twice, one receipt_ts per batch
+    landed = list(landed_lines(landing_dir)) + list(landed_lines(archive))
+    sent = set(valid_events(landed))
+    rows = panes(lake)
+    assert {(r["user_id"], e) for r in rows for e in r["event_ids"]} == {(u, e) for u, e, _ in sent}
+    pane_keys = [(r["session_id"], r["pane_index"], r["batch_id"]) for r in rows]
+    assert len(pane_keys) == len(set(pane_keys))
+    receipts_of_batch = {}
+    for r in rows:
+        receipts_of_batch.setdefault(r["batch_id"], set()).add(r["receipt_ts"])
+    assert all(len(v) == 1 for v in receipts_of_batch.values())
+    assert len({next(iter(v)) for v in receipts_of_batch.values()}) == len(receipts_of_batch)
+    # and the deduplicated sessions are the reference's: state carried across every generation
+    from tidemark.dedup import run_dedup
+
+    rules = rules_record.rules_in_force(lake)[0]
+    want = {}
+    for session in sessionize(sent, rules):
+        want.setdefault(session.event_date, set()).add(session.key())
+    for event_date in receipts.list_event_dates(lake):
+        run_dedup(lake, event_date, rules, spark=spark)
+    for event_date in sorted(set(want) | set(receipts.list_event_dates(lake))):
+        table = reader.read_sessions(lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"])
+        assert lake_keys(reader.to_records(table)) == want.get(event_date, set()), event_date
+
+
+def test_the_landing_bench_lands_tiny_files_fast_and_counts_the_archive_move(tmp_path):
+    from bench import landing_age
+
+    root = str(tmp_path / "landing")
+    landing_age.land(root, 2500)
+    landing_age.land(root, 10, start=2500)
+    found = landing.list_landing(root)
+    assert len(found) == 2510 and {f.verdict for f in found} == {landing.INPUT}
+    assert len(os.listdir(root)) == 3  # 1,000 files a folder
+    seconds, ops = landing_age.drain_cost(str(tmp_path))
+    assert ops["list"] <= 2 and ops["stat"] <= 4  # the queue, one commit, the file: not the landing
