@@ -74,6 +74,8 @@ def test_schema_1_is_the_table_before_versioning():
 def test_the_sql_produces_exactly_the_schema_columns(spark):
     """dedup_sessions.sql's islands and stream_panes.sql's panes (through streaming_job.batch's
     select) have the schema's columns, and both count the distinct types of the kept copies."""
+    from pyspark.sql import functions as F
+
     import dedup_sql
     from streaming_job.batch import BatchProcessor
 
@@ -88,6 +90,14 @@ def test_the_sql_produces_exactly_the_schema_columns(spark):
     islands = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
     assert islands.columns == [*session_schema.ISLAND_COLUMNS, "has_new", "event_date"]
     assert {r["user_id"]: r["event_type_count"] for r in islands.collect()} == {"u1": 2, "u2": 1}
+    # The column's fill (incremental runs from an older version) and its read_fill (readers of an
+    # older version) compute what the SQL does, from the rows' events.
+    column = session_schema.by_name("event_type_count")
+    older = islands.select(*session_schema.ISLAND_COLUMNS).withColumn("event_type_count", F.lit(None).cast("INT"))
+    filled = session_schema.fill_older(older, 1).collect()
+    assert {r["user_id"]: r["event_type_count"] for r in filled} == {"u1": 2, "u2": 1}
+    assert {r["user_id"]: column.read_fill({"events": [e.asDict() for e in r["events"]]}) for r in filled} == \
+        {"u1": 2, "u2": 1}
 
     stream_events = events.selectExpr("*", "CAST(NULL AS STRING) AS state_session_id",
                                       "CAST(NULL AS TIMESTAMP) AS state_session_start",
@@ -155,10 +165,44 @@ def test_an_existing_table_is_evolved_in_place_once(tmp_path):
     before = _metadata_files(lake)
     iceberg.load(lake)
     assert _metadata_files(lake) == before
-    # the old version's rows read as null; fill_arrow computes them from their events
+    # Iceberg reads the old version's rows as null; the reader computes them from their events and
+    # says so (docs/lake-layout.md, "What a reader gets from an older version")
+    from pyiceberg.expressions import EqualTo
+
+    raw = tbl.scan(row_filter=EqualTo("event_date", DAY)).to_arrow()
+    assert raw.column("event_type_count").to_pylist() == [None, None]
     old = reader.read_sessions(lake, DAY)
-    assert old.column("event_type_count").to_pylist() == [None, None]
-    assert session_schema.fill_arrow(old).column("event_type_count").to_pylist() == [1, 1]
+    assert old.column_names == list(session_schema.TABLE_COLUMNS)
+    assert old.column("event_type_count").to_pylist() == [1, 1]
+    meta = old.schema.metadata
+    assert (meta[b"tidemark.session_schema"], meta[b"tidemark.computed_columns"], meta[b"tidemark.null_columns"]) \
+        == (b"1", b"event_type_count", b"")
+    assert [r["event_type_count"] for r in reader.to_records(old)] == [1, 1]
+    # asked for alone, it is still computed (the reader reads events for it and leaves them out)
+    alone = reader.read_sessions(lake, DAY, columns=["user_id", "event_type_count"])
+    assert alone.column_names == ["user_id", "event_type_count"]
+    assert alone.column("event_type_count").to_pylist() == [1, 1]
+    with pytest.raises(ValueError, match="no such session column"):
+        reader.read_sessions(lake, DAY, columns=["event_type_cuont"])
+
+
+def test_complete_computes_what_an_older_version_lacks_or_says_it_is_null():
+    """session_schema.complete (the reader's step): a column absent from the rows (a snapshot from
+    before the evolution) is added computed; without the fill's inputs it is null, and named."""
+    t0 = datetime(2026, 3, 10, 10, tzinfo=timezone.utc)
+    event = lambda kind: {"event_ts": t0, "event_id": kind, "event_type": kind, "payload": "{}"}  # noqa: E731
+    rows = pa.table({"user_id": ["u1", "u2"],
+                     "events": [[event("play"), event("seek"), event("play")], []]})
+    done = session_schema.complete(rows, 1, ["user_id", "event_type_count", "events"])
+    assert done.table.column("event_type_count").to_pylist() == [2, 0]
+    assert (done.computed, done.null) == (("event_type_count",), ())
+    assert done.table.schema.field("event_type_count").type == pa.int32()
+    blind = session_schema.complete(rows.select(["user_id"]), 1, ["user_id", "event_type_count"])
+    assert blind.table.column("event_type_count").to_pylist() == [None, None]
+    assert (blind.computed, blind.null) == ((), ("event_type_count",))
+    # a version of the current schema: nothing to compute, the rows are handed on as they are
+    current = session_schema.complete(rows, session_schema.VERSION, ["user_id", "event_type_count", "events"])
+    assert current.table is rows and (current.computed, current.null) == ((), ())
 
 
 def _load_in_process(lake_path: str, queue) -> None:
@@ -198,6 +242,8 @@ def test_a_new_version_of_the_evolved_table_carries_the_column(tmp_path):
     rows = pq.read_table(path)
     index = rows.column_names.index("event_type_count")
     pq.write_table(rows.set_column(index, rows.schema.field(index), pa.array([3], pa.int32())), path)
+    marker[session_schema.MARKER_KEY] = session_schema.VERSION  # as tidemark.dedup records its files
+    publish.write_marker(lake, marker)
     publish.commit(lake, marker)
     assert reader.read_sessions(lake, DAY).column("event_type_count").to_pylist() == [3]
 
@@ -233,7 +279,7 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
     and table); this tidemark evolves the table in place, and a late event for one user sends its
     date through the incremental path from the schema-1 version: the untouched users' rows are
     carried over with the column filled from their events (not null), and every date equals the
-    batch reference, event_type_count included (older versions through fill_arrow)."""
+    batch reference, event_type_count included (older versions: computed by the reader)."""
     old_tree = tmp_path / "old"
     old_tree.mkdir()
     archive = subprocess.run(["git", "-C", ROOT, "archive", BEFORE_DRILL], capture_output=True, check=True)
@@ -271,8 +317,8 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
     events = events + [late]
     for each in sorted(set(dates) | rerun):
         table = reader.read_sessions(lake, each)
-        if each in rerun:  # written by this tidemark: the column is in every row, none null
-            assert None not in table.column("event_type_count").to_pylist(), each
+        # written by this tidemark: the files hold the column; before: the reader computed it
+        assert table.schema.metadata[b"tidemark.computed_columns"] == (b"" if each in rerun else b"event_type_count")
         got = {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"],
-                r["event_type_count"]) for r in session_schema.fill_arrow(table).to_pylist()}
+                r["event_type_count"]) for r in table.to_pylist()}
         assert got == expected(events, each), each

@@ -21,12 +21,15 @@ Versions. A dedup version's marker records the schema version its files were wri
 column that version lacks is computed with the column's `fill` (a Spark SQL expression over the
 older row's columns, e.g. its `events`), or, when a column has no fill, the run falls back to the
 full path (`incremental.base`). The table's files of a version written before a column existed hold
-no value for it: pyiceberg reads them as null until that date is deduplicated again (`fill_arrow`
-computes it the same way for readers).
+no value for it: Iceberg engines read them as null until that date is deduplicated again.
+tidemark's reader (tidemark/reader.py) does not hand those nulls on: `complete` computes such a
+column with the column's `read_fill` (the same rule as `fill`, over pyarrow rows; tests check the
+two agree), and names in the result what it computed and what stays null (a column with no fill).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from tidemark import sql_rules
 
@@ -49,13 +52,23 @@ class Column:
     # Spark SQL expression computing the column from a row of an older version (its other columns);
     # None: it cannot be computed from them (a run starting from such a version takes the full path).
     fill: str | None = None
+    # The same computation for readers (tidemark/reader.py through `complete`): a row of the older
+    # version as a dict of `fill_inputs` -> the value. Given with `fill`, or neither.
+    read_fill: Callable[[dict], Any] | None = None
+    fill_inputs: tuple[str, ...] = ()
     pane_doc: str | None = None  # the column's meaning in a stream pane, where it differs
     after: str | None = None     # where an evolved table shows it (Iceberg move_after)
 
 
 _EVENTS_ICEBERG = "list<struct<event_ts: timestamptz, event_id: string, event_type: string, payload: string>>"
-# The distinct event types of a session's events (each event is its kept copy).
+# The distinct event types of a session's events (each event is its kept copy): for Spark, and the
+# same for pyarrow rows (readers). event_type is never null (tidemark.contract REQUIRED_FIELDS).
 EVENT_TYPE_COUNT_SQL = "size(array_distinct(transform(events, e -> e.event_type)))"
+
+
+def _event_type_count(row: dict) -> int:
+    return len({event["event_type"] for event in row["events"] or ()})
+
 
 SESSION_ID = Column(
     "session_id", "STRING", "string",
@@ -75,7 +88,7 @@ EVENT_COUNT = Column("event_count", "BIGINT", "long", "distinct events in the se
                               "(panes accumulate)")
 EVENT_TYPE_COUNT = Column(
     "event_type_count", "INT", "int", "distinct event types among the session's events (their kept copies)",
-    since=2, fill=EVENT_TYPE_COUNT_SQL, after="event_count",
+    since=2, fill=EVENT_TYPE_COUNT_SQL, read_fill=_event_type_count, fill_inputs=("events",), after="event_count",
     pane_doc="distinct event types among the session's events so far")
 EVENT_IDS = Column(
     "event_ids", "ARRAY<STRING>", "list<string>",
@@ -251,21 +264,54 @@ def evolve(table, attempts: int = 8):
 
 # --- pyarrow (readers) -------------------------------------------------------------------------------
 
-def fill_arrow(table):
-    """A pyarrow Table of sessions read from the Iceberg table with event_type_count computed from
-    `events` where it is null (a version written before schema 2). Same columns."""
+def read_inputs(columns, version: int) -> tuple[str, ...]:
+    """The columns a reader must also read to `complete` `columns` of a version of schema `version`
+    (the inputs of their read fills), beyond those asked for."""
+    wanted = [c for c in TABLE if c.name in set(columns) and c.since > version and c.read_fill is not None]
+    extra: list[str] = []
+    for column in wanted:
+        extra += [name for name in column.fill_inputs if name not in columns and name not in extra]
+    return tuple(extra)
+
+
+@dataclass(frozen=True)
+class Completed:
+    """Rows of one version as a reader returns them (tidemark/reader.py)."""
+    table: Any                    # pyarrow.Table
+    computed: tuple[str, ...]     # columns the version's files lack, computed from its rows (read_fill)
+    null: tuple[str, ...]         # columns the version's files lack that no fill computes: all null
+
+
+def complete(table, version: int, wanted) -> Completed:
+    """A pyarrow Table of one dedup version's rows (read from the Iceberg table; its files are of
+    schema `version`, the marker's) with each `wanted` column of a later schema computed by its
+    `read_fill` from the rows: in the table such a column reads as null (the version's files lack
+    it) or is absent (a snapshot from before the table was evolved). A wanted column the version
+    lacks and no fill computes (or whose inputs were not read: `read_inputs`) is null, added when
+    absent, and named in `null`. Added columns come last: the caller orders and selects."""
     import pyarrow as pa
 
-    if "event_type_count" not in table.column_names or "events" not in table.column_names:
-        return table
-    counts = table.column("event_type_count").to_pylist()
-    if all(v is not None for v in counts):
-        return table
-    events = table.column("events").to_pylist()
-    filled = [v if v is not None else len({e["event_type"] for e in (evs or [])})
-              for v, evs in zip(counts, events)]
-    index = table.column_names.index("event_type_count")
-    return table.set_column(index, table.schema.field(index), pa.array(filled, pa.int32()))
+    computed, null = [], []
+    rows = None
+    for column in added_since(version):
+        if column.name not in wanted:
+            continue
+        arrow_type = iceberg_schema().as_arrow().field(column.name).type
+        if column.read_fill is not None and all(n in table.column_names for n in column.fill_inputs):
+            if rows is None:
+                inputs = dict.fromkeys(n for c in added_since(version) for n in c.fill_inputs)
+                rows = table.select([n for n in inputs if n in table.column_names]).to_pylist()
+            values = pa.array([column.read_fill(row) for row in rows], arrow_type)
+            computed.append(column.name)
+        else:
+            values = pa.nulls(table.num_rows, arrow_type)
+            null.append(column.name)
+        if column.name in table.column_names:
+            index = table.column_names.index(column.name)
+            table = table.set_column(index, pa.field(column.name, arrow_type), values)
+        else:
+            table = table.append_column(pa.field(column.name, arrow_type), values)
+    return Completed(table, tuple(computed), tuple(null))
 
 
 # --- docs ---------------------------------------------------------------------------------------------
