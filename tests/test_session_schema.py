@@ -17,8 +17,8 @@ import pytest
 
 from tests import icebergkit
 from tests.helpers import ROOT
-from tests.lakekit import RULES, SimulatedStream, busiest_date, converge, expected, make_events
-from tidemark import publish, reader, session_schema, table as iceberg
+from tests.lakekit import RULES, SimulatedStream, busiest_date, converge, expected, lake_with, make_events
+from tidemark import publish, reader, receipts, session_schema, table as iceberg
 from tidemark.lake import Lake
 
 DAY = "2026-03-10"
@@ -246,6 +246,25 @@ def test_a_new_version_of_the_evolved_table_carries_the_column(tmp_path):
     publish.write_marker(lake, marker)
     publish.commit(lake, marker)
     assert reader.read_sessions(lake, DAY).column("event_type_count").to_pylist() == [3]
+
+
+def test_panes_written_before_the_column_are_read_with_it(tmp_path):
+    """reader.read_panes computes event_type_count for receipt partitions whose files lack it
+    (tests.lakekit's simulated stream writes panes as the stream did before the column)."""
+    lake, _, _, _ = lake_with(tmp_path, batches=2)
+    day = sorted(lake.list_event_dates(lake.sessions_root()))[0]
+    (folder,) = {lake.receipt_dir(day, r) for r in receipts.list_receipts(lake, day)[:1]}
+    assert "event_type_count" not in pq.read_schema(os.path.join(folder, "part-00000.parquet")).names
+    panes = reader.read_panes(lake, day)
+    assert panes.num_rows > 0 and panes.column_names[-1] == "receipt_ts"
+    assert [r["event_type_count"] for r in panes.to_pylist()] == \
+        [len({e["event_type"] for e in r["events"]}) for r in panes.to_pylist()]
+    assert any(r["event_type_count"] > 1 for r in panes.to_pylist())  # the count is not the trivial 1
+    alone = reader.read_panes(lake, day, columns=["session_id", "event_type_count"])
+    assert alone.column_names == ["session_id", "event_type_count", "receipt_ts"]
+    count = lambda table: sorted((r["receipt_ts"], r["session_id"], r["event_type_count"])  # noqa: E731
+                                 for r in table.to_pylist())
+    assert count(alone) == count(panes)
 
 
 # --- the drill: an existing lake written before the column -----------------------------------------

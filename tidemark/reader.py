@@ -126,7 +126,8 @@ def _empty(tbl, columns):
 def read_panes(lake: Lake, event_date: str, as_of: str | None = None,
                columns: list[str] | None = None) -> pa.Table:
     """Every pane the stream wrote for an event date (complete receipt partitions only, and with
-    as_of only those received at or before it), with its receipt_ts."""
+    as_of only those received at or before it), with its receipt_ts. A pane column its partition's
+    files predate (written before the column existed) is computed from the pane's events."""
     event_date = layout.check_event_date(event_date)
     as_of = parse_as_of(as_of) if as_of is not None else None
     tables = []
@@ -134,12 +135,19 @@ def read_panes(lake: Lake, event_date: str, as_of: str | None = None,
         if as_of is not None and receipt_ts > as_of:
             continue
         folder = lake.receipt_dir(event_date, receipt_ts)
-        fs, _ = storage.resolve(folder)
+        fs, _ = lake.locate(folder)
         files = sorted(storage.data_files(folder))
         if not files:
             continue
-        table = pads.dataset(files, filesystem=fs, format="parquet").to_table(
-            columns=[c for c in columns if c != "receipt_ts"] if columns else None)
+        dataset = pads.dataset(files, filesystem=fs, format="parquet")
+        # A partition written before a pane column existed lacks it: computed from its panes' events
+        # as read_sessions does (the stream computes it from the same events).
+        present = dataset.schema.names
+        written = session_schema.pane_version(present)
+        wanted = [c for c in columns if c != "receipt_ts"] if columns else \
+            [*present, *(c for c in session_schema.PANE_COLUMNS if c not in present)]
+        read = [c for c in (*wanted, *session_schema.read_inputs(wanted, written)) if c in present]
+        table = session_schema.complete(dataset.to_table(columns=read), written, wanted).table.select(wanted)
         tables.append(table.append_column("receipt_ts", pa.array([receipt_ts] * table.num_rows, pa.string())))
     if not tables:
         return pa.table({"receipt_ts": pa.array([], pa.string())})

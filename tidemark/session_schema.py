@@ -274,6 +274,13 @@ def read_inputs(columns, version: int) -> tuple[str, ...]:
     return tuple(extra)
 
 
+def pane_version(names) -> int:
+    """The schema version of stream pane files holding the columns `names` (receipt partitions
+    record no version: a partition written before a pane column existed lacks it)."""
+    return max((v for v in range(1, VERSION + 1)
+                if all(c.name in names for c in PANE_SESSION if c.since <= v)), default=1)
+
+
 @dataclass(frozen=True)
 class Completed:
     """Rows of one version as a reader returns them (tidemark/reader.py)."""
