@@ -4,6 +4,7 @@ the tests.
 
 This module holds what they share: the machine description and the results writer.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,7 @@ def machine() -> dict:
     """Cores, RAM, Python, Java and pyspark versions, and the load when the benchmark started."""
     import psutil
 
-    ram_gb = round(psutil.virtual_memory().total / 1024 ** 3, 1)
+    ram_gb = round(psutil.virtual_memory().total / 1024**3, 1)
     try:
         java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30).stderr
         java = java.splitlines()[0] if java else "unknown"
@@ -29,6 +30,7 @@ def machine() -> dict:
         java = "unknown"
     try:
         import pyspark
+
         spark_version = pyspark.__version__
     except ImportError:
         spark_version = "not installed"
@@ -36,10 +38,16 @@ def machine() -> dict:
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     except OSError:
         load = "unknown"
-    return {"cores": os.cpu_count(), "ram_gb": ram_gb, "python": platform.python_version(),
-            "java": java, "pyspark": spark_version, "os": platform.platform(terse=True),
-            "load average at start (1, 5, 15 min)": load,
-            "date": now_iso_z("seconds")}
+    return {
+        "cores": os.cpu_count(),
+        "ram_gb": ram_gb,
+        "python": platform.python_version(),
+        "java": java,
+        "pyspark": spark_version,
+        "os": platform.platform(terse=True),
+        "load average at start (1, 5, 15 min)": load,
+        "date": now_iso_z("seconds"),
+    }
 
 
 @contextmanager
@@ -67,13 +75,22 @@ def print_table(title: str, columns: list[str], rows: list[list]) -> None:
 
 def markdown_table(columns: list[str], rows: list[list]) -> list[str]:
     """A markdown table's lines: header, separator, one line per row."""
-    return (["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-            + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows])
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] + [
+        "| " + " | ".join(str(v) for v in row) + " |" for row in rows
+    ]
 
 
-def write_results(name: str, title: str, columns: list[str], rows: list[list], notes: str,
-                  setup: dict, env: dict | None = None, command: str | None = None,
-                  after: str = "") -> str:
+def write_results(
+    name: str,
+    title: str,
+    columns: list[str],
+    rows: list[list],
+    notes: str,
+    setup: dict,
+    env: dict | None = None,
+    command: str | None = None,
+    after: str = "",
+) -> str:
     """bench/results/<name>.md: the figures, how they were produced, and on what machine; `after`
     (markdown, e.g. a second table) follows the main table."""
     os.makedirs(RESULTS_DIR, exist_ok=True)

@@ -19,6 +19,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     history             planning against the lake's age: 10^3..10^6 receipt partitions, index or not
     receipts_per_date   a full dedup of a date of 100 vs 8,640 receipt partitions, by reader
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,17 @@ import sys
 import time
 import traceback
 
-ORDER = ["stream_throughput", "memory", "freshness", "correction_cost", "dedup_partition", "iceberg_commit",
-         "iceberg_history", "history", "receipts_per_date"]
+ORDER = [
+    "stream_throughput",
+    "memory",
+    "freshness",
+    "correction_cost",
+    "dedup_partition",
+    "iceberg_commit",
+    "iceberg_history",
+    "history",
+    "receipts_per_date",
+]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # What --scale means for modules that do not take --scale themselves (their defaults otherwise).
@@ -68,9 +78,10 @@ def main(argv=None) -> int:
     extra = []
     if "--" in argv:
         at = argv.index("--")
-        argv, extra = argv[:at], argv[at + 1:]
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+        argv, extra = argv[:at], argv[at + 1 :]
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     p.add_argument("--scale", choices=["small", "full"], default="small")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
@@ -100,8 +111,7 @@ def main(argv=None) -> int:
         outcome[name] = (code, round(time.monotonic() - began))
     print("\n=== summary ===")
     for name, (code, seconds) in outcome.items():
-        print(f"{name:20s} {'ok' if code == 0 else f'FAILED ({code})':12s} {seconds:>6d} s"
-              f"  -> bench/results/{name}.md")
+        print(f"{name:20s} {'ok' if code == 0 else f'FAILED ({code})':12s} {seconds:>6d} s  -> bench/results/{name}.md")
     return 0 if all(code == 0 for code, _ in outcome.values()) else 1
 
 

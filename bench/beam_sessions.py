@@ -12,6 +12,7 @@ the DirectRunner has no file-watching streaming source, so this is its best case
 
 Prints one JSON line {"beam": {"job_seconds", "sessions", ...}} for the runner.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,10 +55,16 @@ def main(argv=None) -> int:
         user_id, events = kv
         events = sorted(events, key=lambda e: (e[0], e[1]))
         start = datetime.fromtimestamp(float(win.start), timezone.utc)
-        return json.dumps({"user_id": user_id, "session_start": start.isoformat(),
-                           "session_end": datetime.fromtimestamp(float(win.end), timezone.utc).isoformat(),
-                           "event_count": len(events), "event_ids": [e[1] for e in events],
-                           "event_date": start.date().isoformat()})
+        return json.dumps(
+            {
+                "user_id": user_id,
+                "session_start": start.isoformat(),
+                "session_end": datetime.fromtimestamp(float(win.end), timezone.utc).isoformat(),
+                "event_count": len(events),
+                "event_ids": [e[1] for e in events],
+                "event_date": start.date().isoformat(),
+            }
+        )
 
     options = PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=1"])
     started = time.perf_counter()
@@ -67,7 +74,8 @@ def main(argv=None) -> int:
             | "read" >> beam.io.ReadFromText(args.input)
             | "parse" >> beam.FlatMap(parse)
             | "dedup key" >> beam.Map(lambda r: ((r[0], r[1]), r))
-            | "dedup" >> beam.CombinePerKey(lambda rows: min(rows, key=lambda r: (r[2], json.dumps(r[3], sort_keys=True))))
+            | "dedup"
+            >> beam.CombinePerKey(lambda rows: min(rows, key=lambda r: (r[2], json.dumps(r[3], sort_keys=True))))
             | "event time" >> beam.Map(lambda kv: window.TimestampedValue((kv[1][0], (kv[1][2], kv[1][1])), kv[1][2]))
             | "sessions" >> beam.WindowInto(window.Sessions(args.gap_seconds))
             | "group" >> beam.GroupByKey()
@@ -76,9 +84,21 @@ def main(argv=None) -> int:
         _ = sessions | "write" >> beam.io.WriteToText(args.output + "/sessions", file_name_suffix=".jsonl")
     seconds = time.perf_counter() - started
     import glob
+
     count = sum(1 for path in glob.glob(args.output + "/sessions*") for _ in open(path))
-    print(json.dumps({"beam": {"job_seconds": round(seconds, 2), "sessions": count, "batches": "-",
-                               "beam_version": beam.__version__}}), flush=True)
+    print(
+        json.dumps(
+            {
+                "beam": {
+                    "job_seconds": round(seconds, 2),
+                    "sessions": count,
+                    "batches": "-",
+                    "beam_version": beam.__version__,
+                }
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

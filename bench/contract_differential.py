@@ -12,6 +12,7 @@ many as asked:
 
     .venv/bin/python -m bench.contract_differential --lines 10000000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,7 @@ REQUIRED = ("event_id", "user_id", "event_type", "event_ts")
 # Characters that stress a rule: Unicode whitespace (str.isspace, which the contract uses, and
 # near misses that are not whitespace), JSON-special and control characters, non-ASCII, astral.
 SPACES = [" ", "\t", "\u00a0", "\u2028", "\u2029", "\u3000", "\u1680", "\u200a", "\x1c", "\x1f", "\x85", "\x0b", "\x0c"]
-NOT_SPACES = ["\u200b", "\u180e", "\ufeff", "\x7f", "é", "e\u0301", "\U0001F600", "\uffff", "x", "0", "-"]
+NOT_SPACES = ["\u200b", "\u180e", "\ufeff", "\x7f", "é", "e\u0301", "\U0001f600", "\uffff", "x", "0", "-"]
 SPECIAL = ['"', "\\", "/", "\n", "\r", "\x00", "\x01", "\b", "\ud800", "\udc00", "{", "}", ",", ":", "[", "]"]
 MUTATION_BYTES = b'"\\{}[],: \t\r\n\x00\x01\x7f\x80\xbf\xc0\xc3\xe2\xed\xf0\xf4\xff0123456789-+.:TtZzeE'
 
@@ -63,28 +64,63 @@ def edge_ts(rng: random.Random) -> object:
     """An event_ts at or past an edge of the timestamp rules and the clock guards."""
     skew = InputRules().max_clock_skew
     kinds = [
-        lambda: f"{rng.choice(['2024', '2023', '1900', '2000', '2100', '2400', '0000', '0001', '9999'])}-"
-                f"{rng.choice(['02', '02', '01', '03', '12'])}-{rng.choice(['28', '29', '30', '31', '01'])}"
-                f"T{rng.choice(['00:00:00', '10:00:00', '23:59:59.999999'])}"
-                f"{rng.choice(['Z', '+23:59', '-23:59', '+01:00'])}",
-        lambda: f"2026-{rng.choice(['00', '01', '04', '06', '09', '11', '12', '13', '99'])}-"
-                f"{rng.choice(['00', '01', '30', '31', '32'])}T10:00:00Z",
-        lambda: f"2026-03-01T{rng.choice(['00', '23', '24', '99'])}:{rng.choice(['00', '59', '60'])}:"
-                f"{rng.choice(['00', '59', '60', '61'])}Z",
-        lambda: f"2026-03-01T10:00:00{rng.choice(['+', '-'])}{rng.choice(['00', '23', '24', '99'])}:"
-                f"{rng.choice(['00', '59', '60'])}",
+        lambda: (
+            f"{rng.choice(['2024', '2023', '1900', '2000', '2100', '2400', '0000', '0001', '9999'])}-"
+            f"{rng.choice(['02', '02', '01', '03', '12'])}-{rng.choice(['28', '29', '30', '31', '01'])}"
+            f"T{rng.choice(['00:00:00', '10:00:00', '23:59:59.999999'])}"
+            f"{rng.choice(['Z', '+23:59', '-23:59', '+01:00'])}"
+        ),
+        lambda: (
+            f"2026-{rng.choice(['00', '01', '04', '06', '09', '11', '12', '13', '99'])}-"
+            f"{rng.choice(['00', '01', '30', '31', '32'])}T10:00:00Z"
+        ),
+        lambda: (
+            f"2026-03-01T{rng.choice(['00', '23', '24', '99'])}:{rng.choice(['00', '59', '60'])}:"
+            f"{rng.choice(['00', '59', '60', '61'])}Z"
+        ),
+        lambda: (
+            f"2026-03-01T10:00:00{rng.choice(['+', '-'])}{rng.choice(['00', '23', '24', '99'])}:"
+            f"{rng.choice(['00', '59', '60'])}"
+        ),
         lambda: (RECEIVED + skew + timedelta(microseconds=rng.choice([-1, 0, 0, 1, 1000]))).isoformat(),
         lambda: (RECEIVED + timedelta(days=rng.choice([1, 365 * 70]))).isoformat().replace("+00:00", "Z"),
-        lambda: (datetime(2000, 1, 1, tzinfo=timezone.utc)
-                 + timedelta(microseconds=rng.choice([-1, 0, 1]))).isoformat(),
-        lambda: rng.choice(["1970-01-01T00:00:00Z", "1980-01-06T00:00:00Z", "1999-12-31T23:59:59.999999Z",
-                            "2000-01-01T00:59:59+01:00", "2000-01-01T01:00:00+01:00"]),
-        lambda: rng.choice(["", " ", "\u2028", "2026-03-07", "2026-03-07T10:00:00", "2026-03-07T10:00Z",
-                            "2026-03-07T10:00:00.Z", "2026-03-07T10:00:00.1234567890Z", "2026-03-07T10:00:00+0100",
-                            "2026-03-07T10:00:00+01", "2026-03-07T10:00:00Z ", " 2026-03-07T10:00:00Z",
-                            "2026-03-07T10:00:00Z\n", "2026-03-07T10:00:00z", "2026-03-07t10:00:00Z",
-                            "２０２６-03-07T10:00:00Z", "2026-03-07T10:00:00\u00a0Z", "yesterday at noon",
-                            "2026-03-07T10:00:00,5Z", "+2026-03-07T10:00:00Z", "2026-3-7T10:00:00Z"]),
+        lambda: (
+            datetime(2000, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=rng.choice([-1, 0, 1]))
+        ).isoformat(),
+        lambda: rng.choice(
+            [
+                "1970-01-01T00:00:00Z",
+                "1980-01-06T00:00:00Z",
+                "1999-12-31T23:59:59.999999Z",
+                "2000-01-01T00:59:59+01:00",
+                "2000-01-01T01:00:00+01:00",
+            ]
+        ),
+        lambda: rng.choice(
+            [
+                "",
+                " ",
+                "\u2028",
+                "2026-03-07",
+                "2026-03-07T10:00:00",
+                "2026-03-07T10:00Z",
+                "2026-03-07T10:00:00.Z",
+                "2026-03-07T10:00:00.1234567890Z",
+                "2026-03-07T10:00:00+0100",
+                "2026-03-07T10:00:00+01",
+                "2026-03-07T10:00:00Z ",
+                " 2026-03-07T10:00:00Z",
+                "2026-03-07T10:00:00Z\n",
+                "2026-03-07T10:00:00z",
+                "2026-03-07t10:00:00Z",
+                "２０２６-03-07T10:00:00Z",
+                "2026-03-07T10:00:00\u00a0Z",
+                "yesterday at noon",
+                "2026-03-07T10:00:00,5Z",
+                "+2026-03-07T10:00:00Z",
+                "2026-3-7T10:00:00Z",
+            ]
+        ),
         lambda: rng.choice([None, 1772874000, 1.5, True, ["2026-03-07T10:00:00Z"], {"t": 1}]),
     ]
     return rng.choice(kinds)()
@@ -96,7 +132,7 @@ def id_value(rng: random.Random) -> object:
     if roll < 0.75:
         return f"{rng.choice(['user', 'e', 'play', 'ü', 'a b'])}-{rng.randrange(10 ** rng.randrange(1, 8))}"
     if roll < 0.82:
-        return rng.choice([0, 7, -3, 2 ** 63, -(2 ** 70), 10 ** 30])
+        return rng.choice([0, 7, -3, 2**63, -(2**70), 10**30])
     if roll < 0.92:
         alphabet = rng.choice([SPACES, SPACES + NOT_SPACES, NOT_SPACES + SPECIAL])
         return "".join(rng.choice(alphabet) for _ in range(rng.randrange(4)))
@@ -108,8 +144,19 @@ def payload_value(rng: random.Random) -> object:
     if roll < 0.8:
         return rng.choice(["ios", "android", "c42", "", "x y", "é", "\u2028", "null", "a/b", "<&>", "\x7f"])
     alphabet = NOT_SPACES + SPECIAL + SPACES
-    return rng.choice([None, 5, -0, 1.25, 1e21, True, [1, "a", None], {"b": 1, "a": [None]},
-                       "".join(rng.choice(alphabet) for _ in range(rng.randrange(6)))])
+    return rng.choice(
+        [
+            None,
+            5,
+            -0,
+            1.25,
+            1e21,
+            True,
+            [1, "a", None],
+            {"b": 1, "a": [None]},
+            "".join(rng.choice(alphabet) for _ in range(rng.randrange(6))),
+        ]
+    )
 
 
 def spell(fields: list[tuple[str, object]], rng: random.Random) -> bytes:
@@ -118,17 +165,20 @@ def spell(fields: list[tuple[str, object]], rng: random.Random) -> bytes:
     ascii_only = rng.random() < 0.2
     sep = rng.choice([",", ",", ", ", " ,\t"])
     colon = rng.choice([":", ":", ": ", " : "])
-    body = sep.join(json.dumps(k, ensure_ascii=ascii_only) + colon + json.dumps(v, ensure_ascii=ascii_only)
-                    for k, v in fields)
+    body = sep.join(
+        json.dumps(k, ensure_ascii=ascii_only) + colon + json.dumps(v, ensure_ascii=ascii_only) for k, v in fields
+    )
     text = rng.choice(["", "", "", " ", "\t"]) + "{" + body + "}" + rng.choice(["", "", "", "", " ", "\r", " \r"])
     return text.encode("utf-8", "surrogatepass")
 
 
 def valid_fields(rng: random.Random) -> list[tuple[str, object]]:
-    fields = [("event_id", f"user-{rng.randrange(10 ** 5):05d}-{rng.randrange(10 ** 6):06d}"),
-              ("user_id", f"user-{rng.randrange(10 ** 5):05d}"),
-              ("event_type", rng.choice(["app_open", "play", "pause", "stop", "app_close"])),
-              ("event_ts", fixed_ts(rng))]
+    fields = [
+        ("event_id", f"user-{rng.randrange(10**5):05d}-{rng.randrange(10**6):06d}"),
+        ("user_id", f"user-{rng.randrange(10**5):05d}"),
+        ("event_type", rng.choice(["app_open", "play", "pause", "stop", "app_close"])),
+        ("event_ts", fixed_ts(rng)),
+    ]
     extra = rng.choice([["device", "content_id"], ["device", "content_id"], [], ["a"], ["zz", "title", "Z", "é"]])
     fields += [(name, rng.choice(["ios", "android", f"c{rng.randrange(500)}"])) for name in extra]
     rng.shuffle(fields) if rng.random() < 0.3 else None
@@ -168,9 +218,29 @@ def edge_line(rng: random.Random) -> bytes:
     elif kind == 4:  # escapes anywhere: the same text written with \u escapes
         return json.dumps(dict(fields), ensure_ascii=True).encode().replace(b"e", b"\\u0065", rng.randrange(1, 3))
     elif kind == 5:  # not an object, or nothing at all
-        return rng.choice([b"", b"\r", b" \t ", b"[1,2]", b'"text"', b"7", b"null", b"true", b"{}", b"{ }",
-                           b"\xef\xbb\xbf{}", b"[" * 50 + b"]" * 50, b'{"v":NaN}', b'{"v":-Infinity}',
-                           b"<html>502 Bad Gateway</html>", b'{"a":1', b'{"a":1}}', b'{"a":1},{"b":2}', b"\x00"])
+        return rng.choice(
+            [
+                b"",
+                b"\r",
+                b" \t ",
+                b"[1,2]",
+                b'"text"',
+                b"7",
+                b"null",
+                b"true",
+                b"{}",
+                b"{ }",
+                b"\xef\xbb\xbf{}",
+                b"[" * 50 + b"]" * 50,
+                b'{"v":NaN}',
+                b'{"v":-Infinity}',
+                b"<html>502 Bad Gateway</html>",
+                b'{"a":1',
+                b'{"a":1}}',
+                b'{"a":1},{"b":2}',
+                b"\x00",
+            ]
+        )
     elif kind == 6:  # whitespace JSON does not allow, around or inside
         text = json.dumps(dict(fields), separators=(",", ":")).encode()
         ws = rng.choice([b"\x0b", b"\x0c", b"\xc2\xa0", b"\xe2\x80\xa8", b"\xef\xbb\xbf", b"\x00", b"\n"])
@@ -178,10 +248,21 @@ def edge_line(rng: random.Random) -> bytes:
     elif kind == 7:  # invalid UTF-8 inside a string
         text = json.dumps(dict(fields), separators=(",", ":")).encode()
         at = text.index(b'"event_type":"') + 14
-        return text[:at] + rng.choice([b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80", b"\xe2\x80"]) + text[at:]
+        return (
+            text[:at]
+            + rng.choice([b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80", b"\xe2\x80"])
+            + text[at:]
+        )
     else:  # raw control characters and U+2028 inside strings
-        fields = [(k, v + rng.choice(["\x00", "\x1f", "\u2028", "\x7f", "\t"]) if isinstance(v, str) and k != "event_ts"
-                   else v) for k, v in fields]
+        fields = [
+            (
+                k,
+                v + rng.choice(["\x00", "\x1f", "\u2028", "\x7f", "\t"])
+                if isinstance(v, str) and k != "event_ts"
+                else v,
+            )
+            for k, v in fields
+        ]
     return spell(fields, rng)
 
 
@@ -227,7 +308,11 @@ def hostile_lines(root: str = ROOT) -> list[bytes]:
                     found.append(node.value)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 found.append(node.value.encode("utf-8", "surrogatepass"))
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("line", "ev", "event"):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("line", "ev", "event")
+            ):
                 args = [_literal(a) for a in node.args]
                 extra = {k.arg: _literal(k.value) for k in node.keywords if k.arg}
                 fields = dict(base)
@@ -274,14 +359,14 @@ def compare(lines: list[bytes], seed: int, rules: InputRules = InputRules(), bat
     at = 0
     while at < len(lines):
         size = rng.choice([1, 2, 17, 100, batch, batch, batch])
-        chunk = lines[at:at + size]
+        chunk = lines[at : at + size]
         at += size
         raw = pa.array(chunk, pa.binary())
         received = received_column(len(chunk), rng)
         fast = contract_fast.verdicts(raw, received, rules).to_pylist()
         reference = contract_fast.reference_rows(chunk, received.to_pylist(), rules).to_pylist()
         accepted += len(contract_fast.accepted_positions(raw, received, rules))
-        for line, mine, theirs in zip(chunk, fast, reference):
+        for line, mine, theirs in zip(chunk, fast, reference, strict=False):
             if mine != theirs:
                 disagreements.append((line, mine, theirs))
             kind = (theirs["reason"] or "event").split(":")[0]
@@ -296,27 +381,39 @@ def landing_lines(events: int = 100_000) -> list[bytes]:
     from tidemark import generate
 
     with tempfile.TemporaryDirectory() as folder:
-        generate.generate(folder, generate.Workload(events=events, users=max(1, events // 100), days=7,
-                                                    files=10, start="2026-03-01", seed=11), progress=False)
-        return [line for name in sorted(os.listdir(folder)) if name.endswith(".jsonl")
-                for line in split_lines(open(os.path.join(folder, name), "rb").read())]
+        generate.generate(
+            folder,
+            generate.Workload(
+                events=events, users=max(1, events // 100), days=7, files=10, start="2026-03-01", seed=11
+            ),
+            progress=False,
+        )
+        return [
+            line
+            for name in sorted(os.listdir(folder))
+            if name.endswith(".jsonl")
+            for line in split_lines(open(os.path.join(folder, name), "rb").read())
+        ]
 
 
 def cpu_per_line(lines: list[bytes], rounds: int = 3, batch: int = 10_000) -> dict:
     """CPU microseconds per line (the best of `rounds`) of each path, over Arrow batches of
     `batch` lines as the stream's UDF gets them, Arrow conversions included."""
     received_us = RECEIVED_US + 30 * 86400 * 1_000_000  # after every landed event: none refused as future
-    chunks = [pa.array(lines[i:i + batch], pa.binary()) for i in range(0, len(lines), batch)]
+    chunks = [pa.array(lines[i : i + batch], pa.binary()) for i in range(0, len(lines), batch)]
     received = [pa.array([received_us] * len(c), pa.int64()) for c in chunks]
-    paths = {"fast path (contract_fast.verdicts)": lambda c, r: contract_fast.verdicts(c, r),
-             "reference (contract.check_line per line)":
-                 lambda c, r: contract_fast.reference_rows(c.to_pylist(), r.to_pylist())}
+    paths = {
+        "fast path (contract_fast.verdicts)": lambda c, r: contract_fast.verdicts(c, r),
+        "reference (contract.check_line per line)": lambda c, r: contract_fast.reference_rows(
+            c.to_pylist(), r.to_pylist()
+        ),
+    }
     out = {}
     for label, run in paths.items():
         best = None
         for _ in range(rounds):
             started = time.process_time()
-            for c, r in zip(chunks, received):
+            for c, r in zip(chunks, received, strict=False):
                 run(c, r)
             seconds = time.process_time() - started
             best = seconds if best is None else min(best, seconds)
@@ -325,8 +422,11 @@ def cpu_per_line(lines: list[bytes], rounds: int = 3, batch: int = 10_000) -> di
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.contract_differential", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.contract_differential",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--lines", type=int, default=1_000_000)
     p.add_argument("--seed", type=int, default=31)
     p.add_argument("--part", type=int, default=1_000_000, help="lines generated and compared at a time (memory)")
@@ -340,8 +440,11 @@ def main(argv=None) -> int:
     part = 0
     while done < args.lines:
         n = min(args.part, args.lines - done)
-        lines = corpus(n, args.seed + part, ROOT) if part == 0 else \
-            corpus(n + len(hostile_lines()), args.seed + part, ROOT)[len(hostile_lines()):]
+        lines = (
+            corpus(n, args.seed + part, ROOT)
+            if part == 0
+            else corpus(n + len(hostile_lines()), args.seed + part, ROOT)[len(hostile_lines()) :]
+        )
         found, took, counted = compare(lines, args.seed + part)
         disagreements += found
         accepted += took
@@ -354,23 +457,36 @@ def main(argv=None) -> int:
     landing = landing_lines(args.landing_events)
     cost = cpu_per_line(landing)
     load_after = "/".join(f"{x:.1f}" for x in os.getloadavg())
-    rows = [["lines compared", done], ["disagreements", len(disagreements)],
-            ["accepted by the fast path in bulk", accepted],
-            *[[f"reference verdict: {k}", v] for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])],
-            *[[f"CPU us per landed line, {k}", v] for k, v in cost.items()],
-            ["seconds (generate + compare)", seconds], ["load before -> after", f"{load_before} -> {load_after}"]]
+    rows = [
+        ["lines compared", done],
+        ["disagreements", len(disagreements)],
+        ["accepted by the fast path in bulk", accepted],
+        *[[f"reference verdict: {k}", v] for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])],
+        *[[f"CPU us per landed line, {k}", v] for k, v in cost.items()],
+        ["seconds (generate + compare)", seconds],
+        ["load before -> after", f"{load_before} -> {load_after}"],
+    ]
     for line, mine, theirs in disagreements[:20]:
         print("DISAGREE", line, mine, theirs)
-    notes = (f"The fast path (tidemark/contract_fast.py) and its oracle (tidemark.contract.check_line) on "
-             f"{done} seeded lines (seed {args.seed}): {len(disagreements)} disagreements. CPU per line "
-             f"measured on {len(landing)} landed lines (tidemark.generate seed 11, {args.landing_events} events) "
-             "in Arrow batches of 10,000 lines, Arrow conversions included, the best of 3 rounds.")
+    notes = (
+        f"The fast path (tidemark/contract_fast.py) and its oracle (tidemark.contract.check_line) on "
+        f"{done} seeded lines (seed {args.seed}): {len(disagreements)} disagreements. CPU per line "
+        f"measured on {len(landing)} landed lines (tidemark.generate seed 11, {args.landing_events} events) "
+        "in Arrow batches of 10,000 lines, Arrow conversions included, the best of 3 rounds."
+    )
     print(notes)
     for row in rows:
         print(*row, sep=": ")
     if not args.no_write:
-        path = bench.write_results(NAME, "Input contract: fast path against its oracle", ["what", "value"], rows,
-                                   notes, {"lines": done, "seed": args.seed, "batch": "1 to 10,000 lines"}, env)
+        path = bench.write_results(
+            NAME,
+            "Input contract: fast path against its oracle",
+            ["what", "value"],
+            rows,
+            notes,
+            {"lines": done, "seed": args.seed, "batch": "1 to 10,000 lines"},
+            env,
+        )
         print(f"wrote {path}")
     return 1 if disagreements else 0
 

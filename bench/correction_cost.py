@@ -14,6 +14,7 @@ the last 7 days and against reprocessing everything.
 
     .venv/bin/python -m bench.correction_cost [--scale small|full] [--days 16 --events 40000 --files 32]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,22 +26,31 @@ import sys
 from datetime import date, datetime, timedelta, timezone
 
 import bench
-from tidemark import generate, layout, publish, storage
+from tidemark import generate, publish
 from tidemark.dedup import LakeIndex, Plan, compute_islands, run_dedup
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 NAME = "correction_cost"
-SCALES = {"small": {"days": 9, "events": 12_000, "users": 150, "files": 12},
-          "full": {"days": 16, "events": 40_000, "users": 300, "files": 32}}
+SCALES = {
+    "small": {"days": 9, "events": 12_000, "users": 150, "files": 12},
+    "full": {"days": 16, "events": 40_000, "users": 300, "files": 32},
+}
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.correction_cost", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.correction_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--workdir", default="/tmp/tidemark-bench/correction_cost")
-    p.add_argument("--scale", choices=sorted(SCALES), default="small",
-                   help="small: 9 days, 12k events, 12 files; full: 16 days, 40k events, 32 files")
+    p.add_argument(
+        "--scale",
+        choices=sorted(SCALES),
+        default="small",
+        help="small: 9 days, 12k events, 12 files; full: 16 days, 40k events, 32 files",
+    )
     p.add_argument("--days", type=int, default=None)
     p.add_argument("--events", type=int, default=None)
     p.add_argument("--users", type=int, default=None)
@@ -62,12 +72,17 @@ def parse_args(argv):
 def build_lake(spark, args, landing, lake, checkpoint, rules) -> dict:
     from streaming_job.job import StreamConfig, run_stream
 
-    workload = generate.Workload(events=args.events, users=args.users, start="2026-03-01", days=args.days,
-                                 files=args.files, seed=17)
+    workload = generate.Workload(
+        events=args.events, users=args.users, start="2026-03-01", days=args.days, files=args.files, seed=17
+    )
     summary = generate.generate(landing, workload, progress=False)
     with bench.stopwatch() as t:
-        run_stream(StreamConfig(landing, lake, checkpoint, rules, available_now=True,
-                                max_files_per_trigger=args.max_files_per_trigger), spark=spark)
+        run_stream(
+            StreamConfig(
+                landing, lake, checkpoint, rules, available_now=True, max_files_per_trigger=args.max_files_per_trigger
+            ),
+            spark=spark,
+        )
     summary["stream_seconds"] = t["seconds"]
     return summary
 
@@ -79,8 +94,11 @@ def land_late_events(landing: str, day: date) -> None:
     for u in range(5):
         for k in range(3):
             ts = (noon + timedelta(minutes=7 * u + 3 * k)).isoformat().replace("+00:00", "Z")
-            lines.append(json.dumps({"event_id": f"late-{u}-{k}", "user_id": f"user-{u:05d}",
-                                     "event_type": "play", "event_ts": ts}))
+            lines.append(
+                json.dumps(
+                    {"event_id": f"late-{u}-{k}", "user_id": f"user-{u:05d}", "event_type": "play", "event_ts": ts}
+                )
+            )
     lines.append(lines[0])
     generate.write_file(landing, 10_000, [generate.Delivery(noon, line) for line in lines])
 
@@ -99,8 +117,12 @@ def reprocess(spark, lake, rules, first: date, last: date, out: str) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     wanted.write.partitionBy("event_date").mode("overwrite").parquet(out)
     sessions = session.read.parquet(out).count()
-    return {"receipts": len(partitions), "rows": sum(p.rows for p in partitions), "sessions": sessions,
-            "dates": (last - first).days + 1}
+    return {
+        "receipts": len(partitions),
+        "rows": sum(p.rows for p in partitions),
+        "sessions": sessions,
+        "dates": (last - first).days + 1,
+    }
 
 
 def undo(lake: Lake, metadata_location: str) -> None:
@@ -136,6 +158,7 @@ def main(argv=None) -> int:
             run_dedup(lake, (start + timedelta(days=d)).isoformat(), rules, spark=spark)
         land_late_events(landing, day)
         from streaming_job.job import StreamConfig, run_stream
+
         run_stream(StreamConfig(landing, lake, ckpt, rules, available_now=True), spark=spark)
         os.makedirs(work, exist_ok=True)
         with open(summary_path, "w") as f:
@@ -143,20 +166,21 @@ def main(argv=None) -> int:
 
     d = day.isoformat()
     from tidemark import table as iceberg
+
     before = iceberg.load(lake).metadata_location
     rows = []
-    for label, full in (("correction, incremental (tidemark dedup of D)", False),
-                        ("correction, --full", True)):
+    for label, full in (("correction, incremental (tidemark dedup of D)", False), ("correction, --full", True)):
         times, result = [], None
         for _ in range(args.repeat):
             result = run_dedup(lake, d, rules, spark=spark, full=full)
             assert result.published and result.mode == ("full" if full else "incremental"), result
             times.append(result.seconds)
             undo(lake, before)
-        rows.append([label, 1, result.receipts_read, result.rows_read, result.sessions, round(statistics.median(times), 2)])
+        rows.append(
+            [label, 1, result.receipts_read, result.rows_read, result.sessions, round(statistics.median(times), 2)]
+        )
     run_dedup(lake, d, rules, spark=spark)  # leave the lake corrected
-    for label, first in (("7-day lookback reprocessing", day - timedelta(days=6)),
-                         ("full reprocessing", start)):
+    for label, first in (("7-day lookback reprocessing", day - timedelta(days=6)), ("full reprocessing", start)):
         last = day if first != start else start + timedelta(days=args.days)
         out = os.path.join(work, "reprocessed")
         secs, info = [], None
@@ -164,37 +188,55 @@ def main(argv=None) -> int:
             with bench.stopwatch() as t:
                 info = reprocess(spark, lake, rules, first, last, out)
             secs.append(t["seconds"])
-        rows.append([label, info["dates"], info["receipts"], info["rows"], info["sessions"],
-                     round(statistics.median(secs), 2)])
+        rows.append(
+            [label, info["dates"], info["receipts"], info["rows"], info["sessions"], round(statistics.median(secs), 2)]
+        )
     base_rows, base_secs = rows[0][3], rows[0][5]
     for row in rows:
         row.append(f"{row[3] / base_rows:.1f}x / {row[5] / base_secs:.1f}x")
-    columns = ["approach", "dates rewritten", "receipt partitions read", "pane rows read",
-               "sessions written", "wall s (median)", "rows / time vs correction"]
+    columns = [
+        "approach",
+        "dates rewritten",
+        "receipt partitions read",
+        "pane rows read",
+        "sessions written",
+        "wall s (median)",
+        "rows / time vs correction",
+    ]
     bench.print_table(f"Correcting {d} after a late receipt", columns, rows)
     if not args.no_write:
         total = publish.current_version(lake, d)
-        notes = (f"One late receipt for {d} (15 late events of 5 users, one redelivered) after "
-                 f"{args.days} days of generated traffic streamed by the real stream. The incremental "
-                 f"correction reads the new receipt's panes and the previous version's sessions and "
-                 f"context (its islands outside the date), and re-sessionizes only the touched users; "
-                 f"with --full it reads every receipt whose marker says it can hold {d}'s sessions "
-                 f"(event_date <= D+1 and max_event_ts >= D 00:00 - gap); the reprocessing approaches "
-                 f"read every receipt of their date range. Wall times are medians of {args.repeat} "
-                 f"warm runs on a shared machine (see load average): compare ratios, not absolutes. "
-                 f"The version published for {d} has {total['sessions']} sessions.")
-        path = bench.write_results(NAME, "Correction cost: one date vs 7-day lookback vs full reprocessing",
-                                   columns, rows, notes,
-                                   {"workload": f"{summary['events']} events ({summary['duplicates']} "
-                                                f"redelivered, {summary['offline_sessions']} offline sessions), "
-                                                f"{args.users} users, {args.days} days, {args.files} files",
-                                    "stream": f"real stream, max {args.max_files_per_trigger} files per "
-                                              f"trigger, {summary.get('stream_seconds', '?')} s",
-                                    "spark": f"{args.master}, 8 shuffle partitions",
-                                    "receipt partitions in the lake": sum(
-                                        len(LakeIndex(lake).partitions(x)) for x in LakeIndex(lake).dates)},
-                                   env, command=".venv/bin/python -m bench.correction_cost " + " ".join(
-                                       argv if argv is not None else sys.argv[1:]))
+        notes = (
+            f"One late receipt for {d} (15 late events of 5 users, one redelivered) after "
+            f"{args.days} days of generated traffic streamed by the real stream. The incremental "
+            f"correction reads the new receipt's panes and the previous version's sessions and "
+            f"context (its islands outside the date), and re-sessionizes only the touched users; "
+            f"with --full it reads every receipt whose marker says it can hold {d}'s sessions "
+            f"(event_date <= D+1 and max_event_ts >= D 00:00 - gap); the reprocessing approaches "
+            f"read every receipt of their date range. Wall times are medians of {args.repeat} "
+            f"warm runs on a shared machine (see load average): compare ratios, not absolutes. "
+            f"The version published for {d} has {total['sessions']} sessions."
+        )
+        path = bench.write_results(
+            NAME,
+            "Correction cost: one date vs 7-day lookback vs full reprocessing",
+            columns,
+            rows,
+            notes,
+            {
+                "workload": f"{summary['events']} events ({summary['duplicates']} "
+                f"redelivered, {summary['offline_sessions']} offline sessions), "
+                f"{args.users} users, {args.days} days, {args.files} files",
+                "stream": f"real stream, max {args.max_files_per_trigger} files per "
+                f"trigger, {summary.get('stream_seconds', '?')} s",
+                "spark": f"{args.master}, 8 shuffle partitions",
+                "receipt partitions in the lake": sum(
+                    len(LakeIndex(lake).partitions(x)) for x in LakeIndex(lake).dates
+                ),
+            },
+            env,
+            command=".venv/bin/python -m bench.correction_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
+        )
         print(f"wrote {path}")
     spark.stop()
     return 0

@@ -5,6 +5,7 @@ of stat, list, read, write, change) and then, with `latency_s`, sleeps that long
 trip. Subclasses say what they count (bench/history.py: operations by kind; bench/iceberg_history.py:
 the table's metadata apart from everything else, with bytes).
 """
+
 from __future__ import annotations
 
 import threading

@@ -13,30 +13,33 @@ the same published version.
 
     .venv/bin/python -m bench.dedup_partition [--sessions 1000000]
 """
+
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timedelta, timezone
 import os
 import shutil
 import statistics
 import sys
+from datetime import datetime, timedelta, timezone
 
 import bench
-from tidemark.lake import Lake
-from tidemark import receipts
-from tidemark import layout, publish, storage, table as iceberg
+from tidemark import layout, publish, receipts, sql_rules
+from tidemark import table as iceberg
 from tidemark.dedup import run_dedup
+from tidemark.lake import Lake
 from tidemark.sessions import SessionRules
-from tidemark import sql_rules
 
 NAME = "dedup_partition"
 DAY = "2026-03-07"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.dedup_partition", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.dedup_partition",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--workdir", default="/tmp/tidemark-bench/dedup_partition")
     p.add_argument("--sessions", type=int, default=1_000_000)
     p.add_argument("--events-per-session", type=int, default=4)
@@ -45,16 +48,27 @@ def parse_args(argv):
     p.add_argument("--fragment-rate", type=float, default=0.05, help="share with a redelivered fragment")
     p.add_argument("--late-rate", type=float, default=0.01, help="share of sessions the late receipt touches")
     p.add_argument("--repeat", type=int, default=2, help="timed runs of each job (medians), after --warmup")
-    p.add_argument("--warmup", type=int, default=1,
-                   help="untimed dedups first (the JVM's JIT and Spark's first query compilations), "
-                        "so the medians are of warm runs; the first one's time is reported as the cold run")
-    p.add_argument("--no-stages", action="store_true",
-                   help="skip the stage ladder (where the dedup's time goes, one query per stage)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed dedups first (the JVM's JIT and Spark's first query compilations), "
+        "so the medians are of warm runs; the first one's time is reported as the cold run",
+    )
+    p.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="skip the stage ladder (where the dedup's time goes, one query per stage)",
+    )
     p.add_argument("--master", default="local[2]")
     p.add_argument("--reuse", action="store_true")
     p.add_argument("--no-write", action="store_true")
-    p.add_argument("--event-log", metavar="DIR", default=None,
-                   help="write the Spark event log there (job and stage times: where the time goes)")
+    p.add_argument(
+        "--event-log",
+        metavar="DIR",
+        default=None,
+        help="write the Spark event log there (job and stage times: where the time goes)",
+    )
     return p.parse_args(argv)
 
 
@@ -107,27 +121,55 @@ def build_lake(spark, args, lake) -> int:
     from pyspark.sql import functions as F
 
     users = max(1, args.sessions // 5)
-    panes = spark.sql(_PANES_SQL.format(session_id=sql_rules.session_id("user_id", "events[0].event_ts"), users=users, day=DAY, receipts=args.receipts, sessions=args.sessions,
-                                        events=args.events_per_session, early=args.early_rate,
-                                        fragment=args.fragment_rate))
+    panes = spark.sql(
+        _PANES_SQL.format(
+            session_id=sql_rules.session_id("user_id", "events[0].event_ts"),
+            users=users,
+            day=DAY,
+            receipts=args.receipts,
+            sessions=args.sessions,
+            events=args.events_per_session,
+            early=args.early_rate,
+            fragment=args.fragment_rate,
+        )
+    )
     staged = os.path.join(args.workdir, "staged")
     panes.write.mode("overwrite").partitionBy("receipt").parquet(staged)
     total = 0
     # one job for every receipt's marker facts (a job per receipt cost ~1 s each)
-    by_receipt = {row["receipt"]: row for row in spark.read.parquet(staged).groupBy("receipt").agg(
-        F.count(F.lit(1)).alias("rows"), F.sum("event_count").alias("events"),
-        F.min(F.unix_micros("session_start")).alias("lo"),
-        F.max(F.unix_micros("session_end")).alias("hi")).collect()}
+    by_receipt = {
+        row["receipt"]: row
+        for row in spark.read.parquet(staged)
+        .groupBy("receipt")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum("event_count").alias("events"),
+            F.min(F.unix_micros("session_start")).alias("lo"),
+            F.max(F.unix_micros("session_end")).alias("hi"),
+        )
+        .collect()
+    }
     for i in sorted(by_receipt):
         stats = by_receipt[i]
         folder = lake.receipt_dir(DAY, receipt_ts_of(i))
         shutil.rmtree(folder, ignore_errors=True)
         shutil.copytree(os.path.join(staged, f"receipt={i}"), folder)
-        receipts.complete(lake, receipts.ReceiptPartition(
-            event_date=DAY, receipt_ts=receipt_ts_of(i), batch_id=i, uri=folder, rows=int(stats["rows"]),
-            events=int(stats["events"]), pane_kinds=["early", "on_time", "too_late"],
-            min_event_ts=receipts.iso_from_micros(stats["lo"]), max_event_ts=receipts.iso_from_micros(stats["hi"]),
-            watermark=receipts.iso_from_micros(stats["lo"]), late=False))
+        receipts.complete(
+            lake,
+            receipts.ReceiptPartition(
+                event_date=DAY,
+                receipt_ts=receipt_ts_of(i),
+                batch_id=i,
+                uri=folder,
+                rows=int(stats["rows"]),
+                events=int(stats["events"]),
+                pane_kinds=["early", "on_time", "too_late"],
+                min_event_ts=receipts.iso_from_micros(stats["lo"]),
+                max_event_ts=receipts.iso_from_micros(stats["hi"]),
+                watermark=receipts.iso_from_micros(stats["lo"]),
+                late=False,
+            ),
+        )
         total += int(stats["rows"])
     shutil.rmtree(staged, ignore_errors=True)
     return total
@@ -152,23 +194,46 @@ def land_late_receipt(spark, args, lake) -> int:
     sessions_sql = sessions_sql.format(users=users, day=DAY, receipts=args.receipts, sessions=args.sessions)
     late = spark.sql(_LATE_SQL.format(sessions_sql=sessions_sql, late=int(args.late_rate * 100000)))
     panes = late.select(
-        F.expr(sql_rules.session_id("user_id", "e.event_ts")).alias("session_id"), "user_id",
-        F.col("e.event_ts").alias("session_start"), F.col("e.event_ts").alias("session_end"),
-        F.lit(1).cast("bigint").alias("event_count"), F.array(F.col("e.event_id")).alias("event_ids"),
-        F.array("e").alias("events"), F.lit("too_late").alias("pane_kind"), F.lit(1).alias("pane_index"),
+        F.expr(sql_rules.session_id("user_id", "e.event_ts")).alias("session_id"),
+        "user_id",
+        F.col("e.event_ts").alias("session_start"),
+        F.col("e.event_ts").alias("session_end"),
+        F.lit(1).cast("bigint").alias("event_count"),
+        F.array(F.col("e.event_id")).alias("event_ids"),
+        F.array("e").alias("events"),
+        F.lit("too_late").alias("pane_kind"),
+        F.lit(1).alias("pane_index"),
         F.lit(args.receipts).cast("bigint").alias("batch_id"),
-        F.to_timestamp(F.lit(f"{DAY} 00:00:00")).alias("watermark"))
+        F.to_timestamp(F.lit(f"{DAY} 00:00:00")).alias("watermark"),
+    )
     folder = lake.receipt_dir(DAY, receipt_ts_of(args.receipts))
     shutil.rmtree(folder, ignore_errors=True)
     panes.coalesce(1).write.mode("overwrite").parquet(folder)
-    stats = spark.read.parquet(folder).agg(F.count(F.lit(1)).alias("rows"),
-                                            F.min(F.unix_micros("session_start")).alias("lo"),
-                                            F.max(F.unix_micros("session_end")).alias("hi")).first()
-    receipts.complete(lake, receipts.ReceiptPartition(
-        event_date=DAY, receipt_ts=receipt_ts_of(args.receipts), batch_id=args.receipts, uri=folder,
-        rows=int(stats["rows"]), events=int(stats["rows"]), pane_kinds=["too_late"],
-        min_event_ts=receipts.iso_from_micros(stats["lo"]), max_event_ts=receipts.iso_from_micros(stats["hi"]),
-        watermark=receipts.iso_from_micros(stats["lo"]), late=True))
+    stats = (
+        spark.read.parquet(folder)
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.min(F.unix_micros("session_start")).alias("lo"),
+            F.max(F.unix_micros("session_end")).alias("hi"),
+        )
+        .first()
+    )
+    receipts.complete(
+        lake,
+        receipts.ReceiptPartition(
+            event_date=DAY,
+            receipt_ts=receipt_ts_of(args.receipts),
+            batch_id=args.receipts,
+            uri=folder,
+            rows=int(stats["rows"]),
+            events=int(stats["rows"]),
+            pane_kinds=["too_late"],
+            min_event_ts=receipts.iso_from_micros(stats["lo"]),
+            max_event_ts=receipts.iso_from_micros(stats["hi"]),
+            watermark=receipts.iso_from_micros(stats["lo"]),
+            late=True,
+        ),
+    )
     return int(stats["rows"])
 
 
@@ -180,9 +245,9 @@ def stage_ladder(spark, lake) -> list[list]:
     `noop` sink (computed, nothing written), each stage's time the difference to the one before.
     The stages are the dedup's own SQL files (tidemark.dedup.compute_islands's steps) plus the
     shuffle and the sort they imply, spelled out to time them apart."""
-    import dedup_sql
     from pyspark.sql import functions as F
 
+    import dedup_sql
     from tidemark import planning, times
     from tidemark.dedup import read_panes
 
@@ -192,11 +257,16 @@ def stage_ladder(spark, lake) -> list[list]:
 
     def panes():
         return read_panes(spark, lake, plan.partitions, plan.lo).select(
-            "user_id", "events", "receipt_ts", F.lit(False).alias("known"))
+            "user_id", "events", "receipt_ts", F.lit(False).alias("known")
+        )
 
     def exploded():
-        return (panes().select("user_id", F.explode("events").alias("e"), "receipt_ts")
-                .select("user_id", "e.*", "receipt_ts").where(F.unix_micros("event_ts") >= F.lit(lo_us)))
+        return (
+            panes()
+            .select("user_id", F.explode("events").alias("e"), "receipt_ts")
+            .select("user_id", "e.*", "receipt_ts")
+            .where(F.unix_micros("event_ts") >= F.lit(lo_us))
+        )
 
     def events():
         return dedup_sql.run(spark, "dedup_events", {"panes": panes()}, lo_us=lo_us)
@@ -207,12 +277,16 @@ def stage_ladder(spark, lake) -> list[list]:
     stages = [
         ("scan the panes (the plain copy's read)", panes),
         ("explode the events, shuffle them by user", lambda: exploded().repartition("user_id")),
-        ("sort each user's events by time", lambda: exploded().repartition("user_id")
-         .sortWithinPartitions("user_id", "event_ts", "event_id")),
+        (
+            "sort each user's events by time",
+            lambda: exploded().repartition("user_id").sortWithinPartitions("user_id", "event_ts", "event_id"),
+        ),
         ("distinct events, the kept copy (dedup_events.sql)", events),
         ("both windows of the session rule (sessionize.sql)", sessionized),
-        ("one row per session (dedup_sessions.sql): the islands",
-         lambda: dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized()})),
+        (
+            "one row per session (dedup_sessions.sql): the islands",
+            lambda: dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized()}),
+        ),
     ]
     rows, before = [], 0.0
     for label, frame in stages:
@@ -247,8 +321,11 @@ def main(argv=None) -> int:
     conf = None
     if args.event_log:
         os.makedirs(args.event_log, exist_ok=True)
-        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": "file://" + os.path.abspath(args.event_log),
-                "spark.eventLog.compress": "false"}
+        conf = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": "file://" + os.path.abspath(args.event_log),
+            "spark.eventLog.compress": "false",
+        }
     spark = build_session("tidemark-bench-dedup-partition", args.master, shuffle_partitions=8, conf=conf)
     if not (args.reuse and receipts.list_receipts(lake, DAY)):
         shutil.rmtree(args.workdir, ignore_errors=True)
@@ -281,6 +358,7 @@ def main(argv=None) -> int:
 
     # The correction: one late receipt, deduplicated incrementally and with --full from the same version.
     from bench.correction_cost import undo
+
     published = iceberg.load(lake).metadata_location
     late_rows = land_late_receipt(spark, args, lake)
     corrections = {}
@@ -294,47 +372,85 @@ def main(argv=None) -> int:
             undo(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
     pointer = publish.current_version(lake, DAY)
-    rows = [["tidemark dedup (version + Iceberg commit)", rows_in, result.sessions, round(d, 2), f"{events_in / d:,.0f}",
-             f"{d / c:.2f}x", "-", _phases(result)],
-            ["plain Spark scan-and-write", rows_in, copied, round(c, 2), f"{events_in / c:,.0f}", "1.00x", "-", "-"]]
+    rows = [
+        [
+            "tidemark dedup (version + Iceberg commit)",
+            rows_in,
+            result.sessions,
+            round(d, 2),
+            f"{events_in / d:,.0f}",
+            f"{d / c:.2f}x",
+            "-",
+            _phases(result),
+        ],
+        ["plain Spark scan-and-write", rows_in, copied, round(c, 2), f"{events_in / c:,.0f}", "1.00x", "-", "-"],
+    ]
     for label, (secs, fixed) in corrections.items():
-        rows.append([f"correction, {label} path (1 late receipt, {late_rows:,} panes)", fixed.rows_read,
-                     fixed.sessions, round(secs, 2), "-", f"{secs / c:.2f}x", f"{secs / d:.2f}x", _phases(fixed)])
-    columns = ["job", "rows read", "rows written", "wall s (median)", "pane events/s", "vs plain",
-               "vs full dedup", "phases of the last run (s)"]
+        rows.append(
+            [
+                f"correction, {label} path (1 late receipt, {late_rows:,} panes)",
+                fixed.rows_read,
+                fixed.sessions,
+                round(secs, 2),
+                "-",
+                f"{secs / c:.2f}x",
+                f"{secs / d:.2f}x",
+                _phases(fixed),
+            ]
+        )
+    columns = [
+        "job",
+        "rows read",
+        "rows written",
+        "wall s (median)",
+        "pane events/s",
+        "vs plain",
+        "vs full dedup",
+        "phases of the last run (s)",
+    ]
     bench.print_table(f"Dedup of a {args.sessions:,}-session event date", columns, rows)
     if not args.no_write:
-        notes = (f"One event date with {args.sessions:,} sessions ({events_in:,} events in {rows_in:,} pane "
-                 f"rows over {args.receipts} receipt partitions: every session's on-time pane, "
-                 f"{args.early_rate:.0%} with an accumulating early pane, {args.fragment_rate:.0%} with a "
-                 f"redelivered too_late fragment). The dedup explodes the events, keeps one copy per "
-                 f"(user_id, event_id), re-sessionizes them (window over each user's events) and writes "
-                 f"one version ({len(pointer['files'])} file(s)) then commits it to the Iceberg table; the plain job "
-                 f"reads the same partitions and writes them back unchanged. Medians of {args.repeat} "
-                 f"runs after {args.warmup} untimed warm-up dedup(s) (the cold first run took "
-                 f"{cold.seconds:.1f} s: the JVM's JIT and Spark's first query compilations); see the "
-                 f"load average: compare the ratio, not absolutes. "
-                 f"The corrections: one late receipt with one event for {args.late_rate:.0%} of the "
-                 f"sessions ({late_rows:,} too_late panes), deduplicated from the published version "
-                 f"incrementally (tidemark's default) and with --full; rows read = the new panes plus "
-                 f"the previous version's sessions (incremental), every pane (full). Phases (tidemark.dedup."
-                 f"DedupResult.phases): compute = the islands, cached, and their summary; write = the "
-                 f"version's files and its context; commit = the Iceberg commit; notice = the corrected "
-                 f"notice's diff against the previous version.")
-        path = bench.write_results(NAME, f"Dedup of a {args.sessions:,}-session partition vs a plain scan-and-write",
-                                   columns, rows, notes,
-                                   {"sessions": args.sessions, "events per session": args.events_per_session,
-                                    "receipt partitions": args.receipts,
-                                    "spark": f"{args.master}, 8 shuffle partitions, driver memory "
-                                             f"{spark.conf.get('spark.driver.memory')}"}, env,
-                                   command=".venv/bin/python -m bench.dedup_partition " + " ".join(
-                                       argv if argv is not None else sys.argv[1:]))
+        notes = (
+            f"One event date with {args.sessions:,} sessions ({events_in:,} events in {rows_in:,} pane "
+            f"rows over {args.receipts} receipt partitions: every session's on-time pane, "
+            f"{args.early_rate:.0%} with an accumulating early pane, {args.fragment_rate:.0%} with a "
+            f"redelivered too_late fragment). The dedup explodes the events, keeps one copy per "
+            f"(user_id, event_id), re-sessionizes them (window over each user's events) and writes "
+            f"one version ({len(pointer['files'])} file(s)) then commits it to the Iceberg table; the plain job "
+            f"reads the same partitions and writes them back unchanged. Medians of {args.repeat} "
+            f"runs after {args.warmup} untimed warm-up dedup(s) (the cold first run took "
+            f"{cold.seconds:.1f} s: the JVM's JIT and Spark's first query compilations); see the "
+            f"load average: compare the ratio, not absolutes. "
+            f"The corrections: one late receipt with one event for {args.late_rate:.0%} of the "
+            f"sessions ({late_rows:,} too_late panes), deduplicated from the published version "
+            f"incrementally (tidemark's default) and with --full; rows read = the new panes plus "
+            f"the previous version's sessions (incremental), every pane (full). Phases (tidemark.dedup."
+            f"DedupResult.phases): compute = the islands, cached, and their summary; write = the "
+            f"version's files and its context; commit = the Iceberg commit; notice = the corrected "
+            f"notice's diff against the previous version."
+        )
+        path = bench.write_results(
+            NAME,
+            f"Dedup of a {args.sessions:,}-session partition vs a plain scan-and-write",
+            columns,
+            rows,
+            notes,
+            {
+                "sessions": args.sessions,
+                "events per session": args.events_per_session,
+                "receipt partitions": args.receipts,
+                "spark": f"{args.master}, 8 shuffle partitions, driver memory {spark.conf.get('spark.driver.memory')}",
+            },
+            env,
+            command=".venv/bin/python -m bench.dedup_partition " + " ".join(argv if argv is not None else sys.argv[1:]),
+        )
         if ladder:  # after the main table: readers (and tests) take the first table as the results
             with open(path, "a", encoding="utf-8") as out:
-                out.write("\n## Where the full dedup's time goes\n\nThe same query cut after each stage, run "
-                          "warm into Spark's noop sink (computed, nothing written), the faster of two runs "
-                          "each, after the timed dedups:\n\n"
-                          + "\n".join(bench.markdown_table(LADDER_COLUMNS, ladder)) + "\n")
+                out.write(
+                    "\n## Where the full dedup's time goes\n\nThe same query cut after each stage, run "
+                    "warm into Spark's noop sink (computed, nothing written), the faster of two runs "
+                    "each, after the timed dedups:\n\n" + "\n".join(bench.markdown_table(LADDER_COLUMNS, ladder)) + "\n"
+                )
         print(f"wrote {path}")
     spark.stop()
     return 0

@@ -32,6 +32,7 @@ notices of dates the watermark had already passed (late=true): a correction of a
     .venv/bin/python -m bench.freshness --scale small     # 3 waves, ~5 minutes
     .venv/bin/python -m bench.freshness --scale full      # 10 waves
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,8 @@ import time
 
 import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
-from tidemark.lake import Lake
 from tidemark import generate
+from tidemark.lake import Lake
 
 NAME = "freshness"
 
@@ -112,8 +113,9 @@ def wait_for(check, timeout: float, what: str, interval: float = 2.0) -> bool:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.freshness", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.freshness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--scale", choices=sorted(SCALES), default="small")
     p.add_argument("--waves", type=int)
     p.add_argument("--events-per-wave", type=int)
@@ -121,11 +123,17 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
     p.add_argument("--workdir", default="/tmp/tidemark-bench/freshness")
     p.add_argument("--keep-up", action="store_true", help="leave the stack running afterwards")
-    p.add_argument("--spark-submit", action="store_true",
-                   help="the DAG's dedup as a spark-submit per run (the stack's default: a client of its "
-                        "warm Spark Connect server)")
-    p.add_argument("--notice-coalesce", default=None,
-                   help="the stream's --notice-coalesce window (e.g. 10s): fewer runs, later notices")
+    p.add_argument(
+        "--spark-submit",
+        action="store_true",
+        help="the DAG's dedup as a spark-submit per run (the stack's default: a client of its "
+        "warm Spark Connect server)",
+    )
+    p.add_argument(
+        "--notice-coalesce",
+        default=None,
+        help="the stream's --notice-coalesce window (e.g. 10s): fewer runs, later notices",
+    )
     p.add_argument("--no-write", action="store_true")
     return p.parse_args(argv)
 
@@ -143,9 +151,16 @@ def main(argv=None) -> int:
     shutil.rmtree(args.workdir, ignore_errors=True)
     stack = Stack(os.path.join(args.workdir, "stack"))
     stack.configure(spark_connect=not args.spark_submit, notice_coalesce=args.notice_coalesce)
-    workload = generate.Workload(events=per_wave * waves, users=max(4, per_wave * waves // 50), days=2,
-                                 files=waves, seed=31, start="2026-03-06", offline_session_rate=0.12,
-                                 duplicate_rate=0.04)
+    workload = generate.Workload(
+        events=per_wave * waves,
+        users=max(4, per_wave * waves // 50),
+        days=2,
+        files=waves,
+        seed=31,
+        start="2026-03-06",
+        offline_session_rate=0.12,
+        duplicate_rate=0.04,
+    )
     deliveries, counts = generate.build(workload)
     chunks = generate.split_files(deliveries, waves)
     loads = [load()]
@@ -153,8 +168,7 @@ def main(argv=None) -> int:
     with bench.stopwatch() as up_time:
         settings = stack.up(say=lambda text: print(f"  {text}", flush=True), timeout=args.timeout)
     try:
-        return _measure(args, stack, settings, chunks, counts, pause, env, loads, up_time["seconds"],
-                        per_wave)
+        return _measure(args, stack, settings, chunks, counts, pause, env, loads, up_time["seconds"], per_wave)
     finally:
         if not args.keep_up:
             stack.down()
@@ -162,11 +176,11 @@ def main(argv=None) -> int:
 
 
 def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_seconds, per_wave) -> int:
-    from tidemark import publish
+    from tidemark import names, publish
+    from tidemark import runs as run_ids
     from tidemark.notices.outbox import Outbox
-    from tidemark import runs as run_ids, names
 
-    landed: dict[str, float] = {}     # file base name -> landing time (epoch s)
+    landed: dict[str, float] = {}  # file base name -> landing time (epoch s)
     wave_of: dict[str, int] = {}
     for i, chunk in enumerate(chunks):
         began = time.time()
@@ -175,8 +189,8 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         landed[name], wave_of[name] = time.time(), i
         print(f"wave {i + 1}/{len(chunks)}: {len(chunk)} lines landed (load {load()})", flush=True)
         loads.append(load())
-        wait_for(lambda: (name in file_batches(settings.checkpoint), "in a committed batch"), args.timeout,
-                 "stream")
+        # noqa below: wait_for calls the lambda within this iteration, so `name` is this iteration's
+        wait_for(lambda: (name in file_batches(settings.checkpoint), "in a committed batch"), args.timeout, "stream")  # noqa: B023
         if i < len(chunks) - 1:
             time.sleep(max(0.0, pause - (time.time() - began)))
 
@@ -186,6 +200,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
 
     def notices_done():
         from tidemark.demo import wait as demo_wait
+
         done, text, _ = demo_wait.notices_sent(lake)
         return done, text
 
@@ -195,17 +210,22 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         ids = {r["dag_run_id"] for r in all_runs}
         expected = {run_ids.run_id_for_notice(e["notice"]) for e in sent}
         active = [r for r in all_runs if r["state"] not in TERMINAL]
-        return (expected <= ids and not active,
-                f"{len(expected & ids)}/{len(expected)} runs created, {len(active)} not finished")
+        return (
+            expected <= ids and not active,
+            f"{len(expected & ids)}/{len(expected)} runs created, {len(active)} not finished",
+        )
 
     def versions_done():
         from tidemark.demo import wait as demo_wait
+
         return demo_wait.versions_current(lake)
 
     print("waiting for the pipeline to drain", flush=True)
-    complete = (wait_for(notices_done, args.timeout, "notices") and
-                wait_for(runs_done, args.timeout, "DAG runs", interval=5) and
-                wait_for(versions_done, args.timeout, "corrected partitions"))
+    complete = (
+        wait_for(notices_done, args.timeout, "notices")
+        and wait_for(runs_done, args.timeout, "DAG runs", interval=5)
+        and wait_for(versions_done, args.timeout, "corrected partitions")
+    )
     loads.append(load())
 
     # --- what the system recorded -------------------------------------------------------------
@@ -215,25 +235,36 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         if name in landed:
             batch_land[batch_id] = min(batch_land.get(batch_id, float("inf")), landed[name])
     stream_log = os.path.join(stack.logs_dir, "stream.log")
-    committed_at = {l["batch_id"]: parse_iso(l["timestamp"]) for l in json_lines(stream_log)
-                    if l.get("event") == "batch committed"}
+    committed_at = {
+        l["batch_id"]: parse_iso(l["timestamp"]) for l in json_lines(stream_log) if l.get("event") == "batch committed"
+    }
     all_runs = {r["dag_run_id"]: r for r in client.list_dag_runs(dag_id)}
     versions: dict[str, list[dict]] = {}
 
     def first_version_with(event_date: str, receipt_ts: str) -> dict | None:
         if event_date not in versions:
-            versions[event_date] = sorted(publish.list_versions(lake, event_date),
-                                          key=lambda m: m.get("committed_at") or m.get("created_at", ""))
+            versions[event_date] = sorted(
+                publish.list_versions(lake, event_date), key=lambda m: m.get("committed_at") or m.get("created_at", "")
+            )
         key = f"{event_date}/{receipt_ts}"
         return next((m for m in versions[event_date] if key in m.get("receipts", [])), None)
 
-    steps = {k: [] for k in ("landed -> batch committed", "landed -> notice recorded",
-                             "landed -> notice published", "notice published -> DAG run created",
-                             "notice published -> DAG run started", "DAG run duration",
-                             "DAG run duration, Spark skipped (nothing new)", "DAG run duration, Spark ran",
-                             "dedup task (Spark) duration",
-                             "landed -> corrected partition readable",
-                             "late data landed -> corrected partition readable")}
+    steps = {
+        k: []
+        for k in (
+            "landed -> batch committed",
+            "landed -> notice recorded",
+            "landed -> notice published",
+            "notice published -> DAG run created",
+            "notice published -> DAG run started",
+            "DAG run duration",
+            "DAG run duration, Spark skipped (nothing new)",
+            "DAG run duration, Spark ran",
+            "dedup task (Spark) duration",
+            "landed -> corrected partition readable",
+            "late data landed -> corrected partition readable",
+        )
+    }
     per_notice = []
     # Every run of the DAG (notice runs and neighbour runs): did its dedup task run Spark?
     for run_id, run in all_runs.items():
@@ -251,8 +282,12 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         t0 = batch_land.get(n["batch_id"])
         if t0 is None:
             continue  # a partition of a file this run did not land (cannot happen on a fresh stack)
-        row = {"event_date": n["event_date"], "receipt_ts": n["receipt_ts"], "late": n["late"],
-               "batch_id": n["batch_id"]}
+        row = {
+            "event_date": n["event_date"],
+            "receipt_ts": n["receipt_ts"],
+            "late": n["late"],
+            "batch_id": n["batch_id"],
+        }
         if n["batch_id"] in committed_at:
             steps["landed -> batch committed"].append(committed_at[n["batch_id"]] - t0)
         if entry.get("recorded_at"):
@@ -280,46 +315,83 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     rows = []
     for step, values in steps.items():
         if values:
-            rows.append([step, len(values), f"{percentile(values, 50):.1f}", f"{percentile(values, 95):.1f}",
-                         f"{max(values):.1f}"])
+            rows.append(
+                [
+                    step,
+                    len(values),
+                    f"{percentile(values, 50):.1f}",
+                    f"{percentile(values, 95):.1f}",
+                    f"{max(values):.1f}",
+                ]
+            )
         else:
             rows.append([step, 0, "-", "-", "-"])
     title = f"Freshness on the local stack ({args.scale}: {len(chunks)} waves, {pause:.0f}s apart)"
     print_wide(title, columns, rows)
     late_n = sum(1 for r in per_notice if r["late"])
-    spark = ("a Spark Connect server (the DAG's dedup runs as its client)" if settings.spark_connect
-             else "a spark-submit per dedup run")
+    spark = (
+        "a Spark Connect server (the DAG's dedup runs as its client)"
+        if settings.spark_connect
+        else "a spark-submit per dedup run"
+    )
     coalesce = f", notice coalesce {settings.notice_coalesce}" if settings.notice_coalesce else ""
-    notes = "\n".join([
-        "Every component real, on loopback (`tidemark.localstack.stack.Stack`: Pub/Sub emulator, "
-        f"{spark}, Airflow 3 api-server + scheduler + dag-processor with parallelism "
-        f"{settings.airflow_parallelism} and max_active_runs {settings.max_active_runs}, the Cloud Function "
-        f"under functions-framework behind a push subscription, the stream with a {settings.trigger_interval} "
-        f"trigger{coalesce}). One file per "
-        "wave; every figure is a difference of timestamps the system recorded itself (see the module "
-        "docstring of bench/freshness.py). One notice per event date touched per batch, so several per wave.",
-        "",
-        f"- stack up in {up_seconds:.0f} s; {len(per_notice)} notices ({late_n} late=true); "
-        f"pipeline drained: {'yes' if complete else 'NO (timed out; figures cover what finished)'}",
-        f"- load average (1/5/15 min) at start, at each landing and at the end: {', '.join(loads)}",
-        "",
-        "<details><summary>Every notice</summary>", "",
-        *bench.markdown_table(
-            ["event_date", "receipt_ts", "batch", "late", "landed -> published s", "landed -> readable s"],
-            [[r["event_date"], r["receipt_ts"], r["batch_id"], r["late"], r.get("notice_s", "-"),
-              r.get("readable_s", "-")] for r in per_notice]),
-        "", "</details>", ""])
+    notes = "\n".join(
+        [
+            "Every component real, on loopback (`tidemark.localstack.stack.Stack`: Pub/Sub emulator, "
+            f"{spark}, Airflow 3 api-server + scheduler + dag-processor with parallelism "
+            f"{settings.airflow_parallelism} and max_active_runs {settings.max_active_runs}, the Cloud Function "
+            f"under functions-framework behind a push subscription, the stream with a {settings.trigger_interval} "
+            f"trigger{coalesce}). One file per "
+            "wave; every figure is a difference of timestamps the system recorded itself (see the module "
+            "docstring of bench/freshness.py). One notice per event date touched per batch, so several per wave.",
+            "",
+            f"- stack up in {up_seconds:.0f} s; {len(per_notice)} notices ({late_n} late=true); "
+            f"pipeline drained: {'yes' if complete else 'NO (timed out; figures cover what finished)'}",
+            f"- load average (1/5/15 min) at start, at each landing and at the end: {', '.join(loads)}",
+            "",
+            "<details><summary>Every notice</summary>",
+            "",
+            *bench.markdown_table(
+                ["event_date", "receipt_ts", "batch", "late", "landed -> published s", "landed -> readable s"],
+                [
+                    [
+                        r["event_date"],
+                        r["receipt_ts"],
+                        r["batch_id"],
+                        r["late"],
+                        r.get("notice_s", "-"),
+                        r.get("readable_s", "-"),
+                    ]
+                    for r in per_notice
+                ],
+            ),
+            "",
+            "</details>",
+            "",
+        ]
+    )
     print("\n".join(notes.splitlines()[2:5]))
     if not args.no_write:
-        path = bench.write_results(NAME, title, columns, rows, notes, {
-            "scale": args.scale, "waves": len(chunks), "lines per wave (about)": per_wave,
-            "pause between landings s": pause, "stream trigger": settings.trigger_interval,
-            "notice coalesce": settings.notice_coalesce or "off",
-            "dedup Spark": "Spark Connect server (warm)" if settings.spark_connect else "spark-submit per run",
-            "airflow parallelism / max_active_runs / dedup tasks at once":
-                f"{settings.airflow_parallelism} / {settings.max_active_runs} / {settings.dedup_concurrency}",
-            "workload": "tidemark.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
-            "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")}}, env)
+        path = bench.write_results(
+            NAME,
+            title,
+            columns,
+            rows,
+            notes,
+            {
+                "scale": args.scale,
+                "waves": len(chunks),
+                "lines per wave (about)": per_wave,
+                "pause between landings s": pause,
+                "stream trigger": settings.trigger_interval,
+                "notice coalesce": settings.notice_coalesce or "off",
+                "dedup Spark": "Spark Connect server (warm)" if settings.spark_connect else "spark-submit per run",
+                "airflow parallelism / max_active_runs / dedup tasks at once": f"{settings.airflow_parallelism} / {settings.max_active_runs} / {settings.dedup_concurrency}",
+                "workload": "tidemark.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
+                "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")},
+            },
+            env,
+        )
         print(f"wrote {path}")
     return 0 if complete else 1
 

@@ -25,6 +25,7 @@ Measured, each with the receipt index and with the planning that reads every mar
 With --latency-ms, every storage operation sleeps that long first (a bucket's round trip; marker
 reads run 16 at a time, as planning does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,8 @@ import pyarrow.fs as pafs
 
 from bench import counting_fs, write_results
 from tidemark import layout, planning, receipt_index, receipts, storage, times
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 RULES = SessionRules()
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -111,12 +112,24 @@ def build(lake: Lake, partitions: int, seed: int = 0, chunk: int = 256) -> tuple
             dates.append(received.date() - timedelta(days=rng.randrange(1, 31)))
         for day in sorted(set(dates)):
             begin = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(
-                seconds=rng.randrange(86400))
+                seconds=rng.randrange(86400)
+            )
             span = timedelta(hours=rng.randrange(30)) if rng.random() < 0.02 else timedelta(minutes=rng.randrange(40))
-            pending.append(receipts.ReceiptPartition(
-                event_date=day.isoformat(), receipt_ts=receipt_ts, batch_id=batch, uri="", rows=1, events=1,
-                pane_kinds=["early"], min_event_ts=times.iso_z(begin), max_event_ts=times.iso_z(begin + span),
-                watermark=times.iso_z(received), late=day < received.date()))
+            pending.append(
+                receipts.ReceiptPartition(
+                    event_date=day.isoformat(),
+                    receipt_ts=receipt_ts,
+                    batch_id=batch,
+                    uri="",
+                    rows=1,
+                    events=1,
+                    pane_kinds=["early"],
+                    min_event_ts=times.iso_z(begin),
+                    max_event_ts=times.iso_z(begin + span),
+                    watermark=times.iso_z(received),
+                    late=day < received.date(),
+                )
+            )
             written += 1
         batch += 1
         if batch % chunk == 0 or written >= partitions:
@@ -134,10 +147,24 @@ def late_data(lake: Lake, first_batch: int, count: int, newest: str) -> None:
         day = datetime.fromisoformat(newest).date() - timedelta(days=rng.randrange(2, 21))
         begin = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=12)
         receipt_ts = layout.format_receipt_ts(received)
-        receipts.complete_all(lake, [receipts.ReceiptPartition(
-            event_date=day.isoformat(), receipt_ts=receipt_ts, batch_id=batch, uri="", rows=1, events=1,
-            pane_kinds=["too_late"], min_event_ts=times.iso_z(begin), max_event_ts=times.iso_z(begin),
-            watermark=times.iso_z(received), late=True)])
+        receipts.complete_all(
+            lake,
+            [
+                receipts.ReceiptPartition(
+                    event_date=day.isoformat(),
+                    receipt_ts=receipt_ts,
+                    batch_id=batch,
+                    uri="",
+                    rows=1,
+                    events=1,
+                    pane_kinds=["too_late"],
+                    min_event_ts=times.iso_z(begin),
+                    max_event_ts=times.iso_z(begin),
+                    watermark=times.iso_z(received),
+                    late=True,
+                )
+            ],
+        )
         receipt_index.write_head(lake, receipt_ts)
 
 
@@ -145,8 +172,12 @@ def _version(lake: Lake, event_date: str) -> dict:
     index = planning.LakeIndex(lake)
     current = planning.plan_for_rerun(index, event_date, RULES, None)
     reach = max((times.parse_iso(p.max_event_ts) for p in current.partitions), default=None)
-    return {"receipts": current.keys, "hi": current.hi, "reach": planning.format_reach(reach),
-            "planned_through": current.planned_through}
+    return {
+        "receipts": current.keys,
+        "hi": current.hi,
+        "reach": planning.format_reach(reach),
+        "planned_through": current.planned_through,
+    }
 
 
 @contextmanager
@@ -172,8 +203,10 @@ def run_size(size: int, latency_ms: float, root: str) -> list[list]:
     lake = Lake.open(os.path.join(root, f"lake-{size}-{latency_ms:g}ms"))
     started = time.monotonic()
     newest, batches = build(lake, size)
-    print(f"built {size} partitions ({batches} batches, newest date {newest}) in {time.monotonic() - started:.0f} s",
-          flush=True)
+    print(
+        f"built {size} partitions ({batches} batches, newest date {newest}) in {time.monotonic() - started:.0f} s",
+        flush=True,
+    )
     old = (datetime.fromisoformat(newest) - timedelta(days=30)).date().isoformat()
     version = _version(lake, newest)
     # five more batches arrive after the version, with late data for other dates only: the no-op
@@ -181,19 +214,29 @@ def run_size(size: int, latency_ms: float, root: str) -> list[list]:
     late_data(lake, batches, 5, newest)
     rows = []
     cases = [
-        ("no-op decision, newest date", lambda: planning.quick_covered(planning.LakeIndex(lake), newest, RULES, version),
-         lambda: planning.covers(version, planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, version).keys)),
-        ("plan a correction, newest date", lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, None),
-         lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, None)),
-        ("plan a correction, 30 days back", lambda: planning.plan_for_rerun(planning.LakeIndex(lake), old, RULES, None),
-         lambda: planning.plan_for_rerun(planning.LakeIndex(lake), old, RULES, None)),
+        (
+            "no-op decision, newest date",
+            lambda: planning.quick_covered(planning.LakeIndex(lake), newest, RULES, version),
+            lambda: planning.covers(
+                version, planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, version).keys
+            ),
+        ),
+        (
+            "plan a correction, newest date",
+            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, None),
+            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, None),
+        ),
+        (
+            "plan a correction, 30 days back",
+            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), old, RULES, None),
+            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), old, RULES, None),
+        ),
     ]
     for name, indexed, scanned in cases:
         seconds, ops = measure(indexed, latency_ms)
         with without_index(lake):
             before_s, before_ops = measure(scanned, latency_ms)
-        rows.append([f"{size:,}", name, latency_ms,
-                     f"{before_s:.3f}", _ops(before_ops), f"{seconds:.3f}", _ops(ops)])
+        rows.append([f"{size:,}", name, latency_ms, f"{before_s:.3f}", _ops(before_ops), f"{seconds:.3f}", _ops(ops)])
         print(" | ".join(str(v) for v in rows[-1]), flush=True)
     rows.append(reconciliation(lake, size, batches + 5, newest, latency_ms))
     print(" | ".join(str(v) for v in rows[-1]), flush=True)
@@ -208,11 +251,19 @@ def commit_versions(lake: Lake) -> int:
     dates = receipts.list_event_dates(lake)
     for event_date in dates:
         stamps = receipts.list_receipts(lake, event_date)
-        marker = {"event_date": event_date, "run_id": publish.new_run_id(), "files": [], "sessions": 0,
-                  "receipts": [planning.receipt_key(event_date, ts) for ts in stamps],
-                  "max_receipt_ts": stamps[-1], "reach": None, "hi": event_date,
-                  "planned_through": receipt_index.head(lake), "affected_dates": [],
-                  **rules_record.marker_fields(RULES)}
+        marker = {
+            "event_date": event_date,
+            "run_id": publish.new_run_id(),
+            "files": [],
+            "sessions": 0,
+            "receipts": [planning.receipt_key(event_date, ts) for ts in stamps],
+            "max_receipt_ts": stamps[-1],
+            "reach": None,
+            "hi": event_date,
+            "planned_through": receipt_index.head(lake),
+            "affected_dates": [],
+            **rules_record.marker_fields(RULES),
+        }
         publish.write_marker(lake, marker)
         publish.commit(lake, marker)
     return len(dates)
@@ -230,25 +281,41 @@ def reconciliation(lake: Lake, size: int, first_batch: int, newest: str, latency
     late_data(lake, first_batch, 90, newest)  # 15 minutes of 10 s batches since
     changed_s, changed_ops = measure(lambda: reconcile.staleness(lake), latency_ms)
     walk_s, walk_ops = measure(lambda: reconcile.staleness(lake, full=True), latency_ms)
-    return [f"{size:,}", "one reconciliation pass, 15 min after the last", latency_ms,
-            f"{walk_s:.3f}", _ops(walk_ops), f"{changed_s:.3f}", _ops(changed_ops)]
+    return [
+        f"{size:,}",
+        "one reconciliation pass, 15 min after the last",
+        latency_ms,
+        f"{walk_s:.3f}",
+        _ops(walk_ops),
+        f"{changed_s:.3f}",
+        _ops(changed_ops),
+    ]
 
 
 def _ops(counts: dict) -> str:
-    return (f"{counts['list']} list ({counts['listed']} names), {counts['stat']} stat, "
-            f"{counts['read']} read")
+    return f"{counts['list']} list ({counts['listed']} names), {counts['stat']} stat, {counts['read']} read"
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="bench.history", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", choices=["small", "full"], default="small",
-                        help="small: 10^3 and 10^4 partitions; full: up to 10^6")
+    parser = argparse.ArgumentParser(
+        prog="bench.history", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--scale", choices=["small", "full"], default="small", help="small: 10^3 and 10^4 partitions; full: up to 10^6"
+    )
     parser.add_argument("--sizes", help="comma-separated partition counts (overrides --scale)")
-    parser.add_argument("--latency-ms", type=float, nargs="*", default=[0.0],
-                        help="simulated latency per storage operation (several: one run each)")
-    parser.add_argument("--landing-sizes", default=None,
-                        help="also item 4 at these landed-file counts (bench/landing_age.py), e.g. 1000,10000,100000")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        nargs="*",
+        default=[0.0],
+        help="simulated latency per storage operation (several: one run each)",
+    )
+    parser.add_argument(
+        "--landing-sizes",
+        default=None,
+        help="also item 4 at these landed-file counts (bench/landing_age.py), e.g. 1000,10000,100000",
+    )
     parser.add_argument("--work", help="folder for the lakes (default: a temporary one, removed)")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/results/history.md")
     return parser.parse_args(argv)
@@ -256,8 +323,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
-             else [1_000, 10_000] if args.scale == "small" else [1_000, 10_000, 100_000, 1_000_000])
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else [1_000, 10_000]
+        if args.scale == "small"
+        else [1_000, 10_000, 100_000, 1_000_000]
+    )
     if args.landing_sizes:  # item 4: a Spark stream, its own results file
         from bench import landing_age
 
@@ -268,13 +340,24 @@ def main(argv=None) -> int:
     finally:
         if not args.work:
             shutil.rmtree(root, ignore_errors=True)
-    columns = ["receipt partitions", "what", "latency ms/op", "every marker / walk: s",
-               "every marker / walk: ops", "receipt index: s", "receipt index: ops"]
+    columns = [
+        "receipt partitions",
+        "what",
+        "latency ms/op",
+        "every marker / walk: s",
+        "every marker / walk: ops",
+        "receipt index: s",
+        "receipt index: ops",
+    ]
     if not args.no_write:
-        write_results("history", "Cost against the lake's age: planning with and without the receipt index",
-                      columns, rows, __doc__.split("\n\n", 1)[1],
-                      {"sizes": sizes, "latency per operation (ms)": args.latency_ms,
-                       "rules": RULES.describe()})
+        write_results(
+            "history",
+            "Cost against the lake's age: planning with and without the receipt index",
+            columns,
+            rows,
+            __doc__.split("\n\n", 1)[1],
+            {"sizes": sizes, "latency per operation (ms)": args.latency_ms, "rules": RULES.describe()},
+        )
     return 0
 
 

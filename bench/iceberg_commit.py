@@ -12,6 +12,7 @@ commit's, not the job's), in the local SQLite catalog:
 
     .venv/bin/python -m bench.iceberg_commit [--dates 30] [--history 3] [--sessions 20000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,16 +25,17 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import date, datetime, timedelta, timezone
 
 import bench
-from tidemark.times import now_iso_z
 from tidemark.lake import Lake
+from tidemark.times import now_iso_z
 
 NAME = "iceberg_commit"
 DAY0 = date(2026, 3, 1)
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.iceberg_commit", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.iceberg_commit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--workdir", default="/tmp/tidemark-bench/iceberg_commit")
     p.add_argument("--scale", choices=["small", "full"], default="small")
     p.add_argument("--dates", type=int, default=None, help="dates in the table (small 30, full 365)")
@@ -59,19 +61,32 @@ def _template(sessions: int, receipts: list[str]):
     if key not in _TEMPLATES:
         start = datetime(2026, 3, 1, tzinfo=timezone.utc)
         starts = [start + timedelta(seconds=7 * i) for i in range(sessions)]
-        _TEMPLATES[key] = pa.table({
-            "session_id": [f"{i:032d}" for i in range(sessions)],
-            "user_id": [f"user-{i % 5000:05d}" for i in range(sessions)],
-            "session_start": pa.array(starts, pa.timestamp("us", tz="UTC")),
-            "session_end": pa.array([s + timedelta(minutes=9) for s in starts], pa.timestamp("us", tz="UTC")),
-            "event_count": pa.array([4] * sessions, pa.int64()),
-            "event_type_count": pa.array([1] * sessions, pa.int32()),  # every event below is a "play"
-            "event_ids": [[f"e{i}-{k}" for k in range(4)] for i in range(sessions)],
-            "events": [[{"event_ts": s + timedelta(minutes=3 * k), "event_id": f"e{i}-{k}", "event_type": "play",
-                         "payload": "{}"} for k in range(4)] for i, s in enumerate(starts)],
-            "first_receipt_ts": [receipts[0]] * sessions, "last_receipt_ts": [receipts[-1]] * sessions,
-            "event_date": pa.array([start.date()] * sessions, pa.date32()),
-        }).cast(iceberg.schema().as_arrow())
+        _TEMPLATES[key] = pa.table(
+            {
+                "session_id": [f"{i:032d}" for i in range(sessions)],
+                "user_id": [f"user-{i % 5000:05d}" for i in range(sessions)],
+                "session_start": pa.array(starts, pa.timestamp("us", tz="UTC")),
+                "session_end": pa.array([s + timedelta(minutes=9) for s in starts], pa.timestamp("us", tz="UTC")),
+                "event_count": pa.array([4] * sessions, pa.int64()),
+                "event_type_count": pa.array([1] * sessions, pa.int32()),  # every event below is a "play"
+                "event_ids": [[f"e{i}-{k}" for k in range(4)] for i in range(sessions)],
+                "events": [
+                    [
+                        {
+                            "event_ts": s + timedelta(minutes=3 * k),
+                            "event_id": f"e{i}-{k}",
+                            "event_type": "play",
+                            "payload": "{}",
+                        }
+                        for k in range(4)
+                    ]
+                    for i, s in enumerate(starts)
+                ],
+                "first_receipt_ts": [receipts[0]] * sessions,
+                "last_receipt_ts": [receipts[-1]] * sessions,
+                "event_date": pa.array([start.date()] * sessions, pa.date32()),
+            }
+        ).cast(iceberg.schema().as_arrow())
     return _TEMPLATES[key]
 
 
@@ -87,12 +102,22 @@ def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> dict:
     os.makedirs(folder)
     rows = _template(sessions, receipts)
     column = rows.schema.get_field_index("event_date")
-    rows = rows.set_column(column, rows.schema.field(column),
-                           pa.array([date.fromisoformat(day)] * sessions, pa.date32()))
+    rows = rows.set_column(
+        column, rows.schema.field(column), pa.array([date.fromisoformat(day)] * sessions, pa.date32())
+    )
     pq.write_table(rows, f"{folder}/part-00000.parquet")
-    marker = {"event_date": day, "run_id": run_id, "files": ["part-00000.parquet"], "sessions": sessions,
-              "receipts": [f"{day}/{r}" for r in receipts], "max_receipt_ts": receipts[-1], "hi": day,
-              "gap": "30m", "affected_dates": [], "created_at": now_iso_z()}
+    marker = {
+        "event_date": day,
+        "run_id": run_id,
+        "files": ["part-00000.parquet"],
+        "sessions": sessions,
+        "receipts": [f"{day}/{r}" for r in receipts],
+        "max_receipt_ts": receipts[-1],
+        "hi": day,
+        "gap": "30m",
+        "affected_dates": [],
+        "created_at": now_iso_z(),
+    }
     publish.write_marker(lake, marker)
     return marker
 
@@ -122,8 +147,14 @@ def _worker(lake: Lake, days: list[str], version: int, sessions: int, barrier) -
 def stats(label: str, samples: list[tuple[float, int]]) -> list:
     secs = sorted(s for s, _ in samples)
     p95 = secs[min(len(secs) - 1, int(round(0.95 * (len(secs) - 1))))]
-    return [label, len(secs), round(statistics.median(secs), 3), round(p95, 3), round(secs[-1], 3),
-            sum(a - 1 for _, a in samples)]
+    return [
+        label,
+        len(secs),
+        round(statistics.median(secs), 3),
+        round(p95, 3),
+        round(secs[-1], 3),
+        sum(a - 1 for _, a in samples),
+    ]
 
 
 def main(argv=None) -> int:
@@ -152,35 +183,52 @@ def _run(argv) -> int:
     for version in range(1, args.history):
         for d in days:
             timed_commit(lake, prepared(lake, d, receipts_for(version), args.sessions))
-    replace = [timed_commit(lake, prepared(lake, d, receipts_for(args.history), args.sessions))
-               for d in days[: min(len(days), 20)]]
+    replace = [
+        timed_commit(lake, prepared(lake, d, receipts_for(args.history), args.sessions))
+        for d in days[: min(len(days), 20)]
+    ]
 
     context = multiprocessing.get_context("spawn")
-    groups = [days[i::args.concurrency] for i in range(args.concurrency)]
+    groups = [days[i :: args.concurrency] for i in range(args.concurrency)]
     with context.Manager() as manager, ProcessPoolExecutor(args.concurrency, mp_context=context) as pool:
         barrier = manager.Barrier(args.concurrency)
         futures = [pool.submit(_worker, lake, g[:10], args.history + 1, args.sessions, barrier) for g in groups]
         concurrent = [sample for f in futures for sample in f.result(timeout=1800)]
 
     from tidemark import table as iceberg
+
     snapshots = len(iceberg.load(lake).snapshots())
     columns = ["commit", "commits", "median s", "p95 s", "max s", "conflicts retried"]
-    rows = [stats(f"first version of a date ({args.dates} dates)", first),
-            stats(f"replace a version (table with {args.dates * args.history} versions)", replace),
-            stats(f"{args.concurrency} processes at once, different dates", concurrent)]
+    rows = [
+        stats(f"first version of a date ({args.dates} dates)", first),
+        stats(f"replace a version (table with {args.dates * args.history} versions)", replace),
+        stats(f"{args.concurrency} processes at once, different dates", concurrent),
+    ]
     bench.print_table("What the Iceberg commit adds to a publish", columns, rows)
     if not args.no_write:
-        notes = (f"`tidemark.publish.commit` alone, on one {args.sessions:,}-session Parquet file per version "
-                 f"(written by pyarrow in the layout a dedup run leaves), local SQLite catalog, "
-                 f"{snapshots} snapshots in the table at the end. The commit reads the file's footer, loads "
-                 f"the table, checks the date's current version, writes manifest, manifest list and "
-                 f"metadata, and swaps the catalog pointer; under concurrency a loser reloads and retries. "
-                 f"Compare with the seconds of the whole dedup of a date (BENCHMARKS.md sections 3 and 4).")
-        path = bench.write_results(NAME, "What the Iceberg commit adds to a publish", columns, rows, notes,
-                                   {"dates": args.dates, "versions per date before 'replace'": args.history,
-                                    "sessions per version": args.sessions, "concurrency": args.concurrency},
-                                   env, command=".venv/bin/python -m bench.iceberg_commit " + " ".join(
-                                       argv if argv is not None else sys.argv[1:]))
+        notes = (
+            f"`tidemark.publish.commit` alone, on one {args.sessions:,}-session Parquet file per version "
+            f"(written by pyarrow in the layout a dedup run leaves), local SQLite catalog, "
+            f"{snapshots} snapshots in the table at the end. The commit reads the file's footer, loads "
+            f"the table, checks the date's current version, writes manifest, manifest list and "
+            f"metadata, and swaps the catalog pointer; under concurrency a loser reloads and retries. "
+            f"Compare with the seconds of the whole dedup of a date (BENCHMARKS.md sections 3 and 4)."
+        )
+        path = bench.write_results(
+            NAME,
+            "What the Iceberg commit adds to a publish",
+            columns,
+            rows,
+            notes,
+            {
+                "dates": args.dates,
+                "versions per date before 'replace'": args.history,
+                "sessions per version": args.sessions,
+                "concurrency": args.concurrency,
+            },
+            env,
+            command=".venv/bin/python -m bench.iceberg_commit " + " ".join(argv if argv is not None else sys.argv[1:]),
+        )
         print(f"wrote {path}")
     return 0
 

@@ -15,6 +15,7 @@ lake's through a counting filesystem under the Lake handle. With --latency-ms ev
 that long first (a bucket's round trip). The catalog itself (SQLite here, a REST service in
 production) is not counted: one load and one compare-and-swap per attempt whatever the age.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,14 +48,24 @@ class Counter(counting_fs.CountingHandler):
         self.reset()
 
     def reset(self) -> None:
-        self.counts = {"metadata read": 0, "metadata bytes read": 0, "metadata written": 0,
-                       "other read": 0, "other written": 0, "stat": 0, "list": 0}
+        self.counts = {
+            "metadata read": 0,
+            "metadata bytes read": 0,
+            "metadata written": 0,
+            "other read": 0,
+            "other written": 0,
+            "stat": 0,
+            "list": 0,
+        }
 
     def count(self, op: str, path: str, n: int = 1) -> None:
         if op == "change":
             return
-        kind = (("metadata " if "/metadata/" in path else "other ") + ("written" if op == "write" else op)
-                if op in ("read", "write") else op)
+        kind = (
+            ("metadata " if "/metadata/" in path else "other ") + ("written" if op == "write" else op)
+            if op in ("read", "write")
+            else op
+        )
         size = self.inner.get_file_info(path).size if kind == "metadata read" else 0
         with self.lock:
             self.counts[kind] += n
@@ -84,9 +95,15 @@ def counted_lake(root: str) -> Lake:
     the metadata through CountingFileIO (the lake's _catalog/catalog.json)."""
     os.makedirs(os.path.join(root, "_catalog"), exist_ok=True)
     with open(os.path.join(root, "_catalog", "catalog.json"), "w") as out:
-        json.dump({"type": "sql", "uri": f"sqlite:///{root}/_catalog/iceberg.db", "warehouse": f"file://{root}",
-                   "py-io-impl": "bench.iceberg_history.CountingFileIO"},
-                  out)
+        json.dump(
+            {
+                "type": "sql",
+                "uri": f"sqlite:///{root}/_catalog/iceberg.db",
+                "warehouse": f"file://{root}",
+                "py-io-impl": "bench.iceberg_history.CountingFileIO",
+            },
+            out,
+        )
     return Lake(root, filesystem=_FS, root=root)
 
 
@@ -99,7 +116,8 @@ def _day(i: int) -> str:
 def expire(lake: Lake, keep: int) -> int:
     """`tidemark gc` with the 7-day retention on a clock set `retention` after the keep-th newest
     snapshot stopped being current: the keep newest stay, as after 7 days of daily gc."""
-    from tidemark import gc, publish, table as iceberg
+    from tidemark import gc, publish
+    from tidemark import table as iceberg
 
     lineage = [s for s, _ in publish.snapshot_versions(iceberg.load(lake))]
     if len(lineage) <= keep:
@@ -128,18 +146,21 @@ def build(lake: Lake, days: int, sessions: int) -> dict:
 def shape(lake: Lake) -> dict:
     """What the current metadata holds: sizes of the metadata file, its properties and snapshots,
     and of the current manifest list."""
-    from tidemark import publish, table as iceberg
+    from tidemark import publish
+    from tidemark import table as iceberg
 
     tbl = iceberg.load(lake)
-    raw = json.loads(open(tbl.metadata_location[len("file://"):]).read())
+    raw = json.loads(open(tbl.metadata_location[len("file://") :]).read())
     manifests = tbl.current_snapshot().manifests(tbl.io)
-    return {"dates": len(publish.dates_with_version(tbl)),
-            "snapshots": len(tbl.snapshots()),
-            "metadata file bytes": os.path.getsize(tbl.metadata_location[len("file://"):]),
-            "properties bytes": len(json.dumps(raw.get("properties", {}))),
-            "snapshots bytes": len(json.dumps(raw.get("snapshots", []))),
-            "manifests in the current snapshot": len(manifests),
-            "manifest list bytes": os.path.getsize(tbl.current_snapshot().manifest_list[len("file://"):])}
+    return {
+        "dates": len(publish.dates_with_version(tbl)),
+        "snapshots": len(tbl.snapshots()),
+        "metadata file bytes": os.path.getsize(tbl.metadata_location[len("file://") :]),
+        "properties bytes": len(json.dumps(raw.get("properties", {}))),
+        "snapshots bytes": len(json.dumps(raw.get("snapshots", []))),
+        "manifests in the current snapshot": len(manifests),
+        "manifest list bytes": os.path.getsize(tbl.current_snapshot().manifest_list[len("file://") :]),
+    }
 
 
 def parse_cost(lake: Lake) -> dict:
@@ -148,9 +169,10 @@ def parse_cost(lake: Lake) -> dict:
     from pyiceberg.serializers import FromByteStream  # noqa: F401 - the loader the catalog uses
     from pyiceberg.table.metadata import TableMetadataUtil
 
-    from tidemark import publish, table as iceberg
+    from tidemark import publish
+    from tidemark import table as iceberg
 
-    text = open(iceberg.load(lake).metadata_location[len("file://"):]).read()
+    text = open(iceberg.load(lake).metadata_location[len("file://") :]).read()
     raw = json.loads(text)
     raw["properties"] = {k: v for k, v in raw["properties"].items() if not k.startswith(publish.CURRENT_PREFIX)}
     stripped = json.dumps(raw)
@@ -163,8 +185,11 @@ def parse_cost(lake: Lake) -> dict:
             samples.append(time.perf_counter() - t0)
         return statistics.median(samples)
 
-    return {"parse+write s": round(cost(text), 4), "without per-date properties": round(cost(stripped), 4),
-            "bytes without per-date properties": len(stripped)}
+    return {
+        "parse+write s": round(cost(text), 4),
+        "without per-date properties": round(cost(stripped), 4),
+        "bytes without per-date properties": len(stripped),
+    }
 
 
 def _metadata_files(root: str) -> dict[str, int]:
@@ -175,7 +200,8 @@ def _metadata_files(root: str) -> dict[str, int]:
 def one_commit(lake: Lake, root: str, sessions: int, latency_ms: float) -> dict:
     """Commit a new version of yesterday's date (prepared first, not timed), counted."""
     from bench.iceberg_commit import prepared, receipts_for
-    from tidemark import publish, table as iceberg
+    from tidemark import publish
+    from tidemark import table as iceberg
 
     tbl = iceberg.load(lake)
     newest = publish.dates_with_version(tbl)[-1]
@@ -195,12 +221,17 @@ def one_commit(lake: Lake, root: str, sessions: int, latency_ms: float) -> dict:
     assert outcome.committed and outcome.attempts == 1
     after = _metadata_files(root)
     written = {k: v for k, v in after.items() if k not in before}
-    return {"s": seconds, **COUNTER.counts, "metadata bytes written": sum(written.values()),
-            "written files": len(written)}
+    return {
+        "s": seconds,
+        **COUNTER.counts,
+        "metadata bytes written": sum(written.values()),
+        "written files": len(written),
+    }
 
 
-def measure(days: int, root: str, sessions: int, repeats: int, latencies: list[float],
-            reuse: bool = False) -> tuple[dict, list[dict]]:
+def measure(
+    days: int, root: str, sessions: int, repeats: int, latencies: list[float], reuse: bool = False
+) -> tuple[dict, list[dict]]:
     if reuse and os.path.exists(os.path.join(root, "_catalog", "catalog.json")):
         lake, built = counted_lake(root), {"build s": "reused"}  # a table an earlier run built
         expire(lake, 7 * COMMITS_PER_DAY)  # as its build ends (it may have been stopped mid-week)
@@ -221,8 +252,11 @@ def measure(days: int, root: str, sessions: int, repeats: int, latencies: list[f
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.iceberg_history", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.iceberg_history",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--workdir", default="/tmp/tidemark-bench/iceberg_history")
     p.add_argument("--scale", choices=["small", "full"], default="small")
     p.add_argument("--days", default=None, help="table ages in days, comma-separated (small 7,60; full 7,365)")
@@ -256,37 +290,92 @@ def _run(argv) -> int:
     shapes, rows = [], []
     for days in args.days:
         load = os.getloadavg()[0]
-        built, samples = measure(days, os.path.join(args.workdir, f"days{days}"), args.sessions, args.repeats,
-                                 args.latency_ms, args.reuse)
-        shapes.append([days, built["dates"], built["snapshots"], f"{built['metadata file bytes']:,}",
-                       f"{built['properties bytes']:,}", f"{built['snapshots bytes']:,}",
-                       built["manifests in the current snapshot"], f"{built['manifest list bytes']:,}",
-                       built["parse+write s"], f"{built['bytes without per-date properties']:,}",
-                       built["without per-date properties"], built["build s"]])
+        built, samples = measure(
+            days, os.path.join(args.workdir, f"days{days}"), args.sessions, args.repeats, args.latency_ms, args.reuse
+        )
+        shapes.append(
+            [
+                days,
+                built["dates"],
+                built["snapshots"],
+                f"{built['metadata file bytes']:,}",
+                f"{built['properties bytes']:,}",
+                f"{built['snapshots bytes']:,}",
+                built["manifests in the current snapshot"],
+                f"{built['manifest list bytes']:,}",
+                built["parse+write s"],
+                f"{built['bytes without per-date properties']:,}",
+                built["without per-date properties"],
+                built["build s"],
+            ]
+        )
         for s in samples:
-            rows.append([days, s["latency ms"], round(s["s"], 3), s["metadata read"],
-                         f"{s['metadata bytes read']:,}", s["metadata written"],
-                         f"{s['metadata bytes written']:,}", s["other read"], s["stat"], s["list"],
-                         f"{load:.1f}-{os.getloadavg()[0]:.1f}"])
-        print(shapes[-1], rows[-len(samples):], flush=True)
-    columns = ["days of history", "latency ms/op", "commit s (median)", "metadata objects read",
-               "metadata bytes read", "metadata objects written", "metadata bytes written",
-               "other objects read (footers, markers, rules)", "stats", "lists", "load (1 min) before-after"]
-    shape_columns = ["days", "dates", "snapshots kept", "metadata file bytes", "of which properties",
-                     "of which snapshots", "manifests in the current snapshot", "manifest list bytes",
-                     "metadata parse+write s", "metadata bytes without per-date properties",
-                     "parse+write s without them", "build s"]
+            rows.append(
+                [
+                    days,
+                    s["latency ms"],
+                    round(s["s"], 3),
+                    s["metadata read"],
+                    f"{s['metadata bytes read']:,}",
+                    s["metadata written"],
+                    f"{s['metadata bytes written']:,}",
+                    s["other read"],
+                    s["stat"],
+                    s["list"],
+                    f"{load:.1f}-{os.getloadavg()[0]:.1f}",
+                ]
+            )
+        print(shapes[-1], rows[-len(samples) :], flush=True)
+    columns = [
+        "days of history",
+        "latency ms/op",
+        "commit s (median)",
+        "metadata objects read",
+        "metadata bytes read",
+        "metadata objects written",
+        "metadata bytes written",
+        "other objects read (footers, markers, rules)",
+        "stats",
+        "lists",
+        "load (1 min) before-after",
+    ]
+    shape_columns = [
+        "days",
+        "dates",
+        "snapshots kept",
+        "metadata file bytes",
+        "of which properties",
+        "of which snapshots",
+        "manifests in the current snapshot",
+        "manifest list bytes",
+        "metadata parse+write s",
+        "metadata bytes without per-date properties",
+        "parse+write s without them",
+        "build s",
+    ]
     bench.print_table("One Iceberg commit against the table's age", columns, rows)
     bench.print_table("The table after N days", shape_columns, shapes)
     if not args.no_write:
         after = "## The table after N days (gc every 7 days, 7-day retention)\n\n" + "\n".join(
-            bench.markdown_table(shape_columns, shapes))
+            bench.markdown_table(shape_columns, shapes)
+        )
         path = bench.write_results(
-            NAME, "One Iceberg commit against the table's age (issue 27, item 5)", columns, rows, __doc__,
-            {"days": args.days, "commits per day": COMMITS_PER_DAY, "gc retention": "7d",
-             "sessions per version": args.sessions, "repeats": args.repeats},
-            env, command=".venv/bin/python -m bench.iceberg_history " + " ".join(
-                argv if argv is not None else sys.argv[1:]), after=after)
+            NAME,
+            "One Iceberg commit against the table's age (issue 27, item 5)",
+            columns,
+            rows,
+            __doc__,
+            {
+                "days": args.days,
+                "commits per day": COMMITS_PER_DAY,
+                "gc retention": "7d",
+                "sessions per version": args.sessions,
+                "repeats": args.repeats,
+            },
+            env,
+            command=".venv/bin/python -m bench.iceberg_history " + " ".join(argv if argv is not None else sys.argv[1:]),
+            after=after,
+        )
         print(f"wrote {path}")
     return 0
 

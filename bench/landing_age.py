@@ -23,6 +23,7 @@ The archive's own cost per batch (tidemark.landing_archive.drain of one committe
 queue listed, one commit checked, one file moved) is counted through bench.history's counting
 filesystem.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,6 +43,7 @@ LINE = b'{"event_id":"e","user_id":"u","event_type":"play","event_ts":"2026-01-0
 
 def land(root: str, count: int, start: int = 0, threads: int = 8) -> None:
     """count one-line files under root/h=NNNNN/ (1,000 per folder), written concurrently."""
+
     def folder(index: int) -> None:
         path = os.path.join(root, f"h={index:05d}")
         os.makedirs(path, exist_ok=True)
@@ -69,7 +71,7 @@ def _query(spark, landing: str, checkpoint: str, fn, available_now: bool, max_fi
     from streaming_job.job import StreamConfig, source
 
     config = StreamConfig(landing=landing, lake=landing, checkpoint=checkpoint, max_files_per_trigger=max_files)
-    writer = (source(spark, config).writeStream.option("checkpointLocation", checkpoint).foreachBatch(fn))
+    writer = source(spark, config).writeStream.option("checkpointLocation", checkpoint).foreachBatch(fn)
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
     return writer.start()
 
@@ -79,8 +81,9 @@ def read_all(spark, landing: str, checkpoint: str) -> float:
     returns seconds. (One batch of 10^6 files spent minutes in Spark's file index, its 2 GB driver
     collecting garbage: the stream never takes that many at once either.)"""
     started = time.monotonic()
-    query = _query(spark, landing, checkpoint, lambda df, batch_id: None, available_now=True,
-                   max_files=READ_ALL_PER_BATCH)
+    query = _query(
+        spark, landing, checkpoint, lambda df, batch_id: None, available_now=True, max_files=READ_ALL_PER_BATCH
+    )
     query.awaitTermination()
     return time.monotonic() - started
 
@@ -123,8 +126,12 @@ def _fixed(progress: dict) -> float:
 def summary(progresses: list[dict]) -> dict:
     fixed = [_fixed(p) for p in progresses]
     listing = [p["durationMs"].get("latestOffset", 0) / 1000 for p in progresses]
-    return {"median_s": statistics.median(fixed), "max_s": max(fixed),
-            "listing_median_s": statistics.median(listing), "batches": len(progresses)}
+    return {
+        "median_s": statistics.median(fixed),
+        "max_s": max(fixed),
+        "listing_median_s": statistics.median(listing),
+        "batches": len(progresses),
+    }
 
 
 def archive_all(landing: str, archive: str) -> None:
@@ -144,8 +151,13 @@ def drain_cost(work: str) -> tuple[float, dict]:
     land_one(landing, 0)
     gen = landing_archive.current(checkpoint)
     info = os.stat(os.path.join(landing, "new", "g-0000000.jsonl"))
-    landing_archive.enqueue(checkpoint, gen, 0, "20260101T000000000Z",
-                            [{"path": "new/g-0000000.jsonl", "size": info.st_size, "mtime_ms": int(info.st_mtime * 1000)}])
+    landing_archive.enqueue(
+        checkpoint,
+        gen,
+        0,
+        "20260101T000000000Z",
+        [{"path": "new/g-0000000.jsonl", "size": info.st_size, "mtime_ms": int(info.st_mtime * 1000)}],
+    )
     os.makedirs(os.path.join(gen.query_dir(checkpoint), "commits"))
     open(os.path.join(gen.query_dir(checkpoint), "commits", "0"), "w").close()  # as Spark's commit log has it
     with counted(0) as counts:
@@ -162,25 +174,42 @@ def run_size(spark, size: int, count: int, work: str) -> list[list]:
     land(landing, size)
     landed_s = time.monotonic() - started
     read_s = read_all(spark, landing, os.path.join(work, f"cp-{size}"))
-    log_bytes = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(os.path.join(work, f"cp-{size}", "sources"))
-                    for f in fs)
-    print(f"{size:,} files landed in {landed_s:.0f} s, read into the source log in {read_s:.0f} s "
-          f"({log_bytes / 1e6:.1f} MB of log)", flush=True)
+    log_bytes = sum(
+        os.path.getsize(os.path.join(dp, f))
+        for dp, _, fs in os.walk(os.path.join(work, f"cp-{size}", "sources"))
+        for f in fs
+    )
+    print(
+        f"{size:,} files landed in {landed_s:.0f} s, read into the source log in {read_s:.0f} s "
+        f"({log_bytes / 1e6:.1f} MB of log)",
+        flush=True,
+    )
     before = summary(batches(spark, landing, os.path.join(work, f"cp-{size}"), count, 0))
     archive_all(landing, archive)
     after = summary(batches(spark, landing, os.path.join(work, f"cp-{size}-g1"), count, 10_000))
-    return [[f"{size:,}", f"{before['median_s']:.3f}", f"{before['max_s']:.3f}", f"{before['listing_median_s']:.3f}",
-             f"{after['median_s']:.3f}", f"{after['max_s']:.3f}", f"{after['listing_median_s']:.3f}",
-             f"{log_bytes / 1e6:.1f} MB"]]
+    return [
+        [
+            f"{size:,}",
+            f"{before['median_s']:.3f}",
+            f"{before['max_s']:.3f}",
+            f"{before['listing_median_s']:.3f}",
+            f"{after['median_s']:.3f}",
+            f"{after['max_s']:.3f}",
+            f"{after['listing_median_s']:.3f}",
+            f"{log_bytes / 1e6:.1f} MB",
+        ]
+    ]
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="bench.landing_age", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bench.landing_age", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated landed-file counts")
     parser.add_argument("--batches", type=int, default=12, help="micro-batches measured per size and case")
-    parser.add_argument("--generation", type=int, default=8640,
-                        help="files in a generation's source log at its end (after: worst case)")
+    parser.add_argument(
+        "--generation", type=int, default=8640, help="files in a generation's source log at its end (after: worst case)"
+    )
     parser.add_argument("--work", help="folder for the landings (default: a temporary one, removed)")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/results/landing_age.md")
     return parser.parse_args(argv)
@@ -205,27 +234,63 @@ def main(argv=None) -> int:
         read_all(spark, gen_landing, os.path.join(root, "cp-gen"))
         archive_all(gen_landing, os.path.join(root, "gen-archive"))
         end = summary(batches(spark, gen_landing, os.path.join(root, "cp-gen"), args.batches, 20_000))
-        rows.append([f"after, a generation's end ({args.generation:,} files in its log, landing empty)", "", "", "",
-                     f"{end['median_s']:.3f}", f"{end['max_s']:.3f}", f"{end['listing_median_s']:.3f}", ""])
+        rows.append(
+            [
+                f"after, a generation's end ({args.generation:,} files in its log, landing empty)",
+                "",
+                "",
+                "",
+                f"{end['median_s']:.3f}",
+                f"{end['max_s']:.3f}",
+                f"{end['listing_median_s']:.3f}",
+                "",
+            ]
+        )
         print(" | ".join(rows[-1]), flush=True)
         drain_s, drain_ops = drain_cost(root)
-        rows.append(["archive: one committed batch's file moved (landing_archive.drain)", "", "", "",
-                     f"{drain_s:.4f}", "", "", f"{drain_ops['list']} list, {drain_ops['stat']} stat, "
-                     f"{drain_ops['read']} read, {drain_ops['write']} write, 1 move, 1 delete"])
+        rows.append(
+            [
+                "archive: one committed batch's file moved (landing_archive.drain)",
+                "",
+                "",
+                "",
+                f"{drain_s:.4f}",
+                "",
+                "",
+                f"{drain_ops['list']} list, {drain_ops['stat']} stat, "
+                f"{drain_ops['read']} read, {drain_ops['write']} write, 1 move, 1 delete",
+            ]
+        )
         print(" | ".join(rows[-1]), flush=True)
     finally:
         spark.stop()
         if not args.work:
             shutil.rmtree(root, ignore_errors=True)
     load_after = os.getloadavg()
-    columns = ["files landed before", "before: fixed s (median)", "before: max s", "before: listing s",
-               "after: fixed s (median)", "after: max s", "after: listing s", "source log (before)"]
+    columns = [
+        "files landed before",
+        "before: fixed s (median)",
+        "before: max s",
+        "before: listing s",
+        "after: fixed s (median)",
+        "after: max s",
+        "after: listing s",
+        "source log (before)",
+    ]
     if not args.no_write:
-        write_results("landing_age", "Cost against the landing's age: one micro-batch's fixed cost",
-                      columns, rows, __doc__.split("\n\n", 1)[1],
-                      {"sizes": sizes, "batches per case": args.batches,
-                       "load (1, 5, 15 min) at start": ", ".join(f"{x:.1f}" for x in load_before),
-                       "load at end": ", ".join(f"{x:.1f}" for x in load_after)})
+        write_results(
+            "landing_age",
+            "Cost against the landing's age: one micro-batch's fixed cost",
+            columns,
+            rows,
+            __doc__.split("\n\n", 1)[1],
+            {
+                "sizes": sizes,
+                "batches per case": args.batches,
+                "load (1, 5, 15 min) at start": ", ".join(f"{x:.1f}" for x in load_before),
+                "load at end": ", ".join(f"{x:.1f}" for x in load_after),
+            },
+        )
     return 0
 
 

@@ -15,6 +15,7 @@ series is flat: the last quarter of the batches is no bigger than the first quar
     .venv/bin/python -m bench.memory --scale small     # ~40k events over 100 days, 40 batches
     .venv/bin/python -m bench.memory --scale full      # 400k events over 100 days, 40 batches
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,12 +69,14 @@ def jvm_heap(root_pid: int) -> dict:
         lines = out.split("\n")
         if len(lines) < 2 or not lines[1].strip():
             return {}
-        row = dict(zip(lines[0].split(), lines[1].split()))
+        row = dict(zip(lines[0].split(), lines[1].split(), strict=False))
         try:
-            kb = lambda *keys: sum(float(row[k]) for k in keys)  # noqa: E731
-            return {"heap_used": int(kb("S0U", "S1U", "EU", "OU") * 1024),
-                    "heap_committed": int(kb("S0C", "S1C", "EC", "OC") * 1024),
-                    "old_used": int(kb("OU") * 1024)}
+            kb = lambda *keys: sum(float(row[k]) for k in keys)  # noqa: E731, B023 (a local shorthand, used at once)
+            return {
+                "heap_used": int(kb("S0U", "S1U", "EU", "OU") * 1024),
+                "heap_committed": int(kb("S0C", "S1C", "EC", "OC") * 1024),
+                "old_used": int(kb("OU") * 1024),
+            }
         except (KeyError, ValueError):
             return {}
     return {}
@@ -116,8 +119,12 @@ class Watcher(threading.Thread):
                     meta = json.load(handle)
             except (OSError, ValueError):
                 continue  # not complete yet
-            self.versions[batch_id] = {"bytes": dir_bytes(folder), "sessions": int(meta["sessions"]),
-                                       "seen_at": time.time(), **jvm_heap(self.pid)}
+            self.versions[batch_id] = {
+                "bytes": dir_bytes(folder),
+                "sessions": int(meta["sessions"]),
+                "seen_at": time.time(),
+                **jvm_heap(self.pid),
+            }
 
     def stop(self):
         self._halt.set()
@@ -125,8 +132,9 @@ class Watcher(threading.Thread):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.memory", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--scale", choices=sorted(SCALES), default="small")
     p.add_argument("--events", type=int)
     p.add_argument("--files", type=int)
@@ -134,8 +142,13 @@ def parse_args(argv):
     p.add_argument("--days", type=int)
     p.add_argument("--files-per-trigger", type=int)
     p.add_argument("--master", default="local[2]")
-    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Spark conf for the stream (via PYSPARK_SUBMIT_ARGS), e.g. spark.ui.retainedJobs=50")
+    p.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark conf for the stream (via PYSPARK_SUBMIT_ARGS), e.g. spark.ui.retainedJobs=50",
+    )
     p.add_argument("--timeout", type=float, default=5400)
     p.add_argument("--workdir", default="/tmp/tidemark-bench/memory")
     p.add_argument("--no-write", action="store_true")
@@ -159,25 +172,45 @@ def main(argv=None) -> int:
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)
     landing, lake, checkpoint = (os.path.join(work, x) for x in ("landing", "lake", "checkpoint"))
-    workload = generate.Workload(events=scale["events"], users=scale["users"], days=scale["days"],
-                                 files=scale["files"], start="2026-01-01", seed=23)
+    workload = generate.Workload(
+        events=scale["events"],
+        users=scale["users"],
+        days=scale["days"],
+        files=scale["files"],
+        start="2026-01-01",
+        seed=23,
+    )
     with bench.stopwatch() as t:
         summary = generate.generate(landing, workload, progress=False)
-    print(f"generated {summary['deliveries']} lines in {summary['files']} files over {scale['days']} days "
-          f"({t['seconds']}s)", flush=True)
+    print(
+        f"generated {summary['deliveries']} lines in {summary['files']} files over {scale['days']} days "
+        f"({t['seconds']}s)",
+        flush=True,
+    )
 
     log_path = os.path.join(work, "stream.log")
-    argv = [os.path.join(BIN, "tidemark"), "stream", "--landing", landing, "--lake", lake,
-            "--checkpoint", checkpoint, "--available-now", "--master", args.master,
-            "--max-files-per-trigger", str(fpt)]
+    argv = [
+        os.path.join(BIN, "tidemark"),
+        "stream",
+        "--landing",
+        landing,
+        "--lake",
+        lake,
+        "--checkpoint",
+        checkpoint,
+        "--available-now",
+        "--master",
+        args.master,
+        "--max-files-per-trigger",
+        str(fpt),
+    ]
     load_before = load()
     started = time.time()
     with open(log_path, "w") as log:
         env = dict(os.environ)
         if args.spark_conf:
             env["PYSPARK_SUBMIT_ARGS"] = " ".join(f"--conf {c}" for c in args.spark_conf) + " pyspark-shell"
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                                env=env)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True, env=env)
         watcher = Watcher(proc.pid, checkpoint)
         watcher.start()
         try:
@@ -198,15 +231,22 @@ def main(argv=None) -> int:
         end = parse_iso(b["timestamp"])
         window = [s for ts, s in watcher.samples if previous_end <= ts <= end + 0.5]
         version = watcher.versions.get(b["batch_id"], {})
-        series.append({
-            "batch_id": b["batch_id"], "lines": b["input_lines"], "seconds": b["seconds"],
-            "watermark": b["watermark"][:16], "open_sessions": b["open_sessions"],
-            "state_bytes": version.get("bytes"),
-            "heap_used": version.get("heap_used"), "heap_committed": version.get("heap_committed"),
-            "old_used": version.get("old_used"),
-            "rss_total": max((s["total"] for s in window), default=0),
-            "rss_jvm": max((s["jvm"] for s in window), default=0),
-            "rss_py": max((s["python"] for s in window), default=0)})
+        series.append(
+            {
+                "batch_id": b["batch_id"],
+                "lines": b["input_lines"],
+                "seconds": b["seconds"],
+                "watermark": b["watermark"][:16],
+                "open_sessions": b["open_sessions"],
+                "state_bytes": version.get("bytes"),
+                "heap_used": version.get("heap_used"),
+                "heap_committed": version.get("heap_committed"),
+                "old_used": version.get("old_used"),
+                "rss_total": max((s["total"] for s in window), default=0),
+                "rss_jvm": max((s["jvm"] for s in window), default=0),
+                "rss_py": max((s["python"] for s in window), default=0),
+            }
+        )
         previous_end = end
     if not series:
         raise SystemExit(f"no batch committed; see {log_path}")
@@ -214,20 +254,38 @@ def main(argv=None) -> int:
     # The series, thinned to ~20 rows (always the first and last batches).
     step = max(1, len(series) // 20)
     shown = [s for i, s in enumerate(series) if i % step == 0 or i == len(series) - 1]
-    columns = ["batch", "event time (watermark)", "input lines", "batch s", "open sessions",
-               "state KB", "peak PSS MB (JVM+Py)", "JVM heap used / committed MB"]
-    rows = [[s["batch_id"], s["watermark"], s["lines"], s["seconds"], s["open_sessions"],
-             "-" if s["state_bytes"] is None else round(s["state_bytes"] / 1024),
-             f"{mb(s['rss_total'])} ({mb(s['rss_jvm'])}+{mb(s['rss_py'])})",
-             "-" if s["heap_used"] is None else f"{mb(s['heap_used'])} / {mb(s['heap_committed'])}"]
-            for s in shown]
+    columns = [
+        "batch",
+        "event time (watermark)",
+        "input lines",
+        "batch s",
+        "open sessions",
+        "state KB",
+        "peak PSS MB (JVM+Py)",
+        "JVM heap used / committed MB",
+    ]
+    rows = [
+        [
+            s["batch_id"],
+            s["watermark"],
+            s["lines"],
+            s["seconds"],
+            s["open_sessions"],
+            "-" if s["state_bytes"] is None else round(s["state_bytes"] / 1024),
+            f"{mb(s['rss_total'])} ({mb(s['rss_jvm'])}+{mb(s['rss_py'])})",
+            "-" if s["heap_used"] is None else f"{mb(s['heap_used'])} / {mb(s['heap_committed'])}",
+        ]
+        for s in shown
+    ]
     print_wide(f"Stream memory and state over {scale['days']} days of event time ({args.scale})", columns, rows)
 
     # Flatness: medians of the first and last quarters (skipping the first 3 warm-up batches).
     steady = series[3:] if len(series) > 8 else series
+
     def first_last(key):
         values = [s[key] for s in steady if s[key] is not None]
         return quarter_median(values, "first"), quarter_median(values, "last")
+
     state_first, state_last = first_last("state_bytes")
     sess_first, sess_last = first_last("open_sessions")
     rss_first, rss_last = first_last("rss_total")
@@ -256,30 +314,80 @@ def main(argv=None) -> int:
     ]
     print("\n".join(summary_lines))
     full_table = bench.markdown_table(
-        ["batch", "watermark", "lines", "seconds", "open sessions", "state bytes", "PSS total", "PSS JVM",
-         "PSS Python", "heap used", "heap committed", "old gen used"],
-        [[s[key] for key in ("batch_id", "watermark", "lines", "seconds", "open_sessions", "state_bytes",
-                             "rss_total", "rss_jvm", "rss_py", "heap_used", "heap_committed", "old_used")]
-         for s in series])
-    notes = "\n".join([
-        "One `tidemark stream --available-now` process over a landing spanning many days of event time, "
-        "a few files per micro-batch. Resident memory is sampled every 0.25 s over the whole process tree (the "
-        "driver JVM, the Python driver and PySpark's Python workers) as PSS (RSS with shared pages "
-        "split between the processes sharing them, so forked Python workers are not counted twice); "
-        "each row shows the peak seen during that batch. State is "
-        "`<checkpoint>/state/batch_id=N` (bytes on disk, Parquet) and its marker's session count. The "
-        "table shows every ~{}th batch; the full series is at the end.".format(step),
-        "", *summary_lines, "",
-        "<details><summary>Every batch</summary>", "", *full_table, "", "</details>", ""])
+        [
+            "batch",
+            "watermark",
+            "lines",
+            "seconds",
+            "open sessions",
+            "state bytes",
+            "PSS total",
+            "PSS JVM",
+            "PSS Python",
+            "heap used",
+            "heap committed",
+            "old gen used",
+        ],
+        [
+            [
+                s[key]
+                for key in (
+                    "batch_id",
+                    "watermark",
+                    "lines",
+                    "seconds",
+                    "open_sessions",
+                    "state_bytes",
+                    "rss_total",
+                    "rss_jvm",
+                    "rss_py",
+                    "heap_used",
+                    "heap_committed",
+                    "old_used",
+                )
+            ]
+            for s in series
+        ],
+    )
+    notes = "\n".join(
+        [
+            "One `tidemark stream --available-now` process over a landing spanning many days of event time, "
+            "a few files per micro-batch. Resident memory is sampled every 0.25 s over the whole process tree (the "
+            "driver JVM, the Python driver and PySpark's Python workers) as PSS (RSS with shared pages "
+            "split between the processes sharing them, so forked Python workers are not counted twice); "
+            "each row shows the peak seen during that batch. State is "
+            "`<checkpoint>/state/batch_id=N` (bytes on disk, Parquet) and its marker's session count. The "
+            f"table shows every ~{step}th batch; the full series is at the end.",
+            "",
+            *summary_lines,
+            "",
+            "<details><summary>Every batch</summary>",
+            "",
+            *full_table,
+            "",
+            "</details>",
+            "",
+        ]
+    )
     if not args.no_write:
-        path = bench.write_results(NAME, f"Stream memory and state over {scale['days']} days ({args.scale})",
-                                   columns, rows, notes, {
-                                       "scale": args.scale, **{k: scale[k] for k in ("events", "users", "days", "files")},
-                                       "files per trigger": fpt, "input lines": summary["deliveries"],
-                                       "master": args.master,
-                                       "extra Spark conf": ", ".join(args.spark_conf) or "none",
-                                       "session rules": "gap 30m, allowed lateness 1h, watermark delay 10m (defaults)",
-                                       "workload": "tidemark.generate.Workload(seed=23)"}, env)
+        path = bench.write_results(
+            NAME,
+            f"Stream memory and state over {scale['days']} days ({args.scale})",
+            columns,
+            rows,
+            notes,
+            {
+                "scale": args.scale,
+                **{k: scale[k] for k in ("events", "users", "days", "files")},
+                "files per trigger": fpt,
+                "input lines": summary["deliveries"],
+                "master": args.master,
+                "extra Spark conf": ", ".join(args.spark_conf) or "none",
+                "session rules": "gap 30m, allowed lateness 1h, watermark delay 10m (defaults)",
+                "workload": "tidemark.generate.Workload(seed=23)",
+            },
+            env,
+        )
         print(f"wrote {path}")
     return 0 if rc == 0 else 1
 

@@ -1,6 +1,7 @@
 """Memory of a process tree (the stream's driver, its JVM, its Python workers), through psutil.
 
 Shared by bench.stream_throughput, bench.memory and bench.freshness."""
+
 from __future__ import annotations
 
 import psutil

@@ -10,6 +10,7 @@ run once, in one Spark session (local[2]).
 
     .venv/bin/python -m bench.receipts_per_date [--sessions 100000] [--few 100] [--many 8640]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,17 +20,21 @@ import sys
 
 import bench
 from bench import dedup_partition
-from tidemark import pane_reader, table as iceberg
+from tidemark import pane_reader
+from tidemark import table as iceberg
 from tidemark.dedup import run_dedup
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 NAME = "receipts_per_date"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.receipts_per_date", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.receipts_per_date",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--workdir", default="/tmp/tidemark-bench/receipts_per_date")
     p.add_argument("--sessions", type=int, default=100_000)
     p.add_argument("--few", type=int, default=100)
@@ -45,8 +50,16 @@ def build(spark, args, receipts: int) -> str:
     if args.reuse and os.path.isdir(lake):
         return lake
     shutil.rmtree(lake, ignore_errors=True)
-    options = dedup_partition.parse_args(["--sessions", str(args.sessions), "--receipts", str(receipts),
-                                          "--workdir", os.path.join(args.workdir, f"staging-{receipts}")])
+    options = dedup_partition.parse_args(
+        [
+            "--sessions",
+            str(args.sessions),
+            "--receipts",
+            str(receipts),
+            "--workdir",
+            os.path.join(args.workdir, f"staging-{receipts}"),
+        ]
+    )
     with bench.stopwatch() as t:
         dedup_partition.build_lake(spark, options, lake)
     print(f"built {receipts} receipt partitions of {args.sessions} sessions in {t['seconds']} s", flush=True)
@@ -54,7 +67,7 @@ def build(spark, args, receipts: int) -> str:
 
 
 def full_dedup(spark, lake: Lake, reader: str):
-    pane_reader.FOLDERS_FOR_ARROW = 1 if reader == "arrow" else 10 ** 9
+    pane_reader.FOLDERS_FOR_ARROW = 1 if reader == "arrow" else 10**9
     iceberg.drop(lake)  # every run publishes a first version
     return run_dedup(lake, dedup_partition.DAY, SessionRules(), spark=spark, full=True)
 
@@ -74,16 +87,29 @@ def main(argv=None) -> int:
             result = full_dedup(spark, lakes[receipts], reader)
             seconds[(reader, receipts)] = result.seconds
             phases = ", ".join(f"{k} {v:.1f}" for k, v in result.phases.items() if v >= 0.05)
-            rows.append([reader, f"{receipts:,}", result.sessions, f"{result.seconds:.1f}",
-                         f"{result.seconds / seconds[(reader, args.few)]:.2f}x", phases])
+            rows.append(
+                [
+                    reader,
+                    f"{receipts:,}",
+                    result.sessions,
+                    f"{result.seconds:.1f}",
+                    f"{result.seconds / seconds[(reader, args.few)]:.2f}x",
+                    phases,
+                ]
+            )
             print(" | ".join(str(v) for v in rows[-1]), flush=True)
     columns = ["panes read by", "receipt partitions", "sessions", "full dedup s", f"vs {args.few:,}", "phases (s)"]
     bench.print_table("Full dedup of one date against its number of receipt partitions", columns, rows)
     if not args.no_write:
-        bench.write_results(NAME, "A full dedup against the number of receipt partitions of the date",
-                            columns, rows, __doc__.split("\n\n", 1)[1].split("\n\n    .venv")[0],
-                            {"sessions": args.sessions, "few": args.few, "many": args.many,
-                             "readers": readers}, env=env)
+        bench.write_results(
+            NAME,
+            "A full dedup against the number of receipt partitions of the date",
+            columns,
+            rows,
+            __doc__.split("\n\n", 1)[1].split("\n\n    .venv")[0],
+            {"sessions": args.sessions, "few": args.few, "many": args.many, "readers": readers},
+            env=env,
+        )
     return 0
 
 

@@ -14,6 +14,7 @@ Target: tidemark at least half the floor's events/s.
     .venv/bin/python -m bench.stream_throughput --scale small      # ~20k events, a minute
     .venv/bin/python -m bench.stream_throughput --scale full       # 1M events (see --events)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,14 +77,21 @@ class Sampler(threading.Thread):
         self.join(timeout=5)
 
 
-def run_measured(argv: list[str], log_path: str, env: dict | None = None, timeout: float = 3600,
-                 interval: float = 0.5) -> dict:
+def run_measured(
+    argv: list[str], log_path: str, env: dict | None = None, timeout: float = 3600, interval: float = 0.5
+) -> dict:
     """Run argv (stderr+stdout to log_path), sampling its tree's RSS; wall seconds, rc, peak RSS."""
     load_before = load()
     with open(log_path, "w") as log:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         sampler = Sampler(proc.pid, interval)
         sampler.start()
         try:
@@ -94,8 +102,14 @@ def run_measured(argv: list[str], log_path: str, env: dict | None = None, timeou
             rc = rc if rc else -9
         wall = time.perf_counter() - started
         sampler.stop()
-    return {"rc": rc, "wall": round(wall, 2), "peak": sampler.peak, "series": sampler.series,
-            "load_before": load_before, "load_after": load()}
+    return {
+        "rc": rc,
+        "wall": round(wall, 2),
+        "peak": sampler.peak,
+        "series": sampler.series,
+        "load_before": load_before,
+        "load_after": load(),
+    }
 
 
 def json_lines(path: str) -> list[dict]:
@@ -110,6 +124,7 @@ def mb(n: int) -> int:
 
 def parse_iso(text: str) -> float:
     from datetime import datetime
+
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
@@ -128,6 +143,7 @@ def print_wide(title: str, columns: list[str], rows: list[list]) -> None:
 
 # --- contenders ---------------------------------------------------------------------------------
 
+
 def _plan_label(plan: str) -> str:
     """A short name for a SQL execution: the first informative operator of its physical plan."""
     import re
@@ -135,17 +151,27 @@ def _plan_label(plan: str) -> str:
     lines = plan.split("== Physical Plan ==", 1)[-1].strip().splitlines()
     for line in lines:
         text = re.sub(r"^[\s+\-:*()0-9]*", "", line).strip()
-        if not text or text.startswith(("AdaptiveSparkPlan", "ResultQueryStage", "ShuffleQueryStage",
-                                        "TableCacheQueryStage")):
+        if not text or text.startswith(
+            ("AdaptiveSparkPlan", "ResultQueryStage", "ShuffleQueryStage", "TableCacheQueryStage")
+        ):
             continue
         text = re.sub(r"file:\S*/(sessions|state|_quarantine|query|lake)\S*", r"<\1>", text)
         text = re.sub(r"\[.*", "", text)
         text = re.sub(r"\s*\(\d+\)$", "", text)[:50]
         body = plan.split("== Physical Plan ==", 1)[-1]
-        flags = [name for needle, name in (
-            ("from_json", "parses JSON"), ("Window ", "window functions"), ("Generate ", "explodes state"),
-            ("InMemoryTableScan", "reads a cache"), ("FileScan parquet", "reads Parquet"),
-            ("FileScan text", "reads landed text"), ("Exchange ", "shuffles")) if needle in body]
+        flags = [
+            name
+            for needle, name in (
+                ("from_json", "parses JSON"),
+                ("Window ", "window functions"),
+                ("Generate ", "explodes state"),
+                ("InMemoryTableScan", "reads a cache"),
+                ("FileScan parquet", "reads Parquet"),
+                ("FileScan text", "reads landed text"),
+                ("Exchange ", "shuffles"),
+            )
+            if needle in body
+        ]
         return f"{text} ({', '.join(flags)})" if flags else text
     return "?"
 
@@ -154,8 +180,12 @@ def spark_job_profile(event_log_dir: str, top: int = 8) -> dict:
     """From a Spark event log: job seconds grouped by what the job's SQL execution does (the call
     site is useless here: jobs run from foreachBatch all show py4j's callback frame)."""
     starts, totals, labels = {}, {}, {}
-    paths = [os.path.join(folder, name) for folder, _, names in os.walk(event_log_dir) for name in names
-             if not name.startswith((".", "appstatus"))]
+    paths = [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(event_log_dir)
+        for name in names
+        if not name.startswith((".", "appstatus"))
+    ]
     for path in paths:
         with open(path, errors="replace") as handle:
             for line in handle:
@@ -177,15 +207,18 @@ def spark_job_profile(event_log_dir: str, top: int = 8) -> dict:
                     count, seconds = totals.get(site, (0, 0.0))
                     totals[site] = (count + 1, seconds + (event["Completion Time"] - began) / 1000)
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])
-    return {"jobs": sum(c for c, _ in totals.values()),
-            "job_seconds": round(sum(sec for _, sec in totals.values()), 1),
-            "top": [(site, count, round(seconds, 1)) for site, (count, seconds) in ranked[:top]]}
+    return {
+        "jobs": sum(c for c, _ in totals.values()),
+        "job_seconds": round(sum(sec for _, sec in totals.values()), 1),
+        "top": [(site, count, round(seconds, 1)) for site, (count, seconds) in ranked[:top]],
+    }
 
 
 def phase_summary(phases: list[dict]) -> str:
     """Where the batches' time went (each `batch committed` log's `phases`): the first batch, which
     pays the cold process's start-up (plans compiled, JIT, Python workers), and the median of the
     others."""
+
     def spell(values: dict) -> str:
         return ", ".join(f"{name} {seconds:.2f}" for name, seconds in values.items())
 
@@ -203,17 +236,30 @@ def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_lo
     for path in (lake, checkpoint):
         shutil.rmtree(path, ignore_errors=True)
     log_path = os.path.join(work, "stream.log")
-    argv = [os.path.join(BIN, "tidemark"), "stream", "--landing", landing, "--lake", lake,
-            "--checkpoint", checkpoint, "--available-now", "--master", master]
+    argv = [
+        os.path.join(BIN, "tidemark"),
+        "stream",
+        "--landing",
+        landing,
+        "--lake",
+        lake,
+        "--checkpoint",
+        checkpoint,
+        "--available-now",
+        "--master",
+        master,
+    ]
     if fpt:
         argv += ["--max-files-per-trigger", str(fpt)]
     env = {}
     if event_log:
         events = os.path.join(work, "spark-events")
         os.makedirs(events, exist_ok=True)
-        env["PYSPARK_SUBMIT_ARGS"] = (f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "
-                                      "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false "
-                                      "pyspark-shell")
+        env["PYSPARK_SUBMIT_ARGS"] = (
+            f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "
+            "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false "
+            "pyspark-shell"
+        )
     result = run_measured(argv, log_path, env=env)
     if event_log:
         result["profile"] = spark_job_profile(events)
@@ -237,8 +283,9 @@ def run_floor(landing: str, work: str, master: str) -> dict:
     out = os.path.join(work, "floor")
     shutil.rmtree(out, ignore_errors=True)
     log_path = os.path.join(work, "floor.log")
-    result = run_measured([sys.executable, "-m", "bench.stream_throughput", "--floor-worker",
-                           landing, out, "--master", master], log_path)
+    result = run_measured(
+        [sys.executable, "-m", "bench.stream_throughput", "--floor-worker", landing, out, "--master", master], log_path
+    )
     worker = [l for l in json_lines(log_path) if "floor" in l]
     if worker:
         result.update(worker[-1]["floor"])
@@ -249,11 +296,16 @@ def _floor_copy(spark, landing: str, out: str) -> None:
     """The floor: the same JSON lines, parsed with a schema, written as event-date partitions."""
     from pyspark.sql import functions as F
 
-    df = (spark.read.schema("event_id string, user_id string, event_type string, event_ts string, "
-                            "device string, content_id string")
-          .option("pathGlobFilter", "*.jsonl").json(landing))
-    df = (df.withColumn("event_ts", F.try_to_timestamp("event_ts"))
-          .withColumn("event_date", F.date_format("event_ts", "yyyy-MM-dd")))
+    df = (
+        spark.read.schema(
+            "event_id string, user_id string, event_type string, event_ts string, device string, content_id string"
+        )
+        .option("pathGlobFilter", "*.jsonl")
+        .json(landing)
+    )
+    df = df.withColumn("event_ts", F.try_to_timestamp("event_ts")).withColumn(
+        "event_date", F.date_format("event_ts", "yyyy-MM-dd")
+    )
     df.write.mode("overwrite").partitionBy("event_date").parquet(out)
 
 
@@ -289,9 +341,12 @@ def measure_contract(landing: str) -> str:
     lines = lines[:CONTRACT_SAMPLE]
     load_before = load()
     cost = contract_differential.cpu_per_line(lines)
-    return (f"The input contract's CPU per line on the first {len(lines)} landed lines, outside Spark, best of 3 "
-            f"(load {load_before} -> {load()}): " + "; ".join(f"{k} {v} us" for k, v in cost.items())
-            + " (target for the fast path: <= 3 us).")
+    return (
+        f"The input contract's CPU per line on the first {len(lines)} landed lines, outside Spark, best of 3 "
+        f"(load {load_before} -> {load()}): "
+        + "; ".join(f"{k} {v} us" for k, v in cost.items())
+        + " (target for the fast path: <= 3 us)."
+    )
 
 
 def beam_available() -> bool:
@@ -309,9 +364,18 @@ def run_beam(landing: str, work: str, files: list[str], timeout: float) -> dict:
     out = os.path.join(work, "beam-out")
     shutil.rmtree(out, ignore_errors=True)
     log_path = os.path.join(work, "beam.log")
-    result = run_measured([BEAM_PYTHON, os.path.join(ROOT, "bench", "beam_sessions.py"),
-                           "--input", os.path.join(subset, "*.jsonl"), "--output", out], log_path,
-                          timeout=timeout)
+    result = run_measured(
+        [
+            BEAM_PYTHON,
+            os.path.join(ROOT, "bench", "beam_sessions.py"),
+            "--input",
+            os.path.join(subset, "*.jsonl"),
+            "--output",
+            out,
+        ],
+        log_path,
+        timeout=timeout,
+    )
     worker = [l for l in json_lines(log_path) if "beam" in l]
     if worker:
         result.update(worker[-1]["beam"])
@@ -340,16 +404,23 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
     from tidemark.spark import build_session
 
     spark = build_session("bench-ladder", master)
-    processor = BatchProcessor(os.path.join(work, "unused-lake"), os.path.join(work, "unused-checkpoint"),
-                               SessionRules())
+    processor = BatchProcessor(
+        os.path.join(work, "unused-lake"), os.path.join(work, "unused-checkpoint"), SessionRules()
+    )
     no_state = spark.createDataFrame([], STATE_SCHEMA)
-    watermark_us = 2 ** 62  # closes every session: each one emits its pane
+    watermark_us = 2**62  # closes every session: each one emits its pane
     output = os.path.join(work, "ladder-out")
 
     def lines():  # the stream's source (streaming_job.job.source), read as a batch
-        return (spark.read.format("text").option("recursiveFileLookup", "true").option("lineSep", "\n")
-                .load(landing).select("value", F.col("_metadata.file_path").alias("source_file"),
-                                      F.current_timestamp().alias("receipt_time")))
+        return (
+            spark.read.format("text")
+            .option("recursiveFileLookup", "true")
+            .option("lineSep", "\n")
+            .load(landing)
+            .select(
+                "value", F.col("_metadata.file_path").alias("source_file"), F.current_timestamp().alias("receipt_time")
+            )
+        )
 
     def noop(frame):
         frame.write.format("noop").mode("overwrite").save()
@@ -360,21 +431,31 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
         try:
             checked.agg(F.count(F.lit(1)), F.max("receipt_time")).first()
             if then is not None:
-                then(processor._sessionize(spark, parse.valid_events(checked), no_state, NO_WATERMARK_US,
-                                           watermark_us))
+                then(processor._sessionize(spark, parse.valid_events(checked), no_state, NO_WATERMARK_US, watermark_us))
         finally:
             checked.unpersist()
 
     def write_panes(result):
         shutil.rmtree(output, ignore_errors=True)
-        (BatchProcessor._panes(result, "20990101T000000000Z", 0, watermark_us).repartition("event_date")
-         .write.mode("overwrite").partitionBy("event_date", "receipt_ts").parquet(output))
+        (
+            BatchProcessor._panes(result, "20990101T000000000Z", 0, watermark_us)
+            .repartition("event_date")
+            .write.mode("overwrite")
+            .partitionBy("event_date", "receipt_ts")
+            .parquet(output)
+        )
 
     def whole_batch():
         shutil.rmtree(os.path.join(work, "ladder-stream"), ignore_errors=True)
-        run_stream(StreamConfig(landing=landing, lake=os.path.join(work, "ladder-stream", "lake"),
-                                checkpoint=os.path.join(work, "ladder-stream", "checkpoint"),
-                                available_now=True), spark=spark)
+        run_stream(
+            StreamConfig(
+                landing=landing,
+                lake=os.path.join(work, "ladder-stream", "lake"),
+                checkpoint=os.path.join(work, "ladder-stream", "checkpoint"),
+                available_now=True,
+            ),
+            spark=spark,
+        )
 
     def floor():
         shutil.rmtree(output, ignore_errors=True)
@@ -385,11 +466,12 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
         ("scan the landed lines (text source)", lambda: noop(lines())),
         ("+ the input contract per line (Arrow UDF, tidemark.contract_fast)", lambda: noop(parse.with_parse(lines()))),
         ("+ cache the checked lines (persist, the batch's totals)", lambda: cached_batch(None)),
-        ("+ merge copies, sessionize, classify panes (stream_input, sessionize, stream_panes .sql)",
-         lambda: cached_batch(noop)),
+        (
+            "+ merge copies, sessionize, classify panes (stream_input, sessionize, stream_panes .sql)",
+            lambda: cached_batch(noop),
+        ),
         ("+ write the panes (Parquet by event date and receipt)", lambda: cached_batch(write_panes)),
-        ("the whole batch: `tidemark stream --available-now` (+ statistics, quarantine, state, markers)",
-         whole_batch),
+        ("the whole batch: `tidemark stream --available-now` (+ statistics, quarantine, state, markers)", whole_batch),
     ]
     rows, floor_seconds = [], None
     for label, stage in stages:
@@ -407,8 +489,10 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
 
 def run_ladder(landing: str, work: str, master: str) -> dict:
     log_path = os.path.join(work, "ladder.log")
-    result = run_measured([sys.executable, "-m", "bench.stream_throughput", "--ladder-worker",
-                           landing, work, "--master", master], log_path)
+    result = run_measured(
+        [sys.executable, "-m", "bench.stream_throughput", "--ladder-worker", landing, work, "--master", master],
+        log_path,
+    )
     found = [l for l in json_lines(log_path) if "ladder" in l]
     if result["rc"] != 0 or not found:
         raise SystemExit(f"the stage ladder failed, see {log_path}")
@@ -418,9 +502,13 @@ def run_ladder(landing: str, work: str, master: str) -> dict:
 
 # --- the benchmark ------------------------------------------------------------------------------
 
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.stream_throughput", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.stream_throughput",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--scale", choices=sorted(SCALES), default="small")
     p.add_argument("--events", type=int, help="override the scale's event count")
     p.add_argument("--files", type=int, help="override the scale's landed file count")
@@ -428,14 +516,20 @@ def parse_args(argv):
     p.add_argument("--beam-files", type=int, help="Beam reads only the first N files (it is slow)")
     p.add_argument("--beam-timeout", type=float, default=1200)
     p.add_argument("--skip-beam", action="store_true")
-    p.add_argument("--event-log", action="store_true",
-                   help="also write Spark event logs of the tidemark runs and rank their Spark jobs by time")
+    p.add_argument(
+        "--event-log",
+        action="store_true",
+        help="also write Spark event logs of the tidemark runs and rank their Spark jobs by time",
+    )
     p.add_argument("--master", default="local[2]")
     p.add_argument("--workdir", default="/tmp/tidemark-bench/stream_throughput")
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
-    p.add_argument("--ladder", action="store_true",
-                   help="also run the stage ladder: one warm process times the floor, each step of a "
-                        "micro-batch cumulatively, and the whole batch (section 1 of BENCHMARKS.md)")
+    p.add_argument(
+        "--ladder",
+        action="store_true",
+        help="also run the stage ladder: one warm process times the floor, each step of a "
+        "micro-batch cumulatively, and the whole batch (section 1 of BENCHMARKS.md)",
+    )
     p.add_argument("--floor-worker", nargs=2, metavar=("LANDING", "OUT"), help=argparse.SUPPRESS)
     p.add_argument("--ladder-worker", nargs=2, metavar=("LANDING", "WORK"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -457,16 +551,27 @@ def main(argv=None) -> int:
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)
     landing = os.path.join(work, "landing")
-    workload = generate.Workload(events=events, users=scale["users"], days=scale["days"], files=files,
-                                 start="2026-03-01", seed=11)
+    workload = generate.Workload(
+        events=events, users=scale["users"], days=scale["days"], files=files, start="2026-03-01", seed=11
+    )
     with bench.stopwatch() as t:
         summary = generate.generate(landing, workload, progress=False)
     print(f"generated {summary['deliveries']} lines in {summary['files']} files ({t['seconds']}s)", flush=True)
     lines = summary["deliveries"]
 
-    columns = ["contender", "input lines", "batches", "files/trigger", "wall s", "in-job s",
-               "events/s (wall)", "events/s (in-job)", "vs floor (in-job)", "peak PSS MB (JVM+Py)",
-               "load before->after"]
+    columns = [
+        "contender",
+        "input lines",
+        "batches",
+        "files/trigger",
+        "wall s",
+        "in-job s",
+        "events/s (wall)",
+        "events/s (in-job)",
+        "vs floor (in-job)",
+        "peak PSS MB (JVM+Py)",
+        "load before->after",
+    ]
     results = []
 
     floor = run_floor(landing, work, args.master)
@@ -487,82 +592,138 @@ def main(argv=None) -> int:
     if args.skip_beam:
         beam_note = "Beam: skipped (--skip-beam)."
     elif not beam_available():
-        beam_note = ("Beam: not measured: `.venv-beam` with apache-beam is not installed (see "
-                     "BENCHMARKS.md for how to create it).")
+        beam_note = (
+            "Beam: not measured: `.venv-beam` with apache-beam is not installed (see "
+            "BENCHMARKS.md for how to create it)."
+        )
     else:
         names = sorted(f for f in os.listdir(landing) if f.endswith(".jsonl"))
-        take = names[:min(len(names), args.beam_files or scale["beam_files"])]
+        take = names[: min(len(names), args.beam_files or scale["beam_files"])]
         beam_lines = sum(1 for name in take for _ in open(os.path.join(landing, name)))
         r = run_beam(landing, work, take, args.beam_timeout)
         if r["rc"] != 0 or "job_seconds" not in r:
             beam_note = f"Beam: failed or timed out after {r['wall']}s (rc {r['rc']}), see {work}/beam.log."
         else:
-            results.append((f"Beam DirectRunner sessions ({len(take)}/{len(names)} files)",
-                            r, len(take), beam_lines))
-            beam_note = (f"Beam read the first {len(take)} of {len(names)} files ({beam_lines} lines): "
-                         "the Python DirectRunner is too slow for all of them in the time box.")
+            results.append((f"Beam DirectRunner sessions ({len(take)}/{len(names)} files)", r, len(take), beam_lines))
+            beam_note = (
+                f"Beam read the first {len(take)} of {len(names)} files ({beam_lines} lines): "
+                "the Python DirectRunner is too slow for all of them in the time box."
+            )
 
     contract_cost = measure_contract(landing)
     rows = []
     for label, r, fpt, n in results:
         rate_job = n / r["job_seconds"]
-        rows.append([label, n, r.get("batches", "-"), fpt, r["wall"], r["job_seconds"],
-                     int(n / r["wall"]), int(rate_job), f"{rate_job / floor_rate:.2f}",
-                     f"{mb(r['peak']['total'])} ({mb(r['peak']['jvm'])}+{mb(r['peak']['python'])})",
-                     f"{r['load_before']} -> {r['load_after']}"])
+        rows.append(
+            [
+                label,
+                n,
+                r.get("batches", "-"),
+                fpt,
+                r["wall"],
+                r["job_seconds"],
+                int(n / r["wall"]),
+                int(rate_job),
+                f"{rate_job / floor_rate:.2f}",
+                f"{mb(r['peak']['total'])} ({mb(r['peak']['jvm'])}+{mb(r['peak']['python'])})",
+                f"{r['load_before']} -> {r['load_after']}",
+            ]
+        )
     print_wide(f"Stream throughput ({args.scale})", columns, rows)
 
     detail = []
     for label, r, _, _ in results:
         if r.get("batch_seconds"):
             s = r["batch_seconds"]
-            detail.append(f"- {label}: per-batch seconds (from `batch committed` logs): "
-                          f"min {min(s)}, median {sorted(s)[len(s) // 2]}, max {max(s)}, sum {round(sum(s), 1)}")
+            detail.append(
+                f"- {label}: per-batch seconds (from `batch committed` logs): "
+                f"min {min(s)}, median {sorted(s)[len(s) // 2]}, max {max(s)}, sum {round(sum(s), 1)}"
+            )
         if r.get("batch_phases"):
             detail.append(f"  - {phase_summary(r['batch_phases'])}")
         if r.get("profile"):
             prof = r["profile"]
-            detail.append(f"  - Spark event log: {prof['jobs']} Spark jobs, {prof['job_seconds']} s inside jobs, "
-                          f"i.e. {round(sum(r['batch_seconds']) - prof['job_seconds'], 1)} s of the batches' time "
-                          "outside any Spark job (driver: planning, py4j, listing, markers; jobs can also overlap)")
-            detail.append("  - costliest jobs, by the first operator of their physical plan: " + "; ".join(
-                f"`{site}` x{count} {seconds}s" for site, count, seconds in prof["top"]))
-    pairs = [(n_lines, sec) for label, r, _, _ in results if label.startswith("tidemark")
-             for n_lines, sec in zip(r.get("batch_lines", []), r.get("batch_seconds", []))]
+            detail.append(
+                f"  - Spark event log: {prof['jobs']} Spark jobs, {prof['job_seconds']} s inside jobs, "
+                f"i.e. {round(sum(r['batch_seconds']) - prof['job_seconds'], 1)} s of the batches' time "
+                "outside any Spark job (driver: planning, py4j, listing, markers; jobs can also overlap)"
+            )
+            detail.append(
+                "  - costliest jobs, by the first operator of their physical plan: "
+                + "; ".join(f"`{site}` x{count} {seconds}s" for site, count, seconds in prof["top"])
+            )
+    pairs = [
+        (n_lines, sec)
+        for label, r, _, _ in results
+        if label.startswith("tidemark")
+        for n_lines, sec in zip(r.get("batch_lines", []), r.get("batch_seconds", []), strict=False)
+    ]
     if len({p[0] for p in pairs}) > 1:
         n = len(pairs)
         mx, my = sum(p[0] for p in pairs) / n, sum(p[1] for p in pairs) / n
         slope = sum((x - mx) * (y - my) for x, y in pairs) / sum((x - mx) ** 2 for x, _ in pairs)
         fixed = my - slope * mx
-        detail.append(f"- Least-squares fit over every tidemark batch: seconds = {fixed:.2f} per batch + "
-                      f"{slope * 1e6:.1f} per million lines (the fixed part is what a batch costs however "
-                      f"small: its Spark jobs, state read/write, markers).")
-    best = max((r for label, r, _, _ in results if label.startswith("tidemark")),
-               key=lambda r: lines / r["job_seconds"])
+        detail.append(
+            f"- Least-squares fit over every tidemark batch: seconds = {fixed:.2f} per batch + "
+            f"{slope * 1e6:.1f} per million lines (the fixed part is what a batch costs however "
+            f"small: its Spark jobs, state read/write, markers)."
+        )
+    best = max(
+        (r for label, r, _, _ in results if label.startswith("tidemark")), key=lambda r: lines / r["job_seconds"]
+    )
     ratio = (lines / best["job_seconds"]) / floor_rate
-    verdict = (f"Target (tidemark >= 0.5x the floor, in-job): {'MET' if ratio >= 0.5 else 'MISSED'} "
-               f"(best {ratio:.2f}x).")
-    notes = "\n".join([
-        "Each contender ran cold in its own process on the same landed files, one after the other. "
-        "`wall` includes JVM / interpreter start; `in-job` excludes it (tidemark: first micro-batch "
-        "start -> last commit, from the `batch committed` logs; floor: after the SparkSession exists; "
-        "Beam: pipeline run). events/s counts every input line (duplicates and malformed lines too).",
-        "", verdict, "", contract_cost, "", beam_note, "", *detail])
+    verdict = f"Target (tidemark >= 0.5x the floor, in-job): {'MET' if ratio >= 0.5 else 'MISSED'} (best {ratio:.2f}x)."
+    notes = "\n".join(
+        [
+            "Each contender ran cold in its own process on the same landed files, one after the other. "
+            "`wall` includes JVM / interpreter start; `in-job` excludes it (tidemark: first micro-batch "
+            "start -> last commit, from the `batch committed` logs; floor: after the SparkSession exists; "
+            "Beam: pipeline run). events/s counts every input line (duplicates and malformed lines too).",
+            "",
+            verdict,
+            "",
+            contract_cost,
+            "",
+            beam_note,
+            "",
+            *detail,
+        ]
+    )
     after = ""
     if args.ladder:
         ladder = run_ladder(landing, work, args.master)
-        after = "\n".join([
-            f"## Stage ladder (load {ladder['load_before']} -> {ladder['load_after']})", "",
-            "One process, warm: each row runs the steps above it too, from the landed files (the "
-            "faster of two runs), into Spark's noop sink unless it writes; the whole batch last.", "",
-            *bench.markdown_table(LADDER_COLUMNS, ladder["rows"])])
+        after = "\n".join(
+            [
+                f"## Stage ladder (load {ladder['load_before']} -> {ladder['load_after']})",
+                "",
+                "One process, warm: each row runs the steps above it too, from the landed files (the "
+                "faster of two runs), into Spark's noop sink unless it writes; the whole batch last.",
+                "",
+                *bench.markdown_table(LADDER_COLUMNS, ladder["rows"]),
+            ]
+        )
     print(notes + ("\n\n" + after if after else ""))
     if not args.no_write:
-        path = bench.write_results(NAME, f"Stream throughput ({args.scale})", columns, rows, notes, {
-            "scale": args.scale, "events": events, "input lines": lines, "files": files,
-            "users": scale["users"], "event days": scale["days"], "master": args.master,
-            "workload": "tidemark.generate.Workload(seed=11): 3% duplicates, 0.2% malformed, 10% minutes late, "
-                        "2% sessions offline for hours to days"}, env, after=after)
+        path = bench.write_results(
+            NAME,
+            f"Stream throughput ({args.scale})",
+            columns,
+            rows,
+            notes,
+            {
+                "scale": args.scale,
+                "events": events,
+                "input lines": lines,
+                "files": files,
+                "users": scale["users"],
+                "event days": scale["days"],
+                "master": args.master,
+                "workload": "tidemark.generate.Workload(seed=11): 3% duplicates, 0.2% malformed, 10% minutes late, "
+                "2% sessions offline for hours to days",
+            },
+            env,
+            after=after,
+        )
         print(f"wrote {path}")
     return 0
 

@@ -13,6 +13,7 @@ Errors are split by what the caller should do: TransientAirflowError (Airflow do
 that retrying cannot fix). Credentials never appear in a message or a log: exceptions carry the
 method, the path, the status and a short excerpt of Airflow's answer, never a request body.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 import requests
-from tenacity import (retry, retry_if_exception_type, stop_after_attempt, wait_exponential)
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 AUTH_MODES = ("password", "google", "none")
@@ -46,7 +47,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class TriggerResult:
     run_id: str
-    created: bool          # False: the run already existed (409), which is success too
+    created: bool  # False: the run already existed (409), which is success too
     state: str | None = None
 
 
@@ -74,15 +75,14 @@ class _TokenAuth:
     def headers(self, session: requests.Session, renew: bool = False) -> dict:
         if self._token is None or renew:
             try:
-                response = session.post(self._url, json={"username": self._username,
-                                                          "password": self._password},
-                                        timeout=self._timeout)
+                response = session.post(
+                    self._url, json={"username": self._username, "password": self._password}, timeout=self._timeout
+                )
             except requests.RequestException as exc:
                 raise TransientAirflowError(f"POST /auth/token failed: {type(exc).__name__}") from None
             if response.status_code not in (200, 201):
                 # 401: wrong credentials (fixable by an operator: retry, then dead-letter).
-                raise TransientAirflowError(
-                    f"POST /auth/token -> HTTP {response.status_code}: {_excerpt(response)}")
+                raise TransientAirflowError(f"POST /auth/token -> HTTP {response.status_code}: {_excerpt(response)}")
             self._token = response.json()["access_token"]
         return {"Authorization": f"Bearer {self._token}"}
 
@@ -93,9 +93,15 @@ class _NoAuth:
 
 
 class AirflowClient:
-    def __init__(self, base_url: str, auth_mode: str = "password", username: str | None = None,
-                 password: str | None = None, timeout=DEFAULT_TIMEOUT,
-                 session: requests.Session | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        auth_mode: str = "password",
+        username: str | None = None,
+        password: str | None = None,
+        timeout=DEFAULT_TIMEOUT,
+        session: requests.Session | None = None,
+    ):
         if auth_mode not in AUTH_MODES:
             raise ConfigError(f"AIRFLOW_AUTH_MODE must be one of {', '.join(AUTH_MODES)}")
         self.base_url = base_url.rstrip("/")
@@ -112,8 +118,9 @@ class AirflowClient:
             self.session = session or requests.Session()
             if auth_mode == "password":
                 if not username or not password:
-                    raise ConfigError("auth mode 'password' needs AIRFLOW_USERNAME and "
-                                      "AIRFLOW_PASSWORD (or AIRFLOW_PASSWORD_FILE)")
+                    raise ConfigError(
+                        "auth mode 'password' needs AIRFLOW_USERNAME and AIRFLOW_PASSWORD (or AIRFLOW_PASSWORD_FILE)"
+                    )
                 self._auth = _TokenAuth(self.base_url, username, password, timeout)
             else:
                 self._auth = _NoAuth()
@@ -122,15 +129,14 @@ class AirflowClient:
         return f"AirflowClient({self.base_url!r})"
 
     @classmethod
-    def from_env(cls, environ=None) -> "AirflowClient":
+    def from_env(cls, environ=None) -> AirflowClient:
         """AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE (password|google|none), AIRFLOW_USERNAME,
         AIRFLOW_PASSWORD or AIRFLOW_PASSWORD_FILE (a Secret Manager secret exposed by Cloud
         Functions as an environment variable or a mounted file), AIRFLOW_TIMEOUT_SECONDS."""
         env = os.environ if environ is None else environ
         base_url = env.get("AIRFLOW_BASE_URL", "").strip()
         if not base_url.startswith(("http://", "https://")):
-            raise ConfigError("AIRFLOW_BASE_URL must be set to the Airflow web server URL "
-                              "(http:// or https://)")
+            raise ConfigError("AIRFLOW_BASE_URL must be set to the Airflow web server URL (http:// or https://)")
         password = env.get("AIRFLOW_PASSWORD")
         if not password and env.get("AIRFLOW_PASSWORD_FILE"):
             try:
@@ -139,21 +145,31 @@ class AirflowClient:
             except OSError as exc:
                 raise ConfigError(f"AIRFLOW_PASSWORD_FILE cannot be read: {exc.strerror}") from None
         read = float(env.get("AIRFLOW_TIMEOUT_SECONDS", DEFAULT_TIMEOUT[1]))
-        return cls(base_url, env.get("AIRFLOW_AUTH_MODE", "password").strip().lower(),
-                   env.get("AIRFLOW_USERNAME"), password, (DEFAULT_TIMEOUT[0], read))
+        return cls(
+            base_url,
+            env.get("AIRFLOW_AUTH_MODE", "password").strip().lower(),
+            env.get("AIRFLOW_USERNAME"),
+            password,
+            (DEFAULT_TIMEOUT[0], read),
+        )
 
     # -- HTTP ---------------------------------------------------------------------------------
 
-    @retry(retry=retry_if_exception_type(TransientAirflowError), stop=stop_after_attempt(3),
-           wait=wait_exponential(multiplier=0.5, max=4), reraise=True)
+    @retry(
+        retry=retry_if_exception_type(TransientAirflowError),
+        stop=stop_after_attempt(3),
+        wait=wait_exponential(multiplier=0.5, max=4),
+        reraise=True,
+    )
     def _request(self, method: str, path: str, ok=(200,), expected=(), **kwargs) -> requests.Response:
         """One call with a few quick retries for blips; a longer outage is left to Pub/Sub's
         redelivery (the caller raises). Statuses in `expected` are returned to the caller."""
         url = f"{self.base_url}{path}"
         for renew in (False, True):
             try:
-                response = self.session.request(method, url, headers=self._auth.headers(self.session, renew),
-                                                timeout=self.timeout, **kwargs)
+                response = self.session.request(
+                    method, url, headers=self._auth.headers(self.session, renew), timeout=self.timeout, **kwargs
+                )
             except requests.RequestException as exc:
                 raise TransientAirflowError(f"{method} {path} failed: {type(exc).__name__}") from None
             if response.status_code != 401 or renew:
@@ -177,22 +193,25 @@ class AirflowClient:
         body = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
         if note:
             body["note"] = note
-        response = self._request("POST", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns",
-                                 expected=(409,), json=body)
+        response = self._request("POST", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", expected=(409,), json=body)
         if response.status_code == 409:
             return TriggerResult(run_id, created=False)
         return TriggerResult(run_id, created=True, state=response.json().get("state"))
 
     def get_dag_run(self, dag_id: str, run_id: str) -> dict | None:
-        response = self._request("GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/"
-                                        f"{quote(run_id, safe='')}", expected=(404,))
+        response = self._request(
+            "GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}", expected=(404,)
+        )
         return None if response.status_code == 404 else response.json()
 
     def list_dag_runs(self, dag_id: str) -> list[dict]:
         runs, offset = [], 0
         while True:
-            page = self._request("GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns",
-                                 params={"limit": 100, "offset": offset, "order_by": "run_after"}).json()
+            page = self._request(
+                "GET",
+                f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns",
+                params={"limit": 100, "offset": offset, "order_by": "run_after"},
+            ).json()
             runs.extend(page["dag_runs"])
             offset += len(page["dag_runs"])
             if not page["dag_runs"] or offset >= page["total_entries"]:
@@ -209,5 +228,6 @@ class AirflowClient:
         return self._request("GET", "/api/v2/importErrors").json().get("import_errors", [])
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
-        return self._request("GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/"
-                                    f"{quote(run_id, safe='')}/taskInstances").json()["task_instances"]
+        return self._request(
+            "GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
+        ).json()["task_instances"]

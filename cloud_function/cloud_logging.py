@@ -5,14 +5,21 @@ key becomes a jsonPayload field, so filters like jsonPayload.run_id="..." work.
 Callers pass what a log line is about (notice_id, event_date, run_id ...) as keyword fields.
 Never pass a credential: nothing here can tell one apart.
 """
+
 from __future__ import annotations
 
 import sys
 
 import structlog
 
-_SEVERITY = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "error": "ERROR",
-             "critical": "CRITICAL", "exception": "ERROR"}
+_SEVERITY = {
+    "debug": "DEBUG",
+    "info": "INFO",
+    "warning": "WARNING",
+    "error": "ERROR",
+    "critical": "CRITICAL",
+    "exception": "ERROR",
+}
 
 
 def _severity(logger, method_name, event_dict):
@@ -43,5 +50,4 @@ _PROCESSORS = [
 def get_logger(component: str):
     # Wrapped, not structlog.configure()d: global configuration would be shared with any other
     # structlog user in the process (tidemark's own logs, in tests and local runs).
-    return structlog.wrap_logger(structlog.PrintLogger(file=_Stdout()), processors=_PROCESSORS,
-                                 component=component)
+    return structlog.wrap_logger(structlog.PrintLogger(file=_Stdout()), processors=_PROCESSORS, component=component)

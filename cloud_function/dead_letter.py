@@ -8,6 +8,7 @@ before acknowledging. Without it, the ERROR log line (with the reason) is the on
 If forwarding fails the function raises: the message is redelivered rather than lost.
 Honours PUBSUB_EMULATOR_HOST like every google-cloud-pubsub client.
 """
+
 from __future__ import annotations
 
 import os

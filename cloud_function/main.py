@@ -17,6 +17,7 @@ Configuration (environment): AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE (password|googl
 AIRFLOW_USERNAME, AIRFLOW_PASSWORD or AIRFLOW_PASSWORD_FILE (from Secret Manager), TIDEMARK_DAG_ID,
 TIDEMARK_DATASET, AIRFLOW_TIMEOUT_SECONDS, DEAD_LETTER_TOPIC. See cloud_function/README.md.
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,8 +28,7 @@ import functions_framework
 from cloud_function import dead_letter
 from cloud_function.airflow_client import AirflowClient, AirflowRejected
 from cloud_function.cloud_logging import get_logger
-from tidemark import names, runs
-from tidemark import availability_notice
+from tidemark import availability_notice, names, runs
 
 log = get_logger("cloud_function")
 _client: AirflowClient | None = None
@@ -53,8 +53,9 @@ def decode_message(message: dict) -> dict:
     body = availability_notice.decode(data)
     dataset = names.get("DATASET")
     if body["dataset"] != dataset:
-        raise availability_notice.InvalidNotice(f"dataset {body['dataset']!r} is not {dataset!r}, "
-                                    "the dataset this function deduplicates")
+        raise availability_notice.InvalidNotice(
+            f"dataset {body['dataset']!r} is not {dataset!r}, the dataset this function deduplicates"
+        )
     return body
 
 
@@ -83,33 +84,56 @@ def handle(message: dict, client_factory=_airflow) -> dict:
         try:
             copy_id = dead_letter.forward(_raw_data(message), _attributes(message), reason, message_id)
         except Exception as forward_error:
-            log.error("invalid notice could not be dead-lettered; Pub/Sub will redeliver",
-                      reason=reason, error=type(forward_error).__name__, message_id=message_id,
-                      outcome="retry")
+            log.error(
+                "invalid notice could not be dead-lettered; Pub/Sub will redeliver",
+                reason=reason,
+                error=type(forward_error).__name__,
+                message_id=message_id,
+                outcome="retry",
+            )
             raise
-        log.error("invalid notice acknowledged without a run", reason=reason,
-                  message_id=message_id, dead_letter_message_id=copy_id, outcome="rejected")
+        log.error(
+            "invalid notice acknowledged without a run",
+            reason=reason,
+            message_id=message_id,
+            dead_letter_message_id=copy_id,
+            outcome="rejected",
+        )
         return {"outcome": "rejected", "reason": reason}
 
     dag_id = names.get("DAG_ID")
-    fields = dict(notice_id=body["notice_id"], event_date=body["event_date"],
-                  receipt_ts=body["receipt_ts"], dag_id=dag_id, run_id=run_id, message_id=message_id)
+    fields = dict(
+        notice_id=body["notice_id"],
+        event_date=body["event_date"],
+        receipt_ts=body["receipt_ts"],
+        dag_id=dag_id,
+        run_id=run_id,
+        message_id=message_id,
+    )
     try:
         result = client_factory().trigger_dag_run(
-            dag_id, run_id, runs.run_conf(body), note=f"notice {body['notice_id']}")
+            dag_id, run_id, runs.run_conf(body), note=f"notice {body['notice_id']}"
+        )
     except AirflowRejected as exc:
         # The notice passed our schema but Airflow's Params refused it: the function and the DAG
         # disagree. Raise (not ack): the message waits for a fix, then goes to the dead letter.
-        log.error("Airflow rejected the run; the function and the DAG disagree", reason=str(exc),
-                  outcome="retry", **fields)
+        log.error(
+            "Airflow rejected the run; the function and the DAG disagree", reason=str(exc), outcome="retry", **fields
+        )
         raise
     except Exception as exc:
-        log.warning("Airflow not available; Pub/Sub will redeliver", reason=str(exc),
-                    error=type(exc).__name__, outcome="retry", **fields)
+        log.warning(
+            "Airflow not available; Pub/Sub will redeliver",
+            reason=str(exc),
+            error=type(exc).__name__,
+            outcome="retry",
+            **fields,
+        )
         raise
     outcome = "triggered" if result.created else "already_exists"
-    log.info("dag run triggered" if result.created else "dag run already exists (redelivery)",
-             outcome=outcome, **fields)
+    log.info(
+        "dag run triggered" if result.created else "dag run already exists (redelivery)", outcome=outcome, **fields
+    )
     return {"outcome": outcome, "run_id": run_id}
 
 

@@ -21,6 +21,7 @@ Where things come from: the lake from the Airflow Variable `tidemark_lake` or TI
 output root from the Variable `session_metrics_root` or TIDEMARK_SESSION_METRICS_ROOT (default
 <lake>/_products/daily_session_metrics; point it at your own bucket).
 """
+
 from __future__ import annotations
 
 import os
@@ -43,9 +44,15 @@ PER_DATE = AssetAlias(f"{names.get('ASSET_URI_PREFIX')}/by_event_date")
     max_active_runs=1,  # runs of one date never interleave their writes
     dagrun_timeout=timedelta(hours=1),
     default_args={"retries": 2, "retry_delay": timedelta(seconds=20)},
-    params={"event_date": Param(None, type=["null", "string"], pattern=r"^\d{4}-\d{2}-\d{2}$",
-                                title="Event date",
-                                description="Rebuild this date (manual runs); asset-triggered runs leave it empty")},
+    params={
+        "event_date": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^\d{4}-\d{2}-\d{2}$",
+            title="Event date",
+            description="Rebuild this date (manual runs); asset-triggered runs leave it empty",
+        )
+    },
     tags=["tidemark", "example"],
     doc_md=__doc__,
 )
@@ -61,17 +68,23 @@ def example_session_metrics():
         lake = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
         if not lake:
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
-        out = (Variable.get("session_metrics_root", default=None) or os.environ.get("TIDEMARK_SESSION_METRICS_ROOT")
-               or session_metrics.default_root(Lake.open(lake)))
+        out = (
+            Variable.get("session_metrics_root", default=None)
+            or os.environ.get("TIDEMARK_SESSION_METRICS_ROOT")
+            or session_metrics.default_root(Lake.open(lake))
+        )
         wanted = set()
         if (params or {}).get("event_date"):
             wanted.add(layout.check_event_date(params["event_date"]))
         else:
             for event in (triggering_asset_events or {}).get(PER_DATE, []):
-                wanted.add(layout.check_event_date((event.extra or {}).get("event_date")
-                                                   or event.asset.uri.rsplit("event_date=", 1)[-1]))
+                wanted.add(
+                    layout.check_event_date(
+                        (event.extra or {}).get("event_date") or event.asset.uri.rsplit("event_date=", 1)[-1]
+                    )
+                )
         if not wanted:
-            raise ValueError("no event date: trigger with {\"event_date\": \"YYYY-MM-DD\"} or through the asset")
+            raise ValueError('no event date: trigger with {"event_date": "YYYY-MM-DD"} or through the asset')
         return [{"lake": lake, "out": out, "event_date": d} for d in sorted(wanted)]
 
     @task

@@ -40,6 +40,7 @@ TIDEMARK_SUBMIT_APP (default: this repository's streaming_job/submit.py).
 Top level stays cheap (the dag-processor re-parses this file): no pyspark, no storage access, no
 Variable reads; the tasks import what they need.
 """
+
 from __future__ import annotations
 
 import os
@@ -133,15 +134,20 @@ def dataproc_target(environ) -> dict | None:
     missing = [name for name in DATAPROC_ENV if not (environ.get(name) or "").strip()]
     if missing:
         raise ValueError(f"TIDEMARK_DATAPROC_CLUSTER={cluster!r} needs {', '.join(missing)} too")
-    return {"project": environ["TIDEMARK_DATAPROC_PROJECT"].strip(),
-            "region": environ["TIDEMARK_DATAPROC_REGION"].strip(), "cluster": cluster}
+    return {
+        "project": environ["TIDEMARK_DATAPROC_PROJECT"].strip(),
+        "region": environ["TIDEMARK_DATAPROC_REGION"].strip(),
+        "cluster": cluster,
+    }
 
 
 def dataproc_job(target: dict, application: str, lake, event_date) -> dict:
     """The Dataproc job (DataprocSubmitJobOperator's `job`) of one dedup run on `target`'s cluster."""
-    return {"reference": {"project_id": target["project"]},
-            "placement": {"cluster_name": target["cluster"]},
-            "pyspark_job": {"main_python_file_uri": application, "args": dedup_args(lake, event_date)}}
+    return {
+        "reference": {"project_id": target["project"]},
+        "placement": {"cluster_name": target["cluster"]},
+        "pyspark_job": {"main_python_file_uri": application, "args": dedup_args(lake, event_date)},
+    }
 
 
 def dedup_concurrency(environ) -> int | None:
@@ -168,9 +174,12 @@ def dedup_task(lake, event_date):
         from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator
 
         return DataprocSubmitJobOperator(
-            task_id="dedup", project_id=target["project"], region=target["region"],
+            task_id="dedup",
+            project_id=target["project"],
+            region=target["region"],
             max_active_tis_per_dag=dedup_concurrency(os.environ),
-            job=dataproc_job(target, APPLICATION, lake, event_date))
+            job=dataproc_job(target, APPLICATION, lake, event_date),
+        )
     return DedupOperator(
         task_id="dedup",
         max_active_tis_per_dag=dedup_concurrency(os.environ),
@@ -190,12 +199,15 @@ def dedup_task(lake, event_date):
     catchup=False,
     max_active_runs=int(os.environ.get("TIDEMARK_DAG_MAX_ACTIVE_RUNS", "4")),
     dagrun_timeout=timedelta(hours=2),
-    default_args={"retries": int(os.environ.get("TIDEMARK_DAG_RETRIES", "2")),
-                  "retry_delay": timedelta(seconds=20)},
+    default_args={"retries": int(os.environ.get("TIDEMARK_DAG_RETRIES", "2")), "retry_delay": timedelta(seconds=20)},
     params={
         "event_date": Param(
-            type="string", pattern=EVENT_DATE_PATTERN, format="date",
-            title="Event date", description="UTC date of session starts to deduplicate (YYYY-MM-DD)"),
+            type="string",
+            pattern=EVENT_DATE_PATTERN,
+            format="date",
+            title="Event date",
+            description="UTC date of session starts to deduplicate (YYYY-MM-DD)",
+        ),
     },
     tags=["tidemark"],
     doc_md=__doc__,
@@ -232,8 +244,11 @@ def tidemark_dedup():
         if nothing_new is None:
             print(f"{prepared['event_date']}: receipts not in the current version; running the dedup")
             return True
-        reason = (f"version {nothing_new.version} already includes every planned receipt partition"
-                  if nothing_new.version else "no receipt partition holds events of this date")
+        reason = (
+            f"version {nothing_new.version} already includes every planned receipt partition"
+            if nothing_new.version
+            else "no receipt partition holds events of this date"
+        )
         print(f"{prepared['event_date']}: nothing new ({reason}); skipping the Spark dedup")
         return False
 
@@ -251,8 +266,7 @@ def tidemark_dedup():
         event_date, lake = prepared["event_date"], Lake.open(prepared["lake"])
         pointer = read_current(lake, event_date)
         if not pointer or not pointer.get("version"):
-            raise RuntimeError(f"dedup succeeded but {lake.current_pointer(event_date)} "
-                               "names no version")
+            raise RuntimeError(f"dedup succeeded but {lake.current_pointer(event_date)} names no version")
         version = layout.check_receipt_ts(pointer["version"])
         extra = {"event_date": event_date, "version": version}
         outlet_events[SESSIONS_DEDUP].extra = extra

@@ -17,6 +17,7 @@ this folder unpaused.
 
 Top level stays cheap: no pyarrow, no storage access, no Variable reads.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ from tidemark.durations import parse_interval  # standard library only: cheap at
 DAG_ID = "tidemark_maintenance"
 
 
-SCHEDULE = parse_interval(os.environ.get("TIDEMARK_MAINTENANCE_INTERVAL", "1d"), "TIDEMARK_MAINTENANCE_INTERVAL",
-                          timedelta(hours=1))
+SCHEDULE = parse_interval(
+    os.environ.get("TIDEMARK_MAINTENANCE_INTERVAL", "1d"), "TIDEMARK_MAINTENANCE_INTERVAL", timedelta(hours=1)
+)
 
 
 def _setting(variable: str, env: str, default: str) -> str:
@@ -58,14 +60,15 @@ def tidemark_maintenance():
         from collections import Counter
 
         from tidemark import gc as lake_gc
-        from tidemark.lake import Lake
         from tidemark.durations import parse_duration
+        from tidemark.lake import Lake
 
         lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
         if not lake:
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
         retention = lake_gc.check_retention(
-            parse_duration(_setting("tidemark_gc_retention", "TIDEMARK_GC_RETENTION", "7d")))
+            parse_duration(_setting("tidemark_gc_retention", "TIDEMARK_GC_RETENTION", "7d"))
+        )
         removed = lake_gc.gc(Lake.open(lake), retention)
         counts = dict(Counter(item.what for item in removed))
         print(f"gc of {lake} with a retention of {retention}: removed {counts or 'nothing'}")

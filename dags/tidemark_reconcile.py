@@ -19,6 +19,7 @@ tidemark_reconcile_max_attempts / TIDEMARK_RECONCILE_MAX_ATTEMPTS (default 3).
 
 Top level stays cheap: no pyarrow, no storage access, no Variable reads.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,9 @@ DAG_ID = "tidemark_reconcile"
 DEDUP_DAG_ID = names.get("DAG_ID")
 
 
-SCHEDULE = parse_interval(os.environ.get("TIDEMARK_RECONCILE_INTERVAL", "15m"), "TIDEMARK_RECONCILE_INTERVAL",
-                          timedelta(minutes=1))
+SCHEDULE = parse_interval(
+    os.environ.get("TIDEMARK_RECONCILE_INTERVAL", "15m"), "TIDEMARK_RECONCILE_INTERVAL", timedelta(minutes=1)
+)
 
 
 def _setting(variable: str, env: str, default: str) -> str:
@@ -81,11 +83,11 @@ def tidemark_reconcile():
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
         grace = parse_duration(_setting("tidemark_reconcile_grace", "TIDEMARK_RECONCILE_GRACE", "10m"))
         attempts = int(_setting("tidemark_reconcile_max_attempts", "TIDEMARK_RECONCILE_MAX_ATTEMPTS", "3"))
-        decisions = reconcile.decide(reconcile.staleness(Lake.open(lake)), _run_state, grace=grace,
-                                     max_attempts=attempts)
+        decisions = reconcile.decide(
+            reconcile.staleness(Lake.open(lake)), _run_state, grace=grace, max_attempts=attempts
+        )
         for decision in decisions:
-            print(f"{decision.event_date}: {decision.action} {decision.run_id or ''} "
-                  f"({'; '.join(decision.reasons)})")
+            print(f"{decision.event_date}: {decision.action} {decision.run_id or ''} ({'; '.join(decision.reasons)})")
         return [{"trigger_run_id": d.run_id, "conf": d.conf} for d in decisions if d.action == "trigger"]
 
     TriggerDagRunOperator.partial(

@@ -9,11 +9,12 @@ clients) never share a view. A literal brace in a file must be doubled (`{{`).
 The rules several files share (the session id, the kept-copy rule, the event struct) are written
 once, in tidemark/sql_rules.py, and referenced as `@name(...)` macros that `load` renders.
 """
+
 from __future__ import annotations
 
 import re
 import uuid
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from tidemark import sql_rules
@@ -21,7 +22,7 @@ from tidemark import sql_rules
 _NAME = re.compile(r"^[a-z_]+$")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> str:
     """The text of dedup_sql/<name>.sql, its rule macros rendered (comments kept; Spark ignores them)."""
     if not _NAME.match(name):

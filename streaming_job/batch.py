@@ -4,25 +4,27 @@ Everything here is a deterministic function of (state before the batch, the batc
 batch's timestamp from the offset log), so a batch that Spark replays after a crash produces the
 same receipt_ts, the same panes and the same state, and skips partitions it had completed.
 """
+
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 import dedup_sql
 from streaming_job import pane_writer, parse
-from streaming_job.state import StateStore, watermark_text as state_watermark_text
+from streaming_job.state import StateStore
+from streaming_job.state import watermark_text as state_watermark_text
 from tidemark import landing, landing_archive, landing_ledger, layout, receipt_index, receipts, session_schema, storage
-from tidemark.receipts import BatchReport
 from tidemark.contract import InputRules
+from tidemark.lake import QUARANTINE_MARKER, Lake
 from tidemark.logs import get_logger
 from tidemark.phases import Phases
+from tidemark.receipts import BatchReport
 from tidemark.sessions import SessionRules
-from tidemark.lake import QUARANTINE_MARKER, Lake
 
 log = get_logger("stream")
 
@@ -41,11 +43,18 @@ class StopRequested(RuntimeError):
 class BatchProcessor:
     """The foreachBatch function of the stream. `listeners` get a BatchReport after each commit."""
 
-    def __init__(self, lake: Lake, checkpoint: str, rules: SessionRules,
-                 listeners: list[Callable[[BatchReport], None]] | None = None,
-                 stop_requested: threading.Event | None = None, input_rules: InputRules | None = None,
-                 landing: str | None = None, generation: landing_archive.Generation | None = None,
-                 archive: bool = False):
+    def __init__(
+        self,
+        lake: Lake,
+        checkpoint: str,
+        rules: SessionRules,
+        listeners: list[Callable[[BatchReport], None]] | None = None,
+        stop_requested: threading.Event | None = None,
+        input_rules: InputRules | None = None,
+        landing: str | None = None,
+        generation: landing_archive.Generation | None = None,
+        archive: bool = False,
+    ):
         self.lake = Lake.open(lake)  # the Spark job's boundary: a URI or a Lake
         # Spark's batch ids restart at 0 in each checkpoint generation (tidemark.landing_archive);
         # the batch id everywhere else (state versions, panes, ledger, notices) is batch_base + it.
@@ -70,12 +79,19 @@ class BatchProcessor:
             return
         report.seconds = round(time.monotonic() - started, 3)
         report.phases = phases.seconds
-        log.info("batch committed", batch_id=batch_id, receipt_ts=report.receipt_ts,
-                 input_lines=report.input_lines, valid_events=report.valid_events,
-                 quarantined=report.quarantined, open_sessions=report.open_sessions,
-                 watermark=state_watermark_text(report.watermark_us),
-                 partitions=[p.event_date for p in report.partitions], seconds=report.seconds,
-                 phases=report.phases)
+        log.info(
+            "batch committed",
+            batch_id=batch_id,
+            receipt_ts=report.receipt_ts,
+            input_lines=report.input_lines,
+            valid_events=report.valid_events,
+            quarantined=report.quarantined,
+            open_sessions=report.open_sessions,
+            watermark=state_watermark_text(report.watermark_us),
+            partitions=[p.event_date for p in report.partitions],
+            seconds=report.seconds,
+            phases=report.phases,
+        )
         for listener in self.listeners:
             listener(report)
 
@@ -101,27 +117,34 @@ class BatchProcessor:
 
             store = StateStore(spark, self.checkpoint)
             before, state = store.before(batch_id)
-            w_prev_us, watermark_us = self._watermarks(before.watermark_us, totals["max_event_us"],
-                                                       receipt_us, batch_id)
+            w_prev_us, watermark_us = self._watermarks(
+                before.watermark_us, totals["max_event_us"], receipt_us, batch_id
+            )
 
-            result = self._sessionize(spark, parse.valid_events(parsed), state, w_prev_us,
-                                      watermark_us).persist()
+            result = self._sessionize(spark, parse.valid_events(parsed), state, w_prev_us, watermark_us).persist()
             try:
                 stats, open_sessions = self._stats(result)
                 phases.done("sessionize")  # state read, merged, sessionized, cached; the statistics
                 panes = self._panes(result, receipt_ts, batch_id, watermark_us)
                 partitions = self._write_panes(panes, stats, receipt_ts, batch_id, watermark_us)
                 phases.done("panes")
-                kept = result.where("retain").withColumn(
-                    "pane_count", F.col("pane_count") + F.col("emit").cast("int"))
+                kept = result.where("retain").withColumn("pane_count", F.col("pane_count") + F.col("emit").cast("int"))
                 store.write(batch_id, kept, open_sessions, watermark_us, receipt_ts)
                 phases.done("state")
             finally:
                 result.unpersist()
         finally:
             parsed.unpersist()
-        return BatchReport(batch_id, receipt_ts, int(totals["lines"]), int(totals["valid"]),
-                           quarantined, watermark_us, open_sessions, partitions)
+        return BatchReport(
+            batch_id,
+            receipt_ts,
+            int(totals["lines"]),
+            int(totals["valid"]),
+            quarantined,
+            watermark_us,
+            open_sessions,
+            partitions,
+        )
 
     @staticmethod
     def _by_file(parsed: DataFrame) -> list:
@@ -129,14 +152,18 @@ class BatchProcessor:
         time and (when the source gives them) size and modification time; and the batch's time."""
         valid = F.col("reason").isNull()
         facts = [F.max(name).alias(name) for name in parse.FILE_FACTS if name in parsed.columns]
-        return parsed.groupBy("source_file").agg(
-            F.count(F.lit(1)).alias("lines"),
-            F.count_if(valid).alias("valid"),
-            F.max(F.when(valid, F.unix_micros("event_ts"))).alias("max_event_us"),
-            F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
-            F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
-            *facts,
-        ).collect()
+        return (
+            parsed.groupBy("source_file")
+            .agg(
+                F.count(F.lit(1)).alias("lines"),
+                F.count_if(valid).alias("valid"),
+                F.max(F.when(valid, F.unix_micros("event_ts"))).alias("max_event_us"),
+                F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
+                F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
+                *facts,
+            )
+            .collect()
+        )
 
     def _admit(self, by_file: list, receipt_ts: str, batch_id: int) -> tuple[dict, list[str]]:
         """The landing rule over the batch's files (tidemark.landing), the batch's ledger entry
@@ -147,8 +174,15 @@ class BatchProcessor:
             row = found.asDict()
             path = landing.relative_path(self.landing, row["source_file"])
             verdict = landing.classify(path)
-            files.append({"path": path, "size": row.get("file_size"), "mtime_ms": row.get("file_mtime_ms"),
-                          "lines": int(row["lines"]), "verdict": verdict})
+            files.append(
+                {
+                    "path": path,
+                    "size": row.get("file_size"),
+                    "mtime_ms": row.get("file_mtime_ms"),
+                    "lines": int(row["lines"]),
+                    "verdict": verdict,
+                }
+            )
             if verdict != landing.INPUT:
                 skipped.append(row["source_file"])
                 continue
@@ -158,17 +192,24 @@ class BatchProcessor:
                 newest.append(row["max_event_us"])
         totals["max_event_us"] = max(newest, default=None)
         if self.archive:  # before the ledger entry: an empty queue means no batch did half its work
-            landing_archive.enqueue(self.checkpoint, self.generation, batch_id - self.generation.batch_base, receipt_ts,
-                                    [f for f in files if f["verdict"] == landing.INPUT])
+            landing_archive.enqueue(
+                self.checkpoint,
+                self.generation,
+                batch_id - self.generation.batch_base,
+                receipt_ts,
+                [f for f in files if f["verdict"] == landing.INPUT],
+            )
         landing_ledger.record_batch(self.lake, receipt_ts, batch_id, files)
         if skipped:
-            log.warning("landed files not read: not input by the landing rule", batch_id=batch_id,
-                        receipt_ts=receipt_ts,
-                        files={f["path"]: f["verdict"] for f in files if f["verdict"] != landing.INPUT})
+            log.warning(
+                "landed files not read: not input by the landing rule",
+                batch_id=batch_id,
+                receipt_ts=receipt_ts,
+                files={f["path"]: f["verdict"] for f in files if f["verdict"] != landing.INPUT},
+            )
         return totals, skipped
 
-    def _watermarks(self, stored_us: int, max_event_us: int | None, receipt_us: int,
-                    batch_id: int) -> tuple[int, int]:
+    def _watermarks(self, stored_us: int, max_event_us: int | None, receipt_us: int, batch_id: int) -> tuple[int, int]:
         """(watermark at the start of the batch, watermark after it).
 
         The watermark follows the newest event time minus the delay, but never runs ahead of the
@@ -179,16 +220,19 @@ class BatchProcessor:
         """
         w_prev_us = stored_us
         if stored_us > receipt_us:
-            log.warning("stored watermark ahead of the receipt time: pulled back", batch_id=batch_id,
-                        stored=receipts.iso_from_micros(stored_us), receipt=receipts.iso_from_micros(receipt_us))
+            log.warning(
+                "stored watermark ahead of the receipt time: pulled back",
+                batch_id=batch_id,
+                stored=receipts.iso_from_micros(stored_us),
+                receipt=receipts.iso_from_micros(receipt_us),
+            )
             w_prev_us = receipt_us
         watermark_us = w_prev_us
         if max_event_us is not None:
             watermark_us = max(w_prev_us, min(max_event_us - self.rules.watermark_delay_us, receipt_us))
         return w_prev_us, watermark_us
 
-    def _sessionize(self, spark, events: DataFrame, state: DataFrame, w_prev_us: int,
-                    w_new_us: int) -> DataFrame:
+    def _sessionize(self, spark, events: DataFrame, state: DataFrame, w_prev_us: int, w_new_us: int) -> DataFrame:
         state_events = state.select(
             "user_id",
             F.explode("events").alias("e"),
@@ -196,25 +240,49 @@ class BatchProcessor:
             F.col("session_start").alias("state_session_start"),
             F.col("closed").alias("state_closed"),
             F.col("pane_count").alias("state_pane_count"),
-        ).select("user_id", "e.event_id", "e.event_ts", "e.event_type", "e.payload",
-                 "state_session_id", "state_session_start", "state_closed", "state_pane_count",
-                 F.lit(False).alias("is_new"))
+        ).select(
+            "user_id",
+            "e.event_id",
+            "e.event_ts",
+            "e.event_type",
+            "e.payload",
+            "state_session_id",
+            "state_session_start",
+            "state_closed",
+            "state_pane_count",
+            F.lit(False).alias("is_new"),
+        )
         # One row per distinct event (user_id, event_id, event_ts), the kept copy chosen by the copy
         # rule whatever the arrival order (dedup_sql/stream_input.sql).
-        merged = dedup_sql.run(spark, "stream_input", {
-            "state_events": state_events.drop("is_new"),
-            "batch_events": events.select("user_id", "event_id", "event_ts", "event_type", "payload")})
+        merged = dedup_sql.run(
+            spark,
+            "stream_input",
+            {
+                "state_events": state_events.drop("is_new"),
+                "batch_events": events.select("user_id", "event_id", "event_ts", "event_type", "payload"),
+            },
+        )
         sessionized = dedup_sql.run(spark, "sessionize", {"events": merged}, gap_us=self.rules.gap_us)
-        return dedup_sql.run(spark, "stream_panes", {"sessionized": sessionized}, gap_us=self.rules.gap_us,
-                             lateness_us=self.rules.allowed_lateness_us, w_prev_us=w_prev_us, w_new_us=w_new_us)
+        return dedup_sql.run(
+            spark,
+            "stream_panes",
+            {"sessionized": sessionized},
+            gap_us=self.rules.gap_us,
+            lateness_us=self.rules.allowed_lateness_us,
+            w_prev_us=w_prev_us,
+            w_new_us=w_new_us,
+        )
 
     @staticmethod
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
         # THE session schema's pane columns (tidemark/session_schema.py), event_ids from the events
-        session = [F.transform("events", lambda e: e["event_id"]).alias("event_ids") if name == "event_ids"
-                   else name for name in (c.name for c in session_schema.PANE_SESSION)]
+        session = [
+            F.transform("events", lambda e: e["event_id"]).alias("event_ids") if name == "event_ids" else name
+            for name in (c.name for c in session_schema.PANE_SESSION)
+        ]
         return result.where("emit").select(
-            *session, "pane_kind",
+            *session,
+            "pane_kind",
             (F.col("pane_count") + 1).alias("pane_index"),
             F.lit(batch_id).cast("bigint").alias("batch_id"),
             F.timestamp_micros(F.lit(watermark_us)).alias("watermark"),
@@ -228,29 +296,37 @@ class BatchProcessor:
         the receipt markers record; and how many sessions stay in state. (One Spark action where
         there were two: the fixed cost of a micro-batch is mostly its number of actions.)"""
         emit = F.col("emit")
-        rows = result.groupBy(
-            F.when(emit, F.date_format("session_start", "yyyy-MM-dd")).alias("event_date")
-        ).agg(
-            F.count_if(emit).alias("rows"),
-            F.sum(F.when(emit, F.col("event_count"))).alias("events"),
-            F.min(F.when(emit, F.unix_micros("session_start"))).alias("min_us"),
-            F.max(F.when(emit, F.unix_micros("session_end"))).alias("max_us"),
-            F.array_sort(F.collect_set(F.when(emit, F.col("pane_kind")))).alias("kinds"),
-            F.count_if("retain").alias("retained"),
-        ).collect()
+        rows = (
+            result.groupBy(F.when(emit, F.date_format("session_start", "yyyy-MM-dd")).alias("event_date"))
+            .agg(
+                F.count_if(emit).alias("rows"),
+                F.sum(F.when(emit, F.col("event_count"))).alias("events"),
+                F.min(F.when(emit, F.unix_micros("session_start"))).alias("min_us"),
+                F.max(F.when(emit, F.unix_micros("session_end"))).alias("max_us"),
+                F.array_sort(F.collect_set(F.when(emit, F.col("pane_kind")))).alias("kinds"),
+                F.count_if("retain").alias("retained"),
+            )
+            .collect()
+        )
         return [r for r in rows if r["event_date"] is not None], sum(int(r["retained"]) for r in rows)
 
-    def _write_panes(self, panes: DataFrame, stats: list, receipt_ts: str, batch_id: int,
-                     watermark_us: int) -> list[receipts.ReceiptPartition]:
+    def _write_panes(
+        self, panes: DataFrame, stats: list, receipt_ts: str, batch_id: int, watermark_us: int
+    ) -> list[receipts.ReceiptPartition]:
         partitions = [
             receipts.ReceiptPartition(
-                event_date=row["event_date"], receipt_ts=receipt_ts, batch_id=batch_id,
+                event_date=row["event_date"],
+                receipt_ts=receipt_ts,
+                batch_id=batch_id,
                 uri=self.lake.receipt_dir(row["event_date"], receipt_ts),
-                rows=int(row["rows"]), events=int(row["events"]),
-                pane_kinds=list(row["kinds"]), min_event_ts=receipts.iso_from_micros(row["min_us"]),
+                rows=int(row["rows"]),
+                events=int(row["events"]),
+                pane_kinds=list(row["kinds"]),
+                min_event_ts=receipts.iso_from_micros(row["min_us"]),
                 max_event_ts=receipts.iso_from_micros(row["max_us"]),
                 watermark=receipts.iso_from_micros(watermark_us),
-                late=receipts.is_late(row["event_date"], watermark_us))
+                late=receipts.is_late(row["event_date"], watermark_us),
+            )
             for row in sorted(stats, key=lambda r: r["event_date"])
         ]
         complete = receipts.complete_among(self.lake, partitions)  # a replayed batch's finished ones
@@ -261,9 +337,14 @@ class BatchProcessor:
             pane_writer.write_panes(panes, self.lake.sessions_root())
             receipts.complete_all(self.lake, pending)  # markers last: each partition complete at once
             for partition in pending:
-                log.info("receipt partition written", event_date=partition.event_date,
-                         receipt_ts=receipt_ts, rows=partition.rows, pane_kinds=partition.pane_kinds,
-                         late=partition.late)
+                log.info(
+                    "receipt partition written",
+                    event_date=partition.event_date,
+                    receipt_ts=receipt_ts,
+                    rows=partition.rows,
+                    pane_kinds=partition.pane_kinds,
+                    late=partition.late,
+                )
         if partitions:  # every partition of this batch, hence of every earlier one, is complete
             receipt_index.write_head(self.lake, receipt_ts)
         return partitions
@@ -273,10 +354,14 @@ class BatchProcessor:
         marker = layout.join(folder, QUARANTINE_MARKER)
         if storage.exists(marker):
             return
-        (parse.quarantined(parsed)
-         .withColumn("receipt_ts", F.lit(receipt_ts))
-         .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
-         # one file, but not coalesce(1): that would scan the whole cached batch in one task
-         .repartition(1).write.mode("overwrite").parquet(folder))
+        (
+            parse.quarantined(parsed)
+            .withColumn("receipt_ts", F.lit(receipt_ts))
+            .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
+            # one file, but not coalesce(1): that would scan the whole cached batch in one task
+            .repartition(1)
+            .write.mode("overwrite")
+            .parquet(folder)
+        )
         storage.write_json_atomic(marker, {"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
         log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)

@@ -3,13 +3,14 @@
 Run it through the CLI (`tidemark stream ...`) or unchanged through spark-submit
 (`spark-submit --master spark://... streaming_job/submit.py stream ...`).
 """
+
 from __future__ import annotations
 
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
@@ -18,10 +19,10 @@ from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
 from tidemark import landing_archive, landing_ledger, layout, receipt_index, rules_record
 from tidemark.contract import InputRules
 from tidemark.durations import format_duration, parse_duration
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
 from tidemark.spark import build_session
-from tidemark.lake import Lake
 
 log = get_logger("stream")
 
@@ -73,8 +74,12 @@ def source(spark, config: StreamConfig):
     Which of the listed files are input is tidemark.landing's rule, applied per batch
     (streaming_job/batch.py): Spark's own listing rules differ from it.
     """
-    reader = (spark.readStream.format("text").option("recursiveFileLookup", "true")
-              .option("maxFileAge", NO_MAX_FILE_AGE).option("lineSep", "\n"))  # lines as tidemark.contract splits them
+    reader = (
+        spark.readStream.format("text")
+        .option("recursiveFileLookup", "true")
+        .option("maxFileAge", NO_MAX_FILE_AGE)
+        .option("lineSep", "\n")
+    )  # lines as tidemark.contract splits them
     if config.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", int(config.max_files_per_trigger))
     return reader.load(config.landing).select(
@@ -91,11 +96,10 @@ def source(spark, config: StreamConfig):
 # `cp -p`, time 0) were skipped silently, and after one file stamped 2099 every normal file was.
 # Modification times must not decide what is read, so the age is unbounded (Long.MaxValue ms: what
 # Spark itself uses when it disables the limit). Every file is read once, whatever its time.
-NO_MAX_FILE_AGE = f"{2 ** 63 - 1}ms"
+NO_MAX_FILE_AGE = f"{2**63 - 1}ms"
 
 
-def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], None]] | None = None,
-               spark=None) -> None:
+def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], None]] | None = None, spark=None) -> None:
     """Run until stopped (or, with available_now, until everything landed so far is processed).
 
     SIGTERM and SIGINT stop gracefully: the micro-batch under way finishes and commits first.
@@ -103,9 +107,11 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     if (config.rotate_after or landing_archive.current(config.checkpoint).generation) and not config.archive:
         # a new file-source log reads every file still in the landing again: a checkpoint that has
         # rotated keeps running with the archive, else its next rotation would read files again
-        raise ValueError(f"tidemark stream: the checkpoint {config.checkpoint} rotates its file-source log "
-                         "(--checkpoint-rotation, or an earlier rotation): it needs --archive, so that read "
-                         "files leave the landing first")
+        raise ValueError(
+            f"tidemark stream: the checkpoint {config.checkpoint} rotates its file-source log "
+            "(--checkpoint-rotation, or an earlier rotation): it needs --archive, so that read "
+            "files leave the landing first"
+        )
     notices = _notice_service(config)  # validates the topic and cadence before Spark starts
     if not config.migrate_rules:
         # Records the rules at the first start on a lake; refuses other rules (before Spark starts).
@@ -121,10 +127,17 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
         listeners = [notices.on_batch, *(listeners or [])]
     stop_requested = threading.Event()
     previous = _install_stop_handlers(stop_requested)
-    log.info("stream starting", landing=config.landing, lake=config.lake, checkpoint=config.checkpoint,
-             trigger=("available-now" if config.available_now else format_duration(parse_duration(config.trigger_interval))),
-             rules_id=guard.rules_id, archive=config.archive, rotate_after=config.rotate_after,
-             **rules.describe())
+    log.info(
+        "stream starting",
+        landing=config.landing,
+        lake=config.lake,
+        checkpoint=config.checkpoint,
+        trigger=("available-now" if config.available_now else format_duration(parse_duration(config.trigger_interval))),
+        rules_id=guard.rules_id,
+        archive=config.archive,
+        rotate_after=config.rotate_after,
+        **rules.describe(),
+    )
     changed_to = None
     generation = landing_archive.current(config.checkpoint)
     try:
@@ -132,12 +145,18 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             landing_archive.remove_old_generations(config.checkpoint, generation)
         while True:
             rotate = threading.Event()  # this generation has run its batches: stop it and rotate
-            processor = BatchProcessor(config.lake, config.checkpoint, rules, listeners,
-                                       _Either(stop_requested, rotate), config.input_rules,
-                                       landing=config.landing, generation=generation,
-                                       archive=bool(config.archive))
-            changed_to = _run_query(spark, config, processor, guard, audit, stop_requested, rotate,
-                                    generation)
+            processor = BatchProcessor(
+                config.lake,
+                config.checkpoint,
+                rules,
+                listeners,
+                _Either(stop_requested, rotate),
+                config.input_rules,
+                landing=config.landing,
+                generation=generation,
+                archive=bool(config.archive),
+            )
+            changed_to = _run_query(spark, config, processor, guard, audit, stop_requested, rotate, generation)
             if config.archive:
                 landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
             audit.run()
@@ -145,9 +164,14 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
                 break
             if rotate.is_set() or (_committed_batches(config.checkpoint, generation) >= config.rotate_after):
                 nxt = landing_archive.rotate(
-                    config.landing, config.archive, config.checkpoint, generation, _set_aside(config),
+                    config.landing,
+                    config.archive,
+                    config.checkpoint,
+                    generation,
+                    _set_aside(config),
                     sweep=lambda: landing_ledger.sweep_read(config.landing, config.lake, config.archive),
-                    lake=config.lake)
+                    lake=config.lake,
+                )
                 if nxt is not None:
                     generation = nxt
                     if rotate.is_set() and not stop_requested.is_set():
@@ -162,18 +186,28 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
         raise rules_record.RulesMismatch(
             f"tidemark stream: the lake {config.lake} now records {changed_to.describe()}, but this stream "
             f"ran with {rules_record.describe_rules(rules)}: it stopped after its last complete micro-batch. "
-            "Start it again without rule options to use the lake's rules.")
+            "Start it again without rule options to use the lake's rules."
+        )
 
 
-def _run_query(spark, config: StreamConfig, processor: BatchProcessor, guard, audit,
-               stop_requested: threading.Event, rotate: threading.Event,
-               generation: landing_archive.Generation):
+def _run_query(
+    spark,
+    config: StreamConfig,
+    processor: BatchProcessor,
+    guard,
+    audit,
+    stop_requested: threading.Event,
+    rotate: threading.Event,
+    generation: landing_archive.Generation,
+):
     """One generation's query, until it stops, fails, or has run config.rotate_after batches.
     Returns the lake's new rules if a migration stopped it."""
-    writer = (source(spark, config).writeStream
-              .queryName("tidemark_sessions")
-              .option("checkpointLocation", generation.query_dir(config.checkpoint))
-              .foreachBatch(processor))
+    writer = (
+        source(spark, config)
+        .writeStream.queryName("tidemark_sessions")
+        .option("checkpointLocation", generation.query_dir(config.checkpoint))
+        .foreachBatch(processor)
+    )
     if config.available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -188,8 +222,12 @@ def _run_query(spark, config: StreamConfig, processor: BatchProcessor, guard, au
                 break
             changed_to = guard.changed()
             if changed_to is not None:
-                log.error("the lake's session rules were changed while the stream ran: stopping",
-                          lake=config.lake, rules_id=changed_to.rules_id, running_rules_id=guard.rules_id)
+                log.error(
+                    "the lake's session rules were changed while the stream ran: stopping",
+                    lake=config.lake,
+                    rules_id=changed_to.rules_id,
+                    running_rules_id=guard.rules_id,
+                )
                 stop_requested.set()
             if config.archive and time.monotonic() >= next_drain:
                 # committed batches' files out of the landing (beside the running batch: a batch
@@ -198,10 +236,15 @@ def _run_query(spark, config: StreamConfig, processor: BatchProcessor, guard, au
                 next_drain = time.monotonic() + config.archive_interval
                 try:
                     landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
-                    if (config.rotate_after and not rotate.is_set()
-                            and _committed_batches(config.checkpoint, generation) >= config.rotate_after):
-                        log.info("checkpoint rotation due: finishing the current micro-batch",
-                                 generation=generation.generation)
+                    if (
+                        config.rotate_after
+                        and not rotate.is_set()
+                        and _committed_batches(config.checkpoint, generation) >= config.rotate_after
+                    ):
+                        log.info(
+                            "checkpoint rotation due: finishing the current micro-batch",
+                            generation=generation.generation,
+                        )
                         rotate.set()
                 except OSError as exc:  # a storage hiccup: the files stay queued, moved next time
                     log.warning("could not archive landed files", error=str(exc)[:300])
@@ -221,7 +264,8 @@ def _set_aside(config: StreamConfig):
     """What the archive does with a file replaced after it was read: its new content quarantined
     (as the landing audit does), the file set aside under <archive>/_replaced/."""
     return lambda files: landing_ledger.quarantine_replaced(
-        config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive)
+        config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive
+    )
 
 
 def _committed_batches(checkpoint: str, generation: landing_archive.Generation) -> int:
@@ -247,8 +291,9 @@ def _migrate(config: StreamConfig, spark) -> SessionRules:
     from tidemark import rules_migration
 
     target = rules_migration.target_rules(config.lake, config.rules or {})
-    return rules_migration.migrate(config.lake, target, spark=spark,
-                                   recorded_by="tidemark stream --migrate-rules").record.rules
+    return rules_migration.migrate(
+        config.lake, target, spark=spark, recorded_by="tidemark stream --migrate-rules"
+    ).record.rules
 
 
 class _RulesGuard:
@@ -305,7 +350,8 @@ def _notice_service(config: StreamConfig):
     policy = CadencePolicy(
         coalesce=parse_duration(config.notice_coalesce) if config.notice_coalesce else None,
         late_horizon=parse_duration(config.notice_late_horizon) if config.notice_late_horizon else None,
-        digest_interval=parse_duration(config.notice_digest_interval))
+        digest_interval=parse_duration(config.notice_digest_interval),
+    )
     return NoticeService(config.lake, config.notify_topic, policy=policy)
 
 

@@ -19,6 +19,7 @@ The files hold the same columns and types Spark's writer wrote (partition column
 `receipt_ts` in the folder names only; timestamps as TIMESTAMP_MICROS, UTC), so readers of either
 kind of file see one schema.
 """
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
@@ -29,6 +30,7 @@ PANE_FILE = "part-00000.parquet"
 def write_panes(panes: DataFrame, sessions_root: str) -> list[str]:
     """Write every row of `panes` (with `event_date` and `receipt_ts` columns) into its receipt
     partition under sessions_root; returns the event dates written."""
+
     def write(batches):
         import pyarrow as pa
 
@@ -53,10 +55,13 @@ def _write_tables(table, sessions_root: str) -> list[str]:
     dates = table.column("event_date")
     stamps = table.column("receipt_ts")
     written = []
-    for event_date, receipt_ts in sorted({(d, r) for d, r in zip(dates.to_pylist(), stamps.to_pylist())}):
+    for event_date, receipt_ts in sorted({(d, r) for d, r in zip(dates.to_pylist(), stamps.to_pylist(), strict=False)}):
         rows = table.filter(pc.and_(pc.equal(dates, event_date), pc.equal(stamps, receipt_ts)))
-        folder = layout.join(sessions_root, f"event_date={layout.check_event_date(event_date)}",
-                             f"receipt_ts={layout.check_receipt_ts(receipt_ts)}")
+        folder = layout.join(
+            sessions_root,
+            f"event_date={layout.check_event_date(event_date)}",
+            f"receipt_ts={layout.check_receipt_ts(receipt_ts)}",
+        )
         fs, path = storage.resolve(folder)
         fs.create_dir(path, recursive=True)
         fs.delete_dir_contents(path, missing_dir_ok=True)  # an interrupted attempt's leftovers

@@ -7,6 +7,7 @@ contract.check_line itself, the two held identical by tests/test_contract_differ
 line's exact bytes (the text source keeps invalid UTF-8 as is) go to the contract and, for refused
 lines, to the quarantine.
 """
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -17,8 +18,10 @@ from pyspark.sql.functions import arrow_udf
 from tidemark import contract_fast
 from tidemark.contract import InputRules
 
-VERDICT = ("reason string, user_id string, event_id string, event_type string, "
-           "event_ts_us bigint, payload string")  # the Spark spelling of contract_fast.VERDICT
+VERDICT = (
+    "reason string, user_id string, event_id string, event_type string, "
+    "event_ts_us bigint, payload string"
+)  # the Spark spelling of contract_fast.VERDICT
 FILE_FACTS = ("file_size", "file_mtime_ms")  # of a line's file, as Spark listed it (streaming_job.job.source)
 
 
@@ -26,6 +29,7 @@ def _verdict_udf(rules: InputRules):
     @arrow_udf(VERDICT)
     def verdict(raw: pa.Array, received_us: pa.Array) -> pa.Array:
         return contract_fast.verdicts(raw, received_us, rules)
+
     return verdict
 
 
@@ -42,8 +46,9 @@ def with_parse(batch: DataFrame, rules: InputRules | None = None) -> DataFrame:
     encoding stores one copy of each name per column batch).
     """
     verdict = _verdict_udf(rules or InputRules())
-    checked = (batch.withColumn("raw", F.col("value").cast("binary"))
-               .withColumn("verdict", verdict(F.col("raw"), F.unix_micros("receipt_time"))))
+    checked = batch.withColumn("raw", F.col("value").cast("binary")).withColumn(
+        "verdict", verdict(F.col("raw"), F.unix_micros("receipt_time"))
+    )
     refused = F.col("verdict.reason").isNotNull()
     return checked.select(
         F.col("verdict.reason").alias("reason"),
@@ -55,13 +60,13 @@ def with_parse(batch: DataFrame, rules: InputRules | None = None) -> DataFrame:
         F.when(refused, F.col("raw")).alias("raw"),
         "source_file",
         *[name for name in FILE_FACTS if name in batch.columns],
-        "receipt_time")
+        "receipt_time",
+    )
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
     """Events that passed every check: user_id, event_id, event_ts, event_type, payload."""
-    return (parsed.where(F.col("reason").isNull())
-            .select("user_id", "event_id", "event_ts", "event_type", "payload"))
+    return parsed.where(F.col("reason").isNull()).select("user_id", "event_id", "event_ts", "event_type", "payload")
 
 
 def quarantined(parsed: DataFrame) -> DataFrame:

@@ -12,6 +12,7 @@ version N identically, which makes every batch idempotent.
 A batch without input writes no version; the newest KEEP_VERSIONS versions that exist are kept, so
 the version a replayed batch starts from is always there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from tidemark.times import iso_from_micros
 STATE_MARKER = "_tidemark_state.json"
 KEEP_VERSIONS = 3
 # Watermark before any event was seen: far in the past, nothing is late yet.
-NO_WATERMARK_US = -(2 ** 62)
+NO_WATERMARK_US = -(2**62)
 
 
 def watermark_text(watermark_us: int) -> str | None:
@@ -58,8 +59,7 @@ class StateStore:
         ids = []
         for name in storage.list_subdirs(self.root):
             value = layout.partition_value(name, "batch_id")
-            if value is not None and value.isdigit() and storage.exists(
-                    layout.join(self.root, name, STATE_MARKER)):
+            if value is not None and value.isdigit() and storage.exists(layout.join(self.root, name, STATE_MARKER)):
                 ids.append(int(value))
         return sorted(ids)
 
@@ -75,17 +75,17 @@ class StateStore:
             return version, self.spark.createDataFrame([], STATE_SCHEMA)
         return version, self.spark.read.schema(STATE_SCHEMA).parquet(self._dir(version_id))
 
-    def write(self, batch_id: int, sessions: DataFrame, session_count: int, watermark_us: int,
-              receipt_ts: str) -> None:
+    def write(self, batch_id: int, sessions: DataFrame, session_count: int, watermark_us: int, receipt_ts: str) -> None:
         path = self._dir(batch_id)
         storage.delete_file(layout.join(path, STATE_MARKER))
         if session_count:
-            sessions.select(*STATE_COLUMNS) \
-                .coalesce(max(1, min(8, session_count // 50_000 + 1))) \
-                .write.mode("overwrite").parquet(path)
-        storage.write_json_atomic(layout.join(path, STATE_MARKER), {
-            "batch_id": batch_id, "watermark_us": watermark_us, "sessions": session_count,
-            "receipt_ts": receipt_ts})
+            sessions.select(*STATE_COLUMNS).coalesce(max(1, min(8, session_count // 50_000 + 1))).write.mode(
+                "overwrite"
+            ).parquet(path)
+        storage.write_json_atomic(
+            layout.join(path, STATE_MARKER),
+            {"batch_id": batch_id, "watermark_us": watermark_us, "sessions": session_count, "receipt_ts": receipt_ts},
+        )
         # Keep the newest KEEP_VERSIONS versions that exist, not "batch_id - K and later": empty
         # batches write no version, so after a run of them that arithmetic deleted the very
         # version a replay of this batch starts from. Versions after this batch (stale ones,

@@ -3,6 +3,7 @@
 The same CLI as `tidemark`, so the stream and the dedup run unchanged on a cluster; the Spark
 master and resources come from spark-submit (the SparkSession builder does not override them).
 """
+
 import sys
 
 from tidemark.cli import main

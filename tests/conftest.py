@@ -8,6 +8,7 @@ TIDEMARK_LOG_LEVEL=warning hid the line the demo waited for). pytest sets up hig
 first, so the per-test snapshot is taken after the session and module fixtures: what they set on
 purpose stays for the tests that use them, and the per-module guard undoes it when the module ends.
 """
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ never from another test module).
 Session sets: what the lake's current version of a date holds vs what the batch reference says it
 must hold, as comparable sets of (user_id, session_start, session_end, event_ids[, event_count, event_type_count]).
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,8 +16,8 @@ from datetime import timedelta
 
 from tests import reference
 from tidemark import availability_notice, polling, reader
-from tidemark.logs import read_log_lines
 from tidemark.lake import Lake
+from tidemark.logs import read_log_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,8 +27,14 @@ wait_for = functools.partial(polling.wait_for, interval=0.5)
 
 def dag_run_finished(client, dag_id: str, run_id: str, timeout: float = 900) -> str:
     """Wait until an Airflow DAG run ends (success or failed); its state."""
-    run = wait_for(lambda: (lambda r: r if r and r["state"] in ("success", "failed") else None)(
-        client.get_dag_run(dag_id, run_id)), timeout, f"{dag_id} run {run_id} to finish", interval=2.0)
+    run = wait_for(
+        lambda: (lambda r: r if r and r["state"] in ("success", "failed") else None)(
+            client.get_dag_run(dag_id, run_id)
+        ),
+        timeout,
+        f"{dag_id} run {run_id} to finish",
+        interval=2.0,
+    )
     return run["state"]
 
 
@@ -48,15 +55,21 @@ def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> s
         table = reader.read_sessions(lake, event_date)
     except reader.NoVersion:
         return set()
-    return {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]))
-            + ((r["event_count"], r["event_type_count"]) if with_count else ()) for r in table.to_pylist()}
+    return {
+        (r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]))
+        + ((r["event_count"], r["event_type_count"]) if with_count else ())
+        for r in table.to_pylist()
+    }
 
 
 def session_set(sessions, event_date: str, with_count: bool = False) -> set[tuple]:
     """Reference sessions (tidemark.batch_reference.Session) of one date, as lake_session_set gives them."""
-    return {(s.user_id, s.session_start, s.session_end, s.event_ids)
-            + ((s.event_count, s.event_type_count) if with_count else ())
-            for s in sessions if s.event_date == event_date}
+    return {
+        (s.user_id, s.session_start, s.session_end, s.event_ids)
+        + ((s.event_count, s.event_type_count) if with_count else ())
+        for s in sessions
+        if s.event_date == event_date
+    }
 
 
 def reference_session_set(landing: str, event_date: str, gap: timedelta, with_count: bool = False) -> set[tuple]:
@@ -67,17 +80,38 @@ def reference_session_set(landing: str, event_date: str, gap: timedelta, with_co
 def run_stream_cli(landing: str, lake: Lake, checkpoint: str, extra=(), env: dict | None = None) -> None:
     """The real `tidemark stream --available-now` (local[2]) in its own process, as an operator runs
     it; fails the test with the end of its stderr when it exits non-zero."""
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream",
-                           "--landing", landing, "--lake", str(lake), "--checkpoint", checkpoint,
-                           "--available-now", "--master", "local[2]", *extra],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    proc = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "tidemark"),
+            "stream",
+            "--landing",
+            landing,
+            "--lake",
+            str(lake),
+            "--checkpoint",
+            checkpoint,
+            "--available-now",
+            "--master",
+            "local[2]",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
 def generate_cli(landing: str, *args: str) -> None:
     """The real `tidemark generate --landing LANDING ARGS...` in its own process."""
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "generate",
-                           "--landing", landing, *args], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "tidemark"), "generate", "--landing", landing, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
 
 

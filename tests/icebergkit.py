@@ -1,5 +1,6 @@
 """Versions of a date built without Spark: Parquet files with the table's columns (pyarrow) and the
 run's marker, as a dedup run leaves them right before its commit (tidemark.publish.commit)."""
+
 from __future__ import annotations
 
 import os
@@ -8,15 +9,17 @@ from datetime import date, datetime, timedelta, timezone
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tidemark import publish, table as iceberg
-from tidemark.notices import corrected
+from tidemark import publish
+from tidemark import table as iceberg
 from tidemark.lake import Lake
+from tidemark.notices import corrected
 
 T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
 
 
-def prepared_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1,
-                 affected_dates: list[str] | None = None) -> dict:
+def prepared_run(
+    lake: Lake, event_date: str, receipts: list[str], sessions: int = 1, affected_dates: list[str] | None = None
+) -> dict:
     """A run's files and marker (not committed). receipts: receipt_ts values of event_date."""
     run_id = publish.new_run_id()
     folder = lake.run_dir(event_date, run_id)
@@ -24,19 +27,44 @@ def prepared_run(lake: Lake, event_date: str, receipts: list[str], sessions: int
     names = []
     if sessions:
         start = datetime.combine(date.fromisoformat(event_date), datetime.min.time(), tzinfo=timezone.utc)
-        rows = [{"session_id": f"{run_id[:8]}{i:024d}", "user_id": f"u{i}",
-                 "session_start": start + timedelta(minutes=i), "session_end": start + timedelta(minutes=i, seconds=5),
-                 "event_count": 1, "event_ids": [f"e{i}"],
-                 "events": [{"event_ts": start + timedelta(minutes=i), "event_id": f"e{i}", "event_type": "play",
-                             "payload": "{}"}],
-                 "first_receipt_ts": min(receipts), "last_receipt_ts": max(receipts),
-                 "event_date": date.fromisoformat(event_date)} for i in range(sessions)]
+        rows = [
+            {
+                "session_id": f"{run_id[:8]}{i:024d}",
+                "user_id": f"u{i}",
+                "session_start": start + timedelta(minutes=i),
+                "session_end": start + timedelta(minutes=i, seconds=5),
+                "event_count": 1,
+                "event_ids": [f"e{i}"],
+                "events": [
+                    {
+                        "event_ts": start + timedelta(minutes=i),
+                        "event_id": f"e{i}",
+                        "event_type": "play",
+                        "payload": "{}",
+                    }
+                ],
+                "first_receipt_ts": min(receipts),
+                "last_receipt_ts": max(receipts),
+                "event_date": date.fromisoformat(event_date),
+            }
+            for i in range(sessions)
+        ]
         pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
         names = ["part-00000.parquet"]
-    marker = {"event_date": event_date, "run_id": run_id, "files": names, "sessions": sessions,
-              "receipts": sorted(f"{event_date}/{r}" for r in receipts), "max_receipt_ts": max(receipts),
-              "receipts_read": len(receipts), "rows_read": sessions, "hi": event_date, "gap": "30m",
-              "affected_dates": affected_dates or [], "created_at": T0.isoformat().replace("+00:00", "Z")}
+    marker = {
+        "event_date": event_date,
+        "run_id": run_id,
+        "files": names,
+        "sessions": sessions,
+        "receipts": sorted(f"{event_date}/{r}" for r in receipts),
+        "max_receipt_ts": max(receipts),
+        "receipts_read": len(receipts),
+        "rows_read": sessions,
+        "hi": event_date,
+        "gap": "30m",
+        "affected_dates": affected_dates or [],
+        "created_at": T0.isoformat().replace("+00:00", "Z"),
+    }
     publish.write_marker(lake, marker)
     return marker
 
@@ -58,17 +86,32 @@ def publish_recorded_run(lake: Lake, event_date: str, receipts: list[str], sessi
     return commit_recording(lake, prepared_run(lake, event_date, receipts, sessions))
 
 
-def version_with(lake: Lake, receipts: list[str], sessions: dict[str, tuple[int, int]],
-                 affected: list[str] | None = None, event_date: str = "2026-03-10") -> dict:
+def version_with(
+    lake: Lake,
+    receipts: list[str],
+    sessions: dict[str, tuple[int, int]],
+    affected: list[str] | None = None,
+    event_date: str = "2026-03-10",
+) -> dict:
     """A committed (and recorded) version whose sessions are {session_id: (end minute, event_count)},
     all starting at midnight of event_date; returns the new current version."""
     marker = prepared_run(lake, event_date, receipts, sessions=0, affected_dates=affected)
     start = datetime.combine(date.fromisoformat(event_date), datetime.min.time(), tzinfo=timezone.utc)
-    rows = [{"session_id": sid, "user_id": f"u{sid}", "session_start": start,
-             "session_end": start + timedelta(minutes=end), "event_count": count,
-             "event_ids": [f"{sid}-{i}" for i in range(count)], "events": [],
-             "first_receipt_ts": min(receipts), "last_receipt_ts": max(receipts),
-             "event_date": date.fromisoformat(event_date)} for sid, (end, count) in sorted(sessions.items())]
+    rows = [
+        {
+            "session_id": sid,
+            "user_id": f"u{sid}",
+            "session_start": start,
+            "session_end": start + timedelta(minutes=end),
+            "event_count": count,
+            "event_ids": [f"{sid}-{i}" for i in range(count)],
+            "events": [],
+            "first_receipt_ts": min(receipts),
+            "last_receipt_ts": max(receipts),
+            "event_date": date.fromisoformat(event_date),
+        }
+        for sid, (end, count) in sorted(sessions.items())
+    ]
     folder = lake.run_dir(event_date, marker["run_id"])
     pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
     marker.update(files=["part-00000.parquet"], sessions=len(rows))

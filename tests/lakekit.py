@@ -7,6 +7,7 @@ fragment after the state expired, some = a mix. An island of a subset of the eve
 inside one final session, which is all the stream promises the dedup step. Driving the real stream
 through many arrival orders would be slow (tests/test_dedup_stream.py runs it on crafted cases).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,9 +23,9 @@ from tests import reference
 from tests.helpers import lake_session_set, session_set
 from tidemark import layout, receipts, sql_rules
 from tidemark.dedup import run_dedup
+from tidemark.lake import Lake
 from tidemark.sessions import SessionRules
 from tidemark.times import iso_z
-from tidemark.lake import Lake
 
 GAP = timedelta(minutes=30)
 RULES = SessionRules(gap=GAP)
@@ -32,16 +33,25 @@ DAY0 = datetime(2026, 3, 6, tzinfo=timezone.utc)
 RECEIPT0 = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
 
 EVENT_TYPE = sql_rules.event_arrow_type()
-PANE_SCHEMA = pa.schema([
-    ("session_id", pa.string()), ("user_id", pa.string()),
-    ("session_start", pa.timestamp("us", tz="UTC")), ("session_end", pa.timestamp("us", tz="UTC")),
-    ("event_count", pa.int64()), ("event_ids", pa.list_(pa.string())), ("events", pa.list_(EVENT_TYPE)),
-    ("pane_kind", pa.string()), ("pane_index", pa.int32()), ("batch_id", pa.int64()),
-    ("watermark", pa.timestamp("us", tz="UTC")),
-])
+PANE_SCHEMA = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("user_id", pa.string()),
+        ("session_start", pa.timestamp("us", tz="UTC")),
+        ("session_end", pa.timestamp("us", tz="UTC")),
+        ("event_count", pa.int64()),
+        ("event_ids", pa.list_(pa.string())),
+        ("events", pa.list_(EVENT_TYPE)),
+        ("pane_kind", pa.string()),
+        ("pane_index", pa.int32()),
+        ("batch_id", pa.int64()),
+        ("watermark", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 
 # --- workload: sessions around midnights, bridging events, duplicates -----------------------------
+
 
 def make_events(rng: random.Random, users: int = 5, days: int = 3) -> list[tuple]:
     """(user_id, event_id, event_ts, event_type) of sessions clustered around midnight, so that many
@@ -75,10 +85,11 @@ def arrivals(rng: random.Random, events: list[tuple], batches: int) -> list[list
     deliveries = list(events) + [e for e in events if rng.random() < 0.25]
     rng.shuffle(deliveries)
     cuts = sorted(rng.sample(range(1, len(deliveries)), batches - 1))
-    return [deliveries[a:b] for a, b in zip([0] + cuts, cuts + [len(deliveries)])]
+    return [deliveries[a:b] for a, b in zip([0] + cuts, cuts + [len(deliveries)], strict=False)]
 
 
 # --- the simulated stream --------------------------------------------------------------------------
+
 
 class SimulatedStream:
     def __init__(self, lake: Lake, seed: int):
@@ -99,9 +110,9 @@ class SimulatedStream:
             old = list(self.seen[user].values())
             mode = self.rng.random() if mode is None else mode
             if mode < 0.3:
-                pool_old = []                       # a too_late fragment: state long gone
+                pool_old = []  # a too_late fragment: state long gone
             elif mode < 0.7:
-                pool_old = old                      # accumulating panes of open sessions
+                pool_old = old  # accumulating panes of open sessions
             else:
                 pool_old = [e for e in old if self.rng.random() < 0.5]
             pool = {e[1]: e for e in pool_old}
@@ -124,12 +135,18 @@ class SimulatedStream:
             os.makedirs(folder, exist_ok=True)
             pq.write_table(pa.Table.from_pylist(part, schema=PANE_SCHEMA), f"{folder}/part-00000.parquet")
             partition = receipts.ReceiptPartition(
-                event_date=event_date, receipt_ts=receipt_ts, batch_id=self.batch_id, uri=folder,
-                rows=len(part), events=sum(r["event_count"] for r in part),
+                event_date=event_date,
+                receipt_ts=receipt_ts,
+                batch_id=self.batch_id,
+                uri=folder,
+                rows=len(part),
+                events=sum(r["event_count"] for r in part),
                 pane_kinds=sorted({r["pane_kind"] for r in part}),
                 min_event_ts=iso_z(min(r["session_start"] for r in part), "microseconds"),
                 max_event_ts=iso_z(max(r["session_end"] for r in part), "microseconds"),
-                watermark=iso_z(part[0]["watermark"], "microseconds"), late=False)
+                watermark=iso_z(part[0]["watermark"], "microseconds"),
+                late=False,
+            )
             receipts.complete(self.lake, partition)
             out.append(partition)
         return out
@@ -152,14 +169,21 @@ def _pane(island: list[tuple], batch_id: int, receipt_time: datetime) -> dict:
     start, end = island[0][2], island[-1][2]
     return {
         "session_id": hashlib.sha256(f"{user}|{start.isoformat()}".encode()).hexdigest()[:32],
-        "user_id": user, "session_start": start, "session_end": end, "event_count": len(island),
+        "user_id": user,
+        "session_start": start,
+        "session_end": end,
+        "event_count": len(island),
         "event_ids": [e[1] for e in island],
         "events": [{"event_ts": e[2], "event_id": e[1], "event_type": e[3], "payload": "{}"} for e in island],
-        "pane_kind": "early", "pane_index": 1, "batch_id": batch_id, "watermark": receipt_time,
+        "pane_kind": "early",
+        "pane_index": 1,
+        "batch_id": batch_id,
+        "watermark": receipt_time,
     }
 
 
 # --- checks ------------------------------------------------------------------------------------------
+
 
 def lake_with(tmp_path, seed=5, batches=4, upto=None):
     """A simulated lake of 3 users over 2 days, fed `upto` of its `batches` arrival batches:
@@ -186,8 +210,7 @@ def published(lake: Lake, event_date: str) -> set[tuple]:
 
 
 def expected(events: list[tuple], event_date: str) -> set[tuple]:
-    return session_set(reference.sessionize(events, GAP), event_date,
-                       with_count=True)
+    return session_set(reference.sessionize(events, GAP), event_date, with_count=True)
 
 
 def converge(lake: Lake, spark, dates: set[str]) -> list[dict]:

@@ -1,18 +1,22 @@
 """Random lakes of receipt-partition markers, written through the stream's registration path
 (receipts.complete_all, then the head), for tests of planning, the receipt index and
 reconciliation that need no Spark: planning and reconciliation read markers only."""
+
 from __future__ import annotations
 
 import random
 from datetime import date, datetime, timedelta, timezone
 
 from tidemark import layout, receipt_index, receipts, times
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 DAY0 = date(2026, 3, 1)
-RULES = [SessionRules.parse("30m", "1h", "0s"), SessionRules.parse("10m", "1h", "0s"),
-         SessionRules.parse("25h", "1h", "0s")]
+RULES = [
+    SessionRules.parse("30m", "1h", "0s"),
+    SessionRules.parse("10m", "1h", "0s"),
+    SessionRules.parse("25h", "1h", "0s"),
+]
 
 
 def stamp(batch: int) -> str:
@@ -21,15 +25,28 @@ def stamp(batch: int) -> str:
 
 def random_partition(rng: random.Random, batch: int, event_date: date) -> receipts.ReceiptPartition:
     start = datetime.combine(event_date, datetime.min.time(), tzinfo=timezone.utc) + timedelta(
-        seconds=rng.randrange(86400))
+        seconds=rng.randrange(86400)
+    )
     # most sessions are short; some run past midnight, a few for days
-    span = rng.choice([timedelta(minutes=rng.randrange(60))] * 6 + [timedelta(hours=rng.randrange(30))] * 3
-                      + [timedelta(hours=rng.randrange(100))])
+    span = rng.choice(
+        [timedelta(minutes=rng.randrange(60))] * 6
+        + [timedelta(hours=rng.randrange(30))] * 3
+        + [timedelta(hours=rng.randrange(100))]
+    )
     receipt_ts = stamp(batch)
     return receipts.ReceiptPartition(
-        event_date=event_date.isoformat(), receipt_ts=receipt_ts, batch_id=batch, uri="unused", rows=1, events=1,
-        pane_kinds=["early"], min_event_ts=times.iso_z(start), max_event_ts=times.iso_z(start + span),
-        watermark=times.iso_z(start), late=False)
+        event_date=event_date.isoformat(),
+        receipt_ts=receipt_ts,
+        batch_id=batch,
+        uri="unused",
+        rows=1,
+        events=1,
+        pane_kinds=["early"],
+        min_event_ts=times.iso_z(start),
+        max_event_ts=times.iso_z(start + span),
+        watermark=times.iso_z(start),
+        late=False,
+    )
 
 
 def write_batch(lake: Lake, rng: random.Random, batch: int, days: int = 12) -> list[receipts.ReceiptPartition]:

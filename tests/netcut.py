@@ -9,6 +9,7 @@ Why not stop and restart the server: the Pub/Sub emulator forgets its topics and
 when it stops, and a notice published after the topic is recreated but before its subscription is
 would be lost by the test setup, not by the code under test. A real outage loses nothing server-side.
 """
+
 from __future__ import annotations
 
 import socket
@@ -30,7 +31,7 @@ class NetCut:
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "NetCut":
+    def start(self) -> NetCut:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -64,7 +65,7 @@ class NetCut:
         while self._up.is_set() and self._listener is listener:
             try:
                 client, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

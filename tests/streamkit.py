@@ -1,4 +1,5 @@
 """Helpers for stream tests: land crafted files in order, run the real stream, read the lake."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,8 @@ import time
 
 import pyarrow.dataset as ds
 
-from tidemark import layout, receipts
 from tidemark import lake as lake_layout
+from tidemark import receipts
 from tidemark.lake import Lake
 
 
@@ -39,8 +40,12 @@ def partition_snapshot(lake: Lake) -> dict[tuple[str, str], tuple]:
     for event_date in receipts.list_event_dates(lake):
         for receipt_ts in receipts.list_receipts(lake, event_date):
             folder = lake.receipt_dir(event_date, receipt_ts)
-            files = tuple(sorted((n, os.path.getsize(os.path.join(folder, n)), os.path.getmtime(os.path.join(folder, n)))
-                                 for n in os.listdir(folder)))
+            files = tuple(
+                sorted(
+                    (n, os.path.getsize(os.path.join(folder, n)), os.path.getmtime(os.path.join(folder, n)))
+                    for n in os.listdir(folder)
+                )
+            )
             with open(os.path.join(folder, lake_layout.RECEIPT_MARKER)) as marker:
                 snap[(event_date, receipt_ts)] = (marker.read(), files)
     return snap

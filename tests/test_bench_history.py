@@ -1,6 +1,7 @@
 """bench/history.py at a tiny size: it builds a lake through the registration path, counts storage
 operations at the filesystem layer, and the receipt index's no-op decision reads what arrived after
 the version, not the lake's history."""
+
 from __future__ import annotations
 
 from bench import history
@@ -18,14 +19,19 @@ def test_the_history_bench_counts_what_planning_reads(tmp_path):
     history.late_data(lake, batches, 3, newest)
 
     seconds, ops = history.measure(
-        lambda: planning.quick_covered(planning.LakeIndex(lake), newest, history.RULES, version), 0)
+        lambda: planning.quick_covered(planning.LakeIndex(lake), newest, history.RULES, version), 0
+    )
     with history.without_index(lake):
         _, scanned = history.measure(
-            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, history.RULES, version), 0)
+            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, history.RULES, version), 0
+        )
     assert ops["read"] <= 3 and ops["list"] <= 6  # the head, and nothing the version planned over
     assert scanned["read"] >= 300  # every marker, the cost the index removes
     rows = history.run_size(200, 0, str(tmp_path / "bench"))
-    assert [r[1] for r in rows] == ["no-op decision, newest date", "plan a correction, newest date",
-                                    "plan a correction, 30 days back",
-                                    "one reconciliation pass, 15 min after the last"]
+    assert [r[1] for r in rows] == [
+        "no-op decision, newest date",
+        "plan a correction, newest date",
+        "plan a correction, 30 days back",
+        "one reconciliation pass, 15 min after the last",
+    ]
     print(rows[-1])

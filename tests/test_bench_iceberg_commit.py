@@ -1,5 +1,6 @@
 """Smoke test of bench/iceberg_commit.py at a tiny scale: it runs and leaves a table equal to what
 it committed (no timing asserted: speed lives in BENCHMARKS.md)."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,12 @@ from tidemark.lake import Lake
 def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TIDEMARK_LOG_LEVEL", raising=False)
     work = str(tmp_path / "bench")
-    assert iceberg_commit.main(["--workdir", work, "--dates", "4", "--history", "2", "--sessions", "5",
-                                "--concurrency", "2", "--no-write"]) == 0
+    assert (
+        iceberg_commit.main(
+            ["--workdir", work, "--dates", "4", "--history", "2", "--sessions", "5", "--concurrency", "2", "--no-write"]
+        )
+        == 0
+    )
     assert "What the Iceberg commit adds to a publish" in capsys.readouterr().out
     # Its quiet log level must not outlive it: this pytest worker's later tests start stacks whose
     # readiness is read from info logs (the demo waited 900 s for "stream starting" in CI).

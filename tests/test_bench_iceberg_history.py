@@ -1,12 +1,14 @@
 """Smoke test of bench/iceberg_history.py at a tiny scale: it builds tables of two ages the way gc
 leaves them, and its counting FileIO sees pyiceberg's own reads and writes (no timing asserted:
 speed lives in BENCHMARKS.md)."""
+
 from __future__ import annotations
 
 import pytest
 
 from bench import iceberg_history
-from tidemark import publish, table as iceberg
+from tidemark import publish
+from tidemark import table as iceberg
 
 
 @pytest.mark.slow  # not in make test-fast: 30 commits and a gc, as test_bench_iceberg_commit

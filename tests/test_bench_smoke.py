@@ -1,9 +1,9 @@
 """Smoke tests of the benchmarks: they run at a tiny scale and write a well-formed results table.
 No timing is asserted anywhere (speed lives in bench/, see BENCHMARKS.md)."""
+
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -22,7 +22,7 @@ def results_table(path: str) -> tuple[list[str], list[list[str]]]:
     header = [c.strip() for c in lines[start].strip("|").split("|")]
     assert re.match(r"^\|(---\|)+$", lines[start + 1])
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("| "):
             break
         rows.append([c.strip() for c in line.strip("|").split("|")])
@@ -36,14 +36,19 @@ def test_runner_lists_every_benchmark_and_passes_scale_only_to_modules_that_take
     names = runner.available()
     assert names[:3] == ["stream_throughput", "memory", "freshness"]
     assert "beam_sessions" not in names
-    assert runner.module_argv(stream_throughput, "stream_throughput", "full", ["--no-write"]) == \
-        ["--scale", "full", "--no-write"]
+    assert runner.module_argv(stream_throughput, "stream_throughput", "full", ["--no-write"]) == [
+        "--scale",
+        "full",
+        "--no-write",
+    ]
 
     class NoScale:
         @staticmethod
         def parse_args(argv):
             import argparse
+
             argparse.ArgumentParser().parse_args(argv)
+
     assert runner.module_argv(NoScale, "correction_cost", "full", []) == []
 
 
@@ -66,16 +71,24 @@ def test_file_batches_reads_only_committed_batches(tmp_path):
     (query / "commits" / "0").write_text("v1\n{}\n")
     for batch_id, name in ((0, "a.jsonl"), (1, "b.jsonl")):
         (query / "sources" / "0" / str(batch_id)).write_text(
-            "v1\n" + json.dumps({"path": f"file:///landing/{name}", "timestamp": 1, "batchId": batch_id}) + "\n")
+            "v1\n" + json.dumps({"path": f"file:///landing/{name}", "timestamp": 1, "batchId": batch_id}) + "\n"
+        )
     assert freshness.file_batches(str(tmp_path)) == {"a.jsonl": 0}
 
 
 def test_process_tree_memory_counts_a_tree_without_a_jvm():
     # A child of our own, not this process: a pytest worker may hold a SparkSession's JVM child
     # from an earlier test, which would rightly count as "jvm".
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time; b = bytearray(64 << 20); "
-                              "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(60)"],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; b = bytearray(64 << 20); "
+            "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         sample = stream_throughput.tree_rss(child.pid)
@@ -91,8 +104,21 @@ def test_process_tree_memory_counts_a_tree_without_a_jvm():
 @pytest.mark.timeout(900)
 def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "RESULTS_DIR", str(tmp_path / "results"))
-    assert stream_throughput.main(["--scale", "tiny", "--files-per-trigger", "6", "--skip-beam", "--ladder",
-                                   "--workdir", str(tmp_path / "st")]) == 0
+    assert (
+        stream_throughput.main(
+            [
+                "--scale",
+                "tiny",
+                "--files-per-trigger",
+                "6",
+                "--skip-beam",
+                "--ladder",
+                "--workdir",
+                str(tmp_path / "st"),
+            ]
+        )
+        == 0
+    )
     header, rows = results_table(str(tmp_path / "results" / "stream_throughput.md"))
     assert header[0] == "contender" and len(rows) == 2
     assert rows[0][0].startswith("floor") and rows[1][0].startswith("tidemark")
@@ -100,17 +126,22 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     assert all(float(r[header.index("events/s (in-job)")]) > 0 for r in rows)
     # the stage ladder: the floor first (1.00x), every step of a batch, the whole batch last
     text = (tmp_path / "results" / "stream_throughput.md").read_text()
-    ladder = [line.split(" | ") for line in text.split("## Stage ladder", 1)[1].splitlines()
-              if line.startswith("| ") and not line.startswith("| stage")]
+    ladder = [
+        line.split(" | ")
+        for line in text.split("## Stage ladder", 1)[1].splitlines()
+        if line.startswith("| ") and not line.startswith("| stage")
+    ]
     assert len(ladder) == 7
     assert ladder[0][0].startswith("| floor") and ladder[0][2] == "1.00x |"
     assert "whole batch" in ladder[-1][0] and all(float(row[1]) > 0 for row in ladder)
     # where the (one) batch's time went, from its `batch committed` log
-    assert re.search(r"phases of the first batch \(s\): check [\d.]+, quarantine [\d.]+, sessionize [\d.]+, "
-                     r"panes [\d.]+, state [\d.]+", text)
+    assert re.search(
+        r"phases of the first batch \(s\): check [\d.]+, quarantine [\d.]+, sessionize [\d.]+, "
+        r"panes [\d.]+, state [\d.]+",
+        text,
+    )
 
-    assert memory.main(["--scale", "tiny", "--files", "3", "--events", "1500",
-                        "--workdir", str(tmp_path / "mem")]) == 0
+    assert memory.main(["--scale", "tiny", "--files", "3", "--events", "1500", "--workdir", str(tmp_path / "mem")]) == 0
     header, rows = results_table(str(tmp_path / "results" / "memory.md"))
     assert header[0] == "batch" and [r[0] for r in rows] == ["0", "1", "2"]
     # Every batch leaves the sessions of its newest events open (they are within the gap of the

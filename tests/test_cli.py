@@ -3,6 +3,7 @@
 Run as the real command (`python -m tidemark.cli` in a subprocess) where the process boundary
 matters (exit status, stderr), in process otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,11 +13,10 @@ import sys
 
 import pytest
 
-from tidemark import layout
-from tidemark.cli import build_parser, main
-from tidemark.logs import read_log_lines
-from tidemark.lake import Lake
 from tidemark import lake as lake_layout
+from tidemark.cli import build_parser, main
+from tidemark.lake import Lake
+from tidemark.logs import read_log_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = "2026-03-06"
@@ -24,8 +24,14 @@ RECEIPT = "20260307T101500000Z"
 
 
 def tidemark(*argv: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tidemark.cli", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark.cli", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
 
 
 def corrupt_receipt_marker(lake: Lake) -> str:
@@ -51,18 +57,20 @@ def test_a_corrupt_marker_is_a_failure_with_its_cause_logged_not_a_usage_error(t
     assert "tidemark history: failed: JSONDecodeError" in done.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["read", "--lake", "x", "--event-date", "2026-02-30"], "argument --event-date"),
-    (["gc", "--lake", "x", "--retention", "a week"], "invalid duration"),
-    (["gc", "--lake", "x", "--retention", "5m"], "refusing a retention of 5m"),
-    (["generate", "--landing", "x", "--events", "0"], "argument --events: 0 is out of range"),
-    (["notices", "--lake", "x", "--close-waiting"], "--close-waiting needs --send"),
-    (["stream", "--landing", "l", "--lake", "k", "--checkpoint", "c", "--gap", "0s"], "gap"),
-    (["rules", "migrate", "--lake", "x", "--gap", "soon"], "invalid duration"),
-    (["nonsense"], "invalid choice"),
-])
-def test_usage_errors_are_argparses_exit_2_with_the_usage_line_on_stderr(tmp_path, monkeypatch, capsys,
-                                                                        argv, message):
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["read", "--lake", "x", "--event-date", "2026-02-30"], "argument --event-date"),
+        (["gc", "--lake", "x", "--retention", "a week"], "invalid duration"),
+        (["gc", "--lake", "x", "--retention", "5m"], "refusing a retention of 5m"),
+        (["generate", "--landing", "x", "--events", "0"], "argument --events: 0 is out of range"),
+        (["notices", "--lake", "x", "--close-waiting"], "--close-waiting needs --send"),
+        (["stream", "--landing", "l", "--lake", "k", "--checkpoint", "c", "--gap", "0s"], "gap"),
+        (["rules", "migrate", "--lake", "x", "--gap", "soon"], "invalid duration"),
+        (["nonsense"], "invalid choice"),
+    ],
+)
+def test_usage_errors_are_argparses_exit_2_with_the_usage_line_on_stderr(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     out, err = capsys.readouterr()
@@ -103,10 +111,13 @@ def _parsers(parser: argparse.ArgumentParser, name: str = "tidemark"):
 
 
 def test_every_option_has_help_text():
-    missing = [f"{name} {'/'.join(action.option_strings) or action.dest}"
-               for name, parser in _parsers(build_parser()) for action in parser._actions
-               if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
-               and not (action.help or "").strip()]
+    missing = [
+        f"{name} {'/'.join(action.option_strings) or action.dest}"
+        for name, parser in _parsers(build_parser())
+        for action in parser._actions
+        if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+        and not (action.help or "").strip()
+    ]
     assert not missing, missing
 
 

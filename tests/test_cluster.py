@@ -7,6 +7,7 @@ else: the panes' content, the receipt markers' facts, the quarantined lines, the
 (which must also equal the plain-Python batch reference). Last, the unchanged Airflow DAG runs its
 dedup on the cluster when AIRFLOW_CONN_SPARK_DEFAULT names the cluster's master.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,11 +16,10 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from tidemark import receipts
-from tidemark import layout, storage
-from tidemark.localstack.spark_cluster import SparkStandalone, package_zip
-from tidemark.lake import Lake
 from tidemark import lake as lake_layout
+from tidemark import layout, receipts, storage
+from tidemark.lake import Lake
+from tidemark.localstack.spark_cluster import SparkStandalone, package_zip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBMIT = os.path.join(ROOT, "streaming_job", "submit.py")
@@ -32,8 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    spark_cluster = SparkStandalone(str(tmp_path_factory.mktemp("spark-cluster")), workers=2,
-                                    cores=1, memory="1g")
+    spark_cluster = SparkStandalone(str(tmp_path_factory.mktemp("spark-cluster")), workers=2, cores=1, memory="1g")
     spark_cluster.start()
     yield spark_cluster
     spark_cluster.stop()
@@ -45,8 +44,10 @@ def landing(tmp_path_factory):
 
     folder = str(tmp_path_factory.mktemp("landing"))
     # Duplicates, minutes-late and days-late deliveries, malformed lines: every path of the job.
-    generate(folder, Workload(events=3000, users=40, files=12, days=2, seed=11, malformed_rate=0.01,
-                              offline_session_rate=0.05))
+    generate(
+        folder,
+        Workload(events=3000, users=40, files=12, days=2, seed=11, malformed_rate=0.01, offline_session_rate=0.05),
+    )
     return folder
 
 
@@ -58,12 +59,14 @@ def py_files(tmp_path_factory):
 def spark_submit(cluster: SparkStandalone, py_files: str, *args: str) -> None:
     argv = cluster.submit_argv(SUBMIT, *args, py_files=py_files)
     try:
-        done = subprocess.run(argv, env=cluster.env(), cwd=cluster.work_dir, capture_output=True,
-                              text=True, timeout=900)
+        done = subprocess.run(
+            argv, env=cluster.env(), cwd=cluster.work_dir, capture_output=True, text=True, timeout=900
+        )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"spark-submit timed out\n{cluster.log_tails()}") from exc
-    assert done.returncode == 0, (f"spark-submit {' '.join(args)} failed ({done.returncode}):\n"
-                                  f"{done.stderr[-4000:]}\n{cluster.log_tails()}")
+    assert done.returncode == 0, (
+        f"spark-submit {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}\n{cluster.log_tails()}"
+    )
 
 
 def canonical_panes(lake: Lake) -> list[tuple]:
@@ -94,8 +97,10 @@ def canonical_quarantine(lake: Lake) -> list[tuple]:
     for name in storage.list_subdirs(root):
         folder = layout.join(root, name)
         if storage.exists(layout.join(folder, lake_layout.QUARANTINE_MARKER)):
-            rows += [(r["raw"], r["reason"], r["source_file"], r["batch_id"])
-                     for r in pq.read_table(folder, columns=["raw", "reason", "source_file", "batch_id"]).to_pylist()]
+            rows += [
+                (r["raw"], r["reason"], r["source_file"], r["batch_id"])
+                for r in pq.read_table(folder, columns=["raw", "reason", "source_file", "batch_id"]).to_pylist()
+            ]
     return sorted(rows)
 
 
@@ -106,8 +111,12 @@ def local_run(spark, landing, tmp_path_factory):
 
     base = tmp_path_factory.mktemp("local-run")
     lake, checkpoint = Lake.open(base / "lake"), str(base / "checkpoint")
-    run_stream(StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint, available_now=True,
-                            max_files_per_trigger=FILES_PER_BATCH), spark=spark)
+    run_stream(
+        StreamConfig(
+            landing=landing, lake=lake, checkpoint=checkpoint, available_now=True, max_files_per_trigger=FILES_PER_BATCH
+        ),
+        spark=spark,
+    )
     return lake
 
 
@@ -115,9 +124,20 @@ def local_run(spark, landing, tmp_path_factory):
 def cluster_run(cluster, py_files, landing, tmp_path_factory):
     base = tmp_path_factory.mktemp("cluster-run")
     lake, checkpoint = Lake.open(base / "lake"), str(base / "checkpoint")
-    spark_submit(cluster, py_files, "stream", "--landing", landing, "--lake", str(lake),
-                 "--checkpoint", checkpoint, "--available-now",
-                 "--max-files-per-trigger", str(FILES_PER_BATCH))
+    spark_submit(
+        cluster,
+        py_files,
+        "stream",
+        "--landing",
+        landing,
+        "--lake",
+        str(lake),
+        "--checkpoint",
+        checkpoint,
+        "--available-now",
+        "--max-files-per-trigger",
+        str(FILES_PER_BATCH),
+    )
     return lake
 
 
@@ -152,6 +172,7 @@ def test_stream_on_cluster_quarantines_the_same_lines(local_run, cluster_run):
 
 def test_receipt_partitions_of_the_two_runs_are_distinct(local_run, cluster_run):
     """Sanity check of the comparison itself: the runs are separate, each with its own receipts."""
+
     def receipt_set(lake):
         return {(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
 
@@ -160,13 +181,22 @@ def test_receipt_partitions_of_the_two_runs_are_distinct(local_run, cluster_run)
 
 # -- the dedup job ---------------------------------------------------------------------------------
 
+
 def canonical_sessions(lake: Lake, event_date: str) -> list[tuple]:
     """The published sessions of a date, without the receipt timestamps that differ between runs."""
     from tidemark import reader
 
-    return sorted((r["session_id"], r["user_id"], r["session_start"], r["session_end"],
-                   r["event_count"], tuple(sorted(r["event_ids"])))
-                  for r in reader.read_sessions(lake, event_date).to_pylist())
+    return sorted(
+        (
+            r["session_id"],
+            r["user_id"],
+            r["session_start"],
+            r["session_end"],
+            r["event_count"],
+            tuple(sorted(r["event_ids"])),
+        )
+        for r in reader.read_sessions(lake, event_date).to_pylist()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -213,15 +243,16 @@ def test_dedup_on_cluster_equals_the_batch_reference(landing, cluster_dedup, eve
     expected: dict[str, list] = {}
     for session in sessions_of_landing(landing, SessionRules().gap):
         expected.setdefault(session.event_date, []).append(
-            (session.user_id, session.session_start, session.session_end, session.event_ids))
+            (session.user_id, session.session_start, session.session_end, session.event_ids)
+        )
     assert sorted(expected) == event_dates
     for event_date in event_dates:
-        published = sorted((s[1], s[2], s[3], frozenset(s[5]))
-                           for s in canonical_sessions(cluster_dedup, event_date))
+        published = sorted((s[1], s[2], s[3], frozenset(s[5])) for s in canonical_sessions(cluster_dedup, event_date))
         assert published == sorted(expected[event_date]), event_date
 
 
 # -- the Airflow DAG, pointed at the cluster by its connection alone -----------------------------
+
 
 @pytest.fixture(scope="module")
 def undeduplicated_lake(cluster_run, tmp_path_factory):
@@ -233,9 +264,9 @@ def undeduplicated_lake(cluster_run, tmp_path_factory):
     return lake
 
 
-def test_dag_runs_its_dedup_on_the_cluster_chosen_by_spark_default(cluster, undeduplicated_lake,
-                                                                    cluster_dedup, event_dates,
-                                                                    tmp_path_factory):
+def test_dag_runs_its_dedup_on_the_cluster_chosen_by_spark_default(
+    cluster, undeduplicated_lake, cluster_dedup, event_dates, tmp_path_factory
+):
     """The DAG is unchanged; AIRFLOW_CONN_SPARK_DEFAULT = the cluster's master URL sends its
     SparkSubmitOperator there instead of local[*]."""
     import json
@@ -244,13 +275,14 @@ def test_dag_runs_its_dedup_on_the_cluster_chosen_by_spark_default(cluster, unde
 
     event_date = event_dates[0]
     dedup_apps_before = [a["id"] for a in cluster.status()["completedapps"] if a["name"] == "tidemark-dedup"]
-    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")), spark_master=cluster.master_url,
-                           env={"TIDEMARK_LAKE": undeduplicated_lake, "TIDEMARK_DAG_RETRIES": "0",
-                                "SPARK_LOCAL_IP": cluster.host})
+    server = AirflowServer(
+        str(tmp_path_factory.mktemp("airflow")),
+        spark_master=cluster.master_url,
+        env={"TIDEMARK_LAKE": undeduplicated_lake, "TIDEMARK_DAG_RETRIES": "0", "SPARK_LOCAL_IP": cluster.host},
+    )
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
-    done = server.cli("dags", "test", "tidemark_dedup", "--conf", json.dumps({"event_date": event_date}),
-                      timeout=900)
+    done = server.cli("dags", "test", "tidemark_dedup", "--conf", json.dumps({"event_date": event_date}), timeout=900)
     assert done.returncode == 0, f"airflow dags test failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
     dedup_apps_after = [a["id"] for a in cluster.status()["completedapps"] if a["name"] == "tidemark-dedup"]
     assert len(dedup_apps_after) == len(dedup_apps_before) + 1, "the DAG's Spark job did not run on the cluster"

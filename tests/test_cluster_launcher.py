@@ -1,4 +1,5 @@
 """SparkStandalone, the launcher itself: refuses nonsense, fails fast and leaves nothing behind."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ def test_a_cluster_needs_a_worker(tmp_path):
 
 def test_master_url_only_once_started(tmp_path):
     with pytest.raises(RuntimeError):
-        SparkStandalone(str(tmp_path)).master_url
+        _ = SparkStandalone(str(tmp_path)).master_url
 
 
 def test_job_zip_holds_the_packages_and_sql(tmp_path):
@@ -44,5 +45,8 @@ def test_a_worker_that_dies_fails_the_start_and_everything_is_stopped(tmp_path):
 def _processes_mentioning(text: str) -> list[int]:
     import psutil
 
-    return [proc.pid for proc in psutil.process_iter(["cmdline"])
-            if text in " ".join(proc.info["cmdline"] or []) and process.pid_alive(proc.pid)]
+    return [
+        proc.pid
+        for proc in psutil.process_iter(["cmdline"])
+        if text in " ".join(proc.info["cmdline"] or []) and process.pid_alive(proc.pid)
+    ]

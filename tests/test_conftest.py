@@ -1,6 +1,7 @@
 """tests/conftest.py's environment guard, shown on small pytest sessions (pytester) that use the real
 conftest: a variable a test or a module leaves behind is undone before the next test or module, and
 what a module-scoped fixture sets on purpose stays for that module's tests."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ from tests.conftest import restore_environ
 
 CONFTEST = "from tests.conftest import *  # noqa: F401,F403 - the guard under test\n"
 
-LEAKS = '''
+LEAKS = """
 import os
 import pytest
 
@@ -28,14 +29,14 @@ def test_b_sees_neither_the_leak_nor_the_removal_but_keeps_the_module_fixture(se
     assert os.environ["TIDEMARK_GUARD_LOG_LEVEL"] == "info"
     assert os.environ["TIDEMARK_GUARD_PRESENT"] == "yes"
     assert os.environ["TIDEMARK_GUARD_MODULE"] == "set by a module fixture"
-'''
+"""
 
-AFTER = '''
+AFTER = """
 import os
 
 def test_c_the_next_module_starts_clean():
     assert "TIDEMARK_GUARD_MODULE" not in os.environ
-'''
+"""
 
 
 def test_leaks_from_a_test_or_a_module_are_undone(pytester, monkeypatch):
@@ -55,6 +56,9 @@ def test_restore_environ_says_what_it_undid(monkeypatch):
     os.environ["TIDEMARK_GUARD_NEW"] = "x"
     os.environ["TIDEMARK_GUARD_CHANGED"] = "after"
     del os.environ["TIDEMARK_GUARD_KEPT"]
-    assert restore_environ(snapshot) == {"TIDEMARK_GUARD_NEW": "x", "TIDEMARK_GUARD_CHANGED": "after",
-                                         "TIDEMARK_GUARD_KEPT": None}
+    assert restore_environ(snapshot) == {
+        "TIDEMARK_GUARD_NEW": "x",
+        "TIDEMARK_GUARD_CHANGED": "after",
+        "TIDEMARK_GUARD_KEPT": None,
+    }
     assert dict(os.environ) == snapshot

@@ -1,6 +1,7 @@
 """The tidemark_dedup DAG: it imports cleanly and cheaply, and `airflow dags test` of real runs
 (SparkSubmitOperator on local Spark) over a small lake written by the real stream publishes the
 batch reference, emits the asset events, and stays idempotent when run again."""
+
 from __future__ import annotations
 
 import json
@@ -69,15 +70,23 @@ print(json.dumps(out))
 
 def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID], env=env,
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID], env=env, capture_output=True, text=True, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\nDagBag parse of dags/: {out['seconds']:.2f}s")
     assert out["errors"] == {}
     assert out["dags"] == sorted([DAG_ID, "tidemark_reconcile", "tidemark_maintenance", "example_session_metrics"])
-    assert out["tasks"] == ["dedup", "emit_assets", "needs_spark", "notify_corrected", "owed_reruns", "prepare",
-                            "trigger_affected"]
+    assert out["tasks"] == [
+        "dedup",
+        "emit_assets",
+        "needs_spark",
+        "notify_corrected",
+        "owed_reruns",
+        "prepare",
+        "trigger_affected",
+    ]
     assert out["schedule"] == "NullTimetable"  # schedule=None: runs only when triggered
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
@@ -95,20 +104,32 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
 def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):
     base = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     for value, expected in (("1h", 3600.0), ("off", "NullTimetable")):
-        proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
-                              env={**base, "TIDEMARK_RECONCILE_INTERVAL": value},
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
+            env={**base, "TIDEMARK_RECONCILE_INTERVAL": value},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         assert out["reconcile"]["interval_s"] == expected, value
-    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
-                          env={**base, "TIDEMARK_RECONCILE_INTERVAL": "often"},
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
+        env={**base, "TIDEMARK_RECONCILE_INTERVAL": "often"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "invalid duration 'often'" in " ".join(out["errors"].values())
     for value, expected in (("12h", 43200.0), ("off", "NullTimetable"), ("5m", None)):
-        proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
-                              env={**base, "TIDEMARK_MAINTENANCE_INTERVAL": value},
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [sys.executable, "-c", _IMPORT_PROBE, DAGS, DAG_ID],
+            env={**base, "TIDEMARK_MAINTENANCE_INTERVAL": value},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         if expected is None:
             assert "is below 1h" in " ".join(out["errors"].values())
@@ -118,13 +139,27 @@ def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):
 
 # -- real runs with `airflow dags test` -------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def small_lake(tmp_path_factory):
     """A landing over two days (sessions cross midnight) streamed by the real job."""
     base = tmp_path_factory.mktemp("lake")
     landing, lake = str(base / "landing"), Lake.open(base / "lake")
-    generate_cli(landing, "--events", "1500", "--users", "25", "--days", "2", "--start", "2026-03-06",
-                 "--files", "6", "--seed", "11")
+    generate_cli(
+        landing,
+        "--events",
+        "1500",
+        "--users",
+        "25",
+        "--days",
+        "2",
+        "--start",
+        "2026-03-06",
+        "--files",
+        "6",
+        "--seed",
+        "11",
+    )
     run_stream_cli(landing, lake, str(base / "checkpoint"))
     return landing, lake
 
@@ -133,8 +168,9 @@ def small_lake(tmp_path_factory):
 def airflow_home(tmp_path_factory, small_lake):
     from tidemark.localstack.airflow import AirflowServer
 
-    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
-                           env={"TIDEMARK_LAKE": small_lake[1], "TIDEMARK_DAG_RETRIES": "0"})
+    server = AirflowServer(
+        str(tmp_path_factory.mktemp("airflow")), env={"TIDEMARK_LAKE": small_lake[1], "TIDEMARK_DAG_RETRIES": "0"}
+    )
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
     print(f"\nairflow db migrate: {server.timings['db_migrate_s']}s")
@@ -145,12 +181,14 @@ def dags_test(server, event_date: str, run_id: str):
     import time
 
     started = time.monotonic()
-    proc = server.cli("dags", "test", DAG_ID, "--conf", json.dumps({"event_date": event_date}),
-                      timeout=600)
+    proc = server.cli("dags", "test", DAG_ID, "--conf", json.dumps({"event_date": event_date}), timeout=600)
     print(f"\nairflow dags test {event_date}: {time.monotonic() - started:.1f}s")
     if proc.returncode != 0:
-        problems = [line for line in proc.stdout.splitlines()
-                    if any(w in line.lower() for w in ("error", "exception", "failed"))]
+        problems = [
+            line
+            for line in proc.stdout.splitlines()
+            if any(w in line.lower() for w in ("error", "exception", "failed"))
+        ]
         pytest.fail("airflow dags test failed:\n" + "\n".join(problems[-30:]) + proc.stderr[-2000:])
     return proc
 
@@ -162,10 +200,14 @@ def db_rows(server, sql: str, *args) -> list[tuple]:
 
 def last_run_states(server) -> dict[str, str]:
     """task_id -> state of the newest run that `airflow dags test` made (mapped tasks: any index)."""
-    (run_id,) = db_rows(server, "select run_id from dag_run where dag_id = ? and run_id not like 'affected__%' "
-                                "order by id desc limit 1", DAG_ID)[0]
-    return dict(db_rows(server, "select task_id, state from task_instance where dag_id = ? and run_id = ?",
-                        DAG_ID, run_id))
+    (run_id,) = db_rows(
+        server,
+        "select run_id from dag_run where dag_id = ? and run_id not like 'affected__%' order by id desc limit 1",
+        DAG_ID,
+    )[0]
+    return dict(
+        db_rows(server, "select task_id, state from task_instance where dag_id = ? and run_id = ?", DAG_ID, run_id)
+    )
 
 
 @pytest.mark.slow
@@ -194,10 +236,12 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     # so every other date a session touching event_date spans is affected (dedup_summary.sql); the
     # two-day landing has sessions crossing midnight, so the list is not empty.
     affected = sorted(set(pointer.get("affected_dates") or []) - {event_date})
-    spanned = {str(s.session_start.date() + timedelta(days=n))
-               for s in reference.sessions_of_landing(landing, GAP)
-               if str(s.session_start.date()) <= event_date <= str(s.session_end.date())
-               for n in range((s.session_end.date() - s.session_start.date()).days + 1)}
+    spanned = {
+        str(s.session_start.date() + timedelta(days=n))
+        for s in reference.sessions_of_landing(landing, GAP)
+        if str(s.session_start.date()) <= event_date <= str(s.session_end.date())
+        for n in range((s.session_end.date() - s.session_start.date()).days + 1)
+    }
     assert affected and affected == sorted(spanned - {event_date}), pointer
     triggered = sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'"))
     assert triggered == sorted(runs.affected_run_id(d, event_date, pointer["version"]) for d in affected)
@@ -222,8 +266,9 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     again = reader.read_pointer(lake, event_date)
     assert again["version"] == pointer["version"]
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
-    assert sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'")) \
-        == triggered
+    assert (
+        sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'")) == triggered
+    )
 
     # The neighbour date too (whether or not it was listed as affected).
     dags_test(server, "2026-03-07", "neighbour")
@@ -231,6 +276,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
 
 
 # -- the Dataproc branch (Composer): chosen at parse time from the environment -------------------
+
 
 def _dag_module():
     import importlib.util
@@ -249,8 +295,13 @@ def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_subm
     assert dag.dataproc_target({"TIDEMARK_DATAPROC_CLUSTER": ""}) is None  # Spark Connect on Composer
     with pytest.raises(ValueError, match="TIDEMARK_DATAPROC_REGION"):
         dag.dataproc_target({"TIDEMARK_DATAPROC_CLUSTER": "c", "TIDEMARK_DATAPROC_PROJECT": "p"})
-    target = dag.dataproc_target({"TIDEMARK_DATAPROC_CLUSTER": "tidemark-spark ",
-                                  "TIDEMARK_DATAPROC_PROJECT": "proj", "TIDEMARK_DATAPROC_REGION": "europe-west1"})
+    target = dag.dataproc_target(
+        {
+            "TIDEMARK_DATAPROC_CLUSTER": "tidemark-spark ",
+            "TIDEMARK_DATAPROC_PROJECT": "proj",
+            "TIDEMARK_DATAPROC_REGION": "europe-west1",
+        }
+    )
     assert target == {"project": "proj", "region": "europe-west1", "cluster": "tidemark-spark"}
     job = dag.dataproc_job(target, "gs://ops/code/submit.py", "gs://lake", "2026-03-07")
     assert job["placement"] == {"cluster_name": "tidemark-spark"} and job["reference"] == {"project_id": "proj"}

@@ -7,6 +7,7 @@ a rerun, is deduplicated: incrementally in one lake, with `full=True` in the oth
 published rows must be equal, column for column (events, receipts, ids), and equal to the batch
 reference; and the incremental lake must really have taken the incremental path.
 """
+
 from __future__ import annotations
 
 import random
@@ -19,8 +20,8 @@ from tests import reference
 from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
 from tidemark import incremental, obligations, planning, reader
 from tidemark.dedup import run_dedup
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 
 def long_sessions(rng: random.Random, users: int = 2) -> list[tuple]:
@@ -57,24 +58,40 @@ def rows(lake: Lake, event_date: str) -> list[dict]:
 
 def expected(events, event_date: str, gap: timedelta) -> set[tuple]:
     ref = reference.sessionize(events, gap)  # (user_id, event_id, event_ts, event_type)
-    return {(s.user_id, s.session_start, s.session_end, s.event_ids, s.event_count, s.event_type_count)
-            for s in ref if s.event_date == event_date}
+    return {
+        (s.user_id, s.session_start, s.session_end, s.event_ids, s.event_count, s.event_type_count)
+        for s in ref
+        if s.event_date == event_date
+    }
 
 
 def keys(table_rows: list[dict]) -> set[tuple]:
-    return {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"],
-             r["event_type_count"]) for r in table_rows}
+    return {
+        (
+            r["user_id"],
+            r["session_start"],
+            r["session_end"],
+            frozenset(r["event_ids"]),
+            r["event_count"],
+            r["event_type_count"],
+        )
+        for r in table_rows
+    }
 
 
 @pytest.mark.slow  # not in make test-fast: ~25 dedup runs per case
 @pytest.mark.spark
 @pytest.mark.timeout(3000)  # ~25 dedup runs: minutes on a quiet machine, far more on a loaded one
-@pytest.mark.parametrize("seed,rules,touched_by", [
-    (1, SessionRules(), "value"),
-    (2, SessionRules(gap=timedelta(minutes=50), allowed_lateness=timedelta(hours=3)), "join"),
-])
-def test_incremental_equals_full_path_and_reference_over_random_histories(spark, tmp_path, monkeypatch, seed,
-                                                                           rules, touched_by):
+@pytest.mark.parametrize(
+    "seed,rules,touched_by",
+    [
+        (1, SessionRules(), "value"),
+        (2, SessionRules(gap=timedelta(minutes=50), allowed_lateness=timedelta(hours=3)), "join"),
+    ],
+)
+def test_incremental_equals_full_path_and_reference_over_random_histories(
+    spark, tmp_path, monkeypatch, seed, rules, touched_by
+):
     if touched_by == "join":  # the path of many touched users (a broadcast join instead of an IN list)
         monkeypatch.setattr(incremental, "_ISIN_USERS", 0)
     rng = random.Random(seed)
@@ -88,8 +105,9 @@ def test_incremental_equals_full_path_and_reference_over_random_histories(spark,
         notified = set()
         for deliveries in wave:
             written = {name: stream.batch(deliveries) for name, stream in streams.items()}
-            assert [(p.event_date, p.receipt_ts, p.rows) for p in written["incremental"]] == \
-                [(p.event_date, p.receipt_ts, p.rows) for p in written["full"]]
+            assert [(p.event_date, p.receipt_ts, p.rows) for p in written["incremental"]] == [
+                (p.event_date, p.receipt_ts, p.rows) for p in written["full"]
+            ]
             notified |= {p.event_date for p in written["full"]}
             seen.extend(deliveries)
         everything |= notified
@@ -110,13 +128,23 @@ def test_incremental_equals_full_path_and_reference_over_random_histories(spark,
 
 
 def _previous(**changes) -> dict:
-    version = {"event_date": "2026-03-07", "run_id": "r1", "version": "20260308T000000000Z",
-               "receipts": ["2026-03-07/20260308T000000000Z"], "reach": "2026-03-07T10:00:00.000000Z",
-               "hi": "2026-03-08", "lo": "2026-03-06T23:30:00Z", "horizon": "2026-03-08T02:00:00Z", "gap": "30m",
-               "max_receipt_ts": "20260308T000000000Z", "sessions": 3, "context_rows": 1,
-               "rules": {"gap_us": 1_800_000_000, "allowed_lateness_us": 3_600_000_000,
-                         "watermark_delay_us": 600_000_000}}
+    version = {
+        "event_date": "2026-03-07",
+        "run_id": "r1",
+        "version": "20260308T000000000Z",
+        "receipts": ["2026-03-07/20260308T000000000Z"],
+        "reach": "2026-03-07T10:00:00.000000Z",
+        "hi": "2026-03-08",
+        "lo": "2026-03-06T23:30:00Z",
+        "horizon": "2026-03-08T02:00:00Z",
+        "gap": "30m",
+        "max_receipt_ts": "20260308T000000000Z",
+        "sessions": 3,
+        "context_rows": 1,
+        "rules": {"gap_us": 1_800_000_000, "allowed_lateness_us": 3_600_000_000, "watermark_delay_us": 600_000_000},
+    }
     from tidemark import rules_record
+
     version.update(rules_record.marker_fields(SessionRules()))
     version.update(changes)
     return {k: v for k, v in version.items() if v is not None}
@@ -129,22 +157,29 @@ class _Marker:
 
 def _plan(*stamps) -> planning.Plan:
     rules = SessionRules()
-    return planning.Plan("2026-03-07", planning.lo_of("2026-03-07", rules), "2026-03-08",
-                         [_Marker("2026-03-07", ts) for ts in stamps])
+    return planning.Plan(
+        "2026-03-07", planning.lo_of("2026-03-07", rules), "2026-03-08", [_Marker("2026-03-07", ts) for ts in stamps]
+    )
 
 
-@pytest.mark.parametrize("previous,plan,why", [
-    (None, _plan("20260308T000000000Z", "20260309T000000000Z"), "no previous version"),
-    (_previous(reach="__drop__"), _plan("20260308T000000000Z", "20260309T000000000Z"), "records no reach"),
-    (_previous(context_rows=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no island context"),
-    (_previous(rules_id="other"), _plan("20260308T000000000Z", "20260309T000000000Z"), "rules changed"),
-    (_previous(lo="2026-03-06T23:00:00Z"), _plan("20260308T000000000Z", "20260309T000000000Z"), "another lo"),
-    (_previous(receipts=["2026-03-07/20260301T000000000Z"]), _plan("20260308T000000000Z"), "does not"),
-    (_previous(), _plan("20260307T000000000Z", "20260308T000000000Z"), "older than the previous"),
-    (_previous(horizon=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no context horizon"),
-    (_previous(horizon="2026-03-08T01:00:00Z"), _plan("20260308T000000000Z", "20260309T000000000Z"),
-     "another horizon"),
-])
+@pytest.mark.parametrize(
+    "previous,plan,why",
+    [
+        (None, _plan("20260308T000000000Z", "20260309T000000000Z"), "no previous version"),
+        (_previous(reach="__drop__"), _plan("20260308T000000000Z", "20260309T000000000Z"), "records no reach"),
+        (_previous(context_rows=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no island context"),
+        (_previous(rules_id="other"), _plan("20260308T000000000Z", "20260309T000000000Z"), "rules changed"),
+        (_previous(lo="2026-03-06T23:00:00Z"), _plan("20260308T000000000Z", "20260309T000000000Z"), "another lo"),
+        (_previous(receipts=["2026-03-07/20260301T000000000Z"]), _plan("20260308T000000000Z"), "does not"),
+        (_previous(), _plan("20260307T000000000Z", "20260308T000000000Z"), "older than the previous"),
+        (_previous(horizon=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no context horizon"),
+        (
+            _previous(horizon="2026-03-08T01:00:00Z"),
+            _plan("20260308T000000000Z", "20260309T000000000Z"),
+            "another horizon",
+        ),
+    ],
+)
 def test_incremental_precondition_falls_back_to_the_full_path(previous, plan, why):
     if previous is not None and previous.get("reach") == "__drop__":
         del previous["reach"]
@@ -153,8 +188,7 @@ def test_incremental_precondition_falls_back_to_the_full_path(previous, plan, wh
 
 
 def test_incremental_base_names_only_the_new_receipts():
-    start, reason = incremental.base(_previous(), _plan("20260308T000000000Z", "20260309T000000000Z"),
-                                     SessionRules())
+    start, reason = incremental.base(_previous(), _plan("20260308T000000000Z", "20260309T000000000Z"), SessionRules())
     assert reason == "" and [p.receipt_ts for p in start.new] == ["20260309T000000000Z"]
     assert start.rows_read == 5 + 3 + 1
 
@@ -173,12 +207,27 @@ def test_context_stops_at_the_horizon_and_a_correction_reaching_it_falls_back(sp
     rules = SessionRules()
     day, next_day = DAY0.date().isoformat(), (DAY0 + timedelta(days=1)).date().isoformat()
     assert incremental.horizon(day, rules) == _at(1, 2, 0)
-    first = ([("a", f"a-{n}", t, "play") for n, t in enumerate(
-                [_at(0, 23, 20), _at(0, 23, 40), _at(0, 23, 50),   # D's session
-                 _at(1, 0, 50), _at(1, 1, 0),                        # D+1, before the horizon: context
-                 _at(1, 3, 0), _at(1, 3, 10)])]                      # D+1, after it: not kept
-             + [("b", "b-0", _at(0, 12, 0), "play"), ("b", "b-1", _at(0, 12, 10), "play"),
-                ("c", "c-0", _at(1, 10, 0), "play")])
+    first = (
+        [
+            ("a", f"a-{n}", t, "play")
+            for n, t in enumerate(
+                [
+                    _at(0, 23, 20),
+                    _at(0, 23, 40),
+                    _at(0, 23, 50),  # D's session
+                    _at(1, 0, 50),
+                    _at(1, 1, 0),  # D+1, before the horizon: context
+                    _at(1, 3, 0),
+                    _at(1, 3, 10),
+                ]
+            )
+        ]  # D+1, after it: not kept
+        + [
+            ("b", "b-0", _at(0, 12, 0), "play"),
+            ("b", "b-1", _at(0, 12, 10), "play"),
+            ("c", "c-0", _at(1, 10, 0), "play"),
+        ]
+    )
     # 23:50 -> 00:15 -> 00:40 -> 00:50: D's session now ends at 01:00, a gap before the horizon.
     within = [("a", "a-w1", _at(1, 0, 15), "bridge"), ("a", "a-w2", _at(1, 0, 40), "bridge")]
     # 01:00 -> 01:25 -> ... -> 02:40 -> 03:00: it reaches the island the context did not keep.

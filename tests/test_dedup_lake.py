@@ -2,24 +2,23 @@
 date's published version equals the batch reference (tidemark/batch_reference.py) of every distinct
 event. The lakes are written by tests/lakekit.py's simulator of the stream.
 """
+
 from __future__ import annotations
 
 import random
 
 import pytest
 
+# The kit's names are also imported from here by older test modules: import them from tests.lakekit.
+from tests.lakekit import DAY0, GAP, RULES, SimulatedStream, arrivals, converge, expected, make_events, published  # noqa: F401
 from tidemark.dedup import run_dedup
 from tidemark.lake import Lake
-# The kit's names are also imported from here by older test modules: import them from tests.lakekit.
-from tests.lakekit import (DAY0, GAP, RULES, SimulatedStream, arrivals, converge, expected,  # noqa: F401
-                           make_events, published)
 
 
 @pytest.mark.slow  # not in make test-fast: many dedup runs per seed
 @pytest.mark.spark
 @pytest.mark.parametrize("seed,reader", [(1, "spark"), (2, "spark"), (3, "spark"), (1, "arrow"), (4, "arrow")])
-def test_published_versions_equal_batch_sessionization_over_random_arrivals(spark, tmp_path, seed, reader,
-                                                                              monkeypatch):
+def test_published_versions_equal_batch_sessionization_over_random_arrivals(spark, tmp_path, seed, reader, monkeypatch):
     """reader: the panes read by Spark's file source, or by the executors with pyarrow (what a date
     of thousands of receipt partitions gets: tidemark/pane_reader.py), here from the first folder."""
     if reader == "arrow":

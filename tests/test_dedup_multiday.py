@@ -6,18 +6,19 @@ dates being run the way the DAG runs them: each notified date, then each date a 
 
 Crafted lakes use tests/test_dedup_lake.py's simulated stream (exact control of which panes exist
 when); one case runs the real stream (tests/streamkit.py)."""
+
 from __future__ import annotations
 
 import random
 from collections import deque
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 
 from streaming_job.job import StreamConfig, run_stream
-from tests.streamkit import event, land
 from tests.helpers import lake_session_set, reference_session_set
 from tests.lakekit import RULES, SimulatedStream, arrivals, expected, published
+from tests.streamkit import event, land
 from tidemark import obligations, planning, publish, reader
 from tidemark.dedup import run_dedup
 from tidemark.lake import Lake
@@ -95,17 +96,19 @@ def test_bridged_hole_then_extensions_walk_back_to_the_start_date(spark, tmp_pat
     starting on D7 reached, missed the last fragment, so D6 never heard of it."""
     lake = Lake.open(tmp_path / "lake")
     stream = SimulatedStream(lake, 2)
-    first = every("h", "a", at(D6, 20), at(D7, 20))          # D6 20:00 .. D7 20:00
-    second = every("h", "b", at(D7, 21), at(D8, 20))         # a hole of an hour, then D7 .. D8
-    other = every("o", "o", at(D9, 9), at(D9, 10))           # someone else, later
+    first = every("h", "a", at(D6, 20), at(D7, 20))  # D6 20:00 .. D7 20:00
+    second = every("h", "b", at(D7, 21), at(D8, 20))  # a hole of an hour, then D7 .. D8
+    other = every("o", "o", at(D9, 9), at(D9, 10))  # someone else, later
     seen = first + second + other
     converge(lake, spark, {p.event_date for p in stream.batch(seen, mode=0.5)})
     check(lake, seen, all_dates(seen))
-    assert len(published(lake, D7)) == 1                     # the second session starts on D7
+    assert len(published(lake, D7)) == 1  # the second session starts on D7
 
-    for late in (every("h", "x", at(D7, 20, 20), at(D7, 20, 40)),   # fills the hole: one session
-                 every("h", "c", at(D8, 20, 20), at(D9, 5)),        # extends it into D9
-                 every("h", "d", at(D9, 5, 20), at(D9, 6))):        # and further, on D9
+    for late in (
+        every("h", "x", at(D7, 20, 20), at(D7, 20, 40)),  # fills the hole: one session
+        every("h", "c", at(D8, 20, 20), at(D9, 5)),  # extends it into D9
+        every("h", "d", at(D9, 5, 20), at(D9, 6)),
+    ):  # and further, on D9
         seen += late
         converge(lake, spark, {p.event_date for p in stream.batch(late, mode=0.0)})
         check(lake, seen, all_dates(seen))
@@ -120,6 +123,7 @@ def test_rerun_after_a_multi_day_session_is_still_a_noop_without_spark(spark, tm
     stream.batch(kiosk, mode=0.5)
     converge(lake, spark, {D6})
     import tidemark.spark
+
     monkeypatch.setattr(tidemark.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
     for day in all_dates(kiosk):
         again = run_dedup(lake, day, RULES)
@@ -130,13 +134,14 @@ def test_planning_follows_sessions_touching_the_date_whatever_day_they_start():
     """needed_hi: from a session's reach, the last date whose panes can still join it."""
     assert planning.needed_hi(D7, RULES, None) == D8
     assert planning.needed_hi(D7, RULES, at(D8, 23, 29)) == D8
-    assert planning.needed_hi(D7, RULES, at(D8, 23, 30)) == D9   # exactly a gap before midnight
+    assert planning.needed_hi(D7, RULES, at(D8, 23, 30)) == D9  # exactly a gap before midnight
     assert planning.needed_hi(D7, RULES, at(D9, 5)) == D9
     assert planning.covers({"receipts": ["a"]}, ["a"]) is False  # no recorded reach: never trusted
     assert planning.covers({"receipts": ["a"], "reach": None}, ["a"]) is True
 
 
 # -- random long sessions, holes and bridges, random arrivals ----------------------------------------
+
 
 def long_sessions(rng: random.Random, users: int = 4) -> list[tuple]:
     """Per user: a session of 50-90 hours with events 5-25 minutes apart and a few holes of 35-90
@@ -209,17 +214,18 @@ def test_real_stream_four_date_session_and_a_too_late_fragment_three_dates_later
 
     def stream() -> set[str]:
         notified: set[str] = set()
-        run_stream(StreamConfig(landing, lake, ckpt, RULES, available_now=True, max_files_per_trigger=1),
-                   listeners=[lambda report: notified.update(p.event_date for p in report.partitions)],
-                   spark=spark)
+        run_stream(
+            StreamConfig(landing, lake, ckpt, RULES, available_now=True, max_files_per_trigger=1),
+            listeners=[lambda report: notified.update(p.event_date for p in report.partitions)],
+            spark=spark,
+        )
         return notified
 
     converge(lake, spark, stream())
     for day in (D6, D7, D8, D9):
         assert real_sessions(lake, day) == reference_sessions(landing, day), day
 
-    land(landing, [[event("k", "late1", f"{D9}T02:20:00Z"), event("k", "late2", f"{D9}T02:40:00Z")]],
-         start_index=2)
+    land(landing, [[event("k", "late1", f"{D9}T02:20:00Z"), event("k", "late2", f"{D9}T02:40:00Z")]], start_index=2)
     notified = stream()
     assert notified == {D9}
     converge(lake, spark, notified)

@@ -1,6 +1,7 @@
 """Publishing into the Iceberg table: bad input refused up front, concurrent commits of different
 dates and of one date, idempotent reruns, runs killed around the commit, a slower run with fewer
 receipts, and a partition completed late under an already-used receipt_ts."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tidemark import receipts
 from tests import icebergkit
 from tests.lakekit import RULES, SimulatedStream, busiest_date, expected, lake_with, published
-from tidemark import cli, layout, publish, reader, storage, table as iceberg
+from tidemark import cli, layout, publish, reader, receipts, storage
+from tidemark import table as iceberg
 from tidemark.dedup import run_dedup
 from tidemark.lake import Lake
 
@@ -27,8 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("command", ["dedup", "read"])
-@pytest.mark.parametrize("bad", ["../x", "2026-02-31", "'; DROP TABLE sessions; --", "2026-3-7", "",
-                                 "2026-03-07/../../etc"])
+@pytest.mark.parametrize(
+    "bad", ["../x", "2026-02-31", "'; DROP TABLE sessions; --", "2026-3-7", "", "2026-03-07/../../etc"]
+)
 def test_bad_event_date_is_refused_before_anything_runs(tmp_path, capsys, command, bad):
     lake = Lake.open(tmp_path / "lake")
     assert cli.main([command, "--lake", str(lake), "--event-date", bad]) == 2
@@ -60,8 +62,10 @@ def test_four_dates_commit_at_once_from_four_processes_and_none_is_lost(tmp_path
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager, ProcessPoolExecutor(4, mp_context=context) as pool:
         barrier = manager.Barrier(4)
-        futures = {day: pool.submit(_publish_in_process, lake, day, [icebergkit.receipt(1), icebergkit.receipt(2)],
-                                    barrier) for day in days}
+        futures = {
+            day: pool.submit(_publish_in_process, lake, day, [icebergkit.receipt(1), icebergkit.receipt(2)], barrier)
+            for day in days
+        }
         results = {day: future.result(timeout=300) for day, future in futures.items()}
     assert all(committed for committed, _, _ in results.values())
     assert publish.list_dedup_dates(lake) == days
@@ -122,8 +126,11 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     lake, _, events, _ = lake_with(tmp_path)
     day = busiest_date(events)
     first = run_dedup(lake, day, RULES, spark=spark)
-    assert first.published and not first.noop and first.version == max(
-        k.split("/")[1] for k in publish.current_version(lake, day)["receipts"])
+    assert (
+        first.published
+        and not first.noop
+        and first.version == max(k.split("/")[1] for k in publish.current_version(lake, day)["receipts"])
+    )
     # Where the time went, phase by phase, adding up to the run's seconds (the profile's source).
     assert list(first.phases) == ["plan", "spark", "compute", "write", "commit", "notice"]
     assert all(s >= 0 for s in first.phases.values())
@@ -132,6 +139,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     runs = sorted(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day)))))
 
     import tidemark.spark
+
     monkeypatch.setattr(tidemark.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
     again = run_dedup(lake, day, RULES)  # no spark given: it must not need one
     assert again.noop and not again.published and again.version == first.version
@@ -148,6 +156,7 @@ def first_run(lake, day):
 def _killed_before_commit(real):
     def commit(lake, marker):
         raise KeyboardInterrupt()
+
     return commit
 
 
@@ -155,6 +164,7 @@ def _killed_after_commit(real):
     def commit(lake, marker):
         real(lake, marker)
         raise KeyboardInterrupt()
+
     return commit
 
 
@@ -181,6 +191,7 @@ def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(s
         def write_then_die(*args, **kwargs):
             real_write(*args, **kwargs)
             raise KeyboardInterrupt()
+
         monkeypatch.setattr(SqlCatalog, "_write_metadata", staticmethod(write_then_die))
     else:
         wrap = _killed_before_commit if when == "before" else _killed_after_commit
@@ -198,8 +209,11 @@ def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(s
     rerun = run_dedup(lake, day, RULES, spark=spark)
     assert rerun.noop == (when == "after")
     assert published(lake, day) == expected(events, day)
-    complete = {f"{p.event_date}/{p.receipt_ts}" for d in receipts.list_event_dates(lake)
-                for p in [receipts.read_marker(lake, d, ts) for ts in receipts.list_receipts(lake, d)]}
+    complete = {
+        f"{p.event_date}/{p.receipt_ts}"
+        for d in receipts.list_event_dates(lake)
+        for p in [receipts.read_marker(lake, d, ts) for ts in receipts.list_receipts(lake, d)]
+    }
     assert set(publish.current_version(lake, day)["receipts"]) <= complete
 
 
@@ -218,6 +232,7 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
     os.remove(hidden)
 
     import tidemark.dedup
+
     real_write = tidemark.dedup._write_version
     b_waiting, b_go = threading.Event(), threading.Event()
 
@@ -229,7 +244,9 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
 
     monkeypatch.setattr(tidemark.dedup, "_write_version", slow_for_b)
     results = {}
-    b = threading.Thread(name="run-b", target=lambda: results.update(b=run_dedup(lake, "2026-03-06", RULES, spark=spark)))
+    b = threading.Thread(
+        name="run-b", target=lambda: results.update(b=run_dedup(lake, "2026-03-06", RULES, spark=spark))
+    )
     b.start()
     assert b_waiting.wait(300)
     storage.write_text_atomic(hidden, text)  # the partition completes
@@ -237,8 +254,12 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
     b_go.set()
     b.join(300)
     assert a.published
-    events = [("u1", "a", t(23, 20), "play"), ("u1", "b", t(23, 45), "play"), ("u1", "c", t(0, 10, 7), "play"),
-              ("u2", "x", t(10, 0), "play")]
+    events = [
+        ("u1", "a", t(23, 20), "play"),
+        ("u1", "b", t(23, 45), "play"),
+        ("u1", "c", t(0, 10, 7), "play"),
+        ("u2", "x", t(10, 0), "play"),
+    ]
     current = publish.current_version(lake, "2026-03-06")
     assert f"2026-03-07/{written[0].receipt_ts}" in current["receipts"]
     assert published(lake, "2026-03-06") == expected(events, "2026-03-06")
@@ -254,9 +275,14 @@ def test_process_killed_mid_run_leaves_previous_version_readable(spark, tmp_path
     for deliveries in cut[2:]:
         stream.batch(deliveries)
     env = {**os.environ, "TIDEMARK_SPARK_MASTER": "local[1]", "PYTHONPATH": ROOT}
-    proc = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "dedup", "--lake", str(lake), "--event-date", day],
-                            cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidemark.cli", "dedup", "--lake", str(lake), "--event-date", day],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         # Kill it as soon as it has started writing its new version's data.
         deadline = time.monotonic() + 240
@@ -322,11 +348,16 @@ def test_partition_completed_late_under_a_used_receipt_ts_gets_a_newer_version(s
     storage.write_text_atomic(hidden, text)  # the replay completes it
     second = run_dedup(lake, "2026-03-06", RULES, spark=spark)
     assert not second.noop and second.published
-    assert second.version == layout.format_receipt_ts(layout.parse_receipt_ts(first.version)
-                                                      + timedelta(milliseconds=1))
+    assert second.version == layout.format_receipt_ts(
+        layout.parse_receipt_ts(first.version) + timedelta(milliseconds=1)
+    )
     assert second.affected_dates == ["2026-03-07"]  # u1's 2026-03-07 fragment now belongs to 03-06
-    events = [("u1", "a", t(23, 20), "play"), ("u1", "b", t(23, 45), "play"), ("u1", "c", t(0, 10, 7), "play"),
-              ("u2", "x", t(10, 0), "play")]
+    events = [
+        ("u1", "a", t(23, 20), "play"),
+        ("u1", "b", t(23, 45), "play"),
+        ("u1", "c", t(0, 10, 7), "play"),
+        ("u2", "x", t(10, 0), "play"),
+    ]
     assert published(lake, "2026-03-06") == expected(events, "2026-03-06")
     assert {(s[0], s[4]) for s in published(lake, "2026-03-06")} == {("u1", 3), ("u2", 1)}
 
@@ -341,10 +372,21 @@ def test_dedup_command_prints_one_json_result_line(spark, tmp_path, capsys):
     assert len(lines) == 1
     result = json.loads(lines[0])
     pointer = publish.current_version(lake, day)
-    assert set(result) >= {"event_date", "version", "published", "sessions", "receipts_read", "rows_read",
-                           "affected_dates"}
-    assert (result["event_date"], result["version"], result["sessions"], result["published"]) == \
-        (day, pointer["version"], pointer["sessions"], True)
+    assert set(result) >= {
+        "event_date",
+        "version",
+        "published",
+        "sessions",
+        "receipts_read",
+        "rows_read",
+        "affected_dates",
+    }
+    assert (result["event_date"], result["version"], result["sessions"], result["published"]) == (
+        day,
+        pointer["version"],
+        pointer["sessions"],
+        True,
+    )
     assert result["rows_read"] == pointer["rows_read"] > 0
     assert result["affected_dates"] == pointer["affected_dates"]
     assert published(lake, day) == expected(events, day)

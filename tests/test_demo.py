@@ -5,6 +5,7 @@ The final check is independent of the demo's own: every event date's current ded
 (tidemark.reader) must equal tests/reference.py's batch sessionization of every line the demo
 landed. Also checked: late data corrected at least one published date (a date has several
 versions), the charts and the HTML page exist, and nothing the demo started is left running."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,8 @@ from datetime import timedelta
 
 import pytest
 
-from tidemark import receipts
 from tests.reference import sessions_of_landing
-from tidemark import reader
+from tidemark import reader, receipts
 from tidemark.lake import Lake
 from tidemark.localstack.stack import Stack, port_states
 
@@ -32,14 +32,29 @@ def _key(user_id, start, end, count) -> tuple:
         if isinstance(value, str):
             value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
     return (user_id, iso(start), iso(end), int(count))
 
 
 def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_path):
     home = str(tmp_path / "state")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tidemark"), "demo", "--home", home,
-                           "--waves", "3", "--pause", "10", "--timeout", "900"],
-                          capture_output=True, text=True, timeout=2300)
+    proc = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "tidemark"),
+            "demo",
+            "--home",
+            home,
+            "--waves",
+            "3",
+            "--pause",
+            "10",
+            "--timeout",
+            "900",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2300,
+    )
     stack = Stack(os.path.join(home, "demo"))
     try:
         print(proc.stdout[-12000:])
@@ -50,13 +65,14 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
         # Independent final check: the current version of every date == the reference.
         expected: dict[str, set] = {}
         for s in sessions_of_landing(landing, GAP):
-            expected.setdefault(s.event_date, set()).add(_key(s.user_id, s.session_start, s.session_end,
-                                                              s.event_count))
+            expected.setdefault(s.event_date, set()).add(_key(s.user_id, s.session_start, s.session_end, s.event_count))
         dates = receipts.list_event_dates(lake)
         assert set(expected) <= set(dates) and len(dates) >= 2
         for event_date in dates:
-            got = {_key(r["user_id"], r["session_start"], r["session_end"], r["event_count"])
-                   for r in reader.to_records(reader.read_sessions(lake, event_date))}
+            got = {
+                _key(r["user_id"], r["session_start"], r["session_end"], r["event_count"])
+                for r in reader.to_records(reader.read_sessions(lake, event_date))
+            }
             assert got == expected.get(event_date, set()), event_date
 
         data = json.load(open(os.path.join(stack.home, "report", "report.json")))

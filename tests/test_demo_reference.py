@@ -1,5 +1,6 @@
 """tidemark.batch_reference (what `tidemark demo` and the test suite check the lake against): every
 valid event in exactly one session, and the input contract on edge cases."""
+
 from __future__ import annotations
 
 import json
@@ -34,17 +35,19 @@ def test_contract_duplicates_and_the_gap_boundary(tmp_path):
 
     lines = [
         event("a", "2026-03-06T23:50:00Z"),
-        event("a", "2026-03-06T23:50:00Z"),                 # duplicate: counted once
-        event("b", "2026-03-07T01:20:00+01:00"),            # 00:20 UTC: exactly the gap later -> new session
-        event("c", "2026-03-07T00:49:59.9999999Z"),         # 7 fraction digits, truncated; under the gap
-        event("d", "2026-03-07T00:30:00"),                  # no offset: not an event
-        '{"event_id": "e", "user_id": "u1"',                # truncated JSON
+        event("a", "2026-03-06T23:50:00Z"),  # duplicate: counted once
+        event("b", "2026-03-07T01:20:00+01:00"),  # 00:20 UTC: exactly the gap later -> new session
+        event("c", "2026-03-07T00:49:59.9999999Z"),  # 7 fraction digits, truncated; under the gap
+        event("d", "2026-03-07T00:30:00"),  # no offset: not an event
+        '{"event_id": "e", "user_id": "u1"',  # truncated JSON
         json.dumps(["not", "an", "object"]),
-        event("", "2026-03-07T00:30:00Z"),                  # empty event_id
+        event("", "2026-03-07T00:30:00Z"),  # empty event_id
     ]
     (tmp_path / "f.jsonl").write_text("\n".join(lines) + "\n")
-    (tmp_path / "_manifest.json").write_text("{}")           # not data
+    (tmp_path / "_manifest.json").write_text("{}")  # not data
     got = batch_reference.sessionize(batch_reference.valid_events(batch_reference.landed_lines(str(tmp_path))), GAP)
     assert [(s.event_date, s.event_count, s.event_ids) for s in got] == [
-        ("2026-03-06", 1, frozenset("a")), ("2026-03-07", 2, frozenset("bc"))]
+        ("2026-03-06", 1, frozenset("a")),
+        ("2026-03-07", 2, frozenset("bc")),
+    ]
     assert got[1].session_end.isoformat() == "2026-03-07T00:49:59.999999+00:00"

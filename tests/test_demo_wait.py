@@ -1,6 +1,7 @@
 """tidemark.demo.wait.until, the demo's waits (no stack started): it returns when the check is done,
 fails with on_timeout(the last status) after the timeout, and fails at once naming a stack
 process that died."""
+
 from __future__ import annotations
 
 import pytest
@@ -58,13 +59,26 @@ def test_until_returns_when_done_and_shows_the_status():
 def test_until_raises_on_timeout_with_the_last_status():
     progress = Progress()
     with pytest.raises(StackError, match="2 owed"):
-        wait.until(lambda: (False, "2 owed"), 0.2, "notices", progress,
-                   lambda s: StackError("stream", f"notices not all sent: {s}", "/logs/stream.log"), interval=0.05)
+        wait.until(
+            lambda: (False, "2 owed"),
+            0.2,
+            "notices",
+            progress,
+            lambda s: StackError("stream", f"notices not all sent: {s}", "/logs/stream.log"),
+            interval=0.05,
+        )
     assert progress.removed == ["notices"]
 
 
 def test_until_fails_at_once_naming_a_process_that_died():
     with pytest.raises(StackError) as failed:
-        wait.until(lambda: (False, "waiting"), 60, "DAG runs", Progress(), lambda s: AssertionError(s),
-                   stack=Stack(airflow=Record(True), stream=Record(False)), interval=0.01)
+        wait.until(
+            lambda: (False, "waiting"),
+            60,
+            "DAG runs",
+            Progress(),
+            lambda s: AssertionError(s),
+            stack=Stack(airflow=Record(True), stream=Record(False)),
+            interval=0.01,
+        )
     assert failed.value.component == "stream" and "exited while waiting for DAG runs" in str(failed.value)

@@ -3,6 +3,7 @@ Airflow diagrams show every task of the dedup DAG, and the LICENSE is the one se
 
 Static checks only (no Airflow, no Spark): they read the files.
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,10 +20,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A repository path as prose writes it: `tidemark/publish.py`, `tidemark/{layout,names}.py`,
 # `terraform/scripts/install-tidemark.sh`. Not a part of a longer path or URL (gs://b/dags/x.py,
 # build/cloud_function/main.py) and not a template (`{pkg}/x.py` has no first-party prefix).
-FIRST_PARTY_DIRS = ("tidemark", "streaming_job", "cloud_function", "dags", "dedup_sql", "scripts",
-                    "terraform", "bench", "tests")
+FIRST_PARTY_DIRS = (
+    "tidemark",
+    "streaming_job",
+    "cloud_function",
+    "dags",
+    "dedup_sql",
+    "scripts",
+    "terraform",
+    "bench",
+    "tests",
+)
 PATH_MENTION = re.compile(
-    r"(?<![\w./{}$-])((?:" + "|".join(FIRST_PARTY_DIRS) + r")/[\w./{},-]*?\.(?:py|sql|tf|sh|json|md|txt|cfg))(?!\w)")
+    r"(?<![\w./{}$-])((?:" + "|".join(FIRST_PARTY_DIRS) + r")/[\w./{},-]*?\.(?:py|sql|tf|sh|json|md|txt|cfg))(?!\w)"
+)
 
 
 def _expand(path: str) -> list[str]:
@@ -30,8 +41,9 @@ def _expand(path: str) -> list[str]:
     match = re.search(r"\{([^{}]*)\}", path)
     if not match:
         return [path]
-    return [out for alt in match.group(1).split(",")
-            for out in _expand(path[:match.start()] + alt + path[match.end():])]
+    return [
+        out for alt in match.group(1).split(",") for out in _expand(path[: match.start()] + alt + path[match.end() :])
+    ]
 
 
 def _prose_files() -> list[str]:
@@ -45,8 +57,14 @@ def _prose_files() -> list[str]:
 
 
 def _missing_paths(text: str) -> list[str]:
-    return sorted({path for match in PATH_MENTION.finditer(text) for path in _expand(match.group(1))
-                   if not os.path.exists(os.path.join(ROOT, path))})
+    return sorted(
+        {
+            path
+            for match in PATH_MENTION.finditer(text)
+            for path in _expand(match.group(1))
+            if not os.path.exists(os.path.join(ROOT, path))
+        }
+    )
 
 
 def test_the_path_check_sees_what_it_must():
@@ -64,20 +82,28 @@ def test_every_repository_path_the_prose_names_exists(path):
 def test_lake_files_the_docs_name_are_ones_the_code_writes():
     """A lake file name such as `_tidemark_run.json` in the docs or a DAG's docstring is one the
     code still uses (a removed `_CURRENT.json` would not be)."""
-    code = "\n".join(open(p, encoding="utf-8").read()
-                     for folder in ("tidemark", "streaming_job", "cloud_function")
-                     for p in glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True))
-    texts = {os.path.relpath(p, ROOT): open(p, encoding="utf-8").read()
-             for p in _prose_files() if p.endswith(".md")}
+    code = "\n".join(
+        open(p, encoding="utf-8").read()
+        for folder in ("tidemark", "streaming_job", "cloud_function")
+        for p in glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)
+    )
+    texts = {os.path.relpath(p, ROOT): open(p, encoding="utf-8").read() for p in _prose_files() if p.endswith(".md")}
     for p in glob.glob(os.path.join(ROOT, "dags", "*.py")):
         texts[os.path.relpath(p, ROOT)] = ast.get_docstring(ast.parse(open(p).read())) or ""
-    stale = {path: names for path, text in texts.items()
-             if (names := sorted(n for n in set(re.findall(r"(?<![\w./-])(_[A-Za-z][A-Za-z_]*\.json)\b", text))
-                                 if n not in code))}
+    stale = {
+        path: names
+        for path, text in texts.items()
+        if (
+            names := sorted(
+                n for n in set(re.findall(r"(?<![\w./-])(_[A-Za-z][A-Za-z_]*\.json)\b", text)) if n not in code
+            )
+        )
+    }
     assert not stale, f"docs name lake files no code writes or reads: {stale}"
 
 
 # -- the dedup DAG's tasks in the diagrams ---------------------------------------------------------
+
 
 def _dedup_dag_tasks() -> set[str]:
     """Task ids of dags/tidemark_dedup.py: @task-decorated functions and task_id="..." literals."""
@@ -85,7 +111,8 @@ def _dedup_dag_tasks() -> set[str]:
     tasks = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and any(
-                ast.unparse(d).split("(")[0].split(".")[0] == "task" for d in node.decorator_list):
+            ast.unparse(d).split("(")[0].split(".")[0] == "task" for d in node.decorator_list
+        ):
             tasks.add(node.name)
         if isinstance(node, ast.keyword) and node.arg == "task_id" and isinstance(node.value, ast.Constant):
             tasks.add(node.value.value)
@@ -93,8 +120,15 @@ def _dedup_dag_tasks() -> set[str]:
 
 
 def test_the_dag_task_list_is_found():
-    assert {"prepare", "needs_spark", "dedup", "emit_assets", "owed_reruns", "trigger_affected",
-            "notify_corrected"} <= _dedup_dag_tasks()
+    assert {
+        "prepare",
+        "needs_spark",
+        "dedup",
+        "emit_assets",
+        "owed_reruns",
+        "trigger_affected",
+        "notify_corrected",
+    } <= _dedup_dag_tasks()
 
 
 def test_the_airflow_docs_diagram_shows_every_task_of_the_dedup_dag():

@@ -3,6 +3,7 @@ states it: a JSON null in the payload (docs/input-contract.md), leap seconds (th
 and `first_receipt_ts` of a deduplicated session (docs/lake-layout.md), and the stream's pane
 session ids when a session in state comes apart after a rules migration (docs/lake-layout.md).
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -13,9 +14,9 @@ import dedup_sql
 from tests.lakekit import RECEIPT0, SimulatedStream
 from tidemark import contract, layout, reader, rules_record, sql_rules
 from tidemark.dedup import run_dedup
+from tidemark.lake import Lake
 from tidemark.sessions import SessionRules
 from tidemark.times import to_micros
-from tidemark.lake import Lake
 
 T = datetime(2026, 3, 7, 10, 0, tzinfo=timezone.utc)
 RECEIVED = to_micros(T + timedelta(minutes=5))
@@ -24,8 +25,9 @@ RECEIVED = to_micros(T + timedelta(minutes=5))
 def _line(**extra) -> bytes:
     import json
 
-    return json.dumps({"user_id": "u", "event_id": "e1", "event_type": "view",
-                       "event_ts": "2026-03-07T10:00:00Z", **extra}).encode()
+    return json.dumps(
+        {"user_id": "u", "event_id": "e1", "event_type": "view", "event_ts": "2026-03-07T10:00:00Z", **extra}
+    ).encode()
 
 
 def test_json_null_payload_value_stays_apart_from_the_string_null():
@@ -40,7 +42,9 @@ def test_json_null_payload_value_stays_apart_from_the_string_null():
 
 @pytest.mark.spark
 def test_spark_copy_rule_keeps_the_same_copy_of_a_null_and_a_string_null(spark):
-    rows = spark.createDataFrame([("view", '{"x":null}'), ("view", '{"x":"null"}')], "event_type string, payload string")
+    rows = spark.createDataFrame(
+        [("view", '{"x":null}'), ("view", '{"x":"null"}')], "event_type string, payload string"
+    )
     kept = rows.selectExpr(f"{sql_rules.kept(sql_rules.copy())} AS kept").first().kept
     assert kept.payload == '{"x":"null"}'
 
@@ -59,8 +63,9 @@ def test_event_ids_repeat_an_id_per_event_and_first_receipt_is_the_earliest_arri
     rules_record.ensure(lake, SessionRules(), "test")
     stream = SimulatedStream(lake, seed=1)
     # Batch 0 brings the session's later events; batch 1 its first one (in time), late.
-    stream.batch([("u", "e1", T + timedelta(minutes=5), "view"), ("u", "e2", T + timedelta(minutes=9), "view")],
-                 mode=0.0)
+    stream.batch(
+        [("u", "e1", T + timedelta(minutes=5), "view"), ("u", "e2", T + timedelta(minutes=9), "view")], mode=0.0
+    )
     stream.batch([("u", "e1", T, "view")], mode=0.0)
     run_dedup(lake, "2026-03-07", spark=spark)
     (row,) = reader.to_records(reader.read_sessions(lake, "2026-03-07"))
@@ -76,17 +81,25 @@ def test_a_state_session_split_by_a_shorter_gap_gives_its_later_pieces_their_own
     """After `rules migrate` 30m -> 15m, a session held in state (10:00, 10:20, 10:40) comes apart
     in the stream's next batch: only the piece holding its first event keeps its id."""
     state_id = "s" * 32
-    rows = [("u", f"e{i}", T + timedelta(minutes=20 * i), "view", "{}", state_id, T, False, 2, False)
-            for i in range(3)]
-    merged = spark.createDataFrame(rows, "user_id string, event_id string, event_ts timestamp, "
-                                         "event_type string, payload string, state_session_id string, "
-                                         "state_session_start timestamp, state_closed boolean, "
-                                         "state_pane_count int, is_new boolean")
+    rows = [("u", f"e{i}", T + timedelta(minutes=20 * i), "view", "{}", state_id, T, False, 2, False) for i in range(3)]
+    merged = spark.createDataFrame(
+        rows,
+        "user_id string, event_id string, event_ts timestamp, "
+        "event_type string, payload string, state_session_id string, "
+        "state_session_start timestamp, state_closed boolean, "
+        "state_pane_count int, is_new boolean",
+    )
     rules = SessionRules(gap=timedelta(minutes=15))
     sessionized = dedup_sql.run(spark, "sessionize", {"events": merged}, gap_us=rules.gap_us)
-    panes = dedup_sql.run(spark, "stream_panes", {"sessionized": sessionized}, gap_us=rules.gap_us,
-                          lateness_us=rules.allowed_lateness_us, w_prev_us=to_micros(T),
-                          w_new_us=to_micros(T + timedelta(hours=1))).collect()
+    panes = dedup_sql.run(
+        spark,
+        "stream_panes",
+        {"sessionized": sessionized},
+        gap_us=rules.gap_us,
+        lateness_us=rules.allowed_lateness_us,
+        w_prev_us=to_micros(T),
+        w_new_us=to_micros(T + timedelta(hours=1)),
+    ).collect()
     assert len(panes) == 3
     ids = [p.session_id for p in panes]
     assert len(set(ids)) == 3 and state_id in ids

@@ -7,6 +7,7 @@ smallest (event_type, payload) is kept (docs/input-contract.md). Before, the str
 copy when the open session held the event_id and the dedup took the smallest copy among those that
 reached panes, so the kept copy depended on which copy came first.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,8 @@ from tests import reference
 from tests.streamkit import land
 from tidemark import contract, reader
 from tidemark.dedup import run_dedup
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 # slow (not in make test-fast): a real stream and dedup per arrangement (module fixture)
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -31,14 +32,15 @@ D = "2026-03-07"
 
 
 def copy(user, event_id, hhmm, event_type="play", **payload) -> str:
-    return json.dumps({"event_id": event_id, "user_id": user, "event_type": event_type,
-                       "event_ts": f"{D}T{hhmm}:00Z", **payload})
+    return json.dumps(
+        {"event_id": event_id, "user_id": user, "event_type": event_type, "event_ts": f"{D}T{hhmm}:00Z", **payload}
+    )
 
 
-A_BIG, A_SMALL = copy("u1", "a", "10:00", v="2"), copy("u1", "a", "10:00", v="1")    # payload differs
+A_BIG, A_SMALL = copy("u1", "a", "10:00", v="2"), copy("u1", "a", "10:00", v="1")  # payload differs
 B_BIG, B_SMALL = copy("u1", "b", "10:10", "play"), copy("u1", "b", "10:10", "pause")  # event_type differs
-C_1020, C_1025 = copy("u1", "c", "10:20"), copy("u1", "c", "10:25")                   # two events
-D_BIG, D_SMALL = copy("u2", "d", "11:00", v="9"), copy("u2", "d", "11:00", v="0")     # one after expiry
+C_1020, C_1025 = copy("u1", "c", "10:20"), copy("u1", "c", "10:25")  # two events
+D_BIG, D_SMALL = copy("u2", "d", "11:00", v="9"), copy("u2", "d", "11:00", v="0")  # one after expiry
 MOVE_WATERMARK = copy("u3", "w", "14:00")  # watermark 13:50: u1's and u2's sessions expire
 BIG = [A_BIG, B_BIG, C_1020, D_BIG]
 SMALL = [A_SMALL, B_SMALL, C_1025, D_SMALL]
@@ -59,8 +61,15 @@ def published(lake) -> tuple[set, set]:
     table = reader.read_sessions(lake, D)
     sessions, events = set(), set()
     for row in table.to_pylist():
-        sessions.add((row["user_id"], micros(row["session_start"]), micros(row["session_end"]),
-                      tuple(sorted(row["event_ids"])), row["event_count"]))
+        sessions.add(
+            (
+                row["user_id"],
+                micros(row["session_start"]),
+                micros(row["session_end"]),
+                tuple(sorted(row["event_ids"])),
+                row["event_count"],
+            )
+        )
         for e in row["events"]:
             events.add((row["user_id"], e["event_id"], micros(e["event_ts"]), e["event_type"], e["payload"]))
     return sessions, events
@@ -69,10 +78,23 @@ def published(lake) -> tuple[set, set]:
 def expected(landing) -> tuple[set, set]:
     kept = reference.kept_copies_of_landing(landing)
     events = {tuple(e) for e in kept.values() if contract.iso_from_micros(e.event_ts_us).startswith(D)}
-    sessions = {(s.user_id, micros(s.session_start), micros(s.session_end), tuple(sorted(
-        e for u, e, ts, *_ in events if u == s.user_id and micros(s.session_start) <= ts <= micros(s.session_end))),
-        s.event_count)
-        for s in reference.sessions_of_landing(landing, RULES.gap) if s.event_date == D}
+    sessions = {
+        (
+            s.user_id,
+            micros(s.session_start),
+            micros(s.session_end),
+            tuple(
+                sorted(
+                    e
+                    for u, e, ts, *_ in events
+                    if u == s.user_id and micros(s.session_start) <= ts <= micros(s.session_end)
+                )
+            ),
+            s.event_count,
+        )
+        for s in reference.sessions_of_landing(landing, RULES.gap)
+        if s.event_date == D
+    }
     return sessions, events
 
 
@@ -85,8 +107,11 @@ def outcomes(spark, tmp_path_factory):
         lake = Lake.open(lake)
         land(landing, files)
         dates: set[str] = set()
-        run_stream(StreamConfig(landing, lake, checkpoint, RULES, available_now=True, max_files_per_trigger=1),
-                   listeners=[lambda r: dates.update(p.event_date for p in r.partitions)], spark=spark)
+        run_stream(
+            StreamConfig(landing, lake, checkpoint, RULES, available_now=True, max_files_per_trigger=1),
+            listeners=[lambda r: dates.update(p.event_date for p in r.partitions)],  # noqa: B023 (run_stream returns before the next iteration)
+            spark=spark,
+        )
         queue = deque(sorted(dates))
         while queue:  # what the DAG does
             result = run_dedup(lake, queue.popleft(), RULES, spark=spark)

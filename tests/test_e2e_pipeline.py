@@ -7,6 +7,7 @@ times added none; Airflow stopped while notices were being published still ended
 done (the push subscription redelivers; the failed deliveries are printed to show the emulator's
 retry pace); and the published partitions equal the batch reference (tidemark/batch_reference.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -17,22 +18,21 @@ import time
 
 import pytest
 
-from tests.helpers import (generate_cli, lake_session_set, log_lines, reference_session_set, run_stream_cli,
-                           wait_for)
+from tests.helpers import generate_cli, lake_session_set, log_lines, reference_session_set, run_stream_cli, wait_for
 from tidemark import availability_notice, names, receipts, runs
-from tidemark.sessions import SessionRules
+from tidemark.lake import Lake
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.function import FunctionServer
 from tidemark.notices.outbox import Outbox
-from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAG_ID = names.get("DAG_ID")
 PROJECT = "tidemark-e2e"
 TOPIC = names.get("AVAILABILITY_TOPIC")
-AUDIT = "e2e-audit"          # a pull subscription: every notice the stream published
+AUDIT = "e2e-audit"  # a pull subscription: every notice the stream published
 OUTAGE_SECONDS = 45
 TERMINAL = {"success", "failed"}
 
@@ -48,41 +48,64 @@ def stack(tmp_path_factory):
         ps.ensure_topic(PROJECT, TOPIC, host=emulator.host)
         ps.ensure_subscription(PROJECT, AUDIT, TOPIC, host=emulator.host)
 
-        airflow = AirflowServer(str(base / "airflow"), env={
-            "TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "2", "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2"})
+        airflow = AirflowServer(
+            str(base / "airflow"),
+            env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "2", "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2"},
+        )
         started.append(airflow)
         airflow.start()
         airflow.wait_for_dag()
         print(f"\nAirflow: {airflow.timings}")
 
         bundle = str(base / "build" / "cloud_function")
-        subprocess.run([sys.executable, "-m", "tidemark.cli", "function-bundle", "--out", bundle],
-                       cwd=ROOT, check=True, capture_output=True, timeout=120)
-        function = FunctionServer(bundle, isolated=True, log_path=str(base / "function.log"), env={
-            "AIRFLOW_BASE_URL": airflow.url, "AIRFLOW_USERNAME": airflow.username,
-            "AIRFLOW_PASSWORD": airflow.password, "AIRFLOW_TIMEOUT_SECONDS": "10"}).start()
+        subprocess.run(
+            [sys.executable, "-m", "tidemark.cli", "function-bundle", "--out", bundle],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        function = FunctionServer(
+            bundle,
+            isolated=True,
+            log_path=str(base / "function.log"),
+            env={
+                "AIRFLOW_BASE_URL": airflow.url,
+                "AIRFLOW_USERNAME": airflow.username,
+                "AIRFLOW_PASSWORD": airflow.password,
+                "AIRFLOW_TIMEOUT_SECONDS": "10",
+            },
+        ).start()
         started.append(function)
-        ps.ensure_subscription(PROJECT, names.get("FUNCTION_SUBSCRIPTION"), TOPIC,
-                               push_endpoint=function.url, host=emulator.host)
-        yield {"base": base, "lake": lake, "emulator": emulator, "airflow": airflow,
-               "function": function}
+        ps.ensure_subscription(
+            PROJECT, names.get("FUNCTION_SUBSCRIPTION"), TOPIC, push_endpoint=function.url, host=emulator.host
+        )
+        yield {"base": base, "lake": lake, "emulator": emulator, "airflow": airflow, "function": function}
     finally:
         for server in reversed(started):
             server.stop()
 
 
 def stream(stack, landing: str) -> None:
-    run_stream_cli(landing, stack["lake"], str(stack["base"] / "checkpoint"),
-                   extra=("--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}", "--max-files-per-trigger", "2"),
-                   env={**os.environ, "PUBSUB_EMULATOR_HOST": stack["emulator"].host})
+    run_stream_cli(
+        landing,
+        stack["lake"],
+        str(stack["base"] / "checkpoint"),
+        extra=("--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}", "--max-files-per-trigger", "2"),
+        env={**os.environ, "PUBSUB_EMULATOR_HOST": stack["emulator"].host},
+    )
 
 
 def audit(stack, seen: dict) -> dict:
     """Pull the audit subscription into {notice_id: notice} until every notice the stream's
     outbox records as sent is there (one pull may return only part of what is waiting)."""
     sent = {e["notice"]["notice_id"] for e in Outbox(stack["lake"]).sent()} - set(seen)
-    got = ps.pull_until(PROJECT, AUDIT, host=stack["emulator"].host,
-                        done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got})
+    got = ps.pull_until(
+        PROJECT,
+        AUDIT,
+        host=stack["emulator"].host,
+        done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got},
+    )
     for received in got:
         body = availability_notice.decode(received.message.data)
         seen[body["notice_id"]] = body
@@ -108,16 +131,28 @@ def wait_all_done(client, expected_run_ids: set, timeout: float) -> list[dict]:
             previous = snapshot if done else None
         time.sleep(10)
     states = {r["dag_run_id"]: r["state"] for r in (all_runs or [])}
-    raise TimeoutError(f"runs not all done after {timeout:.0f}s: expected {sorted(expected_run_ids)}, "
-                       f"have {states}")
+    raise TimeoutError(f"runs not all done after {timeout:.0f}s: expected {sorted(expected_run_ids)}, have {states}")
 
 
 def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_reference(stack, tmp_path):
     airflow, function, emulator = stack["airflow"], stack["function"], stack["emulator"]
     client = airflow.client()
     generated, landing = str(tmp_path / "generated"), str(tmp_path / "landing")
-    generate_cli(generated, "--events", "1200", "--users", "20", "--days", "2", "--start", "2026-03-06",
-                 "--files", "8", "--seed", "5")
+    generate_cli(
+        generated,
+        "--events",
+        "1200",
+        "--users",
+        "20",
+        "--days",
+        "2",
+        "--start",
+        "2026-03-06",
+        "--files",
+        "8",
+        "--seed",
+        "5",
+    )
     files = sorted(f for f in os.listdir(generated) if f.endswith(".jsonl"))
     os.makedirs(landing)
 
@@ -134,11 +169,20 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
     some = next(iter(seen.values()))
     publisher = ps.publisher_admin(emulator.host)
     for _ in range(3):
-        publisher.publish(f"projects/{PROJECT}/topics/{TOPIC}", availability_notice.encode(some),
-                          **availability_notice.attributes(some)).result(timeout=30)
+        publisher.publish(
+            f"projects/{PROJECT}/topics/{TOPIC}",
+            availability_notice.encode(some),
+            **availability_notice.attributes(some),
+        ).result(timeout=30)
     dup_run = runs.run_id_for_notice(some)
-    wait_for(lambda: len([l for l in log_lines(function) if l.get("run_id") == dup_run
-                          and l.get("outcome") == "already_exists"]) >= 3, 120, "three duplicate deliveries")
+    wait_for(
+        lambda: (
+            len([l for l in log_lines(function) if l.get("run_id") == dup_run and l.get("outcome") == "already_exists"])
+            >= 3
+        ),
+        120,
+        "three duplicate deliveries",
+    )
     # (the three copies carry a notice_id already seen: later audits fold them in)
 
     # Phase 2: Airflow down while the stream publishes the rest; restarted after the outage.
@@ -153,8 +197,11 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
         phase2_ids = set(seen) - before
         assert phase2_ids, "phase 2 published no notice"
         phase2 = {runs.run_id_for_notice(seen[i]) for i in phase2_ids}
-        wait_for(lambda: any(l.get("outcome") == "retry" and l.get("run_id") in phase2
-                             for l in log_lines(function)), 120, "a failed delivery during the outage")
+        wait_for(
+            lambda: any(l.get("outcome") == "retry" and l.get("run_id") in phase2 for l in log_lines(function)),
+            120,
+            "a failed delivery during the outage",
+        )
         time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - outage_started)))
     finally:
         airflow.start()
@@ -163,8 +210,10 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
     by_run: dict[str, list[str]] = {}
     for line in failed:
         by_run.setdefault(line["run_id"], []).append(line["time"])
-    print(f"\nAirflow down {outage:.0f}s; failed push deliveries per run: "
-          f"{ {k: len(v) for k, v in by_run.items()} }; e.g. {next(iter(by_run.values()))}")
+    print(
+        f"\nAirflow down {outage:.0f}s; failed push deliveries per run: "
+        f"{ {k: len(v) for k, v in by_run.items()} }; e.g. {next(iter(by_run.values()))}"
+    )
 
     expected = {runs.run_id_for_notice(n) for n in seen.values()}
     final = wait_all_done(client, expected, 1500)
@@ -184,5 +233,6 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
     assert dates
     for event_date in dates:
         assert lake_session_set(stack["lake"], event_date, with_count=True) == reference_session_set(
-            landing, event_date, SessionRules().gap, with_count=True), event_date
+            landing, event_date, SessionRules().gap, with_count=True
+        ), event_date
     assert airflow.password not in function.log()

@@ -6,19 +6,21 @@ corrected notice on the emulator, the example DAG runs for that date through the
 event (no cron, no manual trigger), and its output equals the metrics of the batch reference's
 sessions of every event received so far. Rerunning it from the UI for the date, and clearing its
 task, write the same metrics again."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 import pytest
 
+from tests.helpers import dag_run_finished as finished
+from tests.helpers import wait_for
 from tests.lakekit import GAP, SimulatedStream
-from tests.helpers import dag_run_finished as finished, wait_for
 from tidemark import batch_reference, corrected_notice, names, session_metrics
+from tidemark.lake import Lake
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
 from tidemark.notices import corrected
-from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 PROJECT = names.get("PROJECT")
@@ -31,17 +33,29 @@ def at(day: int, hh: int, mm: int) -> datetime:
     return datetime(2026, 3, day, hh, mm, tzinfo=timezone.utc)
 
 
-ON_TIME = [("u1", "a1", at(7, 9, 0), "play"), ("u1", "a2", at(7, 9, 20), "play"), ("u1", "a3", at(7, 10, 30), "play"),
-           ("u2", "b1", at(7, 12, 0), "play"), ("u2", "b1", at(7, 12, 0), "play"), ("u2", "b2", at(7, 12, 25), "play")]
+ON_TIME = [
+    ("u1", "a1", at(7, 9, 0), "play"),
+    ("u1", "a2", at(7, 9, 20), "play"),
+    ("u1", "a3", at(7, 10, 30), "play"),
+    ("u2", "b1", at(7, 12, 0), "play"),
+    ("u2", "b1", at(7, 12, 0), "play"),
+    ("u2", "b2", at(7, 12, 25), "play"),
+]
 # Days later: u1's two sessions bridged, a new user, and a session that crosses midnight.
-LATE = [("u1", "a4", at(7, 9, 50), "seek"), ("u1", "a5", at(7, 10, 10), "seek"), ("u3", "c1", at(7, 23, 50), "play"),
-        ("u3", "c2", at(8, 0, 5), "play"), ("u2", "b2", at(7, 12, 25), "play")]
+LATE = [
+    ("u1", "a4", at(7, 9, 50), "seek"),
+    ("u1", "a5", at(7, 10, 10), "seek"),
+    ("u3", "c1", at(7, 23, 50), "play"),
+    ("u3", "c2", at(8, 0, 5), "play"),
+    ("u2", "b2", at(7, 12, 25), "play"),
+]
 
 
 def reference_metrics(events: list[tuple]) -> dict:
     """Metrics of the batch reference's sessions of D7 (tidemark/batch_reference.py)."""
-    sessions = [s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP)
-                if s.event_date == D7]
+    sessions = [
+        s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP) if s.event_date == D7
+    ]
     row = session_metrics.from_sessions(D7, None, [(s.user_id, s.session_start, s.session_end) for s in sessions])
     return {k: v for k, v in row.items() if k != "version"}
 
@@ -61,10 +75,17 @@ def stack(tmp_path_factory, emulator):
     lake, out = Lake.open(home / "lake"), str(home / "metrics")
     stream = SimulatedStream(lake, 5)
     stream.batch(ON_TIME, mode=0.5)
-    server = AirflowServer(str(home / "airflow"), env={
-        "TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0", "TIDEMARK_RECONCILE_INTERVAL": "off",
-        "PUBSUB_EMULATOR_HOST": emulator.host, "TIDEMARK_SESSION_METRICS_ROOT": out,
-        "TIDEMARK_CORRECTED_TOPIC_PATH": corrected.default_topic(PROJECT)})
+    server = AirflowServer(
+        str(home / "airflow"),
+        env={
+            "TIDEMARK_LAKE": str(lake),
+            "TIDEMARK_DAG_RETRIES": "0",
+            "TIDEMARK_RECONCILE_INTERVAL": "off",
+            "PUBSUB_EMULATOR_HOST": emulator.host,
+            "TIDEMARK_SESSION_METRICS_ROOT": out,
+            "TIDEMARK_CORRECTED_TOPIC_PATH": corrected.default_topic(PROJECT),
+        },
+    )
     try:
         server.start()
         server.wait_for_dag()
@@ -80,16 +101,23 @@ def consumer_runs(client) -> list[dict]:
 
 def next_consumer_run(client, seen: set[str]) -> str:
     """The id of the consumer run an asset event started after `seen`, once it succeeded."""
-    run = wait_for(lambda: next((r for r in consumer_runs(client) if r["dag_run_id"] not in seen), None),
-                   600, "an asset-triggered run of the consumer DAG")
+    run = wait_for(
+        lambda: next((r for r in consumer_runs(client) if r["dag_run_id"] not in seen), None),
+        600,
+        "an asset-triggered run of the consumer DAG",
+    )
     assert run["run_type"] == "asset_triggered", run
     assert finished(client, CONSUMER, run["dag_run_id"]) == "success"
     return run["dag_run_id"]
 
 
 def corrected_messages(host: str, versions: set[str]) -> list[dict]:
-    got = pull_until(PROJECT, "corrected-all", host=host, done=lambda ms: versions <= {
-        corrected_notice.decode(m.message.data)["version"] for m in ms})
+    got = pull_until(
+        PROJECT,
+        "corrected-all",
+        host=host,
+        done=lambda ms: versions <= {corrected_notice.decode(m.message.data)["version"] for m in ms},
+    )
     got += pull_all(PROJECT, "corrected-all", host=host)  # a duplicate would show here
     return [corrected_notice.decode(m.message.data) for m in got]
 
@@ -131,12 +159,18 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
     assert finished(client, CONSUMER, "manual_rerun") == "success"
     assert session_metrics.read(out, D7) == before
     tries = {ti["task_id"]: ti["try_number"] for ti in client.task_instances(CONSUMER, second_consumer)}
-    client._request("POST", f"/api/v2/dags/{CONSUMER}/clearTaskInstances",
-                    json={"dry_run": False, "dag_run_id": second_consumer, "only_failed": False,
-                          "reset_dag_runs": True})
-    wait_for(lambda: all(ti["try_number"] > tries[ti["task_id"]] and ti["state"] == "success"
-                         for ti in client.task_instances(CONSUMER, second_consumer)), 600,
-             "the cleared tasks to run again")
+    client._request(
+        "POST",
+        f"/api/v2/dags/{CONSUMER}/clearTaskInstances",
+        json={"dry_run": False, "dag_run_id": second_consumer, "only_failed": False, "reset_dag_runs": True},
+    )
+    wait_for(
+        lambda: all(
+            ti["try_number"] > tries[ti["task_id"]] and ti["state"] == "success"
+            for ti in client.task_instances(CONSUMER, second_consumer)
+        ),
+        600,
+        "the cleared tasks to run again",
+    )
     assert session_metrics.read(out, D7) == before
     assert pull_all(PROJECT, "corrected-all", host=emulator.host) == []  # the consumer sends nothing
-

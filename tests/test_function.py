@@ -3,6 +3,7 @@
 Servers are not needed here; where the function must reach Airflow, it is pointed at a closed port
 on loopback, the real "Airflow is down" case.
 """
+
 from __future__ import annotations
 
 import base64
@@ -17,9 +18,8 @@ from contextlib import redirect_stdout
 import pytest
 
 from cloud_function import main
-from cloud_function.airflow_client import (AirflowClient, ConfigError, TransientAirflowError)
-from tidemark import availability_notice
-from tidemark import runs
+from cloud_function.airflow_client import AirflowClient, ConfigError, TransientAirflowError
+from tidemark import availability_notice, runs
 from tidemark.localstack.process import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,10 +27,18 @@ AIRFLOW_RUN_ID = re.compile(r"^[A-Za-z0-9_.~:+-]+$")
 
 
 def partition(event_date="2026-03-07", receipt_ts="20260307T201500123Z", **extra):
-    return {"event_date": event_date, "receipt_ts": receipt_ts, "batch_id": 3,
-            "uri": f"file:///lake/sessions/event_date={event_date}/receipt_ts={receipt_ts}",
-            "rows": 4, "events": 9, "pane_kinds": ["early"], "watermark": "2026-03-07T20:05:00Z",
-            "late": False, **extra}
+    return {
+        "event_date": event_date,
+        "receipt_ts": receipt_ts,
+        "batch_id": 3,
+        "uri": f"file:///lake/sessions/event_date={event_date}/receipt_ts={receipt_ts}",
+        "rows": 4,
+        "events": 9,
+        "pane_kinds": ["early"],
+        "watermark": "2026-03-07T20:05:00Z",
+        "late": False,
+        **extra,
+    }
 
 
 def make_notice(**kw) -> dict:
@@ -48,6 +56,7 @@ def never_called():
 
 # -- run ids ----------------------------------------------------------------------------------
 
+
 def test_run_id_is_derived_from_the_notice_and_allowed_by_airflow():
     a = make_notice()
     again = make_notice()
@@ -61,19 +70,24 @@ def test_run_id_is_derived_from_the_notice_and_allowed_by_airflow():
 
 
 def test_coalesced_notice_maps_to_its_newest_partition():
-    coalesced = availability_notice.build("sessions", [partition(receipt_ts="20260307T201500123Z"),
-                                           partition(receipt_ts="20260307T201600000Z")], kind="coalesced")
-    assert runs.run_id_for_notice(coalesced) == runs.notice_run_id(
-        "sessions", "2026-03-07", "20260307T201600000Z")
+    coalesced = availability_notice.build(
+        "sessions",
+        [partition(receipt_ts="20260307T201500123Z"), partition(receipt_ts="20260307T201600000Z")],
+        kind="coalesced",
+    )
+    assert runs.run_id_for_notice(coalesced) == runs.notice_run_id("sessions", "2026-03-07", "20260307T201600000Z")
 
 
-@pytest.mark.parametrize("dataset,event_date,receipt_ts", [
-    ("sessions", "2026-02-31", "20260307T201500123Z"),
-    ("sessions", "2026-03-07/../../etc", "20260307T201500123Z"),
-    ("sessions", "2026-03-07", "20260307T201500123Z'; DROP TABLE x;--"),
-    ("Sessions; drop", "2026-03-07", "20260307T201500123Z"),
-    ("../sessions", "2026-03-07", "20260307T201500123Z"),
-])
+@pytest.mark.parametrize(
+    "dataset,event_date,receipt_ts",
+    [
+        ("sessions", "2026-02-31", "20260307T201500123Z"),
+        ("sessions", "2026-03-07/../../etc", "20260307T201500123Z"),
+        ("sessions", "2026-03-07", "20260307T201500123Z'; DROP TABLE x;--"),
+        ("Sessions; drop", "2026-03-07", "20260307T201500123Z"),
+        ("../sessions", "2026-03-07", "20260307T201500123Z"),
+    ],
+)
 def test_run_id_refuses_values_that_are_not_partition_values(dataset, event_date, receipt_ts):
     with pytest.raises(runs.InvalidRunKey):
         runs.notice_run_id(dataset, event_date, receipt_ts)
@@ -89,6 +103,7 @@ def test_affected_run_id_is_deterministic_per_source_version():
 
 
 # -- what the function refuses (and acknowledges) ---------------------------------------------
+
 
 def _bad_bodies():
     good = make_notice()
@@ -111,8 +126,9 @@ def test_invalid_notice_is_logged_and_acknowledged_without_a_run(case, msg):
         result = main.handle(msg, client_factory=never_called)
     assert result["outcome"] == "rejected" and result["reason"]
     lines = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
-    assert any(line["severity"] == "ERROR" and line["reason"] == result["reason"]
-               and line.get("message") for line in lines), out.getvalue()
+    assert any(
+        line["severity"] == "ERROR" and line["reason"] == result["reason"] and line.get("message") for line in lines
+    ), out.getvalue()
 
 
 def test_decode_accepts_a_valid_notice():
@@ -122,8 +138,11 @@ def test_decode_accepts_a_valid_notice():
 
 def test_airflow_down_raises_so_pubsub_redelivers_and_the_password_never_leaks(monkeypatch):
     secret = "s3cr3t-Pa55word-never-logged"
-    env = {"AIRFLOW_BASE_URL": f"http://127.0.0.1:{free_port()}", "AIRFLOW_USERNAME": "admin",
-           "AIRFLOW_PASSWORD": secret}
+    env = {
+        "AIRFLOW_BASE_URL": f"http://127.0.0.1:{free_port()}",
+        "AIRFLOW_USERNAME": "admin",
+        "AIRFLOW_PASSWORD": secret,
+    }
     client = AirflowClient.from_env(env)
     out = io.StringIO()
     with redirect_stdout(out), pytest.raises(TransientAirflowError) as caught:
@@ -144,24 +163,32 @@ def test_config_errors_name_the_variable_not_the_value(tmp_path):
         AirflowClient.from_env({"AIRFLOW_BASE_URL": "http://127.0.0.1:9", "AIRFLOW_AUTH_MODE": "basic"})
     secret_file = tmp_path / "pw"
     secret_file.write_text("from-secret-manager\n")
-    client = AirflowClient.from_env({"AIRFLOW_BASE_URL": "http://127.0.0.1:9", "AIRFLOW_USERNAME": "a",
-                                     "AIRFLOW_PASSWORD_FILE": str(secret_file)})
+    client = AirflowClient.from_env(
+        {"AIRFLOW_BASE_URL": "http://127.0.0.1:9", "AIRFLOW_USERNAME": "a", "AIRFLOW_PASSWORD_FILE": str(secret_file)}
+    )
     assert client._auth._password == "from-secret-manager"
     assert "from-secret-manager" not in repr(client._auth)
 
 
 # -- the deployable bundle ---------------------------------------------------------------------
 
+
 def test_function_bundle_is_self_contained(tmp_path):
     out = tmp_path / "cloud_function"
     (tmp_path / "cloud_function").mkdir()
     (out / "stale.py").write_text("# from an older build: must go\n")
-    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "function-bundle", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidemark.cli", "function-bundle", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert files == sorted(report["files"])  # nothing else: no stale file, no __pycache__
     assert {"main", "tidemark.availability_notice", "tidemark.runs", "cloud_function.airflow_client"} <= set(
-        report["checked_modules"])
+        report["checked_modules"]
+    )
     assert "functions-framework" in (out / "requirements.txt").read_text()

@@ -8,6 +8,7 @@ gaps, copies, and late events that bridge sessions already published. The lake i
 stream simulator (tests/lakekit.py: panes are subsets of final sessions), then `rules migrate`
 switches it split -> merge -> split, re-deduplicating every date each time.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -17,9 +18,9 @@ import pytest
 from tests.lakekit import SimulatedStream
 from tidemark import batch_reference, planning, reader, rules_migration, rules_record
 from tidemark.dedup import run_dedup
+from tidemark.lake import Lake
 from tidemark.sessions import SessionRules, parse_overrides
 from tidemark.times import to_micros
-from tidemark.lake import Lake
 
 GAP = timedelta(minutes=30)
 US = timedelta(microseconds=1)
@@ -34,21 +35,29 @@ def at(hours: float, extra: timedelta = timedelta(0)) -> datetime:
 
 # (user, event_id, event_ts, event_type): the first arrivals, then the late ones.
 FIRST = [
-    ("exact", "a", at(10), "view"), ("exact", "b", at(10.5), "view"),                  # one gap apart
-    ("under", "a", at(10), "view"), ("under", "b", at(10.5, -US), "view"),             # 1 us under
-    ("over", "a", at(10), "view"), ("over", "b", at(10.5, US), "view"),                # 1 us over
-    ("midnight", "a", at(23.75), "view"), ("midnight", "b", at(24.25), "view"),        # across midnight
-    ("chain", "a", at(9), "view"), ("chain", "b", at(9.5), "view"), ("chain", "c", at(10), "view"),
-    ("bridge", "a", at(12), "view"), ("bridge", "c", at(13), "view"),
-    ("bridge_midnight", "a", at(23.5), "view"), ("bridge_midnight", "c", at(24.5), "view"),
+    ("exact", "a", at(10), "view"),
+    ("exact", "b", at(10.5), "view"),  # one gap apart
+    ("under", "a", at(10), "view"),
+    ("under", "b", at(10.5, -US), "view"),  # 1 us under
+    ("over", "a", at(10), "view"),
+    ("over", "b", at(10.5, US), "view"),  # 1 us over
+    ("midnight", "a", at(23.75), "view"),
+    ("midnight", "b", at(24.25), "view"),  # across midnight
+    ("chain", "a", at(9), "view"),
+    ("chain", "b", at(9.5), "view"),
+    ("chain", "c", at(10), "view"),
+    ("bridge", "a", at(12), "view"),
+    ("bridge", "c", at(13), "view"),
+    ("bridge_midnight", "a", at(23.5), "view"),
+    ("bridge_midnight", "c", at(24.5), "view"),
 ]
 LATE = [
-    ("bridge", "b", at(12.5), "view"),                  # exactly one gap from both neighbours
-    ("bridge_midnight", "b", at(24), "view"),           # exactly midnight, one gap from both
-    ("exact", "b", at(10.5), "view"),                   # a copy of an event already landed
-    ("chain", "d", at(10.5), "view"),                   # extends the chain by one more exact gap
+    ("bridge", "b", at(12.5), "view"),  # exactly one gap from both neighbours
+    ("bridge_midnight", "b", at(24), "view"),  # exactly midnight, one gap from both
+    ("exact", "b", at(10.5), "view"),  # a copy of an event already landed
+    ("chain", "d", at(10.5), "view"),  # extends the chain by one more exact gap
 ]
-EXTRA = [("over", "c", at(11, US), "view")]             # exactly one gap after `over`'s last event
+EXTRA = [("over", "c", at(11, US), "view")]  # exactly one gap after `over`'s last event
 
 
 def spark_sessions(spark, events, gap_text: str):
@@ -57,9 +66,11 @@ def spark_sessions(spark, events, gap_text: str):
 
     distinct = sorted({(u, e, ts) for u, e, ts, _ in events})
     df = spark.createDataFrame(distinct, "user_id string, event_id string, event_ts timestamp")
-    return (df.groupBy("user_id", F.session_window("event_ts", gap_text).alias("w"))
-            .agg(F.max("event_ts").alias("session_end"), F.count("*").alias("event_count"))
-            .select("user_id", F.col("w.start").alias("session_start"), "session_end", "event_count"))
+    return (
+        df.groupBy("user_id", F.session_window("event_ts", gap_text).alias("w"))
+        .agg(F.max("event_ts").alias("session_end"), F.count("*").alias("event_count"))
+        .select("user_id", F.col("w.start").alias("session_start"), "session_end", "event_count")
+    )
 
 
 def lake_sessions(spark, lake: Lake, dates):
@@ -73,8 +84,9 @@ def lake_sessions(spark, lake: Lake, dates):
         for row in table.to_pylist():
             assert row["session_start"].date().isoformat() == event_date
             rows.append((row["user_id"], row["session_start"], row["session_end"], row["event_count"]))
-    return spark.createDataFrame(rows, "user_id string, session_start timestamp, session_end timestamp, "
-                                       "event_count bigint")
+    return spark.createDataFrame(
+        rows, "user_id string, session_start timestamp, session_end timestamp, event_count bigint"
+    )
 
 
 def _check(spark, lake, events, dates, rules):
@@ -86,10 +98,16 @@ def _check(spark, lake, events, dates, rules):
     assertDataFrameEqual(lake_sessions(spark, lake, dates), expected)
     # The batch reference follows the same rules (it takes the rules, not only the gap).
     # Compared in microseconds: collect() gives naive local datetimes, the reference aware UTC ones.
-    reference = {(s.user_id, to_micros(s.session_start), to_micros(s.session_end), s.event_count)
-                 for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], rules)}
-    assert reference == {tuple(r) for r in expected.selectExpr(
-        "user_id", "unix_micros(session_start)", "unix_micros(session_end)", "event_count").collect()}
+    reference = {
+        (s.user_id, to_micros(s.session_start), to_micros(s.session_end), s.event_count)
+        for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], rules)
+    }
+    assert reference == {
+        tuple(r)
+        for r in expected.selectExpr(
+            "user_id", "unix_micros(session_start)", "unix_micros(session_end)", "event_count"
+        ).collect()
+    }
 
 
 @pytest.mark.spark
@@ -111,7 +129,9 @@ def test_dedup_equals_spark_session_window_under_both_boundaries_and_migrations(
     assert rules_migration.stale_dates(lake) == []
     _check(spark, lake, everything, dates, MERGE)
     # A sanity check that the scenario tells the boundaries apart at all.
-    assert lake_sessions(spark, lake, dates).count() < spark_sessions(spark, everything, "1799999999 microseconds").count()
+    assert (
+        lake_sessions(spark, lake, dates).count() < spark_sessions(spark, everything, "1799999999 microseconds").count()
+    )
 
     # One more late event, exactly one gap after the last: a plain dedup run (the incremental path
     # where it can vouch for the result) under the recorded `merge`.
@@ -129,10 +149,11 @@ def test_dedup_equals_spark_session_window_under_both_boundaries_and_migrations(
 
 # ---- the rule and its record, without Spark ------------------------------------------------------
 
+
 def test_split_is_merge_one_microsecond_later():
     assert SPLIT.split_gap == GAP and MERGE.split_gap == GAP + US
     assert SPLIT.gap_us == 1_800_000_000 and MERGE.gap_us == 1_800_000_001
-    assert SessionRules(gap=GAP + US) .gap_us == MERGE.gap_us  # the SQL sees one threshold
+    assert SessionRules(gap=GAP + US).gap_us == MERGE.gap_us  # the SQL sees one threshold
     assert MERGE.micros()["gap_us"] == 1_800_000_000  # the record keeps the true gap
 
 
@@ -186,13 +207,26 @@ def test_planning_bounds_follow_the_boundary():
 
 # ---- the command line ------------------------------------------------------------------------------
 
+
 def test_stream_refuses_another_boundary_before_spark_starts_and_rules_show_names_it(tmp_path, capsys):
     from tidemark import cli
 
     lake = Lake.open(tmp_path / "lake")
     rules_record.ensure(lake, MERGE, "tidemark stream")
-    code = cli.main(["stream", "--landing", str(tmp_path / "landing"), "--lake", str(lake),
-                     "--checkpoint", str(tmp_path / "ckpt"), "--gap-boundary", "split", "--available-now"])
+    code = cli.main(
+        [
+            "stream",
+            "--landing",
+            str(tmp_path / "landing"),
+            "--lake",
+            str(lake),
+            "--checkpoint",
+            str(tmp_path / "ckpt"),
+            "--gap-boundary",
+            "split",
+            "--available-now",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "--gap-boundary split given, the lake records merge" in err
     assert "tidemark rules migrate --lake" in err and "--gap-boundary split" in err
@@ -215,6 +249,7 @@ def test_a_bad_boundary_option_is_a_usage_error(tmp_path, capsys):
 
 # ---- the real stream under `merge` (slow) ---------------------------------------------------------
 
+
 def _text(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -228,15 +263,21 @@ def test_the_stream_and_dedup_under_merge_equal_spark_session_window(spark, tmp_
     from tests.streamkit import event, land
 
     far = ("far", "z", at(24 * 2 + 12), "view")  # moves the watermark past everything above
-    files = [[event(u, e, _text(ts), kind) for u, e, ts, kind in FIRST], [event(*far[:2], _text(far[2]), far[3])],
-             [event(u, e, _text(ts), kind) for u, e, ts, kind in LATE]]
+    files = [
+        [event(u, e, _text(ts), kind) for u, e, ts, kind in FIRST],
+        [event(*far[:2], _text(far[2]), far[3])],
+        [event(u, e, _text(ts), kind) for u, e, ts, kind in LATE],
+    ]
     landing, lake, ckpt = str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     land(landing, files)
-    run_stream(StreamConfig(landing, lake, ckpt, {"gap_boundary": "merge"}, available_now=True,
-                            max_files_per_trigger=1), spark=spark)
+    run_stream(
+        StreamConfig(landing, lake, ckpt, {"gap_boundary": "merge"}, available_now=True, max_files_per_trigger=1),
+        spark=spark,
+    )
     assert rules_record.current(lake).rules == MERGE
     # The stream itself merges at the gap: its panes already join events exactly one gap apart.
     from tests.streamkit import panes
+
     counts = {row["user_id"]: 0 for row in panes(lake)}
     for row in panes(lake):
         counts[row["user_id"]] = max(counts[row["user_id"]], row["event_count"])

@@ -2,6 +2,7 @@
 the retention ago; unreferenced run folders and metadata go after the retention; the current version
 of every date, young leftovers, and anything under the safe floor stay (issue 11 point 7).
 Versions are built with pyarrow (tests/icebergkit.py) except where a real dedup run matters."""
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,10 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
     removed = gc.gc(lake, timedelta(hours=2), now=now_plus(hours=3))
     snapshots = [r for r in removed if r.what == "snapshot"]
     assert [(r.event_date, r.version) for r in snapshots] == [
-        (DAY, first["version"]), (OTHER, other["version"]), (DAY, second["version"])]
+        (DAY, first["version"]),
+        (OTHER, other["version"]),
+        (DAY, second["version"]),
+    ]
     runs = {r.path.rsplit("run=", 1)[1]: r for r in removed if r.what == "run"}
     assert set(runs) == {first["run_id"], second["run_id"], killed["run_id"]}
     assert runs[first["run_id"]].version == first["version"] and runs[killed["run_id"]].version is None
@@ -122,5 +126,14 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
     assert reader.resolve(lake, day, as_of=v1.version)["version"] == v1.version
     seen = [e for batch in cut[:2] for e in batch]
     table = reader.read_sessions(lake, day, as_of=v1.version)
-    assert {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"],
-             r["event_type_count"]) for r in table.to_pylist()} == expected(seen, day)
+    assert {
+        (
+            r["user_id"],
+            r["session_start"],
+            r["session_end"],
+            frozenset(r["event_ids"]),
+            r["event_count"],
+            r["event_type_count"],
+        )
+        for r in table.to_pylist()
+    } == expected(seen, day)

@@ -1,12 +1,14 @@
 """What gc reads of the table's metadata: each manifest once, however many kept snapshots share it
 (the kept snapshots of a lake share one manifest per event date; reading them per snapshot made a
 gc of a 189-date table read 5,317 objects, 33 MB: BENCHMARKS.md section 7)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
 
 from bench import iceberg_history
-from tidemark import gc, table as iceberg
+from tidemark import gc
+from tidemark import table as iceberg
 
 
 def test_gc_reads_each_manifest_once_across_the_kept_snapshots(tmp_path):

@@ -1,4 +1,5 @@
 """The sample landing: seeded, realistic mix of lateness, duplicates and malformed lines."""
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,7 @@ def test_lateness_duplicates_and_malformed_lines_are_all_present():
         lateness.append((d.arrival - ts).total_seconds())
         ids[obj["event_id"]] += 1
     lateness.sort()
-    assert lateness[len(lateness) // 2] < 10                       # most arrive within seconds
+    assert lateness[len(lateness) // 2] < 10  # most arrive within seconds
     assert sum(60 <= x < 3600 for x in lateness) > 0.05 * len(lateness)  # minutes late: flaky network
     assert sum(x >= 2 * 3600 for x in lateness) > 0.005 * len(lateness)  # hours or days: offline
     dup_share = sum(1 for n in ids.values() if n > 1) / len(ids)

@@ -8,6 +8,7 @@ continues from its checkpoint: it takes every remaining file, no file is read by
 batches, and the partitions of the first run are neither rewritten nor repeated.
 With a backlog, the micro-batch after the one under way is refused (left uncommitted), so the job
 stops after at most the batch it was in."""
+
 from __future__ import annotations
 
 import os
@@ -18,14 +19,13 @@ import time
 
 import pytest
 
-from tidemark import receipts
-from tidemark import availability_notice, layout, names, storage
+from tidemark import availability_notice, layout, names, receipts, storage
+from tidemark import lake as lake_layout
 from tidemark.demo.wait import processed_files
 from tidemark.generate import Workload, build, split_files, write_file
+from tidemark.lake import Lake
 from tidemark.localstack import pubsub_emulator as ps
 from tidemark.notices.outbox import Outbox
-from tidemark import lake as lake_layout
-from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 PROJECT = "tidemark-graceful"
@@ -35,9 +35,23 @@ STOP_WITHIN_S = 600  # generous bound on a loaded 2-core machine: stopped, not h
 
 
 def stream_argv(landing, lake, checkpoint, *extra):
-    return [os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream", "--landing", landing,
-            "--lake", str(lake), "--checkpoint", checkpoint, "--master", "local[2]",
-            "--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}", "--max-files-per-trigger", "1", *extra]
+    return [
+        os.path.join(os.path.dirname(sys.executable), "tidemark"),
+        "stream",
+        "--landing",
+        landing,
+        "--lake",
+        str(lake),
+        "--checkpoint",
+        checkpoint,
+        "--master",
+        "local[2]",
+        "--notify-topic",
+        f"projects/{PROJECT}/topics/{TOPIC}",
+        "--max-files-per-trigger",
+        "1",
+        *extra,
+    ]
 
 
 def committed_batches(log_path: str) -> int:
@@ -50,15 +64,20 @@ def folders_without_marker(lake: Lake) -> list[str]:
     for event_date in receipts.list_event_dates(lake):
         folder = lake.event_date_dir(event_date)
         for name in storage.list_subdirs(folder):
-            if name.startswith("receipt_ts=") and not storage.exists(layout.join(folder, name, lake_layout.RECEIPT_MARKER)):
+            if name.startswith("receipt_ts=") and not storage.exists(
+                layout.join(folder, name, lake_layout.RECEIPT_MARKER)
+            ):
                 torn.append(f"{event_date}/{name}")
     return torn
 
 
 def snapshot(lake: Lake) -> dict:
     """Every complete receipt partition -> its marker."""
-    return {(d, ts): receipts.read_marker(lake, d, ts).to_json()
-            for d in receipts.list_event_dates(lake) for ts in receipts.list_receipts(lake, d)}
+    return {
+        (d, ts): receipts.read_marker(lake, d, ts).to_json()
+        for d in receipts.list_event_dates(lake)
+        for ts in receipts.list_receipts(lake, d)
+    }
 
 
 def file_batches(checkpoint: str) -> list[str]:
@@ -66,6 +85,7 @@ def file_batches(checkpoint: str) -> list[str]:
     query = layout.join(checkpoint, "query")
     committed = {int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()}
     import json
+
     out = []
     source_log = layout.join(query, "sources", "0")
     for name in storage.list_dir(source_log):
@@ -100,8 +120,13 @@ def stopped(emulator, tmp_path_factory):
     log_path = str(base / "stream.log")
     env = {**os.environ, "PUBSUB_EMULATOR_HOST": emulator.host, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(stream_argv(landing, lake, checkpoint, "--trigger-interval", "1s"),
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            stream_argv(landing, lake, checkpoint, "--trigger-interval", "1s"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 600
         while committed_batches(log_path) < 2:  # running, with files still to take (one per batch)
@@ -119,15 +144,27 @@ def stopped(emulator, tmp_path_factory):
     stop_seconds = round(time.monotonic() - sent_at, 1)
     log_text = open(log_path, encoding="utf-8", errors="replace").read()
     at_exit = committed_batches(log_path)
-    print(f"\nstopped {stop_seconds}s after SIGTERM; batches committed: {at_signal} at the signal, "
-          f"{at_exit} at exit")
-    observed = {"code": code, "log": log_text, "at_signal": at_signal, "at_exit": at_exit,
-                "landing": landing, "lake": lake, "checkpoint": checkpoint, "env": env,
-                "first_files": first, "stop_seconds": stop_seconds, "first_run": snapshot(lake),
-                "taken": processed_files(checkpoint), "torn": folders_without_marker(lake)}
+    print(f"\nstopped {stop_seconds}s after SIGTERM; batches committed: {at_signal} at the signal, {at_exit} at exit")
+    observed = {
+        "code": code,
+        "log": log_text,
+        "at_signal": at_signal,
+        "at_exit": at_exit,
+        "landing": landing,
+        "lake": lake,
+        "checkpoint": checkpoint,
+        "env": env,
+        "first_files": first,
+        "stop_seconds": stop_seconds,
+        "first_run": snapshot(lake),
+        "taken": processed_files(checkpoint),
+        "torn": folders_without_marker(lake),
+    }
     # New files after the stop: the restarted job must take exactly these and what was left.
-    observed["all_files"] = first + [os.path.basename(write_file(landing, 6 + i, chunk, time.time() + i / 1000))
-                                     for i, chunk in enumerate(chunks[6:])]
+    observed["all_files"] = first + [
+        os.path.basename(write_file(landing, 6 + i, chunk, time.time() + i / 1000))
+        for i, chunk in enumerate(chunks[6:])
+    ]
     return observed
 
 
@@ -144,14 +181,23 @@ def test_sigterm_exits_0_with_every_partition_complete_and_every_notice_publishe
     sent = {e["notice"]["notice_id"] for e in outbox.sent()}
     # Pull until each sent notice arrived (one pull may return only part of what is waiting);
     # a notice that never arrives fails the pull with a timeout.
-    ps.pull_until(PROJECT, AUDIT, host=emulator.host,
-                  done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got})
+    ps.pull_until(
+        PROJECT,
+        AUDIT,
+        host=emulator.host,
+        done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got},
+    )
 
 
 def test_a_restarted_job_continues_from_its_checkpoint(stopped):
     lake, checkpoint = stopped["lake"], stopped["checkpoint"]
-    rerun = subprocess.run(stream_argv(stopped["landing"], lake, checkpoint, "--available-now"),
-                           env=stopped["env"], capture_output=True, text=True, timeout=900)
+    rerun = subprocess.run(
+        stream_argv(stopped["landing"], lake, checkpoint, "--available-now"),
+        env=stopped["env"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     # Every file in exactly one committed batch: none skipped, none read again after the restart.
     assert sorted(file_batches(checkpoint)) == sorted(stopped["all_files"])
@@ -168,5 +214,6 @@ def test_a_restarted_job_continues_from_its_checkpoint(stopped):
 def test_sigterm_finishes_only_the_micro_batch_under_way(stopped):
     assert stopped["code"] == 0
     assert stopped["at_exit"] - stopped["at_signal"] <= 1, (
-        f"{stopped['at_exit'] - stopped['at_signal']} batches committed after SIGTERM")
+        f"{stopped['at_exit'] - stopped['at_signal']} batches committed after SIGTERM"
+    )
     assert len(stopped["taken"]) < len(stopped["first_files"])

@@ -1,17 +1,17 @@
 """`tidemark partitions` and `tidemark history` on a small lake written by the real stream and the
 real dedup: pending receipts before and after a date's deduplication, a date's lineage in time
 order, an owed notice, and Airflow reported as unavailable rather than guessed."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from tidemark import receipts
-from tidemark import availability_notice, publish
+from tidemark import availability_notice, publish, receipts
 from tidemark.cli import main
-from tidemark.notices.outbox import Outbox
 from tidemark.lake import Lake
+from tidemark.notices.outbox import Outbox
 
 # slow (not in make test-fast): a real stream and a dedup (module fixture)
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
@@ -25,8 +25,12 @@ def lake(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("history")
     landing, lake = str(base / "landing"), Lake.open(base / "lake")
     generate(landing, Workload(events=300, users=6, days=2, files=4, seed=3), progress=False)
-    run_stream(StreamConfig(landing=landing, lake=lake, checkpoint=str(base / "checkpoint"),
-                            available_now=True, max_files_per_trigger=2), spark=spark)
+    run_stream(
+        StreamConfig(
+            landing=landing, lake=lake, checkpoint=str(base / "checkpoint"), available_now=True, max_files_per_trigger=2
+        ),
+        spark=spark,
+    )
     assert len(receipts.list_event_dates(lake)) >= 2
     return lake
 
@@ -64,8 +68,9 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     body = availability_notice.build("sessions", [receipts.read_marker(lake, first, newest).to_json()])
     assert Outbox(lake).record(body)
 
-    items = json_lines(capsys, ["history", "--lake", str(lake), "--event-date", first, "--json",
-                                "--home", str(tmp_path / "no-stack")])
+    items = json_lines(
+        capsys, ["history", "--lake", str(lake), "--event-date", first, "--json", "--home", str(tmp_path / "no-stack")]
+    )
     source, items = items[0], items[1:]
     assert source["kind"] == "source" and source["dag_runs"].startswith("unavailable")
     kinds = [i["kind"] for i in items]
@@ -93,8 +98,19 @@ def test_history_says_when_a_given_airflow_does_not_answer(lake, capsys, monkeyp
 
     monkeypatch.setenv("AIRFLOW_PASSWORD", "not-a-real-one")
     url = f"http://127.0.0.1:{free_port()}"
-    items = json_lines(capsys, ["history", "--lake", str(lake), "--event-date", receipts.list_event_dates(lake)[0],
-                                "--json", "--airflow-url", url])
+    items = json_lines(
+        capsys,
+        [
+            "history",
+            "--lake",
+            str(lake),
+            "--event-date",
+            receipts.list_event_dates(lake)[0],
+            "--json",
+            "--airflow-url",
+            url,
+        ],
+    )
     assert items[0]["dag_runs"].startswith(f"unavailable: Airflow at {url} did not answer")
     assert "not-a-real-one" not in json.dumps(items)
 

@@ -2,6 +2,7 @@
 real stream. Every line is a valid event or quarantined with a reason (counted), the quarantine
 keeps every byte and every reader shows it, a phone clock in 2099 or 1970 creates no partition and
 moves no watermark, and normal data after it still gets early and on-time panes."""
+
 from __future__ import annotations
 
 import base64
@@ -11,18 +12,17 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tidemark import receipts
 from streaming_job.batch import BatchProcessor
 from streaming_job.job import StreamConfig, run_stream
 from streaming_job.state import STATE_MARKER, StateStore
 from tests.reference import landed_lines, valid_events
 from tests.streamkit import event, land_raw, panes
-from tidemark import layout, storage
+from tidemark import layout, receipts, storage
 from tidemark.cli import main as cli_main
 from tidemark.contract import Reason
+from tidemark.lake import Lake
 from tidemark.quarantine import read_quarantine
 from tidemark.sessions import SessionRules
-from tidemark.lake import Lake
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -43,9 +43,11 @@ def line(*args, **kwargs) -> bytes:
 BIG = b'{"event_id":"big","user_id":"u9","event_type":"play","blob":"' + b"x" * (4 * 1024 * 1024) + b'"}'
 VALID = [
     line("u1", "a1", at(0)),
-    line("u1", "a2", at(5)) + b"\r",                                            # CRLF ending
-    json.dumps({"event_id": "s1", "user_id": "u4", "event_type": "play", "event_ts": at(1),
-                "title": "a\u2028b"}, ensure_ascii=False).encode(),              # raw U+2028 inside
+    line("u1", "a2", at(5)) + b"\r",  # CRLF ending
+    json.dumps(
+        {"event_id": "s1", "user_id": "u4", "event_type": "play", "event_ts": at(1), "title": "a\u2028b"},
+        ensure_ascii=False,
+    ).encode(),  # raw U+2028 inside
     line("u3", "old", (BASE - timedelta(days=5)).isoformat().replace("+00:00", "Z")),  # days late: kept
 ]
 REFUSED = {  # line -> reason class
@@ -58,19 +60,21 @@ REFUSED = {  # line -> reason class
     BIG: Reason.MISSING,
     line("u7", "future", "2099-01-01T00:00:00Z"): Reason.FUTURE,
     line("u8", "reset", "1970-01-01T00:00:00Z"): Reason.TOO_OLD,
-    b'{"event_id":"d1","user_id":"u6","event_type":"play","event_ts":"' + at(3).encode()
+    b'{"event_id":"d1","user_id":"u6","event_type":"play","event_ts":"'
+    + at(3).encode()
     + b'","user_id":"u6b"}': Reason.DUPLICATE_KEY,
     line("u5", True, at(2)): Reason.NOT_TEXT,
 }
 HOSTILE = [VALID[0], *list(REFUSED)[:6], VALID[1], VALID[2], *list(REFUSED)[6:], VALID[3]]
-AFTER = [[line("u1", "a3", at(10)), line("u2", "b1", at(12))],                   # early panes
-         [line("u5", "e1", at(120))]]                                           # closes u1, u2: on_time
+AFTER = [
+    [line("u1", "a3", at(10)), line("u2", "b1", at(12))],  # early panes
+    [line("u5", "e1", at(120))],
+]  # closes u1, u2: on_time
 
 
 def receipt_us(report) -> int:
     moment = layout.parse_receipt_ts(report.receipt_ts)
-    return int((moment - datetime(1970, 1, 1, tzinfo=timezone.utc)).total_seconds()) * 1_000_000 \
-        + moment.microsecond
+    return int((moment - datetime(1970, 1, 1, tzinfo=timezone.utc)).total_seconds()) * 1_000_000 + moment.microsecond
 
 
 @pytest.fixture(scope="module")
@@ -80,12 +84,23 @@ def streamed(spark, tmp_path_factory):
     lake = Lake.open(lake)
     land_raw(landing, [HOSTILE, *AFTER])
     reports = []
-    config = StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,
-                          rules=SessionRules.parse("30m", "1h", "10m"), available_now=True,
-                          max_files_per_trigger=1)
+    config = StreamConfig(
+        landing=landing,
+        lake=lake,
+        checkpoint=checkpoint,
+        rules=SessionRules.parse("30m", "1h", "10m"),
+        available_now=True,
+        max_files_per_trigger=1,
+    )
     run_stream(config, listeners=[reports.append], spark=spark)
-    return {"lake": lake, "landing": landing, "checkpoint": checkpoint, "config": config,
-            "reports": reports, "panes": panes(lake)}
+    return {
+        "lake": lake,
+        "landing": landing,
+        "checkpoint": checkpoint,
+        "config": config,
+        "reports": reports,
+        "panes": panes(lake),
+    }
 
 
 def test_every_line_is_an_event_or_quarantined_with_a_reason(streamed):
@@ -93,7 +108,7 @@ def test_every_line_is_an_event_or_quarantined_with_a_reason(streamed):
     assert len(HOSTILE) == 15
     assert (first.input_lines, first.valid_events, first.quarantined) == (15, 4, 11)
     rows = [r for r in read_quarantine(streamed["lake"]) if r["batch_id"] == 0]
-    assert sorted(r["raw"] for r in rows) == sorted(REFUSED)             # every byte, the 4 MB line too
+    assert sorted(r["raw"] for r in rows) == sorted(REFUSED)  # every byte, the 4 MB line too
     assert {r["raw"]: r["reason"].split(":")[0] for r in rows} == REFUSED
     in_lake = {(r["user_id"], e) for r in streamed["panes"] for e in r["event_ids"]}
     assert in_lake == {(u, e) for u, e, _ in valid_events(landed_lines(streamed["landing"]))}
@@ -106,7 +121,8 @@ def test_a_wrong_clock_creates_no_partition_and_never_moves_the_watermark(stream
     for report in streamed["reports"]:
         assert report.watermark_us <= receipt_us(report)
     assert streamed["reports"][0].watermark_us == int(
-        (BASE + timedelta(minutes=5 - 10) - datetime(1970, 1, 1, tzinfo=timezone.utc)).total_seconds() * 1_000_000)
+        (BASE + timedelta(minutes=5 - 10) - datetime(1970, 1, 1, tzinfo=timezone.utc)).total_seconds() * 1_000_000
+    )
 
 
 def test_normal_data_after_the_bad_clock_still_gets_early_and_on_time_panes(streamed):
@@ -121,8 +137,9 @@ def test_every_reader_shows_any_bytes(streamed, capsys):
     assert cli_main(["quarantine", "--lake", streamed["lake"], "--format", "jsonl"]) == 0
     records = [json.loads(text) for text in capsys.readouterr().out.splitlines()]
     assert len(records) == len(REFUSED)
-    decoded = sorted(base64.b64decode(r["raw"]) if r["raw_encoding"] == "base64" else r["raw"].encode()
-                     for r in records)
+    decoded = sorted(
+        base64.b64decode(r["raw"]) if r["raw_encoding"] == "base64" else r["raw"].encode() for r in records
+    )
     assert decoded == sorted(REFUSED)
     assert {r["raw_encoding"] for r in records} == {"utf-8", "base64"}
     assert max(r["raw_bytes"] for r in records) == len(BIG)
@@ -155,8 +172,12 @@ def test_an_event_inside_the_skew_cannot_push_the_watermark_past_the_receipt_tim
         "value string, source_file string, receipt_time string",
     ).selectExpr("value", "source_file", "CAST(receipt_time AS TIMESTAMP) AS receipt_time")
     reports = []
-    BatchProcessor(str(tmp_path / "lake"), str(tmp_path / "ckpt"), SessionRules.parse("30m", "1h", "10m"),
-                   listeners=[reports.append])(frame, 0)
+    BatchProcessor(
+        str(tmp_path / "lake"),
+        str(tmp_path / "ckpt"),
+        SessionRules.parse("30m", "1h", "10m"),
+        listeners=[reports.append],
+    )(frame, 0)
     assert reports[0].valid_events == 1
     assert receipts.iso_from_micros(reports[0].watermark_us) == "2026-03-08T09:00:00.000000Z"
     assert os.path.isdir(Lake.open(tmp_path / "lake").receipt_dir("2026-03-08", reports[0].receipt_ts))

@@ -6,6 +6,7 @@ adapters: commands/ and cli.py, demo/, localstack/) imports no adapter, so the s
 function and the CLI all call the same domain code and the function bundle and Composer can ship
 tidemark/ alone.
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,10 +44,12 @@ def imports_of(module: str, path: str, known: dict[str, str]) -> set[str]:
             base = node.module or ""
             if node.level:  # relative: from the module's package, up level-1 packages
                 package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
-                package = package[:len(package) - node.level + 1]
+                package = package[: len(package) - node.level + 1]
                 base = ".".join(package + ([base] if base else []))
             for alias in node.names:  # `from pkg import mod` imports pkg.mod when that is a module
                 named.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+        elif isinstance(node, ast.Call) and _dynamic_import(node) and node.args:
+            named.update(_dynamic_targets(node.args[0], known))
     resolved = set()
     for name in named:
         while name and name not in known:  # `import tidemark.x.y` where y is a class: tidemark.x
@@ -54,6 +57,24 @@ def imports_of(module: str, path: str, known: dict[str, str]) -> set[str]:
         if name and name != module:
             resolved.add(name)
     return resolved
+
+
+def _dynamic_import(call: ast.Call) -> bool:
+    """importlib.import_module(...), import_module(...) or __import__(...)."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name in ("import_module", "__import__")
+
+
+def _dynamic_targets(arg: ast.expr, known: dict[str, str]) -> set[str]:
+    """What a dynamic import can load: a literal name, or every module under an f-string's literal
+    prefix (`f"tidemark.commands.{name}"` may load any command module)."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return {arg.value}
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        prefix = str(arg.values[0].value)
+        return {module for module in known if module.startswith(prefix)} if "." in prefix else set()
+    return set()
 
 
 def import_graph(root: str = ROOT) -> dict[str, set[str]]:
@@ -101,10 +122,11 @@ def _under(module: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def core_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
-    return {module: sorted(t for t in targets if _under(t, ADAPTERS))
-            for module, targets in sorted(graph.items())
-            if _under(module, ("tidemark",)) and not _under(module, NOT_CORE)
-            and any(_under(t, ADAPTERS) for t in targets)}
+    return {
+        module: sorted(t for t in targets if _under(t, ADAPTERS))
+        for module, targets in sorted(graph.items())
+        if _under(module, ("tidemark",)) and not _under(module, NOT_CORE) and any(_under(t, ADAPTERS) for t in targets)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +136,8 @@ def graph():
 
 def test_the_graph_is_read(graph):
     assert "tidemark.commands.console" in graph["tidemark.commands.status"]
+    # the CLI loads its command modules with importlib.import_module(f"tidemark.commands.{name}")
+    assert {"tidemark.commands.stream", "tidemark.commands.dedup"} <= graph["tidemark.cli"]
     assert "tidemark.receipts" in graph["streaming_job.batch"]
     assert "tidemark.layout" in graph["tidemark.receipts"]
 
@@ -128,12 +152,26 @@ def test_the_core_imports_no_adapter(graph):
 
 def test_the_checks_find_what_they_look_for():
     """The checks themselves, on a graph with the defects this tree used to have."""
-    bad = {"tidemark.commands.status": {"tidemark.commands.up"},
-           "tidemark.commands.up": {"tidemark.commands.status"},
-           "tidemark.reader": {"streaming_job.receipts", "tidemark.layout"},
-           "tidemark.localstack.stack": {"tidemark.commands.function_bundle"},
-           "tidemark.layout": set()}
+    bad = {
+        "tidemark.commands.status": {"tidemark.commands.up"},
+        "tidemark.commands.up": {"tidemark.commands.status"},
+        "tidemark.reader": {"streaming_job.receipts", "tidemark.layout"},
+        "tidemark.localstack.stack": {"tidemark.commands.function_bundle"},
+        "tidemark.layout": set(),
+    }
     assert cycles(bad) == [["tidemark.commands.status", "tidemark.commands.up"]]
+    known = {"tidemark.cli": "", "tidemark.commands.up": "", "tidemark.commands.down": "", "tidemark.layout": ""}
+    dynamic = ast.parse(
+        "import importlib\n"
+        "def load(name):\n"
+        "    importlib.import_module(f'tidemark.commands.{name}')\n"
+        "    __import__('tidemark.layout')\n"
+    )
+    found = set()
+    for node in ast.walk(dynamic):
+        if isinstance(node, ast.Call) and _dynamic_import(node):
+            found |= _dynamic_targets(node.args[0], known)
+    assert found == {"tidemark.commands.up", "tidemark.commands.down", "tidemark.layout"}
     assert core_violations(bad) == {"tidemark.reader": ["streaming_job.receipts"]}
 
 
@@ -141,27 +179,34 @@ def commands_importers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
     """tidemark/ modules outside the CLI that import a command module: a command is an adapter, not
     a library. (Entry points such as streaming_job/submit.py, spark-submit's, may call the CLI.)"""
     cli = ("tidemark.commands", "tidemark.cli")
-    return {module: sorted(t for t in targets if _under(t, cli))
-            for module, targets in sorted(graph.items())
-            if _under(module, ("tidemark",)) and not _under(module, cli) and any(_under(t, cli) for t in targets)}
+    return {
+        module: sorted(t for t in targets if _under(t, cli))
+        for module, targets in sorted(graph.items())
+        if _under(module, ("tidemark",)) and not _under(module, cli) and any(_under(t, cli) for t in targets)
+    }
 
 
 def test_only_the_cli_imports_commands(graph):
     assert commands_importers(graph) == {}
     assert commands_importers({"tidemark.localstack.stack": {"tidemark.commands.function_bundle"}}) == {
-        "tidemark.localstack.stack": ["tidemark.commands.function_bundle"]}
+        "tidemark.localstack.stack": ["tidemark.commands.function_bundle"]
+    }
 
 
 def importers_of_test_modules(root: str = ROOT) -> dict[str, list[str]]:
     """{tests/ file: the test modules it imports}: shared test code lives in tests/helpers.py and the
     *kit.py modules, so running or changing one test module never depends on another."""
     folder = os.path.join(root, "tests")
-    known = {f"tests.{name[:-3]}": os.path.join(folder, name)
-             for name in os.listdir(folder) if name.endswith(".py") and name != "__init__.py"}
+    known = {
+        f"tests.{name[:-3]}": os.path.join(folder, name)
+        for name in os.listdir(folder)
+        if name.endswith(".py") and name != "__init__.py"
+    }
     found = {}
     for module, path in sorted(known.items()):
-        hits = sorted(t for t in imports_of(module, path, {**known, "tests": folder})
-                      if t.rpartition(".")[2].startswith("test_"))
+        hits = sorted(
+            t for t in imports_of(module, path, {**known, "tests": folder}) if t.rpartition(".")[2].startswith("test_")
+        )
         if hits:
             found[os.path.basename(path)] = hits
     return found
@@ -175,4 +220,7 @@ def test_no_test_module_imports_another(tmp_path):
     (tmp_path / "tests" / "test_c.py").write_text("from .test_a import helper\nimport tests.helpers\n")
     (tmp_path / "tests" / "test_d.py").write_text("from tests import test_a\n")
     assert importers_of_test_modules(str(tmp_path)) == {
-        "test_b.py": ["tests.test_a"], "test_c.py": ["tests.test_a"], "test_d.py": ["tests.test_a"]}
+        "test_b.py": ["tests.test_a"],
+        "test_c.py": ["tests.test_a"],
+        "test_d.py": ["tests.test_a"],
+    }

@@ -1,6 +1,7 @@
 """The bounded landing (tidemark.landing_archive): read files leave the landing once their batch is
 committed, a SIGKILL between the commit and the move loses and repeats nothing, and checkpoint
 generations keep the stream exactly-once against the batch reference."""
+
 from __future__ import annotations
 
 import json
@@ -85,9 +86,20 @@ def test_a_name_landed_again_after_its_file_was_archived_is_pending_not_replaced
     root, lake, archive = (str(tmp_path / d) for d in ("land", "lake", "archive"))
     lake = Lake.open(lake)
     path = _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
-    landing_ledger.record_batch(lake, "20261125T101500000Z", 0, [
-        {"path": "f.jsonl", "size": os.path.getsize(path), "mtime_ms": 1_700_000_000_000, "lines": 1,
-         "verdict": landing.INPUT}])
+    landing_ledger.record_batch(
+        lake,
+        "20261125T101500000Z",
+        0,
+        [
+            {
+                "path": "f.jsonl",
+                "size": os.path.getsize(path),
+                "mtime_ms": 1_700_000_000_000,
+                "lines": 1,
+                "verdict": landing.INPUT,
+            }
+        ],
+    )
     target = landing_archive.archive_path(archive, "20261125T101500000Z", "f.jsonl")
     os.makedirs(os.path.dirname(target))
     os.replace(path, target)
@@ -112,9 +124,21 @@ def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replace
     lake = Lake.open(lake)
     read = _write(root, "old/a.jsonl", b'{"x":1}\n', 1_700_000_000)
     replaced = _write(root, "r.jsonl", b'{"x":1}\n', 1_700_000_000)
-    landing_ledger.record_batch(lake, "20261120T080000000Z", 0, [
-        {"path": p, "size": os.path.getsize(full), "mtime_ms": 1_700_000_000_000, "lines": 1, "verdict": landing.INPUT}
-        for p, full in (("old/a.jsonl", read), ("r.jsonl", replaced))])
+    landing_ledger.record_batch(
+        lake,
+        "20261120T080000000Z",
+        0,
+        [
+            {
+                "path": p,
+                "size": os.path.getsize(full),
+                "mtime_ms": 1_700_000_000_000,
+                "lines": 1,
+                "verdict": landing.INPUT,
+            }
+            for p, full in (("old/a.jsonl", read), ("r.jsonl", replaced))
+        ],
+    )
     _write(root, "r.jsonl", b'{"x":2}\n{"x":3}\n', 1_700_000_900)
     _write(root, "pending.jsonl", b'{"x":4}\n', 1_700_000_900)
     gen = landing_archive.current(checkpoint)
@@ -127,8 +151,8 @@ def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replace
     offsets = os.path.join(gen.query_dir(checkpoint), "offsets")
     os.makedirs(offsets)
     with open(os.path.join(offsets, "0"), "w") as out:
-        out.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":%d,"conf":{}}\n{"logOffset":0}\n'
-                  % (layout.parse_receipt_ts("20261120T080000000Z").timestamp() * 1000))
+        stamp_ms = int(layout.parse_receipt_ts("20261120T080000000Z").timestamp() * 1000)
+        out.write(f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{stamp_ms},"conf":{{}}}}\n{{"logOffset":0}}\n')
     assert landing_archive.rotate(root, archive, checkpoint, gen, sweep=sweep, lake=lake) is None
     assert _input_files(root) == ["old/a.jsonl", "pending.jsonl", "r.jsonl"]
     _commit(checkpoint, gen, 0)
@@ -136,7 +160,9 @@ def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replace
     assert nxt.generation == 1
     assert _input_files(root) == ["pending.jsonl"]
     assert os.path.exists(os.path.join(archive, "received=2026-11-20", "old", "a.jsonl"))
-    aside = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(archive, landing_archive.REPLACED_DIR)) for f in fs]
+    aside = [
+        os.path.join(d, f) for d, _, fs in os.walk(os.path.join(archive, landing_archive.REPLACED_DIR)) for f in fs
+    ]
     assert [os.path.basename(p) for p in aside] == ["r.jsonl"]
     assert sorted(r["raw"] for r in quarantine.read_quarantine(lake)) == [b'{"x":2}', b'{"x":3}']
     assert landing_ledger.audit(root, lake, archive).replaced == []
@@ -171,15 +197,33 @@ def test_a_file_replaced_before_its_batch_was_archived_is_quarantined_and_set_as
 
 # --- the real stream ---------------------------------------------------------------------------
 
+
 def stream_cmd(landing_dir, lake, checkpoint, archive, *extra):
-    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing_dir, "--lake", lake,
-            "--checkpoint", checkpoint, "--gap", "30m", "--allowed-lateness", "1h",
-            "--archive", archive, "--max-files-per-trigger", "2", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "tidemark.cli",
+        "stream",
+        "--landing",
+        landing_dir,
+        "--lake",
+        lake,
+        "--checkpoint",
+        checkpoint,
+        "--gap",
+        "30m",
+        "--allowed-lateness",
+        "1h",
+        "--archive",
+        archive,
+        "--max-files-per-trigger",
+        "2",
+        *extra,
+    ]
 
 
 def _queued_committed_files(checkpoint) -> int:
-    return sum(len(e["files"]) for e in landing_archive.queued(checkpoint)
-               if landing_archive.committed(checkpoint, e))
+    return sum(len(e["files"]) for e in landing_archive.queued(checkpoint) if landing_archive.committed(checkpoint, e))
 
 
 def _source_log_files(query_dir) -> set[str]:
@@ -199,19 +243,30 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     lake = Lake.open(lake)  # path-like: the CLI's argument as well
     deliveries, _ = build(Workload(events=1200, users=25, days=2, seed=17, duplicate_rate=0.05))
     chunks = split_files(deliveries, 18)
-    names = [os.path.basename(write_file(landing_dir, i, chunk, mtime=time.time() - 100 + i / 100))
-             for i, chunk in enumerate(chunks[:6])]
+    names = [
+        os.path.basename(write_file(landing_dir, i, chunk, mtime=time.time() - 100 + i / 100))
+        for i, chunk in enumerate(chunks[:6])
+    ]
     env = {**os.environ, "TIDEMARK_LOG_LEVEL": "WARNING"}
     log = open(tmp_path / "stream.log", "ab")
 
     # 1. A stream that commits its batches but never gets to move their files (archive interval 1 h),
     #    killed: the state a SIGKILL between Spark's commit and the move leaves.
-    proc = subprocess.Popen(stream_cmd(landing_dir, lake, checkpoint, archive, "--trigger-interval", "200ms",
-                                       "--archive-interval", "1h"),
-                            stdout=log, stderr=log, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        stream_cmd(landing_dir, lake, checkpoint, archive, "--trigger-interval", "200ms", "--archive-interval", "1h"),
+        stdout=log,
+        stderr=log,
+        env=env,
+        start_new_session=True,
+    )
     try:
-        wait_for(lambda: _queued_committed_files(checkpoint) == 6, 240, "6 files in committed batches",
-                 interval=0.2, abort=lambda: stream_alive(proc))
+        wait_for(
+            lambda: _queued_committed_files(checkpoint) == 6,
+            240,
+            "6 files in committed batches",
+            interval=0.2,
+            abort=lambda: stream_alive(proc),
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -220,8 +275,14 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     ledger_before = sorted(os.listdir(lake.landing_ledger_dir()))
 
     # 2. The restart moves them and reads none of them again.
-    subprocess.run(stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now"),
-                   stdout=log, stderr=log, env=env, check=True, timeout=600)
+    subprocess.run(
+        stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now"),
+        stdout=log,
+        stderr=log,
+        env=env,
+        check=True,
+        timeout=600,
+    )
     assert _input_files(landing_dir) == []
     assert landing_archive.queued(checkpoint) == []
     assert sum(landing_archive.archived_days(archive).values()) == 6
@@ -231,19 +292,35 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     # 3. Generations: rotate every 2 batches (2 files each), mid-run and at the end of a run.
     for i, chunk in enumerate(chunks[6:12], start=6):
         write_file(landing_dir, i, chunk, mtime=time.time() - 50 + i / 100)
-    subprocess.run(stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now",
-                              "--checkpoint-rotation", "2"), stdout=log, stderr=log, env=env, check=True, timeout=600)
+    subprocess.run(
+        stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now", "--checkpoint-rotation", "2"),
+        stdout=log,
+        stderr=log,
+        env=env,
+        check=True,
+        timeout=600,
+    )
     assert landing_archive.current(checkpoint).generation >= 1
-    late_names = [os.path.basename(write_file(landing_dir, i, chunk, mtime=time.time() - 20 + i / 100))
-                  for i, chunk in enumerate(chunks[12:], start=12)]
+    late_names = [
+        os.path.basename(write_file(landing_dir, i, chunk, mtime=time.time() - 20 + i / 100))
+        for i, chunk in enumerate(chunks[12:], start=12)
+    ]
     first = landing_archive.current(checkpoint)
-    subprocess.run(stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now",
-                              "--checkpoint-rotation", "2"), stdout=log, stderr=log, env=env, check=True, timeout=600)
+    subprocess.run(
+        stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now", "--checkpoint-rotation", "2"),
+        stdout=log,
+        stderr=log,
+        env=env,
+        check=True,
+        timeout=600,
+    )
     gen = landing_archive.current(checkpoint)
     assert gen.generation > first.generation
     # at most the current generation's query folder is left (none if the run ended by rotating),
     # and its source log holds no file of an earlier generation
-    assert set(n for n in os.listdir(checkpoint) if n.startswith("query")) <= {os.path.basename(gen.query_dir(checkpoint))}
+    assert set(n for n in os.listdir(checkpoint) if n.startswith("query")) <= {
+        os.path.basename(gen.query_dir(checkpoint))
+    }
     assert _source_log_files(gen.query_dir(checkpoint)) <= set(late_names)
     assert _input_files(landing_dir) == []
     assert sum(landing_archive.archived_days(archive).values()) == len(chunks)
@@ -270,7 +347,9 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     for event_date in receipts.list_event_dates(lake):
         run_dedup(lake, event_date, rules, spark=spark)
     for event_date in sorted(set(want) | set(receipts.list_event_dates(lake))):
-        table = reader.read_sessions(lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"])
+        table = reader.read_sessions(
+            lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
+        )
         assert lake_keys(reader.to_records(table)) == want.get(event_date, set()), event_date
 
 

@@ -1,4 +1,5 @@
 """Partition values are validated before they can reach a path."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -11,23 +12,31 @@ from tidemark.lake import Lake
 from tidemark.sessions import SessionRules
 
 
-@pytest.mark.parametrize("bad", ["2026-02-31", "../etc", "2026-3-7", "2026-03-07/../../x",
-                                 "2026-03-07' OR 1=1 --", "", "20260307", "2026-03-07\n"])
+@pytest.mark.parametrize(
+    "bad",
+    ["2026-02-31", "../etc", "2026-3-7", "2026-03-07/../../x", "2026-03-07' OR 1=1 --", "", "20260307", "2026-03-07\n"],
+)
 def test_bad_event_dates_are_refused_with_the_value_in_the_message(bad):
     with pytest.raises(layout.InvalidPartitionValue, match="invalid event_date"):
         Lake.open("/lake").event_date_dir(bad)
 
 
 def test_event_date_paths():
-    assert Lake.open("gs://b/lake/").receipt_dir("2026-03-07", "20260307T201500123Z") == \
-        "gs://b/lake/sessions/event_date=2026-03-07/receipt_ts=20260307T201500123Z"
-    assert Lake.open("/l").current_pointer("2026-03-07") == \
-        "/l/sessions_dedup (table property tidemark.current.2026-03-07)"
+    assert (
+        Lake.open("gs://b/lake/").receipt_dir("2026-03-07", "20260307T201500123Z")
+        == "gs://b/lake/sessions/event_date=2026-03-07/receipt_ts=20260307T201500123Z"
+    )
+    assert (
+        Lake.open("/l").current_pointer("2026-03-07")
+        == "/l/sessions_dedup (table property tidemark.current.2026-03-07)"
+    )
 
 
 def test_receipt_ts_round_trips_and_sorts_like_time():
-    moments = [datetime(2026, 3, 7, 20, 15, 0, 123000, tzinfo=timezone.utc) + timedelta(milliseconds=k * 997)
-               for k in range(0, 5000, 37)]
+    moments = [
+        datetime(2026, 3, 7, 20, 15, 0, 123000, tzinfo=timezone.utc) + timedelta(milliseconds=k * 997)
+        for k in range(0, 5000, 37)
+    ]
     texts = [layout.format_receipt_ts(m) for m in moments]
     assert texts == sorted(texts)
     assert [layout.parse_receipt_ts(t) for t in texts] == moments

@@ -1,6 +1,7 @@
 """tidemark/metrics.py, tidemark/health.py and `tidemark health`: the documented table is the code's,
 the exporter really serves those names, the SLO verdicts on real lakes (simulated stream writes, no
 Spark), and a scrape never re-reads the lake."""
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,7 @@ def test_exporter_serves_the_documented_names_with_the_lake_and_stream_values(tm
     exporter = exporter_of(lake, Objectives())
     listener = metrics.StreamMetrics(clock=lambda: 1_773_144_000.0 + 7.5)  # 2026-03-10T12:00:07.5Z
     partitions = stream.batch(cut[2])
-    listener(receipts.BatchReport(2, partitions[0].receipt_ts, 40, 37, 3, 1_773_100_000_000_000, 5,
-                                  partitions, 2.0))
+    listener(receipts.BatchReport(2, partitions[0].receipt_ts, 40, 37, 3, 1_773_100_000_000_000, 5, partitions, 2.0))
     deadline = time.monotonic() + 20
     while exporter.observer.reading() is None and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -117,19 +117,27 @@ def test_breaches_name_the_stale_dates_and_the_owed_notices(tmp_path):
         assert item.event_date in found["correction"] and item.kinds == ["no_version"]
     newest_date = reading.stale[0].event_date
     newest = receipts.list_receipts(lake, newest_date)[-1]
-    assert Outbox(lake).record(availability_notice.build(
-        "sessions", [receipts.read_marker(lake, newest_date, newest).to_json()]))
+    assert Outbox(lake).record(
+        availability_notice.build("sessions", [receipts.read_marker(lake, newest_date, newest).to_json()])
+    )
     reading = read_lake(lake)
     assert reading.owed["availability"][0] == 1
     assert "notice_owed" not in {b.slo for b in breaches(reading, Objectives())}  # just recorded
     from datetime import timedelta
+
     strict = Objectives(correction=timedelta(days=100000), notice_owed=timedelta(0))
     assert [b.slo for b in breaches(reading, strict)] == ["notice_owed"]
 
 
 def _health(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "tidemark.cli", "health", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark.cli", "health", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT, **(env or {})},
+    )
 
 
 def test_health_command_exit_status(tmp_path):
@@ -157,8 +165,10 @@ def test_dedup_outcomes_are_counted_by_kind():
     real_meter = metrics.meter
     metrics.meter = lambda: provider.get_meter("tidemark")
     try:
+
         class Result:
             noop, published = True, False
+
         with metrics.dedup_run("2026-03-07") as box:
             box["result"] = Result()
         with pytest.raises(publish.Superseded):

@@ -1,4 +1,5 @@
 """Notice schema, outbox and cadence, on a temporary lake (no servers, no Spark)."""
+
 from __future__ import annotations
 
 import json
@@ -8,26 +9,43 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tidemark import availability_notice, layout
+from tidemark import availability_notice
+from tidemark import lake as lake_layout
 from tidemark.cli import main as cli_main
+from tidemark.lake import Lake
 from tidemark.notices.cadence import CadencePolicy, PendingGroups
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.report import notices_status, unadvertised
 from tidemark.notices.service import NoticeService
 from tidemark.receipts import BatchReport, ReceiptPartition
-from tidemark.lake import Lake
-from tidemark import lake as lake_layout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def partition(lake: Lake, event_date: str, receipt_ts: str, batch_id: int = 0, late: bool = False,
-              watermark: str = "2026-03-07T12:00:00.000000Z", rows: int = 2, events: int = 5) -> dict:
-    return {"event_date": event_date, "receipt_ts": receipt_ts, "batch_id": batch_id,
-            "uri": lake.receipt_dir(event_date, receipt_ts), "rows": rows, "events": events,
-            "pane_kinds": ["early"], "min_event_ts": f"{event_date}T01:00:00.000000Z",
-            "max_event_ts": f"{event_date}T02:00:00.000000Z", "watermark": watermark, "late": late,
-            "extra": {}}
+def partition(
+    lake: Lake,
+    event_date: str,
+    receipt_ts: str,
+    batch_id: int = 0,
+    late: bool = False,
+    watermark: str = "2026-03-07T12:00:00.000000Z",
+    rows: int = 2,
+    events: int = 5,
+) -> dict:
+    return {
+        "event_date": event_date,
+        "receipt_ts": receipt_ts,
+        "batch_id": batch_id,
+        "uri": lake.receipt_dir(event_date, receipt_ts),
+        "rows": rows,
+        "events": events,
+        "pane_kinds": ["early"],
+        "min_event_ts": f"{event_date}T01:00:00.000000Z",
+        "max_event_ts": f"{event_date}T02:00:00.000000Z",
+        "watermark": watermark,
+        "late": late,
+        "extra": {},
+    }
 
 
 def write_marker(lake: Lake, part: dict) -> None:
@@ -39,17 +57,27 @@ def write_marker(lake: Lake, part: dict) -> None:
 
 def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 - reads like the class
     """The stream's real batch report, its partitions as their markers say."""
-    return BatchReport(batch_id, partitions[0]["receipt_ts"] if partitions else "", 0, 0, 0, 0, 0,
-                       [ReceiptPartition(**p) for p in partitions])
+    return BatchReport(
+        batch_id,
+        partitions[0]["receipt_ts"] if partitions else "",
+        0,
+        0,
+        0,
+        0,
+        0,
+        [ReceiptPartition(**p) for p in partitions],
+    )
 
 
 # ---- schema -------------------------------------------------------------------------------------
+
 
 def test_docs_example_follows_the_schema():
     text = open(os.path.join(ROOT, "docs", "notices.md")).read()
     example = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
     assert availability_notice.validate(example)["notice_id"] == availability_notice.notice_id(
-        example["dataset"], example["event_date"], example["receipt_ts_list"])
+        example["dataset"], example["event_date"], example["receipt_ts_list"]
+    )
     # Every body field the docs' table names is a schema property, and the reverse.
     documented = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?", text, re.M))
     names = {n for pair in documented for n in pair if n}
@@ -60,29 +88,41 @@ def test_build_covers_partitions_deterministically(tmp_path):
     lake = Lake.open(tmp_path)
     a = partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=3, late=True, rows=1, events=2)
     b = partition(lake, "2026-03-06", "20260307T100500000Z", batch_id=4, rows=4, events=9)
-    one, other = availability_notice.build("sessions", [a, b], "coalesced"), availability_notice.build("sessions", [b, a], "coalesced")
+    one, other = (
+        availability_notice.build("sessions", [a, b], "coalesced"),
+        availability_notice.build("sessions", [b, a], "coalesced"),
+    )
     assert one == other
     assert one["receipt_ts"] == b["receipt_ts"] and one["uri"] == b["uri"]
     assert one["receipt_ts_list"] == [a["receipt_ts"], b["receipt_ts"]]
     assert (one["rows"], one["events"], one["batch_id"], one["late"]) == (5, 11, 4, True)
     assert availability_notice.decode(availability_notice.encode(one)) == one
     attrs = availability_notice.attributes(one)
-    assert attrs == {"dataset": "sessions", "event_date": "2026-03-06", "late": "true",
-                     "schema_version": "1", "kind": "coalesced", "notice_id": one["notice_id"]}
+    assert attrs == {
+        "dataset": "sessions",
+        "event_date": "2026-03-06",
+        "late": "true",
+        "schema_version": "1",
+        "kind": "coalesced",
+        "notice_id": one["notice_id"],
+    }
     assert availability_notice.build("sessions", [a])["notice_id"] != one["notice_id"]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"event_date": "2026-02-31"}, "event_date"),
-    ({"late": "yes"}, "late"),
-    ({"notice_id": "../../etc"}, "notice_id"),
-    ({"kind": "weekly"}, "kind"),
-    ({"unexpected": 1}, "unexpected"),
-    # "format": "date-time" is checked, not only the type
-    ({"watermark": "2026-13-07T25:00:00Z"}, "watermark"),
-    ({"max_event_ts": "yesterday"}, "max_event_ts"),
-    ({"published_at": "2026-03-07 10:00"}, "published_at"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"event_date": "2026-02-31"}, "event_date"),
+        ({"late": "yes"}, "late"),
+        ({"notice_id": "../../etc"}, "notice_id"),
+        ({"kind": "weekly"}, "kind"),
+        ({"unexpected": 1}, "unexpected"),
+        # "format": "date-time" is checked, not only the type
+        ({"watermark": "2026-13-07T25:00:00Z"}, "watermark"),
+        ({"max_event_ts": "yesterday"}, "max_event_ts"),
+        ({"published_at": "2026-03-07 10:00"}, "published_at"),
+    ],
+)
 def test_invalid_notices_are_refused_naming_the_field(tmp_path, change, message):
     body = availability_notice.build("sessions", [partition(Lake.open(tmp_path), "2026-03-06", "20260307T100000000Z")])
     with pytest.raises(availability_notice.InvalidNotice, match=message):
@@ -92,11 +132,17 @@ def test_invalid_notices_are_refused_naming_the_field(tmp_path, change, message)
 def test_build_refuses_mixed_dates(tmp_path):
     lake = Lake.open(tmp_path)
     with pytest.raises(availability_notice.InvalidNotice, match="one event_date"):
-        availability_notice.build("sessions", [partition(lake, "2026-03-06", "20260307T100000000Z"),
-                                  partition(lake, "2026-03-07", "20260307T100000000Z")])
+        availability_notice.build(
+            "sessions",
+            [
+                partition(lake, "2026-03-06", "20260307T100000000Z"),
+                partition(lake, "2026-03-07", "20260307T100000000Z"),
+            ],
+        )
 
 
 # ---- outbox -------------------------------------------------------------------------------------
+
 
 def test_outbox_records_once_and_moves_to_sent(tmp_path):
     lake = Lake.open(tmp_path)
@@ -120,6 +166,7 @@ def test_interrupted_mark_sent_is_not_owed(tmp_path):
     entry = outbox.owed()[0]
     # Crash between the two steps of mark_sent: the sent record exists, the outbox entry too.
     from tidemark import storage
+
     storage.write_json_atomic(outbox.path("sent", body["notice_id"]), {**entry, "message_id": "1"})
     assert outbox.owed() == []
     assert not os.path.exists(outbox.path("outbox", body["notice_id"]))
@@ -132,15 +179,16 @@ def test_outbox_refuses_a_notice_id_that_is_not_hex(tmp_path):
 
 # ---- cadence ------------------------------------------------------------------------------------
 
+
 def test_routing_by_policy(tmp_path):
     lake = Lake.open(tmp_path)
     fresh = partition(lake, "2026-03-07", "20260307T100000000Z", watermark="2026-03-07T11:00:00.000000Z")
-    old = partition(lake, "2026-03-01", "20260307T100000000Z", watermark="2026-03-07T11:00:00.000000Z",
-                    late=True)
+    old = partition(lake, "2026-03-01", "20260307T100000000Z", watermark="2026-03-07T11:00:00.000000Z", late=True)
     assert CadencePolicy().route(fresh) == ("partition", None)
     assert CadencePolicy().route(old) == ("partition", None)
-    policy = CadencePolicy(coalesce=timedelta(minutes=5), late_horizon=timedelta(days=3),
-                           digest_interval=timedelta(hours=1))
+    policy = CadencePolicy(
+        coalesce=timedelta(minutes=5), late_horizon=timedelta(days=3), digest_interval=timedelta(hours=1)
+    )
     assert policy.route(fresh) == ("coalesced", timedelta(minutes=5))
     assert policy.route(old) == ("late_digest", timedelta(hours=1))
     # 2026-03-03 ended 3 days 11 hours before the watermark; 2026-03-04 only 2 days 11 hours.
@@ -148,8 +196,14 @@ def test_routing_by_policy(tmp_path):
     assert not policy.is_old({**old, "event_date": "2026-03-04"})
 
 
-@pytest.mark.parametrize("kwargs", [{"coalesce": timedelta(0)}, {"late_horizon": timedelta(seconds=-1)},
-                                    {"digest_interval": timedelta(milliseconds=10)}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"coalesce": timedelta(0)},
+        {"late_horizon": timedelta(seconds=-1)},
+        {"digest_interval": timedelta(milliseconds=10)},
+    ],
+)
 def test_cadence_refuses_nonsense(kwargs):
     with pytest.raises(ValueError):
         CadencePolicy(**kwargs)
@@ -160,8 +214,10 @@ def test_coalesced_groups_close_when_their_window_ends(tmp_path):
     outbox = Outbox(lake)
     groups = PendingGroups(lake, "sessions", outbox)
     window = timedelta(minutes=5)
-    first = [partition(lake, "2026-03-06", ts, batch_id=i) for i, ts in
-             enumerate(["20260307T100000000Z", "20260307T100210000Z", "20260307T100459999Z"])]
+    first = [
+        partition(lake, "2026-03-06", ts, batch_id=i)
+        for i, ts in enumerate(["20260307T100000000Z", "20260307T100210000Z", "20260307T100459999Z"])
+    ]
     nxt = partition(lake, "2026-03-06", "20260307T100500000Z", batch_id=3)
     other_date = partition(lake, "2026-03-07", "20260307T100100000Z", batch_id=1)
     for part in [*first, nxt, other_date]:
@@ -209,13 +265,17 @@ def test_service_listener_records_before_publishing_and_replays_add_nothing(tmp_
     """The listener alone (sender thread not started): durable records, no network."""
     lake = Lake.open(tmp_path)
     service = NoticeService(lake, "projects/tidemark-local/topics/tidemark-availability")
-    parts = [partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=5),
-             partition(lake, "2026-03-07", "20260307T100000000Z", batch_id=5)]
+    parts = [
+        partition(lake, "2026-03-06", "20260307T100000000Z", batch_id=5),
+        partition(lake, "2026-03-07", "20260307T100000000Z", batch_id=5),
+    ]
     service.on_batch(Report(5, parts))
     service.on_batch(Report(5, parts))  # the same batch replayed
     owed = Outbox(lake).owed()
-    assert sorted((e["notice"]["event_date"], e["notice"]["receipt_ts"]) for e in owed) == \
-        [("2026-03-06", "20260307T100000000Z"), ("2026-03-07", "20260307T100000000Z")]
+    assert sorted((e["notice"]["event_date"], e["notice"]["receipt_ts"]) for e in owed) == [
+        ("2026-03-06", "20260307T100000000Z"),
+        ("2026-03-07", "20260307T100000000Z"),
+    ]
     assert service.owed_count() == 2
 
 
@@ -246,9 +306,17 @@ def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys
     assert (row["state"], row["receipt_ts"]) == ("owed", owed_part["receipt_ts"])
 
 
-@pytest.mark.parametrize("topic", ["tidemark-availability", "projects/ab/topics/tidemark",
-                                   "projects/tidemark-local/topics/x", "projects/tidemark-local/topics/goog-x",
-                                   "projects/tidemark-local/subscriptions/abc", "projects/Tidemark/topics/abc"])
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "tidemark-availability",
+        "projects/ab/topics/tidemark",
+        "projects/tidemark-local/topics/x",
+        "projects/tidemark-local/topics/goog-x",
+        "projects/tidemark-local/subscriptions/abc",
+        "projects/Tidemark/topics/abc",
+    ],
+)
 def test_topic_paths_are_checked(topic):
     from tidemark.notices.sender import check_topic
 
@@ -256,14 +324,28 @@ def test_topic_paths_are_checked(topic):
         check_topic(topic)
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--notify-topic", "not-a-topic"], "invalid topic"),
-    (["--notify-topic", "projects/tidemark-local/topics/abc", "--notice-coalesce", "soon"], "invalid duration"),
-    (["--notify-topic", "projects/tidemark-local/topics/abc", "--notice-digest-interval", "0s"], "must be positive"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--notify-topic", "not-a-topic"], "invalid topic"),
+        (["--notify-topic", "projects/tidemark-local/topics/abc", "--notice-coalesce", "soon"], "invalid duration"),
+        (
+            ["--notify-topic", "projects/tidemark-local/topics/abc", "--notice-digest-interval", "0s"],
+            "must be positive",
+        ),
+    ],
+)
 def test_stream_refuses_bad_notice_options_before_starting(tmp_path, capsys, options, message):
-    argv = ["stream", "--landing", str(tmp_path / "in"), "--lake", str(tmp_path / "lake"),
-            "--checkpoint", str(tmp_path / "ckpt"), *options]
+    argv = [
+        "stream",
+        "--landing",
+        str(tmp_path / "in"),
+        "--lake",
+        str(tmp_path / "lake"),
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        *options,
+    ]
     assert cli_main(argv) == 2
     assert message in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "lake")
@@ -273,22 +355,43 @@ def test_stream_config_carries_the_cadence(tmp_path):
     from tidemark.cli import build_parser
     from tidemark.commands.stream import config_from_args
 
-    args = build_parser().parse_args([
-        "stream", "--landing", "in", "--lake", "lake", "--checkpoint", "ckpt",
-        "--notify-topic", "projects/tidemark-local/topics/tidemark-availability",
-        "--notice-coalesce", "5m", "--notice-late-horizon", "3d", "--notice-digest-interval", "2h"])
+    args = build_parser().parse_args(
+        [
+            "stream",
+            "--landing",
+            "in",
+            "--lake",
+            "lake",
+            "--checkpoint",
+            "ckpt",
+            "--notify-topic",
+            "projects/tidemark-local/topics/tidemark-availability",
+            "--notice-coalesce",
+            "5m",
+            "--notice-late-horizon",
+            "3d",
+            "--notice-digest-interval",
+            "2h",
+        ]
+    )
     config = config_from_args(args)
-    assert (config.notify_topic, config.notice_coalesce, config.notice_late_horizon,
-            config.notice_digest_interval) == ("projects/tidemark-local/topics/tidemark-availability",
-                                               "5m", "3d", "2h")
+    assert (config.notify_topic, config.notice_coalesce, config.notice_late_horizon, config.notice_digest_interval) == (
+        "projects/tidemark-local/topics/tidemark-availability",
+        "5m",
+        "3d",
+        "2h",
+    )
 
 
 def test_a_group_closed_again_after_its_notice_was_sent_is_not_queued(tmp_path):
     """Crash between recording a group's notice and updating the group file; the restarted
     process drains the outbox first, then closes the group again: same id, already sent."""
     lake = Lake.open(tmp_path)
-    service = NoticeService(lake, "projects/tidemark-local/topics/tidemark-availability",
-                            policy=CadencePolicy(coalesce=timedelta(minutes=5)))
+    service = NoticeService(
+        lake,
+        "projects/tidemark-local/topics/tidemark-availability",
+        policy=CadencePolicy(coalesce=timedelta(minutes=5)),
+    )
     part = partition(lake, "2026-03-06", "20260307T100000000Z")
     service.on_partition(part)
     [gid] = service.groups.due(datetime(2026, 3, 7, 11, tzinfo=timezone.utc))
@@ -304,8 +407,10 @@ def test_a_group_closed_again_after_its_notice_was_sent_is_not_queued(tmp_path):
 def test_backfill_records_a_notice_for_each_unadvertised_partition(tmp_path, capsys):
     lake = Lake.open(tmp_path)
     covered = partition(lake, "2026-03-06", "20260307T100000000Z")
-    forgotten = [partition(lake, "2026-03-06", "20260307T100100000Z", late=True),
-                 partition(lake, "2026-03-07", "20260307T100100000Z")]
+    forgotten = [
+        partition(lake, "2026-03-06", "20260307T100100000Z", late=True),
+        partition(lake, "2026-03-07", "20260307T100100000Z"),
+    ]
     for part in (covered, *forgotten):
         write_marker(lake, part)
     Outbox(lake).record(availability_notice.build("sessions", [covered]))

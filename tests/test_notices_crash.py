@@ -1,6 +1,7 @@
 """SIGKILL the stream while it writes and advertises, restart it on the same checkpoint and lake
 (with another cadence), and check the notices on the real emulator: every complete partition is
 advertised by exactly one notice_id, and a notice that arrives twice is the same notice."""
+
 from __future__ import annotations
 
 import os
@@ -14,14 +15,12 @@ from collections import defaultdict
 import pytest
 
 from tests.helpers import same_notice_copies, stream_alive, wait_for
-from tidemark import receipts
-from tidemark import availability_notice, layout, names, storage
+from tidemark import availability_notice, names, receipts
 from tidemark.cli import main as cli_main
 from tidemark.generate import Workload, build, split_files, write_file
-from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
-                                                 pull_all, pull_until)
-from tidemark.notices.outbox import Outbox
 from tidemark.lake import Lake
+from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
+from tidemark.notices.outbox import Outbox
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -29,8 +28,23 @@ PROJECT = names.get("PROJECT")
 
 
 def stream_cmd(landing, lake, checkpoint, topic, *extra):
-    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing, "--lake", str(lake),
-            "--checkpoint", checkpoint, "--max-files-per-trigger", "2", "--notify-topic", topic, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "tidemark.cli",
+        "stream",
+        "--landing",
+        landing,
+        "--lake",
+        str(lake),
+        "--checkpoint",
+        checkpoint,
+        "--max-files-per-trigger",
+        "2",
+        "--notify-topic",
+        topic,
+        *extra,
+    ]
 
 
 def sent_count(lake: Lake) -> int:
@@ -38,8 +52,13 @@ def sent_count(lake: Lake) -> int:
 
 
 def wait_for_sent(lake, at_least, timeout, proc):
-    wait_for(lambda: sent_count(lake) >= at_least, timeout, f"{at_least} notices sent", interval=0.2,
-             abort=lambda: stream_alive(proc))
+    wait_for(
+        lambda: sent_count(lake) >= at_least,
+        timeout,
+        f"{at_least} notices sent",
+        interval=0.2,
+        abort=lambda: stream_alive(proc),
+    )
 
 
 def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
@@ -60,21 +79,34 @@ def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
             for cadence in ([], ["--notice-coalesce", "2s"]):
                 proc = subprocess.Popen(
                     stream_cmd(landing, lake, checkpoint, topic, "--trigger-interval", "200ms", *cadence),
-                    stdout=log, stderr=log, env=env, start_new_session=True)
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                    start_new_session=True,
+                )
                 try:
                     wait_for_sent(lake, sent_count(lake) + 1, 300, proc)
                     time.sleep(rng.uniform(0.0, 3.0))
                 finally:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-            subprocess.run(stream_cmd(landing, lake, checkpoint, topic, "--available-now",
-                                      "--notice-coalesce", "2s"),
-                           stdout=log, stderr=log, env=env, check=True, timeout=600)
+            subprocess.run(
+                stream_cmd(landing, lake, checkpoint, topic, "--available-now", "--notice-coalesce", "2s"),
+                stdout=log,
+                stderr=log,
+                env=env,
+                check=True,
+                timeout=600,
+            )
         # Pull until every notice the outbox records as sent arrived (a pull may return only part
         # of what is waiting); then whatever else is still there (copies) until quiet.
         sent = {e["notice"]["notice_id"] for e in Outbox(lake).sent()}
-        raw = pull_until(PROJECT, "crash-topic-all", host=emulator.host,
-                         done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got})
+        raw = pull_until(
+            PROJECT,
+            "crash-topic-all",
+            host=emulator.host,
+            done=lambda got: sent <= {availability_notice.decode(m.message.data)["notice_id"] for m in got},
+        )
         raw += pull_all(PROJECT, "crash-topic-all", host=emulator.host)
         received = [(availability_notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
     finally:

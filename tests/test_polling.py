@@ -1,4 +1,5 @@
 """tidemark.polling.wait_for: the one poll-with-deadline loop."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,6 +17,7 @@ def counter(ready_at: int, value="ready", error: Exception | None = None):
         if error is not None:
             raise error
         return None
+
     return check, calls
 
 
@@ -29,7 +31,9 @@ def test_listed_exceptions_mean_not_yet_and_are_named_on_timeout():
     check, calls = counter(3, error=ConnectionRefusedError("port closed"))
     assert wait_for(check, 10, "server", interval=0.01, not_yet=(OSError,)) == "ready"
     never, _ = counter(10**9, error=ConnectionRefusedError("port closed"))
-    with pytest.raises(TimeoutError, match=r"server not ready after 0.2s \(last: ConnectionRefusedError: port closed\)"):
+    with pytest.raises(
+        TimeoutError, match=r"server not ready after 0.2s \(last: ConnectionRefusedError: port closed\)"
+    ):
         wait_for(never, 0.2, "server", interval=0.01, not_yet=(OSError,))
 
 

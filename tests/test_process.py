@@ -1,5 +1,6 @@
 """tidemark.localstack.process on real processes: alive vs zombie, start time against pid reuse,
 group members, descendants in their own groups, stopping a whole group (a stubborn member too)."""
+
 from __future__ import annotations
 
 import os
@@ -93,11 +94,13 @@ def test_the_stacks_status_reads_the_last_committed_batch_from_the_streams_log(t
     from tidemark.localstack.stack import Record, last_batch
 
     log = tmp_path / "stream.log"
-    log.write_text('{"event": "batch committed", "batch_id": 6, "timestamp": "2026-03-07T10:00:00.1Z"}\n'
-                   "WARN some JVM line\n"
-                   '{"event": "batch committed", "batch_id": 7, "timestamp": "2026-03-07T10:00:05.2Z"}\n'
-                   '{"event": "batch started", "batch_id": 8, "timestamp": "2026-03-07T10:00:10.0Z"}\n'
-                   '{"event": "batch comm')  # cut short by a kill
+    log.write_text(
+        '{"event": "batch committed", "batch_id": 6, "timestamp": "2026-03-07T10:00:00.1Z"}\n'
+        "WARN some JVM line\n"
+        '{"event": "batch committed", "batch_id": 7, "timestamp": "2026-03-07T10:00:05.2Z"}\n'
+        '{"event": "batch started", "batch_id": 8, "timestamp": "2026-03-07T10:00:10.0Z"}\n'
+        '{"event": "batch comm'
+    )  # cut short by a kill
     record = Record("stream", 1, None, str(log))
     assert last_batch(record) == "last batch 7 committed at 2026-03-07T10:00:05Z"
     log.write_text("no structured line yet\n")

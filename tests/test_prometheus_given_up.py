@@ -3,6 +3,7 @@ fails (a corrupt receipt file: a real Spark read failure) is retried by reconcil
 attempts are spent; the exporter, asking Airflow for reconcile's runs, reports it given up, the
 alert fires and `tidemark health` exits 4 naming it; once the file is repaired and the date
 deduplicated, the alert clears and `tidemark health` exits 0."""
+
 from __future__ import annotations
 
 import os
@@ -15,15 +16,19 @@ import pytest
 
 from tests.helpers import dag_run_finished
 from tests.lakekit import SimulatedStream
-from tidemark import layout, names, receipts, reconcile
+from tidemark import names, receipts, reconcile
+from tidemark.lake import Lake
 from tidemark.localstack import process
 from tidemark.localstack.airflow import AirflowServer
 from tidemark.localstack.prometheus import PrometheusServer, binary
 from tidemark.polling import wait_for
-from tidemark.lake import Lake
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1800),
-              pytest.mark.skipif(binary() is None, reason="prometheus not installed (apt-get install prometheus)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(binary() is None, reason="prometheus not installed (apt-get install prometheus)"),
+]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D7 = "2026-03-07"
 
@@ -52,9 +57,15 @@ def lake(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory, lake):
-    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
-                           env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0",
-                                "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_RECONCILE_GRACE": "0s"})
+    server = AirflowServer(
+        str(tmp_path_factory.mktemp("airflow")),
+        env={
+            "TIDEMARK_LAKE": str(lake),
+            "TIDEMARK_DAG_RETRIES": "0",
+            "TIDEMARK_RECONCILE_INTERVAL": "off",
+            "TIDEMARK_RECONCILE_GRACE": "0s",
+        },
+    )
     try:
         server.start()
         server.wait_for_dag()
@@ -77,28 +88,49 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
         broken.write(b"PAR1 this is not parquet")
 
     # Reconciliation's one allowed attempt, and its failure.
-    started = subprocess.run(_cli("reconcile", "--lake", str(lake), "--grace", "0s", "--trigger", "--json", *access),
-                             capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
+    started = subprocess.run(
+        _cli("reconcile", "--lake", str(lake), "--grace", "0s", "--trigger", "--json", *access),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=_env(),
+    )
     assert started.returncode == 0, started.stderr[-3000:]
     stale = reconcile.staleness(lake)
     run_id = f"reconcile__{D7}__{stale[0].fingerprint}__1"
     assert dag_run_finished(airflow.client(), names.get("DAG_ID"), run_id, timeout=600) == "failed"
 
     port = process.free_port()
-    exporter = process.start("exporter", _cli("exporter", "--lake", str(lake), "--port", str(port), "--refresh", "1",
-                                              "--correction", "1000d", *access),
-                             str(tmp_path / "exporter.log"), cwd=ROOT, env={"PYTHONPATH": ROOT})
+    exporter = process.start(
+        "exporter",
+        _cli("exporter", "--lake", str(lake), "--port", str(port), "--refresh", "1", "--correction", "1000d", *access),
+        str(tmp_path / "exporter.log"),
+        cwd=ROOT,
+        env={"PYTHONPATH": ROOT},
+    )
     try:
         process.wait_until(lambda: process.port_open(port), 60, "the exporter", exporter)
-        with PrometheusServer(str(tmp_path / "prometheus"), targets={"tidemark-exporter": [f"127.0.0.1:{port}"]},
-                              scrape_interval="1s", evaluation_interval="1s") as prometheus:
+        with PrometheusServer(
+            str(tmp_path / "prometheus"),
+            targets={"tidemark-exporter": [f"127.0.0.1:{port}"]},
+            scrape_interval="1s",
+            evaluation_interval="1s",
+        ) as prometheus:
             wait_for(lambda: prometheus.firing("TidemarkReconcileGaveUp"), 90, "the given-up alert", 1.0)
             assert prometheus.firing("TidemarkReconcileGaveUp")[0]["annotations"]["summary"].startswith(
-                "reconciliation gave up on 1 event date(s)")
+                "reconciliation gave up on 1 event date(s)"
+            )
             assert not prometheus.firing("TidemarkEventDateStale")  # within its (here huge) objective
 
-            health = subprocess.run(_cli("health", "--lake", str(lake), "--correction", "1000d", *access),
-                                    capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
+            health = subprocess.run(
+                _cli("health", "--lake", str(lake), "--correction", "1000d", *access),
+                capture_output=True,
+                text=True,
+                timeout=300,
+                cwd=ROOT,
+                env=_env(),
+            )
             assert health.returncode == 4, health.stdout + health.stderr[-2000:]
             assert health.stdout.strip() == f"BREACHED given_up: reconciliation gave up on 1 event date(s): {D7}"
 
@@ -109,6 +141,12 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
             assert prometheus.query("tidemark_reconcile_given_up")[0]["value"][1] == "0"
     finally:
         process.stop(exporter)
-    health = subprocess.run(_cli("health", "--lake", str(lake), "--correction", "1000d", *access),
-                            capture_output=True, text=True, timeout=300, cwd=ROOT, env=_env())
+    health = subprocess.run(
+        _cli("health", "--lake", str(lake), "--correction", "1000d", *access),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=_env(),
+    )
     assert health.returncode == 0, health.stdout + health.stderr[-2000:]

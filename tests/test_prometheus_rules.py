@@ -1,5 +1,6 @@
 """ops/prometheus/rules.yml: valid for promtool, its unit tests pass, and every metric it names is
 one tidemark exports (tidemark.metrics.METRICS)."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES = os.path.join(ROOT, "ops", "prometheus", "rules.yml")
 TESTS = os.path.join(ROOT, "ops", "prometheus", "rules_test.yml")
 
-promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)")
+promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)"
+)
 
 
 @promtool
@@ -27,8 +30,9 @@ def test_promtool_checks_the_rules():
 
 @promtool
 def test_promtool_unit_tests_pass():
-    run = subprocess.run(["promtool", "test", "rules", TESTS], capture_output=True, text=True, timeout=60,
-                         cwd=os.path.dirname(TESTS))
+    run = subprocess.run(
+        ["promtool", "test", "rules", TESTS], capture_output=True, text=True, timeout=60, cwd=os.path.dirname(TESTS)
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -3,6 +3,7 @@ a broken pipeline (receipts no dedup ever corrected, as with a stopped Airflow; 
 sender never published) fires TidemarkEventDateStale per stale date and TidemarkNoticeOwed, and
 `tidemark health` exits 4 naming both; after recovery (the dates deduplicated, the notice sent) the
 alerts clear and `tidemark health` exits 0."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,11 @@ from tidemark.notices import corrected
 from tidemark.notices.outbox import Outbox
 from tidemark.polling import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark,
-              pytest.mark.skipif(binary() is None, reason="prometheus not installed (apt-get install prometheus)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.skipif(binary() is None, reason="prometheus not installed (apt-get install prometheus)"),
+]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJECTIVES = ["--correction", "1h", "--notice-owed", "3s", "--no-airflow"]
@@ -37,9 +41,13 @@ def exporter(tmp_path):
     """`tidemark exporter` as its own process (as `tidemark up` runs it), reading the lake every second."""
     lake, stream, events, cut = lake_with(tmp_path)
     port = process.free_port()
-    managed = process.start("exporter", _cli("exporter", "--lake", str(lake), "--port", str(port), "--refresh", "1",
-                                             *OBJECTIVES),
-                            str(tmp_path / "exporter.log"), cwd=ROOT, env={"PYTHONPATH": ROOT})
+    managed = process.start(
+        "exporter",
+        _cli("exporter", "--lake", str(lake), "--port", str(port), "--refresh", "1", *OBJECTIVES),
+        str(tmp_path / "exporter.log"),
+        cwd=ROOT,
+        env={"PYTHONPATH": ROOT},
+    )
     try:
         process.wait_until(lambda: process.port_open(port), 60, "the exporter", managed)
         yield lake, port
@@ -48,8 +56,14 @@ def exporter(tmp_path):
 
 
 def _health(lake):
-    return subprocess.run(_cli("health", "--lake", str(lake), *OBJECTIVES), capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.run(
+        _cli("health", "--lake", str(lake), *OBJECTIVES),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
 
 
 def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path, exporter, spark):
@@ -58,11 +72,17 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
     assert len(stale_dates) >= 2
     # A notice the stream recorded and nobody sent (a stopped sender).
     newest = receipts.list_receipts(lake, stale_dates[-1])[-1]
-    assert Outbox(lake).record(availability_notice.build(
-        "sessions", [receipts.read_marker(lake, stale_dates[-1], newest).to_json()]))
+    assert Outbox(lake).record(
+        availability_notice.build("sessions", [receipts.read_marker(lake, stale_dates[-1], newest).to_json()])
+    )
 
-    with PrometheusServer(str(tmp_path / "prometheus"), targets={"tidemark-exporter": [f"127.0.0.1:{port}"]},
-                          scrape_interval="1s", evaluation_interval="1s") as prometheus:
+    with PrometheusServer(
+        str(tmp_path / "prometheus"),
+        targets={"tidemark-exporter": [f"127.0.0.1:{port}"]},
+        scrape_interval="1s",
+        evaluation_interval="1s",
+    ) as prometheus:
+
         def firing_dates():
             return sorted(a["labels"]["tidemark_event_date"] for a in prometheus.firing("TidemarkEventDateStale"))
 
@@ -89,8 +109,12 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
         reading = read_lake(lake)
         assert reading.stale == [] and reading.owed == {"availability": (0, 0.0), "corrected": (0, 0.0)}
 
-        wait_for(lambda: not prometheus.firing("TidemarkEventDateStale") and not prometheus.firing("TidemarkNoticeOwed"),
-                 60, "the alerts to clear", 0.5)
+        wait_for(
+            lambda: not prometheus.firing("TidemarkEventDateStale") and not prometheus.firing("TidemarkNoticeOwed"),
+            60,
+            "the alerts to clear",
+            0.5,
+        )
         assert prometheus.query("tidemark_event_date_stale")[0]["value"][1] == "0"
         # The demo report's staleness chart, from the same series: the stale dates, then none.
         from tidemark.metrics_charts import STALENESS, prometheus_charts, query_range
@@ -125,14 +149,24 @@ def test_the_stack_starts_prometheus_scraping_the_exporter_and_down_stops_both(t
         assert rows["prometheus"]["url"] == f"http://127.0.0.1:{settings.ports['prometheus']}"
         assert rows["exporter (lake SLO gauges)"]["state"] == "running"
         server = stack.prometheus(settings)
-        wait_for(lambda: server.targets_health() == {"tidemark-exporter": "up", "tidemark-stream": "down"},
-                 90, "Prometheus to scrape both targets", 1.0)
+        wait_for(
+            lambda: server.targets_health() == {"tidemark-exporter": "up", "tidemark-stream": "down"},
+            90,
+            "Prometheus to scrape both targets",
+            1.0,
+        )
         assert server.query('tidemark_slo_objective_seconds{tidemark_slo="correction"}')[0]["value"][1] == "1200"
         # no stream runs: its alert is pending (for: 120s), not yet firing
-        wait_for(lambda: any(a["labels"]["alertname"] == "TidemarkStreamDown" for a in server.alerts()),
-                 60, "the stream-down alert to be pending", 1.0)
+        wait_for(
+            lambda: any(a["labels"]["alertname"] == "TidemarkStreamDown" for a in server.alerts()),
+            60,
+            "the stream-down alert to be pending",
+            1.0,
+        )
     finally:
         done = stack.down()
     assert sorted(d["component"] for d in done if d["stopped"]) == ["exporter", "prometheus"]
     assert not port_states(settings)["prometheus"] and not port_states(settings)["exporter"]
-    assert {r["state"] for r in stack.status() if r["component"] in ("prometheus", "exporter (lake SLO gauges)")} == {"stopped"}
+    assert {r["state"] for r in stack.status() if r["component"] in ("prometheus", "exporter (lake SLO gauges)")} == {
+        "stopped"
+    }

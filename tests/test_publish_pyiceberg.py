@@ -1,6 +1,7 @@
 """tidemark.publish's commit leans on pyiceberg internals (a Transaction subclass reading `_updates`,
 an `_OverwriteFiles` subclass replacing `_existing_manifests`). These tests fail on a pyiceberg
 whose internals changed shape, and show that an unsupported version fails the commit loudly."""
+
 from __future__ import annotations
 
 import configparser
@@ -11,7 +12,8 @@ import re
 import pytest
 
 from tests import icebergkit
-from tidemark import publish, table as iceberg
+from tidemark import publish
+from tidemark import table as iceberg
 from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,8 +22,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_the_supported_range_is_the_one_setup_cfg_pins():
     config = configparser.ConfigParser()
     config.read(os.path.join(ROOT, "setup.cfg"))
-    spec = next(line.strip() for line in config["options"]["install_requires"].splitlines()
-                if line.strip().startswith("pyiceberg"))
+    spec = next(
+        line.strip()
+        for line in config["options"]["install_requires"].splitlines()
+        if line.strip().startswith("pyiceberg")
+    )
     low, high = re.search(r">=([\d.]+),<([\d.]+)", spec).groups()
     as_tuple = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
     assert publish.PYICEBERG_SUPPORTED == (as_tuple(low), as_tuple(high)), spec
@@ -55,6 +60,7 @@ def test_a_commit_on_an_unsupported_pyiceberg_fails_before_it_starts(tmp_path, m
 
 # -- the internals' shape --------------------------------------------------------------------------
 
+
 def _parameters(function) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(function).parameters)
 
@@ -75,8 +81,10 @@ def test_overwrite_files_has_the_shape_the_subclass_relies_on():
     # The constructor keywords publish passes.
     init = _parameters(_OverwriteFiles.__init__)
     for name in ("operation", "transaction", "io", "snapshot_properties"):
-        assert name in init and init[name].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                    inspect.Parameter.KEYWORD_ONLY), name
+        assert name in init and init[name].kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        ), name
     # The calls publish makes, and the context manager that commits on exit.
     assert list(_parameters(_OverwriteFiles.delete_data_file)) == ["self", "data_file"]
     assert list(_parameters(_OverwriteFiles.append_data_file)) == ["self", "data_file"]

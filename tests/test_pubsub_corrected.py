@@ -1,6 +1,7 @@
 """Corrected notices on the real Pub/Sub emulator: one message per published version, and an
 outage during a publish (tests/netcut.py cuts the link; the emulator keeps its topic and
 subscription) delays the notice, which goes out once when the link is back."""
+
 from __future__ import annotations
 
 import threading
@@ -8,12 +9,13 @@ import time
 
 import pytest
 
-from tests.icebergkit import publish_recorded_run as publish_run, receipt
+from tests.icebergkit import publish_recorded_run as publish_run
+from tests.icebergkit import receipt
 from tests.netcut import NetCut
 from tidemark import corrected_notice, names
+from tidemark.lake import Lake
 from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
 from tidemark.notices import corrected
-from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -39,8 +41,12 @@ def make_topic(host: str, name: str) -> str:
 
 def received(host: str, name: str, expect: set[str]) -> list[tuple[dict, dict]]:
     """Pull until every expected notice id arrived, then until quiet (a duplicate would show)."""
-    got = pull_until(PROJECT, f"{name}-all", host=host, done=lambda ms: expect <= {
-        corrected_notice.decode(m.message.data)["notice_id"] for m in ms})
+    got = pull_until(
+        PROJECT,
+        f"{name}-all",
+        host=host,
+        done=lambda ms: expect <= {corrected_notice.decode(m.message.data)["notice_id"] for m in ms},
+    )
     got += pull_all(PROJECT, f"{name}-all", host=host)
     return [(corrected_notice.decode(m.message.data), dict(m.message.attributes)) for m in got]
 
@@ -53,8 +59,9 @@ def test_one_message_per_published_version_however_often_it_is_sent(emulator, tm
     lake, host = Lake.open(tmp_path / "lake"), emulator.host
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", host)
     topic = make_topic(host, "corrected-once")
-    versions = [publish_run(lake, D, [receipt(h) for h in range(1, n + 1)], sessions=n).current["version"]
-                for n in (1, 2)]
+    versions = [
+        publish_run(lake, D, [receipt(h) for h in range(1, n + 1)], sessions=n).current["version"] for n in (1, 2)
+    ]
     assert corrected.send_owed(lake, topic, timeout=60) == 0
     # Everything that may record or send again: the DAG's notify task of a rerun, another drain.
     monkeypatch.setenv("TIDEMARK_CORRECTED_TOPIC_PATH", topic)
@@ -90,8 +97,9 @@ def test_pubsub_down_during_a_publish_the_notice_goes_out_once_when_it_is_back(e
         # A publish that is retrying when Pub/Sub comes back sends it, and a second version too.
         v2 = publish_run(lake, D, [receipt(1), receipt(2)]).current["version"]
         result: list[int] = []
-        sender = threading.Thread(target=lambda: result.append(
-            corrected.send_owed(lake, topic, timeout=120, backoff_max=2)))
+        sender = threading.Thread(
+            target=lambda: result.append(corrected.send_owed(lake, topic, timeout=120, backoff_max=2))
+        )
         sender.start()
         time.sleep(4)  # let it fail and back off at least once (not an assertion on time)
         assert sender.is_alive()

@@ -1,6 +1,7 @@
 """The emulator launcher other parts reuse (the Cloud Function e2e, `tidemark up`): it starts,
 its admin helpers are idempotent, push and dead-letter settings are stored, and stop() leaves no
 process behind."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,14 @@ import os
 import pytest
 
 from tidemark.localstack import process
-from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
-                                                 get_subscription, publisher_admin, pull_until)
+from tidemark.localstack.pubsub_emulator import (
+    PubSubEmulator,
+    ensure_subscription,
+    ensure_topic,
+    get_subscription,
+    publisher_admin,
+    pull_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -22,15 +29,22 @@ def test_emulator_lifecycle_and_admin_helpers(tmp_path):
         emulator.start()
         pid = emulator.managed.pid
         assert process.read_pidfile(emulator.pidfile).pid == pid
-        assert open(os.path.join(emulator.data_dir, "env.yaml")).read().strip() == \
-            f"PUBSUB_EMULATOR_HOST: {emulator.host}"
+        assert (
+            open(os.path.join(emulator.data_dir, "env.yaml")).read().strip() == f"PUBSUB_EMULATOR_HOST: {emulator.host}"
+        )
         host = emulator.host
         topic = ensure_topic(PROJECT, "availability", host=host)
         assert ensure_topic(PROJECT, "availability", host=host) == topic  # idempotent
         ensure_topic(PROJECT, "dead-letter", host=host)
-        ensure_subscription(PROJECT, "to-function", "availability", host=host,
-                            push_endpoint="http://127.0.0.1:9/notice", dead_letter_topic="dead-letter",
-                            max_delivery_attempts=7)
+        ensure_subscription(
+            PROJECT,
+            "to-function",
+            "availability",
+            host=host,
+            push_endpoint="http://127.0.0.1:9/notice",
+            dead_letter_topic="dead-letter",
+            max_delivery_attempts=7,
+        )
         ensure_subscription(PROJECT, "pull-all", "availability", host=host)
         ensure_subscription(PROJECT, "pull-all", "availability", host=host)  # idempotent
         stored = get_subscription(PROJECT, "to-function", host=host)
@@ -48,6 +62,7 @@ def test_emulator_lifecycle_and_admin_helpers(tmp_path):
         emulator.start()
         assert emulator.host == host
         from google.api_core import exceptions
+
         with pytest.raises(exceptions.NotFound):
             get_subscription(PROJECT, "pull-all", host=host)
     finally:

@@ -9,22 +9,29 @@ Receiving: a pull may return only part of what is waiting, or nothing, so the te
 every notice the outbox records as sent has arrived (pull_until), and use "pull until quiet"
 only to check that nothing (more) arrives.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Collection
+from collections.abc import Collection
 
 import pytest
 
 from tests.helpers import same_notice_copies
 from tidemark import availability_notice, layout, names, receipts
 from tidemark.cli import main as cli_main
-from tidemark.localstack.pubsub_emulator import (PubSubEmulator, ensure_subscription, ensure_topic,
-                                                 get_subscription, pull_all, pull_until)
+from tidemark.lake import Lake
+from tidemark.localstack.pubsub_emulator import (
+    PubSubEmulator,
+    ensure_subscription,
+    ensure_topic,
+    get_subscription,
+    pull_all,
+    pull_until,
+)
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.service import NoticeService
 from tidemark.receipts import BatchReport, ReceiptPartition
-from tidemark.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -62,8 +69,9 @@ def make_topic(host: str, topic: str) -> str:
     return f"projects/{PROJECT}/topics/{topic}"
 
 
-def messages(host: str, topic: str, sub: str = "all", expect: Collection[str] = (),
-             at_least: int = 0) -> list[tuple[dict, dict]]:
+def messages(
+    host: str, topic: str, sub: str = "all", expect: Collection[str] = (), at_least: int = 0
+) -> list[tuple[dict, dict]]:
     """(validated body, attributes) of messages on the subscription, acked: pulled until every
     notice id in `expect` (and at least `at_least` messages) arrived; with neither, until quiet."""
     expect = set(expect)
@@ -71,8 +79,15 @@ def messages(host: str, topic: str, sub: str = "all", expect: Collection[str] = 
     if not expect and not at_least:
         raw = pull_all(PROJECT, subscription, host=host)
     else:
-        raw = pull_until(PROJECT, subscription, host=host, done=lambda got: len(got) >= at_least and
-                         expect <= {availability_notice.decode(m.message.data)["notice_id"] for m in got})
+        raw = pull_until(
+            PROJECT,
+            subscription,
+            host=host,
+            done=lambda got: (
+                len(got) >= at_least
+                and expect <= {availability_notice.decode(m.message.data)["notice_id"] for m in got}
+            ),
+        )
     return [(availability_notice.decode(m.message.data), dict(m.message.attributes)) for m in raw]
 
 
@@ -86,20 +101,38 @@ def ids(received: list[tuple[dict, dict]]) -> set[str]:
 
 
 def partition(lake: Lake, event_date: str, receipt_ts: str, batch_id: int, late: bool) -> dict:
-    return {"event_date": event_date, "receipt_ts": receipt_ts, "batch_id": batch_id,
-            "uri": lake.receipt_dir(event_date, receipt_ts), "rows": 1, "events": 2,
-            "pane_kinds": ["late" if late else "early"], "min_event_ts": f"{event_date}T01:00:00.000000Z",
-            "max_event_ts": f"{event_date}T02:00:00.000000Z", "watermark": "2026-03-08T00:30:00.000000Z",
-            "late": late, "extra": {}}
+    return {
+        "event_date": event_date,
+        "receipt_ts": receipt_ts,
+        "batch_id": batch_id,
+        "uri": lake.receipt_dir(event_date, receipt_ts),
+        "rows": 1,
+        "events": 2,
+        "pane_kinds": ["late" if late else "early"],
+        "min_event_ts": f"{event_date}T01:00:00.000000Z",
+        "max_event_ts": f"{event_date}T02:00:00.000000Z",
+        "watermark": "2026-03-08T00:30:00.000000Z",
+        "late": late,
+        "extra": {},
+    }
 
 
 def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 - reads like the class
     """The stream's real batch report, its partitions as their markers say."""
-    return BatchReport(batch_id, partitions[0]["receipt_ts"] if partitions else "", 0, 0, 0, 0, 0,
-                       [ReceiptPartition(**p) for p in partitions])
+    return BatchReport(
+        batch_id,
+        partitions[0]["receipt_ts"] if partitions else "",
+        0,
+        0,
+        0,
+        0,
+        0,
+        [ReceiptPartition(**p) for p in partitions],
+    )
 
 
 # ---- service level: real emulator, synthetic batch reports ------------------------------------
+
 
 def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp_path):
     host, lake = pubsub_env.host, Lake.open(tmp_path / "lake")
@@ -107,9 +140,11 @@ def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp
     stored = get_subscription(PROJECT, "attrs-topic-late", host=host)
     assert stored.filter == LATE_FILTER and stored.topic == topic
 
-    parts = [partition(lake, "2026-03-06", "20260308T001000000Z", 4, late=True),
-             partition(lake, "2026-03-07", "20260308T001000000Z", 4, late=False),
-             partition(lake, "2026-03-06", "20260308T002000000Z", 5, late=True)]
+    parts = [
+        partition(lake, "2026-03-06", "20260308T001000000Z", 4, late=True),
+        partition(lake, "2026-03-07", "20260308T001000000Z", 4, late=False),
+        partition(lake, "2026-03-06", "20260308T002000000Z", 5, late=True),
+    ]
     service = NoticeService(lake, topic, tick=0.2).start()
     service.on_batch(Report(4, parts[:2]))
     service.on_batch(Report(5, parts[2:]))
@@ -117,8 +152,9 @@ def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp
 
     received = messages(host, "attrs-topic", expect=sent_ids(lake))
     unique = same_notice_copies(received)
-    assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
-        sorted((p["event_date"], p["receipt_ts"]) for p in parts)
+    assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == sorted(
+        (p["event_date"], p["receipt_ts"]) for p in parts
+    )
     # What the late-data filter would let through: exactly the late partitions.
     would_match = {(b["event_date"], b["receipt_ts"]) for b, a in received if matches_late_filter(a)}
     assert would_match == {(p["event_date"], p["receipt_ts"]) for p in parts if p["late"]}
@@ -137,9 +173,9 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
 
     emulator.stop()
     service = NoticeService(lake, topic, tick=0.2, backoff_max=2).start()
-    during = [partition(lake, "2026-03-07", f"20260308T00{m}00000Z", b, late=False)
-              for b, m in ((2, "20"), (3, "30"))] + \
-             [partition(lake, "2026-03-06", "20260308T003000000Z", 3, late=True)]
+    during = [
+        partition(lake, "2026-03-07", f"20260308T00{m}00000Z", b, late=False) for b, m in ((2, "20"), (3, "30"))
+    ] + [partition(lake, "2026-03-06", "20260308T003000000Z", 3, late=True)]
     service.on_batch(Report(2, during[:1]))
     service.on_batch(Report(3, during[1:]))  # the listener does not wait for Pub/Sub
     still_owed = service.stop(timeout=3)  # a stopping stream gives up after a bounded wait
@@ -149,12 +185,15 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
     # Pub/Sub is back (a fresh emulator: topics recreated); a new process publishes what is owed.
     emulator.start()
     make_topic(emulator.host, "outage-topic")
-    assert cli_main(["notices", "--lake", str(lake), "--send", topic, "--timeout", "60",
-                     "--format", "summary", "--check"]) == 0
+    assert (
+        cli_main(["notices", "--lake", str(lake), "--send", topic, "--timeout", "60", "--format", "summary", "--check"])
+        == 0
+    )
     received += messages(emulator.host, "outage-topic", expect=sent_ids(lake) - ids(received))
     unique = same_notice_copies(received)
-    assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == \
-        sorted((p["event_date"], p["receipt_ts"]) for p in before + during)
+    assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == sorted(
+        (p["event_date"], p["receipt_ts"]) for p in before + during
+    )
     assert Outbox(lake).owed() == []
 
 
@@ -185,15 +224,20 @@ def test_coalesced_and_digest_notices_wait_for_their_window(pubsub_env, tmp_path
 
     host, lake = pubsub_env.host, Lake.open(tmp_path / "lake")
     topic = make_topic(host, "cadence-topic")
-    policy = CadencePolicy(coalesce=timedelta(minutes=5), late_horizon=timedelta(days=1),
-                           digest_interval=timedelta(hours=1))
-    fresh = [partition(lake, "2026-03-07", ts, b, late=False)
-             for b, ts in ((1, "20260308T001000000Z"), (2, "20260308T001200000Z"))]
+    policy = CadencePolicy(
+        coalesce=timedelta(minutes=5), late_horizon=timedelta(days=1), digest_interval=timedelta(hours=1)
+    )
+    fresh = [
+        partition(lake, "2026-03-07", ts, b, late=False)
+        for b, ts in ((1, "20260308T001000000Z"), (2, "20260308T001200000Z"))
+    ]
     next_window = partition(lake, "2026-03-07", "20260308T001500000Z", 3, late=False)
     # The watermark (2026-03-08 00:30) is more than a day past the end of 2026-03-05 and -04.
-    old = [partition(lake, "2026-03-05", "20260308T001000000Z", 1, late=True),
-           partition(lake, "2026-03-05", "20260308T001500000Z", 3, late=True),
-           partition(lake, "2026-03-04", "20260308T001200000Z", 2, late=True)]
+    old = [
+        partition(lake, "2026-03-05", "20260308T001000000Z", 1, late=True),
+        partition(lake, "2026-03-05", "20260308T001500000Z", 3, late=True),
+        partition(lake, "2026-03-04", "20260308T001200000Z", 2, late=True),
+    ]
     at = {"now": datetime(2026, 3, 8, 0, 14, tzinfo=timezone.utc)}
     service = NoticeService(lake, topic, policy=policy, tick=0.2, clock=lambda: at["now"]).start()
     service.on_batch(Report(1, [fresh[0], old[0]]))
@@ -207,14 +251,19 @@ def test_coalesced_and_digest_notices_wait_for_their_window(pubsub_env, tmp_path
     service = NoticeService(lake, topic, policy=policy, tick=0.2, clock=lambda: at["now"]).start()
     assert service.stop(timeout=60, flush_groups=False) == 0
     [(body, attrs)] = messages(host, "cadence-topic", expect=sent_ids(lake))
-    assert (body["kind"], attrs["kind"], body["receipt_ts_list"]) == \
-        ("coalesced", "coalesced", [p["receipt_ts"] for p in fresh])
+    assert (body["kind"], attrs["kind"], body["receipt_ts_list"]) == (
+        "coalesced",
+        "coalesced",
+        [p["receipt_ts"] for p in fresh],
+    )
 
     at["now"] = datetime(2026, 3, 8, 1, 0, tzinfo=timezone.utc)  # the digest hour has ended
     service = NoticeService(lake, topic, policy=policy, tick=0.2, clock=lambda: at["now"]).start()
     assert service.stop(timeout=60, flush_groups=True) == 0  # a final flush closes 00:15-00:20 too
-    received = {b["event_date"] + "/" + b["kind"]: b
-                for b, _ in messages(host, "cadence-topic", expect=sent_ids(lake) - {body["notice_id"]})}
+    received = {
+        b["event_date"] + "/" + b["kind"]: b
+        for b, _ in messages(host, "cadence-topic", expect=sent_ids(lake) - {body["notice_id"]})
+    }
     assert sorted(received) == ["2026-03-04/late_digest", "2026-03-05/late_digest", "2026-03-07/coalesced"]
     assert received["2026-03-05/late_digest"]["receipt_ts_list"] == [old[0]["receipt_ts"], old[1]["receipt_ts"]]
     assert received["2026-03-07/coalesced"]["receipt_ts_list"] == [next_window["receipt_ts"]]
@@ -241,8 +290,7 @@ def _files():
 
 
 @pytest.mark.spark
-def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, pubsub_env, tmp_path,
-                                                                        monkeypatch):
+def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, pubsub_env, tmp_path, monkeypatch):
     from streaming_job.job import StreamConfig, run_stream
     from tests.netcut import NetCut
     from tests.streamkit import land
@@ -270,9 +318,16 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
             owed_during_outage.extend(Outbox(lake).owed())
             link.restore()
 
-    config = StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,
-                          rules=SessionRules.parse("30m", "1h", "0s"), available_now=True,
-                          max_files_per_trigger=1, notify_topic=topic, notice_flush_timeout=60)
+    config = StreamConfig(
+        landing=landing,
+        lake=lake,
+        checkpoint=checkpoint,
+        rules=SessionRules.parse("30m", "1h", "0s"),
+        available_now=True,
+        max_files_per_trigger=1,
+        notify_topic=topic,
+        notice_flush_timeout=60,
+    )
     try:
         run_stream(config, listeners=[outage], spark=spark)
     finally:
@@ -281,15 +336,23 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
     received = messages(emulator.host, "stream-topic", expect=sent_ids(lake))
     late_received = messages(emulator.host, "stream-topic", "late", expect=sent_ids(lake))
 
-    on_disk = {(d, r): receipts.read_marker(lake, d, r)
-               for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
+    on_disk = {
+        (d, r): receipts.read_marker(lake, d, r)
+        for d in receipts.list_event_dates(lake)
+        for r in receipts.list_receipts(lake, d)
+    }
     unique = same_notice_copies(received)
     # One for one: every complete partition has exactly one notice, and every notice a partition.
     assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == sorted(on_disk)
     for body in unique.values():
         marker = on_disk[(body["event_date"], body["receipt_ts"])]
-        assert (body["rows"], body["events"], body["late"], body["batch_id"], body["uri"]) == \
-            (marker.rows, marker.events, marker.late, marker.batch_id, marker.uri)
+        assert (body["rows"], body["events"], body["late"], body["batch_id"], body["uri"]) == (
+            marker.rows,
+            marker.events,
+            marker.late,
+            marker.batch_id,
+            marker.uri,
+        )
         assert body["pane_kinds"] == sorted(marker.pane_kinds)
     late_on_disk = {k for k, m in on_disk.items() if m.late}
     assert late_on_disk and len(late_on_disk) < len(on_disk)  # the data exercises both values

@@ -1,4 +1,5 @@
 """tidemark read and the reader API: current version, --as-of, --raw, formats, and no JVM."""
+
 from __future__ import annotations
 
 import hashlib
@@ -37,13 +38,28 @@ def lake(spark, tmp_path_factory):
         stream.batch(deliveries)
     v2 = run_dedup(path, day, RULES, spark=spark)
     assert v1.version < v2.version
-    return {"path": path, "day": day, "v1": v1.version, "v2": v2.version, "events": events,
-            "first_half": [e for b in batches[:2] for e in b]}
+    return {
+        "path": path,
+        "day": day,
+        "v1": v1.version,
+        "v2": v2.version,
+        "events": events,
+        "first_half": [e for b in batches[:2] for e in b],
+    }
 
 
 def keyset(table):
-    return {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"],
-             r["event_type_count"]) for r in table.to_pylist()}
+    return {
+        (
+            r["user_id"],
+            r["session_start"],
+            r["session_end"],
+            frozenset(r["event_ids"]),
+            r["event_count"],
+            r["event_type_count"],
+        )
+        for r in table.to_pylist()
+    }
 
 
 @pytest.mark.spark
@@ -116,11 +132,19 @@ def test_unpublished_date_is_a_clear_error(tmp_path, capsys):
 
 @pytest.mark.spark
 def test_read_starts_no_jvm(lake):
-    code = ("import sys\nfrom tidemark.cli import main\n"
-            f"rc = main(['read', '--lake', {str(lake['path'])!r}, '--event-date', {lake['day']!r}, '--format', 'jsonl'])\n"
-            "assert rc == 0 and 'pyspark' not in sys.modules and 'py4j' not in sys.modules, sorted(sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    code = (
+        "import sys\nfrom tidemark.cli import main\n"
+        f"rc = main(['read', '--lake', {str(lake['path'])!r}, '--event-date', {lake['day']!r}, '--format', 'jsonl'])\n"
+        "assert rc == 0 and 'pyspark' not in sys.modules and 'py4j' not in sys.modules, sorted(sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == reader.read_sessions(lake["path"], lake["day"]).num_rows
 
@@ -136,28 +160,34 @@ def test_pyiceberg_alone_and_duckdb_read_exactly_what_tidemark_read_gives(lake, 
     from pyiceberg.catalog import load_catalog
 
     path, day = lake["path"], lake["day"]
-    want = {(u, _micros(s), _micros(e), tuple(sorted(ids)), n)
-            for u, s, e, ids, n, _types in expected(lake["events"], day)}
+    want = {
+        (u, _micros(s), _micros(e), tuple(sorted(ids)), n) for u, s, e, ids, n, _types in expected(lake["events"], day)
+    }
 
     assert cli.main(["read", "--lake", str(path), "--event-date", day, "--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     parse = lambda text: _micros(datetime.fromisoformat(text.replace("Z", "+00:00")))  # noqa: E731
-    ours = {(r["user_id"], parse(r["session_start"]), parse(r["session_end"]), tuple(r["event_ids"]),
-             r["event_count"]) for r in rows}
+    ours = {
+        (r["user_id"], parse(r["session_start"]), parse(r["session_end"]), tuple(r["event_ids"]), r["event_count"])
+        for r in rows
+    }
     assert len(rows) == len(ours) and ours == want
 
     catalog = load_catalog("tidemark", type="sql", uri=f"sqlite:///{path}/_catalog/iceberg.db")
     table = catalog.load_table("tidemark.sessions_dedup")
     scan = table.scan(row_filter=f"event_date = '{day}'")
     plain = scan.to_arrow()
-    assert {(r["user_id"], _micros(r["session_start"]), _micros(r["session_end"]), tuple(r["event_ids"]),
-             r["event_count"]) for r in plain.to_pylist()} == want and plain.num_rows == len(want)
+    assert {
+        (r["user_id"], _micros(r["session_start"]), _micros(r["session_end"]), tuple(r["event_ids"]), r["event_count"])
+        for r in plain.to_pylist()
+    } == want and plain.num_rows == len(want)
     # The partition prunes: only this date's files are planned.
     assert [f.name for f in table.spec().fields] == ["event_date"]
     assert all(f"/event_date={day}/" in task.file.file_path for task in scan.plan_files())
     assert str(table.schema().find_field("session_start").field_type) == "timestamptz"
 
     con = scan.to_duckdb(table_name="sessions")
-    got = con.execute("SELECT user_id, epoch_us(session_start), epoch_us(session_end), event_ids, event_count "
-                      "FROM sessions").fetchall()
+    got = con.execute(
+        "SELECT user_id, epoch_us(session_start), epoch_us(session_end), event_ids, event_count FROM sessions"
+    ).fetchall()
     assert {(u, s, e, tuple(ids), n) for u, s, e, ids, n in got} == want and len(got) == len(want)

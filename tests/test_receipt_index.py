@@ -1,6 +1,7 @@
 """The receipt index (tidemark/receipt_index.py) against planning without it, on random lakes of
 markers: the same plans, a no-op decision that never says "covered" when the full plan is not, and
 the migration of a lake written before the index. No Spark: planning reads markers only."""
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,13 @@ from datetime import timedelta
 
 import pytest
 
-from tidemark import layout, planning, receipt_index, receipts, times
-from tidemark.sessions import SessionRules
-from tidemark.lake import Lake
-from tests.markerkit import DAY0, RULES, random_partition as _partition, stamp as _stamp, write_batch as _write_batch
+from tests.markerkit import DAY0, RULES
+from tests.markerkit import random_partition as _partition
+from tests.markerkit import write_batch as _write_batch
 from tidemark import lake as lake_layout
+from tidemark import planning, receipt_index, receipts, times
+from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 
 def _plans(lake: Lake, event_date: str, rules: SessionRules, hi: str) -> tuple[list[str], list[str]]:
@@ -66,8 +69,12 @@ def _version(lake: Lake, event_date: str, rules: SessionRules) -> dict:
         if bigger is None:
             break
         current = bigger
-    return {"receipts": current.keys, "hi": current.hi, "reach": planning.format_reach(reach),
-            "planned_through": current.planned_through}
+    return {
+        "receipts": current.keys,
+        "hi": current.hi,
+        "reach": planning.format_reach(reach),
+        "planned_through": current.planned_through,
+    }
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -79,8 +86,11 @@ def test_the_quick_no_op_decision_never_says_covered_when_the_full_plan_is_not(t
         _write_batch(lake, rng, batch, days=6)
     verdicts = {True: 0, False: 0}
     for round_ in range(6):
-        versions = {(d, i): _version(lake, (DAY0 + timedelta(days=d)).isoformat(), rules)
-                    for d in range(7) for i, rules in enumerate(RULES)}
+        versions = {
+            (d, i): _version(lake, (DAY0 + timedelta(days=d)).isoformat(), rules)
+            for d in range(7)
+            for i, rules in enumerate(RULES)
+        }
         for batch in range(30 + 5 * round_, 30 + 5 * round_ + rng.randrange(0, 4)):
             _write_batch(lake, rng, batch, days=6)
         for (d, i), version in versions.items():
@@ -104,15 +114,19 @@ def test_a_version_without_planned_through_or_a_lake_without_the_index_is_never_
     receipt_index.mark_complete(lake, "test")
     version_now = _version(lake, DAY0.isoformat(), RULES[0])
     assert planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], version_now)
-    assert not planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0],
-                                      {**version_now, "planned_through": None})
+    assert not planning.quick_covered(
+        planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], {**version_now, "planned_through": None}
+    )
 
 
 def _entries(lake: Lake) -> list[str]:
     """The reach and end entries of the receipt index (what `tidemark reindex` rebuilds)."""
-    return sorted(os.path.relpath(os.path.join(root, name), lake)
-                  for kind in ("reach", "ends")
-                  for root, _, names in os.walk(os.path.join(lake, lake_layout.RECEIPT_INDEX, kind)) for name in names)
+    return sorted(
+        os.path.relpath(os.path.join(root, name), lake)
+        for kind in ("reach", "ends")
+        for root, _, names in os.walk(os.path.join(lake, lake_layout.RECEIPT_INDEX, kind))
+        for name in names
+    )
 
 
 def test_reindex_migrates_a_lake_written_before_the_index(tmp_path):
@@ -134,8 +148,9 @@ def test_reindex_migrates_a_lake_written_before_the_index(tmp_path):
 def test_reach_entries_name_every_later_date_a_partition_reaches():
     rng = random.Random(0)
     p = _partition(rng, 0, DAY0)
-    p = receipts.ReceiptPartition(**{**p.to_json(), "min_event_ts": "2026-03-01T23:50:00Z",
-                                     "max_event_ts": "2026-03-04T00:10:00Z"})
+    p = receipts.ReceiptPartition(
+        **{**p.to_json(), "min_event_ts": "2026-03-01T23:50:00Z", "max_event_ts": "2026-03-04T00:10:00Z"}
+    )
     assert receipt_index.reached_dates(p) == ["2026-03-02", "2026-03-03", "2026-03-04"]
     same_day = receipts.ReceiptPartition(**{**p.to_json(), "max_event_ts": "2026-03-01T23:59:59.999999Z"})
     assert receipt_index.reached_dates(same_day) == []

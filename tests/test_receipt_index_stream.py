@@ -1,6 +1,7 @@
 """The receipt index with the real stream and dedup: a stream on an empty lake starts the index and
 writes the head; a version records what it planned through; the next no-op decision reads no
 marker it already planned over, and a new receipt still makes it recompute."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,8 @@ from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
 from tidemark import dedup, planning, publish, receipt_index, receipts
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -19,24 +20,29 @@ D6, D7 = "2026-03-06", "2026-03-07"
 
 
 def _stream(spark, landing, lake, checkpoint):
-    run_stream(StreamConfig(landing, lake, checkpoint, RULES, available_now=True, max_files_per_trigger=1),
-               spark=spark)
+    run_stream(StreamConfig(landing, lake, checkpoint, RULES, available_now=True, max_files_per_trigger=1), spark=spark)
 
 
 def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp_path, monkeypatch):
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))
     lake = Lake.open(lake)
-    land(landing, [
-        [event("u1", "a1", f"{D6}T23:50:00Z"), event("u1", "a2", f"{D7}T00:10:00Z")],  # crosses midnight
-        [event("u2", "b1", f"{D7}T10:00:00Z")],
-        [event("u3", "c1", f"{D6}T09:00:00Z")],
-    ])
+    land(
+        landing,
+        [
+            [event("u1", "a1", f"{D6}T23:50:00Z"), event("u1", "a2", f"{D7}T00:10:00Z")],  # crosses midnight
+            [event("u2", "b1", f"{D7}T10:00:00Z")],
+            [event("u3", "c1", f"{D6}T09:00:00Z")],
+        ],
+    )
     _stream(spark, landing, lake, checkpoint)
     assert receipt_index.is_complete(lake)
     newest = max(ts for d in receipts.list_event_dates(lake) for ts in receipts.list_receipts(lake, d))
     assert receipt_index.head(lake) == newest
-    spanning = {(D6, ts) for ts in receipts.list_receipts(lake, D6)
-                if receipts.read_marker(lake, D6, ts).max_event_ts.startswith(D7)}
+    spanning = {
+        (D6, ts)
+        for ts in receipts.list_receipts(lake, D6)
+        if receipts.read_marker(lake, D6, ts).max_event_ts.startswith(D7)
+    }
     assert len(spanning) == 2  # u1's early pane and its on_time pane
     assert set(receipt_index.reaching(lake, D7)) == spanning
 

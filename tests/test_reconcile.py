@@ -4,10 +4,11 @@ versions and crashes at every step of a dedup run, and reconciliation finds ever
 The DAG's way is reproduced with the functions its tasks call: `run_dedup` (the dedup task), then
 `obligations.reruns_owed_by` (the owed_reruns task's list of neighbour runs). Every scenario ends with
 every date equal to the batch reference (tests/reference.py through test_dedup_lake.expected)."""
+
 from __future__ import annotations
 
-import os
 import json
+import os
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -15,8 +16,8 @@ import pytest
 from tests.lakekit import RULES, SimulatedStream, expected, published
 from tidemark import cli, layout, obligations, publish, reconcile, rules_record, runs
 from tidemark.dedup import run_dedup
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 D6, D7 = "2026-03-06", "2026-03-07"
 
@@ -25,8 +26,8 @@ def t(day: str, hh: int, mm: int) -> datetime:
     return datetime.fromisoformat(f"{day}T{hh:02d}:{mm:02d}:00+00:00")
 
 
-A = [("u", "a1", t(D6, 23, 20), "play"), ("u", "a2", t(D6, 23, 45), "play")]   # a session on D6
-B = [("u", "b1", t(D7, 0, 30), "play"), ("u", "b2", t(D7, 0, 50), "play")]     # 45 min later: D7's
+A = [("u", "a1", t(D6, 23, 20), "play"), ("u", "a2", t(D6, 23, 45), "play")]  # a session on D6
+B = [("u", "b1", t(D7, 0, 30), "play"), ("u", "b2", t(D7, 0, 50), "play")]  # 45 min later: D7's
 BRIDGE = [("u", "x", t(D7, 0, 10), "play")]  # arrives late, alone: a pane of D7 joining both
 OTHER = [("v", "v1", t(D7, 10, 0), "play")]
 LATER = [("v", "v2", t(D7, 10, 20), "play")]  # a second notice of D7 that affects no other date
@@ -94,9 +95,9 @@ def _raise(*_a, **_k):
 
 # Where a dedup run of D7 dies, and what to patch to kill it there.
 CRASH_POINTS = {
-    "after_data": (publish, "write_marker"),           # data files written, no run marker
-    "after_marker": (publish, "commit"),               # files and marker written, no commit
-    "after_commit": (obligations, "discharge"),        # committed, the run did not return
+    "after_data": (publish, "write_marker"),  # data files written, no run marker
+    "after_marker": (publish, "commit"),  # files and marker written, no commit
+    "after_commit": (obligations, "discharge"),  # committed, the run did not return
 }
 
 
@@ -104,8 +105,7 @@ CRASH_POINTS = {
 @pytest.mark.spark
 @pytest.mark.parametrize("recovery", ["retry", "reconcile"])
 @pytest.mark.parametrize("point", [*CRASH_POINTS, "before_neighbour_triggers"])
-def test_crash_at_each_step_then_retry_or_reconcile_ends_equal_to_the_reference(lake, monkeypatch, point,
-                                                                                 recovery):
+def test_crash_at_each_step_then_retry_or_reconcile_ends_equal_to_the_reference(lake, monkeypatch, point, recovery):
     path, _, spark = lake
     if point in CRASH_POINTS:
         module, name = CRASH_POINTS[point]
@@ -165,8 +165,10 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     assert cli.main(["reconcile", "--lake", path, "--json", "--grace", "0s", "--home", str(path) + "-none"]) == 0
     listed = {r["event_date"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
     assert set(listed) == {D6, D7, "2026-03-09"}
-    assert all(r["action"] == "would start (--trigger)" and r["run_id"].startswith(f"reconcile__{d}__")
-               for d, r in listed.items())
+    assert all(
+        r["action"] == "would start (--trigger)" and r["run_id"].startswith(f"reconcile__{d}__")
+        for d, r in listed.items()
+    )
 
     # The lake's session rules change (tidemark rules migrate records it first): every version
     # made under the old ones is stale.
@@ -200,8 +202,15 @@ def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended
     assert reconcile.decide([item], {}.get, now=now)[0].run_id != first.run_id
 
 
-@pytest.mark.parametrize("bad", [("2026-02-30", "abcdef012345", 1), ("2026-03-07", "../x", 1),
-                                 ("2026-03-07", "abcdef012345", 0), ("2026-03-07", "ABCDEF012345", 1)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("2026-02-30", "abcdef012345", 1),
+        ("2026-03-07", "../x", 1),
+        ("2026-03-07", "abcdef012345", 0),
+        ("2026-03-07", "ABCDEF012345", 1),
+    ],
+)
 def test_reconcile_run_ids_refuse_bad_parts(bad):
     with pytest.raises(runs.InvalidRunKey):
         runs.reconcile_run_id(*bad)

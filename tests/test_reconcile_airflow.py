@@ -5,24 +5,24 @@ the date then equals the batch reference.
 
 One Airflow for the module; the reconcile DAG's schedule is off (it is triggered here, so the test
 does not wait 15 minutes) and its grace period is 0 s."""
+
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
-import functools
 import sys
 from datetime import datetime, timezone
 
 import pytest
 
-from tidemark import receipts
 from tests.helpers import dag_run_finished
 from tests.lakekit import SimulatedStream, expected, published
-from tidemark import layout, names, polling, reconcile, runs
-from tidemark.localstack.airflow import AirflowServer
+from tidemark import names, polling, receipts, reconcile, runs
 from tidemark.lake import Lake
+from tidemark.localstack.airflow import AirflowServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,8 +35,14 @@ def at(hh: int, mm: int) -> datetime:
     return datetime(2026, 3, 7, hh, mm, tzinfo=timezone.utc)
 
 
-EVENTS = [("u1", "a1", at(9, 0), "play"), ("u1", "a2", at(9, 20), "play"), ("u1", "a3", at(10, 30), "play"),
-          ("u2", "b1", at(12, 0), "play"), ("u2", "b1", at(12, 0), "play"), ("u2", "b2", at(12, 25), "play")]
+EVENTS = [
+    ("u1", "a1", at(9, 0), "play"),
+    ("u1", "a2", at(9, 20), "play"),
+    ("u1", "a3", at(10, 30), "play"),
+    ("u2", "b1", at(12, 0), "play"),
+    ("u2", "b1", at(12, 0), "play"),
+    ("u2", "b2", at(12, 25), "play"),
+]
 
 
 wait_for = functools.partial(polling.wait_for, interval=2.0)  # Airflow runs take seconds: poll gently
@@ -55,9 +61,15 @@ def lake(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory, lake):
-    server = AirflowServer(str(tmp_path_factory.mktemp("airflow")),
-                           env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "1",
-                                "TIDEMARK_RECONCILE_INTERVAL": "off", "TIDEMARK_RECONCILE_GRACE": "0s"})
+    server = AirflowServer(
+        str(tmp_path_factory.mktemp("airflow")),
+        env={
+            "TIDEMARK_LAKE": str(lake),
+            "TIDEMARK_DAG_RETRIES": "1",
+            "TIDEMARK_RECONCILE_INTERVAL": "off",
+            "TIDEMARK_RECONCILE_GRACE": "0s",
+        },
+    )
     try:
         server.start()
         server.wait_for_dag()
@@ -71,11 +83,29 @@ def airflow(tmp_path_factory, lake):
 def cli_reconcile(server, lake, tmp_path, *extra) -> list[dict]:
     secret = tmp_path / "airflow-password"
     secret.write_text(server.password)
-    proc = subprocess.run([sys.executable, "-m", "tidemark.cli", "reconcile", "--lake", str(lake), "--json",
-                           "--grace", "0s", "--airflow-url", server.url,
-                           "--airflow-password-file", str(secret), *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidemark.cli",
+            "reconcile",
+            "--lake",
+            str(lake),
+            "--json",
+            "--grace",
+            "0s",
+            "--airflow-url",
+            server.url,
+            "--airflow-password-file",
+            str(secret),
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 

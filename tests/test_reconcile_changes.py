@@ -3,6 +3,7 @@ stale at the last pass, the dates that received receipt partitions since (the re
 arrivals) and the dates owed a rerun, and finds exactly what walking every date finds. No Spark:
 versions are committed to the Iceberg table with no data files (what a version of a date without
 sessions is), which is all reconciliation reads of them."""
+
 from __future__ import annotations
 
 import os
@@ -11,11 +12,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.markerkit import stamp as _stamp, write_batch as _write_batch
-from tidemark import layout, obligations, planning, publish, receipt_index, receipts, reconcile, rules_record
-from tidemark.sessions import SessionRules
+from tests.markerkit import stamp as _stamp
+from tests.markerkit import write_batch as _write_batch
 from tidemark import lake as lake_layout
+from tidemark import obligations, planning, publish, receipt_index, receipts, reconcile, rules_record
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 RULES = SessionRules.parse("30m", "1h", "0s")
 NOW = datetime(2026, 4, 2, tzinfo=timezone.utc)
@@ -28,21 +30,32 @@ def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
     if stamps and rng.random() < 0.3:
         stamps = stamps[:-1]
     keys = [planning.receipt_key(event_date, ts) for ts in stamps]
-    marker = {"event_date": event_date, "run_id": publish.new_run_id(), "files": [], "sessions": 0,
-              "receipts": keys, "max_receipt_ts": max(stamps, default=_stamp(0)), "reach": None,
-              "hi": event_date, "planned_through": receipt_index.head(lake), "affected_dates": [],
-              **rules_record.marker_fields(RULES)}
+    marker = {
+        "event_date": event_date,
+        "run_id": publish.new_run_id(),
+        "files": [],
+        "sessions": 0,
+        "receipts": keys,
+        "max_receipt_ts": max(stamps, default=_stamp(0)),
+        "reach": None,
+        "hi": event_date,
+        "planned_through": receipt_index.head(lake),
+        "affected_dates": [],
+        **rules_record.marker_fields(RULES),
+    }
     publish.write_marker(lake, marker)
     publish.commit(lake, marker)
 
 
 def _every_date(lake: Lake) -> list[str]:
-    return sorted(set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake))
-                  | {o["event_date"] for o in obligations.pending(lake)})
+    return sorted(
+        set(receipts.list_event_dates(lake))
+        | set(publish.list_dedup_dates(lake))
+        | {o["event_date"] for o in obligations.pending(lake)}
+    )
 
 
 def _cursor(lake: Lake) -> dict:
-    from tidemark import storage
 
     return lake.read_json(lake.reconcile_cursor())
 
@@ -121,9 +134,9 @@ def test_arrivals_name_the_dates_received_between_two_times(lake):
     rng = random.Random(4)
     written = [_write_batch(lake, rng, batch) for batch in range(0, 8640 * 2 + 1, 2160)]  # 2 days
     for a, b in [(0, 3), (2, 6), (4, 8), (0, 8)]:
-        expected = {p.event_date for batch in written[a + 1:b + 1] for p in batch}
+        expected = {p.event_date for batch in written[a + 1 : b + 1] for p in batch}
         assert receipt_index.arrived(lake, written[a][0].receipt_ts, written[b][0].receipt_ts) == expected
-        since = {p.event_date for batch in written[a + 1:] for p in batch}
+        since = {p.event_date for batch in written[a + 1 :] for p in batch}
         assert receipt_index.arrived(lake, written[a][0].receipt_ts) == since  # up to the newest
     with pytest.raises(ValueError):
         receipt_index.arrived(lake, None, written[-1][0].receipt_ts)
@@ -149,14 +162,13 @@ def test_partitions_shows_a_range_of_dates_with_what_reconcile_finds(lake, capsy
     stale = {s.event_date: s for s in reconcile.staleness(lake, event_dates=dates)}
     for row in rows:
         expected = stale.get(row["event_date"])
-        assert row["pending_receipts"] == ([k.split("/", 1)[1] for k in expected.pending_receipts]
-                                           if expected else [])
+        assert row["pending_receipts"] == ([k.split("/", 1)[1] for k in expected.pending_receipts] if expected else [])
         assert row["receipts"] == len(receipts.list_receipts(lake, row["event_date"]))
     assert cli.main(["partitions", "--lake", str(lake), "--since", "2026-02-30"]) != 0
 
 
 def test_gc_prunes_arrivals_reconciliation_no_longer_needs_and_a_pass_behind_them_walks(lake):
-    from tidemark import gc, storage
+    from tidemark import gc
 
     rng = random.Random(9)
     written = [_write_batch(lake, rng, batch) for batch in range(0, 8640 * 3, 2880)]  # 3 days of receipts

@@ -11,6 +11,7 @@ driver beside its replacement), the lake must keep the receipt index's promises:
   - a reconciliation pass from what changed equals the walk of every date;
   - the head never names a batch with an incomplete partition.
 No Spark: the writer is plain Python on pyarrow, like the stream's executors' pane writer."""
+
 from __future__ import annotations
 
 import os
@@ -61,9 +62,13 @@ WRITER = textwrap.dedent("""
 
 
 def _start(lake: Lake, batch: int, dates: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WRITER, lake, str(batch), str(dates)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, lake, str(batch), str(dates)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
 
 
 def _wait_for(proc: subprocess.Popen, word: str, timeout: float = 60) -> None:
@@ -76,8 +81,11 @@ def _wait_for(proc: subprocess.Popen, word: str, timeout: float = 60) -> None:
 
 
 def _complete(lake: Lake) -> list[receipts.ReceiptPartition]:
-    return [receipts.read_marker(lake, d, ts) for d in receipts.list_event_dates(lake)
-            for ts in receipts.list_receipts(lake, d)]
+    return [
+        receipts.read_marker(lake, d, ts)
+        for d in receipts.list_event_dates(lake)
+        for ts in receipts.list_receipts(lake, d)
+    ]
 
 
 def check_promises(lake: Lake) -> None:
@@ -140,4 +148,5 @@ def test_two_writers_registering_one_batch_at_once(lake):
             assert writer.wait(30) == 0
         check_promises(lake)
     assert receipt_index.head(lake) == layout.format_receipt_ts(
-        datetime(2026, 4, 1, tzinfo=timezone.utc) + timedelta(seconds=20))
+        datetime(2026, 4, 1, tzinfo=timezone.utc) + timedelta(seconds=20)
+    )

@@ -1,6 +1,7 @@
 """The lake's session rules record, without Spark: written once and create-if-absent (concurrent
 first starts cannot both win), history kept, disagreeing rules refused with both values named by
 every entry point (dedup, stream, up) before anything starts, and version staleness."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ from datetime import timedelta
 
 import pytest
 
-from tidemark import layout, rules_record, storage
-from tidemark.sessions import SessionRules, parse_overrides
+from tidemark import rules_record, storage
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules, parse_overrides
 
 TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
 GAP20 = SessionRules(gap=timedelta(minutes=20))
@@ -139,6 +140,7 @@ def test_a_lake_without_a_record_dedups_with_the_defaults_and_says_so(tmp_path, 
 
 # -- the commands refuse disagreeing options before anything starts -------------------------------
 
+
 @pytest.fixture()
 def lake20(tmp_path):
     lake = Lake.open(tmp_path / "lake")
@@ -155,16 +157,38 @@ def test_dedup_command_refuses_disagreeing_options(lake20):
 
 def test_dedup_through_spark_submit_app_refuses_disagreeing_options(lake20):
     # What the DAG's SparkSubmitOperator runs, with a rule option added: refused the same way.
-    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.dirname(__file__)),
-                                                        "streaming_job", "submit.py"),
-                           "dedup", "--lake", lake20, "--event-date", "2026-03-07", "--gap", "30m"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(os.path.dirname(os.path.dirname(__file__)), "streaming_job", "submit.py"),
+            "dedup",
+            "--lake",
+            lake20,
+            "--event-date",
+            "2026-03-07",
+            "--gap",
+            "30m",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "the lake records 20m" in proc.stderr
 
 
 def test_stream_command_refuses_other_rules_before_spark_starts(lake20, tmp_path):
-    proc = cli("stream", "--landing", str(tmp_path / "landing"), "--lake", lake20,
-               "--checkpoint", str(tmp_path / "ckpt"), "--gap", "45m", "--available-now")
+    proc = cli(
+        "stream",
+        "--landing",
+        str(tmp_path / "landing"),
+        "--lake",
+        lake20,
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--gap",
+        "45m",
+        "--available-now",
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "--gap 45m given, the lake records 20m" in proc.stderr
     assert not os.path.exists(tmp_path / "ckpt")  # nothing started
@@ -187,8 +211,10 @@ def test_rules_show_lists_the_history(lake20):
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert lines[0]["gap"] == "45m" and lines[0]["recorded"] is True
-    assert [(line["sequence"], line["rules"]["gap"]) for line in lines if line["kind"] == "record"] \
-        == [(1, "20m"), (2, "45m")]
+    assert [(line["sequence"], line["rules"]["gap"]) for line in lines if line["kind"] == "record"] == [
+        (1, "20m"),
+        (2, "45m"),
+    ]
     table = cli("rules", "show", "--lake", lake20)
     assert table.returncode == 0 and "rules history" in table.stdout and "20m" in table.stdout
 
@@ -201,11 +227,14 @@ def test_on_an_object_store_concurrent_first_records_leave_one_winner(monkeypatc
 
     bucket = pafs._MockFileSystem()
     real = storage.resolve
-    monkeypatch.setattr(storage, "resolve",
-                        lambda uri: (bucket, uri[len("mock://"):]) if uri.startswith("mock://") else real(uri))
-    monkeypatch.setattr(storage, "create_text_if_absent",
-                        lambda uri, text, settle_seconds=0.5, _create=storage.create_text_if_absent:
-                        _create(uri, text, settle_seconds))
+    monkeypatch.setattr(
+        storage, "resolve", lambda uri: (bucket, uri[len("mock://") :]) if uri.startswith("mock://") else real(uri)
+    )
+    monkeypatch.setattr(
+        storage,
+        "create_text_if_absent",
+        lambda uri, text, settle_seconds=0.5, _create=storage.create_text_if_absent: _create(uri, text, settle_seconds),
+    )
     lake = Lake.open("mock://bucket/lake")
     race_first_starts(lake, 4)
     # Later starts: the record is there, so nothing is written again.
@@ -260,8 +289,11 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
 
     def run(receipts: list[str], rules: SessionRules, extra: tuple[str, ...] = ()) -> dict:
         marker = icebergkit.prepared_run(lake, day, receipts)
-        marker.update(rules_record.marker_fields(rules), gap=rules.describe()["gap"],
-                      receipts=sorted(marker["receipts"] + list(extra)))
+        marker.update(
+            rules_record.marker_fields(rules),
+            gap=rules.describe()["gap"],
+            receipts=sorted(marker["receipts"] + list(extra)),
+        )
         publish.write_marker(lake, marker)
         return marker
 

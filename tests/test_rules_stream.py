@@ -3,6 +3,7 @@
 application the DAG runs), publishes 20-minute sessions; a deliberate change (`tidemark rules
 migrate`, `tidemark stream --migrate-rules`) re-deduplicates every date under the new rules; a
 running stream stops when the lake's rules change under it. Compared with tests/reference.py."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
 from tidemark import cli, publish, reader, rules_migration, rules_record
 from tidemark.dedup import run_dedup
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 # slow (not in make test-fast): the module streams a lake, then migrations re-deduplicate every date
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -36,10 +37,21 @@ RULES20 = SessionRules(gap=GAP20)
 # Neighbours 25 minutes apart (one session at 30m, two at 20m) and 40 minutes apart (one session
 # only at 45m), on two dates; z moves the watermark past all of it.
 FIRST_WAVE = [
-    [event("u", "u1", f"{D1}T10:00:00Z"), event("u", "u2", f"{D1}T10:25:00Z"), event("u", "u3", f"{D1}T10:40:00Z"),
-     event("v", "v1", f"{D1}T12:00:00Z"), event("v", "v2", f"{D1}T12:40:00Z")],
-    [event("w", "w1", f"{D2}T09:00:00Z"), event("w", "w2", f"{D2}T09:40:00Z"), event("w", "w2", f"{D2}T09:40:00Z"),
-     event("w", "w3", f"{D2}T11:00:00Z"), event("w", "w4", f"{D2}T11:25:00Z"), event("z", "z1", f"{D2}T18:00:00Z")],
+    [
+        event("u", "u1", f"{D1}T10:00:00Z"),
+        event("u", "u2", f"{D1}T10:25:00Z"),
+        event("u", "u3", f"{D1}T10:40:00Z"),
+        event("v", "v1", f"{D1}T12:00:00Z"),
+        event("v", "v2", f"{D1}T12:40:00Z"),
+    ],
+    [
+        event("w", "w1", f"{D2}T09:00:00Z"),
+        event("w", "w2", f"{D2}T09:40:00Z"),
+        event("w", "w2", f"{D2}T09:40:00Z"),
+        event("w", "w3", f"{D2}T11:00:00Z"),
+        event("w", "w4", f"{D2}T11:25:00Z"),
+        event("z", "z1", f"{D2}T18:00:00Z"),
+    ],
 ]
 
 
@@ -61,15 +73,18 @@ def streamed(spark, tmp_path_factory):
 
 
 def copy_of(streamed, tmp_path) -> tuple[str, Lake, str]:
-    for name, folder in zip(("landing", "lake", "ckpt"), streamed):
+    for name, folder in zip(("landing", "lake", "ckpt"), streamed, strict=False):
         shutil.copytree(folder, tmp_path / name)
     return str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
 
 
 def stale(lake: Lake, capsys) -> list[str]:
     assert cli.main(["rules", "show", "--lake", str(lake), "--json"]) == 0
-    return [line["event_date"] for line in map(json.loads, capsys.readouterr().out.splitlines())
-            if line["kind"] == "stale_date"]
+    return [
+        line["event_date"]
+        for line in map(json.loads, capsys.readouterr().out.splitlines())
+        if line["kind"] == "stale_date"
+    ]
 
 
 def test_dedup_without_rule_options_uses_the_streams_gap(spark, streamed, tmp_path, capsys):
@@ -97,12 +112,34 @@ def test_the_dags_spark_submit_dedup_uses_the_streams_gap(streamed, tmp_path):
     from tidemark.localstack.spark_cluster import spark_home
 
     landing, lake, _ = copy_of(streamed, tmp_path)
-    env = {**os.environ, "SPARK_HOME": spark_home(), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_CONF_DIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[1]",
-                           "--conf", "spark.ui.enabled=false", SUBMIT, "dedup", "--lake", str(lake), "--event-date", D1],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path))
+    env = {
+        **os.environ,
+        "SPARK_HOME": spark_home(),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_CONF_DIR": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [
+            os.path.join(spark_home(), "bin", "spark-submit"),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            SUBMIT,
+            "dedup",
+            "--lake",
+            str(lake),
+            "--event-date",
+            D1,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["sessions"] == len(expected(landing, D1, GAP20))
     assert published(lake, D1) == expected(landing, D1, GAP20)
@@ -170,8 +207,7 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
 def test_stream_migrate_rules_option_rededuplicates_before_starting(spark, streamed, tmp_path):
     landing, lake, ckpt = copy_of(streamed, tmp_path)
     run_dedup(lake, D1, spark=spark)  # D2 never deduplicated: the migration does it too
-    run_stream(StreamConfig(landing, lake, ckpt, {"gap": GAP30}, migrate_rules=True, available_now=True),
-               spark=spark)
+    run_stream(StreamConfig(landing, lake, ckpt, {"gap": GAP30}, migrate_rules=True, available_now=True), spark=spark)
     assert rules_record.current(lake).rules == SessionRules(gap=GAP30)
     assert rules_record.current(lake).recorded_by == "tidemark stream --migrate-rules"
     for day in (D1, D2):
@@ -185,8 +221,7 @@ def test_a_running_stream_stops_when_the_lakes_rules_change(spark, streamed, tmp
 
     def run() -> None:
         try:
-            run_stream(StreamConfig(landing, lake, ckpt, trigger_interval="1s", rules_check_interval=0.5),
-                       spark=spark)
+            run_stream(StreamConfig(landing, lake, ckpt, trigger_interval="1s", rules_check_interval=0.5), spark=spark)
             outcome["error"] = None
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             outcome["error"] = exc
@@ -210,8 +245,13 @@ def test_a_running_stream_stops_when_the_lakes_rules_change(spark, streamed, tmp
 EDGE_WAVES = [
     [event("a", "a1", f"{D1}T09:00:00Z"), event("a", "a2", f"{D1}T09:20:00Z"), event("a", "a3", f"{D1}T23:20:00Z")],
     [event("b", "b1", f"{D1}T23:32:00Z")],
-    [event("a", "a4", f"{D2}T00:00:00Z"), event("u", "u1", f"{D2}T10:00:00Z"), event("u", "u2", f"{D2}T10:27:00Z"),
-     event("v", "v1", f"{D2}T12:00:00Z"), event("v", "v2", f"{D2}T12:40:00Z")],
+    [
+        event("a", "a4", f"{D2}T00:00:00Z"),
+        event("u", "u1", f"{D2}T10:00:00Z"),
+        event("u", "u2", f"{D2}T10:27:00Z"),
+        event("v", "v1", f"{D2}T12:00:00Z"),
+        event("v", "v2", f"{D2}T12:40:00Z"),
+    ],
     [event("z", "z1", f"{D2}T18:00:00Z")],
 ]
 
@@ -225,8 +265,10 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
     the lake's new rules, and a second run of the same migration recomputes nothing."""
     landing, lake, ckpt = str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
     land(landing, EDGE_WAVES)
-    run_stream(StreamConfig(landing, lake, ckpt, SessionRules(gap=GAP30), available_now=True,
-                            max_files_per_trigger=1), spark=spark)
+    run_stream(
+        StreamConfig(landing, lake, ckpt, SessionRules(gap=GAP30), available_now=True, max_files_per_trigger=1),
+        spark=spark,
+    )
     gap25 = timedelta(minutes=25)
     # The reference tells every step's rules apart on this data, so each step below can fail.
     assert expected(landing, D2, gap25) != expected(landing, D2, GAP30) != expected(landing, D2, GAP45)

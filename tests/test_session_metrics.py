@@ -1,6 +1,7 @@
 """Daily session metrics (the example consumer's product): computed from a date's current version
 with pyarrow, written idempotently to its own partition, equal to the same metrics of the batch
 reference's sessions."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -16,14 +17,23 @@ T = datetime(2026, 3, 10, 23, 40, tzinfo=timezone.utc)
 
 
 def test_metrics_of_known_sessions():
-    rows = [("a", T, T + timedelta(minutes=30)),             # crosses midnight
-            ("a", T - timedelta(hours=5), T - timedelta(hours=5)),
-            ("b", T - timedelta(hours=1), T - timedelta(minutes=50)),
-            ("c", T - timedelta(hours=2), T - timedelta(hours=2, seconds=-20))]
+    rows = [
+        ("a", T, T + timedelta(minutes=30)),  # crosses midnight
+        ("a", T - timedelta(hours=5), T - timedelta(hours=5)),
+        ("b", T - timedelta(hours=1), T - timedelta(minutes=50)),
+        ("c", T - timedelta(hours=2), T - timedelta(hours=2, seconds=-20)),
+    ]
     got = session_metrics.from_sessions(D, "v", rows)
     # durations 0, 20, 600, 1800 s: median between 20 and 600, p95 = 600 + 0.85 * 1200
-    assert got == {"event_date": D, "version": "v", "sessions": 4, "users": 3, "median_duration_s": 310.0,
-                   "p95_duration_s": pytest.approx(1620.0), "crossed_midnight": 1}
+    assert got == {
+        "event_date": D,
+        "version": "v",
+        "sessions": 4,
+        "users": 3,
+        "median_duration_s": 310.0,
+        "p95_duration_s": pytest.approx(1620.0),
+        "crossed_midnight": 1,
+    }
     assert session_metrics.from_sessions(D, None, [])["median_duration_s"] is None
 
 

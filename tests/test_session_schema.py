@@ -1,6 +1,7 @@
 """THE session schema (tidemark/session_schema.py): everything that spells a session row derives
 from it or is checked against it, an existing Iceberg table is evolved to it in place, and the drill
 column (event_type_count) lands end to end on a lake written by the tidemark before it."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,8 @@ import pytest
 from tests import icebergkit
 from tests.helpers import ROOT
 from tests.lakekit import RULES, SimulatedStream, busiest_date, converge, expected, lake_with, make_events
-from tidemark import publish, reader, receipts, session_schema, table as iceberg
+from tidemark import publish, reader, receipts, session_schema
+from tidemark import table as iceberg
 from tidemark.lake import Lake
 
 DAY = "2026-03-10"
@@ -29,10 +31,11 @@ BEFORE_DRILL = "0fecda10d62de48354f1300257d56cd947141b6c"
 
 # --- derivations -------------------------------------------------------------------------------------
 
+
 def _doc_table(text: str, header: str) -> str:
     start = text.index(header)
     end = text.find("\n\n", start)
-    return text[start:end if end >= 0 else None]
+    return text[start : end if end >= 0 else None]
 
 
 def test_the_docs_column_tables_are_the_schema():
@@ -53,8 +56,9 @@ def test_every_spelling_derives_from_the_schema():
     assert incremental._ISLANDS_SCHEMA == session_schema.ISLANDS_DDL
     assert state.STATE_COLUMNS == list(session_schema.STATE_COLUMNS)
     # The drill column sits after event_count everywhere, evolved or new.
-    assert session_schema.TABLE_COLUMNS.index("event_type_count") == \
-        session_schema.TABLE_COLUMNS.index("event_count") + 1
+    assert (
+        session_schema.TABLE_COLUMNS.index("event_type_count") == session_schema.TABLE_COLUMNS.index("event_count") + 1
+    )
 
 
 def test_schema_1_is_the_table_before_versioning():
@@ -62,11 +66,21 @@ def test_schema_1_is_the_table_before_versioning():
     `evolve` starts from what existing lakes hold."""
     old = session_schema.iceberg_schema(1)
     assert [(f.field_id, f.name) for f in old.fields] == [
-        (1, "session_id"), (2, "user_id"), (3, "session_start"), (4, "session_end"), (5, "event_count"),
-        (6, "event_ids"), (7, "events"), (8, "first_receipt_ts"), (9, "last_receipt_ts"), (10, "event_date")]
+        (1, "session_id"),
+        (2, "user_id"),
+        (3, "session_start"),
+        (4, "session_end"),
+        (5, "event_count"),
+        (6, "event_ids"),
+        (7, "events"),
+        (8, "first_receipt_ts"),
+        (9, "last_receipt_ts"),
+        (10, "event_date"),
+    ]
     assert str(old.find_field("events").field_type) == (
         "list<struct<13: event_ts: optional timestamptz, 14: event_id: optional string, "
-        "15: event_type: optional string, 16: payload: optional string>>")
+        "15: event_type: optional string, 16: payload: optional string>>"
+    )
 
 
 @pytest.mark.slow
@@ -81,11 +95,17 @@ def test_the_sql_produces_exactly_the_schema_columns(spark):
 
     t = lambda m: datetime(2026, 3, 10, 10, m, tzinfo=timezone.utc)  # noqa: E731 - a fixture's shorthand
     events = spark.createDataFrame(
-        [("u1", "a", t(0), "play", "{}"), ("u1", "b", t(5), "pause", "{}"), ("u1", "c", t(9), "play", "{}"),
-         ("u2", "d", t(0), "seek", "{}")],
-        "user_id STRING, event_id STRING, event_ts TIMESTAMP, event_type STRING, payload STRING")
-    dedup_events = (events.selectExpr("*", "'20260310T120000000Z' AS first_receipt_ts",
-                                      "'20260310T120000000Z' AS last_receipt_ts", "false AS known"))
+        [
+            ("u1", "a", t(0), "play", "{}"),
+            ("u1", "b", t(5), "pause", "{}"),
+            ("u1", "c", t(9), "play", "{}"),
+            ("u2", "d", t(0), "seek", "{}"),
+        ],
+        "user_id STRING, event_id STRING, event_ts TIMESTAMP, event_type STRING, payload STRING",
+    )
+    dedup_events = events.selectExpr(
+        "*", "'20260310T120000000Z' AS first_receipt_ts", "'20260310T120000000Z' AS last_receipt_ts", "false AS known"
+    )
     sessionized = dedup_sql.run(spark, "sessionize", {"events": dedup_events}, gap_us=RULES.gap_us)
     islands = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
     assert islands.columns == [*session_schema.ISLAND_COLUMNS, "has_new", "event_date"]
@@ -96,16 +116,29 @@ def test_the_sql_produces_exactly_the_schema_columns(spark):
     older = islands.select(*session_schema.ISLAND_COLUMNS).withColumn("event_type_count", F.lit(None).cast("INT"))
     filled = session_schema.fill_older(older, 1).collect()
     assert {r["user_id"]: r["event_type_count"] for r in filled} == {"u1": 2, "u2": 1}
-    assert {r["user_id"]: column.read_fill({"events": [e.asDict() for e in r["events"]]}) for r in filled} == \
-        {"u1": 2, "u2": 1}
+    assert {r["user_id"]: column.read_fill({"events": [e.asDict() for e in r["events"]]}) for r in filled} == {
+        "u1": 2,
+        "u2": 1,
+    }
 
-    stream_events = events.selectExpr("*", "CAST(NULL AS STRING) AS state_session_id",
-                                      "CAST(NULL AS TIMESTAMP) AS state_session_start",
-                                      "CAST(NULL AS BOOLEAN) AS state_closed", "CAST(NULL AS INT) AS state_pane_count",
-                                      "true AS is_new")
+    stream_events = events.selectExpr(
+        "*",
+        "CAST(NULL AS STRING) AS state_session_id",
+        "CAST(NULL AS TIMESTAMP) AS state_session_start",
+        "CAST(NULL AS BOOLEAN) AS state_closed",
+        "CAST(NULL AS INT) AS state_pane_count",
+        "true AS is_new",
+    )
     sessionized = dedup_sql.run(spark, "sessionize", {"events": stream_events}, gap_us=RULES.gap_us)
-    result = dedup_sql.run(spark, "stream_panes", {"sessionized": sessionized}, gap_us=RULES.gap_us,
-                           lateness_us=RULES.allowed_lateness_us, w_prev_us=0, w_new_us=0)
+    result = dedup_sql.run(
+        spark,
+        "stream_panes",
+        {"sessionized": sessionized},
+        gap_us=RULES.gap_us,
+        lateness_us=RULES.allowed_lateness_us,
+        w_prev_us=0,
+        w_new_us=0,
+    )
     panes = BatchProcessor._panes(result, "20260310T120000000Z", 0, 0)
     assert panes.columns == [*session_schema.PANE_COLUMNS, "event_date", "receipt_ts"]
     assert {r["user_id"]: r["event_type_count"] for r in panes.collect()} == {"u1": 2, "u2": 1}
@@ -114,16 +147,23 @@ def test_the_sql_produces_exactly_the_schema_columns(spark):
 
 # --- evolution of an existing table ------------------------------------------------------------------
 
+
 def _create_schema_1_table(lake: Lake):
     """The table as tidemark created it before the schema was versioned (schema 1)."""
     cat = iceberg.catalog(lake)
     cat.create_namespace_if_not_exists(iceberg.identifier().split(".")[0])
     old = session_schema.iceberg_schema(1)
-    return cat.create_table(iceberg.identifier(), old, location=iceberg.table_location(lake),
-                            partition_spec=iceberg.partition_spec(old),
-                            properties={"commit.retry.num-retries": "0",
-                                        "schema.name-mapping.default": old.name_mapping.model_dump_json(),
-                                        "format-version": "2"})
+    return cat.create_table(
+        iceberg.identifier(),
+        old,
+        location=iceberg.table_location(lake),
+        partition_spec=iceberg.partition_spec(old),
+        properties={
+            "commit.retry.num-retries": "0",
+            "schema.name-mapping.default": old.name_mapping.model_dump_json(),
+            "format-version": "2",
+        },
+    )
 
 
 def _rewrite(lake: Lake, marker: dict, arrow_schema) -> None:
@@ -175,8 +215,11 @@ def test_an_existing_table_is_evolved_in_place_once(tmp_path):
     assert old.column_names == list(session_schema.TABLE_COLUMNS)
     assert old.column("event_type_count").to_pylist() == [1, 1]
     meta = old.schema.metadata
-    assert (meta[b"tidemark.session_schema"], meta[b"tidemark.computed_columns"], meta[b"tidemark.null_columns"]) \
-        == (b"1", b"event_type_count", b"")
+    assert (meta[b"tidemark.session_schema"], meta[b"tidemark.computed_columns"], meta[b"tidemark.null_columns"]) == (
+        b"1",
+        b"event_type_count",
+        b"",
+    )
     assert [r["event_type_count"] for r in reader.to_records(old)] == [1, 1]
     # asked for alone, it is still computed (the reader reads events for it and leaves them out)
     alone = reader.read_sessions(lake, DAY, columns=["user_id", "event_type_count"])
@@ -191,8 +234,7 @@ def test_complete_computes_what_an_older_version_lacks_or_says_it_is_null():
     before the evolution) is added computed; without the fill's inputs it is null, and named."""
     t0 = datetime(2026, 3, 10, 10, tzinfo=timezone.utc)
     event = lambda kind: {"event_ts": t0, "event_id": kind, "event_type": kind, "payload": "{}"}  # noqa: E731
-    rows = pa.table({"user_id": ["u1", "u2"],
-                     "events": [[event("play"), event("seek"), event("play")], []]})
+    rows = pa.table({"user_id": ["u1", "u2"], "events": [[event("play"), event("seek"), event("play")], []]})
     done = session_schema.complete(rows, 1, ["user_id", "event_type_count", "events"])
     assert done.table.column("event_type_count").to_pylist() == [2, 0]
     assert (done.computed, done.null) == (("event_type_count",), ())
@@ -257,13 +299,16 @@ def test_panes_written_before_the_column_are_read_with_it(tmp_path):
     assert "event_type_count" not in pq.read_schema(os.path.join(folder, "part-00000.parquet")).names
     panes = reader.read_panes(lake, day)
     assert panes.num_rows > 0 and panes.column_names[-1] == "receipt_ts"
-    assert [r["event_type_count"] for r in panes.to_pylist()] == \
-        [len({e["event_type"] for e in r["events"]}) for r in panes.to_pylist()]
+    assert [r["event_type_count"] for r in panes.to_pylist()] == [
+        len({e["event_type"] for e in r["events"]}) for r in panes.to_pylist()
+    ]
     assert any(r["event_type_count"] > 1 for r in panes.to_pylist())  # the count is not the trivial 1
     alone = reader.read_panes(lake, day, columns=["session_id", "event_type_count"])
     assert alone.column_names == ["session_id", "event_type_count", "receipt_ts"]
-    count = lambda table: sorted((r["receipt_ts"], r["session_id"], r["event_type_count"])  # noqa: E731
-                                 for r in table.to_pylist())
+    count = lambda table: sorted(
+        (r["receipt_ts"], r["session_id"], r["event_type_count"])  # noqa: E731
+        for r in table.to_pylist()
+    )
     assert count(alone) == count(panes)
 
 
@@ -305,9 +350,14 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
     subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive.stdout, check=True)
     lake = Lake.open(tmp_path / "lake")
     seed = 3
-    proc = subprocess.run([sys.executable, "-c", _OLD_WRITER, str(seed), str(lake)], cwd=old_tree,
-                          env={**os.environ, "PYTHONPATH": str(old_tree)}, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", _OLD_WRITER, str(seed), str(lake)],
+        cwd=old_tree,
+        env={**os.environ, "PYTHONPATH": str(old_tree)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     dates = json.loads(proc.stdout.strip().splitlines()[-1])
     # written before the column: the table has schema 1 and the versions no session_schema
@@ -338,6 +388,15 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
         table = reader.read_sessions(lake, each)
         # written by this tidemark: the files hold the column; before: the reader computed it
         assert table.schema.metadata[b"tidemark.computed_columns"] == (b"" if each in rerun else b"event_type_count")
-        got = {(r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"],
-                r["event_type_count"]) for r in table.to_pylist()}
+        got = {
+            (
+                r["user_id"],
+                r["session_start"],
+                r["session_end"],
+                frozenset(r["event_ids"]),
+                r["event_count"],
+                r["event_type_count"],
+            )
+            for r in table.to_pylist()
+        }
         assert got == expected(events, each), each

@@ -3,6 +3,7 @@ pyspark package) started by this module. tidemark.dedup runs unchanged as its cl
 the batch reference, two dates at once each in its own session; and the tidemark_dedup DAG, on a
 real Airflow whose `spark_default` connection is of type spark_connect, runs its dedup task as a
 client of that server (no spark-submit), then skips Spark for a run with nothing new."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,8 @@ import pytest
 
 from tests.lakekit import SimulatedStream, expected, make_events, published
 from tidemark import names
-from tidemark.localstack.spark_connect import SparkConnectServer
 from tidemark.lake import Lake
+from tidemark.localstack.spark_connect import SparkConnectServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 DAG_ID = names.get("DAG_ID")
@@ -84,16 +85,21 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
 
 
 def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
-    from tidemark.localstack.airflow import AirflowServer
     from tests.helpers import dag_run_finished as finished
+    from tidemark.localstack.airflow import AirflowServer
 
     lake = Lake.open(tmp_path / "lake")
     events, dates = write_lake(lake, 9)
     event_date = sorted(dates)[0]
-    airflow = AirflowServer(str(tmp_path / "airflow"),
-                            env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0",
-                                 "TIDEMARK_RECONCILE_INTERVAL": "off",
-                                 "AIRFLOW_CONN_SPARK_DEFAULT": server.airflow_connection()})
+    airflow = AirflowServer(
+        str(tmp_path / "airflow"),
+        env={
+            "TIDEMARK_LAKE": str(lake),
+            "TIDEMARK_DAG_RETRIES": "0",
+            "TIDEMARK_RECONCILE_INTERVAL": "off",
+            "AIRFLOW_CONN_SPARK_DEFAULT": server.airflow_connection(),
+        },
+    )
     try:
         airflow.start()
         airflow.wait_for_dag()

@@ -3,6 +3,7 @@
 Pure text checks (no Spark): the rules' behaviour is covered by the stream and dedup tests
 (test_duplicate_copies.py, test_dedup_*.py, test_stream_*.py), which run the rendered SQL.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -36,8 +37,7 @@ def test_each_rule_is_written_once(rule):
     places = [ROOT / "dedup_sql" / f"{name}.sql" for name in SQL_FILES]
     for folder in ("tidemark", "streaming_job", "bench"):
         places += sorted((ROOT / folder).rglob("*.py"))
-    found = [str(p.relative_to(ROOT)) for p in places
-             if p.name != "sql_rules.py" and COPIES[rule].search(_code(p))]
+    found = [str(p.relative_to(ROOT)) for p in places if p.name != "sql_rules.py" and COPIES[rule].search(_code(p))]
     # The bench's synthetic panes build events from generated values (data, not the rule).
     assert found in ([], ["bench/dedup_partition.py"]) if rule == "event struct" else found == [], found
 
@@ -61,13 +61,16 @@ def test_render_refuses_unknown_macros():
 
 def test_rendered_rules():
     assert sql_rules.render("@session_id(u, s)") == (
-        "substr(sha2(concat(u, '|', CAST(unix_micros(s) AS STRING)), 256), 1, 32)")
+        "substr(sha2(concat(u, '|', CAST(unix_micros(s) AS STRING)), 256), 1, 32)"
+    )
     with pytest.raises(ValueError, match="unrendered"):  # nesting is not supported: name a column
         sql_rules.render("@kept(@copy(e.event_type, e.payload))")
     assert sql_rules.render("@kept(c)") == "MIN(c)"
     assert sql_rules.render("@copy(t, p)") == "named_struct('event_type', t, 'payload', p)"
     assert sql_rules.render("@event()") == (
-        "named_struct('event_ts', event_ts, 'event_id', event_id, 'event_type', event_type, 'payload', payload)")
+        "named_struct('event_ts', event_ts, 'event_id', event_id, 'event_type', event_type, 'payload', payload)"
+    )
     assert sql_rules.render("CAST(x AS @EVENTS_TYPE)") == (
-        "CAST(x AS ARRAY<STRUCT<event_ts: TIMESTAMP, event_id: STRING, event_type: STRING, payload: STRING>>)")
+        "CAST(x AS ARRAY<STRUCT<event_ts: TIMESTAMP, event_id: STRING, event_type: STRING, payload: STRING>>)"
+    )
     assert [f.name for f in sql_rules.event_arrow_type()] == [n for n, _ in sql_rules.EVENT_FIELDS]

@@ -4,6 +4,7 @@ Checked: up starts every component and status reports each running with its URL 
 with its login); down stops exactly what up started (every recorded process group gone, every
 recorded port free) and leaves alone a process whose pid a record names but which is not the one
 up started; a second up resumes with the same ports, lake and checkpoint; bad options are refused."""
+
 from __future__ import annotations
 
 import json
@@ -51,9 +52,16 @@ def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_p
     settings = stack.settings()
     records = stack.records()
     # exporter and prometheus: the SLO gauges and alerts (docs/metrics.md); prometheus when installed
-    assert set(records) == {"pubsub", "spark-connect", "airflow-api-server", "airflow-scheduler",
-                            "airflow-dag-processor", "function", "stream", "exporter"} | (
-                                {"prometheus"} if shutil.which("prometheus") else set())
+    assert set(records) == {
+        "pubsub",
+        "spark-connect",
+        "airflow-api-server",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "function",
+        "stream",
+        "exporter",
+    } | ({"prometheus"} if shutil.which("prometheus") else set())
     assert all(r.alive() for r in records.values())
 
     rows = status_rows(home)

@@ -1,5 +1,6 @@
 """Kill the stream with SIGKILL at random moments, restart it on the same checkpoint, and check
 that no event is lost, none is duplicated once deduplicated, and complete partitions never change."""
+
 from __future__ import annotations
 
 import os
@@ -8,12 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
 
 import pytest
 
-from tests.reference import landed_lines, valid_events
 from tests.helpers import stream_alive, wait_for
+from tests.reference import landed_lines, valid_events
 from tests.streamkit import panes, partition_snapshot
 from tidemark import landing_archive
 from tidemark.generate import Workload, build, split_files, write_file
@@ -23,14 +23,35 @@ pytestmark = pytest.mark.slow
 
 
 def stream_cmd(landing, lake, checkpoint, *extra):
-    return [sys.executable, "-m", "tidemark.cli", "stream", "--landing", landing, "--lake", str(lake),
-            "--checkpoint", checkpoint, "--gap", "30m", "--allowed-lateness", "1h",
-            "--max-files-per-trigger", "2", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "tidemark.cli",
+        "stream",
+        "--landing",
+        landing,
+        "--lake",
+        str(lake),
+        "--checkpoint",
+        checkpoint,
+        "--gap",
+        "30m",
+        "--allowed-lateness",
+        "1h",
+        "--max-files-per-trigger",
+        "2",
+        *extra,
+    ]
 
 
 def wait_for_markers(lake, at_least, timeout, proc):
-    wait_for(lambda: len(partition_snapshot(lake)) >= at_least, timeout, f"{at_least} complete partitions",
-             interval=0.2, abort=lambda: stream_alive(proc))
+    wait_for(
+        lambda: len(partition_snapshot(lake)) >= at_least,
+        timeout,
+        f"{at_least} complete partitions",
+        interval=0.2,
+        abort=lambda: stream_alive(proc),
+    )
 
 
 @pytest.mark.parametrize("bounded", [False, True], ids=["landing", "archive-and-rotation"])
@@ -52,8 +73,13 @@ def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path, bounded)
     seen: dict = {}
     kills = 0
     for _ in range(3):
-        proc = subprocess.Popen(stream_cmd(landing, lake, checkpoint, "--trigger-interval", "200ms", *bounded_args),
-                                stdout=log, stderr=log, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            stream_cmd(landing, lake, checkpoint, "--trigger-interval", "200ms", *bounded_args),
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
         try:
             wait_for_markers(lake, len(seen) + 1, 240, proc)
             time.sleep(rng.uniform(0.0, 3.0))  # land the kill anywhere inside a batch
@@ -66,8 +92,14 @@ def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path, bounded)
             assert snapshot.get(key) == value, f"complete partition {key} changed after a restart"
         seen = snapshot
     # finish everything that has landed
-    subprocess.run(stream_cmd(landing, lake, checkpoint, "--available-now", *bounded_args), stdout=log, stderr=log,
-                   env=env, check=True, timeout=600)
+    subprocess.run(
+        stream_cmd(landing, lake, checkpoint, "--available-now", *bounded_args),
+        stdout=log,
+        stderr=log,
+        env=env,
+        check=True,
+        timeout=600,
+    )
     final = partition_snapshot(lake)
     for key, value in seen.items():
         assert final.get(key) == value, f"complete partition {key} changed"

@@ -2,6 +2,7 @@
 and bytes the landing rule decides, modification times, files replaced under a read name, and
 events from the future judged against their receipt time. Each case runs the real stream
 (available-now) in the shared session and compares with the batch reference or the quarantine."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,8 @@ import pytest
 
 from streaming_job.job import StreamConfig, run_stream
 from tests.streamkit import event, land, land_raw, panes
-from tidemark.lake import Lake
 from tidemark import batch_reference, contract, landing, landing_ledger, quarantine
+from tidemark.lake import Lake
 from tidemark.sessions import SessionRules
 from tidemark.times import iso_z, to_micros
 
@@ -24,8 +25,14 @@ def _dirs(tmp_path):
 
 
 def _run(spark, landing_dir, lake, checkpoint, reports=None, **extra):
-    config = StreamConfig(landing=landing_dir, lake=lake, checkpoint=checkpoint,
-                          rules=SessionRules.parse("30m", "1h", "0s"), available_now=True, **extra)
+    config = StreamConfig(
+        landing=landing_dir,
+        lake=lake,
+        checkpoint=checkpoint,
+        rules=SessionRules.parse("30m", "1h", "0s"),
+        available_now=True,
+        **extra,
+    )
     run_stream(config, listeners=[reports.append] if reports is not None else None, spark=spark)
 
 
@@ -72,8 +79,16 @@ def test_landing_names_and_a_leading_bom_follow_the_one_landing_rule(spark, tmp_
     rules) and took a first line with a BOM that the reference refused."""
     landing_dir, lake, checkpoint = _dirs(tmp_path)
     day = "2026-08-05"
-    _write(landing_dir, "a.jsonl", landing.UTF8_BOM + event("u1", "a", f"{day}T10:00:00Z").encode() + b"\n"
-           + landing.UTF8_BOM + event("u1", "bom-mid-file", f"{day}T10:01:00Z").encode() + b"\n")
+    _write(
+        landing_dir,
+        "a.jsonl",
+        landing.UTF8_BOM
+        + event("u1", "a", f"{day}T10:00:00Z").encode()
+        + b"\n"
+        + landing.UTF8_BOM
+        + event("u1", "bom-mid-file", f"{day}T10:01:00Z").encode()
+        + b"\n",
+    )
     _write(landing_dir, "_part=1/x.jsonl", event("u2", "hidden-partition", f"{day}T10:00:00Z").encode())
     _write(landing_dir, "sub/_y=2.jsonl", event("u3", "hidden-name", f"{day}T10:00:00Z").encode())
     _write(landing_dir, "_metadata_x/y.jsonl", event("u4", "hidden-metadata", f"{day}T10:00:00Z").encode())
@@ -86,9 +101,13 @@ def test_landing_names_and_a_leading_bom_follow_the_one_landing_rule(spark, tmp_
     assert [r["raw"][:3] for r in quarantine.read_quarantine(lake)] == [landing.UTF8_BOM]
     ledger = landing_ledger.read_ledger(lake)
     assert {path: record.verdict for path, record in ledger.items()} == {
-        "a.jsonl": landing.INPUT, "sub dir/b c.jsonl": landing.INPUT,
-        "_part=1/x.jsonl": landing.HIDDEN, "sub/_y=2.jsonl": landing.HIDDEN,
-        "_metadata_x/y.jsonl": landing.HIDDEN, "sub/t.jsonl.tmp": landing.IN_PROGRESS}
+        "a.jsonl": landing.INPUT,
+        "sub dir/b c.jsonl": landing.INPUT,
+        "_part=1/x.jsonl": landing.HIDDEN,
+        "sub/_y=2.jsonl": landing.HIDDEN,
+        "_metadata_x/y.jsonl": landing.HIDDEN,
+        "sub/t.jsonl.tmp": landing.IN_PROGRESS,
+    }
     audit = landing_ledger.audit(landing_dir, lake)
     assert sorted(f.path for f in audit.in_progress) == ["sub/t.jsonl.tmp", "z.jsonl._COPYING_"]
     assert audit.pending == [] and audit.replaced == []
@@ -97,8 +116,11 @@ def test_landing_names_and_a_leading_bom_follow_the_one_landing_rule(spark, tmp_
     os.replace(os.path.join(landing_dir, "z.jsonl._COPYING_"), os.path.join(landing_dir, "z.jsonl"))
     os.replace(os.path.join(landing_dir, "sub/t.jsonl.tmp"), os.path.join(landing_dir, "sub/t.jsonl"))
     _run(spark, landing_dir, lake, checkpoint)
-    assert _lake_events(lake) == _reference_events(landing_dir, lake) == {
-        ("u1", "a"), ("u7", "b"), ("u6", "copying"), ("u5", "in-progress")}
+    assert (
+        _lake_events(lake)
+        == _reference_events(landing_dir, lake)
+        == {("u1", "a"), ("u7", "b"), ("u6", "copying"), ("u5", "in-progress")}
+    )
 
 
 def test_modification_times_do_not_decide_what_is_read(spark, tmp_path):
@@ -149,8 +171,10 @@ def test_an_event_from_the_future_is_judged_at_its_receipt_time_by_stream_and_re
     assert _lake_events(lake) == {("u", "behind")}
     assert [r["reason"].split(":")[0] for r in quarantine.read_quarantine(lake)] == [contract.Reason.FUTURE]
     later = to_micros(now + timedelta(hours=3))  # when the event's time has passed
-    assert {(e.user_id, e.event_id) for e in batch_reference.events_of_landing(landing_dir, lake, now_us=later)} \
-        == _lake_events(lake)
+    assert {
+        (e.user_id, e.event_id) for e in batch_reference.events_of_landing(landing_dir, lake, now_us=later)
+    } == _lake_events(lake)
     # without the ledger's receipt times, a later reference disagrees with the stream: the old bug
-    assert ("u", "ahead") in {(e.user_id, e.event_id)
-                              for e in batch_reference.events_of_landing(landing_dir, None, now_us=later)}
+    assert ("u", "ahead") in {
+        (e.user_id, e.event_id) for e in batch_reference.events_of_landing(landing_dir, None, now_us=later)
+    }

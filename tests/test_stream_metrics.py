@@ -1,6 +1,7 @@
 """The stream's metrics from the real stream: StreamMetrics as a BatchReport listener of run_stream
 records one lag and duration per committed batch, the lines read and quarantined, the receipt
 partitions written and the watermark, and they are served under the documented Prometheus names."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,8 @@ import requests
 from streaming_job.job import StreamConfig, run_stream
 from tests.streamkit import event, land
 from tidemark import metrics, receipts
-from tidemark.localstack.process import free_port
 from tidemark.lake import Lake
+from tidemark.localstack.process import free_port
 from tidemark.sessions import SessionRules
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]  # the real stream, two micro-batches
@@ -39,23 +40,37 @@ def _values(port: int, name: str) -> dict[str, float]:
 
 def test_the_real_stream_feeds_its_instruments(spark, tmp_path, served):
     landing, lake, checkpoint = (str(tmp_path / n) for n in ("landing", "lake", "checkpoint"))
-    land(landing, [
-        [event("u1", "e1", "2026-03-06T10:00:00Z"), event("u2", "e2", "2026-03-07T11:00:00Z"), "not json"],
-        [event("u1", "e3", "2026-03-06T10:05:00Z"), '{"event_id": "x"}'],
-    ])
+    land(
+        landing,
+        [
+            [event("u1", "e1", "2026-03-06T10:00:00Z"), event("u2", "e2", "2026-03-07T11:00:00Z"), "not json"],
+            [event("u1", "e3", "2026-03-06T10:05:00Z"), '{"event_id": "x"}'],
+        ],
+    )
     listener = metrics.StreamMetrics()
     reports = []
-    run_stream(StreamConfig(landing, lake, checkpoint, SessionRules(), available_now=True, max_files_per_trigger=1),
-               listeners=[listener, reports.append], spark=spark)
+    run_stream(
+        StreamConfig(landing, lake, checkpoint, SessionRules(), available_now=True, max_files_per_trigger=1),
+        listeners=[listener, reports.append],
+        spark=spark,
+    )
     batches = [r for r in reports if r.input_lines]
     assert len(batches) >= 2
     names = metrics.PROMETHEUS_NAMES
     assert _values(served, names["tidemark.stream.lines.read"]) == {"": 5.0}
     assert _values(served, names["tidemark.stream.lines.quarantined"]) == {"tidemark_quarantine_reason=any": 2.0}
     written = _values(served, names["tidemark.receipt.partitions.written"])
-    assert sum(written.values()) == sum(len(r.partitions) for r in reports) == len(
-        [(d, ts) for d in receipts.list_event_dates(Lake.open(lake))
-         for ts in receipts.list_receipts(Lake.open(lake), d)])
+    assert (
+        sum(written.values())
+        == sum(len(r.partitions) for r in reports)
+        == len(
+            [
+                (d, ts)
+                for d in receipts.list_event_dates(Lake.open(lake))
+                for ts in receipts.list_receipts(Lake.open(lake), d)
+            ]
+        )
+    )
     assert _values(served, names["tidemark.stream.batch.lag"] + "_count") == {"": float(len(reports))}
     lag_sum = _values(served, names["tidemark.stream.batch.lag"] + "_sum")[""]
     assert 0 < lag_sum < 600 * len(reports)  # from each batch's trigger to its commit: seconds, not days

@@ -1,4 +1,5 @@
 """A micro-batch replayed after a crash writes nothing twice and never rewrites a complete partition."""
+
 from __future__ import annotations
 
 import os
@@ -9,10 +10,9 @@ import pytest
 from streaming_job.batch import BatchProcessor
 from streaming_job.state import StateStore
 from tests.streamkit import event, panes, partition_snapshot
-from tidemark import layout
-from tidemark.sessions import SessionRules
 from tidemark import lake as lake_layout
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 # slow (not in make test-fast): each test runs micro-batches of the real job, 5-15 s apiece
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -22,8 +22,9 @@ RULES = SessionRules.parse("30m", "1h", "0s")
 
 def batch_frame(spark, lines, receipt="2026-03-08 09:00:00.250"):
     rows = [(line, "file:///landing/f.jsonl", receipt) for line in lines]
-    return spark.createDataFrame(rows, "value string, source_file string, receipt_time string") \
-        .selectExpr("value", "source_file", "CAST(receipt_time AS TIMESTAMP) AS receipt_time")
+    return spark.createDataFrame(rows, "value string, source_file string, receipt_time string").selectExpr(
+        "value", "source_file", "CAST(receipt_time AS TIMESTAMP) AS receipt_time"
+    )
 
 
 LINES_0 = [event("u1", "a1", "2026-03-06T23:55:00Z"), event("u2", "b1", "2026-03-07T08:00:00Z"), "oops"]

@@ -3,6 +3,7 @@
 gap 30m, allowed lateness 1h, watermark delay 0 (the watermark is the max event time seen), so
 every pane kind can be predicted by hand.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ from streaming_job.job import StreamConfig, run_stream
 from tests.reference import valid_events
 from tests.streamkit import event, land, panes
 from tidemark.cli import main as cli_main
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -27,15 +28,17 @@ FILES = [
     [event("u1", "a1", f"{D6}T10:00:00Z"), event("u1", "a2", f"{D6}T11:10:00+01:00")],
     # batch 1: u2's session crosses midnight; u3 at 12:00 on the 7th moves the watermark to
     # D7 12:00, which closes and expires u1's and u2's sessions (on_time panes)
-    [event("u2", "b1", f"{D6}T23:50:00Z"), event("u2", "b2", f"{D7}T00:10:00Z"),
-     event("u3", "c1", f"{D7}T12:00:00Z")],
+    [event("u2", "b1", f"{D6}T23:50:00Z"), event("u2", "b2", f"{D7}T00:10:00Z"), event("u3", "c1", f"{D7}T12:00:00Z")],
     # batch 2: u1's event joins a session whose state has expired: a too_late fragment;
     # u3 gets an earlier event (still open: early) and a duplicate of c1
-    [event("u1", "a3", f"{D6}T10:20:00Z"), event("u3", "c0", f"{D7}T11:50:00Z"),
-     event("u3", "c1", f"{D7}T12:00:00Z")],
+    [event("u1", "a3", f"{D6}T10:20:00Z"), event("u3", "c0", f"{D7}T11:50:00Z"), event("u3", "c1", f"{D7}T12:00:00Z")],
     # batch 3: malformed lines; u4 starts a session behind the watermark but within lateness
-    ["{not json", '{"event_id": "x", "event_type": "play", "event_ts": "2026-03-07T10:00:00Z"}',
-     event("u9", "bad-ts", "2026-03-07 10:00:00"), event("u4", "d1", f"{D7}T11:20:00Z")],
+    [
+        "{not json",
+        '{"event_id": "x", "event_type": "play", "event_ts": "2026-03-07T10:00:00Z"}',
+        event("u9", "bad-ts", "2026-03-07 10:00:00"),
+        event("u4", "d1", f"{D7}T11:20:00Z"),
+    ],
     # batch 4: u5 moves the watermark to 12:45: u3's window (ends 12:30) closes: on_time
     [event("u5", "e1", f"{D7}T12:45:00Z")],
     # batch 5: u3 gets an event after its on-time pane, within lateness: late pane with 3 events
@@ -50,17 +53,29 @@ def streamed(spark, tmp_path_factory):
     lake = Lake.open(lake)
     land(landing, FILES)
     reports = []
-    config = StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint,
-                          rules=SessionRules.parse("30m", "1h", "0s"), available_now=True,
-                          max_files_per_trigger=1)
+    config = StreamConfig(
+        landing=landing,
+        lake=lake,
+        checkpoint=checkpoint,
+        rules=SessionRules.parse("30m", "1h", "0s"),
+        available_now=True,
+        max_files_per_trigger=1,
+    )
     run_stream(config, listeners=[reports.append], spark=spark)
-    return {"lake": lake, "landing": landing, "checkpoint": checkpoint, "reports": reports,
-            "config": config, "panes": panes(lake)}
+    return {
+        "lake": lake,
+        "landing": landing,
+        "checkpoint": checkpoint,
+        "reports": reports,
+        "config": config,
+        "panes": panes(lake),
+    }
 
 
 def by_batch(rows, batch_id):
-    return sorted((r["user_id"], r["pane_kind"], r["event_count"], r["event_date"])
-                  for r in rows if r["batch_id"] == batch_id)
+    return sorted(
+        (r["user_id"], r["pane_kind"], r["event_count"], r["event_date"]) for r in rows if r["batch_id"] == batch_id
+    )
 
 
 def test_one_batch_per_file_in_arrival_order(streamed):
@@ -126,8 +141,11 @@ def test_malformed_lines_are_quarantined_with_reasons(streamed, capsys):
     assert cli_main(["quarantine", "--lake", streamed["lake"], "--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     reasons = sorted(r["reason"].split(":")[0] for r in rows)
-    assert reasons == ["event_ts is not an RFC 3339 timestamp with offset",
-                       "missing or empty required field", "not valid JSON"]
+    assert reasons == [
+        "event_ts is not an RFC 3339 timestamp with offset",
+        "missing or empty required field",
+        "not valid JSON",
+    ]
     assert {os.path.basename(r["source_file"]) for r in rows} == {"file-00003.jsonl"}
     assert any(r["raw"] == "{not json" for r in rows)
     assert streamed["reports"][3].quarantined == 3

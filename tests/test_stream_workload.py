@@ -1,4 +1,5 @@
 """A generated workload over ten days of event time: everything lands, state stays bounded."""
+
 from __future__ import annotations
 
 import time
@@ -9,8 +10,8 @@ from streaming_job.job import StreamConfig, run_stream
 from tests.reference import landed_lines, valid_events
 from tests.streamkit import panes
 from tidemark.generate import Workload, build, split_files, write_file
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 # slow (not in make test-fast): ten days of events through the real stream
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -23,13 +24,23 @@ def test_ten_days_of_events_stream_with_bounded_state(spark, tmp_path):
     for i, chunk in enumerate(split_files(deliveries, 12)):
         write_file(landing, i, chunk, mtime=time.time() - 100 + i / 100)
     reports = []
-    run_stream(StreamConfig(landing=landing, lake=lake, checkpoint=checkpoint, rules=SessionRules(),
-                            available_now=True, max_files_per_trigger=1),
-               listeners=[reports.append], spark=spark)
+    run_stream(
+        StreamConfig(
+            landing=landing,
+            lake=lake,
+            checkpoint=checkpoint,
+            rules=SessionRules(),
+            available_now=True,
+            max_files_per_trigger=1,
+        ),
+        listeners=[reports.append],
+        spark=spark,
+    )
 
     rows = panes(lake)
-    assert {(r["user_id"], e) for r in rows for e in r["event_ids"]} == \
-        {(u, e) for u, e, _ in valid_events(landed_lines(landing))}
+    assert {(r["user_id"], e) for r in rows for e in r["event_ids"]} == {
+        (u, e) for u, e, _ in valid_events(landed_lines(landing))
+    }
     # State holds only sessions whose window + lateness the watermark has not passed: a handful
     # per user, never the whole history.
     assert len(reports) == 12

@@ -1,4 +1,5 @@
 """The Iceberg table itself: which catalog holds it, its schema as documented, and refusals."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,8 @@ import re
 import pytest
 
 from tests import icebergkit
-from tidemark import publish, reader, table as iceberg
+from tidemark import publish, reader
+from tidemark import table as iceberg
 from tidemark.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +32,8 @@ def test_local_default_is_a_sqlite_catalog_in_the_lake_that_pyiceberg_alone_open
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)], sessions=2)
     assert os.path.exists(os.path.join(lake, "_catalog", "iceberg.db"))
     tbl = load_catalog("tidemark", type="sql", uri=f"sqlite:///{lake}/_catalog/iceberg.db").load_table(
-        "tidemark.sessions_dedup")
+        "tidemark.sessions_dedup"
+    )
     assert tbl.location() == f"file://{lake}/sessions_dedup"
     assert tbl.scan(row_filter=f"event_date = '{DAY}'").to_arrow().num_rows == 2
 
@@ -40,8 +43,14 @@ def test_a_catalog_described_in_the_lake_is_used(tmp_path):
     elsewhere.mkdir()
     os.makedirs(os.path.join(lake, "_catalog"))
     with open(os.path.join(lake, "_catalog", "catalog.json"), "w") as out:
-        json.dump({"_comment": "a SQL catalog kept outside the lake", "type": "sql",
-                   "uri": f"sqlite:///{elsewhere}/shared.db"}, out)
+        json.dump(
+            {
+                "_comment": "a SQL catalog kept outside the lake",
+                "type": "sql",
+                "uri": f"sqlite:///{elsewhere}/shared.db",
+            },
+            out,
+        )
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
     assert os.path.exists(elsewhere / "shared.db") and not os.path.exists(os.path.join(lake, "_catalog", "iceberg.db"))
     assert reader.read_sessions(lake, DAY).num_rows == 1

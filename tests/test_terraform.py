@@ -6,9 +6,9 @@ declared, and every name the code and the infrastructure share comes from one pl
 (tidemark/names.py DEFAULTS = the variables' defaults), as do the function's entry point and the
 environment variables it reads.
 """
+
 from __future__ import annotations
 
-import argparse
 import ast
 import glob
 import json
@@ -60,8 +60,10 @@ def _load(path: str) -> dict:
     import hcl2
 
     with open(path) as handle:
-        return hcl2.load(handle, serialization_options=hcl2.utils.SerializationOptions(
-            strip_string_quotes=True, explicit_blocks=False))
+        return hcl2.load(
+            handle,
+            serialization_options=hcl2.utils.SerializationOptions(strip_string_quotes=True, explicit_blocks=False),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +106,17 @@ def _raw_text() -> str:
 
 # -- names shared with the code ------------------------------------------------------------------
 
+
 def test_every_shared_name_is_a_variable_whose_default_matches_names_py(tf):
     assert set(NAME_VARIABLES) | NOT_IN_TERRAFORM == set(names.DEFAULTS), (
         "a names.DEFAULTS entry is neither mapped to a Terraform variable nor excluded: "
-        f"{sorted(set(names.DEFAULTS) - set(NAME_VARIABLES) - NOT_IN_TERRAFORM)}")
-    drift = {key: (tf["variable"].get(var, {}).get("default"), names.DEFAULTS[key])
-             for key, var in NAME_VARIABLES.items()
-             if tf["variable"].get(var, {}).get("default") != names.DEFAULTS[key]}
+        f"{sorted(set(names.DEFAULTS) - set(NAME_VARIABLES) - NOT_IN_TERRAFORM)}"
+    )
+    drift = {
+        key: (tf["variable"].get(var, {}).get("default"), names.DEFAULTS[key])
+        for key, var in NAME_VARIABLES.items()
+        if tf["variable"].get(var, {}).get("default") != names.DEFAULTS[key]
+    }
     assert not drift, f"Terraform defaults drifted from tidemark/names.py (terraform, code): {drift}"
 
 
@@ -122,7 +128,8 @@ def test_resources_take_their_names_from_the_variables(tf, variable):
 
 def test_dedup_dag_id_and_dataset_reach_the_function_and_airflow(tf):
     env = one(resource(tf, "google_cloudfunctions2_function", "notice_to_dag")["service_config"])[
-        "environment_variables"]
+        "environment_variables"
+    ]
     assert env["TIDEMARK_DAG_ID"] == "${var.dag_id}"
     assert env["TIDEMARK_DATASET"] == "${var.dataset}"
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
@@ -146,10 +153,23 @@ def test_late_data_filter_uses_attributes_that_notices_carry(tf):
     filter_text = resource(tf, "google_pubsub_subscription", "late_data")["filter"]
     used = set(re.findall(r"attributes\.([A-Za-z_]+)", filter_text))
     assert "late" in used
-    assert used <= set(availability_notice.ATTRIBUTES), f"filter uses attributes notices do not carry: {used - set(availability_notice.ATTRIBUTES)}"
+    assert used <= set(availability_notice.ATTRIBUTES), (
+        f"filter uses attributes notices do not carry: {used - set(availability_notice.ATTRIBUTES)}"
+    )
     # The value notices give `late` (strings "true"/"false", tidemark/availability_notice.py).
-    assert availability_notice.attributes({"dataset": "d", "event_date": "2026-03-07", "late": True, "schema_version": 1,
-                              "kind": "partition", "notice_id": "n"})["late"] == "true"
+    assert (
+        availability_notice.attributes(
+            {
+                "dataset": "d",
+                "event_date": "2026-03-07",
+                "late": True,
+                "schema_version": 1,
+                "kind": "partition",
+                "notice_id": "n",
+            }
+        )["late"]
+        == "true"
+    )
     assert re.search(r'attributes\.late = \\?"true\\?"', filter_text)
 
 
@@ -167,6 +187,7 @@ def test_events_land_as_text_in_the_landing_bucket_the_stream_reads(tf):
 
 # -- the Cloud Function ----------------------------------------------------------------------------
 
+
 def _cloud_event_functions() -> set[str]:
     tree = ast.parse(open(os.path.join(ROOT, "cloud_function", "main.py")).read())
     found = set()
@@ -182,7 +203,8 @@ def test_function_entry_point_is_the_cloud_event_function_in_main_py(tf):
     entry = tf["variable"]["function_entry_point"]["default"]
     assert entry in _cloud_event_functions(), (
         f"{entry!r} is not a @functions_framework.cloud_event function of cloud_function/main.py "
-        f"(found {sorted(_cloud_event_functions())})")
+        f"(found {sorted(_cloud_event_functions())})"
+    )
     build = one(resource(tf, "google_cloudfunctions2_function", "notice_to_dag")["build_config"])
     assert build["entry_point"] == "${var.function_entry_point}"
 
@@ -223,11 +245,14 @@ def test_function_forwards_rejected_notices_to_the_declared_dead_letter_topic(tf
     from cloud_function import dead_letter
 
     env = one(resource(tf, "google_cloudfunctions2_function", "notice_to_dag")["service_config"])[
-        "environment_variables"]
+        "environment_variables"
+    ]
     assert "DEAD_LETTER_TOPIC" in env, "the function's environment lacks DEAD_LETTER_TOPIC"
     assert "DEAD_LETTER_TOPIC" in _names_the_function_reads()
     match = re.fullmatch(r"\$\{google_pubsub_topic\.([a-z0-9_]+)\.id\}", env["DEAD_LETTER_TOPIC"])
-    assert match, f"DEAD_LETTER_TOPIC must be a declared topic's id (projects/P/topics/T), not {env['DEAD_LETTER_TOPIC']!r}"
+    assert match, (
+        f"DEAD_LETTER_TOPIC must be a declared topic's id (projects/P/topics/T), not {env['DEAD_LETTER_TOPIC']!r}"
+    )
     topic = resource(tf, "google_pubsub_topic", match.group(1))
     assert topic["name"] == "${var.dead_letter_topic}"
     assert tf["variable"]["dead_letter_topic"]["default"] == names.DEFAULTS["DEAD_LETTER_TOPIC"]
@@ -235,11 +260,17 @@ def test_function_forwards_rejected_notices_to_the_declared_dead_letter_topic(tf
     rendered = _substitute(env["DEAD_LETTER_TOPIC"], tf)
     assert dead_letter._TOPIC.match(rendered), rendered
     # The same topic the push subscription dead-letters to, and it has a subscription keeping it.
-    assert one(resource(tf, "google_pubsub_subscription", "to_function")["dead_letter_policy"])[
-        "dead_letter_topic"] == env["DEAD_LETTER_TOPIC"]
-    grants = [body for (rtype, _), body in tf["resource"].items()
-              if rtype == "google_pubsub_topic_iam_member" and body["topic"] == env["DEAD_LETTER_TOPIC"]
-              and body["member"] == "${google_service_account.function.member}"]
+    assert (
+        one(resource(tf, "google_pubsub_subscription", "to_function")["dead_letter_policy"])["dead_letter_topic"]
+        == env["DEAD_LETTER_TOPIC"]
+    )
+    grants = [
+        body
+        for (rtype, _), body in tf["resource"].items()
+        if rtype == "google_pubsub_topic_iam_member"
+        and body["topic"] == env["DEAD_LETTER_TOPIC"]
+        and body["member"] == "${google_service_account.function.member}"
+    ]
     assert [g["role"] for g in grants] == ["roles/pubsub.publisher"], grants
 
 
@@ -255,9 +286,14 @@ def test_function_source_is_the_bundle_function_bundle_builds(tf):
 
 
 def test_nobody_but_the_push_account_may_invoke_the_function(tf):
-    public = [(rtype, rname) for (rtype, rname), body in tf["resource"].items()
-              if "_iam_" in rtype and any(m in ("allUsers", "allAuthenticatedUsers")
-                                          for m in [body.get("member")] + list(body.get("members") or []))]
+    public = [
+        (rtype, rname)
+        for (rtype, rname), body in tf["resource"].items()
+        if "_iam_" in rtype
+        and any(
+            m in ("allUsers", "allAuthenticatedUsers") for m in [body.get("member")] + list(body.get("members") or [])
+        )
+    ]
     assert not public, f"public IAM bindings: {public}"
     invoker = resource(tf, "google_cloud_run_service_iam_member", "push_invoker")
     assert invoker["member"] == "${google_service_account.push.member}"
@@ -268,14 +304,20 @@ def test_nobody_but_the_push_account_may_invoke_the_function(tf):
 
 # -- Spark -----------------------------------------------------------------------------------------
 
+
 def _substitute(value: str, tf: dict | None = None) -> str:
     """Replace ${...} interpolations by a placeholder path, so argparse sees plain strings; a
     variable with a default by that default (argparse checks typed values such as durations)."""
+
     def value_of(match: re.Match) -> str:
         name = match.group(1)
         if name.startswith("google_pubsub_topic.") and name.endswith(".id"):  # the topic's full name
             return f"projects/placeholder-project/topics/{name.split('.')[1]}"
-        default = (tf or {}).get("variable", {}).get(name[len("var."):], {}).get("default") if name.startswith("var.") else None
+        default = (
+            (tf or {}).get("variable", {}).get(name[len("var.") :], {}).get("default")
+            if name.startswith("var.")
+            else None
+        )
         return "x" if default is None else str(default)
 
     return re.sub(r"\$\{([^}]*)\}", value_of, value)
@@ -291,7 +333,7 @@ def test_stream_job_arguments_are_a_valid_tidemark_stream_command(tf):
     except SystemExit as exc:  # argparse exits on an unknown or missing option
         raise AssertionError(f"`tidemark {' '.join(args)}` is not a valid command line") from exc
     assert parsed.command == "stream" and not parsed.available_now
-    raw = dict(zip(job["args"][1::2], job["args"][2::2]))
+    raw = dict(zip(job["args"][1::2], job["args"][2::2], strict=False))
     assert raw["--notify-topic"] == "${google_pubsub_topic.availability.id}"
     assert raw["--lake"] == "${local.lake_uri}" and raw["--landing"] == "${local.landing_uri}"
     assert job["properties"]["spark.sql.session.timeZone"] == "UTC"
@@ -367,9 +409,13 @@ def _dag_environment_names() -> set[str]:
         files |= _first_party_closure(os.path.join(ROOT, "dags", dag_file))
     for path in sorted(files):
         tree = ast.parse(open(path).read())
-        out |= {node.value for node in ast.walk(tree)
-                if isinstance(node, ast.Constant) and isinstance(node.value, str)
-                and re.fullmatch(r"TIDEMARK_[A-Z_]+", node.value)}
+        out |= {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"TIDEMARK_[A-Z_]+", node.value)
+        }
     return out
 
 
@@ -380,19 +426,28 @@ def test_composer_environment_is_what_the_dag_reads(tf):
     read = _dag_environment_names() | {f"TIDEMARK_{key}" for key in names.DEFAULTS} | {"AIRFLOW_CONN_SPARK_DEFAULT"}
     assert set_by_terraform <= read, f"Composer gets variables nothing reads: {sorted(set_by_terraform - read)}"
     # What the DAG needs on Composer: the lake, the application, and the Dataproc branch's target.
-    needed = {"TIDEMARK_LAKE", "TIDEMARK_SUBMIT_APP", "TIDEMARK_DATAPROC_CLUSTER",
-              "TIDEMARK_DATAPROC_PROJECT", "TIDEMARK_DATAPROC_REGION"}
+    needed = {
+        "TIDEMARK_LAKE",
+        "TIDEMARK_SUBMIT_APP",
+        "TIDEMARK_DATAPROC_CLUSTER",
+        "TIDEMARK_DATAPROC_PROJECT",
+        "TIDEMARK_DATAPROC_REGION",
+    }
     assert needed <= _dag_environment_names(), f"the DAG no longer reads {sorted(needed - _dag_environment_names())}"
     assert needed <= set_by_terraform, f"Composer lacks {sorted(needed - set_by_terraform)}"
     assert software["env_variables"]["TIDEMARK_LAKE"] == "${local.lake_uri}"
-    assert software["env_variables"]["TIDEMARK_DATAPROC_CLUSTER"] == \
-        '${var.dedup_spark_connect ? "" : google_dataproc_cluster.spark.name}'
+    assert (
+        software["env_variables"]["TIDEMARK_DATAPROC_CLUSTER"]
+        == '${var.dedup_spark_connect ? "" : google_dataproc_cluster.spark.name}'
+    )
     assert tf["variable"]["composer_image_version"]["default"].startswith("composer-3-airflow-3")
     # The Composer account may submit jobs (the Dataproc branch) but not change clusters.
     role = resource(tf, "google_project_iam_custom_role", "dataproc_job_submitter")
     assert "dataproc.jobs.create" in role["permissions"]
-    assert not any(p.startswith("dataproc.clusters.") and p.split(".")[-1] in ("create", "delete", "update")
-                   for p in role["permissions"])
+    assert not any(
+        p.startswith("dataproc.clusters.") and p.split(".")[-1] in ("create", "delete", "update")
+        for p in role["permissions"]
+    )
 
 
 FIRST_PARTY = ("tidemark", "streaming_job", "dedup_sql", "cloud_function")
@@ -437,15 +492,18 @@ def test_composer_gets_every_module_the_dag_imports(tf):
     assert resource(tf, "google_storage_bucket_object", "dag_files")["for_each"] == "${local.dag_files}"
     listed = set(re.findall(r'"(dags/[a-z_]+\.py)"', open(os.path.join(TERRAFORM, "composer.tf")).read()))
     assert {f"dags/{name}" for name in DAG_FILES} == listed, "composer.tf uploads other DAG files than dags/ holds"
-    assert "var.deploy_example_consumer_dag ? [\"dags/example_session_metrics.py\"]" in _raw_text()
+    assert 'var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py"]' in _raw_text()
     assert tf["variable"]["deploy_example_consumer_dag"]["default"] is False
     needed = set()
     for dag_file in DAG_FILES:
         needed |= _first_party_closure(os.path.join(ROOT, "dags", dag_file))
     assert needed, "the DAG imports no tidemark module?"
-    missing = sorted(os.path.relpath(f, ROOT) for f in needed
-                     if os.path.relpath(f, ROOT).split(os.sep)[0] not in uploaded
-                     or "localstack" in os.path.relpath(f, ROOT).split(os.sep))
+    missing = sorted(
+        os.path.relpath(f, ROOT)
+        for f in needed
+        if os.path.relpath(f, ROOT).split(os.sep)[0] not in uploaded
+        or "localstack" in os.path.relpath(f, ROOT).split(os.sep)
+    )
     assert not missing, f"the DAG imports modules Terraform does not upload to Composer: {missing}"
 
 
@@ -471,18 +529,23 @@ def test_corrected_topic_subscription_filter_and_who_may_publish(tf):
 
 def _grants_of(tf, member: str) -> list[tuple[str, str, dict]]:
     """(resource type, role, body) of every IAM member resource granting something to `member`."""
-    return [(rtype, body["role"], body) for (rtype, _), body in tf["resource"].items()
-            if rtype.endswith("_iam_member") and body.get("member") == member]
+    return [
+        (rtype, body["role"], body)
+        for (rtype, _), body in tf["resource"].items()
+        if rtype.endswith("_iam_member") and body.get("member") == member
+    ]
 
 
 def test_consumer_account_subscribes_and_reads_the_corrected_output_but_writes_nothing(tf):
     resource(tf, "google_service_account", "consumer")
     grants = _grants_of(tf, "${google_service_account.consumer[0].member}")
     roles = {(rtype, role) for rtype, role, _ in grants}
-    assert roles == {("google_pubsub_subscription_iam_member", "roles/pubsub.subscriber"),
-                     ("google_storage_bucket_iam_member", "roles/storage.objectViewer"),
-                     ("google_project_iam_member", "roles/biglake.viewer")}, roles
-    for rtype, role, body in grants:
+    assert roles == {
+        ("google_pubsub_subscription_iam_member", "roles/pubsub.subscriber"),
+        ("google_storage_bucket_iam_member", "roles/storage.objectViewer"),
+        ("google_project_iam_member", "roles/biglake.viewer"),
+    }, roles
+    for rtype, _role, body in grants:
         if rtype == "google_pubsub_subscription_iam_member":
             assert body["subscription"] == "${google_pubsub_subscription.corrected_changed.id}"
         if rtype == "google_storage_bucket_iam_member":
@@ -490,19 +553,25 @@ def test_consumer_account_subscribes_and_reads_the_corrected_output_but_writes_n
             assert "/objects/sessions_dedup/" in expression and "/objects/_catalog/" in expression
             assert "/objects/sessions/" not in expression  # not the raw panes
     # Read only: no role that creates, changes or deletes anything, no publisher.
-    assert not any(re.search(r"admin|editor|creator|objectUser|publisher|owner|writer", role, re.I)
-                   for _, role, _ in grants)
+    assert not any(
+        re.search(r"admin|editor|creator|objectUser|publisher|owner|writer", role, re.I) for _, role, _ in grants
+    )
 
 
 # -- the configuration is self-consistent (what `terraform validate` would catch) -----------------
+
 
 def test_every_reference_is_declared(tf):
     text = re.sub(r"#[^\n]*", "", _raw_text())
     interpolations = " ".join(re.findall(r"\$\{(.*?)\}", text)) + " " + text
     declared_vars = set(tf["variable"])
     declared_locals = set(tf["locals"])
-    missing = {f"var.{v}" for v in re.findall(r"\bvar\.([a-z0-9_]+)", interpolations)} - {f"var.{v}" for v in declared_vars}
-    missing |= {f"local.{v}" for v in re.findall(r"\blocal\.([a-z0-9_]+)", interpolations)} - {f"local.{v}" for v in declared_locals}
+    missing = {f"var.{v}" for v in re.findall(r"\bvar\.([a-z0-9_]+)", interpolations)} - {
+        f"var.{v}" for v in declared_vars
+    }
+    missing |= {f"local.{v}" for v in re.findall(r"\blocal\.([a-z0-9_]+)", interpolations)} - {
+        f"local.{v}" for v in declared_locals
+    }
     for rtype, rname in re.findall(r"(?<![.\w])((?:google|archive)_[a-z0-9_]+)\.([a-z0-9_]+)", interpolations):
         if (rtype, rname) not in tf["resource"] and not re.match(r"^(google|archive)$", rtype):
             missing.add(f"{rtype}.{rname}")
@@ -526,15 +595,22 @@ def test_tfvars_example_sets_only_declared_variables(tf):
 
 # -- checkov ---------------------------------------------------------------------------------------
 
+
 def test_checkov_finds_nothing_unexplained():
     """Every checkov finding is fixed or skipped inline with its reason (#checkov:skip=ID:reason)."""
     if not (os.path.exists(CHECKOV) or shutil.which("checkov")):
-        pytest.fail(f"checkov is not installed at {CHECKOV}: run `make setup` (scripts/setup.sh creates "
-                    ".venv-tools with checkov) or set TIDEMARK_CHECKOV to its path")
+        pytest.fail(
+            f"checkov is not installed at {CHECKOV}: run `make setup` (scripts/setup.sh creates "
+            ".venv-tools with checkov) or set TIDEMARK_CHECKOV to its path"
+        )
     binary = CHECKOV if os.path.exists(CHECKOV) else shutil.which("checkov")
-    done = subprocess.run([binary, "-d", TERRAFORM, "--framework", "terraform", "--skip-download",
-                           "--compact", "-o", "json"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "LOG_LEVEL": "ERROR"})
+    done = subprocess.run(
+        [binary, "-d", TERRAFORM, "--framework", "terraform", "--skip-download", "--compact", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "LOG_LEVEL": "ERROR"},
+    )
     try:
         report = json.loads(done.stdout)
     except ValueError as exc:
@@ -550,6 +626,7 @@ def test_checkov_finds_nothing_unexplained():
 
 
 # -- the Iceberg table (terraform/iceberg.tf) ------------------------------------------------------
+
 
 def test_iceberg_catalog_description_is_where_and_what_tidemark_reads(tf):
     """The catalog properties Terraform writes into the lake are found by tidemark/table.py (same
@@ -569,7 +646,9 @@ def test_iceberg_catalog_description_is_where_and_what_tidemark_reads(tf):
     assert resource(tf, "google_biglake_iceberg_namespace", "tidemark")["namespace_id"] == "${local.iceberg_namespace}"
     catalog = resource(tf, "google_biglake_iceberg_catalog", "lake")
     # BigLake maps one catalog to one bucket, named after it; the table lives in the lake bucket.
-    assert catalog["name"] == "${google_storage_bucket.lake.name}" and catalog["catalog_type"] == "CATALOG_TYPE_GCS_BUCKET"
+    assert (
+        catalog["name"] == "${google_storage_bucket.lake.name}" and catalog["catalog_type"] == "CATALOG_TYPE_GCS_BUCKET"
+    )
     assert tf["locals"]["lake_uri"] == "gs://${local.lake_bucket}"
 
 
@@ -587,8 +666,11 @@ def test_composer_installs_the_pyiceberg_the_code_pins(tf):
     range that contains the version constraints.txt pins."""
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
     spec = software["pypi_packages"]["pyiceberg"]
-    pinned = next(line.split("==")[1] for line in open(os.path.join(ROOT, "constraints.txt"))
-                  if line.lower().startswith("pyiceberg=="))
+    pinned = next(
+        line.split("==")[1]
+        for line in open(os.path.join(ROOT, "constraints.txt"))
+        if line.lower().startswith("pyiceberg==")
+    )
     low, high = re.match(r"^>=([\d.]+),<([\d.]+)$", spec).groups()
     as_tuple = lambda v: tuple(int(x) for x in v.strip().split("."))  # noqa: E731
     assert as_tuple(low) <= as_tuple(pinned) < as_tuple(high)
@@ -611,8 +693,9 @@ def _range(spec: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _pinned(package: str) -> tuple[int, ...]:
-    line = next(line for line in open(os.path.join(ROOT, "constraints.txt"))
-                if line.lower().startswith(package.lower() + "=="))
+    line = next(
+        line for line in open(os.path.join(ROOT, "constraints.txt")) if line.lower().startswith(package.lower() + "==")
+    )
     return tuple(int(x) for x in line.strip().split("==")[1].split("."))
 
 
@@ -646,7 +729,8 @@ def test_composer_installs_the_spark_provider_that_brings_the_connect_client(tf)
     low, high = _range(packages["apache-airflow-providers-apache-spark"])
     assert low[0] >= PROVIDER_WITH_CONNECT_CLIENT, (
         f"Composer's Spark provider range starts at {low}: below {PROVIDER_WITH_CONNECT_CLIENT} it brings "
-        "no pyspark-client, and the Connect path has no client on the worker")
+        "no pyspark-client, and the Connect path has no client on the worker"
+    )
     assert high == (low[0] + 1,), f"bound the provider to one major (>={low[0]},<{low[0] + 1}), not <{high}"
     assert "pyspark" not in packages, "pyspark and pyspark-client overwrite each other's files (pyspark/)"
     client = _range(packages["pyspark-client"])
@@ -663,7 +747,8 @@ def test_the_local_spark_provider_pin_has_the_hook_the_connect_path_imports():
 
     pinned = _pinned("apache-airflow-providers-apache-spark")
     assert pinned[0] < PROVIDER_WITH_CONNECT_CLIENT, (
-        "constraints.txt pins a provider that depends on pyspark-client, which overwrites the local pyspark")
+        "constraints.txt pins a provider that depends on pyspark-client, which overwrites the local pyspark"
+    )
     low, high = _range(_setup_cfg_requirement("apache-airflow-providers-apache-spark"))
     assert low <= pinned < high, "setup.cfg's airflow extra does not admit constraints.txt's provider"
     assert tuple(int(x) for x in version("apache-airflow-providers-apache-spark").split(".")) == pinned
@@ -672,6 +757,7 @@ def test_the_local_spark_provider_pin_has_the_hook_the_connect_path_imports():
 
 
 # -- alert policies (terraform/monitoring.tf) -------------------------------------------------------
+
 
 def test_alert_policies_are_the_prometheus_rules(tf):
     """One policy per alert of ops/prometheus/rules.yml, read from that file (so the names and
@@ -700,7 +786,7 @@ def test_function_outcome_metric_counts_the_outcomes_the_function_logs(tf):
     assert "${var.function_name}" in metric["filter"] and "jsonPayload.outcome" in metric["filter"]
     assert metric["label_extractors"] == {"outcome": "EXTRACT(jsonPayload.outcome)"}
     source = open(os.path.join(ROOT, "cloud_function", "main.py")).read()
-    handler = source[source.index("def handle("):source.index("@functions_framework")]
+    handler = source[source.index("def handle(") : source.index("@functions_framework")]
     calls = re.findall(r"log\.(?:error|warning|info)\((.*?)\)\n", handler, re.S)
     assert len(calls) >= 4 and all("outcome=" in call for call in calls), calls
     assert {"rejected", "retry"} <= set(re.findall(r'outcome="(\w+)"', handler))

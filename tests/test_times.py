@@ -1,4 +1,5 @@
 """tidemark.times: one spelling of UTC instants, and back."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -18,8 +19,9 @@ def test_iso_z_is_utc_with_a_z_whatever_the_offset_or_precision():
     assert times.now_iso_z().endswith("Z")
 
 
-@pytest.mark.parametrize("text", ["2026-03-07T20:15:00.123456Z", "2026-03-07T20:15:00.123456z",
-                                  "2026-03-07T22:15:00.123456+02:00"])
+@pytest.mark.parametrize(
+    "text", ["2026-03-07T20:15:00.123456Z", "2026-03-07T20:15:00.123456z", "2026-03-07T22:15:00.123456+02:00"]
+)
 def test_parse_iso_reads_every_offset_spelling(text):
     assert times.parse_iso(text) == T
 

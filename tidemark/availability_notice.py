@@ -5,11 +5,12 @@ Message attributes mirror the body fields that subscription filters need, as str
 dataset, event_date, late ("true"/"false"), schema_version, kind, notice_id.
 See docs/notices.md for an example and filter recipes.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import jsonschema
@@ -30,7 +31,7 @@ def load_schema(filename: str) -> dict:
     return json.loads(resources.files("tidemark").joinpath(f"schemas/{filename}").read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def validator_for(filename: str):
     """A Draft 2020-12 validator of tidemark/schemas/<filename> that checks formats (date-time)."""
     checker = jsonschema.FormatChecker()
@@ -145,6 +146,11 @@ def encode(body: dict) -> bytes:
 
 def attributes(body: dict) -> dict[str, str]:
     """Pub/Sub message attributes for subscription filters (strings only)."""
-    return {"dataset": body["dataset"], "event_date": body["event_date"],
-            "late": "true" if body["late"] else "false", "schema_version": str(body["schema_version"]),
-            "kind": body.get("kind", "partition"), "notice_id": body["notice_id"]}
+    return {
+        "dataset": body["dataset"],
+        "event_date": body["event_date"],
+        "late": "true" if body["late"] else "false",
+        "schema_version": str(body["schema_version"]),
+        "kind": body.get("kind", "partition"),
+        "notice_id": body["notice_id"],
+    }

@@ -9,15 +9,16 @@ starts a new session wherever two neighbours are at least the rules' split gap a
 the gap + 1 us under the `merge` gap boundary: tidemark/sessions.py). A session belongs to the UTC
 date of its first event. If the stream, the dedup SQL and this agree, the promise holds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tidemark import contract, landing, landing_ledger, rules_record
+from tidemark.lake import Lake
 from tidemark.sessions import SessionRules
 from tidemark.times import from_micros, parse_iso, to_micros
-from tidemark.lake import Lake
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,11 @@ def landed_files(landing_uri: str, lake: Lake | None = None, now_us: int | None 
         record = ledger.get(found.path)
         if record is not None and record.verdict == landing_ledger.REPLACED_VERDICT and record.matches(found):
             continue
-        received = (landing_ledger.receipt_us(record.receipt_ts)
-                    if record is not None and record.verdict == landing.INPUT else now)
+        received = (
+            landing_ledger.receipt_us(record.receipt_ts)
+            if record is not None and record.verdict == landing.INPUT
+            else now
+        )
         yield found.path, received, landing.file_lines(landing.read_file(landing_uri, found.path))
 
 
@@ -90,8 +94,12 @@ def landed_lines(landing_uri: str):
         yield from lines
 
 
-def events_of_landing(landing_uri: str, lake: Lake | None = None, now_us: int | None = None,
-                      rules: contract.InputRules = contract.InputRules()):
+def events_of_landing(
+    landing_uri: str,
+    lake: Lake | None = None,
+    now_us: int | None = None,
+    rules: contract.InputRules = contract.InputRules(),
+):
     """The events (tidemark.contract.Event) of the landing, each line judged at its receipt time."""
     for _, received, lines in landed_files(landing_uri, lake, now_us):
         yield from contract.read_lines(lines, received, rules)
@@ -127,14 +135,21 @@ def sessionize(events, rules: SessionRules | timedelta) -> list[Session]:
 
 def _close(user_id: str, items: list[tuple]) -> Session:
     kinds = {kind for _, _, kind in items}
-    return Session(user_id, items[0][0], items[-1][0], len(items), frozenset(e for _, e, _ in items),
-                   None if None in kinds else len(kinds))
+    return Session(
+        user_id,
+        items[0][0],
+        items[-1][0],
+        len(items),
+        frozenset(e for _, e, _ in items),
+        None if None in kinds else len(kinds),
+    )
 
 
 def sessions_of_landing(landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None) -> list[Session]:
     """Every session of everything landed so far (with the lake: each line judged at its receipt time)."""
-    return sessionize(((e.user_id, e.event_id, e.event_ts, e.event_type)
-                       for e in events_of_landing(landing_uri, lake)), rules)
+    return sessionize(
+        ((e.user_id, e.event_id, e.event_ts, e.event_type) for e in events_of_landing(landing_uri, lake)), rules
+    )
 
 
 def kept_copies_of_landing(landing_uri: str, lake: Lake | None = None) -> dict:
@@ -142,8 +157,9 @@ def kept_copies_of_landing(landing_uri: str, lake: Lake | None = None) -> dict:
     return contract.kept_copies(events_of_landing(landing_uri, lake))
 
 
-def sessions_by_date(landing_uri: str, rules: SessionRules | timedelta,
-                     lake: Lake | None = None) -> dict[str, set[tuple]]:
+def sessions_by_date(
+    landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None
+) -> dict[str, set[tuple]]:
     """{event_date: {session key}} of everything landed so far."""
     out: dict[str, set[tuple]] = {}
     for session in sessions_of_landing(landing_uri, rules, lake):
@@ -165,8 +181,8 @@ class DateCheck:
     event_date: str
     expected: int
     published: int
-    missing: int      # in the recomputation, not in the lake's current version
-    unexpected: int   # in the lake, not in the recomputation
+    missing: int  # in the recomputation, not in the lake's current version
+    unexpected: int  # in the lake, not in the recomputation
     version: str | None
 
     @property
@@ -177,8 +193,7 @@ class DateCheck:
 def check_lake(lake: Lake, landing: str, rules: SessionRules | timedelta | None = None) -> list[DateCheck]:
     """Compare every date's current deduplicated version (tidemark.reader) with the recomputation
     under `rules` (default: the rules the lake records, gap boundary included)."""
-    from tidemark import publish, reader
-    from tidemark import receipts
+    from tidemark import publish, reader, receipts
 
     if rules is None:
         rules = rules_record.rules_in_force(lake)[0]
@@ -188,8 +203,9 @@ def check_lake(lake: Lake, landing: str, rules: SessionRules | timedelta | None 
     for event_date in dates:
         want = expected.get(event_date, set())
         try:
-            table = reader.read_sessions(lake, event_date,
-                                         columns=["user_id", "session_start", "session_end", "event_count"])
+            table = reader.read_sessions(
+                lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
+            )
             got, version = lake_keys(reader.to_records(table)), table.schema.metadata[b"tidemark.version"].decode()
         except reader.NoVersion:
             got, version = set(), None

@@ -4,11 +4,12 @@ Exit status: 0 done; 2 a usage error (argparse's: a malformed or conflicting arg
 done); 1 a failure (the cause is logged on stderr as a JSON line with its traceback); a command may
 document others (`status` 3: not everything runs); 130 interrupted.
 """
+
 from __future__ import annotations
 
 import argparse
-import os
 import importlib
+import os
 import sys
 
 from tidemark import __version__
@@ -20,8 +21,8 @@ __all__ = ["UsageError", "build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="tidemark",
-        description="Late, duplicated, out-of-order events into event-time partitions you can trust.")
+        prog="tidemark", description="Late, duplicated, out-of-order events into event-time partitions you can trust."
+    )
     parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
@@ -58,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the boundary: any failure is logged, exit status 1
         from tidemark.logs import get_logger
 
-        get_logger("tidemark.cli").error("command failed", command=args.command,
-                                         error=f"{type(exc).__name__}: {exc}", exc_info=True)
+        get_logger("tidemark.cli").error(
+            "command failed", command=args.command, error=f"{type(exc).__name__}: {exc}", exc_info=True
+        )
         print(f"tidemark {args.command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 

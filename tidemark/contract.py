@@ -10,15 +10,17 @@ lives.
 A line is the bytes between two `\\n` (split_lines): a `\\r` before the `\\n` (CRLF files) is JSON
 whitespace and the raw bytes keep it; U+2028/U+2029 and a lone `\\r` are not line breaks.
 """
+
 from __future__ import annotations
 
 import functools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import date, datetime, timedelta, timezone
-from typing import Iterator, NamedTuple
+from functools import cached_property
+from typing import NamedTuple
 
 from tidemark.times import from_micros, iso_from_micros, to_micros  # noqa: F401 - iso_from_micros: callers use contract's
 
@@ -29,8 +31,8 @@ ID_FIELDS = ("event_id", "user_id", "event_type")
 # only (Python's \d also matches other scripts' digits), and fullmatch (a `$` would accept a
 # trailing newline).
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))",
-    re.ASCII)
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))", re.ASCII
+)
 _JSON_WHITESPACE = " \t\r\n"
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _SHOWN_CHARS = 64
@@ -49,6 +51,7 @@ _micros_of = to_micros
 @dataclass(frozen=True)
 class InputRules:
     """The configurable guards of the contract."""
+
     max_clock_skew: timedelta = DEFAULT_MAX_CLOCK_SKEW
     earliest_event_ts: datetime = EARLIEST_EVENT_TS
 
@@ -67,8 +70,11 @@ class InputRules:
 
     def describe(self) -> dict:
         from tidemark.durations import format_duration
-        return {"max_clock_skew": format_duration(self.max_clock_skew),
-                "earliest_event_ts": iso_from_micros(self.earliest_us)}
+
+        return {
+            "max_clock_skew": format_duration(self.max_clock_skew),
+            "earliest_event_ts": iso_from_micros(self.earliest_us),
+        }
 
 
 class Event(NamedTuple):
@@ -89,11 +95,15 @@ class Refused(ValueError):
 
 # -- the reasons, in one place ------------------------------------------------------------------
 
+
 def _show(text: str) -> str:
     """A value quoted in a reason: at most 64 characters, non-printable ones escaped."""
     head = text[:_SHOWN_CHARS]
-    return head if head.isprintable() and head.isascii() else head.encode(
-        "unicode_escape", "backslashreplace").decode("ascii")
+    return (
+        head
+        if head.isprintable() and head.isascii()
+        else head.encode("unicode_escape", "backslashreplace").decode("ascii")
+    )
 
 
 class Reason:
@@ -116,6 +126,7 @@ def _refuse(kind: str, detail: str | None = None) -> Refused:
 
 
 # -- lines --------------------------------------------------------------------------------------
+
 
 def split_lines(data: bytes) -> list[bytes]:
     """The lines of a landed file, as Spark's text source (lineSep "\\n") reads them."""
@@ -174,8 +185,11 @@ _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=
 def _payload(obj: dict) -> str:
     """The fields besides the required ones, as compact JSON with sorted keys; a nested value is
     kept as its own compact JSON text (a string column holds it)."""
-    fields = {key: value if type(value) is str or value is None else _encode(value)
-              for key, value in obj.items() if key not in _REQUIRED}
+    fields = {
+        key: value if type(value) is str or value is None else _encode(value)
+        for key, value in obj.items()
+        if key not in _REQUIRED
+    }
     if None in fields.values():
         return _encode(fields)
     # Every value is a string (the common case): the same text as _encode, spelled with the
@@ -257,8 +271,10 @@ def read_line(raw: bytes | None, received_us: int | None, rules: InputRules = In
     if event_ts_us < rules.earliest_us:
         raise _refuse(Reason.TOO_OLD, f"{iso_from_micros(rules.earliest_us)}: {_show(event_ts)}")
     if received_us is not None and event_ts_us > received_us + rules.max_clock_skew_us:
-        raise _refuse(Reason.FUTURE, f"{rules.describe()['max_clock_skew']} after "
-                                     f"{iso_from_micros(received_us)}: {_show(event_ts)}")
+        raise _refuse(
+            Reason.FUTURE,
+            f"{rules.describe()['max_clock_skew']} after {iso_from_micros(received_us)}: {_show(event_ts)}",
+        )
     event = Event(user_id, event_id, event_ts_us, event_type, _payload(obj))
     # A \\ud800 escape decodes to a lone surrogate, which no UTF-8 column can hold. Only a \\u
     # escape can make one (the UTF-8 decoder above refuses encoded surrogates), so a line without
@@ -272,8 +288,9 @@ def read_line(raw: bytes | None, received_us: int | None, rules: InputRules = In
     return event
 
 
-def check_line(raw: bytes | None, received_us: int | None,
-               rules: InputRules = InputRules()) -> tuple[Event | None, str | None]:
+def check_line(
+    raw: bytes | None, received_us: int | None, rules: InputRules = InputRules()
+) -> tuple[Event | None, str | None]:
     """(event, None) for an event, (None, reason) for a line to quarantine. Never raises."""
     try:
         return read_line(raw, received_us, rules), None
@@ -284,13 +301,15 @@ def check_line(raw: bytes | None, received_us: int | None,
 def read_lines(lines, received_us: int | None, rules: InputRules = InputRules()) -> Iterator[Event]:
     """The events among lines (bytes, or str encoded as UTF-8); refused lines are skipped."""
     for line in lines:
-        event, _ = check_line(line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line,
-                              received_us, rules)
+        event, _ = check_line(
+            line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line, received_us, rules
+        )
         if event is not None:
             yield event
 
 
 # -- copies of one event --------------------------------------------------------------------------
+
 
 def event_key(event: Event) -> tuple[str, str, int]:
     """What makes an event: two lines with the same user_id, event_id and event_ts are copies of it."""

@@ -23,6 +23,7 @@ Per line, only msgspec's decode (one call for many lines) and encode run in Pyth
 are Arrow compute kernels and numpy over the batch. BENCHMARKS.md section 1 has the costs: about
 1.9 us of CPU per landed line against 7.9-12 us for check_line.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,8 +36,16 @@ import pyarrow.compute as pc
 from tidemark import contract
 from tidemark.contract import InputRules, check_line
 
-VERDICT = pa.struct([("reason", pa.string()), ("user_id", pa.string()), ("event_id", pa.string()),
-                     ("event_type", pa.string()), ("event_ts_us", pa.int64()), ("payload", pa.string())])
+VERDICT = pa.struct(
+    [
+        ("reason", pa.string()),
+        ("user_id", pa.string()),
+        ("event_id", pa.string()),
+        ("event_type", pa.string()),
+        ("event_ts_us", pa.int64()),
+        ("payload", pa.string()),
+    ]
+)
 _REFUSED = (None, None, None, None, None)
 
 _decode = msgspec.json.Decoder(dict[str, str]).decode
@@ -66,7 +75,7 @@ def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     large = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
     _, offsets_buffer, data_buffer = array.buffers()
     offsets = np.frombuffer(offsets_buffer, np.int64 if large else np.int32)
-    offsets = offsets[array.offset:array.offset + len(array) + 1].astype(np.int64)
+    offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
     data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
     return offsets, data
 
@@ -113,14 +122,29 @@ def _event_ts_us(event_ts: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
     leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
     month_index = np.clip(month, 0, 12)
     in_month = _DAYS_IN_MONTH[month_index] + (leap & (month == 2))
-    decided = (matched & (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= in_month)
-               & (hour <= 23) & (minute <= 59) & (second <= 59) & (off_h <= 23) & (off_m <= 59))
+    decided = (
+        matched
+        & (year >= 1)
+        & (month >= 1)
+        & (month <= 12)
+        & (day >= 1)
+        & (day <= in_month)
+        & (hour <= 23)
+        & (minute <= 59)
+        & (second <= 59)
+        & (off_h <= 23)
+        & (off_m <= 59)
+    )
     # Days since 1970-01-01 of a proleptic Gregorian date (what date.toordinal counts).
     y = year - 1
-    ordinal = (y * 365 + y // 4 - y // 100 + y // 400 + _DAYS_BEFORE_MONTH[month_index]
-               + (leap & (month > 2)) + day)
-    seconds = ((ordinal - contract._EPOCH_ORDINAL) * 86400 + hour * 3600 + minute * 60 + second
-               - sign * (off_h * 3600 + off_m * 60))
+    ordinal = y * 365 + y // 4 - y // 100 + y // 400 + _DAYS_BEFORE_MONTH[month_index] + (leap & (month > 2)) + day
+    seconds = (
+        (ordinal - contract._EPOCH_ORDINAL) * 86400
+        + hour * 3600
+        + minute * 60
+        + second
+        - sign * (off_h * 3600 + off_m * 60)
+    )
     return seconds * 1_000_000 + fraction, decided
 
 
@@ -180,8 +204,10 @@ def _accepted(raw: pa.Array, received_us: np.ndarray, has_received: np.ndarray, 
     decoded = np.fromiter((obj is not None for obj in objects), bool, len(objects))
     objects = [obj if obj is not None else {} for obj in objects]
     keys = np.fromiter(map(len, objects), np.int64, len(objects))
-    user_ids, event_ids, event_types, event_tss = (pa.array([obj.pop(name, None) for obj in objects], pa.string())
-                                                   for name in ("user_id", "event_id", "event_type", "event_ts"))
+    user_ids, event_ids, event_types, event_tss = (
+        pa.array([obj.pop(name, None) for obj in objects], pa.string())
+        for name in ("user_id", "event_id", "event_type", "event_ts")
+    )
     payloads = pa.array(list(map(_encode, objects)), pa.binary())
     ok = decoded
     for column in (user_ids, event_ids, event_types):  # present (not null) and not only whitespace
@@ -192,8 +218,11 @@ def _accepted(raw: pa.Array, received_us: np.ndarray, has_received: np.ndarray, 
     ok &= decided & (ts_us >= rules.earliest_us)
     ok &= ~has_received[positions] | (ts_us <= received_us[positions] + rules.max_clock_skew_us)
     keep = pa.array(ok)
-    columns = [*(c.filter(keep) for c in (user_ids, event_ids, event_types)), pa.array(ts_us[ok], pa.int64()),
-               payloads.filter(keep).cast(pa.string())]
+    columns = [
+        *(c.filter(keep) for c in (user_ids, event_ids, event_types)),
+        pa.array(ts_us[ok], pa.int64()),
+        payloads.filter(keep).cast(pa.string()),
+    ]
     return positions[ok], columns
 
 
@@ -218,8 +247,11 @@ def verdicts(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRule
     undecided = np.ones(n, dtype=bool)
     undecided[fast_at] = False
     slow_at = np.flatnonzero(undecided)
-    slow = reference_rows(raw.take(pa.array(slow_at, pa.int64())).to_pylist(),
-                          [int(received[i]) if has_received[i] else None for i in slow_at], rules)
+    slow = reference_rows(
+        raw.take(pa.array(slow_at, pa.int64())).to_pylist(),
+        [int(received[i]) if has_received[i] else None for i in slow_at],
+        rules,
+    )
     if not len(fast_at):
         return slow
     fast_rows = pa.StructArray.from_arrays([pa.nulls(len(fast_at), pa.string()), *fast], fields=list(VERDICT))
@@ -233,10 +265,14 @@ def verdicts(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRule
 def reference_rows(lines: list, received_us: list, rules: InputRules = InputRules()) -> pa.StructArray:
     """contract.check_line on each line, as verdict rows: the oracle, and the fast path's fallback."""
     out = []
-    for line, received in zip(lines, received_us):
+    for line, received in zip(lines, received_us, strict=False):
         event, reason = check_line(line, received, rules)
-        out.append((reason, *_REFUSED) if event is None else
-                   (None, event.user_id, event.event_id, event.event_type, event.event_ts_us, event.payload))
-    columns = list(zip(*out)) if out else [()] * len(VERDICT)
+        out.append(
+            (reason, *_REFUSED)
+            if event is None
+            else (None, event.user_id, event.event_id, event.event_type, event.event_ts_us, event.payload)
+        )
+    columns = list(zip(*out, strict=False)) if out else [()] * len(VERDICT)
     return pa.StructArray.from_arrays(
-        [pa.array(col, type=VERDICT.field(i).type) for i, col in enumerate(columns)], fields=list(VERDICT))
+        [pa.array(col, type=VERDICT.field(i).type) for i, col in enumerate(columns)], fields=list(VERDICT)
+    )

@@ -8,12 +8,20 @@ published version always gives one notice, however often it is recorded or re-se
 Message attributes, for subscription filters (strings): dataset, event_date, change (the change
 kind: first, changed, unchanged, unknown), version, schema_version, notice_id.
 """
+
 from __future__ import annotations
 
 import hashlib
 
 from tidemark import layout
-from tidemark.availability_notice import InvalidNotice, canonical_json, first_error, load_schema, parse_json, validator_for
+from tidemark.availability_notice import (
+    InvalidNotice,
+    canonical_json,
+    first_error,
+    load_schema,
+    parse_json,
+    validator_for,
+)
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "corrected_notice.schema.json"
@@ -48,8 +56,18 @@ def change_of(previous_version: str | None, counts: dict | None) -> dict:
     return {"kind": "changed" if differs else "unchanged", **{k: int(counts[k]) for k in COUNTS}}
 
 
-def build(dataset: str, event_date: str, version: str, previous_version: str | None, change: dict,
-          rows: int, table: dict, path: str, affected_dates: list[str], committed_at: str) -> dict:
+def build(
+    dataset: str,
+    event_date: str,
+    version: str,
+    previous_version: str | None,
+    change: dict,
+    rows: int,
+    table: dict,
+    path: str,
+    affected_dates: list[str],
+    committed_at: str,
+) -> dict:
     body = {
         "schema_version": SCHEMA_VERSION,
         "notice_id": notice_id(dataset, event_date, version),
@@ -102,6 +120,11 @@ def encode(body: dict) -> bytes:
 
 def attributes(body: dict) -> dict[str, str]:
     """Pub/Sub message attributes for subscription filters (strings only)."""
-    return {"dataset": body["dataset"], "event_date": body["event_date"], "change": body["change"]["kind"],
-            "version": body["version"], "schema_version": str(body["schema_version"]),
-            "notice_id": body["notice_id"]}
+    return {
+        "dataset": body["dataset"],
+        "event_date": body["event_date"],
+        "change": body["change"]["kind"],
+        "version": body["version"],
+        "schema_version": str(body["schema_version"]),
+        "notice_id": body["notice_id"],
+    }

@@ -24,21 +24,33 @@ precondition holds; `full=True` (`tidemark dedup --full`) forces the full path.
 Spark Connect: this module and what it calls use only the DataFrame / SQL API (no sparkContext,
 RDD or py4j), so `spark` may be a Spark Connect session.
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-from tidemark import (incremental, layout, obligations, pane_reader, planning, publish, rules_record, session_schema,
-                      sql_rules, storage, times)
+from tidemark import (
+    incremental,
+    layout,
+    obligations,
+    pane_reader,
+    planning,
+    publish,
+    rules_record,
+    session_schema,
+    sql_rules,
+    storage,
+    times,
+)
 from tidemark.durations import format_duration
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.notices import corrected
 from tidemark.phases import Phases
 from tidemark.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.sessions import SessionRules
-from tidemark.lake import Lake
 
 log = get_logger("dedup")
 
@@ -76,9 +88,17 @@ def _covered(keys: list[str], marker: dict | None, rules: SessionRules) -> bool:
 
 def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
     """Nothing new to include: the current version already has every planned receipt."""
-    result = DedupResult(event_date, current and current["version"], False,
-                         int(current["sessions"]) if current else 0, 0, 0, [],
-                         noop=True, seconds=round(time.monotonic() - started, 3))
+    result = DedupResult(
+        event_date,
+        current and current["version"],
+        False,
+        int(current["sessions"]) if current else 0,
+        0,
+        0,
+        [],
+        noop=True,
+        seconds=round(time.monotonic() - started, 3),
+    )
     log.info("dedup up to date", event_date=event_date, version=result.version)
     return result
 
@@ -86,8 +106,14 @@ def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
 _MAX_REPLANS = 3
 
 
-def run_dedup(lake: Lake, event_date: str, rules: SessionRules | None = None, spark=None,
-              run_id: str | None = None, full: bool = False) -> DedupResult:
+def run_dedup(
+    lake: Lake,
+    event_date: str,
+    rules: SessionRules | None = None,
+    spark=None,
+    run_id: str | None = None,
+    full: bool = False,
+) -> DedupResult:
     """Deduplicate and publish one event date. Idempotent, restartable, safe to run concurrently.
 
     `spark` is only started (when not given) if there is something new to compute. `full` forces
@@ -105,8 +131,9 @@ def run_dedup(lake: Lake, event_date: str, rules: SessionRules | None = None, sp
     raise AssertionError("unreachable")
 
 
-def _run_dedup_once(lake: Lake, event_date: str, rules: SessionRules | None, spark,
-                    run_id: str | None, full: bool = False) -> DedupResult:
+def _run_dedup_once(
+    lake: Lake, event_date: str, rules: SessionRules | None, spark, run_id: str | None, full: bool = False
+) -> DedupResult:
     started = time.monotonic()
     event_date = layout.check_event_date(event_date)
     # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
@@ -119,8 +146,16 @@ def _run_dedup_once(lake: Lake, event_date: str, rules: SessionRules | None, spa
     return result
 
 
-def _run(lake: Lake, event_date: str, rules: SessionRules, rules_id: str, spark, run_id: str,
-         started: float, full: bool = False) -> DedupResult:
+def _run(
+    lake: Lake,
+    event_date: str,
+    rules: SessionRules,
+    rules_id: str,
+    spark,
+    run_id: str,
+    started: float,
+    full: bool = False,
+) -> DedupResult:
     index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
     if _quick_noop(index, event_date, previous, rules):
@@ -133,12 +168,18 @@ def _run(lake: Lake, event_date: str, rules: SessionRules, rules_id: str, spark,
     phases.done("plan")
 
     if rules_record.changed_since(previous, rules):
-        log.info("session rules changed since the previous version: recomputing the whole date",
-                 event_date=event_date, previous_version=previous["version"], rules_id=rules_id,
-                 previous_rules_id=previous.get("rules_id"), gap=format_duration(rules.gap),
-                 previous_gap=previous.get("gap"))
+        log.info(
+            "session rules changed since the previous version: recomputing the whole date",
+            event_date=event_date,
+            previous_version=previous["version"],
+            rules_id=rules_id,
+            previous_rules_id=previous.get("rules_id"),
+            gap=format_duration(rules.gap),
+            previous_gap=previous.get("gap"),
+        )
     if spark is None:
         from tidemark.spark import build_session
+
         spark = build_session("tidemark-dedup")
     _tune(spark)
     phases.done("spark")  # getting the session: ~0 when it is given (a warm one)
@@ -156,16 +197,24 @@ def _run(lake: Lake, event_date: str, rules: SessionRules, rules_id: str, spark,
             # A corrected session may continue into islands the context does not keep.
             islands.release()
             fallback = "a corrected session reaches the context horizon"
-            log.info("dedup falls back to the full path", event_date=event_date, reason=fallback,
-                     sessions=summary["past_horizon"])
+            log.info(
+                "dedup falls back to the full path",
+                event_date=event_date,
+                reason=fallback,
+                sessions=summary["past_horizon"],
+            )
             continue
         bigger = planning.grown(index, current, rules, summary["reach"])
         if bigger is None:
             break
         # Sessions touching D reach further than the plan read: panes of later dates may join them.
         islands.release()
-        log.info("dedup extends its look-ahead", event_date=event_date, hi=bigger.hi,
-                 reach=planning.format_reach(summary["reach"]))
+        log.info(
+            "dedup extends its look-ahead",
+            event_date=event_date,
+            hi=bigger.hi,
+            reach=planning.format_reach(summary["reach"]),
+        )
         current = bigger
     phases.done("compute")  # the islands and their summary (cached), every replan included
     try:
@@ -175,11 +224,11 @@ def _run(lake: Lake, event_date: str, rules: SessionRules, rules_id: str, spark,
         # Durable before anything is published: a crash from here on cannot lose a neighbour's
         # rerun. Named after the newest receipt read (the version id is chosen at commit time).
         obligations.record(lake, summary["affected_dates"], event_date, current.max_receipt_ts, run_id)
-        read = ((len(start.new), start.rows_read) if start is not None
-                else (len(current.partitions), current.rows))
+        read = (len(start.new), start.rows_read) if start is not None else (len(current.partitions), current.rows)
         mode = "full" if start is None else "incremental"
-        marker = _write_version(lake, event_date, run_id, islands, summary, current, rules, known, previous,
-                                mode=mode, read=read)
+        marker = _write_version(
+            lake, event_date, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
+        )
     finally:
         islands.release()
     phases.done("write")
@@ -192,29 +241,52 @@ def _run(lake: Lake, event_date: str, rules: SessionRules, rules_id: str, spark,
     corrected.record_after_commit(lake, outcome.current)
     phases.done("notice")
     version = outcome.current["version"]
-    result = DedupResult(event_date, version, True, marker["sessions"], read[0], read[1],
-                         marker["affected_dates"], seconds=round(time.monotonic() - started, 3),
-                         mode=mode, full_reason=why, phases=phases.seconds)
-    log.info("dedup published", event_date=event_date, version=version, sessions=result.sessions,
-             mode=mode, full_reason=why or None, receipts_read=result.receipts_read, rows_read=result.rows_read,
-             affected_dates=result.affected_dates, seconds=result.seconds, phases=result.phases)
+    result = DedupResult(
+        event_date,
+        version,
+        True,
+        marker["sessions"],
+        read[0],
+        read[1],
+        marker["affected_dates"],
+        seconds=round(time.monotonic() - started, 3),
+        mode=mode,
+        full_reason=why,
+        phases=phases.seconds,
+    )
+    log.info(
+        "dedup published",
+        event_date=event_date,
+        version=version,
+        sessions=result.sessions,
+        mode=mode,
+        full_reason=why or None,
+        receipts_read=result.receipts_read,
+        rows_read=result.rows_read,
+        affected_dates=result.affected_dates,
+        seconds=result.seconds,
+        phases=result.phases,
+    )
     return result
 
 
 def _quick_noop(index: LakeIndex, event_date: str, previous: dict | None, rules: SessionRules) -> bool:
     """The no-op decision from what was received since the previous version was planned (no marker
     it already planned over is read): a cost independent of the lake's age (planning.quick_covered)."""
-    return (previous is not None and not rules_record.changed_since(previous, rules)
-            and planning.quick_covered(index, event_date, rules, previous))
+    return (
+        previous is not None
+        and not rules_record.changed_since(previous, rules)
+        and planning.quick_covered(index, event_date, rules, previous)
+    )
 
 
-def _nothing_new(event_date: str, current: Plan, previous: dict | None, rules: SessionRules,
-                 started: float) -> DedupResult | None:
+def _nothing_new(
+    event_date: str, current: Plan, previous: dict | None, rules: SessionRules, started: float
+) -> DedupResult | None:
     """The no-op decision, before any Spark: no receipts at all, or every planned one included."""
     if not current.partitions:
         log.info("dedup: no receipt partitions", event_date=event_date)
-        return DedupResult(event_date, None, False, 0, 0, 0, noop=True,
-                           seconds=round(time.monotonic() - started, 3))
+        return DedupResult(event_date, None, False, 0, 0, 0, noop=True, seconds=round(time.monotonic() - started, 3))
     if _covered(current.keys, previous, rules):
         return _noop(event_date, previous, started)
     return None
@@ -249,8 +321,9 @@ def _tune(spark) -> None:
 
 # Only the columns the dedup needs; the partition columns as plain strings. An explicit schema also
 # spares Spark a job to infer it from the files' footers.
-_PANES_SCHEMA = (f"user_id STRING, session_end TIMESTAMP, events {sql_rules.EVENTS_TYPE}, "
-                 "event_date STRING, receipt_ts STRING")
+_PANES_SCHEMA = (
+    f"user_id STRING, session_end TIMESTAMP, events {sql_rules.EVENTS_TYPE}, event_date STRING, receipt_ts STRING"
+)
 
 
 def read_panes(spark, lake: Lake, partitions, lo: datetime):
@@ -261,9 +334,13 @@ def read_panes(spark, lake: Lake, partitions, lo: datetime):
     paths = [lake.receipt_dir(p.event_date, p.receipt_ts) for p in partitions]
     if len(paths) >= pane_reader.FOLDERS_FOR_ARROW:  # thousands of small folders: see tidemark/pane_reader.py
         return pane_reader.read(spark, lake.sessions_root(), paths, _PANES_SCHEMA, lo)
-    return (spark.read.schema(_PANES_SCHEMA).option("basePath", lake.sessions_root()).parquet(*paths)
-            # a pane ending before lo holds no event of interest (row-group statistics skip it)
-            .where(F.col("session_end") >= F.lit(lo)))
+    return (
+        spark.read.schema(_PANES_SCHEMA)
+        .option("basePath", lake.sessions_root())
+        .parquet(*paths)
+        # a pane ending before lo holds no event of interest (row-group statistics skip it)
+        .where(F.col("session_end") >= F.lit(lo))
+    )
 
 
 def known_receipt(key, planned: list[str], known: set[str]):
@@ -285,12 +362,16 @@ def compute_islands(spark, lake: Lake, current: Plan, rules: SessionRules, known
     """Every session (island) of the distinct events the plan's partitions hold from lo on
     (dedup_sessions.sql's columns), as a lazy DataFrame; `known` receipt keys mark old events.
     The full path."""
-    import dedup_sql
     from pyspark.sql import functions as F
 
+    import dedup_sql
+
     panes = read_panes(spark, lake, current.partitions, current.lo).select(
-        "user_id", "events", "receipt_ts",
-        known_receipt(F.concat_ws("/", "event_date", "receipt_ts"), current.keys, known).alias("known"))
+        "user_id",
+        "events",
+        "receipt_ts",
+        known_receipt(F.concat_ws("/", "event_date", "receipt_ts"), current.keys, known).alias("known"),
+    )
     events = dedup_sql.run(spark, "dedup_events", {"panes": panes}, lo_us=times.to_micros(current.lo))
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
     return dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
@@ -308,16 +389,34 @@ def _full(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]
     # DataFrame; the 1M-session event log showed the dedup computed twice, for the summary and the write).
     islands = compute_islands(spark, lake, current, rules, known).persist()
     views: list = []
-    row = dedup_sql.run(spark, "dedup_summary", {"islands": islands}, views=views, event_date=event_date,
-                        horizon_us=times.to_micros(until), gap_us=rules.gap_us).first()
+    row = dedup_sql.run(
+        spark,
+        "dedup_summary",
+        {"islands": islands},
+        views=views,
+        event_date=event_date,
+        horizon_us=times.to_micros(until),
+        gap_us=rules.gap_us,
+    ).first()
     sessions, context = incremental.split(islands, event_date, until)
-    return incremental.Islands(sessions, context, incremental.summary_of(row, event_date), [islands],
-                               spark=spark, views=views)
+    return incremental.Islands(
+        sessions, context, incremental.summary_of(row, event_date), [islands], spark=spark, views=views
+    )
 
 
-def _write_version(lake: Lake, event_date, run_id, islands: incremental.Islands, summary, current: Plan,
-                   rules: SessionRules, known, previous, mode: str = "full",
-                   read: tuple[int, int] | None = None) -> dict:
+def _write_version(
+    lake: Lake,
+    event_date,
+    run_id,
+    islands: incremental.Islands,
+    summary,
+    current: Plan,
+    rules: SessionRules,
+    known,
+    previous,
+    mode: str = "full",
+    read: tuple[int, int] | None = None,
+) -> dict:
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
     into its `context/` (tidemark/incremental.py: the next run's starting point), then its marker.
     The version id is chosen at commit time (tidemark.publish.commit), on the table's fresh state."""
@@ -328,9 +427,11 @@ def _write_version(lake: Lake, event_date, run_id, islands: incremental.Islands,
     names: list[str] = []
     if sessions:
         # event_date is inside the files: Iceberg reads the identity partition value from them.
-        out = (islands.sessions
-               .select(F.expr(sql_rules.session_id()).alias("session_id"), *OUTPUT_COLUMNS[1:],
-                       F.lit(event_date).cast("date").alias("event_date")))
+        out = islands.sessions.select(
+            F.expr(sql_rules.session_id()).alias("session_id"),
+            *OUTPUT_COLUMNS[1:],
+            F.lit(event_date).cast("date").alias("event_date"),
+        )
         # A file per ~250k sessions (at most 8): written by as many tasks side by side, without a
         # shuffle (coalesce). Not sorted: a file of this size is one row group, so a sort bought
         # readers nothing and cost a sort of the whole date.
@@ -342,9 +443,11 @@ def _write_version(lake: Lake, event_date, run_id, islands: incremental.Islands,
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):
         # only the next incremental run of this date reads it.
-        (islands.context
-         .coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
-         .write.mode("overwrite").parquet(incremental.context_dir(lake, event_date, run_id)))
+        (
+            islands.context.coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
+            .write.mode("overwrite")
+            .parquet(incremental.context_dir(lake, event_date, run_id))
+        )
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
     marker = {
         "event_date": event_date,

@@ -1,4 +1,5 @@
 """Human durations ("30m", "1h", "10s", "7d") used by every CLI option that takes a span of time."""
+
 from __future__ import annotations
 
 import re
@@ -12,9 +13,7 @@ def parse_duration(text: str) -> timedelta:
     """Parse "30m" / "1h" / "10s" / "250ms" / "7d"; refuse anything else with a clear message."""
     match = _DURATION.match(str(text))
     if not match:
-        raise ValueError(
-            f"invalid duration {text!r}: expected a number followed by ms, s, m, h or d (e.g. 30m)"
-        )
+        raise ValueError(f"invalid duration {text!r}: expected a number followed by ms, s, m, h or d (e.g. 30m)")
     value, unit = match.groups()
     return timedelta(seconds=float(value) * _UNIT_SECONDS[unit])
 

@@ -10,6 +10,7 @@ every date, and a lake may hold millions of receipt partitions). The SLO objecti
 ops/prometheus/rules.yml compare with the thresholds this exporter was given instead of repeating
 them: one place to change an objective.
 """
+
 from __future__ import annotations
 
 from tidemark import metrics
@@ -18,8 +19,14 @@ from tidemark.lake import Lake
 
 
 class LakeExporter:
-    def __init__(self, lake: Lake, objectives: Objectives | None = None, refresh: float = 60.0,
-                 run_state=None, max_attempts: int | None = None):
+    def __init__(
+        self,
+        lake: Lake,
+        objectives: Objectives | None = None,
+        refresh: float = 60.0,
+        run_state=None,
+        max_attempts: int | None = None,
+    ):
         self.lake = lake
         self.objectives = objectives or Objectives()
         self.observer = LakeObserver(lake, refresh, run_state, max_attempts)
@@ -30,8 +37,7 @@ class LakeExporter:
 
         def staleness():
             reading = read()
-            return [] if reading is None else [(d.age_s, {"tidemark.event_date": d.event_date})
-                                               for d in reading.stale]
+            return [] if reading is None else [(d.age_s, {"tidemark.event_date": d.event_date}) for d in reading.stale]
 
         def stale_dates():
             reading = read()
@@ -44,8 +50,14 @@ class LakeExporter:
         def owed(index):
             def values():
                 reading = read()
-                return [] if reading is None else [(v[index], {"tidemark.notice.channel": channel})
-                                                   for channel, v in sorted(reading.owed.items())]
+                return (
+                    []
+                    if reading is None
+                    else [
+                        (v[index], {"tidemark.notice.channel": channel}) for channel, v in sorted(reading.owed.items())
+                    ]
+                )
+
             return values
 
         def observed():
@@ -58,10 +70,11 @@ class LakeExporter:
         metrics.observe("tidemark.notice.owed", owed(0))
         metrics.observe("tidemark.notice.owed.age", owed(1))
         metrics.observe("tidemark.lake.observed", observed)
-        metrics.observe("tidemark.slo.objective", lambda: [(v, {"tidemark.slo": k})
-                                                           for k, v in self.objectives.seconds().items()])
+        metrics.observe(
+            "tidemark.slo.objective", lambda: [(v, {"tidemark.slo": k}) for k, v in self.objectives.seconds().items()]
+        )
 
-    def start(self, port: int, host: str = "127.0.0.1") -> "LakeExporter":
+    def start(self, port: int, host: str = "127.0.0.1") -> LakeExporter:
         metrics.configure(prometheus=True, service="tidemark-exporter")
         self.register()
         self.observer.start()

@@ -12,6 +12,7 @@ The folder is built next to <out> and swapped in, then checked: a clean Python w
 bundle on its path imports main and must load no first-party module from outside the bundle.
 Terraform archives <out> (build/cloud_function by default).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,12 +43,12 @@ FIRST_PARTY = ("tidemark", "cloud_function", "streaming_job", "dedup_sql", "main
 
 # Run in the bundle by a fresh interpreter: which first-party modules did `import main` load, and
 # from where?
-_PROBE = """
+_PROBE = f"""
 import json, sys
 import main
-print(json.dumps({n: getattr(m, "__file__", None) for n, m in sys.modules.items()
-                  if n.split(".")[0] in %r}))
-""" % (FIRST_PARTY,)
+print(json.dumps({{n: getattr(m, "__file__", None) for n, m in sys.modules.items()
+                  if n.split(".")[0] in {FIRST_PARTY!r}}}))
+"""
 
 
 def build(out: str) -> str:
@@ -76,13 +77,11 @@ def check(out: str, python: str = sys.executable) -> dict:
     env["PYTHONPATH"] = out
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the bundle exactly as built
     env.setdefault("AIRFLOW_BASE_URL", "http://127.0.0.1:9")  # read lazily; never contacted
-    proc = subprocess.run([python, "-c", _PROBE], cwd=out, env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([python, "-c", _PROBE], cwd=out, env=env, capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         raise RuntimeError(f"the bundle in {out} does not import:\n{proc.stderr[-2000:]}")
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
-    outside = {n: f for n, f in loaded.items()
-               if f is not None and not os.path.abspath(f).startswith(out + os.sep)}
+    outside = {n: f for n, f in loaded.items() if f is not None and not os.path.abspath(f).startswith(out + os.sep)}
     if outside:
         raise RuntimeError(f"the bundle imports first-party modules from outside {out}: {outside}")
     return loaded

@@ -13,6 +13,7 @@ Safety floors:
 - an unreferenced file is removed only once its folder's newest write is older than the retention
   (a run still writing, or about to commit, is young).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,10 +22,11 @@ from datetime import datetime, timedelta, timezone
 import pyarrow.fs as pafs
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, publish, receipt_index, reconcile, storage, table as iceberg
+from tidemark import layout, publish, receipt_index, reconcile, storage
+from tidemark import table as iceberg
 from tidemark.durations import format_duration
+from tidemark.lake import RUN_MARKER, Lake, run_folder
 from tidemark.logs import get_logger
-from tidemark.lake import Lake, RUN_MARKER, run_folder
 
 log = get_logger("gc")
 
@@ -37,18 +39,19 @@ class RetentionTooShort(ValueError):
 
 @dataclass(frozen=True)
 class Removal:
-    what: str                 # "snapshot", "run" (an unreferenced run folder), "metadata", "arrivals"
-    path: str                 # the snapshot id, or the path relative to the table's location
+    what: str  # "snapshot", "run" (an unreferenced run folder), "metadata", "arrivals"
+    path: str  # the snapshot id, or the path relative to the table's location
     event_date: str | None
-    version: str | None       # the version a snapshot published / a run folder held, when known
-    age_s: float              # how long it has been unneeded (snapshot: since it stopped being current)
+    version: str | None  # the version a snapshot published / a run folder held, when known
+    age_s: float  # how long it has been unneeded (snapshot: since it stopped being current)
 
 
 def check_retention(retention: timedelta) -> timedelta:
     if retention < MIN_RETENTION:
         raise RetentionTooShort(
             f"refusing a retention of {format_duration(retention)}: below the safe floor of "
-            f"{format_duration(MIN_RETENTION)} (a reader or a running dedup may still use what it would remove)")
+            f"{format_duration(MIN_RETENTION)} (a reader or a running dedup may still use what it would remove)"
+        )
     return retention
 
 
@@ -63,8 +66,14 @@ def gc(lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: b
         removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run)
     removed += _prune_arrivals(lake, retention, now, dry_run)
     for item in removed:
-        log.info("gc removed" if not dry_run else "gc would remove", what=item.what, path=item.path,
-                 event_date=item.event_date, version=item.version, age_s=round(item.age_s, 1))
+        log.info(
+            "gc removed" if not dry_run else "gc would remove",
+            what=item.what,
+            path=item.path,
+            event_date=item.event_date,
+            version=item.version,
+            age_s=round(item.age_s, 1),
+        )
     return removed
 
 
@@ -76,9 +85,16 @@ def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bo
     if head:
         keep_from = min(keep_from, layout.parse_receipt_ts(head).date())
     days = receipt_index.prune_arrivals(lake, keep_from, dry_run)
-    return [Removal("arrivals", _relative(lake.arrivals_dir(day), lake.uri + "/"), None, None,
-                    (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds())
-            for day in days]
+    return [
+        Removal(
+            "arrivals",
+            _relative(lake.arrivals_dir(day), lake.uri + "/"),
+            None,
+            None,
+            (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds(),
+        )
+        for day in days
+    ]
 
 
 def _conflicts():
@@ -88,24 +104,38 @@ def _conflicts():
     return (CommitFailedException, OperationalError)
 
 
-@retry(retry=retry_if_exception_type(_conflicts()), stop=stop_after_delay(300),
-       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+@retry(
+    retry=retry_if_exception_type(_conflicts()),
+    stop=stop_after_delay(300),
+    wait=wait_random_exponential(multiplier=0.05, max=2),
+    reraise=True,
+)
 def _expire(lake: Lake, retention: timedelta, now: datetime, dry_run: bool):
     """(removals, the table as left, {run_id: version} of every tidemark snapshot seen)."""
     tbl = iceberg.load(lake)
     lineage = [snapshot for snapshot, _ in publish.snapshot_versions(tbl)]
-    versions = {props["tidemark.run-id"]: (props["tidemark.event-date"], props["tidemark.version"])
-                for _, props in publish.snapshot_versions(tbl) if "tidemark.run-id" in props}
+    versions = {
+        props["tidemark.run-id"]: (props["tidemark.event-date"], props["tidemark.version"])
+        for _, props in publish.snapshot_versions(tbl)
+        if "tidemark.run-id" in props
+    }
     now_ms = now.timestamp() * 1000
     removals = []
     # The last one is current: never expired. Each other one stopped being current when the next
     # one was committed.
-    for older, newer in zip(lineage, lineage[1:]):
+    for older, newer in zip(lineage, lineage[1:], strict=False):
         age_s = (now_ms - newer.timestamp_ms) / 1000
         if age_s >= retention.total_seconds():
             props = older.summary.additional_properties if older.summary else {}
-            removals.append(Removal("snapshot", str(older.snapshot_id), props.get("tidemark.event-date"),
-                                    props.get("tidemark.version"), age_s))
+            removals.append(
+                Removal(
+                    "snapshot",
+                    str(older.snapshot_id),
+                    props.get("tidemark.event-date"),
+                    props.get("tidemark.version"),
+                    age_s,
+                )
+            )
     if removals and not dry_run:
         tbl.maintenance.expire_snapshots().by_ids([int(r.path) for r in removals]).commit()
         tbl = iceberg.load(lake)
@@ -128,8 +158,10 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
             metadata.add(path)
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
                 data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
-    current_runs = {run_folder(event_date, publish._record(tbl, event_date)["run_id"])
-                    for event_date in publish.dates_with_version(tbl)}
+    current_runs = {
+        run_folder(event_date, publish._record(tbl, event_date)["run_id"])
+        for event_date in publish.dates_with_version(tbl)
+    }
     root = lake.dedup_root()
     removed = []
     for date_dir in lake.list_subdirs(lake.dedup_data_dir()):
@@ -163,7 +195,7 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
 def _relative(uri: str, location: str) -> str:
     if not uri.startswith(location):
         raise RuntimeError(f"{uri} is outside the table's location {location}: gc will not judge it")
-    return uri[len(location):]
+    return uri[len(location) :]
 
 
 def _age_s(uri: str, now: datetime, recursive: bool = False) -> float | None:

@@ -7,6 +7,7 @@ way a Pub/Sub Cloud Storage subscription batches messages into objects, each ato
 temp name, then rename) with strictly increasing modification times, so a file source that
 orders by modification time (Spark's does) sees them in arrival order.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,12 @@ from datetime import date, datetime, timedelta, timezone
 from tidemark import storage
 
 EVENT_FLOW = ["app_open", "browse", "play", "pause", "play", "seek", "ad_impression", "play", "stop"]
-OFFSETS = [timezone.utc, timezone(timedelta(hours=2)), timezone(timedelta(hours=-5)),
-           timezone(timedelta(hours=5, minutes=30))]
+OFFSETS = [
+    timezone.utc,
+    timezone(timedelta(hours=2)),
+    timezone(timedelta(hours=-5)),
+    timezone(timedelta(hours=5, minutes=30)),
+]
 MANIFEST = "_tidemark_generate.json"
 
 
@@ -54,12 +59,13 @@ def _rfc3339(moment: datetime, rng: random.Random) -> str:
 def _malformed(rng: random.Random, n: int) -> str:
     kind = n % 5
     if kind == 0:
-        return '{"event_id": "broken-%d", "user_id": "u' % n  # truncated JSON
+        return '{"event_id": "broken-%d", "user_id": "u' % n  # noqa: UP031 (truncated JSON; braces in an f-string would need doubling)
     if kind == 1:
         return json.dumps({"event_id": f"noid-{n}", "event_type": "play", "event_ts": "2026-03-06T10:00:00Z"})
     if kind == 2:
-        return json.dumps({"event_id": f"badts-{n}", "user_id": "u1", "event_type": "play",
-                           "event_ts": "yesterday at noon"})
+        return json.dumps(
+            {"event_id": f"badts-{n}", "user_id": "u1", "event_type": "play", "event_ts": "yesterday at noon"}
+        )
     if kind == 3:
         return "<html>502 Bad Gateway</html>"
     return json.dumps(["not", "an", "object", n])
@@ -73,8 +79,14 @@ def build(workload: Workload) -> tuple[list[Delivery], dict]:
     gap_s = workload.gap_minutes * 60
     deliveries: list[Delivery] = []
     per_user = max(1, workload.events // max(1, workload.users))
-    counts = {"events": 0, "duplicates": 0, "malformed": 0, "minutes_late": 0, "offline_sessions": 0,
-              "sessions_generated": 0}
+    counts = {
+        "events": 0,
+        "duplicates": 0,
+        "malformed": 0,
+        "minutes_late": 0,
+        "offline_sessions": 0,
+        "sessions_generated": 0,
+    }
     for u in range(workload.users):
         user_id = f"user-{u:05d}"
         remaining = per_user
@@ -95,10 +107,14 @@ def build(workload: Workload) -> tuple[list[Delivery], dict]:
                     # Within a session, events come seconds to minutes apart, always under the gap.
                     t += timedelta(seconds=min(rng.expovariate(1 / 45), gap_s * 0.6))
                 seq += 1
-                event = {"event_id": f"{user_id}-{seq:06d}", "user_id": user_id,
-                         "event_type": EVENT_FLOW[min(i, len(EVENT_FLOW) - 1)] if i < n - 1 else "app_close",
-                         "event_ts": _rfc3339(t, rng), "device": rng.choice(["ios", "android"]),
-                         "content_id": f"c{rng.randint(1, 500)}"}
+                event = {
+                    "event_id": f"{user_id}-{seq:06d}",
+                    "user_id": user_id,
+                    "event_type": EVENT_FLOW[min(i, len(EVENT_FLOW) - 1)] if i < n - 1 else "app_close",
+                    "event_ts": _rfc3339(t, rng),
+                    "device": rng.choice(["ios", "android"]),
+                    "content_id": f"c{rng.randint(1, 500)}",
+                }
                 if offline_delay is not None:
                     delay = offline_delay + timedelta(seconds=rng.uniform(0, 60))
                 elif rng.random() < workload.minutes_late_rate:
@@ -130,7 +146,7 @@ def split_files(deliveries: list[Delivery], files: int) -> list[list[Delivery]]:
     chunks, at = [], 0
     for i in range(files):
         take = size + (1 if i < extra else 0)
-        chunks.append(deliveries[at:at + take])
+        chunks.append(deliveries[at : at + take])
         at += take
     return chunks
 
@@ -159,6 +175,7 @@ def generate(landing: str, workload: Workload, progress: bool = True) -> dict:
     base = time.time()
     if progress and len(chunks) > 1:
         from rich.progress import Progress
+
         with Progress(transient=True) as bar:
             task = bar.add_task("landing files", total=len(chunks))
             for i, chunk in enumerate(chunks):

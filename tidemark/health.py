@@ -26,6 +26,7 @@ reconcile.staleness pass can walk every date (a first pass, and whenever it cann
 changed). A scrape must never do that: the observer makes a pass at most once per `refresh`
 seconds, in a background thread when started as one, and a scrape reads the last result.
 """
+
 from __future__ import annotations
 
 import threading
@@ -33,8 +34,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from tidemark.logs import get_logger
 from tidemark.lake import Lake
+from tidemark.logs import get_logger
 
 log = get_logger("health")
 
@@ -47,8 +48,11 @@ class Objectives:
     given_up: int = 0  # dates reconciliation gave up on, at most
 
     def seconds(self) -> dict[str, float]:
-        return {"correction": self.correction.total_seconds(), "notice_owed": self.notice_owed.total_seconds(),
-                "stream_lag": self.stream_lag.total_seconds()}
+        return {
+            "correction": self.correction.total_seconds(),
+            "notice_owed": self.notice_owed.total_seconds(),
+            "stream_lag": self.stream_lag.total_seconds(),
+        }
 
 
 @dataclass
@@ -61,11 +65,11 @@ class StaleDate:
 
 @dataclass
 class Reading:
-    at: float                                    # Unix time of the reading
+    at: float  # Unix time of the reading
     stale: list[StaleDate] = field(default_factory=list)
     owed: dict[str, tuple[int, float]] = field(default_factory=dict)  # channel -> (count, oldest age s)
-    given_up: list[str] | None = None            # None: no Airflow to ask
-    seconds: float = 0.0                         # what reading the lake took
+    given_up: list[str] | None = None  # None: no Airflow to ask
+    seconds: float = 0.0  # what reading the lake took
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -86,8 +90,12 @@ def read_lake(lake: Lake, run_state=None, now: datetime | None = None, max_attem
     began = time.monotonic()
     now = now or datetime.now(timezone.utc)
     stale = reconcile.staleness(lake)
-    dates = [StaleDate(s.event_date, max(0.0, (now - s.since).total_seconds()) if s.since else 0.0,
-                       list(s.kinds), list(s.reasons)) for s in stale]
+    dates = [
+        StaleDate(
+            s.event_date, max(0.0, (now - s.since).total_seconds()) if s.since else 0.0, list(s.kinds), list(s.reasons)
+        )
+        for s in stale
+    ]
     owed = {}
     for channel, outbox in (("availability", Outbox(lake)), ("corrected", corrected.outbox(lake))):
         entries = outbox.owed()  # oldest first; bounded by what is owed, not by the lake's size
@@ -98,8 +106,9 @@ def read_lake(lake: Lake, run_state=None, now: datetime | None = None, max_attem
     given_up = None
     if run_state is not None:
         try:
-            decisions = reconcile.decide(stale, run_state, now=now,
-                                         max_attempts=max_attempts or reconcile.DEFAULT_MAX_ATTEMPTS)
+            decisions = reconcile.decide(
+                stale, run_state, now=now, max_attempts=max_attempts or reconcile.DEFAULT_MAX_ATTEMPTS
+            )
             given_up = sorted(d.event_date for d in decisions if d.action == "given_up")
         except Exception as exc:  # noqa: BLE001 - Airflow down: unknown, not zero (the gauge is absent)
             log.warning("cannot ask Airflow for reconcile's runs", error=f"{type(exc).__name__}: {exc}")
@@ -127,9 +136,14 @@ class LakeObserver:
             raise
         with self._lock:
             self._reading = reading
-        log.info("lake read", lake=self.lake, stale_dates=len(reading.stale), seconds=reading.seconds,
-                 owed={k: v[0] for k, v in reading.owed.items()},
-                 given_up=None if reading.given_up is None else len(reading.given_up))
+        log.info(
+            "lake read",
+            lake=self.lake,
+            stale_dates=len(reading.stale),
+            seconds=reading.seconds,
+            owed={k: v[0] for k, v in reading.owed.items()},
+            given_up=None if reading.given_up is None else len(reading.given_up),
+        )
         return reading
 
     def reading(self) -> Reading | None:
@@ -137,7 +151,7 @@ class LakeObserver:
         with self._lock:
             return self._reading
 
-    def start(self) -> "LakeObserver":
+    def start(self) -> LakeObserver:
         def loop():
             while not self._stop.is_set():
                 try:
@@ -168,17 +182,30 @@ def breaches(reading: Reading, objectives: Objectives) -> list[Breach]:
     limit = objectives.correction.total_seconds()
     late = sorted((d for d in reading.stale if d.age_s > limit), key=lambda d: -d.age_s)
     if late:
-        out.append(Breach("correction", f"{len(late)} event date(s) stale longer than "
-                          f"{_minutes(limit)}: " + "; ".join(
-                              f"{d.event_date} for {_minutes(d.age_s)} ({', '.join(d.kinds)})" for d in late[:10])))
+        out.append(
+            Breach(
+                "correction",
+                f"{len(late)} event date(s) stale longer than "
+                f"{_minutes(limit)}: "
+                + "; ".join(f"{d.event_date} for {_minutes(d.age_s)} ({', '.join(d.kinds)})" for d in late[:10]),
+            )
+        )
     limit = objectives.notice_owed.total_seconds()
     for channel, (count, age) in sorted(reading.owed.items()):
         if count and age > limit:
-            out.append(Breach("notice_owed", f"{count} {channel} notice(s) owed, the oldest for "
-                              f"{_minutes(age)} (objective {_minutes(limit)})"))
+            out.append(
+                Breach(
+                    "notice_owed",
+                    f"{count} {channel} notice(s) owed, the oldest for {_minutes(age)} (objective {_minutes(limit)})",
+                )
+            )
     if reading.given_up is not None and len(reading.given_up) > objectives.given_up:
-        out.append(Breach("given_up", f"reconciliation gave up on {len(reading.given_up)} event date(s): "
-                          + ", ".join(reading.given_up[:20])))
+        out.append(
+            Breach(
+                "given_up",
+                f"reconciliation gave up on {len(reading.given_up)} event date(s): " + ", ".join(reading.given_up[:20]),
+            )
+        )
     return out
 
 

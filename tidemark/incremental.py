@@ -30,15 +30,16 @@ The result equals the full path's row for row (tests/test_dedup_incremental.py c
 the full path and the batch reference). The full path stays the fallback whenever the precondition
 below does not hold (`base` says why), and `tidemark dedup --full` forces it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
-from tidemark import layout, planning, publish, rules_record, session_schema, times
+from tidemark import planning, publish, rules_record, session_schema, times
+from tidemark.lake import Lake
 from tidemark.planning import Plan
 from tidemark.sessions import SessionRules
-from tidemark.lake import Lake
 
 # Not "_context": Spark ignores a path whose name starts with "_" or ".", even one given explicitly.
 CONTEXT_DIR = "context"
@@ -51,14 +52,14 @@ _ISLANDS_SCHEMA = session_schema.ISLANDS_DDL
 @dataclass
 class Base:
     """What an incremental run starts from: the previous version and the receipts it lacks."""
+
     previous: dict
     new: list  # the plan's receipt partitions (markers) the previous version did not read
 
     @property
     def rows_read(self) -> int:
         """Pane rows of the new receipts plus the previous version's islands (sessions + context)."""
-        return (sum(p.rows for p in self.new) + int(self.previous["sessions"])
-                + int(self.previous["context_rows"]))
+        return sum(p.rows for p in self.new) + int(self.previous["sessions"]) + int(self.previous["context_rows"])
 
 
 def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Base | None, str]:
@@ -82,8 +83,10 @@ def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Bas
     unfillable = session_schema.unfillable_since(written)
     if unfillable:
         # its rows lack columns that cannot be computed from them: they would be carried over null
-        return None, (f"the previous version was written with session schema {written}, without "
-                      + ", ".join(c.name for c in unfillable))
+        return None, (
+            f"the previous version was written with session schema {written}, without "
+            + ", ".join(c.name for c in unfillable)
+        )
     if previous.get("lo") != lo_text(current.lo):
         return None, "the previous version was planned from another lo"
     # H is a function of the date and the rules (checked above); another H (another tidemark's
@@ -136,6 +139,7 @@ class Islands:
     event_date ('YYYY-MM-DD'), the sessions of D and the context (not D, starting before the
     horizon); the summary (`summary_of`'s keys); what to unpersist once written; whether the
     sessions are already spread over the tasks that should write them (else the writer coalesces)."""
+
     sessions: object
     context: object
     summary: dict
@@ -161,8 +165,10 @@ def split(islands, event_date: str, until: datetime):
 
     on_date = F.col("event_date") == F.lit(event_date)
     columns = (*ISLAND_COLUMNS, "event_date")
-    return (islands.where(on_date).select(*columns),
-            islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*columns))
+    return (
+        islands.where(on_date).select(*columns),
+        islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*columns),
+    )
 
 
 def summary_of(row, event_date: str) -> dict:
@@ -184,9 +190,11 @@ def _previous_sessions(spark, lake: Lake, previous: dict):
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
     # Files of an older session schema lack its newer columns (read as null): computed by their fill.
     return session_schema.fill_older(
-        spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE").parquet(*files)
+        spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE")
+        .parquet(*files)
         .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")),
-        session_schema.marker_version(previous))
+        session_schema.marker_version(previous),
+    )
 
 
 def _previous_context(spark, lake: Lake, previous: dict, until: datetime):
@@ -199,7 +207,8 @@ def _previous_context(spark, lake: Lake, previous: dict, until: datetime):
         .parquet(context_dir(lake, previous["event_date"], previous["run_id"]))
         .where(F.col("session_start") < F.lit(until))
         .select(*ISLAND_COLUMNS, "event_date"),
-        session_schema.marker_version(previous))
+        session_schema.marker_version(previous),
+    )
 
 
 # Up to this many touched users are filtered by value (an IN list in the plan), more by a join.
@@ -218,8 +227,9 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     previous island touching D lies in a new one touching D (the reach can only grow: the new reach
     is the larger of the previous one and the recomputed islands'), and only recomputed islands
     hold new events (affected dates, the horizon check)."""
-    import dedup_sql
     from pyspark.sql import functions as F
+
+    import dedup_sql
 
     until = horizon(current.event_date, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
@@ -243,17 +253,24 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
     views: list = []
     old = keep(old_sessions.unionByName(old_context)).persist()
-    events = dedup_sql.run(spark, "dedup_events_incremental", {"islands": old, "panes": panes}, views=views,
-                           lo_us=times.to_micros(current.lo))
+    events = dedup_sql.run(
+        spark,
+        "dedup_events_incremental",
+        {"islands": old, "panes": panes},
+        views=views,
+        lo_us=times.to_micros(current.lo),
+    )
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
     recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).persist()
 
     params = {"event_date": current.event_date, "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
     new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, views=views, **params)
-    gone = dedup_sql.run(spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))},
-                         views=views, **params)
-    row = new.crossJoin(gone.select(F.col("sessions").alias("gone_sessions"),
-                                    F.col("context_rows").alias("gone_context"))).first()
+    gone = dedup_sql.run(
+        spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))}, views=views, **params
+    )
+    row = new.crossJoin(
+        gone.select(F.col("sessions").alias("gone_sessions"), F.col("context_rows").alias("gone_context"))
+    ).first()
     summary = summary_of(row, current.event_date)
     _, previous_reach = planning.recorded_reach(start.previous)
     summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)

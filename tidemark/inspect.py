@@ -8,18 +8,20 @@ notice records (no data file is read), plus the Airflow runs of a date when an A
 `runs` is a list of Airflow DAG runs (REST /api/v2 dagRuns objects) or None when Airflow is not
 reachable; the answers then say so instead of guessing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from tidemark import layout, publish, receipts, runs as run_ids
+from tidemark import layout, publish, receipts
+from tidemark import runs as run_ids
+from tidemark.lake import Lake
 from tidemark.notices.outbox import Outbox
 from tidemark.times import iso_z, parse_iso
-from tidemark.lake import Lake
-
 
 # ---- time helpers --------------------------------------------------------------------------------
+
 
 def parse_time(value: object) -> datetime | None:
     """A receipt_ts or an RFC 3339 / ISO time (Airflow's, the markers') -> aware UTC datetime."""
@@ -46,8 +48,10 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
 
 # ---- partitions ----------------------------------------------------------------------------------
 
-def partitions(lake: Lake, now: datetime | None = None, since: str | None = None,
-               until: str | None = None) -> list[dict]:
+
+def partitions(
+    lake: Lake, now: datetime | None = None, since: str | None = None, until: str | None = None
+) -> list[dict]:
     """Per event date (those in [since, until] when given): the current version, its sessions, how
     many complete receipt partitions it includes and how many are pending (complete but not in the
     current version), and the lag: how long the oldest pending receipt has waited (0 when nothing
@@ -59,30 +63,36 @@ def partitions(lake: Lake, now: datetime | None = None, since: str | None = None
     since = since and layout.check_event_date(since)
     until = until and layout.check_event_date(until)
     tbl = iceberg.load(lake)
-    dates = sorted(d for d in set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl))
-                   if (not since or d >= since) and (not until or d <= until))
+    dates = sorted(
+        d
+        for d in set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl))
+        if (not since or d >= since) and (not until or d <= until)
+    )
     rows = []
     for event_date in dates:
         pointer = None if tbl is None else publish.current_of(lake, tbl, event_date)
         included = set(pointer.get("receipts", [])) if pointer else set()
         stamps, pending = receipts.complete_and_pending(lake, event_date, included)
         oldest = layout.parse_receipt_ts(pending[0]) if pending else None
-        rows.append({
-            "event_date": event_date,
-            "version": pointer["version"] if pointer else None,
-            "sessions": int(pointer["sessions"]) if pointer else None,
-            "version_created_at": (pointer.get("committed_at") or pointer.get("created_at")) if pointer else None,
-            "receipts": len(stamps),
-            "included": len(stamps) - len(pending),
-            "pending": len(pending),
-            "pending_receipts": pending,
-            "newest_receipt": stamps[-1] if stamps else None,
-            "lag_s": round((now - oldest).total_seconds(), 1) if oldest else 0.0,
-        })
+        rows.append(
+            {
+                "event_date": event_date,
+                "version": pointer["version"] if pointer else None,
+                "sessions": int(pointer["sessions"]) if pointer else None,
+                "version_created_at": (pointer.get("committed_at") or pointer.get("created_at")) if pointer else None,
+                "receipts": len(stamps),
+                "included": len(stamps) - len(pending),
+                "pending": len(pending),
+                "pending_receipts": pending,
+                "newest_receipt": stamps[-1] if stamps else None,
+                "lag_s": round((now - oldest).total_seconds(), 1) if oldest else 0.0,
+            }
+        )
     return rows
 
 
 # ---- lineage and history -------------------------------------------------------------------------
+
 
 def notices_of(lake: Lake, event_date: str) -> list[dict]:
     """The date's notices, sent and owed: {notice, state, recorded_at, published_at, message_id}."""
@@ -104,6 +114,7 @@ def runs_of(all_runs: list[dict] | None, event_date: str) -> list[dict] | None:
 @dataclass
 class ReceiptLineage:
     """One receipt partition's way to a corrected version: each step's time (None = not yet)."""
+
     event_date: str
     receipt_ts: str
     events: int
@@ -169,37 +180,59 @@ def history(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> 
     items = []
     for receipt_ts in receipts.list_receipts(lake, event_date):
         marker = receipts.read_marker(lake, event_date, receipt_ts)
-        items.append({"time": layout.parse_receipt_ts(receipt_ts), "kind": "receipt", "id": receipt_ts,
-                      "state": "late" if marker.late else "",
-                      "detail": f"batch {marker.batch_id}: {marker.events} events, {marker.rows} panes "
-                                f"({','.join(marker.pane_kinds)}), events {marker.min_event_ts[:19]} .. "
-                                f"{marker.max_event_ts[:19]}"})
+        items.append(
+            {
+                "time": layout.parse_receipt_ts(receipt_ts),
+                "kind": "receipt",
+                "id": receipt_ts,
+                "state": "late" if marker.late else "",
+                "detail": f"batch {marker.batch_id}: {marker.events} events, {marker.rows} panes "
+                f"({','.join(marker.pane_kinds)}), events {marker.min_event_ts[:19]} .. "
+                f"{marker.max_event_ts[:19]}",
+            }
+        )
     for entry in notices_of(lake, event_date):
         body = entry["notice"]
         covers = body.get("receipt_ts_list", [body["receipt_ts"]])
         moment = parse_time(entry.get("published_at")) or parse_time(entry.get("recorded_at"))
-        items.append({"time": moment, "kind": "notice", "id": body["notice_id"],
-                      "state": "published" if entry["state"] == "sent" else "owed (in the outbox)",
-                      "detail": f"{body.get('kind', 'partition')} for {len(covers)} receipt(s), newest "
-                                f"{body['receipt_ts']}; run {run_ids.run_id_for_notice(body)}"
-                                + (f"; message {entry['message_id']}" if entry.get("message_id") else "")})
+        items.append(
+            {
+                "time": moment,
+                "kind": "notice",
+                "id": body["notice_id"],
+                "state": "published" if entry["state"] == "sent" else "owed (in the outbox)",
+                "detail": f"{body.get('kind', 'partition')} for {len(covers)} receipt(s), newest "
+                f"{body['receipt_ts']}; run {run_ids.run_id_for_notice(body)}"
+                + (f"; message {entry['message_id']}" if entry.get("message_id") else ""),
+            }
+        )
     for run in runs_of(all_runs, event_date) or []:
         start, end = parse_time(run.get("start_date")), parse_time(run.get("end_date"))
         took = seconds_between(start, end)
-        items.append({"time": parse_time(run.get("queued_at")) or parse_time(run.get("run_after")) or start,
-                      "kind": "dag run", "id": run["dag_run_id"], "state": run.get("state") or "",
-                      "detail": f"started {iso(start) or '-'}, ended {iso(end) or '-'}"
-                                + (f" ({took}s)" if took is not None else "")})
+        items.append(
+            {
+                "time": parse_time(run.get("queued_at")) or parse_time(run.get("run_after")) or start,
+                "kind": "dag run",
+                "id": run["dag_run_id"],
+                "state": run.get("state") or "",
+                "detail": f"started {iso(start) or '-'}, ended {iso(end) or '-'}"
+                + (f" ({took}s)" if took is not None else ""),
+            }
+        )
     pointer = publish.read_pointer(lake, event_date)
     for version in publish.list_versions(lake, event_date):
         current = pointer is not None and pointer["version"] == version["version"]
-        items.append({"time": parse_time(version.get("committed_at") or version.get("created_at")),
-                      "kind": "version", "id": version["version"],
-                      "state": "current" if current else "superseded",
-                      "detail": f"{version['sessions']} sessions from {len(version.get('receipts', []))} "
-                                f"receipt(s), {version.get('new_receipts', '?')} new; run {version.get('run_id', '')}"
-                                + (f"; Iceberg snapshot {version['snapshot_id']}" if version.get("snapshot_id") else "")})
+        items.append(
+            {
+                "time": parse_time(version.get("committed_at") or version.get("created_at")),
+                "kind": "version",
+                "id": version["version"],
+                "state": "current" if current else "superseded",
+                "detail": f"{version['sessions']} sessions from {len(version.get('receipts', []))} "
+                f"receipt(s), {version.get('new_receipts', '?')} new; run {version.get('run_id', '')}"
+                + (f"; Iceberg snapshot {version['snapshot_id']}" if version.get("snapshot_id") else ""),
+            }
+        )
     order = {"receipt": 0, "notice": 1, "dag run": 2, "version": 3}
     epoch = datetime.min.replace(tzinfo=timezone.utc)
     return sorted(items, key=lambda i: (i["time"] or epoch, order[i["kind"]]))
-

@@ -32,10 +32,11 @@ Every partition value is checked (tidemark.layout) before it can reach a path. T
 records go through its own filesystem, resolved once (`Lake.fs`): paths under the lake are mapped to
 the filesystem's paths without asking pyarrow again (which, for a bucket, builds a client each time).
 """
+
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow.fs as pafs
 
@@ -134,7 +135,7 @@ class Lake:
         if uri == self.uri:
             return self.fs, self.root
         if uri.startswith(self.uri + "/"):
-            return self.fs, self.root.rstrip("/") + uri[len(self.uri):]
+            return self.fs, self.root.rstrip("/") + uri[len(self.uri) :]
         return storage.resolve(uri)
 
     # -- its small records (markers, entries, outboxes): storage's operations on its filesystem --

@@ -18,6 +18,7 @@ A UTF-8 byte order mark at the very start of a file is not part of its first lin
 reader, which Spark's text source uses, drops it; Windows tools write it); anywhere else it is a
 byte of its line, which the contract then refuses as not JSON.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,7 @@ def classify(relative_path: str) -> str:
 def file_lines(data: bytes) -> list[bytes]:
     """A landed file's lines: a leading UTF-8 BOM dropped, then split as the contract splits."""
     if data.startswith(UTF8_BOM):
-        data = data[len(UTF8_BOM):]
+        data = data[len(UTF8_BOM) :]
     return contract.split_lines(data)
 
 
@@ -72,13 +73,14 @@ def relative_path(landing: str | None, file_uri: str) -> str:
     if landing is not None:
         root = _location(landing).rstrip("/") + "/"
         if location.startswith(root):
-            return location[len(root):]
+            return location[len(root) :]
     return location.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
 class LandedFile:
     """A file found in the landing folder: its relative path, size and modification time."""
+
     path: str
     size: int
     mtime_ms: int
@@ -97,9 +99,15 @@ def list_landing(landing: str) -> list[LandedFile]:
     fs, root = storage.resolve(landing)
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     prefix = root.rstrip("/") + "/"
-    out = [LandedFile(info.path[len(prefix):] if info.path.startswith(prefix) else info.base_name,
-                      int(info.size or 0), int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0)
-           for info in infos if info.type == pafs.FileType.File]
+    out = [
+        LandedFile(
+            info.path[len(prefix) :] if info.path.startswith(prefix) else info.base_name,
+            int(info.size or 0),
+            int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0,
+        )
+        for info in infos
+        if info.type == pafs.FileType.File
+    ]
     return sorted(out, key=lambda f: f.path)
 
 

@@ -34,16 +34,17 @@ and the old query folder is deleted at the next start. Batch ids continue across
 (batch_base), so the stream's state versions (streaming_job/state.py), pane batch ids and notices see
 one increasing sequence.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pyarrow.fs as pafs
 
 from tidemark import layout, storage
-from tidemark.landing import LandedFile
 from tidemark.lake import Lake
+from tidemark.landing import LandedFile
 from tidemark.logs import get_logger
 
 log = get_logger("landing")
@@ -85,13 +86,18 @@ def _queue_entry(checkpoint: str, batch_id: int) -> str:
     return layout.join(_queue_dir(checkpoint), f"batch_id={batch_id}.json")
 
 
-def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str,
-            files: list[dict]) -> None:
+def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[dict]) -> None:
     """Record what a batch read, before its ledger entry and its panes: written again identically
     when the batch is replayed. files: {path, size, mtime_ms} of its input files."""
-    storage.write_json_atomic(_queue_entry(checkpoint, generation.batch_base + spark_batch_id), {
-        "generation": generation.generation, "spark_batch_id": spark_batch_id, "receipt_ts": receipt_ts,
-        "files": [{"path": f["path"], "size": f.get("size"), "mtime_ms": f.get("mtime_ms")} for f in files]})
+    storage.write_json_atomic(
+        _queue_entry(checkpoint, generation.batch_base + spark_batch_id),
+        {
+            "generation": generation.generation,
+            "spark_batch_id": spark_batch_id,
+            "receipt_ts": receipt_ts,
+            "files": [{"path": f["path"], "size": f.get("size"), "mtime_ms": f.get("mtime_ms")} for f in files],
+        },
+    )
 
 
 def queued(checkpoint: str) -> list[dict]:
@@ -112,8 +118,9 @@ def committed(checkpoint: str, entry: dict) -> bool:
     return storage.exists(layout.join(query, "commits", str(int(entry["spark_batch_id"]))))
 
 
-def drain(landing: str, archive: str, checkpoint: str,
-          on_replaced: Callable[[list[LandedFile]], None] | None = None) -> int:
+def drain(
+    landing: str, archive: str, checkpoint: str, on_replaced: Callable[[list[LandedFile]], None] | None = None
+) -> int:
     """Move the files of every committed batch in the queue to the archive; returns files moved.
     Idempotent: a file already moved (a crash after the move, before the entry's deletion) is
     skipped.
@@ -131,15 +138,17 @@ def drain(landing: str, archive: str, checkpoint: str,
             found = _found(landing, item["path"])
             if found is None:
                 continue  # moved already
-            if ((item.get("size") is not None and item["size"] != found.size)
-                    or (item.get("mtime_ms") is not None and item["mtime_ms"] != found.mtime_ms)):
+            if (item.get("size") is not None and item["size"] != found.size) or (
+                item.get("mtime_ms") is not None and item["mtime_ms"] != found.mtime_ms
+            ):
                 replaced.append(found)
                 continue
             move_read(landing, archive, entry["receipt_ts"], item["path"])
             moved += 1
         if replaced:
-            log.warning("landed files changed after they were read: not archived as read",
-                        files=[f.path for f in replaced])
+            log.warning(
+                "landed files changed after they were read: not archived as read", files=[f.path for f in replaced]
+            )
             if on_replaced is not None:
                 on_replaced(replaced)
         storage.delete_file(_queue_entry(checkpoint, entry["batch_id"]))
@@ -162,8 +171,7 @@ def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
 def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
     """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
     out of the landing, and out of what the batch reference reads (a hidden folder)."""
-    _rename(landing, path, layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", path),
-            receipt_ts)
+    _rename(landing, path, layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", path), receipt_ts)
 
 
 def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
@@ -185,9 +193,15 @@ def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
         fs.delete_file(source)
 
 
-def rotate(landing: str, archive: str, checkpoint: str, generation: Generation,
-           on_replaced: Callable[[list[LandedFile]], None] | None = None,
-           sweep: Callable[[], None] | None = None, lake: Lake | None = None) -> Generation | None:
+def rotate(
+    landing: str,
+    archive: str,
+    checkpoint: str,
+    generation: Generation,
+    on_replaced: Callable[[list[LandedFile]], None] | None = None,
+    sweep: Callable[[], None] | None = None,
+    lake: Lake | None = None,
+) -> Generation | None:
     """Start the next generation if nothing a batch read is left in the landing; returns it, or
     None when some batch's work is not committed (the old generation then resumes and replays it).
     Call only after the generation's query has stopped.
@@ -212,10 +226,15 @@ def rotate(landing: str, archive: str, checkpoint: str, generation: Generation,
         sweep()
     # every id the old query planned, even one it refused to run (a graceful stop): never reused
     nxt = Generation(generation.generation + 1, generation.batch_base + max(offsets, default=-1) + 1)
-    storage.write_json_atomic(layout.join(checkpoint, GENERATION_FILE),
-                              {"generation": nxt.generation, "batch_base": nxt.batch_base})
-    log.info("checkpoint rotated: a new file-source log", checkpoint=checkpoint, generation=nxt.generation,
-             batch_base=nxt.batch_base)
+    storage.write_json_atomic(
+        layout.join(checkpoint, GENERATION_FILE), {"generation": nxt.generation, "batch_base": nxt.batch_base}
+    )
+    log.info(
+        "checkpoint rotated: a new file-source log",
+        checkpoint=checkpoint,
+        generation=nxt.generation,
+        batch_base=nxt.batch_base,
+    )
     remove_old_generations(checkpoint, nxt)
     return nxt
 

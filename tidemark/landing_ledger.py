@@ -15,6 +15,7 @@ hidden or in progress). So
     bytes, reason `REPLACED`) and records its size and time, so it is reported once. Landed files
     are immutable: to add events, land a new file (docs/input-contract.md).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,9 +23,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from tidemark import landing, landing_archive, layout, storage
+from tidemark.lake import QUARANTINE_MARKER, Lake
 from tidemark.logs import get_logger
 from tidemark.times import to_micros
-from tidemark.lake import QUARANTINE_MARKER, Lake
 
 log = get_logger("landing")
 
@@ -35,6 +36,7 @@ REPLACED = "landed file replaced after it was read: its new content is not read 
 @dataclass(frozen=True)
 class FileRecord:
     """What the ledger says about one landed file."""
+
     path: str
     size: int | None
     mtime_ms: int | None
@@ -44,15 +46,22 @@ class FileRecord:
 
     def matches(self, found: landing.LandedFile) -> bool:
         """The landed file is the one recorded (unknown size or time: taken as the same)."""
-        return ((self.size is None or self.size == found.size)
-                and (self.mtime_ms is None or self.mtime_ms == found.mtime_ms))
+        return (self.size is None or self.size == found.size) and (
+            self.mtime_ms is None or self.mtime_ms == found.mtime_ms
+        )
 
 
 def record_batch(lake: Lake, receipt_ts: str, batch_id: int | None, files: list[dict], source: str = "stream") -> None:
     """Write one batch's entry. files: {path, size, mtime_ms, lines, verdict}."""
-    lake.write_json_atomic(lake.landing_ledger_path(receipt_ts), {
-        "receipt_ts": receipt_ts, "batch_id": batch_id, "source": source,
-        "files": sorted(files, key=lambda f: f["path"])})
+    lake.write_json_atomic(
+        lake.landing_ledger_path(receipt_ts),
+        {
+            "receipt_ts": receipt_ts,
+            "batch_id": batch_id,
+            "source": source,
+            "files": sorted(files, key=lambda f: f["path"]),
+        },
+    )
 
 
 def read_ledger(lake: Lake) -> dict[str, FileRecord]:
@@ -65,8 +74,14 @@ def read_ledger(lake: Lake) -> dict[str, FileRecord]:
             continue
         entry = storage.read_json(layout.join(root, name)) or {}
         for item in entry.get("files", []):
-            out[item["path"]] = FileRecord(item["path"], item.get("size"), item.get("mtime_ms"),
-                                           int(item.get("lines") or 0), item["verdict"], receipt_ts)
+            out[item["path"]] = FileRecord(
+                item["path"],
+                item.get("size"),
+                item.get("mtime_ms"),
+                int(item.get("lines") or 0),
+                item["verdict"],
+                receipt_ts,
+            )
     return out
 
 
@@ -79,16 +94,21 @@ def receipt_us(receipt_ts: str) -> int:
 @dataclass
 class Audit:
     """The landing compared with the ledger."""
-    read: list[str] = field(default_factory=list)          # input files read as they are now
-    pending: list[str] = field(default_factory=list)       # input files no batch has read yet
+
+    read: list[str] = field(default_factory=list)  # input files read as they are now
+    pending: list[str] = field(default_factory=list)  # input files no batch has read yet
     replaced: list[landing.LandedFile] = field(default_factory=list)  # read once, changed since
     in_progress: list[landing.LandedFile] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"read": len(self.read), "pending": self.pending,
-                "replaced": [f.path for f in self.replaced],
-                "in_progress": [f.path for f in self.in_progress], "hidden": len(self.hidden)}
+        return {
+            "read": len(self.read),
+            "pending": self.pending,
+            "replaced": [f.path for f in self.replaced],
+            "in_progress": [f.path for f in self.in_progress],
+            "hidden": len(self.hidden),
+        }
 
 
 def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
@@ -111,15 +131,15 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
         elif ledger[found.path].matches(found):
             out.read.append(found.path)
         elif archive is not None and storage.exists(
-                landing_archive.archive_path(archive, ledger[found.path].receipt_ts, found.path)):
+            landing_archive.archive_path(archive, ledger[found.path].receipt_ts, found.path)
+        ):
             out.pending.append(found.path)
         else:
             out.replaced.append(found)
     return out
 
 
-def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None,
-                        archive: str | None = None) -> Audit:
+def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None, archive: str | None = None) -> Audit:
     """Quarantine the new content of every replaced file (once: the ledger then records it).
 
     The quarantine folder is one of the lake's usual ones (`tidemark quarantine` lists it), with a
@@ -142,23 +162,41 @@ def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None
             rows["reason"].append(REPLACED)
             rows["source_file"].append(replaced.path)
             rows["batch_id"].append(None)
-        records.append({"path": replaced.path, "size": replaced.size, "mtime_ms": replaced.mtime_ms,
-                        "lines": len(lines), "verdict": REPLACED_VERDICT,
-                        "sha256": hashlib.sha256(data).hexdigest()})
+        records.append(
+            {
+                "path": replaced.path,
+                "size": replaced.size,
+                "mtime_ms": replaced.mtime_ms,
+                "lines": len(lines),
+                "verdict": REPLACED_VERDICT,
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        )
     folder = lake.quarantine_dir(receipt_ts)
-    table = pa.table({"raw": pa.array(rows["raw"], pa.binary()), "reason": pa.array(rows["reason"], pa.string()),
-                      "source_file": pa.array(rows["source_file"], pa.string()),
-                      "receipt_ts": pa.array([receipt_ts] * len(rows["raw"]), pa.string()),
-                      "batch_id": pa.array(rows["batch_id"], pa.int64())})
+    table = pa.table(
+        {
+            "raw": pa.array(rows["raw"], pa.binary()),
+            "reason": pa.array(rows["reason"], pa.string()),
+            "source_file": pa.array(rows["source_file"], pa.string()),
+            "receipt_ts": pa.array([receipt_ts] * len(rows["raw"]), pa.string()),
+            "batch_id": pa.array(rows["batch_id"], pa.int64()),
+        }
+    )
     fs, path = storage.resolve(folder)
     fs.create_dir(path, recursive=True)
     pq.write_table(table, f"{path}/part-00000-replaced.parquet", filesystem=fs)
-    storage.write_json_atomic(layout.join(folder, QUARANTINE_MARKER),
-                              {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])})
+    storage.write_json_atomic(
+        layout.join(folder, QUARANTINE_MARKER), {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])}
+    )
     record_batch(lake, receipt_ts, None, records, source="audit")
     for record in records:
-        log.warning("landed file replaced after it was read: new content quarantined", file=record["path"],
-                    lines=record["lines"], receipt_ts=receipt_ts, path=folder)
+        log.warning(
+            "landed file replaced after it was read: new content quarantined",
+            file=record["path"],
+            lines=record["lines"],
+            receipt_ts=receipt_ts,
+            path=folder,
+        )
     if archive is not None:  # out of the landing: a later checkpoint generation must not read it
         for replaced in found.replaced:
             landing_archive.set_aside(landing_uri, archive, receipt_ts, replaced.path)
@@ -185,20 +223,21 @@ def _free_receipt_ts(lake: Lake) -> str:
     millis = int(datetime.now(timezone.utc).timestamp() * 1000)
     while True:
         receipt_ts = layout.receipt_ts_from_millis(millis)
-        if not (lake.exists(lake.quarantine_dir(receipt_ts))
-                or lake.exists(lake.landing_ledger_path(receipt_ts))):
+        if not (lake.exists(lake.quarantine_dir(receipt_ts)) or lake.exists(lake.landing_ledger_path(receipt_ts))):
             return receipt_ts
         millis += 1
 
 
 def report(landing_uri: str, lake: Lake, quarantine: bool = True, archive: str | None = None) -> Audit:
     """Audit the landing, quarantine replaced files, and log what was not read and why."""
-    found = (quarantine_replaced(landing_uri, lake, archive=archive) if quarantine
-             else audit(landing_uri, lake, archive))
+    found = quarantine_replaced(landing_uri, lake, archive=archive) if quarantine else audit(landing_uri, lake, archive)
     now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
     for stuck in found.in_progress:
-        log.warning("landed file under an in-progress name: not read until it is renamed", file=stuck.path,
-                    age_s=round((now_ms - stuck.mtime_ms) / 1000, 1))
+        log.warning(
+            "landed file under an in-progress name: not read until it is renamed",
+            file=stuck.path,
+            age_s=round((now_ms - stuck.mtime_ms) / 1000, 1),
+        )
     if found.pending:
         log.info("landed files not read yet", files=len(found.pending), first=found.pending[:5])
     return found

@@ -4,6 +4,7 @@ Event dates (YYYY-MM-DD), receipt times (basic ISO 8601 in UTC with milliseconds
 The folders they name are tidemark.lake's (`Lake`, the only place that knows folder names); every
 user-supplied value is validated here on its way there.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,9 +26,7 @@ def parse_event_date(value: object) -> date:
     """Validate an event_date (YYYY-MM-DD, a real calendar date) and return it as a date."""
     text = str(value)
     if not _EVENT_DATE.match(text):
-        raise InvalidPartitionValue(
-            f"invalid event_date {text[:80]!r}: expected a calendar date as YYYY-MM-DD"
-        )
+        raise InvalidPartitionValue(f"invalid event_date {text[:80]!r}: expected a calendar date as YYYY-MM-DD")
     try:
         return date.fromisoformat(text)
     except ValueError as exc:
@@ -89,4 +88,4 @@ def join(base: str, *parts: str) -> str:
 def partition_value(name: str, key: str) -> str | None:
     """'event_date=2026-03-07' -> '2026-03-07' when the key matches, else None."""
     prefix = f"{key}="
-    return name[len(prefix):] if name.startswith(prefix) else None
+    return name[len(prefix) :] if name.startswith(prefix) else None

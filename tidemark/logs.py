@@ -7,6 +7,7 @@ Loggers are wrapped here rather than through structlog.configure(): global confi
 shared with (and overwritten by) any other structlog user in the same process, such as the Cloud
 Function's Cloud Logging format.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,9 @@ def configure(level: str | None = None) -> None:
     global _stdlib_configured
     if _stdlib_configured:
         return
-    logging.basicConfig(stream=sys.stderr, level=(level or os.environ.get("TIDEMARK_LOG_LEVEL", "INFO")).upper(),
-                        format="%(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=(level or os.environ.get("TIDEMARK_LOG_LEVEL", "INFO")).upper(), format="%(message)s"
+    )
     # py4j logs every callback at INFO (one line per micro-batch); only its problems matter here.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     _stdlib_configured = True
@@ -57,8 +59,11 @@ def configure(level: str | None = None) -> None:
 def get_logger(component: str):
     configure()
     return structlog.wrap_logger(
-        structlog.PrintLogger(file=CurrentStream("stderr")), processors=_PROCESSORS,
-        wrapper_class=structlog.make_filtering_bound_logger(_level()), component=component)
+        structlog.PrintLogger(file=CurrentStream("stderr")),
+        processors=_PROCESSORS,
+        wrapper_class=structlog.make_filtering_bound_logger(_level()),
+        component=component,
+    )
 
 
 def read_log_lines(text: str) -> list[dict]:

@@ -20,6 +20,7 @@ OpenTelemetry collector feeding Cloud Monitoring), which is how a short-lived pr
 the Cloud Function) reports: it must call `shutdown()` before it exits so that the last readings are
 sent. With neither, the API's no-op meter is used: recording costs nothing and goes nowhere.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,12 +40,12 @@ METER_NAME = "tidemark"
 
 @dataclass(frozen=True)
 class Metric:
-    name: str           # OpenTelemetry name
-    kind: str           # counter, histogram, gauge (observable)
-    unit: str           # UCUM
+    name: str  # OpenTelemetry name
+    kind: str  # counter, histogram, gauge (observable)
+    unit: str  # UCUM
     description: str
     attributes: tuple = ()
-    source: str = ""    # who records it
+    source: str = ""  # who records it
 
     @property
     def prometheus(self) -> str:
@@ -61,42 +62,110 @@ LAKE = "exporter (observed from the lake)"
 DEDUP = "dedup (tidemark dedup, the DAG's task)"
 
 METRICS = (
-    Metric("tidemark.stream.batch.lag", "histogram", "s",
-           "From the batch's receipt time (its trigger) to its commit: how far landing lags the lake",
-           (), STREAM),
-    Metric("tidemark.stream.batch.duration", "histogram", "s", "Processing time of one micro-batch",
-           (), STREAM),
-    Metric("tidemark.stream.watermark", "gauge", "s",
-           "The stream's event-time watermark after its last batch (Unix time)", (), STREAM),
-    Metric("tidemark.stream.batch.last_commit", "gauge", "s",
-           "Unix time of the last committed micro-batch", (), STREAM),
+    Metric(
+        "tidemark.stream.batch.lag",
+        "histogram",
+        "s",
+        "From the batch's receipt time (its trigger) to its commit: how far landing lags the lake",
+        (),
+        STREAM,
+    ),
+    Metric("tidemark.stream.batch.duration", "histogram", "s", "Processing time of one micro-batch", (), STREAM),
+    Metric(
+        "tidemark.stream.watermark",
+        "gauge",
+        "s",
+        "The stream's event-time watermark after its last batch (Unix time)",
+        (),
+        STREAM,
+    ),
+    Metric(
+        "tidemark.stream.batch.last_commit", "gauge", "s", "Unix time of the last committed micro-batch", (), STREAM
+    ),
     Metric("tidemark.stream.lines.read", "counter", "{line}", "Landed lines read by the stream", (), STREAM),
-    Metric("tidemark.stream.lines.quarantined", "counter", "{line}",
-           "Lines set aside in the quarantine instead of the lake", ("tidemark.quarantine.reason",), STREAM),
-    Metric("tidemark.receipt.partitions.written", "counter", "{partition}",
-           "Receipt partitions completed (marker written)", ("tidemark.late",), STREAM),
-    Metric("tidemark.dedup.runs", "counter", "{run}", "Dedup runs of one event date by outcome",
-           ("tidemark.dedup.outcome",), DEDUP),
-    Metric("tidemark.dedup.duration", "histogram", "s", "Duration of one dedup run by outcome",
-           ("tidemark.dedup.outcome",), DEDUP),
-    Metric("tidemark.dedup.versions.committed", "counter", "{version}", "Versions published by dedup runs",
-           (), DEDUP),
-    Metric("tidemark.event_date.staleness", "gauge", "s",
-           "Per stale event date: age of the oldest reason its current version is stale (oldest "
-           "complete receipt partition it lacks, owed rerun, ...)", ("tidemark.event_date",), LAKE),
-    Metric("tidemark.event_date.stale", "gauge", "{date}", "Event dates whose current version is stale",
-           (), LAKE),
-    Metric("tidemark.reconcile.given_up", "gauge", "{date}",
-           "Stale event dates reconciliation gave up on (every attempt ended; needs a person)", (), LAKE),
-    Metric("tidemark.notice.owed", "gauge", "{notice}", "Notices recorded in the outbox and not yet sent",
-           ("tidemark.notice.channel",), LAKE),
-    Metric("tidemark.notice.owed.age", "gauge", "s", "Age of the oldest notice owed (0 when none)",
-           ("tidemark.notice.channel",), LAKE),
-    Metric("tidemark.slo.objective", "gauge", "s",
-           "Each SLO's objective as the exporter was started with (the alert rules compare with it)",
-           ("tidemark.slo",), LAKE),
-    Metric("tidemark.lake.observed", "gauge", "s",
-           "Unix time the exporter last read the lake (a stuck observer shows as an old value)", (), LAKE),
+    Metric(
+        "tidemark.stream.lines.quarantined",
+        "counter",
+        "{line}",
+        "Lines set aside in the quarantine instead of the lake",
+        ("tidemark.quarantine.reason",),
+        STREAM,
+    ),
+    Metric(
+        "tidemark.receipt.partitions.written",
+        "counter",
+        "{partition}",
+        "Receipt partitions completed (marker written)",
+        ("tidemark.late",),
+        STREAM,
+    ),
+    Metric(
+        "tidemark.dedup.runs",
+        "counter",
+        "{run}",
+        "Dedup runs of one event date by outcome",
+        ("tidemark.dedup.outcome",),
+        DEDUP,
+    ),
+    Metric(
+        "tidemark.dedup.duration",
+        "histogram",
+        "s",
+        "Duration of one dedup run by outcome",
+        ("tidemark.dedup.outcome",),
+        DEDUP,
+    ),
+    Metric("tidemark.dedup.versions.committed", "counter", "{version}", "Versions published by dedup runs", (), DEDUP),
+    Metric(
+        "tidemark.event_date.staleness",
+        "gauge",
+        "s",
+        "Per stale event date: age of the oldest reason its current version is stale (oldest "
+        "complete receipt partition it lacks, owed rerun, ...)",
+        ("tidemark.event_date",),
+        LAKE,
+    ),
+    Metric("tidemark.event_date.stale", "gauge", "{date}", "Event dates whose current version is stale", (), LAKE),
+    Metric(
+        "tidemark.reconcile.given_up",
+        "gauge",
+        "{date}",
+        "Stale event dates reconciliation gave up on (every attempt ended; needs a person)",
+        (),
+        LAKE,
+    ),
+    Metric(
+        "tidemark.notice.owed",
+        "gauge",
+        "{notice}",
+        "Notices recorded in the outbox and not yet sent",
+        ("tidemark.notice.channel",),
+        LAKE,
+    ),
+    Metric(
+        "tidemark.notice.owed.age",
+        "gauge",
+        "s",
+        "Age of the oldest notice owed (0 when none)",
+        ("tidemark.notice.channel",),
+        LAKE,
+    ),
+    Metric(
+        "tidemark.slo.objective",
+        "gauge",
+        "s",
+        "Each SLO's objective as the exporter was started with (the alert rules compare with it)",
+        ("tidemark.slo",),
+        LAKE,
+    ),
+    Metric(
+        "tidemark.lake.observed",
+        "gauge",
+        "s",
+        "Unix time the exporter last read the lake (a stuck observer shows as an old value)",
+        (),
+        LAKE,
+    ),
 )
 BY_NAME = {m.name: m for m in METRICS}
 PROMETHEUS_NAMES = {m.name: m.prometheus for m in METRICS}
@@ -138,8 +207,7 @@ def configure(prometheus: bool = False, service: str = "tidemark") -> bool:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.resources import Resource
 
-        _provider = MeterProvider(metric_readers=readers,
-                                  resource=Resource.create({"service.name": service}))
+        _provider = MeterProvider(metric_readers=readers, resource=Resource.create({"service.name": service}))
         _readers[:] = readers
         otel_metrics.set_meter_provider(_provider)
         _instruments.clear()  # made again from the SDK's meter
@@ -205,11 +273,11 @@ def observe(name: str, callback) -> None:
     def observations(_options):
         return [Observation(value, attributes) for value, attributes in callback()]
 
-    meter().create_observable_gauge(spec.name, callbacks=[observations], unit=spec.unit,
-                                    description=spec.description)
+    meter().create_observable_gauge(spec.name, callbacks=[observations], unit=spec.unit, description=spec.description)
 
 
 # ---- the stream ---------------------------------------------------------------------------------
+
 
 class StreamMetrics:
     """A BatchReport listener (streaming_job.job.run_stream's `listeners`): records each committed
@@ -220,17 +288,21 @@ class StreamMetrics:
         self.clock = clock
         self.watermark_s: float | None = None
         self.last_commit_s: float | None = None
-        observe("tidemark.stream.watermark",
-                lambda: [] if self.watermark_s is None else [(self.watermark_s, {})])
-        observe("tidemark.stream.batch.last_commit",
-                lambda: [] if self.last_commit_s is None else [(self.last_commit_s, {})])
+        observe("tidemark.stream.watermark", lambda: [] if self.watermark_s is None else [(self.watermark_s, {})])
+        observe(
+            "tidemark.stream.batch.last_commit",
+            lambda: [] if self.last_commit_s is None else [(self.last_commit_s, {})],
+        )
 
     def __call__(self, report) -> None:
         try:
             self._record(report)
         except Exception as exc:  # noqa: BLE001 - a metric must never fail the batch it describes
-            log.warning("stream metrics not recorded", batch_id=getattr(report, "batch_id", None),
-                        error=f"{type(exc).__name__}: {exc}")
+            log.warning(
+                "stream metrics not recorded",
+                batch_id=getattr(report, "batch_id", None),
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     def _record(self, report) -> None:
         from tidemark import layout
@@ -244,7 +316,8 @@ class StreamMetrics:
             # BatchReport carries the batch's total only; per-reason counts are in the quarantine's
             # own records (tidemark quarantine), so the stream reports them as one reason here.
             instrument("tidemark.stream.lines.quarantined").add(
-                int(report.quarantined), {"tidemark.quarantine.reason": "any"})
+                int(report.quarantined), {"tidemark.quarantine.reason": "any"}
+            )
         for partition in report.partitions:
             instrument("tidemark.receipt.partitions.written").add(1, {"tidemark.late": bool(partition.late)})
         if report.watermark_us:
@@ -255,6 +328,7 @@ class StreamMetrics:
 
 
 # ---- dedup --------------------------------------------------------------------------------------
+
 
 def dedup_outcome(result) -> str:
     if result.noop:

@@ -8,6 +8,7 @@
 Both come from the same series the SLO alerts watch (ops/prometheus/rules.yml), so the pictures
 show what on call would have been told.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,14 +16,14 @@ from datetime import datetime, timezone
 
 import requests
 
-LAG = ("sum(rate(tidemark_stream_batch_lag_seconds_sum[1m])) / "
-       "sum(rate(tidemark_stream_batch_lag_seconds_count[1m]))")
+LAG = "sum(rate(tidemark_stream_batch_lag_seconds_sum[1m])) / sum(rate(tidemark_stream_batch_lag_seconds_count[1m]))"
 STALENESS = "tidemark_event_date_staleness_seconds"
 
 
 def query_range(url: str, expr: str, start: float, end: float, step: float) -> list[dict]:
-    response = requests.get(f"{url}/api/v1/query_range", timeout=30,
-                            params={"query": expr, "start": start, "end": end, "step": step})
+    response = requests.get(
+        f"{url}/api/v1/query_range", timeout=30, params={"query": expr, "start": start, "end": end, "step": step}
+    )
     response.raise_for_status()
     return response.json()["data"]["result"]
 
@@ -31,8 +32,11 @@ def _series(result: list[dict], label: str | None) -> dict[str, list[tuple[datet
     out = {}
     for item in result:
         name = item["metric"].get(label, "") if label else "lag"
-        points = [(datetime.fromtimestamp(float(t), timezone.utc), float(v)) for t, v in item["values"]
-                  if v not in ("NaN", "+Inf", "-Inf")]
+        points = [
+            (datetime.fromtimestamp(float(t), timezone.utc), float(v))
+            for t, v in item["values"]
+            if v not in ("NaN", "+Inf", "-Inf")
+        ]
         if points:
             out[name] = points
     return out
@@ -63,17 +67,33 @@ def prometheus_charts(folder: str, url: str, start: float, end: float, step: flo
     """lag.png and staleness.png under `folder` from Prometheus at `url` between two Unix times; a
     chart whose series Prometheus does not have is left out."""
     step = step or max(1.0, (end - start) / 300)
-    objectives = {item["metric"].get("tidemark_slo"): float(item["value"][1])
-                  for item in requests.get(f"{url}/api/v1/query", params={"query": "tidemark_slo_objective_seconds"},
-                                           timeout=30).json()["data"]["result"]}
+    objectives = {
+        item["metric"].get("tidemark_slo"): float(item["value"][1])
+        for item in requests.get(
+            f"{url}/api/v1/query", params={"query": "tidemark_slo_objective_seconds"}, timeout=30
+        ).json()["data"]["result"]
+    }
     out = []
     lag = _series(query_range(url, LAG, start, end, step), None)
     if lag:
-        out.append(_chart(os.path.join(folder, "lag.png"), lag, "The stream's lag, landing -> batch committed",
-                          "minutes", objectives.get("stream_lag")))
+        out.append(
+            _chart(
+                os.path.join(folder, "lag.png"),
+                lag,
+                "The stream's lag, landing -> batch committed",
+                "minutes",
+                objectives.get("stream_lag"),
+            )
+        )
     stale = _series(query_range(url, STALENESS, start, end, step), "tidemark_event_date")
     if stale:
-        out.append(_chart(os.path.join(folder, "staleness.png"), stale,
-                          "Per event date: how long its current version has been stale", "minutes",
-                          objectives.get("correction")))
+        out.append(
+            _chart(
+                os.path.join(folder, "staleness.png"),
+                stale,
+                "Per event date: how long its current version has been stale",
+                "minutes",
+                objectives.get("correction"),
+            )
+        )
     return out

@@ -1,5 +1,6 @@
 """Names shared by the code and the Terraform configuration (tests/test_terraform.py fails
 when they drift). Every one can be overridden from the environment, TIDEMARK_<NAME>."""
+
 from __future__ import annotations
 
 import os

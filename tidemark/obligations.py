@@ -19,16 +19,15 @@ every date with a pending obligation older than its grace period.
 
 Pure Python over the lake (pyarrow filesystems + JSON): the DAG and reconcile read it without Spark.
 """
+
 from __future__ import annotations
 
-
 from tidemark import layout, storage
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.times import now_iso_z
-from tidemark.lake import Lake
 
 log = get_logger("obligations")
-
 
 
 def root(lake: Lake) -> str:
@@ -48,8 +47,9 @@ def _now() -> str:
     return now_iso_z()
 
 
-def record(lake: Lake, targets: list[str], source_date: str, source_version: str,
-           source_run_id: str | None = None) -> list[dict]:
+def record(
+    lake: Lake, targets: list[str], source_date: str, source_version: str, source_run_id: str | None = None
+) -> list[dict]:
     """Record that every date in `targets` (other than the source) must be rerun. Idempotent: an
     obligation already recorded for the same (target, source, version) is kept as it is."""
     source_date = layout.check_event_date(source_date)
@@ -58,12 +58,17 @@ def record(lake: Lake, targets: list[str], source_date: str, source_version: str
         uri = path(lake, target, source_date, source_version)
         existing = storage.read_json(uri)
         if existing is None:
-            existing = {"event_date": target, "source_date": source_date,
-                        "source_version": layout.check_receipt_ts(source_version),
-                        "source_run_id": source_run_id, "created_at": _now()}
+            existing = {
+                "event_date": target,
+                "source_date": source_date,
+                "source_version": layout.check_receipt_ts(source_version),
+                "source_run_id": source_run_id,
+                "created_at": _now(),
+            }
             storage.write_json_atomic(uri, existing)
-            log.info("rerun obligation recorded", event_date=target, source_date=source_date,
-                     source_version=source_version)
+            log.info(
+                "rerun obligation recorded", event_date=target, source_date=source_date, source_version=source_version
+            )
         out.append(existing)
     return out
 
@@ -112,16 +117,27 @@ def reruns_owed_by(lake: Lake, source_date: str) -> list[dict]:
     newest: dict[str, dict] = {}
     for owed in pending_from(lake, source_date):  # oldest first: the newest wins
         newest[owed["event_date"]] = owed
-    return [{"trigger_run_id": runs.affected_run_id(target, owed["source_date"], owed["source_version"]),
-             "conf": {"event_date": target, "source_date": owed["source_date"],
-                      "source_version": owed["source_version"]}}
-            for target, owed in sorted(newest.items())]
+    return [
+        {
+            "trigger_run_id": runs.affected_run_id(target, owed["source_date"], owed["source_version"]),
+            "conf": {
+                "event_date": target,
+                "source_date": owed["source_date"],
+                "source_version": owed["source_version"],
+            },
+        }
+        for target, owed in sorted(newest.items())
+    ]
 
 
 def discharge(lake: Lake, acted_on: list[dict], by_version: str | None = None) -> None:
     """Delete obligations a run of their date has acted on (those it listed before planning)."""
     for item in acted_on:
         storage.delete_file(path(lake, item["event_date"], item["source_date"], item["source_version"]))
-        log.info("rerun obligation discharged", event_date=item["event_date"],
-                 source_date=item["source_date"], source_version=item["source_version"],
-                 version=by_version)
+        log.info(
+            "rerun obligation discharged",
+            event_date=item["event_date"],
+            source_date=item["source_date"],
+            source_version=item["source_version"],
+            version=by_version,
+        )

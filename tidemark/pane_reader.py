@@ -12,6 +12,7 @@ that end at or after `lo` (row-group statistics skip the others), and hands Spar
 Few folders (a correction's new receipts, a date written by hourly batches) keep Spark's reader,
 which splits big files across tasks (`FOLDERS_FOR_ARROW`).
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -60,19 +61,19 @@ def _scan(batches, sessions_root: str, data_columns: list[str], lo_us: int):
 
     def files_of(folder: str) -> list[str]:
         path = storage.resolve(folder)[1]
-        return [info.path for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-                if info.base_name.endswith(".parquet") and not info.base_name.startswith((".", "_"))]
+        return [
+            info.path
+            for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+            if info.base_name.endswith(".parquet") and not info.base_name.startswith((".", "_"))
+        ]
 
     with ThreadPoolExecutor(max_workers=16) as pool:  # a bucket's listings: round trips in parallel
         files = [f for found in pool.map(files_of, folders) for f in found]
     if not files:
         return
-    partitioning = ds.partitioning(pa.schema([("event_date", pa.string()), ("receipt_ts", pa.string())]),
-                                   flavor="hive")
-    dataset = ds.dataset(files, filesystem=fs, format="parquet", partitioning=partitioning,
-                         partition_base_dir=root)
+    partitioning = ds.partitioning(pa.schema([("event_date", pa.string()), ("receipt_ts", pa.string())]), flavor="hive")
+    dataset = ds.dataset(files, filesystem=fs, format="parquet", partitioning=partitioning, partition_base_dir=root)
     lo = pa.scalar(lo_us, type=pa.timestamp("us", tz="UTC"))
-    table = dataset.to_table(columns=data_columns + ["event_date", "receipt_ts"],
-                             filter=ds.field("session_end") >= lo)
+    table = dataset.to_table(columns=data_columns + ["event_date", "receipt_ts"], filter=ds.field("session_end") >= lo)
     # a few large batches: each one handed to Spark has a fixed cost, and the files are tiny
     yield from table.combine_chunks().to_batches(max_chunksize=65_536)

@@ -2,6 +2,7 @@
 
 The dedup's runs and the stream's micro-batches log these (`phases`), so an operator (or
 bench/) sees which step of which run was slow without a profiler."""
+
 from __future__ import annotations
 
 import time

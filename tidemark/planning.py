@@ -25,14 +25,15 @@ a version would make today from them. If that plan holds only receipts the versi
 same input gives the same islands and the same reach: the rerun is a no-op without Spark. A version
 without a recorded reach (written by an older tidemark) never counts as covering anything.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 from tidemark import receipt_index, receipts, times
-from tidemark.sessions import SessionRules
 from tidemark.lake import Lake
+from tidemark.sessions import SessionRules
 
 
 def midnight(day: date) -> datetime:
@@ -176,8 +177,9 @@ def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Pla
         reaching = [p for p in index.reaching(dates[0]) if times.parse_iso(p.max_event_ts) >= lo]
         found = [p for d in dates for p in index.ending_after(d, lo)] + reaching
     else:
-        found = [p for d in index.dates if d <= hi for p in index.partitions(d)
-                 if times.parse_iso(p.max_event_ts) >= lo]
+        found = [
+            p for d in index.dates if d <= hi for p in index.partitions(d) if times.parse_iso(p.max_event_ts) >= lo
+        ]
     chosen = sorted(found, key=lambda p: (p.event_date, p.receipt_ts))
     return Plan(event_date, lo, hi, chosen, index.head)
 

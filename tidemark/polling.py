@@ -8,9 +8,11 @@ in `not_yet` counts as "not ready" (a server still starting refuses connections)
 exception ends the wait at once, as does `abort()` raising, which is called after each "not ready"
 (a process that died will never become ready). After `timeout` seconds: TimeoutError naming `what` and the last "not ready" exception.
 """
+
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import tenacity
 
@@ -23,10 +25,17 @@ class _NotYet(Exception):
         self.cause = cause
 
 
-def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.25,
-             not_yet: tuple[type[BaseException], ...] = (), abort: Callable[[], None] | None = None,
-             detail: Callable[[], str] | None = None) -> T:
+def wait_for(
+    check: Callable[[], T],
+    timeout: float,
+    what: str,
+    interval: float = 0.25,
+    not_yet: tuple[type[BaseException], ...] = (),
+    abort: Callable[[], None] | None = None,
+    detail: Callable[[], str] | None = None,
+) -> T:
     """Poll check() every `interval` seconds until it returns a truthy value (returned)."""
+
     def attempt() -> T:
         try:
             value = check()
@@ -40,8 +49,12 @@ def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float 
             abort()
         raise _NotYet(cause)
 
-    retrying = tenacity.Retrying(stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(interval),
-                                 retry=tenacity.retry_if_exception_type(_NotYet), reraise=False)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(timeout),
+        wait=tenacity.wait_fixed(interval),
+        retry=tenacity.retry_if_exception_type(_NotYet),
+        reraise=False,
+    )
     try:
         return retrying(attempt)
     except tenacity.RetryError as exc:

@@ -24,6 +24,7 @@ made under rules the lake no longer has is replaced whatever it read (a migratio
 fewer receipts). The version id (the highest receipt_ts included, or the current id + 1 ms when that
 is not higher) is chosen in the same attempt, so two runs of one date can never publish the same id.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,11 @@ from datetime import date, timedelta
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, rules_record, storage, table as iceberg
+from tidemark import layout, rules_record
+from tidemark import table as iceberg
+from tidemark.lake import RUN_MARKER, Lake, run_folder
 from tidemark.logs import get_logger
 from tidemark.times import from_micros, iso_z, now_iso_z
-from tidemark.lake import Lake, RUN_MARKER, run_folder
 
 log = get_logger("publish")
 
@@ -52,9 +54,9 @@ class Superseded(RuntimeError):
 
 @dataclass(frozen=True)
 class Outcome:
-    committed: bool       # this run's version became current
-    current: dict         # the date's current version after the attempt (see current_version)
-    attempts: int = 1     # commit attempts (more than one: conflicts retried on a fresh snapshot)
+    committed: bool  # this run's version became current
+    current: dict  # the date's current version after the attempt (see current_version)
+    attempts: int = 1  # commit attempts (more than one: conflicts retried on a fresh snapshot)
 
 
 def new_run_id() -> str:
@@ -82,6 +84,7 @@ def run_files(lake: Lake, marker: dict) -> list[str]:
 
 # --- what is current ------------------------------------------------------------------------------
 
+
 def _record(tbl, event_date: str) -> dict | None:
     value = tbl.properties.get(CURRENT_PREFIX + event_date)
     return None if value is None else json.loads(value)
@@ -94,8 +97,10 @@ def current_of(lake: Lake, tbl, event_date: str) -> dict | None:
         return None
     marker = read_marker(lake, event_date, record["run_id"])
     if marker is None:
-        raise RuntimeError(f"the table names run {record['run_id']} current for {event_date} but its marker "
-                           f"{lake.run_marker(event_date, record['run_id'])} is missing")
+        raise RuntimeError(
+            f"the table names run {record['run_id']} current for {event_date} but its marker "
+            f"{lake.run_marker(event_date, record['run_id'])} is missing"
+        )
     return {**marker, **record}
 
 
@@ -118,7 +123,7 @@ def dates_with_version(tbl) -> list[str]:
     """Every event date with a current version in this loaded table (None: no table), oldest first."""
     if tbl is None:
         return []
-    return sorted(key[len(CURRENT_PREFIX):] for key in tbl.properties if key.startswith(CURRENT_PREFIX))
+    return sorted(key[len(CURRENT_PREFIX) :] for key in tbl.properties if key.startswith(CURRENT_PREFIX))
 
 
 def list_dedup_dates(lake: Lake) -> list[str]:
@@ -149,9 +154,16 @@ def list_versions(lake: Lake, event_date: str) -> list[dict]:
     out = []
     for snapshot, props in snapshot_versions(tbl, event_date):
         marker = read_marker(lake, event_date, props["tidemark.run-id"]) or {}
-        out.append({**marker, "event_date": event_date, "version": props["tidemark.version"],
-                    "run_id": props["tidemark.run-id"], "snapshot_id": snapshot.snapshot_id,
-                    "committed_at": _iso_ms(snapshot.timestamp_ms)})
+        out.append(
+            {
+                **marker,
+                "event_date": event_date,
+                "version": props["tidemark.version"],
+                "run_id": props["tidemark.run-id"],
+                "snapshot_id": snapshot.snapshot_id,
+                "committed_at": _iso_ms(snapshot.timestamp_ms),
+            }
+        )
     current = current_of(lake, tbl, event_date)
     if current is not None and all(v["run_id"] != current["run_id"] for v in out):
         out.insert(0, current)
@@ -167,6 +179,7 @@ def _next_ms(receipt_ts: str) -> str:
 
 
 # --- the commit -----------------------------------------------------------------------------------
+
 
 def _conflicts():
     from pyiceberg.exceptions import CommitFailedException
@@ -190,8 +203,12 @@ def commit(lake: Lake, marker: dict) -> Outcome:
     data_files = _data_files(tbl, paths, event_date)
     attempts = 0
 
-    @retry(retry=retry_if_exception_type(_conflicts()), stop=stop_after_delay(300),
-           wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+    @retry(
+        retry=retry_if_exception_type(_conflicts()),
+        stop=stop_after_delay(300),
+        wait=wait_random_exponential(multiplier=0.05, max=2),
+        reraise=True,
+    )
     def attempt() -> Outcome:
         nonlocal attempts
         attempts += 1
@@ -219,28 +236,45 @@ def commit(lake: Lake, marker: dict) -> Outcome:
             if ours <= theirs:
                 return Outcome(False, current)
             if not theirs <= ours:
-                raise Superseded(f"{event_date}: the current version {current['version']} includes "
-                                 f"{len(theirs - ours)} receipt partition(s) run {run_id} did not read")
+                raise Superseded(
+                    f"{event_date}: the current version {current['version']} includes "
+                    f"{len(theirs - ours)} receipt partition(s) run {run_id} did not read"
+                )
         version = marker["max_receipt_ts"]
         if current is not None and current["version"] >= version:
             # Same highest receipt but more receipts (an older batch's partition completed late):
             # a later id, so that version ids keep growing with completeness.
             version = _next_ms(current["version"])
-        record = {"version": version, "run_id": run_id,
-                  "previous_version": current and current["version"],
-                  "committed_at": now_iso_z()}
+        record = {
+            "version": version,
+            "run_id": run_id,
+            "previous_version": current and current["version"],
+            "committed_at": now_iso_z(),
+        }
         _commit_once(fresh, event_date, marker, record, data_files)
         return Outcome(True, {**marker, **record})
 
     found = attempt()
     outcome = Outcome(found.committed, found.current, attempts)
     if outcome.committed:
-        log.info("version committed", event_date=event_date, version=outcome.current["version"],
-                 run_id=run_id, previous=outcome.current.get("previous_version"),
-                 files=len(data_files), sessions=marker.get("sessions"), attempts=attempts)
+        log.info(
+            "version committed",
+            event_date=event_date,
+            version=outcome.current["version"],
+            run_id=run_id,
+            previous=outcome.current.get("previous_version"),
+            files=len(data_files),
+            sessions=marker.get("sessions"),
+            attempts=attempts,
+        )
     else:
-        log.info("version not committed: the current one covers it", event_date=event_date,
-                 current=outcome.current["version"], run_id=run_id, attempts=attempts)
+        log.info(
+            "version not committed: the current one covers it",
+            event_date=event_date,
+            current=outcome.current["version"],
+            run_id=run_id,
+            attempts=attempts,
+        )
     return outcome
 
 
@@ -313,7 +347,8 @@ def require_supported_pyiceberg(installed: str | None = None) -> None:
             f"_OverwriteFiles._existing_manifests) checked for pyiceberg >={'.'.join(map(str, low))},"
             f"<{'.'.join(map(str, high))} only; pyiceberg {installed} is installed. Install a supported "
             f"pyiceberg (setup.cfg, constraints.txt), or check those internals against the new version "
-            f"(tests/test_publish_pyiceberg.py) and widen PYICEBERG_SUPPORTED")
+            f"(tests/test_publish_pyiceberg.py) and widen PYICEBERG_SUPPORTED"
+        )
 
 
 _TRANSACTION = None
@@ -355,9 +390,13 @@ def _overwrite_class():
         that hold no live file, as Java Iceberg does (older snapshots still list them)."""
 
         def _existing_manifests(self):
-            return [m for m in super()._existing_manifests()
-                    if m.added_files_count is None or m.existing_files_count is None
-                    or m.added_files_count + m.existing_files_count > 0]
+            return [
+                m
+                for m in super()._existing_manifests()
+                if m.added_files_count is None
+                or m.existing_files_count is None
+                or m.added_files_count + m.existing_files_count > 0
+            ]
 
     return Overwrite
 

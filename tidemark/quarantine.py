@@ -6,6 +6,7 @@ one of them. `read_quarantine` returns them as `bytes`; `to_json_record` and `di
 the CLI shows them without ever failing. Folders written before raw became binary (a string
 column, possibly holding invalid UTF-8) are read as bytes too.
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,8 +36,7 @@ def read_quarantine(lake: Lake) -> list[dict]:
             table = pq.read_table(path, filesystem=fs)
             if "raw" in table.column_names and not pa.types.is_binary(table.schema.field("raw").type):
                 # older folders stored raw as a string column; its bytes are not always UTF-8
-                table = table.set_column(table.column_names.index("raw"), "raw",
-                                         table.column("raw").cast(pa.binary()))
+                table = table.set_column(table.column_names.index("raw"), "raw", table.column("raw").cast(pa.binary()))
             for row in table.to_pylist():
                 row["receipt_ts"] = receipt_ts
                 rows.append(row)

@@ -20,6 +20,7 @@ result's metadata says so: `tidemark.session_schema` (the schema of the version'
 `tidemark.computed_columns` (computed by the reader) and `tidemark.null_columns` (a column no fill
 computes: null, never 0 or "").
 """
+
 from __future__ import annotations
 
 from datetime import date, datetime
@@ -27,13 +28,22 @@ from datetime import date, datetime
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from tidemark import layout, publish, receipts, session_schema, storage, table as iceberg
-from tidemark.times import iso_z, parse_iso
+from tidemark import layout, publish, receipts, session_schema, storage
+from tidemark import table as iceberg
 from tidemark.lake import Lake
+from tidemark.times import iso_z, parse_iso
 
 SUMMARY_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count"]
-PANE_SUMMARY_COLUMNS = ["receipt_ts", "pane_kind", "pane_index", "session_id", "user_id",
-                        "session_start", "session_end", "event_count"]
+PANE_SUMMARY_COLUMNS = [
+    "receipt_ts",
+    "pane_kind",
+    "pane_index",
+    "session_id",
+    "user_id",
+    "session_start",
+    "session_end",
+    "event_count",
+]
 
 
 class NoVersion(LookupError):
@@ -59,7 +69,8 @@ def parse_as_of(value: object) -> str:
     if moment is None:
         raise layout.InvalidPartitionValue(
             f"invalid --as-of {text[:80]!r}: expected a receipt_ts like 20260307T201500123Z "
-            "or an RFC 3339 time with offset like 2026-03-07T20:15:00Z")
+            "or an RFC 3339 time with offset like 2026-03-07T20:15:00Z"
+        )
     return layout.format_receipt_ts(moment)
 
 
@@ -72,8 +83,7 @@ def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> dict:
     current = None if tbl is None else publish.current_of(lake, tbl, event_date)
     if as_of is None:
         if current is None:
-            raise NoVersion(f"event_date {event_date} has no deduplicated version yet "
-                            "(run `tidemark dedup` for it)")
+            raise NoVersion(f"event_date {event_date} has no deduplicated version yet (run `tidemark dedup` for it)")
         return current
     as_of = parse_as_of(as_of)
     if current is not None and current["version"] <= as_of:
@@ -82,14 +92,20 @@ def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> dict:
     for snapshot, props in reversed(publish.snapshot_versions(tbl, event_date) if tbl is not None else []):
         if props["tidemark.version"] <= as_of:
             marker = publish.read_marker(lake, event_date, props["tidemark.run-id"]) or {}
-            return {**marker, "event_date": event_date, "version": props["tidemark.version"],
-                    "run_id": props["tidemark.run-id"], "snapshot_id": snapshot.snapshot_id}
-    raise NoVersion(f"event_date {event_date} has no complete deduplicated version as of {as_of} "
-                    "(none yet, or older versions were garbage-collected)")
+            return {
+                **marker,
+                "event_date": event_date,
+                "version": props["tidemark.version"],
+                "run_id": props["tidemark.run-id"],
+                "snapshot_id": snapshot.snapshot_id,
+            }
+    raise NoVersion(
+        f"event_date {event_date} has no complete deduplicated version as of {as_of} "
+        "(none yet, or older versions were garbage-collected)"
+    )
 
 
-def read_sessions(lake: Lake, event_date: str, as_of: str | None = None,
-                  columns: list[str] | None = None) -> pa.Table:
+def read_sessions(lake: Lake, event_date: str, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
     """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start: the
     columns asked for (default: every column of the table and of today's session schema), those the
     answering version's files predate computed from its rows (module docstring)."""
@@ -101,8 +117,7 @@ def read_sessions(lake: Lake, event_date: str, as_of: str | None = None,
     written = session_schema.marker_version(version)
     scan = tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), snapshot_id=version.get("snapshot_id"))
     present = [f.name for f in scan.projection().fields]  # the snapshot's schema (time travel: its own)
-    wanted = list(columns) if columns else \
-        [*present, *(c for c in session_schema.TABLE_COLUMNS if c not in present)]
+    wanted = list(columns) if columns else [*present, *(c for c in session_schema.TABLE_COLUMNS if c not in present)]
     unknown = [c for c in wanted if c not in present and c not in session_schema.TABLE_COLUMNS]
     if unknown:
         raise ValueError(f"no such session column: {', '.join(unknown)} (columns: {', '.join(present)})")
@@ -112,19 +127,22 @@ def read_sessions(lake: Lake, event_date: str, as_of: str | None = None,
     table = done.table.select(wanted)
     if {"user_id", "session_start"} <= set(table.column_names):
         table = table.sort_by([("user_id", "ascending"), ("session_start", "ascending")])
-    return table.replace_schema_metadata({"tidemark.event_date": event_date,
-                                         "tidemark.version": version["version"],
-                                         "tidemark.session_schema": str(written),
-                                         "tidemark.computed_columns": ",".join(done.computed),
-                                         "tidemark.null_columns": ",".join(done.null)})
+    return table.replace_schema_metadata(
+        {
+            "tidemark.event_date": event_date,
+            "tidemark.version": version["version"],
+            "tidemark.session_schema": str(written),
+            "tidemark.computed_columns": ",".join(done.computed),
+            "tidemark.null_columns": ",".join(done.null),
+        }
+    )
 
 
 def _empty(tbl, columns):
     return tbl.schema().as_arrow().empty_table().select(columns)
 
 
-def read_panes(lake: Lake, event_date: str, as_of: str | None = None,
-               columns: list[str] | None = None) -> pa.Table:
+def read_panes(lake: Lake, event_date: str, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
     """Every pane the stream wrote for an event date (complete receipt partitions only, and with
     as_of only those received at or before it), with its receipt_ts. A pane column its partition's
     files predate (written before the column existed) is computed from the pane's events."""
@@ -144,16 +162,20 @@ def read_panes(lake: Lake, event_date: str, as_of: str | None = None,
         # as read_sessions does (the stream computes it from the same events).
         present = dataset.schema.names
         written = session_schema.pane_version(present)
-        wanted = [c for c in columns if c != "receipt_ts"] if columns else \
-            [*present, *(c for c in session_schema.PANE_COLUMNS if c not in present)]
+        wanted = (
+            [c for c in columns if c != "receipt_ts"]
+            if columns
+            else [*present, *(c for c in session_schema.PANE_COLUMNS if c not in present)]
+        )
         read = [c for c in (*wanted, *session_schema.read_inputs(wanted, written)) if c in present]
         table = session_schema.complete(dataset.to_table(columns=read), written, wanted).table.select(wanted)
         tables.append(table.append_column("receipt_ts", pa.array([receipt_ts] * table.num_rows, pa.string())))
     if not tables:
         return pa.table({"receipt_ts": pa.array([], pa.string())})
     table = pa.concat_tables(tables, promote_options="default")
-    order = [("receipt_ts", "ascending")] + [(c, "ascending") for c in ("user_id", "session_start")
-                                             if c in table.column_names]
+    order = [("receipt_ts", "ascending")] + [
+        (c, "ascending") for c in ("user_id", "session_start") if c in table.column_names
+    ]
     return table.sort_by(order)
 
 

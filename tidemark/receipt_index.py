@@ -48,13 +48,14 @@ Two small files make the fast paths safe:
     migration of a lake written before the index) writes it after indexing every existing partition. Without it,
     planning reads every marker as before.
 """
+
 from __future__ import annotations
 
 from datetime import date, timedelta
 
-from tidemark import layout, storage, times
-from tidemark.logs import get_logger
+from tidemark import layout, times
 from tidemark.lake import Lake
+from tidemark.logs import get_logger
 
 log = get_logger("receipts")
 
@@ -135,13 +136,17 @@ def prune_arrivals(lake: Lake, keep_from: date, dry_run: bool = False) -> list[s
     """Remove the arrival entries of receipt days before `keep_from` (`tidemark gc`); returns the
     days removed. The horizon is recorded first: a reconciliation pass whose previous pass stopped
     before it walks every date instead of reading arrivals that may be gone."""
-    days = [d for d in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date)
-            if d < keep_from.isoformat()]
+    days = [
+        d
+        for d in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date)
+        if d < keep_from.isoformat()
+    ]
     if days and not dry_run:
         recorded = arrivals_pruned_before(lake)
         if recorded is None or recorded < keep_from.isoformat():
-            lake.write_json_atomic(lake.receipt_index_file(ARRIVALS_PRUNED),
-                                      {"before": keep_from.isoformat(), "at": times.now_iso_z()})
+            lake.write_json_atomic(
+                lake.receipt_index_file(ARRIVALS_PRUNED), {"before": keep_from.isoformat(), "at": times.now_iso_z()}
+            )
         for day in days:
             lake.delete_dir(lake.arrivals_dir(day))
     return days
@@ -160,8 +165,7 @@ def reaching(lake: Lake, into: str) -> list[tuple[str, str]]:
 
 
 def write_head(lake: Lake, receipt_ts: str) -> None:
-    lake.write_json_atomic(lake.receipt_index_file(HEAD),
-                              {"receipt_ts": layout.check_receipt_ts(receipt_ts)})
+    lake.write_json_atomic(lake.receipt_index_file(HEAD), {"receipt_ts": layout.check_receipt_ts(receipt_ts)})
 
 
 def head(lake: Lake) -> str | None:
@@ -175,8 +179,7 @@ def is_complete(lake: Lake) -> bool:
 
 
 def mark_complete(lake: Lake, how: str) -> None:
-    lake.write_json_atomic(lake.receipt_index_file(COMPLETE),
-                              {"since": how, "at": times.now_iso_z()})
+    lake.write_json_atomic(lake.receipt_index_file(COMPLETE), {"since": how, "at": times.now_iso_z()})
 
 
 def start(lake: Lake) -> None:

@@ -6,20 +6,22 @@ markers; the dedup planning, the notices, the reader, reconcile and the CLI read
 A micro-batch replayed after a crash finds the markers of the partitions it had already completed
 and leaves them alone; partitions without a marker may hold a partial write and are overwritten.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark import layout, receipt_index, storage
+from tidemark import layout, receipt_index
+from tidemark.lake import RECEIPT_MARKER, Lake
 from tidemark.times import iso_from_micros  # noqa: F401 - the stream writes marker times with it
-from tidemark.lake import Lake, RECEIPT_MARKER
 
 
 @dataclass(frozen=True)
 class ReceiptPartition:
     """What the marker of one receipt partition says: the facts notices and dedup rely on."""
+
     event_date: str
     receipt_ts: str
     batch_id: int
@@ -41,6 +43,7 @@ class ReceiptPartition:
 class BatchReport:
     """What one micro-batch of the stream did; its listeners (the notice service) get one after the
     batch's partitions are complete."""
+
     batch_id: int
     receipt_ts: str
     input_lines: int
@@ -55,8 +58,9 @@ class BatchReport:
 
 def is_late(event_date: str, watermark_us: int) -> bool:
     """A partition is late when the watermark had already passed the end of its event date."""
-    day_end = datetime.combine(date.fromisoformat(event_date) + timedelta(days=1),
-                               datetime.min.time(), tzinfo=timezone.utc)
+    day_end = datetime.combine(
+        date.fromisoformat(event_date) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc
+    )
     return watermark_us >= int(day_end.timestamp() * 1_000_000)
 
 
@@ -70,8 +74,7 @@ def complete(lake: Lake, partition: ReceiptPartition) -> None:
     receipt_index.record_arrival(lake, partition)
     receipt_index.record_end(lake, partition)
     receipt_index.register(lake, partition)
-    lake.write_json_atomic(lake.receipt_marker(partition.event_date, partition.receipt_ts),
-                              partition.to_json())
+    lake.write_json_atomic(lake.receipt_marker(partition.event_date, partition.receipt_ts), partition.to_json())
 
 
 def complete_among(lake: Lake, partitions: list[ReceiptPartition]) -> set[tuple[str, str]]:
@@ -89,7 +92,7 @@ def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str
     fs = lake.locate(lake.uri)[0]
     paths = [lake.locate(lake.receipt_marker(*key))[1] for key in keys]
     infos = fs.get_file_info(paths)
-    return {key for key, info in zip(keys, infos) if info.type != pafs.FileType.NotFound}
+    return {key for key, info in zip(keys, infos, strict=False) if info.type != pafs.FileType.NotFound}
 
 
 def complete_all(lake: Lake, partitions: list[ReceiptPartition]) -> None:
@@ -114,6 +117,7 @@ class ReceiptRef:
     """A complete receipt partition known from listings: its key and, when the plan needed it, the
     latest end of its panes (the receipt index's end entry). Its marker is read only when another
     of its facts is asked for (`rows`: the few new partitions of an incremental run)."""
+
     lake: Lake
     event_date: str
     receipt_ts: str
@@ -149,12 +153,17 @@ def load_markers(refs: list[ReceiptRef]) -> None:
     todo = [ref for ref in refs if "_marker" not in ref.__dict__]
     if not todo:
         return
-    found = {(m.event_date, m.receipt_ts): m for m in read_markers(todo[0].lake, [(r.event_date, r.receipt_ts) for r in todo])}
+    found = {
+        (m.event_date, m.receipt_ts): m
+        for m in read_markers(todo[0].lake, [(r.event_date, r.receipt_ts) for r in todo])
+    }
     for ref in todo:
         marker = found.get((ref.event_date, ref.receipt_ts))
         if marker is None:
-            raise FileNotFoundError(f"the marker of a complete receipt partition is gone: "
-                                    f"{ref.lake.receipt_marker(ref.event_date, ref.receipt_ts)}")
+            raise FileNotFoundError(
+                f"the marker of a complete receipt partition is gone: "
+                f"{ref.lake.receipt_marker(ref.event_date, ref.receipt_ts)}"
+            )
         ref.__dict__["_marker"] = marker  # frozen dataclass: the cache bypasses __setattr__ on purpose
 
 
@@ -172,7 +181,7 @@ def complete_names(lake: Lake, event_date: str) -> list[str]:
     for info in infos:
         if info.base_name != RECEIPT_MARKER:
             continue
-        folder = info.path[:-len(RECEIPT_MARKER)].rstrip("/").rsplit("/", 1)[-1]
+        folder = info.path[: -len(RECEIPT_MARKER)].rstrip("/").rsplit("/", 1)[-1]
         value = layout.partition_value(folder, "receipt_ts")
         try:
             out.append(layout.check_receipt_ts(value))
@@ -184,8 +193,7 @@ def complete_names(lake: Lake, event_date: str) -> list[str]:
 def list_receipt_names(lake: Lake, event_date: str) -> list[str]:
     """Receipt timestamps of the partition folders of one event date, complete or not, oldest first:
     one listing, no marker read (the caller reads the markers of those it needs)."""
-    return lake.list_partition_values(lake.event_date_dir(event_date), "receipt_ts",
-                                         layout.check_receipt_ts)
+    return lake.list_partition_values(lake.event_date_dir(event_date), "receipt_ts", layout.check_receipt_ts)
 
 
 def complete_and_pending(lake: Lake, event_date: str, included: set[str]) -> tuple[list[str], list[str]]:

@@ -29,20 +29,31 @@ given up (it needs a person: the run's logs say why).
 Adapters: `tidemark reconcile [--trigger]` (Airflow REST client, the Cloud Function's) and the
 tidemark_reconcile DAG (Airflow's own run lookup and TriggerDagRunOperator).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable
 
-from tidemark import (layout, names, obligations, planning, publish, receipt_index, receipts, rules_record, runs,
-                      storage, table as iceberg)
-from tidemark.logs import get_logger
-from tidemark import times
-from tidemark.times import iso_z
+from tidemark import (
+    layout,
+    names,
+    obligations,
+    planning,
+    publish,
+    receipt_index,
+    receipts,
+    rules_record,
+    runs,
+    times,
+)
+from tidemark import table as iceberg
 from tidemark.lake import Lake
+from tidemark.logs import get_logger
+from tidemark.times import iso_z
 
 log = get_logger("reconcile")
 
@@ -59,9 +70,11 @@ def rules_changed_since(lake: Lake, version: dict, in_force=None) -> str | None:
     if not rules_record.changed_since(version, rules):
         return None
     made_under = version.get("rules") or {"gap": version.get("gap")}
-    return (f"session rules changed since the version: it was made under "
-            f"{', '.join(f'{k} {v}' for k, v in made_under.items())}; the lake now records "
-            f"{recorded.describe() if recorded else rules_record.describe_rules(rules)}")
+    return (
+        f"session rules changed since the version: it was made under "
+        f"{', '.join(f'{k} {v}' for k, v in made_under.items())}; the lake now records "
+        f"{recorded.describe() if recorded else rules_record.describe_rules(rules)}"
+    )
 
 
 @dataclass
@@ -83,9 +96,12 @@ class Staleness:
     @property
     def fingerprint(self) -> str:
         """Names the reasons: the same stale state gives the same run id."""
-        basis = {"version": self.version, "kinds": sorted(self.kinds),
-                 "receipts": sorted(self.pending_receipts),
-                 "obligations": sorted(f"{o['source_date']}/{o['source_version']}" for o in self.obligations)}
+        basis = {
+            "version": self.version,
+            "kinds": sorted(self.kinds),
+            "receipts": sorted(self.pending_receipts),
+            "obligations": sorted(f"{o['source_date']}/{o['source_version']}" for o in self.obligations),
+        }
         return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
 
     def due(self, now: datetime, grace: timedelta) -> bool:
@@ -115,8 +131,9 @@ def _receipt_time(key: str) -> datetime:
 FULL_EVERY = timedelta(hours=24)
 
 
-def staleness(lake: Lake, event_dates: list[str] | None = None, full: bool = False,
-              now: datetime | None = None) -> list[Staleness]:
+def staleness(
+    lake: Lake, event_dates: list[str] | None = None, full: bool = False, now: datetime | None = None
+) -> list[Staleness]:
     """Every event date of the lake (or of `event_dates`) with why its current version is stale;
     dates that are up to date are left out.
 
@@ -138,8 +155,9 @@ def staleness(lake: Lake, event_dates: list[str] | None = None, full: bool = Fal
     else:
         cursor = Cursor.start(lake, in_force[0], now or datetime.now(timezone.utc), full)
         if cursor.full:
-            dates = sorted(set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl))
-                           | set(owed_by_date))
+            dates = sorted(
+                set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl)) | set(owed_by_date)
+            )
         else:
             dates = sorted(cursor.changed_dates() | set(owed_by_date))
     out = []
@@ -168,50 +186,76 @@ class Cursor:
     """Where the last pass stopped (<lake>/_reconcile/cursor.json): the receipt index's head it read
     before looking, the dates it found stale, the rules it judged by, and when it last walked every
     date. Each pass writes a whole new cursor: two passes at once leave one of two valid states."""
+
     lake: Lake
-    head: str | None        # the head read at this pass's start: every partition up to it is complete
-    previous: dict | None   # the last pass's cursor
+    head: str | None  # the head read at this pass's start: every partition up to it is complete
+    previous: dict | None  # the last pass's cursor
     rules: str
     full: bool
     walked_at: str
 
     @classmethod
-    def start(cls, lake: Lake, rules, now: datetime, full: bool) -> "Cursor":
+    def start(cls, lake: Lake, rules, now: datetime, full: bool) -> Cursor:
         # The head first: partitions received up to it are complete and their arrivals written, so
         # the next pass, starting from it, misses none that completes later.
         head = receipt_index.head(lake)
         previous = _read_cursor(lake)
         described = rules_record.describe_rules(rules)
-        why_full = ("asked" if full else
-                    "no previous pass" if not previous else
-                    "the receipt index is not complete" if not receipt_index.is_complete(lake) else
-                    "no stream batch recorded yet" if head is None or not previous.get("head") else
-                    "the session rules changed" if previous.get("rules") != described else
-                    "the head went back" if head < previous["head"] else
-                    "arrivals since the last pass were pruned" if (receipt_index.arrivals_pruned_before(lake) or "")
-                    > layout.parse_receipt_ts(previous["head"]).date().isoformat() else
-                    "the last walk is old" if _time(previous.get("walked_at")) is None
-                    or now - _time(previous["walked_at"]) >= FULL_EVERY else None)
+        why_full = (
+            "asked"
+            if full
+            else "no previous pass"
+            if not previous
+            else "the receipt index is not complete"
+            if not receipt_index.is_complete(lake)
+            else "no stream batch recorded yet"
+            if head is None or not previous.get("head")
+            else "the session rules changed"
+            if previous.get("rules") != described
+            else "the head went back"
+            if head < previous["head"]
+            else "arrivals since the last pass were pruned"
+            if (receipt_index.arrivals_pruned_before(lake) or "")
+            > layout.parse_receipt_ts(previous["head"]).date().isoformat()
+            else "the last walk is old"
+            if _time(previous.get("walked_at")) is None or now - _time(previous["walked_at"]) >= FULL_EVERY
+            else None
+        )
         if why_full:
             log.info("reconcile walks every date", lake=lake, why=why_full)
-        return cls(lake, head, previous, described, bool(why_full),
-                   iso_z(now, "auto") if why_full else previous["walked_at"])
+        return cls(
+            lake, head, previous, described, bool(why_full), iso_z(now, "auto") if why_full else previous["walked_at"]
+        )
 
     def changed_dates(self) -> set[str]:
         """The dates stale at the last pass and those that received partitions since, those of a
         batch still in flight included (some of its partitions may be complete: a walk would see
         them; the next pass, starting from this pass's head, looks at them again)."""
         arrived = receipt_index.arrived(self.lake, self.previous["head"])
-        log.info("reconcile looks at what changed", lake=self.lake, since=self.previous["head"],
-                 through=self.head, received=len(arrived), stale_before=len(self.previous["stale"]))
+        log.info(
+            "reconcile looks at what changed",
+            lake=self.lake,
+            since=self.previous["head"],
+            through=self.head,
+            received=len(arrived),
+            stale_before=len(self.previous["stale"]),
+        )
         return set(self.previous["stale"]) | arrived
 
     def save(self, stale: list[str], examined: int) -> None:
         if self.head is None or not receipt_index.is_complete(self.lake):
             return  # nothing to start the next pass from: it walks every date again
-        self.lake.write_json_atomic(self.lake.reconcile_cursor(), {
-            "head": self.head, "stale": sorted(stale), "rules": self.rules,
-            "walked_at": self.walked_at, "examined": examined, "at": times.now_iso_z()})
+        self.lake.write_json_atomic(
+            self.lake.reconcile_cursor(),
+            {
+                "head": self.head,
+                "stale": sorted(stale),
+                "rules": self.rules,
+                "walked_at": self.walked_at,
+                "examined": examined,
+                "at": times.now_iso_z(),
+            },
+        )
 
 
 def _date_staleness(lake: Lake, event_date, current, owed, in_force) -> Staleness:
@@ -222,32 +266,42 @@ def _date_staleness(lake: Lake, event_date, current, owed, in_force) -> Stalenes
     if current is None:
         if pending:
             item.pending_receipts = pending
-            item.add("no_version", f"{len(pending)} complete receipt partition(s), no version yet",
-                     _receipt_time(pending[0]))
+            item.add(
+                "no_version", f"{len(pending)} complete receipt partition(s), no version yet", _receipt_time(pending[0])
+            )
     else:
         if pending:
             item.pending_receipts = pending
-            item.add("pending_receipts", f"{len(pending)} receipt partition(s) not included, oldest "
-                     f"{pending[0].split('/', 1)[1]}", _receipt_time(pending[0]))
+            item.add(
+                "pending_receipts",
+                f"{len(pending)} receipt partition(s) not included, oldest {pending[0].split('/', 1)[1]}",
+                _receipt_time(pending[0]),
+            )
         if not planning.recorded_reach(current)[0]:
-            item.add("planned_by_older", "the current version records no reach (planned by an older "
-                     "tidemark): its multi-day sessions may be incomplete", _EPOCH)
+            item.add(
+                "planned_by_older",
+                "the current version records no reach (planned by an older "
+                "tidemark): its multi-day sessions may be incomplete",
+                _EPOCH,
+            )
     if current is not None:
         changed = rules_changed_since(lake, current, in_force)
         if changed:
             item.add("rules_changed", changed, _EPOCH)
     if owed:
         item.obligations = owed
-        item.add("obligation", "rerun owed by " + ", ".join(
-            f"{o['source_date']} (version {o['source_version']})" for o in owed),
-            min(_time(o.get("created_at")) or _EPOCH for o in owed))
+        item.add(
+            "obligation",
+            "rerun owed by " + ", ".join(f"{o['source_date']} (version {o['source_version']})" for o in owed),
+            min(_time(o.get("created_at")) or _EPOCH for o in owed),
+        )
     return item
 
 
 @dataclass
 class Decision:
     event_date: str
-    action: str                 # "trigger", "in_flight", "waiting" (grace), "given_up"
+    action: str  # "trigger", "in_flight", "waiting" (grace), "given_up"
     run_id: str | None
     fingerprint: str
     reasons: list[str]
@@ -260,8 +314,13 @@ class Decision:
 RunState = Callable[[str], "str | None"]  # run id -> Airflow state, or None when no such run
 
 
-def decide(stale: list[Staleness], run_state: RunState | None, now: datetime | None = None,
-           grace: timedelta = DEFAULT_GRACE, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[Decision]:
+def decide(
+    stale: list[Staleness],
+    run_state: RunState | None,
+    now: datetime | None = None,
+    grace: timedelta = DEFAULT_GRACE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> list[Decision]:
     """What to do for each stale date. Without `run_state` (no Airflow to ask) every due date gets
     attempt 1's run id (creating an existing run is a no-op for Airflow anyway)."""
     now = now or datetime.now(timezone.utc)
@@ -282,19 +341,33 @@ def decide(stale: list[Staleness], run_state: RunState | None, now: datetime | N
                 action, run_id = "in_flight", candidate
                 break
             # ended (success or failed) and the date is still stale for the same reasons: again
-        conf = {"event_date": item.event_date, "reconcile": ",".join(sorted(set(item.kinds))),
-                "fingerprint": fingerprint} if action == "trigger" else None
+        conf = (
+            {"event_date": item.event_date, "reconcile": ",".join(sorted(set(item.kinds))), "fingerprint": fingerprint}
+            if action == "trigger"
+            else None
+        )
         out.append(Decision(item.event_date, action, run_id, fingerprint, item.reasons, conf))
         if action == "given_up":
-            log.error("reconcile gave up on a date: every attempt ended and it is still stale",
-                      event_date=item.event_date, fingerprint=fingerprint, attempts=max_attempts,
-                      reasons=item.reasons)
+            log.error(
+                "reconcile gave up on a date: every attempt ended and it is still stale",
+                event_date=item.event_date,
+                fingerprint=fingerprint,
+                attempts=max_attempts,
+                reasons=item.reasons,
+            )
     return out
 
 
-def reconcile(lake: Lake, client=None, dag_id: str | None = None, trigger: bool = False,
-              now: datetime | None = None, grace: timedelta = DEFAULT_GRACE,
-              max_attempts: int = DEFAULT_MAX_ATTEMPTS, full: bool = False) -> tuple[list[Staleness], list[Decision]]:
+def reconcile(
+    lake: Lake,
+    client=None,
+    dag_id: str | None = None,
+    trigger: bool = False,
+    now: datetime | None = None,
+    grace: timedelta = DEFAULT_GRACE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    full: bool = False,
+) -> tuple[list[Staleness], list[Decision]]:
     """Find stale dates and, with `trigger`, start their runs through the Airflow REST client
     (cloud_function.airflow_client.AirflowClient)."""
     dag_id = dag_id or names.get("DAG_ID")
@@ -303,17 +376,29 @@ def reconcile(lake: Lake, client=None, dag_id: str | None = None, trigger: bool 
     stale = staleness(lake, full=full, now=now)
     run_state = None
     if client is not None:
+
         def run_state(run_id: str) -> str | None:
             run = client.get_dag_run(dag_id, run_id)
             return None if run is None else run.get("state")
+
     decisions = decide(stale, run_state, now=now, grace=grace, max_attempts=max_attempts)
     for decision in decisions:
         if decision.action == "trigger" and trigger:
-            result = client.trigger_dag_run(dag_id, decision.run_id, decision.conf,
-                                            note="tidemark reconcile: " + "; ".join(decision.reasons))
-            log.info("reconcile started a run" if result.created else "reconcile run already exists",
-                     event_date=decision.event_date, run_id=decision.run_id, reasons=decision.reasons)
+            result = client.trigger_dag_run(
+                dag_id, decision.run_id, decision.conf, note="tidemark reconcile: " + "; ".join(decision.reasons)
+            )
+            log.info(
+                "reconcile started a run" if result.created else "reconcile run already exists",
+                event_date=decision.event_date,
+                run_id=decision.run_id,
+                reasons=decision.reasons,
+            )
         elif decision.action != "trigger":
-            log.info("reconcile: stale date not triggered", event_date=decision.event_date,
-                     action=decision.action, run_id=decision.run_id, reasons=decision.reasons)
+            log.info(
+                "reconcile: stale date not triggered",
+                event_date=decision.event_date,
+                action=decision.action,
+                run_id=decision.run_id,
+                reasons=decision.reasons,
+            )
     return stale, decisions

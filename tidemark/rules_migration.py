@@ -15,16 +15,17 @@ those events. Stop the stream (or start it with --migrate-rules, which runs this
 dedup DAG while migrating, so that no run under the old rules publishes meanwhile (one that does is
 stale and listed by `tidemark rules show`).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from tidemark import publish, rules_record, storage, layout
+from tidemark import publish, rules_record
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.sessions import SessionRules
-from tidemark.lake import Lake
 
 log = get_logger("rules")
 
@@ -37,11 +38,16 @@ class Migration:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"kind": "migration", "changed": self.changed, "rules_id": self.record.rules_id,
-                "sequence": self.record.sequence, **self.record.rules.describe(),
-                "dates": len(self.results),
-                "recomputed": sum(1 for r in self.results if not r.noop),
-                "seconds": self.seconds}
+        return {
+            "kind": "migration",
+            "changed": self.changed,
+            "rules_id": self.record.rules_id,
+            "sequence": self.record.sequence,
+            **self.record.rules.describe(),
+            "dates": len(self.results),
+            "recomputed": sum(1 for r in self.results if not r.noop),
+            "seconds": self.seconds,
+        }
 
 
 def target_rules(lake: Lake, requested: SessionRules | dict) -> SessionRules:
@@ -65,13 +71,24 @@ def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
     for event_date in publish.list_dedup_dates(lake):
         pointer = publish.read_pointer(lake, event_date)
         if rules_record.changed_since(pointer, rules):
-            out.append({"event_date": event_date, "version": pointer.get("version"),
-                        "rules_id": pointer.get("rules_id"), "gap": pointer.get("gap")})
+            out.append(
+                {
+                    "event_date": event_date,
+                    "version": pointer.get("version"),
+                    "rules_id": pointer.get("rules_id"),
+                    "gap": pointer.get("gap"),
+                }
+            )
     return out
 
 
-def migrate(lake: Lake, rules: SessionRules, spark=None, recorded_by: str = "tidemark rules migrate",
-            on_result: Callable | None = None) -> Migration:
+def migrate(
+    lake: Lake,
+    rules: SessionRules,
+    spark=None,
+    recorded_by: str = "tidemark rules migrate",
+    on_result: Callable | None = None,
+) -> Migration:
     """Make `rules` the lake's rules and every date's current version one made under them."""
     from tidemark.dedup import run_dedup
 
@@ -81,14 +98,25 @@ def migrate(lake: Lake, rules: SessionRules, spark=None, recorded_by: str = "tid
     changed = before is None or before.rules_id != record.rules_id
     migration = Migration(record, changed)
     dates = event_dates(lake)
-    log.info("re-deduplicating every date under the lake's rules", lake=lake, dates=len(dates),
-             rules_id=record.rules_id, changed=changed)
+    log.info(
+        "re-deduplicating every date under the lake's rules",
+        lake=lake,
+        dates=len(dates),
+        rules_id=record.rules_id,
+        changed=changed,
+    )
     for event_date in dates:
         result = run_dedup(lake, event_date, record.rules, spark=spark)
         migration.results.append(result)
         if on_result is not None:
             on_result(result)
     migration.seconds = round(time.monotonic() - started, 3)
-    log.info("migration done", lake=lake, rules_id=record.rules_id, dates=len(dates),
-             recomputed=sum(1 for r in migration.results if not r.noop), seconds=migration.seconds)
+    log.info(
+        "migration done",
+        lake=lake,
+        rules_id=record.rules_id,
+        dates=len(dates),
+        recomputed=sum(1 for r in migration.results if not r.noop),
+        seconds=migration.seconds,
+    )
     return migration

@@ -25,6 +25,7 @@ warning (what every DAG run used before), and the stream's next start records it
 become the lake's (docs/lake-layout.md). Pure pyarrow and JSON: no Spark, usable from the DAG and
 the function.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,20 +37,24 @@ from importlib import resources
 
 import jsonschema
 
-from tidemark import layout, storage
+from tidemark import storage
 from tidemark.durations import format_duration
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.sessions import DEFAULT_GAP_BOUNDARY, RULE_NAMES, SessionRules
 from tidemark.times import now_iso_z
-from tidemark.lake import Lake
 
 log = get_logger("rules")
 
 FORMAT = 1
 _RECORD_NAME = re.compile(r"^rules-(\d{6})\.json$")
 # How a rule is typed on a command line, for messages an operator can act on.
-OPTION = {"gap": "--gap", "allowed_lateness": "--allowed-lateness", "watermark_delay": "--watermark-delay",
-          "gap_boundary": "--gap-boundary"}
+OPTION = {
+    "gap": "--gap",
+    "allowed_lateness": "--allowed-lateness",
+    "watermark_delay": "--watermark-delay",
+    "gap_boundary": "--gap-boundary",
+}
 
 
 class RulesMismatch(ValueError):
@@ -63,6 +68,7 @@ class InvalidRulesRecord(ValueError):
 @dataclass(frozen=True)
 class Recorded:
     """One rules record: the rules, their id, and when and why they became the lake's."""
+
     sequence: int
     rules: SessionRules
     rules_id: str
@@ -72,10 +78,17 @@ class Recorded:
     previous_rules_id: str | None
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "sequence": self.sequence, "rules": self.rules.describe(),
-                "rules_us": self.rules.micros(), "rules_id": self.rules_id, "recorded_at": self.recorded_at,
-                "reason": self.reason, "recorded_by": self.recorded_by,
-                "previous_rules_id": self.previous_rules_id}
+        return {
+            "format": FORMAT,
+            "sequence": self.sequence,
+            "rules": self.rules.describe(),
+            "rules_us": self.rules.micros(),
+            "rules_id": self.rules_id,
+            "recorded_at": self.recorded_at,
+            "reason": self.reason,
+            "recorded_by": self.recorded_by,
+            "previous_rules_id": self.previous_rules_id,
+        }
 
     def describe(self) -> str:
         """'gap 20m, allowed lateness 1h, watermark delay 10m (rules record 1 of ..., recorded at ...)'"""
@@ -112,8 +125,15 @@ def parse_record(doc: object, where: str = "rules record") -> Recorded:
         raise InvalidRulesRecord(f"{where}: {exc}") from None
     if fingerprint(rules) != doc["rules_id"]:
         raise InvalidRulesRecord(f"{where}: rules_id {doc['rules_id']} is not the fingerprint of its rules")
-    return Recorded(doc["sequence"], rules, doc["rules_id"], doc["recorded_at"], doc["reason"],
-                    doc["recorded_by"], doc["previous_rules_id"])
+    return Recorded(
+        doc["sequence"],
+        rules,
+        doc["rules_id"],
+        doc["recorded_at"],
+        doc["reason"],
+        doc["recorded_by"],
+        doc["previous_rules_id"],
+    )
 
 
 def _sequences(lake: Lake) -> list[int]:
@@ -162,6 +182,7 @@ def rules_in_force(lake: Lake) -> tuple[SessionRules, str, Recorded | None]:
 
 # ---- versions made under which rules -------------------------------------------------------------
 
+
 def marker_fields(rules: SessionRules) -> dict:
     """What a dedup version marker records about the rules it was made under."""
     return {"rules_id": fingerprint(rules), "rules": rules.describe()}
@@ -198,11 +219,14 @@ def outdated(lake: Lake, marker: dict) -> str | None:
     recorded = current(lake)
     if recorded is None or marker.get("rules_id") == recorded.rules_id:
         return None
-    return (f"the lake's session rules changed while the run ran: it used {marker.get('rules')}, "
-            f"the lake now records {recorded.describe()}")
+    return (
+        f"the lake's session rules changed while the run ran: it used {marker.get('rules')}, "
+        f"the lake now records {recorded.describe()}"
+    )
 
 
 # ---- checking rules given to a command -----------------------------------------------------------
+
 
 def _given(requested: SessionRules | dict | None) -> tuple[SessionRules | None, tuple[str, ...]]:
     """(rules to compare, which of them were given) for a full set or a few typed options."""
@@ -216,13 +240,16 @@ def _given(requested: SessionRules | dict | None) -> tuple[SessionRules | None, 
 def mismatch(lake: Lake, recorded: Recorded, given: SessionRules, names: tuple[str, ...], who: str) -> str:
     """The refusal message: both values of each rule that differs, and what to do instead."""
     differing = [n for n in names if getattr(recorded.rules, n) != getattr(given, n)]
-    pairs = "; ".join(f"{OPTION[n]} {given.value(n)} given, the lake records {recorded.rules.value(n)}"
-                      for n in differing)
+    pairs = "; ".join(
+        f"{OPTION[n]} {given.value(n)} given, the lake records {recorded.rules.value(n)}" for n in differing
+    )
     migrate = " ".join(f"{OPTION[n]} {given.value(n)}" for n in differing)
-    return (f"{who}: session rules disagree with the lake {lake}: {pairs} "
-            f"(rules record {recorded.sequence}, recorded {recorded.recorded_at}). "
-            f"Leave the rule options out to use the lake's rules, or change the rules deliberately with "
-            f"`tidemark rules migrate --lake {lake} {migrate}` (records them and re-deduplicates every date).")
+    return (
+        f"{who}: session rules disagree with the lake {lake}: {pairs} "
+        f"(rules record {recorded.sequence}, recorded {recorded.recorded_at}). "
+        f"Leave the rule options out to use the lake's rules, or change the rules deliberately with "
+        f"`tidemark rules migrate --lake {lake} {migrate}` (records them and re-deduplicates every date)."
+    )
 
 
 def check(lake: Lake, requested: SessionRules | dict | None, who: str) -> tuple[SessionRules, Recorded | None]:
@@ -244,14 +271,18 @@ def for_dedup(lake: Lake, requested: SessionRules | dict | None = None) -> tuple
     """(rules, rules_id) for deduplicating a date of this lake: see check()."""
     rules, recorded = check(lake, requested, "dedup")
     if recorded is None:
-        log.warning("the lake has no session rules record: deduplicating with "
-                    + ("the rules given" if requested is not None else "the default rules"),
-                    lake=lake, **rules.describe(),
-                    hint="the stream records its rules at its next start; `tidemark rules show` explains")
+        log.warning(
+            "the lake has no session rules record: deduplicating with "
+            + ("the rules given" if requested is not None else "the default rules"),
+            lake=lake,
+            **rules.describe(),
+            hint="the stream records its rules at its next start; `tidemark rules show` explains",
+        )
     return rules, fingerprint(rules)
 
 
 # ---- writing records ----------------------------------------------------------------------------
+
 
 def _now() -> str:
     return now_iso_z()
@@ -262,8 +293,14 @@ def _create(lake: Lake, record: Recorded) -> Recorded:
     path = lake.rules_record(record.sequence)
     text = json.dumps(record.to_json(), sort_keys=True, indent=1) + "\n"
     if storage.create_text_if_absent(path, text):
-        log.info("session rules recorded", lake=lake, sequence=record.sequence, rules_id=record.rules_id,
-                 reason=record.reason, **record.rules.describe())
+        log.info(
+            "session rules recorded",
+            lake=lake,
+            sequence=record.sequence,
+            rules_id=record.rules_id,
+            reason=record.reason,
+            **record.rules.describe(),
+        )
         return record
     return _read(lake, record.sequence)
 
@@ -278,17 +315,21 @@ def ensure(lake: Lake, requested: SessionRules | dict | None, recorded_by: str) 
     if recorded is not None:
         return recorded
     legacy = bool(lake.list_event_dates(lake.sessions_root()))
-    reason = ("adopted: the lake was written before rules were recorded" if legacy
-              else "first start on an empty lake")
+    reason = "adopted: the lake was written before rules were recorded" if legacy else "first start on an empty lake"
     if legacy:
-        log.warning("the lake was written before session rules were recorded: recording these as its rules",
-                    lake=lake, **rules.describe(),
-                    hint="dates published under another gap are listed by `tidemark rules show`")
+        log.warning(
+            "the lake was written before session rules were recorded: recording these as its rules",
+            lake=lake,
+            **rules.describe(),
+            hint="dates published under another gap are listed by `tidemark rules show`",
+        )
     mine = Recorded(1, rules, fingerprint(rules), _now(), reason, recorded_by, None)
     there = _create(lake, mine)
     if there.rules_id != mine.rules_id:
-        raise RulesMismatch(mismatch(lake, there, rules, RULE_NAMES, recorded_by)
-                            + " (another writer recorded its rules first, at the same time)")
+        raise RulesMismatch(
+            mismatch(lake, there, rules, RULE_NAMES, recorded_by)
+            + " (another writer recorded its rules first, at the same time)"
+        )
     return there
 
 
@@ -301,12 +342,27 @@ def record_change(lake: Lake, rules: SessionRules, recorded_by: str, reason: str
     recorded = current(lake)
     if recorded is not None and recorded.rules_id == fingerprint(rules):
         return recorded
-    mine = Recorded((recorded.sequence + 1) if recorded else 1, rules, fingerprint(rules), _now(), reason,
-                    recorded_by, recorded.rules_id if recorded else None)
+    mine = Recorded(
+        (recorded.sequence + 1) if recorded else 1,
+        rules,
+        fingerprint(rules),
+        _now(),
+        reason,
+        recorded_by,
+        recorded.rules_id if recorded else None,
+    )
     there = _create(lake, mine)
     if there.rules_id != mine.rules_id:
-        raise RulesMismatch(f"{recorded_by}: another change recorded other rules at the same time: "
-                            f"{there.describe()}; nothing was changed")
-    log.info("session rules changed", lake=lake, sequence=there.sequence, rules_id=there.rules_id,
-             previous_rules_id=there.previous_rules_id, **rules.describe())
+        raise RulesMismatch(
+            f"{recorded_by}: another change recorded other rules at the same time: "
+            f"{there.describe()}; nothing was changed"
+        )
+    log.info(
+        "session rules changed",
+        lake=lake,
+        sequence=there.sequence,
+        rules_id=there.rules_id,
+        previous_rules_id=there.previous_rules_id,
+        **rules.describe(),
+    )
     return there

@@ -13,6 +13,7 @@ id only ever holds characters Airflow's default allowed_run_id_pattern accepts
 
 This module imports only the standard library and tidemark.layout: it ships in the function bundle.
 """
+
 from __future__ import annotations
 
 import re
@@ -50,8 +51,7 @@ def _checked(run_id: str) -> str:
 def notice_run_id(dataset: object, event_date: object, receipt_ts: object) -> str:
     """notice__sessions__2026-03-07__20260307T201500123Z"""
     try:
-        parts = (check_dataset(dataset), layout.check_event_date(event_date),
-                 layout.check_receipt_ts(receipt_ts))
+        parts = (check_dataset(dataset), layout.check_event_date(event_date), layout.check_receipt_ts(receipt_ts))
     except layout.InvalidPartitionValue as exc:
         raise InvalidRunKey(str(exc)) from None
     return _checked("__".join((NOTICE_PREFIX, *parts)))
@@ -68,8 +68,11 @@ def affected_run_id(event_date: object, source_date: object, version: object) ->
     `event_date`: affected__2026-03-08__from__2026-03-07__20260308T000100000Z. Re-running or
     clearing the source run (same version) finds the run already there and does not add one."""
     try:
-        parts = (layout.check_event_date(event_date), layout.check_event_date(source_date),
-                 layout.check_receipt_ts(version))
+        parts = (
+            layout.check_event_date(event_date),
+            layout.check_event_date(source_date),
+            layout.check_receipt_ts(version),
+        )
     except layout.InvalidPartitionValue as exc:
         raise InvalidRunKey(str(exc)) from None
     return _checked(f"{AFFECTED_PREFIX}__{parts[0]}__from__{parts[1]}__{parts[2]}")
@@ -95,6 +98,9 @@ def reconcile_run_id(event_date: object, fingerprint: object, attempt: int) -> s
 def run_conf(notice: dict) -> dict:
     """The DAG run conf for a notice: the date to deduplicate (a DAG Param) and, for people
     reading the run, which notice asked for it."""
-    return {"event_date": layout.check_event_date(notice["event_date"]),
-            "notice_id": notice["notice_id"], "receipt_ts": notice["receipt_ts"],
-            "dataset": check_dataset(notice["dataset"])}
+    return {
+        "event_date": layout.check_event_date(notice["event_date"]),
+        "notice_id": notice["notice_id"],
+        "receipt_ts": notice["receipt_ts"],
+        "dataset": check_dataset(notice["dataset"]),
+    }

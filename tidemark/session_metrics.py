@@ -10,31 +10,35 @@ than their start), and the version it was computed from. It is written to
 <out_root>/event_date=D/metrics.parquet in one atomic replace: a function of the date's current
 version only, so a rerun or a cleared task writes the same bytes' worth of values again.
 """
+
 from __future__ import annotations
 
 import io
 import os
 import uuid
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tidemark import layout, reader, storage
-from tidemark.logs import get_logger
 from tidemark.lake import Lake
+from tidemark.logs import get_logger
 
 log = get_logger("session_metrics")
 
 FILE = "metrics.parquet"
-SCHEMA = pa.schema([
-    ("event_date", pa.string()),
-    ("version", pa.string()),
-    ("sessions", pa.int64()),
-    ("users", pa.int64()),
-    ("median_duration_s", pa.float64()),
-    ("p95_duration_s", pa.float64()),
-    ("crossed_midnight", pa.int64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("event_date", pa.string()),
+        ("version", pa.string()),
+        ("sessions", pa.int64()),
+        ("users", pa.int64()),
+        ("median_duration_s", pa.float64()),
+        ("p95_duration_s", pa.float64()),
+        ("crossed_midnight", pa.int64()),
+    ]
+)
 INPUT_COLUMNS = ["user_id", "session_start", "session_end"]
 
 
@@ -47,19 +51,33 @@ def compute(event_date: str, version: str | None, sessions: pa.Table) -> dict:
     median = p95 = None
     if len(seconds):
         median, p95 = (v.as_py() for v in pc.quantile(seconds, q=[0.5, 0.95], interpolation="linear"))
-    crossed = pc.sum(pc.cast(pc.greater(pc.floor_temporal(ends, unit="day"),
-                                        pc.floor_temporal(starts, unit="day")), pa.int64())).as_py() or 0
-    return {"event_date": event_date, "version": version, "sessions": sessions.num_rows,
-            "users": pc.count_distinct(sessions.column("user_id")).as_py() if sessions.num_rows else 0,
-            "median_duration_s": median, "p95_duration_s": p95, "crossed_midnight": int(crossed)}
+    crossed = (
+        pc.sum(
+            pc.cast(pc.greater(pc.floor_temporal(ends, unit="day"), pc.floor_temporal(starts, unit="day")), pa.int64())
+        ).as_py()
+        or 0
+    )
+    return {
+        "event_date": event_date,
+        "version": version,
+        "sessions": sessions.num_rows,
+        "users": pc.count_distinct(sessions.column("user_id")).as_py() if sessions.num_rows else 0,
+        "median_duration_s": median,
+        "p95_duration_s": p95,
+        "crossed_midnight": int(crossed),
+    }
 
 
 def from_sessions(event_date: str, version: str | None, rows) -> dict:
     """The same metrics from (user_id, session_start, session_end) tuples (a batch recomputation)."""
     rows = list(rows)
-    table = pa.table({"user_id": pa.array([r[0] for r in rows], pa.string()),
-                      "session_start": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
-                      "session_end": pa.array([r[2] for r in rows], pa.timestamp("us", tz="UTC"))})
+    table = pa.table(
+        {
+            "user_id": pa.array([r[0] for r in rows], pa.string()),
+            "session_start": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+            "session_end": pa.array([r[2] for r in rows], pa.timestamp("us", tz="UTC")),
+        }
+    )
     return compute(event_date, version, table)
 
 
@@ -79,8 +97,13 @@ def rebuild(lake: Lake, event_date: str, out_root: str) -> dict:
     version = sessions.schema.metadata[b"tidemark.version"].decode()
     row = compute(event_date, version, sessions)
     _write(partition_path(out_root, event_date), pa.Table.from_pylist([row], schema=SCHEMA))
-    log.info("daily session metrics rebuilt", event_date=event_date, version=version, sessions=row["sessions"],
-             out=partition_path(out_root, event_date))
+    log.info(
+        "daily session metrics rebuilt",
+        event_date=event_date,
+        version=version,
+        sessions=row["sessions"],
+        out=partition_path(out_root, event_date),
+    )
     return row
 
 

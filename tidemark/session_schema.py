@@ -26,10 +26,12 @@ tidemark's reader (tidemark/reader.py) does not hand those nulls on: `complete` 
 column with the column's `read_fill` (the same rule as `fill`, over pyarrow rows; tests check the
 two agree), and names in the result what it computed and what stays null (a column with no fill).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tidemark import sql_rules
 
@@ -45,10 +47,10 @@ MARKER_KEY = "session_schema"
 @dataclass(frozen=True)
 class Column:
     name: str
-    spark: str            # Spark SQL DDL type
-    iceberg: str          # Iceberg type as docs and `str(field_type)` show it
-    doc: str              # the table's doc (Iceberg field doc and the docs' table)
-    since: int = 1        # the schema version that added the column
+    spark: str  # Spark SQL DDL type
+    iceberg: str  # Iceberg type as docs and `str(field_type)` show it
+    doc: str  # the table's doc (Iceberg field doc and the docs' table)
+    since: int = 1  # the schema version that added the column
     # Spark SQL expression computing the column from a row of an older version (its other columns);
     # None: it cannot be computed from them (a run starting from such a version takes the full path).
     fill: str | None = None
@@ -57,7 +59,7 @@ class Column:
     read_fill: Callable[[dict], Any] | None = None
     fill_inputs: tuple[str, ...] = ()
     pane_doc: str | None = None  # the column's meaning in a stream pane, where it differs
-    after: str | None = None     # where an evolved table shows it (Iceberg move_after)
+    after: str | None = None  # where an evolved table shows it (Iceberg move_after)
 
 
 _EVENTS_ICEBERG = "list<struct<event_ts: timestamptz, event_id: string, event_type: string, payload: string>>"
@@ -71,54 +73,94 @@ def _event_type_count(row: dict) -> int:
 
 
 SESSION_ID = Column(
-    "session_id", "STRING", "string",
+    "session_id",
+    "STRING",
+    "string",
     "hash of user_id and session_start (32 hex chars): stable id of a session",
     pane_doc="stable id of the session: kept across its panes, and when it absorbs another session "
-             "(it keeps the earliest one's). If a session held in state comes apart (the stream "
-             "restarted after `tidemark rules migrate` to a shorter gap or to `split`), only the "
-             "piece holding its first event keeps the id; the other pieces are new sessions with ids "
-             "of their own")
-USER_ID = Column("user_id", "STRING", "string", "the user (device) the session belongs to",
-                 pane_doc="the user (device) the session belongs to")
-SESSION_START = Column("session_start", "TIMESTAMP", "timestamptz",
-                       "first event's event_ts, UTC, microseconds")
+    "(it keeps the earliest one's). If a session held in state comes apart (the stream "
+    "restarted after `tidemark rules migrate` to a shorter gap or to `split`), only the "
+    "piece holding its first event keeps the id; the other pieces are new sessions with ids "
+    "of their own",
+)
+USER_ID = Column(
+    "user_id",
+    "STRING",
+    "string",
+    "the user (device) the session belongs to",
+    pane_doc="the user (device) the session belongs to",
+)
+SESSION_START = Column("session_start", "TIMESTAMP", "timestamptz", "first event's event_ts, UTC, microseconds")
 SESSION_END = Column("session_end", "TIMESTAMP", "timestamptz", "last event's event_ts, UTC, microseconds")
-EVENT_COUNT = Column("event_count", "BIGINT", "long", "distinct events in the session",
-                     pane_doc="distinct events (user_id, event_id, event_ts) of the session so far "
-                              "(panes accumulate)")
+EVENT_COUNT = Column(
+    "event_count",
+    "BIGINT",
+    "long",
+    "distinct events in the session",
+    pane_doc="distinct events (user_id, event_id, event_ts) of the session so far (panes accumulate)",
+)
 EVENT_TYPE_COUNT = Column(
-    "event_type_count", "INT", "int", "distinct event types among the session's events (their kept copies)",
-    since=2, fill=EVENT_TYPE_COUNT_SQL, read_fill=_event_type_count, fill_inputs=("events",), after="event_count",
-    pane_doc="distinct event types among the session's events so far")
+    "event_type_count",
+    "INT",
+    "int",
+    "distinct event types among the session's events (their kept copies)",
+    since=2,
+    fill=EVENT_TYPE_COUNT_SQL,
+    read_fill=_event_type_count,
+    fill_inputs=("events",),
+    after="event_count",
+    pane_doc="distinct event types among the session's events so far",
+)
 EVENT_IDS = Column(
-    "event_ids", "ARRAY<STRING>", "list<string>",
+    "event_ids",
+    "ARRAY<STRING>",
+    "list<string>",
     "the ids of the session's events, sorted, one per event: an event is (user_id, event_id, event_ts), "
-    "so one id sent at two timestamps is two events and appears twice (`[\"e1\",\"e1\"]`)",
-    pane_doc="the ids of the session's events so far, one per event")
-EVENTS = Column("events", sql_rules.EVENTS_TYPE, _EVENTS_ICEBERG,
-                "the distinct events, by time (one copy of each)",
-                pane_doc="the events themselves: `event_ts`, `event_id`, `event_type`, `payload`")
+    'so one id sent at two timestamps is two events and appears twice (`["e1","e1"]`)',
+    pane_doc="the ids of the session's events so far, one per event",
+)
+EVENTS = Column(
+    "events",
+    sql_rules.EVENTS_TYPE,
+    _EVENTS_ICEBERG,
+    "the distinct events, by time (one copy of each)",
+    pane_doc="the events themselves: `event_ts`, `event_id`, `event_type`, `payload`",
+)
 FIRST_RECEIPT_TS = Column(
-    "first_receipt_ts", "STRING", "string",
+    "first_receipt_ts",
+    "STRING",
+    "string",
     "receipt_ts (YYYYMMDDTHHMMSSmmmZ) of the earliest arrival of any of the session's events "
-    "(not necessarily its first event in time)")
-LAST_RECEIPT_TS = Column("last_receipt_ts", "STRING", "string",
-                         "receipt_ts when the last-arriving event first arrived")
-EVENT_DATE = Column("event_date", "DATE", "date",
-                    "UTC date of session_start; the partition (identity transform)")
+    "(not necessarily its first event in time)",
+)
+LAST_RECEIPT_TS = Column("last_receipt_ts", "STRING", "string", "receipt_ts when the last-arriving event first arrived")
+EVENT_DATE = Column("event_date", "DATE", "date", "UTC date of session_start; the partition (identity transform)")
 
 # An island of the dedup (dedup_sessions.sql's session columns): what a version's files and its
 # context hold, besides event_date. In the order of the table.
-ISLAND = (USER_ID, SESSION_START, SESSION_END, EVENT_COUNT, EVENT_TYPE_COUNT, EVENT_IDS, EVENTS,
-          FIRST_RECEIPT_TS, LAST_RECEIPT_TS)
+ISLAND = (
+    USER_ID,
+    SESSION_START,
+    SESSION_END,
+    EVENT_COUNT,
+    EVENT_TYPE_COUNT,
+    EVENT_IDS,
+    EVENTS,
+    FIRST_RECEIPT_TS,
+    LAST_RECEIPT_TS,
+)
 # The Iceberg table's columns, in the order engines show them.
 TABLE = (SESSION_ID, *ISLAND, EVENT_DATE)
 
 # A stream pane (dedup_sql/stream_panes.sql + streaming_job/batch.py), docs/lake-layout.md "Pane rows".
 _PANE_ONLY = (
-    ("pane_kind", "STRING", "`early` (window still open), `on_time` (watermark passed the window end), "
-                            "`late` (updated within the allowed lateness), `too_late` (a fragment later "
-                            "than the allowed lateness)"),
+    (
+        "pane_kind",
+        "STRING",
+        "`early` (window still open), `on_time` (watermark passed the window end), "
+        "`late` (updated within the allowed lateness), `too_late` (a fragment later "
+        "than the allowed lateness)",
+    ),
     ("pane_index", "INT", "the pane's ordinal for its session"),
     ("batch_id", "BIGINT", "the micro-batch that wrote the pane"),
     ("watermark", "TIMESTAMP", "the watermark after that micro-batch"),
@@ -178,23 +220,38 @@ def fill_older(frame, version: int):
 
 # --- Iceberg ----------------------------------------------------------------------------------------
 
+
 def _iceberg_type(text: str, ids):
     """The pyiceberg type of an Iceberg type string of this module (ids: placeholders from `ids`;
     Iceberg assigns the real ones: at create time in order, at evolution after the table's last)."""
-    from pyiceberg.types import (DateType, IntegerType, ListType, LongType, NestedField, StringType,
-                                 StructType, TimestamptzType)
+    from pyiceberg.types import (
+        DateType,
+        IntegerType,
+        ListType,
+        LongType,
+        NestedField,
+        StringType,
+        StructType,
+        TimestamptzType,
+    )
 
     text = text.strip()
-    primitive = {"string": StringType, "long": LongType, "int": IntegerType, "date": DateType,
-                 "timestamptz": TimestamptzType}
+    primitive = {
+        "string": StringType,
+        "long": LongType,
+        "int": IntegerType,
+        "date": DateType,
+        "timestamptz": TimestamptzType,
+    }
     if text in primitive:
         return primitive[text]()
     if text.startswith("list<") and text.endswith(">"):
         return ListType(next(ids), _iceberg_type(text[5:-1], ids), element_required=False)
     if text.startswith("struct<") and text.endswith(">"):
         parts = [p.split(":", 1) for p in text[7:-1].split(",")]
-        return StructType(*(NestedField(next(ids), name.strip(), _iceberg_type(kind, ids), required=False)
-                            for name, kind in parts))
+        return StructType(
+            *(NestedField(next(ids), name.strip(), _iceberg_type(kind, ids), required=False) for name, kind in parts)
+        )
     raise ValueError(f"unknown Iceberg type {text!r}")
 
 
@@ -216,9 +273,14 @@ def iceberg_schema(version: int = VERSION):
     ids = itertools.count(1000)
     # Optional: Spark writes nullable Parquet columns, and Iceberg refuses to register a nullable
     # file column under a required field; tidemark never writes a null in any of them.
-    return assign_fresh_schema_ids(Schema(*(
-        NestedField(next(ids), c.name, _iceberg_type(c.iceberg, ids), required=False, doc=c.doc)
-        for c in _ordered(version))))
+    return assign_fresh_schema_ids(
+        Schema(
+            *(
+                NestedField(next(ids), c.name, _iceberg_type(c.iceberg, ids), required=False, doc=c.doc)
+                for c in _ordered(version)
+            )
+        )
+    )
 
 
 def _ordered(version: int) -> list[Column]:
@@ -264,6 +326,7 @@ def evolve(table, attempts: int = 8):
 
 # --- pyarrow (readers) -------------------------------------------------------------------------------
 
+
 def read_inputs(columns, version: int) -> tuple[str, ...]:
     """The columns a reader must also read to `complete` `columns` of a version of schema `version`
     (the inputs of their read fills), beyond those asked for."""
@@ -277,16 +340,18 @@ def read_inputs(columns, version: int) -> tuple[str, ...]:
 def pane_version(names) -> int:
     """The schema version of stream pane files holding the columns `names` (receipt partitions
     record no version: a partition written before a pane column existed lacks it)."""
-    return max((v for v in range(1, VERSION + 1)
-                if all(c.name in names for c in PANE_SESSION if c.since <= v)), default=1)
+    return max(
+        (v for v in range(1, VERSION + 1) if all(c.name in names for c in PANE_SESSION if c.since <= v)), default=1
+    )
 
 
 @dataclass(frozen=True)
 class Completed:
     """Rows of one version as a reader returns them (tidemark/reader.py)."""
-    table: Any                    # pyarrow.Table
-    computed: tuple[str, ...]     # columns the version's files lack, computed from its rows (read_fill)
-    null: tuple[str, ...]         # columns the version's files lack that no fill computes: all null
+
+    table: Any  # pyarrow.Table
+    computed: tuple[str, ...]  # columns the version's files lack, computed from its rows (read_fill)
+    null: tuple[str, ...]  # columns the version's files lack that no fill computes: all null
 
 
 def complete(table, version: int, wanted) -> Completed:
@@ -322,6 +387,7 @@ def complete(table, version: int, wanted) -> Completed:
 
 
 # --- docs ---------------------------------------------------------------------------------------------
+
 
 def markdown_table(kind: str) -> str:
     """The column table docs/lake-layout.md holds: kind "table" (the Iceberg table) or "pane"."""

@@ -7,6 +7,7 @@ parameters and the pane vocabulary, Beam's terms:
   late      a later pane of a closed session, updated by an event within the allowed lateness
   too_late  a fragment of events later than the allowed lateness; not kept in state, stitched by dedup
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -46,13 +47,17 @@ class SessionRules:
             raise ValueError("allowed lateness and watermark delay must not be negative")
 
     @classmethod
-    def parse(cls, gap: str = "30m", allowed_lateness: str = "1h", watermark_delay: str = "10m",
-              gap_boundary: str = DEFAULT_GAP_BOUNDARY):
-        return cls(parse_duration(gap), parse_duration(allowed_lateness), parse_duration(watermark_delay),
-                   gap_boundary)
+    def parse(
+        cls,
+        gap: str = "30m",
+        allowed_lateness: str = "1h",
+        watermark_delay: str = "10m",
+        gap_boundary: str = DEFAULT_GAP_BOUNDARY,
+    ):
+        return cls(parse_duration(gap), parse_duration(allowed_lateness), parse_duration(watermark_delay), gap_boundary)
 
     @classmethod
-    def of(cls, rules: "SessionRules | timedelta") -> "SessionRules":
+    def of(cls, rules: SessionRules | timedelta) -> SessionRules:
         """Rules, or a bare gap meaning the default rules with that gap (the boundary `split`)."""
         if isinstance(rules, SessionRules):
             return rules
@@ -102,29 +107,42 @@ class SessionRules:
     def micros(self) -> dict:
         """The canonical form (integers, so "60m" and "1h" are the same rules): records compare this.
         The gap here is the true gap (not split_gap): the boundary is its own field."""
-        return {"gap_us": _micros(self.gap), "allowed_lateness_us": self.allowed_lateness_us,
-                "watermark_delay_us": self.watermark_delay_us, **self._boundary()}
+        return {
+            "gap_us": _micros(self.gap),
+            "allowed_lateness_us": self.allowed_lateness_us,
+            "watermark_delay_us": self.watermark_delay_us,
+            **self._boundary(),
+        }
 
     @classmethod
-    def from_micros(cls, values: dict) -> "SessionRules":
-        return cls(**{name: timedelta(microseconds=int(values[f"{name}_us"])) for name in DURATION_RULES},
-                   gap_boundary=values.get("gap_boundary", DEFAULT_GAP_BOUNDARY))
+    def from_micros(cls, values: dict) -> SessionRules:
+        return cls(
+            **{name: timedelta(microseconds=int(values[f"{name}_us"])) for name in DURATION_RULES},
+            gap_boundary=values.get("gap_boundary", DEFAULT_GAP_BOUNDARY),
+        )
 
-    def with_overrides(self, overrides: dict[str, timedelta]) -> "SessionRules":
+    def with_overrides(self, overrides: dict[str, timedelta]) -> SessionRules:
         """These rules with some of them replaced (the options an operator typed)."""
         unknown = set(overrides) - set(RULE_NAMES)
         if unknown:
             raise ValueError(f"unknown session rules {sorted(unknown)}")
         return replace(self, **overrides)
 
-    def differences(self, other: "SessionRules", only=RULE_NAMES) -> list[str]:
+    def differences(self, other: SessionRules, only=RULE_NAMES) -> list[str]:
         """Which of `only` differ, as ["gap 20m vs 30m", ...] (self's value first)."""
-        return [f"{name} {self.value(name)} vs {other.value(name)}" for name in only
-                if getattr(self, name) != getattr(other, name)]
+        return [
+            f"{name} {self.value(name)} vs {other.value(name)}"
+            for name in only
+            if getattr(self, name) != getattr(other, name)
+        ]
 
 
-def parse_overrides(gap: str | None = None, allowed_lateness: str | None = None,
-                    watermark_delay: str | None = None, gap_boundary: str | None = None) -> dict:
+def parse_overrides(
+    gap: str | None = None,
+    allowed_lateness: str | None = None,
+    watermark_delay: str | None = None,
+    gap_boundary: str | None = None,
+) -> dict:
     """The rules an operator typed (None = not typed), parsed and checked: {name: timedelta or str}."""
     typed = {"gap": gap, "allowed_lateness": allowed_lateness, "watermark_delay": watermark_delay}
     out: dict = {name: parse_duration(value) for name, value in typed.items() if value is not None}

@@ -1,4 +1,5 @@
 """One SparkSession builder for every Spark entry point (stream, dedup), local or on a cluster."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,9 @@ def session_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
     }
 
 
-def build_session(app_name: str, master: str | None = None, shuffle_partitions: int | None = None,
-                  conf: dict[str, str] | None = None):
+def build_session(
+    app_name: str, master: str | None = None, shuffle_partitions: int | None = None, conf: dict[str, str] | None = None
+):
     """Get or create the SparkSession. Under spark-submit the master comes from spark-submit.
 
     Timestamps are handled in UTC everywhere: event_date is the UTC date of a session's start.
@@ -61,8 +63,12 @@ def build_session(app_name: str, master: str | None = None, shuffle_partitions: 
 
 # The settings a Connect client sets on its own session (runtime SQL settings); the others (memory,
 # UI, history: static) belong to the server, which is started with all of session_settings().
-_CONNECT_RUNTIME = ("spark.sql.session.timeZone", "spark.sql.shuffle.partitions",
-                    "spark.sql.sources.partitionOverwriteMode", "spark.sql.parquet.outputTimestampType")
+_CONNECT_RUNTIME = (
+    "spark.sql.session.timeZone",
+    "spark.sql.shuffle.partitions",
+    "spark.sql.sources.partitionOverwriteMode",
+    "spark.sql.parquet.outputTimestampType",
+)
 
 
 def connect_session(url: str, app_name: str = "tidemark"):

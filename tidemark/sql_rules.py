@@ -17,14 +17,14 @@ Arguments are column names or simple expressions written in the SQL files themse
 input), without parentheses. The rule texts are documented in docs/input-contract.md (copies) and
 docs/dedup.md (output columns).
 """
+
 from __future__ import annotations
 
 import re
 
 # The event struct: field order matters (it is the sort order of a session's `events`: by time,
 # then id) and is the layout of panes, state, versions and context files.
-EVENT_FIELDS = (("event_ts", "TIMESTAMP"), ("event_id", "STRING"), ("event_type", "STRING"),
-                ("payload", "STRING"))
+EVENT_FIELDS = (("event_ts", "TIMESTAMP"), ("event_id", "STRING"), ("event_type", "STRING"), ("payload", "STRING"))
 EVENT_TYPE = "STRUCT<" + ", ".join(f"{name}: {kind}" for name, kind in EVENT_FIELDS) + ">"
 EVENTS_TYPE = f"ARRAY<{EVENT_TYPE}>"
 
@@ -39,7 +39,11 @@ COPY_TYPE = "STRUCT<" + ", ".join(f"{name}: {kind}" for name, kind in COPY_FIELD
 def _struct(fields, values) -> str:
     if len(values) != len(fields):
         raise ValueError(f"expected {len(fields)} values ({', '.join(f for f, _ in fields)}), got {len(values)}")
-    return "named_struct(" + ", ".join(f"'{name}', {value}" for (name, _), value in zip(fields, values)) + ")"
+    return (
+        "named_struct("
+        + ", ".join(f"'{name}', {value}" for (name, _), value in zip(fields, values, strict=False))
+        + ")"
+    )
 
 
 def copy(type_col: str = "event_type", payload_col: str = "payload") -> str:
@@ -79,6 +83,7 @@ _TYPE = re.compile(r"@([A-Z_]+)\b")
 
 def render(text: str) -> str:
     """SQL text with every macro above replaced by its rule; an unknown macro is an error."""
+
     def call(match):
         name, args = match.group(1), match.group(2).strip()
         if name not in _FUNCTIONS:

@@ -5,13 +5,14 @@ Publishing one must be atomic so that readers never see a
 half-written file: on a local disk we write a hidden temp file and rename it over the target; on
 object stores a single object upload is already atomic.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
 import uuid
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow.fs as pafs
 
@@ -22,11 +23,11 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     """Return (filesystem, path inside it) for a local path or a URI."""
     for alias, canonical in _SCHEME_ALIASES.items():
         if uri.startswith(alias):
-            uri = canonical + uri[len(alias):]
+            uri = canonical + uri[len(alias) :]
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     if uri.startswith("file://"):
-        return pafs.LocalFileSystem(), uri[len("file://"):]
+        return pafs.LocalFileSystem(), uri[len("file://") :]
     return pafs.FileSystem.from_uri(uri)
 
 
@@ -140,8 +141,11 @@ def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
     fs, path = resolve(uri)
     infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     for info in infos:
-        if info.type == pafs.FileType.File and info.base_name.endswith(suffix) \
-                and not info.base_name.startswith(("_", ".")):
+        if (
+            info.type == pafs.FileType.File
+            and info.base_name.endswith(suffix)
+            and not info.base_name.startswith(("_", "."))
+        ):
             yield info.path
 
 

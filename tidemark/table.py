@@ -22,6 +22,7 @@ See docs/production.md.
 Spark computes and writes the Parquet files; pyiceberg commits them (tidemark.publish) and reads
 them (tidemark.reader). Everything here is pure Python: no JVM.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,9 @@ import threading
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from tidemark import layout, session_schema, storage
-from tidemark.logs import get_logger
+from tidemark import session_schema
 from tidemark.lake import Lake
+from tidemark.logs import get_logger
 
 log = get_logger("table")
 
@@ -62,8 +63,9 @@ def partition_spec(table_schema):
     from pyiceberg.transforms import IdentityTransform
 
     source = table_schema.find_field(PARTITION_COLUMN)
-    return PartitionSpec(PartitionField(source_id=source.field_id, field_id=1000,
-                                        transform=IdentityTransform(), name=PARTITION_COLUMN))
+    return PartitionSpec(
+        PartitionField(source_id=source.field_id, field_id=1000, transform=IdentityTransform(), name=PARTITION_COLUMN)
+    )
 
 
 def table_location(lake: Lake) -> str:
@@ -105,7 +107,8 @@ def catalog_config(lake: Lake) -> dict:
             f"lake {lake} is not a local folder, so its Iceberg catalog must be configured: set "
             f"PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__URI (postgresql+psycopg2://... for a SQL catalog) "
             f"or PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__TYPE=rest with its __URI and __WAREHOUSE "
-            f"(see docs/production.md), or write its properties to {lake.catalog_config()}")
+            f"(see docs/production.md), or write its properties to {lake.catalog_config()}"
+        )
     local_catalog = lake.locate(lake.local_catalog())[1]
     return {"type": "sql", "uri": f"sqlite:///{local_catalog}", "warehouse": _uri(lake.root)}
 
@@ -118,10 +121,15 @@ def _lake_config(lake: Lake) -> dict | None:
     if lake not in _lake_configs:
         config = lake.read_json(lake.catalog_config())
         if config is not None:
-            if not isinstance(config, dict) or config.get("type") not in _CATALOG_TYPES \
-                    or not isinstance(config.get("uri", ""), str):
-                raise ValueError(f"{lake.catalog_config()}: expected a JSON object of pyiceberg "
-                                 f"catalog properties with \"type\" one of {', '.join(_CATALOG_TYPES)}")
+            if (
+                not isinstance(config, dict)
+                or config.get("type") not in _CATALOG_TYPES
+                or not isinstance(config.get("uri", ""), str)
+            ):
+                raise ValueError(
+                    f"{lake.catalog_config()}: expected a JSON object of pyiceberg "
+                    f'catalog properties with "type" one of {", ".join(_CATALOG_TYPES)}'
+                )
             config = {k: v for k, v in config.items() if not k.startswith("_")}  # "_comment" keys
         _lake_configs[lake] = config
     return _lake_configs[lake]
@@ -143,14 +151,18 @@ def catalog(lake: Lake):
         found = _catalogs.get(key)
         if found is None:
             if config.get("type") == "sql" and config["uri"].startswith("sqlite:///"):
-                os.makedirs(os.path.dirname(config["uri"][len("sqlite:///"):]), exist_ok=True)
+                os.makedirs(os.path.dirname(config["uri"][len("sqlite:///") :]), exist_ok=True)
             found = _open_catalog(config)
             _catalogs[key] = found
         return found
 
 
-@retry(retry=retry_if_exception_type(_transient()), stop=stop_after_attempt(8),
-       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+@retry(
+    retry=retry_if_exception_type(_transient()),
+    stop=stop_after_attempt(8),
+    wait=wait_random_exponential(multiplier=0.05, max=2),
+    reraise=True,
+)
 def _open_catalog(config: dict):
     from pyiceberg.catalog import load_catalog
 
@@ -174,8 +186,9 @@ def _load_if_any(lake: Lake):
 def _may_exist(lake: Lake) -> bool:
     """False when the lake cannot have a table: a local lake without its catalog file, no catalog
     configured (opening the catalog would create the file)."""
-    return not (lake.is_local and not lake.exists(lake.local_catalog())
-                and not _configured() and _lake_config(lake) is None)
+    return not (
+        lake.is_local and not lake.exists(lake.local_catalog()) and not _configured() and _lake_config(lake) is None
+    )
 
 
 def _configured() -> bool:
@@ -199,21 +212,31 @@ def load(lake: Lake, create: bool = False):
             return None
         table = _create(lake)
     if table.location().rstrip("/") != table_location(lake).rstrip("/"):
-        raise RuntimeError(f"catalog table {identifier()} lives at {table.location()}, not in lake {lake}: "
-                           "set TIDEMARK_TABLE to a table of its own for this lake")
+        raise RuntimeError(
+            f"catalog table {identifier()} lives at {table.location()}, not in lake {lake}: "
+            "set TIDEMARK_TABLE to a table of its own for this lake"
+        )
     # An existing table written with an older session schema is evolved in place, once (a no-op
     # without a commit when it is current; safe under processes doing it at once).
     return session_schema.evolve(table)
 
 
-@retry(retry=retry_if_exception_type(_transient()), stop=stop_after_attempt(8),
-       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+@retry(
+    retry=retry_if_exception_type(_transient()),
+    stop=stop_after_attempt(8),
+    wait=wait_random_exponential(multiplier=0.05, max=2),
+    reraise=True,
+)
 def _load(lake: Lake):
     return catalog(lake).load_table(identifier())
 
 
-@retry(retry=retry_if_exception_type(_transient()), stop=stop_after_attempt(8),
-       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+@retry(
+    retry=retry_if_exception_type(_transient()),
+    stop=stop_after_attempt(8),
+    wait=wait_random_exponential(multiplier=0.05, max=2),
+    reraise=True,
+)
 def _create(lake: Lake):
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
     from sqlalchemy.exc import IntegrityError
@@ -227,7 +250,10 @@ def _create(lake: Lake):
     table_schema = schema()
     try:
         table = cat.create_table(
-            identifier(), table_schema, location=table_location(lake), partition_spec=partition_spec(table_schema),
+            identifier(),
+            table_schema,
+            location=table_location(lake),
+            partition_spec=partition_spec(table_schema),
             properties={
                 # tidemark.publish retries conflicts itself, re-checking on the fresh snapshot that
                 # it does not replace a more complete version; pyiceberg's own retry would not.
@@ -235,7 +261,8 @@ def _create(lake: Lake):
                 # Spark writes Parquet without Iceberg field ids: engines map columns by name.
                 "schema.name-mapping.default": table_schema.name_mapping.model_dump_json(),
                 "format-version": "2",
-            })
+            },
+        )
     except (TableAlreadyExistsError, IntegrityError):
         return cat.load_table(identifier())
     log.info("iceberg table created", table=identifier(), location=table.location())

@@ -3,6 +3,7 @@ and back. One spelling everywhere: `2026-03-07T20:15:00.123Z`.
 
 (The compact receipt_ts of partition folders, `20260307T201500123Z`, is tidemark.layout's.)
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone

@@ -1,4 +1,5 @@
 """Terminal output the subcommands share (rich, imported lazily so `tidemark --help` stays fast)."""
+
 from __future__ import annotations
 
 
@@ -23,7 +24,13 @@ def print_status(stack, console) -> list[dict]:
         table.add_column(column, overflow="fold")
     colors = {"running": "green", "unhealthy": "yellow", "stopped": "red"}
     for row in rows:
-        table.add_row(row["component"], f"[{colors[row['state']]}]{row['state']}[/]", str(row["pid"] or ""),
-                      row["url"], row["detail"], row["log"])
+        table.add_row(
+            row["component"],
+            f"[{colors[row['state']]}]{row['state']}[/]",
+            str(row["pid"] or ""),
+            row["url"],
+            row["detail"],
+            row["log"],
+        )
     console.print(table)
     return rows

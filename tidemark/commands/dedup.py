@@ -7,24 +7,29 @@ Prints one JSON line on stdout: {event_date, version, published, sessions, recei
 affected_dates, noop, seconds, mode, full_reason}. affected_dates are other event dates whose published version this
 run may have made stale (rerun them; a rerun without new receipts is a no-op).
 """
+
 from __future__ import annotations
 
 import json
 import sys
 
-from tidemark.commands.options import EVENT_DATE, UsageError, add_session_options, user_input, LAKE
+from tidemark.commands.options import EVENT_DATE, LAKE, UsageError, add_session_options, user_input
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("dedup", help="deduplicate one event date (Spark SQL) and publish it",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "dedup", help="deduplicate one event date (Spark SQL) and publish it", description=__doc__
+    )
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="the event date, YYYY-MM-DD (UTC)")
     add_session_options(p)
     p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
-    p.add_argument("--full", action="store_true",
-                   help="re-sessionize every planned receipt instead of only the users new receipts touch "
-                        "(the same result; docs/dedup.md, 'Incremental corrections')")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="re-sessionize every planned receipt instead of only the users new receipts touch "
+        "(the same result; docs/dedup.md, 'Incremental corrections')",
+    )
     p.set_defaults(handler=run)
 
 
@@ -46,6 +51,7 @@ def run(args) -> int:
     spark = None
     if args.master:
         from tidemark.spark import build_session
+
         spark = build_session("tidemark-dedup", args.master)
     from tidemark import metrics
 

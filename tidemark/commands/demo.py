@@ -9,6 +9,7 @@ recomputation of everything landed, both topics' notices, and the example consum
 session metrics of every corrected date next to the batch reference's. Charts and an HTML page go to HOME/demo/report/. The stack is
 stopped at the end unless --keep-up. Every run starts from an empty HOME/demo.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,8 +20,7 @@ import time
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("demo", help="run tidemark end to end on a generated workload",
-                              description=__doc__)
+    p = subparsers.add_parser("demo", help="run tidemark end to end on a generated workload", description=__doc__)
     p.add_argument("--home", default=".tidemark", help="state folder; the demo uses HOME/demo (default ./.tidemark)")
     p.add_argument("--events", type=int, default=None, help="events to generate (default 800)")
     p.add_argument("--waves", type=int, default=4, help="waves the workload lands in (default 4)")
@@ -47,8 +47,9 @@ def run(args) -> int:
         return 1
     finally:
         if args.keep_up:
-            console.print(f"the stack is still up: `tidemark status --home {stack.home}`, "
-                          f"`tidemark down --home {stack.home}`")
+            console.print(
+                f"the stack is still up: `tidemark status --home {stack.home}`, `tidemark down --home {stack.home}`"
+            )
         elif stack.settings() is not None:
             with console.status("stopping the stack"):
                 stopped = stack.down()
@@ -59,11 +60,11 @@ def _demo(args, console, stack) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from tidemark import batch_reference
-    from tidemark.demo import charts, report, waves as wavelib, wait
-    from tidemark.localstack.stack import StackError
-    from tidemark import rules_record
+    from tidemark import batch_reference, rules_record
+    from tidemark.demo import charts, report, wait
+    from tidemark.demo import waves as wavelib
     from tidemark.lake import Lake
+    from tidemark.localstack.stack import StackError
 
     began = time.monotonic()
     timings: dict = {}
@@ -76,6 +77,7 @@ def _demo(args, console, stack) -> int:
 
     console.rule("1. the local stack")
     with console.status("starting") as spinner:
+
         def say(text: str) -> None:
             spinner.update(text)
             if "ready" in text:
@@ -85,60 +87,86 @@ def _demo(args, console, stack) -> int:
     lake = Lake.open(settings.lake)
     timings["stack_up"] = dict(stack.timings)
     from tidemark.commands.status import print_status
+
     print_status(stack, console)
 
     console.rule("2. landing the workload in waves, each deduplicated and published before the next")
-    console.print(f"{counts['events']} events ({counts['duplicates']} delivered twice, "
-                  f"{counts['offline_sessions']} sessions from phones offline for hours or days) "
-                  f"+ {counts['malformed']} malformed lines, in {workload.files} files, {len(waves)} waves")
+    console.print(
+        f"{counts['events']} events ({counts['duplicates']} delivered twice, "
+        f"{counts['offline_sessions']} sessions from phones offline for hours or days) "
+        f"+ {counts['malformed']} malformed lines, in {workload.files} files, {len(waves)} waves"
+    )
     client = stack.airflow(settings).client()
     wave_rows, landed, index = [], set(), 0
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=console, transient=True)
+    progress = Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+    )
     with progress:
         for wave in waves:
             landed |= set(wavelib.land(settings.landing, wave, index))
             index += len(wave.files)
             row = wave.describe()
             wave_rows.append(row)
-            console.log(f"wave {row['wave']}: {row['lines']} lines landed (on time {row['on_time']}, "
-                        f"minutes late {row['minutes_late']}, hours late {row['hours_late']}, days late "
-                        f"{row['days_late']}, malformed {row['malformed']}); arrivals {row['arrivals']}")
-            took = wait.until(lambda: wait.stream_caught_up(settings.checkpoint, landed), args.timeout,
-                              f"stream: wave {row['wave']}", progress,
-                              lambda s: StackError("stream", f"did not take wave {row['wave']} in time ({s})",
-                                                   wait.component_log(stack, "stream")), stack)
+            console.log(
+                f"wave {row['wave']}: {row['lines']} lines landed (on time {row['on_time']}, "
+                f"minutes late {row['minutes_late']}, hours late {row['hours_late']}, days late "
+                f"{row['days_late']}, malformed {row['malformed']}); arrivals {row['arrivals']}"
+            )
+            took = wait.until(
+                lambda: wait.stream_caught_up(settings.checkpoint, landed),  # noqa: B023 (wait.until calls it in this iteration)
+                args.timeout,
+                f"stream: wave {row['wave']}",
+                progress,
+                lambda s, wave=row["wave"]: StackError(
+                    "stream", f"did not take wave {wave} in time ({s})", wait.component_log(stack, "stream")
+                ),
+                stack,
+            )
             timings[f"wave_{row['wave']}_stream_s"] = took
             # Each wave is published before the next lands, so that a later wave's late events
             # visibly correct a date that already had a version.
-            timings[f"wave_{row['wave']}_published_s"] = _settle(args, console, progress, stack, settings,
-                                                                 client, f"wave {row['wave']}")
+            timings[f"wave_{row['wave']}_published_s"] = _settle(
+                args, console, progress, stack, settings, client, f"wave {row['wave']}"
+            )
             if wave is not waves[-1]:
-                wait.until(_after(args.pause), args.pause + 5, f"pause before wave {row['wave'] + 1}", progress,
-                           lambda s: TimeoutError(s), stack, interval=1.0)
+                wait.until(
+                    _after(args.pause),
+                    args.pause + 5,
+                    f"pause before wave {row['wave'] + 1}",
+                    progress,
+                    lambda s: TimeoutError(s),
+                    stack,
+                    interval=1.0,
+                )
         all_runs = client.list_dag_runs(_dag_id())  # runs started by the last versions' neighbours
     timings["total_s"] = round(time.monotonic() - began, 1)
 
     console.rule("3. report")
     rules = rules_record.rules_in_force(lake)[0]  # what the stream and the DAG used
     checks = batch_reference.check_lake(lake, settings.landing, rules)
-    data = report.collect(lake, waves, wave_rows, all_runs, checks, timings,
-                          {**dataclasses.asdict(workload), **counts})
+    data = report.collect(lake, waves, wave_rows, all_runs, checks, timings, {**dataclasses.asdict(workload), **counts})
     from tidemark import publish, session_metrics
+
     corrected_dates = [d for d in publish.list_dedup_dates(lake) if len(data["versions"].get(d, [])) > 1]
     data["notices"] = report.notices_report(lake)
-    data["consumer"] = report.consumer_report(session_metrics.default_root(lake), settings.landing,
-                                              rules, corrected_dates)  # the boundary too
-    data["ok"] = data["ok"] and all(r["ok"] for r in data["consumer"]) and all(
-        r["state"] == "sent" for r in data["notices"]["corrected"])
+    data["consumer"] = report.consumer_report(
+        session_metrics.default_root(lake), settings.landing, rules, corrected_dates
+    )  # the boundary too
+    data["ok"] = (
+        data["ok"]
+        and all(r["ok"] for r in data["consumer"])
+        and all(r["state"] == "sent" for r in data["notices"]["corrected"])
+    )
     report.print_report(console, data)
     report.print_notices_and_consumer(console, data)
     folder = os.path.join(stack.home, "report")
     os.makedirs(folder, exist_ok=True)
     lateness = [s for _, s in wavelib.lateness_of([d for w in waves for d in w.deliveries]) if s is not None]
-    pictures = [charts.lateness_chart(os.path.join(folder, "lateness.png"), lateness, rules),
-                charts.corrections_chart(os.path.join(folder, "corrections.png"), data, waves),
-                charts.steps_chart(os.path.join(folder, "steps.png"), data["steps"])]
+    pictures = [
+        charts.lateness_chart(os.path.join(folder, "lateness.png"), lateness, rules),
+        charts.corrections_chart(os.path.join(folder, "corrections.png"), data, waves),
+        charts.steps_chart(os.path.join(folder, "steps.png"), data["steps"]),
+    ]
     pictures += _metric_charts(stack, folder, began)  # lag and staleness, from the stack's Prometheus
     page = charts.write_html(folder, data, pictures)
     with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as handle:
@@ -152,8 +180,10 @@ def _demo(args, console, stack) -> int:
         console.print("[bold green]every event date's deduplicated partition equals the batch recomputation[/]")
         return 0
     bad = [c for c in data["checks"] if not c["ok"]]
-    console.print(f"[bold red]{len(bad)} event date(s) differ from the batch recomputation[/]: "
-                  f"{', '.join(c['event_date'] for c in bad)}; see {os.path.join(folder, 'report.json')}")
+    console.print(
+        f"[bold red]{len(bad)} event date(s) differ from the batch recomputation[/]: "
+        f"{', '.join(c['event_date'] for c in bad)}; see {os.path.join(folder, 'report.json')}"
+    )
     return 1
 
 
@@ -161,8 +191,8 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
     """Wait until every receipt partition so far is advertised, every notice's DAG run has finished
     (none failed), and every date's current version includes all its receipts; seconds taken."""
     from tidemark import inspect
-    from tidemark.lake import Lake
     from tidemark.demo import wait
+    from tidemark.lake import Lake
     from tidemark.localstack.stack import StackError
 
     began = time.monotonic()
@@ -174,9 +204,18 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
         sent[:] = found
         return done, text
 
-    wait.until(notices, args.timeout, f"{label}: notices", progress, lambda s: StackError(
-        "stream (notice sender) / pubsub emulator", f"notices not all published: {s}",
-        wait.component_log(stack, "stream")), stack)
+    wait.until(
+        notices,
+        args.timeout,
+        f"{label}: notices",
+        progress,
+        lambda s: StackError(
+            "stream (notice sender) / pubsub emulator",
+            f"notices not all published: {s}",
+            wait.component_log(stack, "stream"),
+        ),
+        stack,
+    )
     all_runs: list = []
 
     def dag_runs():
@@ -184,23 +223,50 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
         all_runs[:] = found
         return done, text
 
-    wait.until(dag_runs, args.timeout, f"{label}: DAG runs", progress, lambda s: StackError(
-        "function / airflow", f"DAG runs not all done: {s}", wait.component_log(stack, "function")), stack,
-        interval=5.0)
+    wait.until(
+        dag_runs,
+        args.timeout,
+        f"{label}: DAG runs",
+        progress,
+        lambda s: StackError(
+            "function / airflow", f"DAG runs not all done: {s}", wait.component_log(stack, "function")
+        ),
+        stack,
+        interval=5.0,
+    )
     failed = [r for r in all_runs if r["state"] == "failed"]
     if failed:
-        raise StackError("airflow", f"DAG run {failed[0]['dag_run_id']} failed ({len(failed)} failed)",
-                         wait.run_log_hint(stack, failed[0]))
-    wait.until(lambda: wait.versions_current(lake), args.timeout, f"{label}: corrected partitions",
-               progress, lambda s: StackError("airflow (tidemark_dedup)", f"partitions still pending: {s}",
-                                              os.path.join(stack.home, "airflow", "logs")), stack)
+        raise StackError(
+            "airflow",
+            f"DAG run {failed[0]['dag_run_id']} failed ({len(failed)} failed)",
+            wait.run_log_hint(stack, failed[0]),
+        )
+    wait.until(
+        lambda: wait.versions_current(lake),
+        args.timeout,
+        f"{label}: corrected partitions",
+        progress,
+        lambda s: StackError(
+            "airflow (tidemark_dedup)", f"partitions still pending: {s}", os.path.join(stack.home, "airflow", "logs")
+        ),
+        stack,
+    )
     # The corrected notices sent, and the example consumer DAG rebuilt every date from its current
     # version (asset-triggered runs of example_session_metrics).
     from tidemark import session_metrics
-    wait.until(lambda: wait.consumer_caught_up(lake, session_metrics.default_root(lake)),
-               args.timeout, f"{label}: corrected notices and the example consumer", progress,
-               lambda s: StackError("airflow (example_session_metrics) / notify_corrected", f"not caught up: {s}",
-                                    os.path.join(stack.home, "airflow", "logs")), stack)
+
+    wait.until(
+        lambda: wait.consumer_caught_up(lake, session_metrics.default_root(lake)),
+        args.timeout,
+        f"{label}: corrected notices and the example consumer",
+        progress,
+        lambda s: StackError(
+            "airflow (example_session_metrics) / notify_corrected",
+            f"not caught up: {s}",
+            os.path.join(stack.home, "airflow", "logs"),
+        ),
+        stack,
+    )
     took = round(time.monotonic() - began, 1)
     versions = ", ".join(f"{r['event_date']} v{r['version']}" for r in inspect.partitions(lake))
     console.log(f"{label}: {len(sent)} notices, {len(all_runs)} DAG runs done; current: {versions} ({took:.0f}s)")
@@ -213,6 +279,7 @@ def _after(seconds: float):
     def check():
         left = deadline - time.monotonic()
         return left <= 0, f"{max(0, left):.0f}s left"
+
     return check
 
 
@@ -231,4 +298,3 @@ def _metric_charts(stack, folder: str, began: float) -> list[str]:
 
     end = time.time()
     return prometheus_charts(folder, stack.prometheus().url, end - (time.monotonic() - began), end)
-

@@ -1,14 +1,14 @@
 """tidemark down: stop what `tidemark up` started in this state folder, by process id, and
 nothing else. The stream stops gracefully (finishes its micro-batch, flushes owed notices).
 Data (lake, checkpoint, Airflow DB, landing) stays: `tidemark up` resumes from it."""
+
 from __future__ import annotations
 
 from tidemark.commands.options import add_home_option
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("down", help="stop the local stack started by `tidemark up`",
-                              description=__doc__)
+    p = subparsers.add_parser("down", help="stop the local stack started by `tidemark up`", description=__doc__)
     add_home_option(p)
     p.set_defaults(handler=run)
 

@@ -5,6 +5,7 @@ reconciliation gave up on, and the SLO objectives (docs/metrics.md has every met
 read at most once per --refresh (never per scrape: a lake may hold millions of receipt partitions).
 Runs until SIGTERM or Ctrl-C. `tidemark up` starts one for the local stack.
 """
+
 from __future__ import annotations
 
 from tidemark.commands.options import POSITIVE_FLOAT, POSITIVE_INT

@@ -6,17 +6,20 @@ bundle carries the tidemark modules the function imports, at the same import pat
 checked: a clean Python with only the bundle on its path imports main and must load no first-party
 module from outside the bundle. Terraform archives --out.
 """
+
 from __future__ import annotations
 
 import json
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("function-bundle", help="assemble the Cloud Function's deployable folder",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "function-bundle", help="assemble the Cloud Function's deployable folder", description=__doc__
+    )
     p.add_argument("--out", default="build/cloud_function", help="output folder (replaced)")
-    p.add_argument("--no-check", action="store_true",
-                   help="skip the check that the bundle imports nothing from outside itself")
+    p.add_argument(
+        "--no-check", action="store_true", help="skip the check that the bundle imports nothing from outside itself"
+    )
     p.set_defaults(handler=run)
 
 

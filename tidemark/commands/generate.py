@@ -1,4 +1,5 @@
 """tidemark generate: write a realistic, seeded sample landing."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,9 @@ from tidemark.commands.options import EVENT_DATE, FRACTION, POSITIVE_INT
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("generate", help="write a seeded sample landing of mobile viewing events",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "generate", help="write a seeded sample landing of mobile viewing events", description=__doc__
+    )
     p.add_argument("--landing", required=True, help="folder to land JSON-lines files in")
     p.add_argument("--events", type=POSITIVE_INT, default=20_000, help="distinct events")
     p.add_argument("--users", type=POSITIVE_INT, default=200, help="distinct users")
@@ -16,24 +18,38 @@ def register(subparsers) -> None:
     p.add_argument("--days", type=POSITIVE_INT, default=2, help="days of event time")
     p.add_argument("--files", type=POSITIVE_INT, default=40, help="landed files, in arrival order")
     p.add_argument("--seed", type=int, default=7, help="random seed: the same seed writes the same files")
-    p.add_argument("--duplicate-rate", type=FRACTION, default=0.03,
-                   help="share of events delivered more than once")
-    p.add_argument("--malformed-rate", type=FRACTION, default=0.002,
-                   help="share of lines that are not valid events (the stream quarantines them)")
-    p.add_argument("--minutes-late-rate", type=FRACTION, default=0.10,
-                   help="share of events that arrive minutes late")
-    p.add_argument("--offline-session-rate", type=FRACTION, default=0.02,
-                   help="share of sessions recorded offline and uploaded hours later")
+    p.add_argument("--duplicate-rate", type=FRACTION, default=0.03, help="share of events delivered more than once")
+    p.add_argument(
+        "--malformed-rate",
+        type=FRACTION,
+        default=0.002,
+        help="share of lines that are not valid events (the stream quarantines them)",
+    )
+    p.add_argument("--minutes-late-rate", type=FRACTION, default=0.10, help="share of events that arrive minutes late")
+    p.add_argument(
+        "--offline-session-rate",
+        type=FRACTION,
+        default=0.02,
+        help="share of sessions recorded offline and uploaded hours later",
+    )
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     from tidemark.generate import Workload, generate
 
-    workload = Workload(events=args.events, users=args.users, start=args.start, days=args.days,
-                        files=args.files, seed=args.seed, duplicate_rate=args.duplicate_rate,
-                        malformed_rate=args.malformed_rate, minutes_late_rate=args.minutes_late_rate,
-                        offline_session_rate=args.offline_session_rate)
+    workload = Workload(
+        events=args.events,
+        users=args.users,
+        start=args.start,
+        days=args.days,
+        files=args.files,
+        seed=args.seed,
+        duplicate_rate=args.duplicate_rate,
+        malformed_rate=args.malformed_rate,
+        minutes_late_rate=args.minutes_late_rate,
+        offline_session_rate=args.offline_session_rate,
+    )
     summary = generate(args.landing, workload)
     print(json.dumps({k: v for k, v in summary.items() if k != "workload"}))
     return 0

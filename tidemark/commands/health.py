@@ -6,6 +6,7 @@ date that reconciliation gave up on (when an Airflow is found, as for `tidemark 
 stream's batch lag is Prometheus's to alert on (docs/metrics.md). Exit status: 0 every SLO holds,
 4 at least one is breached, 1 the lake could not be read.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,9 @@ def run(args) -> int:
             print(f"BREACHED {breach.slo}: {breach.detail}")
     else:
         given_up = "unknown (no Airflow)" if reading.given_up is None else str(len(reading.given_up))
-        print(f"healthy: {len(reading.stale)} stale date(s) within objective, notices owed "
-              f"{sum(v[0] for v in reading.owed.values())}, dates given up {given_up}")
+        print(
+            f"healthy: {len(reading.stale)} stale date(s) within objective, notices owed "
+            f"{sum(v[0] for v in reading.owed.values())}, dates given up {given_up}"
+        )
     sys.stdout.flush()
     return BREACHED if found else 0

@@ -4,16 +4,18 @@ Every receipt partition the stream wrote for the date, every availability notice
 still owed), every DAG run (from Airflow's REST API: the local stack's when it runs, or
 --airflow-url; otherwise marked unavailable) and every deduplicated version (current or
 superseded)."""
+
 from __future__ import annotations
 
 import json
 
-from tidemark.commands.options import EVENT_DATE, add_airflow_options, read_airflow_password, LAKE
+from tidemark.commands.options import EVENT_DATE, LAKE, add_airflow_options, read_airflow_password
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("history", help="an event date's receipts, notices, DAG runs and versions",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "history", help="an event date's receipts, notices, DAG runs and versions", description=__doc__
+    )
     add_airflow_options(p)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="YYYY-MM-DD")
@@ -33,8 +35,10 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
 
         stack = Stack(args.home)
         if stack.settings() is None or "airflow-api-server" not in stack.running():
-            return None, (f"unavailable: no Airflow (the local stack in {stack.home} is not up; "
-                          "pass --airflow-url to ask another)")
+            return None, (
+                f"unavailable: no Airflow (the local stack in {stack.home} is not up; "
+                "pass --airflow-url to ask another)"
+            )
         server = stack.airflow()
         url, user, password = server.url, server.username, server.password
     try:
@@ -48,8 +52,7 @@ def airflow_runs(url: str, username: str, password: str) -> list[dict]:
     from cloud_function.airflow_client import AirflowClient
     from tidemark import names
 
-    return AirflowClient(url, "password", username, password, timeout=(3.0, 15.0)).list_dag_runs(
-        names.get("DAG_ID"))
+    return AirflowClient(url, "password", username, password, timeout=(3.0, 15.0)).list_dag_runs(names.get("DAG_ID"))
 
 
 def run(args) -> int:
@@ -72,8 +75,13 @@ def run(args) -> int:
         table.add_column(column, overflow="fold")
     colors = {"receipt": "cyan", "notice": "magenta", "dag run": "yellow", "version": "green"}
     for item in items:
-        table.add_row(inspect.iso(item["time"]), f"[{colors[item['kind']]}]{item['kind']}[/]", item["id"],
-                      item["state"], item["detail"])
+        table.add_row(
+            inspect.iso(item["time"]),
+            f"[{colors[item['kind']]}]{item['kind']}[/]",
+            item["id"],
+            item["state"],
+            item["detail"],
+        )
     console.print(table)
     console.print(f"DAG runs: {source}")
     if not items:

@@ -10,6 +10,7 @@ With --archive (the stream's `--archive`): the files read and moved out of the l
 received, and a file under a name already archived counts as pending (read in the stream's next
 checkpoint generation), not as replaced.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ from tidemark.commands.options import LAKE
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("landing", help="what the stream has not read from the landing, and why",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "landing", help="what the stream has not read from the landing, and why", description=__doc__
+    )
     p.add_argument("--landing", required=True, help="landing folder or URI")
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--archive", default=None, help="the stream's archive folder (tidemark stream --archive)")

@@ -7,40 +7,84 @@ each row with its topic.
 
 Exit status 1 with --check when a complete receipt partition is covered by no notice at all.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 
-from tidemark.commands.options import POSITIVE_FLOAT, TOPIC, UsageError, LAKE
+from tidemark.commands.options import LAKE, POSITIVE_FLOAT, TOPIC, UsageError
 
-_COLUMNS = ("state", "kind", "event_date", "receipt_ts", "partitions", "rows", "events", "late",
-            "notice_id", "published_at")
-_CORRECTED_COLUMNS = ("state", "event_date", "version", "previous_version", "change", "rows", "notice_id",
-                      "published_at")
+_COLUMNS = (
+    "state",
+    "kind",
+    "event_date",
+    "receipt_ts",
+    "partitions",
+    "rows",
+    "events",
+    "late",
+    "notice_id",
+    "published_at",
+)
+_CORRECTED_COLUMNS = (
+    "state",
+    "event_date",
+    "version",
+    "previous_version",
+    "change",
+    "rows",
+    "notice_id",
+    "published_at",
+)
 TOPICS = ("availability", "corrected", "all")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("notices", help="availability notices: advertised, owed, waiting",
-                              description=__doc__)
+    p = subparsers.add_parser("notices", help="availability notices: advertised, owed, waiting", description=__doc__)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
-    p.add_argument("--format", choices=["table", "jsonl", "summary"], default="table",
-                   help="a table, one JSON object per notice, or one JSON object of counts")
-    p.add_argument("--topic", choices=TOPICS, default="availability",
-                   help="which notices: the availability topic's, the corrected topic's, or both")
-    p.add_argument("--state", choices=["all", "sent", "owed", "waiting"], default="all",
-                   help="only notices in this state (waiting: availability notices only)")
-    p.add_argument("--check", action="store_true",
-                   help="also list complete receipt partitions no notice covers (exit 1 if any)")
-    p.add_argument("--backfill", action="store_true",
-                   help="record a notice for every complete partition no notice covers (then --send)")
-    p.add_argument("--send", "--publish", dest="send", metavar="TOPIC", default=None, type=TOPIC,
-                   help="send what is owed on --topic (availability or corrected) to projects/P/topics/T, "
-                        "then exit (safe while the stream runs; --publish is its former name)")
-    p.add_argument("--close-waiting", action="store_true",
-                   help="with --send: also close waiting coalescing groups now; ONLY while the "
-                        "stream is stopped (the running stream owns them)")
+    p.add_argument(
+        "--format",
+        choices=["table", "jsonl", "summary"],
+        default="table",
+        help="a table, one JSON object per notice, or one JSON object of counts",
+    )
+    p.add_argument(
+        "--topic",
+        choices=TOPICS,
+        default="availability",
+        help="which notices: the availability topic's, the corrected topic's, or both",
+    )
+    p.add_argument(
+        "--state",
+        choices=["all", "sent", "owed", "waiting"],
+        default="all",
+        help="only notices in this state (waiting: availability notices only)",
+    )
+    p.add_argument(
+        "--check", action="store_true", help="also list complete receipt partitions no notice covers (exit 1 if any)"
+    )
+    p.add_argument(
+        "--backfill",
+        action="store_true",
+        help="record a notice for every complete partition no notice covers (then --send)",
+    )
+    p.add_argument(
+        "--send",
+        "--publish",
+        dest="send",
+        metavar="TOPIC",
+        default=None,
+        type=TOPIC,
+        help="send what is owed on --topic (availability or corrected) to projects/P/topics/T, "
+        "then exit (safe while the stream runs; --publish is its former name)",
+    )
+    p.add_argument(
+        "--close-waiting",
+        action="store_true",
+        help="with --send: also close waiting coalescing groups now; ONLY while the "
+        "stream is stopped (the running stream owns them)",
+    )
     p.add_argument("--timeout", type=POSITIVE_FLOAT, default=60.0, help="seconds to keep trying with --send")
     p.set_defaults(handler=run)
 
@@ -51,8 +95,11 @@ def run(args) -> int:
     if args.close_waiting and not args.send:
         raise UsageError("--close-waiting needs --send TOPIC")
     if args.topic != "availability":
-        for flag, used in (("--check", args.check), ("--backfill", args.backfill),
-                           ("--close-waiting", args.close_waiting)):
+        for flag, used in (
+            ("--check", args.check),
+            ("--backfill", args.backfill),
+            ("--close-waiting", args.close_waiting),
+        ):
             if used:
                 raise UsageError(f"{flag} is about availability notices: not with --topic {args.topic}")
     if args.send and args.topic == "all":
@@ -61,16 +108,13 @@ def run(args) -> int:
         return _corrected(args)
     if args.backfill:
         recorded = backfill(args.lake)
-        print(f"tidemark notices: {len(recorded)} notice(s) recorded for unadvertised partitions",
-              file=sys.stderr)
+        print(f"tidemark notices: {len(recorded)} notice(s) recorded for unadvertised partitions", file=sys.stderr)
     if args.send:
         still_owed = _send(args)
         if still_owed:
-            print(f"tidemark notices: {still_owed} notice(s) still owed after {args.timeout:g}s",
-                  file=sys.stderr)
+            print(f"tidemark notices: {still_owed} notice(s) still owed after {args.timeout:g}s", file=sys.stderr)
     status = notices_status(args.lake)
-    rows = [r for state in ("sent", "owed", "waiting") if args.state in ("all", state)
-            for r in status[state]]
+    rows = [r for state in ("sent", "owed", "waiting") if args.state in ("all", state) for r in status[state]]
     if args.topic == "all":
         return _both(args, status, rows)
     missing = unadvertised(args.lake) if args.check else []
@@ -78,8 +122,9 @@ def run(args) -> int:
         for row in rows:
             sys.stdout.write(json.dumps(row) + "\n")
         for event_date, receipt_ts in missing:
-            sys.stdout.write(json.dumps({"state": "unadvertised", "event_date": event_date,
-                                         "receipt_ts": receipt_ts}) + "\n")
+            sys.stdout.write(
+                json.dumps({"state": "unadvertised", "event_date": event_date, "receipt_ts": receipt_ts}) + "\n"
+            )
     elif args.format == "summary":
         summary = {state: len(status[state]) for state in ("sent", "owed", "waiting")}
         if args.check:
@@ -101,8 +146,10 @@ def _corrected(args) -> int:
 
         still_owed = corrected.send_owed(args.lake, args.send, timeout=args.timeout)
         if still_owed:
-            print(f"tidemark notices: {still_owed} corrected notice(s) still owed after {args.timeout:g}s",
-                  file=sys.stderr)
+            print(
+                f"tidemark notices: {still_owed} corrected notice(s) still owed after {args.timeout:g}s",
+                file=sys.stderr,
+            )
     status = corrected_status(args.lake)
     rows = _corrected_rows(status, args.state)
     if args.format == "jsonl":
@@ -130,9 +177,15 @@ def _both(args, status, rows) -> int:
             for row in listed:
                 sys.stdout.write(json.dumps({"topic": topic, **row}) + "\n")
     elif args.format == "summary":
-        sys.stdout.write(json.dumps({
-            "availability": {state: len(status[state]) for state in ("sent", "owed", "waiting")},
-            "corrected": {state: len(corrected[state]) for state in ("sent", "owed")}}) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "availability": {state: len(status[state]) for state in ("sent", "owed", "waiting")},
+                    "corrected": {state: len(corrected[state]) for state in ("sent", "owed")},
+                }
+            )
+            + "\n"
+        )
     else:
         _print_table(rows, status, [], False)
         _print_corrected_table(corrected_rows, corrected)
@@ -170,14 +223,12 @@ def _print_table(rows, status, missing, check) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    title = (f"notices: {len(status['sent'])} sent, {len(status['owed'])} owed, "
-             f"{len(status['waiting'])} waiting")
+    title = f"notices: {len(status['sent'])} sent, {len(status['owed'])} owed, {len(status['waiting'])} waiting"
     table = Table(title=title)
     for column in _COLUMNS:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(("yes" if row[c] else "") if c == "late" else str(row.get(c, ""))
-                        for c in _COLUMNS))
+        table.add_row(*(("yes" if row[c] else "") if c == "late" else str(row.get(c, "")) for c in _COLUMNS))
     console = Console()
     console.print(table)
     if check:

@@ -8,11 +8,12 @@ the lake raise UsageError (or run inside `user_input()`) and tidemark.cli hands 
 subcommand's parser. Any other exception is a real failure (exit status 1, cause logged), even a
 ValueError: a corrupt marker or an Arrow error is not something the user typed.
 """
+
 from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 
 class UsageError(Exception):
@@ -50,6 +51,7 @@ class Parser(argparse.ArgumentParser):
 def checked(check: Callable[[str], object], name: str, keep_text: bool = False) -> Callable[[str], object]:
     """An argparse `type=` from a domain check raising ValueError. keep_text: return the typed text
     (the check only validates it), else the check's result."""
+
     def convert(text: str):
         try:
             value = check(text)
@@ -85,9 +87,11 @@ def _topic(text: str) -> str:
     return check_topic(text)
 
 
-def in_range(kind: type, low: float | None = None, high: float | None = None,
-             positive: bool = False) -> Callable[[str], object]:
+def in_range(
+    kind: type, low: float | None = None, high: float | None = None, positive: bool = False
+) -> Callable[[str], object]:
     """A check for a number of `kind` within [low, high], or above 0 (for checked())."""
+
     def check(text: str):
         try:
             value = kind(text)
@@ -96,10 +100,16 @@ def in_range(kind: type, low: float | None = None, high: float | None = None,
         if positive and not value > 0:
             raise ValueError(f"{text} is out of range: must be positive")
         if (low is not None and value < low) or (high is not None and value > high):
-            bounds = (f"between {low:g} and {high:g}" if low is not None and high is not None
-                      else f"at least {low:g}" if low is not None else f"at most {high:g}")
+            bounds = (
+                f"between {low:g} and {high:g}"
+                if low is not None and high is not None
+                else f"at least {low:g}"
+                if low is not None
+                else f"at most {high:g}"
+            )
             raise ValueError(f"{text} is out of range: must be {bounds}")
         return value
+
     return check
 
 
@@ -116,34 +126,51 @@ def add_home_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", default=".tidemark", help="the local stack's state folder")
 
 
-def add_session_options(p: argparse.ArgumentParser, default_note: str | None = None,
-                        boundary: bool = False) -> None:
+def add_session_options(p: argparse.ArgumentParser, default_note: str | None = None, boundary: bool = False) -> None:
     """--gap, --allowed-lateness, --watermark-delay (and --gap-boundary with boundary=True, for the
     commands that record rules). Default None: a command can tell what was typed (and check it
     against the lake's rules record) from what was not."""
+
     def note(code_default: str) -> str:
         return default_note or f"(default: the lake's recorded rules; for a new lake {code_default})"
 
-    p.add_argument("--gap", default=None, type=DURATION_TEXT,
-                   help=f"session gap: events closer than this form one session {note('30m')}")
-    p.add_argument("--allowed-lateness", default=None, type=DURATION_TEXT,
-                   help=f"how long after its window closes a session still takes late events {note('1h')}")
-    p.add_argument("--watermark-delay", default=None, type=DURATION_TEXT,
-                   help=f"the watermark trails the maximum event time seen by this much {note('10m')}")
+    p.add_argument(
+        "--gap",
+        default=None,
+        type=DURATION_TEXT,
+        help=f"session gap: events closer than this form one session {note('30m')}",
+    )
+    p.add_argument(
+        "--allowed-lateness",
+        default=None,
+        type=DURATION_TEXT,
+        help=f"how long after its window closes a session still takes late events {note('1h')}",
+    )
+    p.add_argument(
+        "--watermark-delay",
+        default=None,
+        type=DURATION_TEXT,
+        help=f"the watermark trails the maximum event time seen by this much {note('10m')}",
+    )
     if boundary:
         from tidemark.sessions import GAP_BOUNDARIES
 
-        p.add_argument("--gap-boundary", default=None, choices=GAP_BOUNDARIES,
-                       help="events exactly one gap apart: split = two sessions (Beam), merge = one session "
-                            f"(Spark's session_window, Flink) {note('split')}")
+        p.add_argument(
+            "--gap-boundary",
+            default=None,
+            choices=GAP_BOUNDARIES,
+            help="events exactly one gap apart: split = two sessions (Beam), merge = one session "
+            f"(Spark's session_window, Flink) {note('split')}",
+        )
 
 
 def add_airflow_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--home", default=".tidemark", help="local stack state folder, for its Airflow")
     p.add_argument("--airflow-url", default=None, help="Airflow base URL (default: the local stack's, if up)")
     p.add_argument("--airflow-user", default="admin", help="Airflow user name (with --airflow-url)")
-    p.add_argument("--airflow-password-file", default=None,
-                   help="file holding the Airflow password (default: $AIRFLOW_PASSWORD)")
+    p.add_argument(
+        "--airflow-password-file", default=None, help="file holding the Airflow password (default: $AIRFLOW_PASSWORD)"
+    )
 
 
 def read_airflow_password(args) -> str | None:

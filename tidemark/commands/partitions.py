@@ -5,6 +5,7 @@ the oldest pending one has waited), and whether the current version is stale and
 including other dates' receipts its multi-day sessions reach; a rerun owed by another date; a
 version planned by an older tidemark; rules changed). Reads markers and the table's metadata only:
 cheap on a bucket, no JVM."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ from tidemark.commands.options import EVENT_DATE, LAKE
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("partitions", help="event dates: current version, pending receipts, lag",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "partitions", help="event dates: current version, pending receipts, lag", description=__doc__
+    )
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--json", action="store_true", help="one JSON object per date")
     p.add_argument("--since", type=EVENT_DATE, help="only event dates from this one (YYYY-MM-DD)")
@@ -23,21 +25,35 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark.commands.console import wide_console
     from rich.table import Table
 
     from tidemark import inspect, reconcile
+    from tidemark.commands.console import wide_console
 
     rows = inspect.partitions(args.lake, since=args.since, until=args.until)
     # every stale date of the lake, from what changed since reconciliation's last pass
-    stale = {item.event_date: item for item in reconcile.staleness(args.lake)
-             if (not args.since or item.event_date >= args.since) and (not args.until or item.event_date <= args.until)}
+    stale = {
+        item.event_date: item
+        for item in reconcile.staleness(args.lake)
+        if (not args.since or item.event_date >= args.since) and (not args.until or item.event_date <= args.until)
+    }
     known = {row["event_date"] for row in rows}
     for item in stale.values():
         if item.event_date not in known:  # only owed a rerun: no receipts, no version yet
-            rows.append({"event_date": item.event_date, "version": None, "sessions": None,
-                         "version_created_at": None, "receipts": 0, "included": 0, "pending": 0,
-                         "pending_receipts": [], "newest_receipt": None, "lag_s": 0.0})
+            rows.append(
+                {
+                    "event_date": item.event_date,
+                    "version": None,
+                    "sessions": None,
+                    "version_created_at": None,
+                    "receipts": 0,
+                    "included": 0,
+                    "pending": 0,
+                    "pending_receipts": [],
+                    "newest_receipt": None,
+                    "lag_s": 0.0,
+                }
+            )
     rows.sort(key=lambda r: r["event_date"])
     for row in rows:
         item = stale.get(row["event_date"])
@@ -52,11 +68,15 @@ def run(args) -> int:
         table.add_column(column, overflow="fold")
     for row in rows:
         pending = str(row["pending"]) if row["pending"] else "0"
-        table.add_row(row["event_date"], row["version"] or "[red]none yet[/]",
-                      "" if row["sessions"] is None else str(row["sessions"]), str(row["receipts"]),
-                      f"[yellow]{pending}[/]" if row["pending"] else pending,
-                      f"{row['lag_s']:.0f}s" if row["pending"] else "-",
-                      "[yellow]" + "\n".join(row["why"]) + "[/]" if row["why"] else "")
+        table.add_row(
+            row["event_date"],
+            row["version"] or "[red]none yet[/]",
+            "" if row["sessions"] is None else str(row["sessions"]),
+            str(row["receipts"]),
+            f"[yellow]{pending}[/]" if row["pending"] else pending,
+            f"{row['lag_s']:.0f}s" if row["pending"] else "-",
+            "[yellow]" + "\n".join(row["why"]) + "[/]" if row["why"] else "",
+        )
     wide_console().print(table)
     if not rows:
         print(f"no event dates in {args.lake}")

@@ -4,6 +4,7 @@ Raw lines are shown whatever their bytes: in jsonl as text when they are UTF-8
 ("raw_encoding": "utf-8") and as base64 otherwise ("raw_encoding": "base64"); in the table with
 invalid bytes and control characters escaped.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,9 @@ from tidemark.commands.options import LAKE
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("quarantine", help="list quarantined (refused) input lines",
-                              description=__doc__)
+    p = subparsers.add_parser("quarantine", help="list quarantined (refused) input lines", description=__doc__)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
-    p.add_argument("--format", choices=["jsonl", "table"], default="table",
-                   help="one JSON object per line, or a table")
+    p.add_argument("--format", choices=["jsonl", "table"], default="table", help="one JSON object per line, or a table")
     p.set_defaults(handler=run)
 
 
@@ -37,7 +36,11 @@ def run(args) -> int:
     for column in ("receipt_ts", "source_file", "reason", "raw"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["receipt_ts"], escape(str(row["source_file"])), escape(row["reason"]),
-                      escape(display_raw(row["raw"] or b"")))
+        table.add_row(
+            row["receipt_ts"],
+            escape(str(row["source_file"])),
+            escape(row["reason"]),
+            escape(display_raw(row["raw"] or b"")),
+        )
     Console().print(table)
     return 0

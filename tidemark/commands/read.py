@@ -3,13 +3,14 @@
 Reads the Iceberg table's current snapshot; --as-of answers with the newest version whose receipts
 were all received at or before that time; --raw lists the stream's receipt panes instead.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import sys
 
-from tidemark.commands.options import EVENT_DATE, UsageError, checked, LAKE
+from tidemark.commands.options import EVENT_DATE, LAKE, UsageError, checked
 
 
 def _as_of(text: str) -> str:
@@ -19,15 +20,22 @@ def _as_of(text: str) -> str:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("read", help="print the deduplicated sessions of an event date",
-                              description=__doc__)
+    p = subparsers.add_parser("read", help="print the deduplicated sessions of an event date", description=__doc__)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="YYYY-MM-DD")
-    p.add_argument("--as-of", default=None, type=checked(_as_of, "as_of"),
-                   help="receipt_ts (20260307T201500123Z) or RFC 3339 time: read as of then")
+    p.add_argument(
+        "--as-of",
+        default=None,
+        type=checked(_as_of, "as_of"),
+        help="receipt_ts (20260307T201500123Z) or RFC 3339 time: read as of then",
+    )
     p.add_argument("--raw", action="store_true", help="list the receipt panes instead of sessions")
-    p.add_argument("--format", choices=["jsonl", "parquet", "table"], default="table",
-                   help="one JSON object per row, a Parquet file, or a table")
+    p.add_argument(
+        "--format",
+        choices=["jsonl", "parquet", "table"],
+        default="table",
+        help="one JSON object per row, a Parquet file, or a table",
+    )
     p.add_argument("--events", action="store_true", help="include the events themselves (jsonl, parquet)")
     p.add_argument("--output", default=None, help="write here instead of stdout (parquet: required on a terminal)")
     p.set_defaults(handler=run)
@@ -86,11 +94,13 @@ def _print_table(table, event_date, marker, raw, out) -> None:
 
     from tidemark import reader
 
-    columns = [c for c in (reader.PANE_SUMMARY_COLUMNS if raw else reader.SUMMARY_COLUMNS)
-               if c in table.column_names]
-    title = (f"{event_date}: {table.num_rows} pane(s)" if raw else
-             f"{event_date} version {marker['version']}: {table.num_rows} session(s) "
-             f"from {len(marker['receipts'])} receipt partition(s)")
+    columns = [c for c in (reader.PANE_SUMMARY_COLUMNS if raw else reader.SUMMARY_COLUMNS) if c in table.column_names]
+    title = (
+        f"{event_date}: {table.num_rows} pane(s)"
+        if raw
+        else f"{event_date} version {marker['version']}: {table.num_rows} session(s) "
+        f"from {len(marker['receipts'])} receipt partition(s)"
+    )
     view = Table(title=title)
     for column in columns:
         view.add_column(column, overflow="fold")

@@ -15,28 +15,43 @@ Airflow: --airflow-url (+ --airflow-password-file or $AIRFLOW_PASSWORD), else th
 environment (AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE, ...), else the local stack's (--home). Without
 one, the command lists and says what it would start.
 """
+
 from __future__ import annotations
 
 import json
 import os
 
-from tidemark.commands.options import (DURATION_TEXT, UsageError, add_airflow_options, checked, in_range,
-                                       read_airflow_password, LAKE)
+from tidemark.commands.options import (
+    DURATION_TEXT,
+    LAKE,
+    UsageError,
+    add_airflow_options,
+    checked,
+    in_range,
+    read_airflow_password,
+)
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("reconcile", help="stale event dates and why; --trigger starts their runs",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "reconcile", help="stale event dates and why; --trigger starts their runs", description=__doc__
+    )
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--trigger", action="store_true", help="start a dedup run for each due stale date")
-    p.add_argument("--grace", default="10m", type=DURATION_TEXT,
-                   help="how old the oldest reason must be before a run is started")
-    p.add_argument("--max-attempts", type=checked(in_range(int, 1, 999), "attempts"), default=3,
-                   help="runs started per stale state before giving up (1-999)")
+    p.add_argument(
+        "--grace", default="10m", type=DURATION_TEXT, help="how old the oldest reason must be before a run is started"
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=checked(in_range(int, 1, 999), "attempts"),
+        default=3,
+        help="runs started per stale state before giving up (1-999)",
+    )
     p.add_argument("--dag-id", default=None, help="the dedup DAG (default tidemark_dedup)")
     p.add_argument("--json", action="store_true", help="one JSON object per stale date")
-    p.add_argument("--full", action="store_true",
-                   help="walk every event date instead of what changed since the last pass")
+    p.add_argument(
+        "--full", action="store_true", help="walk every event date instead of what changed since the last pass"
+    )
     add_airflow_options(p)
     p.set_defaults(handler=run)
 
@@ -59,8 +74,10 @@ def airflow_client(args, required: bool):
     if stack.settings() is not None and "airflow-api-server" in stack.running():
         return stack.airflow().client()
     if required:
-        raise UsageError(f"--trigger needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, or "
-                         f"start the local stack (none is up in {stack.home})")
+        raise UsageError(
+            f"--trigger needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, or "
+            f"start the local stack (none is up in {stack.home})"
+        )
     return None
 
 
@@ -72,14 +89,20 @@ def run(args) -> int:
     if args.lake.is_local and not os.path.exists(args.lake.root):
         raise UsageError(f"no lake at {args.lake}")
     client = airflow_client(args, required=args.trigger)
-    stale, decisions = reconcile.reconcile(args.lake, client, dag_id=args.dag_id, trigger=args.trigger,
-                                           grace=grace, max_attempts=args.max_attempts, full=args.full)
+    stale, decisions = reconcile.reconcile(
+        args.lake,
+        client,
+        dag_id=args.dag_id,
+        trigger=args.trigger,
+        grace=grace,
+        max_attempts=args.max_attempts,
+        full=args.full,
+    )
     by_date = {d.event_date: d for d in decisions}
     if args.json:
         for item in stale:
             decision = by_date[item.event_date]
-            print(json.dumps({**item.to_json(), "action": _action(decision, args.trigger),
-                              "run_id": decision.run_id}))
+            print(json.dumps({**item.to_json(), "action": _action(decision, args.trigger), "run_id": decision.run_id}))
         return 0
     from rich.table import Table
 
@@ -94,8 +117,13 @@ def run(args) -> int:
         table.add_column(column, overflow="fold")
     for item in stale:
         decision = by_date[item.event_date]
-        table.add_row(item.event_date, item.version or "[red]none yet[/]", "\n".join(item.reasons),
-                      _action(decision, args.trigger), decision.run_id or "")
+        table.add_row(
+            item.event_date,
+            item.version or "[red]none yet[/]",
+            "\n".join(item.reasons),
+            _action(decision, args.trigger),
+            decision.run_id or "",
+        )
     console.print(table)
     return 0
 
@@ -103,5 +131,8 @@ def run(args) -> int:
 def _action(decision, trigger: bool) -> str:
     if decision.action == "trigger":
         return "started" if trigger else "would start (--trigger)"
-    return {"in_flight": "run in flight", "waiting": "within the grace period",
-            "given_up": "gave up (every attempt ended)"}[decision.action]
+    return {
+        "in_flight": "run in flight",
+        "waiting": "within the grace period",
+        "given_up": "gave up (every attempt ended)",
+    }[decision.action]

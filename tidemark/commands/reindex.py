@@ -5,6 +5,7 @@ the index is complete. A lake whose stream started on an empty lake is indexed f
 partition; a lake written by an older tidemark is indexed by this command, which reads every marker
 once and then marks the index complete. Safe to run while the stream runs, and to rerun.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,9 @@ from tidemark.commands.options import LAKE
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("reindex", help="build the receipt index of a lake written before it (once)",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "reindex", help="build the receipt index of a lake written before it (once)", description=__doc__
+    )
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.set_defaults(handler=run)
 
@@ -29,6 +31,10 @@ def run(args) -> int:
     with Progress(transient=True) as progress:
         task = progress.add_task("indexing event dates", total=len(dates))
         spanning = receipts.reindex(args.lake, progress=lambda _: progress.advance(task))
-    sys.stdout.write(json.dumps({"lake": str(args.lake), "event_dates": len(dates),
-                                 "spanning_partitions": spanning, "complete": True}) + "\n")
+    sys.stdout.write(
+        json.dumps(
+            {"lake": str(args.lake), "event_dates": len(dates), "spanning_partitions": spanning, "complete": True}
+        )
+        + "\n"
+    )
     return 0

@@ -12,17 +12,19 @@ The stream records its rules at its first start and refuses other ones later; th
 DAG read them from the lake. Stop the stream and pause the dedup DAG before migrating, then start
 the stream again without rule options (docs/lake-layout.md, "Session rules record").
 """
+
 from __future__ import annotations
 
 import json
 import sys
 
-from tidemark.commands.options import add_session_options, user_input, LAKE
+from tidemark.commands.options import LAKE, add_session_options, user_input
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("rules", help="the lake's session rules: show them, or migrate to new ones",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "rules", help="the lake's session rules: show them, or migrate to new ones", description=__doc__
+    )
     sub = p.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
 
     show = sub.add_parser("show", help="the lake's rules, their history, dates made under other rules")
@@ -44,8 +46,17 @@ def run_show(args) -> int:
     rules, rules_id, _ = rules_record.rules_in_force(args.lake)
     stale = rules_migration.stale_dates(args.lake, rules)
     if args.json:
-        print(json.dumps({"kind": "rules", "recorded": bool(records), "rules_id": rules_id, **rules.describe(),
-                          "gap_boundary": rules.gap_boundary}))
+        print(
+            json.dumps(
+                {
+                    "kind": "rules",
+                    "recorded": bool(records),
+                    "rules_id": rules_id,
+                    **rules.describe(),
+                    "gap_boundary": rules.gap_boundary,
+                }
+            )
+        )
         for record in records:
             print(json.dumps({"kind": "record", **record.to_json()}))
         for item in stale:
@@ -60,22 +71,43 @@ def run_show(args) -> int:
     if records:
         console.print(f"[bold]{args.lake}[/bold]: {rules_record.describe_rules(rules)} (id {rules_id})")
     else:
-        console.print(f"[bold]{args.lake}[/bold] has no rules record: the dedup uses the defaults "
-                      f"({rules_record.describe_rules(rules)}); the stream records its rules at its next start")
+        console.print(
+            f"[bold]{args.lake}[/bold] has no rules record: the dedup uses the defaults "
+            f"({rules_record.describe_rules(rules)}); the stream records its rules at its next start"
+        )
     if records:
         table = Table(title="rules history")
-        for column in ("#", "recorded at (UTC)", "gap", "allowed lateness", "watermark delay", "gap boundary", "id", "by",
-                       "reason"):
+        for column in (
+            "#",
+            "recorded at (UTC)",
+            "gap",
+            "allowed lateness",
+            "watermark delay",
+            "gap boundary",
+            "id",
+            "by",
+            "reason",
+        ):
             table.add_column(column, overflow="fold")
         for record in records:
             rules_of = record.rules
-            table.add_row(str(record.sequence), record.recorded_at, rules_of.value("gap"),
-                          rules_of.value("allowed_lateness"), rules_of.value("watermark_delay"),
-                          rules_of.gap_boundary, record.rules_id, record.recorded_by, record.reason)
+            table.add_row(
+                str(record.sequence),
+                record.recorded_at,
+                rules_of.value("gap"),
+                rules_of.value("allowed_lateness"),
+                rules_of.value("watermark_delay"),
+                rules_of.gap_boundary,
+                record.rules_id,
+                record.recorded_by,
+                record.reason,
+            )
         console.print(table)
     if stale:
-        table = Table(title="dates whose current version was made under other rules "
-                            f"(`tidemark rules migrate --lake {args.lake}` re-deduplicates them)")
+        table = Table(
+            title="dates whose current version was made under other rules "
+            f"(`tidemark rules migrate --lake {args.lake}` re-deduplicates them)"
+        )
         for column in ("event_date", "version", "its gap", "its rules id"):
             table.add_column(column)
         for item in stale:
@@ -87,11 +119,9 @@ def run_show(args) -> int:
 
 
 def run_migrate(args) -> int:
-    from tidemark import rules_migration
-    from tidemark.sessions import parse_overrides
-
     # Checked before Spark starts or anything is recorded.
-    from tidemark import rules_record
+    from tidemark import rules_migration, rules_record
+    from tidemark.sessions import parse_overrides
 
     with user_input():
         overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary)
@@ -101,6 +131,7 @@ def run_migrate(args) -> int:
     spark = None
     if args.master:
         from tidemark.spark import build_session
+
         spark = build_session("tidemark-rules-migrate", args.master)
 
     def emit(result) -> None:

@@ -1,23 +1,34 @@
 """Options shared by `tidemark exporter` and `tidemark health`: the SLO objectives and the Airflow
 that tells which dates reconciliation gave up on (tidemark/health.py)."""
+
 from __future__ import annotations
 
-from tidemark.commands.options import DURATION_TEXT, add_airflow_options, checked, in_range, LAKE
+from tidemark.commands.options import DURATION_TEXT, LAKE, add_airflow_options, checked, in_range
 
 
 def add_slo_options(p) -> None:
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
-    p.add_argument("--correction", default="20m", type=DURATION_TEXT,
-                   help="SLO: no event date stale (uncorrected receipts, owed rerun) longer than this")
-    p.add_argument("--notice-owed", default="10m", type=DURATION_TEXT,
-                   help="SLO: no notice owed longer than this")
-    p.add_argument("--stream-lag", default="5m", type=DURATION_TEXT,
-                   help="SLO: the stream's p95 landing -> committed lag (alerted by Prometheus)")
-    p.add_argument("--max-attempts", type=checked(in_range(int, 1, 999), "attempts"), default=3,
-                   help="reconcile's attempts per stale state before a date counts as given up (as "
-                        "`tidemark reconcile --max-attempts`; the reconcile DAG's default is 3)")
-    p.add_argument("--no-airflow", action="store_true",
-                   help="do not ask Airflow which dates reconciliation gave up on")
+    p.add_argument(
+        "--correction",
+        default="20m",
+        type=DURATION_TEXT,
+        help="SLO: no event date stale (uncorrected receipts, owed rerun) longer than this",
+    )
+    p.add_argument("--notice-owed", default="10m", type=DURATION_TEXT, help="SLO: no notice owed longer than this")
+    p.add_argument(
+        "--stream-lag",
+        default="5m",
+        type=DURATION_TEXT,
+        help="SLO: the stream's p95 landing -> committed lag (alerted by Prometheus)",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=checked(in_range(int, 1, 999), "attempts"),
+        default=3,
+        help="reconcile's attempts per stale state before a date counts as given up (as "
+        "`tidemark reconcile --max-attempts`; the reconcile DAG's default is 3)",
+    )
+    p.add_argument("--no-airflow", action="store_true", help="do not ask Airflow which dates reconciliation gave up on")
     add_airflow_options(p)
 
 
@@ -25,8 +36,11 @@ def objectives(args):
     from tidemark.durations import parse_duration
     from tidemark.health import Objectives
 
-    return Objectives(correction=parse_duration(args.correction), notice_owed=parse_duration(args.notice_owed),
-                      stream_lag=parse_duration(args.stream_lag))
+    return Objectives(
+        correction=parse_duration(args.correction),
+        notice_owed=parse_duration(args.notice_owed),
+        stream_lag=parse_duration(args.stream_lag),
+    )
 
 
 def run_state(args):

@@ -1,6 +1,7 @@
 """tidemark status: each local component's state, pid, URL and log (and the Airflow UI login).
 
 Exit status 0 when every component runs, 3 otherwise (like `systemctl status`)."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,7 @@ from tidemark.commands.options import add_home_option
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("status", help="show the local stack's components, URLs and logs",
-                              description=__doc__)
+    p = subparsers.add_parser("status", help="show the local stack's components, URLs and logs", description=__doc__)
     add_home_option(p)
     p.add_argument("--json", action="store_true", help="one JSON object per component")
     p.set_defaults(handler=run)

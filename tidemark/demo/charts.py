@@ -1,11 +1,12 @@
 """The demo's pictures (matplotlib, Agg backend: no display needed) and an HTML page around them.
 
-    lateness.png      how late events arrived (arrival - event time), log scale, with the stream's
-                      watermark delay and allowed lateness marked
-    corrections.png   per event date: the sessions of each published version over time, the
-                      receipt partitions that fed it (late ones in red) and when each wave landed
-    steps.png         median and max seconds of each pipeline step
+lateness.png      how late events arrived (arrival - event time), log scale, with the stream's
+                  watermark delay and allowed lateness marked
+corrections.png   per event date: the sessions of each published version over time, the
+                  receipt partitions that fed it (late ones in red) and when each wave landed
+steps.png         median and max seconds of each pipeline step
 """
+
 from __future__ import annotations
 
 import html
@@ -35,10 +36,11 @@ def lateness_chart(path: str, lateness_s: list[float], rules: SessionRules) -> s
     ax.hist(values, bins=bins, color="#4c72b0", edgecolor="white")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    for seconds, label, color in ((rules.watermark_delay.total_seconds(), "watermark delay", "#dd8452"),
-                                  ((rules.watermark_delay + rules.allowed_lateness).total_seconds(),
-                                   "+ allowed lateness", "#c44e52"),
-                                  (86400, "1 day", "#555555")):
+    for seconds, label, color in (
+        (rules.watermark_delay.total_seconds(), "watermark delay", "#dd8452"),
+        ((rules.watermark_delay + rules.allowed_lateness).total_seconds(), "+ allowed lateness", "#c44e52"),
+        (86400, "1 day", "#555555"),
+    ):
         ax.axvline(seconds, color=color, linestyle="--", linewidth=1)
         ax.text(seconds * 1.1, ax.get_ylim()[1] * 0.5, label, color=color, rotation=90, va="top", fontsize=8)
     ax.set_xlabel("lateness: arrival time - event time (seconds, log scale)")
@@ -59,21 +61,33 @@ def corrections_chart(path: str, data: dict, waves) -> str:
     def x(moment: datetime | None) -> float | None:
         return None if moment is None or t0 is None else (moment - t0).total_seconds()
 
-    for ax, event_date in zip(axes[:, 0], dates):
+    for ax, event_date in zip(axes[:, 0], dates, strict=False):
         versions = data["versions"][event_date]
         xs = [x(inspect.parse_time(v["created_at"])) for v in versions]
         ys = [v["sessions"] for v in versions]
         if xs:
-            ax.step(xs + [max(xs[-1], _end(data, t0))], ys + ys[-1:], where="post", color="#55a868",
-                    linewidth=2, label="sessions in the current version")
+            ax.step(
+                xs + [max(xs[-1], _end(data, t0))],
+                ys + ys[-1:],
+                where="post",
+                color="#55a868",
+                linewidth=2,
+                label="sessions in the current version",
+            )
             ax.scatter(xs, ys, color="#55a868", zorder=3)
-            for n, (xv, v) in enumerate(zip(xs, versions)):
+            for n, (xv, v) in enumerate(zip(xs, versions, strict=False)):
                 note = f"v{n + 1}: {v['sessions']}"
                 if n:
                     note += f" (+{v['added']} new, {v.get('changed', 0)} grew, -{v['removed']})"
                 last = n == len(versions) - 1 and n > 0  # keep the newest label inside the axes
-                ax.annotate(note, (xv, v["sessions"]), fontsize=7, xytext=(-4 if last else 4, 6 if last else -12),
-                            textcoords="offset points", ha="right" if last else "left")
+                ax.annotate(
+                    note,
+                    (xv, v["sessions"]),
+                    fontsize=7,
+                    xytext=(-4 if last else 4, 6 if last else -12),
+                    textcoords="offset points",
+                    ha="right" if last else "left",
+                )
             ax.set_ylim(0, max(ys) * 1.3)
         ax2 = ax.twinx()
         rows = [r for r in data["receipts"] if r["event_date"] == event_date]
@@ -81,14 +95,18 @@ def corrections_chart(path: str, data: dict, waves) -> str:
         for late in (False, True):
             pts = [(x(inspect.parse_time(r["receipt_ts"])), r["events"]) for r in rows if r["late"] == late]
             if pts:
-                ax2.bar([p[0] for p in pts], [p[1] for p in pts], width=max(2.5, span / 70), alpha=0.5,
-                        color="#c44e52" if late else "#8172b2",
-                        label="late receipt partition (events)" if late else "receipt partition (events)")
+                ax2.bar(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    width=max(2.5, span / 70),
+                    alpha=0.5,
+                    color="#c44e52" if late else "#8172b2",
+                    label="late receipt partition (events)" if late else "receipt partition (events)",
+                )
         for wave in waves:
             if wave.landed_at is not None:
                 ax.axvline(x(wave.landed_at), color="#999999", linestyle=":", linewidth=1)
-                ax.text(x(wave.landed_at), 0, f" wave {wave.index + 1}", fontsize=7, color="#777777",
-                        va="bottom")
+                ax.text(x(wave.landed_at), 0, f" wave {wave.index + 1}", fontsize=7, color="#777777", va="bottom")
         ax.set_title(f"event_date={event_date}: corrections over receipt time", fontsize=10)
         ax.set_ylabel("sessions")
         ax2.set_ylabel("events received")
@@ -126,10 +144,12 @@ def steps_chart(path: str, steps: list[dict]) -> str:
 
 def write_html(folder: str, data: dict, charts: list[str]) -> str:
     """report.html: the charts and the report's tables (data also in report.json)."""
+
     def table(rows: list[dict], columns: list[str]) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>"
-                       for r in rows)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows
+        )
         return f"<table><tr>{head}</tr>{body}</table>"
 
     verdict = "equal to the batch recomputation" if data["ok"] else "DIFFERENT from the batch recomputation"
@@ -140,11 +160,25 @@ def write_html(folder: str, data: dict, charts: list[str]) -> str:
         "font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}</style>",
         f"<h1>tidemark demo</h1><p>Final partitions: <b>{verdict}</b>.</p>",
         *(f"<img src='{os.path.basename(c)}' style='max-width:100%'>" for c in charts),
-        "<h2>Waves landed</h2>", table(data["waves"], list(data["waves"][0]) if data["waves"] else []),
+        "<h2>Waves landed</h2>",
+        table(data["waves"], list(data["waves"][0]) if data["waves"] else []),
         "<h2>Versions and corrections</h2>",
-        table(versions, ["event_date", "version", "created_at", "sessions", "receipts", "new_receipts",
-                         "added", "changed", "removed"]),
-        "<h2>Step timings</h2>", table(data["steps"], ["step", "count", "median_s", "max_s"]),
+        table(
+            versions,
+            [
+                "event_date",
+                "version",
+                "created_at",
+                "sessions",
+                "receipts",
+                "new_receipts",
+                "added",
+                "changed",
+                "removed",
+            ],
+        ),
+        "<h2>Step timings</h2>",
+        table(data["steps"], ["step", "count", "median_s", "max_s"]),
         "<h2>Check against the batch recomputation</h2>",
         table(data["checks"], ["event_date", "version", "expected", "published", "missing", "unexpected", "ok"]),
     ]

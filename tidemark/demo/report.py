@@ -6,6 +6,7 @@
   against the previous version);
 - the check of every date's current version against tidemark.batch_reference.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -16,12 +17,14 @@ from tidemark import inspect, publish, reader
 from tidemark.batch_reference import DateCheck, lake_keys
 from tidemark.lake import Lake
 
-STEPS = (("landing -> receipt partition", "landed_at", "received_at"),
-         ("receipt -> notice published", "received_at", "notice_published_at"),
-         ("notice -> DAG run started", "notice_published_at", "run_start"),
-         ("DAG run (dedup + publish)", "run_start", "run_end"),
-         ("receipt -> corrected partition", "received_at", "version_created_at"),
-         ("landing -> corrected partition", "landed_at", "version_created_at"))
+STEPS = (
+    ("landing -> receipt partition", "landed_at", "received_at"),
+    ("receipt -> notice published", "received_at", "notice_published_at"),
+    ("notice -> DAG run started", "notice_published_at", "run_start"),
+    ("DAG run (dedup + publish)", "run_start", "run_end"),
+    ("receipt -> corrected partition", "received_at", "version_created_at"),
+    ("landing -> corrected partition", "landed_at", "version_created_at"),
+)
 
 
 def _wave_of(received: datetime, waves) -> int | None:
@@ -39,15 +42,29 @@ def receipts_report(lake: Lake, dates: list[str], waves, all_runs) -> list[dict]
     for event_date in dates:
         for item in inspect.lineage(lake, event_date, all_runs):
             wave = _wave_of(item.received_at, waves)
-            times = {"landed_at": landed.get(wave), "received_at": item.received_at,
-                     "notice_published_at": item.notice_published_at, "run_start": item.run_start,
-                     "run_end": item.run_end, "version_created_at": item.version_created_at}
-            rows.append({"event_date": event_date, "receipt_ts": item.receipt_ts,
-                         "wave": None if wave is None else wave + 1, "events": item.events, "late": item.late,
-                         "pane_kinds": item.pane_kinds, "run_id": item.run_id, "run_state": item.run_state,
-                         "version": item.version,
-                         "times": {k: inspect.iso(v) for k, v in times.items()},
-                         "steps_s": {name: inspect.seconds_between(times[a], times[b]) for name, a, b in STEPS}})
+            times = {
+                "landed_at": landed.get(wave),
+                "received_at": item.received_at,
+                "notice_published_at": item.notice_published_at,
+                "run_start": item.run_start,
+                "run_end": item.run_end,
+                "version_created_at": item.version_created_at,
+            }
+            rows.append(
+                {
+                    "event_date": event_date,
+                    "receipt_ts": item.receipt_ts,
+                    "wave": None if wave is None else wave + 1,
+                    "events": item.events,
+                    "late": item.late,
+                    "pane_kinds": item.pane_kinds,
+                    "run_id": item.run_id,
+                    "run_state": item.run_state,
+                    "version": item.version,
+                    "times": {k: inspect.iso(v) for k, v in times.items()},
+                    "steps_s": {name: inspect.seconds_between(times[a], times[b]) for name, a, b in STEPS},
+                }
+            )
     return rows
 
 
@@ -55,9 +72,14 @@ def step_summary(receipt_rows: list[dict]) -> list[dict]:
     out = []
     for name, _, _ in STEPS:
         values = [r["steps_s"][name] for r in receipt_rows if r["steps_s"][name] is not None]
-        out.append({"step": name, "count": len(values),
-                    "median_s": round(statistics.median(values), 1) if values else None,
-                    "max_s": round(max(values), 1) if values else None})
+        out.append(
+            {
+                "step": name,
+                "count": len(values),
+                "median_s": round(statistics.median(values), 1) if values else None,
+                "max_s": round(max(values), 1) if values else None,
+            }
+        )
     return out
 
 
@@ -65,12 +87,22 @@ def corrections(lake: Lake, event_date: str) -> list[dict]:
     """Every complete version of a date, oldest first, with what changed against the one before."""
     out, previous = [], None
     for marker in publish.list_versions(lake, event_date):
-        table = reader.read_sessions(lake, event_date, as_of=marker["version"],
-                                     columns=["user_id", "session_start", "session_end", "event_count"])
+        table = reader.read_sessions(
+            lake,
+            event_date,
+            as_of=marker["version"],
+            columns=["user_id", "session_start", "session_end", "event_count"],
+        )
         keys = lake_keys(reader.to_records(table))
-        row = {"version": marker["version"], "created_at": marker.get("created_at"), "sessions": len(keys),
-               "receipts": len(marker.get("receipts", [])), "new_receipts": marker.get("new_receipts"),
-               "added": None, "removed": None}
+        row = {
+            "version": marker["version"],
+            "created_at": marker.get("created_at"),
+            "sessions": len(keys),
+            "receipts": len(marker.get("receipts", [])),
+            "new_receipts": marker.get("new_receipts"),
+            "added": None,
+            "removed": None,
+        }
         if previous is not None:
             # A session that grew (a late event joined it) shows as one removed + one added key;
             # count per (user, start) to tell "changed" apart from "new" and "gone".
@@ -84,8 +116,15 @@ def corrections(lake: Lake, event_date: str) -> list[dict]:
     return out
 
 
-def collect(lake: Lake, waves, wave_counts: list[dict], all_runs: list[dict] | None, checks: list[DateCheck],
-            timings: dict, workload: dict) -> dict:
+def collect(
+    lake: Lake,
+    waves,
+    wave_counts: list[dict],
+    all_runs: list[dict] | None,
+    checks: list[DateCheck],
+    timings: dict,
+    workload: dict,
+) -> dict:
     dates = [c.event_date for c in checks]
     receipt_rows = receipts_report(lake, dates, waves, all_runs)
     return {
@@ -96,8 +135,16 @@ def collect(lake: Lake, waves, wave_counts: list[dict], all_runs: list[dict] | N
         "receipts": receipt_rows,
         "steps": step_summary(receipt_rows),
         "versions": {d: corrections(lake, d) for d in dates},
-        "dag_runs": [{"run_id": r["dag_run_id"], "state": r.get("state"), "event_date": (r.get("conf") or {}).get("event_date"),
-                      "start": r.get("start_date"), "end": r.get("end_date")} for r in (all_runs or [])],
+        "dag_runs": [
+            {
+                "run_id": r["dag_run_id"],
+                "state": r.get("state"),
+                "event_date": (r.get("conf") or {}).get("event_date"),
+                "start": r.get("start_date"),
+                "end": r.get("end_date"),
+            }
+            for r in (all_runs or [])
+        ],
         "checks": [{**asdict(c), "ok": c.ok} for c in checks],
         "ok": bool(checks) and all(c.ok for c in checks),
     }
@@ -106,24 +153,50 @@ def collect(lake: Lake, waves, wave_counts: list[dict], all_runs: list[dict] | N
 def print_report(console, data: dict) -> None:
     from rich.table import Table
 
-    table = Table(title="1. what the stream wrote: receipt partitions per event_date, and their way to a corrected version")
+    table = Table(
+        title="1. what the stream wrote: receipt partitions per event_date, and their way to a corrected version"
+    )
     for column in ("event_date", "receipt_ts", "wave", "events", "panes", "late", "DAG run", "first in version"):
         table.add_column(column, overflow="fold")
     for r in data["receipts"]:
-        table.add_row(r["event_date"], r["receipt_ts"], str(r["wave"] or ""), str(r["events"]),
-                      ",".join(r["pane_kinds"]), "[red]late[/]" if r["late"] else "",
-                      r["run_state"] or "-", r["version"] or "[red]none[/]")
+        table.add_row(
+            r["event_date"],
+            r["receipt_ts"],
+            str(r["wave"] or ""),
+            str(r["events"]),
+            ",".join(r["pane_kinds"]),
+            "[red]late[/]" if r["late"] else "",
+            r["run_state"] or "-",
+            r["version"] or "[red]none[/]",
+        )
     console.print(table)
 
     table = Table(title="2. corrections: every version of each date (changes against the previous version)")
-    for column in ("event_date", "version", "created (UTC)", "sessions", "receipts read", "new receipts",
-                   "sessions added", "changed", "removed"):
+    for column in (
+        "event_date",
+        "version",
+        "created (UTC)",
+        "sessions",
+        "receipts read",
+        "new receipts",
+        "sessions added",
+        "changed",
+        "removed",
+    ):
         table.add_column(column)
     for event_date, versions in data["versions"].items():
         for v in versions:
-            table.add_row(event_date, v["version"], (v["created_at"] or "")[11:23], str(v["sessions"]),
-                          str(v["receipts"]), str(v["new_receipts"]), _n(v["added"]), _n(v.get("changed")),
-                          _n(v["removed"]))
+            table.add_row(
+                event_date,
+                v["version"],
+                (v["created_at"] or "")[11:23],
+                str(v["sessions"]),
+                str(v["receipts"]),
+                str(v["new_receipts"]),
+                _n(v["added"]),
+                _n(v.get("changed")),
+                _n(v["removed"]),
+            )
     console.print(table)
 
     table = Table(title="3. how long each step took (per receipt partition)")
@@ -133,13 +206,22 @@ def print_report(console, data: dict) -> None:
         table.add_row(s["step"], str(s["count"]), _s(s["median_s"]), _s(s["max_s"]))
     console.print(table)
 
-    table = Table(title="4. final check: each date's current version against a batch recomputation "
-                        "(tidemark.batch_reference) of every line landed")
+    table = Table(
+        title="4. final check: each date's current version against a batch recomputation "
+        "(tidemark.batch_reference) of every line landed"
+    )
     for column in ("event_date", "version", "sessions expected", "published", "missing", "unexpected", ""):
         table.add_column(column)
     for c in data["checks"]:
-        table.add_row(c["event_date"], c["version"] or "-", str(c["expected"]), str(c["published"]),
-                      str(c["missing"]), str(c["unexpected"]), "[green]equal[/]" if c["ok"] else "[red]DIFFERENT[/]")
+        table.add_row(
+            c["event_date"],
+            c["version"] or "-",
+            str(c["expected"]),
+            str(c["published"]),
+            str(c["missing"]),
+            str(c["unexpected"]),
+            "[green]equal[/]" if c["ok"] else "[red]DIFFERENT[/]",
+        )
     console.print(table)
 
 
@@ -158,9 +240,11 @@ def notices_report(lake: Lake) -> dict:
     status = notices_status(lake)
     corrected = corrected_status(lake)
     rows = sorted(corrected["sent"] + corrected["owed"], key=lambda r: (r["event_date"], r["version"]))
-    return {"availability": {state: len(status[state]) for state in ("sent", "owed", "waiting")},
-            "availability_late": sum(1 for r in status["sent"] if r["late"]),
-            "corrected": rows}
+    return {
+        "availability": {state: len(status[state]) for state in ("sent", "owed", "waiting")},
+        "availability_late": sum(1 for r in status["sent"] if r["late"]),
+        "corrected": rows,
+    }
 
 
 def consumer_report(out_root: str, landing: str, gap, dates: list[str]) -> list[dict]:
@@ -174,8 +258,9 @@ def consumer_report(out_root: str, landing: str, gap, dates: list[str]) -> list[
     for event_date in dates:
         got = session_metrics.read(out_root, event_date)
         want = session_metrics.from_sessions(event_date, None, by_date.get(event_date, []))
-        same = got is not None and {k: v for k, v in got.items() if k != "version"} == \
-            {k: v for k, v in want.items() if k != "version"}
+        same = got is not None and {k: v for k, v in got.items() if k != "version"} == {
+            k: v for k, v in want.items() if k != "version"
+        }
         out.append({"event_date": event_date, "metrics": got, "reference": want, "ok": same})
     return out
 
@@ -185,28 +270,60 @@ def print_notices_and_consumer(console, data: dict) -> None:
 
     notices = data["notices"]
     a = notices["availability"]
-    console.print(f"availability topic: {a['sent']} notices sent ({notices['availability_late']} late), "
-                  f"{a['owed']} owed, {a['waiting']} waiting")
-    table = Table(title="5. corrected topic: one notice per published version (sessions added / removed / "
-                        "changed against the previous version)")
-    for column in ("event_date", "version", "previous", "change", "added", "removed", "changed", "rows",
-                   "snapshot", "state"):
+    console.print(
+        f"availability topic: {a['sent']} notices sent ({notices['availability_late']} late), "
+        f"{a['owed']} owed, {a['waiting']} waiting"
+    )
+    table = Table(
+        title="5. corrected topic: one notice per published version (sessions added / removed / "
+        "changed against the previous version)"
+    )
+    for column in (
+        "event_date",
+        "version",
+        "previous",
+        "change",
+        "added",
+        "removed",
+        "changed",
+        "rows",
+        "snapshot",
+        "state",
+    ):
         table.add_column(column, overflow="fold")
     for r in notices["corrected"]:
         c = r["change"]
-        table.add_row(r["event_date"], r["version"], r["previous_version"] or "-", c["kind"],
-                      _n(c["sessions_added"]), _n(c["sessions_removed"]), _n(c["sessions_changed"]), str(r["rows"]),
-                      str(r["snapshot_id"]), r["state"] if r["state"] == "sent" else f"[red]{r['state']}[/]")
+        table.add_row(
+            r["event_date"],
+            r["version"],
+            r["previous_version"] or "-",
+            c["kind"],
+            _n(c["sessions_added"]),
+            _n(c["sessions_removed"]),
+            _n(c["sessions_changed"]),
+            str(r["rows"]),
+            str(r["snapshot_id"]),
+            r["state"] if r["state"] == "sent" else f"[red]{r['state']}[/]",
+        )
     console.print(table)
-    table = Table(title="6. example consumer DAG (example_session_metrics, on the per-date asset events): "
-                        "daily session metrics of the corrected dates, against the batch reference's")
+    table = Table(
+        title="6. example consumer DAG (example_session_metrics, on the per-date asset events): "
+        "daily session metrics of the corrected dates, against the batch reference's"
+    )
     for column in ("event_date", "version", "sessions", "users", "median s", "p95 s", "crossed midnight", ""):
         table.add_column(column)
     for r in data["consumer"]:
         m = r["metrics"] or {}
-        table.add_row(r["event_date"], m.get("version") or "-", _n(m.get("sessions")), _n(m.get("users")),
-                      _f(m.get("median_duration_s")), _f(m.get("p95_duration_s")), _n(m.get("crossed_midnight")),
-                      "[green]equal[/]" if r["ok"] else f"[red]DIFFERENT[/] (reference {r['reference']})")
+        table.add_row(
+            r["event_date"],
+            m.get("version") or "-",
+            _n(m.get("sessions")),
+            _n(m.get("users")),
+            _f(m.get("median_duration_s")),
+            _f(m.get("p95_duration_s")),
+            _n(m.get("crossed_midnight")),
+            "[green]equal[/]" if r["ok"] else f"[red]DIFFERENT[/] (reference {r['reference']})",
+        )
     console.print(table)
 
 

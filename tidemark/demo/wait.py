@@ -6,17 +6,19 @@ component that did not do its part and where its log is.
     runs      every advertised notice's DAG run exists in Airflow and has finished
     versions  every date's current version includes all its receipt partitions (none pending)
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from tidemark import inspect, layout, names, runs as run_ids, storage
+from tidemark import inspect, layout, names, storage
+from tidemark import runs as run_ids
+from tidemark.lake import Lake
 from tidemark.localstack.stack import Stack, StackError
 from tidemark.polling import wait_for
-from tidemark.lake import Lake
 
 TERMINAL = ("success", "failed")
 
@@ -42,8 +44,15 @@ def processed_files(checkpoint: str) -> set[str]:
     return seen
 
 
-def until(check: Callable[[], tuple[bool, str]], timeout: float, what: str, progress, on_timeout: Callable[[str], Exception],
-          stack: Stack | None = None, interval: float = 2.0) -> float:
+def until(
+    check: Callable[[], tuple[bool, str]],
+    timeout: float,
+    what: str,
+    progress,
+    on_timeout: Callable[[str], Exception],
+    stack: Stack | None = None,
+    interval: float = 2.0,
+) -> float:
     """Poll check() -> (done, status text) with a spinner line (tidemark.polling.wait_for); returns
     the seconds it took. Between polls, a stack process that died fails the wait at once, naming it
     and its log; after `timeout`, on_timeout(the last status) is raised."""
@@ -60,7 +69,7 @@ def until(check: Callable[[], tuple[bool, str]], timeout: float, what: str, prog
         return done
 
     def died() -> None:
-        for name, record in (stack.records().items() if stack is not None else ()):
+        for name, record in stack.records().items() if stack is not None else ():
             if not record.alive():
                 raise StackError(name, f"exited while waiting for {what}", record.log_path)
 
@@ -85,13 +94,20 @@ def notices_sent(lake: Lake) -> tuple[bool, str, list[dict]]:
     sent, owed, unadvertised = [], 0, 0
     for event_date in receipts.list_event_dates(lake):
         entries = inspect.notices_of(lake, event_date)
-        covered = {ts for e in entries if e["state"] == "sent"
-                   for ts in e["notice"].get("receipt_ts_list", [e["notice"]["receipt_ts"]])}
+        covered = {
+            ts
+            for e in entries
+            if e["state"] == "sent"
+            for ts in e["notice"].get("receipt_ts_list", [e["notice"]["receipt_ts"]])
+        }
         owed += sum(1 for e in entries if e["state"] == "owed")
         unadvertised += sum(1 for ts in receipts.list_receipts(lake, event_date) if ts not in covered)
         sent.extend(e for e in entries if e["state"] == "sent")
-    return owed == 0 and unadvertised == 0, f"{len(sent)} published, {owed} owed, " \
-                                            f"{unadvertised} partition(s) not advertised yet", sent
+    return (
+        owed == 0 and unadvertised == 0,
+        f"{len(sent)} published, {owed} owed, {unadvertised} partition(s) not advertised yet",
+        sent,
+    )
 
 
 def runs_finished(client, sent: list[dict]) -> tuple[bool, str, list[dict]]:
@@ -101,29 +117,30 @@ def runs_finished(client, sent: list[dict]) -> tuple[bool, str, list[dict]]:
     missing = expected - set(ids)
     active = [r for r in all_runs if r["state"] not in TERMINAL]
     failed = [r for r in all_runs if r["state"] == "failed"]
-    text = (f"{len(expected) - len(missing)}/{len(expected)} notice runs created, {len(active)} running, "
-            f"{len(all_runs) - len(active) - len(failed)} succeeded, {len(failed)} failed")
+    text = (
+        f"{len(expected) - len(missing)}/{len(expected)} notice runs created, {len(active)} running, "
+        f"{len(all_runs) - len(active) - len(failed)} succeeded, {len(failed)} failed"
+    )
     return not missing and not active, text, all_runs
 
 
 def versions_current(lake: Lake) -> tuple[bool, str]:
     rows = inspect.partitions(lake)
     pending = sum(r["pending"] for r in rows)
-    return pending == 0 and all(r["version"] for r in rows), \
-        f"{sum(1 for r in rows if r['version'])}/{len(rows)} dates published, {pending} receipt(s) pending"
+    return pending == 0 and all(
+        r["version"] for r in rows
+    ), f"{sum(1 for r in rows if r['version'])}/{len(rows)} dates published, {pending} receipt(s) pending"
 
 
 def run_log_hint(stack: Stack, run: dict) -> str:
     """Where Airflow keeps a run's task logs."""
-    folder = os.path.join(stack.home, "airflow", "logs", f"dag_id={names.get('DAG_ID')}",
-                          f"run_id={run['dag_run_id']}")
+    folder = os.path.join(stack.home, "airflow", "logs", f"dag_id={names.get('DAG_ID')}", f"run_id={run['dag_run_id']}")
     return folder if os.path.isdir(folder) else os.path.join(stack.home, "airflow", "logs")
 
 
 def component_log(stack: Stack, name: str) -> str:
     record = stack.record(name)
     return record.log_path if record else os.path.join(stack.home, "logs")
-
 
 
 def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
@@ -139,5 +156,7 @@ def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
         current = publish.current_version(lake, event_date)
         done += bool(row and current and row["version"] == current["version"])
     owed = len(corrected.outbox(lake).owed())
-    return done == len(dates) and owed == 0, \
-        f"{done}/{len(dates)} dates' metrics rebuilt from their current version, {owed} corrected notice(s) owed"
+    return (
+        done == len(dates) and owed == 0,
+        f"{done}/{len(dates)} dates' metrics rebuilt from their current version, {owed} corrected notice(s) owed",
+    )

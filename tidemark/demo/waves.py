@@ -2,6 +2,7 @@
 files grouped into waves that are landed one after another with pauses, the way a day of phone
 traffic arrives: mostly on time, some minutes late, a few sessions days late (the last waves),
 duplicates, a few malformed lines."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ from tidemark.generate import Delivery, Workload, build, split_files, write_file
 
 # Small enough for a 2-core CI machine to finish in minutes, big enough to show every kind of
 # lateness: more offline (days-late) sessions than the generator's default.
-DEMO_WORKLOAD = Workload(events=800, users=16, days=2, files=8, seed=23, offline_session_rate=0.12,
-                         duplicate_rate=0.04, malformed_rate=0.004)
+DEMO_WORKLOAD = Workload(
+    events=800, users=16, days=2, files=8, seed=23, offline_session_rate=0.12, duplicate_rate=0.04, malformed_rate=0.004
+)
 
 
 @dataclass
@@ -33,7 +35,7 @@ class Wave:
     def describe(self) -> dict:
         """Counts of what this wave carries, by how late it is (arrival - event time)."""
         counts = {"lines": 0, "malformed": 0, "on_time": 0, "minutes_late": 0, "hours_late": 0, "days_late": 0}
-        for delivery, lateness in lateness_of(self.deliveries):
+        for _delivery, lateness in lateness_of(self.deliveries):
             counts["lines"] += 1
             if lateness is None:
                 counts["malformed"] += 1
@@ -46,8 +48,12 @@ class Wave:
             else:
                 counts["days_late"] += 1
         first, last = self.deliveries[0].arrival, self.deliveries[-1].arrival
-        return {"wave": self.index + 1, "files": len(self.files), **counts,
-                "arrivals": f"{first:%m-%d %H:%M} .. {last:%m-%d %H:%M}"}
+        return {
+            "wave": self.index + 1,
+            "files": len(self.files),
+            **counts,
+            "arrivals": f"{first:%m-%d %H:%M} .. {last:%m-%d %H:%M}",
+        }
 
 
 def lateness_of(deliveries: list[Delivery]):
@@ -70,7 +76,7 @@ def plan(workload: Workload = DEMO_WORKLOAD, waves: int = 4) -> tuple[list[Wave]
     out, at = [], 0
     for i in range(waves):
         take = per + (1 if i < extra else 0)
-        out.append(Wave(i, chunks[at:at + take]))
+        out.append(Wave(i, chunks[at : at + take]))
         at += take
     return out, counts
 
@@ -78,7 +84,6 @@ def plan(workload: Workload = DEMO_WORKLOAD, waves: int = 4) -> tuple[list[Wave]
 def land(landing: str, wave: Wave, first_index: int) -> list[str]:
     """Write the wave's files atomically, with increasing modification times (arrival order)."""
     base = time.time()
-    wave.paths = [write_file(landing, first_index + i, chunk, base + i / 1000)
-                  for i, chunk in enumerate(wave.files)]
+    wave.paths = [write_file(landing, first_index + i, chunk, base + i / 1000) for i, chunk in enumerate(wave.files)]
     wave.landed_at = datetime.fromtimestamp(base).astimezone()
     return [os.path.basename(p) for p in wave.paths]

@@ -20,6 +20,7 @@ Choices, and why:
 - The venv's bin/ goes first on PATH, so SparkSubmitOperator finds spark-submit and the Python
   that has tidemark installed.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,17 @@ def spark_connection_uri(master: str = "local[*]") -> str:
 
 
 class AirflowServer:
-    def __init__(self, home: str, port: int | None = None, db_url: str | None = None,
-                 dags_folder: str = DAGS_FOLDER, env: dict | None = None, username: str = "admin",
-                 parallelism: int = 2, spark_master: str = "local[*]"):
+    def __init__(
+        self,
+        home: str,
+        port: int | None = None,
+        db_url: str | None = None,
+        dags_folder: str = DAGS_FOLDER,
+        env: dict | None = None,
+        username: str = "admin",
+        parallelism: int = 2,
+        spark_master: str = "local[*]",
+    ):
         self.home = os.path.abspath(home)
         self.port = port or process.free_port()
         self.db_url = db_url or f"sqlite:///{os.path.join(self.home, 'airflow.db')}"
@@ -92,8 +101,7 @@ class AirflowServer:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__AUTH_MANAGER":
-                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": self.passwords_file,
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
@@ -128,9 +136,13 @@ class AirflowServer:
 
     def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         """Run `airflow <args>` against this home (e.g. `dags test`)."""
-        return subprocess.run([os.path.join(os.path.dirname(sys.executable), "airflow"), *args],
-                              env={**os.environ, **self.environment()}, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "airflow"), *args],
+            env={**os.environ, **self.environment()},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -141,7 +153,7 @@ class AirflowServer:
             raise RuntimeError(f"airflow db migrate failed:\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
         self.timings["db_migrate_s"] = round(time.monotonic() - started, 1)
 
-    def start(self, timeout: float = 180, components=COMPONENTS) -> "AirflowServer":
+    def start(self, timeout: float = 180, components=COMPONENTS) -> AirflowServer:
         os.makedirs(self.home, exist_ok=True)
         self._write_passwords()
         if not os.path.exists(os.path.join(self.home, ".migrated")):
@@ -149,21 +161,26 @@ class AirflowServer:
             open(os.path.join(self.home, ".migrated"), "w").close()
         started = time.monotonic()
         airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-        argv = {"api-server": [airflow, "api-server", "--host", "127.0.0.1", "--port", str(self.port),
-                               "--workers", "1"],
-                "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
-                "dag-processor": [airflow, "dag-processor"]}
+        argv = {
+            "api-server": [airflow, "api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+            "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
+            "dag-processor": [airflow, "dag-processor"],
+        }
         env = self.environment()
         for name in components:
             if name in self.managed and self.managed[name].alive():
                 continue
-            managed = process.start(f"airflow-{name}", argv[name],
-                                    os.path.join(self.home, "logs", f"{name}.out"), env=env,
-                                    cwd=self.home, url=self.url if name == "api-server" else "")
+            managed = process.start(
+                f"airflow-{name}",
+                argv[name],
+                os.path.join(self.home, "logs", f"{name}.out"),
+                env=env,
+                cwd=self.home,
+                url=self.url if name == "api-server" else "",
+            )
             self.managed[name] = managed
             process.write_pidfile(self.pidfile(name), managed)
-        process.wait_until(lambda: self._healthy(components), timeout, "Airflow",
-                           self.managed.get("api-server"))
+        process.wait_until(lambda: self._healthy(components), timeout, "Airflow", self.managed.get("api-server"))
         self.timings["start_s"] = round(time.monotonic() - started, 1)
         return self
 
@@ -173,11 +190,9 @@ class AirflowServer:
     def _healthy(self, components) -> bool:
         for managed in self.managed.values():
             if not managed.alive():
-                raise RuntimeError(f"{managed.name} exited; see {managed.log_path}:\n"
-                                   f"{process.tail(managed.log_path)}")
+                raise RuntimeError(f"{managed.name} exited; see {managed.log_path}:\n{process.tail(managed.log_path)}")
         health = requests.get(f"{self.url}/api/v2/monitor/health", timeout=2).json()
-        wanted = {"api-server": "metadatabase", "scheduler": "scheduler",
-                  "dag-processor": "dag_processor"}
+        wanted = {"api-server": "metadatabase", "scheduler": "scheduler", "dag-processor": "dag_processor"}
         return all(health.get(wanted[c], {}).get("status") == "healthy" for c in components)
 
     def stop(self, components=COMPONENTS) -> None:
@@ -219,9 +234,14 @@ class AirflowServer:
         from cloud_function.airflow_client import AirflowError
 
         # RuntimeError (an import error) ends the wait; an api-server still busy is "not yet".
-        wait_for(parsed, timeout, f"DAG {dag_id} (parsed)", interval=1,
-                 not_yet=(requests.RequestException, AirflowError, ValueError),
-                 detail=lambda: "; see " + self.managed.get("dag-processor", process.Managed("", 0, "")).log_path)
+        wait_for(
+            parsed,
+            timeout,
+            f"DAG {dag_id} (parsed)",
+            interval=1,
+            not_yet=(requests.RequestException, AirflowError, ValueError),
+            detail=lambda: "; see " + self.managed.get("dag-processor", process.Managed("", 0, "")).log_path,
+        )
         return found
 
     def __enter__(self):

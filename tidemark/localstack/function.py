@@ -8,6 +8,7 @@
 isolated=True (for a bundle) the process gets PYTHONPATH=source_dir only and runs from inside it,
 as Cloud Functions does; first-party modules then resolve to the bundle's copies.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,16 @@ from tidemark.localstack import process
 
 
 class FunctionServer:
-    def __init__(self, source_dir: str, target: str = "on_notice", port: int | None = None,
-                 env: dict | None = None, signature_type: str = "cloudevent", isolated: bool = False,
-                 log_path: str | None = None):
+    def __init__(
+        self,
+        source_dir: str,
+        target: str = "on_notice",
+        port: int | None = None,
+        env: dict | None = None,
+        signature_type: str = "cloudevent",
+        isolated: bool = False,
+        log_path: str | None = None,
+    ):
         self.source_dir = os.path.abspath(source_dir)
         self.target = target
         self.port = port or process.free_port()
@@ -34,19 +42,35 @@ class FunctionServer:
         self.managed: process.Managed | None = None
         self.start_seconds: float | None = None
 
-    def start(self, timeout: float = 60) -> "FunctionServer":
+    def start(self, timeout: float = 60) -> FunctionServer:
         binary = os.path.join(os.path.dirname(sys.executable), "functions-framework")
-        argv = [binary, "--source", os.path.join(self.source_dir, "main.py"), "--target", self.target,
-                "--signature-type", self.signature_type, "--host", "127.0.0.1", "--port", str(self.port)]
+        argv = [
+            binary,
+            "--source",
+            os.path.join(self.source_dir, "main.py"),
+            "--target",
+            self.target,
+            "--signature-type",
+            self.signature_type,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         env = {"PYTHONUNBUFFERED": "1", **self.env}
         if self.isolated:
             env["PYTHONPATH"] = self.source_dir
             env["PYTHONDONTWRITEBYTECODE"] = "1"
         started = time.monotonic()
-        self.managed = process.start(f"function-{self.target}", argv, self.log_path, env=env,
-                                     cwd=self.source_dir if self.isolated else None, url=self.url)
-        process.wait_until(lambda: process.port_open(self.port), timeout, "functions-framework",
-                           self.managed)
+        self.managed = process.start(
+            f"function-{self.target}",
+            argv,
+            self.log_path,
+            env=env,
+            cwd=self.source_dir if self.isolated else None,
+            url=self.url,
+        )
+        process.wait_until(lambda: process.port_open(self.port), timeout, "functions-framework", self.managed)
         self.start_seconds = round(time.monotonic() - started, 2)
         return self
 

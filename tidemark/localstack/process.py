@@ -6,6 +6,7 @@ SIGTERM, then SIGKILL after a grace period. A pid file records the group so that
 (`tidemark down`) can stop it, and nothing else. Process facts (alive, zombie, start time, group
 members, descendants) come from psutil, not from parsing /proc by hand.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import psutil
 
@@ -103,27 +104,45 @@ def descendant_groups(root: int) -> list[int]:
     return sorted(groups - {own})
 
 
-def start(name: str, argv: list[str], log_path: str, env: dict | None = None, cwd: str | None = None,
-          url: str = "") -> Managed:
+def start(
+    name: str, argv: list[str], log_path: str, env: dict | None = None, cwd: str | None = None, url: str = ""
+) -> Managed:
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     log = open(log_path, "ab")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        start_new_session=True,
+    )
     log.close()
     return Managed(name, proc.pid, log_path, url)
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, managed: Managed | None = None,
-               interval: float = 0.25) -> None:
+def wait_until(
+    check: Callable[[], bool], timeout: float, what: str, managed: Managed | None = None, interval: float = 0.25
+) -> None:
     """Poll `check` until true (any exception from it: not ready yet); fail fast (with the log's
     tail) if the process died."""
+
     def died() -> None:
         if managed is not None and not managed.alive():
-            raise RuntimeError(f"{managed.name} exited while starting; see {managed.log_path}:\n"
-                               f"{tail(managed.log_path)}")
+            raise RuntimeError(
+                f"{managed.name} exited while starting; see {managed.log_path}:\n{tail(managed.log_path)}"
+            )
 
-    wait_for(check, timeout, what, interval, not_yet=(Exception,), abort=died,
-             detail=(lambda: f"; see {managed.log_path}:\n{tail(managed.log_path)}") if managed else None)
+    wait_for(
+        check,
+        timeout,
+        what,
+        interval,
+        not_yet=(Exception,),
+        abort=died,
+        detail=(lambda: f"; see {managed.log_path}:\n{tail(managed.log_path)}") if managed else None,
+    )
 
 
 def wait_gone(pid: int, timeout: float) -> bool:

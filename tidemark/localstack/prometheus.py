@@ -13,6 +13,7 @@ and stopped by group like every other server here (tidemark/localstack/process.p
 /-/ready answers 200. `apt-get install prometheus` provides it (scripts/setup.sh says so when it is
 missing; tests that need it skip without it).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,15 @@ def binary() -> str | None:
 
 
 class PrometheusServer:
-    def __init__(self, home: str, port: int | None = None, targets: dict[str, list[str]] | None = None,
-                 rules: str = RULES, scrape_interval: str = "15s", evaluation_interval: str = "15s"):
+    def __init__(
+        self,
+        home: str,
+        port: int | None = None,
+        targets: dict[str, list[str]] | None = None,
+        rules: str = RULES,
+        scrape_interval: str = "15s",
+        evaluation_interval: str = "15s",
+    ):
         self.home = os.path.abspath(home)
         self.port = port or process.free_port()
         self.targets = dict(targets or {})
@@ -48,11 +56,14 @@ class PrometheusServer:
 
     def config(self) -> dict:
         """prometheus.yml (JSON is YAML): one job per target group, the SLO rules."""
-        return {"global": {"scrape_interval": self.scrape_interval,
-                           "evaluation_interval": self.evaluation_interval},
-                "rule_files": [self.rules],
-                "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(hosts)}]}
-                                   for job, hosts in sorted(self.targets.items())]}
+        return {
+            "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.evaluation_interval},
+            "rule_files": [self.rules],
+            "scrape_configs": [
+                {"job_name": job, "static_configs": [{"targets": list(hosts)}]}
+                for job, hosts in sorted(self.targets.items())
+            ],
+        }
 
     def write_config(self) -> str:
         os.makedirs(self.home, exist_ok=True)
@@ -64,13 +75,17 @@ class PrometheusServer:
         found = binary()
         if found is None:
             raise RuntimeError("no prometheus binary: apt-get install prometheus")
-        return [found, f"--config.file={self.config_path}",
-                f"--storage.tsdb.path={os.path.join(self.home, 'data')}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                # The Debian package's default console paths do not exist in every install.
-                "--web.enable-lifecycle", "--log.format=json"]
+        return [
+            found,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={os.path.join(self.home, 'data')}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            # The Debian package's default console paths do not exist in every install.
+            "--web.enable-lifecycle",
+            "--log.format=json",
+        ]
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> "PrometheusServer":
+    def start(self, timeout: float = START_TIMEOUT_S) -> PrometheusServer:
         self.write_config()
         if process.port_open(self.port):
             raise RuntimeError(f"port {self.port} is already in use; not starting Prometheus there")
@@ -102,8 +117,11 @@ class PrometheusServer:
         return self._get("/api/v1/alerts")["alerts"]
 
     def firing(self, alertname: str | None = None) -> list[dict]:
-        return [a for a in self.alerts() if a["state"] == "firing"
-                and (alertname is None or a["labels"].get("alertname") == alertname)]
+        return [
+            a
+            for a in self.alerts()
+            if a["state"] == "firing" and (alertname is None or a["labels"].get("alertname") == alertname)
+        ]
 
     def query(self, expr: str) -> list[dict]:
         return self._get("/api/v1/query", query=expr)["result"]

@@ -18,6 +18,7 @@ push subscriptions POST the wrapped JSON format; names need at least 3 character
 Admin helpers take `host` explicitly (an insecure gRPC channel to it) so that they never reach GCP
 by accident when PUBSUB_EMULATOR_HOST is unset.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,10 @@ def emulator_binary() -> str:
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise FileNotFoundError("Pub/Sub emulator not found: install google-cloud-cli-pubsub-emulator "
-                            "or set TIDEMARK_PUBSUB_EMULATOR to its bin/cloud-pubsub-emulator")
+    raise FileNotFoundError(
+        "Pub/Sub emulator not found: install google-cloud-cli-pubsub-emulator "
+        "or set TIDEMARK_PUBSUB_EMULATOR to its bin/cloud-pubsub-emulator"
+    )
 
 
 class PubSubEmulator:
@@ -64,7 +67,7 @@ class PubSubEmulator:
     def pidfile(self) -> str:
         return os.path.join(self.data_dir, "emulator.pid.json")
 
-    def start(self) -> "PubSubEmulator":
+    def start(self) -> PubSubEmulator:
         if self.managed is not None and self.managed.alive():
             return self
         os.makedirs(self.data_dir, exist_ok=True)
@@ -73,13 +76,17 @@ class PubSubEmulator:
         if process.port_open(self.port):
             raise RuntimeError(f"port {self.port} is already in use; cannot start the Pub/Sub emulator")
         self.managed = process.start(
-            "pubsub-emulator", [emulator_binary(), "--host=127.0.0.1", f"--port={self.port}"],
-            log_path=os.path.join(self.data_dir, "emulator.log"), url=self.host,
+            "pubsub-emulator",
+            [emulator_binary(), "--host=127.0.0.1", f"--port={self.port}"],
+            log_path=os.path.join(self.data_dir, "emulator.log"),
+            url=self.host,
             # The emulator is a JVM: a small heap is plenty and leaves memory to Spark.
-            env={"JAVA_OPTS": os.environ.get("TIDEMARK_PUBSUB_JAVA_OPTS", "-Xmx256m")})
+            env={"JAVA_OPTS": os.environ.get("TIDEMARK_PUBSUB_JAVA_OPTS", "-Xmx256m")},
+        )
         process.write_pidfile(self.pidfile, self.managed)
-        process.wait_until(lambda: process.port_open(self.port), self.start_timeout,
-                           f"Pub/Sub emulator on {self.host}", self.managed)
+        process.wait_until(
+            lambda: process.port_open(self.port), self.start_timeout, f"Pub/Sub emulator on {self.host}", self.managed
+        )
         with open(os.path.join(self.data_dir, "env.yaml"), "w") as handle:
             handle.write(f"PUBSUB_EMULATOR_HOST: {self.host}\n")
         return self
@@ -96,7 +103,7 @@ class PubSubEmulator:
     def alive(self) -> bool:
         return self.managed is not None and self.managed.alive()
 
-    def __enter__(self) -> "PubSubEmulator":
+    def __enter__(self) -> PubSubEmulator:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -104,6 +111,7 @@ class PubSubEmulator:
 
 
 # ---- clients bound to one emulator -------------------------------------------------------------
+
 
 def _channel(host: str):
     import grpc
@@ -147,10 +155,17 @@ def ensure_topic(project: str, topic: str, host: str | None = None) -> str:
     return path
 
 
-def ensure_subscription(project: str, subscription: str, topic: str, filter: str | None = None,
-                        push_endpoint: str | None = None, dead_letter_topic: str | None = None,
-                        max_delivery_attempts: int = 5, ack_deadline_seconds: int = 30,
-                        host: str | None = None) -> str:
+def ensure_subscription(
+    project: str,
+    subscription: str,
+    topic: str,
+    filter: str | None = None,
+    push_endpoint: str | None = None,
+    dead_letter_topic: str | None = None,
+    max_delivery_attempts: int = 5,
+    ack_deadline_seconds: int = 30,
+    host: str | None = None,
+) -> str:
     """Create a pull (or, with push_endpoint, push) subscription unless it exists; return its path.
 
     `filter` uses Pub/Sub's filter syntax on attributes, e.g. 'attributes.late = "true"'; the
@@ -160,8 +175,11 @@ def ensure_subscription(project: str, subscription: str, topic: str, filter: str
 
     client = subscriber_admin(_host(host))
     path = client.subscription_path(project, subscription)
-    request = {"name": path, "topic": f"projects/{project}/topics/{topic}",
-               "ack_deadline_seconds": ack_deadline_seconds}
+    request = {
+        "name": path,
+        "topic": f"projects/{project}/topics/{topic}",
+        "ack_deadline_seconds": ack_deadline_seconds,
+    }
     if filter:
         request["filter"] = filter
     if push_endpoint:
@@ -169,7 +187,8 @@ def ensure_subscription(project: str, subscription: str, topic: str, filter: str
     if dead_letter_topic:
         request["dead_letter_policy"] = {
             "dead_letter_topic": f"projects/{project}/topics/{dead_letter_topic}",
-            "max_delivery_attempts": max_delivery_attempts}
+            "max_delivery_attempts": max_delivery_attempts,
+        }
     try:
         client.create_subscription(request=request)
     except exceptions.AlreadyExists:
@@ -183,8 +202,15 @@ def get_subscription(project: str, subscription: str, host: str | None = None):
     return client.get_subscription(request={"subscription": client.subscription_path(project, subscription)})
 
 
-def pull(project: str, subscription: str, host: str | None = None, max_messages: int = 100,
-         timeout: float = 10.0, ack: bool = True, client=None) -> list:
+def pull(
+    project: str,
+    subscription: str,
+    host: str | None = None,
+    max_messages: int = 100,
+    timeout: float = 10.0,
+    ack: bool = True,
+    client=None,
+) -> list:
     """One synchronous pull (ReceivedMessage list), acknowledged unless ack=False.
 
     An empty subscription holds the pull open for a few seconds (the emulator long-polls). A pull
@@ -196,8 +222,7 @@ def pull(project: str, subscription: str, host: str | None = None, max_messages:
     client = client or subscriber_admin(_host(host))
     path = client.subscription_path(project, subscription)
     try:
-        response = client.pull(request={"subscription": path, "max_messages": max_messages},
-                               timeout=timeout)
+        response = client.pull(request={"subscription": path, "max_messages": max_messages}, timeout=timeout)
     except exceptions.DeadlineExceeded:
         return []
     received = list(response.received_messages)
@@ -206,8 +231,7 @@ def pull(project: str, subscription: str, host: str | None = None, max_messages:
     return received
 
 
-def pull_until(project: str, subscription: str, done, host: str | None = None,
-               timeout: float = 120.0) -> list:
+def pull_until(project: str, subscription: str, done, host: str | None = None, timeout: float = 120.0) -> list:
     """Pull (and ack) until `done(received so far)` is true; TimeoutError after `timeout` seconds.
 
     What a test that expects messages must use: a pull may return fewer messages than are
@@ -220,17 +244,24 @@ def pull_until(project: str, subscription: str, done, host: str | None = None,
 
     def received_enough() -> bool:
         if not done(out):  # each pull waits at most 10 s, never past the deadline
-            out.extend(pull(project, subscription, client=client,
-                            timeout=max(1.0, min(10.0, deadline - time.monotonic()))))
+            out.extend(
+                pull(project, subscription, client=client, timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+            )
         return done(out)
 
-    wait_for(received_enough, timeout, f"{subscription}: the expected messages", interval=0,
-             detail=lambda: f" ({len(out)} received)")
+    wait_for(
+        received_enough,
+        timeout,
+        f"{subscription}: the expected messages",
+        interval=0,
+        detail=lambda: f" ({len(out)} received)",
+    )
     return out
 
 
-def pull_all(project: str, subscription: str, host: str | None = None, idle_rounds: int = 2,
-             timeout: float = 2.0) -> list:
+def pull_all(
+    project: str, subscription: str, host: str | None = None, idle_rounds: int = 2, timeout: float = 2.0
+) -> list:
     """Pull (and ack) until `idle_rounds` pulls in a row return nothing: only for draining, or for
     checking that nothing (more) arrives; to receive messages that were published, use pull_until."""
     client = subscriber_admin(_host(host))

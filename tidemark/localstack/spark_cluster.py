@@ -10,6 +10,7 @@ and local dirs all live under `work_dir`; every port (RPC and web UI) is a free 
 never the defaults (the master UI's 8080 collides with Airflow and functions-framework).
 Python jobs run in client deploy mode (standalone cluster mode does not support Python).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,15 @@ class WorkerDied(RuntimeError):
 
 
 class SparkStandalone:
-    def __init__(self, work_dir: str, workers: int = 2, cores: int = 1, memory: str = "1g",
-                 host: str = "127.0.0.1", start_timeout: float = 120.0):
+    def __init__(
+        self,
+        work_dir: str,
+        workers: int = 2,
+        cores: int = 1,
+        memory: str = "1g",
+        host: str = "127.0.0.1",
+        start_timeout: float = 120.0,
+    ):
         if workers < 1:
             raise ValueError("a cluster needs at least one worker")
         self.work_dir = os.path.abspath(work_dir)
@@ -74,7 +82,7 @@ class SparkStandalone:
             "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable),
         }
 
-    def start(self) -> "SparkStandalone":
+    def start(self) -> SparkStandalone:
         env = self.env()
         for key in ("SPARK_LOG_DIR", "SPARK_PID_DIR", "SPARK_WORKER_DIR", "SPARK_LOCAL_DIRS", "SPARK_CONF_DIR"):
             os.makedirs(env[key], exist_ok=True)
@@ -83,26 +91,56 @@ class SparkStandalone:
         try:
             master = process.start(
                 "spark-master",
-                [spark_class, "org.apache.spark.deploy.master.Master", "--host", self.host,
-                 "--port", str(self.port), "--webui-port", str(self.webui_port)],
-                os.path.join(env["SPARK_LOG_DIR"], "master.out"), env=env, cwd=self.work_dir,
-                url=self.master_url)
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(self.port),
+                    "--webui-port",
+                    str(self.webui_port),
+                ],
+                os.path.join(env["SPARK_LOG_DIR"], "master.out"),
+                env=env,
+                cwd=self.work_dir,
+                url=self.master_url,
+            )
             self._managed.append(master)
-            process.wait_until(lambda: self.status() is not None, self.start_timeout,
-                               "Spark master", master)
+            process.wait_until(lambda: self.status() is not None, self.start_timeout, "Spark master", master)
             for index in range(self.workers):
                 work = os.path.join(env["SPARK_WORKER_DIR"], f"worker-{index}")
                 os.makedirs(work, exist_ok=True)
-                self._managed.append(process.start(
-                    f"spark-worker-{index}",
-                    [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url,
-                     "--host", self.host, "--webui-port", str(process.free_port()),
-                     "--cores", str(self.cores), "--memory", self.memory, "--work-dir", work],
-                    os.path.join(env["SPARK_LOG_DIR"], f"worker-{index}.out"), env=env,
-                    cwd=self.work_dir))
+                self._managed.append(
+                    process.start(
+                        f"spark-worker-{index}",
+                        [
+                            spark_class,
+                            "org.apache.spark.deploy.worker.Worker",
+                            self.master_url,
+                            "--host",
+                            self.host,
+                            "--webui-port",
+                            str(process.free_port()),
+                            "--cores",
+                            str(self.cores),
+                            "--memory",
+                            self.memory,
+                            "--work-dir",
+                            work,
+                        ],
+                        os.path.join(env["SPARK_LOG_DIR"], f"worker-{index}.out"),
+                        env=env,
+                        cwd=self.work_dir,
+                    )
+                )
             # Ready when every worker has registered with the master and is ALIVE.
-            wait_for(self._all_workers_registered, self.start_timeout,
-                     f"{self.workers} Spark workers (registered)", detail=lambda: "\n" + self.log_tails())
+            wait_for(
+                self._all_workers_registered,
+                self.start_timeout,
+                f"{self.workers} Spark workers (registered)",
+                detail=lambda: "\n" + self.log_tails(),
+            )
         except BaseException:
             self.stop()
             raise
@@ -113,8 +151,9 @@ class SparkStandalone:
         # instead of after the whole timeout.
         for managed in self._managed:
             if not managed.alive():
-                raise WorkerDied(f"{managed.name} exited while starting; see {managed.log_path}:\n"
-                                 f"{process.tail(managed.log_path)}")
+                raise WorkerDied(
+                    f"{managed.name} exited while starting; see {managed.log_path}:\n{process.tail(managed.log_path)}"
+                )
         return self.alive_workers() >= self.workers
 
     def status(self) -> dict | None:
@@ -133,17 +172,27 @@ class SparkStandalone:
             return 0
         return sum(1 for worker in status.get("workers", []) if worker.get("state") == "ALIVE")
 
-    def submit_argv(self, app: str, *app_args: str, py_files: str | None = None,
-                    conf: dict[str, str] | None = None) -> list[str]:
+    def submit_argv(
+        self, app: str, *app_args: str, py_files: str | None = None, conf: dict[str, str] | None = None
+    ) -> list[str]:
         """A spark-submit command line for this cluster (client deploy mode)."""
-        argv = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.master_url,
-                "--deploy-mode", "client",
-                "--conf", f"spark.driver.host={self.host}",
-                "--conf", f"spark.driver.bindAddress={self.host}",
-                "--conf", "spark.ui.enabled=false",
-                # A standalone worker offers exactly --memory to executors (the JVM overhead is
-                # not counted), so one executor per worker takes all of it.
-                "--conf", f"spark.executor.memory={self.memory}"]
+        argv = [
+            os.path.join(spark_home(), "bin", "spark-submit"),
+            "--master",
+            self.master_url,
+            "--deploy-mode",
+            "client",
+            "--conf",
+            f"spark.driver.host={self.host}",
+            "--conf",
+            f"spark.driver.bindAddress={self.host}",
+            "--conf",
+            "spark.ui.enabled=false",
+            # A standalone worker offers exactly --memory to executors (the JVM overhead is
+            # not counted), so one executor per worker takes all of it.
+            "--conf",
+            f"spark.executor.memory={self.memory}",
+        ]
         for key, value in (conf or {}).items():
             argv += ["--conf", f"{key}={value}"]
         if py_files:
@@ -152,8 +201,7 @@ class SparkStandalone:
 
     def log_tails(self, lines: int = 20) -> str:
         """The tail of every daemon's log, for a failing test's message."""
-        return "\n".join(f"--- {m.name} ({m.log_path})\n{process.tail(m.log_path, lines)}"
-                         for m in self._managed)
+        return "\n".join(f"--- {m.name} ({m.log_path})\n{process.tail(m.log_path, lines)}" for m in self._managed)
 
     def stop(self) -> None:
         # Workers first, so the master does not spend its shutdown re-scheduling their executors.
@@ -161,12 +209,11 @@ class SparkStandalone:
             process.stop(managed)
         self._managed.clear()
 
-    def __enter__(self) -> "SparkStandalone":
+    def __enter__(self) -> SparkStandalone:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
 
 
 # The packages a driver or executor needs to import tidemark's jobs (dedup_sql holds .sql files,

@@ -17,6 +17,7 @@ as every tidemark session (tidemark.spark.session_settings: UTC, shuffle partiti
 every Connect session, and every newSession() of one, starts from. SPARK_LOG_DIR, SPARK_PID_DIR and
 the driver's scratch files live under `home`. Healthy = the gRPC port accepts connections.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,43 +47,47 @@ class SparkConnectServer:
     def argv(self) -> list[str]:
         from tidemark.spark import session_settings
 
-        settings = {**session_settings(),
-                    "spark.connect.grpc.binding.address": "127.0.0.1",
-                    "spark.connect.grpc.binding.port": str(self.port),
-                    # The driver's own ports (block manager, RPC) on loopback too.
-                    "spark.driver.bindAddress": "127.0.0.1",
-                    "spark.driver.host": "127.0.0.1",
-                    # A session no client has used for this long is released with its views and
-                    # cache (a killed task's, or the per-run newSession() tidemark.dedup opens).
-                    "spark.connect.session.manager.defaultSessionTimeout": "15m",
-                    "spark.local.dir": os.path.join(self.home, "scratch"),
-                    "spark.sql.warehouse.dir": os.path.join(self.home, "warehouse")}
-        argv = [os.path.join(spark_home(), "sbin", "start-connect-server.sh"), "--wait",
-                "--master", self.master]
+        settings = {
+            **session_settings(),
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            # The driver's own ports (block manager, RPC) on loopback too.
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.host": "127.0.0.1",
+            # A session no client has used for this long is released with its views and
+            # cache (a killed task's, or the per-run newSession() tidemark.dedup opens).
+            "spark.connect.session.manager.defaultSessionTimeout": "15m",
+            "spark.local.dir": os.path.join(self.home, "scratch"),
+            "spark.sql.warehouse.dir": os.path.join(self.home, "warehouse"),
+        }
+        argv = [os.path.join(spark_home(), "sbin", "start-connect-server.sh"), "--wait", "--master", self.master]
         for key, value in sorted(settings.items()):
             argv += ["--conf", f"{key}={value}"]
         return argv
 
     def environment(self) -> dict:
-        return {"SPARK_HOME": spark_home(),
-                "SPARK_CONF_DIR": os.path.join(self.home, "conf"),
-                "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_LOG_DIR": os.path.join(self.home, "logs"),
-                "SPARK_PID_DIR": os.path.join(self.home, "run"),
-                # Python workers, if a query ever needs one, get this interpreter and its packages.
-                "PYSPARK_PYTHON": sys.executable,
-                # spark-submit and java from the venv's PATH, as for the DAG's spark-submit.
-                "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+        return {
+            "SPARK_HOME": spark_home(),
+            "SPARK_CONF_DIR": os.path.join(self.home, "conf"),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": os.path.join(self.home, "logs"),
+            "SPARK_PID_DIR": os.path.join(self.home, "run"),
+            # Python workers, if a query ever needs one, get this interpreter and its packages.
+            "PYSPARK_PYTHON": sys.executable,
+            # spark-submit and java from the venv's PATH, as for the DAG's spark-submit.
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+        }
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> "SparkConnectServer":
+    def start(self, timeout: float = START_TIMEOUT_S) -> SparkConnectServer:
         for sub in ("logs", "run", "scratch", "conf"):
             os.makedirs(os.path.join(self.home, sub), exist_ok=True)
         with open(os.path.join(self.home, "conf", "log4j2.properties"), "w") as handle:
             handle.write(_LOG4J2)
         if process.port_open(self.port):
             raise RuntimeError(f"port {self.port} is already in use; not starting a Spark Connect server there")
-        self.managed = process.start("spark-connect", self.argv(), self.log_path, env=self.environment(),
-                                     cwd=self.home, url=self.url)
+        self.managed = process.start(
+            "spark-connect", self.argv(), self.log_path, env=self.environment(), cwd=self.home, url=self.url
+        )
         try:
             process.wait_until(self.healthy, timeout, "the Spark Connect server", self.managed, interval=0.5)
         except BaseException:

@@ -27,6 +27,7 @@ instead of a spark-submit (`tidemark up --spark-submit` keeps the spark-submit p
 before Airflow and stops after it. The emulator keeps topics in memory, so every `up` recreates them (idempotently); notices the
 stream owed while it was down are in the lake's outbox and are published when it starts again.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,21 +35,30 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import requests
 
 from tidemark import names, rules_record, storage
+from tidemark.lake import Lake
 from tidemark.localstack import process
 from tidemark.logs import read_log_lines
-from tidemark.lake import Lake
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream", "exporter", "prometheus")
 # Process records, in the order `down` stops them (the observers first: they only read).
-STOP_ORDER = ("prometheus", "exporter", "stream", "function", "airflow-scheduler", "airflow-dag-processor", "airflow-api-server",
-              "spark-connect", "pubsub")
+STOP_ORDER = (
+    "prometheus",
+    "exporter",
+    "stream",
+    "function",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-api-server",
+    "spark-connect",
+    "pubsub",
+)
 STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
 
 
@@ -69,6 +79,7 @@ class StackError(RuntimeError):
 @dataclass
 class StackSettings:
     """What the first `up` fixes; stored in stack.json."""
+
     lake: str
     landing: str
     checkpoint: str
@@ -101,6 +112,7 @@ class StackSettings:
 
 # ---- process records ----------------------------------------------------------------------------
 
+
 @dataclass
 class Record:
     name: str
@@ -116,6 +128,7 @@ class Record:
 
 # ---- the stack ---------------------------------------------------------------------------------
 
+
 class Stack:
     def __init__(self, home: str = ".tidemark"):
         self.home = os.path.abspath(home)
@@ -130,39 +143,59 @@ class Stack:
         payload = storage.read_json(self.state_path) if os.path.exists(self.state_path) else None
         return None if payload is None else StackSettings(**payload)
 
-    def configure(self, lake: str | None = None, landing: str | None = None,
-                  checkpoint: str | None = None, db_url: str | None = None, ports: dict | None = None,
-                  project: str | None = None, trigger_interval: str | None = None,
-                  notice_coalesce: str | None = None, spark_connect: bool | None = None) -> StackSettings:
+    def configure(
+        self,
+        lake: str | None = None,
+        landing: str | None = None,
+        checkpoint: str | None = None,
+        db_url: str | None = None,
+        ports: dict | None = None,
+        project: str | None = None,
+        trigger_interval: str | None = None,
+        notice_coalesce: str | None = None,
+        spark_connect: bool | None = None,
+    ) -> StackSettings:
         """Settings of this home: stored ones, completed (never silently changed) by the options."""
-        given = {"lake": _abs(lake), "landing": _abs(landing), "checkpoint": _abs(checkpoint),
-                 "db_url": db_url, "project": project, "trigger_interval": trigger_interval,
-                 "notice_coalesce": notice_coalesce, "spark_connect": spark_connect}
+        given = {
+            "lake": _abs(lake),
+            "landing": _abs(landing),
+            "checkpoint": _abs(checkpoint),
+            "db_url": db_url,
+            "project": project,
+            "trigger_interval": trigger_interval,
+            "notice_coalesce": notice_coalesce,
+            "spark_connect": spark_connect,
+        }
         current = self.settings()
         if current is None:
             current = StackSettings(
                 lake=given["lake"] or os.path.join(self.home, "lake"),
                 landing=given["landing"] or os.path.join(self.home, "landing"),
                 checkpoint=given["checkpoint"] or os.path.join(self.home, "checkpoint"),
-                project=project or names.get("PROJECT"), db_url=db_url,
-                trigger_interval=trigger_interval or "5s", notice_coalesce=notice_coalesce,
-                spark_connect=True if spark_connect is None else spark_connect)
+                project=project or names.get("PROJECT"),
+                db_url=db_url,
+                trigger_interval=trigger_interval or "5s",
+                notice_coalesce=notice_coalesce,
+                spark_connect=True if spark_connect is None else spark_connect,
+            )
             if not current.spark_connect:
                 current.airflow_parallelism = current.max_active_runs = 2
         else:
             for key, value in given.items():
                 if value is not None and value != getattr(current, key):
-                    raise SettingsConflict(f"{self.home} was set up with {key}={getattr(current, key)!r}, not "
-                                     f"{value!r}; run `tidemark down` and use another --home to change it")
+                    raise SettingsConflict(
+                        f"{self.home} was set up with {key}={getattr(current, key)!r}, not "
+                        f"{value!r}; run `tidemark down` and use another --home to change it"
+                    )
         for component, port in (ports or {}).items():
             if port is None:
                 continue
             if current.ports.get(component) not in (None, port):
-                raise SettingsConflict(f"{self.home} uses port {current.ports[component]} for {component}, "
-                                 f"not {port}")
+                raise SettingsConflict(f"{self.home} uses port {current.ports[component]} for {component}, not {port}")
             current.ports[component] = int(port)
         for component in ("pubsub", "airflow", "function", "stream-metrics", "exporter", "prometheus") + (
-                ("spark-connect",) if current.spark_connect else ()):
+            ("spark-connect",) if current.spark_connect else ()
+        ):
             current.ports.setdefault(component, process.free_port())
         os.makedirs(self.home, exist_ok=True)
         storage.write_json_atomic(self.state_path, current.__dict__)
@@ -194,8 +227,9 @@ class Stack:
 
     # -- up ---------------------------------------------------------------------------------------
 
-    def up(self, say: Callable[[str], None] = lambda _: None, timeout: float = 600,
-           rules: dict | None = None, **options) -> StackSettings:
+    def up(
+        self, say: Callable[[str], None] = lambda _: None, timeout: float = 600, rules: dict | None = None, **options
+    ) -> StackSettings:
         """Start whatever is not running yet; returns the settings. On failure, stops what this
         call started and raises StackError naming the component and its log.
 
@@ -244,8 +278,9 @@ class Stack:
     def _start_pubsub(self, settings: StackSettings, timeout: float) -> None:
         from tidemark.localstack.pubsub_emulator import PubSubEmulator
 
-        emulator = PubSubEmulator(os.path.join(self.home, "pubsub"), port=settings.ports["pubsub"],
-                                  start_timeout=timeout)
+        emulator = PubSubEmulator(
+            os.path.join(self.home, "pubsub"), port=settings.ports["pubsub"], start_timeout=timeout
+        )
         log_path = os.path.join(emulator.data_dir, "emulator.log")
         try:
             emulator.start()
@@ -257,8 +292,9 @@ class Stack:
         from tidemark.localstack.spark_connect import SparkConnectServer
 
         settings = settings or self.settings()
-        return SparkConnectServer(os.path.join(self.home, "spark-connect"), port=settings.ports["spark-connect"],
-                                  master=settings.master)
+        return SparkConnectServer(
+            os.path.join(self.home, "spark-connect"), port=settings.ports["spark-connect"], master=settings.master
+        )
 
     def _start_spark_connect(self, settings: StackSettings, timeout: float) -> None:
         server = self.spark_connect(settings)
@@ -281,44 +317,63 @@ class Stack:
             # The corrected topic and its example subscription (docs/notices.md), which keeps the
             # notices for `gcloud pubsub subscriptions pull` (the emulator drops unsubscribed ones).
             ps.ensure_topic(settings.project, names.get("CORRECTED_TOPIC"), host=self.emulator_host(settings))
-            ps.ensure_subscription(settings.project, names.get("CORRECTED_SUBSCRIPTION"), names.get("CORRECTED_TOPIC"),
-                                   filter=corrected_notice.EXAMPLE_FILTER.format(dataset=names.get("DATASET")),
-                                   host=self.emulator_host(settings))
+            ps.ensure_subscription(
+                settings.project,
+                names.get("CORRECTED_SUBSCRIPTION"),
+                names.get("CORRECTED_TOPIC"),
+                filter=corrected_notice.EXAMPLE_FILTER.format(dataset=names.get("DATASET")),
+                host=self.emulator_host(settings),
+            )
         except Exception as exc:
-            raise StackError("pubsub emulator", f"cannot create the topics: {exc}",
-                             os.path.join(self.home, "pubsub", "emulator.log")) from exc
+            raise StackError(
+                "pubsub emulator", f"cannot create the topics: {exc}", os.path.join(self.home, "pubsub", "emulator.log")
+            ) from exc
 
     def _ensure_push(self, settings: StackSettings) -> None:
         from tidemark.localstack import pubsub_emulator as ps
 
-        ps.ensure_subscription(settings.project, names.get("FUNCTION_SUBSCRIPTION"),
-                               names.get("AVAILABILITY_TOPIC"), push_endpoint=self.function_url(settings),
-                               ack_deadline_seconds=60, host=self.emulator_host(settings))
+        ps.ensure_subscription(
+            settings.project,
+            names.get("FUNCTION_SUBSCRIPTION"),
+            names.get("AVAILABILITY_TOPIC"),
+            push_endpoint=self.function_url(settings),
+            ack_deadline_seconds=60,
+            host=self.emulator_host(settings),
+        )
 
     def airflow(self, settings: StackSettings | None = None):
         from tidemark.localstack.airflow import AirflowServer
 
         settings = settings or self.settings()
-        env = {"TIDEMARK_LAKE": settings.lake, "TIDEMARK_DAG_RETRIES": "2",
-               "TIDEMARK_DAG_MAX_ACTIVE_RUNS": str(settings.max_active_runs),
-               "TIDEMARK_DEDUP_CONCURRENCY": str(settings.dedup_concurrency),
-               # the dedup DAG's notify_corrected task sends to the emulator
-               "PUBSUB_EMULATOR_HOST": self.emulator_host(settings),
-               "TIDEMARK_CORRECTED_TOPIC_PATH": settings.corrected_topic}
+        env = {
+            "TIDEMARK_LAKE": settings.lake,
+            "TIDEMARK_DAG_RETRIES": "2",
+            "TIDEMARK_DAG_MAX_ACTIVE_RUNS": str(settings.max_active_runs),
+            "TIDEMARK_DEDUP_CONCURRENCY": str(settings.dedup_concurrency),
+            # the dedup DAG's notify_corrected task sends to the emulator
+            "PUBSUB_EMULATOR_HOST": self.emulator_host(settings),
+            "TIDEMARK_CORRECTED_TOPIC_PATH": settings.corrected_topic,
+        }
         if settings.spark_connect:
             from tidemark.localstack.spark_connect import connection_json
 
             env["AIRFLOW_CONN_SPARK_DEFAULT"] = connection_json(settings.ports["spark-connect"])
-        return AirflowServer(os.path.join(self.home, "airflow"), port=settings.ports["airflow"],
-                             db_url=settings.db_url, parallelism=settings.airflow_parallelism, env=env)
+        return AirflowServer(
+            os.path.join(self.home, "airflow"),
+            port=settings.ports["airflow"],
+            db_url=settings.db_url,
+            parallelism=settings.airflow_parallelism,
+            env=env,
+        )
 
     def _start_airflow(self, settings: StackSettings, timeout: float, running: dict) -> None:
         server = self.airflow(settings)
         # A partial Airflow (one process died): stop the rest and start all three afresh.
         self._stop_names([n for n in running if n.startswith("airflow-")])
         if process.port_open(server.port):
-            raise StackError("airflow", f"port {server.port} (recorded in {self.state_path}) is in use "
-                             "by another program", None)
+            raise StackError(
+                "airflow", f"port {server.port} (recorded in {self.state_path}) is in use by another program", None
+            )
         try:
             server.start(timeout=timeout)
             for name, managed in server.managed.items():
@@ -347,10 +402,19 @@ class Stack:
         with os.fdopen(fd, "w") as handle:
             handle.write(server.password)
         log_path = os.path.join(self.logs_dir, "function.log")
-        function = FunctionServer(bundle, port=settings.ports["function"], isolated=True, log_path=log_path,
-                                  env={"AIRFLOW_BASE_URL": server.url, "AIRFLOW_USERNAME": server.username,
-                                       "AIRFLOW_PASSWORD_FILE": secret, "AIRFLOW_TIMEOUT_SECONDS": "10",
-                                       "TIDEMARK_DAG_ID": names.get("DAG_ID")})
+        function = FunctionServer(
+            bundle,
+            port=settings.ports["function"],
+            isolated=True,
+            log_path=log_path,
+            env={
+                "AIRFLOW_BASE_URL": server.url,
+                "AIRFLOW_USERNAME": server.username,
+                "AIRFLOW_PASSWORD_FILE": secret,
+                "AIRFLOW_TIMEOUT_SECONDS": "10",
+                "TIDEMARK_DAG_ID": names.get("DAG_ID"),
+            },
+        )
         try:
             function.start(timeout=timeout)
         except Exception as exc:
@@ -358,10 +422,22 @@ class Stack:
         self._write_record(function.managed, "function")
 
     def stream_argv(self, settings: StackSettings) -> list[str]:
-        argv = [os.path.join(os.path.dirname(sys.executable), "tidemark"), "stream",
-                "--landing", settings.landing, "--lake", settings.lake, "--checkpoint", settings.checkpoint,
-                "--trigger-interval", settings.trigger_interval, "--master", settings.master,
-                "--notify-topic", settings.topic]
+        argv = [
+            os.path.join(os.path.dirname(sys.executable), "tidemark"),
+            "stream",
+            "--landing",
+            settings.landing,
+            "--lake",
+            settings.lake,
+            "--checkpoint",
+            settings.checkpoint,
+            "--trigger-interval",
+            settings.trigger_interval,
+            "--master",
+            settings.master,
+            "--notify-topic",
+            settings.topic,
+        ]
         if settings.notice_coalesce:
             argv += ["--notice-coalesce", settings.notice_coalesce]
         if settings.ports.get("stream-metrics"):
@@ -371,8 +447,18 @@ class Stack:
     # -- metrics: the lake's exporter and Prometheus (docs/metrics.md) --------------------------------
 
     def exporter_argv(self, settings: StackSettings) -> list[str]:
-        return [os.path.join(os.path.dirname(sys.executable), "tidemark"), "exporter", "--lake", settings.lake,
-                "--port", str(settings.ports["exporter"]), "--home", self.home, "--refresh", "30"]
+        return [
+            os.path.join(os.path.dirname(sys.executable), "tidemark"),
+            "exporter",
+            "--lake",
+            settings.lake,
+            "--port",
+            str(settings.ports["exporter"]),
+            "--home",
+            self.home,
+            "--refresh",
+            "30",
+        ]
 
     def _start_exporter(self, settings: StackSettings, timeout: float) -> None:
         log_path = os.path.join(self.logs_dir, "exporter.log")
@@ -382,8 +468,9 @@ class Stack:
         managed = process.start("exporter", self.exporter_argv(settings), log_path, url=url)
         self._write_record(managed, "exporter")
         try:
-            process.wait_until(lambda: process.port_open(settings.ports["exporter"]), timeout, "the exporter",
-                               managed, interval=0.5)
+            process.wait_until(
+                lambda: process.port_open(settings.ports["exporter"]), timeout, "the exporter", managed, interval=0.5
+            )
         except Exception as exc:
             raise StackError("exporter", str(exc).splitlines()[0], log_path) from exc
 
@@ -391,9 +478,14 @@ class Stack:
         from tidemark.localstack.prometheus import PrometheusServer
 
         settings = settings or self.settings()
-        return PrometheusServer(os.path.join(self.home, "prometheus"), port=settings.ports["prometheus"],
-                                targets={"tidemark-exporter": [f"127.0.0.1:{settings.ports['exporter']}"],
-                                         "tidemark-stream": [f"127.0.0.1:{settings.ports['stream-metrics']}"]})
+        return PrometheusServer(
+            os.path.join(self.home, "prometheus"),
+            port=settings.ports["prometheus"],
+            targets={
+                "tidemark-exporter": [f"127.0.0.1:{settings.ports['exporter']}"],
+                "tidemark-stream": [f"127.0.0.1:{settings.ports['stream-metrics']}"],
+            },
+        )
 
     def _start_prometheus(self, settings: StackSettings, timeout: float) -> None:
         server = self.prometheus(settings)
@@ -408,13 +500,18 @@ class Stack:
         offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         workdir = os.path.join(self.home, "stream")  # Spark's scratch files (derby, warehouse)
         os.makedirs(workdir, exist_ok=True)
-        managed = process.start("stream", self.stream_argv(settings), log_path, cwd=workdir,
-                                env={"PUBSUB_EMULATOR_HOST": self.emulator_host(settings),
-                                     "PYTHONUNBUFFERED": "1"})
+        managed = process.start(
+            "stream",
+            self.stream_argv(settings),
+            log_path,
+            cwd=workdir,
+            env={"PUBSUB_EMULATOR_HOST": self.emulator_host(settings), "PYTHONUNBUFFERED": "1"},
+        )
         self._write_record(managed, "stream")
         try:
-            process.wait_until(lambda: _logged_since(log_path, offset, "stream starting"), timeout,
-                               "the stream", managed, interval=1.0)
+            process.wait_until(
+                lambda: _logged_since(log_path, offset, "stream starting"), timeout, "the stream", managed, interval=1.0
+            )
         except Exception as exc:
             raise StackError("stream", str(exc).splitlines()[0], log_path) from exc
 
@@ -439,16 +536,27 @@ class Stack:
                     _stop_stream(record)
                 else:
                     process.stop_group(record.pid)
-                done.append({"component": name, "pid": record.pid, "stopped": True,
-                             "seconds": round(time.monotonic() - began, 1)})
+                done.append(
+                    {
+                        "component": name,
+                        "pid": record.pid,
+                        "stopped": True,
+                        "seconds": round(time.monotonic() - began, 1),
+                    }
+                )
             else:
-                done.append({"component": name, "pid": record.pid, "stopped": False,
-                             "seconds": 0.0})  # already gone: only the stale record is removed
+                done.append(
+                    {"component": name, "pid": record.pid, "stopped": False, "seconds": 0.0}
+                )  # already gone: only the stale record is removed
             os.remove(self._record_path(name))
         # The launchers' own pid files describe the same processes: gone with them.
-        launcher_pidfiles = {"pubsub": os.path.join(self.home, "pubsub", "emulator.pid.json"),
-                             **{f"airflow-{c}": os.path.join(self.home, "airflow", "run", f"{c}.pid")
-                                for c in ("api-server", "scheduler", "dag-processor")}}
+        launcher_pidfiles = {
+            "pubsub": os.path.join(self.home, "pubsub", "emulator.pid.json"),
+            **{
+                f"airflow-{c}": os.path.join(self.home, "airflow", "run", f"{c}.pid")
+                for c in ("api-server", "scheduler", "dag-processor")
+            },
+        }
         for name in wanted:
             if name in launcher_pidfiles and self.record(name) is None:
                 try:
@@ -466,9 +574,15 @@ class Stack:
             return []
         rows = []
         pubsub = self.record("pubsub")
-        rows.append(self._row("pubsub emulator", pubsub, self.emulator_host(settings),
-                              lambda: process.port_open(settings.ports["pubsub"]),
-                              f"PUBSUB_EMULATOR_HOST={self.emulator_host(settings)}"))
+        rows.append(
+            self._row(
+                "pubsub emulator",
+                pubsub,
+                self.emulator_host(settings),
+                lambda: process.port_open(settings.ports["pubsub"]),
+                f"PUBSUB_EMULATOR_HOST={self.emulator_host(settings)}",
+            )
+        )
         api = self.record("airflow-api-server")
         server = self.airflow(settings)
         login = ""
@@ -476,36 +590,73 @@ class Stack:
             login = f"login {server.username} / {server.password}"
         except (FileNotFoundError, KeyError, ValueError):
             pass
-        rows.append(self._row("airflow api-server (UI)", api, server.url,
-                              lambda: _airflow_health(server.url).get("metadatabase", {}).get("status") == "healthy",
-                              login))
+        rows.append(
+            self._row(
+                "airflow api-server (UI)",
+                api,
+                server.url,
+                lambda: _airflow_health(server.url).get("metadatabase", {}).get("status") == "healthy",
+                login,
+            )
+        )
         if settings.spark_connect:
             spark = self.spark_connect(settings)
-            rows.append(self._row("spark connect (the DAG's Spark)", self.record("spark-connect"), spark.url,
-                                  spark.healthy, f"master {settings.master}; AIRFLOW_CONN_SPARK_DEFAULT "
-                                  "type spark_connect"))
+            rows.append(
+                self._row(
+                    "spark connect (the DAG's Spark)",
+                    self.record("spark-connect"),
+                    spark.url,
+                    spark.healthy,
+                    f"master {settings.master}; AIRFLOW_CONN_SPARK_DEFAULT type spark_connect",
+                )
+            )
         for part, key in (("scheduler", "scheduler"), ("dag-processor", "dag_processor")):
-            rows.append(self._row(f"airflow {part}", self.record(f"airflow-{part}"), "",
-                                  lambda key=key: _airflow_health(server.url).get(key, {}).get("status") == "healthy",
-                                  ""))
-        rows.append(self._row("function", self.record("function"), self.function_url(settings),
-                              lambda: process.port_open(settings.ports["function"]),
-                              "push endpoint of " + names.get("FUNCTION_SUBSCRIPTION")))
+            rows.append(
+                self._row(
+                    f"airflow {part}",
+                    self.record(f"airflow-{part}"),
+                    "",
+                    lambda key=key: _airflow_health(server.url).get(key, {}).get("status") == "healthy",
+                    "",
+                )
+            )
+        rows.append(
+            self._row(
+                "function",
+                self.record("function"),
+                self.function_url(settings),
+                lambda: process.port_open(settings.ports["function"]),
+                "push endpoint of " + names.get("FUNCTION_SUBSCRIPTION"),
+            )
+        )
         stream = self.record("stream")
-        rows.append(self._row("stream", stream, "", lambda: True,
-                              f"{settings.landing} -> {settings.lake}; {_rules_of(Lake.open(settings.lake))}; "
-                              f"{last_batch(stream)}"))
+        rows.append(
+            self._row(
+                "stream",
+                stream,
+                "",
+                lambda: True,
+                f"{settings.landing} -> {settings.lake}; {_rules_of(Lake.open(settings.lake))}; {last_batch(stream)}",
+            )
+        )
         if "exporter" in settings.ports:  # a home set up before the metrics had none
-            rows.append(self._row("exporter (lake SLO gauges)", self.record("exporter"),
-                                  f"http://127.0.0.1:{settings.ports['exporter']}/metrics",
-                                  lambda: process.port_open(settings.ports["exporter"]), "tidemark exporter"))
+            rows.append(
+                self._row(
+                    "exporter (lake SLO gauges)",
+                    self.record("exporter"),
+                    f"http://127.0.0.1:{settings.ports['exporter']}/metrics",
+                    lambda: process.port_open(settings.ports["exporter"]),
+                    "tidemark exporter",
+                )
+            )
         from tidemark.localstack.prometheus import binary
 
         # Not installed: `up` skipped it (and said so), so no "stopped" row makes `status` exit 3.
         if "prometheus" in settings.ports and (binary() is not None or self.record("prometheus")):
             server = self.prometheus(settings)
-            rows.append(self._row("prometheus", self.record("prometheus"), server.url, server.healthy,
-                                  _alerts_detail(server)))
+            rows.append(
+                self._row("prometheus", self.record("prometheus"), server.url, server.healthy, _alerts_detail(server))
+            )
         return rows
 
     @staticmethod
@@ -516,11 +667,18 @@ class Stack:
                 state = "running" if healthy() else "unhealthy"
             except Exception:  # noqa: BLE001 - a health probe that cannot connect
                 state = "unhealthy"
-        return {"component": component, "state": state, "pid": record.pid if record else None,
-                "url": url, "log": record.log_path if record else "", "detail": detail}
+        return {
+            "component": component,
+            "state": state,
+            "pid": record.pid if record else None,
+            "url": url,
+            "log": record.log_path if record else "",
+            "detail": detail,
+        }
 
 
 # ---- helpers -----------------------------------------------------------------------------------
+
 
 def _abs(path: str | None) -> str | None:
     return None if path is None else os.path.abspath(path)
@@ -534,9 +692,10 @@ def _check_db_driver(db_url: str | None) -> None:
     try:
         __import__(driver)
     except ImportError:
-        raise SettingsConflict(f"--db-url {db_url.split('://')[0]}://... needs the {driver} module: "
-                         f".venv/bin/pip install {'psycopg[binary]' if driver == 'psycopg' else 'psycopg2-binary'}"
-                         ) from None
+        raise SettingsConflict(
+            f"--db-url {db_url.split('://')[0]}://... needs the {driver} module: "
+            f".venv/bin/pip install {'psycopg[binary]' if driver == 'psycopg' else 'psycopg2-binary'}"
+        ) from None
 
 
 def _rules_of(lake: Lake) -> str:
@@ -589,9 +748,13 @@ def _alerts_detail(server) -> str:
         return "rules: ops/prometheus/rules.yml"
     if not firing:
         return "no alert firing"
-    return "firing: " + ", ".join(sorted(a["labels"]["alertname"] + (
-        f" ({a['labels']['tidemark_event_date']})" if "tidemark_event_date" in a["labels"] else "")
-        for a in firing))
+    return "firing: " + ", ".join(
+        sorted(
+            a["labels"]["alertname"]
+            + (f" ({a['labels']['tidemark_event_date']})" if "tidemark_event_date" in a["labels"] else "")
+            for a in firing
+        )
+    )
 
 
 def _airflow_health(url: str) -> dict:

@@ -17,6 +17,7 @@ before the batch commits. A closed group keeps the receipt_ts it advertised ("cl
 batch that could replay it has committed, so a replay after a crash never advertises a partition a
 second time under a new notice_id.
 """
+
 from __future__ import annotations
 
 import threading
@@ -25,10 +26,10 @@ from datetime import date, datetime, timedelta, timezone
 
 from tidemark import availability_notice, layout, storage
 from tidemark.durations import format_duration
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.notices.outbox import Outbox
 from tidemark.times import parse_iso
-from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -55,8 +56,9 @@ class CadencePolicy:
         """The partition's date ended more than late_horizon before the partition's watermark."""
         if self.late_horizon is None:
             return False
-        day_end = datetime.combine(date.fromisoformat(partition["event_date"]) + timedelta(days=1),
-                                   datetime.min.time(), tzinfo=timezone.utc)
+        day_end = datetime.combine(
+            date.fromisoformat(partition["event_date"]) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc
+        )
         return parse_iso(partition["watermark"]) - day_end > self.late_horizon
 
     def route(self, partition: dict) -> tuple[str, timedelta | None]:
@@ -68,9 +70,11 @@ class CadencePolicy:
         return PARTITION, None
 
     def describe(self) -> dict:
-        return {"notice_coalesce": format_duration(self.coalesce) if self.coalesce else "off",
-                "notice_late_horizon": format_duration(self.late_horizon) if self.late_horizon else "off",
-                "notice_digest_interval": format_duration(self.digest_interval)}
+        return {
+            "notice_coalesce": format_duration(self.coalesce) if self.coalesce else "off",
+            "notice_late_horizon": format_duration(self.late_horizon) if self.late_horizon else "off",
+            "notice_digest_interval": format_duration(self.digest_interval),
+        }
 
 
 def window_start(receipt_ts: str, window: timedelta) -> datetime:
@@ -115,10 +119,14 @@ class PendingGroups:
         group_id = f"{event_date}_{kind}_{layout.format_receipt_ts(start)}_{seconds}s"
         with self.lock:
             group = self.groups.get(group_id) or {
-                "group_id": group_id, "event_date": event_date, "kind": kind,
+                "group_id": group_id,
+                "event_date": event_date,
+                "kind": kind,
                 "window_start": layout.format_receipt_ts(start),
                 "window_end": layout.format_receipt_ts(start + timedelta(seconds=seconds)),
-                "open": [], "closed": []}
+                "open": [],
+                "closed": [],
+            }
             seen = {p["receipt_ts"] for p in group["open"]}
             seen.update(r for c in group["closed"] for r in c["receipt_ts_list"])
             if receipt_ts in seen:
@@ -126,14 +134,23 @@ class PendingGroups:
             group["open"].append(dict(partition))
             storage.write_json_atomic(self._path(group_id), group)
             self.groups[group_id] = group
-        log.info("partition waiting for a coalesced notice", event_date=event_date,
-                 receipt_ts=receipt_ts, kind=kind, group=group_id, window_end=group["window_end"])
+        log.info(
+            "partition waiting for a coalesced notice",
+            event_date=event_date,
+            receipt_ts=receipt_ts,
+            kind=kind,
+            group=group_id,
+            window_end=group["window_end"],
+        )
         return True
 
     def due(self, now: datetime, everything: bool = False) -> list[str]:
         with self.lock:
-            return sorted(gid for gid, g in self.groups.items() if g["open"] and (
-                everything or layout.parse_receipt_ts(g["window_end"]) <= now))
+            return sorted(
+                gid
+                for gid, g in self.groups.items()
+                if g["open"] and (everything or layout.parse_receipt_ts(g["window_end"]) <= now)
+            )
 
     def close(self, group_id: str) -> dict | None:
         """Record the group's notice in the outbox, then remember what it advertised.
@@ -146,9 +163,13 @@ class PendingGroups:
                 return None
             body = availability_notice.build(self.dataset, group["open"], group["kind"])
             self.outbox.record(body)
-            group["closed"].append({"notice_id": body["notice_id"],
-                                    "receipt_ts_list": body["receipt_ts_list"],
-                                    "max_batch_id": body["batch_id"]})
+            group["closed"].append(
+                {
+                    "notice_id": body["notice_id"],
+                    "receipt_ts_list": body["receipt_ts_list"],
+                    "max_batch_id": body["batch_id"],
+                }
+            )
             group["open"] = []
             storage.write_json_atomic(self._path(group_id), group)
             return body

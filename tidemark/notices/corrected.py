@@ -15,15 +15,17 @@ The notice_id is a hash of (dataset, event_date, version): recording a version a
 commit, the safety net, a rerun that finds the version already current) finds it known and writes
 nothing, so each published version has exactly one entry and one notice.
 """
+
 from __future__ import annotations
 
 import os
 
-from tidemark import corrected_notice, layout, names, publish, table as iceberg
+from tidemark import corrected_notice, layout, names, publish
+from tidemark import table as iceberg
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.notices.drain import drain
 from tidemark.notices.outbox import Outbox
-from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -51,8 +53,9 @@ def _sessions_at(tbl, event_date: str, snapshot_id: int):
     """The date's sessions (_DIFF_COLUMNS) at a snapshot, as an Arrow table."""
     from pyiceberg.expressions import EqualTo
 
-    return tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), selected_fields=_DIFF_COLUMNS,
-                    snapshot_id=snapshot_id).to_arrow()
+    return tbl.scan(
+        row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), selected_fields=_DIFF_COLUMNS, snapshot_id=snapshot_id
+    ).to_arrow()
 
 
 def session_changes(old, new) -> dict:
@@ -66,12 +69,18 @@ def session_changes(old, new) -> dict:
     old = old.select(list(_DIFF_COLUMNS))
     new = new.select(list(_DIFF_COLUMNS))
     both = new.join(old, keys="session_id", join_type="inner", left_suffix="_new", right_suffix="_old")
-    same = pc.and_kleene(pc.equal(both["session_end_new"], both["session_end_old"]),
-                         pc.equal(both["event_count_new"], both["event_count_old"]))
+    same = pc.and_kleene(
+        pc.equal(both["session_end_new"], both["session_end_old"]),
+        pc.equal(both["event_count_new"], both["event_count_old"]),
+    )
     unchanged = pc.sum(pc.fill_null(same, False).cast("int64")).as_py() or 0
     common = both.num_rows
-    return {"sessions_added": new.num_rows - common, "sessions_removed": old.num_rows - common,
-            "sessions_changed": common - unchanged, "sessions_unchanged": unchanged}
+    return {
+        "sessions_added": new.num_rows - common,
+        "sessions_removed": old.num_rows - common,
+        "sessions_changed": common - unchanged,
+        "sessions_unchanged": unchanged,
+    }
 
 
 def _snapshot_of(tbl, event_date: str, key: str, value: str) -> int | None:
@@ -95,13 +104,21 @@ def build_for(lake: Lake, tbl, version: dict) -> dict:
         if previous_snapshot is not None:
             counts = session_changes(_sessions_at(tbl, event_date, previous_snapshot), new)
     return corrected_notice.build(
-        names.get("DATASET"), event_date, version["version"], previous,
-        corrected_notice.change_of(previous, counts), rows=new.num_rows,
-        table={"identifier": iceberg.identifier(), "location": iceberg.table_location(lake),
-               "snapshot_id": int(snapshot_id)},
+        names.get("DATASET"),
+        event_date,
+        version["version"],
+        previous,
+        corrected_notice.change_of(previous, counts),
+        rows=new.num_rows,
+        table={
+            "identifier": iceberg.identifier(),
+            "location": iceberg.table_location(lake),
+            "snapshot_id": int(snapshot_id),
+        },
         path=iceberg._uri(lake.run_dir(event_date, version["run_id"])),
         affected_dates=[d for d in version.get("affected_dates", []) if d != event_date],
-        committed_at=version["committed_at"])
+        committed_at=version["committed_at"],
+    )
 
 
 def record(lake: Lake, version: dict, tbl=None) -> dict | None:
@@ -109,8 +126,12 @@ def record(lake: Lake, version: dict, tbl=None) -> dict | None:
     box = outbox(lake)
     notice_id = corrected_notice.notice_id(names.get("DATASET"), version["event_date"], version["version"])
     if box.is_known(notice_id):
-        log.info("corrected notice already recorded", event_date=version["event_date"],
-                 version=version["version"], notice_id=notice_id)
+        log.info(
+            "corrected notice already recorded",
+            event_date=version["event_date"],
+            version=version["version"],
+            notice_id=notice_id,
+        )
         return None
     body = build_for(lake, tbl if tbl is not None else iceberg.load(lake), version)
     return body if box.record(body) else None
@@ -132,12 +153,14 @@ def record_after_commit(lake: Lake, version: dict) -> None:
     try:
         record(lake, version)
     except Exception:  # noqa: BLE001 - the version is committed; the notice is recorded later
-        log.exception("corrected notice not recorded after the commit (the DAG's notify task records it)",
-                      event_date=version.get("event_date"), version=version.get("version"))
+        log.exception(
+            "corrected notice not recorded after the commit (the DAG's notify task records it)",
+            event_date=version.get("event_date"),
+            version=version.get("version"),
+        )
 
 
-def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None,
-                 backoff_max: float = 15.0) -> int:
+def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None, backoff_max: float = 15.0) -> int:
     """Send every owed corrected notice; retry while Pub/Sub is unreachable, for at most `timeout`
     seconds. Returns how many are still owed."""
     from tidemark.notices.sender import PubSubSender
@@ -164,11 +187,16 @@ def notify(lake: Lake, event_date: str, timeout: float = 120.0) -> dict:
     topic_path = configured_topic()
     if topic_path is None:
         owed = len(outbox(lake).owed())
-        log.warning("no corrected topic configured (TIDEMARK_CORRECTED_TOPIC_PATH): notices stay owed",
-                    event_date=event_date, owed=owed)
+        log.warning(
+            "no corrected topic configured (TIDEMARK_CORRECTED_TOPIC_PATH): notices stay owed",
+            event_date=event_date,
+            owed=owed,
+        )
         return {"recorded": recorded is not None, "owed": owed, "topic": None}
     left = send_owed(lake, topic_path, timeout=timeout)
     if left:
-        raise NoticesOwed(f"{left} corrected notice(s) still owed after {timeout:.0f}s: Pub/Sub unreachable "
-                          f"({topic_path}); they stay in {outbox(lake).folder('outbox')}")
+        raise NoticesOwed(
+            f"{left} corrected notice(s) still owed after {timeout:.0f}s: Pub/Sub unreachable "
+            f"({topic_path}); they stay in {outbox(lake).folder('outbox')}"
+        )
     return {"recorded": recorded is not None, "owed": 0, "topic": topic_path}

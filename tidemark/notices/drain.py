@@ -5,6 +5,7 @@ own retry loop keeps going while the stream runs); the corrected notices are dra
 by whoever published a version (the dedup DAG's task, `tidemark demo`, a test). An entry is marked
 sent only after Pub/Sub acknowledged it; what is not acknowledged stays owed in the lake.
 """
+
 from __future__ import annotations
 
 import time
@@ -44,10 +45,15 @@ def send(outbox: Outbox, sender, entries: list[dict]) -> tuple[list[dict], list[
             message_id, published_at = result
             outbox.mark_sent(entry, str(message_id), published_at)
             sent.append(entry)
-            log.info("notice sent", notice_id=body["notice_id"], channel=outbox.channel,
-                     topic=getattr(sender, "topic", None), message_id=str(message_id),
-                     owed_for_s=_seconds_since(entry.get("recorded_at")),
-                     **{k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body})
+            log.info(
+                "notice sent",
+                notice_id=body["notice_id"],
+                channel=outbox.channel,
+                topic=getattr(sender, "topic", None),
+                message_id=str(message_id),
+                owed_for_s=_seconds_since(entry.get("recorded_at")),
+                **{k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body},
+            )
         else:
             failed.append((body["notice_id"], result))
     return sent, failed
@@ -55,12 +61,14 @@ def send(outbox: Outbox, sender, entries: list[dict]) -> tuple[list[dict], list[
 
 def raise_failed(failed: list[tuple[str, object]]) -> None:
     if failed:
-        raise SendFailed(f"{len(failed)} notice(s) not acknowledged, first: "
-                            f"{type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}")
+        raise SendFailed(
+            f"{len(failed)} notice(s) not acknowledged, first: {type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}"
+        )
 
 
-def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float = 0.5,
-          backoff_max: float = 15.0) -> int:
+def drain(
+    outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float = 0.5, backoff_max: float = 15.0
+) -> int:
     """Publish every owed entry of the outbox, retrying (jittered exponential backoff, tenacity)
     while Pub/Sub is unreachable, for at most `timeout` seconds. Returns how many stay owed (0 when
     all went out); what stays is sent by the next drain."""
@@ -76,20 +84,34 @@ def drain(outbox: Outbox, sender, timeout: float = 120.0, backoff_initial: float
         raise_failed(failed)
 
     def log_retry(state) -> None:
-        log.warning("Pub/Sub unreachable, notices stay owed", channel=outbox.channel, lake=outbox.lake,
-                    attempt=state.attempt_number,
-                    retry_in_s=round(state.next_action.sleep, 2) if state.next_action else None,
-                    error=str(state.outcome.exception())[:300])
+        log.warning(
+            "Pub/Sub unreachable, notices stay owed",
+            channel=outbox.channel,
+            lake=outbox.lake,
+            attempt=state.attempt_number,
+            retry_in_s=round(state.next_action.sleep, 2) if state.next_action else None,
+            error=str(state.outcome.exception())[:300],
+        )
 
     try:
-        for attempt in Retrying(retry=retry_if_exception_type(SendFailed),
-                                wait=wait_exponential_jitter(initial=backoff_initial, max=backoff_max),
-                                stop=stop_after_delay(timeout), before_sleep=log_retry, reraise=False):
+        for attempt in Retrying(
+            retry=retry_if_exception_type(SendFailed),
+            wait=wait_exponential_jitter(initial=backoff_initial, max=backoff_max),
+            stop=stop_after_delay(timeout),
+            before_sleep=log_retry,
+            reraise=False,
+        ):
             with attempt:
                 one_round()
     except RetryError:
         pass
     left = len(outbox.owed())
-    log.info("notices drained", channel=outbox.channel, topic=getattr(sender, "topic", None),
-             sent=sent_count, still_owed=left, seconds=round(time.monotonic() - began, 2))
+    log.info(
+        "notices drained",
+        channel=outbox.channel,
+        topic=getattr(sender, "topic", None),
+        sent=sent_count,
+        still_owed=left,
+        seconds=round(time.monotonic() - began, 2),
+    )
     return left

@@ -14,14 +14,15 @@ tidemark.availability_notice, folders _notices/outbox|sent), `Outbox(lake, corre
 corrected notices' (_notices/corrected/outbox|sent). A codec is a module with validate(body) and
 attributes(body); its bodies carry a notice_id.
 """
+
 from __future__ import annotations
 
 import re
 
 from tidemark import availability_notice, layout, storage
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.times import now_iso_z
-from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -73,8 +74,10 @@ class Outbox:
             return False
         # Two processes recording one notice at once both write the same file name (the notice_id):
         # still one entry, whichever write lands last.
-        storage.write_json_atomic(self.path("outbox", notice_id), {
-            "notice": body, "attributes": self.codec.attributes(body), "recorded_at": now_iso_z()})
+        storage.write_json_atomic(
+            self.path("outbox", notice_id),
+            {"notice": body, "attributes": self.codec.attributes(body), "recorded_at": now_iso_z()},
+        )
         log.info("notice recorded", notice_id=notice_id, channel=self.channel, **_describe(body))
         return True
 
@@ -83,8 +86,9 @@ class Outbox:
 
     def mark_sent(self, entry: dict, message_id: str, published_at: str) -> None:
         notice_id = entry["notice"]["notice_id"]
-        storage.write_json_atomic(self.path("sent", notice_id),
-                                  {**entry, "message_id": message_id, "published_at": published_at})
+        storage.write_json_atomic(
+            self.path("sent", notice_id), {**entry, "message_id": message_id, "published_at": published_at}
+        )
         storage.delete_file(self.path("outbox", notice_id))
 
     def _entries(self, which: str) -> list[tuple[str, dict]]:
@@ -109,5 +113,7 @@ class Outbox:
         return sorted(out, key=lambda e: (e.get("recorded_at", ""), e["notice"]["notice_id"]))
 
     def sent(self) -> list[dict]:
-        return sorted((entry for _, entry in self._entries("sent")),
-                      key=lambda e: (e.get("published_at", ""), e["notice"]["notice_id"]))
+        return sorted(
+            (entry for _, entry in self._entries("sent")),
+            key=lambda e: (e.get("published_at", ""), e["notice"]["notice_id"]),
+        )

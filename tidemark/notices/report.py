@@ -4,22 +4,31 @@ corrected notices' sent and owed entries (corrected_status).
 Read from the lake only (_notices/ and the receipt markers): works while the stream runs, after
 it stopped, and from another machine.
 """
+
 from __future__ import annotations
 
 from tidemark import availability_notice, receipts
+from tidemark.lake import Lake
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
-from tidemark.lake import Lake
 
 
 def _row(entry: dict, state: str) -> dict:
     body = entry["notice"]
-    return {"state": state, "notice_id": body["notice_id"], "kind": body.get("kind", "partition"),
-            "event_date": body["event_date"], "receipt_ts": body["receipt_ts"],
-            "partitions": len(body.get("receipt_ts_list", [body["receipt_ts"]])),
-            "rows": body["rows"], "events": body["events"], "late": body["late"],
-            "recorded_at": entry.get("recorded_at", ""), "published_at": entry.get("published_at", ""),
-            "message_id": entry.get("message_id", "")}
+    return {
+        "state": state,
+        "notice_id": body["notice_id"],
+        "kind": body.get("kind", "partition"),
+        "event_date": body["event_date"],
+        "receipt_ts": body["receipt_ts"],
+        "partitions": len(body.get("receipt_ts_list", [body["receipt_ts"]])),
+        "rows": body["rows"],
+        "events": body["events"],
+        "late": body["late"],
+        "recorded_at": entry.get("recorded_at", ""),
+        "published_at": entry.get("published_at", ""),
+        "message_id": entry.get("message_id", ""),
+    }
 
 
 def notices_status(lake: Lake, dataset: str = "sessions") -> dict:
@@ -27,24 +36,46 @@ def notices_status(lake: Lake, dataset: str = "sessions") -> dict:
     outbox = Outbox(lake)
     groups = PendingGroups(lake, dataset, outbox)
     groups.load()
-    waiting = [{"state": "waiting", "notice_id": "", "kind": g["kind"], "event_date": g["event_date"],
-                "receipt_ts": max(p["receipt_ts"] for p in g["open"]), "partitions": len(g["open"]),
-                "rows": sum(p["rows"] for p in g["open"]), "events": sum(p["events"] for p in g["open"]),
-                "late": any(p["late"] for p in g["open"]), "recorded_at": "", "published_at": "",
-                "message_id": "", "due_at": g["window_end"]}
-               for g in groups.waiting()]
-    return {"sent": [_row(e, "sent") for e in outbox.sent()],
-            "owed": [_row(e, "owed") for e in outbox.owed()],
-            "waiting": waiting}
+    waiting = [
+        {
+            "state": "waiting",
+            "notice_id": "",
+            "kind": g["kind"],
+            "event_date": g["event_date"],
+            "receipt_ts": max(p["receipt_ts"] for p in g["open"]),
+            "partitions": len(g["open"]),
+            "rows": sum(p["rows"] for p in g["open"]),
+            "events": sum(p["events"] for p in g["open"]),
+            "late": any(p["late"] for p in g["open"]),
+            "recorded_at": "",
+            "published_at": "",
+            "message_id": "",
+            "due_at": g["window_end"],
+        }
+        for g in groups.waiting()
+    ]
+    return {
+        "sent": [_row(e, "sent") for e in outbox.sent()],
+        "owed": [_row(e, "owed") for e in outbox.owed()],
+        "waiting": waiting,
+    }
 
 
 def _corrected_row(entry: dict, state: str) -> dict:
     body = entry["notice"]
-    return {"state": state, "notice_id": body["notice_id"], "event_date": body["event_date"],
-            "version": body["version"], "previous_version": body["previous_version"], "change": body["change"],
-            "rows": body["rows"], "snapshot_id": body["table"]["snapshot_id"],
-            "recorded_at": entry.get("recorded_at", ""), "published_at": entry.get("published_at", ""),
-            "message_id": entry.get("message_id", "")}
+    return {
+        "state": state,
+        "notice_id": body["notice_id"],
+        "event_date": body["event_date"],
+        "version": body["version"],
+        "previous_version": body["previous_version"],
+        "change": body["change"],
+        "rows": body["rows"],
+        "snapshot_id": body["table"]["snapshot_id"],
+        "recorded_at": entry.get("recorded_at", ""),
+        "published_at": entry.get("published_at", ""),
+        "message_id": entry.get("message_id", ""),
+    }
 
 
 def corrected_status(lake: Lake) -> dict:
@@ -53,9 +84,14 @@ def corrected_status(lake: Lake) -> dict:
     from tidemark.notices import corrected  # pyiceberg: only when corrected notices are asked for
 
     outbox = corrected.outbox(lake)
-    order = (lambda r: (r["event_date"], r["version"]))
-    return {"sent": sorted((_corrected_row(e, "sent") for e in outbox.sent()), key=order),
-            "owed": sorted((_corrected_row(e, "owed") for e in outbox.owed()), key=order)}
+
+    def order(r):
+        return (r["event_date"], r["version"])
+
+    return {
+        "sent": sorted((_corrected_row(e, "sent") for e in outbox.sent()), key=order),
+        "owed": sorted((_corrected_row(e, "owed") for e in outbox.owed()), key=order),
+    }
 
 
 def covered_partitions(lake: Lake, dataset: str = "sessions") -> dict[tuple[str, str], str]:
@@ -78,8 +114,12 @@ def covered_partitions(lake: Lake, dataset: str = "sessions") -> dict[tuple[str,
 def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[str, str]]:
     """Complete receipt partitions that no notice (sent, owed or waiting) covers."""
     covered = covered_partitions(lake, dataset)
-    return [(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)
-            if (d, r) not in covered]
+    return [
+        (d, r)
+        for d in receipts.list_event_dates(lake)
+        for r in receipts.list_receipts(lake, d)
+        if (d, r) not in covered
+    ]
 
 
 def backfill(lake: Lake, dataset: str = "sessions") -> list[dict]:

@@ -5,6 +5,7 @@ credentials); otherwise to GCP with Application Default Credentials. The client'
 bounded (send_timeout) so that an outage surfaces as a failed future; the caller (service.py)
 backs off and tries again, forever, with the notices still safe in the outbox.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,9 +20,11 @@ def check_topic(topic: str) -> str:
     """projects/P/topics/T, with GCP's rules for P and T; refuse anything else."""
     text = str(topic)
     if not _TOPIC.match(text) or text.split("/")[-1].lower().startswith("goog"):
-        raise ValueError(f"invalid topic {text[:120]!r}: expected projects/PROJECT/topics/TOPIC "
-                         "(project id 6-30 lowercase letters, digits, '-'; topic 3-255 characters "
-                         "starting with a letter)")
+        raise ValueError(
+            f"invalid topic {text[:120]!r}: expected projects/PROJECT/topics/TOPIC "
+            "(project id 6-30 lowercase letters, digits, '-'; topic 3-255 characters "
+            "starting with a letter)"
+        )
     return text
 
 
@@ -31,8 +34,14 @@ class PubSubSender:
     `codec`: the notice module whose encode(body) and attributes(body) make the message
     (tidemark.availability_notice for the availability topic, tidemark.corrected_notice for the corrected one)."""
 
-    def __init__(self, topic: str, send_timeout: float = 10.0, max_messages: int = 100,
-                 max_latency: float = 0.05, codec=availability_notice):
+    def __init__(
+        self,
+        topic: str,
+        send_timeout: float = 10.0,
+        max_messages: int = 100,
+        max_latency: float = 0.05,
+        codec=availability_notice,
+    ):
         self.topic = check_topic(topic)
         self.codec = codec
         self.send_timeout = send_timeout
@@ -49,11 +58,14 @@ class PubSubSender:
         # consumers order by receipt_ts, and ordering would stall a key on one failed publish.
         return pubsub_v1.PublisherClient(
             batch_settings=pubsub_v1.types.BatchSettings(
-                max_messages=self.max_messages, max_bytes=1_000_000, max_latency=self.max_latency),
+                max_messages=self.max_messages, max_bytes=1_000_000, max_latency=self.max_latency
+            ),
             publisher_options=pubsub_v1.types.PublisherOptions(
                 enable_message_ordering=False,
                 retry=Retry(initial=0.25, maximum=2.0, multiplier=2.0, timeout=self.send_timeout),
-                timeout=self.send_timeout))
+                timeout=self.send_timeout,
+            ),
+        )
 
     @property
     def client(self):
@@ -68,8 +80,10 @@ class PubSubSender:
             body = dict(entry["notice"])
             body["published_at"] = now_iso_z()
             try:
-                futures[body["notice_id"]] = (body["published_at"], self.client.publish(
-                    self.topic, self.codec.encode(body), **self.codec.attributes(body)))
+                futures[body["notice_id"]] = (
+                    body["published_at"],
+                    self.client.publish(self.topic, self.codec.encode(body), **self.codec.attributes(body)),
+                )
             except Exception as exc:  # noqa: BLE001 - reported per notice, retried by the caller
                 futures[body["notice_id"]] = (None, exc)
         results = {}

@@ -9,22 +9,23 @@ Pub/Sub. The thread closes coalescing groups when their window ends and publishe
 when Pub/Sub is unreachable it backs off exponentially (tenacity) and keeps trying while the
 stream keeps writing. start() first publishes whatever an earlier run left owed.
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Callable
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from tidemark import availability_notice, names
+from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
 from tidemark.notices.drain import SendFailed, raise_failed, send
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.sender import PubSubSender
-from tidemark.lake import Lake
 
 log = get_logger("notices")
 
@@ -34,10 +35,19 @@ def _partition_dict(partition) -> dict:
 
 
 class NoticeService:
-    def __init__(self, lake: Lake, topic: str | None = None, dataset: str | None = None,
-                 policy: CadencePolicy | None = None, sender=None, tick: float = 1.0,
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0,
-                 clock: Callable[[], datetime] | None = None, close_groups: bool = True):
+    def __init__(
+        self,
+        lake: Lake,
+        topic: str | None = None,
+        dataset: str | None = None,
+        policy: CadencePolicy | None = None,
+        sender=None,
+        tick: float = 1.0,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        clock: Callable[[], datetime] | None = None,
+        close_groups: bool = True,
+    ):
         if sender is None and topic is None:
             raise ValueError("NoticeService needs a topic or a sender")
         self.lake = lake
@@ -66,15 +76,21 @@ class NoticeService:
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> "NoticeService":
+    def start(self) -> NoticeService:
         """Load what an earlier run left (pending groups, owed notices) and start publishing."""
         self.groups.load()
         owed = self.outbox.owed()
         with self._lock:
             for entry in owed:
                 self._owed[entry["notice"]["notice_id"]] = entry
-        log.info("notice service starting", lake=self.lake, topic=getattr(self.sender, "topic", None),
-                 owed=len(owed), waiting_groups=len(self.groups.waiting()), **self.policy.describe())
+        log.info(
+            "notice service starting",
+            lake=self.lake,
+            topic=getattr(self.sender, "topic", None),
+            owed=len(owed),
+            waiting_groups=len(self.groups.waiting()),
+            **self.policy.describe(),
+        )
         self._thread = threading.Thread(target=self._run, name="tidemark-notices", daemon=True)
         self._thread.start()
         return self
@@ -89,12 +105,18 @@ class NoticeService:
         self._interrupt.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout + self.sender.send_timeout + 15
-                              if hasattr(self.sender, "send_timeout") else timeout + 15)
+            self._thread.join(
+                timeout + self.sender.send_timeout + 15 if hasattr(self.sender, "send_timeout") else timeout + 15
+            )
         self.sender.close()
         left = self.owed_count()
-        log.info("notice service stopped", lake=self.lake, sent=self.sent, still_owed=left,
-                 waiting_groups=len(self.groups.waiting()))
+        log.info(
+            "notice service stopped",
+            lake=self.lake,
+            sent=self.sent,
+            still_owed=left,
+            waiting_groups=len(self.groups.waiting()),
+        )
         return left
 
     def owed_count(self) -> int:
@@ -140,10 +162,13 @@ class NoticeService:
         while True:
             try:
                 for attempt in Retrying(
-                        retry=retry_if_exception_type(SendFailed),
-                        wait=wait_exponential_jitter(initial=self.backoff_initial, max=self.backoff_max),
-                        stop=self._give_up, sleep=self._sleep, reraise=False,
-                        before_sleep=self._log_retry):
+                    retry=retry_if_exception_type(SendFailed),
+                    wait=wait_exponential_jitter(initial=self.backoff_initial, max=self.backoff_max),
+                    stop=self._give_up,
+                    sleep=self._sleep,
+                    reraise=False,
+                    before_sleep=self._log_retry,
+                ):
                     with attempt:
                         self._round()
             except RetryError:
@@ -157,8 +182,7 @@ class NoticeService:
             self._wake.clear()
 
     def idle_after_flush(self) -> bool:
-        return self.owed_count() == 0 and (
-            not (self._flush_groups and self.close_groups) or not self.groups.waiting())
+        return self.owed_count() == 0 and (not (self._flush_groups and self.close_groups) or not self.groups.waiting())
 
     def _round(self) -> None:
         everything = self._stopping.is_set() and self._flush_groups
@@ -194,7 +218,11 @@ class NoticeService:
         self._interrupt.clear()
 
     def _log_retry(self, retry_state) -> None:
-        log.warning("Pub/Sub unreachable, notices stay owed", lake=self.lake, owed=self.owed_count(),
-                    attempt=retry_state.attempt_number,
-                    retry_in_s=round(retry_state.next_action.sleep, 2) if retry_state.next_action else None,
-                    error=str(retry_state.outcome.exception())[:300])
+        log.warning(
+            "Pub/Sub unreachable, notices stay owed",
+            lake=self.lake,
+            owed=self.owed_count(),
+            attempt=retry_state.attempt_number,
+            retry_in_s=round(retry_state.next_action.sleep, 2) if retry_state.next_action else None,
+            error=str(retry_state.outcome.exception())[:300],
+        )
