@@ -159,8 +159,9 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
                 data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
     current_runs = {
-        run_folder(event_date, publish._record(tbl, event_date)["run_id"])
+        run_folder(event_date, record["run_id"])
         for event_date in publish.dates_with_version(tbl)
+        if (record := publish.current_record(tbl, event_date)) is not None
     }
     root = lake.dedup_root()
     removed = []

@@ -152,7 +152,7 @@ def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None
     import pyarrow.parquet as pq
 
     receipt_ts = _free_receipt_ts(lake)
-    rows = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
+    rows: dict[str, list] = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
     records = []
     for replaced in found.replaced:
         data = landing.read_file(landing_uri, replaced.path)

@@ -119,6 +119,7 @@ def parse_record(doc: object, where: str = "rules record") -> Recorded:
         first = errors[0]
         field = "/".join(str(p) for p in first.path) or "(top level)"
         raise InvalidRulesRecord(f"{where}: {field}: {first.message}")
+    assert isinstance(doc, dict)  # the schema's top level is an object
     try:
         rules = SessionRules.from_micros(doc["rules_us"])
     except ValueError as exc:

@@ -91,7 +91,8 @@ def notices_sent(lake: Lake) -> tuple[bool, str, list[dict]]:
     """(all advertised, status, the sent notices)."""
     from tidemark import receipts
 
-    sent, owed, unadvertised = [], 0, 0
+    sent: list[dict] = []
+    owed, unadvertised = 0, 0
     for event_date in receipts.list_event_dates(lake):
         entries = inspect.notices_of(lake, event_date)
         covered = {
