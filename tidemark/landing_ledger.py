@@ -218,10 +218,10 @@ def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None
             "batch_id": pa.array(rows["batch_id"], pa.int64()),
         }
     )
-    fs, path = storage.resolve(folder)
+    fs, path = lake.locate(folder)
     fs.create_dir(path, recursive=True)
     pq.write_table(table, f"{path}/part-00000-replaced.parquet", filesystem=fs)
-    storage.write_json_atomic(
+    lake.write_json_atomic(
         layout.join(folder, QUARANTINE_MARKER), {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])}
     )
     record_batch(lake, receipt_ts, None, records, source="audit")

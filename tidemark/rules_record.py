@@ -37,7 +37,6 @@ from importlib import resources
 
 import jsonschema
 
-from tidemark import storage
 from tidemark.durations import format_duration
 from tidemark.lake import Lake
 from tidemark.logs import get_logger
@@ -149,7 +148,7 @@ def _sequences(lake: Lake) -> list[int]:
 def _read(lake: Lake, sequence: int) -> Recorded:
     path = lake.rules_record(sequence)
     try:
-        doc = storage.read_json(path)
+        doc = lake.read_json(path)
     except ValueError as exc:  # not JSON
         raise InvalidRulesRecord(f"{path}: {exc}") from None
     if doc is None:
@@ -293,7 +292,7 @@ def _create(lake: Lake, record: Recorded) -> Recorded:
     """Write record number `record.sequence` unless it exists; returns the record that is there."""
     path = lake.rules_record(record.sequence)
     text = json.dumps(record.to_json(), sort_keys=True, indent=1) + "\n"
-    if storage.create_text_if_absent(path, text):
+    if lake.create_text_if_absent(path, text):
         log.info(
             "session rules recorded",
             lake=lake,
