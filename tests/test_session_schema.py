@@ -305,10 +305,10 @@ def test_panes_written_before_the_column_are_read_with_it(tmp_path):
     assert any(r["event_type_count"] > 1 for r in panes.to_pylist())  # the count is not the trivial 1
     alone = reader.read_panes(lake, day, columns=["session_id", "event_type_count"])
     assert alone.column_names == ["session_id", "event_type_count", "receipt_ts"]
-    count = lambda table: sorted(
-        (r["receipt_ts"], r["session_id"], r["event_type_count"])  # noqa: E731
-        for r in table.to_pylist()
-    )
+
+    def count(table):
+        return sorted((r["receipt_ts"], r["session_id"], r["event_type_count"]) for r in table.to_pylist())
+
     assert count(alone) == count(panes)
 
 
