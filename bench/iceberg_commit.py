@@ -68,6 +68,7 @@ def _template(sessions: int, receipts: list[str]):
                 "session_start": pa.array(starts, pa.timestamp("us", tz="UTC")),
                 "session_end": pa.array([s + timedelta(minutes=9) for s in starts], pa.timestamp("us", tz="UTC")),
                 "event_count": pa.array([4] * sessions, pa.int64()),
+                "event_type_count": pa.array([1] * sessions, pa.int32()),  # every event below is a "play"
                 "event_ids": [[f"e{i}-{k}" for k in range(4)] for i in range(sessions)],
                 "events": [
                     [

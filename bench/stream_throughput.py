@@ -27,6 +27,8 @@ import sys
 import threading
 import time
 
+import psutil
+
 import bench
 from tidemark import generate
 from tidemark.logs import read_log_lines
@@ -53,13 +55,16 @@ def load() -> str:
 
 
 class Sampler(threading.Thread):
-    """Samples the RSS of a process tree every `interval` seconds (peak + series)."""
+    """Samples the RSS of a process tree every `interval` seconds (peak + series), and its CPU
+    seconds (user + system of every process seen in the tree, the last reading of each: a process
+    that ends between two samples loses at most `interval` of its CPU)."""
 
     def __init__(self, pid: int, interval: float = 0.5):
         super().__init__(daemon=True)
         self.pid, self.interval = pid, interval
         self.series: list[tuple[float, dict]] = []
         self.peak = {"jvm": 0, "python": 0, "total": 0}
+        self.cpu: dict[int, float] = {}
         self._halt = threading.Event()
 
     def run(self):
@@ -70,6 +75,12 @@ class Sampler(threading.Thread):
                 self.series.append((time.monotonic() - started, sample))
                 for k in self.peak:
                     self.peak[k] = max(self.peak[k], sample[k])
+            for pid in tree_pids(self.pid):
+                try:
+                    times = psutil.Process(pid).cpu_times()
+                except psutil.Error:
+                    continue
+                self.cpu[pid] = times.user + times.system
             self._halt.wait(self.interval)
 
     def stop(self):
@@ -106,6 +117,7 @@ def run_measured(
         "rc": rc,
         "wall": round(wall, 2),
         "peak": sampler.peak,
+        "cpu": round(sum(sampler.cpu.values()), 1),
         "series": sampler.series,
         "load_before": load_before,
         "load_after": load(),
@@ -180,6 +192,7 @@ def spark_job_profile(event_log_dir: str, top: int = 8) -> dict:
     """From a Spark event log: job seconds grouped by what the job's SQL execution does (the call
     site is useless here: jobs run from foreachBatch all show py4j's callback frame)."""
     starts, totals, labels = {}, {}, {}
+    task_ms = cpu_ns = 0
     paths = [
         os.path.join(folder, name)
         for folder, _, names in os.walk(event_log_dir)
@@ -199,6 +212,11 @@ def spark_job_profile(event_log_dir: str, top: int = 8) -> dict:
                     execution = props.get("spark.sql.execution.id")
                     site = labels.get(int(execution), "?") if execution is not None else "(no SQL execution)"
                     starts[event["Job ID"]] = (site, event["Submission Time"])
+                elif '"SparkListenerStageCompleted"' in head:
+                    info = json.loads(line)["Stage Info"]
+                    metrics = {a["Name"]: a.get("Value") for a in info.get("Accumulables", [])}
+                    task_ms += int(metrics.get("internal.metrics.executorRunTime") or 0)
+                    cpu_ns += int(metrics.get("internal.metrics.executorCpuTime") or 0)
                 elif '"SparkListenerJobEnd"' in head:
                     event = json.loads(line)
                     if event["Job ID"] not in starts:
@@ -210,6 +228,8 @@ def spark_job_profile(event_log_dir: str, top: int = 8) -> dict:
     return {
         "jobs": sum(c for c, _ in totals.values()),
         "job_seconds": round(sum(sec for _, sec in totals.values()), 1),
+        "task_seconds": round(task_ms / 1000, 1),
+        "task_cpu_seconds": round(cpu_ns / 1e9, 1),
         "top": [(site, count, round(seconds, 1)) for site, (count, seconds) in ranked[:top]],
     }
 
@@ -570,6 +590,7 @@ def main(argv=None) -> int:
         "events/s (in-job)",
         "vs floor (in-job)",
         "peak PSS MB (JVM+Py)",
+        "CPU s (tree)",
         "load before->after",
     ]
     results = []
@@ -626,6 +647,7 @@ def main(argv=None) -> int:
                 int(rate_job),
                 f"{rate_job / floor_rate:.2f}",
                 f"{mb(r['peak']['total'])} ({mb(r['peak']['jvm'])}+{mb(r['peak']['python'])})",
+                r.get("cpu", "-"),
                 f"{r['load_before']} -> {r['load_after']}",
             ]
         )
@@ -646,7 +668,9 @@ def main(argv=None) -> int:
             detail.append(
                 f"  - Spark event log: {prof['jobs']} Spark jobs, {prof['job_seconds']} s inside jobs, "
                 f"i.e. {round(sum(r['batch_seconds']) - prof['job_seconds'], 1)} s of the batches' time "
-                "outside any Spark job (driver: planning, py4j, listing, markers; jobs can also overlap)"
+                "outside any Spark job (driver: planning, py4j, listing, markers; jobs can also overlap); "
+                f"tasks ran {prof['task_seconds']} s in all, {prof['task_cpu_seconds']} s of it on a JVM "
+                "task thread's CPU (the Python workers, Arrow writer threads, GC and JIT are not in it)"
             )
             detail.append(
                 "  - costliest jobs, by the first operator of their physical plan: "

@@ -9,8 +9,10 @@ Never pass a credential: nothing here can tell one apart.
 from __future__ import annotations
 
 import sys
+from typing import TextIO, cast
 
 import structlog
+from structlog.typing import Processor
 
 _SEVERITY = {
     "debug": "DEBUG",
@@ -37,7 +39,7 @@ class _Stdout:
         sys.stdout.flush()
 
 
-_PROCESSORS = [
+_PROCESSORS: list[Processor] = [
     structlog.contextvars.merge_contextvars,
     _severity,
     structlog.processors.TimeStamper(fmt="iso", utc=True, key="time"),
@@ -50,4 +52,6 @@ _PROCESSORS = [
 def get_logger(component: str):
     # Wrapped, not structlog.configure()d: global configuration would be shared with any other
     # structlog user in the process (tidemark's own logs, in tests and local runs).
-    return structlog.wrap_logger(structlog.PrintLogger(file=_Stdout()), processors=_PROCESSORS, component=component)
+    return structlog.wrap_logger(
+        structlog.PrintLogger(file=cast(TextIO, _Stdout())), processors=_PROCESSORS, component=component
+    )

@@ -2,7 +2,10 @@
 --
 -- Input: {sessionized} = sessionize.sql over dedup_events.sql's (or dedup_events_incremental.sql's)
 --   output.
--- Output: user_id, session_start, session_end, event_count, event_ids (sorted, one per event: an id
+-- Output: THE session schema's island columns (tidemark/session_schema.py ISLAND, checked by
+--   tests/test_session_schema.py) plus has_new and event_date:
+--   user_id, session_start, session_end, event_count, event_type_count (distinct event types of
+--   its events' kept copies), event_ids (sorted, one per event: an id
 --   sent at two timestamps is two events and appears twice), events (sorted by time),
 --   first_receipt_ts / last_receipt_ts (the earliest / latest of its events' first arrivals),
 --   has_new (the session holds an event the previous published version had not seen),
@@ -12,6 +15,9 @@ SELECT
   MIN(event_ts) AS session_start,
   MAX(event_ts) AS session_end,
   COUNT(*) AS event_count,
+  -- the size of a set, not COUNT(DISTINCT): a DISTINCT aggregate beside the others makes Spark
+  -- Expand the input; equal to session_schema's fill (distinct types of the events' kept copies)
+  size(collect_set(event_type)) AS event_type_count,
   -- sort_array, not array_sort: the same ascending order for arrays without nulls (collect_list
   -- drops nulls), but compared natively where array_sort calls its comparator lambda per pair
   -- (interpreted): ~3 s of the 1M-session dedup (BENCHMARKS.md section 4).

@@ -16,6 +16,8 @@ WITH sessions AS (
     MIN(event_ts) AS session_start,
     MAX(event_ts) AS session_end,
     COUNT(*) AS event_count,
+    -- size of a set: no DISTINCT aggregate (Spark plans those with an Expand of the input)
+    size(collect_set(event_type)) AS event_type_count,
     sort_array(collect_list(@event())) AS events,  -- not array_sort: see dedup_sessions.sql
     bool_or(is_new) AS has_new,
     bool_or(state_session_id IS NOT NULL) AS from_state,
@@ -53,6 +55,7 @@ SELECT
   session_start,
   session_end,
   event_count,
+  event_type_count,
   events,
   pane_kind,
   -- emit: new data arrived, or the watermark passed a session that has not been closed yet

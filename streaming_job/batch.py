@@ -18,7 +18,7 @@ import dedup_sql
 from streaming_job import pane_writer, parse
 from streaming_job.state import StateStore
 from streaming_job.state import watermark_text as state_watermark_text
-from tidemark import landing, landing_archive, landing_ledger, layout, receipt_index, receipts, storage
+from tidemark import landing, landing_archive, landing_ledger, layout, receipt_index, receipts, session_schema, storage
 from tidemark.contract import InputRules
 from tidemark.lake import QUARANTINE_MARKER, Lake
 from tidemark.logs import get_logger
@@ -275,14 +275,13 @@ class BatchProcessor:
 
     @staticmethod
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
+        # THE session schema's pane columns (tidemark/session_schema.py), event_ids from the events
+        session = [
+            F.transform("events", lambda e: e["event_id"]).alias("event_ids") if name == "event_ids" else name
+            for name in (c.name for c in session_schema.PANE_SESSION)
+        ]
         return result.where("emit").select(
-            "session_id",
-            "user_id",
-            "session_start",
-            "session_end",
-            "event_count",
-            F.transform("events", lambda e: e["event_id"]).alias("event_ids"),
-            "events",
+            *session,
             "pane_kind",
             (F.col("pane_count") + 1).alias("pane_index"),
             F.lit(batch_id).cast("bigint").alias("batch_id"),

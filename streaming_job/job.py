@@ -99,6 +99,26 @@ def source(spark, config: StreamConfig):
 NO_MAX_FILE_AGE = f"{2**63 - 1}ms"
 
 
+def stream_settings() -> dict[str, str]:
+    """Runtime SQL settings of the stream's session, set before the query starts (a streaming query
+    plans its micro-batches with a copy of the session's settings taken at its start).
+
+    The batch's checked lines and its sessions are cached (streaming_job/batch.py), each cache built
+    once and scanned two or three times within the batch. Spark's in-memory compression of those
+    columns (dictionary and run-length encodings, value by value) cost more CPU than the scans save:
+    uncompressed, a warm 3-batch run of 300k lines took 11.75 CPU s against 14.0 (median of two
+    interleaved rounds), and a cold million-line batch 31.6 s against 49.7 s in one pair of runs
+    under load (BENCHMARKS.md section 1). The caches live for one batch and fit the heap either way
+    (about 200 MB each for a million lines); Spark spills what does not fit.
+    """
+    return {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
+
+
+def tune_session(spark) -> None:
+    for key, value in stream_settings().items():
+        spark.conf.set(key, value)
+
+
 def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], None]] | None = None, spark=None) -> None:
     """Run until stopped (or, with available_now, until everything landed so far is processed).
 
@@ -118,6 +138,7 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
         rules = rules_record.ensure(config.lake, config.rules, "tidemark stream").rules
     receipt_index.start(config.lake)  # a new lake is indexed from its first partition on
     spark = spark or build_session("tidemark-stream", config.master)
+    tune_session(spark)
     if config.migrate_rules:
         rules = _migrate(config, spark)
     guard = _RulesGuard(config.lake, rules, config.rules_check_interval)

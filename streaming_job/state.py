@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
-from tidemark import layout, sql_rules, storage
+from tidemark import layout, session_schema, storage
 from tidemark.times import iso_from_micros
 
 STATE_MARKER = "_tidemark_state.json"
@@ -34,20 +34,10 @@ def watermark_text(watermark_us: int) -> str | None:
     return None if watermark_us <= NO_WATERMARK_US else iso_from_micros(watermark_us)
 
 
-STATE_SCHEMA = (
-    "session_id string, user_id string, session_start timestamp, session_end timestamp, "
-    f"event_count bigint, events {sql_rules.EVENTS_TYPE}, closed boolean, pane_count int"
-)
-STATE_COLUMNS = [
-    "session_id",
-    "user_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "events",
-    "closed",
-    "pane_count",
-]
+# THE session schema's state columns (tidemark/session_schema.py): the session's events and its
+# pane bookkeeping; what stream_panes.sql computes from the events (event_type_count) is not kept.
+STATE_SCHEMA = session_schema.STATE_DDL
+STATE_COLUMNS = list(session_schema.STATE_COLUMNS)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 never from another test module).
 
 Session sets: what the lake's current version of a date holds vs what the batch reference says it
-must hold, as comparable sets of (user_id, session_start, session_end, event_ids[, event_count]).
+must hold, as comparable sets of (user_id, session_start, session_end, event_ids[, event_count, event_type_count]).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> s
         return set()
     return {
         (r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]))
-        + ((r["event_count"],) if with_count else ())
+        + ((r["event_count"], r["event_type_count"]) if with_count else ())
         for r in table.to_pylist()
     }
 
@@ -65,7 +65,8 @@ def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> s
 def session_set(sessions, event_date: str, with_count: bool = False) -> set[tuple]:
     """Reference sessions (tidemark.batch_reference.Session) of one date, as lake_session_set gives them."""
     return {
-        (s.user_id, s.session_start, s.session_end, s.event_ids) + ((s.event_count,) if with_count else ())
+        (s.user_id, s.session_start, s.session_end, s.event_ids)
+        + ((s.event_count, s.event_type_count) if with_count else ())
         for s in sessions
         if s.event_date == event_date
     }

@@ -210,7 +210,7 @@ def published(lake: Lake, event_date: str) -> set[tuple]:
 
 
 def expected(events: list[tuple], event_date: str) -> set[tuple]:
-    return session_set(reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP), event_date, with_count=True)
+    return session_set(reference.sessionize(events, GAP), event_date, with_count=True)
 
 
 def converge(lake: Lake, spark, dates: set[str]) -> list[dict]:

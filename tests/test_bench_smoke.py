@@ -124,6 +124,7 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     assert rows[0][0].startswith("floor") and rows[1][0].startswith("tidemark")
     assert rows[0][1] == rows[1][1]  # same input lines
     assert all(float(r[header.index("events/s (in-job)")]) > 0 for r in rows)
+    assert all(float(r[header.index("CPU s (tree)")]) > 0 for r in rows)  # CPU beside wall: loaded machines
     # the stage ladder: the floor first (1.00x), every step of a batch, the whole batch last
     text = (tmp_path / "results" / "stream_throughput.md").read_text()
     ladder = [

@@ -57,9 +57,9 @@ def rows(lake: Lake, event_date: str) -> list[dict]:
 
 
 def expected(events, event_date: str, gap: timedelta) -> set[tuple]:
-    ref = reference.sessionize([(u, e, ts) for u, e, ts, _ in events], gap)
+    ref = reference.sessionize(events, gap)  # (user_id, event_id, event_ts, event_type)
     return {
-        (s.user_id, s.session_start, s.session_end, s.event_ids, s.event_count)
+        (s.user_id, s.session_start, s.session_end, s.event_ids, s.event_count, s.event_type_count)
         for s in ref
         if s.event_date == event_date
     }
@@ -67,7 +67,14 @@ def expected(events, event_date: str, gap: timedelta) -> set[tuple]:
 
 def keys(table_rows: list[dict]) -> set[tuple]:
     return {
-        (r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"])
+        (
+            r["user_id"],
+            r["session_start"],
+            r["session_end"],
+            frozenset(r["event_ids"]),
+            r["event_count"],
+            r["event_type_count"],
+        )
         for r in table_rows
     }
 

@@ -127,6 +127,13 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
     seen = [e for batch in cut[:2] for e in batch]
     table = reader.read_sessions(lake, day, as_of=v1.version)
     assert {
-        (r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"])
+        (
+            r["user_id"],
+            r["session_start"],
+            r["session_end"],
+            frozenset(r["event_ids"]),
+            r["event_count"],
+            r["event_type_count"],
+        )
         for r in table.to_pylist()
     } == expected(seen, day)

@@ -50,7 +50,14 @@ def lake(spark, tmp_path_factory):
 
 def keyset(table):
     return {
-        (r["user_id"], r["session_start"], r["session_end"], frozenset(r["event_ids"]), r["event_count"])
+        (
+            r["user_id"],
+            r["session_start"],
+            r["session_end"],
+            frozenset(r["event_ids"]),
+            r["event_count"],
+            r["event_type_count"],
+        )
         for r in table.to_pylist()
     }
 
@@ -153,7 +160,9 @@ def test_pyiceberg_alone_and_duckdb_read_exactly_what_tidemark_read_gives(lake, 
     from pyiceberg.catalog import load_catalog
 
     path, day = lake["path"], lake["day"]
-    want = {(u, _micros(s), _micros(e), tuple(sorted(ids)), n) for u, s, e, ids, n in expected(lake["events"], day)}
+    want = {
+        (u, _micros(s), _micros(e), tuple(sorted(ids)), n) for u, s, e, ids, n, _types in expected(lake["events"], day)
+    }
 
     assert cli.main(["read", "--lake", str(path), "--event-date", day, "--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

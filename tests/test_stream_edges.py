@@ -178,3 +178,24 @@ def test_an_event_from_the_future_is_judged_at_its_receipt_time_by_stream_and_re
     assert ("u", "ahead") in {
         (e.user_id, e.event_id) for e in batch_reference.events_of_landing(landing_dir, None, now_us=later)
     }
+
+
+def test_the_stream_caches_its_batches_uncompressed(spark, tmp_path, monkeypatch):
+    """streaming_job.job.stream_settings reaches the micro-batches (the query copies the session's
+    settings at its start): the batch's caches are built without Spark's in-memory compression,
+    which cost more CPU than it saved (BENCHMARKS.md section 1)."""
+    from streaming_job import batch
+
+    seen = []
+    process = batch.BatchProcessor._process
+
+    def spy(self, frame, *args):
+        seen.append(frame.sparkSession.conf.get("spark.sql.inMemoryColumnarStorage.compressed"))
+        return process(self, frame, *args)
+
+    monkeypatch.setattr(batch.BatchProcessor, "_process", spy)
+    landing_dir, lake, checkpoint = _dirs(tmp_path)
+    land(landing_dir, [[event("u1", "e1", "2026-03-01T10:00:00Z")]])
+    _run(spark, landing_dir, lake, checkpoint)
+    assert seen == ["false"]
+    assert _lake_events(lake) == {("u1", "e1")}

@@ -28,6 +28,8 @@ class Session:
     session_end: datetime
     event_count: int
     event_ids: frozenset = frozenset()  # which events (the tests compare them; the lake keeps them too)
+    # distinct event types of its events' kept copies; None when sessionized without types
+    event_type_count: int | None = None
 
     @property
     def event_date(self) -> str:
@@ -104,15 +106,23 @@ def events_of_landing(
 
 
 def sessionize(events, rules: SessionRules | timedelta) -> list[Session]:
-    """events: (user_id, event_id, event_ts). An event is the whole triple: copies repeat it.
-    rules: the lake's rules (their gap and gap boundary), or a bare gap with the default boundary."""
+    """events: (user_id, event_id, event_ts) or (user_id, event_id, event_ts, event_type). An event
+    is the triple: copies repeat it, and of copies of different types the kept one has the smallest
+    type (THE copy rule, tidemark.contract.copy_order: the smallest (event_type, payload)).
+    rules: the lake's rules (their gap and gap boundary), or a bare gap with the default boundary.
+    With types, each session's event_type_count is the number of distinct types of its events."""
     gap = SessionRules.of(rules).split_gap
-    by_user: dict[str, list[tuple[datetime, str]]] = {}
-    for user_id, event_id, moment in set(events):
-        by_user.setdefault(user_id, []).append((moment, event_id))
+    kept: dict[tuple, str | None] = {}
+    for event in events:
+        triple, kind = tuple(event[:3]), (event[3] if len(event) > 3 else None)
+        if triple not in kept or (kind is not None and (kept[triple] is None or kind < kept[triple])):
+            kept[triple] = kind
+    by_user: dict[str, list[tuple[datetime, str, str | None]]] = {}
+    for (user_id, event_id, moment), kind in kept.items():
+        by_user.setdefault(user_id, []).append((moment, event_id, kind))
     sessions = []
     for user_id, items in by_user.items():
-        items.sort()
+        items.sort(key=lambda item: item[:2])
         current = [items[0]]
         for item in items[1:]:
             if item[0] - current[-1][0] >= gap:
@@ -123,13 +133,23 @@ def sessionize(events, rules: SessionRules | timedelta) -> list[Session]:
     return sorted(sessions, key=lambda s: (s.user_id, s.session_start))
 
 
-def _close(user_id: str, items: list[tuple[datetime, str]]) -> Session:
-    return Session(user_id, items[0][0], items[-1][0], len(items), frozenset(e for _, e in items))
+def _close(user_id: str, items: list[tuple]) -> Session:
+    kinds = {kind for _, _, kind in items}
+    return Session(
+        user_id,
+        items[0][0],
+        items[-1][0],
+        len(items),
+        frozenset(e for _, e, _ in items),
+        None if None in kinds else len(kinds),
+    )
 
 
 def sessions_of_landing(landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None) -> list[Session]:
     """Every session of everything landed so far (with the lake: each line judged at its receipt time)."""
-    return sessionize(((e.user_id, e.event_id, e.event_ts) for e in events_of_landing(landing_uri, lake)), rules)
+    return sessionize(
+        ((e.user_id, e.event_id, e.event_ts, e.event_type) for e in events_of_landing(landing_uri, lake)), rules
+    )
 
 
 def kept_copies_of_landing(landing_uri: str, lake: Lake | None = None) -> dict:

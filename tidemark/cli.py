@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.handler(args) or 0)
         except UsageError as exc:
             args.usage_parser.error(str(exc))  # prints the usage line; raises SystemExit(2)
+            raise  # not reached: error() exits
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:

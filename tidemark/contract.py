@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from tidemark.times import from_micros, iso_from_micros, to_micros  # noqa: F401 - iso_from_micros: callers use contract's
 
@@ -195,7 +195,8 @@ def _payload(obj: dict) -> str:
     # Every value is a string (the common case): the same text as _encode, spelled with the
     # encoder's own string escaping (json.encoder.encode_basestring, ensure_ascii=False), in a
     # third of the time; read_line runs once per landed line.
-    return "{" + ",".join([_quote(key) + ":" + _quote(value) for key, value in sorted(fields.items())]) + "}"
+    strings = cast("dict[str, str]", fields)  # no None left (returned above)
+    return "{" + ",".join([_quote(key) + ":" + _quote(value) for key, value in sorted(strings.items())]) + "}"
 
 
 _quote = json.encoder.encode_basestring

@@ -39,6 +39,7 @@ from tidemark import (
     planning,
     publish,
     rules_record,
+    session_schema,
     sql_rules,
     storage,
     times,
@@ -53,17 +54,8 @@ from tidemark.sessions import SessionRules
 
 log = get_logger("dedup")
 
-OUTPUT_COLUMNS = (
-    "session_id",
-    "user_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_ids",
-    "events",
-    "first_receipt_ts",
-    "last_receipt_ts",
-)
+# The table's columns but event_date (written from the run's date): THE session schema's.
+OUTPUT_COLUMNS = session_schema.TABLE_COLUMNS[:-1]
 
 
 @dataclass
@@ -471,6 +463,7 @@ def _write_version(
         "planned_through": current.planned_through,
         "lo": incremental.lo_text(current.lo),
         "horizon": times.iso_z(incremental.horizon(event_date, rules), "auto"),
+        session_schema.MARKER_KEY: session_schema.VERSION,  # the columns its files (and context) hold
         "hi": current.hi,
         "reach": planning.format_reach(summary["reach"]),
         "gap": format_duration(rules.gap),

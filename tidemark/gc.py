@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow.fs as pafs
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, publish, receipt_index, reconcile, storage
+from tidemark import layout, publish, receipt_index, reconcile
 from tidemark import table as iceberg
 from tidemark.durations import format_duration
 from tidemark.lake import RUN_MARKER, Lake, run_folder
@@ -159,8 +159,9 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
                 data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
     current_runs = {
-        run_folder(event_date, publish._record(tbl, event_date)["run_id"])
+        run_folder(event_date, record["run_id"])
         for event_date in publish.dates_with_version(tbl)
+        if (record := publish.current_record(tbl, event_date)) is not None
     }
     root = lake.dedup_root()
     removed = []
@@ -170,7 +171,7 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
             folder = _relative(layout.join(lake.dedup_data_dir(), date_dir, run_dir), root + "/")
             if folder in data or folder in current_runs:
                 continue
-            age_s = _age_s(layout.join(root, folder), now, recursive=True)
+            age_s = _age_s(lake, layout.join(root, folder), now, recursive=True)
             if age_s is None or age_s < retention.total_seconds():
                 continue
             run_id = layout.partition_value(run_dir, "run")
@@ -183,7 +184,7 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
         path = _relative(layout.join(lake.dedup_metadata_dir(), name), root + "/")
         if path in metadata:
             continue
-        age_s = _age_s(layout.join(root, path), now)
+        age_s = _age_s(lake, layout.join(root, path), now)
         if age_s is None or age_s < retention.total_seconds():
             continue  # young: perhaps a commit in flight
         removed.append(Removal("metadata", path, None, None, age_s))
@@ -198,10 +199,10 @@ def _relative(uri: str, location: str) -> str:
     return uri[len(location) :]
 
 
-def _age_s(uri: str, now: datetime, recursive: bool = False) -> float | None:
+def _age_s(lake: Lake, uri: str, now: datetime, recursive: bool = False) -> float | None:
     """Seconds since the newest write of a file, or of anything below a folder (object stores have
     no folder times); None when nothing is there."""
-    fs, path = storage.resolve(uri)
+    fs, path = lake.locate(uri)
     infos = [fs.get_file_info(path)]
     if recursive:
         infos += fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))

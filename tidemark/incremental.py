@@ -36,29 +36,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
-from tidemark import planning, publish, rules_record, sql_rules, times
+from tidemark import planning, publish, rules_record, session_schema, times
 from tidemark.lake import Lake
 from tidemark.planning import Plan
 from tidemark.sessions import SessionRules
 
 # Not "_context": Spark ignores a path whose name starts with "_" or ".", even one given explicitly.
 CONTEXT_DIR = "context"
-# The columns of an island (dedup_sql/dedup_sessions.sql) as the version and its context store them.
-ISLAND_COLUMNS = (
-    "user_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_ids",
-    "events",
-    "first_receipt_ts",
-    "last_receipt_ts",
-)
-_ISLANDS_SCHEMA = (
-    "user_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, event_count BIGINT, "
-    f"event_ids ARRAY<STRING>, events {sql_rules.EVENTS_TYPE}, first_receipt_ts STRING, "
-    "last_receipt_ts STRING"
-)
+# The columns of an island (dedup_sql/dedup_sessions.sql) as the version and its context store them:
+# THE session schema's (tidemark/session_schema.py).
+ISLAND_COLUMNS = session_schema.ISLAND_COLUMNS
+_ISLANDS_SCHEMA = session_schema.ISLANDS_DDL
 
 
 @dataclass
@@ -89,6 +77,16 @@ def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Bas
         return None, "the previous version kept no island context (written by an older tidemark)"
     if not previous.get("horizon"):
         return None, "the previous version records no context horizon (written by an older tidemark)"
+    written = session_schema.marker_version(previous)
+    if written > session_schema.VERSION:
+        return None, f"the previous version was written with a newer session schema ({written})"
+    unfillable = session_schema.unfillable_since(written)
+    if unfillable:
+        # its rows lack columns that cannot be computed from them: they would be carried over null
+        return None, (
+            f"the previous version was written with session schema {written}, without "
+            + ", ".join(c.name for c in unfillable)
+        )
     if previous.get("lo") != lo_text(current.lo):
         return None, "the previous version was planned from another lo"
     # H is a function of the date and the rules (checked above); another H (another tidemark's
@@ -190,10 +188,12 @@ def _previous_sessions(spark, lake: Lake, previous: dict):
     files = publish.run_files(lake, previous)
     if not files:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
-    return (
+    # Files of an older session schema lack its newer columns (read as null): computed by their fill.
+    return session_schema.fill_older(
         spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE")
         .parquet(*files)
-        .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date"))
+        .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")),
+        session_schema.marker_version(previous),
     )
 
 
@@ -202,11 +202,12 @@ def _previous_context(spark, lake: Lake, previous: dict, until: datetime):
 
     if not int(previous["context_rows"]):
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
-    return (
+    return session_schema.fill_older(
         spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
         .parquet(context_dir(lake, previous["event_date"], previous["run_id"]))
         .where(F.col("session_start") < F.lit(until))
-        .select(*ISLAND_COLUMNS, "event_date")
+        .select(*ISLAND_COLUMNS, "event_date"),
+        session_schema.marker_version(previous),
     )
 
 

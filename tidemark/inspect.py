@@ -151,13 +151,15 @@ def lineage(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> 
     rows = []
     for receipt_ts in receipts.list_receipts(lake, event_date):
         marker = receipts.read_marker(lake, event_date, receipt_ts)
+        if marker is None:  # listed complete a moment ago: gone since (gc), nothing to show
+            continue
         row = ReceiptLineage(event_date, receipt_ts, marker.events, marker.late, list(marker.pane_kinds))
-        entry = by_receipt.get(receipt_ts)
-        if entry is not None:
-            body = entry["notice"]
+        noticed = by_receipt.get(receipt_ts)
+        if noticed is not None:
+            body = noticed["notice"]
             row.notice_id = body["notice_id"]
-            row.notice_recorded_at = parse_time(entry.get("recorded_at"))
-            row.notice_published_at = parse_time(entry.get("published_at"))
+            row.notice_recorded_at = parse_time(noticed.get("recorded_at"))
+            row.notice_published_at = parse_time(noticed.get("published_at"))
             row.run_id = run_ids.run_id_for_notice(body)
             run = dag_runs.get(row.run_id)
             if run is not None:
@@ -180,6 +182,8 @@ def history(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> 
     items = []
     for receipt_ts in receipts.list_receipts(lake, event_date):
         marker = receipts.read_marker(lake, event_date, receipt_ts)
+        if marker is None:  # listed complete a moment ago: gone since (gc), nothing to show
+            continue
         items.append(
             {
                 "time": layout.parse_receipt_ts(receipt_ts),

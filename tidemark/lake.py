@@ -284,7 +284,17 @@ class Lake:
     def landing_ledger_dir(self) -> str:
         return self.path(LANDING_LEDGER)
 
+    def landing_ledger_day(self, day: object) -> str:
+        """The ledger entries of the batches received on `day` (UTC): one folder per day, so that a
+        reader of recent entries lists recent days only."""
+        return self.path(LANDING_LEDGER, f"day={check_event_date(day)}")
+
     def landing_ledger_path(self, receipt_ts: object) -> str:
+        received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
+        return join(self.landing_ledger_day(received), f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
+
+    def legacy_landing_ledger_path(self, receipt_ts: object) -> str:
+        """Where a lake written before the ledger had day folders keeps a batch's entry (still read)."""
         return self.path(LANDING_LEDGER, f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
 
     def obligations_root(self) -> str:

@@ -250,7 +250,10 @@ def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -
             millis = int(json.loads(lines[1])["batchTimestampMs"])
         except (IndexError, KeyError, ValueError):
             return True  # an offset entry not understood: do not guess
-        if lake.exists(lake.landing_ledger_path(layout.receipt_ts_from_millis(millis))):
+        receipt_ts = layout.receipt_ts_from_millis(millis)
+        if lake.exists(lake.landing_ledger_path(receipt_ts)) or lake.exists(
+            lake.legacy_landing_ledger_path(receipt_ts)
+        ):
             return True
     return False
 

@@ -1,7 +1,8 @@
 """The landing ledger: which landed files the stream read, when, and what it made of each.
 
-Every micro-batch that read lines records one entry, `<lake>/_landing/receipt_ts=R.json`
-(tidemark.layout), written before the batch's panes and rewritten identically if the batch is
+Every micro-batch that read lines records one entry, `<lake>/_landing/day=D/receipt_ts=R.json`
+(D: the day of R; tidemark.lake; a lake from before the day folders keeps `_landing/receipt_ts=R.json`,
+still read), written before the batch's panes and rewritten identically if the batch is
 replayed: for each file Spark gave it, the file's path relative to the landing folder, its size and
 modification time as Spark listed them, its line count and its verdict (tidemark.landing: input,
 hidden or in progress). So
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from tidemark import landing, landing_archive, layout, storage
 from tidemark.lake import QUARANTINE_MARKER, Lake
@@ -64,15 +65,32 @@ def record_batch(lake: Lake, receipt_ts: str, batch_id: int | None, files: list[
     )
 
 
-def read_ledger(lake: Lake) -> dict[str, FileRecord]:
-    """{path: the newest record of that path} over every entry."""
+def _entries(lake: Lake, since_day: str | None) -> list[tuple[str, str]]:
+    """(receipt_ts, path) of the ledger's entries, oldest first: those in day folders from
+    `since_day` on (every day: None) and those a lake from before the day folders keeps at the top."""
     root = lake.landing_ledger_dir()
+    found = []
+    for name in lake.list_dir(root):
+        day = layout.partition_value(name, "day")
+        if day is not None:
+            if since_day is None or day >= since_day:
+                folder = lake.landing_ledger_day(day)
+                found += [(ts, layout.join(folder, n)) for n in lake.list_dir(folder) if (ts := _entry_ts(n))]
+        elif receipt_ts := _entry_ts(name):
+            found.append((receipt_ts, layout.join(root, name)))
+    return sorted(found)
+
+
+def _entry_ts(name: str) -> str | None:
+    return layout.partition_value(name.removesuffix(".json"), "receipt_ts") if name.endswith(".json") else None
+
+
+def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecord]:
+    """{path: the newest record of that path} over every entry, or over the entries of batches
+    received from `since_day` on (and a legacy lake's undated entries)."""
     out: dict[str, FileRecord] = {}
-    for name in storage.list_dir(root):  # sorted: receipt_ts order, so newer records win
-        receipt_ts = layout.partition_value(name.removesuffix(".json"), "receipt_ts")
-        if receipt_ts is None or not name.endswith(".json"):
-            continue
-        entry = storage.read_json(layout.join(root, name)) or {}
+    for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order, so newer records win
+        entry = lake.read_json(path) or {}
         for item in entry.get("files", []):
             out[item["path"]] = FileRecord(
                 item["path"],
@@ -116,10 +134,19 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
 
     With the stream's archive (tidemark.landing_archive), a file under a name whose earlier file was
     read and archived is a new file, pending: the stream reads it in its next checkpoint generation
-    (its events, if it repeats the old file, are copies that the dedup collapses)."""
-    ledger = read_ledger(lake)
+    (its events, if it repeats the old file, are copies that the dedup collapses).
+
+    Cost: without the archive, the landing keeps every file and the whole ledger is read. With it,
+    the landing holds only files not yet archived, and a batch reads a file after it landed, so only
+    the entries from the day before the oldest landed file's modification time on are read
+    (`since_day`): the audit's cost follows the landing, not the lake's age. (A file read and then
+    replaced while the stream was stopped for more than a day before archiving it reads as pending
+    here; the stream's archive drain sets it aside as replaced when it restarts.)"""
+    files = list(landing.list_landing(landing_uri))
+    readable = [f for f in files if f.verdict == landing.INPUT]  # hidden and in-progress files are never read
+    ledger = read_ledger(lake, since_day(readable) if archive is not None else None)
     out = Audit()
-    for found in landing.list_landing(landing_uri):
+    for found in files:
         verdict = found.verdict
         if verdict == landing.HIDDEN:
             out.hidden.append(found.path)
@@ -139,6 +166,15 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
     return out
 
 
+def since_day(files: list[landing.LandedFile]) -> str:
+    """The first ledger day that can record a read of these landed files: the day before the oldest
+    one's modification time (a day of margin for the clocks of the stream's driver and the store)."""
+    oldest_ms = min((f.mtime_ms for f in files if f.mtime_ms is not None), default=None)
+    if oldest_ms is None:
+        return datetime.now(timezone.utc).date().isoformat()
+    return (datetime.fromtimestamp(oldest_ms / 1000, tz=timezone.utc) - timedelta(days=1)).date().isoformat()
+
+
 def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None, archive: str | None = None) -> Audit:
     """Quarantine the new content of every replaced file (once: the ledger then records it).
 
@@ -152,7 +188,7 @@ def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None
     import pyarrow.parquet as pq
 
     receipt_ts = _free_receipt_ts(lake)
-    rows = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
+    rows: dict[str, list] = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
     records = []
     for replaced in found.replaced:
         data = landing.read_file(landing_uri, replaced.path)
@@ -182,10 +218,10 @@ def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None
             "batch_id": pa.array(rows["batch_id"], pa.int64()),
         }
     )
-    fs, path = storage.resolve(folder)
+    fs, path = lake.locate(folder)
     fs.create_dir(path, recursive=True)
     pq.write_table(table, f"{path}/part-00000-replaced.parquet", filesystem=fs)
-    storage.write_json_atomic(
+    lake.write_json_atomic(
         layout.join(folder, QUARANTINE_MARKER), {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])}
     )
     record_batch(lake, receipt_ts, None, records, source="audit")
@@ -223,7 +259,12 @@ def _free_receipt_ts(lake: Lake) -> str:
     millis = int(datetime.now(timezone.utc).timestamp() * 1000)
     while True:
         receipt_ts = layout.receipt_ts_from_millis(millis)
-        if not (lake.exists(lake.quarantine_dir(receipt_ts)) or lake.exists(lake.landing_ledger_path(receipt_ts))):
+        taken = (
+            lake.quarantine_dir(receipt_ts),
+            lake.landing_ledger_path(receipt_ts),
+            lake.legacy_landing_ledger_path(receipt_ts),
+        )
+        if not any(lake.exists(path) for path in taken):
             return receipt_ts
         millis += 1
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TextIO, cast
 
 import structlog
+from structlog.typing import Processor
 
-_PROCESSORS = [
+_PROCESSORS: list[Processor] = [
     structlog.contextvars.merge_contextvars,
     structlog.processors.add_log_level,
     structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -59,7 +61,7 @@ def configure(level: str | None = None) -> None:
 def get_logger(component: str):
     configure()
     return structlog.wrap_logger(
-        structlog.PrintLogger(file=CurrentStream("stderr")),
+        structlog.PrintLogger(file=cast(TextIO, CurrentStream("stderr"))),
         processors=_PROCESSORS,
         wrapper_class=structlog.make_filtering_bound_logger(_level()),
         component=component,

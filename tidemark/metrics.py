@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from opentelemetry import metrics as otel_metrics
+from opentelemetry.sdk.metrics.export import MetricReader
 
 from tidemark.logs import get_logger
 
@@ -192,7 +193,7 @@ def configure(prometheus: bool = False, service: str = "tidemark") -> bool:
             if prometheus and not any(type(r).__name__ == "PrometheusMetricReader" for r in _readers):
                 raise RuntimeError("metrics already configured without the Prometheus reader")
             return True
-        readers = []
+        readers: list[MetricReader] = []
         if prometheus:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
 

@@ -21,9 +21,8 @@ STALENESS = "tidemark_event_date_staleness_seconds"
 
 
 def query_range(url: str, expr: str, start: float, end: float, step: float) -> list[dict]:
-    response = requests.get(
-        f"{url}/api/v1/query_range", timeout=30, params={"query": expr, "start": start, "end": end, "step": step}
-    )
+    params: dict[str, str | float] = {"query": expr, "start": start, "end": end, "step": step}
+    response = requests.get(f"{url}/api/v1/query_range", timeout=30, params=params)
     response.raise_for_status()
     return response.json()["data"]["result"]
 

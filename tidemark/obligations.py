@@ -22,7 +22,7 @@ Pure Python over the lake (pyarrow filesystems + JSON): the DAG and reconcile re
 
 from __future__ import annotations
 
-from tidemark import layout, storage
+from tidemark import layout
 from tidemark.lake import Lake
 from tidemark.logs import get_logger
 from tidemark.times import now_iso_z
@@ -56,7 +56,7 @@ def record(
     out = []
     for target in sorted({layout.check_event_date(t) for t in targets} - {source_date}):
         uri = path(lake, target, source_date, source_version)
-        existing = storage.read_json(uri)
+        existing = lake.read_json(uri)
         if existing is None:
             existing = {
                 "event_date": target,
@@ -65,7 +65,7 @@ def record(
                 "source_run_id": source_run_id,
                 "created_at": _now(),
             }
-            storage.write_json_atomic(uri, existing)
+            lake.write_json_atomic(uri, existing)
             log.info(
                 "rerun obligation recorded", event_date=target, source_date=source_date, source_version=source_version
             )
@@ -73,12 +73,12 @@ def record(
     return out
 
 
-def _read_dir(folder: str) -> list[dict]:
+def _read_dir(lake: Lake, folder: str) -> list[dict]:
     out = []
-    for name in storage.list_dir(folder):
+    for name in lake.list_dir(folder):
         if not name.endswith(".json") or name.startswith((".", "_")):
             continue
-        payload = storage.read_json(layout.join(folder, name))
+        payload = lake.read_json(layout.join(folder, name))
         if payload is None:
             continue  # discharged while we listed
         try:
@@ -95,10 +95,10 @@ def _read_dir(folder: str) -> list[dict]:
 def pending(lake: Lake, event_date: str | None = None) -> list[dict]:
     """Pending obligations of one date (or of every date), oldest first."""
     if event_date is not None:
-        return _read_dir(date_dir(lake, event_date))
+        return _read_dir(lake, date_dir(lake, event_date))
     out = []
     for target in lake.list_event_dates(root(lake)):
-        out.extend(_read_dir(date_dir(lake, target)))
+        out.extend(_read_dir(lake, date_dir(lake, target)))
     return out
 
 
@@ -133,7 +133,7 @@ def reruns_owed_by(lake: Lake, source_date: str) -> list[dict]:
 def discharge(lake: Lake, acted_on: list[dict], by_version: str | None = None) -> None:
     """Delete obligations a run of their date has acted on (those it listed before planning)."""
     for item in acted_on:
-        storage.delete_file(path(lake, item["event_date"], item["source_date"], item["source_version"]))
+        lake.delete_file(path(lake, item["event_date"], item["source_date"], item["source_version"]))
         log.info(
             "rerun obligation discharged",
             event_date=item["event_date"],

@@ -31,6 +31,7 @@ def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: da
     from pyspark.sql.types import StructType
 
     schema = StructType.fromDDL(columns_ddl)
+    assert isinstance(schema, StructType)  # a column list's DDL parses to a struct
     data_columns = [f.name for f in schema.fields if f.name not in ("event_date", "receipt_ts")]
     lo_us = int(lo.timestamp() * 1_000_000)
     tasks = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(folders) // FOLDERS_PER_TASK)))

@@ -102,6 +102,7 @@ class LakeIndex:
         key = (event_date, lo)
         if key not in self._ending:
             stamps = receipts.complete_names(self.lake, event_date)
+            found: list[receipts.ReceiptRef | receipts.ReceiptPartition]
             if midnight(date.fromisoformat(event_date)) >= lo:
                 # every pane of the date starts at or after its midnight: all of them reach lo
                 found = [receipts.ReceiptRef(self.lake, event_date, ts) for ts in stamps]
@@ -194,6 +195,7 @@ def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previo
     known, reach = recorded_reach(previous)
     if not (index.indexed and since and known):
         return False
+    assert previous is not None  # `since` came from it
     hi = max(needed_hi(event_date, rules, reach), previous.get("hi") or "")
     lo = lo_of(event_date, rules)
     included = set(previous.get("receipts", []))
@@ -238,4 +240,4 @@ def grown(index: LakeIndex, current: Plan, rules: SessionRules, reach: datetime 
 def covers(version: dict | None, keys: list[str]) -> bool:
     """Whether `version` was computed from (at least) the receipts `keys` under today's planning."""
     known, _ = recorded_reach(version)
-    return known and set(keys) <= set(version.get("receipts", []))
+    return known and version is not None and set(keys) <= set(version.get("receipts", []))

@@ -37,12 +37,11 @@ def wait_for(
     """Poll check() every `interval` seconds until it returns a truthy value (returned)."""
 
     def attempt() -> T:
+        cause: BaseException | None = None
         try:
             value = check()
         except not_yet as exc:
             value, cause = None, exc
-        else:
-            cause = None
         if value:
             return value
         if abort is not None:

@@ -85,14 +85,16 @@ def run_files(lake: Lake, marker: dict) -> list[str]:
 # --- what is current ------------------------------------------------------------------------------
 
 
-def _record(tbl, event_date: str) -> dict | None:
+def current_record(tbl, event_date: str) -> dict | None:
+    """What this loaded table's properties hold for a date's current version (its run id and
+    version), or None: no marker read."""
     value = tbl.properties.get(CURRENT_PREFIX + event_date)
     return None if value is None else json.loads(value)
 
 
 def current_of(lake: Lake, tbl, event_date: str) -> dict | None:
     """The current version of a date according to this loaded table (see current_version)."""
-    record = _record(tbl, event_date)
+    record = current_record(tbl, event_date)
     if record is None:
         return None
     marker = read_marker(lake, event_date, record["run_id"])
@@ -295,7 +297,8 @@ def _data_files(tbl, paths: list[str], event_date: str) -> list:
 def _commit_once(tbl, event_date: str, marker: dict, record: dict, data_files: list) -> None:
     from pyiceberg.expressions import EqualTo
 
-    replaced = [task.file for task in tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date)).plan_files()]
+    date_filter = EqualTo(iceberg.PARTITION_COLUMN, event_date)  # type: ignore[call-arg, arg-type]  # pyiceberg's positional form
+    replaced = [task.file for task in tbl.scan(row_filter=date_filter).plan_files()]
     summary = {
         "tidemark.event-date": event_date,
         "tidemark.version": record["version"],

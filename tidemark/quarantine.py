@@ -26,12 +26,12 @@ def read_quarantine(lake: Lake) -> list[dict]:
     """
     rows: list[dict] = []
     root = lake.quarantine_root()
-    for name in storage.list_subdirs(root):
+    for name in lake.list_subdirs(root):
         receipt_ts = layout.partition_value(name, "receipt_ts")
         folder = layout.join(root, name)
-        if receipt_ts is None or not storage.exists(layout.join(folder, QUARANTINE_MARKER)):
+        if receipt_ts is None or not lake.exists(layout.join(folder, QUARANTINE_MARKER)):
             continue
-        fs, _ = storage.resolve(folder)
+        fs, _ = lake.locate(folder)
         for path in sorted(storage.data_files(folder)):
             table = pq.read_table(path, filesystem=fs)
             if "raw" in table.column_names and not pa.types.is_binary(table.schema.field("raw").type):

@@ -10,6 +10,15 @@ pruned to the date's partition: the current snapshot, or with as_of the snapshot
 newest version whose id (the highest receipt_ts it includes) is at or before as_of. The version's
 description and its data come from the same loaded metadata, so they always agree.
 Any engine reads the same table: see docs/production.md.
+
+A version published before a column of the session schema existed (tidemark/session_schema.py)
+has files without it, which Iceberg reads as null (or leaves out, reading a snapshot from before
+the table was evolved). read_sessions returns every column of today's schema anyway: such a
+column is computed from the version's rows, with the rule the dedup uses (the column's fill:
+event_type_count from `events`), so a reader sees the value a new dedup run would write. The
+result's metadata says so: `tidemark.session_schema` (the schema of the version's files),
+`tidemark.computed_columns` (computed by the reader) and `tidemark.null_columns` (a column no fill
+computes: null, never 0 or "").
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from datetime import date, datetime
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from tidemark import layout, publish, receipts, storage
+from tidemark import layout, publish, receipts, session_schema, storage
 from tidemark import table as iceberg
 from tidemark.lake import Lake
 from tidemark.times import iso_z, parse_iso
@@ -97,31 +106,46 @@ def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> dict:
 
 
 def read_sessions(lake: Lake, event_date: str, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
-    """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start."""
+    """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start: the
+    columns asked for (default: every column of the table and of today's session schema), those the
+    answering version's files predate computed from its rows (module docstring)."""
     from pyiceberg.expressions import EqualTo
 
     event_date = layout.check_event_date(event_date)
     tbl = iceberg.load(lake)
     version = _resolve(lake, tbl, event_date, as_of)
-    scan = tbl.scan(
-        row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date),
-        selected_fields=tuple(columns) if columns else ("*",),
-        snapshot_id=version.get("snapshot_id"),
-    )
-    table = scan.to_arrow() if tbl.current_snapshot() is not None else _empty(tbl, columns)
+    written = session_schema.marker_version(version)
+    scan = tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), snapshot_id=version.get("snapshot_id"))
+    present = [f.name for f in scan.projection().fields]  # the snapshot's schema (time travel: its own)
+    wanted = list(columns) if columns else [*present, *(c for c in session_schema.TABLE_COLUMNS if c not in present)]
+    unknown = [c for c in wanted if c not in present and c not in session_schema.TABLE_COLUMNS]
+    if unknown:
+        raise ValueError(f"no such session column: {', '.join(unknown)} (columns: {', '.join(present)})")
+    read = [c for c in (*wanted, *session_schema.read_inputs(wanted, written)) if c in present]
+    table = scan.select(*read).to_arrow() if tbl.current_snapshot() is not None else _empty(tbl, read)
+    done = session_schema.complete(table, written, wanted)
+    table = done.table.select(wanted)
     if {"user_id", "session_start"} <= set(table.column_names):
         table = table.sort_by([("user_id", "ascending"), ("session_start", "ascending")])
-    return table.replace_schema_metadata({"tidemark.event_date": event_date, "tidemark.version": version["version"]})
+    return table.replace_schema_metadata(
+        {
+            "tidemark.event_date": event_date,
+            "tidemark.version": version["version"],
+            "tidemark.session_schema": str(written),
+            "tidemark.computed_columns": ",".join(done.computed),
+            "tidemark.null_columns": ",".join(done.null),
+        }
+    )
 
 
 def _empty(tbl, columns):
-    schema = tbl.schema().as_arrow()
-    return schema.empty_table() if not columns else schema.empty_table().select(columns)
+    return tbl.schema().as_arrow().empty_table().select(columns)
 
 
 def read_panes(lake: Lake, event_date: str, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
     """Every pane the stream wrote for an event date (complete receipt partitions only, and with
-    as_of only those received at or before it), with its receipt_ts."""
+    as_of only those received at or before it), with its receipt_ts. A pane column its partition's
+    files predate (written before the column existed) is computed from the pane's events."""
     event_date = layout.check_event_date(event_date)
     as_of = parse_as_of(as_of) if as_of is not None else None
     tables = []
@@ -129,13 +153,22 @@ def read_panes(lake: Lake, event_date: str, as_of: str | None = None, columns: l
         if as_of is not None and receipt_ts > as_of:
             continue
         folder = lake.receipt_dir(event_date, receipt_ts)
-        fs, _ = storage.resolve(folder)
+        fs, _ = lake.locate(folder)
         files = sorted(storage.data_files(folder))
         if not files:
             continue
-        table = pads.dataset(files, filesystem=fs, format="parquet").to_table(
-            columns=[c for c in columns if c != "receipt_ts"] if columns else None
+        dataset = pads.dataset(files, filesystem=fs, format="parquet")
+        # A partition written before a pane column existed lacks it: computed from its panes' events
+        # as read_sessions does (the stream computes it from the same events).
+        present = dataset.schema.names
+        written = session_schema.pane_version(present)
+        wanted = (
+            [c for c in columns if c != "receipt_ts"]
+            if columns
+            else [*present, *(c for c in session_schema.PANE_COLUMNS if c not in present)]
         )
+        read = [c for c in (*wanted, *session_schema.read_inputs(wanted, written)) if c in present]
+        table = session_schema.complete(dataset.to_table(columns=read), written, wanted).table.select(wanted)
         tables.append(table.append_column("receipt_ts", pa.array([receipt_ts] * table.num_rows, pa.string())))
     if not tables:
         return pa.table({"receipt_ts": pa.array([], pa.string())})

@@ -171,6 +171,27 @@ def staleness(
     return out
 
 
+def _why_walk(lake: Lake, head: str | None, previous: dict | None, described: str, now: datetime) -> str | None:
+    """Why this pass must walk every date instead of looking at what changed since `previous`."""
+    if not previous:
+        return "no previous pass"
+    if not receipt_index.is_complete(lake):
+        return "the receipt index is not complete"
+    if head is None or not previous.get("head"):
+        return "no stream batch recorded yet"
+    if previous.get("rules") != described:
+        return "the session rules changed"
+    if head < previous["head"]:
+        return "the head went back"
+    pruned_before = receipt_index.arrivals_pruned_before(lake) or ""
+    if pruned_before > layout.parse_receipt_ts(previous["head"]).date().isoformat():
+        return "arrivals since the last pass were pruned"
+    walked = _time(previous.get("walked_at"))
+    if walked is None or now - walked >= FULL_EVERY:
+        return "the last walk is old"
+    return None
+
+
 def _read_cursor(lake: Lake) -> dict | None:
     return lake.read_json(lake.reconcile_cursor())
 
@@ -201,36 +222,17 @@ class Cursor:
         head = receipt_index.head(lake)
         previous = _read_cursor(lake)
         described = rules_record.describe_rules(rules)
-        why_full = (
-            "asked"
-            if full
-            else "no previous pass"
-            if not previous
-            else "the receipt index is not complete"
-            if not receipt_index.is_complete(lake)
-            else "no stream batch recorded yet"
-            if head is None or not previous.get("head")
-            else "the session rules changed"
-            if previous.get("rules") != described
-            else "the head went back"
-            if head < previous["head"]
-            else "arrivals since the last pass were pruned"
-            if (receipt_index.arrivals_pruned_before(lake) or "")
-            > layout.parse_receipt_ts(previous["head"]).date().isoformat()
-            else "the last walk is old"
-            if _time(previous.get("walked_at")) is None or now - _time(previous["walked_at"]) >= FULL_EVERY
-            else None
-        )
+        why_full = "asked" if full else _why_walk(lake, head, previous, described, now)
         if why_full:
             log.info("reconcile walks every date", lake=lake, why=why_full)
-        return cls(
-            lake, head, previous, described, bool(why_full), iso_z(now, "auto") if why_full else previous["walked_at"]
-        )
+        walked_at = iso_z(now, "auto") if why_full or previous is None else previous["walked_at"]
+        return cls(lake, head, previous, described, bool(why_full), walked_at)
 
     def changed_dates(self) -> set[str]:
         """The dates stale at the last pass and those that received partitions since, those of a
         batch still in flight included (some of its partitions may be complete: a walk would see
         them; the next pass, starting from this pass's head, looks at them again)."""
+        assert self.previous is not None  # only a pass that does not walk asks, and it has a cursor
         arrived = receipt_index.arrived(self.lake, self.previous["head"])
         log.info(
             "reconcile looks at what changed",

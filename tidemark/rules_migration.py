@@ -69,8 +69,8 @@ def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
     rules = rules or rules_record.rules_in_force(lake)[0]
     out = []
     for event_date in publish.list_dedup_dates(lake):
-        pointer = publish.read_pointer(lake, event_date)
-        if rules_record.changed_since(pointer, rules):
+        pointer = publish.current_version(lake, event_date)
+        if pointer is not None and rules_record.changed_since(pointer, rules):
             out.append(
                 {
                     "event_date": event_date,

@@ -37,7 +37,6 @@ from importlib import resources
 
 import jsonschema
 
-from tidemark import storage
 from tidemark.durations import format_duration
 from tidemark.lake import Lake
 from tidemark.logs import get_logger
@@ -119,6 +118,7 @@ def parse_record(doc: object, where: str = "rules record") -> Recorded:
         first = errors[0]
         field = "/".join(str(p) for p in first.path) or "(top level)"
         raise InvalidRulesRecord(f"{where}: {field}: {first.message}")
+    assert isinstance(doc, dict)  # the schema's top level is an object
     try:
         rules = SessionRules.from_micros(doc["rules_us"])
     except ValueError as exc:
@@ -148,7 +148,7 @@ def _sequences(lake: Lake) -> list[int]:
 def _read(lake: Lake, sequence: int) -> Recorded:
     path = lake.rules_record(sequence)
     try:
-        doc = storage.read_json(path)
+        doc = lake.read_json(path)
     except ValueError as exc:  # not JSON
         raise InvalidRulesRecord(f"{path}: {exc}") from None
     if doc is None:
@@ -292,7 +292,7 @@ def _create(lake: Lake, record: Recorded) -> Recorded:
     """Write record number `record.sequence` unless it exists; returns the record that is there."""
     path = lake.rules_record(record.sequence)
     text = json.dumps(record.to_json(), sort_keys=True, indent=1) + "\n"
-    if storage.create_text_if_absent(path, text):
+    if lake.create_text_if_absent(path, text):
         log.info(
             "session rules recorded",
             lake=lake,

@@ -126,7 +126,7 @@ class SessionRules:
         unknown = set(overrides) - set(RULE_NAMES)
         if unknown:
             raise ValueError(f"unknown session rules {sorted(unknown)}")
-        return replace(self, **overrides)
+        return replace(self, **overrides)  # type: ignore[arg-type]  # names checked against RULE_NAMES above
 
     def differences(self, other: SessionRules, only=RULE_NAMES) -> list[str]:
         """Which of `only` differ, as ["gap 20m vs 30m", ...] (self's value first)."""

@@ -31,6 +31,7 @@ import threading
 
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from tidemark import session_schema
 from tidemark.lake import Lake
 from tidemark.logs import get_logger
 
@@ -42,26 +43,9 @@ _CATALOG_TYPES = ("rest", "sql", "glue", "hive", "bigquery")
 PARTITION_COLUMN = "event_date"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 
-# Columns, in the order engines show them. Every field is optional because Spark writes nullable
-# Parquet columns and Iceberg refuses to register a nullable file column under a required field;
-# tidemark never writes a null in any of them.
-COLUMNS = (
-    # (name, Iceberg type, doc)
-    ("session_id", "string", "hash of user_id and session_start (32 hex chars): stable id of a session"),
-    ("user_id", "string", "the user (device) the session belongs to"),
-    ("session_start", "timestamptz", "first event's event_ts, UTC, microseconds"),
-    ("session_end", "timestamptz", "last event's event_ts, UTC, microseconds"),
-    ("event_count", "long", "distinct events in the session"),
-    ("event_ids", "list<string>", "the distinct event ids, sorted"),
-    (
-        "events",
-        "list<struct<event_ts: timestamptz, event_id: string, event_type: string, payload: string>>",
-        "the distinct events, by time (one copy of each)",
-    ),
-    ("first_receipt_ts", "string", "receipt_ts (YYYYMMDDTHHMMSSmmmZ) when the first event first arrived"),
-    ("last_receipt_ts", "string", "receipt_ts when the last-arriving event first arrived"),
-    ("event_date", "date", "UTC date of session_start; the partition (identity transform)"),
-)
+# Columns, in the order engines show them: (name, Iceberg type, doc), from THE session schema
+# (tidemark/session_schema.py). Every field is optional (see session_schema.iceberg_schema).
+COLUMNS = tuple((c.name, c.iceberg, c.doc) for c in session_schema.TABLE)
 
 
 class CatalogNotConfigured(ValueError):
@@ -69,35 +53,9 @@ class CatalogNotConfigured(ValueError):
 
 
 def schema():
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import DateType, ListType, LongType, NestedField, StringType, StructType, TimestamptzType
-
-    docs = {name: doc for name, _, doc in COLUMNS}
-    event = StructType(
-        NestedField(13, "event_ts", TimestamptzType(), required=False, doc=docs.get("event_ts")),
-        NestedField(14, "event_id", StringType(), required=False, doc=docs.get("event_id")),
-        NestedField(15, "event_type", StringType(), required=False, doc=docs.get("event_type")),
-        NestedField(16, "payload", StringType(), required=False, doc=docs.get("payload")),
-    )
-    fields = [
-        NestedField(1, "session_id", StringType(), required=False, doc=docs.get("session_id")),
-        NestedField(2, "user_id", StringType(), required=False, doc=docs.get("user_id")),
-        NestedField(3, "session_start", TimestamptzType(), required=False, doc=docs.get("session_start")),
-        NestedField(4, "session_end", TimestamptzType(), required=False, doc=docs.get("session_end")),
-        NestedField(5, "event_count", LongType(), required=False, doc=docs.get("event_count")),
-        NestedField(
-            6,
-            "event_ids",
-            ListType(11, StringType(), element_required=False),
-            required=False,
-            doc=docs.get("event_ids"),
-        ),
-        NestedField(7, "events", ListType(12, event, element_required=False), required=False, doc=docs.get("events")),
-        NestedField(8, "first_receipt_ts", StringType(), required=False, doc=docs.get("first_receipt_ts")),
-        NestedField(9, "last_receipt_ts", StringType(), required=False, doc=docs.get("last_receipt_ts")),
-        NestedField(10, "event_date", DateType(), required=False, doc=docs.get("event_date")),
-    ]
-    return Schema(*fields)
+    """The table's Iceberg schema (tidemark/session_schema.py; `session_schema.evolve` brings an
+    existing table to it)."""
+    return session_schema.iceberg_schema()
 
 
 def partition_spec(table_schema):
@@ -212,8 +170,17 @@ def _open_catalog(config: dict):
 
 
 def exists(lake: Lake) -> bool:
-    """Whether the lake has its table yet (never creates anything)."""
-    return load(lake) is not None
+    """Whether the lake has its table yet (never creates or evolves anything)."""
+    return _may_exist(lake) and _load_if_any(lake) is not None
+
+
+def _load_if_any(lake: Lake):
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return _load(lake)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
 
 
 def _may_exist(lake: Lake) -> bool:
@@ -235,15 +202,12 @@ def load(lake: Lake, create: bool = False):
 
     Refuses a table that lives elsewhere: a catalog shared by several lakes must not mix them up.
     """
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
     if not create and not _may_exist(lake):
         return None
     # One load, no existence check first: pyiceberg's table_exists loads the table (reads its
     # metadata file), so checking then loading read the metadata twice per load.
-    try:
-        table = _load(lake)
-    except (NoSuchTableError, NoSuchNamespaceError):
+    table = _load_if_any(lake)
+    if table is None:
         if not create:
             return None
         table = _create(lake)
@@ -252,7 +216,9 @@ def load(lake: Lake, create: bool = False):
             f"catalog table {identifier()} lives at {table.location()}, not in lake {lake}: "
             "set TIDEMARK_TABLE to a table of its own for this lake"
         )
-    return table
+    # An existing table written with an older session schema is evolved in place, once (a no-op
+    # without a commit when it is current; safe under processes doing it at once).
+    return session_schema.evolve(table)
 
 
 @retry(

@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from tidemark import layout, rules_record
     from tidemark.dedup import run_dedup
-    from tidemark.sessions import parse_overrides
+    from tidemark.sessions import SessionRules, parse_overrides
 
     # Everything the user typed is checked before Spark starts or any path is built.
     event_date = layout.check_event_date(args.event_date)
@@ -46,8 +46,9 @@ def run(args) -> int:
         rules, _ = rules_record.check(args.lake, overrides or None, "tidemark dedup")
     except rules_record.RulesMismatch as exc:  # typed rules the lake's record disagrees with
         raise UsageError(str(exc)) from exc
+    rules_given: SessionRules | None = rules
     if not overrides:
-        rules = None  # run_dedup takes the lake's (and warns when the lake has no record)
+        rules_given = None  # run_dedup takes the lake's (and warns when the lake has no record)
     spark = None
     if args.master:
         from tidemark.spark import build_session
@@ -58,7 +59,7 @@ def run(args) -> int:
     metrics.configure(service="tidemark-dedup")  # OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else no-op
     try:
         with metrics.dedup_run(event_date) as outcome:  # runs by outcome, duration (docs/metrics.md)
-            result = outcome["result"] = run_dedup(args.lake, event_date, rules, spark=spark, full=args.full)
+            result = outcome["result"] = run_dedup(args.lake, event_date, rules_given, spark=spark, full=args.full)
     finally:
         metrics.shutdown()  # a short-lived process: flush before exit
     sys.stdout.write(json.dumps(result.to_json()) + "\n")

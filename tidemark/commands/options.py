@@ -37,7 +37,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         text = action.help or ""
         if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
             return text
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) or text
 
 
 class Parser(argparse.ArgumentParser):

@@ -56,8 +56,8 @@ def run(args) -> int:
             )
     rows.sort(key=lambda r: r["event_date"])
     for row in rows:
-        item = stale.get(row["event_date"])
-        row["stale"] = sorted(set(item.kinds)) if item else []
+        stale_item = stale.get(row["event_date"])
+        row["stale"] = sorted(set(stale_item.kinds)) if stale_item else []
         row["why"] = item.reasons if item else []
     if args.json:
         for row in rows:

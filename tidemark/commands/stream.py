@@ -8,6 +8,12 @@ under them (`tidemark rules migrate`) before the stream starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tidemark.receipts import BatchReport
+
 from tidemark.commands.options import (
     DURATION_TEXT,
     LAKE,
@@ -160,7 +166,7 @@ def run(args) -> int:
     from tidemark.rules_record import RulesMismatch
 
     config = config_from_args(args)
-    listeners = []
+    listeners: list[Callable[[BatchReport], None]] = []
     if args.metrics_port:  # the stream's instruments, fed by its BatchReport listener (tidemark/metrics.py)
         from tidemark import metrics
 

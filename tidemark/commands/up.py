@@ -17,6 +17,8 @@ them from the lake.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tidemark.commands.options import (
     DURATION_TEXT,
     POSITIVE_FLOAT,
@@ -83,7 +85,11 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def start(args, console) -> object:
+if TYPE_CHECKING:
+    from tidemark.localstack.stack import Stack, StackSettings
+
+
+def start(args, console) -> tuple[Stack, StackSettings]:
     """Bring the stack up with a spinner; returns (stack, settings). Shared with `tidemark demo`."""
     from tidemark.localstack.stack import Stack
     from tidemark.sessions import parse_overrides

@@ -63,8 +63,9 @@ def corrections_chart(path: str, data: dict, waves) -> str:
 
     for ax, event_date in zip(axes[:, 0], dates, strict=False):
         versions = data["versions"][event_date]
-        xs = [x(inspect.parse_time(v["created_at"])) for v in versions]
-        ys = [v["sessions"] for v in versions]
+        points = [(x(inspect.parse_time(v["created_at"])), v["sessions"]) for v in versions]
+        xs = [at for at, _ in points if at is not None]
+        ys = [sessions for at, sessions in points if at is not None]
         if xs:
             ax.step(
                 xs + [max(xs[-1], _end(data, t0))],

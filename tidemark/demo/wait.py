@@ -25,8 +25,11 @@ TERMINAL = ("success", "failed")
 
 def processed_files(checkpoint: str) -> set[str]:
     """Base names of the files the stream's committed micro-batches read (its file-source log;
-    `N.compact` files hold all entries up to N)."""
-    query = layout.join(checkpoint, "query")
+    `N.compact` files hold all entries up to N), in the checkpoint's current generation: a stream
+    run with --archive starts a new one on rotation, after moving the files the old one read."""
+    from tidemark import landing_archive
+
+    query = landing_archive.current(checkpoint).query_dir(checkpoint)
     committed = {int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()}
     seen = set()
     source_log = layout.join(query, "sources", "0")
@@ -91,7 +94,8 @@ def notices_sent(lake: Lake) -> tuple[bool, str, list[dict]]:
     """(all advertised, status, the sent notices)."""
     from tidemark import receipts
 
-    sent, owed, unadvertised = [], 0, 0
+    sent: list[dict] = []
+    owed, unadvertised = 0, 0
     for event_date in receipts.list_event_dates(lake):
         entries = inspect.notices_of(lake, event_date)
         covered = {

@@ -84,8 +84,10 @@ class PubSubEmulator:
             env={"JAVA_OPTS": os.environ.get("TIDEMARK_PUBSUB_JAVA_OPTS", "-Xmx256m")},
         )
         process.write_pidfile(self.pidfile, self.managed)
+        port = self.port
+        assert port is not None  # chosen above when none was given
         process.wait_until(
-            lambda: process.port_open(self.port), self.start_timeout, f"Pub/Sub emulator on {self.host}", self.managed
+            lambda: process.port_open(port), self.start_timeout, f"Pub/Sub emulator on {self.host}", self.managed
         )
         with open(os.path.join(self.data_dir, "env.yaml"), "w") as handle:
             handle.write(f"PUBSUB_EMULATOR_HOST: {self.host}\n")
@@ -114,7 +116,7 @@ class PubSubEmulator:
 
 
 def _channel(host: str):
-    import grpc
+    import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 
     return grpc.insecure_channel(host)
 
