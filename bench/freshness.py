@@ -538,12 +538,12 @@ def burst(args) -> int:
                     topic, availability_notice.encode(body), **availability_notice.attributes(body)
                 )
                 run_id = run_ids.run_id_for_notice(body)
-                future.add_done_callback(lambda f, r=run_id: acked.setdefault(r, time.time()))
+                future.add_done_callback(lambda f, r=run_id, acked=acked: acked.setdefault(r, time.time()))
                 futures[run_id] = future
             wait_futures(list(futures.values()), timeout=60)
             wanted = set(futures)
 
-            def created():
+            def created(wanted=wanted):
                 found = {r["dag_run_id"]: r for r in client.list_dag_runs(dag_id) if r["dag_run_id"] in wanted}
                 return found if len(found) == len(wanted) else None
 

@@ -337,7 +337,7 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
         client._request("PATCH", "/api/v2/pools/default_pool", params={"update_mask": "slots"}, json={"slots": slots})
     assert finished(client, CONSUMER, "held") == "success"
     for day in THREE:
-        wait_for(lambda: consumer_runs_of(client, day), 600, f"the consumer run of {day}")
+        wait_for(lambda day=day: consumer_runs_of(client, day), 600, f"the consumer run of {day}")
         (run,) = consumer_runs_of(client, day)
         assert finished(client, CONSUMER, run["dag_run_id"]) == "success"
         got = {k: v for k, v in session_metrics.read(out, day).items() if k != "version"}
@@ -387,7 +387,9 @@ def test_clearing_a_dates_partition_from_the_cli_reruns_it_with_the_same_result(
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     for run_id in dedup_runs:
         wait_for(
-            lambda: client.get_dag_run(DAG_ID, run_id)["state"] in ("success", "failed"), 600, f"{run_id} to rerun"
+            lambda run_id=run_id: client.get_dag_run(DAG_ID, run_id)["state"] in ("success", "failed"),
+            600,
+            f"{run_id} to rerun",
         )
         assert finished(client, DAG_ID, run_id) == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, run_id)}

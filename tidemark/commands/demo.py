@@ -113,12 +113,12 @@ def _demo(args, console, stack) -> int:
                 f"{row['days_late']}, malformed {row['malformed']}); arrivals {row['arrivals']}"
             )
             took = wait.until(
-                lambda: wait.stream_caught_up(settings.checkpoint, landed),
+                lambda landed=landed: wait.stream_caught_up(settings.checkpoint, landed),
                 args.timeout,
                 f"stream: wave {row['wave']}",
                 progress,
-                lambda s: StackError(
-                    "stream", f"did not take wave {row['wave']} in time ({s})", wait.component_log(stack, "stream")
+                lambda s, wave=row["wave"]: StackError(
+                    "stream", f"did not take wave {wave} in time ({s})", wait.component_log(stack, "stream")
                 ),
                 stack,
             )
