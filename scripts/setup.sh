@@ -19,7 +19,8 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
 fi
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
   say "installing PostgreSQL (the local stack's Airflow metadata database; SQLite without it)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null) \
+    || say "could not install PostgreSQL: the local stack keeps Airflow's metadata in SQLite"
 fi
 if ! command -v gcloud >/dev/null 2>&1 || [ ! -d /usr/lib/google-cloud-sdk/platform/pubsub-emulator ]; then
   say "warning: the Pub/Sub emulator (google-cloud-cli-pubsub-emulator) is not installed;"
