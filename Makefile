@@ -11,6 +11,7 @@ demo: setup
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 # Two workers, one test file each at a time: most slow tests wait on servers (Airflow, the
 # emulator, spark-submit), so two files share the 2-core machine well; --durations says what was slow.

@@ -24,7 +24,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import bench
-from tidemark import layout, publish, receipts, sql_rules
+from dedup_sql import rules as sql_rules
+from tidemark import layout, publish, receipts
 from tidemark import table as iceberg
 from tidemark.dedup import run_dedup
 from tidemark.lake import Lake

@@ -7,7 +7,7 @@ its own for the one query, so concurrent runs on one session (threads of a drive
 clients) never share a view. A literal brace in a file must be doubled (`{{`).
 
 The rules several files share (the session id, the kept-copy rule, the event struct) are written
-once, in tidemark/sql_rules.py, and referenced as `@name(...)` macros that `load` renders.
+once, in dedup_sql/rules.py, and referenced as `@name(...)` macros that `load` renders.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import uuid
 from functools import cache
 from importlib import resources
 
-from tidemark import sql_rules
+from dedup_sql import rules as sql_rules
 
 _NAME = re.compile(r"^[a-z_]+$")
 

@@ -7,9 +7,9 @@ same receipt_ts, the same panes and the same state, and skips partitions it had 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -40,6 +40,12 @@ class StopRequested(RuntimeError):
     """
 
 
+class StopFlag(Protocol):
+    """What the processor asks of its stop signal (a threading.Event, or the job's either-of-two)."""
+
+    def is_set(self) -> bool: ...
+
+
 class BatchProcessor:
     """The foreachBatch function of the stream. `listeners` get a BatchReport after each commit."""
 
@@ -49,7 +55,7 @@ class BatchProcessor:
         checkpoint: str,
         rules: SessionRules,
         listeners: list[Callable[[BatchReport], None]] | None = None,
-        stop_requested: threading.Event | None = None,
+        stop_requested: StopFlag | None = None,
         input_rules: InputRules | None = None,
         landing: str | None = None,
         generation: landing_archive.Generation | None = None,
@@ -169,7 +175,7 @@ class BatchProcessor:
         """The landing rule over the batch's files (tidemark.landing), the batch's ledger entry
         written, and the totals of its input files. Returns (totals, URIs of files not read)."""
         files, skipped, newest = [], [], []
-        totals = {"lines": 0, "valid": 0}
+        totals: dict[str, Any] = {"lines": 0, "valid": 0}
         for found in by_file:
             row = found.asDict()
             path = landing.relative_path(self.landing, row["source_file"])

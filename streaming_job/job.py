@@ -184,13 +184,19 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             if changed_to is not None or not config.rotate_after:
                 break
             if rotate.is_set() or (_committed_batches(config.checkpoint, generation) >= config.rotate_after):
+                archive = config.archive
+                assert archive is not None  # rotation without the archive is refused at the start
+
+                def sweep(archive: str = archive) -> int:
+                    return landing_ledger.sweep_read(config.landing, config.lake, archive)
+
                 nxt = landing_archive.rotate(
                     config.landing,
-                    config.archive,
+                    archive,
                     config.checkpoint,
                     generation,
                     _set_aside(config),
-                    sweep=lambda: landing_ledger.sweep_read(config.landing, config.lake, config.archive),
+                    sweep=sweep,
                     lake=config.lake,
                 )
                 if nxt is not None:

@@ -26,7 +26,7 @@ FILE_FACTS = ("file_size", "file_mtime_ms")  # of a line's file, as Spark listed
 
 
 def _verdict_udf(rules: InputRules):
-    @arrow_udf(VERDICT)
+    @arrow_udf(VERDICT)  # type: ignore[call-overload]  # pyspark's stubs omit the DDL-string form it accepts
     def verdict(raw: pa.Array, received_us: pa.Array) -> pa.Array:
         return contract_fast.verdicts(raw, received_us, rules)
 

@@ -70,6 +70,8 @@ class StateStore:
             return StateVersion(-1, NO_WATERMARK_US, 0), self.spark.createDataFrame([], STATE_SCHEMA)
         version_id = older[-1]
         meta = storage.read_json(layout.join(self._dir(version_id), STATE_MARKER))
+        if meta is None:  # versions() lists only versions with a marker: removed since (a replay's cleanup)
+            raise RuntimeError(f"state version {version_id} lost its marker {STATE_MARKER} while being read")
         version = StateVersion(version_id, int(meta["watermark_us"]), int(meta["sessions"]))
         if version.sessions == 0:
             return version, self.spark.createDataFrame([], STATE_SCHEMA)

@@ -19,9 +19,10 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dedup_sql import rules as sql_rules
 from tests import reference
 from tests.helpers import lake_session_set, session_set
-from tidemark import layout, receipts, sql_rules
+from tidemark import layout, receipts
 from tidemark.dedup import run_dedup
 from tidemark.lake import Lake
 from tidemark.sessions import SessionRules

@@ -11,8 +11,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import dedup_sql
+from dedup_sql import rules as sql_rules
 from tests.lakekit import RECEIPT0, SimulatedStream
-from tidemark import contract, layout, reader, rules_record, sql_rules
+from tidemark import contract, layout, reader, rules_record
 from tidemark.dedup import run_dedup
 from tidemark.lake import Lake
 from tidemark.sessions import SessionRules

@@ -224,3 +224,61 @@ def test_no_test_module_imports_another(tmp_path):
         "test_c.py": ["tests.test_a"],
         "test_d.py": ["tests.test_a"],
     }
+
+
+# Units of the package-level graph: each top-level package, with tidemark/ split by role (the
+# CLI's modules, the dev stack, the demo, and the core beside them).
+UNITS = (
+    ("tidemark.cli", "tidemark CLI"),
+    ("tidemark.__main__", "tidemark CLI"),
+    ("tidemark.commands", "tidemark CLI"),
+    ("tidemark.localstack", "tidemark devstack"),
+    ("tidemark.demo", "tidemark demo"),
+    ("tidemark", "tidemark core"),
+)
+
+
+# Scripts a launcher runs by path, which no module imports: they are where the import graph starts,
+# not members of the package whose folder holds them. streaming_job/submit.py is spark-submit's way
+# into tidemark's CLI (the design keeps the Spark jobs' entry in streaming_job/).
+ENTRY_SCRIPTS = {"streaming_job.submit": "tidemark CLI"}
+
+
+def unit_of(module: str) -> str:
+    if module in ENTRY_SCRIPTS:
+        return ENTRY_SCRIPTS[module]
+    for prefix, unit in UNITS:
+        if _under(module, (prefix,)):
+            return unit
+    return module.split(".")[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{unit: the units its modules import}, edges between different units only."""
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            if unit_of(module) != unit_of(target):
+                out.setdefault(unit_of(module), set()).add(unit_of(target))
+    return out
+
+
+def test_entry_scripts_are_imported_by_nothing(graph):
+    assert {m for m, targets in graph.items() if set(targets) & set(ENTRY_SCRIPTS)} == set()
+
+
+def test_no_package_loop(graph):
+    """No loop between packages either (a module-level cycle check misses one that goes through
+    several modules of each package): e.g. streaming_job -> the CLI -> streaming_job, or the core
+    -> dedup_sql -> the core."""
+    loops = cycles(package_graph(graph))
+    witnesses = {
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        for loop in loops
+        if unit_of(module) in loop and unit_of(target) in loop and unit_of(module) != unit_of(target)
+    }
+    assert loops == [], sorted(witnesses)
+    bad = {"streaming_job.job": {"tidemark.cli"}, "tidemark.commands.stream": {"streaming_job.job"}}
+    assert cycles(package_graph(bad)) == [["streaming_job", "tidemark CLI"]]

@@ -23,7 +23,7 @@ def test_a_topic_path_gets_the_pubsub_transport_with_the_codec_asked_for():
 @pytest.mark.parametrize(
     "destination, message",
     [
-        ("file:///tmp/notices.jsonl", "no notice transport for 'file:///tmp/notices.jsonl'"),
+        ("file:///tmp/notices.jsonl", "invalid topic 'file:///tmp/notices.jsonl': no notice transport serves it"),
         ("projects/x/topics/t", "invalid topic"),  # a Pub/Sub destination with a bad project id
     ],
 )

@@ -117,7 +117,7 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
         )
         assert prometheus.query("tidemark_event_date_stale")[0]["value"][1] == "0"
         # The demo report's staleness chart, from the same series: the stale dates, then none.
-        from tidemark.metrics_charts import STALENESS, prometheus_charts, query_range
+        from tidemark.demo.metrics_charts import STALENESS, prometheus_charts, query_range
 
         end = time.time()
         history = query_range(prometheus.url, STALENESS, end - 600, end, 1)

@@ -1,4 +1,4 @@
-"""The shared SQL rules (session id, kept-copy rule, event struct) have one home: tidemark/sql_rules.py.
+"""The shared SQL rules (session id, kept-copy rule, event struct) have one home: dedup_sql/rules.py.
 
 Pure text checks (no Spark): the rules' behaviour is covered by the stream and dedup tests
 (test_duplicate_copies.py, test_dedup_*.py, test_stream_*.py), which run the rendered SQL.
@@ -12,11 +12,11 @@ import re
 import pytest
 
 import dedup_sql
-from tidemark import sql_rules
+from dedup_sql import rules as sql_rules
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SQL_FILES = sorted(p.stem for p in (ROOT / "dedup_sql").glob("*.sql"))
-# Hand-written spellings of the three rules, anywhere outside tidemark/sql_rules.py.
+# Hand-written spellings of the three rules, anywhere outside dedup_sql/rules.py.
 COPIES = {
     "session id": re.compile(r"sha2\s*\(\s*concat", re.I),
     "kept-copy rule": re.compile(r"named_struct\(\s*'event_type'", re.I),
@@ -35,9 +35,10 @@ def _code(path: pathlib.Path) -> str:
 def test_each_rule_is_written_once(rule):
     """The SQL files, the stream, the dedup and the benches take the rule from sql_rules."""
     places = [ROOT / "dedup_sql" / f"{name}.sql" for name in SQL_FILES]
-    for folder in ("tidemark", "streaming_job", "bench"):
+    for folder in ("tidemark", "streaming_job", "bench", "dedup_sql"):
         places += sorted((ROOT / folder).rglob("*.py"))
-    found = [str(p.relative_to(ROOT)) for p in places if p.name != "sql_rules.py" and COPIES[rule].search(_code(p))]
+    home = ROOT / "dedup_sql" / "rules.py"
+    found = [str(p.relative_to(ROOT)) for p in places if p != home and COPIES[rule].search(_code(p))]
     # The bench's synthetic panes build events from generated values (data, not the rule).
     assert found in ([], ["bench/dedup_partition.py"]) if rule == "event struct" else found == [], found
 

@@ -123,7 +123,7 @@ class AirflowClient:
 
             credentials, _ = google.auth.default(scopes=list(GOOGLE_SCOPES))
             self.session = session or AuthorizedSession(credentials)
-            self._auth = _NoAuth()  # the AuthorizedSession adds and refreshes its own token
+            self._auth: _NoAuth | _TokenAuth = _NoAuth()  # the AuthorizedSession adds and refreshes its own token
         else:
             self.session = session or requests.Session()
             if auth_mode == "password":

@@ -168,7 +168,7 @@ def _decode_each(lines: list) -> list:
             return objects
         half = len(lines) // 2
         return _decode_each(lines[:half]) + _decode_each(lines[half:])
-    out = []
+    out: list[dict[str, str] | None] = []
     for line in lines:
         try:
             out.append(_decode(line))

@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
+from dedup_sql import rules as sql_rules
 from tidemark import (
     incremental,
     layout,
@@ -40,7 +41,6 @@ from tidemark import (
     publish,
     rules_record,
     session_schema,
-    sql_rules,
     storage,
     times,
 )
@@ -90,7 +90,7 @@ def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
     """Nothing new to include: the current version already has every planned receipt."""
     result = DedupResult(
         event_date,
-        current and current["version"],
+        current["version"] if current else None,
         False,
         int(current["sessions"]) if current else 0,
         0,
@@ -167,7 +167,7 @@ def _run(
     phases = Phases(started)
     phases.done("plan")
 
-    if rules_record.changed_since(previous, rules):
+    if previous is not None and rules_record.changed_since(previous, rules):
         log.info(
             "session rules changed since the previous version: recomputing the whole date",
             event_date=event_date,
@@ -223,6 +223,7 @@ def _run(
             return _noop(event_date, newest, started)  # a concurrent run published all of it already
         # Durable before anything is published: a crash from here on cannot lose a neighbour's
         # rerun. Named after the newest receipt read (the version id is chosen at commit time).
+        assert current.max_receipt_ts is not None  # a plan with receipts to compute
         obligations.record(lake, summary["affected_dates"], event_date, current.max_receipt_ts, run_id)
         read = (len(start.new), start.rows_read) if start is not None else (len(current.partitions), current.rows)
         mode = "full" if start is None else "incremental"
@@ -303,6 +304,7 @@ def up_to_date(lake: Lake, event_date: str, rules: SessionRules | None = None) -
     owed = obligations.pending(lake, event_date)  # listed before planning, as in run_dedup
     index = LakeIndex(lake)
     previous = publish.newest_version(lake, event_date)
+    result: DedupResult | None
     if _quick_noop(index, event_date, previous, rules):
         result = _noop(event_date, previous, started)
     else:

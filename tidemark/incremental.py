@@ -33,6 +33,11 @@ below does not hold (`base` says why), and `tidemark dedup --full` forces it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
@@ -140,8 +145,8 @@ class Islands:
     horizon); the summary (`summary_of`'s keys); what to unpersist once written; whether the
     sessions are already spread over the tasks that should write them (else the writer coalesces)."""
 
-    sessions: object
-    context: object
+    sessions: DataFrame
+    context: DataFrame
     summary: dict
     cached: list
     spread: bool = False

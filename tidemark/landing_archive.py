@@ -199,7 +199,7 @@ def rotate(
     checkpoint: str,
     generation: Generation,
     on_replaced: Callable[[list[LandedFile]], None] | None = None,
-    sweep: Callable[[], None] | None = None,
+    sweep: Callable[[], object] | None = None,
     lake: Lake | None = None,
 ) -> Generation | None:
     """Start the next generation if nothing a batch read is left in the landing; returns it, or

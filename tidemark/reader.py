@@ -109,13 +109,12 @@ def read_sessions(lake: Lake, event_date: str, as_of: str | None = None, columns
     """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start: the
     columns asked for (default: every column of the table and of today's session schema), those the
     answering version's files predate computed from its rows (module docstring)."""
-    from pyiceberg.expressions import EqualTo
 
     event_date = layout.check_event_date(event_date)
     tbl = iceberg.load(lake)
     version = _resolve(lake, tbl, event_date, as_of)
     written = session_schema.marker_version(version)
-    scan = tbl.scan(row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), snapshot_id=version.get("snapshot_id"))
+    scan = tbl.scan(row_filter=iceberg.date_filter(event_date), snapshot_id=version.get("snapshot_id"))
     present = [f.name for f in scan.projection().fields]  # the snapshot's schema (time travel: its own)
     wanted = list(columns) if columns else [*present, *(c for c in session_schema.TABLE_COLUMNS if c not in present)]
     unknown = [c for c in wanted if c not in present and c not in session_schema.TABLE_COLUMNS]

@@ -371,7 +371,7 @@ def reconcile(
     full: bool = False,
 ) -> tuple[list[Staleness], list[Decision]]:
     """Find stale dates and, with `trigger`, start their runs through the Airflow REST client
-    (cloud_function.airflow_client.AirflowClient)."""
+    (tidemark.airflow_api.AirflowClient)."""
     dag_id = dag_id or names.get("DAG_ID")
     if trigger and client is None:
         raise ValueError("triggering runs needs an Airflow client")

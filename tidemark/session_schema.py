@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidemark import sql_rules
+from dedup_sql import rules as sql_rules
 
 # The schema version of the rows this tidemark writes. 1: the columns before versioning.
 VERSION = 2

@@ -73,6 +73,14 @@ def table_location(lake: Lake) -> str:
     return _uri(lake.dedup_root())
 
 
+def date_filter(event_date: str):
+    """The row filter of one event date's partition (scan planning prunes to it)."""
+    from pyiceberg.expressions import EqualTo
+
+    # pyiceberg's positional form EqualTo(term, literal); its typed signature is keyword-only
+    return EqualTo(PARTITION_COLUMN, event_date)  # type: ignore[call-arg, arg-type]
+
+
 def _uri(path: str) -> str:
     if "://" in path:
         return path

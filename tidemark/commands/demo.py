@@ -112,16 +112,16 @@ def _demo(args, console, stack) -> int:
                 f"minutes late {row['minutes_late']}, hours late {row['hours_late']}, days late "
                 f"{row['days_late']}, malformed {row['malformed']}); arrivals {row['arrivals']}"
             )
-            took = wait.until(
-                lambda landed=landed: wait.stream_caught_up(settings.checkpoint, landed),
-                args.timeout,
-                f"stream: wave {row['wave']}",
-                progress,
-                lambda s, wave=row["wave"]: StackError(
-                    "stream", f"did not take wave {wave} in time ({s})", wait.component_log(stack, "stream")
-                ),
-                stack,
-            )
+
+            def caught_up(landed: set[str] = landed) -> tuple[bool, str]:
+                return wait.stream_caught_up(settings.checkpoint, landed)
+
+            def too_late(status: str, wave: int = row["wave"]) -> StackError:
+                return StackError(
+                    "stream", f"did not take wave {wave} in time ({status})", wait.component_log(stack, "stream")
+                )
+
+            took = wait.until(caught_up, args.timeout, f"stream: wave {row['wave']}", progress, too_late, stack)
             timings[f"wave_{row['wave']}_stream_s"] = took
             # Each wave is published before the next lands, so that a later wave's late events
             # visibly correct a date that already had a version.
@@ -304,10 +304,10 @@ def _dag_id() -> str:
 
 def _metric_charts(stack, folder: str, began: float) -> list[str]:
     """lag.png and staleness.png from what the stack's Prometheus recorded during the demo
-    (tidemark/metrics_charts.py); none when Prometheus is not running."""
+    (tidemark/demo/metrics_charts.py); none when Prometheus is not running."""
     if "prometheus" not in stack.running():
         return []
-    from tidemark.metrics_charts import prometheus_charts
+    from tidemark.demo.metrics_charts import prometheus_charts
 
     end = time.time()
     return prometheus_charts(folder, stack.prometheus().url, end - (time.monotonic() - began), end)

@@ -49,8 +49,8 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
 
 def airflow_runs(url: str, username: str, password: str) -> list[dict]:
     """All runs of the dedup DAG from Airflow's REST API (raises when Airflow cannot be reached)."""
-    from cloud_function.airflow_client import AirflowClient
     from tidemark import names
+    from tidemark.airflow_api import AirflowClient
 
     return AirflowClient(url, "password", username, password, timeout=(3.0, 15.0)).list_dag_runs(names.get("DAG_ID"))
 

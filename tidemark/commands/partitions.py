@@ -58,7 +58,7 @@ def run(args) -> int:
     for row in rows:
         stale_item = stale.get(row["event_date"])
         row["stale"] = sorted(set(stale_item.kinds)) if stale_item else []
-        row["why"] = item.reasons if item else []
+        row["why"] = stale_item.reasons if stale_item else []
     if args.json:
         for row in rows:
             print(json.dumps(row))

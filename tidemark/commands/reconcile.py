@@ -57,9 +57,9 @@ def register(subparsers) -> None:
 
 
 def airflow_client(args, required: bool):
-    """The REST client (cloud_function.airflow_client) for --airflow-url, the environment or the
+    """The REST client (tidemark.airflow_api) for --airflow-url, the environment or the
     local stack; None when there is none and it is not required."""
-    from cloud_function.airflow_client import AirflowClient
+    from tidemark.airflow_api import AirflowClient
 
     if args.airflow_url:
         password = read_airflow_password(args)

@@ -58,8 +58,8 @@ def available() -> bool:
     if bin_dir() is None:
         return False
     try:
-        import asyncpg  # noqa: F401
-        import psycopg2  # noqa: F401
+        import asyncpg  # type: ignore[import-untyped]  # noqa: F401 - no type information shipped
+        import psycopg2  # type: ignore[import-untyped]  # noqa: F401 - no type information shipped
     except ImportError:
         return False
     return os.geteuid() != 0 or _system_user() is not None
@@ -113,13 +113,18 @@ class PostgresServer:
     def _as_server_user(self, argv: list[str]) -> list[str]:
         return ["runuser", "-u", "postgres", "--", *argv] if self.as_root else argv
 
+    @staticmethod
+    def _bin() -> str:
+        binaries = bin_dir()
+        if binaries is None:
+            raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
+        return binaries
+
     def init(self) -> None:
         """initdb once (the data folder survives stop/start, as the SQLite file did)."""
         if os.path.exists(os.path.join(self.data_dir, "PG_VERSION")):
             return
-        binaries = bin_dir()
-        if binaries is None:
-            raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
+        binaries = self._bin()
         parent = os.path.dirname(self.data_dir)
         os.makedirs(parent, exist_ok=True)
         pwfile = os.path.join(parent, ".initdb-password")
@@ -160,7 +165,7 @@ class PostgresServer:
         self.init()
         argv = self._as_server_user(
             [
-                os.path.join(bin_dir(), "postgres"),
+                os.path.join(self._bin(), "postgres"),
                 "-D",
                 self.data_dir,
                 "-p",

@@ -41,6 +41,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 import requests
 
@@ -151,6 +153,13 @@ class Stack:
         payload = storage.read_json(self.state_path) if os.path.exists(self.state_path) else None
         return None if payload is None else StackSettings(**payload)
 
+    def required_settings(self) -> StackSettings:
+        """The stored settings, which every start step after `configure` needs."""
+        settings = self.settings()
+        if settings is None:
+            raise StackError("stack", f"no settings in {self.state_path}: run `tidemark up` first")
+        return settings
+
     def configure(
         self,
         lake: str | None = None,
@@ -164,7 +173,7 @@ class Stack:
         spark_connect: bool | None = None,
     ) -> StackSettings:
         """Settings of this home: stored ones, completed (never silently changed) by the options."""
-        given = {
+        given: dict[str, Any] = {
             "lake": _abs(lake),
             "landing": _abs(landing),
             "checkpoint": _abs(checkpoint),
@@ -301,12 +310,13 @@ class Stack:
             emulator.start()
         except Exception as exc:
             raise StackError("pubsub emulator", str(exc).splitlines()[0], log_path) from exc
+        assert emulator.managed is not None  # started above
         self._write_record(emulator.managed, "pubsub")
 
     def spark_connect(self, settings: StackSettings | None = None):
         from tidemark.localstack.spark_connect import SparkConnectServer
 
-        settings = settings or self.settings()
+        settings = settings or self.required_settings()
         return SparkConnectServer(
             os.path.join(self.home, "spark-connect"), port=settings.ports["spark-connect"], master=settings.master
         )
@@ -320,7 +330,7 @@ class Stack:
         self._write_record(server.managed, "spark-connect")
 
     def emulator_host(self, settings: StackSettings | None = None) -> str:
-        settings = settings or self.settings()
+        settings = settings or self.required_settings()
         return f"127.0.0.1:{settings.ports['pubsub']}"
 
     def _ensure_topics(self, settings: StackSettings) -> None:
@@ -359,7 +369,7 @@ class Stack:
     def postgres(self, settings: StackSettings | None = None):
         from tidemark.localstack.postgres import PostgresServer
 
-        settings = settings or self.settings()
+        settings = settings or self.required_settings()
         return PostgresServer(os.path.join(self.home, "postgres"), port=settings.ports["postgres"])
 
     def _start_postgres(self, settings: StackSettings, timeout: float) -> None:
@@ -384,7 +394,7 @@ class Stack:
     def airflow(self, settings: StackSettings | None = None):
         from tidemark.localstack.airflow import AirflowServer
 
-        settings = settings or self.settings()
+        settings = settings or self.required_settings()
         env = {
             "TIDEMARK_LAKE": settings.lake,
             "TIDEMARK_DAG_RETRIES": "2",
@@ -428,7 +438,7 @@ class Stack:
             raise StackError("airflow", str(exc)[:2000], os.path.join(server.home, "logs")) from exc
 
     def function_url(self, settings: StackSettings | None = None) -> str:
-        settings = settings or self.settings()
+        settings = settings or self.required_settings()
         return f"http://127.0.0.1:{settings.ports['function']}/"
 
     def _start_function(self, settings: StackSettings, timeout: float) -> None:
@@ -460,6 +470,7 @@ class Stack:
             function.start(timeout=timeout)
         except Exception as exc:
             raise StackError("function", str(exc).splitlines()[0], log_path) from exc
+        assert function.managed is not None  # started above
         self._write_record(function.managed, "function")
 
     def stream_argv(self, settings: StackSettings) -> list[str]:
@@ -518,7 +529,7 @@ class Stack:
     def prometheus(self, settings: StackSettings | None = None):
         from tidemark.localstack.prometheus import PrometheusServer
 
-        settings = settings or self.settings()
+        settings = settings or self.required_settings()
         return PrometheusServer(
             os.path.join(self.home, "prometheus"),
             port=settings.ports["prometheus"],
@@ -668,7 +679,7 @@ class Stack:
                     f"airflow {part}",
                     self.record(f"airflow-{part}"),
                     "",
-                    lambda key=key: _airflow_health(server.url).get(key, {}).get("status") == "healthy",
+                    partial(_component_healthy, server.url, key),
                     "",
                 )
             )
@@ -811,6 +822,10 @@ def _alerts_detail(server) -> str:
 
 def _airflow_health(url: str) -> dict:
     return requests.get(f"{url}/api/v2/monitor/health", timeout=3).json()
+
+
+def _component_healthy(url: str, key: str) -> bool:
+    return _airflow_health(url).get(key, {}).get("status") == "healthy"
 
 
 def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:

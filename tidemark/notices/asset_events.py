@@ -66,7 +66,7 @@ class AssetEventSender:
         try:
             asset_id = self._asset()
             oldest = min(parse_iso(e["recorded_at"]) for e in entries) - CLOCK_MARGIN
-            posted = {}
+            posted: dict[str, dict] = {}
             for event in self.client.asset_events(asset_id, since=oldest.strftime("%Y-%m-%dT%H:%M:%SZ")):
                 notice_id = (event.get("extra") or {}).get("notice_id")
                 if notice_id:

@@ -55,10 +55,8 @@ def default_topic(project: str | None = None) -> str:
 
 def _sessions_at(tbl, event_date: str, snapshot_id: int):
     """The date's sessions (_DIFF_COLUMNS) at a snapshot, as an Arrow table."""
-    from pyiceberg.expressions import EqualTo
-
     return tbl.scan(
-        row_filter=EqualTo(iceberg.PARTITION_COLUMN, event_date), selected_fields=_DIFF_COLUMNS, snapshot_id=snapshot_id
+        row_filter=iceberg.date_filter(event_date), selected_fields=_DIFF_COLUMNS, snapshot_id=snapshot_id
     ).to_arrow()
 
 

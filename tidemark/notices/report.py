@@ -129,6 +129,8 @@ def backfill(lake: Lake, dataset: str = "sessions") -> list[dict]:
     recorded = []
     for event_date, receipt_ts in unadvertised(lake, dataset):
         marker = receipts.read_marker(lake, event_date, receipt_ts)
+        if marker is None:  # listed complete a moment ago: gone since (gc), nothing to advertise
+            continue
         body = availability_notice.build(dataset, [marker.to_json()])
         if outbox.record(body):
             recorded.append(body)

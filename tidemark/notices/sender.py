@@ -65,7 +65,9 @@ def sender_for(destination: str, codec=availability_notice) -> Sender:
     topic. `codec`: the notice module that makes the message (availability or corrected)."""
     if str(destination).startswith("projects/"):
         return PubSubSender(destination, codec=codec)
-    raise ValueError(f"no notice transport for {str(destination)[:120]!r}: expected projects/PROJECT/topics/TOPIC")
+    raise ValueError(
+        f"invalid topic {str(destination)[:120]!r}: no notice transport serves it (expected projects/PROJECT/topics/TOPIC)"
+    )
 
 
 class PubSubSender:
@@ -127,7 +129,7 @@ class PubSubSender:
                 )
             except Exception as exc:  # noqa: BLE001 - reported per notice, retried by the caller
                 futures[body["notice_id"]] = (None, exc)
-        results = {}
+        results: dict[str, object] = {}
         for notice_id, (published_at, future) in futures.items():
             if isinstance(future, Exception):
                 results[notice_id] = future
