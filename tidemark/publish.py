@@ -98,6 +98,12 @@ def run_files(lake: Lake, marker: dict) -> list[str]:
 
 VERSION_FILE_PREFIX = "_tidemark_version_"
 _VERSION_FILE = re.compile(r"^_tidemark_version_([0-9TZ]+)_([0-9TZ]+|first)_([0-9TZ]+)\.parquet$")
+# The metadata log (earlier metadata files, listed in every metadata file) is capped at 100 entries
+# by default: ~18 KB of every metadata file once the table has 100 commits, which a young table does
+# not have. gc removes the earlier metadata files after its retention anyway, so the log's entries
+# beyond a few name files already gone: keep 10 (one table property, set by the first commit).
+METADATA_LOG_KEY = "write.metadata.previous-versions-max"
+METADATA_LOG_MAX = "10"
 _LIVE_CACHE: dict[tuple, dict] = {}  # (metadata location, snapshot id) -> {day: [DataFile]}: immutable
 
 
@@ -149,7 +155,7 @@ def _day_range(manifest) -> tuple[int, int] | None:
 def live_files(tbl, event_date: str | None = None) -> dict[int, list]:
     """{day: the live DataFiles of that event date} in the loaded table's current snapshot: of one
     date (only the manifests whose partition range holds it are read: one, manifests being merged by
-    month) or of every date (each manifest read once, kept for this metadata file)."""
+    half month) or of every date (each manifest read once, kept for this metadata file)."""
     snapshot = tbl.current_snapshot() if tbl is not None else None
     if snapshot is None:
         return {}
@@ -179,11 +185,15 @@ def current_records(tbl) -> dict[str, dict]:
     of every date with a version in this loaded table (every manifest read once)."""
     if tbl is None:
         return {}
-    out = {_date(day): record for day, files in live_files(tbl).items() if (record := _record_of_files(files))}
-    for key, value in tbl.properties.items():
-        if key.startswith(CURRENT_PREFIX):
-            out[key[len(CURRENT_PREFIX) :]] = json.loads(value)  # a table written before issue 27
-    return out
+    out = {
+        key[len(CURRENT_PREFIX) :]: json.loads(value)  # a table written before issue 27
+        for key, value in tbl.properties.items()
+        if key.startswith(CURRENT_PREFIX)
+    }
+    for day, files in live_files(tbl).items():
+        if _date(day) not in out and (record := _record_of_files(files)) is not None:
+            out[_date(day)] = record
+    return dict(sorted(out.items()))
 
 
 def current_record(tbl, event_date: str, files: list | None = None) -> dict | None:
@@ -415,7 +425,7 @@ def _summary_of(event_date: str, marker: dict, record: dict) -> dict:
 
 def _commit_once(lake: Lake, tbl, event_date: str, marker: dict, record: dict, data_files: list, live: list) -> None:
     """One catalog commit: D's live files replaced by the run's files and its version file (and an
-    older table's property of D removed), the manifests of D's month merged into one."""
+    older table's property of D removed), the manifests of D's half month merged into one."""
     from pyiceberg.table.snapshots import Operation
 
     version_file = _version_file(lake, tbl, event_date, record)  # before the commit: never named unwritten
@@ -429,6 +439,8 @@ def _commit_once(lake: Lake, tbl, event_date: str, marker: dict, record: dict, d
             overwrite.append_data_file(data_file)
     if CURRENT_PREFIX + event_date in tbl.properties:
         tx.remove_properties(CURRENT_PREFIX + event_date)  # a table written before issue 27
+    if tbl.properties.get(METADATA_LOG_KEY) != METADATA_LOG_MAX:
+        tx.set_properties(**{METADATA_LOG_KEY: METADATA_LOG_MAX})  # once per table
     tx.commit_transaction()
 
 
@@ -468,21 +480,27 @@ def _version_file(lake: Lake, tbl, event_date: str, record: dict):
     )
 
 
-# --- table upkeep: manifests by month, older tables' properties -----------------------------------
+# --- table upkeep: manifests by half month, older tables' properties ------------------------------
 
 
-def _month(day: int) -> int:
+def _bucket(day: int) -> int:
+    """The manifest bucket of an event date: half a month (the 1st to the 15th, the 16th to the end).
+    A month's manifest (up to 31 dates, ~450 bytes per file) made a commit on a table a year old
+    write about 1.45x the bytes of one on a week-old table (estimated from the 60-day build:
+    BENCHMARKS.md section 7); half months bound it to 16 dates, and the manifest list grows by 24
+    short entries a year."""
     moment = _EPOCH_DAY + timedelta(days=day)
-    return moment.year * 12 + moment.month - 1
+    return (moment.year * 12 + moment.month - 1) * 2 + (moment.day > 15)
 
 
-def _months(span: tuple[int, int]) -> set[int]:
-    return set(range(_month(span[0]), _month(span[1]) + 1))
+def _buckets(span: tuple[int, int]) -> set[int]:
+    return set(range(_bucket(span[0]), _bucket(span[1]) + 1))
 
 
-def months_to_merge(tbl) -> set[int]:
-    """Months of event dates whose files the current manifest list does not hold in exactly one
-    manifest of that month alone (several manifests, one spanning months, one with no live file).
+def buckets_to_merge(tbl) -> set[int]:
+    """Buckets (half months, _bucket) of event dates whose files the current manifest list does not
+    hold in exactly one manifest of that bucket alone (several manifests, one spanning buckets, one
+    with no live file).
     Reads the manifest list only."""
     snapshot = tbl.current_snapshot() if tbl is not None else None
     if snapshot is None:
@@ -493,20 +511,20 @@ def months_to_merge(tbl) -> set[int]:
         span = _day_range(manifest)
         if span is None:
             continue
-        months = _months(span)
-        if len(months) > 1 or (manifest.added_files_count or 0) + (manifest.existing_files_count or 0) == 0:
-            out |= months
-        for month in months:
-            seen[month] = seen.get(month, 0) + 1
-    return out | {month for month, n in seen.items() if n > 1}
+        buckets = _buckets(span)
+        if len(buckets) > 1 or (manifest.added_files_count or 0) + (manifest.existing_files_count or 0) == 0:
+            out |= buckets
+        for bucket in buckets:
+            seen[bucket] = seen.get(bucket, 0) + 1
+    return out | {bucket for bucket, n in seen.items() if n > 1}
 
 
 def maintain(lake: Lake, dry_run: bool = False) -> dict:
-    """Table upkeep in one commit, only when needed: merge the manifests by month of event date (the
+    """Table upkeep in one commit, only when needed: merge the manifests by half month of event date (the
     commits keep them so; a table written before issue 27 has one per date) and move an older
     table's `tidemark.current.D` properties to version files (see "what is current" above). Safe
     beside running commits (a conflict retries on the fresh table). Run by `tidemark gc`.
-    Returns {"months": merged, "migrated": dates moved off properties}."""
+    Returns {"buckets": half months merged, "migrated": dates moved off properties}."""
 
     @retry(
         retry=retry_if_exception_type(_conflicts()),
@@ -519,15 +537,15 @@ def maintain(lake: Lake, dry_run: bool = False) -> dict:
 
         tbl = iceberg.load(lake)
         if tbl is None or tbl.current_snapshot() is None:
-            return {"months": 0, "migrated": 0}
+            return {"buckets": 0, "migrated": 0}
         legacy = {
             key[len(CURRENT_PREFIX) :]: json.loads(value)
             for key, value in tbl.properties.items()
             if key.startswith(CURRENT_PREFIX)
         }
-        months = months_to_merge(tbl) | {_month(_day(d)) for d in legacy}
-        done = {"months": len(months), "migrated": len(legacy)}
-        if dry_run or not months:
+        buckets = buckets_to_merge(tbl) | {_bucket(_day(d)) for d in legacy}
+        done = {"buckets": len(buckets), "migrated": len(legacy)}
+        if dry_run or not buckets:
             return done
         live = live_files(tbl) if legacy else {}
         added = []
@@ -538,10 +556,11 @@ def maintain(lake: Lake, dry_run: bool = False) -> dict:
         tx = _transaction_class()(tbl)
         operation = Operation.APPEND if added else Operation.REPLACE
         summary = {
-            "tidemark.maintenance": "manifests merged by month" + (", current moved to version files" if legacy else "")
+            "tidemark.maintenance": "manifests merged by half month"
+            + (", current moved to version files" if legacy else "")
         }
         with _Overwrite(operation=operation, transaction=tx, io=tbl.io, snapshot_properties=summary) as producer:
-            producer.months = months
+            producer.buckets = buckets
             for data_file in added:
                 producer.append_data_file(data_file)
         if legacy:
@@ -550,8 +569,8 @@ def maintain(lake: Lake, dry_run: bool = False) -> dict:
         return done
 
     done = attempt()
-    if done["months"] and not dry_run:
-        log.info("table maintained", merged_months=done["months"], migrated_dates=done["migrated"])
+    if done["buckets"] and not dry_run:
+        log.info("table maintained", merged_buckets=done["buckets"], migrated_dates=done["migrated"])
     return done
 
 
@@ -626,29 +645,29 @@ def _overwrite_class():
         """pyiceberg 0.12's overwrite (what `update_snapshot().overwrite()` returns) carries a
         manifest whose entries are all DELETED into every later snapshot, and keeps one manifest per
         commit (it merges manifests on fast appends only, by size): the manifest list grew by one
-        per event date forever, and with it every commit and scan. This one writes, for each month
-        of event dates it touches (`months`: by default those of the files added and deleted), ONE
-        manifest holding that month's live files (and this snapshot's deletes), read from the
-        parent's manifests that may hold that month; the others are kept as they are, except those
+        per event date forever, and with it every commit and scan. This one writes, for each half
+        month of event dates it touches (`buckets`: by default those of the files added and
+        deleted), ONE manifest holding that half month's live files (and this snapshot's deletes),
+        read from the parent's manifests that may hold it; the others are kept as they are, except those
         that hold no live file (dropped, as Java Iceberg does; older snapshots still list them).
         So a commit of D reads and writes one manifest, whatever the table's age."""
 
-        months: set[int] | None = None
+        buckets: set[int] | None = None
 
         def _manifests(self):
             metadata = self._transaction.table_metadata
             parent = metadata.snapshot_by_name(name=self._target_branch)
-            months = set(self.months or ()) | {
-                _month(f.partition[0]) for f in (*self._added_data_files, *self._deleted_data_files)
+            buckets = set(self.buckets or ()) | {
+                _bucket(f.partition[0]) for f in (*self._added_data_files, *self._deleted_data_files)
             }
             writers: dict[int, object] = {}
             kept, found = [], set()
             with contextlib.ExitStack() as stack:
 
-                def writer(month: int):
-                    if month not in writers:
-                        writers[month] = stack.enter_context(self.new_manifest_writer(metadata.spec()))
-                    return writers[month]
+                def writer(bucket: int):
+                    if bucket not in writers:
+                        writers[bucket] = stack.enter_context(self.new_manifest_writer(metadata.spec()))
+                    return writers[bucket]
 
                 for manifest in parent.manifests(self._io) if parent is not None else []:
                     if manifest.content != ManifestContent.DATA:
@@ -658,18 +677,18 @@ def _overwrite_class():
                     if None not in counts and sum(counts) == 0:
                         continue  # no live file
                     span = _day_range(manifest)
-                    if span is not None and not _months(span) & months:
+                    if span is not None and not _buckets(span) & buckets:
                         kept.append(manifest)
                         continue
                     for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=True):
-                        into = writer(_month(entry.data_file.partition[0]))
+                        into = writer(_bucket(entry.data_file.partition[0]))
                         if entry.data_file in self._deleted_data_files:
                             found.add(entry.data_file)
                             into.delete(entry)
                         else:
                             into.existing(entry)
                 for data_file in self._added_data_files:
-                    writer(_month(data_file.partition[0])).add_entry(
+                    writer(_bucket(data_file.partition[0])).add_entry(
                         ManifestEntry.from_args(
                             status=ManifestEntryStatus.ADDED,
                             snapshot_id=self._snapshot_id,
