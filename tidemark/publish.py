@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import uuid
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -104,7 +105,8 @@ _VERSION_FILE = re.compile(r"^_tidemark_version_([0-9TZ]+)_([0-9TZ]+|first)_([0-
 # beyond a few name files already gone: keep 10 (one table property, set by the first commit).
 METADATA_LOG_KEY = "write.metadata.previous-versions-max"
 METADATA_LOG_MAX = "10"
-_LIVE_CACHE: dict[tuple, dict] = {}  # (metadata location, snapshot id) -> {day: [DataFile]}: immutable
+_LIVE_CACHE: dict[tuple, dict] = {}
+_LIVE_LOCK = threading.Lock()  # (metadata location, snapshot id) -> {day: [DataFile]}: immutable
 
 
 def version_file_name(record: dict) -> str:
@@ -162,7 +164,9 @@ def live_files(tbl, event_date: str | None = None) -> dict[int, list]:
     key = (tbl.metadata_location, snapshot.snapshot_id)
     cached = _LIVE_CACHE.get(key)
     if cached is not None:
-        return cached if event_date is None else {d: f for d, f in cached.items() if d == _day(event_date)}
+        if event_date is None:
+            return cached
+        return {_day(event_date): cached[_day(event_date)]} if _day(event_date) in cached else {}
     wanted = None if event_date is None else _day(event_date)
     out: dict[int, list] = {}
     for manifest in snapshot.manifests(tbl.io):
@@ -174,9 +178,10 @@ def live_files(tbl, event_date: str | None = None) -> dict[int, list]:
             if wanted is None or day == wanted:
                 out.setdefault(day, []).append(entry.data_file)
     if event_date is None:
-        if len(_LIVE_CACHE) >= 4:
-            _LIVE_CACHE.pop(next(iter(_LIVE_CACHE)))
-        _LIVE_CACHE[key] = out
+        with _LIVE_LOCK:
+            while len(_LIVE_CACHE) >= 4:
+                _LIVE_CACHE.pop(next(iter(_LIVE_CACHE)))
+            _LIVE_CACHE[key] = out
     return out
 
 
