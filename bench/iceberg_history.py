@@ -156,6 +156,7 @@ def shape(lake: Lake) -> dict:
     raw = json.loads(open(tbl.metadata_location[len("file://") :]).read())
     manifests = tbl.current_snapshot().manifests(tbl.io)
     newest = publish.dates_with_version(tbl)[-1]
+    getattr(publish, "_LIVE_CACHE", {}).clear()  # as a fresh process: nothing of this table known yet
     COUNTER.reset()
     t0 = time.perf_counter()
     publish.current_version(lake, newest)  # what every dedup run and reader asks first
