@@ -7,13 +7,15 @@ A dedup run writes its Parquet files (Spark) into a folder of its own, then a ma
                                                                       sessions, hi, gap, affected dates)
 
 `commit` is ONE Iceberg commit (pyiceberg, optimistic, compare-and-swap in the catalog) that
-- replaces D's data files by the run's files (an `overwrite` snapshot; other dates untouched),
-- records in the snapshot summary the event date, the version, the run, the receipts included,
-- sets the table property `tidemark.current.D` = {"version", "run_id", ...}.
+- replaces D's data files by the run's files and its version file (a zero-row Parquet file in the
+  run's folder named `_tidemark_version_<version>_<previous|first>_<committed_at>.parquet`: an
+  `overwrite` snapshot; other dates untouched), D's half month of manifests merged into one,
+- records in the snapshot summary the event date, the version, the run, the receipts included.
 
-So the table's current metadata is the one truth of what is current: the property names the run
-whose marker holds the receipts the dedup's planning needs, and it changes in the same atomic
-commit as the files. A run killed before the commit leaves an unreferenced folder (gc removes it;
+So the table's current snapshot is the one truth of what is current: D's live files name the run
+(their folder) whose marker holds the receipts the dedup's planning needs, and the version record
+(the version file's name), and they change in the same atomic commit. No table property per date
+(tables written before issue 27 have `tidemark.current.D`: read while present, see `maintain`). A run killed before the commit leaves an unreferenced folder (gc removes it;
 the rerun recomputes); killed after, the rerun finds its receipts covered.
 
 Conflicts (another run committed first, any date) are retried on a freshly loaded table, and each
