@@ -13,7 +13,10 @@ what a dedup run hands the commit), and counts at the filesystem layer what it r
 pyiceberg's own I/O through a counting FileIO (`CountingFileIO`, the catalog's `py-io-impl`), the
 lake's through a counting filesystem under the Lake handle. With --latency-ms every operation sleeps
 that long first (a bucket's round trip). The catalog itself (SQLite here, a REST service in
-production) is not counted: one load and one compare-and-swap per attempt whatever the age.
+production) is not counted: one load and one compare-and-swap per attempt whatever the age. The
+shape table also counts what `publish.current_version` of the newest date reads (the table load,
+and since issue 27 item 5 the date's manifest and the run's marker), and the `tidemark.current.*`
+properties left (0 since issue 27 item 5; 1 per date before).
 """
 
 from __future__ import annotations
@@ -152,7 +155,19 @@ def shape(lake: Lake) -> dict:
     tbl = iceberg.load(lake)
     raw = json.loads(open(tbl.metadata_location[len("file://") :]).read())
     manifests = tbl.current_snapshot().manifests(tbl.io)
+    newest = publish.dates_with_version(tbl)[-1]
+    getattr(publish, "_LIVE_CACHE", {}).clear()  # as a fresh process: nothing of this table known yet
+    COUNTER.reset()
+    t0 = time.perf_counter()
+    publish.current_version(lake, newest)  # what every dedup run and reader asks first
+    current_s = time.perf_counter() - t0
+    current_reads = COUNTER.counts["metadata read"] + COUNTER.counts["other read"]
+    current_bytes = COUNTER.counts["metadata bytes read"]
     return {
+        "current_version objects read": current_reads,
+        "current_version metadata bytes read": current_bytes,
+        "current_version s": round(current_s, 3),
+        "per-date properties": sum(1 for k in tbl.properties if k.startswith(publish.CURRENT_PREFIX)),
         "dates": len(publish.dates_with_version(tbl)),
         "snapshots": len(tbl.snapshots()),
         "metadata file bytes": os.path.getsize(tbl.metadata_location[len("file://") :]),
@@ -307,6 +322,9 @@ def _run(argv) -> int:
                 f"{built['bytes without per-date properties']:,}",
                 built["without per-date properties"],
                 built["build s"],
+                built["per-date properties"],
+                f"{built['current_version objects read']} / {built['current_version metadata bytes read']:,}",
+                built["current_version s"],
             ]
         )
         for s in samples:
@@ -352,6 +370,9 @@ def _run(argv) -> int:
         "metadata bytes without per-date properties",
         "parse+write s without them",
         "build s",
+        "per-date properties",
+        "current_version: objects / metadata bytes read",
+        "current_version s",
     ]
     bench.print_table("One Iceberg commit against the table's age", columns, rows)
     bench.print_table("The table after N days", shape_columns, shapes)

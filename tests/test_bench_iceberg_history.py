@@ -19,6 +19,8 @@ def test_history_bench_builds_gc_d_tables_and_counts_pyiceberg_io(tmp_path, monk
     # 10 days of 3 commits, gc keeping 7 days of them: the dates stay, the old snapshots go.
     assert built["dates"] == 10
     assert built["snapshots"] <= 7 * iceberg_history.COMMITS_PER_DAY + 1 < 10 * iceberg_history.COMMITS_PER_DAY
+    # issue 27 item 5: no property per date, one manifest per half month (March 1-10 here)
+    assert built["per-date properties"] == 0 and built["manifests in the current snapshot"] == 1
     # pyiceberg read the table's metadata through the counting FileIO, and wrote a metadata file,
     # a manifest list and manifests: a FileIO that counted nothing would pass none of these.
     (sample,) = samples

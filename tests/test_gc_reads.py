@@ -1,6 +1,6 @@
 """What gc reads of the table's metadata: each manifest once, however many kept snapshots share it
-(the kept snapshots of a lake share one manifest per event date; reading them per snapshot made a
-gc of a 189-date table read 5,317 objects, 33 MB: BENCHMARKS.md section 7)."""
+(the kept snapshots of a lake share the manifests of the half months they did not touch; reading
+them per snapshot made a gc of a 189-date table read 5,317 objects, 33 MB: BENCHMARKS.md section 7)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ from tidemark import table as iceberg
 
 def test_gc_reads_each_manifest_once_across_the_kept_snapshots(tmp_path):
     lake = iceberg_history.counted_lake(str(tmp_path / "lake"))
-    iceberg_history.build(lake, 6, sessions=1)  # 6 days, 3 commits a day: nothing old enough to expire
+    iceberg_history.build(lake, 20, sessions=1)  # 20 days (two half months), 3 commits a day: none expired
     tbl = iceberg.load(lake)
     snapshots = tbl.snapshots()
     manifests = {m.manifest_path for s in snapshots for m in s.manifests(tbl.io)}
     shared = sum(len(s.manifests(tbl.io)) for s in snapshots)
-    assert len(snapshots) >= 15 and shared > 2 * len(manifests)  # the sharing the test is about
+    assert len(snapshots) >= 15 and shared > len(manifests) + 10  # the sharing the test is about
     iceberg_history.COUNTER.reset()
     assert gc.gc(lake, timedelta(days=7), dry_run=True) == []
     reads = iceberg_history.COUNTER.counts["metadata read"]
-    # the metadata file, every kept snapshot's manifest list, every distinct manifest once
-    assert reads <= 1 + len(snapshots) + len(manifests) + 1, (reads, len(snapshots), len(manifests))
+    # the metadata file, every kept snapshot's manifest list, every distinct manifest once (and the
+    # upkeep's look at the current manifest list: publish.maintain)
+    assert reads <= 1 + len(snapshots) + len(manifests) + 3, (reads, len(snapshots), len(manifests))

@@ -74,10 +74,28 @@ def test_overwrite_files_has_the_shape_the_subclass_relies_on():
     returns = inspect.signature(UpdateSnapshot.overwrite).return_annotation
     assert returns in (_OverwriteFiles, "_OverwriteFiles"), returns
     assert issubclass(_OverwriteFiles, _SnapshotProducer) and issubclass(_OverwriteFiles, UpdateTableMetadata)
-    # The method replaced: defined by _OverwriteFiles itself, no argument but self, called by _manifests.
-    assert "_existing_manifests" in vars(_OverwriteFiles)
-    assert list(_parameters(_OverwriteFiles._existing_manifests)) == ["self"]
-    assert re.search(r"\bself\._existing_manifests\b", inspect.getsource(_SnapshotProducer._manifests))
+    # The methods replaced: _manifests (no argument but self, its result what _commit writes into
+    # the manifest list) and _summary (called by _commit with the snapshot properties).
+    assert list(_parameters(_SnapshotProducer._manifests)) == ["self"]
+    assert re.search(r"\bself\._manifests\(\)", inspect.getsource(_SnapshotProducer._commit))
+    assert re.search(r"\bself\._summary\(self\.snapshot_properties\)", inspect.getsource(_SnapshotProducer._commit))
+    # The state and helpers the replacement reads and calls.
+    producer_source = inspect.getsource(_SnapshotProducer)
+    for name in (
+        "_added_data_files",
+        "_deleted_data_files",
+        "_snapshot_id",
+        "_target_branch",
+        "_operation",
+        "_parent_snapshot_id",
+        "_io",
+    ):
+        assert f"self.{name} =" in producer_source or f"self.{name}:" in producer_source, name
+    assert list(_parameters(_SnapshotProducer.new_manifest_writer)) == ["self", "spec"]
+    from pyiceberg.manifest import ManifestWriter
+
+    for name in ("existing", "delete", "add_entry"):
+        assert list(_parameters(getattr(ManifestWriter, name))) == ["self", "entry"], name
     # The constructor keywords publish passes.
     init = _parameters(_OverwriteFiles.__init__)
     for name in ("operation", "transaction", "io", "snapshot_properties"):

@@ -1,6 +1,7 @@
-"""Garbage collection of the deduplicated table: expire old snapshots, then remove the files that no
-remaining snapshot references (superseded versions, runs killed before their commit, runs whose
-commit was refused, old Iceberg metadata), and prune the receipt index's arrival entries that
+"""Garbage collection of the deduplicated table: the table's upkeep (publish.maintain: manifests merged
+by month of event date, an older table's per-date properties migrated), expire old snapshots, then
+remove the files that no remaining snapshot references (superseded versions, runs killed before
+their commit, runs whose commit was refused, old Iceberg metadata), and prune the receipt index's arrival entries that
 reconciliation no longer reads. Scheduled daily by dags/tidemark_maintenance.py.
 
 Safety floors:
@@ -62,6 +63,9 @@ def gc(lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: b
     now = now or datetime.now(timezone.utc)
     removed = []
     if iceberg.load(lake) is not None:
+        # Upkeep first (manifests merged by month; an older table's per-date properties moved to
+        # version files: publish.maintain), so that what is expired next includes what it replaced.
+        publish.maintain(lake, dry_run=dry_run)
         removed, tbl, versions = _expire(lake, retention, now, dry_run)
         removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run)
     removed += _prune_arrivals(lake, retention, now, dry_run)
@@ -159,9 +163,7 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
                 data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
     current_runs = {
-        run_folder(event_date, record["run_id"])
-        for event_date in publish.dates_with_version(tbl)
-        if (record := publish.current_record(tbl, event_date)) is not None
+        run_folder(event_date, record["run_id"]) for event_date, record in publish.current_records(tbl).items()
     }
     root = lake.dedup_root()
     removed = []
