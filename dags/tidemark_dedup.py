@@ -37,7 +37,7 @@ discharges the date's obligations (as the dedup would have), starts the neighbou
 drains what an earlier outage left owed.
 
 Idempotency: the dedup step writes a new immutable version and makes it current in one Iceberg
-commit (the date's data files and the table property tidemark.current.<date> together,
+commit (the date's data files and its version file, which names the current version, together:
 tidemark/publish.py), so rerunning a run, clearing a task, or two runs of one date at once leave
 the newest complete result.
 Nothing here adds side effects of its own: an asset event goes out once per version (the outbox),
@@ -46,7 +46,7 @@ that owed it), so a rerun finds it already there (HTTP 409: the task is skipped)
 
 Which neighbours: every rerun obligation a run of this date recorded in the lake and no run of the
 neighbour has acted on yet (tidemark/obligations.py), not the affected_dates of whatever version
-the table's tidemark.current.<date> property names by then: a second run of this date may have
+the table's live files of the date name by then: a second run of this date may have
 superseded that version, or a killed run left its obligations to this retry. A neighbour run
 that fails for good leaves its obligation pending, and the tidemark_reconcile DAG starts another.
 

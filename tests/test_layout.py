@@ -26,10 +26,7 @@ def test_event_date_paths():
         Lake.open("gs://b/lake/").receipt_dir("2026-03-07", "20260307T201500123Z")
         == "gs://b/lake/sessions/event_date=2026-03-07/receipt_ts=20260307T201500123Z"
     )
-    assert (
-        Lake.open("/l").current_pointer("2026-03-07")
-        == "/l/sessions_dedup (table property tidemark.current.2026-03-07)"
-    )
+    assert Lake.open("/l").current_pointer("2026-03-07") == "/l/sessions_dedup (live files of event_date=2026-03-07)"
 
 
 def test_receipt_ts_round_trips_and_sorts_like_time():

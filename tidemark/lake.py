@@ -224,9 +224,9 @@ class Lake:
         return join(self.run_dir(event_date, run_id), RUN_CONTEXT)
 
     def current_pointer(self, event_date: object) -> str:
-        """Where the current version of a date is recorded, for messages: the table property
-        tidemark.current.<date> of the Iceberg table at <lake>/sessions_dedup (see tidemark.publish)."""
-        return f"{self.dedup_root()} (table property tidemark.current.{check_event_date(event_date)})"
+        """Where the current version of a date is recorded, for messages: the date's live files (its
+        version file) in the Iceberg table at <lake>/sessions_dedup (see tidemark.publish)."""
+        return f"{self.dedup_root()} (live files of event_date={check_event_date(event_date)})"
 
     def local_catalog(self) -> str:
         return self.path(CATALOG, "iceberg.db")

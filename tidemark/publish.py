@@ -153,7 +153,8 @@ def _day_range(manifest) -> tuple[int, int] | None:
     summary = (manifest.partitions or [None])[0]
     if summary is None or summary.lower_bound is None or summary.upper_bound is None:
         return None
-    return from_bytes(DateType(), summary.lower_bound), from_bytes(DateType(), summary.upper_bound)
+    # a DateType value decodes to its day number (pyiceberg's stubs type from_bytes' result loosely)
+    return int(from_bytes(DateType(), summary.lower_bound)), int(from_bytes(DateType(), summary.upper_bound))
 
 
 def live_files(tbl, event_date: str | None = None) -> dict[int, list]:
