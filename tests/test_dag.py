@@ -251,7 +251,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     server = airflow_home
     event_date = "2026-03-06"
     dags_test(server, event_date, "first")
-    pointer = reader.read_pointer(lake, event_date)
+    pointer = reader.current_version(lake, event_date)
     assert pointer and pointer["version"]
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
 
@@ -299,7 +299,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert "skipping the Spark dedup" in proc.stdout + proc.stderr
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, event_date) == []
-    again = reader.read_pointer(lake, event_date)
+    again = reader.current_version(lake, event_date)
     assert again["version"] == pointer["version"]
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
     assert (
@@ -334,7 +334,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     states = last_run_states(server)
     assert states["dedup"] == "success" and states["emit_asset_events"] == "success", states
     assert states["notify_corrected"] == "success" and states["owed_reruns"] == "success", states
-    pointer = reader.read_pointer(lake, event_date)
+    pointer = reader.current_version(lake, event_date)
     box = corrected.outbox(lake)
     assert [(e["notice"]["event_date"], e["notice"]["version"]) for e in box.owed("airflow")] == [
         (event_date, pointer["version"])

@@ -57,7 +57,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     first = dates[0]
     run_dedup(lake, first, spark=spark)
     after = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
-    pointer = publish.read_pointer(lake, first)
+    pointer = publish.current_version(lake, first)
     assert after[first]["version"] == pointer["version"]
     assert after[first]["pending"] == 0 and after[first]["lag_s"] == 0
     assert after[first]["sessions"] == pointer["sessions"]

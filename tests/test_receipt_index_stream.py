@@ -50,7 +50,7 @@ def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp
         result = dedup.run_dedup(lake, day, RULES, spark=spark)
         assert not result.noop
         assert lake_session_set(lake, day) == reference_session_set(landing, day, RULES.gap)
-    assert publish.newest_version(lake, D7)["planned_through"] == newest
+    assert publish.current_version(lake, D7)["planned_through"] == newest
 
     read = []
     original = receipts.read_marker
@@ -61,7 +61,7 @@ def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp
     land(landing, [[event("u2", "b2", f"{D7}T10:05:00Z")]], start_index=3)
     _stream(spark, landing, lake, checkpoint)
     read.clear()
-    version = publish.newest_version(lake, D7)
+    version = publish.current_version(lake, D7)
     assert not planning.quick_covered(planning.LakeIndex(lake), D7, RULES, version)
     assert [day for day, _ in read] == [D7]  # the one partition received after the version
     assert dedup.up_to_date(lake, D7, RULES) is None  # Spark needed (the whole plan is read then)

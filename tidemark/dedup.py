@@ -157,7 +157,7 @@ def _run(
     full: bool = False,
 ) -> DedupResult:
     index = LakeIndex(lake)
-    previous = publish.newest_version(lake, event_date)
+    previous = publish.current_version(lake, event_date)
     if _quick_noop(index, event_date, previous, rules):
         return _noop(event_date, previous, started)
     current = planning.plan_for_rerun(index, event_date, rules, previous)
@@ -218,7 +218,7 @@ def _run(
         current = bigger
     phases.done("compute")  # the islands and their summary (cached), every replan included
     try:
-        newest = publish.newest_version(lake, event_date)
+        newest = publish.current_version(lake, event_date)
         if _covered(current.keys, newest, rules):
             return _noop(event_date, newest, started)  # a concurrent run published all of it already
         # Durable before anything is published: a crash from here on cannot lose a neighbour's
@@ -303,7 +303,7 @@ def up_to_date(lake: Lake, event_date: str, rules: SessionRules | None = None) -
     rules, _ = rules_record.for_dedup(lake, rules)
     owed = obligations.pending(lake, event_date)  # listed before planning, as in run_dedup
     index = LakeIndex(lake)
-    previous = publish.newest_version(lake, event_date)
+    previous = publish.current_version(lake, event_date)
     result: DedupResult | None
     if _quick_noop(index, event_date, previous, rules):
         result = _noop(event_date, previous, started)

@@ -70,16 +70,18 @@ def partitions(
     )
     rows = []
     for event_date in dates:
-        pointer = None if tbl is None else publish.current_of(lake, tbl, event_date)
-        included = set(pointer.get("receipts", [])) if pointer else set()
+        current_v = None if tbl is None else publish.current_of(lake, tbl, event_date)
+        included = set(current_v.get("receipts", [])) if current_v else set()
         stamps, pending = receipts.complete_and_pending(lake, event_date, included)
         oldest = layout.parse_receipt_ts(pending[0]) if pending else None
         rows.append(
             {
                 "event_date": event_date,
-                "version": pointer["version"] if pointer else None,
-                "sessions": int(pointer["sessions"]) if pointer else None,
-                "version_created_at": (pointer.get("committed_at") or pointer.get("created_at")) if pointer else None,
+                "version": current_v["version"] if current_v else None,
+                "sessions": int(current_v["sessions"]) if current_v else None,
+                "version_created_at": (current_v.get("committed_at") or current_v.get("created_at"))
+                if current_v
+                else None,
                 "receipts": len(stamps),
                 "included": len(stamps) - len(pending),
                 "pending": len(pending),
@@ -223,9 +225,9 @@ def history(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> 
                 + (f" ({took}s)" if took is not None else ""),
             }
         )
-    pointer = publish.read_pointer(lake, event_date)
+    current_v = publish.current_version(lake, event_date)
     for version in publish.list_versions(lake, event_date):
-        current = pointer is not None and pointer["version"] == version["version"]
+        current = current_v is not None and current_v["version"] == version["version"]
         items.append(
             {
                 "time": parse_time(version.get("committed_at") or version.get("created_at")),

@@ -239,11 +239,6 @@ def current_version(lake: Lake, event_date: str) -> dict | None:
     return None if tbl is None else current_of(lake, tbl, event_date)
 
 
-# The names callers used before the table existed; the same answer.
-newest_version = current_version
-read_pointer = current_version
-
-
 def dates_with_version(tbl) -> list[str]:
     """Every event date with a current version in this loaded table (None: no table), oldest first."""
     return sorted(current_records(tbl))

@@ -50,7 +50,7 @@ class NoVersion(LookupError):
     """No deduplicated version answers the request (never deduplicated, or garbage-collected)."""
 
 
-def read_pointer(lake: Lake, event_date: str) -> dict | None:
+def current_version(lake: Lake, event_date: str) -> dict | None:
     """The current version: version, receipts, sessions, affected_dates, files, ... (or None)."""
     return publish.current_version(lake, layout.check_event_date(event_date))
 

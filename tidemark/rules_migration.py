@@ -69,14 +69,14 @@ def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
     rules = rules or rules_record.rules_in_force(lake)[0]
     out = []
     for event_date in publish.list_dedup_dates(lake):
-        pointer = publish.current_version(lake, event_date)
-        if pointer is not None and rules_record.changed_since(pointer, rules):
+        current = publish.current_version(lake, event_date)
+        if current is not None and rules_record.changed_since(current, rules):
             out.append(
                 {
                     "event_date": event_date,
-                    "version": pointer.get("version"),
-                    "rules_id": pointer.get("rules_id"),
-                    "gap": pointer.get("gap"),
+                    "version": current.get("version"),
+                    "rules_id": current.get("rules_id"),
+                    "gap": current.get("gap"),
                 }
             )
     return out
