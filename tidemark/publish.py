@@ -82,7 +82,7 @@ def run_files(lake: Lake, marker: dict) -> list[str]:
     for name in marker["files"]:
         if "/" in name or name.startswith(".") or not name.endswith(".parquet"):
             raise ValueError(f"run marker of {marker['event_date']} names a file outside its folder: {name!r}")
-        out.append(iceberg._uri(layout.join(base, name)))
+        out.append(iceberg.file_uri(layout.join(base, name)))
     return out
 
 
@@ -464,7 +464,7 @@ def _version_file(lake: Lake, tbl, event_date: str, record: dict):
         out.write(body)
     return DataFile.from_args(
         content=DataFileContent.DATA,
-        file_path=iceberg._uri(uri),
+        file_path=iceberg.file_uri(uri),
         file_format=FileFormat.PARQUET,
         partition=Record(_day(event_date)),
         file_size_in_bytes=len(body),

@@ -70,7 +70,7 @@ def partition_spec(table_schema):
 
 def table_location(lake: Lake) -> str:
     """Where the table lives: `<lake>/sessions_dedup`, as a URI pyiceberg and engines resolve."""
-    return _uri(lake.dedup_root())
+    return file_uri(lake.dedup_root())
 
 
 def date_filter(event_date: str):
@@ -81,7 +81,8 @@ def date_filter(event_date: str):
     return EqualTo(PARTITION_COLUMN, event_date)  # type: ignore[call-arg, arg-type]
 
 
-def _uri(path: str) -> str:
+def file_uri(path: str) -> str:
+    """A path as the URI Iceberg's metadata records (a local path as file://, absolute)."""
     if "://" in path:
         return path
     return "file://" + os.path.abspath(path)
@@ -118,7 +119,7 @@ def catalog_config(lake: Lake) -> dict:
             f"(see docs/production.md), or write its properties to {lake.catalog_config()}"
         )
     local_catalog = lake.locate(lake.local_catalog())[1]
-    return {"type": "sql", "uri": f"sqlite:///{local_catalog}", "warehouse": _uri(lake.root)}
+    return {"type": "sql", "uri": f"sqlite:///{local_catalog}", "warehouse": file_uri(lake.root)}
 
 
 _lake_configs: dict[Lake, dict | None] = {}

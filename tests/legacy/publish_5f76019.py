@@ -82,7 +82,7 @@ def run_files(lake: Lake, marker: dict) -> list[str]:
     for name in marker["files"]:
         if "/" in name or name.startswith(".") or not name.endswith(".parquet"):
             raise ValueError(f"run marker of {marker['event_date']} names a file outside its folder: {name!r}")
-        out.append(iceberg._uri(layout.join(base, name)))
+        out.append(iceberg.file_uri(layout.join(base, name)))
     return out
 
 

@@ -117,7 +117,7 @@ def build_for(lake: Lake, tbl, version: dict) -> dict:
             "location": iceberg.table_location(lake),
             "snapshot_id": int(snapshot_id),
         },
-        path=iceberg._uri(lake.run_dir(event_date, version["run_id"])),
+        path=iceberg.file_uri(lake.run_dir(event_date, version["run_id"])),
         affected_dates=[d for d in version.get("affected_dates", []) if d != event_date],
         committed_at=version["committed_at"],
     )
