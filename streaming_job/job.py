@@ -242,6 +242,7 @@ def _run_query(
         writer = writer.trigger(processingTime=f"{int(interval.total_seconds() * 1000)} milliseconds")
     changed_to = None
     next_drain = time.monotonic() + config.archive_interval
+    landing_archive.clear_unfinished_first_write(generation.query_dir(config.checkpoint))
     query = writer.start()
     try:
         while query.isActive:

@@ -364,3 +364,20 @@ def test_the_landing_bench_lands_tiny_files_fast_and_counts_the_archive_move(tmp
     assert len(os.listdir(root)) == 3  # 1,000 files a folder
     seconds, ops = landing_age.drain_cost(str(tmp_path))
     assert ops["list"] <= 2 and ops["stat"] <= 4  # the queue, one commit, the file: not the landing
+
+
+def test_only_a_first_write_that_never_finished_is_cleared(tmp_path):
+    """landing_archive.clear_unfinished_first_write removes Spark's hidden leftovers from offsets/
+    only while no numbered entry exists (no batch was ever planned there)."""
+    query = tmp_path / "query"
+    offsets = query / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.abc.tmp").write_text("v1\n")
+    (offsets / "..0.abc.tmp.crc").write_text("crc")
+    assert sorted(landing_archive.clear_unfinished_first_write(str(query))) == ["..0.abc.tmp.crc", ".0.abc.tmp"]
+    assert os.listdir(offsets) == []
+    (offsets / "0").write_text("v1\n")
+    (offsets / ".1.def.tmp").write_text("v1\n")  # a later write in flight: Spark's to finish or ignore
+    assert landing_archive.clear_unfinished_first_write(str(query)) == []
+    assert sorted(os.listdir(offsets)) == [".1.def.tmp", "0"]
+    assert landing_archive.clear_unfinished_first_write(str(tmp_path / "new")) == []  # nothing there yet

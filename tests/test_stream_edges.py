@@ -199,3 +199,22 @@ def test_the_stream_caches_its_batches_uncompressed(spark, tmp_path, monkeypatch
     _run(spark, landing_dir, lake, checkpoint)
     assert seen == ["false"]
     assert _lake_events(lake) == {("u1", "e1")}
+
+
+def test_a_query_killed_in_its_first_offset_write_starts_again(spark, tmp_path):
+    """Found by the SIGKILL test (tests/test_stream_crash.py, archive-and-rotation): a stream killed
+    while Spark wrote offset 0 of a new checkpoint (or of a generation after a rotation) leaves only
+    Spark's hidden temporary file in offsets/; Spark 4 then refused every restart
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). The restart must read everything landed."""
+    landing_dir, lake, checkpoint = _dirs(tmp_path)
+    land(landing_dir, [[event("u1", "e1", "2026-03-01T10:00:00Z")], [event("u2", "e2", "2026-03-01T11:00:00Z")]])
+    offsets = os.path.join(checkpoint, "query", "offsets")
+    os.makedirs(offsets)
+    leftover = ".0.d5efcf97-1304-45c0-9f2d-555ce6435fe9.tmp"
+    with open(os.path.join(offsets, leftover), "w") as out:  # what the kill left: never renamed to "0"
+        out.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1764000000000,"conf":{}}\n{"logOffset":0}\n')
+    with open(os.path.join(offsets, f".{leftover}.crc"), "wb") as out:
+        out.write(b"crc\x00\x00\x00\x00")
+    _run(spark, landing_dir, lake, checkpoint)
+    assert _lake_events(lake) == {("u1", "e1"), ("u2", "e2")} == _reference_events(landing_dir, lake)
+    assert "0" in os.listdir(offsets) and leftover not in os.listdir(offsets)

@@ -258,6 +258,27 @@ def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -
     return False
 
 
+def clear_unfinished_first_write(query_dir: str) -> list[str]:
+    """Remove what a query killed during its very first offset write left in its offsets folder.
+
+    Spark writes each log entry to a hidden temporary file and renames it into place. Killed
+    before the rename of entry 0 (a new checkpoint, or a generation's first batch after a
+    rotation), the folder holds only that temporary file, and Spark 4 then refuses to start the
+    query for good (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: "offsets should be empty on batch
+    0"). With no numbered entry, no batch was planned: the leftovers carry nothing. Returns the
+    names removed."""
+    offsets = layout.join(query_dir, "offsets")
+    names = storage.list_dir(offsets)
+    if any(name.isdigit() for name in names):
+        return []
+    leftovers = [name for name in names if name.startswith(".")]
+    for name in leftovers:
+        storage.delete_file(layout.join(offsets, name))
+    if leftovers:
+        log.warning("removed an unfinished first offset write of a killed query", folder=offsets, files=leftovers)
+    return leftovers
+
+
 def remove_old_generations(checkpoint: str, generation: Generation) -> None:
     """Delete the query folders of earlier generations (left by a crash right after a switch)."""
     keep = generation.query_dir(checkpoint).rstrip("/").rsplit("/", 1)[-1]
