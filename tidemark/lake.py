@@ -297,6 +297,12 @@ class Lake:
         """Where a lake written before the ledger had day folders keeps a batch's entry (still read)."""
         return self.path(LANDING_LEDGER, f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
 
+    def has_landing_ledger_entry(self, receipt_ts: object) -> bool:
+        """Whether batch receipt_ts has a ledger entry, in its day folder or where a legacy lake kept it."""
+        return self.exists(self.landing_ledger_path(receipt_ts)) or self.exists(
+            self.legacy_landing_ledger_path(receipt_ts)
+        )
+
     def obligations_root(self) -> str:
         return self.path(OBLIGATIONS)
 

@@ -250,10 +250,7 @@ def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -
             millis = int(json.loads(lines[1])["batchTimestampMs"])
         except (IndexError, KeyError, ValueError):
             return True  # an offset entry not understood: do not guess
-        receipt_ts = layout.receipt_ts_from_millis(millis)
-        if lake.exists(lake.landing_ledger_path(receipt_ts)) or lake.exists(
-            lake.legacy_landing_ledger_path(receipt_ts)
-        ):
+        if lake.has_landing_ledger_entry(layout.receipt_ts_from_millis(millis)):
             return True
     return False
 

@@ -259,12 +259,7 @@ def _free_receipt_ts(lake: Lake) -> str:
     millis = int(datetime.now(timezone.utc).timestamp() * 1000)
     while True:
         receipt_ts = layout.receipt_ts_from_millis(millis)
-        taken = (
-            lake.quarantine_dir(receipt_ts),
-            lake.landing_ledger_path(receipt_ts),
-            lake.legacy_landing_ledger_path(receipt_ts),
-        )
-        if not any(lake.exists(path) for path in taken):
+        if not (lake.exists(lake.quarantine_dir(receipt_ts)) or lake.has_landing_ledger_entry(receipt_ts)):
             return receipt_ts
         millis += 1
 

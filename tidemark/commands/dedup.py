@@ -46,9 +46,8 @@ def run(args) -> int:
         rules, _ = rules_record.check(args.lake, overrides or None, "tidemark dedup")
     except rules_record.RulesMismatch as exc:  # typed rules the lake's record disagrees with
         raise UsageError(str(exc)) from exc
-    rules_given: SessionRules | None = rules
-    if not overrides:
-        rules_given = None  # run_dedup takes the lake's (and warns when the lake has no record)
+    # no rule typed: run_dedup takes the lake's (and warns when the lake has no record)
+    rules_given: SessionRules | None = rules if overrides else None
     spark = None
     if args.master:
         from tidemark.spark import build_session
