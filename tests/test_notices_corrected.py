@@ -234,6 +234,29 @@ def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
         box.owed("kafka")
 
 
+def test_only_an_entry_whose_send_was_attempted_may_have_reached_airflow(tmp_path):
+    """The airflow sink's attempt log: written before each POST, removed once Airflow answered. An
+    entry with none was never posted (no look-up at Airflow needed); one with an attempt, or one
+    recorded before the log began (an older drain did not log), may have been."""
+    lake = Lake.open(tmp_path / "lake")
+    box = corrected.outbox(lake)
+    version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
+    (old,) = box.owed("airflow")
+    attempts = box.attempts("airflow")
+    began = attempts.began()
+    assert old["recorded_at"] <= began and attempts.may_have_been_sent(old)  # from before the log
+    assert box.attempts("airflow").began() == began  # the log's start is written once
+    version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3)})
+    new = next(e for e in box.owed("airflow") if e["notice"]["notice_id"] != old["notice"]["notice_id"])
+    assert new["recorded_at"] > began and not attempts.may_have_been_sent(new)
+    attempts.mark(new["notice"]["notice_id"])
+    assert attempts.may_have_been_sent(new)
+    box.mark_sent(new, "18", "2026-03-10T00:00:03Z", sink="airflow")
+    assert not os.path.exists(box.path("asset_events_attempted", new["notice"]["notice_id"]))
+    with pytest.raises(ValueError, match="keeps no attempt log"):
+        box.attempts("pubsub")
+
+
 def _warnings(err: str, event: str) -> list[dict]:
     """The structured log lines (JSON on stderr) at level warning whose message starts with `event`."""
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]

@@ -8,17 +8,25 @@ PartitionedAssetTimetable see; a no-op dedup commits nothing, records nothing, e
 
 Exactly once: the outbox's bookkeeping (an entry is marked sent to the "airflow" sink only after
 Airflow answered; what is not answered stays owed and the next drain retries, tenacity backoff in
-drain.py), plus one check the POST needs because it is not idempotent: before posting, the drain
-lists the asset's events since the oldest owed entry was recorded and takes an event whose extra
-carries the entry's notice_id as the acknowledgement (a drain killed between Airflow's answer and
-the sent file would otherwise post it twice).
+drain.py), plus one check the POST needs because it is not idempotent. Before each POST the sender
+logs an attempt (outbox.AttemptLog); an owed entry with an attempt may have been posted by a drain
+killed between Airflow's answer and the sent file, so for those alone the sender lists the asset's
+events since the entry was recorded and takes an event whose extra carries the entry's notice_id as
+the acknowledgement. Entries never attempted are posted without that look-up, which matters because
+Airflow 3.3.2 cannot list asset events while a run one of them created is still queued
+(HTTP 500, apache/airflow#71360): with a consumer DAG held at max_active_runs, a look-up for every
+drain would stall every emission until the queue drained.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from tidemark.times import parse_iso
+
+if TYPE_CHECKING:
+    from tidemark.notices.outbox import AttemptLog
 
 # The asset's name in Airflow (consumers schedule on Asset.ref(name=ASSET_NAME); dags/tidemark_dedup.py
 # declares it, with names ASSET_URI_PREFIX as its URI). Looked up by name: Airflow normalises URIs.
@@ -45,8 +53,11 @@ class AssetEventSender:
     """Airflow's asset events as a notice transport (tidemark.notices.sender.Sender): send_many(entries)
     -> {notice_id: (event id, timestamp) or the error}."""
 
-    def __init__(self, client, name: str = ASSET_NAME):
+    def __init__(self, client, attempts: AttemptLog | None = None, name: str = ASSET_NAME):
+        """`attempts`: the outbox's attempt log for this sink; without one every entry may have been
+        posted already, and every send first lists the asset's events."""
         self.client = client
+        self.attempts = attempts
         self.name = name
         self.destination = f"airflow asset {name}"  # what the drain's log lines name
         self._asset_id: int | None = None
@@ -65,20 +76,25 @@ class AssetEventSender:
         results: dict[str, object] = {}
         try:
             asset_id = self._asset()
-            oldest = min(parse_iso(e["recorded_at"]) for e in entries) - CLOCK_MARGIN
-            posted: dict[str, dict] = {}
-            for event in self.client.asset_events(asset_id, since=oldest.strftime("%Y-%m-%dT%H:%M:%SZ")):
-                notice_id = (event.get("extra") or {}).get("notice_id")
-                if notice_id:
-                    posted.setdefault(notice_id, event)
         except Exception as exc:  # noqa: BLE001 - every entry stays owed, retried by the drain
             return {e["notice"]["notice_id"]: exc for e in entries}
+        unsure = [e for e in entries if self.attempts is None or self.attempts.may_have_been_sent(e)]
+        posted: dict[str, dict] = {}
+        if unsure:
+            try:
+                posted = self._posted(asset_id, unsure)
+            except Exception as exc:  # noqa: BLE001 - the unsure entries stay owed; the rest go on
+                results.update({e["notice"]["notice_id"]: exc for e in unsure})
         for entry in entries:
             notice = entry["notice"]
             notice_id = notice["notice_id"]
+            if notice_id in results:
+                continue
             try:
                 event = posted.get(notice_id)
                 if event is None:
+                    if self.attempts is not None:
+                        self.attempts.mark(notice_id)  # before the POST: a kill after it is then seen
                     event = self.client.create_asset_event(
                         asset_id, event_extra(notice), partition_key=notice["event_date"]
                     )
@@ -86,6 +102,17 @@ class AssetEventSender:
             except Exception as exc:  # noqa: BLE001
                 results[notice_id] = exc
         return results
+
+    def _posted(self, asset_id: int, entries: list[dict]) -> dict[str, dict]:
+        """{notice_id: the asset event already posted for it} among the asset's events since the
+        oldest of `entries` was recorded."""
+        oldest = min(parse_iso(e["recorded_at"]) for e in entries) - CLOCK_MARGIN
+        posted: dict[str, dict] = {}
+        for event in self.client.asset_events(asset_id, since=oldest.strftime("%Y-%m-%dT%H:%M:%SZ")):
+            notice_id = (event.get("extra") or {}).get("notice_id")
+            if notice_id:
+                posted.setdefault(notice_id, event)
+        return posted
 
     def reset(self) -> None:
         self._asset_id = None  # the asset may have been re-created (a DAG renamed, a new database)

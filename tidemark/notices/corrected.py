@@ -184,9 +184,10 @@ def emit_owed(lake: Lake, client, timeout: float = 120.0, backoff_max: float = 1
     from tidemark.airflow_api import AirflowRejected
     from tidemark.notices.asset_events import AssetEventSender
 
+    box = outbox(lake)
     return drain(
-        outbox(lake),
-        AssetEventSender(client),
+        box,
+        AssetEventSender(client, box.attempts("airflow")),
         timeout=timeout,
         backoff_max=backoff_max,
         sink="airflow",

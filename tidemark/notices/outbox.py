@@ -52,6 +52,10 @@ def _describe(body: dict) -> dict:
 
 # sink -> the folder of what it acknowledged
 SINKS = {"pubsub": "sent", "airflow": "asset_events"}
+# sink -> the folder of its attempts, for a sink whose send is not idempotent (an Airflow asset event
+# POSTed twice is two events): written before each send, so an entry without one was never sent and
+# needs no look-up at the sink (AttemptLog).
+ATTEMPTS = {"airflow": "asset_events_attempted"}
 
 
 class Outbox:
@@ -69,7 +73,7 @@ class Outbox:
         self.sinks = tuple(sinks)
 
     def folder(self, which: str) -> str:
-        if self.channel is not None and which != "outbox" and which not in SINKS.values():
+        if self.channel is not None and which != "outbox" and which not in (*SINKS.values(), *ATTEMPTS.values()):
             raise ValueError(f"unknown notices folder {which!r}")
         return self.lake.notices_dir(which, self.channel)
 
@@ -115,6 +119,8 @@ class Outbox:
         storage.write_json_atomic(
             self.path(self._sink(sink), notice_id), {**entry, "message_id": message_id, "published_at": published_at}
         )
+        if sink in ATTEMPTS:  # answered: the attempt is settled (a crash here leaves a harmless stray)
+            storage.delete_file(self.path(ATTEMPTS[sink], notice_id))
         if all(s == sink or self.is_sent(notice_id, s) for s in self.sinks):
             storage.delete_file(self.path("outbox", notice_id))
 
@@ -142,8 +148,55 @@ class Outbox:
                 out.append(entry)
         return sorted(out, key=lambda e: (e.get("recorded_at", ""), e["notice"]["notice_id"]))
 
+    def attempts(self, sink: str) -> AttemptLog:
+        """The attempt log of a sink whose send is not idempotent (ATTEMPTS)."""
+        self._sink(sink)
+        if sink not in ATTEMPTS:
+            raise ValueError(f"sink {sink!r} keeps no attempt log")
+        return AttemptLog(self, ATTEMPTS[sink])
+
     def sent(self, sink: str = "pubsub") -> list[dict]:
         return sorted(
             (entry for _, entry in self._entries(self._sink(sink))),
             key=lambda e: (e.get("published_at", ""), e["notice"]["notice_id"]),
         )
+
+
+class AttemptLog:
+    """Which outbox entries a sink may already have received: a sender writes `mark(notice_id)`
+    BEFORE each send and the outbox removes it once the sink answered (mark_sent). So an owed entry
+    with no attempt was never sent and can be sent without asking the sink first; only an entry with
+    an attempt (a send killed or unanswered) needs the sink's own record checked. That look-up can
+    fail for long stretches (Airflow 3.3.2 answers HTTP 500 to listing asset events while a run one
+    of them created is queued, apache/airflow#71360), and then only those few entries wait.
+
+    Entries recorded before the log began (a lake from before attempts were logged) have an unknown
+    history: `may_have_been_sent` answers True for them. The log's start is a file written once."""
+
+    SINCE = "_since.json"
+
+    def __init__(self, outbox: Outbox, folder: str):
+        self.outbox = outbox
+        self.folder = folder
+        self._began: str | None = None
+
+    def began(self) -> str:
+        """When this lake began logging attempts (ISO, UTC); the first call starts the log."""
+        if self._began is None:
+            since = layout.join(self.outbox.folder(self.folder), self.SINCE)
+            record = storage.read_json(since)
+            if record is None:
+                storage.write_json_atomic(since, {"began_at": now_iso_z()})
+                record = storage.read_json(since) or {}  # a concurrent first call: whichever landed
+            self._began = str(record["began_at"])
+        return self._began
+
+    def mark(self, notice_id: str) -> None:
+        storage.write_json_atomic(self.outbox.path(self.folder, notice_id), {"attempted_at": now_iso_z()})
+
+    def may_have_been_sent(self, entry: dict) -> bool:
+        notice_id = entry["notice"]["notice_id"]
+        if storage.exists(self.outbox.path(self.folder, notice_id)):
+            return True
+        # Recorded before the log began: an older drain may have sent it without logging.
+        return str(entry.get("recorded_at", "")) <= self.began()
