@@ -2,7 +2,7 @@
 --
 -- Every pane holds its session's events so far, so accumulating panes, replays and fragments
 -- repeat events. An event is (user_id, event_id, event_ts); of its copies the one kept is THE copy
--- rule (docs/input-contract.md; @copy and @kept, tidemark/sql_rules.py, shared with the stream):
+-- rule (docs/input-contract.md; @copy and @kept, dedup_sql/rules.py, shared with the stream):
 -- the smallest (event_type, payload), a function of the set of copies received. Every copy of an
 -- event has its event_ts, so every copy lies in the receipts this run reads. Events before :lo_us
 -- cannot belong to a session of the date being deduplicated (see tidemark/dedup.py) and are left out.

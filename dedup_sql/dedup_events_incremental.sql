@@ -3,7 +3,7 @@
 --
 -- The previous version's islands (its sessions of the date plus the islands it kept beside them,
 -- the "context") hold every distinct event >= lo of the receipts it read, with the kept copy
--- already chosen; a new copy replaces it only if smaller (THE copy rule: @copy/@kept, tidemark/sql_rules.py).
+-- already chosen; a new copy replaces it only if smaller (THE copy rule: @copy/@kept, dedup_sql/rules.py).
 -- Islands only ever merge when events are added, so an old island ends up whole inside one new
 -- island: its first/last receipt bounds carry over as they are. The precondition that every new
 -- receipt is at least as recent as the previous version's newest one means a new copy of an old

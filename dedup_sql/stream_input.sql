@@ -3,7 +3,7 @@
 --
 -- An event is (user_id, event_id, event_ts); copies of it (redeliveries) may differ in
 -- event_type or payload, and the kept copy is THE copy rule of tidemark (docs/input-contract.md;
--- @copy/@kept of tidemark/sql_rules.py, shared with dedup_events.sql): the smallest (event_type, payload). It is
+-- @copy/@kept of dedup_sql/rules.py, shared with dedup_events.sql): the smallest (event_type, payload). It is
 -- a function of the set of copies received, whatever their order or batch: a new copy replaces
 -- the one state holds only if it is smaller, and then counts as new (the session's pane is
 -- emitted again with it).
