@@ -9,7 +9,8 @@ read_panes uses from pane_reader.FOLDERS_FOR_ARROW folders on). With --packs (th
 pyarrow reader is also timed with packs (tidemark/packs.py): the --many date's first full dedup,
 which reads every folder and writes the pack, then the next one, which reads the pack. Without
 "pack" in the row the packs are off (PACK_AT out of reach) and none is read. One warm-up run
-first, then each run once, in one Spark session (local[2]).
+first, then each run once per round (--repeat; every round starts without packs, medians after),
+in one Spark session (local[2]).
 
     .venv/bin/python -m bench.receipts_per_date [--sessions 100000] [--few 100] [--many 8640] [--repeat 3]
 """
