@@ -21,6 +21,7 @@ them, `<lake>/_packs/event_date=D/pack=<id>/` (tidemark.lake), and deleting it c
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,9 +36,10 @@ log = get_logger("packs")
 
 # From how many of a date's receipt partitions read one by one a full dedup writes a pack, and from
 # how many needed partitions of a date a reader looks for one. Measured (BENCHMARKS.md section 7):
-# a date's 100 receipt folders cost ~0.1 s over the same panes in one file, 8,640 cost ~9 s; below a
-# few hundred a pack saves less than writing it costs, and an incremental correction's few new
-# receipts never pay a listing of the packs.
+# the tiny files cost ~1 ms each to read (8,640: ~9 s of a 17 s full dedup, quiet), writing a
+# 135k-pane pack costs about as much as reading 1-3k of them, and every later full dedup of the date
+# saves their cost again; below a few hundred the saving is lost in the noise. An incremental
+# correction's few new receipts stay below it: they never pay a listing of the packs.
 PACK_AT = 500
 FORMAT = 1
 
@@ -128,6 +130,7 @@ def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str,
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
+    started = time.monotonic()
     event_date = layout.check_event_date(event_date)
     receipts = sorted(layout.check_receipt_ts(ts) for ts in receipts)
     pack_id = new_pack_id()
@@ -152,7 +155,8 @@ def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str,
     }
     # Last: the pack exists for readers from here on, whole.
     lake.write_json_atomic(lake.pack_manifest(event_date, pack_id), manifest)
-    log.info("pack written", event_date=event_date, pack_id=pack_id, receipts=len(receipts), rows=rows)
+    seconds = round(time.monotonic() - started, 3)
+    log.info("pack written", event_date=event_date, pack_id=pack_id, receipts=len(receipts), rows=rows, seconds=seconds)
     pack = _from_manifest(event_date, pack_id, manifest)
     assert pack is not None
     return pack
