@@ -148,7 +148,14 @@ def test_gc_removes_a_superseded_pack_once_the_bigger_one_is_older_than_the_rete
     assert (leftover.pack_id, leftover.why) == (small, "superseded")
     packs.remove(lake, leftover)
     assert os.listdir(lake.packs_dir(day)) == [f"pack={big}"]
-    assert os.path.exists(lake.pack_manifest(day, big)) and PACK_MANIFEST in os.listdir(lake.pack_dir(day, big))
+    # Two concurrent writers of the same receipts: two complete packs, either one readable; gc
+    # keeps one (the newest, then the highest id) once the retention has passed.
+    twin = "c" * 32
+    pack(twin, ["20260307T000000000Z", "20260307T000010000Z"], "2026-03-09T11:30:00.000Z")
+    assert packs.best(packs.complete(lake, day), {"20260307T000000000Z", "20260307T000010000Z"}).pack_id == twin
+    [leftover] = packs.leftovers(lake, 3600, lambda uri: 10**6, now + timedelta(hours=1))
+    assert (leftover.pack_id, leftover.why) == (big, "superseded")
+    assert PACK_MANIFEST in os.listdir(lake.pack_dir(day, big))
 
 
 def test_pack_paths_take_only_checked_values(tmp_path):
