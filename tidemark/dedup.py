@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 
 from dedup_sql import rules as sql_rules
 from tidemark import (
     incremental,
     layout,
     obligations,
+    packs,
     pane_reader,
     planning,
     publish,
@@ -328,9 +329,44 @@ _PANES_SCHEMA = (
 )
 
 
-def read_panes(spark, lake: Lake, partitions, lo: datetime):
+def read_panes(spark, lake: Lake, partitions, lo: datetime, pack_date: str | None = None):
     """The panes of these receipt partitions that end at or after lo, with their event_date and
-    receipt_ts (as strings: the explicit schema also keeps Spark from inferring their types)."""
+    receipt_ts (as strings: the explicit schema also keeps Spark from inferring their types).
+
+    A date with many partitions needed is read from its best pack (tidemark/packs.py) and the
+    partitions that pack does not hold. `pack_date`: a date none of whose panes lo can drop (every
+    pane of D ends after D's midnight); when PACK_AT of its partitions were read from their folders,
+    a new pack of all its needed partitions is written from the panes read (a cache: a failure to
+    write it is logged, not raised)."""
+    from functools import reduce
+
+    packed, rest = packs.cover(lake, partitions, _PANES_SCHEMA)
+    parts = [_read_pack(spark, lake, pack, lo) for pack in packed]
+    if rest or not parts:
+        parts.append(_read_receipts(spark, lake, rest, lo))
+    panes = reduce(lambda a, b: a.unionByName(b), parts)
+    if pack_date is not None and sum(p.event_date == pack_date for p in rest) >= packs.PACK_AT:
+        own = [p.receipt_ts for p in partitions if p.event_date == pack_date]
+        try:
+            packs.write(lake, pack_date, panes, own, _PANES_SCHEMA)
+        except Exception as exc:  # noqa: BLE001 - a cache: the dedup goes on without it
+            log.warning("pack not written", event_date=pack_date, error=f"{type(exc).__name__}: {exc}")
+    return panes
+
+
+def _read_pack(spark, lake: Lake, pack: packs.Pack, lo: datetime):
+    from pyspark.sql import functions as F
+
+    return (
+        spark.read.schema(_PANES_SCHEMA)
+        # the pack's folder as the base: no partition value is read from its path (its rows hold them)
+        .option("basePath", lake.pack_dir(pack.event_date, pack.pack_id))
+        .parquet(*pack.file_uris(lake))
+        .where(F.col("session_end") >= F.lit(lo))
+    )
+
+
+def _read_receipts(spark, lake: Lake, partitions, lo: datetime):
     from pyspark.sql import functions as F
 
     paths = [lake.receipt_dir(p.event_date, p.receipt_ts) for p in partitions]
@@ -368,7 +404,10 @@ def compute_islands(spark, lake: Lake, current: Plan, rules: SessionRules, known
 
     import dedup_sql
 
-    panes = read_panes(spark, lake, current.partitions, current.lo).select(
+    # The date's own panes all end after its midnight, which is after lo: all of them are read, and
+    # a pack of them can be written from what is read.
+    own = current.event_date if planning.midnight(date.fromisoformat(current.event_date)) >= current.lo else None
+    panes = read_panes(spark, lake, current.partitions, current.lo, pack_date=own).select(
         "user_id",
         "events",
         "receipt_ts",

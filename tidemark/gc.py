@@ -2,7 +2,7 @@
 by month of event date, an older table's per-date properties migrated), expire old snapshots, then
 remove the files that no remaining snapshot references (superseded versions, runs killed before
 their commit, runs whose commit was refused, old Iceberg metadata), and prune the receipt index's arrival entries that
-reconciliation no longer reads. Scheduled daily by dags/tidemark_maintenance.py.
+reconciliation no longer reads, and remove the packs no reader will use (tidemark/packs.py). Scheduled daily by dags/tidemark_maintenance.py.
 
 Safety floors:
 - a retention below MIN_RETENTION is refused: a reader that loaded the table just before a commit,
@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow.fs as pafs
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, publish, receipt_index, reconcile
+from tidemark import layout, packs, publish, receipt_index, reconcile
 from tidemark import table as iceberg
 from tidemark.durations import format_duration
 from tidemark.lake import RUN_MARKER, Lake, run_folder
@@ -40,7 +40,7 @@ class RetentionTooShort(ValueError):
 
 @dataclass(frozen=True)
 class Removal:
-    what: str  # "snapshot", "run" (an unreferenced run folder), "metadata", "arrivals"
+    what: str  # "snapshot", "run" (an unreferenced run folder), "metadata", "arrivals", "pack (...)"
     path: str  # the snapshot id, or the path relative to the table's location
     event_date: str | None
     version: str | None  # the version a snapshot published / a run folder held, when known
@@ -69,6 +69,7 @@ def gc(lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: b
         removed, tbl, versions = _expire(lake, retention, now, dry_run)
         removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run)
     removed += _prune_arrivals(lake, retention, now, dry_run)
+    removed += _prune_packs(lake, retention, now, dry_run)
     for item in removed:
         log.info(
             "gc removed" if not dry_run else "gc would remove",
@@ -98,6 +99,26 @@ def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bo
             (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds(),
         )
         for day in days
+    ]
+
+
+def _prune_packs(lake: Lake, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
+    """Packs no reader will use (tidemark/packs.py): killed mid-write, or superseded by a bigger one
+    for the retention. A pack is only a cache of receipt partitions' panes: removing it changes no
+    result, and the receipt partitions themselves are never touched here."""
+    found = packs.leftovers(lake, retention.total_seconds(), lambda uri: _age_s(lake, uri, now, recursive=True), now)
+    if not dry_run:
+        for leftover in found:
+            packs.remove(lake, leftover)
+    return [
+        Removal(
+            f"pack ({leftover.why})",
+            _relative(lake.pack_dir(leftover.event_date, leftover.pack_id), lake.uri + "/"),
+            leftover.event_date,
+            None,
+            leftover.age_s,
+        )
+        for leftover in found
     ]
 
 

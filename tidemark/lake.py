@@ -27,6 +27,8 @@ formats of the partition values (event dates, receipt times, run ids) that go in
     <lake>/_reconcile/cursor.json                                          where reconciliation's last pass stopped
     <lake>/_landing/receipt_ts=<receipt_ts>.json                           the landing ledger: files read per batch
     <lake>/_products/<product>/event_date=D/                               downstream products (tidemark.session_metrics)
+    <lake>/_packs/event_date=D/pack=<pack_id>/part-*.parquet               a derived, rebuildable copy of some of D's
+        _tidemark_pack.json         receipt partitions' panes; its manifest (written last) names them (tidemark.packs)
 
 Every partition value is checked (tidemark.layout) before it can reach a path. The lake's small
 records go through its own filesystem, resolved once (`Lake.fs`): paths under the lake are mapped to
@@ -36,6 +38,7 @@ the filesystem's paths without asking pyarrow again (which, for a bucket, builds
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 
 import pyarrow.fs as pafs
@@ -54,12 +57,16 @@ LANDING_LEDGER = "_landing"
 RECEIPT_INDEX = "_receipts"
 RECONCILE = "_reconcile"
 PRODUCTS = "_products"
+PACKS = "_packs"
 
 RECEIPT_MARKER = "_tidemark_receipt.json"
 QUARANTINE_MARKER = "_tidemark_quarantine.json"
 RUN_MARKER = "_tidemark_run.json"
+PACK_MANIFEST = "_tidemark_pack.json"
 RUN_CONTEXT = "context"
 NOTICE_FOLDERS = ("outbox", "sent", "pending")
+# A pack's data file names come from its manifest: only plain Parquet part names reach a path.
+_PACK_FILE = re.compile(r"^part-[0-9A-Za-z_-]+(\.[0-9A-Za-z_-]+)*\.parquet$")
 
 
 def run_folder(event_date: object, run_id: object) -> str:
@@ -333,3 +340,22 @@ class Lake:
         if not product.replace("_", "").isalnum():
             raise ValueError(f"invalid product name {product!r}")
         return self.path(PRODUCTS, product)
+
+    # packs: derived copies of receipt partitions' panes (tidemark.packs)
+    def packs_root(self) -> str:
+        return self.path(PACKS)
+
+    def packs_dir(self, event_date: object) -> str:
+        return self.path(PACKS, f"event_date={check_event_date(event_date)}")
+
+    def pack_dir(self, event_date: object, pack_id: object) -> str:
+        """One pack's folder; a pack id has a run id's form (32 lowercase hex digits)."""
+        return join(self.packs_dir(event_date), f"pack={check_run_id(pack_id)}")
+
+    def pack_manifest(self, event_date: object, pack_id: object) -> str:
+        return join(self.pack_dir(event_date, pack_id), PACK_MANIFEST)
+
+    def pack_file(self, event_date: object, pack_id: object, name: object) -> str:
+        if not isinstance(name, str) or not _PACK_FILE.match(name):
+            raise layout.InvalidPartitionValue(f"invalid pack file name {str(name)[:80]!r}: expected part-*.parquet")
+        return join(self.pack_dir(event_date, pack_id), name)
