@@ -8,9 +8,10 @@ than computing them (BENCHMARKS.md section 1). Here the count follows the batch'
 LINES_PER_TASK lines per task, in whole waves of the cluster's cores, never more than the
 session's setting (its ceiling, TIDEMARK_SHUFFLE_PARTITIONS), never fewer than the cores.
 
-The count is a function of the batch's line count and the cluster, so a batch replayed after a
-crash is partitioned as it was. It changes which task computes a user's sessions, never what is
-computed: every output is a function of the rows, not of their partition.
+The count is a function of the batch's line count and the cluster's cores, so a batch replayed
+after a crash on the same cluster is partitioned as it was; on another it may not be, which is
+harmless: the count decides which task computes a user's sessions, never what is computed (every
+output is a function of the rows, not of their partition).
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ def sized_shuffle(spark, lines: int) -> Iterator[int]:
     """The batch's shuffles sized to it within the block; the session's setting restored after
     (the stream's micro-batches share one session, and so do callers that run a batch directly)."""
     ceiling = spark.conf.get(SHUFFLE_PARTITIONS)
-    count = sized(lines, spark.sparkContext.defaultParallelism, int(ceiling))
+    try:
+        cores = spark.sparkContext.defaultParallelism
+    except Exception:  # a session without a SparkContext (Spark Connect): the setting as it is
+        cores = int(ceiling)
+    count = sized(lines, cores, int(ceiling))
     spark.conf.set(SHUFFLE_PARTITIONS, str(count))
     try:
         yield count
