@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 import dedup_sql
 from streaming_job import pane_writer, parse
+from streaming_job.partitions import sized_shuffle
 from streaming_job.state import StateStore
 from streaming_job.state import watermark_text as state_watermark_text
 from tidemark import landing, landing_archive, landing_ledger, layout, receipt_index, receipts, session_schema, storage
@@ -127,18 +128,22 @@ class BatchProcessor:
                 before.watermark_us, totals["max_event_us"], receipt_us, batch_id
             )
 
-            result = self._sessionize(spark, parse.valid_events(parsed), state, w_prev_us, watermark_us).persist()
-            try:
-                stats, open_sessions = self._stats(result)
-                phases.done("sessionize")  # state read, merged, sessionized, cached; the statistics
-                panes = self._panes(result, receipt_ts, batch_id, watermark_us)
-                partitions = self._write_panes(panes, stats, receipt_ts, batch_id, watermark_us)
-                phases.done("panes")
-                kept = result.where("retain").withColumn("pane_count", F.col("pane_count") + F.col("emit").cast("int"))
-                store.write(batch_id, kept, open_sessions, watermark_us, receipt_ts)
-                phases.done("state")
-            finally:
-                result.unpersist()
+            # the shuffles sized to the batch: set before the cache below plans them
+            with sized_shuffle(spark, int(totals["lines"])):
+                result = self._sessionize(spark, parse.valid_events(parsed), state, w_prev_us, watermark_us).persist()
+                try:
+                    stats, open_sessions = self._stats(result)
+                    phases.done("sessionize")  # state read, merged, sessionized, cached; the statistics
+                    panes = self._emitted(result, receipt_ts, batch_id, watermark_us)
+                    written = self._write_panes(panes, stats, receipt_ts, batch_id, watermark_us)
+                    phases.done("panes")
+                    kept = result.where("retain").withColumn(
+                        "pane_count", F.col("pane_count") + F.col("emit").cast("int")
+                    )
+                    store.write(batch_id, kept, open_sessions, watermark_us, receipt_ts)
+                    phases.done("state")
+                finally:
+                    result.unpersist()
         finally:
             parsed.unpersist()
         return BatchReport(
@@ -149,7 +154,7 @@ class BatchProcessor:
             quarantined,
             watermark_us,
             open_sessions,
-            partitions,
+            written,
         )
 
     @staticmethod
@@ -281,13 +286,20 @@ class BatchProcessor:
 
     @staticmethod
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
-        # THE session schema's pane columns (tidemark/session_schema.py), event_ids from the events
-        session = [
-            F.transform("events", lambda e: e["event_id"]).alias("event_ids") if name == "event_ids" else name
-            for name in (c.name for c in session_schema.PANE_SESSION)
-        ]
+        """The pane rows as their files hold them: THE session schema's pane columns
+        (tidemark/session_schema.py), then event_date and receipt_ts."""
+        return BatchProcessor._emitted(result, receipt_ts, batch_id, watermark_us).select(
+            *BatchProcessor._pane_columns()
+        )
+
+    @staticmethod
+    def _emitted(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
+        """The panes before their shuffle by date: every column of `_panes` but the ones
+        `_pane_columns` derives from others (event_ids, a copy of the events' ids: shuffling it
+        too made the pane shuffle ~40% bigger, BENCHMARKS.md section 1)."""
+        derived = {"event_ids"}
         return result.where("emit").select(
-            *session,
+            *(c.name for c in session_schema.PANE_SESSION if c.name not in derived),
             "pane_kind",
             (F.col("pane_count") + 1).alias("pane_index"),
             F.lit(batch_id).cast("bigint").alias("batch_id"),
@@ -295,6 +307,16 @@ class BatchProcessor:
             F.date_format("session_start", "yyyy-MM-dd").alias("event_date"),
             F.lit(receipt_ts).alias("receipt_ts"),
         )
+
+    @staticmethod
+    def _pane_columns() -> list:
+        """`_emitted`'s rows as pane rows, in the pane files' column order; event_ids from the events."""
+        session = [
+            F.transform("events", lambda e: e["event_id"]).alias("event_ids") if name == "event_ids" else F.col(name)
+            for name in (c.name for c in session_schema.PANE_SESSION)
+        ]
+        rest = ("pane_kind", "pane_index", "batch_id", "watermark", "event_date", "receipt_ts")
+        return [*session, *(F.col(name) for name in rest)]
 
     @staticmethod
     def _stats(result: DataFrame) -> tuple[list, int]:
@@ -340,7 +362,7 @@ class BatchProcessor:
         if pending:
             pending_dates = [p.event_date for p in pending]
             panes = panes.where(F.col("event_date").isin(pending_dates)) if complete else panes
-            pane_writer.write_panes(panes, self.lake.sessions_root())
+            pane_writer.write_panes(panes, self.lake.sessions_root(), columns=self._pane_columns())
             receipts.complete_all(self.lake, pending)  # markers last: each partition complete at once
             for partition in pending:
                 log.info(

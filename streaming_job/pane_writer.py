@@ -27,9 +27,11 @@ from pyspark.sql import DataFrame
 PANE_FILE = "part-00000.parquet"
 
 
-def write_panes(panes: DataFrame, sessions_root: str) -> list[str]:
+def write_panes(panes: DataFrame, sessions_root: str, columns: list | None = None) -> list[str]:
     """Write every row of `panes` (with `event_date` and `receipt_ts` columns) into its receipt
-    partition under sessions_root; returns the event dates written."""
+    partition under sessions_root; returns the event dates written. `columns`, when given, are the
+    files' columns computed after the shuffle by date (a column derived from others need not cross
+    it: Spark does not move such a projection below the shuffle)."""
 
     def write(batches):
         import pyarrow as pa
@@ -42,7 +44,10 @@ def write_panes(panes: DataFrame, sessions_root: str) -> list[str]:
 
     # repartition by date: every date's rows in one task, so one file per date and no two tasks
     # writing one folder
-    rows = panes.repartition("event_date").mapInArrow(write, "event_date string").collect()
+    by_date = panes.repartition("event_date")
+    if columns is not None:
+        by_date = by_date.select(*columns)
+    rows = by_date.mapInArrow(write, "event_date string").collect()
     return sorted(row["event_date"] for row in rows)
 
 
