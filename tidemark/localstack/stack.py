@@ -45,6 +45,7 @@ from functools import partial
 from typing import Any
 
 import requests
+import tenacity
 
 from tidemark import names, rules_record, storage
 from tidemark.lake import Lake
@@ -637,6 +638,7 @@ class Stack:
         )
         api = self.record("airflow-api-server")
         server = self.airflow(settings)
+        airflow_health = _AirflowHealth(server.url)
         login = ""
         try:
             login = f"login {server.username} / {server.password}"
@@ -658,7 +660,7 @@ class Stack:
                 "airflow api-server (UI)",
                 api,
                 server.url,
-                lambda: _airflow_health(server.url).get("metadatabase", {}).get("status") == "healthy",
+                partial(airflow_health.healthy, "metadatabase"),
                 login,
             )
         )
@@ -679,7 +681,7 @@ class Stack:
                     f"airflow {part}",
                     self.record(f"airflow-{part}"),
                     "",
-                    partial(_component_healthy, server.url, key),
+                    partial(airflow_health.healthy, key),
                     "",
                 )
             )
@@ -820,12 +822,30 @@ def _alerts_detail(server) -> str:
     )
 
 
-def _airflow_health(url: str) -> dict:
-    return requests.get(f"{url}/api/v2/monitor/health", timeout=3).json()
+class _AirflowHealth:
+    """Airflow's /api/v2/monitor/health, asked once per status (its three rows read one answer).
+    Patient: on a loaded machine the api-server can take seconds to answer, and a slow answer is
+    not an unhealthy one (a refused connection still fails at once)."""
 
+    def __init__(self, url: str, timeout: float = 10.0):
+        self.url = url
+        self.timeout = timeout
+        self._answer: dict | None = None
 
-def _component_healthy(url: str, key: str) -> bool:
-    return _airflow_health(url).get(key, {}).get("status") == "healthy"
+    def healthy(self, key: str) -> bool:
+        if self._answer is None:
+            self._answer = self._fetch()
+        return self._answer.get(key, {}).get("status") == "healthy"
+
+    def _fetch(self) -> dict:
+        for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(requests.Timeout),
+            stop=tenacity.stop_after_attempt(2),
+            reraise=True,
+        ):
+            with attempt:
+                return requests.get(f"{self.url}/api/v2/monitor/health", timeout=self.timeout).json()
+        raise AssertionError("unreachable: tenacity reraises the last error")
 
 
 def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:
