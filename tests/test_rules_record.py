@@ -67,12 +67,15 @@ def race_first_starts(lake: Lake, starters: int) -> int:
             outcomes[index] = rules_record.ensure(lake, rules, f"stream {index}").rules
         except rules_record.RulesMismatch:
             outcomes[index] = "refused"
+        except Exception as exc:  # noqa: BLE001 - any other end of a starter fails the test below
+            outcomes[index] = exc
 
     threads = [threading.Thread(target=start, args=(i,)) for i in range(starters)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    assert len(outcomes) == starters and not [e for e in outcomes.values() if isinstance(e, Exception)], outcomes
     winners = [i for i, got in outcomes.items() if got != "refused"]
     assert len(winners) == 1, outcomes
     assert rules_record.current(lake).rules == SessionRules(gap=timedelta(minutes=10 + winners[0]))
@@ -232,8 +235,10 @@ def test_on_an_object_store_concurrent_first_records_leave_one_winner(monkeypatc
     )
     monkeypatch.setattr(
         storage,
-        "create_text_if_absent",
-        lambda uri, text, settle_seconds=0.5, _create=storage.create_text_if_absent: _create(uri, text, settle_seconds),
+        "create_text_if_absent_at",
+        lambda fs, path, text, settle_seconds=0.5, _create=storage.create_text_if_absent_at: _create(
+            fs, path, text, 0.5
+        ),
     )
     lake = Lake.open("mock://bucket/lake")
     race_first_starts(lake, 4)

@@ -36,6 +36,7 @@ from functools import lru_cache
 from importlib import resources
 
 import jsonschema
+import tenacity
 
 from tidemark.durations import format_duration
 from tidemark.lake import Lake
@@ -170,7 +171,7 @@ def current(lake: Lake) -> Recorded | None:
     rules_in_force() adds the defaults for a lake without a record.
     """
     sequences = _sequences(lake)
-    return _read(lake, sequences[-1]) if sequences else None
+    return _read_settled(lake, sequences[-1]) if sequences else None
 
 
 def rules_in_force(lake: Lake) -> tuple[SessionRules, str, Recorded | None]:
@@ -302,7 +303,22 @@ def _create(lake: Lake, record: Recorded) -> Recorded:
             **record.rules.describe(),
         )
         return record
-    return _read(lake, record.sequence)
+    return _read_settled(lake, record.sequence)
+
+
+def _read_settled(lake: Lake, sequence: int) -> Recorded:
+    """A record that may be brand new (another writer's, created at this moment). On a store whose
+    writes are not atomic (a reader can list an object whose bytes are still arriving) it may read
+    empty for a moment: read again for two seconds before calling it invalid."""
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(InvalidRulesRecord),
+        stop=tenacity.stop_after_delay(2),
+        wait=tenacity.wait_fixed(0.1),
+        reraise=True,
+    ):
+        with attempt:
+            return _read(lake, sequence)
+    raise AssertionError("unreachable: tenacity reraises the last error")
 
 
 def ensure(lake: Lake, requested: SessionRules | dict | None, recorded_by: str) -> Recorded:
