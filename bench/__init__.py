@@ -13,7 +13,7 @@ import subprocess
 import time
 from contextlib import contextmanager
 
-from tidemark.times import now_iso_z
+from tidemark.base.times import now_iso_z
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -1,5 +1,5 @@
-"""The input contract's fast path against its oracle: tidemark.contract_fast.verdicts and
-tidemark.contract.check_line on the same lines, which must agree on every line (verdict, reason,
+"""The input contract's fast path against its oracle: tidemark.ingest.contract_fast.verdicts and
+tidemark.ingest.contract.check_line on the same lines, which must agree on every line (verdict, reason,
 every kept field). Also each one's CPU per line on the landing's lines.
 
 The lines (`corpus`, seeded): valid events of many shapes; lines for every quarantine reason of
@@ -27,8 +27,8 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 
 import bench
-from tidemark import contract_fast
-from tidemark.contract import InputRules, split_lines, to_micros
+from tidemark.ingest import contract_fast
+from tidemark.ingest.contract import InputRules, split_lines, to_micros
 
 NAME = "contract_differential"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -375,10 +375,10 @@ def compare(lines: list[bytes], seed: int, rules: InputRules = InputRules(), bat
 
 
 def landing_lines(events: int = 100_000) -> list[bytes]:
-    """The stream bench's landed lines (tidemark.generate, seed 11), for the cost per line."""
+    """The stream bench's landed lines (tidemark.demo.generate, seed 11), for the cost per line."""
     import tempfile
 
-    from tidemark import generate
+    from tidemark.demo import generate
 
     with tempfile.TemporaryDirectory() as folder:
         generate.generate(
@@ -469,9 +469,9 @@ def main(argv=None) -> int:
     for line, mine, theirs in disagreements[:20]:
         print("DISAGREE", line, mine, theirs)
     notes = (
-        f"The fast path (tidemark/contract_fast.py) and its oracle (tidemark.contract.check_line) on "
+        f"The fast path (tidemark/ingest/contract_fast.py) and its oracle (tidemark.ingest.contract.check_line) on "
         f"{done} seeded lines (seed {args.seed}): {len(disagreements)} disagreements. CPU per line "
-        f"measured on {len(landing)} landed lines (tidemark.generate seed 11, {args.landing_events} events) "
+        f"measured on {len(landing)} landed lines (tidemark.demo.generate seed 11, {args.landing_events} events) "
         "in Arrow batches of 10,000 lines, Arrow conversions included, the best of 3 rounds."
     )
     print(notes)

@@ -10,7 +10,7 @@ the last 7 days and against reprocessing everything.
    - correction --full: `run_dedup(D, full=True)`: every receipt that can hold D's sessions;
    - 7-day lookback: re-sessionize every receipt of D-6 .. D+1 and rewrite those 7 dates;
    - full: re-sessionize every receipt of the lake and rewrite every date.
-   The last three use the same SQL (tidemark.dedup.compute_islands), so the difference is what they read.
+   The last three use the same SQL (tidemark.deduplication.dedup.compute_islands), so the difference is what they read.
 
     .venv/bin/python -m bench.correction_cost [--scale small|full] [--days 16 --events 40000 --files 32]
 """
@@ -26,10 +26,11 @@ import sys
 from datetime import date, datetime, timedelta, timezone
 
 import bench
-from tidemark import generate, publish
-from tidemark.dedup import LakeIndex, Plan, compute_islands, run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.deduplication.dedup import LakeIndex, Plan, compute_islands, run_dedup
+from tidemark.demo import generate
+from tidemark.iceberg import publish
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 NAME = "correction_cost"
 SCALES = {
@@ -128,7 +129,7 @@ def reprocess(spark, lake, rules, first: date, last: date, out: str) -> dict:
 def undo(lake: Lake, metadata_location: str) -> None:
     """Put the table back as it was before a timed correction (the catalog's pointer to the metadata
     file of then), so the next repeat does the work again."""
-    from tidemark import table as iceberg
+    from tidemark.iceberg import table as iceberg
 
     catalog = iceberg.catalog(lake)
     catalog.drop_table(iceberg.identifier())  # the catalog's entry only; files stay
@@ -137,7 +138,7 @@ def undo(lake: Lake, metadata_location: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
-    from tidemark.spark import build_session
+    from tidemark.base.spark import build_session
 
     env = bench.machine()
     rules = SessionRules()
@@ -165,7 +166,7 @@ def main(argv=None) -> int:
             json.dump(summary, f)
 
     d = day.isoformat()
-    from tidemark import table as iceberg
+    from tidemark.iceberg import table as iceberg
 
     before = iceberg.load(lake).metadata_location
     rows = []

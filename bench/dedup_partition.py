@@ -8,7 +8,7 @@ several receipts, each completed by its marker like the stream does.
 
 Then a correction: one late receipt brings one more event for --late-rate (1%) of the sessions
 (the users' phones were offline); the date is deduplicated again, incrementally (tidemark's default:
-only the touched users are re-sessionized, tidemark/incremental.py) and with `--full`, each from
+only the touched users are re-sessionized, tidemark/deduplication/incremental.py) and with `--full`, each from
 the same published version.
 
     .venv/bin/python -m bench.dedup_partition [--sessions 1000000]
@@ -25,11 +25,13 @@ from datetime import datetime, timedelta, timezone
 
 import bench
 from dedup_sql import rules as sql_rules
-from tidemark import layout, publish, receipts
-from tidemark import table as iceberg
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.base import layout
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import publish
+from tidemark.iceberg import table as iceberg
+from tidemark.panes import receipts
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 NAME = "dedup_partition"
 DAY = "2026-03-07"
@@ -244,13 +246,14 @@ LADDER_COLUMNS = ["the query up to", "s", "this stage"]
 def stage_ladder(spark, lake) -> list[list]:
     """Where the full dedup's time goes: the same query cut after each stage and run into Spark's
     `noop` sink (computed, nothing written), each stage's time the difference to the one before.
-    The stages are the dedup's own SQL files (tidemark.dedup.compute_islands's steps) plus the
+    The stages are the dedup's own SQL files (tidemark.deduplication.dedup.compute_islands's steps) plus the
     shuffle and the sort they imply, spelled out to time them apart."""
     from pyspark.sql import functions as F
 
     import dedup_sql
-    from tidemark import planning, times
-    from tidemark.dedup import read_panes
+    from tidemark.base import times
+    from tidemark.deduplication.dedup import read_panes
+    from tidemark.panes import planning
 
     rules = SessionRules()
     plan = planning.plan_for_rerun(planning.LakeIndex(lake), DAY, rules, None)
@@ -315,7 +318,7 @@ def plain_copy(spark, lake, out) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
-    from tidemark.spark import build_session
+    from tidemark.base.spark import build_session
 
     env = bench.machine()
     lake = Lake.open(os.path.join(args.workdir, "lake"))
@@ -425,7 +428,7 @@ def main(argv=None) -> int:
             f"The corrections: one late receipt with one event for {args.late_rate:.0%} of the "
             f"sessions ({late_rows:,} too_late panes), deduplicated from the published version "
             f"incrementally (tidemark's default) and with --full; rows read = the new panes plus "
-            f"the previous version's sessions (incremental), every pane (full). Phases (tidemark.dedup."
+            f"the previous version's sessions (incremental), every pane (full). Phases (tidemark.deduplication.dedup."
             f"DedupResult.phases): compute = the islands, cached, and their summary; write = the "
             f"version's files and its context; commit = the Iceberg commit; notice = the corrected "
             f"notice's diff against the previous version."

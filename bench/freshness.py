@@ -1,6 +1,6 @@
 """Freshness on the local stack: how long from a file landing to each step downstream of it.
 
-`tidemark.localstack.stack.Stack` brings up the whole system on loopback (Pub/Sub emulator, Airflow
+`tidemark.devstack.stack.Stack` brings up the whole system on loopback (Pub/Sub emulator, Airflow
 3 with the tidemark_dedup DAG, the Cloud Function under functions-framework with a push
 subscription, and `tidemark stream --trigger-interval 5s --notify-topic ...`). Then files of a
 generated workload land one per wave, `--pause` seconds apart (a steady trickle, like a Pub/Sub
@@ -55,8 +55,8 @@ import time
 
 import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
-from tidemark import generate
-from tidemark.lake import Lake
+from tidemark.demo import generate
+from tidemark.store.lake import Lake
 
 NAME = "freshness"
 
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
     pause = scale["pause"] if args.pause is None else args.pause
     env = bench.machine()
 
-    from tidemark.localstack.stack import Stack
+    from tidemark.devstack.stack import Stack
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     stack = Stack(os.path.join(args.workdir, "stack"))
@@ -202,9 +202,10 @@ def main(argv=None) -> int:
 
 
 def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_seconds, per_wave) -> int:
-    from tidemark import names, publish
-    from tidemark import runs as run_ids
+    from tidemark.base import names
+    from tidemark.iceberg import publish
     from tidemark.notices.outbox import Outbox
+    from tidemark.orchestration import runs as run_ids
 
     landed: dict[str, float] = {}  # file base name -> landing time (epoch s)
     wave_of: dict[str, int] = {}
@@ -363,7 +364,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     coalesce = f", notice coalesce {settings.notice_coalesce}" if settings.notice_coalesce else ""
     notes = "\n".join(
         [
-            "Every component real, on loopback (`tidemark.localstack.stack.Stack`: Pub/Sub emulator, "
+            "Every component real, on loopback (`tidemark.devstack.stack.Stack`: Pub/Sub emulator, "
             f"{spark}, Airflow 3 api-server + scheduler + dag-processor with parallelism "
             f"{settings.airflow_parallelism} and max_active_runs {settings.max_active_runs}, the Cloud Function "
             f"under functions-framework behind a push subscription, the stream with a {settings.trigger_interval} "
@@ -413,7 +414,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
                 "notice coalesce": settings.notice_coalesce or "off",
                 "dedup Spark": "Spark Connect server (warm)" if settings.spark_connect else "spark-submit per run",
                 "airflow parallelism / max_active_runs / dedup tasks at once": f"{settings.airflow_parallelism} / {settings.max_active_runs} / {settings.dedup_concurrency}",
-                "workload": "tidemark.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
+                "workload": "tidemark.demo.generate.Workload(seed=31, days=2, offline_session_rate=0.12, duplicate_rate=0.04)",
                 "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")},
             },
             env,
@@ -426,7 +427,8 @@ def burst_notices(n: int, round_no: int) -> list[dict]:
     """N availability notices of N different dates (one receipt partition each)."""
     from datetime import date, timedelta
 
-    from tidemark import availability_notice, layout, names
+    from tidemark.base import layout, names
+    from tidemark.notices import availability_notice
 
     out = []
     for i in range(n):
@@ -459,12 +461,14 @@ def burst(args) -> int:
     from concurrent.futures import wait as wait_futures
     from datetime import datetime
 
-    from tidemark import availability_notice, function_bundle, names
-    from tidemark import runs as run_ids
-    from tidemark.localstack import postgres
-    from tidemark.localstack import pubsub_emulator as ps
-    from tidemark.localstack.airflow import AirflowServer
-    from tidemark.localstack.function import FunctionServer
+    from tidemark.base import names
+    from tidemark.devstack import postgres
+    from tidemark.devstack import pubsub_emulator as ps
+    from tidemark.devstack.airflow import AirflowServer
+    from tidemark.devstack.function import FunctionServer
+    from tidemark.notices import availability_notice
+    from tidemark.ops import function_bundle
+    from tidemark.orchestration import runs as run_ids
 
     home = os.path.join(args.workdir, f"burst-{args.metadata_db}")
     shutil.rmtree(home, ignore_errors=True)

@@ -40,9 +40,11 @@ from datetime import datetime, timedelta, timezone
 import pyarrow.fs as pafs
 
 from bench import counting_fs, write_results
-from tidemark import layout, planning, receipt_index, receipts, storage, times
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.base import layout, times
+from tidemark.panes import planning, receipt_index, receipts
+from tidemark.session.sessions import SessionRules
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 RULES = SessionRules()
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -246,7 +248,8 @@ def run_size(size: int, latency_ms: float, root: str) -> list[list]:
 def commit_versions(lake: Lake) -> int:
     """A version of every date including its complete receipt partitions, committed to the table
     without data files (a date without sessions): what reconciliation compares with."""
-    from tidemark import publish, rules_record
+    from tidemark.iceberg import publish
+    from tidemark.session import rules_record
 
     dates = receipts.list_event_dates(lake)
     for event_date in dates:
@@ -270,7 +273,8 @@ def commit_versions(lake: Lake) -> int:
 
 
 def reconciliation(lake: Lake, size: int, first_batch: int, newest: str, latency_ms: float) -> list:
-    from tidemark import reconcile, rules_record
+    from tidemark.orchestration import reconcile
+    from tidemark.session import rules_record
 
     rules_record.ensure(lake, RULES, "bench")
     if not os.path.exists(lake.reconcile_cursor()):

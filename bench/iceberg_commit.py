@@ -1,6 +1,6 @@
 """What the Iceberg commit adds to a publish: seconds per date, alone and with concurrent writers.
 
-A dedup run ends with `tidemark.publish.commit`: read the footers of the files Spark wrote (column
+A dedup run ends with `tidemark.iceberg.publish.commit`: read the footers of the files Spark wrote (column
 statistics, the partition value), load the table, check the date's current version, write a manifest,
 a manifest list and a metadata file, and swap the catalog's pointer. This measures that step alone,
 on files shaped like a dedup's output (pyarrow writes them here: no Spark, so the figure is the
@@ -25,8 +25,8 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import date, datetime, timedelta, timezone
 
 import bench
-from tidemark.lake import Lake
-from tidemark.times import now_iso_z
+from tidemark.base.times import now_iso_z
+from tidemark.store.lake import Lake
 
 NAME = "iceberg_commit"
 DAY0 = date(2026, 3, 1)
@@ -55,7 +55,7 @@ def _template(sessions: int, receipts: list[str]):
     """One dedup-shaped table of `sessions` rows (built once: only event_date changes per date)."""
     import pyarrow as pa
 
-    from tidemark import table as iceberg
+    from tidemark.iceberg import table as iceberg
 
     key = (sessions, receipts[0], receipts[-1])
     if key not in _TEMPLATES:
@@ -95,7 +95,7 @@ def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tidemark import publish
+    from tidemark.iceberg import publish
 
     run_id = publish.new_run_id()
     folder = lake.run_dir(day, run_id)
@@ -127,7 +127,7 @@ def receipts_for(version: int) -> list[str]:
 
 
 def timed_commit(lake: Lake, marker: dict) -> tuple[float, int]:
-    from tidemark import publish
+    from tidemark.iceberg import publish
 
     t0 = time.perf_counter()
     outcome = publish.commit(lake, marker)
@@ -195,7 +195,7 @@ def _run(argv) -> int:
         futures = [pool.submit(_worker, lake, g[:10], args.history + 1, args.sessions, barrier) for g in groups]
         concurrent = [sample for f in futures for sample in f.result(timeout=1800)]
 
-    from tidemark import table as iceberg
+    from tidemark.iceberg import table as iceberg
 
     snapshots = len(iceberg.load(lake).snapshots())
     columns = ["commit", "commits", "median s", "p95 s", "max s", "conflicts retried"]
@@ -207,7 +207,7 @@ def _run(argv) -> int:
     bench.print_table("What the Iceberg commit adds to a publish", columns, rows)
     if not args.no_write:
         notes = (
-            f"`tidemark.publish.commit` alone, on one {args.sessions:,}-session Parquet file per version "
+            f"`tidemark.iceberg.publish.commit` alone, on one {args.sessions:,}-session Parquet file per version "
             f"(written by pyarrow in the layout a dedup run leaves), local SQLite catalog, "
             f"{snapshots} snapshots in the table at the end. The commit reads the file's footer, loads "
             f"the table, checks the date's current version, writes manifest, manifest list and "

@@ -8,7 +8,7 @@ with three versions), and `tidemark gc` expires the snapshots that stopped being
 its retention ago (7 days: the default of dags/tidemark_maintenance.py; run here every 7 simulated
 days with a clock set so that 7 days of commits stay). A young table (7 days) and an old one (365,
 1095) then hold the same number of snapshots; what differs is the number of dates. Then it times
-`tidemark.publish.commit` of a new version of yesterday's date (files and marker prepared before:
+`tidemark.iceberg.publish.commit` of a new version of yesterday's date (files and marker prepared before:
 what a dedup run hands the commit), and counts at the filesystem layer what it reads and writes:
 pyiceberg's own I/O through a counting FileIO (`CountingFileIO`, the catalog's `py-io-impl`), the
 lake's through a counting filesystem under the Lake handle. With --latency-ms every operation sleeps
@@ -35,7 +35,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 
 import bench
 from bench import counting_fs
-from tidemark.lake import Lake
+from tidemark.store.lake import Lake
 
 NAME = "iceberg_history"
 RETENTION = timedelta(days=7)
@@ -119,8 +119,9 @@ def _day(i: int) -> str:
 def expire(lake: Lake, keep: int) -> int:
     """`tidemark gc` with the 7-day retention on a clock set `retention` after the keep-th newest
     snapshot stopped being current: the keep newest stay, as after 7 days of daily gc."""
-    from tidemark import gc, publish
-    from tidemark import table as iceberg
+    from tidemark.iceberg import publish
+    from tidemark.iceberg import table as iceberg
+    from tidemark.ops import gc
 
     lineage = [s for s, _ in publish.snapshot_versions(iceberg.load(lake))]
     if len(lineage) <= keep:
@@ -132,7 +133,7 @@ def expire(lake: Lake, keep: int) -> int:
 def build(lake: Lake, days: int, sessions: int) -> dict:
     """A table after `days` days of three commits a day and gc; returns what the build took."""
     from bench.iceberg_commit import prepared, receipts_for
-    from tidemark import publish
+    from tidemark.iceberg import publish
 
     began = time.perf_counter()
     keep = 7 * COMMITS_PER_DAY
@@ -149,8 +150,8 @@ def build(lake: Lake, days: int, sessions: int) -> dict:
 def shape(lake: Lake) -> dict:
     """What the current metadata holds: sizes of the metadata file, its properties and snapshots,
     and of the current manifest list."""
-    from tidemark import publish
-    from tidemark import table as iceberg
+    from tidemark.iceberg import publish
+    from tidemark.iceberg import table as iceberg
 
     tbl = iceberg.load(lake)
     raw = json.loads(open(tbl.metadata_location[len("file://") :]).read())
@@ -184,8 +185,8 @@ def parse_cost(lake: Lake) -> dict:
     from pyiceberg.serializers import FromByteStream  # noqa: F401 - the loader the catalog uses
     from pyiceberg.table.metadata import TableMetadataUtil
 
-    from tidemark import publish
-    from tidemark import table as iceberg
+    from tidemark.iceberg import publish
+    from tidemark.iceberg import table as iceberg
 
     text = open(iceberg.load(lake).metadata_location[len("file://") :]).read()
     raw = json.loads(text)
@@ -215,8 +216,8 @@ def _metadata_files(root: str) -> dict[str, int]:
 def one_commit(lake: Lake, root: str, sessions: int, latency_ms: float) -> dict:
     """Commit a new version of yesterday's date (prepared first, not timed), counted."""
     from bench.iceberg_commit import prepared, receipts_for
-    from tidemark import publish
-    from tidemark import table as iceberg
+    from tidemark.iceberg import publish
+    from tidemark.iceberg import table as iceberg
 
     tbl = iceberg.load(lake)
     newest = publish.dates_with_version(tbl)[-1]

@@ -14,12 +14,12 @@ logs), and latestOffset (the listing and the source-log write) alone. Twelve bat
 compaction of the source log (every 10 batches: it rewrites every entry).
 
   - before: the landing holds the N read files, the source log lists them (the stream until now);
-  - after:  tidemark.landing_archive: the N files were moved to the archive once their batches
+  - after:  tidemark.ingest.landing_archive: the N files were moved to the archive once their batches
             were committed, and the checkpoint rotated: the landing holds only unread files, the
             source log only its generation's. Its worst case is a generation's end: a log of
             `--generation` files (8,640: a day of 10 s batches, one file each), measured as well.
 
-The archive's own cost per batch (tidemark.landing_archive.drain of one committed batch: the
+The archive's own cost per batch (tidemark.ingest.landing_archive.drain of one committed batch: the
 queue listed, one commit checked, one file moved) is counted through bench.history's counting
 filesystem.
 """
@@ -145,7 +145,7 @@ def archive_all(landing: str, archive: str) -> None:
 def drain_cost(work: str) -> tuple[float, dict]:
     """One committed batch's file moved by landing_archive.drain, operations counted."""
     from bench.history import counted
-    from tidemark import landing_archive
+    from tidemark.ingest import landing_archive
 
     landing, archive, checkpoint = (os.path.join(work, d) for d in ("d-landing", "d-archive", "d-checkpoint"))
     land_one(landing, 0)
@@ -216,7 +216,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    from tidemark.spark import build_session
+    from tidemark.base.spark import build_session
 
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -31,7 +31,7 @@ import time
 import bench
 from bench.proctree import is_jvm, tree_pids, tree_rss
 from bench.stream_throughput import BIN, ROOT, json_lines, load, mb, parse_iso, print_wide
-from tidemark import generate
+from tidemark.demo import generate
 
 NAME = "memory"
 STATE_MARKER = "_tidemark_state.json"
@@ -384,7 +384,7 @@ def main(argv=None) -> int:
                 "master": args.master,
                 "extra Spark conf": ", ".join(args.spark_conf) or "none",
                 "session rules": "gap 30m, allowed lateness 1h, watermark delay 10m (defaults)",
-                "workload": "tidemark.generate.Workload(seed=23)",
+                "workload": "tidemark.demo.generate.Workload(seed=23)",
             },
             env,
         )

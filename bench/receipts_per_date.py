@@ -4,9 +4,9 @@ A 10 s trigger writes 8,640 receipt partitions a day for today's date alone. Thi
 the same date and the same sessions (bench/dedup_partition.py's synthesizer: early panes, on-time
 panes, redelivered fragments), one with its panes in --few receipt partitions, one in --many, and
 times a full dedup (`run_dedup(full=True)`: every receipt read and re-sessionized) of each, with the
-panes read by Spark's file source and by the executors with pyarrow (tidemark/pane_reader.py, what
+panes read by Spark's file source and by the executors with pyarrow (tidemark/panes/pane_reader.py, what
 read_panes uses from pane_reader.FOLDERS_FOR_ARROW folders on). With --packs (the default) the
-pyarrow reader is also timed with packs (tidemark/packs.py): the --many date's first full dedup,
+pyarrow reader is also timed with packs (tidemark/panes/packs.py): the --many date's first full dedup,
 which reads every folder and writes the pack, then the next one, which reads the pack. Without
 "pack" in the row the packs are off (PACK_AT out of reach) and none is read. One warm-up run
 first, then each run once per round (--repeat; every round starts without packs, medians after),
@@ -25,11 +25,11 @@ import sys
 
 import bench
 from bench import dedup_partition
-from tidemark import packs, pane_reader
-from tidemark import table as iceberg
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import table as iceberg
+from tidemark.panes import packs, pane_reader
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 NAME = "receipts_per_date"
 PACK_AT = packs.PACK_AT  # the library's threshold, kept here: full_dedup sets packs.PACK_AT per run
@@ -96,7 +96,7 @@ def runs(args, readers: list[str]) -> list[tuple[str, int, int]]:
 
 def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
-    from tidemark.spark import build_session
+    from tidemark.base.spark import build_session
 
     env = bench.machine()
     spark = build_session("tidemark-bench-receipts-per-date", "local[2]", shuffle_partitions=8)

@@ -30,8 +30,8 @@ import time
 import psutil
 
 import bench
-from tidemark import generate
-from tidemark.logs import read_log_lines
+from tidemark.base.logs import read_log_lines
+from tidemark.demo import generate
 
 NAME = "stream_throughput"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -331,7 +331,7 @@ def _floor_copy(spark, landing: str, out: str) -> None:
 
 def floor_worker(landing: str, out: str, master: str) -> None:
     """The floor in a process of its own, cold: its time from the SparkSession on."""
-    from tidemark.spark import build_session
+    from tidemark.base.spark import build_session
 
     spark = build_session("bench-floor", master)
     started = time.perf_counter()
@@ -350,7 +350,7 @@ def measure_contract(landing: str) -> str:
     process, Arrow batches of 10,000 lines as the stream's UDF gets them): the stream's fast path
     and the reference it falls back to; target <= 3 us for the fast path."""
     from bench import contract_differential
-    from tidemark.contract import split_lines
+    from tidemark.ingest.contract import split_lines
 
     lines = []
     for name in sorted(f for f in os.listdir(landing) if f.endswith(".jsonl")):
@@ -420,8 +420,8 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
     from streaming_job.batch import BatchProcessor
     from streaming_job.job import StreamConfig, run_stream
     from streaming_job.state import NO_WATERMARK_US, STATE_SCHEMA
-    from tidemark.sessions import SessionRules
-    from tidemark.spark import build_session
+    from tidemark.base.spark import build_session
+    from tidemark.session.sessions import SessionRules
 
     spark = build_session("bench-ladder", master)
     processor = BatchProcessor(
@@ -484,7 +484,10 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
     stages = [
         ("floor: the plain copy (read.json -> write.parquet)", floor),
         ("scan the landed lines (text source)", lambda: noop(lines())),
-        ("+ the input contract per line (Arrow UDF, tidemark.contract_fast)", lambda: noop(parse.with_parse(lines()))),
+        (
+            "+ the input contract per line (Arrow UDF, tidemark.ingest.contract_fast)",
+            lambda: noop(parse.with_parse(lines())),
+        ),
         ("+ cache the checked lines (persist, the batch's totals)", lambda: cached_batch(None)),
         (
             "+ merge copies, sessionize, classify panes (stream_input, sessionize, stream_panes .sql)",
@@ -742,7 +745,7 @@ def main(argv=None) -> int:
                 "users": scale["users"],
                 "event days": scale["days"],
                 "master": args.master,
-                "workload": "tidemark.generate.Workload(seed=11): 3% duplicates, 0.2% malformed, 10% minutes late, "
+                "workload": "tidemark.demo.generate.Workload(seed=11): 3% duplicates, 0.2% malformed, 10% minutes late, "
                 "2% sessions offline for hours to days",
             },
             env,

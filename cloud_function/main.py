@@ -4,7 +4,7 @@
 
 What happens to a message, and why:
 - valid notice: POST /api/v2/dags/<DAG_ID>/dagRuns with a dag_run_id derived from the notice
-  (tidemark.runs): a redelivered or re-published notice hits HTTP 409 "already exists", which is
+  (tidemark.orchestration.runs): a redelivered or re-published notice hits HTTP 409 "already exists", which is
   success. One notice, one run, however often Pub/Sub delivers it.
 - invalid notice (not base64/JSON, unknown schema_version, an event_date that is not a date,
   anything path- or SQL-like, another dataset): logged at ERROR with the reason and acknowledged
@@ -28,7 +28,9 @@ import functions_framework
 from cloud_function import dead_letter
 from cloud_function.airflow_client import AirflowClient, AirflowRejected
 from cloud_function.cloud_logging import get_logger
-from tidemark import availability_notice, names, runs
+from tidemark.base import names
+from tidemark.notices import availability_notice
+from tidemark.orchestration import runs
 
 log = get_logger("cloud_function")
 _client: AirflowClient | None = None

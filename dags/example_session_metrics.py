@@ -8,9 +8,9 @@ that date. Events of several dates make several runs, each its own date; two ver
 that arrive before its run starts make one run (it reads the newest).
 
     rebuild (the run's partition_key, or the `event_date` Param of a manual run:
-             tidemark.session_metrics.rebuild)
+             tidemark.products.session_metrics.rebuild)
 
-rebuild reads the date's current corrected version with pyarrow (tidemark.reader: no JVM, no
+rebuild reads the date's current corrected version with pyarrow (tidemark.iceberg.reader: no JVM, no
 Spark), computes daily session metrics (sessions, users, median and p95 duration, sessions that
 crossed midnight) and replaces the date's partition of the team's own output,
 <out>/event_date=D/metrics.parquet, in one atomic write. The output is a function of the date's
@@ -65,8 +65,9 @@ def example_session_metrics():
         """The run's date (its partition_key, else the Param), checked, then rebuilt."""
         from airflow.sdk import Variable
 
-        from tidemark import layout, session_metrics
-        from tidemark.lake import Lake
+        from tidemark.base import layout
+        from tidemark.products import session_metrics
+        from tidemark.store.lake import Lake
 
         uri = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
         if not uri:

@@ -5,7 +5,7 @@ StartOfWeekMapper maps each event's partition_key (an event date, YYYY-MM-DD) to
 ISO week, so a correction of any date of a week makes one run for that week (partition_key = the
 Monday), and corrections of several dates of one week that arrive before the run starts make one
 run. The run reads the current version of every date of the week that has one and replaces
-<out>/week=MONDAY/metrics.parquet (tidemark.session_metrics.rebuild_week): a function of those
+<out>/week=MONDAY/metrics.parquet (tidemark.products.session_metrics.rebuild_week): a function of those
 versions only, so a rerun or a cleared week writes the same metrics.
 
 It does not wait for all seven dates (a RollupMapper with WeekWindow would, once, and then never
@@ -46,8 +46,9 @@ def example_weekly_session_metrics():
     def rebuild_week(dag_run=None) -> dict:
         from airflow.sdk import Variable
 
-        from tidemark import layout, session_metrics
-        from tidemark.lake import Lake
+        from tidemark.base import layout
+        from tidemark.products import session_metrics
+        from tidemark.store.lake import Lake
 
         uri = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
         if not uri:

@@ -20,7 +20,7 @@ trigger`. The UI filters, clears and reruns a date by its partition key (docs/ai
                 corrected topic, docs/notices.md)
 
 Asset events: exactly one per committed version, whoever committed it. The commit records the
-version's entry in the lake's corrected outbox (tidemark.dedup, also for `tidemark dedup` by hand or
+version's entry in the lake's corrected outbox (tidemark.deduplication.dedup, also for `tidemark dedup` by hand or
 `tidemark rules migrate`); emit_asset_events drains what the outbox owes Airflow through
 POST /api/v2/assets/events (so a hand-run's version reaches consumers at the next drain, or at once
 when the command finds an Airflow). No task has the asset as an outlet: an outlet would add a second
@@ -38,14 +38,14 @@ drains what an earlier outage left owed.
 
 Idempotency: the dedup step writes a new immutable version and makes it current in one Iceberg
 commit (the date's data files and its version file, which names the current version, together:
-tidemark/publish.py), so rerunning a run, clearing a task, or two runs of one date at once leave
+tidemark/iceberg/publish.py), so rerunning a run, clearing a task, or two runs of one date at once leave
 the newest complete result.
 Nothing here adds side effects of its own: an asset event goes out once per version (the outbox),
 and the run a neighbouring date gets has a run id derived from (that date, this date, the version
 that owed it), so a rerun finds it already there (HTTP 409: the task is skipped) instead of adding one.
 
 Which neighbours: every rerun obligation a run of this date recorded in the lake and no run of the
-neighbour has acted on yet (tidemark/obligations.py), not the affected_dates of whatever version
+neighbour has acted on yet (tidemark/orchestration/obligations.py), not the affected_dates of whatever version
 the table's live files of the date name by then: a second run of this date may have
 superseded that version, or a killed run left its obligations to this retry. A neighbour run
 that fails for good leaves its obligation pending, and the tidemark_reconcile DAG starts another.
@@ -54,7 +54,7 @@ Where things come from: the lake from the Airflow Variable `tidemark_lake`, else
 TIDEMARK_LAKE; Spark from the connection `spark_default` (local[*] on a laptop via
 AIRFLOW_CONN_SPARK_DEFAULT; a cluster, YARN or Dataproc in production); the application from
 TIDEMARK_SUBMIT_APP (default: this repository's streaming_job/submit.py); this Airflow's REST API
-from the connection `tidemark_airflow_api` (tidemark/airflow_api.py; `tidemark up` sets it).
+from the connection `tidemark_airflow_api` (tidemark/orchestration/airflow_api.py; `tidemark up` sets it).
 
 Top level stays cheap (the dag-processor re-parses this file): no pyspark, no storage access, no
 Variable reads; the tasks import what they need.
@@ -68,7 +68,7 @@ from datetime import timedelta
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, PartitionedAtRuntime, dag, task
 
-from tidemark import names
+from tidemark.base import names
 
 DAG_ID = names.get("DAG_ID")
 # The corrected table, one asset: each event is one committed version, its partition_key the event
@@ -89,7 +89,7 @@ class DedupOperator(SparkSubmitOperator):
     """The Spark step, on the `spark_default` connection, decided when the task runs:
 
     - connection type `spark_connect` (host, port; SparkConnectHook's URL rules): the task process
-      runs tidemark.dedup itself as a Spark Connect client of that server (a warm JVM: `tidemark
+      runs tidemark.deduplication.dedup itself as a Spark Connect client of that server (a warm JVM: `tidemark
       up` starts one), in a session of its own;
     - any other type (spark: local[*], a standalone master, YARN ...): spark-submit of
       streaming_job/submit.py, as SparkSubmitOperator always did (and its on_kill).
@@ -110,9 +110,9 @@ class DedupOperator(SparkSubmitOperator):
             return super().execute(context)
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-        from tidemark.dedup import run_dedup
-        from tidemark.lake import Lake
-        from tidemark.spark import connect_session
+        from tidemark.base.spark import connect_session
+        from tidemark.deduplication.dedup import run_dedup
+        from tidemark.store.lake import Lake
 
         url = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("dedup of %s as a Spark Connect client of %s", self.event_date, url.split(";")[0])
@@ -259,7 +259,7 @@ def tidemark_dedup():
         lake; the Spark task reads both from here, never from raw user input."""
         from airflow.sdk import Variable
 
-        from tidemark import layout
+        from tidemark.base import layout
 
         event_date = layout.check_event_date((params or {}).get("event_date"))
         lake = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
@@ -273,12 +273,12 @@ def tidemark_dedup():
     # follow their own trigger rules, so the owed neighbour runs are still started.
     @task.short_circuit(ignore_downstream_trigger_rules=False)
     def needs_spark(prepared: dict) -> bool:
-        """Pure Python over the markers and the table (tidemark.dedup.up_to_date, the same no-op
+        """Pure Python over the markers and the table (tidemark.deduplication.dedup.up_to_date, the same no-op
         decision the Spark task makes first): False, and the dedup task skipped, when the current
         version already includes every receipt partition the date's complete plan holds. The
         date's pending obligations are then discharged here, as the dedup would have."""
-        from tidemark import dedup
-        from tidemark.lake import Lake
+        from tidemark.deduplication import dedup
+        from tidemark.store.lake import Lake
 
         nothing_new = dedup.up_to_date(Lake.open(prepared["lake"]), prepared["event_date"])
         if nothing_new is None:
@@ -308,9 +308,9 @@ def tidemark_dedup():
         the task succeeds, the entries stay owed, a warning names their dates and versions, and
         the next drain posts them (any later run, reconcile's drain_outbox, `tidemark notices
         --topic corrected --emit-asset-events`). A refusal (a 4xx: our bug) fails the task."""
-        from tidemark import airflow_api
-        from tidemark.lake import Lake
         from tidemark.notices import corrected
+        from tidemark.orchestration import airflow_api
+        from tidemark.store.lake import Lake
 
         return corrected.emit(Lake.open(prepared["lake"]), prepared["event_date"], airflow_api.for_tasks)
 
@@ -318,9 +318,9 @@ def tidemark_dedup():
     # killed after recording obligations left them to whichever run of the date comes next).
     @task(trigger_rule="none_failed")
     def owed_reruns(prepared: dict) -> list[dict]:
-        """The neighbouring dates owed a rerun by runs of this date (tidemark/obligations.py)."""
-        from tidemark import obligations
-        from tidemark.lake import Lake
+        """The neighbouring dates owed a rerun by runs of this date (tidemark/orchestration/obligations.py)."""
+        from tidemark.orchestration import obligations
+        from tidemark.store.lake import Lake
 
         return obligations.reruns_owed_by(Lake.open(prepared["lake"]), prepared["event_date"])
 
@@ -333,8 +333,8 @@ def tidemark_dedup():
     @task(max_active_tis_per_dag=1, trigger_rule="none_failed")
     def notify_corrected(prepared: dict) -> dict:
         """The corrected-partition notice (tidemark/notices/corrected.py): recorded, then sent."""
-        from tidemark.lake import Lake
         from tidemark.notices import corrected
+        from tidemark.store.lake import Lake
 
         return corrected.notify(Lake.open(prepared["lake"]), prepared["event_date"])
 
@@ -349,8 +349,9 @@ def tidemark_dedup():
         from airflow.sdk import get_current_context
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from tidemark import airflow_api, layout
-        from tidemark.logs import get_logger
+        from tidemark.base import layout
+        from tidemark.base.logs import get_logger
+        from tidemark.orchestration import airflow_api
 
         event_date = layout.check_event_date(conf.get("event_date"))
         try:

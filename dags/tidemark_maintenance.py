@@ -1,6 +1,6 @@
 """tidemark_maintenance: the lake's upkeep, once a day: `tidemark gc` on a schedule.
 
-    gc (tidemark.gc: expire the table's snapshots that stopped being current longer than the
+    gc (tidemark.ops.gc: expire the table's snapshots that stopped being current longer than the
         retention ago, remove the files nothing references any more, prune the receipt index's
         arrival entries older than the retention and than reconciliation's last pass)
 
@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import dag, task
 
-from tidemark.durations import parse_interval  # standard library only: cheap at parse time
+from tidemark.base.durations import parse_interval  # standard library only: cheap at parse time
 
 DAG_ID = "tidemark_maintenance"
 
@@ -56,12 +56,12 @@ def _setting(variable: str, env: str, default: str) -> str:
 def tidemark_maintenance():
     @task
     def gc() -> dict:
-        """tidemark.gc with the configured retention; returns how many of each kind it removed."""
+        """tidemark.ops.gc with the configured retention; returns how many of each kind it removed."""
         from collections import Counter
 
-        from tidemark import gc as lake_gc
-        from tidemark.durations import parse_duration
-        from tidemark.lake import Lake
+        from tidemark.base.durations import parse_duration
+        from tidemark.ops import gc as lake_gc
+        from tidemark.store.lake import Lake
 
         lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
         if not lake:

@@ -1,8 +1,8 @@
 """tidemark_reconcile: find the event dates whose current version is stale and start their dedup runs.
 
-    find (tidemark.reconcile: markers, versions, obligations; no Spark)
+    find (tidemark.orchestration.reconcile: markers, versions, obligations; no Spark)
       ──> trigger (one tidemark_dedup run per stale date, mapped: the REST API, with the date as
-                   the run's partition_key; tidemark/airflow_api.py)
+                   the run's partition_key; tidemark/orchestration/airflow_api.py)
 
     drain_outbox (the corrected outbox: every asset event owed to Airflow, every notice owed to
                   the corrected topic; versions committed outside the dedup DAG, a `tidemark
@@ -12,7 +12,7 @@ The self-healing loop (docs/airflow.md): a date whose run failed every retry (Sp
 killed), a neighbour rerun whose run failed, a receipt partition whose notice never became a run, a
 run killed before its commit: each leaves the date stale in a way the lake
 shows, and this DAG starts a run for it once the oldest reason is older than the grace period.
-Run ids `reconcile__<date>__<fingerprint>__<attempt>` (tidemark/runs.py) keep repeated reconciles
+Run ids `reconcile__<date>__<fingerprint>__<attempt>` (tidemark/orchestration/runs.py) keep repeated reconciles
 from piling up runs: the same stale state maps to the same run, a new attempt only once that run
 ended and the date is still stale for the same reasons.
 
@@ -32,8 +32,8 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import dag, task
 
-from tidemark import names
-from tidemark.durations import parse_interval  # standard library only: cheap at parse time
+from tidemark.base import names
+from tidemark.base.durations import parse_interval  # standard library only: cheap at parse time
 
 DAG_ID = "tidemark_reconcile"
 DEDUP_DAG_ID = names.get("DAG_ID")
@@ -77,10 +77,10 @@ def _run_state(run_id: str) -> str | None:
 def tidemark_reconcile():
     @task
     def find() -> list[dict]:
-        """The stale dates and, for the due ones, the run to start (see tidemark/reconcile.py)."""
-        from tidemark import reconcile
-        from tidemark.durations import parse_duration
-        from tidemark.lake import Lake
+        """The stale dates and, for the due ones, the run to start (see tidemark/orchestration/reconcile.py)."""
+        from tidemark.base.durations import parse_duration
+        from tidemark.orchestration import reconcile
+        from tidemark.store.lake import Lake
 
         lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
         if not lake:
@@ -100,7 +100,8 @@ def tidemark_reconcile():
         set one in 3.3.2); an existing run id (HTTP 409) skips the task, as skip_when_already_exists did."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from tidemark import airflow_api, layout
+        from tidemark.base import layout
+        from tidemark.orchestration import airflow_api
 
         event_date = layout.check_event_date(conf.get("event_date"))
         result = airflow_api.for_tasks().trigger_dag_run(DEDUP_DAG_ID, trigger_run_id, conf, partition_key=event_date)
@@ -114,9 +115,9 @@ def tidemark_reconcile():
     def drain_outbox() -> dict:
         """Emit what the corrected outbox owes (tidemark/notices/corrected.py): one asset event per
         committed version, whoever committed it, and its notice on the topic when one is set."""
-        from tidemark import airflow_api
-        from tidemark.lake import Lake
         from tidemark.notices import corrected
+        from tidemark.orchestration import airflow_api
+        from tidemark.store.lake import Lake
 
         uri = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
         if not uri:

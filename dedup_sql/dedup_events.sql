@@ -5,7 +5,7 @@
 -- rule (docs/input-contract.md; @copy and @kept, dedup_sql/rules.py, shared with the stream):
 -- the smallest (event_type, payload), a function of the set of copies received. Every copy of an
 -- event has its event_ts, so every copy lies in the receipts this run reads. Events before :lo_us
--- cannot belong to a session of the date being deduplicated (see tidemark/dedup.py) and are left out.
+-- cannot belong to a session of the date being deduplicated (see tidemark/deduplication/dedup.py) and are left out.
 --
 -- Input: {panes}, one row per pane: user_id, events, receipt_ts, known
 --   (known: the pane's receipt partition was already included in the previous published version).

@@ -1,5 +1,5 @@
 -- Incremental deduplication, step 1: the distinct events of the users new receipts touched, from
--- the previous version's islands of those users and the new receipts' panes (tidemark/incremental.py).
+-- the previous version's islands of those users and the new receipts' panes (tidemark/deduplication/incremental.py).
 --
 -- The previous version's islands (its sessions of the date plus the islands it kept beside them,
 -- the "context") hold every distinct event >= lo of the receipts it read, with the kept copy

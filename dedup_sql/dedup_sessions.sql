@@ -2,7 +2,7 @@
 --
 -- Input: {sessionized} = sessionize.sql over dedup_events.sql's (or dedup_events_incremental.sql's)
 --   output.
--- Output: THE session schema's island columns (tidemark/session_schema.py ISLAND, checked by
+-- Output: THE session schema's island columns (tidemark/session/session_schema.py ISLAND, checked by
 --   tests/test_session_schema.py) plus has_new and event_date:
 --   user_id, session_start, session_end, event_count, event_type_count (distinct event types of
 --   its events' kept copies), event_ids (sorted, one per event: an id

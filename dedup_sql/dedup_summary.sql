@@ -1,7 +1,7 @@
 -- Deduplication, step 3: what the driver needs to know about the islands, in one pass.
 --
 --   reach_us        the latest end of a session touching :event_date (starting on it, or starting
---                   earlier and still going on it): how far ahead the run must read (tidemark/planning.py)
+--                   earlier and still going on it): how far ahead the run must read (tidemark/panes/planning.py)
 --   sessions        how many sessions start on :event_date
 --   affected_dates  the event dates whose published version this run may invalidate: a session that
 --                   holds new events and spans :event_date may have absorbed sessions published under
@@ -10,10 +10,10 @@
 --                   a no-op, so the reruns terminate.
 --
 --   context_rows    how many islands do not start on :event_date but before :horizon_us (kept beside
---                   the version for the next run's incremental path, tidemark/incremental.py)
+--                   the version for the next run's incremental path, tidemark/deduplication/incremental.py)
 --   past_horizon    how many islands of :event_date or earlier that hold new events end less than
 --                   a gap before the horizon: an incremental run cannot vouch for them (it falls
---                   back to the full path; tidemark/incremental.py)
+--                   back to the full path; tidemark/deduplication/incremental.py)
 --
 -- Input: {islands} (dedup_sessions.sql's columns). Parameters: :event_date ('YYYY-MM-DD'),
 --   :horizon_us (microseconds since the epoch), :gap_us (the split threshold, sessionize.sql: an

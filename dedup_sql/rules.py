@@ -28,7 +28,7 @@ EVENT_FIELDS = (("event_ts", "TIMESTAMP"), ("event_id", "STRING"), ("event_type"
 EVENT_TYPE = "STRUCT<" + ", ".join(f"{name}: {kind}" for name, kind in EVENT_FIELDS) + ">"
 EVENTS_TYPE = f"ARRAY<{EVENT_TYPE}>"
 
-# THE copy rule (docs/input-contract.md, tidemark/contract.py's copy_order): an event is
+# THE copy rule (docs/input-contract.md, tidemark/ingest/contract.py's copy_order): an event is
 # (user_id, event_id, event_ts); of its copies the one with the smallest (event_type, payload) is
 # kept, compared as a struct (field order = comparison order). A function of the set of copies,
 # whatever their order of arrival.

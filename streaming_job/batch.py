@@ -19,13 +19,17 @@ from streaming_job import pane_writer, parse
 from streaming_job.partitions import sized_shuffle
 from streaming_job.state import StateStore
 from streaming_job.state import watermark_text as state_watermark_text
-from tidemark import landing, landing_archive, landing_ledger, layout, receipt_index, receipts, session_schema, storage
-from tidemark.contract import InputRules
-from tidemark.lake import QUARANTINE_MARKER, Lake
-from tidemark.logs import get_logger
-from tidemark.phases import Phases
-from tidemark.receipts import BatchReport
-from tidemark.sessions import SessionRules
+from tidemark.base import layout
+from tidemark.base.logs import get_logger
+from tidemark.base.phases import Phases
+from tidemark.ingest import landing, landing_archive, landing_ledger
+from tidemark.ingest.contract import InputRules
+from tidemark.panes import receipt_index, receipts
+from tidemark.panes.receipts import BatchReport
+from tidemark.session import session_schema
+from tidemark.session.sessions import SessionRules
+from tidemark.store import storage
+from tidemark.store.lake import QUARANTINE_MARKER, Lake
 
 log = get_logger("stream")
 
@@ -63,11 +67,11 @@ class BatchProcessor:
         archive: bool = False,
     ):
         self.lake = Lake.open(lake)  # the Spark job's boundary: a URI or a Lake
-        # Spark's batch ids restart at 0 in each checkpoint generation (tidemark.landing_archive);
+        # Spark's batch ids restart at 0 in each checkpoint generation (tidemark.ingest.landing_archive);
         # the batch id everywhere else (state versions, panes, ledger, notices) is batch_base + it.
         self.generation = generation or landing_archive.Generation(0, 0)
         self.archive = archive  # record each batch's input files for the archive (landing_archive)
-        self.landing = landing  # the landing folder: files are named relative to it (tidemark.landing)
+        self.landing = landing  # the landing folder: files are named relative to it (tidemark.ingest.landing)
         self.checkpoint = checkpoint
         self.rules = rules
         self.input_rules = input_rules or InputRules()
@@ -177,7 +181,7 @@ class BatchProcessor:
         )
 
     def _admit(self, by_file: list, receipt_ts: str, batch_id: int) -> tuple[dict, list[str]]:
-        """The landing rule over the batch's files (tidemark.landing), the batch's ledger entry
+        """The landing rule over the batch's files (tidemark.ingest.landing), the batch's ledger entry
         written, and the totals of its input files. Returns (totals, URIs of files not read)."""
         files, skipped, newest = [], [], []
         totals: dict[str, Any] = {"lines": 0, "valid": 0}
@@ -287,7 +291,7 @@ class BatchProcessor:
     @staticmethod
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
         """The pane rows as their files hold them: THE session schema's pane columns
-        (tidemark/session_schema.py), then event_date and receipt_ts."""
+        (tidemark/session/session_schema.py), then event_date and receipt_ts."""
         return BatchProcessor._emitted(result, receipt_ts, batch_id, watermark_us).select(
             *BatchProcessor._pane_columns()
         )

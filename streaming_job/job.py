@@ -16,13 +16,16 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
-from tidemark import landing_archive, landing_ledger, layout, receipt_index, rules_record
-from tidemark.contract import InputRules
-from tidemark.durations import format_duration, parse_duration
-from tidemark.lake import Lake
-from tidemark.logs import get_logger
-from tidemark.sessions import SessionRules
-from tidemark.spark import build_session
+from tidemark.base import layout
+from tidemark.base.durations import format_duration, parse_duration
+from tidemark.base.logs import get_logger
+from tidemark.base.spark import build_session
+from tidemark.ingest import landing_archive, landing_ledger
+from tidemark.ingest.contract import InputRules
+from tidemark.panes import receipt_index
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 log = get_logger("stream")
 
@@ -34,15 +37,15 @@ class StreamConfig:
     checkpoint: str
     # None: the lake's recorded rules (the defaults on a new lake); a dict {name: timedelta}: only
     # those rules were given; a SessionRules: all three. Given rules must agree with the lake's
-    # rules record unless migrate_rules (tidemark/rules_record.py).
+    # rules record unless migrate_rules (tidemark/session/rules_record.py).
     rules: SessionRules | dict | None = None
     migrate_rules: bool = False
     # How often a running stream re-reads the lake's rules record (a migration stops it).
     rules_check_interval: float = 30.0
-    # How often a running stream compares the landing with its ledger (tidemark.landing_ledger):
+    # How often a running stream compares the landing with its ledger (tidemark.ingest.landing_ledger):
     # replaced files are quarantined, files under in-progress names reported. Also once at the end.
     landing_audit_interval: float = 300.0
-    input_rules: InputRules = field(default_factory=InputRules)  # the clock guard (tidemark.contract)
+    input_rules: InputRules = field(default_factory=InputRules)  # the clock guard (tidemark.ingest.contract)
     trigger_interval: str = "10s"
     available_now: bool = False
     max_files_per_trigger: int | None = None
@@ -53,7 +56,7 @@ class StreamConfig:
     notice_late_horizon: str | None = None
     notice_digest_interval: str = "1h"
     notice_flush_timeout: float = 30.0
-    # A bounded landing (tidemark.landing_archive): read input files moved here once their batch is
+    # A bounded landing (tidemark.ingest.landing_archive): read input files moved here once their batch is
     # committed; None keeps them in the landing (every trigger then lists all of them).
     archive: str | None = None
     # With an archive: start a new checkpoint generation (an empty file-source log) after this many
@@ -71,7 +74,7 @@ def source(spark, config: StreamConfig):
 
     current_timestamp() is evaluated in the streaming plan, so it is the batch timestamp stored in
     the offset log: a batch replayed after a crash gets the same value, hence the same receipt_ts.
-    Which of the listed files are input is tidemark.landing's rule, applied per batch
+    Which of the listed files are input is tidemark.ingest.landing's rule, applied per batch
     (streaming_job/batch.py): Spark's own listing rules differ from it.
     """
     reader = (
@@ -79,7 +82,7 @@ def source(spark, config: StreamConfig):
         .option("recursiveFileLookup", "true")
         .option("maxFileAge", NO_MAX_FILE_AGE)
         .option("lineSep", "\n")
-    )  # lines as tidemark.contract splits them
+    )  # lines as tidemark.ingest.contract splits them
     if config.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", int(config.max_files_per_trigger))
     return reader.load(config.landing).select(
@@ -298,7 +301,7 @@ def _set_aside(config: StreamConfig):
 
 def _committed_batches(checkpoint: str, generation: landing_archive.Generation) -> int:
     """Batches the generation's query has committed (its commit log: the newest id + 1)."""
-    from tidemark import storage
+    from tidemark.store import storage
 
     ids = [int(n) for n in storage.list_dir(layout.join(generation.query_dir(checkpoint), "commits")) if n.isdigit()]
     return max(ids, default=-1) + 1
@@ -316,7 +319,7 @@ class _Either:
 
 def _migrate(config: StreamConfig, spark) -> SessionRules:
     """--migrate-rules: the given rules become the lake's, every date re-deduplicated under them."""
-    from tidemark import rules_migration
+    from tidemark.deduplication import rules_migration
 
     target = rules_migration.target_rules(config.lake, config.rules or {})
     return rules_migration.migrate(
@@ -348,7 +351,7 @@ class _RulesGuard:
 
 class _LandingAudit:
     """Now and then (and once when the stream ends), the landing compared with the ledger: replaced
-    files quarantined, in-progress names reported (tidemark.landing_ledger). A listing of the
+    files quarantined, in-progress names reported (tidemark.ingest.landing_ledger). A listing of the
     landing, as Spark makes every trigger; never fatal to the stream."""
 
     def __init__(self, landing: str, lake: Lake, interval: float, archive: str | None = None):
@@ -360,7 +363,7 @@ class _LandingAudit:
             self.run()
 
     def run(self) -> None:
-        from tidemark import landing_ledger
+        from tidemark.ingest import landing_ledger
 
         self._next = time.monotonic() + self.interval
         try:

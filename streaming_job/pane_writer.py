@@ -55,7 +55,8 @@ def _write_tables(table, sessions_root: str) -> list[str]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from tidemark import layout, storage
+    from tidemark.base import layout
+    from tidemark.store import storage
 
     dates = table.column("event_date")
     stamps = table.column("receipt_ts")

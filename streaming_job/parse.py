@@ -1,8 +1,8 @@
 """The input contract in the stream: applied to the raw bytes of every line.
 
-The contract is specified by one Python implementation (tidemark/contract.py), shared with the
+The contract is specified by one Python implementation (tidemark/ingest/contract.py), shared with the
 batch reference; here it runs as a vectorised Arrow UDF over each micro-batch, through its fast
-path (tidemark/contract_fast.py: the common lines decided in bulk, every other line by
+path (tidemark/ingest/contract_fast.py: the common lines decided in bulk, every other line by
 contract.check_line itself, the two held identical by tests/test_contract_differential.py). The
 line's exact bytes (the text source keeps invalid UTF-8 as is) go to the contract and, for refused
 lines, to the quarantine.
@@ -15,8 +15,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import arrow_udf
 
-from tidemark import contract_fast
-from tidemark.contract import InputRules
+from tidemark.ingest import contract_fast
+from tidemark.ingest.contract import InputRules
 
 VERDICT = (
     "reason string, user_id string, event_id string, event_type string, "

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
-from tidemark import layout, session_schema, storage
-from tidemark.times import iso_from_micros
+from tidemark.base import layout
+from tidemark.base.times import iso_from_micros
+from tidemark.session import session_schema
+from tidemark.store import storage
 
 STATE_MARKER = "_tidemark_state.json"
 KEEP_VERSIONS = 3
@@ -34,7 +36,7 @@ def watermark_text(watermark_us: int) -> str | None:
     return None if watermark_us <= NO_WATERMARK_US else iso_from_micros(watermark_us)
 
 
-# THE session schema's state columns (tidemark/session_schema.py): the session's events and its
+# THE session schema's state columns (tidemark/session/session_schema.py): the session's events and its
 # pane bookkeeping; what stream_panes.sql computes from the events (event_type_count) is not kept.
 STATE_SCHEMA = session_schema.STATE_DDL
 STATE_COLUMNS = list(session_schema.STATE_COLUMNS)

@@ -73,7 +73,7 @@ resource "google_composer_environment" "airflow" {
       image_version = var.composer_image_version
       pypi_packages = {
         # SparkSubmitOperator, which the DAG imports, and SparkConnectHook, its Spark Connect path
-        # (dedup_spark_connect): the task runs tidemark.dedup itself as a Connect client. Provider 6
+        # (dedup_spark_connect): the task runs tidemark.deduplication.dedup itself as a Connect client. Provider 6
         # is the first that depends on pyspark-client, the pure-Python Connect client (no JVM); 5.x
         # depends on the full pyspark (400 MB) instead. Never add plain pyspark beside it: both
         # install into the same pyspark/ folder and overwrite each other's files. (Locally,
@@ -82,9 +82,9 @@ resource "google_composer_environment" "airflow" {
         "apache-airflow-providers-apache-spark" = ">=6,<7"
         # The Connect client's Spark major is the cluster's and the code's (setup.cfg: pyspark>=4.0,<5).
         "pyspark-client" = ">=4.0,<5"
-        # tidemark's structured logs (tidemark.logs), which the emit_asset_events task imports.
+        # tidemark's structured logs (tidemark.base.logs), which the emit_asset_events task imports.
         "structlog" = ">=24"
-        # The emit_asset_events task reads the current version from the Iceberg table (tidemark.publish).
+        # The emit_asset_events task reads the current version from the Iceberg table (tidemark.iceberg.publish).
         "pyiceberg" = ">=0.12,<0.13"
       }
       # Where the DAG's tasks find the lake and the Spark side (docs/production.md).
@@ -130,7 +130,7 @@ locals {
   composer_dag_prefix = var.create_composer ? google_composer_environment.airflow[0].config[0].dag_gcs_prefix : ""
   composer_bucket     = var.create_composer ? regex("^gs://([^/]+)/", local.composer_dag_prefix)[0] : ""
   # First-party packages the DAG's tasks import (tests/test_terraform.py follows the imports).
-  # (The receipt markers live in tidemark/receipts.py: the DAGs need nothing from streaming_job/.)
+  # (The receipt markers live in tidemark/panes/receipts.py: the DAGs need nothing from streaming_job/.)
   # dedup_sql: the dedup's SQL, run by the dedup task itself when it is a Spark Connect client.
   dag_packages = ["tidemark", "dedup_sql"]
   dag_files = var.create_composer ? toset(concat(
@@ -139,7 +139,7 @@ locals {
     var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py", "dags/example_weekly_session_metrics.py"] : [],
     flatten([for pkg in local.dag_packages : [
       for f in fileset("${path.module}/..", "${pkg}/**") : f
-      if can(regex("\\.(py|json|sql)$", f)) && !can(regex("/(localstack|__pycache__)/", f))
+      if can(regex("\\.(py|json|sql)$", f)) && !can(regex("/(devstack|__pycache__)/", f))
     ]]),
   )) : toset([])
 }

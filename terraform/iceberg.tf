@@ -22,7 +22,7 @@ variable "iceberg_readers" {
 }
 
 locals {
-  # tidemark/table.py: table namespace.name, and where the catalog description lives in the lake.
+  # tidemark/iceberg/table.py: table namespace.name, and where the catalog description lives in the lake.
   iceberg_namespace       = "tidemark"
   iceberg_table           = "sessions_dedup"
   iceberg_catalog_object  = "_catalog/catalog.json"

@@ -103,7 +103,7 @@ resource "google_pubsub_subscription" "to_function" {
 }
 
 # Example for a downstream team: only notices of partitions that arrived after the watermark passed
-# the end of their event date (attributes per tidemark/availability_notice.py; docs/notices.md lists them).
+# the end of their event date (attributes per tidemark/notices/availability_notice.py; docs/notices.md lists them).
 # Add `AND hasPrefix(attributes.event_date, "2026-03")` to narrow to dates. Filters are immutable.
 resource "google_pubsub_subscription" "late_data" {
   name                       = var.late_data_subscription
@@ -133,7 +133,7 @@ resource "google_pubsub_topic_iam_member" "stream_publisher" {
   member = google_service_account.spark.member
 }
 
-# One notice per published deduplicated version (tidemark/corrected_notice.py, docs/notices.md).
+# One notice per published deduplicated version (tidemark/notices/corrected_notice.py, docs/notices.md).
 resource "google_pubsub_topic" "corrected" {
   #checkov:skip=CKV_GCP_83:Notices carry version metadata only (dates, counts, snapshot ids, paths), no event data.
   name                       = var.corrected_topic
@@ -142,7 +142,7 @@ resource "google_pubsub_topic" "corrected" {
 }
 
 # Example for a downstream team: versions whose sessions changed (attributes per
-# tidemark/corrected_notice.py). Add `AND hasPrefix(attributes.event_date, "2026-03")` to narrow.
+# tidemark/notices/corrected_notice.py). Add `AND hasPrefix(attributes.event_date, "2026-03")` to narrow.
 resource "google_pubsub_subscription" "corrected_changed" {
   name                       = var.corrected_subscription
   topic                      = google_pubsub_topic.corrected.id

@@ -127,7 +127,7 @@ resource "google_dataproc_cluster" "spark" {
     software_config {
       image_version = var.dataproc_image_version
       # The GCS connector ships with the image (no --jars). Session time zone UTC: event_date is
-      # the UTC date of a session's start (tidemark.spark sets it too; this covers other jobs).
+      # the UTC date of a session's start (tidemark.base.spark sets it too; this covers other jobs).
       override_properties = {
         "spark:spark.sql.session.timeZone"                                = "UTC"
         "dataproc:dataproc.logging.stackdriver.job.driver.enable"         = "true"

@@ -1,4 +1,4 @@
-# Inputs. Names of topics, subscriptions, the function and the DAG default to tidemark/names.py
+# Inputs. Names of topics, subscriptions, the function and the DAG default to tidemark/base/names.py
 # DEFAULTS (tests/test_terraform.py fails when they drift): override both together, never one.
 
 variable "project" {
@@ -24,7 +24,7 @@ variable "labels" {
   description = "Extra labels on every resource"
 }
 
-# -- names shared with the code (tidemark/names.py DEFAULTS) -------------------------------------
+# -- names shared with the code (tidemark/base/names.py DEFAULTS) -------------------------------------
 
 variable "dataset" {
   type        = string

@@ -60,7 +60,7 @@ def environ_guard_per_test():
 
 @pytest.fixture(scope="session")
 def spark():
-    from tidemark.spark import build_session
+    from tidemark.base.spark import build_session
 
     session = build_session("tidemark-tests", "local[2]", shuffle_partitions=4)
     yield session

@@ -15,13 +15,15 @@ from collections import defaultdict
 from datetime import timedelta
 
 from tests import reference
-from tidemark import availability_notice, polling, reader
-from tidemark.lake import Lake
-from tidemark.logs import read_log_lines
+from tidemark.base import polling
+from tidemark.base.logs import read_log_lines
+from tidemark.iceberg import reader
+from tidemark.notices import availability_notice
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Poll every half second (servers and runs take seconds); see tidemark.polling.wait_for.
+# Poll every half second (servers and runs take seconds); see tidemark.base.polling.wait_for.
 wait_for = functools.partial(polling.wait_for, interval=0.5)
 
 
@@ -63,7 +65,7 @@ def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> s
 
 
 def session_set(sessions, event_date: str, with_count: bool = False) -> set[tuple]:
-    """Reference sessions (tidemark.batch_reference.Session) of one date, as lake_session_set gives them."""
+    """Reference sessions (tidemark.demo.batch_reference.Session) of one date, as lake_session_set gives them."""
     return {
         (s.user_id, s.session_start, s.session_end, s.event_ids)
         + ((s.event_count, s.event_type_count) if with_count else ())

@@ -1,5 +1,5 @@
 """Versions of a date built without Spark: Parquet files with the table's columns (pyarrow) and the
-run's marker, as a dedup run leaves them right before its commit (tidemark.publish.commit)."""
+run's marker, as a dedup run leaves them right before its commit (tidemark.iceberg.publish.commit)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from datetime import date, datetime, timedelta, timezone
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tidemark import publish
-from tidemark import table as iceberg
-from tidemark.lake import Lake
+from tidemark.iceberg import publish
+from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected
+from tidemark.store.lake import Lake
 
 T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
 
@@ -74,7 +74,7 @@ def publish_run(lake: Lake, event_date: str, receipts: list[str], sessions: int 
 
 
 def commit_recording(lake: Lake, marker: dict) -> publish.Outcome:
-    """What tidemark.dedup does: the commit, then the corrected notice's record."""
+    """What tidemark.deduplication.dedup does: the commit, then the corrected notice's record."""
     outcome = publish.commit(lake, marker)
     if outcome.committed:
         corrected.record_after_commit(lake, outcome.current)
@@ -82,7 +82,7 @@ def commit_recording(lake: Lake, marker: dict) -> publish.Outcome:
 
 
 def publish_recorded_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
-    """publish_run, with the corrected notice recorded after the commit as tidemark.dedup does."""
+    """publish_run, with the corrected notice recorded after the commit as tidemark.deduplication.dedup does."""
     return commit_recording(lake, prepared_run(lake, event_date, receipts, sessions))
 
 

@@ -22,11 +22,12 @@ import pyarrow.parquet as pq
 from dedup_sql import rules as sql_rules
 from tests import reference
 from tests.helpers import lake_session_set, session_set
-from tidemark import layout, receipts
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
-from tidemark.times import iso_z
+from tidemark.base import layout
+from tidemark.base.times import iso_z
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.panes import receipts
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 GAP = timedelta(minutes=30)
 RULES = SessionRules(gap=GAP)

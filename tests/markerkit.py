@@ -7,9 +7,10 @@ from __future__ import annotations
 import random
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark import layout, receipt_index, receipts, times
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.base import layout, times
+from tidemark.panes import receipt_index, receipts
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 DAY0 = date(2026, 3, 1)
 RULES = [

@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from tidemark.localstack import process
+from tidemark.devstack import process
 
 
 class NetCut:

@@ -1,10 +1,10 @@
-"""The batch reference the tests check the lake against: tidemark.batch_reference (plain Python over
+"""The batch reference the tests check the lake against: tidemark.demo.batch_reference (plain Python over
 the raw landed lines, sharing nothing with the stream's or the SQL's sessionization), under the
 names the tests use. One implementation: `tidemark demo` checks the lake with the same code."""
 
 from __future__ import annotations
 
-from tidemark.batch_reference import (  # noqa: F401 - re-exported
+from tidemark.demo.batch_reference import (  # noqa: F401 - re-exported
     Session,
     kept_copies_of_landing,
     landed_lines,

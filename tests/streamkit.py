@@ -8,9 +8,9 @@ import time
 
 import pyarrow.dataset as ds
 
-from tidemark import lake as lake_layout
-from tidemark import receipts
-from tidemark.lake import Lake
+from tidemark.panes import receipts
+from tidemark.store import lake as lake_layout
+from tidemark.store.lake import Lake
 
 
 def event(user: str, event_id: str, ts: str, event_type: str = "play", **extra) -> str:

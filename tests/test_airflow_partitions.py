@@ -2,7 +2,7 @@
 corrected outbox's entries become asset events exactly once.
 
 The DAG is paused: the runs stay queued (no Spark), which is enough to see what Airflow recorded.
-Versions are committed with pyarrow and tidemark.publish (tests/icebergkit.py): no Spark either.
+Versions are committed with pyarrow and tidemark.iceberg.publish (tests/icebergkit.py): no Spark either.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 import pytest
 
 from tests.icebergkit import receipt, version_with
-from tidemark import names
-from tidemark.lake import Lake
-from tidemark.localstack.airflow import DAGS_FOLDER, AirflowServer
+from tidemark.base import names
+from tidemark.devstack.airflow import DAGS_FOLDER, AirflowServer
 from tidemark.notices import asset_events, corrected
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 DAG_ID = names.get("DAG_ID")
@@ -105,7 +105,7 @@ class ListingFails:
         return getattr(self.client, name)
 
     def asset_events(self, *args, **kwargs):
-        from tidemark.airflow_api import TransientAirflowError
+        from tidemark.orchestration.airflow_api import TransientAirflowError
 
         self.listings += 1
         raise TransientAirflowError("GET /api/v2/assets/events -> HTTP 500: Internal Server Error")

@@ -8,7 +8,7 @@ import pytest
 
 from streaming_job import partitions
 from streaming_job.batch import BatchProcessor
-from tidemark import session_schema
+from tidemark.session import session_schema
 
 
 @pytest.mark.parametrize(

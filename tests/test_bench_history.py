@@ -5,8 +5,8 @@ the version, not the lake's history."""
 from __future__ import annotations
 
 from bench import history
-from tidemark import planning, receipt_index, receipts
-from tidemark.lake import Lake
+from tidemark.panes import planning, receipt_index, receipts
+from tidemark.store.lake import Lake
 
 
 def test_the_history_bench_counts_what_planning_reads(tmp_path):

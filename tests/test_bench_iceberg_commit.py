@@ -8,8 +8,8 @@ import os
 import pytest
 
 from bench import iceberg_commit
-from tidemark import publish, reader
-from tidemark.lake import Lake
+from tidemark.iceberg import publish, reader
+from tidemark.store.lake import Lake
 
 
 @pytest.mark.slow  # not in make test-fast: the commit bench at smoke scale, with a process pool

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bench import iceberg_history
-from tidemark import publish
-from tidemark import table as iceberg
+from tidemark.iceberg import publish
+from tidemark.iceberg import table as iceberg
 
 
 @pytest.mark.slow  # not in make test-fast: 30 commits and a gc, as test_bench_iceberg_commit

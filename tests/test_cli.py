@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from tidemark import lake as lake_layout
+from tidemark.base.logs import read_log_lines
 from tidemark.cli import build_parser, main
-from tidemark.lake import Lake
-from tidemark.logs import read_log_lines
+from tidemark.store import lake as lake_layout
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = "2026-03-06"

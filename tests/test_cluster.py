@@ -16,10 +16,12 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from tidemark import lake as lake_layout
-from tidemark import layout, receipts, storage
-from tidemark.lake import Lake
-from tidemark.localstack.spark_cluster import SparkStandalone, package_zip
+from tidemark.base import layout
+from tidemark.devstack.spark_cluster import SparkStandalone, package_zip
+from tidemark.panes import receipts
+from tidemark.store import lake as lake_layout
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBMIT = os.path.join(ROOT, "streaming_job", "submit.py")
@@ -40,7 +42,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def landing(tmp_path_factory):
-    from tidemark.generate import Workload, generate
+    from tidemark.demo.generate import Workload, generate
 
     folder = str(tmp_path_factory.mktemp("landing"))
     # Duplicates, minutes-late and days-late deliveries, malformed lines: every path of the job.
@@ -184,7 +186,7 @@ def test_receipt_partitions_of_the_two_runs_are_distinct(local_run, cluster_run)
 
 def canonical_sessions(lake: Lake, event_date: str) -> list[tuple]:
     """The published sessions of a date, without the receipt timestamps that differ between runs."""
-    from tidemark import reader
+    from tidemark.iceberg import reader
 
     return sorted(
         (
@@ -208,7 +210,7 @@ def event_dates(local_run, cluster_run):
 
 @pytest.fixture(scope="module")
 def local_dedup(spark, local_run, event_dates):
-    from tidemark.dedup import run_dedup
+    from tidemark.deduplication.dedup import run_dedup
 
     for event_date in event_dates:
         run_dedup(local_run, event_date, spark=spark)
@@ -238,7 +240,7 @@ def test_dedup_on_cluster_publishes_what_a_local_run_publishes(local_dedup, clus
 def test_dedup_on_cluster_equals_the_batch_reference(landing, cluster_dedup, event_dates):
     """The promise, on the cluster: each date equals a plain-Python batch sessionization."""
     from tests.reference import sessions_of_landing
-    from tidemark.sessions import SessionRules
+    from tidemark.session.sessions import SessionRules
 
     expected: dict[str, list] = {}
     for session in sessions_of_landing(landing, SessionRules().gap):
@@ -271,7 +273,7 @@ def test_dag_runs_its_dedup_on_the_cluster_chosen_by_spark_default(
     SparkSubmitOperator there instead of local[*]."""
     import json
 
-    from tidemark.localstack.airflow import AirflowServer
+    from tidemark.devstack.airflow import AirflowServer
 
     event_date = event_dates[0]
     dedup_apps_before = [a["id"] for a in cluster.status()["completedapps"] if a["name"] == "tidemark-dedup"]

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from tidemark.localstack import process
-from tidemark.localstack.spark_cluster import SparkStandalone, WorkerDied, package_zip
+from tidemark.devstack import process
+from tidemark.devstack.spark_cluster import SparkStandalone, WorkerDied, package_zip
 
 
 def test_a_cluster_needs_a_worker(tmp_path):

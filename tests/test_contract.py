@@ -1,4 +1,4 @@
-"""tidemark.contract, the one implementation of the input contract: its guards and their edges."""
+"""tidemark.ingest.contract, the one implementation of the input contract: its guards and their edges."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from tidemark.contract import InputRules, Reason, check_line, parse_event_ts, split_lines
+from tidemark.ingest.contract import InputRules, Reason, check_line, parse_event_ts, split_lines
 
 RECEIPT_US = parse_event_ts("2026-03-08T09:00:00Z")
 

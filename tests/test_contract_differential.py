@@ -1,5 +1,5 @@
-"""The input contract's fast path (tidemark/contract_fast.py, what the stream runs) against its
-oracle, tidemark.contract.check_line: identical verdicts, reasons and kept fields on every line of
+"""The input contract's fast path (tidemark/ingest/contract_fast.py, what the stream runs) against its
+oracle, tidemark.ingest.contract.check_line: identical verdicts, reasons and kept fields on every line of
 a seeded corpus of 10^5 lines (bench/contract_differential.py: valid events, every quarantine
 reason, the test suite's hostile lines, random byte mutations). The benchmark runs the same
 comparison over 10^7 lines."""
@@ -13,8 +13,9 @@ import pyarrow as pa
 import pytest
 
 from bench import contract_differential as differential
-from tidemark import contract_fast, generate
-from tidemark.contract import InputRules, Reason, split_lines
+from tidemark.demo import generate
+from tidemark.ingest import contract_fast
+from tidemark.ingest.contract import InputRules, Reason, split_lines
 
 REASONS = {value for name, value in vars(Reason).items() if not name.startswith("_")}
 

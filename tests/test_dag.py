@@ -16,8 +16,9 @@ import pytest
 
 from tests import reference
 from tests.helpers import generate_cli, lake_session_set, reference_session_set, run_stream_cli
-from tidemark import names, runs
-from tidemark.lake import Lake
+from tidemark.base import names
+from tidemark.orchestration import runs
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAGS = os.path.join(ROOT, "dags")
@@ -101,8 +102,8 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     assert out["schedule"] == "PartitionedAtRuntime"
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
-    # tidemark.durations: the reconcile DAG's schedule (standard library only)
-    assert out["first_party"] == ["tidemark", "tidemark.durations", "tidemark.names"]
+    # tidemark.base.durations: the reconcile DAG's schedule (standard library only)
+    assert out["first_party"] == ["tidemark", "tidemark.base", "tidemark.base.durations", "tidemark.base.names"]
     assert all(out["refused"].values()), out["refused"]
     assert out["accepts"] == "2026-03-07"
     # One asset, declared (an inlet: the asset events come from the outbox, one per version, and an
@@ -194,7 +195,7 @@ def pristine_copy(small_lake, dest) -> Lake:
 
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory, small_lake):
-    from tidemark.localstack.airflow import AirflowServer
+    from tidemark.devstack.airflow import AirflowServer
 
     server = AirflowServer(
         str(tmp_path_factory.mktemp("airflow")), env={"TIDEMARK_LAKE": small_lake[1], "TIDEMARK_DAG_RETRIES": "0"}
@@ -245,7 +246,7 @@ def last_run_states(server) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow_home):
-    from tidemark import reader
+    from tidemark.iceberg import reader
 
     landing, lake = small_lake
     server = airflow_home
@@ -287,7 +288,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     # Again: nothing new to include -> no Spark at all: the dedup task is skipped (with the reason
     # in the log), the same version stays current, no repeated asset event, no extra neighbour
     # runs, and an obligation owed to this date is discharged as a dedup would have.
-    from tidemark import obligations
+    from tidemark.orchestration import obligations
 
     obligations.record(lake, [event_date], "2026-03-05", pointer["version"])
     assert [o["source_date"] for o in obligations.pending(lake, event_date)] == ["2026-03-05"]
@@ -321,9 +322,10 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     stays owed to Airflow, a warning names the date and version, the neighbour's obligation stays
     pending; once an api-server is up, `tidemark notices --emit-asset-events` posts exactly one
     event, and draining again posts nothing."""
-    from tidemark import obligations, reader
-    from tidemark.localstack.airflow import AirflowServer
+    from tidemark.devstack.airflow import AirflowServer
+    from tidemark.iceberg import reader
     from tidemark.notices import asset_events, corrected
+    from tidemark.orchestration import obligations
 
     event_date = "2026-03-06"
     lake = pristine_copy(small_lake, tmp_path / "lake")

@@ -1,4 +1,4 @@
-"""Incremental corrections (tidemark/incremental.py) give exactly the full path's sessions.
+"""Incremental corrections (tidemark/deduplication/incremental.py) give exactly the full path's sessions.
 
 Two lakes receive the same simulated stream (tests/test_dedup_lake.py's simulator: accumulating
 panes, too_late fragments, redeliveries, bridging events, sessions across midnight and sessions
@@ -18,10 +18,13 @@ import pytest
 
 from tests import reference
 from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
-from tidemark import incremental, obligations, planning, reader
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.deduplication import incremental
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import reader
+from tidemark.orchestration import obligations
+from tidemark.panes import planning
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 
 def long_sessions(rng: random.Random, users: int = 2) -> list[tuple]:
@@ -143,7 +146,7 @@ def _previous(**changes) -> dict:
         "context_rows": 1,
         "rules": {"gap_us": 1_800_000_000, "allowed_lateness_us": 3_600_000_000, "watermark_delay_us": 600_000_000},
     }
-    from tidemark import rules_record
+    from tidemark.session import rules_record
 
     version.update(rules_record.marker_fields(SessionRules()))
     version.update(changes)
@@ -261,7 +264,7 @@ def check_counts(lake: Lake, event_date: str) -> None:
 
     import pyarrow.dataset as ds
 
-    from tidemark import publish
+    from tidemark.iceberg import publish
 
     version = publish.current_version(lake, event_date)
     if version is None:
@@ -273,6 +276,6 @@ def check_counts(lake: Lake, event_date: str) -> None:
 
 
 def planning_context_rows(lake: Lake, event_date: str) -> int:
-    from tidemark import publish
+    from tidemark.iceberg import publish
 
     return int(publish.current_version(lake, event_date)["context_rows"])

@@ -1,5 +1,5 @@
 """Dedup over randomized lakes: whatever the arrival order, lateness and duplication, every event
-date's published version equals the batch reference (tidemark/batch_reference.py) of every distinct
+date's published version equals the batch reference (tidemark/demo/batch_reference.py) of every distinct
 event. The lakes are written by tests/lakekit.py's simulator of the stream.
 """
 
@@ -11,8 +11,8 @@ import pytest
 
 # The kit's names are also imported from here by older test modules: import them from tests.lakekit.
 from tests.lakekit import DAY0, GAP, RULES, SimulatedStream, arrivals, converge, expected, make_events, published  # noqa: F401
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.store.lake import Lake
 
 
 @pytest.mark.slow  # not in make test-fast: many dedup runs per seed
@@ -20,9 +20,9 @@ from tidemark.lake import Lake
 @pytest.mark.parametrize("seed,reader", [(1, "spark"), (2, "spark"), (3, "spark"), (1, "arrow"), (4, "arrow")])
 def test_published_versions_equal_batch_sessionization_over_random_arrivals(spark, tmp_path, seed, reader, monkeypatch):
     """reader: the panes read by Spark's file source, or by the executors with pyarrow (what a date
-    of thousands of receipt partitions gets: tidemark/pane_reader.py), here from the first folder."""
+    of thousands of receipt partitions gets: tidemark/panes/pane_reader.py), here from the first folder."""
     if reader == "arrow":
-        from tidemark import pane_reader
+        from tidemark.panes import pane_reader
 
         monkeypatch.setattr(pane_reader, "FOLDERS_FOR_ARROW", 1)
     rng = random.Random(seed)

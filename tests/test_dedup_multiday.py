@@ -2,7 +2,7 @@
 fragments that extend or bridge it dates after its start, holes filled later. Every date's published
 version is compared with the batch reference (tests/reference.py) after each wave of arrivals, the
 dates being run the way the DAG runs them: each notified date, then each date a run owes a rerun
-(tidemark.obligations).
+(tidemark.orchestration.obligations).
 
 Crafted lakes use tests/test_dedup_lake.py's simulated stream (exact control of which panes exist
 when); one case runs the real stream (tests/streamkit.py)."""
@@ -19,9 +19,11 @@ from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.lakekit import RULES, SimulatedStream, arrivals, expected, published
 from tests.streamkit import event, land
-from tidemark import obligations, planning, publish, reader
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import publish, reader
+from tidemark.orchestration import obligations
+from tidemark.panes import planning
+from tidemark.store.lake import Lake
 
 pytestmark = pytest.mark.spark
 
@@ -122,9 +124,9 @@ def test_rerun_after_a_multi_day_session_is_still_a_noop_without_spark(spark, tm
     kiosk = every("k", "k", at(D6, 12), at(D9, 1))
     stream.batch(kiosk, mode=0.5)
     converge(lake, spark, {D6})
-    import tidemark.spark
+    import tidemark.base.spark
 
-    monkeypatch.setattr(tidemark.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
+    monkeypatch.setattr(tidemark.base.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
     for day in all_dates(kiosk):
         again = run_dedup(lake, day, RULES)
         assert again.noop and not again.published and again.affected_dates == [], day

@@ -19,10 +19,14 @@ import pytest
 
 from tests import icebergkit
 from tests.lakekit import RULES, SimulatedStream, busiest_date, expected, lake_with, published
-from tidemark import cli, layout, publish, reader, receipts, storage
-from tidemark import table as iceberg
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
+from tidemark import cli
+from tidemark.base import layout
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import publish, reader
+from tidemark.iceberg import table as iceberg
+from tidemark.panes import receipts
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -138,9 +142,9 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     snapshot = iceberg.load(lake).current_snapshot().snapshot_id
     runs = sorted(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day)))))
 
-    import tidemark.spark
+    import tidemark.base.spark
 
-    monkeypatch.setattr(tidemark.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
+    monkeypatch.setattr(tidemark.base.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
     again = run_dedup(lake, day, RULES)  # no spark given: it must not need one
     assert again.noop and not again.published and again.version == first.version
     assert again.rows_read == 0 and again.affected_dates == [] and again.phases == {}
@@ -231,9 +235,9 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
     text = storage.read_text(hidden)
     os.remove(hidden)
 
-    import tidemark.dedup
+    import tidemark.deduplication.dedup
 
-    real_write = tidemark.dedup._write_version
+    real_write = tidemark.deduplication.dedup._write_version
     b_waiting, b_go = threading.Event(), threading.Event()
 
     def slow_for_b(*args, **kwargs):
@@ -242,7 +246,7 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
             assert b_go.wait(300)
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(tidemark.dedup, "_write_version", slow_for_b)
+    monkeypatch.setattr(tidemark.deduplication.dedup, "_write_version", slow_for_b)
     results = {}
     b = threading.Thread(
         name="run-b", target=lambda: results.update(b=run_dedup(lake, "2026-03-06", RULES, spark=spark))
@@ -397,7 +401,7 @@ def test_known_receipts_are_flagged_with_the_smaller_list_of_literals(spark, kno
     # The full path flags panes whose receipt the previous version read. A date read by thousands
     # of receipts must not put thousands of literals in a plan: the flag is spelled with whichever
     # list is smaller, the receipts new since that version or the ones it read.
-    from tidemark.dedup import known_receipt
+    from tidemark.deduplication.dedup import known_receipt
 
     planned = [f"2026-03-07/2026030{i}T000000000Z" for i in range(10)]
     known = set(planned[:known_count]) | {"2026-03-06/20260301T000000000Z"}  # one not in the plan

@@ -13,10 +13,11 @@ from streaming_job.job import StreamConfig, run_stream
 from tests import reference
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
-from tidemark import generate, reader
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.demo import generate
+from tidemark.iceberg import reader
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 RULES = SessionRules()  # gap 30m, allowed lateness 1h, watermark delay 10m: the stream's defaults
 D0, D1, D2 = "2026-03-06", "2026-03-07", "2026-03-08"

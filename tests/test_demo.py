@@ -2,7 +2,7 @@
 waves, every notice, DAG run and corrected partition, the report and its charts, the stack down.
 
 The final check is independent of the demo's own: every event date's current deduplicated version
-(tidemark.reader) must equal tests/reference.py's batch sessionization of every line the demo
+(tidemark.iceberg.reader) must equal tests/reference.py's batch sessionization of every line the demo
 landed. Also checked: late data corrected at least one published date (a date has several
 versions), the charts and the HTML page exist, and nothing the demo started is left running."""
 
@@ -17,9 +17,10 @@ from datetime import timedelta
 import pytest
 
 from tests.reference import sessions_of_landing
-from tidemark import reader, receipts
-from tidemark.lake import Lake
-from tidemark.localstack.stack import Stack, port_states
+from tidemark.devstack.stack import Stack, port_states
+from tidemark.iceberg import reader
+from tidemark.panes import receipts
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 GAP = timedelta(minutes=30)

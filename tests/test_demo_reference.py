@@ -1,4 +1,4 @@
-"""tidemark.batch_reference (what `tidemark demo` and the test suite check the lake against): every
+"""tidemark.demo.batch_reference (what `tidemark demo` and the test suite check the lake against): every
 valid event in exactly one session, and the input contract on edge cases."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from tidemark import batch_reference
-from tidemark.generate import Workload, generate
+from tidemark.demo import batch_reference
+from tidemark.demo.generate import Workload, generate
 
 GAP = timedelta(minutes=30)
 

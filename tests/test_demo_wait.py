@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tidemark.demo import wait
-from tidemark.localstack.stack import StackError
+from tidemark.devstack.stack import StackError
 
 
 class Progress:

@@ -13,11 +13,14 @@ import pytest
 import dedup_sql
 from dedup_sql import rules as sql_rules
 from tests.lakekit import RECEIPT0, SimulatedStream
-from tidemark import contract, layout, reader, rules_record
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
-from tidemark.times import to_micros
+from tidemark.base import layout
+from tidemark.base.times import to_micros
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import reader
+from tidemark.ingest import contract
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 T = datetime(2026, 3, 7, 10, 0, tzinfo=timezone.utc)
 RECEIVED = to_micros(T + timedelta(minutes=5))

@@ -19,10 +19,11 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests import reference
 from tests.streamkit import land
-from tidemark import contract, reader
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import reader
+from tidemark.ingest import contract
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): a real stream and dedup per arrangement (module fixture)
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

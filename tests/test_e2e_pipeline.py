@@ -5,7 +5,7 @@ tidemark_dedup DAG (SparkSubmitOperator, local Spark) -> deduplicated partitions
 Checked: every notice the stream published led to exactly one DAG run; re-publishing a notice three
 times added none; Airflow stopped while notices were being published still ended with every run
 done (the push subscription redelivers; the failed deliveries are printed to show the emulator's
-retry pace); and the published partitions equal the batch reference (tidemark/batch_reference.py).
+retry pace); and the published partitions equal the batch reference (tidemark/demo/batch_reference.py).
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ import time
 import pytest
 
 from tests.helpers import generate_cli, lake_session_set, log_lines, reference_session_set, run_stream_cli, wait_for
-from tidemark import availability_notice, names, receipts, runs
-from tidemark.lake import Lake
-from tidemark.localstack import pubsub_emulator as ps
-from tidemark.localstack.airflow import AirflowServer
-from tidemark.localstack.function import FunctionServer
+from tidemark.base import names
+from tidemark.devstack import pubsub_emulator as ps
+from tidemark.devstack.airflow import AirflowServer
+from tidemark.devstack.function import FunctionServer
+from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
-from tidemark.sessions import SessionRules
+from tidemark.orchestration import runs
+from tidemark.panes import receipts
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -24,11 +24,13 @@ import pytest
 from tests.helpers import dag_run_finished as finished
 from tests.helpers import wait_for
 from tests.lakekit import GAP, RULES, SimulatedStream
-from tidemark import batch_reference, corrected_notice, names, session_metrics
-from tidemark.lake import Lake
-from tidemark.localstack.airflow import AirflowServer
-from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
-from tidemark.notices import asset_events, corrected
+from tidemark.base import names
+from tidemark.demo import batch_reference
+from tidemark.devstack.airflow import AirflowServer
+from tidemark.devstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
+from tidemark.notices import asset_events, corrected, corrected_notice
+from tidemark.products import session_metrics
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 PROJECT = names.get("PROJECT")
@@ -62,7 +64,7 @@ LATE = [
 
 
 def reference_metrics(events: list[tuple], event_date: str = D7) -> dict:
-    """Metrics of the batch reference's sessions of a date (tidemark/batch_reference.py)."""
+    """Metrics of the batch reference's sessions of a date (tidemark/demo/batch_reference.py)."""
     sessions = [
         s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP) if s.event_date == event_date
     ]
@@ -143,7 +145,7 @@ def events_of(client) -> list[dict]:
     """The asset events of tidemark.sessions_dedup so far. Airflow 3.3.2 answers HTTP 500 to this
     listing while a run that one of the events created is queued (apache/airflow#71360: the run's
     start_date is still null), so this waits for a listing that works."""
-    from tidemark.airflow_api import TransientAirflowError
+    from tidemark.orchestration.airflow_api import TransientAirflowError
 
     asset_id = client.asset_id(asset_events.ASSET_NAME)
     (events,) = wait_for(
@@ -324,7 +326,7 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
     """Airflow issue 56050: with max_active_runs=1, classic asset schedules lost events that arrived
     while a run was active. Here the consumer's run is held (no pool slot for its task) while three
     dates are corrected; each must still get its own run once the hold ends."""
-    from tidemark.dedup import run_dedup
+    from tidemark.deduplication.dedup import run_dedup
 
     client, lake, out = stack["client"], stack["lake"], stack["out"]
     slots = client._request("GET", "/api/v2/pools/default_pool").json()["slots"]

@@ -19,8 +19,9 @@ import pytest
 
 from cloud_function import main
 from cloud_function.airflow_client import AirflowClient, ConfigError, TransientAirflowError
-from tidemark import availability_notice, runs
-from tidemark.localstack.process import free_port
+from tidemark.devstack.process import free_port
+from tidemark.notices import availability_notice
+from tidemark.orchestration import runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AIRFLOW_RUN_ID = re.compile(r"^[A-Za-z0-9_.~:+-]+$")
@@ -188,7 +189,10 @@ def test_function_bundle_is_self_contained(tmp_path):
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert files == sorted(report["files"])  # nothing else: no stale file, no __pycache__
-    assert {"main", "tidemark.availability_notice", "tidemark.runs", "cloud_function.airflow_client"} <= set(
-        report["checked_modules"]
-    )
+    assert {
+        "main",
+        "tidemark.notices.availability_notice",
+        "tidemark.orchestration.runs",
+        "cloud_function.airflow_client",
+    } <= set(report["checked_modules"])
     assert "functions-framework" in (out / "requirements.txt").read_text()

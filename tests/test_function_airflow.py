@@ -18,10 +18,12 @@ import pytest
 
 from cloud_function.airflow_client import AirflowRejected
 from tests.helpers import log_lines, wait_for
-from tidemark import availability_notice, names, runs
-from tidemark.localstack import pubsub_emulator as ps
-from tidemark.localstack.airflow import AirflowServer
-from tidemark.localstack.function import FunctionServer
+from tidemark.base import names
+from tidemark.devstack import pubsub_emulator as ps
+from tidemark.devstack.airflow import AirflowServer
+from tidemark.devstack.function import FunctionServer
+from tidemark.notices import availability_notice
+from tidemark.orchestration import runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -16,11 +16,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.lakekit import SimulatedStream
-from tidemark import batch_reference, planning, reader, rules_migration, rules_record
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules, parse_overrides
-from tidemark.times import to_micros
+from tidemark.base.times import to_micros
+from tidemark.deduplication import rules_migration
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.demo import batch_reference
+from tidemark.iceberg import reader
+from tidemark.panes import planning
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules, parse_overrides
+from tidemark.store.lake import Lake
 
 GAP = timedelta(minutes=30)
 US = timedelta(microseconds=1)

@@ -11,8 +11,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests import icebergkit
-from tidemark import cli, gc, publish, reader
-from tidemark.lake import Lake
+from tidemark import cli
+from tidemark.iceberg import publish, reader
+from tidemark.ops import gc
+from tidemark.store.lake import Lake
 
 DAY, OTHER = "2026-03-06", "2026-03-07"
 
@@ -102,12 +104,12 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
     """The newer version's data was written 3 hours ago but it became current just now: the older
     version stopped being current just now, and a reader may still be on it. gc --retention 2h
     must keep it."""
-    import tidemark.dedup
+    import tidemark.deduplication.dedup
     from tests.lakekit import RULES, busiest_date, expected, lake_with
 
     lake, stream, events, cut = lake_with(tmp_path, upto=2)
     day = busiest_date(events)
-    v1 = tidemark.dedup.run_dedup(lake, day, RULES, spark=spark)
+    v1 = tidemark.deduplication.dedup.run_dedup(lake, day, RULES, spark=spark)
     for deliveries in cut[2:]:
         stream.batch(deliveries)
     real = datetime
@@ -117,8 +119,8 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
         def now(cls, tz=None):
             return real.now(tz) - timedelta(hours=3)
 
-    monkeypatch.setattr(tidemark.dedup, "datetime", ThreeHoursAgo)
-    v2 = tidemark.dedup.run_dedup(lake, day, RULES, spark=spark)
+    monkeypatch.setattr(tidemark.deduplication.dedup, "datetime", ThreeHoursAgo)
+    v2 = tidemark.deduplication.dedup.run_dedup(lake, day, RULES, spark=spark)
     monkeypatch.undo()
     assert v2.version > v1.version
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from bench import iceberg_history
-from tidemark import gc
-from tidemark import table as iceberg
+from tidemark.iceberg import table as iceberg
+from tidemark.ops import gc
 
 
 def test_gc_reads_each_manifest_once_across_the_kept_snapshots(tmp_path):

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from tests.reference import landed_lines, parse_ts, sessions_of_landing, valid_events
 from tidemark.cli import main as cli_main
-from tidemark.generate import Workload, build
+from tidemark.demo.generate import Workload, build
 
 
 def test_same_seed_same_landing_other_seed_other_landing():

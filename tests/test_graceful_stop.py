@@ -19,13 +19,16 @@ import time
 
 import pytest
 
-from tidemark import availability_notice, layout, names, receipts, storage
-from tidemark import lake as lake_layout
+from tidemark.base import layout, names
+from tidemark.demo.generate import Workload, build, split_files, write_file
 from tidemark.demo.wait import processed_files
-from tidemark.generate import Workload, build, split_files, write_file
-from tidemark.lake import Lake
-from tidemark.localstack import pubsub_emulator as ps
+from tidemark.devstack import pubsub_emulator as ps
+from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
+from tidemark.panes import receipts
+from tidemark.store import lake as lake_layout
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 PROJECT = "tidemark-graceful"

@@ -8,10 +8,12 @@ import json
 
 import pytest
 
-from tidemark import availability_notice, publish, receipts
 from tidemark.cli import main
-from tidemark.lake import Lake
+from tidemark.iceberg import publish
+from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
+from tidemark.panes import receipts
+from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): a real stream and a dedup (module fixture)
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
@@ -20,7 +22,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 @pytest.fixture(scope="module")
 def lake(spark, tmp_path_factory):
     from streaming_job.job import StreamConfig, run_stream
-    from tidemark.generate import Workload, generate
+    from tidemark.demo.generate import Workload, generate
 
     base = tmp_path_factory.mktemp("history")
     landing, lake = str(base / "landing"), Lake.open(base / "lake")
@@ -42,7 +44,7 @@ def json_lines(capsys, argv) -> list[dict]:
 
 
 def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark, capsys, tmp_path):
-    from tidemark.dedup import run_dedup
+    from tidemark.deduplication.dedup import run_dedup
 
     dates = receipts.list_event_dates(lake)
     before = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
@@ -94,7 +96,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
 
 
 def test_history_says_when_a_given_airflow_does_not_answer(lake, capsys, monkeypatch):
-    from tidemark.localstack.process import free_port
+    from tidemark.devstack.process import free_port
 
     monkeypatch.setenv("AIRFLOW_PASSWORD", "not-a-real-one")
     url = f"http://127.0.0.1:{free_port()}"

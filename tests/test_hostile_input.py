@@ -17,12 +17,14 @@ from streaming_job.job import StreamConfig, run_stream
 from streaming_job.state import STATE_MARKER, StateStore
 from tests.reference import landed_lines, valid_events
 from tests.streamkit import event, land_raw, panes
-from tidemark import layout, receipts, storage
+from tidemark.base import layout
 from tidemark.cli import main as cli_main
-from tidemark.contract import Reason
-from tidemark.lake import Lake
-from tidemark.quarantine import read_quarantine
-from tidemark.sessions import SessionRules
+from tidemark.ingest.contract import Reason
+from tidemark.ingest.quarantine import read_quarantine
+from tidemark.panes import receipts
+from tidemark.session.sessions import SessionRules
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

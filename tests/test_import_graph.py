@@ -2,7 +2,7 @@
 
 Two rules: no import cycle (a lazy import inside a function counts: it is still a dependency, and a
 cycle of lazy imports is one refactor away from an ImportError); and the core (tidemark/ outside the
-adapters: commands/ and cli.py, demo/, localstack/) imports no adapter, so the stream, the DAG, the
+adapters: commands/ and cli.py, demo/, devstack/) imports no adapter, so the stream, the DAG, the
 function and the CLI all call the same domain code and the function bundle and Composer can ship
 tidemark/ alone.
 """
@@ -17,7 +17,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("tidemark", "streaming_job", "dags", "cloud_function", "dedup_sql")
 ADAPTERS = ("streaming_job", "dags", "cloud_function", "tidemark.commands", "tidemark.cli")
-NOT_CORE = ("tidemark.commands", "tidemark.cli", "tidemark.demo", "tidemark.localstack")
+NOT_CORE = ("tidemark.commands", "tidemark.cli", "tidemark.demo", "tidemark.devstack")
 
 
 def first_party_modules(root: str = ROOT) -> dict[str, str]:
@@ -138,8 +138,8 @@ def test_the_graph_is_read(graph):
     assert "tidemark.commands.console" in graph["tidemark.commands.status"]
     # the CLI loads its command modules with importlib.import_module(f"tidemark.commands.{name}")
     assert {"tidemark.commands.stream", "tidemark.commands.dedup"} <= graph["tidemark.cli"]
-    assert "tidemark.receipts" in graph["streaming_job.batch"]
-    assert "tidemark.layout" in graph["tidemark.receipts"]
+    assert "tidemark.panes.receipts" in graph["streaming_job.batch"]
+    assert "tidemark.base.layout" in graph["tidemark.panes.receipts"]
 
 
 def test_no_import_cycle(graph):
@@ -155,24 +155,24 @@ def test_the_checks_find_what_they_look_for():
     bad = {
         "tidemark.commands.status": {"tidemark.commands.up"},
         "tidemark.commands.up": {"tidemark.commands.status"},
-        "tidemark.reader": {"streaming_job.receipts", "tidemark.layout"},
-        "tidemark.localstack.stack": {"tidemark.commands.function_bundle"},
-        "tidemark.layout": set(),
+        "tidemark.iceberg.reader": {"streaming_job.receipts", "tidemark.base.layout"},
+        "tidemark.devstack.stack": {"tidemark.commands.function_bundle"},
+        "tidemark.base.layout": set(),
     }
     assert cycles(bad) == [["tidemark.commands.status", "tidemark.commands.up"]]
-    known = {"tidemark.cli": "", "tidemark.commands.up": "", "tidemark.commands.down": "", "tidemark.layout": ""}
+    known = {"tidemark.cli": "", "tidemark.commands.up": "", "tidemark.commands.down": "", "tidemark.base.layout": ""}
     dynamic = ast.parse(
         "import importlib\n"
         "def load(name):\n"
         "    importlib.import_module(f'tidemark.commands.{name}')\n"
-        "    __import__('tidemark.layout')\n"
+        "    __import__('tidemark.base.layout')\n"
     )
     found = set()
     for node in ast.walk(dynamic):
         if isinstance(node, ast.Call) and _dynamic_import(node):
             found |= _dynamic_targets(node.args[0], known)
-    assert found == {"tidemark.commands.up", "tidemark.commands.down", "tidemark.layout"}
-    assert core_violations(bad) == {"tidemark.reader": ["streaming_job.receipts"]}
+    assert found == {"tidemark.commands.up", "tidemark.commands.down", "tidemark.base.layout"}
+    assert core_violations(bad) == {"tidemark.iceberg.reader": ["streaming_job.receipts"]}
 
 
 def commands_importers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
@@ -188,8 +188,8 @@ def commands_importers(graph: dict[str, set[str]]) -> dict[str, list[str]]:
 
 def test_only_the_cli_imports_commands(graph):
     assert commands_importers(graph) == {}
-    assert commands_importers({"tidemark.localstack.stack": {"tidemark.commands.function_bundle"}}) == {
-        "tidemark.localstack.stack": ["tidemark.commands.function_bundle"]
+    assert commands_importers({"tidemark.devstack.stack": {"tidemark.commands.function_bundle"}}) == {
+        "tidemark.devstack.stack": ["tidemark.commands.function_bundle"]
     }
 
 
@@ -226,14 +226,26 @@ def test_no_test_module_imports_another(tmp_path):
     }
 
 
-# Units of the package-level graph: each top-level package, with tidemark/ split by role (the
-# CLI's modules, the dev stack, the demo, and the core beside them).
+# Units of the package-level graph: each top-level package, with tidemark/ split by package
+# (the CLI's modules, the dev stack, the demo, and each package of the core: a loop between two
+# stages fails as a loop between top-level packages does).
 UNITS = (
     ("tidemark.cli", "tidemark CLI"),
     ("tidemark.__main__", "tidemark CLI"),
     ("tidemark.commands", "tidemark CLI"),
-    ("tidemark.localstack", "tidemark devstack"),
+    ("tidemark.devstack", "tidemark devstack"),
     ("tidemark.demo", "tidemark demo"),
+    ("tidemark.base", "tidemark base"),
+    ("tidemark.store", "tidemark store"),
+    ("tidemark.ingest", "tidemark ingest"),
+    ("tidemark.session", "tidemark session"),
+    ("tidemark.panes", "tidemark panes"),
+    ("tidemark.iceberg", "tidemark iceberg"),
+    ("tidemark.orchestration", "tidemark orchestration"),
+    ("tidemark.notices", "tidemark notices"),
+    ("tidemark.deduplication", "tidemark deduplication"),
+    ("tidemark.ops", "tidemark ops"),
+    ("tidemark.products", "tidemark products"),
     ("tidemark", "tidemark core"),
 )
 

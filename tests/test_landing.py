@@ -1,4 +1,4 @@
-"""The landing rule (tidemark.landing) and the landing ledger (tidemark.landing_ledger) without Spark:
+"""The landing rule (tidemark.ingest.landing) and the landing ledger (tidemark.ingest.landing_ledger) without Spark:
 which files are input, how a file's bytes become lines, and how the batch reference uses the ledger's
 receipt times. The stream's side of the same rules: tests/test_stream_edges.py."""
 
@@ -10,9 +10,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tidemark import batch_reference, contract, landing, landing_ledger, layout, quarantine
-from tidemark.lake import Lake
-from tidemark.times import to_micros
+from tidemark.base import layout
+from tidemark.base.times import to_micros
+from tidemark.demo import batch_reference
+from tidemark.ingest import contract, landing, landing_ledger, quarantine
+from tidemark.store.lake import Lake
 
 
 @pytest.mark.parametrize(

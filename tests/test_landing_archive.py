@@ -1,4 +1,4 @@
-"""The bounded landing (tidemark.landing_archive): read files leave the landing once their batch is
+"""The bounded landing (tidemark.ingest.landing_archive): read files leave the landing once their batch is
 committed, a SIGKILL between the commit and the move loses and repeats nothing, and checkpoint
 generations keep the stream exactly-once against the batch reference."""
 
@@ -16,10 +16,14 @@ import pytest
 from tests.helpers import stream_alive, wait_for
 from tests.reference import landed_lines, sessionize, valid_events
 from tests.streamkit import panes, partition_snapshot
-from tidemark import landing, landing_archive, landing_ledger, layout, reader, receipts, rules_record
-from tidemark.batch_reference import lake_keys
-from tidemark.generate import Workload, build, split_files, write_file
-from tidemark.lake import Lake
+from tidemark.base import layout
+from tidemark.demo.batch_reference import lake_keys
+from tidemark.demo.generate import Workload, build, split_files, write_file
+from tidemark.iceberg import reader
+from tidemark.ingest import landing, landing_archive, landing_ledger
+from tidemark.panes import receipts
+from tidemark.session import rules_record
+from tidemark.store.lake import Lake
 
 
 def _write(root, path, data: bytes, mtime: float):
@@ -118,7 +122,7 @@ def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replace
     """A stream that ran without --archive left read files in the landing: a new file-source log
     would read them again, so the first rotation moves them (the ledger says which), and a file
     replaced after it was read has its new content quarantined once and leaves the landing."""
-    from tidemark import quarantine
+    from tidemark.ingest import quarantine
 
     root, lake, archive, checkpoint = (str(tmp_path / d) for d in ("land", "lake", "archive", "checkpoint"))
     lake = Lake.open(lake)
@@ -177,7 +181,7 @@ def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replace
 
 def test_a_file_replaced_before_its_batch_was_archived_is_quarantined_and_set_aside(tmp_path):
     from streaming_job.job import StreamConfig, _set_aside
-    from tidemark import quarantine
+    from tidemark.ingest import quarantine
 
     root, lake, archive, checkpoint = (str(tmp_path / d) for d in ("land", "lake", "archive", "checkpoint"))
     lake = Lake.open(lake)
@@ -338,7 +342,7 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     assert all(len(v) == 1 for v in receipts_of_batch.values())
     assert len({next(iter(v)) for v in receipts_of_batch.values()}) == len(receipts_of_batch)
     # and the deduplicated sessions are the reference's: state carried across every generation
-    from tidemark.dedup import run_dedup
+    from tidemark.deduplication.dedup import run_dedup
 
     rules = rules_record.rules_in_force(lake)[0]
     want = {}

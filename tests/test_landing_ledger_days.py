@@ -9,8 +9,9 @@ import json
 import os
 from datetime import datetime, timedelta, timezone
 
-from tidemark import landing, landing_ledger, layout
-from tidemark.lake import Lake
+from tidemark.base import layout
+from tidemark.ingest import landing, landing_ledger
+from tidemark.store.lake import Lake
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
 

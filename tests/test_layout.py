@@ -6,10 +6,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tidemark import layout
-from tidemark.durations import format_duration, parse_duration
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.base import layout
+from tidemark.base.durations import format_duration, parse_duration
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""tidemark/metrics.py, tidemark/health.py and `tidemark health`: the documented table is the code's,
+"""tidemark/ops/metrics.py, tidemark/ops/health.py and `tidemark health`: the documented table is the code's,
 the exporter really serves those names, the SLO verdicts on real lakes (simulated stream writes, no
 Spark), and a scrape never re-reads the lake."""
 
@@ -15,11 +15,13 @@ import pytest
 import requests
 
 from tests.lakekit import lake_with
-from tidemark import availability_notice, metrics, receipts
-from tidemark.exporter import LakeExporter
-from tidemark.health import LakeObserver, Objectives, breaches, read_lake
-from tidemark.localstack.process import free_port
+from tidemark.devstack.process import free_port
+from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
+from tidemark.ops import metrics
+from tidemark.ops.exporter import LakeExporter
+from tidemark.ops.health import LakeObserver, Objectives, breaches, read_lake
+from tidemark.panes import receipts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,7 +93,7 @@ def test_exporter_serves_the_documented_names_with_the_lake_and_stream_values(tm
 def test_a_scrape_reads_the_cache_not_the_lake(tmp_path, monkeypatch):
     lake, *_ = lake_with(tmp_path, upto=1)
     calls = []
-    import tidemark.health as health
+    import tidemark.ops.health as health
 
     real = health.read_lake
     monkeypatch.setattr(health, "read_lake", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -157,7 +159,7 @@ def test_dedup_outcomes_are_counted_by_kind():
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from tidemark import publish
+    from tidemark.iceberg import publish
 
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])

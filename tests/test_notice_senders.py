@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark import availability_notice, corrected_notice
-from tidemark.airflow_api import AirflowClient
+from tidemark.notices import availability_notice, corrected_notice
 from tidemark.notices.asset_events import AssetEventSender
 from tidemark.notices.sender import PubSubSender, Sender, sender_for
+from tidemark.orchestration.airflow_api import AirflowClient
 
 
 def test_a_topic_path_gets_the_pubsub_transport_with_the_codec_asked_for():

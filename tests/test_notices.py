@@ -9,15 +9,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tidemark import availability_notice
-from tidemark import lake as lake_layout
 from tidemark.cli import main as cli_main
-from tidemark.lake import Lake
+from tidemark.notices import availability_notice
 from tidemark.notices.cadence import CadencePolicy, PendingGroups
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.report import notices_status, unadvertised
 from tidemark.notices.service import NoticeService
-from tidemark.receipts import BatchReport, ReceiptPartition
+from tidemark.panes.receipts import BatchReport, ReceiptPartition
+from tidemark.store import lake as lake_layout
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -165,7 +165,7 @@ def test_interrupted_mark_sent_is_not_owed(tmp_path):
     outbox.record(body)
     entry = outbox.owed()[0]
     # Crash between the two steps of mark_sent: the sent record exists, the outbox entry too.
-    from tidemark import storage
+    from tidemark.store import storage
 
     storage.write_json_atomic(outbox.path("sent", body["notice_id"]), {**entry, "message_id": "1"})
     assert outbox.owed() == []

@@ -1,6 +1,6 @@
 """The corrected-partition notice: schema, what a version's notice says, one outbox entry per
 published version (commit hook, retried commit, the DAG's safety net). No servers, no Spark: versions
-are built with pyarrow (tests/icebergkit.py) and committed with tidemark.publish."""
+are built with pyarrow (tests/icebergkit.py) and committed with tidemark.iceberg.publish."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 from tests.icebergkit import commit_recording as commit
 from tests.icebergkit import prepared_run, receipt, version_with
 from tests.icebergkit import publish_recorded_run as publish_run
-from tidemark import corrected_notice, publish
-from tidemark import table as iceberg
-from tidemark.lake import Lake
-from tidemark.notices import corrected
+from tidemark.iceberg import publish
+from tidemark.iceberg import table as iceberg
+from tidemark.notices import corrected, corrected_notice
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D = "2026-03-10"
@@ -266,8 +266,8 @@ def _warnings(err: str, event: str) -> list[dict]:
 def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_fail(tmp_path, capsys):
     """The DAG's emit_asset_events (corrected.emit) with the API unreachable: no exception (the
     run must not fail for it), the entry stays owed, and a warning names the date and version."""
-    from tidemark.airflow_api import AirflowClient
-    from tidemark.localstack.process import free_port
+    from tidemark.devstack.process import free_port
+    from tidemark.orchestration.airflow_api import AirflowClient
 
     lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
@@ -295,7 +295,7 @@ def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path
     the date's entry (the safety net) and leaves it owed without waiting for any timeout."""
     import time
 
-    from tidemark import airflow_api
+    from tidemark.orchestration import airflow_api
 
     monkeypatch.delenv("AIRFLOW_BASE_URL", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_TIDEMARK_AIRFLOW_API", raising=False)
@@ -372,7 +372,7 @@ class _RefusingAirflow:
 def test_a_refused_asset_event_fails_the_task_at_once_and_stays_owed(tmp_path, capsys):
     import time
 
-    from tidemark.airflow_api import AirflowClient, AirflowRejected
+    from tidemark.orchestration.airflow_api import AirflowClient, AirflowRejected
 
     lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})

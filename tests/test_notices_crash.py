@@ -15,12 +15,14 @@ from collections import defaultdict
 import pytest
 
 from tests.helpers import same_notice_copies, stream_alive, wait_for
-from tidemark import availability_notice, names, receipts
+from tidemark.base import names
 from tidemark.cli import main as cli_main
-from tidemark.generate import Workload, build, split_files, write_file
-from tidemark.lake import Lake
-from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
+from tidemark.demo.generate import Workload, build, split_files, write_file
+from tidemark.devstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
+from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
+from tidemark.panes import receipts
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -1,4 +1,4 @@
-"""Packs (tidemark/packs.py): a full dedup reading a date's pack and the receipt partitions it does
+"""Packs (tidemark/panes/packs.py): a full dedup reading a date's pack and the receipt partitions it does
 not hold gives what reading every receipt partition gives, a late receipt with an older receipt_ts
 included; a pack without its manifest (killed mid-write) is ignored; deleting packs changes nothing;
 gc removes only what no reader uses, and never a receipt partition. The lakes are tests/lakekit.py's
@@ -14,10 +14,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.lakekit import RULES, busiest_date, expected, lake_with, published
-from tidemark import dedup, gc, packs, planning
-from tidemark import table as iceberg
-from tidemark.dedup import run_dedup
-from tidemark.lake import PACK_MANIFEST
+from tidemark.deduplication import dedup
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import table as iceberg
+from tidemark.ops import gc
+from tidemark.panes import packs, planning
+from tidemark.store.lake import PACK_MANIFEST
 
 
 def complete_packs(lake, event_date):
@@ -115,7 +117,7 @@ def test_a_pack_without_its_manifest_is_ignored_and_gc_removes_only_leftovers(sp
 
 
 def test_gc_removes_a_superseded_pack_once_the_bigger_one_is_older_than_the_retention(tmp_path):
-    from tidemark.lake import Lake
+    from tidemark.store.lake import Lake
 
     lake = Lake.open(tmp_path / "lake")
     day = "2026-03-07"
@@ -159,8 +161,8 @@ def test_gc_removes_a_superseded_pack_once_the_bigger_one_is_older_than_the_rete
 
 
 def test_pack_paths_take_only_checked_values(tmp_path):
-    from tidemark.lake import Lake
-    from tidemark.layout import InvalidPartitionValue
+    from tidemark.base.layout import InvalidPartitionValue
+    from tidemark.store.lake import Lake
 
     lake = Lake.open(tmp_path / "lake")
     for bad in [("2026-3-7", "a" * 32, "part-0.parquet"), ("2026-03-07", "../x", "part-0.parquet")]:

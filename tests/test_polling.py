@@ -1,10 +1,10 @@
-"""tidemark.polling.wait_for: the one poll-with-deadline loop."""
+"""tidemark.base.polling.wait_for: the one poll-with-deadline loop."""
 
 from __future__ import annotations
 
 import pytest
 
-from tidemark.polling import wait_for
+from tidemark.base.polling import wait_for
 
 
 def counter(ready_at: int, value="ready", error: Exception | None = None):

@@ -1,4 +1,4 @@
-"""tidemark.localstack.process on real processes: alive vs zombie, start time against pid reuse,
+"""tidemark.devstack.process on real processes: alive vs zombie, start time against pid reuse,
 group members, descendants in their own groups, stopping a whole group (a stubborn member too)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tidemark.localstack import process
+from tidemark.devstack import process
 
 # A shell that ignores SIGTERM, with a child that also ignores it: only SIGKILL stops this group.
 STUBBORN = "trap '' TERM; sleep 600 & wait"
@@ -91,7 +91,7 @@ def _until(get, ok, timeout: float = 60.0):
 
 
 def test_the_stacks_status_reads_the_last_committed_batch_from_the_streams_log(tmp_path):
-    from tidemark.localstack.stack import Record, last_batch
+    from tidemark.devstack.stack import Record, last_batch
 
     log = tmp_path / "stream.log"
     log.write_text(

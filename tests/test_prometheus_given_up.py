@@ -16,12 +16,14 @@ import pytest
 
 from tests.helpers import dag_run_finished
 from tests.lakekit import SimulatedStream
-from tidemark import names, receipts, reconcile
-from tidemark.lake import Lake
-from tidemark.localstack import process
-from tidemark.localstack.airflow import AirflowServer
-from tidemark.localstack.prometheus import PrometheusServer, binary
-from tidemark.polling import wait_for
+from tidemark.base import names
+from tidemark.base.polling import wait_for
+from tidemark.devstack import process
+from tidemark.devstack.airflow import AirflowServer
+from tidemark.devstack.prometheus import PrometheusServer, binary
+from tidemark.orchestration import reconcile
+from tidemark.panes import receipts
+from tidemark.store.lake import Lake
 
 pytestmark = [
     pytest.mark.slow,
@@ -75,7 +77,7 @@ def airflow(tmp_path_factory, lake):
 
 
 def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_path, spark):
-    from tidemark.dedup import run_dedup
+    from tidemark.deduplication.dedup import run_dedup
 
     secret = tmp_path / "airflow-password"
     secret.write_text(airflow.password)

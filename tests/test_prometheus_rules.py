@@ -1,5 +1,5 @@
 """ops/prometheus/rules.yml: valid for promtool, its unit tests pass, and every metric it names is
-one tidemark exports (tidemark.metrics.METRICS)."""
+one tidemark exports (tidemark.ops.metrics.METRICS)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tidemark import metrics
+from tidemark.ops import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES = os.path.join(ROOT, "ops", "prometheus", "rules.yml")

@@ -14,13 +14,13 @@ import time
 import pytest
 
 from tests.lakekit import converge, lake_with
-from tidemark import availability_notice, receipts
-from tidemark.health import read_lake
-from tidemark.localstack import process
-from tidemark.localstack.prometheus import PrometheusServer, binary
-from tidemark.notices import corrected
+from tidemark.base.polling import wait_for
+from tidemark.devstack import process
+from tidemark.devstack.prometheus import PrometheusServer, binary
+from tidemark.notices import availability_notice, corrected
 from tidemark.notices.outbox import Outbox
-from tidemark.polling import wait_for
+from tidemark.ops.health import read_lake
+from tidemark.panes import receipts
 
 pytestmark = [
     pytest.mark.slow,
@@ -135,7 +135,7 @@ def test_the_stack_starts_prometheus_scraping_the_exporter_and_down_stops_both(t
     """The stack's own start (the part of `tidemark up` after the stream): the exporter and
     Prometheus are recorded, `status` shows them running with Prometheus's URL, Prometheus scrapes
     the exporter (target up) and reports the stream it cannot reach, and `down` stops both."""
-    from tidemark.localstack.stack import Stack, port_states
+    from tidemark.devstack.stack import Stack, port_states
 
     monkeypatch.setenv("PYTHONPATH", ROOT)  # the `tidemark` script runs this checkout's code
     stack = Stack(str(tmp_path / "home"))

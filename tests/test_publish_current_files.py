@@ -12,9 +12,10 @@ import pytest
 from tests import icebergkit
 from tests.icebergkit import receipt
 from tests.legacy import publish_5f76019 as legacy
-from tidemark import gc, publish, reader
-from tidemark import table as iceberg
-from tidemark.lake import Lake
+from tidemark.iceberg import publish, reader
+from tidemark.iceberg import table as iceberg
+from tidemark.ops import gc
+from tidemark.store.lake import Lake
 
 
 def _days(first: str, n: int) -> list[str]:

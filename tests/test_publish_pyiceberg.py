@@ -1,4 +1,4 @@
-"""tidemark.publish's commit leans on pyiceberg internals (a Transaction subclass reading `_updates`,
+"""tidemark.iceberg.publish's commit leans on pyiceberg internals (a Transaction subclass reading `_updates`,
 an `_OverwriteFiles` subclass replacing `_existing_manifests`). These tests fail on a pyiceberg
 whose internals changed shape, and show that an unsupported version fails the commit loudly."""
 
@@ -12,9 +12,9 @@ import re
 import pytest
 
 from tests import icebergkit
-from tidemark import publish
-from tidemark import table as iceberg
-from tidemark.lake import Lake
+from tidemark.iceberg import publish
+from tidemark.iceberg import table as iceberg
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -12,10 +12,10 @@ import pytest
 from tests.icebergkit import publish_recorded_run as publish_run
 from tests.icebergkit import receipt
 from tests.netcut import NetCut
-from tidemark import corrected_notice, names
-from tidemark.lake import Lake
-from tidemark.localstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
-from tidemark.notices import corrected
+from tidemark.base import names
+from tidemark.devstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
+from tidemark.notices import corrected, corrected_notice
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -77,7 +77,7 @@ def test_one_message_per_published_version_however_often_it_is_sent(emulator, tm
 
 
 def emulator_subscription(host: str, name: str):
-    from tidemark.localstack.pubsub_emulator import get_subscription
+    from tidemark.devstack.pubsub_emulator import get_subscription
 
     return get_subscription(PROJECT, name, host=host)
 

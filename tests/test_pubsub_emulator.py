@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tidemark.localstack import process
-from tidemark.localstack.pubsub_emulator import (
+from tidemark.devstack import process
+from tidemark.devstack.pubsub_emulator import (
     PubSubEmulator,
     ensure_subscription,
     ensure_topic,

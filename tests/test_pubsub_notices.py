@@ -18,10 +18,9 @@ from collections.abc import Collection
 import pytest
 
 from tests.helpers import same_notice_copies
-from tidemark import availability_notice, layout, names, receipts
+from tidemark.base import layout, names
 from tidemark.cli import main as cli_main
-from tidemark.lake import Lake
-from tidemark.localstack.pubsub_emulator import (
+from tidemark.devstack.pubsub_emulator import (
     PubSubEmulator,
     ensure_subscription,
     ensure_topic,
@@ -29,9 +28,12 @@ from tidemark.localstack.pubsub_emulator import (
     pull_all,
     pull_until,
 )
+from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.service import NoticeService
-from tidemark.receipts import BatchReport, ReceiptPartition
+from tidemark.panes import receipts
+from tidemark.panes.receipts import BatchReport, ReceiptPartition
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -294,8 +296,8 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
     from streaming_job.job import StreamConfig, run_stream
     from tests.netcut import NetCut
     from tests.streamkit import land
-    from tidemark.localstack.process import wait_until
-    from tidemark.sessions import SessionRules
+    from tidemark.devstack.process import wait_until
+    from tidemark.session.sessions import SessionRules
 
     emulator = pubsub_env
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))

@@ -14,9 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.lakekit import RULES, SimulatedStream, arrivals, expected, make_events
-from tidemark import cli, layout, reader
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
+from tidemark import cli
+from tidemark.base import layout
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import reader
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

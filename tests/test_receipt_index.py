@@ -1,4 +1,4 @@
-"""The receipt index (tidemark/receipt_index.py) against planning without it, on random lakes of
+"""The receipt index (tidemark/panes/receipt_index.py) against planning without it, on random lakes of
 markers: the same plans, a no-op decision that never says "covered" when the full plan is not, and
 the migration of a lake written before the index. No Spark: planning reads markers only."""
 
@@ -15,10 +15,11 @@ import pytest
 from tests.markerkit import DAY0, RULES
 from tests.markerkit import random_partition as _partition
 from tests.markerkit import write_batch as _write_batch
-from tidemark import lake as lake_layout
-from tidemark import planning, receipt_index, receipts, times
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.base import times
+from tidemark.panes import planning, receipt_index, receipts
+from tidemark.session.sessions import SessionRules
+from tidemark.store import lake as lake_layout
+from tidemark.store.lake import Lake
 
 
 def _plans(lake: Lake, event_date: str, rules: SessionRules, hi: str) -> tuple[list[str], list[str]]:
@@ -60,7 +61,7 @@ def test_plans_with_the_index_equal_plans_that_read_every_marker(tmp_path, seed,
 
 
 def _version(lake: Lake, event_date: str, rules: SessionRules) -> dict:
-    """What a dedup records about its plan (as tidemark.dedup does): keys, hi, reach, planned_through."""
+    """What a dedup records about its plan (as tidemark.deduplication.dedup does): keys, hi, reach, planned_through."""
     index = planning.LakeIndex(lake)
     current = planning.plan_for_rerun(index, event_date, rules, None)
     while True:  # grow the plan like a run does, with the partitions' ends as the reach

@@ -14,10 +14,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.lakekit import RULES, SimulatedStream, expected, published
-from tidemark import cli, layout, obligations, publish, reconcile, rules_record, runs
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark import cli
+from tidemark.base import layout
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import publish
+from tidemark.orchestration import obligations, reconcile, runs
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 D6, D7 = "2026-03-06", "2026-03-07"
 

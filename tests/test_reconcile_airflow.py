@@ -20,9 +20,11 @@ import pytest
 
 from tests.helpers import dag_run_finished
 from tests.lakekit import SimulatedStream, expected, published
-from tidemark import names, polling, receipts, reconcile, runs
-from tidemark.lake import Lake
-from tidemark.localstack.airflow import AirflowServer
+from tidemark.base import names, polling
+from tidemark.devstack.airflow import AirflowServer
+from tidemark.orchestration import reconcile, runs
+from tidemark.panes import receipts
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

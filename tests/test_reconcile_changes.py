@@ -1,4 +1,4 @@
-"""Reconciliation from what changed (tidemark/reconcile.py, `Cursor`): a pass looks at the dates
+"""Reconciliation from what changed (tidemark/orchestration/reconcile.py, `Cursor`): a pass looks at the dates
 stale at the last pass, the dates that received receipt partitions since (the receipt index's
 arrivals) and the dates owed a rerun, and finds exactly what walking every date finds. No Spark:
 versions are committed to the Iceberg table with no data files (what a version of a date without
@@ -14,10 +14,13 @@ import pytest
 
 from tests.markerkit import stamp as _stamp
 from tests.markerkit import write_batch as _write_batch
-from tidemark import lake as lake_layout
-from tidemark import obligations, planning, publish, receipt_index, receipts, reconcile, rules_record
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.iceberg import publish
+from tidemark.orchestration import obligations, reconcile
+from tidemark.panes import planning, receipt_index, receipts
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
+from tidemark.store import lake as lake_layout
+from tidemark.store.lake import Lake
 
 RULES = SessionRules.parse("30m", "1h", "0s")
 NOW = datetime(2026, 4, 2, tzinfo=timezone.utc)
@@ -168,7 +171,7 @@ def test_partitions_shows_a_range_of_dates_with_what_reconcile_finds(lake, capsy
 
 
 def test_gc_prunes_arrivals_reconciliation_no_longer_needs_and_a_pass_behind_them_walks(lake):
-    from tidemark import gc
+    from tidemark.ops import gc
 
     rng = random.Random(9)
     written = [_write_batch(lake, rng, batch) for batch in range(0, 8640 * 3, 2880)]  # 3 days of receipts

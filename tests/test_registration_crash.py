@@ -26,15 +26,18 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.markerkit import DAY0, RULES
-from tidemark import layout, planning, receipt_index, receipts, reconcile, rules_record
-from tidemark.lake import Lake
+from tidemark.base import layout
+from tidemark.orchestration import reconcile
+from tidemark.panes import planning, receipt_index, receipts
+from tidemark.session import rules_record
+from tidemark.store.lake import Lake
 
 WRITER = textwrap.dedent("""
     import os, random, sys
     from datetime import datetime, timedelta, timezone
     import pyarrow as pa, pyarrow.parquet as pq
     from tidemark import layout, receipt_index, receipts, times
-    from tidemark.lake import Lake
+    from tidemark.store.lake import Lake
 
     lake, batch, dates = Lake.open(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     rng = random.Random(batch)  # a replay computes the same partitions, as the stream's does

@@ -13,9 +13,10 @@ from datetime import timedelta
 
 import pytest
 
-from tidemark import rules_record, storage
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules, parse_overrides
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules, parse_overrides
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
 GAP20 = SessionRules(gap=timedelta(minutes=20))
@@ -199,7 +200,7 @@ def test_stream_command_refuses_other_rules_before_spark_starts(lake20, tmp_path
 
 
 def test_up_refuses_other_rules_before_anything_starts(lake20, tmp_path):
-    from tidemark.localstack.stack import Stack
+    from tidemark.devstack.stack import Stack
 
     home = str(tmp_path / "state")
     proc = cli("up", "--home", home, "--lake", lake20, "--gap", "30m")
@@ -253,7 +254,7 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
     replans (Superseded) instead of publishing old-rules sessions; same receipts under new rules
     are committed over an old-rules version (not skipped as 'covered')."""
     from tests import icebergkit
-    from tidemark import publish
+    from tidemark.iceberg import publish
 
     lake, day = Lake.open(tmp_path / "lake"), "2026-03-06"
     receipts = [icebergkit.receipt(1), icebergkit.receipt(2)]
@@ -285,7 +286,7 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
     the migration failed for good). Under the same rules the newest complete version still wins:
     a run that lacks a receipt the current (new-rules) version read replans."""
     from tests import icebergkit
-    from tidemark import publish
+    from tidemark.iceberg import publish
 
     lake, day, before = Lake.open(tmp_path / "lake"), "2026-03-06", "2026-03-05"
     gap25 = SessionRules(gap=timedelta(minutes=25))

@@ -20,10 +20,13 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
-from tidemark import cli, publish, reader, rules_migration, rules_record
-from tidemark.dedup import run_dedup
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark import cli
+from tidemark.deduplication import rules_migration
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.iceberg import publish, reader
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): the module streams a lake, then migrations re-deduplicate every date
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -109,7 +112,7 @@ def test_dedup_without_rule_options_uses_the_streams_gap(spark, streamed, tmp_pa
 def test_the_dags_spark_submit_dedup_uses_the_streams_gap(streamed, tmp_path):
     """`spark-submit streaming_job/submit.py dedup --lake L --event-date D`: the DAG's command line
     (SparkSubmitOperator on spark_default = local), with no rule option."""
-    from tidemark.localstack.spark_cluster import spark_home
+    from tidemark.devstack.spark_cluster import spark_home
 
     landing, lake, _ = copy_of(streamed, tmp_path)
     env = {
@@ -149,8 +152,8 @@ def test_the_dags_spark_submit_dedup_uses_the_streams_gap(streamed, tmp_path):
 @pytest.mark.timeout(1500)
 def test_the_dag_publishes_the_streams_gap(streamed, tmp_path):
     """`airflow dags test tidemark_dedup` (its SparkSubmitOperator on local Spark) on the 20m lake."""
-    from tidemark import names
-    from tidemark.localstack.airflow import AirflowServer
+    from tidemark.base import names
+    from tidemark.devstack.airflow import AirflowServer
 
     landing, lake, _ = copy_of(streamed, tmp_path)
     server = AirflowServer(str(tmp_path / "airflow"), env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0"})

@@ -9,8 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.icebergkit import receipt, version_with
-from tidemark import publish, reader, session_metrics
-from tidemark.lake import Lake
+from tidemark.iceberg import publish, reader
+from tidemark.products import session_metrics
+from tidemark.store.lake import Lake
 
 D = "2026-03-10"  # icebergkit.version_with's default date
 T = datetime(2026, 3, 10, 23, 40, tzinfo=timezone.utc)

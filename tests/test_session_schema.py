@@ -1,4 +1,4 @@
-"""THE session schema (tidemark/session_schema.py): everything that spells a session row derives
+"""THE session schema (tidemark/session/session_schema.py): everything that spells a session row derives
 from it or is checked against it, an existing Iceberg table is evolved to it in place, and the drill
 column (event_type_count) lands end to end on a lake written by the tidemark before it."""
 
@@ -19,9 +19,11 @@ import pytest
 from tests import icebergkit
 from tests.helpers import ROOT
 from tests.lakekit import RULES, SimulatedStream, busiest_date, converge, expected, lake_with, make_events
-from tidemark import publish, reader, receipts, session_schema
-from tidemark import table as iceberg
-from tidemark.lake import Lake
+from tidemark.iceberg import publish, reader
+from tidemark.iceberg import table as iceberg
+from tidemark.panes import receipts
+from tidemark.session import session_schema
+from tidemark.store.lake import Lake
 
 DAY = "2026-03-10"
 # The last commit of main before event_type_count (issue 28's drill): the "older tidemark" that
@@ -47,7 +49,7 @@ def test_the_docs_column_tables_are_the_schema():
 
 def test_every_spelling_derives_from_the_schema():
     from streaming_job import state
-    from tidemark import dedup, incremental
+    from tidemark.deduplication import dedup, incremental
 
     assert [n for n, _, _ in iceberg.COLUMNS] == list(session_schema.TABLE_COLUMNS)
     assert [f.name for f in iceberg.schema().fields] == list(session_schema.TABLE_COLUMNS)
@@ -284,7 +286,7 @@ def test_a_new_version_of_the_evolved_table_carries_the_column(tmp_path):
     rows = pq.read_table(path)
     index = rows.column_names.index("event_type_count")
     pq.write_table(rows.set_column(index, rows.schema.field(index), pa.array([3], pa.int32())), path)
-    marker[session_schema.MARKER_KEY] = session_schema.VERSION  # as tidemark.dedup records its files
+    marker[session_schema.MARKER_KEY] = session_schema.VERSION  # as tidemark.deduplication.dedup records its files
     publish.write_marker(lake, marker)
     publish.commit(lake, marker)
     assert reader.read_sessions(lake, DAY).column("event_type_count").to_pylist() == [3]
@@ -317,8 +319,8 @@ def test_panes_written_before_the_column_are_read_with_it(tmp_path):
 _OLD_WRITER = """
 import json, random, sys
 from tests.lakekit import RULES, SimulatedStream, arrivals, converge, make_events
-from tidemark.lake import Lake
-from tidemark.spark import build_session
+from tidemark.store.lake import Lake
+from tidemark.base.spark import build_session
 
 seed, path = int(sys.argv[1]), sys.argv[2]
 rng = random.Random(seed)

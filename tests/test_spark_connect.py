@@ -1,5 +1,5 @@
-"""The warm Spark: a real Spark Connect server (tidemark/localstack/spark_connect.py, the one in the
-pyspark package) started by this module. tidemark.dedup runs unchanged as its client and publishes
+"""The warm Spark: a real Spark Connect server (tidemark/devstack/spark_connect.py, the one in the
+pyspark package) started by this module. tidemark.deduplication.dedup runs unchanged as its client and publishes
 the batch reference, two dates at once each in its own session; and the tidemark_dedup DAG, on a
 real Airflow whose `spark_default` connection is of type spark_connect, runs its dedup task as a
 client of that server (no spark-submit), then skips Spark for a run with nothing new."""
@@ -14,9 +14,9 @@ import time
 import pytest
 
 from tests.lakekit import SimulatedStream, expected, make_events, published
-from tidemark import names
-from tidemark.lake import Lake
-from tidemark.localstack.spark_connect import SparkConnectServer
+from tidemark.base import names
+from tidemark.devstack.spark_connect import SparkConnectServer
+from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 DAG_ID = names.get("DAG_ID")
@@ -49,8 +49,8 @@ def server(tmp_path_factory):
 
 
 def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server, tmp_path):
-    from tidemark.dedup import run_dedup
-    from tidemark.spark import connect_session
+    from tidemark.base.spark import connect_session
+    from tidemark.deduplication.dedup import run_dedup
 
     lake = Lake.open(tmp_path / "lake")
     events, dates = write_lake(lake, 5)
@@ -86,7 +86,7 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
 
 def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
     from tests.helpers import dag_run_finished as finished
-    from tidemark.localstack.airflow import AirflowServer
+    from tidemark.devstack.airflow import AirflowServer
 
     lake = Lake.open(tmp_path / "lake")
     events, dates = write_lake(lake, 9)

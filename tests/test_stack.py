@@ -17,8 +17,8 @@ import time
 import pytest
 import requests
 
-from tidemark.localstack import postgres, process
-from tidemark.localstack.stack import Record, Stack, port_states
+from tidemark.devstack import postgres, process
+from tidemark.devstack.stack import Record, Stack, port_states
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")

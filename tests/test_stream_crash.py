@@ -15,9 +15,9 @@ import pytest
 from tests.helpers import stream_alive, wait_for
 from tests.reference import landed_lines, valid_events
 from tests.streamkit import panes, partition_snapshot
-from tidemark import landing_archive
-from tidemark.generate import Workload, build, split_files, write_file
-from tidemark.lake import Lake
+from tidemark.demo.generate import Workload, build, split_files, write_file
+from tidemark.ingest import landing_archive
+from tidemark.store.lake import Lake
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def wait_for_markers(lake, at_least, timeout, proc):
 
 @pytest.mark.parametrize("bounded", [False, True], ids=["landing", "archive-and-rotation"])
 def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path, bounded):
-    """bounded: the landing archive and checkpoint generations (tidemark.landing_archive), a
+    """bounded: the landing archive and checkpoint generations (tidemark.ingest.landing_archive), a
     rotation every 3 micro-batches, so the kills also land between a commit and the archive's move
     and inside rotations."""
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))

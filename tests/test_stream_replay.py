@@ -10,9 +10,9 @@ import pytest
 from streaming_job.batch import BatchProcessor
 from streaming_job.state import StateStore
 from tests.streamkit import event, panes, partition_snapshot
-from tidemark import lake as lake_layout
-from tidemark.lake import Lake
-from tidemark.sessions import SessionRules
+from tidemark.session.sessions import SessionRules
+from tidemark.store import lake as lake_layout
+from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): each test runs micro-batches of the real job, 5-15 s apiece
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

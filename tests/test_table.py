@@ -9,9 +9,9 @@ import re
 import pytest
 
 from tests import icebergkit
-from tidemark import publish, reader
-from tidemark import table as iceberg
-from tidemark.lake import Lake
+from tidemark.iceberg import publish, reader
+from tidemark.iceberg import table as iceberg
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAY = "2026-03-06"

@@ -3,7 +3,7 @@
 No terraform binary or provider can be downloaded here, so this is what stands in for
 `terraform validate`: the HCL parses (python-hcl2), every var./local./resource reference is
 declared, and every name the code and the infrastructure share comes from one place
-(tidemark/names.py DEFAULTS = the variables' defaults), as do the function's entry point and the
+(tidemark/base/names.py DEFAULTS = the variables' defaults), as do the function's entry point and the
 environment variables it reads.
 """
 
@@ -19,8 +19,9 @@ import subprocess
 
 import pytest
 
-from tidemark import availability_notice, corrected_notice, names
-from tidemark.lake import Lake
+from tidemark.base import names
+from tidemark.notices import availability_notice, corrected_notice
+from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERRAFORM = os.path.join(ROOT, "terraform")
@@ -117,7 +118,7 @@ def test_every_shared_name_is_a_variable_whose_default_matches_names_py(tf):
         for key, var in NAME_VARIABLES.items()
         if tf["variable"].get(var, {}).get("default") != names.DEFAULTS[key]
     }
-    assert not drift, f"Terraform defaults drifted from tidemark/names.py (terraform, code): {drift}"
+    assert not drift, f"Terraform defaults drifted from tidemark/base/names.py (terraform, code): {drift}"
 
 
 @pytest.mark.parametrize("variable", sorted(NAME_USES))
@@ -156,7 +157,7 @@ def test_late_data_filter_uses_attributes_that_notices_carry(tf):
     assert used <= set(availability_notice.ATTRIBUTES), (
         f"filter uses attributes notices do not carry: {used - set(availability_notice.ATTRIBUTES)}"
     )
-    # The value notices give `late` (strings "true"/"false", tidemark/availability_notice.py).
+    # The value notices give `late` (strings "true"/"false", tidemark/notices/availability_notice.py).
     assert (
         availability_notice.attributes(
             {
@@ -211,8 +212,8 @@ def test_function_entry_point_is_the_cloud_event_function_in_main_py(tf):
 
 def _names_the_function_reads() -> set[str]:
     """Every string literal of the function's code (its bundle: cloud_function/ and the tidemark
-    modules it carries, such as the REST client tidemark/airflow_api.py), plus TIDEMARK_<NAME>."""
-    from tidemark.function_bundle import FILES
+    modules it carries, such as the REST client tidemark/orchestration/airflow_api.py), plus TIDEMARK_<NAME>."""
+    from tidemark.ops.function_bundle import FILES
 
     literals = set()
     for path in [os.path.join(ROOT, source) for source, _ in FILES if source.endswith(".py")]:
@@ -508,7 +509,7 @@ def test_composer_gets_every_module_the_dag_imports(tf):
         os.path.relpath(f, ROOT)
         for f in needed
         if os.path.relpath(f, ROOT).split(os.sep)[0] not in uploaded
-        or "localstack" in os.path.relpath(f, ROOT).split(os.sep)
+        or "devstack" in os.path.relpath(f, ROOT).split(os.sep)
     )
     assert not missing, f"the DAG imports modules Terraform does not upload to Composer: {missing}"
 
@@ -635,9 +636,9 @@ def test_checkov_finds_nothing_unexplained():
 
 
 def test_iceberg_catalog_description_is_where_and_what_tidemark_reads(tf):
-    """The catalog properties Terraform writes into the lake are found by tidemark/table.py (same
+    """The catalog properties Terraform writes into the lake are found by tidemark/iceberg/table.py (same
     object name), name a REST catalog pyiceberg accepts, and the namespace and table match."""
-    from tidemark import table
+    from tidemark.iceberg import table
 
     obj = resource(tf, "google_storage_bucket_object", "iceberg_catalog_config")
     assert obj["bucket"] == "${google_storage_bucket.lake.name}"
@@ -668,7 +669,7 @@ def test_who_commits_and_who_reads_the_table(tf):
 
 
 def test_composer_installs_the_pyiceberg_the_code_pins(tf):
-    """The DAG's emit_asset_events task imports tidemark.publish, which needs pyiceberg: Composer installs a
+    """The DAG's emit_asset_events task imports tidemark.iceberg.publish, which needs pyiceberg: Composer installs a
     range that contains the version constraints.txt pins."""
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
     spec = software["pypi_packages"]["pyiceberg"]
@@ -729,7 +730,7 @@ def test_composer_installs_the_spark_provider_that_brings_the_connect_client(tf)
     Composer installs no pyspark, so the provider's range starts at the first major that depends on
     pyspark-client, is bounded above, and pyspark-client's range is the code's pyspark range."""
     imports = _dag_connect_path_imports()
-    assert CONNECT_HOOK_MODULE in imports and "tidemark.spark" in imports, imports
+    assert CONNECT_HOOK_MODULE in imports and "tidemark.base.spark" in imports, imports
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
     packages = software["pypi_packages"]
     low, high = _range(packages["apache-airflow-providers-apache-spark"])

@@ -1,4 +1,4 @@
-"""tidemark.times: one spelling of UTC instants, and back."""
+"""tidemark.base.times: one spelling of UTC instants, and back."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tidemark import times
+from tidemark.base import times
 
 T = datetime(2026, 3, 7, 20, 15, 0, 123456, tzinfo=timezone.utc)
 

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - the boundary: any failure is logged, exit status 1
-        from tidemark.logs import get_logger
+        from tidemark.base.logs import get_logger
 
         get_logger("tidemark.cli").error(
             "command failed", command=args.command, error=f"{type(exc).__name__}: {exc}", exc_info=True

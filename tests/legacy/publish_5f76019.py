@@ -1,4 +1,4 @@
-"""tidemark/publish.py as main had it at 5f76019 (before issue 27 item 5: the current version in a
+"""tidemark/iceberg/publish.py as main had it at 5f76019 (before issue 27 item 5: the current version in a
 table property tidemark.current.D per date), kept to write the "older table" the migration tests
 migrate. Not imported by tidemark.
 
@@ -39,11 +39,12 @@ from datetime import date, timedelta
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from tidemark import layout, rules_record
-from tidemark import table as iceberg
-from tidemark.lake import RUN_MARKER, Lake, run_folder
-from tidemark.logs import get_logger
-from tidemark.times import from_micros, iso_z, now_iso_z
+from tidemark.base import layout
+from tidemark.base.logs import get_logger
+from tidemark.base.times import from_micros, iso_z, now_iso_z
+from tidemark.iceberg import table as iceberg
+from tidemark.session import rules_record
+from tidemark.store.lake import RUN_MARKER, Lake, run_folder
 
 log = get_logger("publish")
 
@@ -350,7 +351,7 @@ def require_supported_pyiceberg(installed: str | None = None) -> None:
     (low, high) = PYICEBERG_SUPPORTED
     if not low <= release < high:
         raise UnsupportedPyiceberg(
-            f"tidemark.publish commits through pyiceberg internals (Transaction._updates, "
+            f"tidemark.iceberg.publish commits through pyiceberg internals (Transaction._updates, "
             f"_OverwriteFiles._existing_manifests) checked for pyiceberg >={'.'.join(map(str, low))},"
             f"<{'.'.join(map(str, high))} only; pyiceberg {installed} is installed. Install a supported "
             f"pyiceberg (setup.cfg, constraints.txt), or check those internals against the new version "

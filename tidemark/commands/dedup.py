@@ -34,9 +34,10 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark import layout, rules_record
-    from tidemark.dedup import run_dedup
-    from tidemark.sessions import SessionRules, parse_overrides
+    from tidemark.base import layout
+    from tidemark.deduplication.dedup import run_dedup
+    from tidemark.session import rules_record
+    from tidemark.session.sessions import SessionRules, parse_overrides
 
     # Everything the user typed is checked before Spark starts or any path is built.
     event_date = layout.check_event_date(args.event_date)
@@ -50,10 +51,10 @@ def run(args) -> int:
     rules_given: SessionRules | None = rules if overrides else None
     spark = None
     if args.master:
-        from tidemark.spark import build_session
+        from tidemark.base.spark import build_session
 
         spark = build_session("tidemark-dedup", args.master)
-    from tidemark import metrics
+    from tidemark.ops import metrics
 
     metrics.configure(service="tidemark-dedup")  # OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else no-op
     try:

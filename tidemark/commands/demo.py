@@ -32,7 +32,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from tidemark.commands.status import wide_console
-    from tidemark.localstack.stack import Stack, StackError
+    from tidemark.devstack.stack import Stack, StackError
 
     console = wide_console()
     home = os.path.abspath(os.path.join(args.home, "demo"))
@@ -60,11 +60,11 @@ def _demo(args, console, stack) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from tidemark import batch_reference, rules_record
-    from tidemark.demo import charts, report, wait
+    from tidemark.demo import batch_reference, charts, report, wait
     from tidemark.demo import waves as wavelib
-    from tidemark.lake import Lake
-    from tidemark.localstack.stack import StackError
+    from tidemark.devstack.stack import StackError
+    from tidemark.session import rules_record
+    from tidemark.store.lake import Lake
 
     began = time.monotonic()
     timings: dict = {}
@@ -145,7 +145,8 @@ def _demo(args, console, stack) -> int:
     rules = rules_record.rules_in_force(lake)[0]  # what the stream and the DAG used
     checks = batch_reference.check_lake(lake, settings.landing, rules)
     data = report.collect(lake, waves, wave_rows, all_runs, checks, timings, {**dataclasses.asdict(workload), **counts})
-    from tidemark import publish, session_metrics
+    from tidemark.iceberg import publish
+    from tidemark.products import session_metrics
 
     corrected_dates = [d for d in publish.list_dedup_dates(lake) if len(data["versions"].get(d, [])) > 1]
     data["notices"] = report.notices_report(lake)
@@ -195,10 +196,10 @@ def _demo(args, console, stack) -> int:
 def _settle(args, console, progress, stack, settings, client, label: str) -> float:
     """Wait until every receipt partition so far is advertised, every notice's DAG run has finished
     (none failed), and every date's current version includes all its receipts; seconds taken."""
-    from tidemark import inspect
     from tidemark.demo import wait
-    from tidemark.lake import Lake
-    from tidemark.localstack.stack import StackError
+    from tidemark.devstack.stack import StackError
+    from tidemark.ops import inspect
+    from tidemark.store.lake import Lake
 
     began = time.monotonic()
     lake = Lake.open(settings.lake)
@@ -258,7 +259,7 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
     )
     # The corrected notices sent, and the example consumer DAG rebuilt every date from its current
     # version (asset-triggered runs of example_session_metrics).
-    from tidemark import session_metrics
+    from tidemark.products import session_metrics
 
     wait.until(
         lambda: wait.consumer_caught_up(lake, session_metrics.default_root(lake)),
@@ -292,9 +293,9 @@ def _asset_events(client) -> list[dict]:
     """The asset events of tidemark.sessions_dedup (none when Airflow does not know the asset yet).
     Airflow 3.3.2 cannot list them while a run one of them created is still queued (HTTP 500,
     apache/airflow#71360): the listing is tried until those runs have started."""
-    from tidemark.airflow_api import TransientAirflowError
+    from tidemark.base.polling import wait_for
     from tidemark.notices.asset_events import ASSET_NAME
-    from tidemark.polling import wait_for
+    from tidemark.orchestration.airflow_api import TransientAirflowError
 
     asset_id = client.asset_id(ASSET_NAME)
     if asset_id is None:
@@ -310,7 +311,7 @@ def _asset_events(client) -> list[dict]:
 
 
 def _dag_id() -> str:
-    from tidemark import names
+    from tidemark.base import names
 
     return names.get("DAG_ID")
 

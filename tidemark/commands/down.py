@@ -15,7 +15,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from tidemark.commands.console import wide_console
-    from tidemark.localstack.stack import Stack
+    from tidemark.devstack.stack import Stack
 
     console = wide_console()
     stack = Stack(args.home)

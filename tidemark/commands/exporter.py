@@ -25,9 +25,9 @@ def run(args) -> int:
     import signal
     import threading
 
+    from tidemark.base.logs import get_logger
     from tidemark.commands.slo_options import objectives, run_state
-    from tidemark.exporter import LakeExporter
-    from tidemark.logs import get_logger
+    from tidemark.ops.exporter import LakeExporter
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -2,7 +2,7 @@
 
 A deployed function sees only its source folder (plus what requirements.txt installs), so the
 bundle carries the tidemark modules the function imports, at the same import paths as in the repo
-(the list: tidemark/function_bundle.py). The folder is built next to --out and swapped in, then
+(the list: tidemark/ops/function_bundle.py). The folder is built next to --out and swapped in, then
 checked: a clean Python with only the bundle on its path imports main and must load no first-party
 module from outside the bundle. Terraform archives --out.
 """
@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark import function_bundle
+    from tidemark.ops import function_bundle
 
     out = function_bundle.build(args.out)
     result = {"out": out, "files": [dest for _, dest in function_bundle.FILES]}

@@ -12,8 +12,8 @@ from tidemark.commands.options import LAKE, checked
 
 
 def _retention(text: str):
-    from tidemark import gc
-    from tidemark.durations import parse_duration
+    from tidemark.base.durations import parse_duration
+    from tidemark.ops import gc
 
     return gc.check_retention(parse_duration(text))
 
@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from dataclasses import asdict
 
-    from tidemark import gc
+    from tidemark.ops import gc
 
     removed = gc.gc(args.lake, args.retention, dry_run=args.dry_run)
     for item in removed:

@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark.generate import Workload, generate
+    from tidemark.demo.generate import Workload, generate
 
     workload = Workload(
         events=args.events,

@@ -30,7 +30,7 @@ def run(args) -> int:
     from dataclasses import asdict
 
     from tidemark.commands.slo_options import objectives, run_state
-    from tidemark.health import breaches, read_lake
+    from tidemark.ops.health import breaches, read_lake
 
     if args.lake.is_local and not os.path.exists(args.lake.root):
         raise UsageError(f"no lake at {args.lake}")

@@ -31,7 +31,7 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
         if not password:
             return None, "unavailable: --airflow-url needs --airflow-password-file or $AIRFLOW_PASSWORD"
     else:
-        from tidemark.localstack.stack import Stack
+        from tidemark.devstack.stack import Stack
 
         stack = Stack(args.home)
         if stack.settings() is None or "airflow-api-server" not in stack.running():
@@ -49,8 +49,8 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
 
 def airflow_runs(url: str, username: str, password: str) -> list[dict]:
     """All runs of the dedup DAG from Airflow's REST API (raises when Airflow cannot be reached)."""
-    from tidemark import names
-    from tidemark.airflow_api import AirflowClient
+    from tidemark.base import names
+    from tidemark.orchestration.airflow_api import AirflowClient
 
     return AirflowClient(url, "password", username, password, timeout=(3.0, 15.0)).list_dag_runs(names.get("DAG_ID"))
 
@@ -58,8 +58,8 @@ def airflow_runs(url: str, username: str, password: str) -> list[dict]:
 def run(args) -> int:
     from rich.table import Table
 
-    from tidemark import inspect
     from tidemark.commands.console import wide_console
+    from tidemark.ops import inspect
 
     event_date = args.event_date
     all_runs, source = fetch_runs(args)

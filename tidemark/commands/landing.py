@@ -31,13 +31,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark import landing_ledger
+    from tidemark.ingest import landing_ledger
 
     found = landing_ledger.audit(args.landing, args.lake, args.archive)
     status = 3 if found.replaced else 0
     archived = None
     if args.archive:
-        from tidemark import landing_archive
+        from tidemark.ingest import landing_archive
 
         archived = landing_archive.archived_days(args.archive)
     if args.format == "json":

@@ -64,19 +64,19 @@ def checked(check: Callable[[str], object], name: str, keep_text: bool = False) 
 
 
 def _event_date(text: str) -> str:
-    from tidemark.layout import check_event_date
+    from tidemark.base.layout import check_event_date
 
     return check_event_date(text)
 
 
 def _lake(text: str):
-    from tidemark.lake import Lake
+    from tidemark.store.lake import Lake
 
     return Lake.open(text)
 
 
 def _duration(text: str):
-    from tidemark.durations import parse_duration
+    from tidemark.base.durations import parse_duration
 
     return parse_duration(text)
 
@@ -153,7 +153,7 @@ def add_session_options(p: argparse.ArgumentParser, default_note: str | None = N
         help=f"the watermark trails the maximum event time seen by this much {note('10m')}",
     )
     if boundary:
-        from tidemark.sessions import GAP_BOUNDARIES
+        from tidemark.session.sessions import GAP_BOUNDARIES
 
         p.add_argument(
             "--gap-boundary",

@@ -27,8 +27,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from rich.table import Table
 
-    from tidemark import inspect, reconcile
     from tidemark.commands.console import wide_console
+    from tidemark.ops import inspect
+    from tidemark.orchestration import reconcile
 
     rows = inspect.partitions(args.lake, since=args.since, until=args.until)
     # every stale date of the lake, from what changed since reconciliation's last pass

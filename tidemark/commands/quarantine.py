@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark.quarantine import display_raw, read_quarantine, to_json_record
+    from tidemark.ingest.quarantine import display_raw, read_quarantine, to_json_record
 
     rows = read_quarantine(args.lake)
     if args.format == "jsonl":

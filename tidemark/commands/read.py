@@ -14,7 +14,7 @@ from tidemark.commands.options import EVENT_DATE, LAKE, UsageError, checked
 
 
 def _as_of(text: str) -> str:
-    from tidemark.reader import parse_as_of
+    from tidemark.iceberg.reader import parse_as_of
 
     return parse_as_of(text)
 
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark import reader
+    from tidemark.iceberg import reader
 
     event_date, as_of = args.event_date, args.as_of
     if args.format == "parquet" and not args.output and sys.stdout.isatty():
@@ -92,7 +92,7 @@ def _print_table(table, event_date, marker, raw, out) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tidemark import reader
+    from tidemark.iceberg import reader
 
     columns = [c for c in (reader.PANE_SUMMARY_COLUMNS if raw else reader.SUMMARY_COLUMNS) if c in table.column_names]
     title = (

@@ -57,9 +57,9 @@ def register(subparsers) -> None:
 
 
 def airflow_client(args, required: bool):
-    """The REST client (tidemark.airflow_api) for --airflow-url, the environment or the
+    """The REST client (tidemark.orchestration.airflow_api) for --airflow-url, the environment or the
     local stack; None when there is none and it is not required."""
-    from tidemark.airflow_api import AirflowClient
+    from tidemark.orchestration.airflow_api import AirflowClient
 
     if args.airflow_url:
         password = read_airflow_password(args)
@@ -68,7 +68,7 @@ def airflow_client(args, required: bool):
         return AirflowClient(args.airflow_url, "password", args.airflow_user, password)
     if os.environ.get("AIRFLOW_BASE_URL"):
         return AirflowClient.from_env()
-    from tidemark.localstack.stack import Stack
+    from tidemark.devstack.stack import Stack
 
     stack = Stack(args.home)
     if stack.settings() is not None and "airflow-api-server" in stack.running():
@@ -82,8 +82,8 @@ def airflow_client(args, required: bool):
 
 
 def run(args) -> int:
-    from tidemark import reconcile
-    from tidemark.durations import parse_duration
+    from tidemark.base.durations import parse_duration
+    from tidemark.orchestration import reconcile
 
     grace = parse_duration(args.grace)
     if args.lake.is_local and not os.path.exists(args.lake.root):

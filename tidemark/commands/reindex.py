@@ -1,6 +1,6 @@
 """tidemark reindex: build the receipt index of a lake written before it (the one-time migration).
 
-Planning reads the receipt index (tidemark/receipt_index.py) instead of every marker of the lake once
+Planning reads the receipt index (tidemark/panes/receipt_index.py) instead of every marker of the lake once
 the index is complete. A lake whose stream started on an empty lake is indexed from its first
 partition; a lake written by an older tidemark is indexed by this command, which reads every marker
 once and then marks the index complete. Safe to run while the stream runs, and to rerun.
@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from rich.progress import Progress
 
-    from tidemark import receipts
+    from tidemark.panes import receipts
 
     dates = receipts.list_event_dates(args.lake)
     with Progress(transient=True) as progress:

@@ -40,7 +40,8 @@ def register(subparsers) -> None:
 
 
 def run_show(args) -> int:
-    from tidemark import rules_migration, rules_record
+    from tidemark.deduplication import rules_migration
+    from tidemark.session import rules_record
 
     records = rules_record.history(args.lake)
     rules, rules_id, _ = rules_record.rules_in_force(args.lake)
@@ -120,8 +121,9 @@ def run_show(args) -> int:
 
 def run_migrate(args) -> int:
     # Checked before Spark starts or anything is recorded.
-    from tidemark import rules_migration, rules_record
-    from tidemark.sessions import parse_overrides
+    from tidemark.deduplication import rules_migration
+    from tidemark.session import rules_record
+    from tidemark.session.sessions import parse_overrides
 
     with user_input():
         overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary)
@@ -130,7 +132,7 @@ def run_migrate(args) -> int:
         rules = rules_migration.target_rules(args.lake, current.with_overrides(overrides))
     spark = None
     if args.master:
-        from tidemark.spark import build_session
+        from tidemark.base.spark import build_session
 
         spark = build_session("tidemark-rules-migrate", args.master)
 

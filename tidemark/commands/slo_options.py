@@ -1,5 +1,5 @@
 """Options shared by `tidemark exporter` and `tidemark health`: the SLO objectives and the Airflow
-that tells which dates reconciliation gave up on (tidemark/health.py)."""
+that tells which dates reconciliation gave up on (tidemark/ops/health.py)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def add_slo_options(p) -> None:
 
 
 def objectives(args):
-    from tidemark.durations import parse_duration
-    from tidemark.health import Objectives
+    from tidemark.base.durations import parse_duration
+    from tidemark.ops.health import Objectives
 
     return Objectives(
         correction=parse_duration(args.correction),
@@ -49,7 +49,7 @@ def run_state(args):
     --no-airflow."""
     if args.no_airflow:
         return None
-    from tidemark import names
+    from tidemark.base import names
     from tidemark.commands.reconcile import airflow_client
 
     holder = {}

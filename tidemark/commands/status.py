@@ -19,7 +19,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from tidemark.localstack.stack import Stack
+    from tidemark.devstack.stack import Stack
 
     stack = Stack(args.home)
     if stack.settings() is None:

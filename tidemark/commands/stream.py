@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tidemark.receipts import BatchReport
+    from tidemark.panes.receipts import BatchReport
 
 from tidemark.commands.options import (
     DURATION_TEXT,
@@ -112,9 +112,9 @@ def register(subparsers) -> None:
 
 def config_from_args(args):
     from streaming_job.job import StreamConfig
-    from tidemark.contract import InputRules
-    from tidemark.durations import parse_duration
-    from tidemark.sessions import parse_overrides
+    from tidemark.base.durations import parse_duration
+    from tidemark.ingest.contract import InputRules
+    from tidemark.session.sessions import parse_overrides
 
     with user_input():  # only what was typed: the rest comes from the lake's rules record (checked at start)
         rules = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary) or None
@@ -145,7 +145,7 @@ def config_from_args(args):
 
 def _notice_options(args) -> dict:
     """Cadence options, checked now so that a typo fails before Spark starts."""
-    from tidemark.durations import parse_duration
+    from tidemark.base.durations import parse_duration
     from tidemark.notices.cadence import CadencePolicy
 
     with user_input():  # the policy's own checks (a zero interval, ...)
@@ -163,12 +163,12 @@ def _notice_options(args) -> dict:
 
 def run(args) -> int:
     from streaming_job.job import run_stream
-    from tidemark.rules_record import RulesMismatch
+    from tidemark.session.rules_record import RulesMismatch
 
     config = config_from_args(args)
     listeners: list[Callable[[BatchReport], None]] = []
-    if args.metrics_port:  # the stream's instruments, fed by its BatchReport listener (tidemark/metrics.py)
-        from tidemark import metrics
+    if args.metrics_port:  # the stream's instruments, fed by its BatchReport listener (tidemark/ops/metrics.py)
+        from tidemark.ops import metrics
 
         metrics.serve_prometheus(args.metrics_port, service="tidemark-stream")
         listeners.append(metrics.StreamMetrics())

@@ -9,7 +9,7 @@ state folder, so `tidemark down` then `tidemark up` resumes with the same addres
 checkpoint, Airflow database and emulator data folder. Drop JSON-lines files into the landing
 folder and watch `tidemark partitions` / `tidemark history`.
 
-Session rules: the lake records them (tidemark/rules_record.py). --gap / --allowed-lateness /
+Session rules: the lake records them (tidemark/session/rules_record.py). --gap / --allowed-lateness /
 --watermark-delay set them for a new lake; on a lake that records other rules they are refused
 before anything starts (change rules with `tidemark rules migrate`). The stream and the DAG take
 them from the lake.
@@ -86,13 +86,13 @@ def register(subparsers) -> None:
 
 
 if TYPE_CHECKING:
-    from tidemark.localstack.stack import Stack, StackSettings
+    from tidemark.devstack.stack import Stack, StackSettings
 
 
 def start(args, console) -> tuple[Stack, StackSettings]:
     """Bring the stack up with a spinner; returns (stack, settings). Shared with `tidemark demo`."""
-    from tidemark.localstack.stack import Stack
-    from tidemark.sessions import parse_overrides
+    from tidemark.devstack.stack import Stack
+    from tidemark.session.sessions import parse_overrides
 
     # Typed rules are checked (format now, against the lake's record in up()) before anything starts.
     with user_input():
@@ -130,8 +130,8 @@ def start(args, console) -> tuple[Stack, StackSettings]:
 
 def run(args) -> int:
     from tidemark.commands.console import print_status, wide_console
-    from tidemark.localstack.stack import SettingsConflict, StackError
-    from tidemark.rules_record import RulesMismatch
+    from tidemark.devstack.stack import SettingsConflict, StackError
+    from tidemark.session.rules_record import RulesMismatch
 
     console = wide_console(stderr=True)
     try:

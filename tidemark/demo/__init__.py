@@ -1,7 +1,5 @@
-"""`tidemark demo`: the local stack on a generated workload landed in waves, then a report.
-
-waves.py   the workload, cut into waves of files in arrival order, and its lateness
-wait.py    waiting (with progress) for the stream, the notices, the DAG runs, the versions
-report.py  what was written and corrected, step timings, the check against a recomputation
-charts.py  PNG charts and an HTML page
+"""`tidemark demo` and what checks the system: a seeded sample landing (generate), an
+independent batch sessionization to check the lake against (batch_reference), the workload
+in waves (waves), waiting for each step (wait), the report (report) and its charts (charts,
+metrics_charts).
 """

@@ -15,8 +15,8 @@ import math
 import os
 from datetime import datetime
 
-from tidemark import inspect
-from tidemark.sessions import SessionRules
+from tidemark.ops import inspect
+from tidemark.session.sessions import SessionRules
 
 
 def _plt():

@@ -4,7 +4,7 @@
   landing -> receipt partition -> notice -> DAG run -> first version that includes it;
 - per event_date: every version, and what late data corrected (sessions added / removed / changed
   against the previous version);
-- the check of every date's current version against tidemark.batch_reference.
+- the check of every date's current version against tidemark.demo.batch_reference.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import statistics
 from dataclasses import asdict
 from datetime import datetime, timezone
 
-from tidemark import inspect, publish, reader
-from tidemark.batch_reference import DateCheck, lake_keys
-from tidemark.lake import Lake
+from tidemark.demo.batch_reference import DateCheck, lake_keys
+from tidemark.iceberg import publish, reader
+from tidemark.ops import inspect
+from tidemark.store.lake import Lake
 
 STEPS = (
     ("landing -> receipt partition", "landed_at", "received_at"),
@@ -209,7 +210,7 @@ def print_report(console, data: dict) -> None:
 
     table = Table(
         title="4. final check: each date's current version against a batch recomputation "
-        "(tidemark.batch_reference) of every line landed"
+        "(tidemark.demo.batch_reference) of every line landed"
     )
     for column in ("event_date", "version", "sessions expected", "published", "missing", "unexpected", ""):
         table.add_column(column)
@@ -250,7 +251,8 @@ def notices_report(lake: Lake) -> dict:
 
 def consumer_report(out_root: str, landing: str, gap, dates: list[str]) -> list[dict]:
     """The example consumer DAG's metrics per date, next to the same metrics of the batch reference."""
-    from tidemark import batch_reference, session_metrics
+    from tidemark.demo import batch_reference
+    from tidemark.products import session_metrics
 
     by_date: dict[str, list] = {}
     for s in batch_reference.sessionize(batch_reference.valid_events(batch_reference.landed_lines(landing)), gap):

@@ -14,11 +14,13 @@ import os
 import time
 from collections.abc import Callable
 
-from tidemark import inspect, layout, names, storage
-from tidemark import runs as run_ids
-from tidemark.lake import Lake
-from tidemark.localstack.stack import Stack, StackError
-from tidemark.polling import wait_for
+from tidemark.base import layout, names
+from tidemark.base.polling import wait_for
+from tidemark.devstack.stack import Stack, StackError
+from tidemark.ops import inspect
+from tidemark.orchestration import runs as run_ids
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 TERMINAL = ("success", "failed")
 
@@ -27,7 +29,7 @@ def processed_files(checkpoint: str) -> set[str]:
     """Base names of the files the stream's committed micro-batches read (its file-source log;
     `N.compact` files hold all entries up to N), in the checkpoint's current generation: a stream
     run with --archive starts a new one on rotation, after moving the files the old one read."""
-    from tidemark import landing_archive
+    from tidemark.ingest import landing_archive
 
     query = landing_archive.current(checkpoint).query_dir(checkpoint)
     committed = {int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()}
@@ -56,7 +58,7 @@ def until(
     stack: Stack | None = None,
     interval: float = 2.0,
 ) -> float:
-    """Poll check() -> (done, status text) with a spinner line (tidemark.polling.wait_for); returns
+    """Poll check() -> (done, status text) with a spinner line (tidemark.base.polling.wait_for); returns
     the seconds it took. Between polls, a stack process that died fails the wait at once, naming it
     and its log; after `timeout`, on_timeout(the last status) is raised."""
     began = time.monotonic()
@@ -92,7 +94,7 @@ def stream_caught_up(checkpoint: str, landed: set[str]) -> tuple[bool, str]:
 
 def notices_sent(lake: Lake) -> tuple[bool, str, list[dict]]:
     """(all advertised, status, the sent notices)."""
-    from tidemark import receipts
+    from tidemark.panes import receipts
 
     sent: list[dict] = []
     owed, unadvertised = 0, 0
@@ -150,8 +152,9 @@ def component_log(stack: Stack, name: str) -> str:
 def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
     """Every date's example-consumer metrics were rebuilt from its current version, and no
     corrected notice is owed."""
-    from tidemark import publish, session_metrics
+    from tidemark.iceberg import publish
     from tidemark.notices import corrected
+    from tidemark.products import session_metrics
 
     dates = publish.list_dedup_dates(lake)
     done = 0

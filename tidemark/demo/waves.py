@@ -1,4 +1,4 @@
-"""The demo's workload: tidemark.generate's deliveries (in arrival order), cut into files, the
+"""The demo's workload: tidemark.demo.generate's deliveries (in arrival order), cut into files, the
 files grouped into waves that are landed one after another with pauses, the way a day of phone
 traffic arrives: mostly on time, some minutes late, a few sessions days late (the last waves),
 duplicates, a few malformed lines."""
@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tidemark.batch_reference import parse_ts
-from tidemark.generate import Delivery, Workload, build, split_files, write_file
+from tidemark.demo.batch_reference import parse_ts
+from tidemark.demo.generate import Delivery, Workload, build, split_files, write_file
 
 # Small enough for a 2-core CI machine to finish in minutes, big enough to show every kind of
 # lateness: more offline (days-late) sessions than the generator's default.

@@ -1,9 +1,6 @@
-"""Availability notices: durable outbox in the lake, cadence (per partition, coalesced, late digest),
-and a background sender to Pub/Sub. Entry point for the stream: service.NoticeService.
-
-    outbox.py     _notices/outbox -> _notices/sent, the durable record of what is owed / advertised
-    cadence.py    which notice a receipt partition belongs to (CadencePolicy) and coalescing groups
-    sender.py     google-cloud-pubsub PublisherClient wrapper: publish a batch, report acks
-    service.py    the stream listener + background thread tying them together
-    report.py     what was advertised, what is owed, which complete partitions no notice covers
+"""Notices, both kinds: the availability notice and the corrected-partition notice, built,
+encoded and validated (availability_notice, corrected_notice); the durable outbox in the lake
+(outbox), cadence (cadence), the transports' seam and Pub/Sub sender (sender), the stream's
+notice service (service), sending what is owed (drain), corrected notices (corrected) and
+their Airflow asset events (asset_events), and what was advertised or is owed (report).
 """

@@ -23,7 +23,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from tidemark.times import parse_iso
+from tidemark.base.times import parse_iso
 
 if TYPE_CHECKING:
     from tidemark.notices.outbox import AttemptLog
@@ -63,7 +63,7 @@ class AssetEventSender:
         self._asset_id: int | None = None
 
     def _asset(self) -> int:
-        from tidemark.airflow_api import TransientAirflowError
+        from tidemark.orchestration.airflow_api import TransientAirflowError
 
         if self._asset_id is None:
             found = self.client.asset_id(self.name)

@@ -24,12 +24,14 @@ import threading
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark import availability_notice, layout, storage
-from tidemark.durations import format_duration
-from tidemark.lake import Lake
-from tidemark.logs import get_logger
+from tidemark.base import layout
+from tidemark.base.durations import format_duration
+from tidemark.base.logs import get_logger
+from tidemark.base.times import parse_iso
+from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
-from tidemark.times import parse_iso
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 log = get_logger("notices")
 

@@ -1,7 +1,7 @@
 """Corrected notices: recorded in the lake's outbox when a version is published, sent to the
 corrected topic with retries, drained after an outage.
 
-    record_after_commit(lake, version)    right after a dedup run's commit (tidemark.dedup), in the
+    record_after_commit(lake, version)    right after a dedup run's commit (tidemark.deduplication.dedup), in the
                                           process that committed (spark-submit driver, Spark Connect
                                           client, `tidemark dedup`, a rules migration)
     record_current(lake, event_date)      the safety net the DAG runs after the dedup: a crash
@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import os
 
-from tidemark import corrected_notice, layout, names, publish
-from tidemark import table as iceberg
-from tidemark.lake import Lake
-from tidemark.logs import get_logger
+from tidemark.base import layout, names
+from tidemark.base.logs import get_logger
+from tidemark.iceberg import publish
+from tidemark.iceberg import table as iceberg
+from tidemark.notices import corrected_notice
 from tidemark.notices.drain import drain
 from tidemark.notices.outbox import Outbox
+from tidemark.store.lake import Lake
 
 log = get_logger("notices")
 
@@ -178,11 +180,11 @@ def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None, 
 
 def emit_owed(lake: Lake, client, timeout: float = 120.0, backoff_max: float = 15.0) -> int:
     """Emit every corrected notice owed to Airflow as an asset event through `client`
-    (tidemark.airflow_api.AirflowClient), retrying while Airflow is unreachable, for at most
+    (tidemark.orchestration.airflow_api.AirflowClient), retrying while Airflow is unreachable, for at most
     `timeout` seconds. Returns how many stay owed. A refusal (AirflowRejected: a 4xx that retrying
     cannot fix, a bug of ours) is raised at once; the refused entry stays owed."""
-    from tidemark.airflow_api import AirflowRejected
     from tidemark.notices.asset_events import AssetEventSender
+    from tidemark.orchestration.airflow_api import AirflowRejected
 
     box = outbox(lake)
     return drain(
@@ -209,14 +211,14 @@ def emit(lake: Lake, event_date: str, client, timeout: float = EMIT_TIMEOUT_S) -
     """What the dedup DAG's emit_asset_events task does: record the date's current version's
     notice (the safety net), then emit every asset event owed (any date, any committer).
 
-    `client` is an AirflowClient or a callable that makes one (tidemark.airflow_api.for_tasks).
+    `client` is an AirflowClient or a callable that makes one (tidemark.orchestration.airflow_api.for_tasks).
     The outbox entry is the source of truth, so the run does not fail because the asset-events API
     is not configured (NotConfigured: no connection, as under `airflow dags test`) or stays
     unreachable for `timeout` seconds: the entries stay owed, a structured warning names their
     dates and versions, and the next drain (any later dedup run, the reconcile DAG's drain_outbox,
     `tidemark notices --topic corrected --emit-asset-events`) posts each of them once. A refusal
     (AirflowRejected) or a wrong connection (ConfigError) is raised: retrying cannot fix those."""
-    from tidemark.airflow_api import NotConfigured
+    from tidemark.orchestration.airflow_api import NotConfigured
 
     event_date = layout.check_event_date(event_date)
     tbl = iceberg.load(lake)

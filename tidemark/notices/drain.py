@@ -13,10 +13,10 @@ from datetime import datetime, timezone
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
-from tidemark.logs import get_logger
+from tidemark.base.logs import get_logger
+from tidemark.base.times import parse_iso
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.sender import Sender
-from tidemark.times import parse_iso
 
 log = get_logger("notices")
 

@@ -16,7 +16,7 @@ it. Entries whose outbox file a one-sink outbox removed earlier count as known (
 again) and are owed to nobody.
 
 One Outbox class serves both topics: `Outbox(lake)` is the availability notices' (codec
-tidemark.availability_notice, folders _notices/outbox|sent), `Outbox(lake, corrected_notice, "corrected")` the
+tidemark.notices.availability_notice, folders _notices/outbox|sent), `Outbox(lake, corrected_notice, "corrected")` the
 corrected notices' (_notices/corrected/outbox|sent). A codec is a module with validate(body) and
 attributes(body); its bodies carry a notice_id.
 """
@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import re
 
-from tidemark import availability_notice, layout, storage
-from tidemark.lake import Lake
-from tidemark.logs import get_logger
-from tidemark.times import now_iso_z
+from tidemark.base import layout
+from tidemark.base.logs import get_logger
+from tidemark.base.times import now_iso_z
+from tidemark.notices import availability_notice
+from tidemark.store import storage
+from tidemark.store.lake import Lake
 
 log = get_logger("notices")
 

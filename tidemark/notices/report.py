@@ -7,10 +7,11 @@ it stopped, and from another machine.
 
 from __future__ import annotations
 
-from tidemark import availability_notice, receipts
-from tidemark.lake import Lake
+from tidemark.notices import availability_notice
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
+from tidemark.panes import receipts
+from tidemark.store.lake import Lake
 
 
 def _row(entry: dict, state: str) -> dict:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Protocol, runtime_checkable
 
-from tidemark import availability_notice
-from tidemark.times import now_iso_z
+from tidemark.base.times import now_iso_z
+from tidemark.notices import availability_notice
 
 _TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~+%-]{2,254}$")
 
@@ -74,7 +74,7 @@ class PubSubSender:
     """One PublisherClient for one topic. send_many() -> {notice_id: message_id or exception}.
 
     `codec`: the notice module whose encode(body) and attributes(body) make the message
-    (tidemark.availability_notice for the availability topic, tidemark.corrected_notice for the corrected one)."""
+    (tidemark.notices.availability_notice for the availability topic, tidemark.notices.corrected_notice for the corrected one)."""
 
     def __init__(
         self,

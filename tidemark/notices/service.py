@@ -19,13 +19,14 @@ from datetime import datetime, timezone
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponential_jitter
 
-from tidemark import availability_notice, names
-from tidemark.lake import Lake
-from tidemark.logs import get_logger
+from tidemark.base import names
+from tidemark.base.logs import get_logger
+from tidemark.notices import availability_notice
 from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
 from tidemark.notices.drain import SendFailed, raise_failed, send
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.sender import Sender, sender_for
+from tidemark.store.lake import Lake
 
 log = get_logger("notices")
 

@@ -1,0 +1,512 @@
+"""Deduplicate one event date: receipt panes -> one batch-equivalent, versioned, published partition.
+
+The rule is simple on purpose: take every distinct event that can belong to a session starting on
+D, re-sessionize them with THE session rule (dedup_sql/sessionize.sql) and keep the sessions that
+start on D. Accumulating panes collapse, fragments and bridged sessions stitch, by construction.
+
+Which receipt partitions those events can be in is planned from the markers alone
+(tidemark/panes/planning.py): everything from `lo = D0 - gap` on, up to the last date on which a pane can
+still join a session touching D, grown with a recomputation while the sessions reach further. The
+complete plan is made before the no-op decision: a rerun whose plan holds only receipts the current
+version (the Iceberg table's, tidemark.iceberg.publish) includes is a no-op (no Spark).
+
+Dates the run may have made stale (affected dates) are recorded as rerun obligations
+(tidemark/orchestration/obligations.py) before the version is published; the obligations of D listed before
+planning are discharged once the run has published or found nothing new. An event is
+(user_id, event_id, event_ts) and its kept copy the smallest (event_type, payload) of the copies
+received (docs/input-contract.md; dedup_sql/dedup_events.sql applies it here).
+
+Two ways to compute, one result: the full path re-sessionizes every planned receipt; the
+incremental path (tidemark/deduplication/incremental.py) starts from the previous version's islands and
+re-sessionizes only the users the new receipts touch. The incremental path is taken whenever its
+precondition holds; `full=True` (`tidemark dedup --full`) forces the full path.
+
+Spark Connect: this module and what it calls use only the DataFrame / SQL API (no sparkContext,
+RDD or py4j), so `spark` may be a Spark Connect session.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime
+
+from dedup_sql import rules as sql_rules
+from tidemark.base import layout, times
+from tidemark.base.durations import format_duration
+from tidemark.base.logs import get_logger
+from tidemark.base.phases import Phases
+from tidemark.deduplication import incremental
+from tidemark.iceberg import publish
+from tidemark.notices import corrected
+from tidemark.orchestration import obligations
+from tidemark.panes import packs, pane_reader, planning
+from tidemark.panes.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
+from tidemark.session import rules_record, session_schema
+from tidemark.session.sessions import SessionRules
+from tidemark.store import storage
+from tidemark.store.lake import Lake
+
+log = get_logger("dedup")
+
+# The table's columns but event_date (written from the run's date): THE session schema's.
+OUTPUT_COLUMNS = session_schema.TABLE_COLUMNS[:-1]
+
+
+@dataclass
+class DedupResult:
+    event_date: str
+    version: str | None
+    published: bool
+    sessions: int
+    receipts_read: int
+    rows_read: int
+    affected_dates: list[str] = field(default_factory=list)
+    noop: bool = False
+    seconds: float = 0.0
+    # "incremental" or "full" (tidemark/deduplication/incremental.py); full_reason: why not incremental
+    mode: str = "full"
+    full_reason: str = ""
+    # Seconds per phase of a run that computed (plan, spark, compute, write, commit, notice): where a
+    # dedup's time goes, in its log line and in bench/dedup_partition.py's profile.
+    phases: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _covered(keys: list[str], marker: dict | None, rules: SessionRules) -> bool:
+    # Planned receipts all included (tidemark/panes/planning.py: only versions that recorded their reach
+    # count), and made under the lake's session rules (rules_record.py): else the date is recomputed.
+    return planning.covers(marker, keys) and not rules_record.changed_since(marker, rules)
+
+
+def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
+    """Nothing new to include: the current version already has every planned receipt."""
+    result = DedupResult(
+        event_date,
+        current["version"] if current else None,
+        False,
+        int(current["sessions"]) if current else 0,
+        0,
+        0,
+        [],
+        noop=True,
+        seconds=round(time.monotonic() - started, 3),
+    )
+    log.info("dedup up to date", event_date=event_date, version=result.version)
+    return result
+
+
+_MAX_REPLANS = 3
+
+
+def run_dedup(
+    lake: Lake,
+    event_date: str,
+    rules: SessionRules | None = None,
+    spark=None,
+    run_id: str | None = None,
+    full: bool = False,
+) -> DedupResult:
+    """Deduplicate and publish one event date. Idempotent, restartable, safe to run concurrently.
+
+    `spark` is only started (when not given) if there is something new to compute. `full` forces
+    the full path (every planned receipt re-sessionized) instead of the incremental one. A run whose
+    plan turns out stale at commit time (a concurrent run published receipts it did not read)
+    plans again from the lake as it is now.
+    """
+    for attempt in range(1, _MAX_REPLANS + 1):
+        try:
+            return _run_dedup_once(lake, event_date, rules, spark, run_id if attempt == 1 else None, full)
+        except publish.Superseded as exc:
+            if attempt == _MAX_REPLANS:
+                raise
+            log.info("dedup replans: its plan was stale", event_date=event_date, reason=str(exc))
+    raise AssertionError("unreachable")
+
+
+def _run_dedup_once(
+    lake: Lake, event_date: str, rules: SessionRules | None, spark, run_id: str | None, full: bool = False
+) -> DedupResult:
+    started = time.monotonic()
+    event_date = layout.check_event_date(event_date)
+    # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
+    rules, rules_id = rules_record.for_dedup(lake, rules)
+    run_id = run_id or publish.new_run_id()
+    # Listed before planning: the obligations this run acts on (see tidemark/orchestration/obligations.py).
+    owed = obligations.pending(lake, event_date)
+    result = _run(lake, event_date, rules, rules_id, spark, run_id, started, full)
+    obligations.discharge(lake, owed, result.version)
+    return result
+
+
+def _run(
+    lake: Lake,
+    event_date: str,
+    rules: SessionRules,
+    rules_id: str,
+    spark,
+    run_id: str,
+    started: float,
+    full: bool = False,
+) -> DedupResult:
+    index = LakeIndex(lake)
+    previous = publish.current_version(lake, event_date)
+    if _quick_noop(index, event_date, previous, rules):
+        return _noop(event_date, previous, started)
+    current = planning.plan_for_rerun(index, event_date, rules, previous)
+    nothing_new = _nothing_new(event_date, current, previous, rules, started)
+    if nothing_new is not None:
+        return nothing_new
+    phases = Phases(started)
+    phases.done("plan")
+
+    if previous is not None and rules_record.changed_since(previous, rules):
+        log.info(
+            "session rules changed since the previous version: recomputing the whole date",
+            event_date=event_date,
+            previous_version=previous["version"],
+            rules_id=rules_id,
+            previous_rules_id=previous.get("rules_id"),
+            gap=format_duration(rules.gap),
+            previous_gap=previous.get("gap"),
+        )
+    if spark is None:
+        from tidemark.base.spark import build_session
+
+        spark = build_session("tidemark-dedup")
+    _tune(spark)
+    phases.done("spark")  # getting the session: ~0 when it is given (a warm one)
+    known = set(previous["receipts"]) if previous else set()
+
+    fallback = "--full" if full else ""
+    while True:
+        start, why = (None, fallback) if fallback else incremental.base(previous, current, rules)
+        if start is not None:
+            islands = incremental.correct(spark, lake, current, rules, start, read_panes)
+        else:
+            islands = _full(spark, lake, current, rules, known)
+        summary = islands.summary
+        if start is not None and summary["past_horizon"]:
+            # A corrected session may continue into islands the context does not keep.
+            islands.release()
+            fallback = "a corrected session reaches the context horizon"
+            log.info(
+                "dedup falls back to the full path",
+                event_date=event_date,
+                reason=fallback,
+                sessions=summary["past_horizon"],
+            )
+            continue
+        bigger = planning.grown(index, current, rules, summary["reach"])
+        if bigger is None:
+            break
+        # Sessions touching D reach further than the plan read: panes of later dates may join them.
+        islands.release()
+        log.info(
+            "dedup extends its look-ahead",
+            event_date=event_date,
+            hi=bigger.hi,
+            reach=planning.format_reach(summary["reach"]),
+        )
+        current = bigger
+    phases.done("compute")  # the islands and their summary (cached), every replan included
+    try:
+        newest = publish.current_version(lake, event_date)
+        if _covered(current.keys, newest, rules):
+            return _noop(event_date, newest, started)  # a concurrent run published all of it already
+        # Durable before anything is published: a crash from here on cannot lose a neighbour's
+        # rerun. Named after the newest receipt read (the version id is chosen at commit time).
+        assert current.max_receipt_ts is not None  # a plan with receipts to compute
+        obligations.record(lake, summary["affected_dates"], event_date, current.max_receipt_ts, run_id)
+        read = (len(start.new), start.rows_read) if start is not None else (len(current.partitions), current.rows)
+        mode = "full" if start is None else "incremental"
+        marker = _write_version(
+            lake, event_date, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
+        )
+    finally:
+        islands.release()
+    phases.done("write")
+    outcome = publish.commit(lake, marker)
+    phases.done("commit")
+    if not outcome.committed:
+        return _noop(event_date, outcome.current, started)
+    # The corrected notice, recorded (not sent) in the process that committed, however the dedup
+    # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
+    corrected.record_after_commit(lake, outcome.current)
+    phases.done("notice")
+    version = outcome.current["version"]
+    result = DedupResult(
+        event_date,
+        version,
+        True,
+        marker["sessions"],
+        read[0],
+        read[1],
+        marker["affected_dates"],
+        seconds=round(time.monotonic() - started, 3),
+        mode=mode,
+        full_reason=why,
+        phases=phases.seconds,
+    )
+    log.info(
+        "dedup published",
+        event_date=event_date,
+        version=version,
+        sessions=result.sessions,
+        mode=mode,
+        full_reason=why or None,
+        receipts_read=result.receipts_read,
+        rows_read=result.rows_read,
+        affected_dates=result.affected_dates,
+        seconds=result.seconds,
+        phases=result.phases,
+    )
+    return result
+
+
+def _quick_noop(index: LakeIndex, event_date: str, previous: dict | None, rules: SessionRules) -> bool:
+    """The no-op decision from what was received since the previous version was planned (no marker
+    it already planned over is read): a cost independent of the lake's age (planning.quick_covered)."""
+    return (
+        previous is not None
+        and not rules_record.changed_since(previous, rules)
+        and planning.quick_covered(index, event_date, rules, previous)
+    )
+
+
+def _nothing_new(
+    event_date: str, current: Plan, previous: dict | None, rules: SessionRules, started: float
+) -> DedupResult | None:
+    """The no-op decision, before any Spark: no receipts at all, or every planned one included."""
+    if not current.partitions:
+        log.info("dedup: no receipt partitions", event_date=event_date)
+        return DedupResult(event_date, None, False, 0, 0, 0, noop=True, seconds=round(time.monotonic() - started, 3))
+    if _covered(current.keys, previous, rules):
+        return _noop(event_date, previous, started)
+    return None
+
+
+def up_to_date(lake: Lake, event_date: str, rules: SessionRules | None = None) -> DedupResult | None:
+    """run_dedup's no-op decision alone, without Spark (the DAG's skip check): the no-op result
+    when the current version already includes every receipt partition the date's complete plan
+    holds (its pending obligations then discharged, as run_dedup does), else None (Spark needed;
+    nothing discharged: the run that computes lists them itself)."""
+    started = time.monotonic()
+    event_date = layout.check_event_date(event_date)
+    rules, _ = rules_record.for_dedup(lake, rules)
+    owed = obligations.pending(lake, event_date)  # listed before planning, as in run_dedup
+    index = LakeIndex(lake)
+    previous = publish.current_version(lake, event_date)
+    result: DedupResult | None
+    if _quick_noop(index, event_date, previous, rules):
+        result = _noop(event_date, previous, started)
+    else:
+        current = planning.plan_for_rerun(index, event_date, rules, previous)
+        result = _nothing_new(event_date, current, previous, rules, started)
+    if result is not None:
+        obligations.discharge(lake, owed, result.version)
+    return result
+
+
+def _tune(spark) -> None:
+    """Listing a few hundred receipt folders is faster on the driver than as a Spark job. A listing
+    strategy only (results do not depend on it), so setting it on a shared session is harmless."""
+    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
+
+
+# Only the columns the dedup needs; the partition columns as plain strings. An explicit schema also
+# spares Spark a job to infer it from the files' footers.
+_PANES_SCHEMA = (
+    f"user_id STRING, session_end TIMESTAMP, events {sql_rules.EVENTS_TYPE}, event_date STRING, receipt_ts STRING"
+)
+
+
+def read_panes(spark, lake: Lake, partitions, lo: datetime, pack_date: str | None = None):
+    """The panes of these receipt partitions that end at or after lo, with their event_date and
+    receipt_ts (as strings: the explicit schema also keeps Spark from inferring their types).
+
+    A date with many partitions needed is read from its best pack (tidemark/panes/packs.py) and the
+    partitions that pack does not hold. `pack_date`: a date none of whose panes lo can drop (every
+    pane of D ends after D's midnight); when PACK_AT of its partitions were read from their folders,
+    a new pack of all its needed partitions is written from the panes read (a cache: a failure to
+    write it is logged, not raised)."""
+    from functools import reduce
+
+    packed, rest = packs.cover(lake, partitions, _PANES_SCHEMA)
+    parts = [_read_pack(spark, lake, pack, lo) for pack in packed]
+    if rest or not parts:
+        parts.append(_read_receipts(spark, lake, rest, lo))
+    panes = reduce(lambda a, b: a.unionByName(b), parts)
+    if pack_date is not None and sum(p.event_date == pack_date for p in rest) >= packs.PACK_AT:
+        own = [p.receipt_ts for p in partitions if p.event_date == pack_date]
+        try:
+            packs.write(lake, pack_date, panes, own, _PANES_SCHEMA)
+        except Exception as exc:  # noqa: BLE001 - a cache: the dedup goes on without it
+            log.warning("pack not written", event_date=pack_date, error=f"{type(exc).__name__}: {exc}")
+    return panes
+
+
+def _read_pack(spark, lake: Lake, pack: packs.Pack, lo: datetime):
+    from pyspark.sql import functions as F
+
+    return (
+        spark.read.schema(_PANES_SCHEMA)
+        # the pack's folder as the base: no partition value is read from its path (its rows hold them)
+        .option("basePath", lake.pack_dir(pack.event_date, pack.pack_id))
+        .parquet(*pack.file_uris(lake))
+        .where(F.col("session_end") >= F.lit(lo))
+    )
+
+
+def _read_receipts(spark, lake: Lake, partitions, lo: datetime):
+    from pyspark.sql import functions as F
+
+    paths = [lake.receipt_dir(p.event_date, p.receipt_ts) for p in partitions]
+    if len(paths) >= pane_reader.FOLDERS_FOR_ARROW:  # thousands of small folders: see tidemark/panes/pane_reader.py
+        return pane_reader.read(spark, lake.sessions_root(), paths, _PANES_SCHEMA, lo)
+    return (
+        spark.read.schema(_PANES_SCHEMA)
+        .option("basePath", lake.sessions_root())
+        .parquet(*paths)
+        # a pane ending before lo holds no event of interest (row-group statistics skip it)
+        .where(F.col("session_end") >= F.lit(lo))
+    )
+
+
+def known_receipt(key, planned: list[str], known: set[str]):
+    """A Column: is this pane's receipt key (`key`, every one among `planned`) one the previous
+    version already read? Spelled with the smaller of the two lists of literals: a date whose
+    versions read thousands of receipts (a 10 s trigger writes 8,640 a day) would otherwise put
+    all of them in every query's plan, and a 10k-literal IN list cost ~14 s of planning in the
+    incremental path (tidemark/deduplication/incremental.py). The receipts new since that version are few."""
+    from pyspark.sql import functions as F
+
+    old = sorted(set(planned) & known)
+    new = sorted(set(planned) - known)
+    if len(new) <= len(old):
+        return ~key.isin(new) if new else F.lit(True)
+    return key.isin(old) if old else F.lit(False)
+
+
+def compute_islands(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]):
+    """Every session (island) of the distinct events the plan's partitions hold from lo on
+    (dedup_sessions.sql's columns), as a lazy DataFrame; `known` receipt keys mark old events.
+    The full path."""
+    from pyspark.sql import functions as F
+
+    import dedup_sql
+
+    # The date's own panes all end after its midnight, which is after lo: all of them are read, and
+    # a pack of them can be written from what is read.
+    own = current.event_date if planning.midnight(date.fromisoformat(current.event_date)) >= current.lo else None
+    panes = read_panes(spark, lake, current.partitions, current.lo, pack_date=own).select(
+        "user_id",
+        "events",
+        "receipt_ts",
+        known_receipt(F.concat_ws("/", "event_date", "receipt_ts"), current.keys, known).alias("known"),
+    )
+    events = dedup_sql.run(spark, "dedup_events", {"panes": panes}, lo_us=times.to_micros(current.lo))
+    sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
+    return dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
+
+
+def _full(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
+    """The full path: every planned receipt's events re-sessionized, cached for the summary (one
+    pass: reach (tidemark/panes/planning.py), session count, affected dates, context size) and the writes."""
+    import dedup_sql
+
+    event_date = current.event_date
+    until = incremental.horizon(event_date, rules)
+    # Cached for the summary and the writes; it goes to SQL through a view kept until release
+    # (dedup_sql.run's `views`: pyspark's own views, dropped when spark.sql returns, uncache their
+    # DataFrame; the 1M-session event log showed the dedup computed twice, for the summary and the write).
+    islands = compute_islands(spark, lake, current, rules, known).persist()
+    views: list = []
+    row = dedup_sql.run(
+        spark,
+        "dedup_summary",
+        {"islands": islands},
+        views=views,
+        event_date=event_date,
+        horizon_us=times.to_micros(until),
+        gap_us=rules.gap_us,
+    ).first()
+    sessions, context = incremental.split(islands, event_date, until)
+    return incremental.Islands(
+        sessions, context, incremental.summary_of(row, event_date), [islands], spark=spark, views=views
+    )
+
+
+def _write_version(
+    lake: Lake,
+    event_date,
+    run_id,
+    islands: incremental.Islands,
+    summary,
+    current: Plan,
+    rules: SessionRules,
+    known,
+    previous,
+    mode: str = "full",
+    read: tuple[int, int] | None = None,
+) -> dict:
+    """Write the run's sessions of event_date as Parquet into its own folder, the other islands
+    into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), then its marker.
+    The version id is chosen at commit time (tidemark.iceberg.publish.commit), on the table's fresh state."""
+    from pyspark.sql import functions as F
+
+    sessions = summary["sessions"]
+    folder = lake.run_dir(event_date, run_id)
+    names: list[str] = []
+    if sessions:
+        # event_date is inside the files: Iceberg reads the identity partition value from them.
+        out = islands.sessions.select(
+            F.expr(sql_rules.session_id()).alias("session_id"),
+            *OUTPUT_COLUMNS[1:],
+            F.lit(event_date).cast("date").alias("event_date"),
+        )
+        # A file per ~250k sessions (at most 8): written by as many tasks side by side, without a
+        # shuffle (coalesce). Not sorted: a file of this size is one row group, so a sort bought
+        # readers nothing and cost a sort of the whole date.
+        files = max(1, min(8, -(-sessions // 250_000)))
+        if files == 1 or not islands.spread:
+            out = out.coalesce(files)
+        out.write.mode("overwrite").parquet(folder)
+        names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
+    if summary["context_rows"]:
+        # Not part of the table (files are registered by name, this folder is not listed):
+        # only the next incremental run of this date reads it.
+        (
+            islands.context.coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
+            .write.mode("overwrite")
+            .parquet(incremental.context_dir(lake, event_date, run_id))
+        )
+    receipts_read, rows_read = read or (len(current.partitions), current.rows)
+    marker = {
+        "event_date": event_date,
+        "run_id": run_id,
+        "files": names,
+        "sessions": int(sessions),
+        "receipts": current.keys,
+        "receipts_read": receipts_read,
+        "rows_read": rows_read,
+        "mode": mode,
+        "context_rows": summary["context_rows"],
+        "max_receipt_ts": current.max_receipt_ts,
+        "planned_through": current.planned_through,
+        "lo": incremental.lo_text(current.lo),
+        "horizon": times.iso_z(incremental.horizon(event_date, rules), "auto"),
+        session_schema.MARKER_KEY: session_schema.VERSION,  # the columns its files (and context) hold
+        "hi": current.hi,
+        "reach": planning.format_reach(summary["reach"]),
+        "gap": format_duration(rules.gap),
+        **rules_record.marker_fields(rules),
+        "affected_dates": summary["affected_dates"],
+        "planned_on": previous and previous["version"],
+        "new_receipts": len(set(current.keys) - known),
+        "created_at": times.now_iso_z(),
+    }
+    publish.write_marker(lake, marker)
+    return marker

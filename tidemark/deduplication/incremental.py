@@ -1,0 +1,293 @@
+"""Incremental corrections: re-sessionize only the users that new receipts touch.
+
+A run of event date D computes the islands (sessions) of every distinct event >= lo in the receipts
+it plans (tidemark/panes/planning.py). It publishes those starting on D and keeps the others beside the
+version (`run=<id>/context/`, not part of the table): together they hold every distinct event >= lo
+of the receipts the version read, each already reduced to its kept copy. The next run of D then
+needs only that and the new receipts:
+
+- a user with no pane in the new receipts has exactly the events they had: their islands are the
+  previous ones, carried over as rows (the sessions of D, and the context);
+- a touched user's islands are recomputed from their previous islands' events plus the new panes'
+  events (dedup_sql/dedup_events_incremental.sql), with THE session rule (sessionize.sql). Adding
+  events only merges islands, so nothing else can change, across any date boundary: the context
+  holds the neighbours on both sides of D (before midnight down to lo, after it up to the horizon).
+
+The context stops at a **horizon** H (`horizon()`: D+1 00:00 plus max(2 h, 2 gaps), at most D+2
+00:00): islands
+starting at or after H are not kept, because only a chain of new events reaching from a session of D
+to H could ever join them to D, and that is rare and detected. The islands a correction computes
+from "every event < H plus the new ones" are exact wherever they end at least a gap before H: a
+missing event (>= H) within the gap of such an island's end is impossible, and one before its start
+is too. So a correction checks every recomputed island of D (or earlier) that holds new events:
+if one ends less than a gap before H, it might continue into islands the context did not keep,
+and the run falls back to the full path (`full_reason` says so). An island starting on D+1 before
+H that the run cannot see whole (its continuation is past H or past hi) is kept as it is: should
+it ever meet D, it ends within a gap of H, and the same check sends that run to the full path.
+This keeps the context to the few islands around D's two midnights instead of all of D+1 .. hi.
+
+The result equals the full path's row for row (tests/test_dedup_incremental.py checks it against
+the full path and the batch reference). The full path stays the fallback whenever the precondition
+below does not hold (`base` says why), and `tidemark dedup --full` forces it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+
+from tidemark.base import times
+from tidemark.iceberg import publish
+from tidemark.panes import planning
+from tidemark.panes.planning import Plan
+from tidemark.session import rules_record, session_schema
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
+
+# Not "_context": Spark ignores a path whose name starts with "_" or ".", even one given explicitly.
+CONTEXT_DIR = "context"
+# The columns of an island (dedup_sql/dedup_sessions.sql) as the version and its context store them:
+# THE session schema's (tidemark/session/session_schema.py).
+ISLAND_COLUMNS = session_schema.ISLAND_COLUMNS
+_ISLANDS_SCHEMA = session_schema.ISLANDS_DDL
+
+
+@dataclass
+class Base:
+    """What an incremental run starts from: the previous version and the receipts it lacks."""
+
+    previous: dict
+    new: list  # the plan's receipt partitions (markers) the previous version did not read
+
+    @property
+    def rows_read(self) -> int:
+        """Pane rows of the new receipts plus the previous version's islands (sessions + context)."""
+        return sum(p.rows for p in self.new) + int(self.previous["sessions"]) + int(self.previous["context_rows"])
+
+
+def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Base | None, str]:
+    """(Base, "") when `current` can be computed incrementally from `previous`, else (None, why not).
+
+    Pure Python over the version's marker and the plan: no Spark, no data read.
+    """
+    if previous is None:
+        return None, "no previous version"
+    if not planning.recorded_reach(previous)[0]:
+        return None, "the previous version records no reach (written by an older tidemark)"
+    if rules_record.changed_since(previous, rules):
+        return None, "the session rules changed since the previous version"
+    if "context_rows" not in previous:
+        return None, "the previous version kept no island context (written by an older tidemark)"
+    if not previous.get("horizon"):
+        return None, "the previous version records no context horizon (written by an older tidemark)"
+    written = session_schema.marker_version(previous)
+    if written > session_schema.VERSION:
+        return None, f"the previous version was written with a newer session schema ({written})"
+    unfillable = session_schema.unfillable_since(written)
+    if unfillable:
+        # its rows lack columns that cannot be computed from them: they would be carried over null
+        return None, (
+            f"the previous version was written with session schema {written}, without "
+            + ", ".join(c.name for c in unfillable)
+        )
+    if previous.get("lo") != lo_text(current.lo):
+        return None, "the previous version was planned from another lo"
+    # H is a function of the date and the rules (checked above); another H (another tidemark's
+    # margin) holds other islands, and the counts the summary starts from would not add up.
+    if times.parse_iso(previous["horizon"]) != horizon(current.event_date, rules):
+        return None, "the previous version kept its context to another horizon"
+    old = set(previous.get("receipts", []))
+    keys = set(current.keys)
+    if not old <= keys:
+        return None, "the previous version read receipts this plan does not"
+    new = [p for p in current.partitions if planning.receipt_key(p.event_date, p.receipt_ts) not in old]
+    if not new:
+        return None, "no new receipt"
+    newest_old = previous.get("max_receipt_ts")
+    if newest_old and min(p.receipt_ts for p in new) < newest_old:
+        # A new copy of an old event could then carry an earlier first receipt than the island's.
+        return None, "a new receipt is older than the previous version's newest (a replayed batch)"
+    return Base(previous, new), ""
+
+
+# How far past D+1 00:00 the context reaches, at least (and at least two gaps): a session of D that
+# a correction extends to end after H - gap sends the run to the full path, so the margin is what
+# midnight-crossing sessions get before that happens; each hour costs an hour of D+1's islands.
+HORIZON_MARGIN = timedelta(hours=2)
+
+
+def horizon(event_date: str, rules: SessionRules) -> datetime:
+    """H: the context of a version of event_date holds the islands that start before H.
+
+    At most D+2 00:00: every event before H is then in a pane of a date <= D+1 <= hi, so every
+    version (and every run's new panes) holds all of them, which is what the check relies on."""
+    next_day = planning.midnight(date.fromisoformat(event_date) + timedelta(days=1))
+    # split_gap: the check below (dedup_summary.sql) compares session ends + :gap_us with H, and
+    # :gap_us is the split threshold (the gap + 1 us under `merge`).
+    return min(next_day + max(HORIZON_MARGIN, 2 * rules.split_gap), next_day + timedelta(days=1))
+
+
+def lo_text(lo: datetime) -> str:
+    """How a version's marker records its lo."""
+    return times.iso_z(lo, "auto")  # no fraction for a whole second: as versions have recorded it
+
+
+def context_dir(lake: Lake, event_date: str, run_id: str) -> str:
+    return lake.run_context_dir(event_date, run_id)
+
+
+@dataclass
+class Islands:
+    """A run's islands as the version writer takes them: lazy DataFrames of ISLAND_COLUMNS plus
+    event_date ('YYYY-MM-DD'), the sessions of D and the context (not D, starting before the
+    horizon); the summary (`summary_of`'s keys); what to unpersist once written; whether the
+    sessions are already spread over the tasks that should write them (else the writer coalesces)."""
+
+    sessions: DataFrame
+    context: DataFrame
+    summary: dict
+    cached: list
+    spread: bool = False
+    spark: object = None
+    views: list = field(default_factory=list)  # dedup_sql.run(..., views=): dropped on release
+
+    def release(self) -> None:
+        import dedup_sql
+
+        if self.spark is not None:
+            dedup_sql.drop_views(self.spark, self.views)
+        for frame in self.cached:
+            frame.unpersist()
+
+
+def split(islands, event_date: str, until: datetime):
+    """(sessions, context) of a run's islands: those of event_date, and the others that start before
+    the horizon `until` (what a version keeps beside its sessions), both as ISLAND_COLUMNS + event_date.
+    The full and the incremental path both split with this, so their versions hold the same rows."""
+    from pyspark.sql import functions as F
+
+    on_date = F.col("event_date") == F.lit(event_date)
+    columns = (*ISLAND_COLUMNS, "event_date")
+    return (
+        islands.where(on_date).select(*columns),
+        islands.where(~on_date & (F.col("session_start") < F.lit(until))).select(*columns),
+    )
+
+
+def summary_of(row, event_date: str) -> dict:
+    """dedup_summary.sql's row as the run uses it."""
+    return {
+        "reach": None if row["reach_us"] is None else times.from_micros(row["reach_us"]),
+        "sessions": int(row["sessions"]),
+        "context_rows": int(row["context_rows"]),
+        "affected_dates": [d for d in row["affected_dates"] if d != event_date],
+        "past_horizon": int(row["past_horizon"]),
+    }
+
+
+def _previous_sessions(spark, lake: Lake, previous: dict):
+    from pyspark.sql import functions as F
+
+    files = publish.run_files(lake, previous)
+    if not files:
+        return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
+    # Files of an older session schema lack its newer columns (read as null): computed by their fill.
+    return session_schema.fill_older(
+        spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE")
+        .parquet(*files)
+        .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")),
+        session_schema.marker_version(previous),
+    )
+
+
+def _previous_context(spark, lake: Lake, previous: dict, until: datetime):
+    from pyspark.sql import functions as F
+
+    if not int(previous["context_rows"]):
+        return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
+    return session_schema.fill_older(
+        spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
+        .parquet(context_dir(lake, previous["event_date"], previous["run_id"]))
+        .where(F.col("session_start") < F.lit(until))
+        .select(*ISLAND_COLUMNS, "event_date"),
+        session_schema.marker_version(previous),
+    )
+
+
+# Up to this many touched users are filtered by value (an IN list in the plan), more by a join.
+_ISIN_USERS = 200
+
+
+def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, read_panes) -> Islands:
+    """The islands of `current` from `start` and the new receipts' panes (`read_panes(spark, lake,
+    partitions, lo)`, the full path's reader): the previous islands of untouched users as they are,
+    the touched users' recomputed.
+
+    Only the touched users' part is computed and cached (small); the untouched users' rows are
+    streamed from the previous version's files straight into the new ones when they are written
+    (one scan, no shuffle, no cache of the whole date). The summary is the previous version's,
+    corrected by the difference the touched users make: adding events only merges islands, so every
+    previous island touching D lies in a new one touching D (the reach can only grow: the new reach
+    is the larger of the previous one and the recomputed islands'), and only recomputed islands
+    hold new events (affected dates, the horizon check)."""
+    from pyspark.sql import functions as F
+
+    import dedup_sql
+
+    until = horizon(current.event_date, rules)
+    panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
+    # The touched users, once, on the driver. A correction's few go to the queries below as an IN
+    # list: a broadcast join would read the new panes again in every query, one more Spark job each
+    # (a 152-session date's correction: 3.4 s with the join, 2.2 s by value, two quiet runs of
+    # bench/correction_cost.py; the bound of 200 is a judgement, not measured). Many go as a
+    # broadcast semi/anti join: with 10k touched users the list put 10k literals in every query's
+    # plan, and planning them (analysis, AQE's re-optimizations) took ~14 s of the 1M-session
+    # correction's 20 s (BENCHMARKS.md section 4).
+    users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
+    if len(users) <= _ISIN_USERS:
+        is_touched = F.col("user_id").isin(users) if users else F.lit(False)
+        keep, drop = (lambda frame: frame.where(is_touched)), (lambda frame: frame.where(~is_touched))
+    else:
+        touched = F.broadcast(panes.select("user_id").distinct())
+        keep = lambda frame: frame.join(touched, "user_id", "left_semi")  # noqa: E731
+        drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
+    old_sessions = _previous_sessions(spark, lake, start.previous)
+    old_context = _previous_context(spark, lake, start.previous, until)
+    # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
+    views: list = []
+    old = keep(old_sessions.unionByName(old_context)).persist()
+    events = dedup_sql.run(
+        spark,
+        "dedup_events_incremental",
+        {"islands": old, "panes": panes},
+        views=views,
+        lo_us=times.to_micros(current.lo),
+    )
+    sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
+    recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).persist()
+
+    params = {"event_date": current.event_date, "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
+    new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, views=views, **params)
+    gone = dedup_sql.run(
+        spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))}, views=views, **params
+    )
+    row = new.crossJoin(
+        gone.select(F.col("sessions").alias("gone_sessions"), F.col("context_rows").alias("gone_context"))
+    ).first()
+    summary = summary_of(row, current.event_date)
+    _, previous_reach = planning.recorded_reach(start.previous)
+    summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)
+    summary["sessions"] += int(start.previous["sessions"]) - int(row["gone_sessions"])
+    summary["context_rows"] += int(start.previous["context_rows"]) - int(row["gone_context"])
+
+    new_sessions, new_context = split(recomputed, current.event_date, until)
+    # Written as the previous files are scanned (Spark spreads them over the cores), plus one small
+    # partition of recomputed rows: a coalesce of the union could put every scan in one task.
+    sessions = drop(old_sessions).unionByName(new_sessions.coalesce(1))
+    context = drop(old_context).unionByName(new_context)
+    return Islands(sessions, context, summary, [recomputed, old], spread=True, spark=spark, views=views)

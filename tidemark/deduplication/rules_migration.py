@@ -1,0 +1,123 @@
+"""A deliberate change of a lake's session rules: record the new rules, then re-deduplicate every date.
+
+The rules decide which events form one session, so a change invalidates every published version,
+not only the dates that receive events from now on. The migration therefore
+  1. adds a rules record (tidemark/session/rules_record.py): from then on every dedup uses the new rules,
+     and the stream refuses to start with the old ones;
+  2. re-deduplicates every event date of the lake under the new rules. A version made under other
+     rules is never "up to date" (tidemark/deduplication/dedup.py), so each date gets a new version, published
+     atomically like any other; readers see old-rules or new-rules sessions per date, never a mix.
+
+Restartable and idempotent: run it again with the same rules after a crash, and it records nothing
+new and re-deduplicates only the dates not yet done (the others are no-ops). Receipt partitions are
+never touched: the stream's panes hold events, whatever rules grouped them, and the dedup re-sessionizes
+those events. Stop the stream (or start it with --migrate-rules, which runs this first) and pause the
+dedup DAG while migrating, so that no run under the old rules publishes meanwhile (one that does is
+stale and listed by `tidemark rules show`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidemark.base.logs import get_logger
+from tidemark.iceberg import publish
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
+
+log = get_logger("rules")
+
+
+@dataclass
+class Migration:
+    record: rules_record.Recorded
+    changed: bool
+    results: list = field(default_factory=list)  # tidemark.deduplication.dedup.DedupResult, one per date
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "kind": "migration",
+            "changed": self.changed,
+            "rules_id": self.record.rules_id,
+            "sequence": self.record.sequence,
+            **self.record.rules.describe(),
+            "dates": len(self.results),
+            "recomputed": sum(1 for r in self.results if not r.noop),
+            "seconds": self.seconds,
+        }
+
+
+def target_rules(lake: Lake, requested: SessionRules | dict) -> SessionRules:
+    """The rules to migrate to: a full set, or the typed options over the lake's current rules."""
+    if isinstance(requested, SessionRules):
+        return requested
+    rules, _, _ = rules_record.rules_in_force(lake)
+    return rules.with_overrides(requested)
+
+
+def event_dates(lake: Lake) -> list[str]:
+    """Every date with receipt partitions or published versions, oldest first."""
+    return sorted(set(lake.list_event_dates(lake.sessions_root())) | set(publish.list_dedup_dates(lake)))
+
+
+def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
+    """Dates whose current version was made under other rules than the lake's: {event_date, version,
+    rules_id, gap}. No Spark: markers only."""
+    rules = rules or rules_record.rules_in_force(lake)[0]
+    out = []
+    for event_date in publish.list_dedup_dates(lake):
+        current = publish.current_version(lake, event_date)
+        if current is not None and rules_record.changed_since(current, rules):
+            out.append(
+                {
+                    "event_date": event_date,
+                    "version": current.get("version"),
+                    "rules_id": current.get("rules_id"),
+                    "gap": current.get("gap"),
+                }
+            )
+    return out
+
+
+def migrate(
+    lake: Lake,
+    rules: SessionRules,
+    spark=None,
+    recorded_by: str = "tidemark rules migrate",
+    on_result: Callable | None = None,
+) -> Migration:
+    """Make `rules` the lake's rules and every date's current version one made under them."""
+    from tidemark.deduplication.dedup import run_dedup
+
+    started = time.monotonic()
+    before = rules_record.current(lake)
+    record = rules_record.record_change(lake, rules, recorded_by)
+    changed = before is None or before.rules_id != record.rules_id
+    migration = Migration(record, changed)
+    dates = event_dates(lake)
+    log.info(
+        "re-deduplicating every date under the lake's rules",
+        lake=lake,
+        dates=len(dates),
+        rules_id=record.rules_id,
+        changed=changed,
+    )
+    for event_date in dates:
+        result = run_dedup(lake, event_date, record.rules, spark=spark)
+        migration.results.append(result)
+        if on_result is not None:
+            on_result(result)
+    migration.seconds = round(time.monotonic() - started, 3)
+    log.info(
+        "migration done",
+        lake=lake,
+        rules_id=record.rules_id,
+        dates=len(dates),
+        recomputed=sum(1 for r in migration.results if not r.noop),
+        seconds=migration.seconds,
+    )
+    return migration

@@ -1,0 +1,215 @@
+"""An independent batch sessionization of landed files, to check the lake against (`tidemark demo`
+and the test suite: the one batch reference).
+
+Deliberately shares nothing with the stream's sessionization or the Spark SQL: plain Python over the
+raw landed lines. It reads them with the one implementation of the input contract the stream uses
+too (tidemark.ingest.contract, docs/input-contract.md), keeps one copy per event
+(user_id, event_id, event_ts), sorts each user's events by time and
+starts a new session wherever two neighbours are at least the rules' split gap apart (the gap, or
+the gap + 1 us under the `merge` gap boundary: tidemark/session/sessions.py). A session belongs to the UTC
+date of its first event. If the stream, the dedup SQL and this agree, the promise holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from tidemark.base.times import from_micros, parse_iso, to_micros
+from tidemark.ingest import contract, landing, landing_ledger
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
+
+
+@dataclass(frozen=True)
+class Session:
+    user_id: str
+    session_start: datetime
+    session_end: datetime
+    event_count: int
+    event_ids: frozenset = frozenset()  # which events (the tests compare them; the lake keeps them too)
+    # distinct event types of its events' kept copies; None when sessionized without types
+    event_type_count: int | None = None
+
+    @property
+    def event_date(self) -> str:
+        return self.session_start.date().isoformat()
+
+    def key(self) -> tuple:
+        """What two sessionizations must agree on."""
+        return (self.user_id, _iso(self.session_start), _iso(self.session_end), self.event_count)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def parse_ts(text: object) -> datetime | None:
+    """RFC 3339 with an offset -> aware UTC datetime (fraction truncated to microseconds), else None."""
+    try:
+        return from_micros(contract.parse_event_ts(text))
+    except contract.Refused:
+        return None
+
+
+def valid_events(lines, received_us: int | None = None):
+    """(user_id, event_id, event_ts) of every line that follows the input contract (tidemark.ingest.contract).
+
+    received_us: the receipt time the clock guard compares with; by default now. To judge each line
+    against the time the stream received it, use events_of_landing with the lake.
+    """
+    now = received_us if received_us is not None else to_micros(datetime.now(timezone.utc))
+    for event in contract.read_lines(lines, now):
+        yield event.user_id, event.event_id, event.event_ts
+
+
+def landed_files(landing_uri: str, lake: Lake | None = None, now_us: int | None = None):
+    """(path, receipt time in us, lines) of every input file of the landing (tidemark.ingest.landing's
+    rule: hidden and in-progress names are not input; a leading BOM is not part of a line).
+
+    With the lake, a file the stream read is judged at the receipt time its landing ledger records
+    (tidemark.ingest.landing_ledger), so the clock guard decides here exactly as it did in the stream,
+    however much later the reference runs; a file not read yet, at now_us (default: now). A file
+    replaced after it was read is left out: its new content is in the quarantine.
+    """
+    now = now_us if now_us is not None else to_micros(datetime.now(timezone.utc))
+    ledger = landing_ledger.read_ledger(lake) if lake is not None else {}
+    for found in landing.list_landing(landing_uri):
+        if found.verdict != landing.INPUT:
+            continue
+        record = ledger.get(found.path)
+        if record is not None and record.verdict == landing_ledger.REPLACED_VERDICT and record.matches(found):
+            continue
+        received = (
+            landing_ledger.receipt_us(record.receipt_ts)
+            if record is not None and record.verdict == landing.INPUT
+            else now
+        )
+        yield found.path, received, landing.file_lines(landing.read_file(landing_uri, found.path))
+
+
+def landed_lines(landing_uri: str):
+    """Every line (bytes) of every input file of the landing, as the stream reads them."""
+    for _, _, lines in landed_files(landing_uri):
+        yield from lines
+
+
+def events_of_landing(
+    landing_uri: str,
+    lake: Lake | None = None,
+    now_us: int | None = None,
+    rules: contract.InputRules = contract.InputRules(),
+):
+    """The events (tidemark.ingest.contract.Event) of the landing, each line judged at its receipt time."""
+    for _, received, lines in landed_files(landing_uri, lake, now_us):
+        yield from contract.read_lines(lines, received, rules)
+
+
+def sessionize(events, rules: SessionRules | timedelta) -> list[Session]:
+    """events: (user_id, event_id, event_ts) or (user_id, event_id, event_ts, event_type). An event
+    is the triple: copies repeat it, and of copies of different types the kept one has the smallest
+    type (THE copy rule, tidemark.ingest.contract.copy_order: the smallest (event_type, payload)).
+    rules: the lake's rules (their gap and gap boundary), or a bare gap with the default boundary.
+    With types, each session's event_type_count is the number of distinct types of its events."""
+    gap = SessionRules.of(rules).split_gap
+    kept: dict[tuple, str | None] = {}
+    for event in events:
+        triple, kind = tuple(event[:3]), (event[3] if len(event) > 3 else None)
+        if triple not in kept or (kind is not None and (kept[triple] is None or kind < kept[triple])):
+            kept[triple] = kind
+    by_user: dict[str, list[tuple[datetime, str, str | None]]] = {}
+    for (user_id, event_id, moment), kind in kept.items():
+        by_user.setdefault(user_id, []).append((moment, event_id, kind))
+    sessions = []
+    for user_id, items in by_user.items():
+        items.sort(key=lambda item: item[:2])
+        current = [items[0]]
+        for item in items[1:]:
+            if item[0] - current[-1][0] >= gap:
+                sessions.append(_close(user_id, current))
+                current = []
+            current.append(item)
+        sessions.append(_close(user_id, current))
+    return sorted(sessions, key=lambda s: (s.user_id, s.session_start))
+
+
+def _close(user_id: str, items: list[tuple]) -> Session:
+    kinds = {kind for _, _, kind in items}
+    return Session(
+        user_id,
+        items[0][0],
+        items[-1][0],
+        len(items),
+        frozenset(e for _, e, _ in items),
+        None if None in kinds else len(kinds),
+    )
+
+
+def sessions_of_landing(landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None) -> list[Session]:
+    """Every session of everything landed so far (with the lake: each line judged at its receipt time)."""
+    return sessionize(
+        ((e.user_id, e.event_id, e.event_ts, e.event_type) for e in events_of_landing(landing_uri, lake)), rules
+    )
+
+
+def kept_copies_of_landing(landing_uri: str, lake: Lake | None = None) -> dict:
+    """{(user_id, event_id, event_ts_us): the kept copy (tidemark.ingest.contract.Event)} of everything landed."""
+    return contract.kept_copies(events_of_landing(landing_uri, lake))
+
+
+def sessions_by_date(
+    landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None
+) -> dict[str, set[tuple]]:
+    """{event_date: {session key}} of everything landed so far."""
+    out: dict[str, set[tuple]] = {}
+    for session in sessions_of_landing(landing_uri, rules, lake):
+        out.setdefault(session.event_date, set()).add(session.key())
+    return out
+
+
+def lake_keys(records: list[dict]) -> set[tuple]:
+    """Session keys of `tidemark.iceberg.reader` records (session_start/session_end as RFC 3339 text)."""
+    out = set()
+    for row in records:
+        start, end = parse_iso(row["session_start"]), parse_iso(row["session_end"])
+        out.add((row["user_id"], _iso(start), _iso(end), int(row["event_count"])))
+    return out
+
+
+@dataclass
+class DateCheck:
+    event_date: str
+    expected: int
+    published: int
+    missing: int  # in the recomputation, not in the lake's current version
+    unexpected: int  # in the lake, not in the recomputation
+    version: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.missing == 0 and self.unexpected == 0
+
+
+def check_lake(lake: Lake, landing: str, rules: SessionRules | timedelta | None = None) -> list[DateCheck]:
+    """Compare every date's current deduplicated version (tidemark.iceberg.reader) with the recomputation
+    under `rules` (default: the rules the lake records, gap boundary included)."""
+    from tidemark.iceberg import publish, reader
+    from tidemark.panes import receipts
+
+    if rules is None:
+        rules = rules_record.rules_in_force(lake)[0]
+    expected = sessions_by_date(landing, rules, lake)
+    dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake)))
+    out = []
+    for event_date in dates:
+        want = expected.get(event_date, set())
+        try:
+            table = reader.read_sessions(
+                lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
+            )
+            got, version = lake_keys(reader.to_records(table)), table.schema.metadata[b"tidemark.version"].decode()
+        except reader.NoVersion:
+            got, version = set(), None
+        out.append(DateCheck(event_date, len(want), len(got), len(want - got), len(got - want), version))
+    return out

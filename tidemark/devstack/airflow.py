@@ -1,0 +1,272 @@
+"""A local Airflow 3 for tests and `tidemark up`: api-server, scheduler and dag-processor as three
+processes (each in its own process group), on 127.0.0.1, SQLite by default, LocalExecutor.
+
+    server = AirflowServer(home, env={"TIDEMARK_LAKE": lake}).start()
+    server.url, server.username, server.password     # REST: POST {url}/auth/token
+    server.stop()
+
+Choices, and why:
+- Separate processes rather than `airflow standalone`: each can be stopped and restarted alone
+  (the end-to-end test stops Airflow while notices keep coming), and the scheduler runs with
+  --skip-serve-logs, so no log server listens on all interfaces (the api-server reads task logs
+  from the shared local AIRFLOW_HOME/logs instead). No triggerer: nothing here defers.
+- Login: Airflow 3's simple auth manager (works offline, no extra package). We write its passwords
+  file ourselves before the start (a random password, mode 0600), so nothing is generated or echoed
+  into a log; AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS names the admin user.
+- One JWT secret and the execution API URL are set explicitly for all processes: the LocalExecutor's
+  task processes call the api-server's execution API, and tokens must verify across processes.
+- AIRFLOW__CORE__PARALLELISM defaults to 2 (a Spark task is about 1 GB); DAGs are not paused at
+  creation; the dag-processor lists the DAGs folder every 5 s.
+- The venv's bin/ goes first on PATH, so SparkSubmitOperator finds spark-submit and the Python
+  that has tidemark installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+
+import requests
+
+from tidemark.base import names
+from tidemark.base.polling import wait_for
+from tidemark.devstack import process
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DAGS_FOLDER = os.path.join(REPO, "dags")
+COMPONENTS = ("api-server", "scheduler", "dag-processor")
+
+
+def spark_connection_uri(master: str = "local[*]") -> str:
+    """AIRFLOW_CONN_SPARK_DEFAULT for SparkSubmitOperator: JSON form, so local[*] needs no escaping."""
+    return json.dumps({"conn_type": "spark", "host": master, "extra": {"deploy-mode": "client"}})
+
+
+class AirflowServer:
+    def __init__(
+        self,
+        home: str,
+        port: int | None = None,
+        db_url: str | None = None,
+        dags_folder: str = DAGS_FOLDER,
+        env: dict | None = None,
+        username: str = "admin",
+        parallelism: int = 2,
+        spark_master: str = "local[*]",
+        api_workers: int | None = None,
+    ):
+        self.home = os.path.abspath(home)
+        self.port = port or process.free_port()
+        self.db_url = db_url or f"sqlite:///{os.path.join(self.home, 'airflow.db')}"
+        self.dags_folder = dags_folder
+        self.extra_env = dict(env or {})
+        self.username = username
+        self.parallelism = parallelism
+        self.spark_master = spark_master
+        self.url = f"http://127.0.0.1:{self.port}"
+        # api-server worker processes: one on SQLite (a second only adds writers waiting on its
+        # single lock), two on PostgreSQL, which takes concurrent writers: a burst of trigger POSTs
+        # is then served by both cores (BENCHMARKS.md section 2).
+        self.api_workers = api_workers or (2 if self.db_url.startswith("postgresql") else 1)
+        self.managed: dict[str, process.Managed] = {}
+        self.timings: dict[str, float] = {}
+
+    # -- configuration ------------------------------------------------------------------------
+
+    @property
+    def passwords_file(self) -> str:
+        return os.path.join(self.home, "simple_auth_manager_passwords.json")
+
+    def _secret(self, name: str) -> str:
+        """A random secret kept in the home, so a restart keeps tokens and logins valid."""
+        path = os.path.join(self.home, f".{name}")
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(32))
+        with open(path) as handle:
+            return handle.read().strip()
+
+    def environment(self) -> dict:
+        """The environment every Airflow process (and an `airflow` CLI call) needs."""
+        venv_bin = os.path.dirname(sys.executable)
+        env = {
+            "AIRFLOW_HOME": self.home,
+            "AIRFLOW__CORE__DAGS_FOLDER": self.dags_folder,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": self.passwords_file,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url,
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API__WORKERS": str(self.api_workers),
+            "AIRFLOW__API_AUTH__JWT_SECRET": self._secret("jwt_secret"),
+            "AIRFLOW__API__SECRET_KEY": self._secret("api_secret_key"),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(process.free_port()),
+            "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection_uri(self.spark_master),
+            "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            # spark-submit from a task binds its driver ports to loopback too (local stack only).
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "TIDEMARK_PYTHON": sys.executable,
+            # This Airflow's REST API for its own tasks (tidemark/orchestration/airflow_api.py for_tasks): the
+            # per-date triggers with a partition_key and the asset events of the outbox.
+            "AIRFLOW_CONN_TIDEMARK_AIRFLOW_API": json.dumps(
+                {"conn_type": "http", "host": self.url, "login": self.username, "password": self.password}
+            ),
+        }
+        env.update(self.extra_env)
+        return env
+
+    @property
+    def password(self) -> str:
+        self._write_passwords()
+        with open(self.passwords_file) as handle:
+            return json.load(handle)[self.username]
+
+    def _write_passwords(self) -> None:
+        os.makedirs(self.home, exist_ok=True)
+        if os.path.exists(self.passwords_file):
+            return  # a restart keeps the password
+        fd = os.open(self.passwords_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump({self.username: secrets.token_urlsafe(18)}, handle)
+
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        """Run `airflow <args>` against this home (e.g. `dags test`)."""
+        return subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "airflow"), *args],
+            env={**os.environ, **self.environment()},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        started = time.monotonic()
+        result = self.cli("db", "migrate", timeout=300)
+        if result.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed:\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
+        self.timings["db_migrate_s"] = round(time.monotonic() - started, 1)
+
+    def start(self, timeout: float = 180, components=COMPONENTS) -> AirflowServer:
+        os.makedirs(self.home, exist_ok=True)
+        self._write_passwords()
+        if not os.path.exists(os.path.join(self.home, ".migrated")):
+            self.migrate()
+            open(os.path.join(self.home, ".migrated"), "w").close()
+        started = time.monotonic()
+        airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+        argv = {
+            "api-server": [
+                airflow,
+                "api-server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.api_workers),
+            ],
+            "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
+            "dag-processor": [airflow, "dag-processor"],
+        }
+        env = self.environment()
+        for name in components:
+            if name in self.managed and self.managed[name].alive():
+                continue
+            managed = process.start(
+                f"airflow-{name}",
+                argv[name],
+                os.path.join(self.home, "logs", f"{name}.out"),
+                env=env,
+                cwd=self.home,
+                url=self.url if name == "api-server" else "",
+            )
+            self.managed[name] = managed
+            process.write_pidfile(self.pidfile(name), managed)
+        process.wait_until(lambda: self._healthy(components), timeout, "Airflow", self.managed.get("api-server"))
+        self.timings["start_s"] = round(time.monotonic() - started, 1)
+        return self
+
+    def pidfile(self, name: str) -> str:
+        return os.path.join(self.home, "run", f"{name}.pid")
+
+    def _healthy(self, components) -> bool:
+        for managed in self.managed.values():
+            if not managed.alive():
+                raise RuntimeError(f"{managed.name} exited; see {managed.log_path}:\n{process.tail(managed.log_path)}")
+        health = requests.get(f"{self.url}/api/v2/monitor/health", timeout=2).json()
+        wanted = {"api-server": "metadatabase", "scheduler": "scheduler", "dag-processor": "dag_processor"}
+        return all(health.get(wanted[c], {}).get("status") == "healthy" for c in components)
+
+    def stop(self, components=COMPONENTS) -> None:
+        # The scheduler first: it owns the LocalExecutor's workers. Each task process runs in a
+        # process group of its own (measured: `airflow worker -- <ti id>` calls setsid), so its
+        # spark-submit JVM would outlive the scheduler's group: end those groups too.
+        for name in sorted(components, key=lambda c: c != "scheduler"):
+            managed = self.managed.pop(name, None) or process.read_pidfile(self.pidfile(name))
+            if managed is not None:
+                task_groups = process.descendant_groups(managed.pid)
+                process.stop(managed)
+                for pgid in task_groups:
+                    process.stop_group(pgid)
+                try:
+                    os.remove(self.pidfile(name))
+                except FileNotFoundError:
+                    pass
+
+    def client(self):
+        """A REST client logged in as the admin (cloud_function's client)."""
+        from tidemark.orchestration.airflow_api import AirflowClient
+
+        return AirflowClient(self.url, "password", self.username, self.password)
+
+    def wait_for_dag(self, dag_id: str | None = None, timeout: float = 120) -> dict:
+        """Until the dag-processor has parsed `dag_id` (default names.DAG_ID); fails on an import
+        error instead of waiting it out."""
+        dag_id = dag_id or names.get("DAG_ID")
+        client = self.client()
+        found: dict = {}
+
+        def parsed() -> bool:
+            errors = client.import_errors()
+            if errors:
+                raise RuntimeError(f"DAG import errors: {errors}")
+            found.update(client.get_dag(dag_id) or {})
+            return bool(found)
+
+        from tidemark.orchestration.airflow_api import AirflowError
+
+        # RuntimeError (an import error) ends the wait; an api-server still busy is "not yet".
+        wait_for(
+            parsed,
+            timeout,
+            f"DAG {dag_id} (parsed)",
+            interval=1,
+            not_yet=(requests.RequestException, AirflowError, ValueError),
+            detail=lambda: "; see " + self.managed.get("dag-processor", process.Managed("", 0, "")).log_path,
+        )
+        return found
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

@@ -1,0 +1,228 @@
+"""A real PostgreSQL for the local stack's Airflow metadata: Debian's `postgresql` package.
+
+    server = PostgresServer(home).start()      # initdb on first use, then `postgres` on 127.0.0.1
+    server.db_url                              # postgresql+psycopg2://airflow:<password>@127.0.0.1:<port>/airflow
+    server.stop()                              # by process group, like every server here
+    server.remove()                            # the data folder too (tests)
+
+Why: Airflow calls SQLite a development-only metadata store, and it is the one that made a burst of
+notices slow: two concurrent trigger POSTs wait on SQLite's single writer until its 5 s busy timeout
+(BENCHMARKS.md section 2). PostgreSQL takes concurrent writers.
+
+Choices:
+- The binaries of the newest /usr/lib/postgresql/<version>/bin (Debian installs them off PATH);
+  none: `available()` is False and the stack keeps SQLite.
+- TCP on 127.0.0.1 only, no Unix socket; one role `airflow` with a random password (mode 0600 in
+  the home, like the Airflow admin's), scram-sha-256 for every connection.
+- PostgreSQL refuses to run as root. As root (this machine, CI) the server runs as the `postgres`
+  system user through runuser, and its data folder is where that user can reach it:
+  /var/tmp/tidemark-postgres/<hash of the home> (a pytest or /root home is not traversable by it).
+  The home keeps the password and the log.
+- The server is the process group's leader (runuser execs nothing else): stopping the group ends
+  the postmaster and its backends; SIGTERM is PostgreSQL's "smart" shutdown, and the stack stops
+  Airflow first, so no client holds it up.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import time
+
+from tidemark.devstack import process
+
+ROLE = "airflow"
+DATABASE = "airflow"
+SHARED_ROOT = "/var/tmp/tidemark-postgres"
+
+
+def bin_dir() -> str | None:
+    """The newest installed PostgreSQL's bin folder (Debian: /usr/lib/postgresql/<major>/bin)."""
+    found = [
+        d
+        for d in glob.glob("/usr/lib/postgresql/*/bin")
+        if os.path.exists(os.path.join(d, "postgres")) and os.path.exists(os.path.join(d, "initdb"))
+    ]
+    if not found:
+        return None
+    return max(found, key=lambda d: int(d.split("/")[-2]) if d.split("/")[-2].isdigit() else 0)
+
+
+def available() -> bool:
+    """Binaries and the Python drivers Airflow needs (psycopg2; asyncpg for its async engine)."""
+    if bin_dir() is None:
+        return False
+    try:
+        import asyncpg  # type: ignore[import-untyped]  # noqa: F401 - no type information shipped
+        import psycopg2  # type: ignore[import-untyped]  # noqa: F401 - no type information shipped
+    except ImportError:
+        return False
+    return os.geteuid() != 0 or _system_user() is not None
+
+
+def _system_user():
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        return None
+
+
+class PostgresServer:
+    def __init__(self, home: str, port: int | None = None):
+        self.home = os.path.abspath(home)
+        self.port = port or process.free_port()
+        self.log_path = os.path.join(self.home, "postgres.log")
+        self.managed: process.Managed | None = None
+        self.as_root = os.geteuid() == 0
+        if self.as_root:
+            digest = hashlib.sha256(self.home.encode()).hexdigest()[:16]
+            self.data_dir = os.path.join(SHARED_ROOT, digest, "data")
+        else:
+            self.data_dir = os.path.join(self.home, "data")
+
+    # -- credentials ---------------------------------------------------------------------------
+
+    @property
+    def password_file(self) -> str:
+        return os.path.join(self.home, ".password")
+
+    @property
+    def password(self) -> str:
+        os.makedirs(self.home, exist_ok=True)
+        if not os.path.exists(self.password_file):
+            fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(24))  # URL-safe: no quoting in the db URL
+        with open(self.password_file) as handle:
+            return handle.read().strip()
+
+    @property
+    def db_url(self) -> str:
+        return f"postgresql+psycopg2://{ROLE}:{self.password}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def __repr__(self) -> str:  # never the password
+        return f"PostgresServer(127.0.0.1:{self.port}, {self.data_dir})"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def _as_server_user(self, argv: list[str]) -> list[str]:
+        return ["runuser", "-u", "postgres", "--", *argv] if self.as_root else argv
+
+    @staticmethod
+    def _bin() -> str:
+        binaries = bin_dir()
+        if binaries is None:
+            raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
+        return binaries
+
+    def init(self) -> None:
+        """initdb once (the data folder survives stop/start, as the SQLite file did)."""
+        if os.path.exists(os.path.join(self.data_dir, "PG_VERSION")):
+            return
+        binaries = self._bin()
+        parent = os.path.dirname(self.data_dir)
+        os.makedirs(parent, exist_ok=True)
+        pwfile = os.path.join(parent, ".initdb-password")
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self.password + "\n")
+        if self.as_root:
+            user = _system_user()
+            os.chmod(os.path.dirname(parent), 0o755)  # SHARED_ROOT: traversable, not listable by others
+            for path in (parent, pwfile):
+                os.chown(path, user.pw_uid, user.pw_gid)
+            os.chmod(parent, 0o700)
+        try:
+            result = subprocess.run(
+                self._as_server_user(
+                    [
+                        os.path.join(binaries, "initdb"),
+                        "-D",
+                        self.data_dir,
+                        "-U",
+                        ROLE,
+                        f"--pwfile={pwfile}",
+                        "--auth=scram-sha-256",
+                        "--encoding=UTF8",
+                        "--locale=C.UTF-8",
+                    ]
+                ),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            os.remove(pwfile)
+        if result.returncode != 0:
+            raise RuntimeError(f"initdb failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+
+    def start(self, timeout: float = 60) -> PostgresServer:
+        self.init()
+        argv = self._as_server_user(
+            [
+                os.path.join(self._bin(), "postgres"),
+                "-D",
+                self.data_dir,
+                "-p",
+                str(self.port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+                # Airflow's api-server, scheduler, dag-processor and task processes each keep a pool.
+                "-c",
+                "max_connections=200",
+            ]
+        )
+        self.managed = process.start("postgres", argv, self.log_path)
+        process.wait_until(self._ready, timeout, "PostgreSQL", self.managed)
+        self._ensure_database()
+        return self
+
+    def _connect(self, database: str):
+        import psycopg2
+
+        return psycopg2.connect(
+            host="127.0.0.1", port=self.port, user=ROLE, password=self.password, dbname=database, connect_timeout=2
+        )
+
+    def _ready(self) -> bool:
+        self._connect("postgres").close()
+        return True
+
+    def _ensure_database(self) -> None:
+        conn = self._connect("postgres")
+        try:
+            conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+                if cur.fetchone() is None:
+                    cur.execute(f"CREATE DATABASE {DATABASE}")  # a constant, not user input
+        finally:
+            conn.close()
+
+    def healthy(self) -> bool:
+        try:
+            return self._ready()
+        except Exception:  # noqa: BLE001 - any failure to connect is "not healthy"
+            return False
+
+    def stop(self) -> None:
+        if self.managed is not None:
+            process.stop(self.managed, grace=20.0)
+            self.managed = None
+
+    def remove(self) -> None:
+        """Stop, then delete the data folder (the tests' servers; `tidemark down` keeps it)."""
+        self.stop()
+        folder = os.path.dirname(self.data_dir) if self.as_root else self.data_dir
+        for _ in range(20):  # a backend killed at the end of stop() may still be writing for a moment
+            shutil.rmtree(folder, ignore_errors=True)
+            if not os.path.exists(folder):
+                return
+            time.sleep(0.5)

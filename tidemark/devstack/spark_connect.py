@@ -1,0 +1,134 @@
+"""A warm Spark for the DAG's dedup: the Spark Connect server that ships in the pyspark package.
+
+    server = SparkConnectServer(home, port=15002).start()
+    server.url                      # sc://127.0.0.1:15002 (what a client connects to)
+    server.airflow_connection()     # AIRFLOW_CONN_SPARK_DEFAULT naming it (conn_type spark_connect)
+    server.stop()
+
+Why: a spark-submit per DAG run pays a JVM start and Spark's fixed job costs every time (most of
+a small correction's minute on a 2-core box); a Connect client connects in about a second and runs
+the same tidemark.deduplication.dedup code, each run in its own server-side session (own temp views and SQL
+settings), several at once.
+
+How it runs: `$SPARK_HOME/sbin/start-connect-server.sh --wait` (SPARK_HOME = the installed pyspark
+folder) in the foreground, in its own process group, so that it is stopped by group like the other
+components; bound to 127.0.0.1 only, on a port chosen by the caller; started with the same settings
+as every tidemark session (tidemark.base.spark.session_settings: UTC, shuffle partitions, ...), which
+every Connect session, and every newSession() of one, starts from. SPARK_LOG_DIR, SPARK_PID_DIR and
+the driver's scratch files live under `home`. Healthy = the gRPC port accepts connections.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from tidemark.devstack import process
+
+START_TIMEOUT_S = 180.0
+
+
+def spark_home() -> str:
+    import pyspark
+
+    return os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
+class SparkConnectServer:
+    def __init__(self, home: str, port: int | None = None, master: str = "local[2]"):
+        self.home = os.path.abspath(home)
+        self.port = port or process.free_port()
+        self.master = master
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(self.home, "spark-connect.log")
+        self.managed: process.Managed | None = None
+
+    def argv(self) -> list[str]:
+        from tidemark.base.spark import session_settings
+
+        settings = {
+            **session_settings(),
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            # The driver's own ports (block manager, RPC) on loopback too.
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.host": "127.0.0.1",
+            # A session no client has used for this long is released with its views and
+            # cache (a killed task's, or the per-run newSession() tidemark.deduplication.dedup opens).
+            "spark.connect.session.manager.defaultSessionTimeout": "15m",
+            "spark.local.dir": os.path.join(self.home, "scratch"),
+            "spark.sql.warehouse.dir": os.path.join(self.home, "warehouse"),
+        }
+        argv = [os.path.join(spark_home(), "sbin", "start-connect-server.sh"), "--wait", "--master", self.master]
+        for key, value in sorted(settings.items()):
+            argv += ["--conf", f"{key}={value}"]
+        return argv
+
+    def environment(self) -> dict:
+        return {
+            "SPARK_HOME": spark_home(),
+            "SPARK_CONF_DIR": os.path.join(self.home, "conf"),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": os.path.join(self.home, "logs"),
+            "SPARK_PID_DIR": os.path.join(self.home, "run"),
+            # Python workers, if a query ever needs one, get this interpreter and its packages.
+            "PYSPARK_PYTHON": sys.executable,
+            # spark-submit and java from the venv's PATH, as for the DAG's spark-submit.
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+        }
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> SparkConnectServer:
+        for sub in ("logs", "run", "scratch", "conf"):
+            os.makedirs(os.path.join(self.home, sub), exist_ok=True)
+        with open(os.path.join(self.home, "conf", "log4j2.properties"), "w") as handle:
+            handle.write(_LOG4J2)
+        if process.port_open(self.port):
+            raise RuntimeError(f"port {self.port} is already in use; not starting a Spark Connect server there")
+        self.managed = process.start(
+            "spark-connect", self.argv(), self.log_path, env=self.environment(), cwd=self.home, url=self.url
+        )
+        try:
+            process.wait_until(self.healthy, timeout, "the Spark Connect server", self.managed, interval=0.5)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def healthy(self) -> bool:
+        return process.port_open(self.port)
+
+    def stop(self) -> None:
+        if self.managed is not None:
+            process.stop(self.managed)
+            self.managed = None
+
+    def airflow_connection(self) -> str:
+        """AIRFLOW_CONN_SPARK_DEFAULT for this server: the DAG's dedup then runs as its client."""
+        return connection_json(self.port)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# WARN and above, plus the server's own start line: at INFO the server logs every session access.
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stdout.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.connect.name = org.apache.spark.sql.connect.service.SparkConnectServer
+logger.connect.level = info
+"""
+
+
+def connection_json(port: int, host: str = "127.0.0.1") -> str:
+    """An Airflow connection (JSON form) of type spark_connect (the Spark provider's
+    SparkConnectHook builds sc://host:port from it)."""
+    return json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)})

@@ -1,0 +1,298 @@
+"""A bounded landing: read files moved out of the landing folder, and the stream's checkpoint
+started afresh now and then, so that neither the listing of every trigger nor Spark's file-source
+log grows with the landing's age (issue 27; docs/input-contract.md "Landing").
+
+Spark's file source keeps every file it ever read in its source log, and compacting the log keeps
+every entry; `maxFileAge` only bounds the in-memory map (SPARK-30462). Its own `cleanSource=archive`
+moves every file of a committed batch, best effort, from a background thread: that includes names
+tidemark does not read (in-progress `.tmp`/`.part` files still being written, hidden files), and the
+files of the last batch before a stop or a checkpoint change are never moved. So tidemark moves the
+files itself, with the landing rule and the stream's commit log deciding:
+
+    <archive>/received=YYYY-MM-DD/<path relative to the landing>   a read input file, under the UTC
+                                                                   date of the batch that read it
+    <checkpoint>/archive_queue/batch_id=N.json   the input files batch N read (tidemark batch id),
+                                                 written before its ledger entry; deleted once moved
+    <checkpoint>/generation.json                 {"generation": g, "batch_base": B}: the query folder
+                                                 in use, and the batch id its batch 0 has
+    <checkpoint>/query, query-g1, query-g2 ...   Spark's checkpoint of generation 0, 1, 2 ...
+
+A file moves only after Spark's commit log records the batch that read it (`commits/<id>`): a batch
+that is not committed is replayed from the same files, so its files must stay. A file whose size or
+modification time changed since the batch read it was replaced: its new content is quarantined
+(tidemark.ingest.landing_ledger, as the landing audit does) and it moves under `<archive>/_replaced/`.
+The first rotation of a checkpoint also moves whatever the landing ledger records as read (a
+landing that held read files before the archive was turned on).
+
+A rotation (every `rotate_after` batches of a generation, at a graceful stop) starts the next
+generation on an empty query folder. It is safe only when every file a batch read has left the
+landing, else the new query would read it again: so it happens only when the archive queue is empty
+after moving every committed batch's files (no batch left any work half done), and the generation
+file is switched last. A SIGKILL anywhere before the switch resumes the old generation (its
+committed files are gone from the landing; it never needs them again); after it, the new one starts,
+and the old query folder is deleted at the next start. Batch ids continue across generations
+(batch_base), so the stream's state versions (streaming_job/state.py), pane batch ids and notices see
+one increasing sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+from tidemark.base import layout
+from tidemark.base.logs import get_logger
+from tidemark.ingest.landing import LandedFile
+from tidemark.store import storage
+from tidemark.store.lake import Lake
+
+log = get_logger("landing")
+
+GENERATION_FILE = "generation.json"
+QUEUE_DIR = "archive_queue"
+RECEIVED_KEY = "received"
+REPLACED_DIR = "_replaced"  # hidden: files replaced after they were read (content quarantined)
+
+
+@dataclass(frozen=True)
+class Generation:
+    generation: int
+    batch_base: int
+
+    def query_dir(self, checkpoint: str) -> str:
+        """Spark's checkpoint folder of this generation (generation 0 keeps today's name)."""
+        return layout.join(checkpoint, "query" if self.generation == 0 else f"query-g{self.generation}")
+
+
+def current(checkpoint: str) -> Generation:
+    meta = storage.read_json(layout.join(checkpoint, GENERATION_FILE)) or {}
+    return Generation(int(meta.get("generation", 0)), int(meta.get("batch_base", 0)))
+
+
+def _day(receipt_ts: str) -> str:
+    return layout.parse_receipt_ts(receipt_ts).date().isoformat()
+
+
+def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
+    return layout.join(archive, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
+
+
+def _queue_dir(checkpoint: str) -> str:
+    return layout.join(checkpoint, QUEUE_DIR)
+
+
+def _queue_entry(checkpoint: str, batch_id: int) -> str:
+    return layout.join(_queue_dir(checkpoint), f"batch_id={batch_id}.json")
+
+
+def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[dict]) -> None:
+    """Record what a batch read, before its ledger entry and its panes: written again identically
+    when the batch is replayed. files: {path, size, mtime_ms} of its input files."""
+    storage.write_json_atomic(
+        _queue_entry(checkpoint, generation.batch_base + spark_batch_id),
+        {
+            "generation": generation.generation,
+            "spark_batch_id": spark_batch_id,
+            "receipt_ts": receipt_ts,
+            "files": [{"path": f["path"], "size": f.get("size"), "mtime_ms": f.get("mtime_ms")} for f in files],
+        },
+    )
+
+
+def queued(checkpoint: str) -> list[dict]:
+    """The queue's entries (batches whose files are not all moved yet), oldest first."""
+    out = []
+    for name in storage.list_dir(_queue_dir(checkpoint)):
+        value = layout.partition_value(name.removesuffix(".json"), "batch_id")
+        if value is not None and value.isdigit() and name.endswith(".json"):
+            entry = storage.read_json(layout.join(_queue_dir(checkpoint), name))
+            if entry is not None:
+                out.append({**entry, "batch_id": int(value)})
+    return sorted(out, key=lambda e: e["batch_id"])
+
+
+def committed(checkpoint: str, entry: dict) -> bool:
+    """Spark's commit log of the entry's generation records its batch: it is never replayed."""
+    query = Generation(int(entry["generation"]), 0).query_dir(checkpoint)
+    return storage.exists(layout.join(query, "commits", str(int(entry["spark_batch_id"]))))
+
+
+def drain(
+    landing: str, archive: str, checkpoint: str, on_replaced: Callable[[list[LandedFile]], None] | None = None
+) -> int:
+    """Move the files of every committed batch in the queue to the archive; returns files moved.
+    Idempotent: a file already moved (a crash after the move, before the entry's deletion) is
+    skipped.
+
+    A file changed since its batch read it (replaced under its name) is not archived as read:
+    on_replaced gets it before the batch's entry is deleted (the stream quarantines its new content
+    and sets it aside: tidemark.ingest.landing_ledger.quarantine_replaced), so that no later checkpoint
+    generation reads it as a new file. Without on_replaced it stays, for the landing audit."""
+    moved = 0
+    for entry in queued(checkpoint):
+        if not committed(checkpoint, entry):
+            continue
+        replaced = []
+        for item in entry["files"]:
+            found = _found(landing, item["path"])
+            if found is None:
+                continue  # moved already
+            if (item.get("size") is not None and item["size"] != found.size) or (
+                item.get("mtime_ms") is not None and item["mtime_ms"] != found.mtime_ms
+            ):
+                replaced.append(found)
+                continue
+            move_read(landing, archive, entry["receipt_ts"], item["path"])
+            moved += 1
+        if replaced:
+            log.warning(
+                "landed files changed after they were read: not archived as read", files=[f.path for f in replaced]
+            )
+            if on_replaced is not None:
+                on_replaced(replaced)
+        storage.delete_file(_queue_entry(checkpoint, entry["batch_id"]))
+    return moved
+
+
+def _found(landing: str, path: str) -> LandedFile | None:
+    fs, root = storage.resolve(landing)
+    info = fs.get_file_info(root.rstrip("/") + "/" + path)
+    if info.type != pafs.FileType.File:
+        return None
+    return LandedFile(path, int(info.size or 0), int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0)
+
+
+def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
+    """A read input file to <archive>/received=<its batch's day>/<path>."""
+    _rename(landing, path, archive_path(archive, receipt_ts, path), receipt_ts)
+
+
+def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
+    """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
+    out of the landing, and out of what the batch reference reads (a hidden folder)."""
+    _rename(landing, path, layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", path), receipt_ts)
+
+
+def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
+    fs, root = storage.resolve(landing)
+    source = root.rstrip("/") + "/" + path
+    info = fs.get_file_info(source)
+    if info.type != pafs.FileType.File:
+        return
+    afs, target = storage.resolve(target_uri)
+    existing = afs.get_file_info(target)
+    if existing.type == pafs.FileType.File and existing.size != info.size:
+        # the same name archived twice the same day (a file landed under an archived name): keep both
+        target = f"{target}.{receipt_ts}"
+    afs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    if type(afs) is type(fs):
+        fs.move(source, target)  # a rename on a local disk; copy and delete on a bucket
+    else:
+        pafs.copy_files(source, target, source_filesystem=fs, destination_filesystem=afs)
+        fs.delete_file(source)
+
+
+def rotate(
+    landing: str,
+    archive: str,
+    checkpoint: str,
+    generation: Generation,
+    on_replaced: Callable[[list[LandedFile]], None] | None = None,
+    sweep: Callable[[], object] | None = None,
+    lake: Lake | None = None,
+) -> Generation | None:
+    """Start the next generation if nothing a batch read is left in the landing; returns it, or
+    None when some batch's work is not committed (the old generation then resumes and replays it).
+    Call only after the generation's query has stopped.
+
+    sweep: at the first rotation only (generation 0, which may have run without the archive), what
+    moves every file the landing ledger records as read (tidemark.ingest.landing_ledger.sweep_read): a
+    landing that held read files before the archive was turned on is cleared before a new
+    file-source log could read them again. Later generations ran with the archive throughout (a
+    generation file refuses a start without it), so their queue is the whole story.
+
+    lake: also refuse while a planned, uncommitted batch has a landing ledger entry (its receipt_ts
+    is its batch timestamp in the offset log): work a run without the archive left half done,
+    which its replay must finish from the landing's files."""
+    drain(landing, archive, checkpoint, on_replaced)
+    query = generation.query_dir(checkpoint)
+    offsets = [int(n) for n in storage.list_dir(layout.join(query, "offsets")) if n.isdigit()]
+    commits = [int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()]
+    if queued(checkpoint) or (lake is not None and _half_done(lake, query, offsets, commits)):
+        log.warning("checkpoint rotation skipped: a batch is not committed yet", checkpoint=checkpoint)
+        return None
+    if sweep is not None and generation.generation == 0:
+        sweep()
+    # every id the old query planned, even one it refused to run (a graceful stop): never reused
+    nxt = Generation(generation.generation + 1, generation.batch_base + max(offsets, default=-1) + 1)
+    storage.write_json_atomic(
+        layout.join(checkpoint, GENERATION_FILE), {"generation": nxt.generation, "batch_base": nxt.batch_base}
+    )
+    log.info(
+        "checkpoint rotated: a new file-source log",
+        checkpoint=checkpoint,
+        generation=nxt.generation,
+        batch_base=nxt.batch_base,
+    )
+    remove_old_generations(checkpoint, nxt)
+    return nxt
+
+
+def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -> bool:
+    import json
+
+    done = max(commits, default=-1)
+    for batch_id in (n for n in offsets if n > done):
+        text = storage.read_text(layout.join(query, "offsets", str(batch_id))) or ""
+        lines = text.splitlines()
+        try:
+            millis = int(json.loads(lines[1])["batchTimestampMs"])
+        except (IndexError, KeyError, ValueError):
+            return True  # an offset entry not understood: do not guess
+        if lake.has_landing_ledger_entry(layout.receipt_ts_from_millis(millis)):
+            return True
+    return False
+
+
+def clear_unfinished_first_write(query_dir: str) -> list[str]:
+    """Remove what a query killed during its very first offset write left in its offsets folder.
+
+    Spark writes each log entry to a hidden temporary file and renames it into place. Killed
+    before the rename of entry 0 (a new checkpoint, or a generation's first batch after a
+    rotation), the folder holds only that temporary file, and Spark 4 then refuses to start the
+    query for good (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: "offsets should be empty on batch
+    0"). With no numbered entry, no batch was planned: the leftovers carry nothing. Returns the
+    names removed."""
+    offsets = layout.join(query_dir, "offsets")
+    names = storage.list_dir(offsets)
+    if any(name.isdigit() for name in names):
+        return []
+    leftovers = [name for name in names if name.startswith(".")]
+    for name in leftovers:
+        storage.delete_file(layout.join(offsets, name))
+    if leftovers:
+        log.warning("removed an unfinished first offset write of a killed query", folder=offsets, files=leftovers)
+    return leftovers
+
+
+def remove_old_generations(checkpoint: str, generation: Generation) -> None:
+    """Delete the query folders of earlier generations (left by a crash right after a switch)."""
+    keep = generation.query_dir(checkpoint).rstrip("/").rsplit("/", 1)[-1]
+    for name in storage.list_subdirs(checkpoint):
+        if name != keep and (name == "query" or (name.startswith("query-g") and name[7:].isdigit())):
+            storage.delete_dir(layout.join(checkpoint, name))
+
+
+def archived_days(archive: str) -> dict[str, int]:
+    """{received day: files archived under it}."""
+    fs, root = storage.resolve(archive)
+    out: dict[str, int] = {}
+    for name in storage.list_subdirs(archive):
+        day = layout.partition_value(name, RECEIVED_KEY)
+        if day is None:
+            continue
+        infos = fs.get_file_info(pafs.FileSelector(f"{root}/{name}", recursive=True, allow_not_found=True))
+        out[day] = sum(1 for info in infos if info.type == pafs.FileType.File)
+    return out

@@ -1,1 +1,0 @@
-"""Starting and stopping the real servers on loopback: Pub/Sub emulator, Airflow, the function."""

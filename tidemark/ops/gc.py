@@ -1,0 +1,240 @@
+"""Garbage collection of the deduplicated table: the table's upkeep (publish.maintain: manifests merged
+by month of event date, an older table's per-date properties migrated), expire old snapshots, then
+remove the files that no remaining snapshot references (superseded versions, runs killed before
+their commit, runs whose commit was refused, old Iceberg metadata), and prune the receipt index's arrival entries that
+reconciliation no longer reads, and remove the packs no reader will use (tidemark/panes/packs.py). Scheduled daily by dags/tidemark_maintenance.py.
+
+Safety floors:
+- a retention below MIN_RETENTION is refused: a reader that loaded the table just before a commit,
+  or a dedup run between writing its files and committing them, must have time to finish;
+- a snapshot is judged by when it STOPPED being current (the commit of the next one), not by when
+  it was made: a version that was current until a minute ago is a minute old, however old its data;
+- the current snapshot is never expired, so every date's current version is never removed, and
+  the run folder the table names current for a date is kept whatever any listing says;
+- an unreferenced file is removed only once its folder's newest write is older than the retention
+  (a run still writing, or about to commit, is young).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import pyarrow.fs as pafs
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
+
+from tidemark.base import layout
+from tidemark.base.durations import format_duration
+from tidemark.base.logs import get_logger
+from tidemark.iceberg import publish
+from tidemark.iceberg import table as iceberg
+from tidemark.orchestration import reconcile
+from tidemark.panes import packs, receipt_index
+from tidemark.store.lake import RUN_MARKER, Lake, run_folder
+
+log = get_logger("gc")
+
+MIN_RETENTION = timedelta(hours=1)
+
+
+class RetentionTooShort(ValueError):
+    """A retention below the safe floor: refused before anything is looked at."""
+
+
+@dataclass(frozen=True)
+class Removal:
+    what: str  # "snapshot", "run" (an unreferenced run folder), "metadata", "arrivals", "pack (...)"
+    path: str  # the snapshot id, or the path relative to the table's location
+    event_date: str | None
+    version: str | None  # the version a snapshot published / a run folder held, when known
+    age_s: float  # how long it has been unneeded (snapshot: since it stopped being current)
+
+
+def check_retention(retention: timedelta) -> timedelta:
+    if retention < MIN_RETENTION:
+        raise RetentionTooShort(
+            f"refusing a retention of {format_duration(retention)}: below the safe floor of "
+            f"{format_duration(MIN_RETENTION)} (a reader or a running dedup may still use what it would remove)"
+        )
+    return retention
+
+
+def gc(lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: bool = False) -> list[Removal]:
+    """Expire snapshots that stopped being current `retention` ago, then remove unreferenced files
+    whose newest write is that old. Returns what was (dry_run: would be) removed."""
+    check_retention(retention)
+    now = now or datetime.now(timezone.utc)
+    removed = []
+    if iceberg.load(lake) is not None:
+        # Upkeep first (manifests merged by month; an older table's per-date properties moved to
+        # version files: publish.maintain), so that what is expired next includes what it replaced.
+        publish.maintain(lake, dry_run=dry_run)
+        removed, tbl, versions = _expire(lake, retention, now, dry_run)
+        removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run)
+    removed += _prune_arrivals(lake, retention, now, dry_run)
+    removed += _prune_packs(lake, retention, now, dry_run)
+    for item in removed:
+        log.info(
+            "gc removed" if not dry_run else "gc would remove",
+            what=item.what,
+            path=item.path,
+            event_date=item.event_date,
+            version=item.version,
+            age_s=round(item.age_s, 1),
+        )
+    return removed
+
+
+def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
+    """The receipt index's arrival entries of days older than the retention and than reconciliation's
+    last pass (which reads only those after it; tidemark/orchestration/reconcile.py): one folder per day."""
+    keep_from = (now - retention).date()
+    head = reconcile.last_pass_head(lake)
+    if head:
+        keep_from = min(keep_from, layout.parse_receipt_ts(head).date())
+    days = receipt_index.prune_arrivals(lake, keep_from, dry_run)
+    return [
+        Removal(
+            "arrivals",
+            _relative(lake.arrivals_dir(day), lake.uri + "/"),
+            None,
+            None,
+            (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds(),
+        )
+        for day in days
+    ]
+
+
+def _prune_packs(lake: Lake, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
+    """Packs no reader will use (tidemark/panes/packs.py): killed mid-write, or superseded by a bigger one
+    for the retention. A pack is only a cache of receipt partitions' panes: removing it changes no
+    result, and the receipt partitions themselves are never touched here."""
+    found = packs.leftovers(lake, retention.total_seconds(), lambda uri: _age_s(lake, uri, now, recursive=True), now)
+    if not dry_run:
+        for leftover in found:
+            packs.remove(lake, leftover)
+    return [
+        Removal(
+            f"pack ({leftover.why})",
+            _relative(lake.pack_dir(leftover.event_date, leftover.pack_id), lake.uri + "/"),
+            leftover.event_date,
+            None,
+            leftover.age_s,
+        )
+        for leftover in found
+    ]
+
+
+def _conflicts():
+    from pyiceberg.exceptions import CommitFailedException
+    from sqlalchemy.exc import OperationalError
+
+    return (CommitFailedException, OperationalError)
+
+
+@retry(
+    retry=retry_if_exception_type(_conflicts()),
+    stop=stop_after_delay(300),
+    wait=wait_random_exponential(multiplier=0.05, max=2),
+    reraise=True,
+)
+def _expire(lake: Lake, retention: timedelta, now: datetime, dry_run: bool):
+    """(removals, the table as left, {run_id: version} of every tidemark snapshot seen)."""
+    tbl = iceberg.load(lake)
+    lineage = [snapshot for snapshot, _ in publish.snapshot_versions(tbl)]
+    versions = {
+        props["tidemark.run-id"]: (props["tidemark.event-date"], props["tidemark.version"])
+        for _, props in publish.snapshot_versions(tbl)
+        if "tidemark.run-id" in props
+    }
+    now_ms = now.timestamp() * 1000
+    removals = []
+    # The last one is current: never expired. Each other one stopped being current when the next
+    # one was committed.
+    for older, newer in zip(lineage, lineage[1:], strict=False):
+        age_s = (now_ms - newer.timestamp_ms) / 1000
+        if age_s >= retention.total_seconds():
+            props = older.summary.additional_properties if older.summary else {}
+            removals.append(
+                Removal(
+                    "snapshot",
+                    str(older.snapshot_id),
+                    props.get("tidemark.event-date"),
+                    props.get("tidemark.version"),
+                    age_s,
+                )
+            )
+    if removals and not dry_run:
+        tbl.maintenance.expire_snapshots().by_ids([int(r.path) for r in removals]).commit()
+        tbl = iceberg.load(lake)
+    return removals, tbl, versions
+
+
+def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, retention, now, dry_run) -> list[Removal]:
+    gone = {int(r.path) for r in expired}
+    kept = [s for s in tbl.snapshots() if s.snapshot_id not in gone]
+    location = tbl.location().rstrip("/") + "/"
+    data, metadata = set(), {_relative(tbl.metadata_location, location)}
+    for snapshot in kept:
+        metadata.add(_relative(snapshot.manifest_list, location))
+        for manifest in snapshot.manifests(tbl.io):
+            path = _relative(manifest.manifest_path, location)
+            if path in metadata:
+                # Manifests are immutable and the kept snapshots share most of them (one per
+                # event date): read each once, not once per snapshot (21 x 190 reads at 189 dates).
+                continue
+            metadata.add(path)
+            for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
+                data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
+    current_runs = {
+        run_folder(event_date, record["run_id"]) for event_date, record in publish.current_records(tbl).items()
+    }
+    root = lake.dedup_root()
+    removed = []
+    for date_dir in lake.list_subdirs(lake.dedup_data_dir()):
+        event_date = layout.partition_value(date_dir, "event_date")
+        for run_dir in lake.list_subdirs(layout.join(lake.dedup_data_dir(), date_dir)):
+            folder = _relative(layout.join(lake.dedup_data_dir(), date_dir, run_dir), root + "/")
+            if folder in data or folder in current_runs:
+                continue
+            age_s = _age_s(lake, layout.join(root, folder), now, recursive=True)
+            if age_s is None or age_s < retention.total_seconds():
+                continue
+            run_id = layout.partition_value(run_dir, "run")
+            removed.append(Removal("run", folder, event_date, versions.get(run_id, (None, None))[1], age_s))
+            if not dry_run:
+                # The marker first: a half-removed folder is then plainly a leftover.
+                lake.delete_file(layout.join(root, folder, RUN_MARKER))
+                lake.delete_dir(layout.join(root, folder))
+    for name in lake.list_dir(lake.dedup_metadata_dir()):
+        path = _relative(layout.join(lake.dedup_metadata_dir(), name), root + "/")
+        if path in metadata:
+            continue
+        age_s = _age_s(lake, layout.join(root, path), now)
+        if age_s is None or age_s < retention.total_seconds():
+            continue  # young: perhaps a commit in flight
+        removed.append(Removal("metadata", path, None, None, age_s))
+        if not dry_run:
+            lake.delete_file(layout.join(root, path))
+    return removed
+
+
+def _relative(uri: str, location: str) -> str:
+    if not uri.startswith(location):
+        raise RuntimeError(f"{uri} is outside the table's location {location}: gc will not judge it")
+    return uri[len(location) :]
+
+
+def _age_s(lake: Lake, uri: str, now: datetime, recursive: bool = False) -> float | None:
+    """Seconds since the newest write of a file, or of anything below a folder (object stores have
+    no folder times); None when nothing is there."""
+    fs, path = lake.locate(uri)
+    infos = [fs.get_file_info(path)]
+    if recursive:
+        infos += fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    newest = None
+    for info in infos:
+        if info.type != pafs.FileType.NotFound and info.mtime is not None:
+            moment = info.mtime if info.mtime.tzinfo else info.mtime.replace(tzinfo=timezone.utc)
+            newest = moment if newest is None or moment > newest else newest
+    return None if newest is None else (now - newest).total_seconds()

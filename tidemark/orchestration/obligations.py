@@ -1,0 +1,143 @@
+"""Rerun obligations: durable records that an event date must be deduplicated again.
+
+A run of date S that finds new events in sessions spanning other dates (its affected dates) may
+have made their published versions stale. It records one obligation per such date T *before* it
+publishes its own version, so that no crash, superseding version or slow DAG task can lose it:
+
+    <lake>/_obligations/event_date=T/<S>__<S's version>.json
+        {"event_date": T, "source_date": S, "source_version": V, "source_run_id": ..., "created_at": ...}
+
+An obligation is discharged (deleted) by a run of T that has acted on it: `tidemark.deduplication.dedup` lists the
+date's obligations before it plans and deletes exactly those once it has published or found nothing
+new. A run that started planning after the obligation was written read every receipt its source
+read (they were complete before the source planned), so T is then correct with respect to them.
+Obligations written while T's run was planning stay for the next run.
+
+Who acts on them: the DAG triggers a run of T for every pending obligation whose source is the date
+it just deduplicated (tidemark_dedup's `owed_reruns` task), and `tidemark reconcile` triggers a run of
+every date with a pending obligation older than its grace period.
+
+Pure Python over the lake (pyarrow filesystems + JSON): the DAG and reconcile read it without Spark.
+"""
+
+from __future__ import annotations
+
+from tidemark.base import layout
+from tidemark.base.logs import get_logger
+from tidemark.base.times import now_iso_z
+from tidemark.store.lake import Lake
+
+log = get_logger("obligations")
+
+
+def root(lake: Lake) -> str:
+    return lake.obligations_root()
+
+
+def date_dir(lake: Lake, event_date: str) -> str:
+    return lake.obligations_dir(event_date)
+
+
+def path(lake: Lake, event_date: str, source_date: str, source_version: str) -> str:
+    name = f"{layout.check_event_date(source_date)}__{layout.check_receipt_ts(source_version)}.json"
+    return layout.join(date_dir(lake, event_date), name)
+
+
+def _now() -> str:
+    return now_iso_z()
+
+
+def record(
+    lake: Lake, targets: list[str], source_date: str, source_version: str, source_run_id: str | None = None
+) -> list[dict]:
+    """Record that every date in `targets` (other than the source) must be rerun. Idempotent: an
+    obligation already recorded for the same (target, source, version) is kept as it is."""
+    source_date = layout.check_event_date(source_date)
+    out = []
+    for target in sorted({layout.check_event_date(t) for t in targets} - {source_date}):
+        uri = path(lake, target, source_date, source_version)
+        existing = lake.read_json(uri)
+        if existing is None:
+            existing = {
+                "event_date": target,
+                "source_date": source_date,
+                "source_version": layout.check_receipt_ts(source_version),
+                "source_run_id": source_run_id,
+                "created_at": _now(),
+            }
+            lake.write_json_atomic(uri, existing)
+            log.info(
+                "rerun obligation recorded", event_date=target, source_date=source_date, source_version=source_version
+            )
+        out.append(existing)
+    return out
+
+
+def _read_dir(lake: Lake, folder: str) -> list[dict]:
+    out = []
+    for name in lake.list_dir(folder):
+        if not name.endswith(".json") or name.startswith((".", "_")):
+            continue
+        payload = lake.read_json(layout.join(folder, name))
+        if payload is None:
+            continue  # discharged while we listed
+        try:
+            layout.check_event_date(payload["event_date"])
+            layout.check_event_date(payload["source_date"])
+            layout.check_receipt_ts(payload["source_version"])
+        except (KeyError, TypeError, layout.InvalidPartitionValue):
+            log.warning("ignoring a malformed obligation file", file=layout.join(folder, name))
+            continue
+        out.append(payload)
+    return sorted(out, key=lambda o: (o["created_at"], o["source_date"], o["source_version"]))
+
+
+def pending(lake: Lake, event_date: str | None = None) -> list[dict]:
+    """Pending obligations of one date (or of every date), oldest first."""
+    if event_date is not None:
+        return _read_dir(lake, date_dir(lake, event_date))
+    out = []
+    for target in lake.list_event_dates(root(lake)):
+        out.extend(_read_dir(lake, date_dir(lake, target)))
+    return out
+
+
+def pending_from(lake: Lake, source_date: str) -> list[dict]:
+    """Pending obligations recorded by runs of `source_date`."""
+    source_date = layout.check_event_date(source_date)
+    return [o for o in pending(lake) if o["source_date"] == source_date]
+
+
+def reruns_owed_by(lake: Lake, source_date: str) -> list[dict]:
+    """The neighbour runs the DAG starts after a run of `source_date`: one per date owed a rerun by a
+    run of source_date, named after the newest such obligation (a run started after it was recorded
+    acts on the older ones too): [{"trigger_run_id", "conf"}] for TriggerDagRunOperator."""
+    from tidemark.orchestration import runs
+
+    newest: dict[str, dict] = {}
+    for owed in pending_from(lake, source_date):  # oldest first: the newest wins
+        newest[owed["event_date"]] = owed
+    return [
+        {
+            "trigger_run_id": runs.affected_run_id(target, owed["source_date"], owed["source_version"]),
+            "conf": {
+                "event_date": target,
+                "source_date": owed["source_date"],
+                "source_version": owed["source_version"],
+            },
+        }
+        for target, owed in sorted(newest.items())
+    ]
+
+
+def discharge(lake: Lake, acted_on: list[dict], by_version: str | None = None) -> None:
+    """Delete obligations a run of their date has acted on (those it listed before planning)."""
+    for item in acted_on:
+        lake.delete_file(path(lake, item["event_date"], item["source_date"], item["source_version"]))
+        log.info(
+            "rerun obligation discharged",
+            event_date=item["event_date"],
+            source_date=item["source_date"],
+            source_version=item["source_version"],
+            version=by_version,
+        )

@@ -1,0 +1,219 @@
+"""Packs: a derived, immutable, rebuildable copy of the panes of an explicit set of one date's receipt
+partitions, so that a full dedup of a date with thousands of receipts reads a few files, not thousands.
+
+Why: a 10 s trigger writes 8,640 receipt partitions a day for today's date alone, and reading them
+costs ~1 ms of pyarrow per tiny file whatever the reader (BENCHMARKS.md section 7). The receipt
+partitions themselves stay immutable (never rewritten, never deleted here): a pack is a cache beside
+them, `<lake>/_packs/event_date=D/pack=<id>/` (tidemark.store.lake), and deleting it changes no result.
+
+- Written by a full dedup of D that has just read the panes of at least PACK_AT of D's receipt
+  partitions from their folders (tidemark.deduplication.dedup): from the panes it already holds, data first, then
+  the manifest naming exactly the receipt partitions (receipt_ts) and the files it holds. A reader
+  trusts a pack only through its manifest: a pack killed mid-write (no manifest) is ignored, and
+  `tidemark gc` removes it once it is older than its retention.
+- Each writer picks a fresh pack id: two concurrent dedups write two complete packs, never one
+  folder together. A reader takes the pack that holds the most of the receipt partitions it needs,
+  among those whose receipts it needs all of, and reads every other needed partition from its own
+  folder: a receipt registered after the pack (even with an older receipt_ts) is never missed, and
+  the panes read are the same rows as without the pack.
+- A manifest records the columns it was written with; a pack of other columns is not used.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+
+from tidemark.base import layout, times
+from tidemark.base.logs import get_logger
+from tidemark.store import storage
+from tidemark.store.lake import Lake
+
+log = get_logger("packs")
+
+# From how many of a date's receipt partitions read one by one a full dedup writes a pack, and from
+# how many needed partitions of a date a reader looks for one. Measured (BENCHMARKS.md section 7):
+# the tiny files cost ~1 ms each to read (8,640: ~9 s of a 17 s full dedup, quiet), writing a
+# 135k-pane pack costs about as much as reading 1-3k of them, and every later full dedup of the date
+# saves their cost again; below a few hundred the saving is lost in the noise. An incremental
+# correction's few new receipts stay below it: they never pay a listing of the packs.
+PACK_AT = 500
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Pack:
+    event_date: str
+    pack_id: str
+    receipts: frozenset[str]  # the receipt_ts of every receipt partition whose panes it holds
+    files: tuple[str, ...]
+    rows: int
+    created_at: str
+
+    def file_uris(self, lake: Lake) -> list[str]:
+        return [lake.pack_file(self.event_date, self.pack_id, name) for name in self.files]
+
+
+def new_pack_id() -> str:
+    return uuid.uuid4().hex
+
+
+def listed(lake: Lake, event_date: str) -> list[str]:
+    """Every pack folder of a date, complete or not (checked ids only)."""
+    return lake.list_partition_values(lake.packs_dir(event_date), "pack", layout.check_run_id)
+
+
+def complete(lake: Lake, event_date: str, columns: str | None = None) -> list[Pack]:
+    """The packs of a date whose manifest exists (and, when given, that hold `columns`)."""
+    ids = listed(lake, event_date)
+    if not ids:
+        return []
+    with ThreadPoolExecutor(max_workers=8) as pool:  # a bucket: the manifests' round trips in parallel
+        manifests = list(pool.map(lambda pack_id: lake.read_json(lake.pack_manifest(event_date, pack_id)), ids))
+    packs = [
+        _from_manifest(event_date, pack_id, manifest, columns) for pack_id, manifest in zip(ids, manifests, strict=True)
+    ]
+    return [pack for pack in packs if pack is not None]
+
+
+def _from_manifest(event_date: str, pack_id: str, manifest: dict | None, columns: str | None = None) -> Pack | None:
+    """The pack a manifest describes; None when there is none, or one this reader cannot use (another
+    format, other columns, not readable as one): such a pack is skipped, never half-trusted."""
+    if not manifest or manifest.get("format") != FORMAT or manifest.get("event_date") != event_date:
+        return None
+    if columns is not None and manifest.get("columns") != columns:
+        return None
+    try:
+        return Pack(
+            event_date,
+            pack_id,
+            frozenset(layout.check_receipt_ts(ts) for ts in manifest["receipts"]),
+            tuple(str(name) for name in manifest["files"]),
+            int(manifest["rows"]),
+            str(manifest["created_at"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("pack manifest not usable: pack ignored", event_date=event_date, pack_id=pack_id, error=str(exc))
+        return None
+
+
+def best(packs: list[Pack], needed: set[str]) -> Pack | None:
+    """The pack holding the most of `needed` (receipt_ts), among those holding nothing else: a pack
+    with a receipt partition the reader does not want would add its panes."""
+    usable = [p for p in packs if p.receipts and p.receipts <= needed]
+    return max(usable, key=lambda p: (len(p.receipts), p.created_at, p.pack_id), default=None)
+
+
+def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]:
+    """(packs to read, partitions still to read from their folders) for reading `partitions`
+    (anything with event_date and receipt_ts): a date's packs are looked for only when PACK_AT of
+    its partitions are needed."""
+    by_date: dict[str, set[str]] = {}
+    for p in partitions:
+        by_date.setdefault(p.event_date, set()).add(p.receipt_ts)
+    chosen = []
+    for event_date, needed in sorted(by_date.items()):
+        if len(needed) >= PACK_AT:
+            pack = best(complete(lake, event_date, columns), needed)
+            if pack is not None:
+                chosen.append(pack)
+    packed = {(p.event_date, ts) for p in chosen for ts in p.receipts}
+    return chosen, [p for p in partitions if (p.event_date, p.receipt_ts) not in packed]
+
+
+def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str, files: int = 2) -> Pack:
+    """Write the panes of D's receipt partitions `receipts` (a DataFrame of `columns`, every pane of
+    those partitions and nothing else) as a new pack: the data, then the manifest (atomically)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    started = time.monotonic()
+    event_date = layout.check_event_date(event_date)
+    receipts = sorted(layout.check_receipt_ts(ts) for ts in receipts)
+    pack_id = new_pack_id()
+    folder = lake.pack_dir(event_date, pack_id)
+    schema = StructType.fromDDL(columns)
+    assert isinstance(schema, StructType)  # a column list's DDL parses to a struct
+    names = schema.fieldNames()
+    panes = panes.where(F.col("event_date") == F.lit(event_date)).select(*names)
+    # A few files, side by side (coalesce: no shuffle); "error" refuses a folder that already exists.
+    panes.coalesce(files).write.mode("error").parquet(folder)
+    written = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
+    rows = _rows(lake, event_date, pack_id, written)
+    manifest = {
+        "format": FORMAT,
+        "event_date": event_date,
+        "pack_id": pack_id,
+        "receipts": receipts,
+        "files": written,
+        "rows": rows,
+        "columns": columns,
+        "created_at": times.now_iso_z(),
+    }
+    # Last: the pack exists for readers from here on, whole.
+    lake.write_json_atomic(lake.pack_manifest(event_date, pack_id), manifest)
+    seconds = round(time.monotonic() - started, 3)
+    log.info("pack written", event_date=event_date, pack_id=pack_id, receipts=len(receipts), rows=rows, seconds=seconds)
+    pack = _from_manifest(event_date, pack_id, manifest)
+    assert pack is not None
+    return pack
+
+
+def _rows(lake: Lake, event_date: str, pack_id: str, names: list[str]) -> int:
+    """Rows of the written files, from their footers (a count without another Spark job)."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    for name in names:
+        fs, path = lake.locate(lake.pack_file(event_date, pack_id, name))
+        with fs.open_input_file(path) as handle:
+            total += pq.ParquetFile(handle).metadata.num_rows
+    return total
+
+
+@dataclass(frozen=True)
+class Leftover:
+    event_date: str
+    pack_id: str
+    why: str  # "incomplete" (no usable manifest) or "superseded" (another pack holds all it holds)
+    age_s: float
+
+
+def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | None], now: datetime) -> list[Leftover]:
+    """Packs `tidemark gc` may remove: folders without a usable manifest whose newest write is older than
+    the retention (a writer still at work is young), and packs whose receipts a newer pack holds all
+    of, once that newer pack is older than the retention (a reader that listed the packs before it
+    appeared has long finished). `age_s`: seconds since the newest write below a folder (gc's)."""
+    found = []
+    for event_date in lake.list_event_dates(lake.packs_root()):
+        packs = {p.pack_id: p for p in complete(lake, event_date)}
+        for pack_id in listed(lake, event_date):
+            if pack_id in packs:
+                continue
+            age = age_s(lake.pack_dir(event_date, pack_id))
+            if age is not None and age >= retention_s:
+                found.append(Leftover(event_date, pack_id, "incomplete", age))
+        for pack in packs.values():
+            newer = [
+                other
+                for other in packs.values()
+                if other is not pack
+                and pack.receipts <= other.receipts
+                and (len(other.receipts), other.created_at, other.pack_id)
+                > (len(pack.receipts), pack.created_at, pack.pack_id)
+            ]
+            if newer:
+                age = min((now - times.parse_iso(o.created_at)).total_seconds() for o in newer)
+                if age >= retention_s:
+                    found.append(Leftover(event_date, pack.pack_id, "superseded", age))
+    return found
+
+
+def remove(lake: Lake, leftover: Leftover) -> None:
+    # The manifest first: a half-removed pack is then plainly incomplete, never half-read.
+    lake.delete_file(lake.pack_manifest(leftover.event_date, leftover.pack_id))
+    lake.delete_dir(lake.pack_dir(leftover.event_date, leftover.pack_id))

@@ -1,0 +1,80 @@
+"""The panes of many receipt partitions, read by the executors with pyarrow datasets.
+
+Why not Spark's file source for those: it lists every folder it is given, one after another on the
+driver or, above `spark.sql.sources.parallelPartitionDiscovery.threshold`, as a distributed job of a
+task per folder, then plans and opens every file as a split of its own. A date's own receipts are
+8,640 small folders a day at a 10 s trigger, and a full dedup of such a date spent most of its time
+there (BENCHMARKS.md section 7). Here the folders are spread over a few tasks; each task lists its
+folders concurrently and scans their files as one pyarrow dataset (hive partitioning gives each row
+its `event_date` and `receipt_ts` from the path, as Spark's `basePath` did), keeping only the panes
+that end at or after `lo` (row-group statistics skip the others), and hands Spark Arrow batches.
+
+Few folders (a correction's new receipts, a date written by hourly batches) keep Spark's reader,
+which splits big files across tasks (`FOLDERS_FOR_ARROW`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+# From how many receipt folders the executors read with pyarrow. Measured (BENCHMARKS.md section 7)
+# reading a date's ~135k panes, warm, local[2]: 100 folders 2.0 s with Spark's reader, 1.4 s here;
+# 8,640 folders 38.8 s and 9.3 s. Below it Spark's reader splits a few big files across tasks.
+FOLDERS_FOR_ARROW = 100
+# Folders per task: enough that a task's listing and scan amortise, few enough to spread the work.
+FOLDERS_PER_TASK = 500
+
+
+def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: datetime):
+    """A DataFrame of `columns_ddl` (with `event_date` and `receipt_ts` STRING last) from the pane
+    files of `folders` (receipt partition folders under sessions_root), panes ending at or after lo."""
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(columns_ddl)
+    assert isinstance(schema, StructType)  # a column list's DDL parses to a struct
+    data_columns = [f.name for f in schema.fields if f.name not in ("event_date", "receipt_ts")]
+    lo_us = int(lo.timestamp() * 1_000_000)
+    tasks = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(folders) // FOLDERS_PER_TASK)))
+
+    def scan(batches):
+        yield from _scan(batches, sessions_root, data_columns, lo_us)
+
+    listing = spark.createDataFrame([(f,) for f in folders], "folder STRING").repartition(tasks)
+    # Read once, here: the dedup's SQL uses its input more than once, and each use would scan every
+    # file again (Spark reuses no Python source); what is kept is the panes from lo on, released
+    # with this DataFrame (the context cleaner drops a local checkpoint nothing references).
+    return listing.mapInArrow(scan, schema).localCheckpoint(eager=True)
+
+
+def _scan(batches, sessions_root: str, data_columns: list[str], lo_us: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+
+    from tidemark.store import storage
+
+    folders = [folder for batch in batches for folder in batch.column("folder").to_pylist()]
+    if not folders:
+        return
+    fs, root = storage.resolve(sessions_root)
+
+    def files_of(folder: str) -> list[str]:
+        path = storage.resolve(folder)[1]
+        return [
+            info.path
+            for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+            if info.base_name.endswith(".parquet") and not info.base_name.startswith((".", "_"))
+        ]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:  # a bucket's listings: round trips in parallel
+        files = [f for found in pool.map(files_of, folders) for f in found]
+    if not files:
+        return
+    partitioning = ds.partitioning(pa.schema([("event_date", pa.string()), ("receipt_ts", pa.string())]), flavor="hive")
+    dataset = ds.dataset(files, filesystem=fs, format="parquet", partitioning=partitioning, partition_base_dir=root)
+    lo = pa.scalar(lo_us, type=pa.timestamp("us", tz="UTC"))
+    table = dataset.to_table(columns=data_columns + ["event_date", "receipt_ts"], filter=ds.field("session_end") >= lo)
+    # a few large batches: each one handed to Spark has a fixed cost, and the files are tiny
+    yield from table.combine_chunks().to_batches(max_chunksize=65_536)

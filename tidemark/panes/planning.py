@@ -1,0 +1,244 @@
+"""Which receipt partitions a deduplication of one event date must read, from the receipt index's
+listings and markers (no Spark, no data file).
+
+The dedup of D publishes the sessions starting on D. With `D0` = D 00:00 UTC:
+
+- no event before `lo = D0 - gap` can belong to a session starting on D (a session starting at
+  s >= D0 is preceded by a gap, so nothing at or before s - gap joins it, and s - gap >= lo);
+- a pane holds a subset of one final session and its event_date is its own start, never later than
+  any of its events; so the panes that matter are in receipt partitions whose marker's
+  `max_event_ts >= lo` and whose event_date is at most `hi`;
+- `hi` is the last date on which a pane can still start and join a session touching D. Once every
+  pane up to hi is read, the sessions touching D (starting on D, or starting earlier and still going
+  on D) are known up to the latest end among them, the *reach*; a pane starting later than
+  `reach + gap` cannot join them. So hi = max(D+1, date(reach + gap)), and reading more panes can
+  only move the reach later: the plan is grown and recomputed until hi stops moving.
+
+Following every session that touches D, not only those starting on D, matters twice: a session
+started days earlier may be extended by a late fragment two or more dates later, and the run of D
+must read that fragment to see (and report as affected) the earlier date its session really starts
+on; and a version's recorded reach must say how far its sessions go, so that the next run can plan
+the complete set of receipts *before* deciding it has nothing new to do.
+
+A version records `hi` and `reach` (tidemark.deduplication.dedup writes them); `plan_for_rerun` rebuilds the plan
+a version would make today from them. If that plan holds only receipts the version includes, the
+same input gives the same islands and the same reach: the rerun is a no-op without Spark. A version
+without a recorded reach (written by an older tidemark) never counts as covering anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+
+from tidemark.base import times
+from tidemark.panes import receipt_index, receipts
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
+
+
+def midnight(day: date) -> datetime:
+    return datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
+
+
+def format_reach(moment: datetime | None) -> str | None:
+    """How a version's marker records its reach (to the microsecond; None: no session touches D)."""
+    return None if moment is None else times.iso_z(moment, "microseconds")
+
+
+def receipt_key(event_date: str, receipt_ts: str) -> str:
+    """How versions name the receipt partitions they include: 'YYYY-MM-DD/receipt_ts'."""
+    return f"{event_date}/{receipt_ts}"
+
+
+class LakeIndex:
+    """The complete receipt partitions of a lake and their markers, read as a run needs them.
+
+    With a complete receipt index (tidemark/panes/receipt_index.py) a plan lists the dates in
+    [date(lo), hi] (`ending_after`: no marker read but those of partitions without an end entry)
+    and reads the markers of one reach folder; without it (a lake written before the index, until
+    `tidemark reindex`), every marker up to hi.
+    """
+
+    def __init__(self, lake: Lake):
+        self.lake = lake
+        # Read before any listing: every partition at or before the head was complete by then, so a
+        # version planned from this index has seen all of them (planned_through).
+        self.head = receipt_index.head(lake)
+        self.indexed = receipt_index.is_complete(lake)
+        self._dates: list[str] | None = None
+        self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
+        self._reaching: dict[str, list[receipts.ReceiptPartition]] = {}
+        self._ending: dict[tuple[str, datetime], list] = {}
+
+    @property
+    def dates(self) -> list[str]:
+        """Every event date of the lake (the planner without an index lists them all)."""
+        if self._dates is None:
+            self._dates = receipts.list_event_dates(self.lake)
+        return self._dates
+
+    def partitions(self, event_date: str) -> list[receipts.ReceiptPartition]:
+        if event_date not in self._markers:
+            # one listing, then the markers read concurrently; a folder without one (incomplete)
+            # reads as None and is dropped: no separate existence check per partition
+            stamps = receipts.list_receipt_names(self.lake, event_date)
+            self._markers[event_date] = self.markers([(event_date, ts) for ts in stamps])
+        return self._markers[event_date]
+
+    def reaching(self, into: str) -> list[receipts.ReceiptPartition]:
+        """The complete partitions of earlier dates whose panes reach into `into` (the index)."""
+        if into not in self._reaching:
+            self._reaching[into] = self.markers(receipt_index.reaching(self.lake, into))
+        return self._reaching[into]
+
+    def markers(self, keys: list[tuple[str, str]]) -> list[receipts.ReceiptPartition]:
+        """The markers of complete partitions among (event_date, receipt_ts) keys."""
+        return receipts.read_markers(self.lake, keys)
+
+    def ending_after(self, event_date: str, lo: datetime) -> list:
+        """The complete partitions of event_date whose panes end at or after lo, from listings: the
+        date's markers by name and, when its midnight is before lo, its end entries (a partition
+        without one, registered before they existed, has its marker read)."""
+        key = (event_date, lo)
+        if key not in self._ending:
+            stamps = receipts.complete_names(self.lake, event_date)
+            found: list[receipts.ReceiptRef | receipts.ReceiptPartition]
+            if midnight(date.fromisoformat(event_date)) >= lo:
+                # every pane of the date starts at or after its midnight: all of them reach lo
+                found = [receipts.ReceiptRef(self.lake, event_date, ts) for ts in stamps]
+            else:
+                ends = receipt_index.ends(self.lake, event_date)
+                found = [receipts.ReceiptRef(self.lake, event_date, ts, ends[ts]) for ts in stamps if ts in ends]
+                found += self.markers([(event_date, ts) for ts in stamps if ts not in ends])
+                found = [p for p in found if times.parse_iso(p.max_event_ts) >= lo]
+            self._ending[key] = found
+        return self._ending[key]
+
+    def has_dates_after(self, event_date: str) -> bool:
+        return any(d > event_date for d in self.dates)
+
+
+@dataclass
+class Plan:
+    event_date: str
+    lo: datetime
+    hi: str
+    partitions: list  # receipts.ReceiptPartition (a marker read) or receipts.ReceiptRef (from listings)
+    # The receipt index's head when the plan was made (LakeIndex.head): every partition received at
+    # or before it that the plan needs is in it. A version records it; None: unknown.
+    planned_through: str | None = None
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted(receipt_key(p.event_date, p.receipt_ts) for p in self.partitions)
+
+    @property
+    def max_receipt_ts(self) -> str | None:
+        return max((p.receipt_ts for p in self.partitions), default=None)
+
+    @property
+    def rows(self) -> int:
+        """Pane rows of the plan's partitions (the markers of those known from listings are read,
+        concurrently, only when this is asked: a full run's report)."""
+        receipts.load_markers([p for p in self.partitions if isinstance(p, receipts.ReceiptRef)])
+        return sum(p.rows for p in self.partitions)
+
+
+def lo_of(event_date: str, rules: SessionRules) -> datetime:
+    # split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
+    # the session (tidemark/session/sessions.py), so the bound below is one microsecond earlier.
+    return midnight(date.fromisoformat(event_date)) - rules.split_gap
+
+
+def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> str:
+    """The last event date whose panes can join a session touching event_date whose latest end is
+    `reach`: the next day at least (a session starting on D crossing midnight)."""
+    floor = date.fromisoformat(event_date) + timedelta(days=1)
+    if reach is None:
+        return floor.isoformat()
+    # A pane starting at p joins when p - reach < split_gap (<= gap under `merge`); p = midnight of
+    # date(reach + split_gap) is the boundary case, included (one date too many is only a cost, one
+    # too few loses events).
+    return max(floor, (reach + rules.split_gap).date()).isoformat()
+
+
+def scope(event_date: str, rules: SessionRules, hi: str) -> list[str]:
+    """The dates whose every partition a plan up to `hi` must look at: date(lo) .. hi. Partitions of
+    earlier dates can matter only through the receipt index's reach entries into date(lo)."""
+    first = lo_of(event_date, rules).date()
+    last = date.fromisoformat(hi)
+    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Plan:
+    """The receipt partitions up to `hi` that can hold events of the sessions touching event_date."""
+    lo = lo_of(event_date, rules)
+    if index.indexed:
+        dates = scope(event_date, rules, hi)
+        reaching = [p for p in index.reaching(dates[0]) if times.parse_iso(p.max_event_ts) >= lo]
+        found = [p for d in dates for p in index.ending_after(d, lo)] + reaching
+    else:
+        found = [
+            p for d in index.dates if d <= hi for p in index.partitions(d) if times.parse_iso(p.max_event_ts) >= lo
+        ]
+    chosen = sorted(found, key=lambda p: (p.event_date, p.receipt_ts))
+    return Plan(event_date, lo, hi, chosen, index.head)
+
+
+def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previous: dict | None) -> bool:
+    """Whether `previous` (a version made under `rules`) surely includes every partition today's
+    plan holds, from the partitions received after its `planned_through` alone: the no-op decision
+    without reading the markers of the partitions it already planned over. False means "not known":
+    the caller makes the whole plan (so a lake without the index, or a version from before
+    planned_through, decides as before)."""
+    since = (previous or {}).get("planned_through")
+    known, reach = recorded_reach(previous)
+    if not (index.indexed and since and known):
+        return False
+    assert previous is not None  # `since` came from it
+    hi = max(needed_hi(event_date, rules, reach), previous.get("hi") or "")
+    lo = lo_of(event_date, rules)
+    included = set(previous.get("receipts", []))
+    dates = scope(event_date, rules, hi)
+    newer = [(d, ts) for d in dates for ts in receipts.list_receipt_names(index.lake, d) if ts > since]
+    newer += [(d, ts) for d, ts in receipt_index.reaching(index.lake, dates[0]) if ts > since]
+    unseen = [key for key in newer if receipt_key(*key) not in included]
+    return not any(times.parse_iso(p.max_event_ts) >= lo for p in index.markers(unseen))
+
+
+def recorded_reach(version: dict | None) -> tuple[bool, datetime | None]:
+    """(whether the version recorded its reach, the reach or None when no session touches D)."""
+    if not version or "reach" not in version:
+        return False, None
+    value = version.get("reach")
+    return True, None if value is None else times.parse_iso(value)
+
+
+def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previous: dict | None) -> Plan:
+    """The plan a run of event_date starts from: as far as the previous version's sessions reach
+    (they can only reach further with more receipts), never less far than the previous version read."""
+    _, reach = recorded_reach(previous)
+    hi = needed_hi(event_date, rules, reach)
+    if previous and previous.get("hi"):
+        hi = max(hi, previous["hi"])
+    return plan(index, event_date, rules, hi)
+
+
+def grown(index: LakeIndex, current: Plan, rules: SessionRules, reach: datetime | None) -> Plan | None:
+    """The plan to recompute with once a computation over `current` found `reach`, or None when
+    `current` already holds every receipt partition that can matter (its islands are final)."""
+    hi = max(current.hi, needed_hi(current.event_date, rules, reach))
+    if hi == current.hi:
+        return None
+    bigger = plan(index, current.event_date, rules, hi)
+    if bigger.keys == current.keys:
+        current.hi = hi  # no receipt in the extra dates: same islands, record how far we looked
+        return None
+    return bigger
+
+
+def covers(version: dict | None, keys: list[str]) -> bool:
+    """Whether `version` was computed from (at least) the receipts `keys` under today's planning."""
+    known, _ = recorded_reach(version)
+    return known and version is not None and set(keys) <= set(version.get("receipts", []))

@@ -1,0 +1,189 @@
+"""The receipt index: what lets planning read the dates that matter instead of the whole lake.
+
+A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 00:00 - gap` (the
+split gap: SessionRules.split_gap, one microsecond more under the `merge` boundary;
+tidemark/panes/planning.py). Every partition of a date in [date(lo), hi] may; a partition of an earlier
+date only when its sessions run on into date(lo) or later, which few do (a session longer than
+the time to the next midnight). The markers of every date used to be read to find those few: a
+no-op decision on a year-old lake read every marker ever written. The index keeps, for each date E,
+an empty entry per partition of an earlier date whose panes reach into E:
+
+    <lake>/_receipts/reach/event_date=E/<event_date>__<receipt_ts>
+
+so a plan lists the folders of the dates in [date(lo), hi] and one reach folder, whatever the
+lake's age. Entries are written before the partition's marker (`register`): a partition is still
+complete only when its marker exists, and an entry without a marker (a crash in between; the
+replayed batch writes both again) is skipped by the planner like any incomplete partition. Entries
+name dates, never rules: a gap change reads the same entries.
+
+What planning needs of a partition without reading its marker: every partition also gets an end
+entry under its own date, naming the latest end of its panes (in microseconds):
+
+    <lake>/_receipts/ends/event_date=E/<receipt_ts>__<max_event_us>
+
+A plan of D takes every complete partition of the dates after date(lo) (their panes start on or
+after their date's midnight, past lo), and those of date(lo) whose end is at or after lo: with the
+end entries, one listing of that date tells which, and whether a partition is complete is one
+recursive listing of its date's folder (the markers' names), not a read per marker. A partition
+registered before end entries existed has none: its marker is read, as before.
+
+What changed since a time, without listing the dates: every partition also gets an arrival entry,
+by the UTC day it was received, written first (before its reach entries and its marker):
+
+    <lake>/_receipts/arrivals/day=R/<receipt_ts>__<event_date>
+
+`arrived(lake, after)` lists the days since a receipt time and returns the dates that received
+partitions since: what reconciliation (tidemark/orchestration/reconcile.py) re-examines instead of every date.
+An entry whose partition never completed (a crash; the replay writes it again) only makes a date be
+looked at once more.
+
+Two small files make the fast paths safe:
+  - `head.json`: the receipt_ts of the newest micro-batch whose partitions are all complete,
+    written by the stream after each batch's markers. The stream runs its batches one after
+    another, so a partition with a receipt_ts at or before the head was complete before anyone read
+    the head: a dedup that reads it before listing records it with its version (`planned_through`),
+    and the next no-op decision looks only at partitions after it (planning.quick_covered).
+  - `reach_complete.json`: the index covers every partition of the lake. The stream writes it when
+    it starts on a lake without receipt partitions; `tidemark reindex` (receipts.reindex: the
+    migration of a lake written before the index) writes it after indexing every existing partition. Without it,
+    planning reads every marker as before.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from tidemark.base import layout, times
+from tidemark.base.logs import get_logger
+from tidemark.store.lake import Lake
+
+log = get_logger("receipts")
+
+HEAD = "head.json"
+COMPLETE = "reach_complete.json"
+
+
+def reached_dates(partition) -> list[str]:
+    """The dates after the partition's own into which its panes reach (their last events' dates)."""
+    own = date.fromisoformat(partition.event_date)
+    last = times.parse_iso(partition.max_event_ts).date()
+    return [(own + timedelta(days=n)).isoformat() for n in range(1, (last - own).days + 1)]
+
+
+def register(lake: Lake, partition) -> None:
+    """Write the partition's reach entries (before its marker: see the module's docstring)."""
+    for into in reached_dates(partition):
+        lake.write_text_atomic(lake.reach_entry(into, partition.event_date, partition.receipt_ts), "")
+
+
+def record_end(lake: Lake, partition) -> None:
+    """Write the partition's end entry (before its marker: see the module's docstring)."""
+    end_us = times.to_micros(times.parse_iso(partition.max_event_ts))
+    lake.write_text_atomic(lake.end_entry(partition.event_date, partition.receipt_ts, end_us), "")
+
+
+def ends(lake: Lake, event_date: str) -> dict[str, str]:
+    """receipt_ts -> the latest end of its panes (ISO, microseconds), for the partitions of
+    event_date with an end entry, complete or not (one listing)."""
+    out = {}
+    for name in lake.list_dir(lake.ends_dir(event_date)):
+        receipt_ts, _, end_us = name.partition("__")
+        try:
+            out[layout.check_receipt_ts(receipt_ts)] = times.iso_from_micros(int(end_us))
+        except (layout.InvalidPartitionValue, ValueError):
+            continue  # a hidden temporary file, or a stranger's
+    return out
+
+
+def record_arrival(lake: Lake, partition) -> None:
+    """Write the partition's arrival entry (first of all its registration: see the module's docstring)."""
+    lake.write_text_atomic(lake.arrival_entry(partition.receipt_ts, partition.event_date), "")
+
+
+def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[str]:
+    """The event dates of the partitions received after `after` (exclusive) up to `through`
+    (inclusive; None: up to the newest, in-flight batches included): one listing of the arrival
+    days (few: `tidemark gc` prunes those reconciliation has passed) and one per day in between,
+    whatever the lake's age."""
+    if after is None:
+        raise ValueError("arrived() needs a start: without one every date may have changed")
+    first = layout.parse_receipt_ts(after).date().isoformat()
+    last = layout.parse_receipt_ts(through).date().isoformat() if through else None
+    out = set()
+    for day in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date):
+        if day < first or (last and day > last):
+            continue
+        for name in lake.list_dir(lake.arrivals_dir(day)):
+            receipt_ts, _, event_date = name.partition("__")
+            try:
+                if after < layout.check_receipt_ts(receipt_ts) and (not through or receipt_ts <= through):
+                    out.add(layout.check_event_date(event_date))
+            except layout.InvalidPartitionValue:
+                continue  # a hidden temporary file, or a stranger's
+    return out
+
+
+ARRIVALS_PRUNED = "arrivals_pruned.json"
+
+
+def arrivals_pruned_before(lake: Lake) -> str | None:
+    """The first receipt day whose arrival entries are all kept (older days may be pruned), or None."""
+    payload = lake.read_json(lake.receipt_index_file(ARRIVALS_PRUNED))
+    return None if not payload else layout.check_event_date(payload["before"])
+
+
+def prune_arrivals(lake: Lake, keep_from: date, dry_run: bool = False) -> list[str]:
+    """Remove the arrival entries of receipt days before `keep_from` (`tidemark gc`); returns the
+    days removed. The horizon is recorded first: a reconciliation pass whose previous pass stopped
+    before it walks every date instead of reading arrivals that may be gone."""
+    days = [
+        d
+        for d in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date)
+        if d < keep_from.isoformat()
+    ]
+    if days and not dry_run:
+        recorded = arrivals_pruned_before(lake)
+        if recorded is None or recorded < keep_from.isoformat():
+            lake.write_json_atomic(
+                lake.receipt_index_file(ARRIVALS_PRUNED), {"before": keep_from.isoformat(), "at": times.now_iso_z()}
+            )
+        for day in days:
+            lake.delete_dir(lake.arrivals_dir(day))
+    return days
+
+
+def reaching(lake: Lake, into: str) -> list[tuple[str, str]]:
+    """(event_date, receipt_ts) of the partitions of earlier dates registered as reaching `into`."""
+    out = []
+    for name in lake.list_dir(lake.reach_dir(into)):
+        event_date, _, receipt_ts = name.partition("__")
+        try:
+            out.append((layout.check_event_date(event_date), layout.check_receipt_ts(receipt_ts)))
+        except layout.InvalidPartitionValue:
+            continue  # a hidden temporary file, or a stranger's
+    return out
+
+
+def write_head(lake: Lake, receipt_ts: str) -> None:
+    lake.write_json_atomic(lake.receipt_index_file(HEAD), {"receipt_ts": layout.check_receipt_ts(receipt_ts)})
+
+
+def head(lake: Lake) -> str | None:
+    """The newest batch whose partitions are all complete, or None (no stream wrote one yet)."""
+    payload = lake.read_json(lake.receipt_index_file(HEAD))
+    return None if not payload else layout.check_receipt_ts(payload["receipt_ts"])
+
+
+def is_complete(lake: Lake) -> bool:
+    return lake.exists(lake.receipt_index_file(COMPLETE))
+
+
+def mark_complete(lake: Lake, how: str) -> None:
+    lake.write_json_atomic(lake.receipt_index_file(COMPLETE), {"since": how, "at": times.now_iso_z()})
+
+
+def start(lake: Lake) -> None:
+    """At a stream's start: on a lake without receipt partitions, the index is complete from here on."""
+    if not is_complete(lake) and not lake.list_event_dates(lake.sessions_root()):
+        mark_complete(lake, "the first stream on an empty lake")
+        log.info("receipt index started", lake=lake)

@@ -1,0 +1,194 @@
+"""Daily session metrics of one event date: the small product the example consumer DAG
+(dags/example_session_metrics.py) rebuilds whenever the date gets a corrected version.
+
+    row = session_metrics.rebuild(lake, "2026-03-07", out_root)   # read (pyarrow, no JVM), compute, write
+    session_metrics.read(out_root, "2026-03-07")                   # what is there now
+
+One row per date: sessions, users, median and p95 session duration (seconds, linear
+interpolation between the closest ranks), sessions that crossed midnight (end on a later UTC date
+than their start), and the version it was computed from. It is written to
+<out_root>/event_date=D/metrics.parquet in one atomic replace: a function of the date's current
+version only, so a rerun or a cleared task writes the same bytes' worth of values again.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tidemark.base import layout
+from tidemark.base.logs import get_logger
+from tidemark.iceberg import reader
+from tidemark.store import storage
+from tidemark.store.lake import Lake
+
+log = get_logger("session_metrics")
+
+FILE = "metrics.parquet"
+SCHEMA = pa.schema(
+    [
+        ("event_date", pa.string()),
+        ("version", pa.string()),
+        ("sessions", pa.int64()),
+        ("users", pa.int64()),
+        ("median_duration_s", pa.float64()),
+        ("p95_duration_s", pa.float64()),
+        ("crossed_midnight", pa.int64()),
+    ]
+)
+INPUT_COLUMNS = ["user_id", "session_start", "session_end"]
+
+
+def compute(event_date: str, version: str | None, sessions: pa.Table) -> dict:
+    """The metrics row of a table with user_id, session_start, session_end (timestamps, UTC)."""
+    starts = sessions.column("session_start").cast(pa.timestamp("us", tz="UTC"))
+    ends = sessions.column("session_end").cast(pa.timestamp("us", tz="UTC"))
+    micros = pc.subtract(ends.cast(pa.int64()), starts.cast(pa.int64()))
+    seconds = pc.divide(micros.cast(pa.float64()), 1_000_000.0)
+    median = p95 = None
+    if len(seconds):
+        median, p95 = (v.as_py() for v in pc.quantile(seconds, q=[0.5, 0.95], interpolation="linear"))
+    crossed = (
+        pc.sum(
+            pc.cast(pc.greater(pc.floor_temporal(ends, unit="day"), pc.floor_temporal(starts, unit="day")), pa.int64())
+        ).as_py()
+        or 0
+    )
+    return {
+        "event_date": event_date,
+        "version": version,
+        "sessions": sessions.num_rows,
+        "users": pc.count_distinct(sessions.column("user_id")).as_py() if sessions.num_rows else 0,
+        "median_duration_s": median,
+        "p95_duration_s": p95,
+        "crossed_midnight": int(crossed),
+    }
+
+
+def from_sessions(event_date: str, version: str | None, rows) -> dict:
+    """The same metrics from (user_id, session_start, session_end) tuples (a batch recomputation)."""
+    return compute(event_date, version, from_table_rows(list(rows)))
+
+
+def default_root(lake: Lake) -> str:
+    """Where the example DAG writes when no root is configured (a team points it at its own bucket)."""
+    return lake.product_dir("daily_session_metrics")
+
+
+def partition_path(out_root: str, event_date: str) -> str:
+    return layout.join(out_root, f"event_date={layout.check_event_date(event_date)}", FILE)
+
+
+def rebuild(lake: Lake, event_date: str, out_root: str) -> dict:
+    """Read the date's current corrected version, compute its metrics, replace its partition."""
+    event_date = layout.check_event_date(event_date)
+    sessions = reader.read_sessions(lake, event_date, columns=INPUT_COLUMNS)
+    version = sessions.schema.metadata[b"tidemark.version"].decode()
+    row = compute(event_date, version, sessions)
+    _write(partition_path(out_root, event_date), pa.Table.from_pylist([row], schema=SCHEMA))
+    log.info(
+        "daily session metrics rebuilt",
+        event_date=event_date,
+        version=version,
+        sessions=row["sessions"],
+        out=partition_path(out_root, event_date),
+    )
+    return row
+
+
+def default_weekly_root(lake: Lake) -> str:
+    return lake.product_dir("weekly_session_metrics")
+
+
+def week_path(out_root: str, monday: str) -> str:
+    return layout.join(out_root, f"week={layout.check_event_date(monday)}", FILE)
+
+
+def rebuild_week(lake: Lake, monday: str, out_root: str) -> dict:
+    """The example weekly consumer's product: the metrics of the sessions of the ISO week starting
+    on `monday` (every date of it that has a version), in <out_root>/week=MONDAY/metrics.parquet.
+    Its "version" is the dates' versions, "D=V" joined by ",", so a rerun shows what it read."""
+    from datetime import date, timedelta
+
+    monday = layout.check_event_date(monday)
+    if date.fromisoformat(monday).weekday() != 0:
+        raise ValueError(f"{monday} is not a Monday: a week is named by the Monday it starts on")
+    parts, versions = [], []
+    for n in range(7):
+        day = str(date.fromisoformat(monday) + timedelta(days=n))
+        try:
+            sessions = reader.read_sessions(lake, day, columns=INPUT_COLUMNS)
+        except reader.NoVersion:
+            continue
+        parts.append(
+            sessions.select(INPUT_COLUMNS)
+            .cast(
+                pa.schema(
+                    [
+                        ("user_id", pa.string()),
+                        ("session_start", pa.timestamp("us", tz="UTC")),
+                        ("session_end", pa.timestamp("us", tz="UTC")),
+                    ]
+                )
+            )
+            .replace_schema_metadata(None)
+        )
+        versions.append(f"{day}={sessions.schema.metadata[b'tidemark.version'].decode()}")
+    if parts:
+        table = pa.concat_tables(parts)
+    else:
+        table = from_table_rows([])
+    row = compute(monday, ",".join(versions) or None, table)
+    _write(week_path(out_root, monday), pa.Table.from_pylist([row], schema=SCHEMA))
+    log.info("weekly session metrics rebuilt", week=monday, dates=len(versions), sessions=row["sessions"])
+    return row
+
+
+def from_table_rows(rows) -> pa.Table:
+    return pa.table(
+        {
+            "user_id": pa.array([r[0] for r in rows], pa.string()),
+            "session_start": pa.array([r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+            "session_end": pa.array([r[2] for r in rows], pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def read_week(out_root: str, monday: str) -> dict | None:
+    path = week_path(out_root, monday)
+    if not storage.exists(path):
+        return None
+    fs, native = storage.resolve(path)
+    with fs.open_input_file(native) as handle:
+        return pq.read_table(handle).to_pylist()[0]
+
+
+def read(out_root: str, event_date: str) -> dict | None:
+    path = partition_path(out_root, event_date)
+    if not storage.exists(path):
+        return None
+    fs, native = storage.resolve(path)
+    with fs.open_input_file(native) as handle:
+        return pq.read_table(handle).to_pylist()[0]
+
+
+def _write(path: str, table: pa.Table) -> None:
+    """Replace the file whole: a reader sees the old metrics or the new, never a part."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    fs, native = storage.resolve(path)
+    parent, name = native.rsplit("/", 1)
+    fs.create_dir(parent, recursive=True)
+    if storage.is_local(path):
+        tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+        with fs.open_output_stream(tmp) as out:
+            out.write(buffer.getvalue())
+        os.replace(tmp, native)
+    else:  # one object PUT is atomic on GCS/S3
+        with fs.open_output_stream(native) as out:
+            out.write(buffer.getvalue())

@@ -1,0 +1,362 @@
+"""The lake: one handle, opened once from a URI, that owns its filesystem and every path of its layout.
+
+In the spirit of pyiceberg's `FileIO`/`load_file_io`: the CLI, the Spark job, the DAGs and the
+function open a `Lake` from the URI they were given (`Lake.open`), and everything below them takes
+the handle. It is the only place that knows the lake's folder names; tidemark.base.layout keeps the
+formats of the partition values (event dates, receipt times, run ids) that go into them.
+
+    <lake>/sessions/event_date=YYYY-MM-DD/receipt_ts=YYYYMMDDTHHMMSSmmmZ/   stream panes (immutable)
+        _tidemark_receipt.json      completion marker, written last; readers skip folders without it
+    <lake>/sessions_dedup/                                                  the deduplicated sessions:
+        metadata/                                  an Iceberg table (tidemark.iceberg.table, tidemark.iceberg.publish)
+        data/event_date=D/run=<run_id>/            one dedup run's files, its marker, its context
+    <lake>/_catalog/iceberg.db, _catalog/catalog.json                      the table's local SQLite catalog, or
+                                                                           the properties of a configured one
+    <lake>/_quarantine/receipt_ts=<receipt_ts>/                             malformed input lines
+    <lake>/_notices/{outbox,sent,pending,corrected}/                       notice outboxes (tidemark.notices)
+    <lake>/_rules/rules-NNNNNN.json                                        session rules record, one per change
+    <lake>/_obligations/event_date=YYYY-MM-DD/<source date>__<version>.json  reruns owed (tidemark.orchestration.obligations)
+    <lake>/_receipts/reach/event_date=E/<event_date>__<receipt_ts>          receipt partitions of earlier dates whose
+                                                                           sessions reach into E (tidemark.panes.receipt_index)
+    <lake>/_receipts/ends/event_date=E/<receipt_ts>__<max_event_us>         every receipt partition of E with the latest end of its
+                                                                           panes (planning without reading markers)
+    <lake>/_receipts/arrivals/day=YYYY-MM-DD/<receipt_ts>__<event_date>   every receipt partition, by the day it was received
+                                                                           (what changed since a time: tidemark.panes.receipt_index)
+    <lake>/_receipts/head.json, reach_complete.json, arrivals_pruned.json  the newest fully written batch; the index's
+                                                                           start; how far gc pruned the arrivals
+    <lake>/_reconcile/cursor.json                                          where reconciliation's last pass stopped
+    <lake>/_landing/receipt_ts=<receipt_ts>.json                           the landing ledger: files read per batch
+    <lake>/_products/<product>/event_date=D/                               downstream products (tidemark.products.session_metrics)
+    <lake>/_packs/event_date=D/pack=<pack_id>/part-*.parquet               a derived, rebuildable copy of some of D's
+        _tidemark_pack.json         receipt partitions' panes; its manifest (written last) names them (tidemark.panes.packs)
+
+Every partition value is checked (tidemark.base.layout) before it can reach a path. The lake's small
+records go through its own filesystem, resolved once (`Lake.fs`): paths under the lake are mapped to
+the filesystem's paths without asking pyarrow again (which, for a bucket, builds a client each time).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+
+import pyarrow.fs as pafs
+
+from tidemark.base import layout
+from tidemark.base.layout import check_event_date, check_receipt_ts, check_run_id, join
+from tidemark.store import storage
+
+SESSIONS = "sessions"
+SESSIONS_DEDUP = "sessions_dedup"
+CATALOG = "_catalog"
+QUARANTINE = "_quarantine"
+NOTICES = "_notices"
+RULES = "_rules"
+OBLIGATIONS = "_obligations"
+LANDING_LEDGER = "_landing"
+RECEIPT_INDEX = "_receipts"
+RECONCILE = "_reconcile"
+PRODUCTS = "_products"
+PACKS = "_packs"
+
+RECEIPT_MARKER = "_tidemark_receipt.json"
+QUARANTINE_MARKER = "_tidemark_quarantine.json"
+RUN_MARKER = "_tidemark_run.json"
+PACK_MANIFEST = "_tidemark_pack.json"
+RUN_CONTEXT = "context"
+NOTICE_FOLDERS = ("outbox", "sent", "pending")
+# A pack's data file names come from its manifest: only plain Parquet part names reach a path.
+_PACK_FILE = re.compile(r"^part-[0-9A-Za-z_-]+(\.[0-9A-Za-z_-]+)*\.parquet$")
+
+
+def run_folder(event_date: object, run_id: object) -> str:
+    """A dedup run's folder relative to the table's location (snapshot summaries, gc)."""
+    return f"data/event_date={check_event_date(event_date)}/run={check_run_id(run_id)}"
+
+
+class Lake:
+    """A lake folder or bucket prefix (local path, file://, gs://, s3://): its paths and its files."""
+
+    __slots__ = ("uri", "_fs", "_root")
+
+    def __init__(self, uri: str, filesystem: pafs.FileSystem | None = None, root: str | None = None):
+        if not uri or not isinstance(uri, str):
+            raise ValueError(f"a lake needs a folder or URI, got {uri!r}")
+        self.uri = uri.rstrip("/") or "/"
+        self._fs = filesystem
+        self._root = root
+
+    @classmethod
+    def open(cls, where: str | os.PathLike[str] | Lake) -> Lake:
+        """The lake at a folder or URI (a Lake is returned as it is)."""
+        if isinstance(where, Lake):
+            return where
+        return cls(os.fspath(where))
+
+    # A local lake stands in for its folder (subprocess arguments, os.path, pathlib), and a lake
+    # prints, logs and pickles as its URI (Spark ships it to executors).
+    def __fspath__(self) -> str:
+        return self.uri
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def __structlog__(self) -> str:
+        return self.uri
+
+    def __repr__(self) -> str:
+        return f"Lake({self.uri!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Lake) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)
+
+    def __reduce__(self):
+        return (Lake, (self.uri,))
+
+    # -- its filesystem --------------------------------------------------------------------------
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs, self._root = storage.resolve(self.uri)
+        return self._fs
+
+    @property
+    def root(self) -> str:
+        """The lake's path inside its filesystem."""
+        self.fs  # noqa: B018 - resolves the filesystem and the root together
+        assert self._root is not None
+        return self._root
+
+    @property
+    def is_local(self) -> bool:
+        """A folder on this machine (a path or file://), from the URI alone."""
+        return "://" not in self.uri or self.uri.startswith("file://")
+
+    def locate(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        """(filesystem, path in it) of a URI; under the lake without resolving anything again.
+        Every file operation of the lake goes through here (bench/history.py counts them here)."""
+        if uri == self.uri:
+            return self.fs, self.root
+        if uri.startswith(self.uri + "/"):
+            return self.fs, self.root.rstrip("/") + uri[len(self.uri) :]
+        return storage.resolve(uri)
+
+    # -- its small records (markers, entries, outboxes): storage's operations on its filesystem --
+
+    def exists(self, uri: str) -> bool:
+        return storage.exists_at(*self.locate(uri))
+
+    def read_text(self, uri: str) -> str | None:
+        return storage.read_text_at(*self.locate(uri))
+
+    def read_json(self, uri: str) -> dict | None:
+        return storage.read_json_at(*self.locate(uri))
+
+    def write_text_atomic(self, uri: str, text: str) -> None:
+        storage.write_text_atomic_at(*self.locate(uri), text)
+
+    def write_json_atomic(self, uri: str, payload: dict) -> None:
+        storage.write_json_atomic_at(*self.locate(uri), payload)
+
+    def create_text_if_absent(self, uri: str, text: str, settle_seconds: float = 2.0) -> bool:
+        return storage.create_text_if_absent_at(*self.locate(uri), text, settle_seconds)
+
+    def list_dir(self, uri: str) -> list[str]:
+        return storage.list_dir_at(*self.locate(uri))
+
+    def list_subdirs(self, uri: str) -> list[str]:
+        return storage.list_subdirs_at(*self.locate(uri))
+
+    def list_partition_values(self, uri: str, key: str, check: Callable[[str], str]) -> list[str]:
+        return storage.partition_values(self.list_subdirs(uri), key, check)
+
+    def list_event_dates(self, uri: str) -> list[str]:
+        return self.list_partition_values(uri, "event_date", check_event_date)
+
+    def delete_dir(self, uri: str) -> None:
+        storage.delete_dir_at(*self.locate(uri))
+
+    def delete_file(self, uri: str) -> None:
+        storage.delete_file_at(*self.locate(uri))
+
+    def walk_files(self, uri: str) -> Iterator[pafs.FileInfo]:
+        """Every file under a folder (one recursive listing: one call per 1,000 names on a bucket)."""
+        fs, path = self.locate(uri)
+        selector = pafs.FileSelector(path, allow_not_found=True, recursive=True)
+        for info in fs.get_file_info(selector):
+            if info.type == pafs.FileType.File:
+                yield info
+
+    # -- where things are ------------------------------------------------------------------------
+
+    def path(self, *parts: str) -> str:
+        return join(self.uri, *parts)
+
+    # stream panes
+    def sessions_root(self) -> str:
+        return self.path(SESSIONS)
+
+    def event_date_dir(self, event_date: object) -> str:
+        return self.path(SESSIONS, f"event_date={check_event_date(event_date)}")
+
+    def receipt_dir(self, event_date: object, receipt_ts: object) -> str:
+        return join(self.event_date_dir(event_date), f"receipt_ts={check_receipt_ts(receipt_ts)}")
+
+    def receipt_marker(self, event_date: object, receipt_ts: object) -> str:
+        return join(self.receipt_dir(event_date, receipt_ts), RECEIPT_MARKER)
+
+    # the deduplicated table
+    def dedup_root(self) -> str:
+        return self.path(SESSIONS_DEDUP)
+
+    def dedup_metadata_dir(self) -> str:
+        return self.path(SESSIONS_DEDUP, "metadata")
+
+    def dedup_data_dir(self) -> str:
+        return self.path(SESSIONS_DEDUP, "data")
+
+    def run_dir(self, event_date: object, run_id: object) -> str:
+        """The folder one dedup run writes its Parquet files, marker and context into."""
+        return join(self.dedup_root(), run_folder(event_date, run_id))
+
+    def run_marker(self, event_date: object, run_id: object) -> str:
+        return join(self.run_dir(event_date, run_id), RUN_MARKER)
+
+    def run_context_dir(self, event_date: object, run_id: object) -> str:
+        """The sessions of a run's context dates, kept for the next incremental run (tidemark.deduplication.incremental)."""
+        return join(self.run_dir(event_date, run_id), RUN_CONTEXT)
+
+    def current_pointer(self, event_date: object) -> str:
+        """Where the current version of a date is recorded, for messages: the date's live files (its
+        version file) in the Iceberg table at <lake>/sessions_dedup (see tidemark.iceberg.publish)."""
+        return f"{self.dedup_root()} (live files of event_date={check_event_date(event_date)})"
+
+    def local_catalog(self) -> str:
+        return self.path(CATALOG, "iceberg.db")
+
+    def catalog_config(self) -> str:
+        return self.path(CATALOG, "catalog.json")
+
+    # malformed input
+    def quarantine_root(self) -> str:
+        return self.path(QUARANTINE)
+
+    def quarantine_dir(self, receipt_ts: object) -> str:
+        return self.path(QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
+
+    # the receipt index (tidemark.panes.receipt_index)
+    def receipt_index_dir(self) -> str:
+        return self.path(RECEIPT_INDEX)
+
+    def receipt_index_file(self, name: str) -> str:
+        if name not in ("head.json", "reach_complete.json", "arrivals_pruned.json"):
+            raise ValueError(f"unknown receipt index record {name!r}")
+        return self.path(RECEIPT_INDEX, name)
+
+    def reach_dir(self, event_date: object) -> str:
+        """Entries naming the receipt partitions of earlier dates whose panes reach into event_date."""
+        return self.path(RECEIPT_INDEX, "reach", f"event_date={check_event_date(event_date)}")
+
+    def reach_entry(self, into: object, event_date: object, receipt_ts: object) -> str:
+        return join(self.reach_dir(into), f"{check_event_date(event_date)}__{check_receipt_ts(receipt_ts)}")
+
+    def ends_dir(self, event_date: object) -> str:
+        """Entries naming each receipt partition of event_date and the latest end of its panes."""
+        return self.path(RECEIPT_INDEX, "ends", f"event_date={check_event_date(event_date)}")
+
+    def end_entry(self, event_date: object, receipt_ts: object, max_event_us: int) -> str:
+        if isinstance(max_event_us, bool) or not isinstance(max_event_us, int):
+            raise layout.InvalidPartitionValue(f"invalid max_event_us {max_event_us!r}: expected microseconds")
+        return join(self.ends_dir(event_date), f"{check_receipt_ts(receipt_ts)}__{max_event_us}")
+
+    def arrivals_root(self) -> str:
+        return self.path(RECEIPT_INDEX, "arrivals")
+
+    def arrivals_dir(self, day: object) -> str:
+        """Entries naming the receipt partitions received on `day` (UTC), one per partition."""
+        return join(self.arrivals_root(), f"day={check_event_date(day)}")
+
+    def arrival_entry(self, receipt_ts: object, event_date: object) -> str:
+        received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
+        return join(self.arrivals_dir(received), f"{check_receipt_ts(receipt_ts)}__{check_event_date(event_date)}")
+
+    # reconciliation, the landing ledger, obligations, notices, rules, products
+    def reconcile_cursor(self) -> str:
+        return self.path(RECONCILE, "cursor.json")
+
+    def landing_ledger_dir(self) -> str:
+        return self.path(LANDING_LEDGER)
+
+    def landing_ledger_day(self, day: object) -> str:
+        """The ledger entries of the batches received on `day` (UTC): one folder per day, so that a
+        reader of recent entries lists recent days only."""
+        return self.path(LANDING_LEDGER, f"day={check_event_date(day)}")
+
+    def landing_ledger_path(self, receipt_ts: object) -> str:
+        received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
+        return join(self.landing_ledger_day(received), f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
+
+    def legacy_landing_ledger_path(self, receipt_ts: object) -> str:
+        """Where a lake written before the ledger had day folders keeps a batch's entry (still read)."""
+        return self.path(LANDING_LEDGER, f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
+
+    def has_landing_ledger_entry(self, receipt_ts: object) -> bool:
+        """Whether batch receipt_ts has a ledger entry, in its day folder or where a legacy lake kept it."""
+        return self.exists(self.landing_ledger_path(receipt_ts)) or self.exists(
+            self.legacy_landing_ledger_path(receipt_ts)
+        )
+
+    def obligations_root(self) -> str:
+        return self.path(OBLIGATIONS)
+
+    def obligations_dir(self, event_date: object) -> str:
+        return self.path(OBLIGATIONS, f"event_date={check_event_date(event_date)}")
+
+    def notices_dir(self, which: str, channel: str | None = None) -> str:
+        """The availability notices' folders, or (channel) another kind of notice's outbox and the
+        sent records of each of its destinations (tidemark.notices.outbox.SINKS)."""
+        if channel is None:
+            if which not in NOTICE_FOLDERS:
+                raise ValueError(f"unknown notices folder {which!r}")
+            return self.path(NOTICES, which)
+        if not channel.isidentifier() or channel in NOTICE_FOLDERS or not which.isidentifier():
+            raise ValueError(f"unknown notices folder {channel!r}/{which!r}")
+        return self.path(NOTICES, channel, which)
+
+    def rules_dir(self) -> str:
+        return self.path(RULES)
+
+    def rules_record(self, sequence: int) -> str:
+        """The rules record number `sequence` (1 = the first rules the lake was written with)."""
+        if isinstance(sequence, bool) or not isinstance(sequence, int) or not 0 < sequence < 1_000_000:
+            raise ValueError(f"invalid rules record sequence {sequence!r}")
+        return self.path(RULES, f"rules-{sequence:06d}.json")
+
+    def product_dir(self, product: str) -> str:
+        if not product.replace("_", "").isalnum():
+            raise ValueError(f"invalid product name {product!r}")
+        return self.path(PRODUCTS, product)
+
+    # packs: derived copies of receipt partitions' panes (tidemark.panes.packs)
+    def packs_root(self) -> str:
+        return self.path(PACKS)
+
+    def packs_dir(self, event_date: object) -> str:
+        return self.path(PACKS, f"event_date={check_event_date(event_date)}")
+
+    def pack_dir(self, event_date: object, pack_id: object) -> str:
+        """One pack's folder; a pack id has a run id's form (32 lowercase hex digits)."""
+        return join(self.packs_dir(event_date), f"pack={check_run_id(pack_id)}")
+
+    def pack_manifest(self, event_date: object, pack_id: object) -> str:
+        return join(self.pack_dir(event_date, pack_id), PACK_MANIFEST)
+
+    def pack_file(self, event_date: object, pack_id: object, name: object) -> str:
+        if not isinstance(name, str) or not _PACK_FILE.match(name):
+            raise layout.InvalidPartitionValue(f"invalid pack file name {str(name)[:80]!r}: expected part-*.parquet")
+        return join(self.pack_dir(event_date, pack_id), name)
