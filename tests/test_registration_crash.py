@@ -36,7 +36,8 @@ WRITER = textwrap.dedent("""
     import os, random, sys
     from datetime import datetime, timedelta, timezone
     import pyarrow as pa, pyarrow.parquet as pq
-    from tidemark import layout, receipt_index, receipts, times
+    from tidemark.base import layout, times
+    from tidemark.panes import receipt_index, receipts
     from tidemark.store.lake import Lake
 
     lake, batch, dates = Lake.open(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])

@@ -1,6 +1,6 @@
 """Read deduplicated sessions (or the raw receipt panes) of an event date with pyarrow: no JVM.
 
-    from tidemark import reader
+    from tidemark.iceberg import reader
     table = reader.read_sessions("gs://lake", "2026-03-07")                  # current version
     table = reader.read_sessions(lake, "2026-03-07", as_of="20260308T000000000Z")
     panes = reader.read_panes(lake, "2026-03-07")                            # what the stream wrote

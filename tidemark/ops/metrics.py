@@ -1,6 +1,6 @@
 """tidemark's metrics on OpenTelemetry: one table of instruments, one meter provider per process.
 
-    from tidemark import metrics
+    from tidemark.ops import metrics
     metrics.serve_prometheus(port=9464)          # /metrics on 127.0.0.1:9464 for Prometheus to scrape
     metrics.stream_listener()(report)            # a BatchReport -> the stream's instruments
     with metrics.dedup_run("2026-03-07"):        # outcome (computed, no_op, superseded, failed) + duration
