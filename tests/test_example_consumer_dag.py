@@ -142,19 +142,9 @@ def next_consumer_run(client, seen: set[str], partition_key: str = D7) -> str:
 
 
 def events_of(client) -> list[dict]:
-    """The asset events of tidemark.sessions_dedup so far. Airflow 3.3.2 answers HTTP 500 to this
-    listing while a run that one of the events created is queued (apache/airflow#71360: the run's
-    start_date is still null), so this waits for a listing that works."""
-    from tidemark.orchestration.airflow_api import TransientAirflowError
-
-    asset_id = client.asset_id(asset_events.ASSET_NAME)
-    (events,) = wait_for(
-        lambda: (client.asset_events(asset_id),),  # a tuple: an empty listing is an answer too
-        600,
-        "a listing of the asset's events (no run they created still queued)",
-        not_yet=(TransientAirflowError,),
-    )
-    return events
+    """The asset events of tidemark.sessions_dedup so far, once Airflow can list them (not while a
+    run they created is queued: AirflowClient.asset_events_once_listable)."""
+    return client.asset_events_once_listable(client.asset_id(asset_events.ASSET_NAME), timeout=600, interval=0.5)
 
 
 def corrected_messages(host: str, versions: set[str]) -> list[dict]:

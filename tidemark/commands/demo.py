@@ -290,24 +290,12 @@ def _after(seconds: float):
 
 
 def _asset_events(client) -> list[dict]:
-    """The asset events of tidemark.sessions_dedup (none when Airflow does not know the asset yet).
-    Airflow 3.3.2 cannot list them while a run one of them created is still queued (HTTP 500,
-    apache/airflow#71360): the listing is tried until those runs have started."""
-    from tidemark.base.polling import wait_for
+    """The asset events of tidemark.sessions_dedup (none when Airflow does not know the asset yet),
+    once Airflow can list them (AirflowClient.asset_events_once_listable)."""
     from tidemark.notices.asset_events import ASSET_NAME
-    from tidemark.orchestration.airflow_api import TransientAirflowError
 
     asset_id = client.asset_id(ASSET_NAME)
-    if asset_id is None:
-        return []
-    (events,) = wait_for(
-        lambda: (client.asset_events(asset_id),),  # a tuple: an empty listing is an answer too
-        300,
-        "a listing of the asset events (no run they created still queued)",
-        interval=2.0,
-        not_yet=(TransientAirflowError,),
-    )
-    return events
+    return [] if asset_id is None else client.asset_events_once_listable(asset_id, timeout=300)
 
 
 def _dag_id() -> str:

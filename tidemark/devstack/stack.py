@@ -840,14 +840,10 @@ class _AirflowHealth:
         return self._answer.get(key, {}).get("status") == "healthy"
 
     def _fetch(self) -> dict:
-        for attempt in tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(requests.Timeout),
-            stop=tenacity.stop_after_attempt(2),
-            reraise=True,
-        ):
-            with attempt:
-                return requests.get(f"{self.url}/api/v2/monitor/health", timeout=self.timeout).json()
-        raise AssertionError("unreachable: tenacity reraises the last error")
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(requests.Timeout), stop=tenacity.stop_after_attempt(2), reraise=True
+        )
+        return retrying(lambda: requests.get(f"{self.url}/api/v2/monitor/health", timeout=self.timeout).json())
 
 
 def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:

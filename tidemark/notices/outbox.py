@@ -23,6 +23,7 @@ attributes(body); its bodies carry a notice_id.
 
 from __future__ import annotations
 
+import json
 import re
 
 from tidemark.base import layout
@@ -187,9 +188,9 @@ class AttemptLog:
         if self._began is None:
             since = layout.join(self.outbox.folder(self.folder), self.SINCE)
             record = storage.read_json(since)
-            if record is None:
-                storage.write_json_atomic(since, {"began_at": now_iso_z()})
-                record = storage.read_json(since) or {}  # a concurrent first call: whichever landed
+            if record is None:  # the first drain: of concurrent first calls one start is kept
+                storage.create_text_if_absent(since, json.dumps({"began_at": now_iso_z()}))
+                record = storage.read_json(since) or {}
             self._began = str(record["began_at"])
         return self._began
 

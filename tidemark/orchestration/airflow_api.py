@@ -298,6 +298,21 @@ class AirflowClient:
             if not page["asset_events"] or offset >= page["total_entries"]:
                 return events
 
+    def asset_events_once_listable(self, asset_id: int, timeout: float, interval: float = 2.0) -> list[dict]:
+        """asset_events(asset_id), tried until Airflow lists them: Airflow 3.3.2 answers HTTP 500
+        while a run one of the events created is still queued (apache/airflow#71360: the run's
+        start_date is null), so a reader that needs the whole list waits for those runs to start."""
+        from tidemark.base.polling import wait_for
+
+        (events,) = wait_for(
+            lambda: (self.asset_events(asset_id),),  # a tuple: an empty listing is an answer too
+            timeout,
+            "a listing of the asset's events (no run they created still queued)",
+            interval=interval,
+            not_yet=(TransientAirflowError,),
+        )
+        return events
+
 
 # The Airflow connection the DAGs' tasks reach this Airflow's REST API through (the local stack sets
 # AIRFLOW_CONN_TIDEMARK_AIRFLOW_API; on Composer a connection with extra {"auth_mode": "google"}).

@@ -67,9 +67,10 @@ def listed(lake: Lake, event_date: str) -> list[str]:
     return lake.list_partition_values(lake.packs_dir(event_date), "pack", layout.check_run_id)
 
 
-def complete(lake: Lake, event_date: str, columns: str | None = None) -> list[Pack]:
-    """The packs of a date whose manifest exists (and, when given, that hold `columns`)."""
-    ids = listed(lake, event_date)
+def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[str] | None = None) -> list[Pack]:
+    """The packs of a date whose manifest exists (and, when given, that hold `columns`); `ids`: the
+    date's pack folders when the caller listed them already."""
+    ids = listed(lake, event_date) if ids is None else ids
     if not ids:
         return []
     with ThreadPoolExecutor(max_workers=8) as pool:  # a bucket: the manifests' round trips in parallel
@@ -105,7 +106,13 @@ def best(packs: list[Pack], needed: set[str]) -> Pack | None:
     """The pack holding the most of `needed` (receipt_ts), among those holding nothing else: a pack
     with a receipt partition the reader does not want would add its panes."""
     usable = [p for p in packs if p.receipts and p.receipts <= needed]
-    return max(usable, key=lambda p: (len(p.receipts), p.created_at, p.pack_id), default=None)
+    return max(usable, key=_preference, default=None)
+
+
+def _preference(pack: Pack) -> tuple:
+    """Which of two packs a reader prefers (the larger, then the newer): gc removes a pack only in
+    favour of one preferred to it."""
+    return (len(pack.receipts), pack.created_at, pack.pack_id)
 
 
 def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]:
@@ -190,8 +197,9 @@ def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | Non
     appeared has long finished). `age_s`: seconds since the newest write below a folder (gc's)."""
     found = []
     for event_date in lake.list_event_dates(lake.packs_root()):
-        packs = {p.pack_id: p for p in complete(lake, event_date)}
-        for pack_id in listed(lake, event_date):
+        ids = listed(lake, event_date)
+        packs = {p.pack_id: p for p in complete(lake, event_date, ids=ids)}
+        for pack_id in ids:
             if pack_id in packs:
                 continue
             age = age_s(lake.pack_dir(event_date, pack_id))
@@ -201,10 +209,7 @@ def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | Non
             newer = [
                 other
                 for other in packs.values()
-                if other is not pack
-                and pack.receipts <= other.receipts
-                and (len(other.receipts), other.created_at, other.pack_id)
-                > (len(pack.receipts), pack.created_at, pack.pack_id)
+                if other is not pack and pack.receipts <= other.receipts and _preference(other) > _preference(pack)
             ]
             if newer:
                 age = min((now - times.parse_iso(o.created_at)).total_seconds() for o in newer)

@@ -310,15 +310,13 @@ def _read_settled(lake: Lake, sequence: int) -> Recorded:
     """A record that may be brand new (another writer's, created at this moment). On a store whose
     writes are not atomic (a reader can list an object whose bytes are still arriving) it may read
     empty for a moment: read again for two seconds before calling it invalid."""
-    for attempt in tenacity.Retrying(
+    retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(InvalidRulesRecord),
         stop=tenacity.stop_after_delay(2),
         wait=tenacity.wait_fixed(0.1),
         reraise=True,
-    ):
-        with attempt:
-            return _read(lake, sequence)
-    raise AssertionError("unreachable: tenacity reraises the last error")
+    )
+    return retrying(_read, lake, sequence)
 
 
 def ensure(lake: Lake, requested: SessionRules | dict | None, recorded_by: str) -> Recorded:
