@@ -3,8 +3,11 @@
     gc (tidemark.ops.gc: expire the table's snapshots that stopped being current longer than the
         retention ago, remove the files nothing references any more, prune the receipt index's
         arrival entries older than the retention and than reconciliation's last pass)
+      -> pack (tidemark.panes.packing: a pack of every closed date with 500 or more receipt
+        partitions no pack holds, at most 50,000 partitions read per run, newest dates first, so
+        that a correction's full dedup of such a date reads a few files, not thousands)
 
-Without it a lake that runs for years keeps every snapshot (the table's metadata, rewritten at every
+`tidemark gc` from the shell runs both (`--no-pack`: the first only). Without it a lake that runs for years keeps every snapshot (the table's metadata, rewritten at every
 commit, grows with them), every superseded version's files and one arrival entry per receipt
 partition ever written. gc's safety floors hold here as from the shell: a retention below 1h is
 refused, the current version of every date is never touched, a folder still being written is young.
@@ -43,7 +46,7 @@ def _setting(variable: str, env: str, default: str) -> str:
 
 @dag(
     dag_id=DAG_ID,
-    description="Expire old snapshots, remove unreferenced files, prune the receipt index (tidemark gc)",
+    description="Expire old snapshots, remove unreferenced files, prune the receipt index, pack closed dates (tidemark gc)",
     schedule=SCHEDULE,
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
@@ -74,7 +77,20 @@ def tidemark_maintenance():
         print(f"gc of {lake} with a retention of {retention}: removed {counts or 'nothing'}")
         return counts
 
-    gc()
+    @task
+    def pack(removed: dict) -> dict:
+        """tidemark.panes.packing's pass, after gc (`removed` orders it: a pack written now is never
+        judged by this run's gc); returns the dates packed and the dates left to the next run."""
+        from tidemark.panes import packing
+        from tidemark.store.lake import Lake
+
+        lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
+        done = packing.run_pass(Lake.open(lake))
+        packed = {p.event_date: p.receipts for p in done.packed}
+        print(f"packing of {lake} ({done.how}, {done.examined} dates examined): packed {packed or 'nothing'}")
+        return {"packed": packed, "left": done.left}
+
+    pack(gc())
 
 
 tidemark_maintenance()

@@ -119,7 +119,7 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     # the self-healing loop: every 15 minutes unless TIDEMARK_RECONCILE_INTERVAL says otherwise
     assert out["reconcile"] == {"tasks": ["drain_outbox", "find", "trigger"], "interval_s": 900.0, "max_active_runs": 1}
     # the lake's upkeep (tidemark gc): daily unless TIDEMARK_MAINTENANCE_INTERVAL says otherwise
-    assert out["maintenance"] == {"tasks": ["gc"], "interval_s": 86400.0}
+    assert out["maintenance"] == {"tasks": ["gc", "pack"], "interval_s": 86400.0}
 
 
 def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):

@@ -1,7 +1,12 @@
 """tidemark gc: expire snapshots of the deduplicated table that stopped being current longer than
 the retention ago, and remove the files nothing references any more (superseded versions, leftovers
 of killed or refused runs, old metadata). Retentions below 1h are refused; the current version of
-every date is always kept."""
+every date is always kept.
+
+Then the packing pass (tidemark/panes/packing.py): every closed date with 500 or more receipt
+partitions that no pack holds gets a pack of them (at most 50,000 partitions read per pass, newest
+dates first); `--no-pack` skips it, `--dry-run` says which dates it would pack. One JSON line per
+removal, then one per date packed ("what": "pack written", or would be with --dry-run)."""
 
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ def register(subparsers) -> None:
         type=checked(_retention, "retention"),
         help="keep what stopped being current for this long (at least 1h)",
     )
-    p.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed and packed, change nothing")
+    p.add_argument("--no-pack", dest="pack", action="store_false", help="skip the packing pass of closed dates")
     p.set_defaults(handler=run)
 
 
@@ -41,4 +47,9 @@ def run(args) -> int:
     removed = gc.gc(args.lake, args.retention, dry_run=args.dry_run)
     for item in removed:
         sys.stdout.write(json.dumps({**asdict(item), "dry_run": args.dry_run}) + "\n")
+    if args.pack:  # after the removals: a pack written now is never judged by this gc
+        from tidemark.panes import packing
+
+        for done in packing.run_pass(args.lake, dry_run=args.dry_run).packed:
+            sys.stdout.write(json.dumps({"what": "pack written", **asdict(done), "dry_run": args.dry_run}) + "\n")
     return 0

@@ -316,11 +316,9 @@ def _tune(spark) -> None:
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
 
 
-# Only the columns the dedup needs; the partition columns as plain strings. An explicit schema also
-# spares Spark a job to infer it from the files' footers.
-_PANES_SCHEMA = (
-    f"user_id STRING, session_end TIMESTAMP, events {sql_rules.EVENTS_TYPE}, event_date STRING, receipt_ts STRING"
-)
+# Only the columns the dedup needs (spelled once: tidemark/panes/pane_reader.py, which the packs
+# share). An explicit schema also spares Spark a job to infer it from the files' footers.
+_PANES_SCHEMA = pane_reader.DEDUP_COLUMNS
 
 
 def read_panes(spark, lake: Lake, partitions, lo: datetime, pack_date: str | None = None):

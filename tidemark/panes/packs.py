@@ -43,6 +43,8 @@ log = get_logger("packs")
 # correction's few new receipts stay below it: they never pay a listing of the packs.
 PACK_AT = 500
 FORMAT = 1
+# Files per pack, side by side: Spark reads them in as many tasks (local[2]: two cores busy).
+FILES = 2
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]
     return chosen, [p for p in partitions if (p.event_date, p.receipt_ts) not in packed]
 
 
-def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str, files: int = 2) -> Pack:
+def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str, files: int = FILES) -> Pack:
     """Write the panes of D's receipt partitions `receipts` (a DataFrame of `columns`, every pane of
     those partitions and nothing else) as a new pack: the data, then the manifest (atomically)."""
     from pyspark.sql import functions as F
@@ -140,7 +142,6 @@ def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str,
 
     started = time.monotonic()
     event_date = layout.check_event_date(event_date)
-    receipts = sorted(layout.check_receipt_ts(ts) for ts in receipts)
     pack_id = new_pack_id()
     folder = lake.pack_dir(event_date, pack_id)
     schema = StructType.fromDDL(columns)
@@ -150,21 +151,34 @@ def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str,
     # A few files, side by side (coalesce: no shuffle); "error" refuses a folder that already exists.
     panes.coalesce(files).write.mode("error").parquet(folder)
     written = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
-    rows = _rows(lake, event_date, pack_id, written)
+    pack = write_manifest(
+        lake, event_date, pack_id, receipts, written, _rows(lake, event_date, pack_id, written), columns
+    )
+    seconds = round(time.monotonic() - started, 3)
+    log.info(
+        "pack written", event_date=event_date, pack_id=pack_id, receipts=len(receipts), rows=pack.rows, seconds=seconds
+    )
+    return pack
+
+
+def write_manifest(
+    lake: Lake, event_date: str, pack_id: str, receipts: list[str], files: list[str], rows: int, columns: str
+) -> Pack:
+    """The pack's manifest, written last by every pack writer (the dedup's above, the maintenance
+    pass's: tidemark/panes/packing.py) once its data files are whole: the pack exists for readers
+    from here on, whole; a writer killed before it leaves a folder readers ignore and gc removes."""
+    event_date = layout.check_event_date(event_date)
     manifest = {
         "format": FORMAT,
         "event_date": event_date,
-        "pack_id": pack_id,
-        "receipts": receipts,
-        "files": written,
-        "rows": rows,
+        "pack_id": layout.check_run_id(pack_id),
+        "receipts": sorted(layout.check_receipt_ts(ts) for ts in receipts),
+        "files": sorted(files),
+        "rows": int(rows),
         "columns": columns,
         "created_at": times.now_iso_z(),
     }
-    # Last: the pack exists for readers from here on, whole.
     lake.write_json_atomic(lake.pack_manifest(event_date, pack_id), manifest)
-    seconds = round(time.monotonic() - started, 3)
-    log.info("pack written", event_date=event_date, pack_id=pack_id, receipts=len(receipts), rows=rows, seconds=seconds)
     pack = _from_manifest(event_date, pack_id, manifest)
     assert pack is not None
     return pack

@@ -17,12 +17,25 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from tidemark.session import session_schema
+
 # From how many receipt folders the executors read with pyarrow. Measured (BENCHMARKS.md section 7)
 # reading a date's ~135k panes, warm, local[2]: 100 folders 2.0 s with Spark's reader, 1.4 s here;
 # 8,640 folders 38.8 s and 9.3 s. Below it Spark's reader splits a few big files across tasks.
 FOLDERS_FOR_ARROW = 100
 # Folders per task: enough that a task's listing and scan amortise, few enough to spread the work.
 FOLDERS_PER_TASK = 500
+
+# The pane columns a dedup reads, spelled here once (the dedup's reads, the packs it writes and those
+# the maintenance pass writes: tidemark/panes/packing.py): the input of its SQL (user_id and events,
+# dedup_sql/dedup_events.sql) and the bound of its plan (session_end >= lo), with THE session
+# schema's types; then the partition columns as plain strings (an explicit schema also keeps Spark
+# from inferring their types). A pack's manifest records this text: a pack of other columns is not used.
+DEDUP_PANE = (session_schema.USER_ID, session_schema.SESSION_END, session_schema.EVENTS)
+PARTITION_COLUMNS = ("event_date", "receipt_ts")
+DEDUP_COLUMNS = ", ".join(
+    [f"{c.name} {c.spark}" for c in DEDUP_PANE] + [f"{name} STRING" for name in PARTITION_COLUMNS]
+)
 
 
 def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: datetime):
@@ -32,12 +45,15 @@ def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: da
 
     schema = StructType.fromDDL(columns_ddl)
     assert isinstance(schema, StructType)  # a column list's DDL parses to a struct
-    data_columns = [f.name for f in schema.fields if f.name not in ("event_date", "receipt_ts")]
-    lo_us = int(lo.timestamp() * 1_000_000)
+    data_columns = [f.name for f in schema.fields if f.name not in PARTITION_COLUMNS]
     tasks = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(folders) // FOLDERS_PER_TASK)))
 
     def scan(batches):
-        yield from _scan(batches, sessions_root, data_columns, lo_us)
+        wanted = [folder for batch in batches for folder in batch.column("folder").to_pylist()]
+        table = read_table(sessions_root, wanted, data_columns, lo)
+        if table is not None:
+            # a few large batches: each one handed to Spark has a fixed cost, and the files are tiny
+            yield from table.combine_chunks().to_batches(max_chunksize=65_536)
 
     listing = spark.createDataFrame([(f,) for f in folders], "folder STRING").repartition(tasks)
     # Read once, here: the dedup's SQL uses its input more than once, and each use would scan every
@@ -46,7 +62,12 @@ def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: da
     return listing.mapInArrow(scan, schema).localCheckpoint(eager=True)
 
 
-def _scan(batches, sessions_root: str, data_columns: list[str], lo_us: int):
+def read_table(sessions_root: str, folders: list[str], data_columns, lo: datetime | None = None):
+    """The panes of the receipt partition folders `folders` (under sessions_root) as one pyarrow
+    Table of `data_columns` then `event_date` and `receipt_ts` (strings, from the folders' names),
+    those ending at or after `lo` when given; None when the folders hold no pane file. Listings
+    concurrent (a bucket's round trips), one dataset scan: no Spark (the executors' reader above, and
+    the maintenance pass's, tidemark/panes/packing.py)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
@@ -55,9 +76,8 @@ def _scan(batches, sessions_root: str, data_columns: list[str], lo_us: int):
 
     from tidemark.store import storage
 
-    folders = [folder for batch in batches for folder in batch.column("folder").to_pylist()]
     if not folders:
-        return
+        return None
     fs, root = storage.resolve(sessions_root)
 
     def files_of(folder: str) -> list[str]:
@@ -71,10 +91,10 @@ def _scan(batches, sessions_root: str, data_columns: list[str], lo_us: int):
     with ThreadPoolExecutor(max_workers=16) as pool:  # a bucket's listings: round trips in parallel
         files = [f for found in pool.map(files_of, folders) for f in found]
     if not files:
-        return
-    partitioning = ds.partitioning(pa.schema([("event_date", pa.string()), ("receipt_ts", pa.string())]), flavor="hive")
+        return None
+    partitioning = ds.partitioning(pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS]), flavor="hive")
     dataset = ds.dataset(files, filesystem=fs, format="parquet", partitioning=partitioning, partition_base_dir=root)
-    lo = pa.scalar(lo_us, type=pa.timestamp("us", tz="UTC"))
-    table = dataset.to_table(columns=data_columns + ["event_date", "receipt_ts"], filter=ds.field("session_end") >= lo)
-    # a few large batches: each one handed to Spark has a fixed cost, and the files are tiny
-    yield from table.combine_chunks().to_batches(max_chunksize=65_536)
+    where = None
+    if lo is not None:
+        where = ds.field("session_end") >= pa.scalar(int(lo.timestamp() * 1_000_000), type=pa.timestamp("us", tz="UTC"))
+    return dataset.to_table(columns=list(data_columns) + list(PARTITION_COLUMNS), filter=where)

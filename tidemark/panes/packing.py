@@ -1,0 +1,206 @@
+"""The maintenance pass that packs closed dates (`tidemark gc`, then the maintenance DAG's `pack` task).
+
+Why: a dedup writes a pack (tidemark/panes/packs.py) only when a full dedup of a date has just read
+PACK_AT of its receipt partitions one by one: the first full dedup of a date with 8,640 receipts
+pays for every tiny file (BENCHMARKS.md section 7), at the moment a correction waits for it. This
+pass packs those dates ahead, off the correction's path, once they are closed.
+
+- Closed: a date whose end (the next midnight) is older than the lake's watermark delay + allowed
+  lateness (its rules record: tidemark/session/rules_record.py) + SETTLE. The stream's on-time
+  panes of such a date are all written; what can still come is late data, a few receipts that a
+  reader takes from their folders beside the pack.
+- Packed: a closed date with PACK_AT or more complete receipt partitions that no usable pack holds
+  (a pack of the dedup's columns, pane_reader.DEDUP_COLUMNS). The new pack holds every complete
+  receipt partition of the date (a reader uses one pack per date: packs.best), read with pyarrow
+  (pane_reader.read_table, no Spark), data files first, the manifest last (packs.write_manifest).
+  The pack it supersedes goes with `tidemark gc` after the retention.
+- Budget: at most BUDGET receipt partitions read per pass, newest dates first (what a correction is
+  likeliest to read next); a date over the budget waits for the next pass.
+- Cost independent of the lake's age: the pass records, in `_packs/_packing.json`, the receipt
+  index's head it started from, the newest date that was closed then, and the dates the budget
+  left. The next pass examines only those dates, the dates closed since, and the dates that
+  received receipt partitions since that head (the receipt index's arrival entries:
+  receipt_index.arrived); the first pass, or one after `tidemark gc` pruned the arrivals it would
+  need, examines every date once.
+- Idempotent and kill-safe: the state is written at the end of a pass. A pass killed between a
+  pack's data and its manifest leaves a folder readers ignore and `tidemark gc` removes; the next
+  pass starts from the old state and packs that date anew. A second pass packs nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+from tidemark.base import layout, times
+from tidemark.base.logs import get_logger
+from tidemark.panes import packs, pane_reader, receipt_index, receipts
+from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
+from tidemark.store.lake import Lake
+
+log = get_logger("packing")
+
+# Receipt partitions read per pass: about 6 dates of a 10 s trigger's 8,640 a day, a few minutes of
+# pyarrow on one core; a backlog (the first pass on an old lake) is worked off over a few passes.
+BUDGET = 50_000
+# After the watermark delay and allowed lateness, an hour more before a date counts as closed: the
+# stream's last on-time batch for it, and a notice's dedup, have long finished.
+SETTLE = timedelta(hours=1)
+STATE = "_packing.json"
+STATE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Packed:
+    event_date: str
+    receipts: int  # receipt partitions the pack holds
+    pack_id: str | None  # None: a dry run
+    rows: int | None
+    seconds: float
+
+
+@dataclass
+class PassResult:
+    packed: list[Packed] = field(default_factory=list)
+    examined: int = 0  # dates whose receipt partitions were listed
+    left: list[str] = field(default_factory=list)  # dates over this pass's budget: the next pass's
+    how: str = ""  # which dates were examined: "what changed" or "every date"
+    dry_run: bool = False
+
+
+def newest_closed(rules: SessionRules, now: datetime) -> date:
+    """The newest date whose end (the next midnight) is older than watermark delay + allowed lateness
+    + SETTLE before `now`."""
+    horizon = now - (rules.watermark_delay + rules.allowed_lateness + SETTLE)
+    return (horizon - timedelta(microseconds=1)).date() - timedelta(days=1)
+
+
+def state_uri(lake: Lake) -> str:
+    return layout.join(lake.packs_root(), STATE)
+
+
+def read_state(lake: Lake) -> dict | None:
+    """The last pass's state, or None (no pass yet, or a state this tidemark cannot read: every date
+    is examined once more, which is only slower)."""
+    state = lake.read_json(state_uri(lake))
+    if not state or state.get("format") != STATE_FORMAT:
+        return None
+    try:
+        return {
+            "head": layout.check_receipt_ts(state["head"]) if state.get("head") else None,
+            "closed_through": layout.check_event_date(state["closed_through"]),
+            "left": [layout.check_event_date(d) for d in state.get("left", [])],
+        }
+    except (KeyError, TypeError, layout.InvalidPartitionValue):
+        return None
+
+
+def _candidates(lake: Lake, state: dict | None, closed: str) -> tuple[list[str], str]:
+    """(closed dates to examine, how they were found)."""
+    pruned = receipt_index.arrivals_pruned_before(lake)
+    if (
+        state is None
+        or state["head"] is None
+        or (pruned and pruned > layout.parse_receipt_ts(state["head"]).date().isoformat())
+    ):
+        return [d for d in receipts.list_event_dates(lake) if d <= closed], "every date"
+    found = set(state["left"])
+    # the dates closed since the last pass (one a day on a daily schedule): a listing each
+    day = date.fromisoformat(state["closed_through"]) + timedelta(days=1)
+    while day.isoformat() <= closed:
+        found.add(day.isoformat())
+        day += timedelta(days=1)
+    # the dates that received receipt partitions since (late data into closed dates)
+    found |= receipt_index.arrived(lake, state["head"])
+    return sorted(d for d in found if d <= closed), "what changed"
+
+
+def unpacked(lake: Lake, event_date: str) -> tuple[list[str], int]:
+    """(every complete receipt partition of the date, how many of them no usable pack holds)."""
+    stamps = receipts.complete_names(lake, event_date)
+    held: set[str] = set()
+    if len(stamps) >= packs.PACK_AT:  # fewer: never worth a listing of the packs
+        for pack in packs.complete(lake, event_date, pane_reader.DEDUP_COLUMNS):
+            held |= pack.receipts
+    return stamps, len(set(stamps) - held)
+
+
+def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> packs.Pack | None:
+    """A pack of the panes of the date's receipt partitions `stamps`, read and written with pyarrow:
+    the data files, then the manifest. None when those partitions hold no pane file."""
+    import pyarrow.parquet as pq
+
+    event_date = layout.check_event_date(event_date)
+    folders = [lake.receipt_dir(event_date, ts) for ts in stamps]
+    data_columns = [c.name for c in pane_reader.DEDUP_PANE]
+    table = pane_reader.read_table(lake.sessions_root(), folders, data_columns)
+    if table is None:
+        return None
+    pack_id = packs.new_pack_id()
+    fs, folder = lake.locate(lake.pack_dir(event_date, pack_id))
+    fs.create_dir(folder, recursive=True)
+    names = []
+    per_file = -(-table.num_rows // packs.FILES) or 1
+    for index in range(packs.FILES):
+        part = table.slice(index * per_file, per_file)
+        if index and not part.num_rows:
+            break
+        name = f"part-{index:05d}.parquet"
+        pq.write_table(part, f"{folder}/{name}", filesystem=fs)
+        names.append(name)
+    return packs.write_manifest(lake, event_date, pack_id, stamps, names, table.num_rows, pane_reader.DEDUP_COLUMNS)
+
+
+def run_pass(lake: Lake, now: datetime | None = None, budget: int = BUDGET, dry_run: bool = False) -> PassResult:
+    """Pack the closed dates that need it (see the module's docstring); dry_run: say which, write nothing."""
+    now = now or datetime.now(timezone.utc)
+    rules, _, _ = rules_record.rules_in_force(lake)
+    closed = newest_closed(rules, now).isoformat()
+    # Read before any listing: every partition received after it is found next time (arrivals).
+    head = receipt_index.head(lake)
+    dates, how = _candidates(lake, read_state(lake), closed)
+    result = PassResult(how=how, dry_run=dry_run)
+    spent = 0
+    for event_date in sorted(dates, reverse=True):  # newest first
+        stamps, loose = unpacked(lake, event_date)
+        result.examined += 1
+        if loose < packs.PACK_AT:
+            continue
+        if spent and spent + len(stamps) > budget:
+            result.left.append(event_date)  # over this pass's budget (a date alone over it still goes)
+            continue
+        spent += len(stamps)
+        started = time.monotonic()
+        pack = None if dry_run else write_pack(lake, event_date, stamps)
+        done = Packed(
+            event_date,
+            len(stamps),
+            pack.pack_id if pack else None,
+            pack.rows if pack else None,
+            round(time.monotonic() - started, 3),
+        )
+        result.packed.append(done)
+        log.info("date packed" if not dry_run else "date would be packed", **vars(done))
+    if not dry_run:
+        lake.write_json_atomic(
+            state_uri(lake),
+            {
+                "format": STATE_FORMAT,
+                "head": head,
+                "closed_through": closed,
+                "left": sorted(result.left),
+                "at": times.now_iso_z(),
+            },
+        )
+    log.info(
+        "packing pass",
+        how=how,
+        examined=result.examined,
+        packed=len(result.packed),
+        left=len(result.left),
+        partitions=spent,
+        dry_run=dry_run,
+    )
+    return result
