@@ -7,8 +7,10 @@ times a full dedup (`run_dedup(full=True)`: every receipt read and re-sessionize
 panes read by Spark's file source and by the executors with pyarrow (tidemark/panes/pane_reader.py, what
 read_panes uses from pane_reader.FOLDERS_FOR_ARROW folders on). With --packs (the default) the
 pyarrow reader is also timed with packs (tidemark/panes/packs.py): the --many date's first full dedup,
-which reads every folder and writes the pack, then the next one, which reads the pack. Without
-"pack" in the row the packs are off (PACK_AT out of reach) and none is read. One warm-up run
+which reads every folder and writes the pack, then the next one, which reads the pack; and the first
+full dedup after the maintenance pass packed the date (tidemark/panes/packing.py, pyarrow, no Spark;
+its own time in the phases column as "maintenance pack"), what a correction of a closed date meets.
+Without "pack" in the row the packs are off (PACK_AT out of reach) and none is read. One warm-up run
 first, then each run once per round (--repeat; every round starts without packs, medians after),
 in one Spark session (local[2]).
 
@@ -27,12 +29,13 @@ import bench
 from bench import dedup_partition
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
-from tidemark.panes import packs, pane_reader
+from tidemark.panes import packing, packs, pane_reader
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 NAME = "receipts_per_date"
 PACK_AT = packs.PACK_AT  # the library's threshold, kept here: full_dedup sets packs.PACK_AT per run
+MAINTENANCE = "arrow, after the maintenance pack"
 
 
 def parse_args(argv):
@@ -90,6 +93,7 @@ def runs(args, readers: list[str]) -> list[tuple[str, int, int]]:
             ("arrow, writing the pack", args.many, PACK_AT),
             ("arrow, reading the pack", args.many, PACK_AT),
             ("arrow, reading the pack (again)", args.many, PACK_AT),
+            (MAINTENANCE, args.many, PACK_AT),
         ]
     return out
 
@@ -109,10 +113,17 @@ def main(argv=None) -> int:
             shutil.rmtree(lake.packs_root(), ignore_errors=True)  # every round writes its pack anew
         for label, receipts, pack_at in runs(args, readers):
             reader = label.split(",")[0]
+            extra = ""
+            if label == MAINTENANCE:  # the maintenance pass alone packs the date, then the dedup
+                shutil.rmtree(lakes[receipts].packs_root(), ignore_errors=True)  # its state too
+                with bench.stopwatch() as t:
+                    done = packing.run_pass(lakes[receipts])
+                assert [p.event_date for p in done.packed] == [dedup_partition.DAY], done
+                extra = f"maintenance pack {t['seconds']:.1f}, "
             load = os.getloadavg()[0]
             result = full_dedup(spark, lakes[receipts], reader, pack_at)
             seconds.setdefault((label, receipts), []).append(result.seconds)
-            phases = ", ".join(f"{k} {v:.1f}" for k, v in result.phases.items() if v >= 0.05)
+            phases = extra + ", ".join(f"{k} {v:.1f}" for k, v in result.phases.items() if v >= 0.05)
             rows.append(
                 [
                     round_,

@@ -15,6 +15,9 @@ locals {
   lake_uri       = "gs://${local.lake_bucket}"
   landing_uri    = "gs://${local.landing_bucket}/${var.landing_prefix}"
   checkpoint_uri = "gs://${local.ops_bucket}/checkpoints/stream"
+  # Where the stream moves the files it has read (`--archive`): beside the landing prefix, never
+  # under it (the stream reads that prefix recursively). The raw input's retention.
+  landing_archive_uri = "gs://${local.landing_bucket}/${var.landing_archive_prefix}"
 
   airflow_base_url = var.create_composer ? google_composer_environment.airflow[0].config[0].airflow_uri : var.airflow_base_url
 }

@@ -75,3 +75,8 @@ output "rules_migrate_example" {
   EOT
   description = "Change the lake's session rules on the cluster: records them and re-deduplicates every date (docs/production.md)"
 }
+
+output "landing_archive_uri" {
+  value       = local.landing_archive_uri
+  description = "--archive of the stream: the files it has read, under received=YYYY-MM-DD/ (the raw input; `tidemark landing --archive` lists it)"
+}

@@ -13,8 +13,10 @@ resource "google_project_iam_member" "spark_dataproc_worker" {
   member  = google_service_account.spark.member
 }
 
-# Bucket-scoped storage roles: write the lake and the ops bucket (checkpoint, staging, temp),
-# read the landing. legacyBucketReader: the GCS connector reads bucket metadata.
+# Bucket-scoped storage roles: write the lake and the ops bucket (checkpoint, staging, temp), and
+# the landing: the stream moves the files it has read to the archive prefix (a copy, then a delete
+# of the landed object: `tidemark stream --archive`). legacyBucketReader: the GCS connector reads
+# bucket metadata.
 resource "google_storage_bucket_iam_member" "spark_lake" {
   for_each = toset(["roles/storage.objectAdmin", "roles/storage.legacyBucketReader"])
   bucket   = google_storage_bucket.lake.name
@@ -30,7 +32,7 @@ resource "google_storage_bucket_iam_member" "spark_ops" {
 }
 
 resource "google_storage_bucket_iam_member" "spark_landing" {
-  for_each = toset(["roles/storage.objectViewer", "roles/storage.legacyBucketReader"])
+  for_each = toset(["roles/storage.objectUser", "roles/storage.legacyBucketReader"])
   bucket   = google_storage_bucket.landing.name
   role     = each.value
   member   = google_service_account.spark.member
@@ -178,6 +180,11 @@ resource "google_dataproc_job" "stream" {
       "--lake", local.lake_uri,
       "--checkpoint", local.checkpoint_uri,
       "--trigger-interval", var.stream_trigger_interval,
+      # A bounded landing (docs/input-contract.md): read files move to the archive once their batch
+      # is committed, and the file-source log starts afresh every stream_checkpoint_rotation
+      # batches, so a micro-batch's listing and log follow the unread files, not the landing's age.
+      "--archive", local.landing_archive_uri,
+      "--checkpoint-rotation", tostring(var.stream_checkpoint_rotation),
       # No session rule options: the stream takes them from the lake's rules record (recorded at its
       # first start, changed only by `tidemark rules migrate`), like the dedup the DAG runs.
       "--notify-topic", google_pubsub_topic.availability.id,

@@ -61,7 +61,7 @@ resource "google_storage_bucket" "landing" {
   lifecycle_rule {
     condition {
       age            = var.landing_nearline_after_days
-      matches_prefix = [var.landing_prefix]
+      matches_prefix = [var.landing_prefix, var.landing_archive_prefix]
     }
     action {
       type          = "SetStorageClass"
@@ -74,7 +74,7 @@ resource "google_storage_bucket" "landing" {
     content {
       condition {
         age            = lifecycle_rule.value
-        matches_prefix = [var.landing_prefix]
+        matches_prefix = [var.landing_prefix, var.landing_archive_prefix]
       }
       action {
         type = "Delete"

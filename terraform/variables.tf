@@ -118,16 +118,36 @@ variable "landing_file_max_bytes" {
   description = "Largest landed file before Pub/Sub starts a new one"
 }
 
+variable "landing_archive_prefix" {
+  type        = string
+  default     = "archive/"
+  description = "Object prefix (in the landing bucket, outside landing_prefix) where the stream moves the files it has read (tidemark stream --archive): the raw input, under received=YYYY-MM-DD/"
+  validation {
+    condition     = endswith(var.landing_archive_prefix, "/") && !startswith(var.landing_archive_prefix, "_") && !startswith(var.landing_archive_prefix, ".")
+    error_message = "landing_archive_prefix must end with / and not start with _ or . (a folder name the stream would hide)."
+  }
+}
+
+variable "stream_checkpoint_rotation" {
+  type        = number
+  default     = 1440
+  description = "tidemark stream --checkpoint-rotation: micro-batches per checkpoint generation (1440 = a day of the default 1m trigger), so the file-source log does not grow with the landing's age"
+  validation {
+    condition     = var.stream_checkpoint_rotation >= 1
+    error_message = "stream_checkpoint_rotation must be a positive number of micro-batches."
+  }
+}
+
 variable "landing_nearline_after_days" {
   type        = number
   default     = 30
-  description = "Landed files move to NEARLINE after this many days (the stream has read them by then)"
+  description = "Landed and archived files move to NEARLINE after this many days (the stream has read them by then)"
 }
 
 variable "landing_retention_days" {
   type        = number
   default     = 0
-  description = "Delete landed files after this many days; 0 keeps them (they are the replay source)"
+  description = "Delete landed and archived files after this many days; 0 keeps them (the archive is the replay source)"
 }
 
 # -- lake --------------------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def test_the_dedup_reads_the_same_panes_from_a_maintenance_pack(spark, tmp_path,
     without = dedup.read_panes(spark, lake, plan.partitions, plan.lo).toPandas()
     packing.run_pass(lake)
     [pack] = packs.complete(lake, day)
-    chosen, rest = packs.cover(lake, plan.partitions, dedup._PANES_SCHEMA)
+    chosen, rest = packs.cover(lake, plan.partitions, pane_reader.DEDUP_COLUMNS)  # what read_panes passes
     assert [p.pack_id for p in chosen] == [pack.pack_id]
     assert not [p for p in rest if p.event_date == day]
     assertDataFrameEqual(dedup.read_panes(spark, lake, plan.partitions, plan.lo), spark.createDataFrame(without))

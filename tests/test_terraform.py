@@ -315,6 +315,7 @@ def _substitute(value: str, tf: dict | None = None) -> str:
 
     def value_of(match: re.Match) -> str:
         name = match.group(1)
+        name = re.sub(r"^tostring\((.*)\)$", r"\1", name)  # a number passed as a string argument
         if name.startswith("google_pubsub_topic.") and name.endswith(".id"):  # the topic's full name
             return f"projects/placeholder-project/topics/{name.split('.')[1]}"
         default = (
