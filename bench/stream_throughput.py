@@ -417,16 +417,14 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
     from pyspark.sql import functions as F
 
     from streaming_job import parse
-    from streaming_job.batch import BatchProcessor
+    from streaming_job.batch import BatchProcessor, sessionize
     from streaming_job.job import StreamConfig, run_stream
     from streaming_job.state import NO_WATERMARK_US, STATE_SCHEMA
     from tidemark.base.spark import build_session
     from tidemark.session.sessions import SessionRules
 
     spark = build_session("bench-ladder", master)
-    processor = BatchProcessor(
-        os.path.join(work, "unused-lake"), os.path.join(work, "unused-checkpoint"), SessionRules()
-    )
+    rules = SessionRules()
     no_state = spark.createDataFrame([], STATE_SCHEMA)
     watermark_us = 2**62  # closes every session: each one emits its pane
     output = os.path.join(work, "ladder-out")
@@ -451,7 +449,7 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
         try:
             checked.agg(F.count(F.lit(1)), F.max("receipt_time")).first()
             if then is not None:
-                then(processor._sessionize(spark, parse.valid_events(checked), no_state, NO_WATERMARK_US, watermark_us))
+                then(sessionize(spark, parse.valid_events(checked), no_state, rules, NO_WATERMARK_US, watermark_us))
         finally:
             checked.unpersist()
 

@@ -6,6 +6,7 @@ Run it through the CLI (`tidemark stream ...`) or unchanged through spark-submit
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -117,6 +118,23 @@ def stream_settings() -> dict[str, str]:
     return {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
 
+# The JVM of a stream that starts its own SparkSession (`tidemark stream`; not spark-submit, whose
+# driver JVM exists before this code runs: docs/production.md gives the flag for it). The default
+# G1 collector's concurrent threads compete with the batch for 2 cores; the serial collector's
+# pauses on a 2 GB heap cost less: a cold million-line batch took 55-61 CPU s of the process tree
+# instead of 68-71 (BENCHMARKS.md section 1). A C1-only JIT (-XX:TieredStopAtLevel=1) was tried
+# too: warm batches ~30% slower, not kept.
+STREAM_JAVA_OPTIONS = "-XX:+UseSerialGC"
+JAVA_OPTIONS_ENV = "TIDEMARK_STREAM_JAVA_OPTIONS"
+
+
+def stream_jvm_conf() -> dict[str, str]:
+    """Launch settings of the JVM a stream starts for itself; TIDEMARK_STREAM_JAVA_OPTIONS replaces
+    the options (empty: the JVM's defaults)."""
+    options = os.environ.get(JAVA_OPTIONS_ENV, STREAM_JAVA_OPTIONS)
+    return {"spark.driver.extraJavaOptions": options} if options.strip() else {}
+
+
 def tune_session(spark) -> None:
     for key, value in stream_settings().items():
         spark.conf.set(key, value)
@@ -140,7 +158,7 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
         # Records the rules at the first start on a lake; refuses other rules (before Spark starts).
         rules = rules_record.ensure(config.lake, config.rules, "tidemark stream").rules
     receipt_index.start(config.lake)  # a new lake is indexed from its first partition on
-    spark = spark or build_session("tidemark-stream", config.master)
+    spark = spark or build_session("tidemark-stream", config.master, conf=stream_jvm_conf())
     tune_session(spark)
     if config.migrate_rules:
         rules = _migrate(config, spark)
