@@ -216,7 +216,7 @@ def main(argv=None) -> int:
             f"(event_date <= D+1 and max_event_ts >= D 00:00 - gap); the reprocessing approaches "
             f"read every receipt of their date range. Wall times are medians of {args.repeat} "
             f"warm runs on a shared machine (see load average): compare ratios, not absolutes. "
-            f"The version published for {d} has {total['sessions']} sessions."
+            f"The version published for {d} has {total.sessions if total else 0} sessions."
         )
         path = bench.write_results(
             NAME,

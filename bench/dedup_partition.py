@@ -420,7 +420,7 @@ def main(argv=None) -> int:
             f"{args.early_rate:.0%} with an accumulating early pane, {args.fragment_rate:.0%} with a "
             f"redelivered too_late fragment). The dedup explodes the events, keeps one copy per "
             f"(user_id, event_id), re-sessionizes them (window over each user's events) and writes "
-            f"one version ({len(pointer['files'])} file(s)) then commits it to the Iceberg table; the plain job "
+            f"one version ({len(pointer.files)} file(s)) then commits it to the Iceberg table; the plain job "
             f"reads the same partitions and writes them back unchanged. Medians of {args.repeat} "
             f"runs after {args.warmup} untimed warm-up dedup(s) (the cold first run took "
             f"{cold.seconds:.1f} s: the JVM's JIT and Spark's first query compilations); see the "

@@ -57,6 +57,7 @@ import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
 from tidemark.demo import generate
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 NAME = "freshness"
 
@@ -266,15 +267,15 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         l["batch_id"]: parse_iso(l["timestamp"]) for l in json_lines(stream_log) if l.get("event") == "batch committed"
     }
     all_runs = {r["dag_run_id"]: r for r in client.list_dag_runs(dag_id)}
-    versions: dict[str, list[dict]] = {}
+    versions: dict[str, list[VersionRecord]] = {}
 
-    def first_version_with(event_date: str, receipt_ts: str) -> dict | None:
+    def first_version_with(event_date: str, receipt_ts: str) -> VersionRecord | None:
         if event_date not in versions:
             versions[event_date] = sorted(
-                publish.list_versions(lake, event_date), key=lambda m: m.get("committed_at") or m.get("created_at", "")
+                publish.list_versions(lake, event_date), key=lambda m: m.committed_at or m.created_at or ""
             )
         key = f"{event_date}/{receipt_ts}"
-        return next((m for m in versions[event_date] if key in m.get("receipts", [])), None)
+        return next((m for m in versions[event_date] if key in m.receipts), None)
 
     steps = {
         k: []
@@ -331,7 +332,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
                 steps["DAG run duration"].append(parse_iso(run["end_date"]) - parse_iso(run["start_date"]))
         version = first_version_with(n["event_date"], n["receipt_ts"])
         if version is not None:
-            readable = parse_iso(version.get("committed_at") or version["created_at"]) - t0
+            readable = parse_iso(version.committed_at or version.created_at or "") - t0
             steps["landed -> corrected partition readable"].append(readable)
             if n["late"]:
                 steps["late data landed -> corrected partition readable"].append(readable)

@@ -35,7 +35,7 @@ import shutil
 import tempfile
 import time
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pyarrow.fs as pafs
 
@@ -45,6 +45,7 @@ from tidemark.panes import planning, receipt_index, receipts
 from tidemark.session.sessions import SessionRules
 from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 RULES = SessionRules()
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -170,16 +171,18 @@ def late_data(lake: Lake, first_batch: int, count: int, newest: str) -> None:
         receipt_index.write_head(lake, receipt_ts)
 
 
-def _version(lake: Lake, event_date: str) -> dict:
+def _version(lake: Lake, event_date: str) -> VersionRecord:
     index = planning.LakeIndex(lake)
     current = planning.plan_for_rerun(index, event_date, RULES, None)
     reach = max((times.parse_iso(p.max_event_ts) for p in current.partitions), default=None)
-    return {
-        "receipts": current.keys,
-        "hi": current.hi,
-        "reach": planning.format_reach(reach),
-        "planned_through": current.planned_through,
-    }
+    return VersionRecord.holding(
+        event_date=date.fromisoformat(event_date),
+        run_id="0" * 32,  # a plan only: no run folder
+        receipts=tuple(current.keys),
+        hi=current.hi,
+        reach=planning.format_reach(reach),
+        planned_through=current.planned_through,
+    )
 
 
 @contextmanager
@@ -257,19 +260,19 @@ def commit_versions(lake: Lake) -> int:
     dates = receipts.list_event_dates(lake)
     for event_date in dates:
         stamps = receipts.list_receipts(lake, event_date)
-        marker = {
-            "event_date": event_date,
-            "run_id": publish.new_run_id(),
-            "files": [],
-            "sessions": 0,
-            "receipts": [planning.receipt_key(event_date, ts) for ts in stamps],
-            "max_receipt_ts": stamps[-1],
-            "reach": None,
-            "hi": event_date,
-            "planned_through": receipt_index.head(lake),
-            "affected_dates": [],
+        marker = VersionRecord.holding(
+            event_date=date.fromisoformat(event_date),
+            run_id=publish.new_run_id(),
+            files=(),
+            sessions=0,
+            receipts=tuple(planning.receipt_key(event_date, ts) for ts in stamps),
+            max_receipt_ts=stamps[-1],
+            reach=None,
+            hi=event_date,
+            planned_through=receipt_index.head(lake),
+            affected_dates=(),
             **rules_record.marker_fields(RULES),
-        }
+        )
         publish.write_marker(lake, marker)
         publish.commit(lake, marker)
     return len(dates)

@@ -27,6 +27,7 @@ from datetime import date, datetime, timedelta, timezone
 import bench
 from tidemark.base.times import now_iso_z
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 NAME = "iceberg_commit"
 DAY0 = date(2026, 3, 1)
@@ -90,7 +91,7 @@ def _template(sessions: int, receipts: list[str]):
     return _TEMPLATES[key]
 
 
-def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> dict:
+def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> VersionRecord:
     """The files and marker a dedup run leaves before its commit (pyarrow stands in for Spark)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -106,18 +107,18 @@ def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> dict:
         column, rows.schema.field(column), pa.array([date.fromisoformat(day)] * sessions, pa.date32())
     )
     pq.write_table(rows, f"{folder}/part-00000.parquet")
-    marker = {
-        "event_date": day,
-        "run_id": run_id,
-        "files": ["part-00000.parquet"],
-        "sessions": sessions,
-        "receipts": [f"{day}/{r}" for r in receipts],
-        "max_receipt_ts": receipts[-1],
-        "hi": day,
-        "gap": "30m",
-        "affected_dates": [],
-        "created_at": now_iso_z(),
-    }
+    marker = VersionRecord.holding(
+        event_date=date.fromisoformat(day),
+        run_id=run_id,
+        files=("part-00000.parquet",),
+        sessions=sessions,
+        receipts=tuple(f"{day}/{r}" for r in receipts),
+        max_receipt_ts=receipts[-1],
+        hi=day,
+        gap="30m",
+        affected_dates=(),
+        created_at=now_iso_z(),
+    )
     publish.write_marker(lake, marker)
     return marker
 
@@ -126,7 +127,7 @@ def receipts_for(version: int) -> list[str]:
     return [f"20260401T{h:02d}0000000Z" for h in range(version + 1)]
 
 
-def timed_commit(lake: Lake, marker: dict) -> tuple[float, int]:
+def timed_commit(lake: Lake, marker: VersionRecord) -> tuple[float, int]:
     from tidemark.iceberg import publish
 
     t0 = time.perf_counter()

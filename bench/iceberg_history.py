@@ -223,7 +223,7 @@ def one_commit(lake: Lake, root: str, sessions: int, latency_ms: float) -> dict:
     newest = publish.dates_with_version(tbl)[-1]
     day = (datetime.fromisoformat(newest) - timedelta(days=1)).date().isoformat()
     # One receipt partition more than the current version: a correction that must replace it.
-    version = len(publish.current_of(lake, tbl, day)["receipts"])
+    version = len(publish.current_of(lake, tbl, day).receipts)
     marker = prepared(lake, day, receipts_for(version), sessions)
     before = _metadata_files(root)
     COUNTER.reset()

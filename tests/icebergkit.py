@@ -3,6 +3,7 @@ run's marker, as a dedup run leaves them right before its commit (tidemark.icebe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import date, datetime, timedelta, timezone
 
@@ -13,13 +14,14 @@ from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
 
 
 def prepared_run(
     lake: Lake, event_date: str, receipts: list[str], sessions: int = 1, affected_dates: list[str] | None = None
-) -> dict:
+) -> VersionRecord:
     """A run's files and marker (not committed). receipts: receipt_ts values of event_date."""
     run_id = publish.new_run_id()
     folder = lake.run_dir(event_date, run_id)
@@ -51,29 +53,36 @@ def prepared_run(
         ]
         pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
         names = ["part-00000.parquet"]
-    marker = {
-        "event_date": event_date,
-        "run_id": run_id,
-        "files": names,
-        "sessions": sessions,
-        "receipts": sorted(f"{event_date}/{r}" for r in receipts),
-        "max_receipt_ts": max(receipts),
-        "receipts_read": len(receipts),
-        "rows_read": sessions,
-        "hi": event_date,
-        "gap": "30m",
-        "affected_dates": affected_dates or [],
-        "created_at": T0.isoformat().replace("+00:00", "Z"),
-    }
+    # the keys of an older tidemark's marker: no reach (so no version built here counts as covering
+    # a plan), no context, no rules id (rules compared by gap)
+    marker = VersionRecord.holding(
+        event_date=date.fromisoformat(event_date),
+        run_id=run_id,
+        files=tuple(names),
+        sessions=sessions,
+        receipts=tuple(sorted(f"{event_date}/{r}" for r in receipts)),
+        max_receipt_ts=max(receipts),
+        receipts_read=len(receipts),
+        rows_read=sessions,
+        hi=event_date,
+        gap="30m",
+        affected_dates=tuple(affected_dates or []),
+        created_at=T0.isoformat().replace("+00:00", "Z"),
+    )
     publish.write_marker(lake, marker)
     return marker
+
+
+def with_fields(marker: VersionRecord, **changes) -> VersionRecord:
+    """The marker with these fields set (and recorded, if it left them out)."""
+    return dataclasses.replace(marker, **changes, absent=marker.absent - set(changes))
 
 
 def publish_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
     return publish.commit(lake, prepared_run(lake, event_date, receipts, sessions))
 
 
-def commit_recording(lake: Lake, marker: dict) -> publish.Outcome:
+def commit_recording(lake: Lake, marker: VersionRecord) -> publish.Outcome:
     """What tidemark.deduplication.dedup does: the commit, then the corrected notice's record."""
     outcome = publish.commit(lake, marker)
     if outcome.committed:
@@ -92,7 +101,7 @@ def version_with(
     sessions: dict[str, tuple[int, int]],
     affected: list[str] | None = None,
     event_date: str = "2026-03-10",
-) -> dict:
+) -> VersionRecord:
     """A committed (and recorded) version whose sessions are {session_id: (end minute, event_count)},
     all starting at midnight of event_date; returns the new current version."""
     marker = prepared_run(lake, event_date, receipts, sessions=0, affected_dates=affected)
@@ -112,9 +121,9 @@ def version_with(
         }
         for sid, (end, count) in sorted(sessions.items())
     ]
-    folder = lake.run_dir(event_date, marker["run_id"])
+    folder = lake.run_dir(event_date, marker.run_id)
     pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
-    marker.update(files=["part-00000.parquet"], sessions=len(rows))
+    marker = dataclasses.replace(marker, files=("part-00000.parquet",), sessions=len(rows))
     publish.write_marker(lake, marker)
     outcome = commit_recording(lake, marker)
     assert outcome.committed

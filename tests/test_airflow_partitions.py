@@ -72,8 +72,8 @@ def test_each_committed_version_becomes_one_asset_event_even_after_a_drain_died_
     assert corrected.emit_owed(lake, client, timeout=30) == 0
     new = [e for e in client.asset_events(asset_id) if e["id"] not in {b["id"] for b in before}]
     assert [(e["partition_key"], e["extra"]["version"], e["extra"]["previous_version"]) for e in new] == [
-        (d, v1["version"], None),
-        (d, v2["version"], v1["version"]),
+        (d, v1.version, None),
+        (d, v2.version, v1.version),
     ]
     assert new[1]["extra"]["change"] == "changed" and new[1]["extra"]["rows"] == 2
     # Drained again: nothing new.
@@ -127,7 +127,7 @@ def test_a_drain_posts_new_versions_without_listing_and_holds_only_an_unsure_one
     # Never attempted: posted at once, no listing needed.
     assert corrected.emit_owed(lake, broken, timeout=20, backoff_max=0.5) == 0
     assert broken.listings == 0
-    assert versions_posted() == [v1["version"]]
+    assert versions_posted() == [v1.version]
     # A drain killed after its POST: the entry has an attempt and no sent record.
     v2 = version_with(lake, [receipt(1), receipt(2)], {"c" * 32: (9, 3)})
     (entry,) = box.owed("airflow")
@@ -137,10 +137,10 @@ def test_a_drain_posts_new_versions_without_listing_and_holds_only_an_unsure_one
     # the new one goes out.
     assert corrected.emit_owed(lake, broken, timeout=3, backoff_max=0.5) == 1
     assert broken.listings >= 1
-    assert [e["notice"]["version"] for e in box.owed("airflow")] == [v2["version"]]
+    assert [e["notice"]["version"] for e in box.owed("airflow")] == [v2.version]
     # Once Airflow lists again, the posted event is found and recorded: one event per version.
     assert corrected.emit_owed(lake, client, timeout=30) == 0
-    assert sorted(versions_posted()) == sorted(v["version"] for v in (v1, v2, v3))
+    assert sorted(versions_posted()) == sorted(v.version for v in (v1, v2, v3))
 
 
 # -- what does not work in 3.3.2, and why the DAGs trigger through the REST API ------------------

@@ -31,5 +31,5 @@ def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys, m
     assert len(dates) == 4
     for day in dates:
         # history 2 -> versions 0 and 1, then 'replace' (2) and the concurrent round (3)
-        assert publish.current_version(lake, day)["version"] == iceberg_commit.receipts_for(3)[-1]
+        assert publish.current_version(lake, day).version == iceberg_commit.receipts_for(3)[-1]
         assert reader.read_sessions(lake, day).num_rows == 5

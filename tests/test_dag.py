@@ -253,7 +253,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     event_date = "2026-03-06"
     dags_test(server, event_date, "first")
     pointer = reader.current_version(lake, event_date)
-    assert pointer and pointer["version"]
+    assert pointer and pointer.version
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
 
     # One asset event: tidemark.sessions_dedup, the date as partition_key, the version in extra.
@@ -266,13 +266,13 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
         )
     ]
     assert [(n, k, x["event_date"], x["version"]) for n, k, x in events] == [
-        (asset_events.ASSET_NAME, event_date, event_date, pointer["version"])
+        (asset_events.ASSET_NAME, event_date, event_date, pointer.version)
     ]
 
     # Affected neighbours became runs with deterministic ids. A first version holds only new events,
     # so every other date a session touching event_date spans is affected (dedup_summary.sql); the
     # two-day landing has sessions crossing midnight, so the list is not empty.
-    affected = sorted(set(pointer.get("affected_dates") or []) - {event_date})
+    affected = sorted(set(pointer.affected_dates or []) - {event_date})
     spanned = {
         str(s.session_start.date() + timedelta(days=n))
         for s in reference.sessions_of_landing(landing, GAP)
@@ -281,7 +281,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     }
     assert affected and affected == sorted(spanned - {event_date}), pointer
     triggered = sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'"))
-    assert triggered == sorted(runs.affected_run_id(d, event_date, pointer["version"]) for d in affected)
+    assert triggered == sorted(runs.affected_run_id(d, event_date, pointer.version) for d in affected)
 
     assert last_run_states(server)["dedup"] == "success"
 
@@ -290,7 +290,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     # runs, and an obligation owed to this date is discharged as a dedup would have.
     from tidemark.orchestration import obligations
 
-    obligations.record(lake, [event_date], "2026-03-05", pointer["version"])
+    obligations.record(lake, [event_date], "2026-03-05", pointer.version)
     assert [o["source_date"] for o in obligations.pending(lake, event_date)] == ["2026-03-05"]
     events_before = len(db_rows(server, "select id from asset_event"))
     proc = dags_test(server, event_date, "second")
@@ -301,7 +301,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, event_date) == []
     again = reader.current_version(lake, event_date)
-    assert again["version"] == pointer["version"]
+    assert again["version"] == pointer.version
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
     assert (
         sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'")) == triggered
@@ -339,14 +339,14 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     pointer = reader.current_version(lake, event_date)
     box = corrected.outbox(lake)
     assert [(e["notice"]["event_date"], e["notice"]["version"]) for e in box.owed("airflow")] == [
-        (event_date, pointer["version"])
+        (event_date, pointer.version)
     ]
     assert db_rows(server, "select id from asset_event") == []
     output = proc.stdout + proc.stderr
     warned = [line for line in output.splitlines() if "asset events stay owed: Airflow API unreachable" in line]
-    assert warned and event_date in warned[0] and pointer["version"] in warned[0], output[-3000:]
+    assert warned and event_date in warned[0] and pointer.version in warned[0], output[-3000:]
     # The neighbours owed a rerun were not started (no API): their obligations stay pending.
-    affected = sorted(set(pointer.get("affected_dates") or []) - {event_date})
+    affected = sorted(set(pointer.affected_dates or []) - {event_date})
     assert affected, pointer  # the two-day landing has sessions crossing midnight
     assert states["trigger_affected"] == "skipped", states
     assert all(obligations.pending(lake, d) for d in affected)
@@ -389,11 +389,9 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
                 )
             ]
             assert [(n, k, x["version"]) for n, k, x in events] == [
-                (asset_events.ASSET_NAME, event_date, pointer["version"])
+                (asset_events.ASSET_NAME, event_date, pointer.version)
             ]
-        assert box.owed("airflow") == [] and [e["notice"]["version"] for e in box.sent("airflow")] == [
-            pointer["version"]
-        ]
+        assert box.owed("airflow") == [] and [e["notice"]["version"] for e in box.sent("airflow")] == [pointer.version]
     finally:
         server.stop(components=("api-server",))
 

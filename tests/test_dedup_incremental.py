@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from datetime import timedelta
+from dataclasses import replace
+from datetime import date, timedelta
 
 import pytest
 
@@ -25,6 +26,7 @@ from tidemark.orchestration import obligations
 from tidemark.panes import planning
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import Commit, VersionRecord
 
 
 def long_sessions(rng: random.Random, users: int = 2) -> list[tuple]:
@@ -130,12 +132,12 @@ def test_incremental_equals_full_path_and_reference_over_random_histories(
         assert rows(lakes["incremental"], day) == rows(lakes["full"], day), day
 
 
-def _previous(**changes) -> dict:
+def _previous(**changes) -> VersionRecord:
+    """A previous version; a change to None leaves the key out of its marker (an older writer's)."""
     version = {
-        "event_date": "2026-03-07",
+        "event_date": date(2026, 3, 7),
         "run_id": "r1",
-        "version": "20260308T000000000Z",
-        "receipts": ["2026-03-07/20260308T000000000Z"],
+        "receipts": ("2026-03-07/20260308T000000000Z",),
         "reach": "2026-03-07T10:00:00.000000Z",
         "hi": "2026-03-08",
         "lo": "2026-03-06T23:30:00Z",
@@ -150,7 +152,8 @@ def _previous(**changes) -> dict:
 
     version.update(rules_record.marker_fields(SessionRules()))
     version.update(changes)
-    return {k: v for k, v in version.items() if v is not None}
+    commit = Commit("20260308T000000000Z", "r1", None, "2026-03-08T00:00:05Z")
+    return replace(VersionRecord.holding(**{k: v for k, v in version.items() if v is not None}), commit=commit)
 
 
 class _Marker:
@@ -169,11 +172,11 @@ def _plan(*stamps) -> planning.Plan:
     "previous,plan,why",
     [
         (None, _plan("20260308T000000000Z", "20260309T000000000Z"), "no previous version"),
-        (_previous(reach="__drop__"), _plan("20260308T000000000Z", "20260309T000000000Z"), "records no reach"),
+        (_previous(reach=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "records no reach"),
         (_previous(context_rows=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no island context"),
         (_previous(rules_id="other"), _plan("20260308T000000000Z", "20260309T000000000Z"), "rules changed"),
         (_previous(lo="2026-03-06T23:00:00Z"), _plan("20260308T000000000Z", "20260309T000000000Z"), "another lo"),
-        (_previous(receipts=["2026-03-07/20260301T000000000Z"]), _plan("20260308T000000000Z"), "does not"),
+        (_previous(receipts=("2026-03-07/20260301T000000000Z",)), _plan("20260308T000000000Z"), "does not"),
         (_previous(), _plan("20260307T000000000Z", "20260308T000000000Z"), "older than the previous"),
         (_previous(horizon=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no context horizon"),
         (
@@ -184,8 +187,6 @@ def _plan(*stamps) -> planning.Plan:
     ],
 )
 def test_incremental_precondition_falls_back_to_the_full_path(previous, plan, why):
-    if previous is not None and previous.get("reach") == "__drop__":
-        del previous["reach"]
     start, reason = incremental.base(previous, plan, SessionRules())
     assert start is None and why in reason
 
@@ -269,13 +270,13 @@ def check_counts(lake: Lake, event_date: str) -> None:
     version = publish.current_version(lake, event_date)
     if version is None:
         return
-    assert int(version["sessions"]) == len(rows(lake, event_date)), (event_date, version)
-    folder = incremental.context_dir(lake, event_date, version["run_id"])
+    assert int(version.sessions) == len(rows(lake, event_date)), (event_date, version)
+    folder = incremental.context_dir(lake, event_date, version.run_id)
     written = ds.dataset(folder, format="parquet").count_rows() if os.path.isdir(folder) else 0
-    assert int(version["context_rows"]) == written, (event_date, version)
+    assert int(version.context_rows) == written, (event_date, version)
 
 
 def planning_context_rows(lake: Lake, event_date: str) -> int:
     from tidemark.iceberg import publish
 
-    return int(publish.current_version(lake, event_date)["context_rows"])
+    return int(publish.current_version(lake, event_date).context_rows)

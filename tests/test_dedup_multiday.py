@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import pytest
 
@@ -24,6 +24,7 @@ from tidemark.iceberg import publish, reader
 from tidemark.orchestration import obligations
 from tidemark.panes import planning
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 pytestmark = pytest.mark.spark
 
@@ -80,7 +81,7 @@ def test_fragment_two_dates_after_a_three_date_session_reaches_its_start_date(sp
     converge(lake, spark, {D6})
     check(lake, kiosk, [D6, D7, D8])
     v6 = reader.current_version(lake, D6)
-    assert v6["reach"].startswith(f"{D8}T02:00") and v6["hi"] >= D8
+    assert v6.reach.startswith(f"{D8}T02:00") and v6.hi >= D8
 
     fragment = every("k", "late", at(D8, 2, 20), at(D8, 3, 0))
     written = stream.batch(fragment, mode=0.0)  # a fragment: the state had expired
@@ -138,8 +139,9 @@ def test_planning_follows_sessions_touching_the_date_whatever_day_they_start():
     assert planning.needed_hi(D7, RULES, at(D8, 23, 29)) == D8
     assert planning.needed_hi(D7, RULES, at(D8, 23, 30)) == D9  # exactly a gap before midnight
     assert planning.needed_hi(D7, RULES, at(D9, 5)) == D9
-    assert planning.covers({"receipts": ["a"]}, ["a"]) is False  # no recorded reach: never trusted
-    assert planning.covers({"receipts": ["a"], "reach": None}, ["a"]) is True
+    version = {"event_date": date.fromisoformat(D7), "run_id": "0" * 32, "receipts": ("a",)}
+    assert planning.covers(VersionRecord.holding(**version), ["a"]) is False  # no recorded reach: never trusted
+    assert planning.covers(VersionRecord.holding(**version, reach=None), ["a"]) is True
 
 
 # -- random long sessions, holes and bridges, random arrivals ----------------------------------------
@@ -235,4 +237,4 @@ def test_real_stream_four_date_session_and_a_too_late_fragment_three_dates_later
         assert real_sessions(lake, day) == reference_sessions(landing, day), day
     (session,) = [s for s in real_sessions(lake, D6) if s[0] == "k"]
     assert {"late1", "late2"} <= session[3]
-    assert publish.current_version(lake, D6)["reach"].startswith(f"{D9}T02:40")
+    assert publish.current_version(lake, D6).reach.startswith(f"{D9}T02:40")

@@ -54,7 +54,7 @@ def test_gc_refuses_bad_durations_and_retentions_below_the_floor(tmp_path, capsy
 def _publish_in_process(lake, day, receipts, barrier):
     barrier.wait()
     outcome = icebergkit.publish_run(lake, day, receipts)
-    return outcome.committed, outcome.current["run_id"], outcome.current["version"]
+    return outcome.committed, outcome.current.run_id, outcome.current.version
 
 
 @pytest.mark.slow  # not in make test-fast: four spawned Python processes
@@ -75,7 +75,7 @@ def test_four_dates_commit_at_once_from_four_processes_and_none_is_lost(tmp_path
     assert publish.list_dedup_dates(lake) == days
     for day, (_, run_id, version) in results.items():
         current = publish.current_version(lake, day)
-        assert (current["run_id"], current["version"]) == (run_id, version) == (run_id, icebergkit.receipt(2))
+        assert (current.run_id, current.version) == (run_id, version) == (run_id, icebergkit.receipt(2))
         assert reader.read_sessions(lake, day).num_rows == 1
     tbl = iceberg.load(lake)
     assert sorted(props["tidemark.event-date"] for _, props in publish.snapshot_versions(tbl)) == days
@@ -93,23 +93,23 @@ def test_two_publishes_of_one_date_the_more_complete_wins_in_any_order(tmp_path,
 
         def run(marker):
             barrier.wait()
-            outcomes[marker["run_id"]] = publish.commit(lake, marker)
+            outcomes[marker.run_id] = publish.commit(lake, marker)
 
         threads = [threading.Thread(target=run, args=(m,)) for m in (partial, complete)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        assert outcomes[complete["run_id"]].committed
+        assert outcomes[complete.run_id].committed
     else:
         first, second = (complete, partial) if order == "complete first" else (partial, complete)
         assert publish.commit(lake, first).committed
         assert publish.commit(lake, second).committed == (second is complete)
     current = publish.current_version(lake, day)
-    assert current["run_id"] == complete["run_id"] and current["version"] == icebergkit.receipt(3)
+    assert current.run_id == complete.run_id and current.version == icebergkit.receipt(3)
     assert reader.read_sessions(lake, day).num_rows == 3
     # Every version id of the date is unique and grows with what it includes.
-    ids = [v["version"] for v in publish.list_versions(lake, day)]
+    ids = [v.version for v in publish.list_versions(lake, day)]
     assert ids == sorted(set(ids))
 
 
@@ -119,10 +119,10 @@ def test_a_run_missing_receipts_the_current_version_has_is_refused_and_must_repl
     other = icebergkit.prepared_run(lake, day, [icebergkit.receipt(1), icebergkit.receipt(2)])
     with pytest.raises(publish.Superseded, match="1 receipt partition"):
         publish.commit(lake, other)
-    assert publish.current_version(lake, day)["version"] == icebergkit.receipt(3)
+    assert publish.current_version(lake, day).version == icebergkit.receipt(3)
     # Same highest receipt, more receipts: a later id (+1 ms), never the same one.
     fuller = icebergkit.prepared_run(lake, day, [icebergkit.receipt(h) for h in (1, 2, 3)])
-    assert publish.commit(lake, fuller).current["version"] == "20260310T030000001Z"
+    assert publish.commit(lake, fuller).current.version == "20260310T030000001Z"
 
 
 @pytest.mark.spark
@@ -133,7 +133,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     assert (
         first.published
         and not first.noop
-        and first.version == max(k.split("/")[1] for k in publish.current_version(lake, day)["receipts"])
+        and first.version == max(k.split("/")[1] for k in publish.current_version(lake, day).receipts)
     )
     # Where the time went, phase by phase, adding up to the run's seconds (the profile's source).
     assert list(first.phases) == ["plan", "spark", "compute", "write", "commit", "notice"]
@@ -154,7 +154,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
 
 
 def first_run(lake, day):
-    return publish.current_version(lake, day)["run_id"]
+    return publish.current_version(lake, day).run_id
 
 
 def _killed_before_commit(real):
@@ -205,10 +205,10 @@ def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(s
     monkeypatch.undo()
     current = publish.current_version(lake, day)
     if when == "after":
-        assert current["version"] > v1.version and published(lake, day) == expected(events, day)
+        assert current.version > v1.version and published(lake, day) == expected(events, day)
     else:
-        assert current["version"] == v1.version and published(lake, day) == expected(seen, day)
-    assert reader.read_sessions(lake, day).num_rows == current["sessions"]  # whole, whichever it is
+        assert current.version == v1.version and published(lake, day) == expected(seen, day)
+    assert reader.read_sessions(lake, day).num_rows == current.sessions  # whole, whichever it is
 
     rerun = run_dedup(lake, day, RULES, spark=spark)
     assert rerun.noop == (when == "after")
@@ -218,7 +218,7 @@ def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(s
         for d in receipts.list_event_dates(lake)
         for p in [receipts.read_marker(lake, d, ts) for ts in receipts.list_receipts(lake, d)]
     }
-    assert set(publish.current_version(lake, day)["receipts"]) <= complete
+    assert set(publish.current_version(lake, day).receipts) <= complete
 
 
 @pytest.mark.spark
@@ -265,9 +265,9 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
         ("u2", "x", t(10, 0), "play"),
     ]
     current = publish.current_version(lake, "2026-03-06")
-    assert f"2026-03-07/{written[0].receipt_ts}" in current["receipts"]
+    assert f"2026-03-07/{written[0].receipt_ts}" in current.receipts
     assert published(lake, "2026-03-06") == expected(events, "2026-03-06")
-    assert not results["b"].published and current["version"] == a.version
+    assert not results["b"].published and current.version == a.version
 
 
 @pytest.mark.spark
@@ -299,9 +299,9 @@ def test_process_killed_mid_run_leaves_previous_version_readable(spark, tmp_path
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     pointer = publish.current_version(lake, day)
-    assert pointer["version"] >= v1.version
+    assert pointer.version >= v1.version
     current = reader.read_sessions(lake, day)  # whichever it is, it is whole
-    assert current.num_rows == pointer["sessions"]
+    assert current.num_rows == pointer.sessions
     run_dedup(lake, day, RULES, spark=spark)
     assert published(lake, day) == expected(events, day)
 
@@ -325,10 +325,10 @@ def test_concurrent_runs_of_one_date_both_succeed_and_agree(spark, tmp_path):
         t.join()
     assert not errors
     pointer = publish.current_version(lake, day)
-    assert {r.version for r in results} == {pointer["version"]}
+    assert {r.version for r in results} == {pointer.version}
     assert sorted(r.published for r in results) == [False, True]  # one commit, one no-op
     assert published(lake, day) == expected(events, day)
-    assert [v["version"] for v in publish.list_versions(lake, day)] == [pointer["version"]]
+    assert [v.version for v in publish.list_versions(lake, day)] == [pointer.version]
 
 
 @pytest.mark.spark
@@ -387,12 +387,12 @@ def test_dedup_command_prints_one_json_result_line(spark, tmp_path, capsys):
     }
     assert (result["event_date"], result["version"], result["sessions"], result["published"]) == (
         day,
-        pointer["version"],
-        pointer["sessions"],
+        pointer.version,
+        pointer.sessions,
         True,
     )
-    assert result["rows_read"] == pointer["rows_read"] > 0
-    assert result["affected_dates"] == pointer["affected_dates"]
+    assert result["rows_read"] == pointer.rows_read > 0
+    assert result["affected_dates"] == list(pointer.affected_dates)
     assert published(lake, day) == expected(events, day)
 
 

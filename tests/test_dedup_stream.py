@@ -107,7 +107,7 @@ def test_crafted_late_bridging_and_midnight_cases(spark, tmp_path):
     b_sessions = [s for s in sessions(lake, D0) if s[0] == "b"]
     assert len(b_sessions) == 1 and len(b_sessions[0][3]) == 7  # stitched by the bridge
     assert {s[0] for s in sessions(lake, D0)} == {"a", "b", "c"}  # c moved to the day before
-    assert sessions(lake, D1) == set() and reader.current_version(lake, D1)["sessions"] == 0
+    assert sessions(lake, D1) == set() and reader.current_version(lake, D1).sessions == 0
     assert {s[0] for s in sessions(lake, D2)} == {"y", "z"}
 
 

@@ -11,6 +11,7 @@ switches it split -> merge -> split, re-deduplicating every date each time.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -25,6 +26,7 @@ from tidemark.panes import planning
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules, parse_overrides
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 GAP = timedelta(minutes=30)
 US = timedelta(microseconds=1)
@@ -173,11 +175,11 @@ def test_default_boundary_keeps_existing_records_and_ids():
 
 
 def test_a_version_without_rules_id_was_made_under_split():
-    legacy = {"gap": "30m", "version": "20260310T120000000Z"}
+    legacy = VersionRecord.from_marker({"event_date": "2026-03-10", "run_id": "a" * 32, "gap": "30m"})
     assert not rules_record.changed_since(legacy, SPLIT)
     assert rules_record.changed_since(legacy, MERGE)
-    assert rules_record.changed_since({"rules_id": rules_record.fingerprint(SPLIT)}, MERGE)
-    assert not rules_record.changed_since({"rules_id": rules_record.fingerprint(MERGE)}, MERGE)
+    assert rules_record.changed_since(replace(legacy, rules_id=rules_record.fingerprint(SPLIT)), MERGE)
+    assert not rules_record.changed_since(replace(legacy, rules_id=rules_record.fingerprint(MERGE)), MERGE)
 
 
 def test_boundary_is_recorded_and_checked(tmp_path):

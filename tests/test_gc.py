@@ -52,25 +52,25 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
     removed = gc.gc(lake, timedelta(hours=2), now=now_plus(hours=3))
     snapshots = [r for r in removed if r.what == "snapshot"]
     assert [(r.event_date, r.version) for r in snapshots] == [
-        (DAY, first["version"]),
-        (OTHER, other["version"]),
-        (DAY, second["version"]),
+        (DAY, first.version),
+        (OTHER, other.version),
+        (DAY, second.version),
     ]
     runs = {r.path.rsplit("run=", 1)[1]: r for r in removed if r.what == "run"}
-    assert set(runs) == {first["run_id"], second["run_id"], killed["run_id"]}
-    assert runs[first["run_id"]].version == first["version"] and runs[killed["run_id"]].version is None
+    assert set(runs) == {first.run_id, second.run_id, killed.run_id}
+    assert runs[first.run_id].version == first.version and runs[killed.run_id].version is None
     assert any(r.what == "metadata" for r in removed)
     assert len(os.listdir(os.path.join(lake, "sessions_dedup", "metadata"))) < metadata_before
 
     # What is current stays readable: the date whose snapshot went, too.
-    assert run_folders(lake, DAY) == [f"run={third['run_id']}"]
-    assert run_folders(lake, OTHER) == [f"run={other['run_id']}"]
+    assert run_folders(lake, DAY) == [f"run={third.run_id}"]
+    assert run_folders(lake, OTHER) == [f"run={other.run_id}"]
     assert reader.read_sessions(lake, DAY).num_rows == 3
     assert reader.read_sessions(lake, OTHER).num_rows == 2
-    assert publish.current_version(lake, OTHER)["run_id"] == other["run_id"]
-    assert [v["version"] for v in publish.list_versions(lake, OTHER)] == [other["version"]]
+    assert publish.current_version(lake, OTHER).run_id == other.run_id
+    assert [v.version for v in publish.list_versions(lake, OTHER)] == [other.version]
     with pytest.raises(reader.NoVersion, match="garbage-collected"):
-        reader.resolve(lake, DAY, as_of=second["version"])
+        reader.resolve(lake, DAY, as_of=second.version)
 
     # Much later, again: the current snapshot and files are never candidates.
     assert [r for r in gc.gc(lake, timedelta(hours=2), now=now_plus(days=400)) if r.what != "metadata"] == []
@@ -125,7 +125,7 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
     assert v2.version > v1.version
 
     assert cli.main(["gc", "--lake", str(lake), "--retention", "2h"]) == 0
-    assert reader.resolve(lake, day, as_of=v1.version)["version"] == v1.version
+    assert reader.resolve(lake, day, as_of=v1.version).version == v1.version
     seen = [e for batch in cut[:2] for e in batch]
     table = reader.read_sessions(lake, day, as_of=v1.version)
     assert {

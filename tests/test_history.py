@@ -60,9 +60,9 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     run_dedup(lake, first, spark=spark)
     after = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
     pointer = publish.current_version(lake, first)
-    assert after[first]["version"] == pointer["version"]
+    assert after[first]["version"] == pointer.version
     assert after[first]["pending"] == 0 and after[first]["lag_s"] == 0
-    assert after[first]["sessions"] == pointer["sessions"]
+    assert after[first]["sessions"] == pointer.sessions
     assert after[dates[1]]["pending"] == before[dates[1]]["pending"]  # not deduplicated yet
 
     # A notice the stream would have owed for the newest receipt partition of the date.
@@ -77,7 +77,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     assert source["kind"] == "source" and source["dag_runs"].startswith("unavailable")
     kinds = [i["kind"] for i in items]
     assert kinds.count("receipt") == len(receipts.list_receipts(lake, first))
-    assert [i["id"] for i in items if i["kind"] == "version"] == [pointer["version"]]
+    assert [i["id"] for i in items if i["kind"] == "version"] == [pointer.version]
     assert [i["state"] for i in items if i["kind"] == "version"] == ["current"]
     owed = [i for i in items if i["kind"] == "notice"]
     assert len(owed) == 1 and owed[0]["id"] == body["notice_id"] and owed[0]["state"].startswith("owed")
@@ -89,7 +89,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     capsys.readouterr()
     assert main(["history", "--lake", str(lake), "--event-date", first, "--home", str(tmp_path / "no-stack")]) == 0
     out = capsys.readouterr().out
-    assert "unavailable" in out and pointer["version"] in out
+    assert "unavailable" in out and pointer.version in out
     capsys.readouterr()
     assert main(["partitions", "--lake", str(lake)]) == 0
     assert first in capsys.readouterr().out

@@ -36,7 +36,7 @@ def test_each_published_version_records_one_notice_saying_how_the_date_changed(t
     v3 = version_with(lake, [receipt(1), receipt(2), receipt(3)], {"b" * 32: (30, 3), "c" * 32: (3, 1)})
     v4 = version_with(lake, [receipt(1), receipt(2), receipt(3), receipt(4)], {"b" * 32: (30, 3), "c" * 32: (3, 1)})
     first, second, third, fourth = owed(lake)
-    assert [n["version"] for n in (first, second, third, fourth)] == [v["version"] for v in (v1, v2, v3, v4)]
+    assert [n["version"] for n in (first, second, third, fourth)] == [v.version for v in (v1, v2, v3, v4)]
     assert first["previous_version"] is None and first["change"] == {
         "kind": "first",
         "sessions_added": 2,
@@ -44,7 +44,7 @@ def test_each_published_version_records_one_notice_saying_how_the_date_changed(t
         "sessions_changed": 0,
         "sessions_unchanged": 0,
     }
-    assert second["previous_version"] == v1["version"] and second["change"] == {
+    assert second["previous_version"] == v1.version and second["change"] == {
         "kind": "changed",
         "sessions_added": 1,
         "sessions_removed": 0,
@@ -71,7 +71,7 @@ def test_each_published_version_records_one_notice_saying_how_the_date_changed(t
         "dataset": "sessions",
         "event_date": D,
         "change": "changed",
-        "version": v2["version"],
+        "version": v2.version,
         "schema_version": "1",
         "notice_id": second["notice_id"],
     }
@@ -100,11 +100,11 @@ def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(t
 
     monkeypatch.setattr(corrected.Outbox, "record", crash)
     outcome = publish_run(lake, D, [receipt(1)], sessions=2)
-    assert outcome.committed and publish.current_version(lake, D)["version"] == outcome.current["version"]
+    assert outcome.committed and publish.current_version(lake, D).version == outcome.current.version
     monkeypatch.undo()
     assert owed(lake) == []
     body = corrected.record_current(lake, D)
-    assert body["version"] == outcome.current["version"] and body["rows"] == 2
+    assert body["version"] == outcome.current.version and body["rows"] == 2
     assert [n["notice_id"] for n in owed(lake)] == [body["notice_id"]]
 
 
@@ -169,7 +169,7 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3), "b" * 32: (3, 1)})
     box = corrected.outbox(lake)
-    first = next(e for e in box.owed() if e["notice"]["version"] == v1["version"])
+    first = next(e for e in box.owed() if e["notice"]["version"] == v1.version)
     box.mark_sent(first, "m-1", "2026-03-10T05:00:00.000Z")
     capsys.readouterr()
 
@@ -179,8 +179,8 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
         (r["topic"], r["state"], r["event_date"], r["version"], r["previous_version"], r["change"]["kind"])
         for r in rows
     ] == [
-        ("corrected", "sent", D, v1["version"], None, "first"),
-        ("corrected", "owed", D, v2["version"], v1["version"], "changed"),
+        ("corrected", "sent", D, v1.version, None, "first"),
+        ("corrected", "owed", D, v2.version, v1.version, "changed"),
     ]
     assert rows[0]["message_id"] == "m-1" and rows[1]["change"]["sessions_added"] == 1
 
@@ -193,7 +193,7 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
     }
     assert cli_main(["notices", "--lake", str(lake), "--topic", "corrected", "--state", "owed"]) == 0
     table = capsys.readouterr().out
-    assert "corrected notices: 1 sent, 1 owed" in table and v2["version"] in table and v1["version"] in table
+    assert "corrected notices: 1 sent, 1 owed" in table and v2.version in table and v1.version in table
     assert "changed: +1 -0 ~1 =0" in table
     # The availability listing is what it was: corrected notices only when asked for.
     assert cli_main(["notices", "--lake", str(lake), "--format", "summary"]) == 0
@@ -219,7 +219,7 @@ def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
     assert box.owed() == [] and box.owed("airflow") == []
     assert not os.path.exists(box.path("outbox", entry["notice"]["notice_id"]))
     assert [e["message_id"] for e in box.sent("airflow")] == ["17"] and box.sent()[0]["message_id"] == "m1"
-    assert box.sent("airflow")[0]["notice"]["version"] == v1["version"]
+    assert box.sent("airflow")[0]["notice"]["version"] == v1.version
     # A drain killed between the last sent record and the outbox delete: owed() finishes it.
     version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3)})
     (second,) = box.owed("airflow")
@@ -278,15 +278,15 @@ def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_
     result = corrected.emit(lake, D, client, timeout=1)
     assert result == {
         "recorded": False,
-        "version": v1["version"],
+        "version": v1.version,
         "owed": 1,
         "delivered": False,
         "reason": "unreachable",
     }
     (warning,) = _warnings(capsys.readouterr().err, "asset events stay owed: Airflow API unreachable")
-    assert warning["event_date"] == D and warning["version"] == v1["version"]
-    assert warning["owed_versions"] == [f"{D}={v1['version']}"]
-    assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1["version"]]
+    assert warning["event_date"] == D and warning["version"] == v1.version
+    assert warning["owed_versions"] == [f"{D}={v1.version}"]
+    assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1.version]
 
 
 def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path, capsys, monkeypatch):
@@ -313,14 +313,14 @@ def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path
     assert time.monotonic() - began < 30
     assert result == {
         "recorded": True,
-        "version": v1["version"],
+        "version": v1.version,
         "owed": 1,
         "delivered": False,
         "reason": "not configured",
     }
     (warning,) = _warnings(capsys.readouterr().err, "asset events stay owed: no Airflow API configured")
-    assert warning["event_date"] == D and warning["version"] == v1["version"] and warning["owed"] == 1
-    assert [e["notice"]["version"] for e in box.owed("airflow")] == [v1["version"]]
+    assert warning["event_date"] == D and warning["version"] == v1.version and warning["owed"] == 1
+    assert [e["notice"]["version"] for e in box.owed("airflow")] == [v1.version]
     # A connection that exists but is wrong is an operator's error to see, not "not configured".
     monkeypatch.setenv("AIRFLOW_BASE_URL", "ftp://nowhere")
     with pytest.raises(airflow_api.ConfigError, match="AIRFLOW_BASE_URL must be set"):
@@ -385,7 +385,7 @@ def test_a_refused_asset_event_fails_the_task_at_once_and_stays_owed(tmp_path, c
         assert len(refusing.posts) == 1
     finally:
         refusing.close()
-    assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1["version"]]
+    assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1.version]
     errors = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     assert any(
         e["level"] == "error" and e["event"].startswith("sink refused a notice") and e["sink"] == "airflow"

@@ -59,9 +59,7 @@ def test_one_message_per_published_version_however_often_it_is_sent(emulator, tm
     lake, host = Lake.open(tmp_path / "lake"), emulator.host
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", host)
     topic = make_topic(host, "corrected-once")
-    versions = [
-        publish_run(lake, D, [receipt(h) for h in range(1, n + 1)], sessions=n).current["version"] for n in (1, 2)
-    ]
+    versions = [publish_run(lake, D, [receipt(h) for h in range(1, n + 1)], sessions=n).current.version for n in (1, 2)]
     assert corrected.send_owed(lake, topic, timeout=60) == 0
     # Everything that may record or send again: the DAG's notify task of a rerun, another drain.
     monkeypatch.setenv("TIDEMARK_CORRECTED_TOPIC_PATH", topic)
@@ -89,13 +87,13 @@ def test_pubsub_down_during_a_publish_the_notice_goes_out_once_when_it_is_back(e
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", link.host)
     try:
         link.cut()
-        v1 = publish_run(lake, D, [receipt(1)]).current["version"]
+        v1 = publish_run(lake, D, [receipt(1)]).current.version
         # A bounded publish while Pub/Sub is unreachable: nothing acknowledged, the notice stays owed.
         assert corrected.send_owed(lake, topic, timeout=3, backoff_max=1) == 1
         assert [e["notice"]["version"] for e in corrected.outbox(lake).owed()] == [v1]
 
         # A publish that is retrying when Pub/Sub comes back sends it, and a second version too.
-        v2 = publish_run(lake, D, [receipt(1), receipt(2)]).current["version"]
+        v2 = publish_run(lake, D, [receipt(1), receipt(2)]).current.version
         result: list[int] = []
         sender = threading.Thread(
             target=lambda: result.append(corrected.send_owed(lake, topic, timeout=120, backoff_max=2))

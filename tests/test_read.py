@@ -83,10 +83,10 @@ def test_as_of_reproduces_what_the_partition_looked_like_then(lake):
     path, day, v1, v2 = lake["path"], lake["day"], lake["v1"], lake["v2"]
     assert keyset(reader.read_sessions(path, day, as_of=v1)) == expected(lake["first_half"], day)
     just_before_v2 = layout.format_receipt_ts(layout.parse_receipt_ts(v2) - timedelta(milliseconds=1))
-    assert reader.resolve(path, day, as_of=just_before_v2)["version"] == v1
-    assert reader.resolve(path, day, as_of=v2)["version"] == v2
+    assert reader.resolve(path, day, as_of=just_before_v2).version == v1
+    assert reader.resolve(path, day, as_of=v2).version == v2
     rfc3339 = layout.parse_receipt_ts(v1).isoformat()
-    assert reader.resolve(path, day, as_of=rfc3339)["version"] == v1
+    assert reader.resolve(path, day, as_of=rfc3339).version == v1
     with pytest.raises(reader.NoVersion, match="no complete deduplicated version as of"):
         reader.resolve(path, day, as_of="20000101T000000000Z")
     with pytest.raises(layout.InvalidPartitionValue, match="invalid --as-of"):

@@ -8,7 +8,8 @@ import json
 import os
 import random
 import shutil
-from datetime import timedelta
+from dataclasses import replace
+from datetime import date, timedelta
 
 import pytest
 
@@ -20,6 +21,7 @@ from tidemark.panes import planning, receipt_index, receipts
 from tidemark.session.sessions import SessionRules
 from tidemark.store import lake as lake_layout
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 
 def _plans(lake: Lake, event_date: str, rules: SessionRules, hi: str) -> tuple[list[str], list[str]]:
@@ -60,7 +62,7 @@ def test_plans_with_the_index_equal_plans_that_read_every_marker(tmp_path, seed,
     assert checked > 20  # the lakes are not empty
 
 
-def _version(lake: Lake, event_date: str, rules: SessionRules) -> dict:
+def _version(lake: Lake, event_date: str, rules: SessionRules) -> VersionRecord:
     """What a dedup records about its plan (as tidemark.deduplication.dedup does): keys, hi, reach, planned_through."""
     index = planning.LakeIndex(lake)
     current = planning.plan_for_rerun(index, event_date, rules, None)
@@ -70,12 +72,14 @@ def _version(lake: Lake, event_date: str, rules: SessionRules) -> dict:
         if bigger is None:
             break
         current = bigger
-    return {
-        "receipts": current.keys,
-        "hi": current.hi,
-        "reach": planning.format_reach(reach),
-        "planned_through": current.planned_through,
-    }
+    return VersionRecord.holding(
+        event_date=date.fromisoformat(event_date),
+        run_id="0" * 32,
+        receipts=tuple(current.keys),
+        hi=current.hi,
+        reach=planning.format_reach(reach),
+        planned_through=current.planned_through,
+    )
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -116,7 +120,7 @@ def test_a_version_without_planned_through_or_a_lake_without_the_index_is_never_
     version_now = _version(lake, DAY0.isoformat(), RULES[0])
     assert planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], version_now)
     assert not planning.quick_covered(
-        planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], {**version_now, "planned_through": None}
+        planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], replace(version_now, planned_through=None)
     )
 
 

@@ -52,7 +52,7 @@ def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp
         result = dedup.run_dedup(lake, day, RULES, spark=spark)
         assert not result.noop
         assert lake_session_set(lake, day) == reference_session_set(landing, day, RULES.gap)
-    assert publish.current_version(lake, D7)["planned_through"] == newest
+    assert publish.current_version(lake, D7).planned_through == newest
 
     read = []
     original = receipts.read_marker

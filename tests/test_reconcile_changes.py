@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -21,6 +21,7 @@ from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
 from tidemark.store import lake as lake_layout
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 RULES = SessionRules.parse("30m", "1h", "0s")
 NOW = datetime(2026, 4, 2, tzinfo=timezone.utc)
@@ -33,19 +34,20 @@ def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
     if stamps and rng.random() < 0.3:
         stamps = stamps[:-1]
     keys = [planning.receipt_key(event_date, ts) for ts in stamps]
-    marker = {
-        "event_date": event_date,
-        "run_id": publish.new_run_id(),
-        "files": [],
-        "sessions": 0,
-        "receipts": keys,
-        "max_receipt_ts": max(stamps, default=_stamp(0)),
-        "reach": None,
-        "hi": event_date,
-        "planned_through": receipt_index.head(lake),
-        "affected_dates": [],
+    # the keys a dedup run of this test's vintage wrote (no context: never incremental)
+    marker = VersionRecord.holding(
+        event_date=date.fromisoformat(event_date),
+        run_id=publish.new_run_id(),
+        files=(),
+        sessions=0,
+        receipts=tuple(keys),
+        max_receipt_ts=max(stamps, default=_stamp(0)),
+        reach=None,
+        hi=event_date,
+        planned_through=receipt_index.head(lake),
+        affected_dates=(),
         **rules_record.marker_fields(RULES),
-    }
+    )
     publish.write_marker(lake, marker)
     publish.commit(lake, marker)
 

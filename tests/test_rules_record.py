@@ -9,7 +9,8 @@ import os
 import subprocess
 import sys
 import threading
-from datetime import timedelta
+from dataclasses import replace
+from datetime import date, timedelta
 
 import pytest
 
@@ -17,6 +18,7 @@ from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules, parse_overrides
 from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
 GAP20 = SessionRules(gap=timedelta(minutes=20))
@@ -120,13 +122,13 @@ def test_a_tampered_record_is_refused_with_its_path(tmp_path):
 
 
 def test_versions_made_under_other_rules_are_stale():
-    marker = {"version": "20260307T000000000Z", "gap": "30m", **rules_record.marker_fields(SessionRules())}
+    legacy = VersionRecord(event_date=date(2026, 3, 7), run_id="a" * 32, gap="30m")
+    marker = replace(legacy, **rules_record.marker_fields(SessionRules()))
     assert not rules_record.changed_since(marker, SessionRules())
     assert rules_record.changed_since(marker, GAP20)
     # Any rule counts (the id covers all three) ...
     assert rules_record.changed_since(marker, SessionRules(allowed_lateness=timedelta(hours=3)))
     # ... a version written before versions recorded an id is judged by its gap.
-    legacy = {"version": "20260307T000000000Z", "gap": "30m"}
     assert not rules_record.changed_since(legacy, SessionRules())
     assert rules_record.changed_since(legacy, GAP20)
     assert not rules_record.changed_since(None, GAP20)
@@ -259,23 +261,24 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
     lake, day = Lake.open(tmp_path / "lake"), "2026-03-06"
     receipts = [icebergkit.receipt(1), icebergkit.receipt(2)]
     rules_record.ensure(lake, None, "tidemark stream")
-    old = icebergkit.prepared_run(lake, day, receipts)
-    old.update(rules_record.marker_fields(SessionRules()))
+    old = icebergkit.with_fields(
+        icebergkit.prepared_run(lake, day, receipts), **rules_record.marker_fields(SessionRules())
+    )
     publish.write_marker(lake, old)
     assert publish.commit(lake, old).committed
 
     late = icebergkit.prepared_run(lake, day, receipts + [icebergkit.receipt(3)])
-    late.update(rules_record.marker_fields(SessionRules()))
+    late = icebergkit.with_fields(late, **rules_record.marker_fields(SessionRules()))
     publish.write_marker(lake, late)
     rules_record.record_change(lake, GAP20, "tidemark rules migrate")  # while `late` was running
     with pytest.raises(publish.Superseded, match="session rules changed"):
         publish.commit(lake, late)
 
     redone = icebergkit.prepared_run(lake, day, receipts)
-    redone.update(rules_record.marker_fields(GAP20), gap="20m")
+    redone = icebergkit.with_fields(redone, **rules_record.marker_fields(GAP20), gap="20m")
     publish.write_marker(lake, redone)
     outcome = publish.commit(lake, redone)
-    assert outcome.committed and publish.current_version(lake, day)["rules_id"] == rules_record.fingerprint(GAP20)
+    assert outcome.committed and publish.current_version(lake, day).rules_id == rules_record.fingerprint(GAP20)
 
 
 def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not_need(tmp_path):
@@ -293,12 +296,13 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
     rules_record.ensure(lake, None, "tidemark stream")  # 30m
     near_midnight = f"{before}/{icebergkit.receipt(1)}"  # the previous day's partition, max_event_ts 23:33
 
-    def run(receipts: list[str], rules: SessionRules, extra: tuple[str, ...] = ()) -> dict:
+    def run(receipts: list[str], rules: SessionRules, extra: tuple[str, ...] = ()) -> VersionRecord:
         marker = icebergkit.prepared_run(lake, day, receipts)
-        marker.update(
-            rules_record.marker_fields(rules),
+        marker = icebergkit.with_fields(
+            marker,
+            **rules_record.marker_fields(rules),
             gap=rules.describe()["gap"],
-            receipts=sorted(marker["receipts"] + list(extra)),
+            receipts=tuple(sorted(marker.receipts + extra)),
         )
         publish.write_marker(lake, marker)
         return marker
@@ -311,8 +315,8 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
     outcome = publish.commit(lake, migrated)
     assert outcome.committed
     current = publish.current_version(lake, day)
-    assert current["run_id"] == migrated["run_id"] and current["rules_id"] == rules_record.fingerprint(gap25)
-    assert current["version"] > old["max_receipt_ts"]  # ids keep growing (same newest receipt: +1 ms)
+    assert current.run_id == migrated.run_id and current.rules_id == rules_record.fingerprint(gap25)
+    assert current.version > old.max_receipt_ts  # ids keep growing (same newest receipt: +1 ms)
 
     # The race the check exists for, under the (new) same rules: still refused, replan.
     behind = run([icebergkit.receipt(3)], gap25)

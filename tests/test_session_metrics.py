@@ -48,9 +48,9 @@ def test_rebuild_reads_the_current_version_and_is_idempotent(tmp_path):
     assert again == first and session_metrics.read(out, D) == first
     v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (5, 2), "b" * 32: (30, 3), "c" * 32: (60, 1)})
     second = session_metrics.rebuild(lake, D, out)
-    assert second["version"] == v2["version"] == publish.current_version(lake, D)["version"]
+    assert second["version"] == v2.version == publish.current_version(lake, D).version
     sessions = reader.read_sessions(lake, D, columns=["user_id", "session_start", "session_end"])
-    assert second == session_metrics.compute(D, v2["version"], sessions) and second["sessions"] == 3
+    assert second == session_metrics.compute(D, v2.version, sessions) and second["sessions"] == 3
     assert path.endswith(f"event_date={D}/metrics.parquet")
     with pytest.raises(ValueError):
         session_metrics.rebuild(lake, "2026-02-30", out)

@@ -24,6 +24,7 @@ from tidemark.iceberg import table as iceberg
 from tidemark.panes import receipts
 from tidemark.session import session_schema
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 DAY = "2026-03-10"
 # The last commit of main before event_type_count (issue 28's drill): the "older tidemark" that
@@ -168,11 +169,11 @@ def _create_schema_1_table(lake: Lake):
     )
 
 
-def _rewrite(lake: Lake, marker: dict, arrow_schema) -> None:
+def _rewrite(lake: Lake, marker: VersionRecord, arrow_schema) -> None:
     """The run's file rewritten with arrow_schema's columns and field ids (icebergkit writes
     iceberg.schema()'s: a new table's ids, which an evolved table's differ from for the new column)."""
-    (name,) = marker["files"]
-    path = os.path.join(lake.run_dir(marker["event_date"], marker["run_id"]), name)
+    (name,) = marker.files
+    path = os.path.join(lake.run_dir(marker.event_date_text, marker.run_id), name)
     rows = pq.read_table(path)
     columns = {n: rows.column(n) if n in rows.column_names else pa.nulls(rows.num_rows) for n in arrow_schema.names}
     pq.write_table(pa.Table.from_arrays([columns[n] for n in arrow_schema.names], schema=arrow_schema), path)
@@ -281,12 +282,13 @@ def test_a_new_version_of_the_evolved_table_carries_the_column(tmp_path):
     marker = icebergkit.prepared_run(lake, DAY, [icebergkit.receipt(1)], sessions=1)
     tbl = iceberg.load(lake)
     _rewrite(lake, marker, tbl.schema().as_arrow())  # the evolved table's ids
-    (name,) = marker["files"]
-    path = os.path.join(lake.run_dir(DAY, marker["run_id"]), name)
+    (name,) = marker.files
+    path = os.path.join(lake.run_dir(DAY, marker.run_id), name)
     rows = pq.read_table(path)
     index = rows.column_names.index("event_type_count")
     pq.write_table(rows.set_column(index, rows.schema.field(index), pa.array([3], pa.int32())), path)
-    marker[session_schema.MARKER_KEY] = session_schema.VERSION  # as tidemark.deduplication.dedup records its files
+    # as tidemark.deduplication.dedup records its files
+    marker = icebergkit.with_fields(marker, session_schema=session_schema.VERSION)
     publish.write_marker(lake, marker)
     publish.commit(lake, marker)
     assert reader.read_sessions(lake, DAY).column("event_type_count").to_pylist() == [3]
@@ -367,7 +369,7 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
     assert "event_type_count" not in {f.name for f in raw.schema().fields}
     for day in dates:
         marker = publish.current_version(lake, day)  # loads the table: evolved here
-        assert marker is None or session_schema.MARKER_KEY not in marker
+        assert marker is None or not marker.records(session_schema.MARKER_KEY)
 
     events = make_events(random.Random(seed))
     day = busiest_date(events)

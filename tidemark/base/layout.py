@@ -38,6 +38,29 @@ def check_event_date(value: object) -> str:
     return parse_event_date(value).isoformat()
 
 
+def as_event_date(value: date | str) -> date:
+    """THE parse of an event date at a boundary (a CLI option, a notice, a DAG param, a marker, the
+    function): YYYY-MM-DD text -> `date`, refusing anything else with a message saying what is
+    wrong. A `date` passes as it is (a `datetime`, which is one too, is refused: an instant is not a
+    date). Inside, the date travels typed; `event_date_text` is its one text form."""
+    if isinstance(value, datetime):
+        raise InvalidPartitionValue(f"invalid event_date {value!r}: an instant, expected a calendar date")
+    if isinstance(value, date):
+        return value
+    if not isinstance(value, str):
+        raise InvalidPartitionValue(
+            f"invalid event_date {value!r}: a {type(value).__name__}, expected YYYY-MM-DD text or a date"
+        )
+    return parse_event_date(value)
+
+
+def event_date_text(value: date) -> str:
+    """The one text form of an event date (YYYY-MM-DD): in paths, markers, notices, SQL literals."""
+    if isinstance(value, datetime) or not isinstance(value, date):
+        raise TypeError(f"event_date_text takes a date (parse text with as_event_date), got {value!r}")
+    return value.isoformat()
+
+
 def format_receipt_ts(moment: datetime) -> str:
     """UTC datetime -> '20260307T201500123Z'."""
     if moment.tzinfo is None:

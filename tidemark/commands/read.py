@@ -98,8 +98,8 @@ def _print_table(table, event_date, marker, raw, out) -> None:
     title = (
         f"{event_date}: {table.num_rows} pane(s)"
         if raw
-        else f"{event_date} version {marker['version']}: {table.num_rows} session(s) "
-        f"from {len(marker['receipts'])} receipt partition(s)"
+        else f"{event_date} version {marker.version}: {table.num_rows} session(s) "
+        f"from {len(marker.receipts)} receipt partition(s)"
     )
     view = Table(title=title)
     for column in columns:

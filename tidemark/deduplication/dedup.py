@@ -46,6 +46,7 @@ from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
 from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 log = get_logger("dedup")
 
@@ -75,19 +76,19 @@ class DedupResult:
         return asdict(self)
 
 
-def _covered(keys: list[str], marker: dict | None, rules: SessionRules) -> bool:
+def _covered(keys: list[str], marker: VersionRecord | None, rules: SessionRules) -> bool:
     # Planned receipts all included (tidemark/panes/planning.py: only versions that recorded their reach
     # count), and made under the lake's session rules (rules_record.py): else the date is recomputed.
     return planning.covers(marker, keys) and not rules_record.changed_since(marker, rules)
 
 
-def _noop(event_date: str, current: dict | None, started: float) -> DedupResult:
+def _noop(event_date: str, current: VersionRecord | None, started: float) -> DedupResult:
     """Nothing new to include: the current version already has every planned receipt."""
     result = DedupResult(
         event_date,
-        current["version"] if current else None,
+        current.version if current else None,
         False,
-        int(current["sessions"]) if current else 0,
+        current.sessions if current else 0,
         0,
         0,
         [],
@@ -166,11 +167,11 @@ def _run(
         log.info(
             "session rules changed since the previous version: recomputing the whole date",
             event_date=event_date,
-            previous_version=previous["version"],
+            previous_version=previous.version,
             rules_id=rules_id,
-            previous_rules_id=previous.get("rules_id"),
+            previous_rules_id=previous.rules_id,
             gap=format_duration(rules.gap),
-            previous_gap=previous.get("gap"),
+            previous_gap=previous.gap,
         )
     if spark is None:
         from tidemark.base.spark import build_session
@@ -178,7 +179,7 @@ def _run(
         spark = build_session("tidemark-dedup")
     _tune(spark)
     phases.done("spark")  # getting the session: ~0 when it is given (a warm one)
-    known = set(previous["receipts"]) if previous else set()
+    known = set(previous.receipts) if previous else set()
 
     fallback = "--full" if full else ""
     while True:
@@ -236,15 +237,15 @@ def _run(
     # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
     corrected.record_after_commit(lake, outcome.current)
     phases.done("notice")
-    version = outcome.current["version"]
+    version = outcome.current.version
     result = DedupResult(
         event_date,
         version,
         True,
-        marker["sessions"],
+        marker.sessions,
         read[0],
         read[1],
-        marker["affected_dates"],
+        list(marker.affected_dates),
         seconds=round(time.monotonic() - started, 3),
         mode=mode,
         full_reason=why,
@@ -266,7 +267,7 @@ def _run(
     return result
 
 
-def _quick_noop(index: LakeIndex, event_date: str, previous: dict | None, rules: SessionRules) -> bool:
+def _quick_noop(index: LakeIndex, event_date: str, previous: VersionRecord | None, rules: SessionRules) -> bool:
     """The no-op decision from what was received since the previous version was planned (no marker
     it already planned over is read): a cost independent of the lake's age (planning.quick_covered)."""
     return (
@@ -277,7 +278,7 @@ def _quick_noop(index: LakeIndex, event_date: str, previous: dict | None, rules:
 
 
 def _nothing_new(
-    event_date: str, current: Plan, previous: dict | None, rules: SessionRules, started: float
+    event_date: str, current: Plan, previous: VersionRecord | None, rules: SessionRules, started: float
 ) -> DedupResult | None:
     """The no-op decision, before any Spark: no receipts at all, or every planned one included."""
     if not current.partitions:
@@ -446,10 +447,10 @@ def _write_version(
     current: Plan,
     rules: SessionRules,
     known,
-    previous,
+    previous: VersionRecord | None,
     mode: str = "full",
     read: tuple[int, int] | None = None,
-) -> dict:
+) -> VersionRecord:
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
     into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), then its marker.
     The version id is chosen at commit time (tidemark.iceberg.publish.commit), on the table's fresh state."""
@@ -482,29 +483,29 @@ def _write_version(
             .parquet(incremental.context_dir(lake, event_date, run_id))
         )
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
-    marker = {
-        "event_date": event_date,
-        "run_id": run_id,
-        "files": names,
-        "sessions": int(sessions),
-        "receipts": current.keys,
-        "receipts_read": receipts_read,
-        "rows_read": rows_read,
-        "mode": mode,
-        "context_rows": summary["context_rows"],
-        "max_receipt_ts": current.max_receipt_ts,
-        "planned_through": current.planned_through,
-        "lo": incremental.lo_text(current.lo),
-        "horizon": times.iso_z(incremental.horizon(event_date, rules), "auto"),
-        session_schema.MARKER_KEY: session_schema.VERSION,  # the columns its files (and context) hold
-        "hi": current.hi,
-        "reach": planning.format_reach(summary["reach"]),
-        "gap": format_duration(rules.gap),
+    marker = VersionRecord(
+        event_date=layout.as_event_date(event_date),
+        run_id=run_id,
+        files=tuple(names),
+        sessions=int(sessions),
+        receipts=tuple(current.keys),
+        receipts_read=receipts_read,
+        rows_read=rows_read,
+        mode=mode,
+        context_rows=summary["context_rows"],
+        max_receipt_ts=current.max_receipt_ts,
+        planned_through=current.planned_through,
+        lo=incremental.lo_text(current.lo),
+        horizon=times.iso_z(incremental.horizon(event_date, rules), "auto"),
+        session_schema=session_schema.VERSION,  # the columns its files (and context) hold
+        hi=current.hi,
+        reach=planning.format_reach(summary["reach"]),
+        gap=format_duration(rules.gap),
         **rules_record.marker_fields(rules),
-        "affected_dates": summary["affected_dates"],
-        "planned_on": previous and previous["version"],
-        "new_receipts": len(set(current.keys) - known),
-        "created_at": times.now_iso_z(),
-    }
+        affected_dates=tuple(summary["affected_dates"]),
+        planned_on=previous.version if previous else None,
+        new_receipts=len(set(current.keys) - known),
+        created_at=times.now_iso_z(),
+    )
     publish.write_marker(lake, marker)
     return marker

@@ -48,6 +48,7 @@ from tidemark.panes.planning import Plan
 from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 # Not "_context": Spark ignores a path whose name starts with "_" or ".", even one given explicitly.
 CONTEXT_DIR = "context"
@@ -61,16 +62,16 @@ _ISLANDS_SCHEMA = session_schema.ISLANDS_DDL
 class Base:
     """What an incremental run starts from: the previous version and the receipts it lacks."""
 
-    previous: dict
+    previous: VersionRecord
     new: list  # the plan's receipt partitions (markers) the previous version did not read
 
     @property
     def rows_read(self) -> int:
         """Pane rows of the new receipts plus the previous version's islands (sessions + context)."""
-        return sum(p.rows for p in self.new) + int(self.previous["sessions"]) + int(self.previous["context_rows"])
+        return sum(p.rows for p in self.new) + self.previous.sessions + (self.previous.context_rows or 0)
 
 
-def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Base | None, str]:
+def base(previous: VersionRecord | None, current: Plan, rules: SessionRules) -> tuple[Base | None, str]:
     """(Base, "") when `current` can be computed incrementally from `previous`, else (None, why not).
 
     Pure Python over the version's marker and the plan: no Spark, no data read.
@@ -81,11 +82,11 @@ def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Bas
         return None, "the previous version records no reach (written by an older tidemark)"
     if rules_record.changed_since(previous, rules):
         return None, "the session rules changed since the previous version"
-    if "context_rows" not in previous:
+    if previous.context_rows is None:
         return None, "the previous version kept no island context (written by an older tidemark)"
-    if not previous.get("horizon"):
+    if not previous.horizon:
         return None, "the previous version records no context horizon (written by an older tidemark)"
-    written = session_schema.marker_version(previous)
+    written = previous.schema_version
     if written > session_schema.VERSION:
         return None, f"the previous version was written with a newer session schema ({written})"
     unfillable = session_schema.unfillable_since(written)
@@ -95,20 +96,20 @@ def base(previous: dict | None, current: Plan, rules: SessionRules) -> tuple[Bas
             f"the previous version was written with session schema {written}, without "
             + ", ".join(c.name for c in unfillable)
         )
-    if previous.get("lo") != lo_text(current.lo):
+    if previous.lo != lo_text(current.lo):
         return None, "the previous version was planned from another lo"
     # H is a function of the date and the rules (checked above); another H (another tidemark's
     # margin) holds other islands, and the counts the summary starts from would not add up.
-    if times.parse_iso(previous["horizon"]) != horizon(current.event_date, rules):
+    if times.parse_iso(previous.horizon) != horizon(current.event_date, rules):
         return None, "the previous version kept its context to another horizon"
-    old = set(previous.get("receipts", []))
+    old = set(previous.receipts)
     keys = set(current.keys)
     if not old <= keys:
         return None, "the previous version read receipts this plan does not"
     new = [p for p in current.partitions if planning.receipt_key(p.event_date, p.receipt_ts) not in old]
     if not new:
         return None, "no new receipt"
-    newest_old = previous.get("max_receipt_ts")
+    newest_old = previous.max_receipt_ts
     if newest_old and min(p.receipt_ts for p in new) < newest_old:
         # A new copy of an old event could then carry an earlier first receipt than the island's.
         return None, "a new receipt is older than the previous version's newest (a replayed batch)"
@@ -190,7 +191,7 @@ def summary_of(row, event_date: str) -> dict:
     }
 
 
-def _previous_sessions(spark, lake: Lake, previous: dict):
+def _previous_sessions(spark, lake: Lake, previous: VersionRecord):
     from pyspark.sql import functions as F
 
     files = publish.run_files(lake, previous)
@@ -201,21 +202,21 @@ def _previous_sessions(spark, lake: Lake, previous: dict):
         spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE")
         .parquet(*files)
         .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")),
-        session_schema.marker_version(previous),
+        previous.schema_version,
     )
 
 
-def _previous_context(spark, lake: Lake, previous: dict, until: datetime):
+def _previous_context(spark, lake: Lake, previous: VersionRecord, until: datetime):
     from pyspark.sql import functions as F
 
-    if not int(previous["context_rows"]):
+    if not previous.context_rows:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
     return session_schema.fill_older(
         spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
-        .parquet(context_dir(lake, previous["event_date"], previous["run_id"]))
+        .parquet(context_dir(lake, previous.event_date_text, previous.run_id))
         .where(F.col("session_start") < F.lit(until))
         .select(*ISLAND_COLUMNS, "event_date"),
-        session_schema.marker_version(previous),
+        previous.schema_version,
     )
 
 
@@ -282,8 +283,8 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     summary = summary_of(row, current.event_date)
     _, previous_reach = planning.recorded_reach(start.previous)
     summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)
-    summary["sessions"] += int(start.previous["sessions"]) - int(row["gone_sessions"])
-    summary["context_rows"] += int(start.previous["context_rows"]) - int(row["gone_context"])
+    summary["sessions"] += start.previous.sessions - int(row["gone_sessions"])
+    summary["context_rows"] += (start.previous.context_rows or 0) - int(row["gone_context"])
 
     new_sessions, new_context = split(recomputed, current.event_date, until)
     # Written as the previous files are scanned (Spark spreads them over the cores), plus one small

@@ -75,9 +75,9 @@ def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
             out.append(
                 {
                     "event_date": event_date,
-                    "version": current.get("version"),
-                    "rules_id": current.get("rules_id"),
-                    "gap": current.get("gap"),
+                    "version": current.version,
+                    "rules_id": current.rules_id,
+                    "gap": current.gap,
                 }
             )
     return out

@@ -91,16 +91,16 @@ def corrections(lake: Lake, event_date: str) -> list[dict]:
         table = reader.read_sessions(
             lake,
             event_date,
-            as_of=marker["version"],
+            as_of=marker.version,
             columns=["user_id", "session_start", "session_end", "event_count"],
         )
         keys = lake_keys(reader.to_records(table))
         row = {
-            "version": marker["version"],
-            "created_at": marker.get("created_at"),
+            "version": marker.version,
+            "created_at": marker.created_at,
             "sessions": len(keys),
-            "receipts": len(marker.get("receipts", [])),
-            "new_receipts": marker.get("new_receipts"),
+            "receipts": len(marker.receipts),
+            "new_receipts": marker.new_receipts,
             "added": None,
             "removed": None,
         }

@@ -161,7 +161,7 @@ def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
     for event_date in dates:
         row = session_metrics.read(out_root, event_date)
         current = publish.current_version(lake, event_date)
-        done += bool(row and current and row["version"] == current["version"])
+        done += bool(row and current and row["version"] == current.version)
     owed = len(corrected.outbox(lake).owed())
     return (
         done == len(dates) and owed == 0,

@@ -45,6 +45,7 @@ from tidemark.base.times import from_micros, iso_z, now_iso_z, parse_iso
 from tidemark.iceberg import table as iceberg
 from tidemark.session import rules_record
 from tidemark.store.lake import RUN_MARKER, Lake, run_folder
+from tidemark.store.version_record import MARKER_KEYS, Commit, VersionRecord
 
 log = get_logger("publish")
 
@@ -60,7 +61,7 @@ class Superseded(RuntimeError):
 @dataclass(frozen=True)
 class Outcome:
     committed: bool  # this run's version became current
-    current: dict  # the date's current version after the attempt (see current_version)
+    current: VersionRecord  # the date's current version after the attempt (see current_version)
     attempts: int = 1  # commit attempts (more than one: conflicts retried on a fresh snapshot)
 
 
@@ -68,21 +69,23 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def write_marker(lake: Lake, marker: dict) -> None:
-    lake.write_json_atomic(lake.run_marker(marker["event_date"], marker["run_id"]), marker)
+def write_marker(lake: Lake, marker: VersionRecord) -> None:
+    lake.write_json_atomic(lake.run_marker(marker.event_date_text, marker.run_id), marker.to_marker())
 
 
-def read_marker(lake: Lake, event_date: str, run_id: str) -> dict | None:
-    return lake.read_json(lake.run_marker(event_date, run_id))
+def read_marker(lake: Lake, event_date: str, run_id: str, commit: Commit | None = None) -> VersionRecord | None:
+    """A run's marker (None: not written), with `commit`, the table's record of it, when known."""
+    payload = lake.read_json(lake.run_marker(event_date, run_id))
+    return None if payload is None else VersionRecord.from_marker(payload, commit)
 
 
-def run_files(lake: Lake, marker: dict) -> list[str]:
+def run_files(lake: Lake, marker: VersionRecord) -> list[str]:
     """The marker's data files as URIs (names checked: never outside the run's folder)."""
-    base = lake.run_dir(marker["event_date"], marker["run_id"])
+    base = lake.run_dir(marker.event_date_text, marker.run_id)
     out = []
-    for name in marker["files"]:
+    for name in marker.files:
         if "/" in name or name.startswith(".") or not name.endswith(".parquet"):
-            raise ValueError(f"run marker of {marker['event_date']} names a file outside its folder: {name!r}")
+            raise ValueError(f"run marker of {marker.event_date} names a file outside its folder: {name!r}")
         out.append(iceberg.file_uri(layout.join(base, name)))
     return out
 
@@ -112,24 +115,24 @@ _LIVE_CACHE: dict[tuple, dict] = {}
 _LIVE_LOCK = threading.Lock()  # (metadata location, snapshot id) -> {day: [DataFile]}: immutable
 
 
-def version_file_name(record: dict) -> str:
-    committed = layout.format_receipt_ts(parse_iso(record["committed_at"]))
-    return f"{VERSION_FILE_PREFIX}{record['version']}_{record['previous_version'] or 'first'}_{committed}.parquet"
+def version_file_name(record: Commit) -> str:
+    committed = layout.format_receipt_ts(parse_iso(record.committed_at))
+    return f"{VERSION_FILE_PREFIX}{record.version}_{record.previous_version or 'first'}_{committed}.parquet"
 
 
-def _record_of_files(files: list) -> dict | None:
+def _record_of_files(files: list) -> Commit | None:
     """The version record a date's live files name (None: no version file among them)."""
     for data_file in files:
         folder, _, name = data_file.file_path.rpartition("/")
         found = _VERSION_FILE.match(name)
         if found:
             version, previous, committed = found.groups()
-            return {
-                "version": version,
-                "run_id": layout.partition_value(folder.rpartition("/")[2], "run"),
-                "previous_version": None if previous == "first" else previous,
-                "committed_at": iso_z(layout.parse_receipt_ts(committed)),
-            }
+            return Commit(
+                version=version,
+                run_id=layout.check_run_id(layout.partition_value(folder.rpartition("/")[2], "run")),
+                previous_version=None if previous == "first" else previous,
+                committed_at=iso_z(layout.parse_receipt_ts(committed)),
+            )
     if files:
         raise RuntimeError(
             f"the table's live files {files[0].file_path} ... name no version (no {VERSION_FILE_PREFIX}* file "
@@ -189,13 +192,13 @@ def live_files(tbl, event_date: str | None = None) -> dict[int, list]:
     return out
 
 
-def current_records(tbl) -> dict[str, dict]:
-    """{event date: its current version record (version, run_id, previous_version, committed_at)}
-    of every date with a version in this loaded table (every manifest read once)."""
+def current_records(tbl) -> dict[str, Commit]:
+    """{event date: the commit of its current version (version, run_id, previous_version,
+    committed_at)} of every date with a version in this loaded table (every manifest read once)."""
     if tbl is None:
         return {}
     out = {
-        key[len(CURRENT_PREFIX) :]: json.loads(value)  # a table written before issue 27
+        key[len(CURRENT_PREFIX) :]: Commit.from_json(json.loads(value))  # a table written before issue 27
         for key, value in tbl.properties.items()
         if key.startswith(CURRENT_PREFIX)
     }
@@ -205,36 +208,34 @@ def current_records(tbl) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
-def current_record(tbl, event_date: str, files: list | None = None) -> dict | None:
+def current_record(tbl, event_date: str, files: list | None = None) -> Commit | None:
     """What this loaded table holds for a date's current version (its run id and version), or
     None: no marker read. `files`: the date's live files when the caller has them."""
     value = tbl.properties.get(CURRENT_PREFIX + event_date)
     if value is not None:
-        return json.loads(value)
+        return Commit.from_json(json.loads(value))
     if files is None:
         files = live_files(tbl, event_date).get(_day(event_date), [])
     return _record_of_files(files)
 
 
-def current_of(lake: Lake, tbl, event_date: str, files: list | None = None) -> dict | None:
+def current_of(lake: Lake, tbl, event_date: str, files: list | None = None) -> VersionRecord | None:
     """The current version of a date according to this loaded table (see current_version)."""
     record = current_record(tbl, event_date, files)
     if record is None:
         return None
-    marker = read_marker(lake, event_date, record["run_id"])
+    marker = read_marker(lake, event_date, record.run_id, record)
     if marker is None:
         raise RuntimeError(
-            f"the table names run {record['run_id']} current for {event_date} but its marker "
-            f"{lake.run_marker(event_date, record['run_id'])} is missing"
+            f"the table names run {record.run_id} current for {event_date} but its marker "
+            f"{lake.run_marker(event_date, record.run_id)} is missing"
         )
-    return {**marker, **record}
+    return marker
 
 
-def current_version(lake: Lake, event_date: str) -> dict | None:
+def current_version(lake: Lake, event_date: str) -> VersionRecord | None:
     """The current version of an event date, from the table's current metadata, or None before the
-    first publish. A dict with at least: event_date, version, run_id, receipts (sorted
-    'YYYY-MM-DD/receipt_ts' keys), sessions, affected_dates, hi, gap, lo, max_receipt_ts,
-    previous_version, files, created_at (the data's), committed_at."""
+    first publish: its run's marker and its commit (version, previous_version, committed_at)."""
     event_date = layout.check_event_date(event_date)
     tbl = iceberg.load(lake)
     return None if tbl is None else current_of(lake, tbl, event_date)
@@ -262,7 +263,7 @@ def snapshot_versions(tbl, event_date: str | None = None) -> list[tuple]:
     return out[::-1]
 
 
-def list_versions(lake: Lake, event_date: str) -> list[dict]:
+def list_versions(lake: Lake, event_date: str) -> list[VersionRecord]:
     """The versions of a date the table still knows, oldest first: the snapshots that published
     them (each with snapshot_id, committed_at and its run's marker), and the current version even
     when gc expired the snapshot that published it."""
@@ -272,21 +273,32 @@ def list_versions(lake: Lake, event_date: str) -> list[dict]:
         return []
     out = []
     for snapshot, props in snapshot_versions(tbl, event_date):
-        marker = read_marker(lake, event_date, props["tidemark.run-id"]) or {}
-        out.append(
-            {
-                **marker,
-                "event_date": event_date,
-                "version": props["tidemark.version"],
-                "run_id": props["tidemark.run-id"],
-                "snapshot_id": snapshot.snapshot_id,
-                "committed_at": _iso_ms(snapshot.timestamp_ms),
-            }
-        )
+        out.append(snapshot_record(lake, event_date, snapshot, props))
     current = current_of(lake, tbl, event_date)
-    if current is not None and all(v["run_id"] != current["run_id"] for v in out):
+    if current is not None and all(v.run_id != current.run_id for v in out):
         out.insert(0, current)
     return out
+
+
+def snapshot_record(lake: Lake, event_date: str, snapshot, props: dict) -> VersionRecord:
+    """The version a tidemark snapshot published (its summary `props`), with its run's marker; a
+    marker gc removed leaves the record of the commit alone (every marker key absent)."""
+    commit = Commit(
+        version=props["tidemark.version"],
+        run_id=layout.check_run_id(props["tidemark.run-id"]),
+        previous_version=props.get("tidemark.previous-version") or None,
+        committed_at=_iso_ms(snapshot.timestamp_ms),
+        snapshot_id=snapshot.snapshot_id,
+    )
+    marker = read_marker(lake, event_date, commit.run_id, commit)
+    if marker is not None:
+        return marker
+    return VersionRecord(
+        event_date=layout.as_event_date(event_date),
+        run_id=commit.run_id,
+        commit=commit,
+        absent=frozenset(MARKER_KEYS) - {"event_date", "run_id"},
+    )
 
 
 def _iso_ms(millis: int) -> str:
@@ -307,7 +319,7 @@ def _conflicts():
     return (CommitFailedException, OperationalError)
 
 
-def commit(lake: Lake, marker: dict) -> Outcome:
+def commit(lake: Lake, marker: VersionRecord) -> Outcome:
     """Make the run's version (its marker is written, its files complete) the date's current one,
     unless the current version already includes all its receipts (Outcome.committed False).
 
@@ -315,8 +327,8 @@ def commit(lake: Lake, marker: dict) -> Outcome:
     run lacks (replan and rerun); one made under other rules is replaced (see the comment inside).
     Retries conflicting commits on a fresh snapshot; safe to call from many processes at once.
     """
-    event_date = layout.check_event_date(marker["event_date"])
-    run_id = layout.check_run_id(marker["run_id"])
+    event_date = marker.event_date_text
+    run_id = layout.check_run_id(marker.run_id)
     paths = run_files(lake, marker)
     tbl = iceberg.load(lake, create=True)
     data_files = _data_files(tbl, paths, event_date)
@@ -336,7 +348,7 @@ def commit(lake: Lake, marker: dict) -> Outcome:
         fresh = tbl if attempts == 1 else iceberg.load(lake)
         live = live_files(fresh, event_date).get(_day(event_date), [])  # D's files: read once
         current = current_of(lake, fresh, event_date, live)
-        if current is not None and current["run_id"] == run_id:
+        if current is not None and current.run_id == run_id:
             return Outcome(True, current)  # an earlier attempt of ours landed (reported lost)
         changed = rules_record.outdated(lake, marker)
         if changed:
@@ -351,28 +363,30 @@ def commit(lake: Lake, marker: dict) -> Outcome:
         # another plan's needs: a smaller gap's plan never reads the previous day's partitions a
         # larger gap's lo took in. It is replaced whatever it read; refusing would refuse every
         # run under the lake's rules, for good (issue 33).
-        ours, theirs = set(marker["receipts"]), set(current["receipts"]) if current else set()
+        ours, theirs = set(marker.receipts), set(current.receipts) if current else set()
         if current is not None and rules_record.same_rules(marker, current):
             if ours <= theirs:
                 return Outcome(False, current)
             if not theirs <= ours:
                 raise Superseded(
-                    f"{event_date}: the current version {current['version']} includes "
+                    f"{event_date}: the current version {current.version} includes "
                     f"{len(theirs - ours)} receipt partition(s) run {run_id} did not read"
                 )
-        version = marker["max_receipt_ts"]
-        if current is not None and current["version"] >= version:
+        version = marker.max_receipt_ts
+        if version is None:
+            raise ValueError(f"run {run_id} of {event_date} read no receipt: nothing to commit")
+        if current is not None and current.version is not None and current.version >= version:
             # Same highest receipt but more receipts (an older batch's partition completed late):
             # a later id, so that version ids keep growing with completeness.
-            version = _next_ms(current["version"])
-        record = {
-            "version": version,
-            "run_id": run_id,
-            "previous_version": current and current["version"],
-            "committed_at": now_iso_z(),
-        }
+            version = _next_ms(current.version)
+        record = Commit(
+            version=version,
+            run_id=run_id,
+            previous_version=current.version if current else None,
+            committed_at=now_iso_z(),
+        )
         _commit_once(lake, fresh, event_date, marker, record, data_files, live)
-        return Outcome(True, {**marker, **record})
+        return Outcome(True, marker.committed(record))
 
     found = attempt()
     outcome = Outcome(found.committed, found.current, attempts)
@@ -380,18 +394,18 @@ def commit(lake: Lake, marker: dict) -> Outcome:
         log.info(
             "version committed",
             event_date=event_date,
-            version=outcome.current["version"],
+            version=outcome.current.version,
             run_id=run_id,
-            previous=outcome.current.get("previous_version"),
+            previous=outcome.current.previous_version,
             files=len(data_files),
-            sessions=marker.get("sessions"),
+            sessions=marker.sessions,
             attempts=attempts,
         )
     else:
         log.info(
             "version not committed: the current one covers it",
             event_date=event_date,
-            current=outcome.current["version"],
+            current=outcome.current.version,
             run_id=run_id,
             attempts=attempts,
         )
@@ -412,22 +426,24 @@ def _data_files(tbl, paths: list[str], event_date: str) -> list:
     return out
 
 
-def _summary_of(event_date: str, marker: dict, record: dict) -> dict:
+def _summary_of(event_date: str, marker: VersionRecord, record: Commit) -> dict:
     return {
         "tidemark.event-date": event_date,
-        "tidemark.version": record["version"],
-        "tidemark.run-id": record["run_id"],
-        "tidemark.previous-version": record["previous_version"] or "",
-        "tidemark.receipts": str(len(marker["receipts"])),
-        "tidemark.max-receipt-ts": marker["max_receipt_ts"],
-        "tidemark.sessions": str(marker["sessions"]),
-        "tidemark.affected-dates": ",".join(marker.get("affected_dates", [])),
-        "tidemark.gap": marker.get("gap", ""),
-        "tidemark.marker": f"{run_folder(event_date, record['run_id'])}/{RUN_MARKER}",
+        "tidemark.version": record.version,
+        "tidemark.run-id": record.run_id,
+        "tidemark.previous-version": record.previous_version or "",
+        "tidemark.receipts": str(len(marker.receipts)),
+        "tidemark.max-receipt-ts": marker.max_receipt_ts or "",
+        "tidemark.sessions": str(marker.sessions),
+        "tidemark.affected-dates": ",".join(marker.affected_dates),
+        "tidemark.gap": marker.gap or "",
+        "tidemark.marker": f"{run_folder(event_date, record.run_id)}/{RUN_MARKER}",
     }
 
 
-def _commit_once(lake: Lake, tbl, event_date: str, marker: dict, record: dict, data_files: list, live: list) -> None:
+def _commit_once(
+    lake: Lake, tbl, event_date: str, marker: VersionRecord, record: Commit, data_files: list, live: list
+) -> None:
     """One catalog commit: D's live files replaced by the run's files and its version file (and an
     older table's property of D removed), the manifests of D's half month merged into one."""
     from pyiceberg.table.snapshots import Operation
@@ -448,7 +464,7 @@ def _commit_once(lake: Lake, tbl, event_date: str, marker: dict, record: dict, d
     tx.commit_transaction()
 
 
-def _version_file(lake: Lake, tbl, event_date: str, record: dict):
+def _version_file(lake: Lake, tbl, event_date: str, record: Commit):
     """Write the version's zero-row data file into its run's folder; its Iceberg DataFile."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -456,7 +472,7 @@ def _version_file(lake: Lake, tbl, event_date: str, record: dict):
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    uri = layout.join(lake.run_dir(event_date, record["run_id"]), version_file_name(record))
+    uri = layout.join(lake.run_dir(event_date, record.run_id), version_file_name(record))
     sink = pa.BufferOutputStream()
     pq.write_table(schema_to_pyarrow(tbl.schema()).empty_table(), sink)
     body = sink.getvalue()
@@ -543,7 +559,7 @@ def maintain(lake: Lake, dry_run: bool = False) -> dict:
         if tbl is None or tbl.current_snapshot() is None:
             return {"buckets": 0, "migrated": 0}
         legacy = {
-            key[len(CURRENT_PREFIX) :]: json.loads(value)
+            key[len(CURRENT_PREFIX) :]: Commit.from_json(json.loads(value))
             for key, value in tbl.properties.items()
             if key.startswith(CURRENT_PREFIX)
         }

@@ -36,6 +36,7 @@ from tidemark.panes import receipts
 from tidemark.session import session_schema
 from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 SUMMARY_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "event_count"]
 PANE_SUMMARY_COLUMNS = [
@@ -54,7 +55,7 @@ class NoVersion(LookupError):
     """No deduplicated version answers the request (never deduplicated, or garbage-collected)."""
 
 
-def current_version(lake: Lake, event_date: str) -> dict | None:
+def current_version(lake: Lake, event_date: str) -> VersionRecord | None:
     """The current version: version, receipts, sessions, affected_dates, files, ... (or None)."""
     return publish.current_version(lake, layout.check_event_date(event_date))
 
@@ -78,31 +79,24 @@ def parse_as_of(value: object) -> str:
     return layout.format_receipt_ts(moment)
 
 
-def resolve(lake: Lake, event_date: str, as_of: str | None = None) -> dict:
+def resolve(lake: Lake, event_date: str, as_of: str | None = None) -> VersionRecord:
     """The version that answers: current, or the newest one with id <= as_of (see read_sessions)."""
     return _resolve(lake, iceberg.load(lake), layout.check_event_date(event_date), as_of)
 
 
-def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> dict:
+def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> VersionRecord:
     current = None if tbl is None else publish.current_of(lake, tbl, event_date)
     if as_of is None:
         if current is None:
             raise NoVersion(f"event_date {event_date} has no deduplicated version yet (run `tidemark dedup` for it)")
         return current
     as_of = parse_as_of(as_of)
-    if current is not None and current["version"] <= as_of:
+    if current is not None and current.version is not None and current.version <= as_of:
         return current
     # Version ids of a date only grow (tidemark.iceberg.publish), so the newest answering one is the last.
     for snapshot, props in reversed(publish.snapshot_versions(tbl, event_date) if tbl is not None else []):
         if props["tidemark.version"] <= as_of:
-            marker = publish.read_marker(lake, event_date, props["tidemark.run-id"]) or {}
-            return {
-                **marker,
-                "event_date": event_date,
-                "version": props["tidemark.version"],
-                "run_id": props["tidemark.run-id"],
-                "snapshot_id": snapshot.snapshot_id,
-            }
+            return publish.snapshot_record(lake, event_date, snapshot, props)
     raise NoVersion(
         f"event_date {event_date} has no complete deduplicated version as of {as_of} "
         "(none yet, or older versions were garbage-collected)"
@@ -117,8 +111,8 @@ def read_sessions(lake: Lake, event_date: str, as_of: str | None = None, columns
     event_date = layout.check_event_date(event_date)
     tbl = iceberg.load(lake)
     version = _resolve(lake, tbl, event_date, as_of)
-    written = session_schema.marker_version(version)
-    scan = tbl.scan(row_filter=iceberg.date_filter(event_date), snapshot_id=version.get("snapshot_id"))
+    written = version.schema_version
+    scan = tbl.scan(row_filter=iceberg.date_filter(event_date), snapshot_id=version.snapshot_id)
     present = [f.name for f in scan.projection().fields]  # the snapshot's schema (time travel: its own)
     wanted = list(columns) if columns else [*present, *(c for c in session_schema.TABLE_COLUMNS if c not in present)]
     unknown = [c for c in wanted if c not in present and c not in session_schema.TABLE_COLUMNS]
@@ -133,7 +127,7 @@ def read_sessions(lake: Lake, event_date: str, as_of: str | None = None, columns
     return table.replace_schema_metadata(
         {
             "tidemark.event_date": event_date,
-            "tidemark.version": version["version"],
+            "tidemark.version": version.version or "",
             "tidemark.session_schema": str(written),
             "tidemark.computed_columns": ",".join(done.computed),
             "tidemark.null_columns": ",".join(done.null),

@@ -32,6 +32,7 @@ from tidemark.notices import corrected_notice
 from tidemark.notices.drain import drain
 from tidemark.notices.outbox import Outbox
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import Commit, VersionRecord
 
 log = get_logger("notices")
 
@@ -92,13 +93,14 @@ def _snapshot_of(tbl, event_date: str, key: str, value: str) -> int | None:
     return found[-1] if found else None
 
 
-def build_for(lake: Lake, tbl, version: dict) -> dict:
-    """The corrected notice of a published version (a dict like publish.current_version's)."""
-    event_date = layout.check_event_date(version["event_date"])
-    snapshot_id = _snapshot_of(tbl, event_date, "tidemark.run-id", version["run_id"])
+def build_for(lake: Lake, tbl, version: VersionRecord) -> dict:
+    """The corrected notice of a published version (publish.current_version's record)."""
+    event_date = version.event_date_text
+    committed = _committed(version)
+    snapshot_id = _snapshot_of(tbl, event_date, "tidemark.run-id", version.run_id)
     if snapshot_id is None:  # its snapshot was expired by gc; still current, so the current one holds it
         snapshot_id = tbl.current_snapshot().snapshot_id
-    previous = version.get("previous_version")
+    previous = committed.previous_version
     counts = None
     new = _sessions_at(tbl, event_date, snapshot_id)
     if previous is None:
@@ -110,7 +112,7 @@ def build_for(lake: Lake, tbl, version: dict) -> dict:
     return corrected_notice.build(
         names.get("DATASET"),
         event_date,
-        version["version"],
+        committed.version,
         previous,
         corrected_notice.change_of(previous, counts),
         rows=new.num_rows,
@@ -119,21 +121,27 @@ def build_for(lake: Lake, tbl, version: dict) -> dict:
             "location": iceberg.table_location(lake),
             "snapshot_id": int(snapshot_id),
         },
-        path=iceberg.file_uri(lake.run_dir(event_date, version["run_id"])),
-        affected_dates=[d for d in version.get("affected_dates", []) if d != event_date],
-        committed_at=version["committed_at"],
+        path=iceberg.file_uri(lake.run_dir(event_date, version.run_id)),
+        affected_dates=[d for d in version.affected_dates if d != event_date],
+        committed_at=committed.committed_at,
     )
 
 
-def record(lake: Lake, version: dict, tbl=None) -> dict | None:
+def _committed(version: VersionRecord) -> Commit:
+    if version.commit is None:
+        raise ValueError(f"run {version.run_id} of {version.event_date} is not committed: no corrected notice")
+    return version.commit
+
+
+def record(lake: Lake, version: VersionRecord, tbl=None) -> dict | None:
     """Record the notice of a published version unless known; returns the body recorded, or None."""
     box = outbox(lake)
-    notice_id = corrected_notice.notice_id(names.get("DATASET"), version["event_date"], version["version"])
+    notice_id = corrected_notice.notice_id(names.get("DATASET"), version.event_date_text, _committed(version).version)
     if box.is_known(notice_id):
         log.info(
             "corrected notice already recorded",
-            event_date=version["event_date"],
-            version=version["version"],
+            event_date=version.event_date_text,
+            version=version.version,
             notice_id=notice_id,
         )
         return None
@@ -151,7 +159,7 @@ def record_current(lake: Lake, event_date: str) -> dict | None:
     return record(lake, current, tbl)
 
 
-def record_after_commit(lake: Lake, version: dict) -> None:
+def record_after_commit(lake: Lake, version: VersionRecord) -> None:
     """Called by the dedup right after its commit. Never fails the run: a notice that cannot be recorded now is
     recorded by the DAG's safety net (record_current) or the next run of the date."""
     try:
@@ -159,8 +167,8 @@ def record_after_commit(lake: Lake, version: dict) -> None:
     except Exception:  # noqa: BLE001 - the version is committed; the notice is recorded later
         log.exception(
             "corrected notice not recorded after the commit (the DAG's notify task records it)",
-            event_date=version.get("event_date"),
-            version=version.get("version"),
+            event_date=version.event_date_text,
+            version=version.version,
         )
 
 
@@ -224,7 +232,7 @@ def emit(lake: Lake, event_date: str, client, timeout: float = EMIT_TIMEOUT_S) -
     tbl = iceberg.load(lake)
     current = None if tbl is None else publish.current_of(lake, tbl, event_date)
     recorded = None if current is None else record(lake, current, tbl)
-    version = current["version"] if current else None
+    version = current.version if current else None
     box = outbox(lake)
     if callable(client):
         try:

@@ -187,7 +187,7 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
                 data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
     current_runs = {
-        run_folder(event_date, record["run_id"]) for event_date, record in publish.current_records(tbl).items()
+        run_folder(event_date, record.run_id) for event_date, record in publish.current_records(tbl).items()
     }
     root = lake.dedup_root()
     removed = []

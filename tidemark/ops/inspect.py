@@ -73,17 +73,15 @@ def partitions(
     rows = []
     for event_date in dates:
         current_v = None if tbl is None else publish.current_of(lake, tbl, event_date)
-        included = set(current_v.get("receipts", [])) if current_v else set()
+        included = set(current_v.receipts) if current_v else set()
         stamps, pending = receipts.complete_and_pending(lake, event_date, included)
         oldest = layout.parse_receipt_ts(pending[0]) if pending else None
         rows.append(
             {
                 "event_date": event_date,
-                "version": current_v["version"] if current_v else None,
-                "sessions": int(current_v["sessions"]) if current_v else None,
-                "version_created_at": (current_v.get("committed_at") or current_v.get("created_at"))
-                if current_v
-                else None,
+                "version": current_v.version if current_v else None,
+                "sessions": current_v.sessions if current_v else None,
+                "version_created_at": (current_v.committed_at or current_v.created_at) if current_v else None,
                 "receipts": len(stamps),
                 "included": len(stamps) - len(pending),
                 "pending": len(pending),
@@ -172,10 +170,10 @@ def lineage(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> 
                 row.run_start = parse_time(run.get("start_date"))
                 row.run_end = parse_time(run.get("end_date"))
         key = f"{event_date}/{receipt_ts}"
-        first = next((v for v in versions if key in v.get("receipts", [])), None)
+        first = next((v for v in versions if key in v.receipts), None)
         if first is not None:
-            row.version = first["version"]
-            row.version_created_at = parse_time(first.get("committed_at") or first.get("created_at"))
+            row.version = first.version
+            row.version_created_at = parse_time(first.committed_at or first.created_at)
         rows.append(row)
     return rows
 
@@ -229,16 +227,17 @@ def history(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> 
         )
     current_v = publish.current_version(lake, event_date)
     for version in publish.list_versions(lake, event_date):
-        current = current_v is not None and current_v["version"] == version["version"]
+        current = current_v is not None and current_v.version == version.version
         items.append(
             {
-                "time": parse_time(version.get("committed_at") or version.get("created_at")),
+                "time": parse_time(version.committed_at or version.created_at),
                 "kind": "version",
-                "id": version["version"],
+                "id": version.version,
                 "state": "current" if current else "superseded",
-                "detail": f"{version['sessions']} sessions from {len(version.get('receipts', []))} "
-                f"receipt(s), {version.get('new_receipts', '?')} new; run {version.get('run_id', '')}"
-                + (f"; Iceberg snapshot {version['snapshot_id']}" if version.get("snapshot_id") else ""),
+                "detail": f"{version.sessions if version.records('sessions') else '?'} sessions from "
+                f"{len(version.receipts)} receipt(s), "
+                f"{'?' if version.new_receipts is None else version.new_receipts} new; run {version.run_id}"
+                + (f"; Iceberg snapshot {version.snapshot_id}" if version.snapshot_id else ""),
             }
         )
     order = {"receipt": 0, "notice": 1, "dag run": 2, "version": 3}

@@ -47,6 +47,7 @@ from tidemark.orchestration import obligations, runs
 from tidemark.panes import planning, receipt_index, receipts
 from tidemark.session import rules_record
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 log = get_logger("reconcile")
 
@@ -56,13 +57,13 @@ ACTIVE_STATES = ("queued", "running")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def rules_changed_since(lake: Lake, version: dict, in_force=None) -> str | None:
+def rules_changed_since(lake: Lake, version: VersionRecord, in_force=None) -> str | None:
     """Why the lake's session rules (tidemark.session.rules_record) differ from those `version` was computed
     with, or None. `in_force`: rules_record.rules_in_force(lake), when the caller read it already."""
     rules, _, recorded = in_force or rules_record.rules_in_force(lake)
     if not rules_record.changed_since(version, rules):
         return None
-    made_under = version.get("rules") or {"gap": version.get("gap")}
+    made_under = version.rules or {"gap": version.gap}
     return (
         f"session rules changed since the version: it was made under "
         f"{', '.join(f'{k} {v}' for k, v in made_under.items())}; the lake now records "
@@ -253,9 +254,9 @@ class Cursor:
         )
 
 
-def _date_staleness(lake: Lake, event_date, current, owed, in_force) -> Staleness:
-    item = Staleness(event_date, current and current.get("version"))
-    included = set(current.get("receipts", [])) if current else set()
+def _date_staleness(lake: Lake, event_date, current: VersionRecord | None, owed, in_force) -> Staleness:
+    item = Staleness(event_date, current.version if current else None)
+    included = set(current.receipts) if current else set()
     _, pending_stamps = receipts.complete_and_pending(lake, event_date, included)
     pending = [planning.receipt_key(event_date, ts) for ts in pending_stamps]
     if current is None:

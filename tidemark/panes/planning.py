@@ -35,6 +35,7 @@ from tidemark.base import times
 from tidemark.panes import receipt_index, receipts
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 
 def midnight(day: date) -> datetime:
@@ -186,20 +187,20 @@ def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Pla
     return Plan(event_date, lo, hi, chosen, index.head)
 
 
-def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previous: dict | None) -> bool:
+def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previous: VersionRecord | None) -> bool:
     """Whether `previous` (a version made under `rules`) surely includes every partition today's
     plan holds, from the partitions received after its `planned_through` alone: the no-op decision
     without reading the markers of the partitions it already planned over. False means "not known":
     the caller makes the whole plan (so a lake without the index, or a version from before
     planned_through, decides as before)."""
-    since = (previous or {}).get("planned_through")
+    since = previous.planned_through if previous else None
     known, reach = recorded_reach(previous)
     if not (index.indexed and since and known):
         return False
     assert previous is not None  # `since` came from it
-    hi = max(needed_hi(event_date, rules, reach), previous.get("hi") or "")
+    hi = max(needed_hi(event_date, rules, reach), previous.hi or "")
     lo = lo_of(event_date, rules)
-    included = set(previous.get("receipts", []))
+    included = set(previous.receipts)
     dates = scope(event_date, rules, hi)
     newer = [(d, ts) for d in dates for ts in receipts.list_receipt_names(index.lake, d) if ts > since]
     newer += [(d, ts) for d, ts in receipt_index.reaching(index.lake, dates[0]) if ts > since]
@@ -207,21 +208,20 @@ def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previo
     return not any(times.parse_iso(p.max_event_ts) >= lo for p in index.markers(unseen))
 
 
-def recorded_reach(version: dict | None) -> tuple[bool, datetime | None]:
+def recorded_reach(version: VersionRecord | None) -> tuple[bool, datetime | None]:
     """(whether the version recorded its reach, the reach or None when no session touches D)."""
-    if not version or "reach" not in version:
+    if version is None or not version.records("reach"):
         return False, None
-    value = version.get("reach")
-    return True, None if value is None else times.parse_iso(value)
+    return True, None if version.reach is None else times.parse_iso(version.reach)
 
 
-def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previous: dict | None) -> Plan:
+def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previous: VersionRecord | None) -> Plan:
     """The plan a run of event_date starts from: as far as the previous version's sessions reach
     (they can only reach further with more receipts), never less far than the previous version read."""
     _, reach = recorded_reach(previous)
     hi = needed_hi(event_date, rules, reach)
-    if previous and previous.get("hi"):
-        hi = max(hi, previous["hi"])
+    if previous and previous.hi:
+        hi = max(hi, previous.hi)
     return plan(index, event_date, rules, hi)
 
 
@@ -238,7 +238,7 @@ def grown(index: LakeIndex, current: Plan, rules: SessionRules, reach: datetime 
     return bigger
 
 
-def covers(version: dict | None, keys: list[str]) -> bool:
+def covers(version: VersionRecord | None, keys: list[str]) -> bool:
     """Whether `version` was computed from (at least) the receipts `keys` under today's planning."""
     known, _ = recorded_reach(version)
-    return known and version is not None and set(keys) <= set(version.get("receipts", []))
+    return known and version is not None and set(keys) <= set(version.receipts)

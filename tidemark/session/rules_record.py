@@ -43,6 +43,7 @@ from tidemark.base.logs import get_logger
 from tidemark.base.times import now_iso_z
 from tidemark.session.sessions import DEFAULT_GAP_BOUNDARY, RULE_NAMES, SessionRules
 from tidemark.store.lake import Lake
+from tidemark.store.version_record import VersionRecord
 
 log = get_logger("rules")
 
@@ -189,7 +190,7 @@ def marker_fields(rules: SessionRules) -> dict:
     return {"rules_id": fingerprint(rules), "rules": rules.describe()}
 
 
-def changed_since(marker: dict | None, rules: SessionRules) -> bool:
+def changed_since(marker: VersionRecord | None, rules: SessionRules) -> bool:
     """Were the lake's rules changed since this dedup version was made? `rules`: the lake's rules
     now (rules_in_force(lake)[0]).
 
@@ -199,29 +200,29 @@ def changed_since(marker: dict | None, rules: SessionRules) -> bool:
     """
     if marker is None:
         return False
-    if marker.get("rules_id"):
-        return marker["rules_id"] != fingerprint(rules)
-    return marker.get("gap") != format_duration(rules.gap) or rules.gap_boundary != DEFAULT_GAP_BOUNDARY
+    if marker.rules_id:
+        return marker.rules_id != fingerprint(rules)
+    return marker.gap != format_duration(rules.gap) or rules.gap_boundary != DEFAULT_GAP_BOUNDARY
 
 
-def same_rules(a: dict, b: dict) -> bool:
+def same_rules(a: VersionRecord, b: VersionRecord) -> bool:
     """Were these two dedup version markers made under the same rules (by id, else by gap)?"""
-    if a.get("rules_id") and b.get("rules_id"):
-        return a["rules_id"] == b["rules_id"]
-    return a.get("gap") == b.get("gap")
+    if a.rules_id and b.rules_id:
+        return a.rules_id == b.rules_id
+    return a.gap == b.gap
 
 
-def outdated(lake: Lake, marker: dict) -> str | None:
+def outdated(lake: Lake, marker: VersionRecord) -> str | None:
     """Why a run's version must not be published (the lake's rules changed while it ran), or None.
 
     Checked at commit time, so that a run started before a migration cannot publish old-rules
     sessions after it. A lake without a record has nothing to compare with (None).
     """
     recorded = current(lake)
-    if recorded is None or marker.get("rules_id") == recorded.rules_id:
+    if recorded is None or marker.rules_id == recorded.rules_id:
         return None
     return (
-        f"the lake's session rules changed while the run ran: it used {marker.get('rules')}, "
+        f"the lake's session rules changed while the run ran: it used {marker.rules}, "
         f"the lake now records {recorded.describe()}"
     )
 

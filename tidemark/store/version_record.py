@@ -1,0 +1,186 @@
+"""A published version of an event date, as a value: what a dedup run's marker holds and what the
+table says about its commit.
+
+Two records, one per place a version is written:
+
+- `VersionRecord`: a run's marker (`sessions_dedup/data/event_date=D/run=<run_id>/_tidemark_run.json`,
+  written once by tidemark.deduplication.dedup before the commit, never rewritten), with, once the
+  table has made it current or listed it, its `Commit`;
+- `Commit`: what the table holds for a committed version (the version file's name, or the table
+  property `tidemark.current.D` of tables written before issue 27, or a snapshot's summary): the
+  version id, its run, the version it replaced and when.
+
+`VersionRecord.from_marker` / `to_marker` are the only conversions between a marker's JSON and the
+record; `Commit.from_json` / `to_json` the only ones for the older tables' property. The bytes of a
+marker do not change with this type: a marker written from a record is the one the dict-building
+code wrote (tests/test_version_record.py holds one as a fixture). A marker is read by newer and
+older tidemarks alike, so a round trip keeps what it does not know (`extra`: keys of a newer
+writer) and leaves out what it did not hold (`absent`: keys an older writer did not write; a
+version without a recorded reach, say, is planned differently from one whose reach is null).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from datetime import date
+from typing import Any
+
+from tidemark.base import layout
+
+# The marker's key of the session schema version its files hold: tidemark.session.session_schema's
+# MARKER_KEY (that package is above this one; tests/test_version_record.py checks they agree).
+SESSION_SCHEMA_KEY = "session_schema"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A committed version as the table records it."""
+
+    version: str  # the version id: a receipt_ts (tidemark.base.layout's format)
+    run_id: str
+    previous_version: str | None  # None: the date's first version
+    committed_at: str  # UTC instant as ISO 8601 text (tidemark.base.times.iso_z)
+    snapshot_id: int | None = None  # the snapshot that published it, when read from the history
+
+    @classmethod
+    def from_json(cls, payload: dict) -> Commit:
+        """The table property of a table written before issue 27 (`tidemark.current.D`)."""
+        return cls(
+            version=layout.check_receipt_ts(payload["version"]),
+            run_id=layout.check_run_id(payload["run_id"]),
+            previous_version=payload.get("previous_version"),
+            committed_at=str(payload["committed_at"]),
+            snapshot_id=payload.get("snapshot_id"),
+        )
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {
+            "version": self.version,
+            "run_id": self.run_id,
+            "previous_version": self.previous_version,
+            "committed_at": self.committed_at,
+        }
+        if self.snapshot_id is not None:
+            out["snapshot_id"] = self.snapshot_id
+        return out
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """A dedup run's version of one event date: its marker, and its commit once committed."""
+
+    event_date: date
+    run_id: str
+    files: tuple[str, ...] = ()  # the run's Parquet files, names inside its folder
+    sessions: int = 0
+    receipts: tuple[str, ...] = ()  # 'YYYY-MM-DD/receipt_ts' keys of the receipt partitions read, sorted
+    receipts_read: int | None = None
+    rows_read: int | None = None
+    mode: str | None = None  # "incremental" or "full"
+    context_rows: int | None = None  # island rows kept in the run's context/ for the next run
+    max_receipt_ts: str | None = None
+    planned_through: str | None = None  # the receipt index's head when planned (None: unknown)
+    lo: str | None = None  # ISO text: the earliest event the plan can need
+    horizon: str | None = None  # ISO text: how far the context's islands are kept
+    session_schema: int | None = None  # the session schema version of its files (None: 1)
+    hi: str | None = None  # the last event date the plan read (YYYY-MM-DD)
+    reach: str | None = None  # the latest end of the sessions touching D (None: no session)
+    gap: str | None = None  # the session gap as text ("30m")
+    rules_id: str | None = None
+    rules: dict | None = None  # SessionRules.describe() of the rules it was made under
+    affected_dates: tuple[str, ...] = ()
+    planned_on: str | None = None  # the version it was planned on (None: none)
+    new_receipts: int | None = None
+    created_at: str | None = None  # ISO text: when its data was written
+    commit: Commit | None = None  # None: not committed (a run's marker before its commit)
+    # Keys of the marker this record does not know (a newer writer's): kept for the round trip.
+    extra: dict = field(default_factory=dict)
+    # Keys of the marker format the marker read did not hold (an older writer's): left out on write.
+    absent: frozenset[str] = frozenset()
+
+    # --- the boundary ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_marker(cls, payload: dict, commit: Commit | None = None) -> VersionRecord:
+        """The record of a marker's JSON (the event date and run id checked: they name paths)."""
+        known = {k: payload[k] for k in MARKER_KEYS if k in payload}
+        values: dict[str, Any] = {k: v for k, v in known.items() if k not in _REQUIRED}
+        for name in ("files", "receipts", "affected_dates"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
+        return cls(
+            event_date=layout.as_event_date(payload["event_date"]),
+            run_id=layout.check_run_id(payload["run_id"]),
+            **values,
+            commit=commit,
+            extra={k: v for k, v in payload.items() if k not in MARKER_KEYS},
+            absent=frozenset(k for k in MARKER_KEYS if k not in payload),
+        )
+
+    @classmethod
+    def holding(cls, **values: Any) -> VersionRecord:
+        """A record whose marker holds exactly these keys, as a writer that recorded no others
+        wrote it (the rest absent): versions of older tidemarks, in tests and benchmarks."""
+        return cls(**values, absent=frozenset(MARKER_KEYS) - set(values))
+
+    def to_marker(self) -> dict:
+        """The marker's JSON: every key of the format but those absent, and the extra keys."""
+        out: dict[str, Any] = {}
+        for name in MARKER_KEYS:
+            if name in self.absent:
+                continue
+            value = getattr(self, name)
+            if name == "event_date":
+                value = layout.event_date_text(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return {**out, **self.extra}
+
+    def to_json(self) -> dict:
+        """What people and scripts are shown (`tidemark read`, inspect): the marker and the commit."""
+        return {**self.to_marker(), **(self.commit.to_json() if self.commit else {})}
+
+    # --- the commit's fields, as readers ask for them ----------------------------------------------
+
+    @property
+    def version(self) -> str | None:
+        return self.commit.version if self.commit else None
+
+    @property
+    def previous_version(self) -> str | None:
+        return self.commit.previous_version if self.commit else None
+
+    @property
+    def committed_at(self) -> str | None:
+        return self.commit.committed_at if self.commit else None
+
+    @property
+    def snapshot_id(self) -> int | None:
+        return self.commit.snapshot_id if self.commit else None
+
+    def committed(self, commit: Commit) -> VersionRecord:
+        """This run's record with the table's commit of it."""
+        return replace(self, commit=commit)
+
+    # --- what older writers may not have recorded --------------------------------------------------
+
+    def records(self, key: str) -> bool:
+        """Did the marker hold this key (a version written before it existed did not)?"""
+        return key not in self.absent
+
+    @property
+    def schema_version(self) -> int:
+        """The session schema version of the run's files (markers written before it: 1)."""
+        return self.session_schema or 1
+
+    @property
+    def event_date_text(self) -> str:
+        return layout.event_date_text(self.event_date)
+
+
+_NOT_MARKER = {"commit", "extra", "absent"}
+# The marker's keys, in the record's order (a marker is written with sorted keys, so order is moot).
+MARKER_KEYS: tuple[str, ...] = tuple(f.name for f in fields(VersionRecord) if f.name not in _NOT_MARKER)
+_REQUIRED = {"event_date", "run_id"}
+assert SESSION_SCHEMA_KEY in MARKER_KEYS
