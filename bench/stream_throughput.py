@@ -667,7 +667,8 @@ def main(argv=None) -> int:
         if r.get("profile"):
             prof = r["profile"]
             detail.append(
-                f"  - Spark event log: {prof['jobs']} Spark jobs, {prof['job_seconds']} s inside jobs, "
+                f"  - Spark event log: {prof['jobs']} Spark jobs ({prof['jobs'] / max(1, r['batches']):.1f} per batch), "
+                f"{prof['job_seconds']} s inside jobs, "
                 f"i.e. {round(sum(r['batch_seconds']) - prof['job_seconds'], 1)} s of the batches' time "
                 "outside any Spark job (driver: planning, py4j, listing, markers; jobs can also overlap); "
                 f"tasks ran {prof['task_seconds']} s in all, {prof['task_cpu_seconds']} s of it on a JVM "

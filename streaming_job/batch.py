@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 import dedup_sql
 from streaming_job import pane_writer, parse
 from streaming_job.partitions import sized_shuffle
-from streaming_job.state import StateStore
+from streaming_job.state import STATE_COLUMNS, StateStore
 from streaming_job.state import watermark_text as state_watermark_text
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
@@ -35,6 +36,16 @@ log = get_logger("stream")
 
 
 STOP_MARK = "tidemark-stop-requested"
+
+# A batch's refused lines, up to this many bytes of them, are written to the quarantine by the
+# driver (collected as Arrow: one Spark job); a larger quarantine by Spark's writer.
+DRIVER_QUARANTINE_BYTES = 64 << 20
+QUARANTINE_FILE = "part-00000.parquet"
+
+# The columns of what a batch writes (BatchProcessor._rows) beyond the panes': the state's own and
+# which of the two a row goes to; and the state's columns that come from a column of another name.
+NOT_PANE = ("closed", "state_pane_count", "emit", "retain")
+STATE_FROM = {"pane_count": "state_pane_count"}
 
 # A micro-batch's sessionizing: stream_input.sql (state and batch merged, one row per event) into
 # sessionize.sql (THE session rule) into stream_panes.sql (which panes to emit and keep), composed
@@ -123,6 +134,9 @@ class BatchProcessor:
                 return None  # a batch without lines writes nothing
             receipt_ts = layout.receipt_ts_from_millis(max(row["receipt_ms"] for row in by_file))
             receipt_us = max(int(row["receipt_us"]) for row in by_file)
+            # Only a batch replayed after a crash can find receipt partitions of its own complete:
+            # this batch's ledger entry, written before anything else of it, is already there.
+            replay = self.lake.has_landing_ledger_entry(receipt_ts)
             totals, skipped = self._admit(by_file, receipt_ts, batch_id)
             if skipped:  # lines of files the landing rule does not take as input: not events, not quarantined
                 parsed = parsed.where(~F.col("source_file").isin(skipped))
@@ -130,7 +144,7 @@ class BatchProcessor:
                 return None  # only files that are not input: recorded in the ledger, nothing else
             quarantined = int(totals["lines"] - totals["valid"])
             if quarantined:
-                self._write_quarantine(parsed, receipt_ts, batch_id, quarantined)
+                self._write_quarantine(parsed, receipt_ts, batch_id, quarantined, int(totals["refused_bytes"]))
             phases.done("quarantine")
 
             store = StateStore(spark, self.checkpoint)
@@ -139,26 +153,28 @@ class BatchProcessor:
                 before.watermark_us, totals["max_event_us"], receipt_us, batch_id
             )
 
-            # the shuffles sized to the batch: set before the cache below plans them
+            # the shuffles sized to the batch: set before the queries below are planned
             with sized_shuffle(spark, int(totals["lines"])):
-                result = sessionize(
-                    spark, parse.valid_events(parsed), state, self.rules, w_prev_us, watermark_us
-                ).persist()
-                try:
-                    stats, open_sessions = self._stats(result)
-                    phases.done("sessionize")  # state read, merged, sessionized, cached; the statistics
-                    panes = self._emitted(result, receipt_ts, batch_id, watermark_us)
-                    written = self._write_panes(panes, stats, receipt_ts, batch_id, watermark_us)
-                    phases.done("panes")
-                    kept = result.where("retain").withColumn(
-                        "pane_count", F.col("pane_count") + F.col("emit").cast("int")
-                    )
-                    store.write(batch_id, kept, open_sessions, watermark_us, receipt_ts)
-                    phases.done("state")
-                finally:
-                    result.unpersist()
+                result = sessionize(spark, parse.valid_events(parsed), state, self.rules, w_prev_us, watermark_us)
+                rows = self._rows(result, receipt_ts, batch_id, watermark_us)
+                complete = self._complete(rows, receipt_ts) if replay else frozenset()
+                # One pass: sessionized, the panes and the state's files written, their statistics
+                # back. Not cached: nothing else reads the sessions (three actions did before).
+                stats, open_sessions = pane_writer.write_batch(
+                    rows,
+                    self.lake.sessions_root(),
+                    store.prepare(batch_id),
+                    self._pane_columns() + [F.col(name) for name in NOT_PANE],
+                    [*session_schema.PANE_COLUMNS, "event_date", "receipt_ts"],
+                    {name: STATE_FROM.get(name, name) for name in STATE_COLUMNS},
+                    complete,
+                )
+            phases.done("sessionize")  # state read, merged, sessionized; panes and state files written
         finally:
             parsed.unpersist()
+        written = self._register(stats, complete, receipt_ts, batch_id, watermark_us)
+        store.commit(batch_id, open_sessions, watermark_us, receipt_ts)
+        phases.done("markers")  # the receipt partitions registered and completed, the state's version
         return BatchReport(
             batch_id,
             receipt_ts,
@@ -181,6 +197,7 @@ class BatchProcessor:
             .agg(
                 F.count(F.lit(1)).alias("lines"),
                 F.count_if(valid).alias("valid"),
+                F.sum(F.length("raw")).alias("refused_bytes"),  # `raw` is kept for refused lines only
                 F.max(F.when(valid, F.unix_micros("event_ts"))).alias("max_event_us"),
                 F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
                 F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
@@ -193,7 +210,7 @@ class BatchProcessor:
         """The landing rule over the batch's files (tidemark.ingest.landing), the batch's ledger entry
         written, and the totals of its input files. Returns (totals, URIs of files not read)."""
         files, skipped, newest = [], [], []
-        totals: dict[str, Any] = {"lines": 0, "valid": 0}
+        totals: dict[str, Any] = {"lines": 0, "valid": 0, "refused_bytes": 0}
         for found in by_file:
             row = found.asDict()
             path = landing.relative_path(self.landing, row["source_file"])
@@ -212,6 +229,7 @@ class BatchProcessor:
                 continue
             totals["lines"] += int(row["lines"])
             totals["valid"] += int(row["valid"])
+            totals["refused_bytes"] += int(row["refused_bytes"] or 0)
             if row["max_event_us"] is not None:
                 newest.append(row["max_event_us"])
         totals["max_event_us"] = max(newest, default=None)
@@ -260,17 +278,20 @@ class BatchProcessor:
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
         """The pane rows as their files hold them: THE session schema's pane columns
         (tidemark/session/session_schema.py), then event_date and receipt_ts."""
-        return BatchProcessor._emitted(result, receipt_ts, batch_id, watermark_us).select(
-            *BatchProcessor._pane_columns()
+        return (
+            BatchProcessor._rows(result, receipt_ts, batch_id, watermark_us)
+            .where("emit")
+            .select(*BatchProcessor._pane_columns())
         )
 
     @staticmethod
-    def _emitted(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
-        """The panes before their shuffle by date: every column of `_panes` but the ones
-        `_pane_columns` derives from others (event_ids, a copy of the events' ids: shuffling it
-        too made the pane shuffle ~40% bigger, BENCHMARKS.md section 1)."""
+    def _rows(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
+        """What the batch writes, before the shuffle by date: the sessions emitted (`emit`: a pane)
+        or kept (`retain`: state), with every column of `_panes` but the ones `_pane_columns`
+        derives from others (event_ids, a copy of the events' ids: shuffling it too made the pane
+        shuffle ~40% bigger, BENCHMARKS.md section 1) and the state's own (NOT_PANE)."""
         derived = {"event_ids"}
-        return result.where("emit").select(
+        return result.where("emit OR retain").select(
             *(c.name for c in session_schema.PANE_SESSION if c.name not in derived),
             "pane_kind",
             (F.col("pane_count") + 1).alias("pane_index"),
@@ -278,6 +299,11 @@ class BatchProcessor:
             F.timestamp_micros(F.lit(watermark_us)).alias("watermark"),
             F.date_format("session_start", "yyyy-MM-dd").alias("event_date"),
             F.lit(receipt_ts).alias("receipt_ts"),
+            "closed",
+            # the panes a kept session has had, this batch's included
+            (F.col("pane_count") + F.col("emit").cast("int")).alias("state_pane_count"),
+            "emit",
+            "retain",
         )
 
     @staticmethod
@@ -290,29 +316,17 @@ class BatchProcessor:
         rest = ("pane_kind", "pane_index", "batch_id", "watermark", "event_date", "receipt_ts")
         return [*session, *(F.col(name) for name in rest)]
 
-    @staticmethod
-    def _stats(result: DataFrame) -> tuple[list, int]:
-        """One pass over the batch's (cached) sessions: per event date of the emitted panes, what
-        the receipt markers record; and how many sessions stay in state. (One Spark action where
-        there were two: the fixed cost of a micro-batch is mostly its number of actions.)"""
-        emit = F.col("emit")
-        rows = (
-            result.groupBy(F.when(emit, F.date_format("session_start", "yyyy-MM-dd")).alias("event_date"))
-            .agg(
-                F.count_if(emit).alias("rows"),
-                F.sum(F.when(emit, F.col("event_count"))).alias("events"),
-                F.min(F.when(emit, F.unix_micros("session_start"))).alias("min_us"),
-                F.max(F.when(emit, F.unix_micros("session_end"))).alias("max_us"),
-                F.array_sort(F.collect_set(F.when(emit, F.col("pane_kind")))).alias("kinds"),
-                F.count_if("retain").alias("retained"),
-            )
-            .collect()
-        )
-        return [r for r in rows if r["event_date"] is not None], sum(int(r["retained"]) for r in rows)
+    def _complete(self, rows: DataFrame, receipt_ts: str) -> frozenset[str]:
+        """A replayed batch's event dates whose receipt partitions an earlier attempt completed: kept
+        as they are (one more Spark job, on replays only)."""
+        dates = [row["event_date"] for row in rows.where("emit").select("event_date").distinct().collect()]
+        return frozenset(date for date, _ in receipts.complete_keys(self.lake, [(d, receipt_ts) for d in dates]))
 
-    def _write_panes(
-        self, panes: DataFrame, stats: list, receipt_ts: str, batch_id: int, watermark_us: int
+    def _register(
+        self, stats: list[dict], complete: frozenset[str], receipt_ts: str, batch_id: int, watermark_us: int
     ) -> list[receipts.ReceiptPartition]:
+        """The batch's receipt partitions (their files written) registered and completed, markers
+        last; a replay's partitions completed already are left as they are."""
         partitions = [
             receipts.ReceiptPartition(
                 event_date=row["event_date"],
@@ -329,40 +343,42 @@ class BatchProcessor:
             )
             for row in sorted(stats, key=lambda r: r["event_date"])
         ]
-        complete = receipts.complete_among(self.lake, partitions)  # a replayed batch's finished ones
-        pending = [p for p in partitions if (p.event_date, p.receipt_ts) not in complete]
-        if pending:
-            pending_dates = [p.event_date for p in pending]
-            panes = panes.where(F.col("event_date").isin(pending_dates)) if complete else panes
-            pane_writer.write_panes(panes, self.lake.sessions_root(), columns=self._pane_columns())
-            receipts.complete_all(self.lake, pending)  # markers last: each partition complete at once
-            for partition in pending:
-                log.info(
-                    "receipt partition written",
-                    event_date=partition.event_date,
-                    receipt_ts=receipt_ts,
-                    rows=partition.rows,
-                    pane_kinds=partition.pane_kinds,
-                    late=partition.late,
-                )
+        pending = [p for p in partitions if p.event_date not in complete]
+        receipts.complete_all(self.lake, pending)  # markers last: each partition complete at once
+        for partition in pending:
+            log.info(
+                "receipt partition written",
+                event_date=partition.event_date,
+                receipt_ts=receipt_ts,
+                rows=partition.rows,
+                pane_kinds=partition.pane_kinds,
+                late=partition.late,
+            )
         if partitions:  # every partition of this batch, hence of every earlier one, is complete
             receipt_index.write_head(self.lake, receipt_ts)
         return partitions
 
-    def _write_quarantine(self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int) -> None:
+    def _write_quarantine(self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int, size: int) -> None:
         folder = self.lake.quarantine_dir(receipt_ts)
         marker = layout.join(folder, QUARANTINE_MARKER)
         if storage.exists(marker):
             return
-        (
+        refused = (
             parse.quarantined(parsed)
             .withColumn("receipt_ts", F.lit(receipt_ts))
             .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
-            # one file, but not coalesce(1): that would scan the whole cached batch in one task
-            .repartition(1)
-            .write.mode("overwrite")
-            .parquet(folder)
         )
+        if size <= DRIVER_QUARANTINE_BYTES:
+            # one Spark job without a shuffle (Spark's writer took two and a shuffle); the Arrow
+            # schema keeps the frame's nullability, as Spark's writer does
+            table = refused.toArrow()
+            storage.delete_dir(folder)  # an interrupted attempt's files: the folder has no marker yet
+            fs, path = storage.resolve(folder)
+            fs.create_dir(path, recursive=True)
+            pq.write_table(table, f"{path}/{QUARANTINE_FILE}", filesystem=fs)
+        else:
+            # one file, but not coalesce(1): that would scan the whole cached batch in one task
+            refused.repartition(1).write.mode("overwrite").parquet(folder)
         storage.write_json_atomic(marker, {"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
         log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)
 

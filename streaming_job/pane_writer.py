@@ -15,6 +15,11 @@ leftovers of an interrupted attempt are cleared. A replayed batch, or a retried 
 same bytes to the same name. The marker that completes each partition is written by the driver once
 every file is in place.
 
+The same pass writes the batch's state version (`write_batch`): the sessions state keeps ride the
+shuffle by date beside the panes and each task writes its share as one file, so the batch's
+sessions are computed once and read by one Spark action (no cache; the statistics its markers
+record come back from the writers).
+
 The files hold the same columns and types Spark's writer wrote (partition columns `event_date` and
 `receipt_ts` in the folder names only; timestamps as TIMESTAMP_MICROS, UTC), so readers of either
 kind of file see one schema.
@@ -27,42 +32,107 @@ from pyspark.sql import DataFrame
 PANE_FILE = "part-00000.parquet"
 
 
-def write_panes(panes: DataFrame, sessions_root: str, columns: list | None = None) -> list[str]:
-    """Write every row of `panes` (with `event_date` and `receipt_ts` columns) into its receipt
-    partition under sessions_root; returns the event dates written. `columns`, when given, are the
-    files' columns computed after the shuffle by date (a column derived from others need not cross
-    it: Spark does not move such a projection below the shuffle)."""
+def write_batch(
+    rows: DataFrame,
+    sessions_root: str,
+    state_dir: str,
+    columns: list,
+    panes: list[str],
+    state: dict[str, str],
+    skip_dates: frozenset[str] = frozenset(),
+) -> tuple[list[dict], int]:
+    """A micro-batch's outputs in one pass over its sessions: the rows with `emit` into their receipt
+    partitions (one file per date, as write_panes: `panes` the files' columns, event_date and
+    receipt_ts last), the rows with `retain` into the state version's folder `state_dir` (one file
+    per task; `state` maps the files' columns to the frame's). `columns` are the frame's columns
+    computed after the shuffle by date. Dates in `skip_dates` (partitions a replayed batch
+    completed already) are counted, not written.
+
+    Returns, per event date of the panes, what its receipt marker records (event_date, rows, events,
+    min_us, max_us, kinds), and how many sessions state keeps: the batch's only Spark action after
+    the sessionizing, where the statistics, the panes and the state were three (the fixed cost of a
+    micro-batch is mostly its Spark jobs, BENCHMARKS.md section 1)."""
+    schema = "event_date string, rows bigint, events bigint, min_us bigint, max_us bigint, kinds array<string>"
 
     def write(batches):
         import pyarrow as pa
+        from pyspark import TaskContext
 
         tables = [pa.Table.from_batches([batch]) for batch in batches if batch.num_rows]
         if not tables:
             return
-        written = _write_tables(pa.concat_tables(tables), sessions_root)
-        yield pa.RecordBatch.from_pydict({"event_date": written}, schema=pa.schema([("event_date", pa.string())]))
+        table = pa.concat_tables(tables)
+        found = _write_tables(table.filter(table.column("emit")).select(panes), sessions_root, skip_dates)
+        kept = table.filter(table.column("retain")).select(list(state.values())).rename_columns(list(state))
+        if kept.num_rows:
+            _write_file(kept, state_dir, f"part-{TaskContext.get().partitionId():05d}.parquet")
+        # the state's row count rides in a row of its own: no event date, `rows` the sessions kept
+        found.append({"event_date": None, "rows": kept.num_rows, "events": 0, "min_us": None, "max_us": None})
+        yield pa.RecordBatch.from_pylist(found, schema=_stats_schema())
 
-    # repartition by date: every date's rows in one task, so one file per date and no two tasks
-    # writing one folder
-    by_date = panes.repartition("event_date")
-    if columns is not None:
-        by_date = by_date.select(*columns)
-    rows = by_date.mapInArrow(write, "event_date string").collect()
-    return sorted(row["event_date"] for row in rows)
+    by_date = rows.repartition("event_date").select(*columns)
+    out = by_date.mapInArrow(write, schema).collect()
+    dates = [row.asDict() for row in out if row["event_date"] is not None]
+    return dates, sum(int(row["rows"]) for row in out if row["event_date"] is None)
 
 
-def _write_tables(table, sessions_root: str) -> list[str]:
-    import pyarrow.compute as pc
+def _stats_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("event_date", pa.string()),
+            ("rows", pa.int64()),
+            ("events", pa.int64()),
+            ("min_us", pa.int64()),
+            ("max_us", pa.int64()),
+            ("kinds", pa.list_(pa.string())),
+        ]
+    )
+
+
+def _write_file(table, folder: str, name: str) -> None:
+    """One Parquet file into `folder`, under a hidden name first on a local disk (a reader never
+    sees half a file; a single-object upload on a bucket is atomic already)."""
     import pyarrow.parquet as pq
+
+    from tidemark.store import storage
+
+    fs, path = storage.resolve(folder)
+    fs.create_dir(path, recursive=True)
+    if storage.is_local(folder):
+        tmp = f"{path}/.{name}.tmp"
+        pq.write_table(table, tmp, filesystem=fs)
+        fs.move(tmp, f"{path}/{name}")
+    else:
+        pq.write_table(table, f"{path}/{name}", filesystem=fs)
+
+
+def _write_tables(table, sessions_root: str, skip_dates: frozenset[str] = frozenset()) -> list[dict]:
+    """Each event date's panes into its receipt partition; per date, what its marker records."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     from tidemark.base import layout
     from tidemark.store import storage
 
     dates = table.column("event_date")
     stamps = table.column("receipt_ts")
-    written = []
+    found = []
     for event_date, receipt_ts in sorted({(d, r) for d, r in zip(dates.to_pylist(), stamps.to_pylist(), strict=False)}):
         rows = table.filter(pc.and_(pc.equal(dates, event_date), pc.equal(stamps, receipt_ts)))
+        found.append(
+            {
+                "event_date": event_date,
+                "rows": rows.num_rows,
+                "events": pc.sum(rows.column("event_count")).as_py(),
+                "min_us": pc.min(rows.column("session_start").cast(pa.int64())).as_py(),
+                "max_us": pc.max(rows.column("session_end").cast(pa.int64())).as_py(),
+                "kinds": sorted(set(rows.column("pane_kind").to_pylist())),
+            }
+        )
+        if event_date in skip_dates:
+            continue
         folder = layout.join(
             sessions_root,
             f"event_date={layout.check_event_date(event_date)}",
@@ -71,12 +141,5 @@ def _write_tables(table, sessions_root: str) -> list[str]:
         fs, path = storage.resolve(folder)
         fs.create_dir(path, recursive=True)
         fs.delete_dir_contents(path, missing_dir_ok=True)  # an interrupted attempt's leftovers
-        data = rows.drop_columns(["event_date", "receipt_ts"])
-        if storage.is_local(folder):
-            tmp = f"{path}/.{PANE_FILE}.tmp"
-            pq.write_table(data, tmp, filesystem=fs)
-            fs.move(tmp, f"{path}/{PANE_FILE}")
-        else:
-            pq.write_table(data, f"{path}/{PANE_FILE}", filesystem=fs)
-        written.append(event_date)
-    return written
+        _write_file(rows.drop_columns(["event_date", "receipt_ts"]), folder, PANE_FILE)
+    return found

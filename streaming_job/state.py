@@ -9,7 +9,9 @@ version N identically, which makes every batch idempotent.
     <checkpoint>/state/batch_id=N/*.parquet   open sessions after batch N
     <checkpoint>/state/batch_id=N/_tidemark_state.json   marker, written last: watermark, counts
 
-A batch without input writes no version; the newest KEEP_VERSIONS versions that exist are kept, so
+The version's files are written by the batch's executors in the same pass as its panes
+(streaming_job.pane_writer.write_batch, into the folder `prepare` empties); the marker by the driver
+(`commit`) once the panes are complete. A batch without input writes no version; the newest KEEP_VERSIONS versions that exist are kept, so
 the version a replayed batch starts from is always there.
 """
 
@@ -79,13 +81,18 @@ class StateStore:
             return version, self.spark.createDataFrame([], STATE_SCHEMA)
         return version, self.spark.read.schema(STATE_SCHEMA).parquet(self._dir(version_id))
 
-    def write(self, batch_id: int, sessions: DataFrame, session_count: int, watermark_us: int, receipt_ts: str) -> None:
+    def prepare(self, batch_id: int) -> str:
+        """The folder a batch writes its version's files into (streaming_job.pane_writer, in the same
+        pass as the panes), emptied first: the version's marker, then what an interrupted attempt
+        left. Until `commit` writes the marker again the version does not exist for `before`."""
         path = self._dir(batch_id)
         storage.delete_file(layout.join(path, STATE_MARKER))
-        if session_count:
-            sessions.select(*STATE_COLUMNS).coalesce(max(1, min(8, session_count // 50_000 + 1))).write.mode(
-                "overwrite"
-            ).parquet(path)
+        storage.delete_dir(path)
+        return path
+
+    def commit(self, batch_id: int, session_count: int, watermark_us: int, receipt_ts: str) -> None:
+        """The version's marker, written once its files are in place; then the oldest versions go."""
+        path = self._dir(batch_id)
         storage.write_json_atomic(
             layout.join(path, STATE_MARKER),
             {"batch_id": batch_id, "watermark_us": watermark_us, "sessions": session_count, "receipt_ts": receipt_ts},

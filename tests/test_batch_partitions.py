@@ -48,9 +48,9 @@ def test_the_pane_shuffle_carries_no_event_ids_and_the_files_get_them(spark):
         f" CAST(array(named_struct('event_ts', TIMESTAMP'2026-03-10 10:00:00', 'event_id', 'e1',"
         " 'event_type', 't', 'payload', '{}'), named_struct('event_ts', TIMESTAMP'2026-03-10 10:05:00',"
         f" 'event_id', 'e2', 'event_type', 't', 'payload', '{{}}')) AS {events}) AS events,"
-        " 'early' AS pane_kind, true AS emit, 0 AS pane_count"
+        " 'early' AS pane_kind, true AS emit, true AS retain, false AS closed, 0 AS pane_count"
     )
-    emitted = BatchProcessor._emitted(result, "20260310T120000000Z", 0, 0)
+    emitted = BatchProcessor._rows(result, "20260310T120000000Z", 0, 0)
     assert "event_ids" not in emitted.columns
     shuffled = emitted.repartition("event_date").select(*BatchProcessor._pane_columns())
     plan = shuffled._jdf.queryExecution().executedPlan().toString()

@@ -9,15 +9,23 @@ import argparse
 import re
 from datetime import timedelta
 
-from tests.test_terraform import one, resource, tf  # noqa: F401 - tf: the parsed configuration (fixture)
+import pytest
+
+from tests import terraformkit
+from tests.terraformkit import one, resource
 from tidemark.base.durations import parse_duration
 
 
-def stream_job_args(tf) -> list[str]:  # noqa: F811 - the fixture
+@pytest.fixture(scope="module")
+def tf() -> dict:
+    return terraformkit.load()
+
+
+def stream_job_args(tf) -> list[str]:
     return one(resource(tf, "google_dataproc_job", "stream")["pyspark_config"])["args"]
 
 
-def resolved(value: str, tf) -> str:  # noqa: F811 - the fixture
+def resolved(value: str, tf) -> str:
     """A string with its locals and variables replaced by their values (variables: their defaults,
     "x" without one) and a topic's id by a topic's full name, until none is left; other references
     stay as they are."""
@@ -50,7 +58,7 @@ def stream_parser() -> argparse.ArgumentParser:
     return subparsers.choices["stream"]
 
 
-def test_the_stream_job_runs_with_the_archive_and_checkpoint_rotation(tf):  # noqa: F811 - the fixture
+def test_the_stream_job_runs_with_the_archive_and_checkpoint_rotation(tf):
     from tidemark.commands.stream import config_from_args
 
     args = stream_job_args(tf)
@@ -69,7 +77,7 @@ def test_the_stream_job_runs_with_the_archive_and_checkpoint_rotation(tf):  # no
     assert config.rotate_after == tf["variable"]["stream_checkpoint_rotation"]["default"]
 
 
-def test_the_archive_is_beside_the_landing_never_under_it(tf):  # noqa: F811 - the fixture
+def test_the_archive_is_beside_the_landing_never_under_it(tf):
     landing = resolved("${local.landing_uri}", tf)
     archive = resolved("${local.landing_archive_uri}", tf)
     # Same bucket (a move is a copy and a delete within it), another prefix: the stream reads the
@@ -80,12 +88,12 @@ def test_the_archive_is_beside_the_landing_never_under_it(tf):  # noqa: F811 - t
     assert prefix.endswith("/") and not prefix.startswith(("_", "."))
 
 
-def test_a_checkpoint_generation_is_a_day_of_the_default_trigger(tf):  # noqa: F811 - the fixture
+def test_a_checkpoint_generation_is_a_day_of_the_default_trigger(tf):
     trigger = parse_duration(tf["variable"]["stream_trigger_interval"]["default"])
     assert tf["variable"]["stream_checkpoint_rotation"]["default"] * trigger == timedelta(days=1)
 
 
-def test_the_stream_may_move_landed_files_and_the_archive_follows_the_landing_retention(tf):  # noqa: F811
+def test_the_stream_may_move_landed_files_and_the_archive_follows_the_landing_retention(tf):
     roles = set(
         resource(tf, "google_storage_bucket_iam_member", "spark_landing")["for_each"].strip("${}").split('"')[1::2]
     )

@@ -48,7 +48,7 @@ def test_ten_days_of_events_stream_with_bounded_state(spark, tmp_path):
     assert counts["sessions_generated"] > 5 * max(r.open_sessions for r in reports)
     # every batch says where its time went, step by step, in the order the steps run
     for report in reports:
-        assert list(report.phases) == ["check", "quarantine", "sessionize", "panes", "state"]
+        assert list(report.phases) == ["check", "quarantine", "sessionize", "markers"]
         assert all(seconds >= 0 for seconds in report.phases.values())
         assert sum(report.phases.values()) == pytest.approx(report.seconds, abs=0.05)
     # pane kinds: a real mix, and too_late fragments for the offline (days late) sessions

@@ -19,6 +19,8 @@ import subprocess
 
 import pytest
 
+from tests import terraformkit
+from tests.terraformkit import one, resource
 from tidemark.base import names
 from tidemark.notices import availability_notice, corrected_notice
 from tidemark.store.lake import Lake
@@ -57,48 +59,9 @@ NAME_USES = {
 }
 
 
-def _load(path: str) -> dict:
-    import hcl2
-
-    with open(path) as handle:
-        return hcl2.load(
-            handle,
-            serialization_options=hcl2.utils.SerializationOptions(strip_string_quotes=True, explicit_blocks=False),
-        )
-
-
 @pytest.fixture(scope="module")
 def tf() -> dict:
-    """Every .tf file merged: {"variable": {name: body}, "resource": {(type, name): body}, ...}."""
-    merged = {"variable": {}, "resource": {}, "data": {}, "locals": {}, "output": {}}
-    files = sorted(glob.glob(os.path.join(TERRAFORM, "*.tf")))
-    assert files, "no Terraform files in terraform/"
-    for path in files:
-        doc = _load(path)
-        for block in doc.get("variable", []):
-            merged["variable"].update(block)
-        for block in doc.get("output", []):
-            merged["output"].update(block)
-        for block in doc.get("locals", []):
-            merged["locals"].update(block)
-        for kind in ("resource", "data"):
-            for block in doc.get(kind, []):
-                for rtype, instances in block.items():
-                    for rname, body in instances.items():
-                        assert (rtype, rname) not in merged[kind], f"{kind} {rtype}.{rname} declared twice"
-                        merged[kind][(rtype, rname)] = body
-    return merged
-
-
-def resource(tf, rtype: str, rname: str) -> dict:
-    assert (rtype, rname) in tf["resource"], f"resource {rtype}.{rname} is missing"
-    return tf["resource"][(rtype, rname)]
-
-
-def one(blocks):
-    """A nested block as python-hcl2 gives it (a list of one dict) -> the dict."""
-    assert isinstance(blocks, list) and len(blocks) == 1, blocks
-    return blocks[0]
+    return terraformkit.load()
 
 
 def _raw_text() -> str:
