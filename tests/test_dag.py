@@ -301,7 +301,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, event_date) == []
     again = reader.current_version(lake, event_date)
-    assert again["version"] == pointer.version
+    assert again.version == pointer.version
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
     assert (
         sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'")) == triggered
