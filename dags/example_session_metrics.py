@@ -80,11 +80,14 @@ def example_session_metrics():
         )
         key = getattr(dag_run, "partition_key", None)
         wanted = (params or {}).get("event_date")
-        if key and wanted and key != wanted:
+        # The run's date, parsed once from what it was given (an asset event's partition key, a param).
+        days = {layout.as_event_date(value) for value in (key, wanted) if value}
+        if len(days) > 1:
             raise ValueError(f"partition key {key!r} and event_date {wanted!r} disagree: give one date")
-        if not (key or wanted):
+        if not days:
             raise ValueError('no event date: trigger with the date as partition key (or {"event_date": "YYYY-MM-DD"})')
-        return session_metrics.rebuild(lake, layout.check_event_date(key or wanted), out)
+        (day,) = days
+        return session_metrics.rebuild(lake, layout.event_date_text(day), out)
 
     rebuild()
 

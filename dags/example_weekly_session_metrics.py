@@ -59,8 +59,8 @@ def example_weekly_session_metrics():
             or os.environ.get("TIDEMARK_WEEKLY_SESSION_METRICS_ROOT")
             or session_metrics.default_weekly_root(lake)
         )
-        week = layout.check_event_date(getattr(dag_run, "partition_key", None))
-        return session_metrics.rebuild_week(lake, week, out)
+        week = layout.as_event_date(getattr(dag_run, "partition_key", None))  # the run's Monday, parsed once
+        return session_metrics.rebuild_week(lake, layout.event_date_text(week), out)
 
     rebuild_week()
 

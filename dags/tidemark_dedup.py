@@ -229,6 +229,14 @@ def dedup_task(lake, event_date):
     return BACKENDS[dedup_backend(os.environ)](lake, event_date)
 
 
+def opened(prepared: dict) -> tuple:
+    """What the prepare task handed on, typed again in the task that reads it: (Lake, date)."""
+    from tidemark.base import layout
+    from tidemark.store.lake import Lake
+
+    return Lake.open(prepared["lake"]), layout.as_event_date(prepared["event_date"])
+
+
 @dag(
     dag_id=DAG_ID,
     description="Deduplicate one event date of the sessions lake (Spark) and publish it atomically",
@@ -255,17 +263,18 @@ def dedup_task(lake, event_date):
 def tidemark_dedup():
     @task
     def prepare(params: dict | None = None) -> dict:
-        """Validate the date again (a calendar date, not just the Param's pattern) and resolve the
-        lake; the Spark task reads both from here, never from raw user input."""
+        """Parse the date (a calendar date, not just the Param's pattern) and resolve the lake; the
+        other tasks read both from here, never from raw user input. XCom is JSON: the date goes
+        on as its canonical text, typed again by `opened` in each task."""
         from airflow.sdk import Variable
 
         from tidemark.base import layout
 
-        event_date = layout.check_event_date((params or {}).get("event_date"))
+        event_date = layout.as_event_date((params or {}).get("event_date"))
         lake = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
         if not lake:
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
-        return {"event_date": event_date, "lake": lake}
+        return {"event_date": layout.event_date_text(event_date), "lake": lake}
 
     prepared = prepare()
 
@@ -278,9 +287,9 @@ def tidemark_dedup():
         version already includes every receipt partition the date's complete plan holds. The
         date's pending obligations are then discharged here, as the dedup would have."""
         from tidemark.deduplication import dedup
-        from tidemark.store.lake import Lake
 
-        nothing_new = dedup.up_to_date(Lake.open(prepared["lake"]), prepared["event_date"])
+        lake, event_date = opened(prepared)
+        nothing_new = dedup.up_to_date(lake, event_date)
         if nothing_new is None:
             print(f"{prepared['event_date']}: receipts not in the current version; running the dedup")
             return True
@@ -310,9 +319,9 @@ def tidemark_dedup():
         --topic corrected --emit-asset-events`). A refusal (a 4xx: our bug) fails the task."""
         from tidemark.notices import corrected
         from tidemark.orchestration import airflow_api
-        from tidemark.store.lake import Lake
 
-        return corrected.emit(Lake.open(prepared["lake"]), prepared["event_date"], airflow_api.for_tasks)
+        lake, event_date = opened(prepared)
+        return corrected.emit(lake, event_date, airflow_api.for_tasks)
 
     # none_failed: after the dedup, and also after a skipped dedup (a run of this date that was
     # killed after recording obligations left them to whichever run of the date comes next).
@@ -320,9 +329,9 @@ def tidemark_dedup():
     def owed_reruns(prepared: dict) -> list[dict]:
         """The neighbouring dates owed a rerun by runs of this date (tidemark/orchestration/obligations.py)."""
         from tidemark.orchestration import obligations
-        from tidemark.store.lake import Lake
 
-        return obligations.reruns_owed_by(Lake.open(prepared["lake"]), prepared["event_date"])
+        lake, event_date = opened(prepared)
+        return obligations.reruns_owed_by(lake, event_date)
 
     neighbours = owed_reruns(prepared)
     needs_spark(prepared) >> dedup >> neighbours
@@ -334,9 +343,9 @@ def tidemark_dedup():
     def notify_corrected(prepared: dict) -> dict:
         """The corrected-partition notice (tidemark/notices/corrected.py): recorded, then sent."""
         from tidemark.notices import corrected
-        from tidemark.store.lake import Lake
 
-        return corrected.notify(Lake.open(prepared["lake"]), prepared["event_date"])
+        lake, event_date = opened(prepared)
+        return corrected.notify(lake, event_date)
 
     dedup >> notify_corrected(prepared)
 
@@ -353,7 +362,8 @@ def tidemark_dedup():
         from tidemark.base.logs import get_logger
         from tidemark.orchestration import airflow_api
 
-        event_date = layout.check_event_date(conf.get("event_date"))
+        # the conf came through XCom (JSON): parsed, then its text is the partition key
+        event_date = layout.event_date_text(layout.as_event_date(conf.get("event_date")))
         try:
             result = airflow_api.for_tasks().trigger_dag_run(DAG_ID, trigger_run_id, conf, partition_key=event_date)
         except (airflow_api.NotConfigured, airflow_api.TransientAirflowError) as exc:

@@ -103,7 +103,8 @@ def tidemark_reconcile():
         from tidemark.base import layout
         from tidemark.orchestration import airflow_api
 
-        event_date = layout.check_event_date(conf.get("event_date"))
+        # the conf came through XCom (JSON): parsed, then its text is the partition key
+        event_date = layout.event_date_text(layout.as_event_date(conf.get("event_date")))
         result = airflow_api.for_tasks().trigger_dag_run(DEDUP_DAG_ID, trigger_run_id, conf, partition_key=event_date)
         if not result.created:
             raise AirflowSkipException(f"run {trigger_run_id} of {event_date} already exists")

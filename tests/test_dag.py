@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 
@@ -301,7 +301,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, event_date) == []
     again = reader.current_version(lake, event_date)
-    assert again["version"] == pointer.version
+    assert again.version == pointer.version
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
     assert (
         sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'")) == triggered
@@ -428,7 +428,7 @@ def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_subm
     assert job["placement"] == {"cluster_name": "tidemark-spark"} and job["reference"] == {"project_id": "proj"}
     assert job["pyspark_job"]["main_python_file_uri"] == "gs://ops/code/submit.py"
     parsed = build_parser().parse_args(job["pyspark_job"]["args"])  # what submit.py hands to tidemark's CLI
-    assert parsed.command == "dedup" and parsed.lake == Lake.open("gs://lake") and parsed.event_date == "2026-03-07"
+    assert parsed.command == "dedup" and parsed.lake == Lake.open("gs://lake") and parsed.event_date == date(2026, 3, 7)
 
 
 def test_the_dedup_back_end_is_chosen_in_one_place():

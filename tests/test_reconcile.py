@@ -40,7 +40,8 @@ LATER = [("v", "v2", t(D7, 10, 20), "play")]  # a second notice of D7 that affec
 def dag_run(lake, spark, event_date) -> list[str]:
     """One tidemark_dedup run: the dedup task, then the neighbour runs its owed_reruns task starts."""
     run_dedup(lake, event_date, RULES, spark=spark)
-    return [spec["conf"]["event_date"] for spec in obligations.reruns_owed_by(lake, event_date)]
+    owed = obligations.reruns_owed_by(lake, layout.as_event_date(event_date))  # the task's parsed param
+    return [spec["conf"]["event_date"] for spec in owed]
 
 
 def settle(lake, spark, dates) -> None:
@@ -81,7 +82,7 @@ def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lak
     second = run_dedup(path, D7, RULES, spark=spark)
     assert second.version > first.version and publish.current_version(path, D7).affected_dates == ()
     # the first run's owed_reruns task, late:
-    owed = obligations.reruns_owed_by(path, D7)
+    owed = obligations.reruns_owed_by(path, layout.as_event_date(D7))
     assert [spec["conf"]["event_date"] for spec in owed] == [D6]
     assert owed[0]["trigger_run_id"] == runs.affected_run_id(D6, D7, first.version)
     settle(path, spark, [D6])

@@ -52,7 +52,17 @@ def _write_as_dedup(lake: Lake, previous: VersionRecord | None, monkeypatch) -> 
     }
     known = {"2026-03-09/20260310T010000000Z"}
     dedup._write_version(
-        lake, D, RUN, None, summary, plan, SessionRules(), known, previous, mode="incremental", read=(2, 17)
+        lake,
+        date(2026, 3, 10),
+        RUN,
+        None,
+        summary,
+        plan,
+        SessionRules(),
+        known,
+        previous,
+        mode="incremental",
+        read=(2, 17),
     )
     with open(lake.run_marker(D, RUN), "rb") as f:
         return f.read()

@@ -38,7 +38,7 @@ def check_event_date(value: object) -> str:
     return parse_event_date(value).isoformat()
 
 
-def as_event_date(value: date | str) -> date:
+def as_event_date(value: object) -> date:
     """THE parse of an event date at a boundary (a CLI option, a notice, a DAG param, a marker, the
     function): YYYY-MM-DD text -> `date`, refusing anything else with a message saying what is
     wrong. A `date` passes as it is (a `datetime`, which is one too, is refused: an instant is not a
@@ -59,6 +59,13 @@ def event_date_text(value: date) -> str:
     if isinstance(value, datetime) or not isinstance(value, date):
         raise TypeError(f"event_date_text takes a date (parse text with as_event_date), got {value!r}")
     return value.isoformat()
+
+
+def event_date_part(value: object) -> str:
+    """An event date as a path, a run id or a table filter spells it, from where the date is typed
+    (a `date`, parsed at its boundary: no second parse) or not yet (text from the stream's
+    partitions, listings, scripts: parsed here)."""
+    return event_date_text(as_event_date(value))
 
 
 def format_receipt_ts(moment: datetime) -> str:

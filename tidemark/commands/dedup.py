@@ -40,7 +40,7 @@ def run(args) -> int:
     from tidemark.session.sessions import SessionRules, parse_overrides
 
     # Everything the user typed is checked before Spark starts or any path is built.
-    event_date = layout.check_event_date(args.event_date)
+    event_date = args.event_date  # a date: parsed by the option's type
     with user_input():  # typed rules that break a rule (gap > 0, ...)
         overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay)
     try:
@@ -58,7 +58,9 @@ def run(args) -> int:
 
     metrics.configure(service="tidemark-dedup")  # OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else no-op
     try:
-        with metrics.dedup_run(event_date) as outcome:  # runs by outcome, duration (docs/metrics.md)
+        with metrics.dedup_run(
+            layout.event_date_text(event_date)
+        ) as outcome:  # runs by outcome, duration (docs/metrics.md)
             result = outcome["result"] = run_dedup(args.lake, event_date, rules_given, spark=spark, full=args.full)
     finally:
         metrics.shutdown()  # a short-lived process: flush before exit

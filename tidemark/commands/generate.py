@@ -36,12 +36,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from tidemark.base.layout import event_date_text
     from tidemark.demo.generate import Workload, generate
 
     workload = Workload(
         events=args.events,
         users=args.users,
-        start=args.start,
+        start=event_date_text(args.start),  # the workload's field is text (a JSON summary)
         days=args.days,
         files=args.files,
         seed=args.seed,

@@ -58,10 +58,11 @@ def airflow_runs(url: str, username: str, password: str) -> list[dict]:
 def run(args) -> int:
     from rich.table import Table
 
+    from tidemark.base.layout import event_date_text
     from tidemark.commands.console import wide_console
     from tidemark.ops import inspect
 
-    event_date = args.event_date
+    event_date = event_date_text(args.event_date)  # inspect's history takes text (not typed yet)
     all_runs, source = fetch_runs(args)
     items = inspect.history(args.lake, event_date, all_runs)
     if args.json:

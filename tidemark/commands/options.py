@@ -63,10 +63,11 @@ def checked(check: Callable[[str], object], name: str, keep_text: bool = False) 
     return convert
 
 
-def _event_date(text: str) -> str:
-    from tidemark.base.layout import check_event_date
+def _event_date(text: str):
+    """THE parse of an event date the user typed: a `datetime.date` from here on."""
+    from tidemark.base.layout import as_event_date
 
-    return check_event_date(text)
+    return as_event_date(text)
 
 
 def _lake(text: str):

@@ -27,16 +27,20 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from rich.table import Table
 
+    from tidemark.base.layout import event_date_text
     from tidemark.commands.console import wide_console
     from tidemark.ops import inspect
     from tidemark.orchestration import reconcile
 
-    rows = inspect.partitions(args.lake, since=args.since, until=args.until)
+    # inspect and reconcile compare dates as text (not typed yet)
+    since = args.since and event_date_text(args.since)
+    until = args.until and event_date_text(args.until)
+    rows = inspect.partitions(args.lake, since=since, until=until)
     # every stale date of the lake, from what changed since reconciliation's last pass
     stale = {
         item.event_date: item
         for item in reconcile.staleness(args.lake)
-        if (not args.since or item.event_date >= args.since) and (not args.until or item.event_date <= args.until)
+        if (not since or item.event_date >= since) and (not until or item.event_date <= until)
     }
     known = {row["event_date"] for row in rows}
     for item in stale.values():

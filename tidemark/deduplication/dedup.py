@@ -104,7 +104,7 @@ _MAX_REPLANS = 3
 
 def run_dedup(
     lake: Lake,
-    event_date: str,
+    event_date: date | str,
     rules: SessionRules | None = None,
     spark=None,
     run_id: str | None = None,
@@ -117,9 +117,12 @@ def run_dedup(
     plan turns out stale at commit time (a concurrent run published receipts it did not read)
     plans again from the lake as it is now.
     """
+    # Typed callers (the CLI, the DAG, reconcile) pass the date they parsed; text from a caller
+    # outside the typed path (a script, a test) is parsed here, once.
+    day = layout.as_event_date(event_date)
     for attempt in range(1, _MAX_REPLANS + 1):
         try:
-            return _run_dedup_once(lake, event_date, rules, spark, run_id if attempt == 1 else None, full)
+            return _run_dedup_once(lake, day, rules, spark, run_id if attempt == 1 else None, full)
         except publish.Superseded as exc:
             if attempt == _MAX_REPLANS:
                 raise
@@ -128,23 +131,22 @@ def run_dedup(
 
 
 def _run_dedup_once(
-    lake: Lake, event_date: str, rules: SessionRules | None, spark, run_id: str | None, full: bool = False
+    lake: Lake, day: date, rules: SessionRules | None, spark, run_id: str | None, full: bool = False
 ) -> DedupResult:
     started = time.monotonic()
-    event_date = layout.check_event_date(event_date)
     # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
     rules, rules_id = rules_record.for_dedup(lake, rules)
     run_id = run_id or publish.new_run_id()
     # Listed before planning: the obligations this run acts on (see tidemark/orchestration/obligations.py).
-    owed = obligations.pending(lake, event_date)
-    result = _run(lake, event_date, rules, rules_id, spark, run_id, started, full)
+    owed = obligations.pending(lake, day)
+    result = _run(lake, day, rules, rules_id, spark, run_id, started, full)
     obligations.discharge(lake, owed, result.version)
     return result
 
 
 def _run(
     lake: Lake,
-    event_date: str,
+    day: date,
     rules: SessionRules,
     rules_id: str,
     spark,
@@ -152,8 +154,9 @@ def _run(
     started: float,
     full: bool = False,
 ) -> DedupResult:
+    event_date = layout.event_date_text(day)  # the planning's and the SQL's form, and the result's
     index = LakeIndex(lake)
-    previous = publish.current_version(lake, event_date)
+    previous = publish.current_version(lake, day)
     if _quick_noop(index, event_date, previous, rules):
         return _noop(event_date, previous, started)
     current = planning.plan_for_rerun(index, event_date, rules, previous)
@@ -214,7 +217,7 @@ def _run(
         current = bigger
     phases.done("compute")  # the islands and their summary (cached), every replan included
     try:
-        newest = publish.current_version(lake, event_date)
+        newest = publish.current_version(lake, day)
         if _covered(current.keys, newest, rules):
             return _noop(event_date, newest, started)  # a concurrent run published all of it already
         # Durable before anything is published: a crash from here on cannot lose a neighbour's
@@ -224,7 +227,7 @@ def _run(
         read = (len(start.new), start.rows_read) if start is not None else (len(current.partitions), current.rows)
         mode = "full" if start is None else "incremental"
         marker = _write_version(
-            lake, event_date, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
+            lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
         )
     finally:
         islands.release()
@@ -289,23 +292,24 @@ def _nothing_new(
     return None
 
 
-def up_to_date(lake: Lake, event_date: str, rules: SessionRules | None = None) -> DedupResult | None:
+def up_to_date(lake: Lake, event_date: date | str, rules: SessionRules | None = None) -> DedupResult | None:
     """run_dedup's no-op decision alone, without Spark (the DAG's skip check): the no-op result
     when the current version already includes every receipt partition the date's complete plan
     holds (its pending obligations then discharged, as run_dedup does), else None (Spark needed;
     nothing discharged: the run that computes lists them itself)."""
     started = time.monotonic()
-    event_date = layout.check_event_date(event_date)
+    day = layout.as_event_date(event_date)  # as run_dedup: a date passes, text is parsed once
+    event_date_text = layout.event_date_text(day)
     rules, _ = rules_record.for_dedup(lake, rules)
-    owed = obligations.pending(lake, event_date)  # listed before planning, as in run_dedup
+    owed = obligations.pending(lake, day)  # listed before planning, as in run_dedup
     index = LakeIndex(lake)
-    previous = publish.current_version(lake, event_date)
+    previous = publish.current_version(lake, day)
     result: DedupResult | None
-    if _quick_noop(index, event_date, previous, rules):
-        result = _noop(event_date, previous, started)
+    if _quick_noop(index, event_date_text, previous, rules):
+        result = _noop(event_date_text, previous, started)
     else:
-        current = planning.plan_for_rerun(index, event_date, rules, previous)
-        result = _nothing_new(event_date, current, previous, rules, started)
+        current = planning.plan_for_rerun(index, event_date_text, rules, previous)
+        result = _nothing_new(event_date_text, current, previous, rules, started)
     if result is not None:
         obligations.discharge(lake, owed, result.version)
     return result
@@ -440,7 +444,7 @@ def _full(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]
 
 def _write_version(
     lake: Lake,
-    event_date,
+    day: date,
     run_id,
     islands: incremental.Islands,
     summary,
@@ -456,8 +460,9 @@ def _write_version(
     The version id is chosen at commit time (tidemark.iceberg.publish.commit), on the table's fresh state."""
     from pyspark.sql import functions as F
 
+    event_date = layout.event_date_text(day)
     sessions = summary["sessions"]
-    folder = lake.run_dir(event_date, run_id)
+    folder = lake.run_dir(day, run_id)
     names: list[str] = []
     if sessions:
         # event_date is inside the files: Iceberg reads the identity partition value from them.
@@ -484,7 +489,7 @@ def _write_version(
         )
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
     marker = VersionRecord(
-        event_date=layout.as_event_date(event_date),
+        event_date=day,
         run_id=run_id,
         files=tuple(names),
         sessions=int(sessions),

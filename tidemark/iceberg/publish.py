@@ -233,12 +233,13 @@ def current_of(lake: Lake, tbl, event_date: str, files: list | None = None) -> V
     return marker
 
 
-def current_version(lake: Lake, event_date: str) -> VersionRecord | None:
+def current_version(lake: Lake, event_date: date | str) -> VersionRecord | None:
     """The current version of an event date, from the table's current metadata, or None before the
-    first publish: its run's marker and its commit (version, previous_version, committed_at)."""
-    event_date = layout.check_event_date(event_date)
+    first publish: its run's marker and its commit (version, previous_version, committed_at).
+    Text from a caller outside the typed path is parsed here, once (as_event_date)."""
+    text = layout.event_date_part(event_date)
     tbl = iceberg.load(lake)
-    return None if tbl is None else current_of(lake, tbl, event_date)
+    return None if tbl is None else current_of(lake, tbl, text)
 
 
 def dates_with_version(tbl) -> list[str]:
@@ -263,18 +264,18 @@ def snapshot_versions(tbl, event_date: str | None = None) -> list[tuple]:
     return out[::-1]
 
 
-def list_versions(lake: Lake, event_date: str) -> list[VersionRecord]:
+def list_versions(lake: Lake, event_date: date | str) -> list[VersionRecord]:
     """The versions of a date the table still knows, oldest first: the snapshots that published
     them (each with snapshot_id, committed_at and its run's marker), and the current version even
     when gc expired the snapshot that published it."""
-    event_date = layout.check_event_date(event_date)
+    text = layout.event_date_part(event_date)  # a date passes, text is parsed
     tbl = iceberg.load(lake)
     if tbl is None:
         return []
     out = []
-    for snapshot, props in snapshot_versions(tbl, event_date):
-        out.append(snapshot_record(lake, event_date, snapshot, props))
-    current = current_of(lake, tbl, event_date)
+    for snapshot, props in snapshot_versions(tbl, text):
+        out.append(snapshot_record(lake, text, snapshot, props))
+    current = current_of(lake, tbl, text)
     if current is not None and all(v.run_id != current.run_id for v in out):
         out.insert(0, current)
     return out

@@ -55,9 +55,9 @@ class NoVersion(LookupError):
     """No deduplicated version answers the request (never deduplicated, or garbage-collected)."""
 
 
-def current_version(lake: Lake, event_date: str) -> VersionRecord | None:
+def current_version(lake: Lake, event_date: date | str) -> VersionRecord | None:
     """The current version: version, receipts, sessions, affected_dates, files, ... (or None)."""
-    return publish.current_version(lake, layout.check_event_date(event_date))
+    return publish.current_version(lake, event_date)
 
 
 def parse_as_of(value: object) -> str:
@@ -79,9 +79,9 @@ def parse_as_of(value: object) -> str:
     return layout.format_receipt_ts(moment)
 
 
-def resolve(lake: Lake, event_date: str, as_of: str | None = None) -> VersionRecord:
+def resolve(lake: Lake, event_date: date | str, as_of: str | None = None) -> VersionRecord:
     """The version that answers: current, or the newest one with id <= as_of (see read_sessions)."""
-    return _resolve(lake, iceberg.load(lake), layout.check_event_date(event_date), as_of)
+    return _resolve(lake, iceberg.load(lake), layout.event_date_part(event_date), as_of)
 
 
 def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> VersionRecord:
@@ -103,16 +103,18 @@ def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> VersionReco
     )
 
 
-def read_sessions(lake: Lake, event_date: str, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
+def read_sessions(
+    lake: Lake, event_date: date | str, as_of: str | None = None, columns: list[str] | None = None
+) -> pa.Table:
     """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start: the
     columns asked for (default: every column of the table and of today's session schema), those the
     answering version's files predate computed from its rows (module docstring)."""
 
-    event_date = layout.check_event_date(event_date)
+    text = layout.event_date_part(event_date)
     tbl = iceberg.load(lake)
-    version = _resolve(lake, tbl, event_date, as_of)
+    version = _resolve(lake, tbl, text, as_of)
     written = version.schema_version
-    scan = tbl.scan(row_filter=iceberg.date_filter(event_date), snapshot_id=version.snapshot_id)
+    scan = tbl.scan(row_filter=iceberg.date_filter(text), snapshot_id=version.snapshot_id)
     present = [f.name for f in scan.projection().fields]  # the snapshot's schema (time travel: its own)
     wanted = list(columns) if columns else [*present, *(c for c in session_schema.TABLE_COLUMNS if c not in present)]
     unknown = [c for c in wanted if c not in present and c not in session_schema.TABLE_COLUMNS]
@@ -126,7 +128,7 @@ def read_sessions(lake: Lake, event_date: str, as_of: str | None = None, columns
         table = table.sort_by([("user_id", "ascending"), ("session_start", "ascending")])
     return table.replace_schema_metadata(
         {
-            "tidemark.event_date": event_date,
+            "tidemark.event_date": text,
             "tidemark.version": version.version or "",
             "tidemark.session_schema": str(written),
             "tidemark.computed_columns": ",".join(done.computed),
@@ -139,17 +141,19 @@ def _empty(tbl, columns):
     return tbl.schema().as_arrow().empty_table().select(columns)
 
 
-def read_panes(lake: Lake, event_date: str, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
+def read_panes(
+    lake: Lake, event_date: date | str, as_of: str | None = None, columns: list[str] | None = None
+) -> pa.Table:
     """Every pane the stream wrote for an event date (complete receipt partitions only, and with
     as_of only those received at or before it), with its receipt_ts. A pane column its partition's
     files predate (written before the column existed) is computed from the pane's events."""
-    event_date = layout.check_event_date(event_date)
+    day = layout.event_date_part(event_date)  # the receipt partitions' listings are text
     as_of = parse_as_of(as_of) if as_of is not None else None
     tables = []
-    for receipt_ts in receipts.list_receipts(lake, event_date):
+    for receipt_ts in receipts.list_receipts(lake, day):
         if as_of is not None and receipt_ts > as_of:
             continue
-        folder = lake.receipt_dir(event_date, receipt_ts)
+        folder = lake.receipt_dir(day, receipt_ts)
         fs, _ = lake.locate(folder)
         files = sorted(storage.data_files(folder))
         if not files:

@@ -113,8 +113,8 @@ def validate(body: dict) -> dict:
     problem = first_error(_validator(), body)
     if problem:
         raise InvalidNotice(problem)
-    try:  # the pattern admits 2026-02-31; the lake's own check does not
-        layout.check_event_date(body["event_date"])
+    try:  # the pattern admits 2026-02-31; the lake's own parse does not
+        layout.as_event_date(body["event_date"])
         for receipt in [body["receipt_ts"], *body.get("receipt_ts_list", [])]:
             layout.check_receipt_ts(receipt)
     except layout.InvalidPartitionValue as exc:

@@ -23,6 +23,7 @@ nothing, so each published version has exactly one entry and one notice.
 from __future__ import annotations
 
 import os
+from datetime import date
 
 from tidemark.base import layout, names
 from tidemark.base.logs import get_logger
@@ -149,11 +150,10 @@ def record(lake: Lake, version: VersionRecord, tbl=None) -> dict | None:
     return body if box.record(body) else None
 
 
-def record_current(lake: Lake, event_date: str) -> dict | None:
+def record_current(lake: Lake, event_date: date | str) -> dict | None:
     """Record the notice of the date's current version (if any, and unless known)."""
-    event_date = layout.check_event_date(event_date)
     tbl = iceberg.load(lake)
-    current = None if tbl is None else publish.current_of(lake, tbl, event_date)
+    current = None if tbl is None else publish.current_of(lake, tbl, layout.event_date_part(event_date))
     if current is None:
         return None
     return record(lake, current, tbl)
@@ -215,7 +215,7 @@ def _owed_versions(box: Outbox, sink: str, limit: int = 20) -> list[str]:
     return [f"{e['notice']['event_date']}={e['notice']['version']}" for e in box.owed(sink)[:limit]]
 
 
-def emit(lake: Lake, event_date: str, client, timeout: float = EMIT_TIMEOUT_S) -> dict:
+def emit(lake: Lake, event_date: date | str, client, timeout: float = EMIT_TIMEOUT_S) -> dict:
     """What the dedup DAG's emit_asset_events task does: record the date's current version's
     notice (the safety net), then emit every asset event owed (any date, any committer).
 
@@ -228,7 +228,7 @@ def emit(lake: Lake, event_date: str, client, timeout: float = EMIT_TIMEOUT_S) -
     (AirflowRejected) or a wrong connection (ConfigError) is raised: retrying cannot fix those."""
     from tidemark.orchestration.airflow_api import NotConfigured
 
-    event_date = layout.check_event_date(event_date)
+    event_date = layout.event_date_part(event_date)
     tbl = iceberg.load(lake)
     current = None if tbl is None else publish.current_of(lake, tbl, event_date)
     recorded = None if current is None else record(lake, current, tbl)
@@ -279,7 +279,7 @@ class NoticesOwed(RuntimeError):
     """Corrected notices could not be sent in time (Pub/Sub unreachable); they stay owed."""
 
 
-def notify(lake: Lake, event_date: str, timeout: float = 120.0) -> dict:
+def notify(lake: Lake, event_date: date | str, timeout: float = 120.0) -> dict:
     """What the dedup DAG's notify_corrected task does after the dedup: record the date's current
     version's notice (the safety net), then, with a topic configured, send everything owed.
     Raises NoticesOwed when some stay owed after `timeout` (Airflow retries the task; any later
@@ -290,7 +290,7 @@ def notify(lake: Lake, event_date: str, timeout: float = 120.0) -> dict:
         owed = len(outbox(lake).owed())
         log.warning(
             "no corrected topic configured (TIDEMARK_CORRECTED_TOPIC_PATH): notices stay owed",
-            event_date=event_date,
+            event_date=layout.event_date_part(event_date),
             owed=owed,
         )
         return {"recorded": recorded is not None, "owed": owed, "topic": None}

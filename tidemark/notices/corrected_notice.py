@@ -92,9 +92,9 @@ def validate(body: dict) -> dict:
     problem = first_error(validator_for(SCHEMA_FILE), body)
     if problem:
         raise InvalidNotice(problem)
-    try:  # the patterns admit 2026-02-31; the lake's own checks do not
+    try:  # the patterns admit 2026-02-31; the lake's own parse does not
         for day in [body["event_date"], *body["affected_dates"]]:
-            layout.check_event_date(day)
+            layout.as_event_date(day)
         for receipt in (body["version"], body["previous_version"]):
             if receipt is not None:
                 layout.check_receipt_ts(receipt)

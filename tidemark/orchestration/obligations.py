@@ -22,6 +22,8 @@ Pure Python over the lake (pyarrow filesystems + JSON): the DAG and reconcile re
 
 from __future__ import annotations
 
+from datetime import date
+
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.base.times import now_iso_z
@@ -34,7 +36,7 @@ def root(lake: Lake) -> str:
     return lake.obligations_root()
 
 
-def date_dir(lake: Lake, event_date: str) -> str:
+def date_dir(lake: Lake, event_date: date | str) -> str:
     return lake.obligations_dir(event_date)
 
 
@@ -92,7 +94,7 @@ def _read_dir(lake: Lake, folder: str) -> list[dict]:
     return sorted(out, key=lambda o: (o["created_at"], o["source_date"], o["source_version"]))
 
 
-def pending(lake: Lake, event_date: str | None = None) -> list[dict]:
+def pending(lake: Lake, event_date: date | str | None = None) -> list[dict]:
     """Pending obligations of one date (or of every date), oldest first."""
     if event_date is not None:
         return _read_dir(lake, date_dir(lake, event_date))
@@ -102,13 +104,13 @@ def pending(lake: Lake, event_date: str | None = None) -> list[dict]:
     return out
 
 
-def pending_from(lake: Lake, source_date: str) -> list[dict]:
+def pending_from(lake: Lake, source_date: date) -> list[dict]:
     """Pending obligations recorded by runs of `source_date`."""
-    source_date = layout.check_event_date(source_date)
-    return [o for o in pending(lake) if o["source_date"] == source_date]
+    source = layout.event_date_text(source_date)  # as the obligations' files spell it
+    return [o for o in pending(lake) if o["source_date"] == source]
 
 
-def reruns_owed_by(lake: Lake, source_date: str) -> list[dict]:
+def reruns_owed_by(lake: Lake, source_date: date) -> list[dict]:
     """The neighbour runs the DAG starts after a run of `source_date`: one per date owed a rerun by a
     run of source_date, named after the newest such obligation (a run started after it was recorded
     acts on the older ones too): [{"trigger_run_id", "conf"}] for TriggerDagRunOperator."""

@@ -51,7 +51,7 @@ def _checked(run_id: str) -> str:
 def notice_run_id(dataset: object, event_date: object, receipt_ts: object) -> str:
     """notice__sessions__2026-03-07__20260307T201500123Z"""
     try:
-        parts = (check_dataset(dataset), layout.check_event_date(event_date), layout.check_receipt_ts(receipt_ts))
+        parts = (check_dataset(dataset), layout.event_date_part(event_date), layout.check_receipt_ts(receipt_ts))
     except layout.InvalidPartitionValue as exc:
         raise InvalidRunKey(str(exc)) from None
     return _checked("__".join((NOTICE_PREFIX, *parts)))
@@ -69,8 +69,8 @@ def affected_run_id(event_date: object, source_date: object, version: object) ->
     clearing the source run (same version) finds the run already there and does not add one."""
     try:
         parts = (
-            layout.check_event_date(event_date),
-            layout.check_event_date(source_date),
+            layout.event_date_part(event_date),
+            layout.event_date_part(source_date),
             layout.check_receipt_ts(version),
         )
     except layout.InvalidPartitionValue as exc:
@@ -84,7 +84,7 @@ def reconcile_run_id(event_date: object, fingerprint: object, attempt: int) -> s
     nothing changed lands on the same run; `attempt` moves on only when that run ended and the date
     is still stale for the same reasons."""
     try:
-        day = layout.check_event_date(event_date)
+        day = layout.event_date_part(event_date)
     except layout.InvalidPartitionValue as exc:
         raise InvalidRunKey(str(exc)) from None
     text = str(fingerprint)
@@ -99,7 +99,7 @@ def run_conf(notice: dict) -> dict:
     """The DAG run conf for a notice: the date to deduplicate (a DAG Param) and, for people
     reading the run, which notice asked for it."""
     return {
-        "event_date": layout.check_event_date(notice["event_date"]),
+        "event_date": layout.event_date_part(notice["event_date"]),
         "notice_id": notice["notice_id"],
         "receipt_ts": notice["receipt_ts"],
         "dataset": check_dataset(notice["dataset"]),

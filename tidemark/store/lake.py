@@ -40,11 +40,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
+from datetime import date
 
 import pyarrow.fs as pafs
 
 from tidemark.base import layout
-from tidemark.base.layout import check_event_date, check_receipt_ts, check_run_id, join
+from tidemark.base.layout import check_event_date, check_receipt_ts, check_run_id, event_date_part, join
 from tidemark.store import storage
 
 SESSIONS = "sessions"
@@ -70,9 +71,9 @@ NOTICE_FOLDERS = ("outbox", "sent", "pending")
 _PACK_FILE = re.compile(r"^part-[0-9A-Za-z_-]+(\.[0-9A-Za-z_-]+)*\.parquet$")
 
 
-def run_folder(event_date: object, run_id: object) -> str:
+def run_folder(event_date: date | str, run_id: object) -> str:
     """A dedup run's folder relative to the table's location (snapshot summaries, gc)."""
-    return f"data/event_date={check_event_date(event_date)}/run={check_run_id(run_id)}"
+    return f"data/event_date={event_date_part(event_date)}/run={check_run_id(run_id)}"
 
 
 class Lake:
@@ -201,13 +202,13 @@ class Lake:
     def sessions_root(self) -> str:
         return self.path(SESSIONS)
 
-    def event_date_dir(self, event_date: object) -> str:
-        return self.path(SESSIONS, f"event_date={check_event_date(event_date)}")
+    def event_date_dir(self, event_date: date | str) -> str:
+        return self.path(SESSIONS, f"event_date={event_date_part(event_date)}")
 
-    def receipt_dir(self, event_date: object, receipt_ts: object) -> str:
+    def receipt_dir(self, event_date: date | str, receipt_ts: object) -> str:
         return join(self.event_date_dir(event_date), f"receipt_ts={check_receipt_ts(receipt_ts)}")
 
-    def receipt_marker(self, event_date: object, receipt_ts: object) -> str:
+    def receipt_marker(self, event_date: date | str, receipt_ts: object) -> str:
         return join(self.receipt_dir(event_date, receipt_ts), RECEIPT_MARKER)
 
     # the deduplicated table
@@ -220,21 +221,21 @@ class Lake:
     def dedup_data_dir(self) -> str:
         return self.path(SESSIONS_DEDUP, "data")
 
-    def run_dir(self, event_date: object, run_id: object) -> str:
+    def run_dir(self, event_date: date | str, run_id: object) -> str:
         """The folder one dedup run writes its Parquet files, marker and context into."""
         return join(self.dedup_root(), run_folder(event_date, run_id))
 
-    def run_marker(self, event_date: object, run_id: object) -> str:
+    def run_marker(self, event_date: date | str, run_id: object) -> str:
         return join(self.run_dir(event_date, run_id), RUN_MARKER)
 
-    def run_context_dir(self, event_date: object, run_id: object) -> str:
+    def run_context_dir(self, event_date: date | str, run_id: object) -> str:
         """The sessions of a run's context dates, kept for the next incremental run (tidemark.deduplication.incremental)."""
         return join(self.run_dir(event_date, run_id), RUN_CONTEXT)
 
-    def current_pointer(self, event_date: object) -> str:
+    def current_pointer(self, event_date: date | str) -> str:
         """Where the current version of a date is recorded, for messages: the date's live files (its
         version file) in the Iceberg table at <lake>/sessions_dedup (see tidemark.iceberg.publish)."""
-        return f"{self.dedup_root()} (live files of event_date={check_event_date(event_date)})"
+        return f"{self.dedup_root()} (live files of event_date={event_date_part(event_date)})"
 
     def local_catalog(self) -> str:
         return self.path(CATALOG, "iceberg.db")
@@ -258,18 +259,18 @@ class Lake:
             raise ValueError(f"unknown receipt index record {name!r}")
         return self.path(RECEIPT_INDEX, name)
 
-    def reach_dir(self, event_date: object) -> str:
+    def reach_dir(self, event_date: date | str) -> str:
         """Entries naming the receipt partitions of earlier dates whose panes reach into event_date."""
-        return self.path(RECEIPT_INDEX, "reach", f"event_date={check_event_date(event_date)}")
+        return self.path(RECEIPT_INDEX, "reach", f"event_date={event_date_part(event_date)}")
 
-    def reach_entry(self, into: object, event_date: object, receipt_ts: object) -> str:
-        return join(self.reach_dir(into), f"{check_event_date(event_date)}__{check_receipt_ts(receipt_ts)}")
+    def reach_entry(self, into: date | str, event_date: date | str, receipt_ts: object) -> str:
+        return join(self.reach_dir(into), f"{event_date_part(event_date)}__{check_receipt_ts(receipt_ts)}")
 
-    def ends_dir(self, event_date: object) -> str:
+    def ends_dir(self, event_date: date | str) -> str:
         """Entries naming each receipt partition of event_date and the latest end of its panes."""
-        return self.path(RECEIPT_INDEX, "ends", f"event_date={check_event_date(event_date)}")
+        return self.path(RECEIPT_INDEX, "ends", f"event_date={event_date_part(event_date)}")
 
-    def end_entry(self, event_date: object, receipt_ts: object, max_event_us: int) -> str:
+    def end_entry(self, event_date: date | str, receipt_ts: object, max_event_us: int) -> str:
         if isinstance(max_event_us, bool) or not isinstance(max_event_us, int):
             raise layout.InvalidPartitionValue(f"invalid max_event_us {max_event_us!r}: expected microseconds")
         return join(self.ends_dir(event_date), f"{check_receipt_ts(receipt_ts)}__{max_event_us}")
@@ -277,13 +278,13 @@ class Lake:
     def arrivals_root(self) -> str:
         return self.path(RECEIPT_INDEX, "arrivals")
 
-    def arrivals_dir(self, day: object) -> str:
+    def arrivals_dir(self, day: date | str) -> str:
         """Entries naming the receipt partitions received on `day` (UTC), one per partition."""
-        return join(self.arrivals_root(), f"day={check_event_date(day)}")
+        return join(self.arrivals_root(), f"day={event_date_part(day)}")
 
-    def arrival_entry(self, receipt_ts: object, event_date: object) -> str:
+    def arrival_entry(self, receipt_ts: object, event_date: date | str) -> str:
         received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
-        return join(self.arrivals_dir(received), f"{check_receipt_ts(receipt_ts)}__{check_event_date(event_date)}")
+        return join(self.arrivals_dir(received), f"{check_receipt_ts(receipt_ts)}__{event_date_part(event_date)}")
 
     # reconciliation, the landing ledger, obligations, notices, rules, products
     def reconcile_cursor(self) -> str:
@@ -292,10 +293,10 @@ class Lake:
     def landing_ledger_dir(self) -> str:
         return self.path(LANDING_LEDGER)
 
-    def landing_ledger_day(self, day: object) -> str:
+    def landing_ledger_day(self, day: date | str) -> str:
         """The ledger entries of the batches received on `day` (UTC): one folder per day, so that a
         reader of recent entries lists recent days only."""
-        return self.path(LANDING_LEDGER, f"day={check_event_date(day)}")
+        return self.path(LANDING_LEDGER, f"day={event_date_part(day)}")
 
     def landing_ledger_path(self, receipt_ts: object) -> str:
         received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
@@ -314,8 +315,8 @@ class Lake:
     def obligations_root(self) -> str:
         return self.path(OBLIGATIONS)
 
-    def obligations_dir(self, event_date: object) -> str:
-        return self.path(OBLIGATIONS, f"event_date={check_event_date(event_date)}")
+    def obligations_dir(self, event_date: date | str) -> str:
+        return self.path(OBLIGATIONS, f"event_date={event_date_part(event_date)}")
 
     def notices_dir(self, which: str, channel: str | None = None) -> str:
         """The availability notices' folders, or (channel) another kind of notice's outbox and the
@@ -346,17 +347,17 @@ class Lake:
     def packs_root(self) -> str:
         return self.path(PACKS)
 
-    def packs_dir(self, event_date: object) -> str:
-        return self.path(PACKS, f"event_date={check_event_date(event_date)}")
+    def packs_dir(self, event_date: date | str) -> str:
+        return self.path(PACKS, f"event_date={event_date_part(event_date)}")
 
-    def pack_dir(self, event_date: object, pack_id: object) -> str:
+    def pack_dir(self, event_date: date | str, pack_id: object) -> str:
         """One pack's folder; a pack id has a run id's form (32 lowercase hex digits)."""
         return join(self.packs_dir(event_date), f"pack={check_run_id(pack_id)}")
 
-    def pack_manifest(self, event_date: object, pack_id: object) -> str:
+    def pack_manifest(self, event_date: date | str, pack_id: object) -> str:
         return join(self.pack_dir(event_date, pack_id), PACK_MANIFEST)
 
-    def pack_file(self, event_date: object, pack_id: object, name: object) -> str:
+    def pack_file(self, event_date: date | str, pack_id: object, name: object) -> str:
         if not isinstance(name, str) or not _PACK_FILE.match(name):
             raise layout.InvalidPartitionValue(f"invalid pack file name {str(name)[:80]!r}: expected part-*.parquet")
         return join(self.pack_dir(event_date, pack_id), name)
