@@ -51,3 +51,31 @@ def test_contract_duplicates_and_the_gap_boundary(tmp_path):
         ("2026-03-07", 2, frozenset("bc")),
     ]
     assert got[1].session_end.isoformat() == "2026-03-07T00:49:59.999999+00:00"
+
+
+def test_the_reference_reads_the_archive_the_stream_moved_read_files_to(tmp_path):
+    """`tidemark stream --archive` moves read files to <archive>/received=D/<path>: the reference of
+    the landing and the archive is the reference of everything landed; set-aside files are not input."""
+    import os
+    import shutil
+
+    from tidemark.ingest import landing as landing_files
+
+    landing, archive = str(tmp_path / "landing"), str(tmp_path / "archive")
+    generate(landing, Workload(events=600, users=10, days=2, files=6, seed=3), progress=False)
+    before = batch_reference.sessions_by_date(landing, GAP)
+    landed = landing_files.list_landing(landing)
+    moved = sorted(f.path for f in landed if f.verdict == landing_files.INPUT)[::2]
+    for path in moved:
+        target = os.path.join(archive, "received=2026-03-07", path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.move(os.path.join(landing, path), target)
+    # a replaced file set aside by the stream (its new content is in the quarantine): not input
+    os.makedirs(os.path.join(archive, "_replaced", "received=2026-03-07"))
+    with open(os.path.join(archive, "_replaced", "received=2026-03-07", "x.jsonl"), "w") as handle:
+        handle.write(json.dumps({"user_id": "u-x", "event_id": "x", "event_ts": "2026-03-07T10:00:00Z"}) + "\n")
+    assert moved and batch_reference.sessions_by_date(landing, GAP) != before
+    assert batch_reference.sessions_by_date(landing, GAP, archive=archive) == before
+    paths = [original for _, _, original, _ in batch_reference.input_files(landing, archive)]
+    # each file once, by its path in the landing
+    assert len(paths) == len(set(paths)) and set(moved) <= set(paths)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from tidemark.base.times import from_micros, parse_iso, to_micros
-from tidemark.ingest import contract, landing, landing_ledger
+from tidemark.ingest import contract, landing, landing_archive, landing_ledger
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -64,9 +64,27 @@ def valid_events(lines, received_us: int | None = None):
         yield event.user_id, event.event_id, event.event_ts
 
 
-def landed_files(landing_uri: str, lake: Lake | None = None, now_us: int | None = None):
+def input_files(landing_uri: str, archive_uri: str | None = None):
+    """(folder, path in that folder, path in the landing, LandedFile) of every input file landed so
+    far: those in the landing and, with the archive (`tidemark stream --archive`,
+    tidemark.ingest.landing_archive), those the stream moved there once their batch was committed,
+    under `received=YYYY-MM-DD/<their path in the landing>`. Files it set aside (`_replaced/`) are
+    hidden names: not input, as in the landing."""
+    for found in landing.list_landing(landing_uri):
+        if found.verdict == landing.INPUT:
+            yield landing_uri, found.path, found.path, found
+    if not archive_uri:
+        return
+    for found in landing.list_landing(archive_uri):
+        day, _, original = found.path.partition("/")
+        if found.verdict == landing.INPUT and day.startswith(f"{landing_archive.RECEIVED_KEY}=") and original:
+            yield archive_uri, found.path, original, found
+
+
+def landed_files(landing_uri: str, lake: Lake | None = None, now_us: int | None = None, archive: str | None = None):
     """(path, receipt time in us, lines) of every input file of the landing (tidemark.ingest.landing's
-    rule: hidden and in-progress names are not input; a leading BOM is not part of a line).
+    rule: hidden and in-progress names are not input; a leading BOM is not part of a line), and of
+    the archive when given (input_files); paths are the files' paths in the landing.
 
     With the lake, a file the stream read is judged at the receipt time its landing ledger records
     (tidemark.ingest.landing_ledger), so the clock guard decides here exactly as it did in the stream,
@@ -75,23 +93,26 @@ def landed_files(landing_uri: str, lake: Lake | None = None, now_us: int | None 
     """
     now = now_us if now_us is not None else to_micros(datetime.now(timezone.utc))
     ledger = landing_ledger.read_ledger(lake) if lake is not None else {}
-    for found in landing.list_landing(landing_uri):
-        if found.verdict != landing.INPUT:
-            continue
-        record = ledger.get(found.path)
-        if record is not None and record.verdict == landing_ledger.REPLACED_VERDICT and record.matches(found):
+    for folder, path, original, found in input_files(landing_uri, archive):
+        record = ledger.get(original)
+        if (
+            folder == landing_uri
+            and record is not None
+            and record.verdict == landing_ledger.REPLACED_VERDICT
+            and record.matches(found)
+        ):
             continue
         received = (
             landing_ledger.receipt_us(record.receipt_ts)
             if record is not None and record.verdict == landing.INPUT
             else now
         )
-        yield found.path, received, landing.file_lines(landing.read_file(landing_uri, found.path))
+        yield original, received, landing.file_lines(landing.read_file(folder, path))
 
 
-def landed_lines(landing_uri: str):
-    """Every line (bytes) of every input file of the landing, as the stream reads them."""
-    for _, _, lines in landed_files(landing_uri):
+def landed_lines(landing_uri: str, archive: str | None = None):
+    """Every line (bytes) of every input file of the landing (and the archive), as the stream reads them."""
+    for _, _, lines in landed_files(landing_uri, archive=archive):
         yield from lines
 
 
@@ -100,9 +121,11 @@ def events_of_landing(
     lake: Lake | None = None,
     now_us: int | None = None,
     rules: contract.InputRules = contract.InputRules(),
+    archive: str | None = None,
 ):
-    """The events (tidemark.ingest.contract.Event) of the landing, each line judged at its receipt time."""
-    for _, received, lines in landed_files(landing_uri, lake, now_us):
+    """The events (tidemark.ingest.contract.Event) of the landing (and the archive), each line judged at
+    its receipt time."""
+    for _, received, lines in landed_files(landing_uri, lake, now_us, archive):
         yield from contract.read_lines(lines, received, rules)
 
 
@@ -146,11 +169,12 @@ def _close(user_id: str, items: list[tuple]) -> Session:
     )
 
 
-def sessions_of_landing(landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None) -> list[Session]:
+def sessions_of_landing(
+    landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None, archive: str | None = None
+) -> list[Session]:
     """Every session of everything landed so far (with the lake: each line judged at its receipt time)."""
-    return sessionize(
-        ((e.user_id, e.event_id, e.event_ts, e.event_type) for e in events_of_landing(landing_uri, lake)), rules
-    )
+    events = events_of_landing(landing_uri, lake, archive=archive)
+    return sessionize(((e.user_id, e.event_id, e.event_ts, e.event_type) for e in events), rules)
 
 
 def kept_copies_of_landing(landing_uri: str, lake: Lake | None = None) -> dict:
@@ -159,11 +183,11 @@ def kept_copies_of_landing(landing_uri: str, lake: Lake | None = None) -> dict:
 
 
 def sessions_by_date(
-    landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None
+    landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None, archive: str | None = None
 ) -> dict[str, set[tuple]]:
-    """{event_date: {session key}} of everything landed so far."""
+    """{event_date: {session key}} of everything landed so far (the archive too, when given)."""
     out: dict[str, set[tuple]] = {}
-    for session in sessions_of_landing(landing_uri, rules, lake):
+    for session in sessions_of_landing(landing_uri, rules, lake, archive):
         out.setdefault(session.event_date, set()).add(session.key())
     return out
 
@@ -191,15 +215,18 @@ class DateCheck:
         return self.missing == 0 and self.unexpected == 0
 
 
-def check_lake(lake: Lake, landing: str, rules: SessionRules | timedelta | None = None) -> list[DateCheck]:
+def check_lake(
+    lake: Lake, landing: str, rules: SessionRules | timedelta | None = None, archive: str | None = None
+) -> list[DateCheck]:
     """Compare every date's current deduplicated version (tidemark.iceberg.reader) with the recomputation
-    under `rules` (default: the rules the lake records, gap boundary included)."""
+    under `rules` (default: the rules the lake records, gap boundary included) of everything landed:
+    the landing, and the archive the stream moved read files to (`tidemark stream --archive`)."""
     from tidemark.iceberg import publish, reader
     from tidemark.panes import receipts
 
     if rules is None:
         rules = rules_record.rules_in_force(lake)[0]
-    expected = sessions_by_date(landing, rules, lake)
+    expected = sessions_by_date(landing, rules, lake, archive)
     dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake)))
     out = []
     for event_date in dates:

@@ -249,13 +249,16 @@ def notices_report(lake: Lake) -> dict:
     }
 
 
-def consumer_report(out_root: str, landing: str, gap, dates: list[str]) -> list[dict]:
-    """The example consumer DAG's metrics per date, next to the same metrics of the batch reference."""
+def consumer_report(out_root: str, landing: str, gap, dates: list[str], archive: str | None = None) -> list[dict]:
+    """The example consumer DAG's metrics per date, next to the same metrics of the batch reference
+    (of the landing and the stream's archive)."""
     from tidemark.demo import batch_reference
     from tidemark.products import session_metrics
 
     by_date: dict[str, list] = {}
-    for s in batch_reference.sessionize(batch_reference.valid_events(batch_reference.landed_lines(landing)), gap):
+    for s in batch_reference.sessionize(
+        batch_reference.valid_events(batch_reference.landed_lines(landing, archive)), gap
+    ):
         by_date.setdefault(s.event_date, []).append((s.user_id, s.session_start, s.session_end))
     out = []
     for event_date in dates:

@@ -8,12 +8,12 @@
 
 Everything lives under one state folder (`home`, default ./.tidemark):
 
-    stack.json            ports, project, lake, landing, checkpoint, Airflow DB URL: fixed at the
+    stack.json            ports, project, lake, landing, checkpoint, archive, Airflow DB URL: fixed at the
                           first `up` and reused, so `down` then `up` resumes at the same addresses
     run/<process>.json    one record per started process group: pid, its kernel start time, log
     logs/                 stream.log, function.log (Airflow's under airflow/logs, the emulator's
                           under pubsub/)
-    landing/ lake/ checkpoint/ airflow/ pubsub/ function/ spark-connect/
+    landing/ archive/ lake/ checkpoint/ airflow/ pubsub/ function/ spark-connect/
 
 Why a record holds the start time: `down` may run long after `up`; a pid alone could by then
 belong to an unrelated process. A process is only signalled when its pid AND start time match.
@@ -113,6 +113,9 @@ class StackSettings:
     # Dedup tasks at once (TIDEMARK_DEDUP_CONCURRENCY): one on 2 cores, so that queued runs of a
     # date wait for the first and then find nothing new, instead of recomputing it side by side.
     dedup_concurrency: int = 1
+    # The stream's --archive (docs/input-contract.md, "A bounded landing"): read files leave the
+    # landing. A new home gets <home>/archive; None (homes from before): the landing keeps them.
+    archive: str | None = None
 
     @property
     def topic(self) -> str:
@@ -197,6 +200,7 @@ class Stack:
                 trigger_interval=trigger_interval or "5s",
                 notice_coalesce=notice_coalesce,
                 spark_connect=True if spark_connect is None else spark_connect,
+                archive=os.path.join(self.home, "archive"),
             )
             from tidemark.devstack import postgres
 
@@ -495,6 +499,8 @@ class Stack:
         ]
         if settings.notice_coalesce:
             argv += ["--notice-coalesce", settings.notice_coalesce]
+        if settings.archive:
+            argv += ["--archive", settings.archive]
         if settings.ports.get("stream-metrics"):
             argv += ["--metrics-port", str(settings.ports["stream-metrics"])]
         return argv
