@@ -185,6 +185,8 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
     try:
         if config.archive:
             landing_archive.remove_old_generations(config.checkpoint, generation)
+        # batches this generation commits before it rotates; after a skipped rotation, one more
+        rotate_at = config.rotate_after
         while True:
             rotate = threading.Event()  # this generation has run its batches: stop it and rotate
             processor = BatchProcessor(
@@ -198,13 +200,16 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
                 generation=generation,
                 archive=bool(config.archive),
             )
-            changed_to = _run_query(spark, config, processor, guard, audit, stop_requested, rotate, generation)
+            changed_to = _run_query(
+                spark, config, processor, guard, audit, stop_requested, rotate, generation, rotate_at
+            )
             if config.archive:
                 landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
             audit.run()
-            if changed_to is not None or not config.rotate_after:
+            if changed_to is not None or not config.rotate_after or rotate_at is None:
                 break
-            if rotate.is_set() or (_committed_batches(config.checkpoint, generation) >= config.rotate_after):
+            committed = _committed_batches(config.checkpoint, generation)
+            if rotate.is_set() or committed >= rotate_at:
                 archive = config.archive
                 assert archive is not None  # rotation without the archive is refused at the start
 
@@ -222,8 +227,22 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
                 )
                 if nxt is not None:
                     generation = nxt
+                    rotate_at = config.rotate_after
                     if rotate.is_set() and not stop_requested.is_set():
                         continue  # the stream goes on in the new generation
+                elif rotate.is_set() and not stop_requested.is_set():
+                    # Skipped: a batch of this generation is not committed (a refused or killed
+                    # one). Stopping here would end a running stream, or leave an --available-now
+                    # run's files in the landing, so the same generation resumes (its query replays
+                    # that batch first) and rotation is tried again after its next commit: every
+                    # retry follows new progress, so this cannot loop without end.
+                    rotate_at = committed + 1
+                    log.info(
+                        "checkpoint rotation postponed: resuming the current generation",
+                        generation=generation.generation,
+                        retry_after_batches=rotate_at,
+                    )
+                    continue
             break
     finally:
         _restore_handlers(previous)
@@ -247,8 +266,9 @@ def _run_query(
     stop_requested: threading.Event,
     rotate: threading.Event,
     generation: landing_archive.Generation,
+    rotate_at: int | None,
 ):
-    """One generation's query, until it stops, fails, or has run config.rotate_after batches.
+    """One generation's query, until it stops, fails, or has committed rotate_at batches.
     Returns the lake's new rules if a migration stopped it."""
     writer = (
         source(spark, config)
@@ -286,9 +306,9 @@ def _run_query(
                 try:
                     landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
                     if (
-                        config.rotate_after
+                        rotate_at
                         and not rotate.is_set()
-                        and _committed_batches(config.checkpoint, generation) >= config.rotate_after
+                        and _committed_batches(config.checkpoint, generation) >= rotate_at
                     ):
                         log.info(
                             "checkpoint rotation due: finishing the current micro-batch",
