@@ -385,3 +385,47 @@ def test_only_a_first_write_that_never_finished_is_cleared(tmp_path):
     assert landing_archive.clear_unfinished_first_write(str(query)) == []
     assert sorted(os.listdir(offsets)) == [".1.def.tmp", "0"]
     assert landing_archive.clear_unfinished_first_write(str(tmp_path / "new")) == []  # nothing there yet
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_rotation_skipped_for_a_half_done_batch_resumes_the_generation(tmp_path, spark, monkeypatch):
+    """A rotation is skipped while a batch of the generation is half done (its ledger entry written,
+    no commit). The stream must then resume that generation and replay the batch, not end: an
+    --available-now run would otherwise leave files in the landing, and a running stream would exit.
+    The stop is made to land before the query's first trigger (what a slow start under load gives),
+    so the half-done batch of a crashed run is still there when the rotation is tried."""
+    from streaming_job import batch, job
+    from streaming_job.job import StreamConfig, run_stream
+
+    landing_dir, checkpoint, archive = (str(tmp_path / d) for d in ("landing", "checkpoint", "archive"))
+    lake = Lake.open(tmp_path / "lake")
+    deliveries, _ = build(Workload(events=600, users=12, days=2, seed=23, duplicate_rate=0.05))
+    for i, chunk in enumerate(split_files(deliveries, 6)):
+        write_file(landing_dir, i, chunk, mtime=time.time() - 100 + i / 100)
+
+    # 1. A run that crashes in its third batch right after the batch's ledger entry: batches 0 and
+    #    1 committed, batch 2 half done.
+    record_batch = landing_ledger.record_batch
+
+    def crash_in_batch_two(lake_, receipt_ts, batch_id, files):
+        record_batch(lake_, receipt_ts, batch_id, files)
+        if batch_id == 2:
+            raise RuntimeError("crash after batch 2's ledger entry")
+
+    monkeypatch.setattr(batch.landing_ledger, "record_batch", crash_in_batch_two)
+    config = dict(available_now=True, max_files_per_trigger=1, archive=archive)
+    with pytest.raises(Exception, match="crash after batch 2"):
+        run_stream(StreamConfig(landing_dir, lake, checkpoint, **config), spark=spark)
+    monkeypatch.setattr(batch.landing_ledger, "record_batch", record_batch)
+    generation = landing_archive.current(checkpoint)
+    commits = os.listdir(os.path.join(generation.query_dir(checkpoint), "commits"))
+    assert sorted(n for n in commits if n.isdigit()) == ["0", "1"]
+
+    # 2. A restart that rotates after every batch, whose stops come at once (before a trigger).
+    monkeypatch.setattr(job, "_stop_between_batches", lambda query: query.stop())
+    run_stream(StreamConfig(landing_dir, lake, checkpoint, rotate_after=1, archive_interval=0.0, **config), spark=spark)
+    assert _input_files(landing_dir) == []
+    assert landing_archive.current(checkpoint).generation >= 1
+    in_lake = {(r["user_id"], e) for r in panes(lake) for e in r["event_ids"]}
+    assert in_lake == {(u, e) for u, e, _ in valid_events(landed_lines(archive))}
