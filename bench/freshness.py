@@ -145,6 +145,15 @@ def parse_args(argv):
         default=None,
         help="the stream's --notice-coalesce window (e.g. 10s): fewer runs, later notices",
     )
+    p.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first fill the lake with N receipt partitions of older history (bench.history.build: "
+        "the stream's registration path, a 10 s trigger's density), to compare freshness on an old "
+        "lake with a young one (issue 27); results go to freshness_history",
+    )
     p.add_argument("--no-write", action="store_true")
     p.add_argument(
         "--burst",
@@ -177,7 +186,14 @@ def main(argv=None) -> int:
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     stack = Stack(os.path.join(args.workdir, "stack"))
-    stack.configure(spark_connect=not args.spark_submit, notice_coalesce=args.notice_coalesce)
+    configured = stack.configure(spark_connect=not args.spark_submit, notice_coalesce=args.notice_coalesce)
+    if args.history:
+        from bench import history
+        from tidemark.store.lake import Lake
+
+        with bench.stopwatch() as built:
+            history.build(Lake.open(configured.lake), args.history)
+        print(f"history: {args.history} receipt partitions in {built['seconds']:.0f} s", flush=True)
     workload = generate.Workload(
         events=per_wave * waves,
         users=max(4, per_wave * waves // 50),
@@ -401,13 +417,14 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     print("\n".join(notes.splitlines()[2:5]))
     if not args.no_write:
         path = bench.write_results(
-            NAME,
+            f"{NAME}_history" if args.history else NAME,
             title,
             columns,
             rows,
             notes,
             {
                 "scale": args.scale,
+                "history receipt partitions (before the run)": args.history,
                 "waves": len(chunks),
                 "lines per wave (about)": per_wave,
                 "pause between landings s": pause,

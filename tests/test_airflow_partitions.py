@@ -89,7 +89,7 @@ def test_each_committed_version_becomes_one_asset_event_even_after_a_drain_died_
     assert box.owed("airflow") == [entry]
     assert corrected.emit_owed(lake, client, timeout=30) == 0
     events = client.asset_events(asset_id)
-    assert [e["extra"]["version"] for e in events].count(v3["version"]) == 1
+    assert [e["extra"]["version"] for e in events].count(v3.version) == 1
     assert box.sent("airflow")[-1]["message_id"] == posted[entry["notice"]["notice_id"]][0]
 
 

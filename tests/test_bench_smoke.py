@@ -138,7 +138,7 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     # where the (one) batch's time went, from its `batch committed` log
     assert re.search(
         r"phases of the first batch \(s\): check [\d.]+, quarantine [\d.]+, sessionize [\d.]+, "
-        r"panes [\d.]+, state [\d.]+",
+        r"markers [\d.]+",
         text,
     )
 
