@@ -123,7 +123,13 @@ class PostgresServer:
     def init(self) -> None:
         """initdb once (the data folder survives stop/start, as the SQLite file did)."""
         if os.path.exists(os.path.join(self.data_dir, "PG_VERSION")):
-            return
+            if os.path.exists(self.password_file):
+                return
+            # As root the data folder lives outside the home (SHARED_ROOT, keyed by the home's
+            # path): a home deleted and made again at the same path finds the deleted home's
+            # folder, whose role has a password this home never had (every connection would be
+            # refused). That folder belongs to no home any more: it goes, and initdb runs anew.
+            shutil.rmtree(os.path.dirname(self.data_dir) if self.as_root else self.data_dir)
         binaries = self._bin()
         parent = os.path.dirname(self.data_dir)
         os.makedirs(parent, exist_ok=True)
