@@ -4,9 +4,13 @@
 -- Input: {sessionized} = sessionize.sql over the union of
 --   state events  (state_session_id, state_session_start, state_closed, state_pane_count set)
 --   new events    (is_new = true, state columns null)
--- Parameters (microseconds since the epoch / durations in microseconds):
---   :w_prev_us     watermark at the start of the batch (decides what is too late)
---   :w_new_us      watermark after the batch (decides what closes and what expires)
+-- Input: {watermarks} = one row, the batch's two watermarks (microseconds since the epoch):
+--   w_prev_us      watermark at the start of the batch (decides what is too late)
+--   w_new_us       watermark after the batch (decides what closes and what expires)
+-- They come as a row, not as :parameters, because Spark writes a parameter's value into the Java
+-- code it generates for the plan: a value that changes every batch made every batch compile that
+-- code again (and the JVM's JIT compile it again). As a column, every batch runs one compiled plan.
+-- Parameters (durations in microseconds, the same for every batch of a stream):
 --   :gap_us (the split threshold, sessionize.sql: a window ends :gap_us after its last event, so
 --   under the `merge` boundary one microsecond after last event + gap), :lateness_us
 WITH sessions AS (
@@ -36,16 +40,18 @@ WITH sessions AS (
 classified AS (
   SELECT
     s.*,
+    w.w_new_us,
     unix_micros(s.session_end) + :gap_us AS window_end_us,
     CASE
-      WHEN NOT s.from_state AND unix_micros(s.session_end) + :gap_us + :lateness_us <= :w_prev_us
+      WHEN NOT s.from_state AND unix_micros(s.session_end) + :gap_us + :lateness_us <= w.w_prev_us
         THEN 'too_late'
       WHEN s.was_closed THEN 'late'
-      WHEN unix_micros(s.session_end) + :gap_us > :w_new_us THEN 'early'
-      WHEN unix_micros(s.session_end) + :gap_us > :w_prev_us THEN 'on_time'
+      WHEN unix_micros(s.session_end) + :gap_us > w.w_new_us THEN 'early'
+      WHEN unix_micros(s.session_end) + :gap_us > w.w_prev_us THEN 'on_time'
       ELSE 'late'
     END AS pane_kind
   FROM sessions AS s
+  CROSS JOIN {watermarks} AS w
 )
 SELECT
   coalesce(kept_session_id,
@@ -59,9 +65,9 @@ SELECT
   events,
   pane_kind,
   -- emit: new data arrived, or the watermark passed a session that has not been closed yet
-  (has_new OR (from_state AND NOT was_closed AND window_end_us <= :w_new_us)) AS emit,
+  (has_new OR (from_state AND NOT was_closed AND window_end_us <= w_new_us)) AS emit,
   -- keep in state until the watermark passes window end + allowed lateness
-  (pane_kind <> 'too_late' AND window_end_us + :lateness_us > :w_new_us) AS retain,
-  was_closed OR window_end_us <= :w_new_us AS closed,
+  (pane_kind <> 'too_late' AND window_end_us + :lateness_us > w_new_us) AS retain,
+  was_closed OR window_end_us <= w_new_us AS closed,
   pane_count
 FROM classified

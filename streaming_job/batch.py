@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -45,6 +46,9 @@ QUARANTINE_FILE = "part-00000.parquet"
 # The columns of what a batch writes (BatchProcessor._rows) beyond the panes': the state's own and
 # which of the two a row goes to; and the state's columns that come from a column of another name.
 NOT_PANE = ("closed", "state_pane_count", "emit", "retain")
+# No value of one batch (its id, receipt time, watermarks) is a literal of the Spark plans a batch
+# runs: the pane writer adds the batch's values to its files (pane_writer.BatchValues says why), the
+# quarantine's writer to its file, and the watermarks reach the SQL as a row (`watermarks`).
 STATE_FROM = {"pane_count": "state_pane_count"}
 
 # A micro-batch's sessionizing: stream_input.sql (state and batch merged, one row per event) into
@@ -156,7 +160,7 @@ class BatchProcessor:
             # the shuffles sized to the batch: set before the queries below are planned
             with sized_shuffle(spark, int(totals["lines"])):
                 result = sessionize(spark, parse.valid_events(parsed), state, self.rules, w_prev_us, watermark_us)
-                rows = self._rows(result, receipt_ts, batch_id, watermark_us)
+                rows = self._rows(result)
                 complete = self._complete(rows, receipt_ts) if replay else frozenset()
                 # One pass: sessionized, the panes and the state's files written, their statistics
                 # back. Not cached: nothing else reads the sessions (three actions did before).
@@ -167,6 +171,7 @@ class BatchProcessor:
                     self._pane_columns() + [F.col(name) for name in NOT_PANE],
                     [*session_schema.PANE_COLUMNS, "event_date", "receipt_ts"],
                     {name: STATE_FROM.get(name, name) for name in STATE_COLUMNS},
+                    pane_writer.BatchValues(batch_id, receipt_ts, watermark_us),
                     complete,
                 )
             phases.done("sessionize")  # state read, merged, sessionized; panes and state files written
@@ -277,28 +282,34 @@ class BatchProcessor:
     @staticmethod
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
         """The pane rows as their files hold them: THE session schema's pane columns
-        (tidemark/session/session_schema.py), then event_date and receipt_ts."""
+        (tidemark/session/session_schema.py), then event_date and receipt_ts. The stream's writer
+        adds the batch's values itself (pane_writer.BatchValues); here they are Spark columns, for
+        whoever wants a batch's panes as a DataFrame."""
+        values = {
+            "batch_id": F.lit(batch_id).cast("bigint"),
+            "watermark": F.timestamp_micros(F.lit(watermark_us)),
+            "receipt_ts": F.lit(receipt_ts),
+        }
         return (
-            BatchProcessor._rows(result, receipt_ts, batch_id, watermark_us)
+            BatchProcessor._rows(result)
             .where("emit")
-            .select(*BatchProcessor._pane_columns())
+            .select(*BatchProcessor._pane_columns(), *(value.alias(name) for name, value in values.items()))
+            .select(*session_schema.PANE_COLUMNS, "event_date", "receipt_ts")
         )
 
     @staticmethod
-    def _rows(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
+    def _rows(result: DataFrame) -> DataFrame:
         """What the batch writes, before the shuffle by date: the sessions emitted (`emit`: a pane)
-        or kept (`retain`: state), with every column of `_panes` but the ones `_pane_columns`
-        derives from others (event_ids, a copy of the events' ids: shuffling it too made the pane
-        shuffle ~40% bigger, BENCHMARKS.md section 1) and the state's own (NOT_PANE)."""
+        or kept (`retain`: state), with the pane columns but the batch's own values (added by the
+        writer: pane_writer.BatchValues) and the ones `_pane_columns` derives from others (event_ids, a copy of
+        the events' ids: shuffling it too made the pane shuffle ~40% bigger, BENCHMARKS.md section
+        1), and the state's own (NOT_PANE)."""
         derived = {"event_ids"}
         return result.where("emit OR retain").select(
             *(c.name for c in session_schema.PANE_SESSION if c.name not in derived),
             "pane_kind",
             (F.col("pane_count") + 1).alias("pane_index"),
-            F.lit(batch_id).cast("bigint").alias("batch_id"),
-            F.timestamp_micros(F.lit(watermark_us)).alias("watermark"),
             F.date_format("session_start", "yyyy-MM-dd").alias("event_date"),
-            F.lit(receipt_ts).alias("receipt_ts"),
             "closed",
             # the panes a kept session has had, this batch's included
             (F.col("pane_count") + F.col("emit").cast("int")).alias("state_pane_count"),
@@ -308,13 +319,13 @@ class BatchProcessor:
 
     @staticmethod
     def _pane_columns() -> list:
-        """`_emitted`'s rows as pane rows, in the pane files' column order; event_ids from the events."""
+        """`_rows`' pane columns, event_ids from the events (the events' event_id field: no lambda,
+        whose variable Spark names anew in every plan), the batch's own values left out."""
         session = [
-            F.transform("events", lambda e: e["event_id"]).alias("event_ids") if name == "event_ids" else F.col(name)
+            F.col("events.event_id").alias("event_ids") if name == "event_ids" else F.col(name)
             for name in (c.name for c in session_schema.PANE_SESSION)
         ]
-        rest = ("pane_kind", "pane_index", "batch_id", "watermark", "event_date", "receipt_ts")
-        return [*session, *(F.col(name) for name in rest)]
+        return [*session, *(F.col(name) for name in ("pane_kind", "pane_index", "event_date"))]
 
     def _complete(self, rows: DataFrame, receipt_ts: str) -> frozenset[str]:
         """A replayed batch's event dates whose receipt partitions an earlier attempt completed: kept
@@ -363,22 +374,25 @@ class BatchProcessor:
         marker = layout.join(folder, QUARANTINE_MARKER)
         if storage.exists(marker):
             return
-        refused = (
-            parse.quarantined(parsed)
-            .withColumn("receipt_ts", F.lit(receipt_ts))
-            .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
-        )
+        refused = parse.quarantined(parsed)
         if size <= DRIVER_QUARANTINE_BYTES:
             # one Spark job without a shuffle (Spark's writer took two and a shuffle); the Arrow
-            # schema keeps the frame's nullability, as Spark's writer does
+            # schema keeps the frame's nullability, as Spark's writer does. The batch's values
+            # are added here, not as literals of the plan (pane_writer.BatchValues says why).
             table = refused.toArrow()
+            for name, value in (("receipt_ts", pa.scalar(receipt_ts)), ("batch_id", pa.scalar(batch_id, pa.int64()))):
+                table = table.append_column(
+                    pa.field(name, value.type, nullable=False), pa.repeat(value, table.num_rows)
+                )
             storage.delete_dir(folder)  # an interrupted attempt's files: the folder has no marker yet
             fs, path = storage.resolve(folder)
             fs.create_dir(path, recursive=True)
             pq.write_table(table, f"{path}/{QUARANTINE_FILE}", filesystem=fs)
         else:
             # one file, but not coalesce(1): that would scan the whole cached batch in one task
-            refused.repartition(1).write.mode("overwrite").parquet(folder)
+            refused.withColumn("receipt_ts", F.lit(receipt_ts)).withColumn(
+                "batch_id", F.lit(batch_id).cast("bigint")
+            ).repartition(1).write.mode("overwrite").parquet(folder)
         storage.write_json_atomic(marker, {"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
         log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)
 
@@ -419,9 +433,17 @@ def sessionize(
         {
             "state_events": state_events(state),
             "batch_events": events.select("user_id", "event_id", "event_ts", "event_type", "payload"),
+            "watermarks": watermarks(spark, w_prev_us, w_new_us),
         },
         gap_us=rules.gap_us,
         lateness_us=rules.allowed_lateness_us,
-        w_prev_us=w_prev_us,
-        w_new_us=w_new_us,
+    )
+
+
+def watermarks(spark, w_prev_us: int, w_new_us: int) -> DataFrame:
+    """stream_panes.sql's {watermarks}: one row, planned as a local relation (a VALUES list is
+    data, not code: every batch's plan compiles to the same code, whatever its watermarks)."""
+    return spark.sql(
+        "SELECT * FROM VALUES (CAST(:w_prev_us AS BIGINT), CAST(:w_new_us AS BIGINT)) AS w(w_prev_us, w_new_us)",
+        args={"w_prev_us": w_prev_us, "w_new_us": w_new_us},
     )

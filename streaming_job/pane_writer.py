@@ -27,9 +27,44 @@ kind of file see one schema.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from pyspark.sql import DataFrame
 
 PANE_FILE = "part-00000.parquet"
+
+
+@dataclass(frozen=True)
+class BatchValues:
+    """The pane columns that hold the batch's own values, the same in every pane of a batch, added
+    to its files by the writer rather than computed by Spark.
+
+    Why: Spark writes a literal's value into the Java code it generates for a plan, so a batch id, a
+    receipt time or a watermark in the plan made every micro-batch compile its code anew (Janino)
+    and the JVM's JIT compile that new code again, beside the batch on a 2-core machine
+    (BENCHMARKS.md section 1). With no value of the batch in the plan, every micro-batch runs the
+    code the first one compiled."""
+
+    COLUMNS: ClassVar[tuple[str, ...]] = ("batch_id", "watermark", "receipt_ts")
+
+    batch_id: int
+    receipt_ts: str
+    watermark_us: int
+
+    def columns(self, rows: int) -> dict:
+        """name -> (Arrow field, array of `rows` copies), as Spark's writer typed them: batch_id a
+        bigint, watermark a UTC timestamp in microseconds, receipt_ts a string, none null."""
+        import pyarrow as pa
+
+        values = {
+            "batch_id": pa.scalar(self.batch_id, pa.int64()),
+            "watermark": pa.scalar(self.watermark_us, pa.timestamp("us", tz="UTC")),
+            "receipt_ts": pa.scalar(self.receipt_ts, pa.string()),
+        }
+        return {
+            name: (pa.field(name, value.type, nullable=False), pa.repeat(value, rows)) for name, value in values.items()
+        }
 
 
 def write_batch(
@@ -39,13 +74,15 @@ def write_batch(
     columns: list,
     panes: list[str],
     state: dict[str, str],
+    batch: BatchValues,
     skip_dates: frozenset[str] = frozenset(),
 ) -> tuple[list[dict], int]:
     """A micro-batch's outputs in one pass over its sessions: the rows with `emit` into their receipt
     partitions (one file per date, as write_panes: `panes` the files' columns, event_date and
     receipt_ts last), the rows with `retain` into the state version's folder `state_dir` (one file
     per task; `state` maps the files' columns to the frame's). `columns` are the frame's columns
-    computed after the shuffle by date. Dates in `skip_dates` (partitions a replayed batch
+    computed after the shuffle by date; `batch` the panes' columns that hold the batch's own
+    values, which the frame does not have. Dates in `skip_dates` (partitions a replayed batch
     completed already) are counted, not written.
 
     Returns, per event date of the panes, what its receipt marker records (event_date, rows, events,
@@ -62,7 +99,10 @@ def write_batch(
         if not tables:
             return
         table = pa.concat_tables(tables)
-        found = _write_tables(table.filter(table.column("emit")).select(panes), sessions_root, skip_dates)
+        emitted = table.filter(table.column("emit"))
+        for field, values in batch.columns(emitted.num_rows).values():
+            emitted = emitted.append_column(field, values)
+        found = _write_tables(emitted.select(panes), sessions_root, skip_dates)
         kept = table.filter(table.column("retain")).select(list(state.values())).rename_columns(list(state))
         if kept.num_rows:
             _write_file(kept, state_dir, f"part-{TaskContext.get().partitionId():05d}.parquet")

@@ -12,6 +12,7 @@ import pytest
 
 import dedup_sql
 from dedup_sql import rules as sql_rules
+from streaming_job.batch import watermarks
 from tests.lakekit import RECEIPT0, SimulatedStream
 from tidemark.base import layout
 from tidemark.base.times import to_micros
@@ -98,11 +99,9 @@ def test_a_state_session_split_by_a_shorter_gap_gives_its_later_pieces_their_own
     panes = dedup_sql.run(
         spark,
         "stream_panes",
-        {"sessionized": sessionized},
+        {"sessionized": sessionized, "watermarks": watermarks(spark, to_micros(T), to_micros(T + timedelta(hours=1)))},
         gap_us=rules.gap_us,
         lateness_us=rules.allowed_lateness_us,
-        w_prev_us=to_micros(T),
-        w_new_us=to_micros(T + timedelta(hours=1)),
     ).collect()
     assert len(panes) == 3
     ids = [p.session_id for p in panes]

@@ -94,7 +94,7 @@ def test_the_sql_produces_exactly_the_schema_columns(spark):
     from pyspark.sql import functions as F
 
     import dedup_sql
-    from streaming_job.batch import BatchProcessor
+    from streaming_job.batch import BatchProcessor, watermarks
 
     t = lambda m: datetime(2026, 3, 10, 10, m, tzinfo=timezone.utc)  # noqa: E731 - a fixture's shorthand
     events = spark.createDataFrame(
@@ -136,11 +136,9 @@ def test_the_sql_produces_exactly_the_schema_columns(spark):
     result = dedup_sql.run(
         spark,
         "stream_panes",
-        {"sessionized": sessionized},
+        {"sessionized": sessionized, "watermarks": watermarks(spark, 0, 0)},
         gap_us=RULES.gap_us,
         lateness_us=RULES.allowed_lateness_us,
-        w_prev_us=0,
-        w_new_us=0,
     )
     panes = BatchProcessor._panes(result, "20260310T120000000Z", 0, 0)
     assert panes.columns == [*session_schema.PANE_COLUMNS, "event_date", "receipt_ts"]

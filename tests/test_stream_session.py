@@ -48,11 +48,9 @@ def _three_steps(spark, events, state, rules: SessionRules, w_prev_us: int, w_ne
     return dedup_sql.run(
         spark,
         "stream_panes",
-        {"sessionized": sessionized},
+        {"sessionized": sessionized, "watermarks": stream_batch.watermarks(spark, w_prev_us, w_new_us)},
         gap_us=rules.gap_us,
         lateness_us=rules.allowed_lateness_us,
-        w_prev_us=w_prev_us,
-        w_new_us=w_new_us,
     )
 
 
