@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from tidemark.base import pyspark_daemon
+
 
 def session_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
     """The Spark settings every tidemark session runs with (builder, and a Spark Connect server's
@@ -53,6 +55,9 @@ def build_session(
         # one-batch stream run (bench/stream_throughput.py's event log), against milliseconds for
         # the driver listing them itself.
         settings["spark.sql.sources.parallelPartitionDiscovery.threshold"] = "100000"
+        # Python workers import pyspark from the installed package, not from Spark's zip, which
+        # Python compiles from source in every daemon and worker (tidemark.base.pyspark_daemon).
+        settings["spark.python.daemon.module"] = pyspark_daemon.MODULE
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
