@@ -46,10 +46,11 @@ QUARANTINE_FILE = "part-00000.parquet"
 # The columns of what a batch writes (BatchProcessor._rows) beyond the panes': the state's own and
 # which of the two a row goes to; and the state's columns that come from a column of another name.
 NOT_PANE = ("closed", "state_pane_count", "emit", "retain")
+STATE_FROM = {"pane_count": "state_pane_count"}
+
 # No value of one batch (its id, receipt time, watermarks) is a literal of the Spark plans a batch
 # runs: the pane writer adds the batch's values to its files (pane_writer.BatchValues says why), the
 # quarantine's writer to its file, and the watermarks reach the SQL as a row (`watermarks`).
-STATE_FROM = {"pane_count": "state_pane_count"}
 
 # A micro-batch's sessionizing: stream_input.sql (state and batch merged, one row per event) into
 # sessionize.sql (THE session rule) into stream_panes.sql (which panes to emit and keep), composed
@@ -379,11 +380,9 @@ class BatchProcessor:
             # one Spark job without a shuffle (Spark's writer took two and a shuffle); the Arrow
             # schema keeps the frame's nullability, as Spark's writer does. The batch's values
             # are added here, not as literals of the plan (pane_writer.BatchValues says why).
-            table = refused.toArrow()
-            for name, value in (("receipt_ts", pa.scalar(receipt_ts)), ("batch_id", pa.scalar(batch_id, pa.int64()))):
-                table = table.append_column(
-                    pa.field(name, value.type, nullable=False), pa.repeat(value, table.num_rows)
-                )
+            table = pane_writer.with_constants(
+                refused.toArrow(), {"receipt_ts": pa.scalar(receipt_ts), "batch_id": pa.scalar(batch_id, pa.int64())}
+            )
             storage.delete_dir(folder)  # an interrupted attempt's files: the folder has no marker yet
             fs, path = storage.resolve(folder)
             fs.create_dir(path, recursive=True)

@@ -52,19 +52,26 @@ class BatchValues:
     receipt_ts: str
     watermark_us: int
 
-    def columns(self, rows: int) -> dict:
-        """name -> (Arrow field, array of `rows` copies), as Spark's writer typed them: batch_id a
-        bigint, watermark a UTC timestamp in microseconds, receipt_ts a string, none null."""
+    def scalars(self) -> dict:
+        """name -> Arrow scalar, as Spark's writer typed them: batch_id a bigint, watermark a UTC
+        timestamp in microseconds, receipt_ts a string."""
         import pyarrow as pa
 
-        values = {
+        return {
             "batch_id": pa.scalar(self.batch_id, pa.int64()),
             "watermark": pa.scalar(self.watermark_us, pa.timestamp("us", tz="UTC")),
             "receipt_ts": pa.scalar(self.receipt_ts, pa.string()),
         }
-        return {
-            name: (pa.field(name, value.type, nullable=False), pa.repeat(value, rows)) for name, value in values.items()
-        }
+
+
+def with_constants(table, values: dict):
+    """`table` with one more column per (name, Arrow scalar) of `values`, that value in every row and
+    not null, as Spark's writer typed a literal column (the panes' batch values, the quarantine's)."""
+    import pyarrow as pa
+
+    for name, value in values.items():
+        table = table.append_column(pa.field(name, value.type, nullable=False), pa.repeat(value, table.num_rows))
+    return table
 
 
 def write_batch(
@@ -95,13 +102,11 @@ def write_batch(
         import pyarrow as pa
         from pyspark import TaskContext
 
-        tables = [pa.Table.from_batches([batch]) for batch in batches if batch.num_rows]
+        tables = [pa.Table.from_batches([record_batch]) for record_batch in batches if record_batch.num_rows]
         if not tables:
             return
         table = pa.concat_tables(tables)
-        emitted = table.filter(table.column("emit"))
-        for field, values in batch.columns(emitted.num_rows).values():
-            emitted = emitted.append_column(field, values)
+        emitted = with_constants(table.filter(table.column("emit")), batch.scalars())
         found = _write_tables(emitted.select(panes), sessions_root, skip_dates)
         kept = table.filter(table.column("retain")).select(list(state.values())).rename_columns(list(state))
         if kept.num_rows:

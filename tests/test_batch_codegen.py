@@ -19,7 +19,7 @@ from tests.streamkit import event, panes
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
-# slow (not in make test-fast): four micro-batches of the real job
+# slow (not in make test-fast): three micro-batches of the real job
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 RULES = SessionRules.parse("30m", "1h", "0s")  # the watermark is the newest event time
