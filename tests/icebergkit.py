@@ -121,13 +121,33 @@ def version_with(
         }
         for sid, (end, count) in sorted(sessions.items())
     ]
-    folder = lake.run_dir(event_date, marker.run_id)
-    pq.write_table(pa.Table.from_pylist(rows, schema=iceberg.schema().as_arrow()), f"{folder}/part-00000.parquet")
-    marker = dataclasses.replace(marker, files=("part-00000.parquet",), sessions=len(rows))
+    files: tuple[str, ...] = ()
+    if rows:  # a version without sessions has no data file, as the dedup writes it
+        folder = lake.run_dir(event_date, marker.run_id)
+        # with Spark's Arrow types (string, not pyiceberg's large_string), as the dedup writes them
+        table = pa.Table.from_pylist(rows, schema=_spark_types(iceberg.schema().as_arrow()))
+        pq.write_table(table, f"{folder}/part-00000.parquet")
+        files = ("part-00000.parquet",)
+    marker = dataclasses.replace(marker, files=files, sessions=len(rows))
     publish.write_marker(lake, marker)
     outcome = commit_recording(lake, marker)
     assert outcome.committed
     return outcome.current
+
+
+def _spark_types(schema: pa.Schema) -> pa.Schema:
+    """The schema with string and list types where pyiceberg gives large ones."""
+
+    def small(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_large_string(t):
+            return pa.string()
+        if pa.types.is_large_list(t) or pa.types.is_list(t):
+            return pa.list_(pa.field(t.value_field.name, small(t.value_type), t.value_field.nullable))
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(small(f.type)) for f in t])
+        return t
+
+    return pa.schema([f.with_type(small(f.type)) for f in schema], metadata=schema.metadata)
 
 
 def receipt(hour: int, minute: int = 0) -> str:

@@ -77,6 +77,24 @@ def test_each_published_version_records_one_notice_saying_how_the_date_changed(t
     }
 
 
+def test_a_version_after_or_before_an_empty_one_records_its_notice(tmp_path):
+    # A date whose first version holds no session (only affected by a session of the day before)
+    # and then gets one, and back: pyiceberg scans a snapshot without files with other Arrow
+    # types (large_string) than one with files; every version still gets its notice.
+    lake = Lake.open(tmp_path / "lake")
+    empty = version_with(lake, [receipt(1)], {})
+    one = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (5, 2)})
+    empty_again = version_with(lake, [receipt(1), receipt(2), receipt(3)], {})
+    notices = owed(lake)
+    assert [n["version"] for n in notices] == [v.version for v in (empty, one, empty_again)]
+    first, added, removed = (n["change"] for n in notices)
+    assert first["kind"] == "first" and first["sessions_added"] == 0
+    assert added["kind"] == "changed" and (added["sessions_added"], added["sessions_removed"]) == (1, 0)
+    assert removed["kind"] == "changed" and (removed["sessions_added"], removed["sessions_removed"]) == (0, 1)
+    # the DAG's notify task (the safety net) finds the current version's notice recorded
+    assert corrected.record_current(lake, D) is None
+
+
 def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
     lake = Lake.open(tmp_path / "lake")
     marker = prepared_run(lake, D, [receipt(1)])

@@ -58,10 +58,23 @@ def default_topic(project: str | None = None) -> str:
 
 
 def _sessions_at(tbl, event_date: str, snapshot_id: int):
-    """The date's sessions (_DIFF_COLUMNS) at a snapshot, as an Arrow table."""
-    return tbl.scan(
+    """The date's sessions (_DIFF_COLUMNS) at a snapshot, as an Arrow table of _diff_schema(tbl).
+
+    pyiceberg gives a snapshot without data files the table schema's Arrow types (large_string)
+    and one with files the files' own (Spark writes string): one schema for every version, so
+    that two versions always join, whatever either held."""
+    found = tbl.scan(
         row_filter=iceberg.date_filter(event_date), selected_fields=_DIFF_COLUMNS, snapshot_id=snapshot_id
     ).to_arrow()
+    return found.select(list(_DIFF_COLUMNS)).cast(_diff_schema(tbl))
+
+
+def _diff_schema(tbl):
+    """_DIFF_COLUMNS with the table schema's Arrow types, without field metadata."""
+    import pyarrow as pa
+
+    arrow = tbl.schema().as_arrow()
+    return pa.schema([pa.field(name, arrow.field(name).type) for name in _DIFF_COLUMNS])
 
 
 def session_changes(old, new) -> dict:
@@ -74,6 +87,8 @@ def session_changes(old, new) -> dict:
 
     old = old.select(list(_DIFF_COLUMNS))
     new = new.select(list(_DIFF_COLUMNS))
+    if old.schema != new.schema:  # Arrow joins only equal key types (string vs large_string)
+        old = old.cast(new.schema)
     both = new.join(old, keys="session_id", join_type="inner", left_suffix="_new", right_suffix="_old")
     same = pc.and_kleene(
         pc.equal(both["session_end_new"], both["session_end_old"]),
