@@ -77,8 +77,9 @@ def _previous() -> VersionRecord:
 def test_the_marker_written_is_byte_for_byte_the_dict_codes(tmp_path, monkeypatch, name, previous):
     lake = Lake.open(str(tmp_path / "lake"))
     assert _write_as_dedup(lake, previous, monkeypatch) == _legacy(name)
-    # every key of the format written, none other
-    assert sorted(json.loads(_legacy(name))) == sorted(MARKER_KEYS)
+    # every key of the format written, none other: but the layout's, which a version without
+    # sessions (no file) leaves out (tidemark/deduplication/buckets.py)
+    assert sorted(json.loads(_legacy(name))) == sorted(set(MARKER_KEYS) - {"buckets", "carried"})
 
 
 @pytest.mark.parametrize("name", ["planned_on", "first"])

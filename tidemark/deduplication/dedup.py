@@ -36,7 +36,7 @@ from tidemark.base import layout, times
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
-from tidemark.deduplication import incremental
+from tidemark.deduplication import buckets, incremental
 from tidemark.iceberg import publish
 from tidemark.notices import corrected
 from tidemark.orchestration import obligations
@@ -44,7 +44,6 @@ from tidemark.panes import packs, pane_reader, planning
 from tidemark.panes.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
-from tidemark.store import storage
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
@@ -464,6 +463,7 @@ def _write_version(
     sessions = summary["sessions"]
     folder = lake.run_dir(day, run_id)
     names: list[str] = []
+    count = None
     if sessions:
         # event_date is inside the files: Iceberg reads the identity partition value from them.
         out = islands.sessions.select(
@@ -471,14 +471,12 @@ def _write_version(
             *OUTPUT_COLUMNS[1:],
             F.lit(event_date).cast("date").alias("event_date"),
         )
-        # A file per ~250k sessions (at most 8): written by as many tasks side by side, without a
-        # shuffle (coalesce). Not sorted: a file of this size is one row group, so a sort bought
-        # readers nothing and cost a sort of the whole date.
-        files = max(1, min(8, -(-sessions // 250_000)))
-        if files == 1 or not islands.spread:
-            out = out.coalesce(files)
-        out.write.mode("overwrite").parquet(folder)
-        names = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
+        # One file per bucket of users (tidemark/deduplication/buckets.py): the buckets the run
+        # rewrote, in the count its predecessor's layout keeps, or all of them. Not sorted: a file
+        # of this size is one row group, so a sort would buy readers nothing.
+        count = islands.buckets or buckets.count_for(sessions)
+        buckets.write(out, count, folder)
+        names = _bucket_files(lake, folder)
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):
         # only the next incremental run of this date reads it.
@@ -492,6 +490,10 @@ def _write_version(
         event_date=day,
         run_id=run_id,
         files=tuple(names),
+        buckets=count,
+        carried=islands.carried if sessions else (),
+        # a version without sessions has no files, so no layout: its marker says nothing of one
+        absent=frozenset() if sessions else frozenset({"buckets", "carried"}),
         sessions=int(sessions),
         receipts=tuple(current.keys),
         receipts_read=receipts_read,
@@ -514,3 +516,15 @@ def _write_version(
     )
     publish.write_marker(lake, marker)
     return marker
+
+
+def _bucket_files(lake: Lake, folder: str) -> list[str]:
+    """The Parquet files buckets.write wrote into a run's folder, as 'bucket=<k>/<name>'."""
+    base = lake.locate(folder)[1].rstrip("/") + "/"
+    names = []
+    for info in lake.walk_files(folder):
+        relative = info.path[len(base) :] if info.path.startswith(base) else info.path
+        top, _, name = relative.partition("/")
+        if top.startswith(buckets.BUCKET_DIR + "=") and name.endswith(".parquet") and not name.startswith(("_", ".")):
+            names.append(relative)
+    return sorted(names)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from tidemark.base import times
+from tidemark.deduplication import buckets
 from tidemark.iceberg import publish
 from tidemark.panes import planning
 from tidemark.panes.planning import Plan
@@ -145,17 +146,20 @@ def context_dir(lake: Lake, event_date: str, run_id: str) -> str:
 @dataclass
 class Islands:
     """A run's islands as the version writer takes them: lazy DataFrames of ISLAND_COLUMNS plus
-    event_date ('YYYY-MM-DD'), the sessions of D and the context (not D, starting before the
-    horizon); the summary (`summary_of`'s keys); what to unpersist once written; whether the
-    sessions are already spread over the tasks that should write them (else the writer coalesces)."""
+    event_date ('YYYY-MM-DD'), the sessions of D to write and the context (not D, starting before
+    the horizon); the summary (`summary_of`'s keys); what to unpersist once written. The layout
+    (tidemark/deduplication/buckets.py): `buckets`, the bucket count the sessions are written in
+    (None: chosen from the summary's session count, every bucket written), and `carried`, the
+    previous version's files of the buckets not written, kept as they are."""
 
     sessions: DataFrame
     context: DataFrame
     summary: dict
     cached: list
-    spread: bool = False
     spark: object = None
     views: list = field(default_factory=list)  # dedup_sql.run(..., views=): dropped on release
+    buckets: int | None = None
+    carried: tuple[str, ...] = ()
 
     def release(self) -> None:
         import dedup_sql
@@ -191,10 +195,10 @@ def summary_of(row, event_date: str) -> dict:
     }
 
 
-def _previous_sessions(spark, lake: Lake, previous: VersionRecord):
+def _previous_sessions(spark, files: list[str], previous: VersionRecord):
+    """The sessions in these files of the previous version."""
     from pyspark.sql import functions as F
 
-    files = publish.run_files(lake, previous)
     if not files:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
     # Files of an older session schema lack its newer columns (read as null): computed by their fill.
@@ -229,9 +233,10 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     partitions, lo)`, the full path's reader): the previous islands of untouched users as they are,
     the touched users' recomputed.
 
-    Only the touched users' part is computed and cached (small); the untouched users' rows are
-    streamed from the previous version's files straight into the new ones when they are written
-    (one scan, no shuffle, no cache of the whole date). The summary is the previous version's,
+    Only the touched users' part is computed and cached (small). Only the files of the buckets
+    holding a touched user are read (tidemark/deduplication/buckets.py): their untouched users'
+    rows are streamed from them into the new files when they are written, and every other bucket's
+    file is kept by the new version as it is (`Islands.carried`). The summary is the previous version's,
     corrected by the difference the touched users make: adding events only merges islands, so every
     previous island touching D lies in a new one touching D (the reach can only grow: the new reach
     is the larger of the previous one and the recomputed islands'), and only recomputed islands
@@ -250,6 +255,7 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     # plan, and planning them (analysis, AQE's re-optimizations) took ~14 s of the 1M-session
     # correction's 20 s (BENCHMARKS.md section 4).
     users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
+    read, carried, count = _layout(spark, lake, start.previous, panes)
     if len(users) <= _ISIN_USERS:
         is_touched = F.col("user_id").isin(users) if users else F.lit(False)
         keep, drop = (lambda frame: frame.where(is_touched)), (lambda frame: frame.where(~is_touched))
@@ -257,7 +263,7 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
         touched = F.broadcast(panes.select("user_id").distinct())
         keep = lambda frame: frame.join(touched, "user_id", "left_semi")  # noqa: E731
         drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
-    old_sessions = _previous_sessions(spark, lake, start.previous)
+    old_sessions = _previous_sessions(spark, read, start.previous)
     old_context = _previous_context(spark, lake, start.previous, until)
     # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
     views: list = []
@@ -287,8 +293,27 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     summary["context_rows"] += (start.previous.context_rows or 0) - int(row["gone_context"])
 
     new_sessions, new_context = split(recomputed, current.event_date, until)
-    # Written as the previous files are scanned (Spark spreads them over the cores), plus one small
-    # partition of recomputed rows: a coalesce of the union could put every scan in one task.
-    sessions = drop(old_sessions).unionByName(new_sessions.coalesce(1))
+    # The untouched users of the buckets read are carried over as rows, streamed from those files
+    # into the new ones (buckets.write shuffles them by user: one file per bucket).
+    sessions = drop(old_sessions).unionByName(new_sessions)
     context = drop(old_context).unionByName(new_context)
-    return Islands(sessions, context, summary, [recomputed, old], spread=True, spark=spark, views=views)
+    return Islands(
+        sessions, context, summary, [recomputed, old], spark=spark, views=views, buckets=count, carried=carried
+    )
+
+
+def _layout(spark, lake: Lake, previous: VersionRecord, panes) -> tuple[list[str], tuple[str, ...], int | None]:
+    """(the previous version's files to read, the files to keep as they are, the bucket count to
+    write in): with the previous layout kept (buckets.keeps), only the files of the buckets of the
+    users in `panes` are read and rewritten; otherwise every file is read and the version written
+    whole, in the bucket count its size asks for (None)."""
+    from pyspark.sql import functions as F
+
+    files = publish.run_files(lake, previous)
+    if not buckets.keeps(previous.buckets, previous.sessions):
+        return files, (), None
+    count = int(previous.buckets or 1)
+    touched = {r[0] for r in panes.select(F.expr(buckets.expression(count))).distinct().collect()}
+    read = [uri for uri in files if buckets.of_path(uri) in touched]
+    kept = tuple(publish.carried_path(lake, previous, uri) for uri in files if buckets.of_path(uri) not in touched)
+    return read, kept, count

@@ -34,6 +34,7 @@ import json
 import re
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -79,15 +80,37 @@ def read_marker(lake: Lake, event_date: str, run_id: str, commit: Commit | None 
     return None if payload is None else VersionRecord.from_marker(payload, commit)
 
 
+# A run's own file: a Parquet name in its folder, or in its folder's bucket=<k>/ (buckets.py's
+# layout); a file it keeps from an earlier run of the date: that run's folder, then the same.
+_OWN_FILE = re.compile(r"^(?:bucket=\d+/)?[^/._][^/]*\.parquet$")
+_CARRIED_FILE = re.compile(r"^run=([0-9a-f]{32})/bucket=\d+/[^/._][^/]*\.parquet$")
+
+
 def run_files(lake: Lake, marker: VersionRecord) -> list[str]:
-    """The marker's data files as URIs (names checked: never outside the run's folder)."""
+    """The version's data files as URIs: the run's own, then those it keeps from earlier runs of
+    the date (paths checked: never outside the date's run folders)."""
     base = lake.run_dir(marker.event_date_text, marker.run_id)
     out = []
     for name in marker.files:
-        if "/" in name or name.startswith(".") or not name.endswith(".parquet"):
+        if not _OWN_FILE.match(name):
             raise ValueError(f"run marker of {marker.event_date} names a file outside its folder: {name!r}")
         out.append(iceberg.file_uri(layout.join(base, name)))
+    for path in marker.carried:
+        found = _CARRIED_FILE.match(path)
+        if not found:
+            raise ValueError(f"run marker of {marker.event_date} keeps a file outside the date's runs: {path!r}")
+        run_dir = lake.run_dir(marker.event_date_text, found.group(1))
+        out.append(iceberg.file_uri(layout.join(run_dir, path.split("/", 1)[1])))
     return out
+
+
+def carried_path(lake: Lake, marker: VersionRecord, uri: str) -> str:
+    """A file of `marker`'s version as a later version of the date keeps it (run_files' inverse):
+    'run=<run_id>/bucket=<k>/<name>', relative to the date's folder."""
+    date_dir = iceberg.file_uri(lake.run_dir(marker.event_date_text, marker.run_id)).rpartition("/")[0] + "/"
+    if not uri.startswith(date_dir) or not _CARRIED_FILE.match(uri[len(date_dir) :]):
+        raise ValueError(f"{uri} is not a bucketed file of {marker.event_date_text}'s runs")
+    return uri[len(date_dir) :]
 
 
 # --- what is current ------------------------------------------------------------------------------
@@ -332,7 +355,9 @@ def commit(lake: Lake, marker: VersionRecord) -> Outcome:
     run_id = layout.check_run_id(marker.run_id)
     paths = run_files(lake, marker)
     tbl = iceberg.load(lake, create=True)
-    data_files = _data_files(tbl, paths, event_date)
+    # The run's own files (footers read); the files it keeps are taken from the live ones at commit.
+    carried = paths[len(marker.files) :]
+    data_files = _data_files(tbl, paths[: len(marker.files)], event_date)
     attempts = 0
 
     @retry(
@@ -386,7 +411,7 @@ def commit(lake: Lake, marker: VersionRecord) -> Outcome:
             previous_version=current.version if current else None,
             committed_at=now_iso_z(),
         )
-        _commit_once(lake, fresh, event_date, marker, record, data_files, live)
+        _commit_once(lake, fresh, event_date, marker, record, data_files, live, carried)
         return Outcome(True, marker.committed(record))
 
     found = attempt()
@@ -443,20 +468,34 @@ def _summary_of(event_date: str, marker: VersionRecord, record: Commit) -> dict:
 
 
 def _commit_once(
-    lake: Lake, tbl, event_date: str, marker: VersionRecord, record: Commit, data_files: list, live: list
+    lake: Lake,
+    tbl,
+    event_date: str,
+    marker: VersionRecord,
+    record: Commit,
+    data_files: list,
+    live: list,
+    carried: Sequence[str] = (),
 ) -> None:
-    """One catalog commit: D's live files replaced by the run's files and its version file (and an
-    older table's property of D removed), the manifests of D's half month merged into one."""
+    """One catalog commit: D's live files replaced by the run's files, the files it keeps
+    (`carried`, URIs) and its version file (and an older table's property of D removed), the
+    manifests of D's half month merged into one. A kept file that is live stays as it is (neither
+    deleted nor added: the snapshot lists only what changed); one that is not (a concurrent version
+    replaced it) is added again."""
     from pyiceberg.table.snapshots import Operation
 
     version_file = _version_file(lake, tbl, event_date, record)  # before the commit: never named unwritten
+    keep = set(carried)
+    live_paths = {data_file.file_path for data_file in live}
+    again = _data_files(tbl, [uri for uri in carried if uri not in live_paths], event_date)
     tx = _transaction_class()(tbl)
     operation = Operation.OVERWRITE if tbl.current_snapshot() is not None else Operation.APPEND
     summary = _summary_of(event_date, marker, record)
     with _Overwrite(operation=operation, transaction=tx, io=tbl.io, snapshot_properties=summary) as overwrite:
         for data_file in live:
-            overwrite.delete_data_file(data_file)
-        for data_file in (*data_files, version_file):
+            if data_file.file_path not in keep:
+                overwrite.delete_data_file(data_file)
+        for data_file in (*data_files, *again, version_file):
             overwrite.append_data_file(data_file)
     if CURRENT_PREFIX + event_date in tbl.properties:
         tx.remove_properties(CURRENT_PREFIX + event_date)  # a table written before issue 27

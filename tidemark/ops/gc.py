@@ -30,7 +30,7 @@ from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
 from tidemark.orchestration import reconcile
 from tidemark.panes import packs, receipt_index
-from tidemark.store.lake import RUN_MARKER, Lake, run_folder
+from tidemark.store.lake import RUN_CONTEXT, RUN_MARKER, Lake, run_folder
 
 log = get_logger("gc")
 
@@ -174,7 +174,7 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
     gone = {int(r.path) for r in expired}
     kept = [s for s in tbl.snapshots() if s.snapshot_id not in gone]
     location = tbl.location().rstrip("/") + "/"
-    data, metadata = set(), {_relative(tbl.metadata_location, location)}
+    files, metadata = set(), {_relative(tbl.metadata_location, location)}
     for snapshot in kept:
         metadata.add(_relative(snapshot.manifest_list, location))
         for manifest in snapshot.manifests(tbl.io):
@@ -185,17 +185,31 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
                 continue
             metadata.add(path)
             for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
-                data.add(_relative(entry.data_file.file_path, location).rsplit("/", 1)[0])
+                files.add(_relative(entry.data_file.file_path, location))
+    # A run folder is referenced when a kept snapshot lists one of its files: its own folder's, or
+    # one of its bucket folders' (tidemark/deduplication/buckets.py: later versions keep them).
+    data = {_run_folder_of(path) for path in files}
     current_runs = {
         run_folder(event_date, record.run_id) for event_date, record in publish.current_records(tbl).items()
     }
+    publishing = set()
+    for snapshot in kept:
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if "tidemark.run-id" in props and "tidemark.event-date" in props:
+            publishing.add(run_folder(props["tidemark.event-date"], props["tidemark.run-id"]))
     root = lake.dedup_root()
     removed = []
     for date_dir in lake.list_subdirs(lake.dedup_data_dir()):
         event_date = layout.partition_value(date_dir, "event_date")
         for run_dir in lake.list_subdirs(layout.join(lake.dedup_data_dir(), date_dir)):
             folder = _relative(layout.join(lake.dedup_data_dir(), date_dir, run_dir), root + "/")
-            if folder in data or folder in current_runs:
+            if folder in current_runs:
+                continue
+            if folder in data:
+                # Kept for files later versions still list: what none needs any more goes.
+                removed += _remove_within(
+                    lake, folder, event_date, files, folder not in publishing, retention, now, dry_run
+                )
                 continue
             age_s = _age_s(lake, layout.join(root, folder), now, recursive=True)
             if age_s is None or age_s < retention.total_seconds():
@@ -214,6 +228,40 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
         if age_s is None or age_s < retention.total_seconds():
             continue  # young: perhaps a commit in flight
         removed.append(Removal("metadata", path, None, None, age_s))
+        if not dry_run:
+            lake.delete_file(layout.join(root, path))
+    return removed
+
+
+def _run_folder_of(path: str) -> str:
+    """The run folder ('data/event_date=D/run=<id>') of a data file's path relative to the table."""
+    return "/".join(path.split("/")[:3])
+
+
+def _remove_within(
+    lake: Lake, folder: str, event_date: str | None, files: set[str], superseded: bool, retention, now, dry_run
+) -> list[Removal]:
+    """In a run folder that kept snapshots still reference (later versions keep some of its bucket
+    files), the bucket files none of them lists, and its context when no kept snapshot was
+    published by the run (`superseded`: only the current run's context is read, by the next
+    incremental run of the date), each once its newest write is older than the retention."""
+    root = lake.dedup_root()
+    base = layout.join(root, folder)
+    prefix = lake.locate(base)[1].rstrip("/") + "/"
+    removed = []
+    for info in lake.walk_files(base):
+        relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
+        path = f"{folder}/{relative}"
+        if relative.startswith("bucket=") and relative.endswith(".parquet") and path not in files:
+            what = "bucket file"
+        elif superseded and relative.startswith(RUN_CONTEXT + "/"):
+            what = "context"
+        else:
+            continue
+        age_s = _age_s(lake, layout.join(root, path), now)
+        if age_s is None or age_s < retention.total_seconds():
+            continue
+        removed.append(Removal(what, path, event_date, None, age_s))
         if not dry_run:
             lake.delete_file(layout.join(root, path))
     return removed

@@ -71,7 +71,12 @@ class VersionRecord:
 
     event_date: date
     run_id: str
-    files: tuple[str, ...] = ()  # the run's Parquet files, names inside its folder
+    files: tuple[str, ...] = ()  # the run's Parquet files, paths inside its folder ('bucket=<k>/<name>')
+    # The layout of its sessions (tidemark/deduplication/buckets.py): the bucket count (None: files
+    # written before buckets), and the files of earlier runs of the date it keeps as they are
+    # ('run=<run_id>/bucket=<k>/<name>', relative to the date's folder).
+    buckets: int | None = None
+    carried: tuple[str, ...] = ()
     sessions: int = 0
     receipts: tuple[str, ...] = ()  # 'YYYY-MM-DD/receipt_ts' keys of the receipt partitions read, sorted
     receipts_read: int | None = None
@@ -105,7 +110,7 @@ class VersionRecord:
         """The record of a marker's JSON (the event date and run id checked: they name paths)."""
         known = {k: payload[k] for k in MARKER_KEYS if k in payload}
         values: dict[str, Any] = {k: v for k, v in known.items() if k not in _REQUIRED}
-        for name in ("files", "receipts", "affected_dates"):
+        for name in ("files", "carried", "receipts", "affected_dates"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])
         return cls(
