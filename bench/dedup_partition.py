@@ -183,19 +183,24 @@ SELECT user_id, named_struct(
          'event_ts', timestamp_micros(unix_micros(start) + 60000000),
          'event_id', concat(user_id, '-', CAST(s AS STRING), '-late'),
          'event_type', 'play', 'payload', '{{"device":"ios"}}') AS e
-FROM ({sessions_sql}) WHERE pmod(hash(s, 4), 100000) < {late}
+FROM ({sessions_sql}) WHERE {where}
 """
 
 
-def land_late_receipt(spark, args, lake) -> int:
+def land_late_receipt(spark, args, lake, where: str | None = None) -> int:
     """One receipt, newer than the others, with a too_late pane of one event for --late-rate of
-    the sessions (one minute after their start: it joins them). Returns its pane rows."""
+    the sessions (one minute after their start: it joins them), or for the sessions `where` (SQL
+    over the session number `s`, its user number `u` and the number of users `users`) selects.
+    Returns its pane rows."""
     from pyspark.sql import functions as F
 
     users = max(1, args.sessions // 5)
     sessions_sql = _PANES_SQL.split("),\ne AS", 1)[0].replace("WITH s AS (", "", 1)
     sessions_sql = sessions_sql.format(users=users, day=DAY, receipts=args.receipts, sessions=args.sessions)
-    late = spark.sql(_LATE_SQL.format(sessions_sql=sessions_sql, late=int(args.late_rate * 100000)))
+    where = (where or f"pmod(hash(s, 4), 100000) < {int(args.late_rate * 100000)}").format(
+        u=f"(s % {users})", users=users
+    )
+    late = spark.sql(_LATE_SQL.format(sessions_sql=sessions_sql, where=where))
     panes = late.select(
         F.expr(sql_rules.session_id("user_id", "e.event_ts")).alias("session_id"),
         "user_id",
