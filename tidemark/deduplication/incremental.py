@@ -254,8 +254,7 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     # broadcast semi/anti join: with 10k touched users the list put 10k literals in every query's
     # plan, and planning them (analysis, AQE's re-optimizations) took ~14 s of the 1M-session
     # correction's 20 s (BENCHMARKS.md section 4).
-    users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
-    read, carried, count = _layout(spark, lake, start.previous, panes)
+    read, carried, count, users = _layout(lake, start.previous, panes)
     if len(users) <= _ISIN_USERS:
         is_touched = F.col("user_id").isin(users) if users else F.lit(False)
         keep, drop = (lambda frame: frame.where(is_touched)), (lambda frame: frame.where(~is_touched))
@@ -302,18 +301,27 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     )
 
 
-def _layout(spark, lake: Lake, previous: VersionRecord, panes) -> tuple[list[str], tuple[str, ...], int | None]:
+def _layout(lake: Lake, previous: VersionRecord, panes) -> tuple[list[str], tuple[str, ...], int | None, list]:
     """(the previous version's files to read, the files to keep as they are, the bucket count to
-    write in): with the previous layout kept (buckets.keeps), only the files of the buckets of the
-    users in `panes` are read and rewritten; otherwise every file is read and the version written
-    whole, in the bucket count its size asks for (None)."""
+    write in, the touched users: up to _ISIN_USERS + 1 of the users in `panes`). With the previous
+    layout kept (buckets.keeps), only the files of the touched users' buckets are read and
+    rewritten; otherwise every file is read and the version written whole, in the bucket count its
+    size asks for (None). One Spark job over the new panes finds the users and their buckets."""
     from pyspark.sql import functions as F
 
     files = publish.run_files(lake, previous)
     if not buckets.keeps(previous.buckets, previous.sessions):
-        return files, (), None
+        users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
+        return files, (), None, users
     count = int(previous.buckets or 1)
-    touched = {r[0] for r in panes.select(F.expr(buckets.expression(count))).distinct().collect()}
+    # Per bucket, up to _ISIN_USERS + 1 of its users: more than _ISIN_USERS in all iff the union is.
+    found = (
+        panes.groupBy(F.expr(buckets.expression(count)).alias("bucket"))
+        .agg(F.slice(F.array_sort(F.collect_set("user_id")), 1, _ISIN_USERS + 1).alias("users"))
+        .collect()
+    )
+    touched = {r["bucket"] for r in found}
+    users = sorted({u for r in found for u in r["users"]})[: _ISIN_USERS + 1]
     read = [uri for uri in files if buckets.of_path(uri) in touched]
     kept = tuple(publish.carried_path(lake, previous, uri) for uri in files if buckets.of_path(uri) not in touched)
-    return read, kept, count
+    return read, kept, count, users
