@@ -1,11 +1,16 @@
 """tidemark_maintenance: the lake's upkeep, once a day: `tidemark gc` on a schedule.
 
     gc (tidemark.ops.gc: expire the table's snapshots that stopped being current longer than the
-        retention ago, remove the files nothing references any more, prune the receipt index's
-        arrival entries older than the retention and than reconciliation's last pass)
+        retention ago, remove the files nothing references any more (the bucket files corrections
+        replaced included), prune the receipt index's arrival entries older than the retention and
+        than reconciliation's last pass)
       -> pack (tidemark.panes.packing: a pack of every closed date with 500 or more receipt
         partitions no pack holds, at most 50,000 partitions read per run, newest dates first, so
         that a correction's full dedup of such a date reads a few files, not thousands)
+
+A date's files need no compaction here: a version writes one file per bucket of users and a
+correction replaces a bucket's file by one file, the dedup itself laying a date out anew when it
+outgrows its bucket count (docs/dedup.md "Files in buckets of users").
 
 `tidemark gc` from the shell runs both (`--no-pack`: the first only). Without it a lake that runs for years keeps every snapshot (the table's metadata, rewritten at every
 commit, grows with them), every superseded version's files and one arrival entry per receipt

@@ -2,18 +2,21 @@
 
 A dedup run writes its Parquet files (Spark) into a folder of its own, then a marker, then commits:
 
-    sessions_dedup/data/event_date=D/run=<run_id>/part-*.parquet    the run's sessions of D
+    sessions_dedup/data/event_date=D/run=<run_id>/bucket=<k>/part-*.parquet  the run's sessions of D
+                                                                      (a file per bucket of users it wrote)
     sessions_dedup/data/event_date=D/run=<run_id>/_tidemark_run.json what the run included (receipts,
                                                                       sessions, hi, gap, affected dates)
 
 `commit` is ONE Iceberg commit (pyiceberg, optimistic, compare-and-swap in the catalog) that
-- replaces D's data files by the run's files and its version file (a zero-row Parquet file in the
-  run's folder named `_tidemark_version_<version>_<previous|first>_<committed_at>.parquet`: an
+- replaces D's data files by the run's files, the files of earlier runs the version keeps (its
+  marker's `carried`: the buckets of users a correction did not touch,
+  tidemark/deduplication/buckets.py; those stay as they are in the snapshot) and its version file
+  (a zero-row Parquet file in the run's folder named `_tidemark_version_<version>_<previous|first>_<committed_at>.parquet`: an
   `overwrite` snapshot; other dates untouched), D's half month of manifests merged into one,
 - records in the snapshot summary the event date, the version, the run, the receipts included.
 
 So the table's current snapshot is the one truth of what is current: D's live files name the run
-(their folder) whose marker holds the receipts the dedup's planning needs, and the version record
+(the version file's folder) whose marker holds the receipts the dedup's planning needs, and the version record
 (the version file's name), and they change in the same atomic commit. No table property per date
 (tables written before issue 27 have `tidemark.current.D`: read while present, see `maintain`). A run killed before the commit leaves an unreferenced folder (gc removes it;
 the rerun recomputes); killed after, the rerun finds its receipts covered.

@@ -3,7 +3,7 @@
 One table per lake, `tidemark.sessions_dedup`, located in the lake:
 
     <lake>/sessions_dedup/metadata/                                  Iceberg metadata (pyiceberg writes it)
-    <lake>/sessions_dedup/data/event_date=D/run=<run_id>/part-*.parquet   one dedup run's output (Spark)
+    <lake>/sessions_dedup/data/event_date=D/run=<run_id>/bucket=<k>/part-*.parquet   one dedup run's output (Spark)
     <lake>/sessions_dedup/data/event_date=D/run=<run_id>/_tidemark_run.json   what that run included
 
 Which catalog holds it (the first that applies):

@@ -1,7 +1,9 @@
 """Garbage collection of the deduplicated table: the table's upkeep (publish.maintain: manifests merged
 by month of event date, an older table's per-date properties migrated), expire old snapshots, then
 remove the files that no remaining snapshot references (superseded versions, runs killed before
-their commit, runs whose commit was refused, old Iceberg metadata), and prune the receipt index's arrival entries that
+their commit, runs whose commit was refused, old Iceberg metadata; in a run folder later versions
+still take files from (tidemark/deduplication/buckets.py), the bucket files they replaced and the
+superseded run's context), and prune the receipt index's arrival entries that
 reconciliation no longer reads, and remove the packs no reader will use (tidemark/panes/packs.py). Scheduled daily by dags/tidemark_maintenance.py.
 
 Safety floors:
@@ -43,7 +45,7 @@ class RetentionTooShort(ValueError):
 
 @dataclass(frozen=True)
 class Removal:
-    what: str  # "snapshot", "run" (an unreferenced run folder), "metadata", "arrivals", "pack (...)"
+    what: str  # "snapshot", "run" (an unreferenced run folder), "bucket file", "context", "metadata", "arrivals", "pack (...)"
     path: str  # the snapshot id, or the path relative to the table's location
     event_date: str | None
     version: str | None  # the version a snapshot published / a run folder held, when known
