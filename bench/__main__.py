@@ -14,6 +14,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     freshness           landing -> notice -> DAG run -> corrected partition, on the local stack
     correction_cost     one late correction vs reprocessing 7 days vs reprocessing everything
     dedup_partition     deduplicating one big event date vs a plain scan-and-write
+    correction_layout   corrections of 1, 10 and 1% of the users of a big date: what they rewrite
     iceberg_commit      what the Iceberg commit adds to a publish (seconds per date)
     iceberg_history     one Iceberg commit against the table's age (7 days vs a year of dates, gc'd)
     history             planning against the lake's age: 10^3..10^6 receipt partitions, index or not
@@ -37,6 +38,7 @@ ORDER = [
     "freshness",
     "correction_cost",
     "dedup_partition",
+    "correction_layout",
     "iceberg_commit",
     "iceberg_history",
     "history",
@@ -47,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # What --scale means for modules that do not take --scale themselves (their defaults otherwise).
 SCALE_ARGS: dict[str, dict[str, list[str]]] = {
     "dedup_partition": {"small": ["--sessions", "50000"], "full": []},  # full: its 1M-session default
+    "correction_layout": {"small": ["--sessions", "50000"], "full": []},
     "receipts_per_date": {"small": ["--sessions", "20000", "--many", "2000", "--readers", "arrow"], "full": []},
 }
 
