@@ -14,13 +14,24 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
+
 from tidemark.base.progress import State
 
 
-def _console():
+def _console() -> Console:
     """The console the bar is drawn on (tests swap in one with force_terminal)."""
-    from rich.console import Console
-
     return Console(stderr=True)
 
 
@@ -31,36 +42,49 @@ def _clock(seconds: float | None) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+class TimeLeft(ProgressColumn):
+    """The pass's own estimate (its pace so far: State.eta_s), counted down between updates: a
+    date can take minutes, longer than rich's own speed window."""
+
+    def render(self, task: Task) -> Text:
+        eta, at = task.fields.get("eta_s"), task.fields.get("eta_at", 0.0)
+        if eta is None or task.elapsed is None:
+            return Text("(time left unknown)")
+        return Text(f"(~{_clock(max(eta - (task.elapsed - at), 0))} left)")
+
+
 class TerminalBar:
     """A tidemark.base.progress.Display: one bar per pass (`State.what`), with done/total, the item
-    being worked on, the time spent and the estimate of the time left (the pass's own pace)."""
+    being worked on, the time spent and the estimate of the time left."""
 
-    def __init__(self, console):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
+    def __init__(self, console: Console):
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[current]}"),
-            TextColumn("elapsed {task.fields[elapsed]}, left ~{task.fields[eta]}"),
+            TimeElapsedColumn(),
+            TimeLeft(),
             console=console,
             transient=True,
             redirect_stdout=sys.stdout.isatty(),  # a pipe's lines stay on stdout, untouched
             redirect_stderr=True,
         )
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
 
     def update(self, state: State) -> None:
-        fields = {
-            "current": state.current or "",
-            "elapsed": _clock(state.elapsed_s),
-            "eta": _clock(0 if state.finished else state.eta_s),
-        }
         task = self._tasks.get(state.what)
         if task is None:
-            task = self._tasks[state.what] = self.progress.add_task(state.what, total=state.total, **fields)
-        self.progress.update(task, total=state.total, completed=state.done, **fields)
+            task = self._tasks[state.what] = self.progress.add_task(state.what, total=state.total, current="")
+        elapsed = self.progress.tasks[task].elapsed or 0.0
+        self.progress.update(
+            task,
+            total=state.total,
+            completed=state.done,
+            current=state.current or "",
+            eta_s=0.0 if state.finished else state.eta_s,
+            eta_at=elapsed,
+        )
 
 
 @contextlib.contextmanager
