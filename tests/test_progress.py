@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import datetime, timedelta
 from unittest.mock import ANY
 
 import pytest
@@ -177,9 +178,7 @@ def test_reconcile_json_is_byte_identical_with_a_terminal_and_without(tmp_path, 
     assert "stale event dates" in capsys.readouterr().out
 
 
-def _at(text: str):
-    from datetime import datetime
-
+def _at(text: str) -> datetime:
     return datetime.fromisoformat(text + ":00+00:00")
 
 
@@ -212,3 +211,48 @@ def test_a_real_terminal_gets_the_bar_on_stderr_and_a_pipe_gets_stdout_unchanged
     }
     assert proc.stdout.count(b"\n") == 1 and b"\x1b" not in proc.stdout
     assert b"indexing event dates" in drawn and f"{dates}/{dates}".encode() in drawn and "━".encode() in drawn
+
+
+class FakeAirflow:
+    """The REST client reconcile asks (tidemark.orchestration.airflow_api.AirflowClient): no run yet."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def get_dag_run(self, dag_id, run_id):
+        return None
+
+    def trigger_dag_run(self, dag_id, run_id, conf, note=None):
+        from tidemark.orchestration.airflow_api import TriggerResult
+
+        self.started.append(conf["event_date"])
+        return TriggerResult(run_id, created=True)
+
+
+def test_reconcile_trigger_and_the_packing_pass_report_each_of_their_passes(tmp_path, monkeypatch):
+    from tidemark.orchestration import reconcile
+    from tidemark.panes import packing, packs
+
+    lake = Lake.open(tmp_path / "lake")
+    SimulatedStream(lake, 1).batch(
+        [("u", "a", _at("2026-03-06T10:00"), "play"), ("v", "b", _at("2026-03-07T11:00"), "play")], mode=0.5
+    )
+    shown, airflow = Recorder(), FakeAirflow()
+    stale, _ = reconcile.reconcile(lake, airflow, trigger=True, grace=timedelta(0), full=True, display=shown)
+    assert airflow.started == ["2026-03-06", "2026-03-07"] == [s.event_date for s in stale]
+    last = {state.what: state for state in shown.states}
+    assert set(last) == {"examining dates", "looking up the stale dates' runs", "starting runs"}
+    assert all(state.finished and (state.done, state.total) == (2, 2) for state in last.values())
+    assert last["starting runs"].current == "2026-03-07"
+
+    monkeypatch.setattr(packs, "PACK_AT", 1)
+    shown = Recorder()
+    result = packing.run_pass(lake, now=_at("2026-04-01T00:00"), display=shown)
+    assert [p.event_date for p in result.packed] == ["2026-03-07", "2026-03-06"]  # newest first
+    assert [(s.done, s.current) for s in shown.states if s.current] == [
+        (0, "2026-03-07"),
+        (1, "2026-03-07"),
+        (1, "2026-03-06"),
+        (2, "2026-03-06"),
+        (2, "2026-03-06"),
+    ]
