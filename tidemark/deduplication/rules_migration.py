@@ -11,9 +11,9 @@ not only the dates that receive events from now on. The migration therefore
 Restartable and idempotent: run it again with the same rules after a crash, and it records nothing
 new and re-deduplicates only the dates not yet done (the others are no-ops). It reports its progress
 (tidemark.base.progress: dates done and left, the current one, the time left); stopped (Ctrl-C, a
-kill, a failure), it logs the date a rerun resumes at, read from the dates' current versions. Receipt partitions are
-never touched: the stream's panes hold events, whatever rules grouped them, and the dedup re-sessionizes
-those events. Stop the stream (or start it with --migrate-rules, which runs this first) and pause the
+kill, a failure), it logs the date a rerun resumes at, read from the dates' current versions.
+Receipt partitions are never touched: the stream's panes hold events, whatever rules grouped them,
+and the dedup re-sessionizes those events. Stop the stream (or start it with --migrate-rules, which runs this first) and pause the
 dedup DAG while migrating, so that no run under the old rules publishes meanwhile (one that does is
 stale and listed by `tidemark rules show`).
 """
@@ -123,7 +123,7 @@ def migrate(
         changed=changed,
     )
     left = not_migrated(lake, record.rules, dates)
-    if left and len(left) < len(dates):  # a rerun of a stopped migration: the dates before are no-ops
+    if left and len(left) < len(dates):  # e.g. a rerun of a stopped migration: the dates before are no-ops
         log.info(
             "dates already made under these rules are checked, the others re-deduplicated",
             lake=lake,
