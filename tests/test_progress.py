@@ -67,6 +67,14 @@ def test_a_long_pass_logs_done_and_left_every_few_seconds_not_per_item(capsys):
     assert first["eta_s"] == pytest.approx(90, abs=1)  # the pace so far times what is left
     assert first["current"] == str(first["done"] - 1)  # the last item done
     assert (last["done"], last["left"], last["eta_s"], last.get("finished")) == (items, 0, 0.0, True)
+    assert [line["done"] for line in lines].count(items) == 1  # the end is said once
+
+    # One slow item: its pass has a line at its end, though nothing was logged before.
+    with Progress("one slow date", 1, log=get_logger("test"), log_every_s=10, clock=clock) as progress:
+        for _ in progress.each(["2026-03-01"]):
+            clock.now += 30
+    (only,) = progress_lines(capsys.readouterr().err)
+    assert (only["done"], only["left"], only["elapsed_s"], only["finished"]) == (1, 0, 30.0, True)
 
 
 def test_a_short_pass_logs_nothing_and_a_stopped_one_says_where(capsys):

@@ -4,8 +4,8 @@ is being worked on, and an estimate of the time left.
 The domain code counts with a Progress; what it counts goes to
   - the logs: a structured "progress" line (what, done, left, total, current, elapsed_s, eta_s)
     once LOG_EVERY_S seconds have passed since the pass started or since the last such line, and a
-    last one when the pass ends if any was written. A pass over 10^6 items writes a few lines a
-    minute, not one per item, and a pass of a second writes none;
+    last one ("finished": true) when a pass of LOG_EVERY_S or more ends. A pass over 10^6 items
+    writes a few lines a minute, not one per item, and a pass of a second writes none;
   - a Display, when the caller gives one: the CLI's terminal bar (tidemark/commands/progress_bar.py).
     The core imports no terminal library: it only calls update().
 A pass stopped by an exception (KeyboardInterrupt, a kill turned into one, a failure) logs where it
@@ -113,7 +113,7 @@ class Progress:
         if item is not None:
             self.current = str(item)
         state = self._show()
-        if self._clock() - self._logged_at >= self._every:
+        if self._clock() - self._logged_at >= self._every and self.done != self.total:  # the end: __exit__
             self._write("progress", state)
 
     def each(self, items: Iterable[T], name: Callable[[T], object] = str) -> Iterator[T]:
@@ -132,7 +132,7 @@ class Progress:
     def __exit__(self, kind, exc, tb) -> None:
         if kind is None:
             state = self._show(finished=True)
-            if self._logged:
+            if self._logged or state.elapsed_s >= self._every:
                 self._write("progress", state)
             return
         if kind is GeneratorExit:  # the caller left a tracked() loop early: its own code says why
