@@ -49,7 +49,7 @@ class TimeLeft(ProgressColumn):
     def render(self, task: Task) -> Text:
         eta, at = task.fields.get("eta_s"), task.fields.get("eta_at", 0.0)
         if eta is None or task.elapsed is None:
-            return Text("(time left unknown)")
+            return Text("(-:--:-- left)")
         return Text(f"(~{_clock(max(eta - (task.elapsed - at), 0))} left)")
 
 

@@ -198,7 +198,14 @@ def _remove_files(
     root = lake.dedup_root()
     removed = []
     date_dirs = lake.list_subdirs(lake.dedup_data_dir())
-    for date_dir in tracked(date_dirs, "examining run folders by date", log=log, display=display, lake=lake):
+    for date_dir in tracked(
+        date_dirs,
+        "examining run folders by date",
+        log=log,
+        display=display,
+        name=lambda d: layout.partition_value(d, "event_date") or d,
+        lake=lake,
+    ):
         event_date = layout.partition_value(date_dir, "event_date")
         for run_dir in lake.list_subdirs(layout.join(lake.dedup_data_dir(), date_dir)):
             folder = _relative(layout.join(lake.dedup_data_dir(), date_dir, run_dir), root + "/")
