@@ -161,7 +161,7 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
     # The first version as the writer before buckets wrote it: files in the run's folder, no
     # layout in the marker.
     with monkeypatch.context() as before:
-        before.setattr(buckets, "write", lambda frame, count, folder: frame.coalesce(1).write.parquet(folder))
+        before.setattr(buckets, "write", lambda frame, count, folder, *_: frame.coalesce(1).write.parquet(folder))
         before.setattr(
             dedup, "_bucket_files", lambda lake, folder: sorted(p.rsplit("/", 1)[1] for p in storage.data_files(folder))
         )

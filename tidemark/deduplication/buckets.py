@@ -74,14 +74,19 @@ def of_path(path: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def write(frame, count: int, folder: str) -> None:
+def write(frame, count: int, folder: str, buckets: int | None = None) -> None:
     """Write `frame` (rows with a `user_id`) as one file per non-empty bucket into
     `folder/bucket=<k>/`. The rows are shuffled by user into `count` partitions, the partitioning
-    the bucket expression reproduces, so each task writes exactly one bucket's file."""
+    the bucket expression reproduces, so each task writes exactly one bucket's file; `buckets`: at
+    most that many buckets hold rows (a correction's), shuffled into as few partitions (a power of
+    two dividing `count`: each bucket still lands in one task) instead of `count` mostly empty ones."""
     from pyspark.sql import functions as F
 
+    tasks = count
+    while buckets is not None and tasks > 1 and tasks // 2 >= buckets:
+        tasks //= 2
     (
-        frame.repartition(count, "user_id")
+        frame.repartition(tasks, "user_id")
         .withColumn(BUCKET_DIR, F.expr(expression(count)))
         .write.mode("overwrite")
         .partitionBy(BUCKET_DIR)

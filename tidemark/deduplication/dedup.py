@@ -475,7 +475,7 @@ def _write_version(
         # rewrote, in the count its predecessor's layout keeps, or all of them. Not sorted: a file
         # of this size is one row group, so a sort would buy readers nothing.
         count = islands.buckets or buckets.count_for(sessions)
-        buckets.write(out, count, folder)
+        buckets.write(out, count, folder, islands.rewritten if islands.buckets else None)
         names = _bucket_files(lake, folder)
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):

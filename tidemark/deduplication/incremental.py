@@ -160,6 +160,7 @@ class Islands:
     views: list = field(default_factory=list)  # dedup_sql.run(..., views=): dropped on release
     buckets: int | None = None
     carried: tuple[str, ...] = ()
+    rewritten: int | None = None  # how many buckets the sessions can hold (None: all of them)
 
     def release(self) -> None:
         import dedup_sql
@@ -254,7 +255,7 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     # broadcast semi/anti join: with 10k touched users the list put 10k literals in every query's
     # plan, and planning them (analysis, AQE's re-optimizations) took ~14 s of the 1M-session
     # correction's 20 s (BENCHMARKS.md section 4).
-    read, carried, count, users = _layout(lake, start.previous, panes)
+    read, carried, count, users, rewritten = _layout(lake, start.previous, panes)
     if len(users) <= _ISIN_USERS:
         is_touched = F.col("user_id").isin(users) if users else F.lit(False)
         keep, drop = (lambda frame: frame.where(is_touched)), (lambda frame: frame.where(~is_touched))
@@ -297,22 +298,33 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     sessions = drop(old_sessions).unionByName(new_sessions)
     context = drop(old_context).unionByName(new_context)
     return Islands(
-        sessions, context, summary, [recomputed, old], spark=spark, views=views, buckets=count, carried=carried
+        sessions,
+        context,
+        summary,
+        [recomputed, old],
+        spark=spark,
+        views=views,
+        buckets=count,
+        carried=carried,
+        rewritten=rewritten,
     )
 
 
-def _layout(lake: Lake, previous: VersionRecord, panes) -> tuple[list[str], tuple[str, ...], int | None, list]:
+def _layout(
+    lake: Lake, previous: VersionRecord, panes
+) -> tuple[list[str], tuple[str, ...], int | None, list, int | None]:
     """(the previous version's files to read, the files to keep as they are, the bucket count to
-    write in, the touched users: up to _ISIN_USERS + 1 of the users in `panes`). With the previous
-    layout kept (buckets.keeps), only the files of the touched users' buckets are read and
-    rewritten; otherwise every file is read and the version written whole, in the bucket count its
-    size asks for (None). One Spark job over the new panes finds the users and their buckets."""
+    write in, the touched users: up to _ISIN_USERS + 1 of the users in `panes`, how many buckets
+    they are in). With the previous layout kept (buckets.keeps), only the files of the touched
+    users' buckets are read and rewritten; otherwise every file is read and the version written
+    whole, in the bucket count its size asks for (None, and None buckets: all). One Spark job over
+    the new panes finds the users and their buckets."""
     from pyspark.sql import functions as F
 
     files = publish.run_files(lake, previous)
     if not buckets.keeps(previous.buckets, previous.sessions):
         users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
-        return files, (), None, users
+        return files, (), None, users, None
     count = int(previous.buckets or 1)
     # Per bucket, up to _ISIN_USERS + 1 of its users: more than _ISIN_USERS in all iff the union is.
     found = (
@@ -324,4 +336,4 @@ def _layout(lake: Lake, previous: VersionRecord, panes) -> tuple[list[str], tupl
     users = sorted({u for r in found for u in r["users"]})[: _ISIN_USERS + 1]
     read = [uri for uri in files if buckets.of_path(uri) in touched]
     kept = tuple(publish.carried_path(lake, previous, uri) for uri in files if buckets.of_path(uri) not in touched)
-    return read, kept, count, users
+    return read, kept, count, users, len(touched)
