@@ -36,8 +36,8 @@ from tidemark.base import layout, times
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
-from tidemark.deduplication import incremental
-from tidemark.iceberg import publish
+from tidemark.deduplication import changeset, incremental
+from tidemark.iceberg import changes, publish
 from tidemark.notices import corrected
 from tidemark.orchestration import obligations
 from tidemark.panes import packs, pane_reader, planning
@@ -163,6 +163,9 @@ def _run(
     nothing_new = _nothing_new(event_date, current, previous, rules, started)
     if nothing_new is not None:
         return nothing_new
+    # A previous run killed between its commit and its changeset's append: appended first, so that
+    # the date's changesets reach the changes table in version order (a no-op when done).
+    changes.ensure(lake, previous)
     phases = Phases(started)
     phases.done("plan")
 
@@ -226,8 +229,9 @@ def _run(
         obligations.record(lake, summary["affected_dates"], event_date, current.max_receipt_ts, run_id)
         read = (len(start.new), start.rows_read) if start is not None else (len(current.partitions), current.rows)
         mode = "full" if start is None else "incremental"
+        staged = changeset.stage(spark, lake, event_date, run_id, islands, previous)
         marker = _write_version(
-            lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
+            lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read, staged=staged
         )
     finally:
         islands.release()
@@ -236,6 +240,8 @@ def _run(
     phases.done("commit")
     if not outcome.committed:
         return _noop(event_date, outcome.current, started)
+    changes.ensure_after_commit(lake, outcome.current)
+    phases.done("changes")
     # The corrected notice, recorded (not sent) in the process that committed, however the dedup
     # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
     corrected.record_after_commit(lake, outcome.current)
@@ -454,6 +460,7 @@ def _write_version(
     previous: VersionRecord | None,
     mode: str = "full",
     read: tuple[int, int] | None = None,
+    staged: dict | None = None,
 ) -> VersionRecord:
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
     into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), then its marker.
@@ -510,6 +517,7 @@ def _write_version(
         affected_dates=tuple(summary["affected_dates"]),
         planned_on=previous.version if previous else None,
         new_receipts=len(set(current.keys) - known),
+        changes=staged,
         created_at=times.now_iso_z(),
     )
     publish.write_marker(lake, marker)
