@@ -229,9 +229,8 @@ def _run(
         obligations.record(lake, summary["affected_dates"], event_date, current.max_receipt_ts, run_id)
         read = (len(start.new), start.rows_read) if start is not None else (len(current.partitions), current.rows)
         mode = "full" if start is None else "incremental"
-        staged = changeset.stage(spark, lake, event_date, run_id, islands, previous)
         marker = _write_version(
-            lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read, staged=staged
+            lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
         )
     finally:
         islands.release()
@@ -460,10 +459,10 @@ def _write_version(
     previous: VersionRecord | None,
     mode: str = "full",
     read: tuple[int, int] | None = None,
-    staged: dict | None = None,
 ) -> VersionRecord:
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
-    into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), then its marker.
+    into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), its changeset
+    into its `changes/` (tidemark/deduplication/changeset.py), then its marker.
     The version id is chosen at commit time (tidemark.iceberg.publish.commit), on the table's fresh state."""
     from pyspark.sql import functions as F
 
@@ -494,6 +493,9 @@ def _write_version(
             .write.mode("overwrite")
             .parquet(incremental.context_dir(lake, event_date, run_id))
         )
+    # Its changeset against `previous` (tidemark/deduplication/changeset.py), staged inside the folder
+    # the writes above replaced; its counts go into the marker.
+    staged = changeset.stage(islands.spark, lake, event_date, run_id, islands, previous)
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
     marker = VersionRecord(
         event_date=day,
