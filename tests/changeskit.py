@@ -100,3 +100,82 @@ def check_date(lake: Lake, event_date: str) -> list[dict]:
         )
     assert set(by_version) <= set(seen), "a changeset of a version the sessions table never committed"
     return out
+
+
+# --- versions with a staged changeset, built without Spark ---------------------------------------
+
+
+def _diff(old: list[dict], new: list[dict]) -> list[dict]:
+    before = {r["session_id"]: r for r in old}
+    after = {r["session_id"]: r for r in new}
+    out = []
+    for sid in sorted(before.keys() | after.keys()):
+        a, b = before.get(sid), after.get(sid)
+        if a is None:
+            out.append({changes.CHANGE_TYPE: "insert", **b})
+        elif b is None:
+            out.append({changes.CHANGE_TYPE: "delete", **a})
+        elif _key(a) != _key(b):
+            out += [{changes.CHANGE_TYPE: "update_preimage", **a}, {changes.CHANGE_TYPE: "update_postimage", **b}]
+    return out
+
+
+def prepared_with_changes(lake: Lake, receipts: list[str], sessions: dict, previous, event_date: str = "2026-03-10"):
+    """A run's files, staged changeset against `previous` (a committed VersionRecord or None) and
+    marker, as a dedup run leaves them before its commit. sessions: {session_id: (end minute, count)}
+    (tests/icebergkit.py's version_with)."""
+    import dataclasses
+    from datetime import date, datetime, timedelta, timezone
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests import icebergkit
+
+    marker = icebergkit.prepared_run(lake, event_date, receipts, sessions=0)
+    start = datetime.combine(date.fromisoformat(event_date), datetime.min.time(), tzinfo=timezone.utc)
+    rows = [
+        {
+            "session_id": sid,
+            "user_id": f"u{sid}",
+            "session_start": start,
+            "session_end": start + timedelta(minutes=end),
+            "event_count": count,
+            "event_type_count": 1,
+            "event_ids": [f"{sid}-{i}" for i in range(count)],
+            "events": [],
+            "first_receipt_ts": min(receipts),
+            "last_receipt_ts": min(receipts),
+            "event_date": date.fromisoformat(event_date),
+        }
+        for sid, (end, count) in sorted(sessions.items())
+    ]
+    schema = icebergkit._spark_types(iceberg.schema().as_arrow())
+    folder = lake.run_dir(event_date, marker.run_id)
+    files: tuple[str, ...] = ()
+    if rows:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), f"{folder}/part-00000.parquet")
+        files = ("part-00000.parquet",)
+    old: list[dict] = []
+    if previous is not None and previous.files:
+        old = pq.read_table(
+            f"{lake.run_dir(event_date, previous.run_id)}/{previous.files[0]}", schema=schema
+        ).to_pylist()
+    staged = _diff(old, rows)
+    changes_schema = pa.schema([pa.field(changes.CHANGE_TYPE, pa.string()), *schema])
+    import os
+
+    os.makedirs(changes.staged_dir(lake, event_date, marker.run_id))
+    pq.write_table(
+        pa.Table.from_pylist(staged, schema=changes_schema),
+        f"{changes.staged_dir(lake, event_date, marker.run_id)}/part-00000.parquet",
+    )
+    kinds = [r[changes.CHANGE_TYPE] for r in staged]
+    counts = changes.Counts(kinds.count("insert"), kinds.count("delete"), kinds.count("update_preimage"))
+    marker = icebergkit.with_fields(
+        dataclasses.replace(marker, files=files, sessions=len(rows)),
+        planned_on=previous.version if previous is not None else None,
+        changes=counts.to_json(),
+    )
+    publish.write_marker(lake, marker)
+    return marker
