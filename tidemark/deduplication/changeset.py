@@ -68,10 +68,11 @@ def diff(before, after):
     )
 
 
-def stage(spark, lake: Lake, event_date: str, run_id: str, islands, previous: VersionRecord | None) -> dict:
+def stage(lake: Lake, event_date: str, run_id: str, islands, previous: VersionRecord | None) -> dict:
     """Write the run's changeset into its folder's changes/ and return its counts (the marker's
     `changes`). `islands` (incremental.Islands): a run that knows the touched users' sessions sets
     `before` and `after`; else the whole previous version is compared with the run's sessions."""
+    spark = islands.spark
     if islands.before is not None and islands.after is not None:
         before, after = as_table_rows(islands.before), as_table_rows(islands.after)
         files = 1  # a correction's: small

@@ -495,7 +495,7 @@ def _write_version(
         )
     # Its changeset against `previous` (tidemark/deduplication/changeset.py), staged inside the folder
     # the writes above replaced; its counts go into the marker.
-    staged = changeset.stage(islands.spark, lake, event_date, run_id, islands, previous)
+    staged = changeset.stage(lake, event_date, run_id, islands, previous)
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
     marker = VersionRecord(
         event_date=day,
