@@ -132,3 +132,32 @@ def test_a_run_planned_on_another_version_is_not_committed_over_it(tmp_path):
     with pytest.raises(publish.Superseded):
         publish.commit(lake, late)
     changeskit.check_date(lake, D)
+
+
+def test_gc_keeps_every_changeset_and_each_snapshot_as_long_as_its_versions(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from tidemark.ops import gc
+
+    lake = Lake.open(tmp_path / "lake")
+    v1 = commit_recording(lake, changeskit.prepared_with_changes(lake, [receipt(1)], {"a": (5, 1)}, None)).current
+    v2 = commit_recording(
+        lake, changeskit.prepared_with_changes(lake, [receipt(1), receipt(2)], {"a": (6, 2), "b": (1, 1)}, v1)
+    ).current
+    orphan = f"{changes.root(lake)}/data/event_date={D}/killed-append.parquet"
+    with open(orphan, "wb") as f:
+        f.write(b"PAR1")
+    later = datetime.now(timezone.utc) + timedelta(days=1)
+    assert [r.what for r in gc.gc(lake, timedelta(hours=2), now=later, dry_run=True) if "changes" in r.what] == [
+        "changes snapshot",
+        "changes file",
+    ]
+    removed = gc.gc(lake, timedelta(hours=2), now=later)
+    expired = [r for r in removed if r.what == "changes snapshot"]
+    assert [(r.event_date, r.version) for r in expired] == [(D, v1.version)]  # as its sessions snapshot
+    assert not os.path.exists(orphan)
+    # every changeset's rows stay; the current version's snapshot stays for its notice
+    assert set(changeskit.changes_of(lake, D)) == {v1.version, v2.version}
+    assert [p["tidemark.version"] for _, p in changes.history(changes.load(lake))] == [v2.version]
+    notice = corrected.build_for(lake, publish.iceberg.load(lake), publish.current_version(lake, D))
+    assert notice["changes"]["snapshot_id"] == changes.appended(lake, v2).snapshot_id

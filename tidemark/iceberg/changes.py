@@ -199,6 +199,9 @@ def load(lake: Lake, create: bool = False):
                     "format-version": "2",
                     # appends merge their manifests (pyiceberg's merge append): one per append otherwise
                     "commit.manifest-merge.enabled": "true",
+                    # one metadata file per append: the oldest removed by the commit itself
+                    "write.metadata.previous-versions-max": "10",
+                    "write.metadata.delete-after-commit.enabled": "true",
                 },
             )
         except TableAlreadyExistsError:
@@ -393,3 +396,49 @@ def ensure_after_commit(lake: Lake, version: VersionRecord) -> None:
             event_date=version.event_date_text,
             version=version.version,
         )
+
+
+# --- garbage collection (tidemark gc) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expired:
+    what: str  # "changes snapshot" or "changes file" (an append that never committed)
+    path: str  # the snapshot id, or the file's path relative to the table's location
+    event_date: str | None
+    version: str | None
+    age_s: float
+
+
+def gc(lake: Lake, kept: set[tuple[str, str]], retention_s: float, now_s: float, dry_run: bool) -> list[Expired]:
+    """The changes table's share of `tidemark gc`. Its rows are never removed (append-only: every
+    committed version's changeset stays readable by `_commit_version`); a snapshot that appended
+    one is expired once its version's snapshot in sessions_dedup is (`kept`: the (event_date,
+    version) pairs sessions_dedup still knows), so a notice's `changes.snapshot_id` stays valid exactly
+    as long as its `table.snapshot_id`. Files no snapshot names (an append killed before its
+    commit) are removed once older than the retention."""
+    tbl = load(lake)
+    if tbl is None or tbl.current_snapshot() is None:
+        return []
+    current = tbl.current_snapshot().snapshot_id
+    out = []
+    for snapshot, props in history(tbl):
+        key = (props.get(SUMMARY_DATE), props.get(SUMMARY_VERSION))
+        if snapshot.snapshot_id != current and key not in kept:
+            age_s = now_s - snapshot.timestamp_ms / 1000
+            out.append(Expired("changes snapshot", str(snapshot.snapshot_id), key[0], key[1], age_s))
+    if out and not dry_run:
+        tbl.maintenance.expire_snapshots().by_ids([int(e.path) for e in out]).commit()
+        tbl = load(lake)
+    base = location(lake).rstrip("/") + "/"
+    named = {task.file.file_path[len(base) :] for task in tbl.scan().plan_files()}  # every row stays live
+    local_root = lake.locate(root(lake))[1].rstrip("/") + "/"
+    for info in lake.walk_files(layout.join(root(lake), "data")):
+        relative = info.path[len(local_root) :]
+        age_s = now_s - info.mtime.timestamp() if info.mtime is not None else 0.0
+        if relative in named or age_s < retention_s or not relative.endswith(".parquet"):
+            continue
+        out.append(Expired("changes file", relative, None, None, age_s))
+        if not dry_run:
+            lake.delete_file(layout.join(root(lake), relative))
+    return out
