@@ -137,7 +137,7 @@ def prepared_with_changes(lake: Lake, receipts: list[str], sessions: dict, previ
     rows = [
         {
             "session_id": sid,
-            "user_id": f"u{sid}",
+            "user_id": f"u{sid.split('-')[0]}",  # "3-a" and "3-b": two sessions of user u3
             "session_start": start,
             "session_end": start + timedelta(minutes=end),
             "event_count": count,
