@@ -58,14 +58,17 @@ def _micros(moment) -> int:
 
 def pending(lake: Lake, event_date: str, after: str | None) -> list[dict]:
     """The date's changeset rows of the versions after `after` (None: all), oldest version first."""
-    from pyiceberg.expressions import And, EqualTo, GreaterThan
+    from pyiceberg.expressions import And, BooleanExpression, GreaterThan
+
+    from tidemark.iceberg import table as iceberg
 
     tbl = changes.load(lake)
     if tbl is None:
         return []
-    where = EqualTo("event_date", event_date)
+    where: BooleanExpression = iceberg.date_filter(event_date)
     if after is not None:
-        where = And(where, GreaterThan(changes.COMMIT_VERSION, after))
+        # pyiceberg's positional form (its typed signature is keyword-only), as table.date_filter
+        where = And(where, GreaterThan(changes.COMMIT_VERSION, after))  # type: ignore[call-arg, arg-type]
     rows = (
         tbl.scan(row_filter=where, selected_fields=(*_COLUMNS, "session_start", "session_end")).to_arrow().to_pylist()
     )
