@@ -5,6 +5,7 @@ v's changeset to the sessions of v's previous version gives exactly v's sessions
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime, timezone
 
 from pyiceberg.expressions import EqualTo
 
@@ -15,8 +16,19 @@ from tidemark.store.lake import Lake
 META = set(changes.META_COLUMNS)
 
 
+def _canon(value):
+    """A value compared by content: datetimes as UTC text (pyarrow's tzinfo objects differ)."""
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat()
+    if isinstance(value, list):
+        return [_canon(v) for v in value]
+    if isinstance(value, dict):
+        return sorted((k, _canon(v)) for k, v in value.items())
+    return value
+
+
 def _key(row: dict) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in row.items() if k not in META))
+    return tuple(sorted((k, repr(_canon(v))) for k, v in row.items() if k not in META))
 
 
 def sessions_at(tbl, event_date: str, snapshot_id: int) -> dict[str, dict]:

@@ -161,3 +161,33 @@ def test_gc_keeps_every_changeset_and_each_snapshot_as_long_as_its_versions(tmp_
     assert [p["tidemark.version"] for _, p in changes.history(changes.load(lake))] == [v2.version]
     notice = corrected.build_for(lake, publish.iceberg.load(lake), publish.current_version(lake, D))
     assert notice["changes"]["snapshot_id"] == changes.appended(lake, v2).snapshot_id
+
+
+def test_the_notice_counts_from_the_changeset_without_reading_either_version(tmp_path, monkeypatch):
+    lake = Lake.open(tmp_path / "lake")
+    v1 = commit_recording(
+        lake, changeskit.prepared_with_changes(lake, [receipt(1)], {"a": (5, 1), "b": (9, 2), "c": (1, 1)}, None)
+    ).current
+    marker = changeskit.prepared_with_changes(
+        lake, [receipt(1), receipt(2)], {"a": (7, 2), "c": (1, 1), "d": (3, 1)}, v1
+    )
+    current = publish.commit(lake, marker).current
+
+    def no_scan(*_args, **_kwargs):
+        raise AssertionError("a version read whole")
+
+    monkeypatch.setattr(corrected, "_sessions_at", no_scan)
+    notice = corrected.build_for(lake, publish.iceberg.load(lake), current)
+    assert notice["change"] == {
+        "kind": "changed",
+        "sessions_added": 1,
+        "sessions_removed": 1,
+        "sessions_changed": 1,
+        "sessions_unchanged": 1,
+    }
+    assert notice["rows"] == 3
+    assert {k: notice["changes"][k] for k in ("inserted", "deleted", "updated")} == {
+        "inserted": 1,
+        "deleted": 1,
+        "updated": 1,
+    }
