@@ -191,3 +191,61 @@ def test_the_notice_counts_from_the_changeset_without_reading_either_version(tmp
         "deleted": 1,
         "updated": 1,
     }
+
+
+_DEDUP_CHILD = """
+import os, sys
+from tests.lakekit import RULES
+from tidemark.iceberg import publish
+from tidemark.store.lake import Lake
+
+original = publish.commit
+
+def commit(lake, marker):
+    outcome = original(lake, marker)
+    os._exit(9)  # the sessions commit landed; its changeset is not appended
+
+publish.commit = commit
+from tidemark.deduplication.dedup import run_dedup
+
+run_dedup(Lake.open(sys.argv[1]), sys.argv[2], RULES)
+os._exit(0)
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_dedup_killed_between_its_two_commits_is_completed_by_the_next_run(spark, tmp_path):
+    from tests.lakekit import RULES, busiest_date, lake_with
+    from tidemark.deduplication.dedup import run_dedup
+
+    lake, stream, events, batches = lake_with(tmp_path, seed=5, batches=4, upto=2)
+    day = busiest_date(events)
+
+    run_dedup(lake, day, RULES, spark=spark)
+    stream.batch(batches[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _DEDUP_CHILD, str(lake.root), day],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert done.returncode == 9, done.stderr[-3000:]
+    killed = publish.current_version(lake, day)
+    assert changes.appended(lake, killed) is None and killed.version not in changeskit.changes_of(lake, day)
+    stream.batch(batches[3])
+    run_dedup(lake, day, RULES, spark=spark)  # appends the killed version's changeset before its own commit
+    newest = publish.current_version(lake, day)
+    if newest.run_id == killed.run_id:  # the last batch brought nothing to this date: the notify task
+        corrected.record_current(lake, day)
+    else:
+        assert newest.previous_version == killed.version
+    versions = [p.get("tidemark.version") for _, p in changes.history(changes.load(lake))]
+    assert versions.count(killed.version) == 1 and versions.index(killed.version) < versions.index(newest.version) + 1
+    assert [s["version"] for s in changeskit.check_date(lake, day)][-2:] in (
+        [killed.version, newest.version],
+        [versions[versions.index(killed.version) - 1], killed.version],
+    )

@@ -38,7 +38,7 @@ notify and emit tasks), whose notice says where the changeset is (`changes.snaps
 A version written without a changeset (by an older tidemark) has none here: a consumer sees the next
 changeset's `_previous_version` differ from the version it applied last, and rereads that date whole.
 
-Pure Python (pyiceberg, pyarrow): no JVM, so the DAG's tasks and `tidemark reconcile` can complete it.
+Pure Python (pyiceberg, pyarrow): no JVM, so the DAG's light tasks can complete it.
 """
 
 from __future__ import annotations
@@ -151,6 +151,18 @@ def schema():
     return assign_fresh_schema_ids(Schema(*meta, *session_schema.iceberg_schema().fields))
 
 
+def partition_spec(table_schema):
+    """By event date (identity), whatever layout sessions_dedup has: a changeset's file holds one
+    date, and a consumer reads a date's changesets."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    source = table_schema.find_field(iceberg.PARTITION_COLUMN)
+    return PartitionSpec(
+        PartitionField(source_id=source.field_id, field_id=1000, transform=IdentityTransform(), name="event_date")
+    )
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 
@@ -192,7 +204,7 @@ def load(lake: Lake, create: bool = False):
                 identifier(),
                 table_schema,
                 location=location(lake),
-                partition_spec=iceberg.partition_spec(table_schema),
+                partition_spec=partition_spec(table_schema),
                 properties={
                     "commit.retry.num-retries": "0",  # conflicts are re-checked here (idempotency)
                     "schema.name-mapping.default": table_schema.name_mapping.model_dump_json(),
