@@ -68,7 +68,7 @@ class DedupResult:
     # "incremental" or "full" (tidemark/deduplication/incremental.py); full_reason: why not incremental
     mode: str = "full"
     full_reason: str = ""
-    # Seconds per phase of a run that computed (plan, spark, compute, write, commit, notice): where a
+    # Seconds per phase of a run that computed (plan, spark, compute, write, commit, changes, notice): where a
     # dedup's time goes, in its log line and in bench/dedup_partition.py's profile.
     phases: dict = field(default_factory=dict)
 
