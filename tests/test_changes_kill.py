@@ -249,3 +249,14 @@ def test_a_dedup_killed_between_its_two_commits_is_completed_by_the_next_run(spa
         [killed.version, newest.version],
         [versions[versions.index(killed.version) - 1], killed.version],
     )
+
+
+def test_the_asset_event_says_where_the_changes_are(tmp_path):
+    from tidemark.notices import asset_events
+
+    lake = Lake.open(tmp_path / "lake")
+    version = commit_recording(lake, changeskit.prepared_with_changes(lake, [receipt(1)], {"a": (5, 1)}, None)).current
+    (entry,) = corrected.outbox(lake).owed("airflow")
+    extra = asset_events.event_extra(entry["notice"])
+    assert extra["changes"]["snapshot_id"] == changes.appended(lake, version).snapshot_id
+    assert (extra["changes"]["inserted"], extra["changes"]["identifier"]) == (1, "tidemark.sessions_changes")
