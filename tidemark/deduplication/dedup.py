@@ -113,7 +113,8 @@ def run_dedup(
     """Deduplicate and publish one event date. Idempotent, restartable, safe to run concurrently.
 
     `spark` is only started (when not given) if there is something new to compute. `full` forces
-    the full path (every planned receipt re-sessionized) instead of the incremental one. A run whose
+    the full path (every planned receipt re-sessionized) instead of the incremental one, and is never
+    a no-op: it publishes unless its islands equal the current version's (recheck). A run whose
     plan turns out stale at commit time (a concurrent run published receipts it did not read)
     plans again from the lake as it is now.
     """
