@@ -82,6 +82,10 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     assert reconcile.staleness(lake, event_dates=[D]) == []
     again = run_dedup(lake, D, RULES, spark=spark)
     assert again.noop and not again.published
+    if not full:  # an incremental version: a full run finds the same islands (sessions and context)
+        assert result.mode == "incremental", result
+        recomputed = run_dedup(lake, D, RULES, spark=spark, full=True)
+        assert not recomputed.published and not recomputed.noop, recomputed
 
 
 def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_path):
