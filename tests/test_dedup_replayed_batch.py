@@ -17,7 +17,6 @@ from streaming_job.batch import BatchProcessor
 from tests import reference
 from tests.helpers import lake_session_set, session_set
 from tests.streamkit import event, panes
-from tests.test_stream_replay import batch_frame
 from tidemark.deduplication.dedup import run_dedup, up_to_date
 from tidemark.iceberg import publish
 from tidemark.ingest.contract import InputRules
@@ -30,6 +29,14 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]  # three micro-batches of the
 
 RULES = SessionRules.parse("30m", "1h", "0s")
 T = "2026-03-08"
+
+
+def batch_frame(spark, lines: list[str], receipt: str):
+    """A micro-batch as the stream's query hands it to the batch: the lines, their file, the batch's time."""
+    rows = [(line, "file:///landing/f.jsonl", receipt) for line in lines]
+    return spark.createDataFrame(rows, "value string, source_file string, receipt_time string").selectExpr(
+        "value", "source_file", "CAST(receipt_time AS TIMESTAMP) AS receipt_time"
+    )
 
 
 def _events_of_panes(lake: Lake) -> list[tuple]:
