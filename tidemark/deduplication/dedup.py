@@ -241,6 +241,8 @@ def _run(
     outcome = publish.commit(lake, marker, replace=full)
     phases.done("commit")
     if not outcome.committed:
+        if full:  # a concurrent run published more receipts meanwhile: recompute over them
+            raise publish.Superseded(f"{event_date}: version {outcome.current.version} read receipts this run did not")
         return _noop(event_date, outcome.current, started)
     # The corrected notice, recorded (not sent) in the process that committed, however the dedup
     # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
@@ -312,8 +314,8 @@ def _full_unchanged(
 
 
 def _quick_noop(index: LakeIndex, event_date: str, previous: VersionRecord | None, rules: SessionRules) -> bool:
-    """The no-op decision from what was received since the previous version was planned (no marker
-    it already planned over is read): a cost independent of the lake's age (planning.quick_covered)."""
+    """The no-op decision from listings and the markers of the partitions the previous version lacks
+    (none of those it holds is read): a cost independent of the lake's age (planning.quick_covered)."""
     return (
         previous is not None
         and not rules_record.changed_since(previous, rules)
