@@ -8,6 +8,7 @@ receipt index and its head, as the stream writes them; the replay is written by 
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.lakekit import DAY0, RULES, SimulatedStream, expected, published
+from tidemark import cli
 from tidemark.deduplication.dedup import run_dedup, up_to_date
 from tidemark.iceberg import publish
 from tidemark.orchestration import reconcile
@@ -57,8 +59,16 @@ def _replay(stream: SimulatedStream, deliveries: list[tuple]) -> list[receipts.R
     return written
 
 
+def _partitions_pending(lake: Lake, capsys) -> list[str]:
+    """`tidemark partitions --json`'s pending receipts of D."""
+    capsys.readouterr()
+    assert cli.main(["partitions", "--lake", str(lake), "--json", "--since", D, "--until", D]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    return [ts for row in rows if row["event_date"] == D for ts in row["pending_receipts"]]
+
+
 @pytest.mark.parametrize("full", [False, True], ids=["dedup", "dedup --full"])
-def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicated(spark, tmp_path, full):
+def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicated(spark, tmp_path, full, capsys):
     lake, stream, events = _lake(tmp_path)
     first = run_dedup(lake, D, RULES, spark=spark)
     assert first.published
@@ -74,12 +84,14 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     assert up_to_date(lake, D) is None  # the DAG's skip check: Spark needed
     stale = {s.event_date: s for s in reconcile.staleness(lake, event_dates=[D])}
     assert stale[D].pending_receipts == [key]
+    assert _partitions_pending(lake, capsys) == [written[0].receipt_ts]
 
     result = run_dedup(lake, D, RULES, spark=spark, full=full)
     assert result.published and not result.noop, result
     assert key in publish.current_version(lake, D).receipts
     assert published(lake, D) == expected(events + late, D)
     assert reconcile.staleness(lake, event_dates=[D]) == []
+    assert _partitions_pending(lake, capsys) == []
     again = run_dedup(lake, D, RULES, spark=spark)
     assert again.noop and not again.published
     if not full:  # an incremental version: a full run finds the same islands (sessions and context)
