@@ -429,3 +429,70 @@ def test_a_rotation_skipped_for_a_half_done_batch_resumes_the_generation(tmp_pat
     assert landing_archive.current(checkpoint).generation >= 1
     in_lake = {(r["user_id"], e) for r in panes(lake) for e in r["event_ids"]}
     assert in_lake == {(u, e) for u, e, _ in valid_events(landed_lines(archive))}
+
+
+# --- a name landed again: every content kept, every run reads it ------------------------------
+
+
+def _read_batch(root, lake, checkpoint, gen, spark_batch_id, receipt_ts, path):
+    """What the stream does for a committed batch that read one landed file: queue entry, ledger
+    entry, Spark's commit."""
+    full = os.path.join(root, path)
+    item = {"path": path, "size": os.path.getsize(full), "mtime_ms": int(os.path.getmtime(full) * 1000)}
+    landing_archive.enqueue(checkpoint, gen, spark_batch_id, receipt_ts, [item])
+    landing_ledger.record_batch(lake, receipt_ts, spark_batch_id, [{**item, "lines": 1, "verdict": landing.INPUT}])
+    _commit(checkpoint, gen, spark_batch_id)
+
+
+def _archived(archive) -> dict[str, bytes]:
+    out = {}
+    for folder, _, names in os.walk(archive):
+        for name in names:
+            full = os.path.join(folder, name)
+            with open(full, "rb") as handle:
+                out[os.path.relpath(full, archive)] = handle.read()
+    return out
+
+
+def test_a_name_read_again_with_other_content_of_the_same_size_keeps_both_in_the_archive(tmp_path):
+    """The archive keeps every content it was handed: a name read again the same day with new
+    content of the same size is archived beside the first, told apart by its content's SHA-256; a
+    content the archive already holds (a move retried after a kill between a bucket's copy and its
+    delete, the same file landed again) stays one copy. The batch reference reads every version,
+    each at the receipt time of the batch that read it."""
+    import hashlib
+
+    from tidemark.demo.batch_reference import input_files, landed_files
+
+    root, archive, checkpoint = (str(tmp_path / d) for d in ("land", "archive", "checkpoint"))
+    lake = Lake.open(tmp_path / "lake")
+    gen = landing_archive.current(checkpoint)
+    e1, e2 = b'{"e":"one"}\n', b'{"e":"two"}\n'
+    assert len(e1) == len(e2)
+    _write(root, "sub/r.jsonl", e1, 1_700_000_000)
+    _read_batch(root, lake, checkpoint, gen, 0, "20261125T101500000Z", "sub/r.jsonl")
+    assert landing_archive.drain(root, archive, checkpoint) == 1
+    _write(root, "sub/r.jsonl", e2, 1_700_000_100)
+    _read_batch(root, lake, checkpoint, gen, 1, "20261125T121500000Z", "sub/r.jsonl")
+    assert landing_archive.drain(root, archive, checkpoint) == 1
+    version = f"received=2026-11-25/sub/r.jsonl.sha256-{hashlib.sha256(e2).hexdigest()}"
+    assert _archived(archive) == {"received=2026-11-25/sub/r.jsonl": e1, version: e2}
+    assert _input_files(root) == []
+
+    # a kill between the copy and the delete of a move: the archive has the copy, the landing the file
+    _write(root, "sub/r.jsonl", e2, 1_700_000_200)
+    landing_archive.move_read(root, archive, "20261125T131500000Z", "sub/r.jsonl")
+    _write(root, "sub/r.jsonl", e1, 1_700_000_300)
+    landing_archive.move_read(root, archive, "20261125T141500000Z", "sub/r.jsonl")
+    assert _archived(archive) == {"received=2026-11-25/sub/r.jsonl": e1, version: e2}
+    assert _input_files(root) == []
+
+    # the reference reads both contents under the landed name, each judged when its batch read it
+    assert sorted((original, p) for _, p, original, _ in input_files(root, archive)) == [
+        ("sub/r.jsonl", "received=2026-11-25/sub/r.jsonl"),
+        ("sub/r.jsonl", version),
+    ]
+    assert sorted(landed_files(root, lake, archive=archive)) == [
+        ("sub/r.jsonl", landing_ledger.receipt_us("20261125T101500000Z"), [b'{"e":"one"}']),
+        ("sub/r.jsonl", landing_ledger.receipt_us("20261125T121500000Z"), [b'{"e":"two"}']),
+    ]

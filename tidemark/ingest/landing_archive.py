@@ -37,6 +37,8 @@ one increasing sequence.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,6 +56,8 @@ GENERATION_FILE = "generation.json"
 QUEUE_DIR = "archive_queue"
 RECEIVED_KEY = "received"
 REPLACED_DIR = "_replaced"  # hidden: files replaced after they were read (content quarantined)
+VERSION_MARK = ".sha256-"  # another content of a name archived the same day: <path>.sha256-<hex digest>
+_VERSION = re.compile(re.escape(VERSION_MARK) + "[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -165,17 +169,38 @@ def _found(landing: str, path: str) -> LandedFile | None:
 
 
 def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
-    """A read input file to <archive>/received=<its batch's day>/<path>."""
-    _rename(landing, path, archive_path(archive, receipt_ts, path), receipt_ts)
+    """A read input file to <archive>/received=<its batch's day>/<path> (or a version of that name:
+    _rename)."""
+    _rename(landing, path, archive_path(archive, receipt_ts, path))
 
 
 def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
     """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
     out of the landing, and out of what the batch reference reads (a hidden folder)."""
-    _rename(landing, path, layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", path), receipt_ts)
+    _rename(landing, path, layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", path))
 
 
-def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
+def version_path(path: str, digest: str) -> str:
+    """The archive's name for another content of `path` archived the same day: the SHA-256 of that
+    content (hex) appended."""
+    return f"{path}{VERSION_MARK}{digest}"
+
+
+def original_path(archived: str) -> str:
+    """The landing path of an archived file (its path under the received= folder): a version's
+    content suffix removed."""
+    return _VERSION.sub("", archived)
+
+
+def _rename(landing: str, path: str, target_uri: str) -> None:
+    """Move a landed file to target_uri, keeping every distinct content the archive is handed.
+
+    The target name holds the first content archived under it; another content is archived beside
+    it under version_path (content identity, whatever the sizes), and a content already there (a
+    move retried after a kill between a bucket's copy and its delete, or the same file landed and
+    read again the same day) is not copied again: the landing's file is only deleted. Each copy
+    appears whole (a rename on a local disk, an object on a bucket), so a kill leaves either the
+    landed file or its archived copy, or both, and the retried move finishes it."""
     fs, root = storage.resolve(landing)
     source = root.rstrip("/") + "/" + path
     info = fs.get_file_info(source)
@@ -183,15 +208,49 @@ def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
         return
     afs, target = storage.resolve(target_uri)
     existing = afs.get_file_info(target)
-    if existing.type == pafs.FileType.File and existing.size != info.size:
-        # the same name archived twice the same day (a file landed under an archived name): keep both
-        target = f"{target}.{receipt_ts}"
-    afs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    if existing.type != pafs.FileType.File:
+        _transfer(fs, source, afs, target)
+        return
+    digest = _sha256(fs, source)
+    if not _holds(afs, target, existing, info.size, digest):
+        target = version_path(target, digest)
+        existing = afs.get_file_info(target)
+        if existing.type != pafs.FileType.File:
+            _transfer(fs, source, afs, target)
+            return
+        if not _holds(afs, target, existing, info.size, digest):
+            raise ValueError(f"the archive's {target} does not hold the content its name says: {source} stays")
+    log.info("landed file already archived: removed from the landing", file=path, archived=target)
+    fs.delete_file(source)
+
+
+def _holds(afs: pafs.FileSystem, path: str, info: pafs.FileInfo, size: int | None, digest: str) -> bool:
+    """The archived file at path has the content whose SHA-256 is digest."""
+    return info.size == size and _sha256(afs, path) == digest
+
+
+def _transfer(fs: pafs.FileSystem, source: str, afs: pafs.FileSystem, target: str) -> None:
+    """source (on fs) to target (on afs), which must not exist; the copy appears whole."""
+    folder, name = target.rsplit("/", 1)
+    afs.create_dir(folder, recursive=True)
     if type(afs) is type(fs):
         fs.move(source, target)  # a rename on a local disk; copy and delete on a bucket
+        return
+    if isinstance(afs, pafs.LocalFileSystem):  # a copy to a local disk is written under a hidden name first
+        staged = f"{folder}/.{name}.archiving"
+        pafs.copy_files(source, staged, source_filesystem=fs, destination_filesystem=afs)
+        afs.move(staged, target)
     else:
         pafs.copy_files(source, target, source_filesystem=fs, destination_filesystem=afs)
-        fs.delete_file(source)
+    fs.delete_file(source)
+
+
+def _sha256(fs: pafs.FileSystem, path: str) -> str:
+    digest = hashlib.sha256()
+    with fs.open_input_stream(path) as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def rotate(

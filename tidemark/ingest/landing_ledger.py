@@ -90,11 +90,17 @@ def _entry_ts(name: str) -> str | None:
 def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecord]:
     """{path: the newest record of that path} over every entry, or over the entries of batches
     received from `since_day` on (and a legacy lake's undated entries)."""
-    out: dict[str, FileRecord] = {}
-    for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order, so newer records win
+    return {path: records[-1] for path, records in read_history(lake, since_day).items()}
+
+
+def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[FileRecord]]:
+    """{path: every record of that path, oldest first}, over the entries read_ledger reads (a name
+    landed again after its file was archived has one record per content read)."""
+    out: dict[str, list[FileRecord]] = {}
+    for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order
         entry = lake.read_json(path) or {}
         for item in entry.get("files", []):
-            out[item["path"]] = FileRecord(
+            record = FileRecord(
                 item["path"],
                 item.get("size"),
                 item.get("mtime_ms"),
@@ -102,6 +108,7 @@ def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecor
                 item["verdict"],
                 receipt_ts,
             )
+            out.setdefault(record.path, []).append(record)
     return out
 
 
