@@ -496,3 +496,148 @@ def test_a_name_read_again_with_other_content_of_the_same_size_keeps_both_in_the
         ("sub/r.jsonl", landing_ledger.receipt_us("20261125T101500000Z"), [b'{"e":"one"}']),
         ("sub/r.jsonl", landing_ledger.receipt_us("20261125T121500000Z"), [b'{"e":"two"}']),
     ]
+
+
+def _stream(landing_dir, lake, checkpoint, spark, **options):
+    from streaming_job.job import StreamConfig, run_stream
+
+    run_stream(StreamConfig(landing_dir, lake, checkpoint, available_now=True, **options), spark=spark)
+
+
+def _events_in_lake(lake) -> set[tuple[str, str]]:
+    return {(r["user_id"], e) for r in panes(lake) for e in r["event_ids"]}
+
+
+def _deduplicated(lake, spark) -> dict[str, set[tuple]]:
+    from tidemark.deduplication.dedup import run_dedup
+
+    rules = rules_record.rules_in_force(lake)[0]
+    out = {}
+    for event_date in receipts.list_event_dates(lake):
+        run_dedup(lake, event_date, rules, spark=spark)
+        table = reader.read_sessions(
+            lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
+        )
+        out[event_date] = lake_keys(reader.to_records(table))
+    return out
+
+
+def _reused(n: int) -> list[str]:
+    """The lines of the n-th content landed as r.jsonl: every content the same byte size, and each
+    one's events continue the sessions of the one before."""
+    from tests.streamkit import event
+
+    return [event(f"u-r{u}", f"r-{n}-{u}", f"2026-03-06T10:{10 * n:02d}:00Z") for u in range(3)]
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_lake_rebuilt_from_the_archive_equals_the_original_with_reused_names_of_equal_size(tmp_path, spark):
+    """A name read, archived, landed again with other content of the same size and read by the next
+    generation: the archive keeps both contents, and a lake rebuilt from it (the stream with the
+    archive as its landing, docs/input-contract.md) equals the original, date by date."""
+    landing_dir, checkpoint, archive = (str(tmp_path / d) for d in ("landing", "checkpoint", "archive"))
+    lake = Lake.open(tmp_path / "lake")
+    deliveries, _ = build(Workload(events=300, users=8, days=2, seed=29, duplicate_rate=0.05))
+    chunks = split_files(deliveries, 4)
+    bounded = dict(archive=archive, rotate_after=1, max_files_per_trigger=2)
+    for round_ in (0, 1):
+        for i in (2 * round_, 2 * round_ + 1):
+            write_file(landing_dir, i, chunks[i], mtime=time.time() - 100 + i)
+        os.makedirs(os.path.join(landing_dir, "sub"), exist_ok=True)
+        with open(os.path.join(landing_dir, "sub", "r.jsonl"), "w") as out:
+            out.write("\n".join(_reused(round_)) + "\n")
+        _stream(landing_dir, lake, checkpoint, spark, **bounded)
+        assert _input_files(landing_dir) == []
+    sizes = {len("\n".join(_reused(n))) for n in (0, 1)}
+    assert len(sizes) == 1
+    reused = {(f"u-r{u}", f"r-{n}-{u}") for n in (0, 1) for u in range(3)}
+    assert reused <= _events_in_lake(lake)
+    archived = [p for p in _archived(archive) if os.path.basename(p).startswith("r.jsonl")]
+    assert len(archived) == 2, archived  # both contents of sub/r.jsonl
+
+    rebuilt = Lake.open(tmp_path / "rebuilt")
+    _stream(archive, rebuilt, str(tmp_path / "rebuilt-checkpoint"), spark)
+    assert _events_in_lake(rebuilt) == _events_in_lake(lake)
+    original = _deduplicated(lake, spark)
+    assert _deduplicated(rebuilt, spark) == original
+    from tidemark.demo.batch_reference import sessions_by_date
+
+    assert sessions_by_date(landing_dir, rules_record.rules_in_force(lake)[0], lake, archive) == original
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_name_landed_again_mid_generation_is_read_by_the_next_run_and_by_a_running_stream(
+    tmp_path, spark, monkeypatch
+):
+    """Spark's file source never reads a name of its generation again: a name landed again after
+    its file was archived, mid-generation, makes the stream rotate (at the end of an --available-now
+    run, or between two batches of a running stream) so that the next generation reads it, instead
+    of leaving it pending until some other file causes a rotation."""
+    import threading
+
+    from streaming_job import job
+    from tests.streamkit import land
+
+    landing_dir, checkpoint, archive = (str(tmp_path / d) for d in ("landing", "checkpoint", "archive"))
+    lake = Lake.open(tmp_path / "lake")
+    bounded = dict(archive=archive, rotate_after=100)
+
+    def land_reused(n):
+        with open(os.path.join(landing_dir, "r100.jsonl"), "w") as out:
+            out.write("\n".join(_reused(n)) + "\n")
+
+    land(landing_dir, [_reused(9)])  # another file, read with the first r100.jsonl
+    land_reused(0)
+    _stream(landing_dir, lake, checkpoint, spark, **bounded)
+    assert landing_archive.current(checkpoint).generation == 0 and _input_files(landing_dir) == []
+
+    # 1. --available-now: the run that finds the name pending rotates and reads it
+    land_reused(1)
+    _stream(landing_dir, lake, checkpoint, spark, **bounded)
+    assert _input_files(landing_dir) == []
+    assert {(f"u-r{u}", f"r-1-{u}") for u in range(3)} <= _events_in_lake(lake)
+    generation = landing_archive.current(checkpoint)
+    assert generation.generation == 1
+
+    # 2. a running stream: the landing audit finds it, the stream rotates between two batches
+    captured: list[threading.Event] = []  # the stream's stop event, set here instead of by SIGTERM
+
+    def capture(event):
+        captured.append(event)
+        return {}
+
+    monkeypatch.setattr(job, "_install_stop_handlers", capture)
+    wanted = {(f"u-r{u}", f"r-2-{u}") for u in range(3)}
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while not captured and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        land_reused(2)
+        while time.monotonic() < deadline and not wanted <= _events_in_lake(lake):
+            time.sleep(0.5)
+        if captured:
+            captured[0].set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    from streaming_job.job import StreamConfig, run_stream
+
+    run_stream(
+        StreamConfig(
+            landing_dir,
+            lake,
+            checkpoint,
+            trigger_interval="200ms",
+            archive_interval=0.2,
+            landing_audit_interval=0.5,
+            **bounded,
+        ),
+        spark=spark,
+    )
+    watcher.join()
+    assert wanted <= _events_in_lake(lake)
+    assert landing_archive.current(checkpoint).generation == 2

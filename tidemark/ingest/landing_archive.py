@@ -46,7 +46,7 @@ import pyarrow.fs as pafs
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
-from tidemark.ingest.landing import LandedFile
+from tidemark.ingest.landing import LandedFile, relative_path
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 
@@ -297,6 +297,46 @@ def rotate(
     )
     remove_old_generations(checkpoint, nxt)
     return nxt
+
+
+def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
+    """The paths (relative to the landing) that the generation's committed batches listed: Spark's
+    source log (`<query>/sources/0/`: the newest `N.compact`, which holds every entry before it,
+    and the entries after it), whose names its query never reads again. A file of a batch not
+    committed yet is left out: that batch (or its replay) reads it. Costs a read of the log, which
+    grows with the files the generation read (a rotation bounds it)."""
+    import json
+
+    query = generation.query_dir(checkpoint)
+    done = max((int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()), default=-1)
+    folder = layout.join(query, "sources", "0")
+    names = storage.list_dir(folder)
+    compacts = [int(n.removesuffix(".compact")) for n in names if n.endswith(".compact") and n[:-8].isdigit()]
+    since = max(compacts, default=-1)
+    wanted = ([f"{since}.compact"] if compacts else []) + sorted(
+        (n for n in names if n.isdigit() and since < int(n) <= done), key=int
+    )
+    out = set()
+    for name in wanted:
+        for line in (storage.read_text(layout.join(folder, name)) or "").splitlines()[1:]:
+            try:
+                entry = json.loads(line)
+                if int(entry.get("batchId", -1)) <= done:
+                    out.add(relative_path(landing, entry["path"]))
+            except (AttributeError, KeyError, TypeError, ValueError):
+                log.warning("an entry of Spark's file-source log not understood", file=name, entry=line[:200])
+    return out
+
+
+def unread(landing: str, checkpoint: str, generation: Generation, pending: list[str]) -> list[str]:
+    """The pending landed files that the generation's query will never read: a name one of its
+    committed batches listed (a name landed again after its file was archived or set aside, or an
+    empty file written again). Only a new generation reads them (rotate). Reads Spark's source log
+    only when some file is pending."""
+    if not pending:
+        return []
+    seen = listed(landing, checkpoint, generation)
+    return [path for path in pending if path in seen]
 
 
 def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -> bool:
