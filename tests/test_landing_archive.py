@@ -641,3 +641,53 @@ def test_a_name_landed_again_mid_generation_is_read_by_the_next_run_and_by_a_run
     watcher.join()
     assert wanted <= _events_in_lake(lake)
     assert landing_archive.current(checkpoint).generation == 2
+
+
+def test_unread_files_are_pending_names_a_committed_batch_of_the_generation_listed(tmp_path):
+    """landing_archive.unread: Spark's source log of the generation (the newest compact file and the
+    entries after it) says which names its query never reads again; a batch not committed yet
+    still reads its files."""
+    root, checkpoint = str(tmp_path / "land dir"), str(tmp_path / "checkpoint")
+    gen = landing_archive.Generation(1, 40)
+    sources = os.path.join(gen.query_dir(checkpoint), "sources", "0")
+    os.makedirs(sources)
+    url = "file://" + root.replace(" ", "%20")
+
+    def log_file(name, entries):
+        with open(os.path.join(sources, name), "w") as out:
+            out.write(
+                "\n".join(
+                    ["v1", *(json.dumps({"path": f"{url}/{p}", "timestamp": 1, "batchId": b}) for p, b in entries)]
+                )
+            )
+
+    log_file("0", [("gone.jsonl", 0)])  # before the compact file: in it too
+    log_file("9.compact", [("gone.jsonl", 0), ("a.jsonl", 3), ("sub/b.jsonl", 9)])
+    log_file("10", [("c.jsonl", 10)])
+    log_file("11", [("d.jsonl", 11)])  # planned, not committed
+    open(os.path.join(sources, ".12.tmp"), "w").close()
+    for n in range(11):
+        _commit(checkpoint, gen, n)
+    pending = ["a.jsonl", "c.jsonl", "d.jsonl", "new.jsonl", "sub/b.jsonl"]
+    assert landing_archive.unread(root, checkpoint, gen, pending) == ["a.jsonl", "c.jsonl", "sub/b.jsonl"]
+    assert landing_archive.unread(root, checkpoint, gen, []) == []
+    assert landing_archive.unread(root, checkpoint, landing_archive.Generation(2, 60), pending) == []
+
+
+def test_a_name_landed_again_after_its_file_was_set_aside_is_pending(tmp_path):
+    """A file replaced after it was read is quarantined and set aside; a file landed later under the
+    name is a new one (pending: the stream reads it), not the replaced content again."""
+    from streaming_job.job import StreamConfig, _set_aside
+
+    root, archive, checkpoint = (str(tmp_path / d) for d in ("land", "archive", "checkpoint"))
+    lake = Lake.open(tmp_path / "lake")
+    gen = landing_archive.current(checkpoint)
+    _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
+    _read_batch(root, lake, checkpoint, gen, 0, "20261125T101500000Z", "f.jsonl")
+    _write(root, "f.jsonl", b'{"x":2}\n', 1_700_000_100)
+    config = StreamConfig(landing=root, lake=lake, checkpoint=checkpoint, archive=archive)
+    landing_archive.drain(root, archive, checkpoint, _set_aside(config))
+    assert _input_files(root) == []
+    _write(root, "f.jsonl", b'{"x":3}\n{"x":4}\n', 1_700_000_200)
+    found = landing_ledger.audit(root, lake, archive)
+    assert found.pending == ["f.jsonl"] and found.replaced == []

@@ -21,11 +21,15 @@ A file moves only after Spark's commit log records the batch that read it (`comm
 that is not committed is replayed from the same files, so its files must stay. A file whose size or
 modification time changed since the batch read it was replaced: its new content is quarantined
 (tidemark.ingest.landing_ledger, as the landing audit does) and it moves under `<archive>/_replaced/`.
+The archive keeps every content it is handed: another content under a name already archived that
+day goes beside it as `<path>.sha256-<digest of its content>` (version_path), and a content it holds
+already is not copied twice (a move retried after a kill between a bucket's copy and its delete).
 The first rotation of a checkpoint also moves whatever the landing ledger records as read (a
 landing that held read files before the archive was turned on).
 
-A rotation (every `rotate_after` batches of a generation, at a graceful stop) starts the next
-generation on an empty query folder. It is safe only when every file a batch read has left the
+A rotation (every `rotate_after` batches of a generation, at a graceful stop, and when a pending
+landed file is under a name the generation has listed, which its query never reads again: unread)
+starts the next generation on an empty query folder. It is safe only when every file a batch read has left the
 landing, else the new query would read it again: so it happens only when the archive queue is empty
 after moving every committed batch's files (no batch left any work half done), and the generation
 file is switched last. A SIGKILL anywhere before the switch resumes the old generation (its
@@ -81,6 +85,18 @@ def _day(receipt_ts: str) -> str:
 
 def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
     return layout.join(archive, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
+
+
+def holds(archive: str, receipt_ts: str, relative: str) -> bool:
+    """The archive took a file of this name out of the landing on receipt_ts's day: read
+    (received=) or set aside as replaced (_replaced/received=)."""
+    return storage.exists(archive_path(archive, receipt_ts, relative)) or storage.exists(
+        _replaced_path(archive, receipt_ts, relative)
+    )
+
+
+def _replaced_path(archive: str, receipt_ts: str, relative: str) -> str:
+    return layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
 
 
 def _queue_dir(checkpoint: str) -> str:
@@ -177,7 +193,7 @@ def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
 def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
     """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
     out of the landing, and out of what the batch reference reads (a hidden folder)."""
-    _rename(landing, path, layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", path))
+    _rename(landing, path, _replaced_path(archive, receipt_ts, path))
 
 
 def version_path(path: str, digest: str) -> str:
