@@ -691,3 +691,17 @@ def test_a_name_landed_again_after_its_file_was_set_aside_is_pending(tmp_path):
     _write(root, "f.jsonl", b'{"x":3}\n{"x":4}\n', 1_700_000_200)
     found = landing_ledger.audit(root, lake, archive)
     assert found.pending == ["f.jsonl"] and found.replaced == []
+
+
+def test_a_copy_from_another_filesystem_appears_whole_under_its_name(tmp_path):
+    """A move across filesystems copies to a hidden name and renames it into place on a local disk,
+    so a kill mid-copy leaves no partial file under an input name (the retry copies again)."""
+    import pyarrow.fs as pafs
+
+    (tmp_path / "land").mkdir()
+    (tmp_path / "land" / "f.jsonl").write_bytes(b'{"x":1}\n')
+    source_fs = pafs.SubTreeFileSystem(str(tmp_path / "land"), pafs.LocalFileSystem())
+    target = str(tmp_path / "archive" / "received=2026-11-25" / "f.jsonl")
+    landing_archive._transfer(source_fs, "f.jsonl", pafs.LocalFileSystem(), target)
+    assert os.listdir(tmp_path / "land") == [] and os.listdir(os.path.dirname(target)) == ["f.jsonl"]
+    assert open(target, "rb").read() == b'{"x":1}\n'
