@@ -202,7 +202,16 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
                 archive=bool(config.archive),
             )
             changed_to = _run_query(
-                spark, config, processor, guard, audit, stop_requested, rotate, generation, rotate_at
+                spark,
+                config,
+                processor,
+                guard,
+                audit,
+                stop_requested,
+                rotate,
+                generation,
+                rotate_at,
+                0 if postponed_at is None else postponed_at + 1,
             )
             if config.archive:
                 landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
@@ -231,7 +240,7 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             )
             if nxt is not None:
                 generation = nxt
-                rotate_at = config.rotate_after
+                rotate_at, postponed_at = config.rotate_after, None
                 if go_on:
                     continue  # the stream goes on in the new generation (which reads the unread files)
             elif go_on and committed != postponed_at:
@@ -277,9 +286,11 @@ def _run_query(
     rotate: threading.Event,
     generation: landing_archive.Generation,
     rotate_at: int | None,
+    unread_after: int = 0,
 ):
-    """One generation's query, until it stops, fails, or has committed rotate_at batches.
-    Returns the lake's new rules if a migration stopped it."""
+    """One generation's query, until it stops, fails, has committed rotate_at batches, or (once it
+    has committed unread_after batches: after a postponed rotation, the replay first) the landing
+    audit finds files it never reads. Returns the lake's new rules if a migration stopped it."""
     writer = (
         source(spark, config)
         .writeStream.queryName("tidemark_sessions")
@@ -331,7 +342,11 @@ def _run_query(
                 _stop_between_batches(query)
                 break
             found = audit.maybe_run()
-            if found is not None and _unread(config, generation, found):
+            if (
+                found is not None
+                and _committed_batches(config.checkpoint, generation) >= unread_after
+                and _unread(config, generation, found)
+            ):
                 log.info(
                     "checkpoint rotation due: a pending file is under a name this generation has read",
                     generation=generation.generation,
