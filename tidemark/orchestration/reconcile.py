@@ -40,6 +40,7 @@ from datetime import datetime, timedelta, timezone
 
 from tidemark.base import layout, names, times
 from tidemark.base.logs import get_logger
+from tidemark.base.progress import Display, tracked
 from tidemark.base.times import iso_z
 from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
@@ -126,7 +127,11 @@ FULL_EVERY = timedelta(hours=24)
 
 
 def staleness(
-    lake: Lake, event_dates: list[str] | None = None, full: bool = False, now: datetime | None = None
+    lake: Lake,
+    event_dates: list[str] | None = None,
+    full: bool = False,
+    now: datetime | None = None,
+    display: Display | None = None,
 ) -> list[Staleness]:
     """Every event date of the lake (or of `event_dates`) with why its current version is stale;
     dates that are up to date are left out.
@@ -137,7 +142,8 @@ def staleness(
     can make it stale has happened to it since. A pass walks every date instead (`full`, or by
     itself) when there is no previous pass, the receipt index is not complete or has no head, the
     session rules changed, or the last walk is older than FULL_EVERY (a safety net for what no
-    tidemark component does: versions or markers edited by hand)."""
+    tidemark component does: versions or markers edited by hand). The pass over the dates reports its
+    progress (logs, and `display`: the CLI's terminal bar)."""
     owed_by_date: dict[str, list[dict]] = {}
     for owed in obligations.pending(lake):
         owed_by_date.setdefault(owed["event_date"], []).append(owed)
@@ -155,7 +161,7 @@ def staleness(
         else:
             dates = sorted(cursor.changed_dates() | set(owed_by_date))
     out = []
-    for event_date in dates:
+    for event_date in tracked(dates, "examining dates", log=log, display=display, lake=lake):
         current = None if tbl is None else publish.current_of(lake, tbl, event_date)
         item = _date_staleness(lake, event_date, current, owed_by_date.get(event_date, []), in_force)
         if item.kinds:
@@ -316,12 +322,16 @@ def decide(
     now: datetime | None = None,
     grace: timedelta = DEFAULT_GRACE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    display: Display | None = None,
 ) -> list[Decision]:
     """What to do for each stale date. Without `run_state` (no Airflow to ask) every due date gets
-    attempt 1's run id (creating an existing run is a no-op for Airflow anyway)."""
+    attempt 1's run id (creating an existing run is a no-op for Airflow anyway). The pass reports its
+    progress (each stale date may take a few requests to Airflow)."""
     now = now or datetime.now(timezone.utc)
     out = []
-    for item in stale:
+    for item in tracked(
+        stale, "looking up the stale dates' runs", log=log, display=display, name=lambda s: s.event_date
+    ):
         fingerprint = item.fingerprint
         if not item.due(now, grace):
             out.append(Decision(item.event_date, "waiting", None, fingerprint, item.reasons))
@@ -363,13 +373,15 @@ def reconcile(
     grace: timedelta = DEFAULT_GRACE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     full: bool = False,
+    display: Display | None = None,
 ) -> tuple[list[Staleness], list[Decision]]:
     """Find stale dates and, with `trigger`, start their runs through the Airflow REST client
-    (tidemark.orchestration.airflow_api.AirflowClient)."""
+    (tidemark.orchestration.airflow_api.AirflowClient). Both passes report their progress (logs, and
+    `display`: the CLI's terminal bar)."""
     dag_id = dag_id or names.get("DAG_ID")
     if trigger and client is None:
         raise ValueError("triggering runs needs an Airflow client")
-    stale = staleness(lake, full=full, now=now)
+    stale = staleness(lake, full=full, now=now, display=display)
     run_state = None
     if client is not None:
 
@@ -377,19 +389,20 @@ def reconcile(
             run = client.get_dag_run(dag_id, run_id)
             return None if run is None else run.get("state")
 
-    decisions = decide(stale, run_state, now=now, grace=grace, max_attempts=max_attempts)
+    decisions = decide(stale, run_state, now=now, grace=grace, max_attempts=max_attempts, display=display)
+    starting = [d for d in decisions if d.action == "trigger"] if trigger else []
+    for decision in tracked(starting, "starting runs", log=log, display=display, name=lambda d: d.event_date):
+        result = client.trigger_dag_run(
+            dag_id, decision.run_id, decision.conf, note="tidemark reconcile: " + "; ".join(decision.reasons)
+        )
+        log.info(
+            "reconcile started a run" if result.created else "reconcile run already exists",
+            event_date=decision.event_date,
+            run_id=decision.run_id,
+            reasons=decision.reasons,
+        )
     for decision in decisions:
-        if decision.action == "trigger" and trigger:
-            result = client.trigger_dag_run(
-                dag_id, decision.run_id, decision.conf, note="tidemark reconcile: " + "; ".join(decision.reasons)
-            )
-            log.info(
-                "reconcile started a run" if result.created else "reconcile run already exists",
-                event_date=decision.event_date,
-                run_id=decision.run_id,
-                reasons=decision.reasons,
-            )
-        elif decision.action != "trigger":
+        if decision.action != "trigger":
             log.info(
                 "reconcile: stale date not triggered",
                 event_date=decision.event_date,
