@@ -29,14 +29,14 @@ landing that held read files before the archive was turned on).
 
 A rotation (every `rotate_after` batches of a generation, at a graceful stop, and when a pending
 landed file is under a name the generation has listed, which its query never reads again: unread)
-starts the next generation on an empty query folder. It is safe only when every file a batch read has left the
-landing, else the new query would read it again: so it happens only when the archive queue is empty
-after moving every committed batch's files (no batch left any work half done), and the generation
-file is switched last. A SIGKILL anywhere before the switch resumes the old generation (its
-committed files are gone from the landing; it never needs them again); after it, the new one starts,
-and the old query folder is deleted at the next start. Batch ids continue across generations
-(batch_base), so the stream's state versions (streaming_job/state.py), pane batch ids and notices see
-one increasing sequence.
+starts the next generation on an empty query folder. It is safe only when every file a batch read
+has left the landing, else the new query would read it again: so it happens only when the archive
+queue is empty after moving every committed batch's files (no batch left any work half done), and
+the generation file is switched last. A SIGKILL anywhere before the switch resumes the old
+generation (its committed files are gone from the landing; it never needs them again); after it,
+the new one starts, and the old query folder is deleted at the next start. Batch ids continue across
+generations (batch_base), so the stream's state versions (streaming_job/state.py), pane batch ids
+and notices see one increasing sequence.
 """
 
 from __future__ import annotations
