@@ -161,6 +161,10 @@ class Islands:
     buckets: int | None = None
     carried: tuple[str, ...] = ()
     rewritten: int | None = None  # how many buckets the sessions can hold (None: all of them)
+    # The touched users' sessions of the date before and after (the same columns as `sessions`),
+    # when the run knows them: its changeset (tidemark/deduplication/changeset.py). None: a full run.
+    before: DataFrame | None = None
+    after: DataFrame | None = None
 
     def release(self) -> None:
         import dedup_sql
@@ -196,10 +200,12 @@ def summary_of(row, event_date: str) -> dict:
     }
 
 
-def _previous_sessions(spark, files: list[str], previous: VersionRecord):
-    """The sessions in these files of the previous version."""
+def _previous_sessions(spark, lake: Lake, previous: VersionRecord, files: list[str] | None = None):
+    """The previous version's sessions: in `files` of its (default: all of them)."""
     from pyspark.sql import functions as F
 
+    if files is None:
+        files = publish.run_files(lake, previous)
     if not files:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
     # Files of an older session schema lack its newer columns (read as null): computed by their fill.
@@ -263,7 +269,7 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
         touched = F.broadcast(panes.select("user_id").distinct())
         keep = lambda frame: frame.join(touched, "user_id", "left_semi")  # noqa: E731
         drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
-    old_sessions = _previous_sessions(spark, read, start.previous)
+    old_sessions = _previous_sessions(spark, lake, start.previous, read)
     old_context = _previous_context(spark, lake, start.previous, until)
     # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
     views: list = []
@@ -297,7 +303,7 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     # into the new ones (buckets.write shuffles them by user: one file per bucket).
     sessions = drop(old_sessions).unionByName(new_sessions)
     context = drop(old_context).unionByName(new_context)
-    return Islands(
+    islands = Islands(
         sessions,
         context,
         summary,
@@ -308,6 +314,13 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
         carried=carried,
         rewritten=rewritten,
     )
+    if start.previous.schema_version == session_schema.VERSION:  # else carried-over rows get filled columns
+        # the touched users are all in the buckets read: `old` holds every old session of theirs
+        islands.before = old.where(F.col("event_date") == F.lit(current.event_date)).select(
+            *ISLAND_COLUMNS, "event_date"
+        )
+        islands.after = new_sessions
+    return islands
 
 
 def _layout(
@@ -322,7 +335,8 @@ def _layout(
     from pyspark.sql import functions as F
 
     files = publish.run_files(lake, previous)
-    if not buckets.keeps(previous.buckets, previous.sessions):
+    # Files of an older session schema are not kept as they are: their rows get the newer columns.
+    if previous.schema_version != session_schema.VERSION or not buckets.keeps(previous.buckets, previous.sessions):
         users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
         return files, (), None, users, None
     count = int(previous.buckets or 1)

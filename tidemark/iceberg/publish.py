@@ -346,9 +346,11 @@ def _conflicts():
     return (CommitFailedException, OperationalError)
 
 
-def commit(lake: Lake, marker: VersionRecord) -> Outcome:
+def commit(lake: Lake, marker: VersionRecord, replace: bool = False) -> Outcome:
     """Make the run's version (its marker is written, its files complete) the date's current one,
     unless the current version already includes all its receipts (Outcome.committed False).
+    `replace`: also when the current version read exactly the run's receipts (a full recomputation
+    that found another result, `tidemark dedup --full`).
 
     Raises Superseded when the current version, made under the same rules, includes receipts the
     run lacks (replan and rerun); one made under other rules is replaced (see the comment inside).
@@ -394,13 +396,16 @@ def commit(lake: Lake, marker: VersionRecord) -> Outcome:
         # run under the lake's rules, for good (issue 33).
         ours, theirs = set(marker.receipts), set(current.receipts) if current else set()
         if current is not None and rules_record.same_rules(marker, current):
-            if ours <= theirs:
+            if ours <= theirs and not (replace and ours == theirs):
                 return Outcome(False, current)
             if not theirs <= ours:
                 raise Superseded(
                     f"{event_date}: the current version {current.version} includes "
                     f"{len(theirs - ours)} receipt partition(s) run {run_id} did not read"
                 )
+        if marker.changes is not None and marker.planned_on != (current.version if current else None):
+            # Its changeset (tidemark/iceberg/changes.py) is relative to the version it was planned on
+            raise Superseded(f"{event_date}: run {run_id} was planned on {marker.planned_on}, not the current version")
         version = marker.max_receipt_ts
         if version is None:
             raise ValueError(f"run {run_id} of {event_date} read no receipt: nothing to commit")

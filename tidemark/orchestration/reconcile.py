@@ -214,6 +214,11 @@ class Cursor:
     rules: str
     full: bool
     walked_at: str
+    # The dates whose partition received at the head was complete when this pass listed the
+    # arrivals, before it looked at any date (None: not known). A replay of the batch at the head (a
+    # crash after the head, before Spark's commit) can still write partitions under the head's
+    # receipt_ts; the next pass looks at the dates of those arrivals not in this list.
+    at_head: list[str] | None = None
 
     @classmethod
     def start(cls, lake: Lake, rules, now: datetime, full: bool) -> Cursor:
@@ -226,14 +231,32 @@ class Cursor:
         if why_full:
             log.info("reconcile walks every date", lake=lake, why=why_full)
         walked_at = iso_z(now, "auto") if why_full or previous is None else previous["walked_at"]
-        return cls(lake, head, previous, described, bool(why_full), walked_at)
+        cursor = cls(lake, head, previous, described, bool(why_full), walked_at)
+        if cursor.full and head is not None:
+            cursor.at_head = cursor._complete_at_head(receipt_index.arrivals(lake, head, head))
+        return cursor
+
+    def _complete_at_head(self, entries: set[tuple[str, str]]) -> list[str]:
+        """The dates among `entries` (arrivals) whose partition received at this pass's head is complete."""
+        at_head = [(event_date, self.head) for receipt_ts, event_date in entries if receipt_ts == self.head]
+        return sorted(event_date for event_date, _ in receipts.complete_keys(self.lake, at_head))
 
     def changed_dates(self) -> set[str]:
         """The dates stale at the last pass and those that received partitions since, those of a
         batch still in flight included (some of its partitions may be complete: a walk would see
-        them; the next pass, starting from this pass's head, looks at them again)."""
+        them; the next pass, starting from this pass's head, looks at them again), and those that
+        received a partition under the last pass's head that it did not see complete (a replay of
+        the batch at the head)."""
         assert self.previous is not None  # only a pass that does not walk asks, and it has a cursor
-        arrived = receipt_index.arrived(self.lake, self.previous["head"])
+        since = self.previous["head"]
+        entries = receipt_index.arrivals(self.lake, since)
+        seen = self.previous.get("at_head")  # absent: a cursor written before it was kept
+        arrived = {
+            event_date
+            for receipt_ts, event_date in entries
+            if receipt_ts > since or seen is None or event_date not in seen
+        }
+        self.at_head = self._complete_at_head(entries)
         log.info(
             "reconcile looks at what changed",
             lake=self.lake,
@@ -251,6 +274,7 @@ class Cursor:
             self.lake.reconcile_cursor(),
             {
                 "head": self.head,
+                "at_head": self.at_head,
                 "stale": sorted(stale),
                 "rules": self.rules,
                 "walked_at": self.walked_at,
