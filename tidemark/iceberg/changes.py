@@ -186,8 +186,8 @@ def load(lake: Lake, create: bool = False):
     """The lake's changes table, freshly loaded (None when it does not exist and not create)."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 
-    if not create and not iceberg.exists(lake):
-        return None  # no sessions table (nor catalog) yet: no changes table either
+    if not create and not iceberg.may_exist(lake):
+        return None  # no catalog yet: no changes table either (opening it would create the file)
     cat = iceberg.catalog(lake)
 
     @_retrying(_transient())

@@ -183,6 +183,12 @@ def exists(lake: Lake) -> bool:
     return _may_exist(lake) and _load_if_any(lake) is not None
 
 
+def may_exist(lake: Lake) -> bool:
+    """Whether the lake can have tables in its catalog, without loading any table (exists() reads
+    the sessions table's metadata file)."""
+    return _may_exist(lake)
+
+
 def _load_if_any(lake: Lake):
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
