@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tests import reference
+from tests.helpers import lake_session_set, session_set
 from tests.streamkit import event, panes, partition_snapshot
 from tidemark.base import crashpoints
-from tidemark.ingest import landing_ledger
+from tidemark.deduplication.dedup import run_dedup
+from tidemark.ingest import contract, landing, landing_ledger
 from tidemark.ingest.quarantine import read_quarantine
+from tidemark.panes import receipts
+from tidemark.session import rules_record
 from tidemark.store.lake import Lake
 
 pytestmark = pytest.mark.slow  # each test runs two short streams (~15 s apiece)
@@ -120,3 +126,80 @@ def test_a_replay_judges_lines_with_the_input_rules_of_the_first_attempt(tmp_pat
     assert [row["raw"] for row in read_quarantine(lake)] == refused
     (entry,) = stream_entries(lake)
     assert entry["input_rules"]["max_clock_skew"] == "1h"
+
+
+def ledger_events(lake: Lake, contents: dict[str, bytes]) -> list:
+    """What the ledger records as read: every stream entry's input files, identified by digest among
+    the contents the test landed, judged at the entry's receipt time by the entry's input rules."""
+    out = []
+    for entry in stream_entries(lake):
+        rules = landing_ledger.rules_of(entry)
+        assert rules is not None
+        received = landing_ledger.receipt_us(entry["receipt_ts"])
+        for record in entry["files"]:
+            if record["verdict"] == landing.INPUT:
+                lines = landing.file_lines(contents[record["sha256"]])
+                assert record["lines"] == len(lines)
+                out += contract.read_lines(lines, received, rules)
+    return out
+
+
+MUTATIONS = ("keep", "replace", "append", "delete")
+KILL_POINTS = ("ledger-recorded", "receipt-marker@1", "receipt-marker@2", "batch-committed")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_killed_batch_replayed_under_other_landing_and_options_equals_what_the_ledger_read(tmp_path, spark, seed):
+    """Property: kill a batch at a random step, then replace, append to or delete its files, land
+    another and restart with a random --max-clock-skew. The lake, deduplicated, equals a batch
+    sessionization (tests.reference) of exactly the contents the ledger records as read, each
+    judged at its batch's receipt time by its batch's recorded input rules."""
+    rng = random.Random(seed)
+    lake = Lake.open(tmp_path / "lake")
+    folder = tmp_path / "landing"
+    now = datetime.now(timezone.utc)
+    contents: dict[str, bytes] = {}
+    serial = iter(range(10_000))
+
+    def lines(n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            k = next(serial)
+            if rng.random() < 0.2:  # ahead of the receipt time: refused at a 1h skew, taken at 3h
+                ts = now + timedelta(minutes=rng.randint(70, 150))
+            else:
+                ts = now - timedelta(days=rng.randint(1, 3), minutes=rng.randint(0, 600))
+            out.append(event(f"u{rng.randint(0, 3)}", f"e{k}", ts.strftime("%Y-%m-%dT%H:%M:%SZ")))
+        return out
+
+    def put(name: str, new: list[str]) -> None:
+        data = land(folder / name, new)
+        contents[hashlib.sha256(data).hexdigest()] = data
+
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
+        put(name, lines(rng.randint(3, 6)))
+    kill = rng.choice(KILL_POINTS)
+    assert run_stream(tmp_path, kill) in (0, crashpoints.EXIT_CODE)
+
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
+        mutation = rng.choice(MUTATIONS)
+        if mutation == "replace":
+            put(name, lines(rng.randint(1, 4)))
+        elif mutation == "append":
+            with open(folder / name, "ab") as out:  # in place: the same inode as a hard-linked pin
+                out.write("".join(line + "\n" for line in lines(2)).encode())
+        elif mutation == "delete":
+            os.remove(folder / name)
+    put("d.jsonl", lines(3))
+    skew = rng.choice(["1h", "3h"])
+    assert run_stream(tmp_path, None, "--max-clock-skew", skew) == 0
+
+    events = ledger_events(lake, contents)
+    in_lake = {(row["user_id"], event_id) for row in panes(lake) for event_id in row["event_ids"]}
+    assert in_lake == {(e.user_id, e.event_id) for e in events}, (kill, skew)
+    rules = rules_record.rules_in_force(lake)[0]
+    expected = reference.sessionize(((e.user_id, e.event_id, e.event_ts) for e in events), rules)
+    for event_date in receipts.list_event_dates(lake):
+        run_dedup(lake, event_date, rules, spark=spark)
+        assert lake_session_set(lake, event_date) == session_set(expected, event_date), (event_date, kill, skew)
+    assert not os.listdir(tmp_path / "checkpoint" / "pinned")  # every batch committed: no pin left
