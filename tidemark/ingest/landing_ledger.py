@@ -4,12 +4,15 @@ Every micro-batch that read lines records one entry, `<lake>/_landing/day=D/rece
 (D: the day of R; tidemark.store.lake; a lake from before the day folders keeps `_landing/receipt_ts=R.json`,
 still read), written before the batch's panes and rewritten identically if the batch is
 replayed: for each file Spark gave it, the file's path relative to the landing folder, its size and
-modification time as Spark listed them, its line count and its verdict (tidemark.ingest.landing: input,
-hidden or in progress). So
+modification time as the batch pinned it (tidemark.ingest.input_pins), its line count, its verdict
+(tidemark.ingest.landing: input, hidden or in progress; `unreadable` with a `reason` for a file a
+replay could not read as its first attempt did) and the sha256 of the bytes read; and the input
+rules the batch judged its lines by (`input_rules`), which a replay uses whatever it was given. So
   - no landed file is skipped without a record: hidden and in-progress files the source listed are
     recorded with their verdict, and `audit` reports every file in the landing that no entry covers;
-  - the receipt time of every line is known after the fact: the batch reference judges the clock
-    guard against it (tidemark.demo.batch_reference), exactly as the stream did;
+  - the receipt time and input rules of every line are known after the fact: the batch reference
+    judges the clock guard with them (tidemark.demo.batch_reference), exactly as the stream did;
+  - what a batch read is known by content: its files' digests;
   - a file replaced under a name already read is found: Spark's source reads each name once, so the
     new content would be lost without a trace. `audit` compares the landing with the ledger, and
     `quarantine_replaced` puts every line of a replaced file's new content in the quarantine (raw
