@@ -26,11 +26,11 @@ import binascii
 import functions_framework
 
 from cloud_function import dead_letter
-from cloud_function.airflow_client import AirflowClient, AirflowRejected
 from cloud_function.cloud_logging import get_logger
 from tidemark.base import names
 from tidemark.notices import availability_notice
 from tidemark.orchestration import runs
+from tidemark.orchestration.airflow_api import AirflowClient, AirflowRejected
 
 log = get_logger("cloud_function")
 _client: AirflowClient | None = None

@@ -181,6 +181,7 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             landing_archive.remove_old_generations(config.checkpoint, generation)
         # batches this generation commits before it rotates; after a skipped rotation, one more
         rotate_at = config.rotate_after
+        postponed_at = None  # committed batches when a rotation was last postponed
         while True:
             rotate = threading.Event()  # this generation has run its batches: stop it and rotate
             processor = BatchProcessor(
@@ -195,49 +196,67 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
                 archive=bool(config.archive),
             )
             changed_to = _run_query(
-                spark, config, processor, guard, audit, stop_requested, rotate, generation, rotate_at
+                spark,
+                config,
+                processor,
+                guard,
+                audit,
+                stop_requested,
+                rotate,
+                generation,
+                rotate_at,
+                0 if postponed_at is None else postponed_at + 1,
             )
             if config.archive:
                 landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
-            audit.run()
+            found = audit.run()
             release_pins(config.checkpoint, generation, bool(config.archive))  # the last batch's, once committed
-            if changed_to is not None or not config.rotate_after or rotate_at is None:
+            if changed_to is not None or not config.archive:
                 break
             committed = _committed_batches(config.checkpoint, generation)
-            if rotate.is_set() or committed >= rotate_at:
-                archive = config.archive
-                assert archive is not None  # rotation without the archive is refused at the start
+            # a pending file this generation's query never reads: only the next generation does
+            unread = _unread(config, generation, found)
+            if not (rotate.is_set() or unread or (rotate_at is not None and committed >= rotate_at)):
+                break
+            go_on = (rotate.is_set() or bool(unread)) and not stop_requested.is_set()
+            archive = config.archive
 
-                def sweep(archive: str = archive) -> int:
-                    return landing_ledger.sweep_read(config.landing, config.lake, archive)
+            def sweep(archive: str = archive) -> int:
+                return landing_ledger.sweep_read(config.landing, config.lake, archive)
 
-                nxt = landing_archive.rotate(
-                    config.landing,
-                    archive,
-                    config.checkpoint,
-                    generation,
-                    _set_aside(config),
-                    sweep=sweep,
-                    lake=config.lake,
+            nxt = landing_archive.rotate(
+                config.landing,
+                archive,
+                config.checkpoint,
+                generation,
+                _set_aside(config),
+                sweep=sweep,
+                lake=config.lake,
+            )
+            if nxt is not None:
+                generation = nxt
+                rotate_at, postponed_at = config.rotate_after, None
+                if go_on:
+                    continue  # the stream goes on in the new generation (which reads the unread files)
+            elif go_on and committed != postponed_at:
+                # Skipped: a batch of this generation is not committed (a refused or killed one).
+                # Stopping here would end a running stream, or leave an --available-now run's files
+                # in the landing, so the same generation resumes (its query replays that batch
+                # first) and rotation is tried again after its next commit: every retry follows
+                # new progress (a retry without it ends the run), so this cannot loop without end.
+                postponed_at, rotate_at = committed, committed + 1
+                log.info(
+                    "checkpoint rotation postponed: resuming the current generation",
+                    generation=generation.generation,
+                    retry_after_batches=rotate_at,
                 )
-                if nxt is not None:
-                    generation = nxt
-                    rotate_at = config.rotate_after
-                    if rotate.is_set() and not stop_requested.is_set():
-                        continue  # the stream goes on in the new generation
-                elif rotate.is_set() and not stop_requested.is_set():
-                    # Skipped: a batch of this generation is not committed (a refused or killed
-                    # one). Stopping here would end a running stream, or leave an --available-now
-                    # run's files in the landing, so the same generation resumes (its query replays
-                    # that batch first) and rotation is tried again after its next commit: every
-                    # retry follows new progress, so this cannot loop without end.
-                    rotate_at = committed + 1
-                    log.info(
-                        "checkpoint rotation postponed: resuming the current generation",
-                        generation=generation.generation,
-                        retry_after_batches=rotate_at,
-                    )
-                    continue
+                continue
+            elif go_on:
+                log.warning(
+                    "checkpoint rotation postponed without progress: stopping; the next run tries again",
+                    generation=generation.generation,
+                    unread=unread[:5],
+                )
             break
     finally:
         _restore_handlers(previous)
@@ -262,9 +281,11 @@ def _run_query(
     rotate: threading.Event,
     generation: landing_archive.Generation,
     rotate_at: int | None,
+    unread_after: int = 0,
 ):
-    """One generation's query, until it stops, fails, or has committed rotate_at batches.
-    Returns the lake's new rules if a migration stopped it."""
+    """One generation's query, until it stops, fails, has committed rotate_at batches, or (once it
+    has committed unread_after batches: after a postponed rotation, the replay first) the landing
+    audit finds files it never reads. Returns the lake's new rules if a migration stopped it."""
     writer = (
         source(spark, config)
         .writeStream.queryName("tidemark_sessions")
@@ -315,7 +336,17 @@ def _run_query(
             if stop_requested.is_set() or rotate.is_set():
                 _stop_between_batches(query)
                 break
-            audit.maybe_run()
+            found = audit.maybe_run()
+            if (
+                found is not None
+                and _committed_batches(config.checkpoint, generation) >= unread_after
+                and _unread(config, generation, found)
+            ):
+                log.info(
+                    "checkpoint rotation due: a pending file is under a name this generation has read",
+                    generation=generation.generation,
+                )
+                rotate.set()  # the stop comes between two batches (the next pass)
     except StreamingQueryException:
         pass  # awaitTermination raises the query's failure; judged just below
     failure = query.exception()
@@ -330,6 +361,20 @@ def _set_aside(config: StreamConfig):
     return lambda files: landing_ledger.quarantine_replaced(
         config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive
     )
+
+
+def _unread(
+    config: StreamConfig, generation: landing_archive.Generation, found: landing_ledger.Audit | None
+) -> list[str]:
+    """The audit's pending files that the generation's query never reads (a name it has read
+    already, landed again after its file was archived): a rotation lets the next one read them."""
+    if not config.archive or found is None or not found.pending:
+        return []
+    try:
+        return landing_archive.unread(config.landing, config.checkpoint, generation, found.pending)
+    except OSError as exc:  # a storage hiccup: tried again at the next audit
+        log.warning("could not read the file-source log", error=str(exc)[:300])
+        return []
 
 
 def _committed_batches(checkpoint: str, generation: landing_archive.Generation) -> int:
@@ -391,18 +436,17 @@ class _LandingAudit:
         self.landing, self.lake, self.interval, self.archive = landing, lake, interval, archive
         self._next = time.monotonic() + interval
 
-    def maybe_run(self) -> None:
-        if time.monotonic() >= self._next:
-            self.run()
+    def maybe_run(self) -> landing_ledger.Audit | None:
+        return self.run() if time.monotonic() >= self._next else None
 
-    def run(self) -> None:
-        from tidemark.ingest import landing_ledger
-
+    def run(self) -> landing_ledger.Audit | None:
+        """The audit's findings (None if it could not run)."""
         self._next = time.monotonic() + self.interval
         try:
-            landing_ledger.report(self.landing, self.lake, archive=self.archive)
+            return landing_ledger.report(self.landing, self.lake, archive=self.archive)
         except (OSError, ValueError) as exc:
             log.warning("could not audit the landing", landing=self.landing, error=str(exc)[:300])
+            return None
 
 
 def _notice_service(config: StreamConfig):

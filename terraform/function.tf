@@ -76,7 +76,7 @@ resource "google_cloudfunctions2_function" "notice_to_dag" {
     timeout_seconds                  = var.function_timeout_seconds
     max_instance_request_concurrency = 1
 
-    # What cloud_function/main.py and airflow_client.py read (tests/test_terraform.py checks).
+    # What cloud_function/main.py and tidemark/orchestration/airflow_api.py read (tests/test_terraform.py checks).
     environment_variables = {
       AIRFLOW_BASE_URL  = local.airflow_base_url
       AIRFLOW_AUTH_MODE = var.airflow_auth_mode

@@ -18,10 +18,10 @@ from contextlib import redirect_stdout
 import pytest
 
 from cloud_function import main
-from cloud_function.airflow_client import AirflowClient, ConfigError, TransientAirflowError
 from tidemark.devstack.process import free_port
 from tidemark.notices import availability_notice
 from tidemark.orchestration import runs
+from tidemark.orchestration.airflow_api import AirflowClient, ConfigError, TransientAirflowError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AIRFLOW_RUN_ID = re.compile(r"^[A-Za-z0-9_.~:+-]+$")
@@ -193,6 +193,6 @@ def test_function_bundle_is_self_contained(tmp_path):
         "main",
         "tidemark.notices.availability_notice",
         "tidemark.orchestration.runs",
-        "cloud_function.airflow_client",
+        "tidemark.orchestration.airflow_api",
     } <= set(report["checked_modules"])
     assert "functions-framework" in (out / "requirements.txt").read_text()

@@ -16,7 +16,6 @@ import time
 
 import pytest
 
-from cloud_function.airflow_client import AirflowRejected
 from tests.helpers import log_lines, wait_for
 from tidemark.base import names
 from tidemark.devstack import pubsub_emulator as ps
@@ -24,6 +23,7 @@ from tidemark.devstack.airflow import AirflowServer
 from tidemark.devstack.function import FunctionServer
 from tidemark.notices import availability_notice
 from tidemark.orchestration import runs
+from tidemark.orchestration.airflow_api import AirflowRejected
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -429,3 +429,279 @@ def test_a_rotation_skipped_for_a_half_done_batch_resumes_the_generation(tmp_pat
     assert landing_archive.current(checkpoint).generation >= 1
     in_lake = {(r["user_id"], e) for r in panes(lake) for e in r["event_ids"]}
     assert in_lake == {(u, e) for u, e, _ in valid_events(landed_lines(archive))}
+
+
+# --- a name landed again: every content kept, every run reads it ------------------------------
+
+
+def _read_batch(root, lake, checkpoint, gen, spark_batch_id, receipt_ts, path):
+    """What the stream does for a committed batch that read one landed file: queue entry, ledger
+    entry, Spark's commit."""
+    full = os.path.join(root, path)
+    item = {"path": path, "size": os.path.getsize(full), "mtime_ms": int(os.path.getmtime(full) * 1000)}
+    landing_archive.enqueue(checkpoint, gen, spark_batch_id, receipt_ts, [item])
+    landing_ledger.record_batch(lake, receipt_ts, spark_batch_id, [{**item, "lines": 1, "verdict": landing.INPUT}])
+    _commit(checkpoint, gen, spark_batch_id)
+
+
+def _archived(archive) -> dict[str, bytes]:
+    out = {}
+    for folder, _, names in os.walk(archive):
+        for name in names:
+            full = os.path.join(folder, name)
+            with open(full, "rb") as handle:
+                out[os.path.relpath(full, archive)] = handle.read()
+    return out
+
+
+def test_a_name_read_again_with_other_content_of_the_same_size_keeps_both_in_the_archive(tmp_path):
+    """The archive keeps every content it was handed: a name read again the same day with new
+    content of the same size is archived beside the first, told apart by its content's SHA-256; a
+    content the archive already holds (a move retried after a kill between a bucket's copy and its
+    delete, the same file landed again) stays one copy. The batch reference reads every version,
+    each at the receipt time of the batch that read it."""
+    import hashlib
+
+    from tidemark.demo.batch_reference import input_files, landed_files
+
+    root, archive, checkpoint = (str(tmp_path / d) for d in ("land", "archive", "checkpoint"))
+    lake = Lake.open(tmp_path / "lake")
+    gen = landing_archive.current(checkpoint)
+    e1, e2 = b'{"e":"one"}\n', b'{"e":"two"}\n'
+    assert len(e1) == len(e2)
+    _write(root, "sub/r.jsonl", e1, 1_700_000_000)
+    _read_batch(root, lake, checkpoint, gen, 0, "20261125T101500000Z", "sub/r.jsonl")
+    assert landing_archive.drain(root, archive, checkpoint) == 1
+    _write(root, "sub/r.jsonl", e2, 1_700_000_100)
+    _read_batch(root, lake, checkpoint, gen, 1, "20261125T121500000Z", "sub/r.jsonl")
+    assert landing_archive.drain(root, archive, checkpoint) == 1
+    version = f"received=2026-11-25/sub/r.jsonl.sha256-{hashlib.sha256(e2).hexdigest()}"
+    assert _archived(archive) == {"received=2026-11-25/sub/r.jsonl": e1, version: e2}
+    assert _input_files(root) == []
+
+    # a kill between the copy and the delete of a move: the archive has the copy, the landing the file
+    _write(root, "sub/r.jsonl", e2, 1_700_000_200)
+    landing_archive.move_read(root, archive, "20261125T131500000Z", "sub/r.jsonl")
+    _write(root, "sub/r.jsonl", e1, 1_700_000_300)
+    landing_archive.move_read(root, archive, "20261125T141500000Z", "sub/r.jsonl")
+    assert _archived(archive) == {"received=2026-11-25/sub/r.jsonl": e1, version: e2}
+    assert _input_files(root) == []
+
+    # the reference reads both contents under the landed name, each judged when its batch read it
+    assert sorted((original, p) for _, p, original, _ in input_files(root, archive)) == [
+        ("sub/r.jsonl", "received=2026-11-25/sub/r.jsonl"),
+        ("sub/r.jsonl", version),
+    ]
+    assert sorted(landed_files(root, lake, archive=archive)) == [
+        ("sub/r.jsonl", landing_ledger.receipt_us("20261125T101500000Z"), [b'{"e":"one"}']),
+        ("sub/r.jsonl", landing_ledger.receipt_us("20261125T121500000Z"), [b'{"e":"two"}']),
+    ]
+
+
+def _stream(landing_dir, lake, checkpoint, spark, **options):
+    from streaming_job.job import StreamConfig, run_stream
+
+    run_stream(StreamConfig(landing_dir, lake, checkpoint, available_now=True, **options), spark=spark)
+
+
+def _events_in_lake(lake) -> set[tuple[str, str]]:
+    return {(r["user_id"], e) for r in panes(lake) for e in r["event_ids"]}
+
+
+def _deduplicated(lake, spark) -> dict[str, set[tuple]]:
+    from tidemark.deduplication.dedup import run_dedup
+
+    rules = rules_record.rules_in_force(lake)[0]
+    out = {}
+    for event_date in receipts.list_event_dates(lake):
+        run_dedup(lake, event_date, rules, spark=spark)
+        table = reader.read_sessions(
+            lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
+        )
+        out[event_date] = lake_keys(reader.to_records(table))
+    return out
+
+
+def _reused(n: int) -> list[str]:
+    """The lines of the n-th content landed as r.jsonl: every content the same byte size, and each
+    one's events continue the sessions of the one before."""
+    from tests.streamkit import event
+
+    return [event(f"u-r{u}", f"r-{n}-{u}", f"2026-03-06T10:{10 * n:02d}:00Z") for u in range(3)]
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_lake_rebuilt_from_the_archive_equals_the_original_with_reused_names_of_equal_size(tmp_path, spark):
+    """A name read, archived, landed again with other content of the same size and read by the next
+    generation: the archive keeps both contents, and a lake rebuilt from it (the stream with the
+    archive as its landing, docs/input-contract.md) equals the original, date by date."""
+    landing_dir, checkpoint, archive = (str(tmp_path / d) for d in ("landing", "checkpoint", "archive"))
+    lake = Lake.open(tmp_path / "lake")
+    deliveries, _ = build(Workload(events=300, users=8, days=2, seed=29, duplicate_rate=0.05))
+    chunks = split_files(deliveries, 4)
+    bounded = dict(archive=archive, rotate_after=1, max_files_per_trigger=2)
+    for round_ in (0, 1):
+        for i in (2 * round_, 2 * round_ + 1):
+            write_file(landing_dir, i, chunks[i], mtime=time.time() - 100 + i)
+        os.makedirs(os.path.join(landing_dir, "sub"), exist_ok=True)
+        with open(os.path.join(landing_dir, "sub", "r.jsonl"), "w") as out:
+            out.write("\n".join(_reused(round_)) + "\n")
+        _stream(landing_dir, lake, checkpoint, spark, **bounded)
+        assert _input_files(landing_dir) == []
+    sizes = {len("\n".join(_reused(n))) for n in (0, 1)}
+    assert len(sizes) == 1
+    reused = {(f"u-r{u}", f"r-{n}-{u}") for n in (0, 1) for u in range(3)}
+    assert reused <= _events_in_lake(lake)
+    archived = [p for p in _archived(archive) if os.path.basename(p).startswith("r.jsonl")]
+    assert len(archived) == 2, archived  # both contents of sub/r.jsonl
+
+    rebuilt = Lake.open(tmp_path / "rebuilt")
+    _stream(archive, rebuilt, str(tmp_path / "rebuilt-checkpoint"), spark)
+    assert _events_in_lake(rebuilt) == _events_in_lake(lake)
+    original = _deduplicated(lake, spark)
+    assert _deduplicated(rebuilt, spark) == original
+    from tidemark.demo.batch_reference import sessions_by_date
+
+    assert sessions_by_date(landing_dir, rules_record.rules_in_force(lake)[0], lake, archive) == original
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_name_landed_again_mid_generation_is_read_by_the_next_run_and_by_a_running_stream(
+    tmp_path, spark, monkeypatch
+):
+    """Spark's file source never reads a name of its generation again: a name landed again after
+    its file was archived, mid-generation, makes the stream rotate (at the end of an --available-now
+    run, or between two batches of a running stream) so that the next generation reads it, instead
+    of leaving it pending until some other file causes a rotation."""
+    import threading
+
+    from streaming_job import job
+    from tests.streamkit import land
+
+    landing_dir, checkpoint, archive = (str(tmp_path / d) for d in ("landing", "checkpoint", "archive"))
+    lake = Lake.open(tmp_path / "lake")
+    bounded = dict(archive=archive, rotate_after=100)
+
+    def land_reused(n):
+        with open(os.path.join(landing_dir, "r100.jsonl"), "w") as out:
+            out.write("\n".join(_reused(n)) + "\n")
+
+    land(landing_dir, [_reused(9)])  # another file, read with the first r100.jsonl
+    land_reused(0)
+    _stream(landing_dir, lake, checkpoint, spark, **bounded)
+    assert landing_archive.current(checkpoint).generation == 0 and _input_files(landing_dir) == []
+
+    # 1. --available-now: the run that finds the name pending rotates and reads it
+    land_reused(1)
+    _stream(landing_dir, lake, checkpoint, spark, **bounded)
+    assert _input_files(landing_dir) == []
+    assert {(f"u-r{u}", f"r-1-{u}") for u in range(3)} <= _events_in_lake(lake)
+    generation = landing_archive.current(checkpoint)
+    assert generation.generation == 1
+
+    # 2. a running stream: the landing audit finds it, the stream rotates between two batches
+    captured: list[threading.Event] = []  # the stream's stop event, set here instead of by SIGTERM
+
+    def capture(event):
+        captured.append(event)
+        return {}
+
+    monkeypatch.setattr(job, "_install_stop_handlers", capture)
+    wanted = {(f"u-r{u}", f"r-2-{u}") for u in range(3)}
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while not captured and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        land_reused(2)
+        while time.monotonic() < deadline and not wanted <= _events_in_lake(lake):
+            time.sleep(0.5)
+        if captured:
+            captured[0].set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    from streaming_job.job import StreamConfig, run_stream
+
+    run_stream(
+        StreamConfig(
+            landing_dir,
+            lake,
+            checkpoint,
+            trigger_interval="200ms",
+            archive_interval=0.2,
+            landing_audit_interval=0.5,
+            **bounded,
+        ),
+        spark=spark,
+    )
+    watcher.join()
+    assert wanted <= _events_in_lake(lake)
+    assert landing_archive.current(checkpoint).generation == 2
+
+
+def test_unread_files_are_pending_names_a_committed_batch_of_the_generation_listed(tmp_path):
+    """landing_archive.unread: Spark's source log of the generation (the newest compact file and the
+    entries after it) says which names its query never reads again; a batch not committed yet
+    still reads its files."""
+    root, checkpoint = str(tmp_path / "land dir"), str(tmp_path / "checkpoint")
+    gen = landing_archive.Generation(1, 40)
+    sources = os.path.join(gen.query_dir(checkpoint), "sources", "0")
+    os.makedirs(sources)
+    url = "file://" + root.replace(" ", "%20")
+
+    def log_file(name, entries):
+        with open(os.path.join(sources, name), "w") as out:
+            out.write(
+                "\n".join(
+                    ["v1", *(json.dumps({"path": f"{url}/{p}", "timestamp": 1, "batchId": b}) for p, b in entries)]
+                )
+            )
+
+    log_file("0", [("gone.jsonl", 0)])  # before the compact file: in it too
+    log_file("9.compact", [("gone.jsonl", 0), ("a.jsonl", 3), ("sub/b.jsonl", 9)])
+    log_file("10", [("c.jsonl", 10)])
+    log_file("11", [("d.jsonl", 11)])  # planned, not committed
+    open(os.path.join(sources, ".12.tmp"), "w").close()
+    for n in range(11):
+        _commit(checkpoint, gen, n)
+    pending = ["a.jsonl", "c.jsonl", "d.jsonl", "new.jsonl", "sub/b.jsonl"]
+    assert landing_archive.unread(root, checkpoint, gen, pending) == ["a.jsonl", "c.jsonl", "sub/b.jsonl"]
+    assert landing_archive.unread(root, checkpoint, gen, []) == []
+    assert landing_archive.unread(root, checkpoint, landing_archive.Generation(2, 60), pending) == []
+
+
+def test_a_name_landed_again_after_its_file_was_set_aside_is_pending(tmp_path):
+    """A file replaced after it was read is quarantined and set aside; a file landed later under the
+    name is a new one (pending: the stream reads it), not the replaced content again."""
+    from streaming_job.job import StreamConfig, _set_aside
+
+    root, archive, checkpoint = (str(tmp_path / d) for d in ("land", "archive", "checkpoint"))
+    lake = Lake.open(tmp_path / "lake")
+    gen = landing_archive.current(checkpoint)
+    _write(root, "f.jsonl", b'{"x":1}\n', 1_700_000_000)
+    _read_batch(root, lake, checkpoint, gen, 0, "20261125T101500000Z", "f.jsonl")
+    _write(root, "f.jsonl", b'{"x":2}\n', 1_700_000_100)
+    config = StreamConfig(landing=root, lake=lake, checkpoint=checkpoint, archive=archive)
+    landing_archive.drain(root, archive, checkpoint, _set_aside(config))
+    assert _input_files(root) == []
+    _write(root, "f.jsonl", b'{"x":3}\n{"x":4}\n', 1_700_000_200)
+    found = landing_ledger.audit(root, lake, archive)
+    assert found.pending == ["f.jsonl"] and found.replaced == []
+
+
+def test_a_copy_from_another_filesystem_appears_whole_under_its_name(tmp_path):
+    """A move across filesystems copies to a hidden name and renames it into place on a local disk,
+    so a kill mid-copy leaves no partial file under an input name (the retry copies again)."""
+    import pyarrow.fs as pafs
+
+    (tmp_path / "land").mkdir()
+    (tmp_path / "land" / "f.jsonl").write_bytes(b'{"x":1}\n')
+    source_fs = pafs.SubTreeFileSystem(str(tmp_path / "land"), pafs.LocalFileSystem())
+    target = str(tmp_path / "archive" / "received=2026-11-25" / "f.jsonl")
+    landing_archive._transfer(source_fs, "f.jsonl", pafs.LocalFileSystem(), target)
+    assert os.listdir(tmp_path / "land") == [] and os.listdir(os.path.dirname(target)) == ["f.jsonl"]
+    assert open(target, "rb").read() == b'{"x":1}\n'

@@ -15,6 +15,7 @@ import pytest
 
 from tests.markerkit import DAY0, RULES
 from tests.markerkit import random_partition as _partition
+from tests.markerkit import stamp as _stamp
 from tests.markerkit import write_batch as _write_batch
 from tidemark.base import times
 from tidemark.panes import planning, receipt_index, receipts
@@ -82,33 +83,78 @@ def _version(lake: Lake, event_date: str, rules: SessionRules) -> VersionRecord:
     )
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_the_quick_no_op_decision_never_says_covered_when_the_full_plan_is_not(tmp_path, seed):
+def _replay(lake: Lake, rng: random.Random, receipt_ts: str, days: int) -> list[receipts.ReceiptPartition]:
+    """What a replay of the batch `receipt_ts` that reached other verdicts writes after the head:
+    complete partitions under that old receipt_ts, of dates it had none of (registration and
+    marker; no head: the head is already at or past it)."""
+    taken = {d for d in receipts.list_event_dates(lake) if receipts.is_complete(lake, d, receipt_ts)}
+    dates = sorted({DAY0 + timedelta(days=rng.randrange(days)) for _ in range(rng.randrange(1, 3))})
+    written = [replace(_partition(rng, 0, d), receipt_ts=receipt_ts) for d in dates if d.isoformat() not in taken]
+    receipts.complete_all(lake, written)
+    return written
+
+
+@pytest.mark.parametrize("seed,at_most", [(0, 16), (1, 0), (2, 16), (3, 0)])
+def test_the_quick_no_op_decision_is_the_full_plans_whenever_a_partition_was_written(
+    tmp_path, seed, at_most, monkeypatch
+):
+    """`quick_covered` answers what the full plan answers (`covers`), also when partitions were
+    completed after the version's plan under a receipt_ts at or before its `planned_through` (a
+    replayed batch reaching other verdicts). `at_most`: how many of a date's partitions are looked
+    at through their markers before its end entries are listed instead (0: always listed)."""
+    monkeypatch.setattr(planning, "_MARKERS_AT_MOST", at_most, raising=False)
     rng = random.Random(100 + seed)
     lake = Lake.open(tmp_path / "lake")
     receipt_index.start(lake)
     for batch in range(30):
         _write_batch(lake, rng, batch, days=6)
     verdicts = {True: 0, False: 0}
+    late = 0
     for round_ in range(6):
         versions = {
             (d, i): _version(lake, (DAY0 + timedelta(days=d)).isoformat(), rules)
             for d in range(7)
             for i, rules in enumerate(RULES)
         }
+        head = receipt_index.head(lake)
+        assert head is not None
+        if rng.random() < 0.6:
+            # the batch at the head (the crash case), or an older one
+            old = head if rng.random() < 0.5 else _stamp(rng.randrange(30 + 5 * round_))
+            late += len(_replay(lake, rng, old, days=6))
         for batch in range(30 + 5 * round_, 30 + 5 * round_ + rng.randrange(0, 4)):
             _write_batch(lake, rng, batch, days=6)
         for (d, i), version in versions.items():
             event_date, rules = (DAY0 + timedelta(days=d)).isoformat(), RULES[i]
             quick = planning.quick_covered(planning.LakeIndex(lake), event_date, rules, version)
             full = planning.plan_for_rerun(planning.LakeIndex(lake), event_date, rules, version)
-            if quick:
-                assert planning.covers(version, full.keys), (event_date, rules)
+            assert quick == planning.covers(version, full.keys), (round_, event_date, rules)
             verdicts[quick] += 1
-    assert verdicts[True] and verdicts[False]  # both answers were exercised
+    assert verdicts[True] and verdicts[False] and late  # both answers and late writes were exercised
 
 
-def test_a_version_without_planned_through_or_a_lake_without_the_index_is_never_quick(tmp_path):
+def test_a_partition_written_under_the_planned_through_receipt_ts_is_not_covered(tmp_path):
+    """The crash case, deterministic: a version planned through the head H; a replay of H's batch
+    then completes a partition of the version's date under H. Not covered: the run must compute."""
+    rng = random.Random(12)
+    lake = Lake.open(tmp_path / "lake")
+    receipt_index.start(lake)
+    for batch in range(8):
+        _write_batch(lake, rng, batch, days=3)
+    receipts.complete_all(lake, [replace(_partition(rng, 8, DAY0 + timedelta(days=2)), receipt_ts=_stamp(8))])
+    receipt_index.write_head(lake, _stamp(8))  # the head's batch has no partition of DAY0
+    event_date = DAY0.isoformat()
+    version = _version(lake, event_date, RULES[0])
+    assert version.planned_through == _stamp(8)
+    assert planning.quick_covered(planning.LakeIndex(lake), event_date, RULES[0], version)
+    receipts.complete_all(lake, [replace(_partition(rng, 8, DAY0), receipt_ts=_stamp(8))])  # the replay's
+    assert not planning.quick_covered(planning.LakeIndex(lake), event_date, RULES[0], version)
+    plan = planning.plan_for_rerun(planning.LakeIndex(lake), event_date, RULES[0], version)
+    assert planning.receipt_key(event_date, _stamp(8)) in plan.keys
+    assert not planning.covers(version, plan.keys)
+
+
+def test_a_lake_without_the_index_is_never_quick_and_planned_through_is_not_needed(tmp_path):
     rng = random.Random(7)
     lake = Lake.open(tmp_path / "lake")
     for batch in range(10):
@@ -119,9 +165,22 @@ def test_a_version_without_planned_through_or_a_lake_without_the_index_is_never_
     receipt_index.mark_complete(lake, "test")
     version_now = _version(lake, DAY0.isoformat(), RULES[0])
     assert planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], version_now)
-    assert not planning.quick_covered(
+    # a version of a tidemark that did not record planned_through is decided from listings alike
+    assert planning.quick_covered(
         planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], replace(version_now, planned_through=None)
     )
+
+
+def test_end_entries_of_a_rewritten_partition_answer_its_latest_end(tmp_path):
+    """A replay that rewrote a partition its first attempt left incomplete registers another end:
+    planning takes the latest (a partition read for nothing, never one left out)."""
+    lake = Lake.open(tmp_path / "lake")
+    first = _partition(random.Random(1), 3, DAY0)
+    later = replace(first, max_event_ts=times.iso_z(times.parse_iso(first.max_event_ts) + timedelta(hours=30)))
+    for partition in (later, first):
+        receipt_index.record_end(lake, partition)
+    latest = times.iso_z(times.parse_iso(later.max_event_ts), "microseconds")
+    assert receipt_index.ends(lake, DAY0.isoformat()) == {first.receipt_ts: latest}
 
 
 def _entries(lake: Lake) -> list[str]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import replace
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
+from tests import markerkit
 from tests.markerkit import stamp as _stamp
 from tests.markerkit import write_batch as _write_batch
 from tidemark.iceberg import publish
@@ -85,8 +87,10 @@ def test_every_pass_finds_what_walking_every_date_finds(lake, seed):
             batch += 1
         elif roll < 0.8:
             _commit_version(lake, rng.choice(dates), rng)
-        elif roll < 0.9:
+        elif roll < 0.85:
             obligations.record(lake, [rng.choice(dates)], rng.choice(dates), _stamp(batch))
+        elif roll < 0.9:
+            _replay_at_head(lake, rng)
         else:
             owed = obligations.pending(lake)
             if owed:
@@ -100,6 +104,47 @@ def test_every_pass_finds_what_walking_every_date_finds(lake, seed):
     # only the first pass walked every date; the others looked at what changed (often fewer dates
     # than the lake holds: most stay stale here, as versions are made for a few) and still agreed
     assert len(walked_at) == 1 and fewer > 0
+
+
+def _replay_at_head(lake: Lake, rng: random.Random) -> list[receipts.ReceiptPartition]:
+    """What a replay of the batch at the head that reached other verdicts writes (a crash after its
+    head, before Spark's commit): complete partitions under the head's receipt_ts, of dates the
+    first attempt wrote none of; the head stays."""
+    head = receipt_index.head(lake)
+    if head is None:
+        return []
+    day = markerkit.DAY0 + timedelta(days=rng.randrange(8))
+    if receipts.is_complete(lake, day.isoformat(), head):
+        return []
+    written = [replace(markerkit.random_partition(rng, 0, day), receipt_ts=head)]
+    receipts.complete_all(lake, written)
+    return written
+
+
+def test_a_partition_written_under_the_last_pass_head_is_found(lake):
+    """A pass at head H; a replay of H's batch then completes a partition of another date under H.
+    The next pass finds that date stale, as a walk does, before the stream writes anything else."""
+    rng = random.Random(21)
+    for batch in range(6):
+        _write_batch(lake, rng, batch, days=6)
+    for event_date in receipts.list_event_dates(lake):
+        _commit_version(lake, event_date, random.Random(0))  # rng 0: every receipt included
+    assert reconcile.staleness(lake, now=NOW) == []
+    written = []
+    while not written:
+        written = _replay_at_head(lake, rng)
+    found = reconcile.staleness(lake, now=NOW)
+    assert [s.event_date for s in found] == [written[0].event_date]
+    assert found[0].pending_receipts == [planning.receipt_key(written[0].event_date, written[0].receipt_ts)]
+    walked = reconcile.staleness(lake, event_dates=_every_date(lake))
+    assert [s.to_json() for s in found] == [s.to_json() for s in walked]
+    # once seen, the head's arrivals are not looked at again by a pass with nothing new
+    assert _cursor(lake)["at_head"] == sorted({p.event_date for p in written} | _head_dates(lake))
+
+
+def _head_dates(lake: Lake) -> set[str]:
+    head = receipt_index.head(lake)
+    return {d for d in receipts.list_event_dates(lake) if receipts.is_complete(lake, d, head)}
 
 
 def test_a_pass_lists_only_the_dates_that_changed(lake, monkeypatch):

@@ -198,7 +198,7 @@ def test_function_environment_is_what_the_function_reads(tf):
     assert not unread, f"Terraform sets variables the function never reads: {sorted(unread)}"
     assert {"AIRFLOW_BASE_URL", "AIRFLOW_AUTH_MODE", "AIRFLOW_PASSWORD"} <= set_by_terraform
     # The auth modes Terraform offers are ones the client accepts.
-    from cloud_function.airflow_client import AUTH_MODES
+    from tidemark.orchestration.airflow_api import AUTH_MODES
 
     condition = one(tf["variable"]["airflow_auth_mode"]["validation"])["condition"]
     offered = set(re.findall(r'\\?"([a-z]+)\\?"', condition))

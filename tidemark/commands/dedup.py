@@ -27,8 +27,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--full",
         action="store_true",
-        help="re-sessionize every planned receipt instead of only the users new receipts touch "
-        "(the same result; docs/dedup.md, 'Incremental corrections')",
+        help="re-sessionize every planned receipt instead of only the users new receipts touch; never a "
+        "no-op: publishes unless the result equals the current version's (docs/dedup.md, 'Incremental corrections')",
     )
     p.set_defaults(handler=run)
 

@@ -6,7 +6,8 @@ every date is always kept.
 Then the packing pass (tidemark/panes/packing.py): every closed date with 500 or more receipt
 partitions that no pack holds gets a pack of them (at most 50,000 partitions read per pass, newest
 dates first); `--no-pack` skips it, `--dry-run` says which dates it would pack. One JSON line per
-removal, then one per date packed ("what": "pack written", or would be with --dry-run)."""
+removal, then one per date packed ("what": "pack written", or would be with --dry-run). On a
+terminal, a progress bar (stderr) shows the dates examined and packed, and the time left."""
 
 from __future__ import annotations
 
@@ -42,14 +43,16 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from dataclasses import asdict
 
+    from tidemark.commands import progress_bar
     from tidemark.ops import gc
 
-    removed = gc.gc(args.lake, args.retention, dry_run=args.dry_run)
-    for item in removed:
-        sys.stdout.write(json.dumps({**asdict(item), "dry_run": args.dry_run}) + "\n")
-    if args.pack:  # after the removals: a pack written now is never judged by this gc
-        from tidemark.panes import packing
+    with progress_bar.kill_interrupts(), progress_bar.shown() as display:
+        removed = gc.gc(args.lake, args.retention, dry_run=args.dry_run, display=display)
+        for item in removed:
+            sys.stdout.write(json.dumps({**asdict(item), "dry_run": args.dry_run}) + "\n")
+        if args.pack:  # after the removals: a pack written now is never judged by this gc
+            from tidemark.panes import packing
 
-        for done in packing.run_pass(args.lake, dry_run=args.dry_run).packed:
-            sys.stdout.write(json.dumps({"what": "pack written", **asdict(done), "dry_run": args.dry_run}) + "\n")
+            for done in packing.run_pass(args.lake, dry_run=args.dry_run, display=display).packed:
+                sys.stdout.write(json.dumps({"what": "pack written", **asdict(done), "dry_run": args.dry_run}) + "\n")
     return 0

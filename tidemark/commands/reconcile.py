@@ -14,6 +14,9 @@ walks every date on the first pass, after a rules change, once a day, and with -
 Airflow: --airflow-url (+ --airflow-password-file or $AIRFLOW_PASSWORD), else the Cloud Function's
 environment (AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE, ...), else the local stack's (--home). Without
 one, the command lists and says what it would start.
+
+On a terminal (without --json) a progress bar on stderr shows the dates examined and the runs
+started, with the time left; the logs get progress lines on a long pass.
 """
 
 from __future__ import annotations
@@ -89,15 +92,19 @@ def run(args) -> int:
     if args.lake.is_local and not os.path.exists(args.lake.root):
         raise UsageError(f"no lake at {args.lake}")
     client = airflow_client(args, required=args.trigger)
-    stale, decisions = reconcile.reconcile(
-        args.lake,
-        client,
-        dag_id=args.dag_id,
-        trigger=args.trigger,
-        grace=grace,
-        max_attempts=args.max_attempts,
-        full=args.full,
-    )
+    from tidemark.commands import progress_bar
+
+    with progress_bar.kill_interrupts(), progress_bar.shown(enabled=not args.json) as display:
+        stale, decisions = reconcile.reconcile(
+            args.lake,
+            client,
+            dag_id=args.dag_id,
+            trigger=args.trigger,
+            grace=grace,
+            max_attempts=args.max_attempts,
+            full=args.full,
+            display=display,
+        )
     by_date = {d.event_date: d for d in decisions}
     if args.json:
         for item in stale:

@@ -3,7 +3,8 @@
 Planning reads the receipt index (tidemark/panes/receipt_index.py) instead of every marker of the lake once
 the index is complete. A lake whose stream started on an empty lake is indexed from its first
 partition; a lake written by an older tidemark is indexed by this command, which reads every marker
-once and then marks the index complete. Safe to run while the stream runs, and to rerun.
+once and then marks the index complete. Safe to run while the stream runs, and to rerun. On a
+terminal a progress bar shows the dates indexed and left; the logs get progress lines.
 """
 
 from __future__ import annotations
@@ -23,14 +24,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from rich.progress import Progress
-
+    from tidemark.commands import progress_bar
     from tidemark.panes import receipts
 
     dates = receipts.list_event_dates(args.lake)
-    with Progress(transient=True) as progress:
-        task = progress.add_task("indexing event dates", total=len(dates))
-        spanning = receipts.reindex(args.lake, progress=lambda _: progress.advance(task))
+    with progress_bar.kill_interrupts(), progress_bar.shown() as display:
+        spanning = receipts.reindex(args.lake, display=display)
     sys.stdout.write(
         json.dumps(
             {"lake": str(args.lake), "event_dates": len(dates), "spanning_partitions": spanning, "complete": True}

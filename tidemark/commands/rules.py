@@ -6,7 +6,10 @@
                          [--gap-boundary split|merge]
                                       change them deliberately: records the new rules (rules not
                                       typed keep their current value) and re-deduplicates every
-                                      date under them; run it again to finish an interrupted one
+                                      date under them, with a progress bar on a terminal (dates
+                                      done / left, the current one, the time left); interrupted
+                                      (Ctrl-C, kill), it says the date it stopped at, and running
+                                      it again with the same rules resumes there
 
 The stream records its rules at its first start and refuses other ones later; the dedup and the
 DAG read them from the lake. Stop the stream and pause the dedup DAG before migrating, then start
@@ -140,6 +143,20 @@ def run_migrate(args) -> int:
         sys.stdout.write(json.dumps({"kind": "date", **result.to_json()}) + "\n")
         sys.stdout.flush()
 
-    migration = rules_migration.migrate(args.lake, rules, spark=spark, on_result=emit)
+    from tidemark.commands import progress_bar
+
+    try:
+        with progress_bar.kill_interrupts(), progress_bar.shown() as display:
+            migration = rules_migration.migrate(args.lake, rules, spark=spark, on_result=emit, display=display)
+    except KeyboardInterrupt:
+        dates = rules_migration.event_dates(args.lake)
+        left = rules_migration.not_migrated(args.lake, rules, dates)
+        where = f"stopped at {left[0]}" if left else "stopped after the last date"
+        print(
+            f"tidemark rules migrate: interrupted, {where}: {len(dates) - len(left)} of {len(dates)} dates are "
+            "made under the new rules; run the same command again to resume there",
+            file=sys.stderr,
+        )
+        raise
     sys.stdout.write(json.dumps(migration.to_json()) + "\n")
     return 0

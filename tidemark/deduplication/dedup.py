@@ -36,7 +36,7 @@ from tidemark.base import layout, times
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
-from tidemark.deduplication import incremental
+from tidemark.deduplication import incremental, recheck
 from tidemark.iceberg import publish
 from tidemark.notices import corrected
 from tidemark.orchestration import obligations
@@ -113,7 +113,8 @@ def run_dedup(
     """Deduplicate and publish one event date. Idempotent, restartable, safe to run concurrently.
 
     `spark` is only started (when not given) if there is something new to compute. `full` forces
-    the full path (every planned receipt re-sessionized) instead of the incremental one. A run whose
+    the full path (every planned receipt re-sessionized) instead of the incremental one, and is never
+    a no-op: it publishes unless its islands equal the current version's (recheck). A run whose
     plan turns out stale at commit time (a concurrent run published receipts it did not read)
     plans again from the lake as it is now.
     """
@@ -157,10 +158,11 @@ def _run(
     event_date = layout.event_date_text(day)  # the planning's and the SQL's form, and the result's
     index = LakeIndex(lake)
     previous = publish.current_version(lake, day)
-    if _quick_noop(index, event_date, previous, rules):
+    # --full always recomputes: whether to publish is decided on its result (below)
+    if not full and _quick_noop(index, event_date, previous, rules):
         return _noop(event_date, previous, started)
     current = planning.plan_for_rerun(index, event_date, rules, previous)
-    nothing_new = _nothing_new(event_date, current, previous, rules, started)
+    nothing_new = _nothing_new(event_date, current, None if full else previous, rules, started)
     if nothing_new is not None:
         return nothing_new
     phases = Phases(started)
@@ -219,7 +221,11 @@ def _run(
     try:
         newest = publish.current_version(lake, day)
         if _covered(current.keys, newest, rules):
-            return _noop(event_date, newest, started)  # a concurrent run published all of it already
+            if not full:
+                return _noop(event_date, newest, started)  # a concurrent run published all of it already
+            unchanged = _full_unchanged(spark, lake, event_date, current, islands, newest, rules, started)
+            if unchanged is not None:
+                return unchanged
         # Durable before anything is published: a crash from here on cannot lose a neighbour's
         # rerun. Named after the newest receipt read (the version id is chosen at commit time).
         assert current.max_receipt_ts is not None  # a plan with receipts to compute
@@ -232,9 +238,11 @@ def _run(
     finally:
         islands.release()
     phases.done("write")
-    outcome = publish.commit(lake, marker)
+    outcome = publish.commit(lake, marker, replace=full)
     phases.done("commit")
     if not outcome.committed:
+        if full:  # a concurrent run published more receipts meanwhile: recompute over them
+            raise publish.Superseded(f"{event_date}: version {outcome.current.version} read receipts this run did not")
         return _noop(event_date, outcome.current, started)
     # The corrected notice, recorded (not sent) in the process that committed, however the dedup
     # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
@@ -270,9 +278,44 @@ def _run(
     return result
 
 
+def _full_unchanged(
+    spark,
+    lake: Lake,
+    event_date: str,
+    current: Plan,
+    islands,
+    newest: VersionRecord | None,
+    rules: SessionRules,
+    started: float,
+) -> DedupResult | None:
+    """A full run whose receipts the current version already read: its result when it recomputed
+    exactly the version's islands (nothing to publish), else None (publish it, replacing the
+    version). Raises Superseded when the version read more (a concurrent run): the run replans."""
+    assert newest is not None  # it covers the plan
+    if set(newest.receipts) != set(current.keys):
+        raise publish.Superseded(
+            f"{event_date}: the current version {newest.version} includes receipts this full run did not read"
+        )
+    if not recheck.same_islands(spark, lake, islands, newest, rules):
+        log.info("dedup --full found another result than the current version's", event_date=event_date)
+        return None
+    log.info("dedup --full recomputed the current version's result", event_date=event_date, version=newest.version)
+    rows = current.rows
+    return DedupResult(
+        event_date,
+        newest.version,
+        False,
+        newest.sessions,
+        len(current.partitions),
+        rows,
+        seconds=round(time.monotonic() - started, 3),
+        full_reason="--full",
+    )
+
+
 def _quick_noop(index: LakeIndex, event_date: str, previous: VersionRecord | None, rules: SessionRules) -> bool:
-    """The no-op decision from what was received since the previous version was planned (no marker
-    it already planned over is read): a cost independent of the lake's age (planning.quick_covered)."""
+    """The no-op decision from listings and the markers of the partitions the previous version lacks
+    (none of those it holds is read): a cost independent of the lake's age (planning.quick_covered)."""
     return (
         previous is not None
         and not rules_record.changed_since(previous, rules)

@@ -9,9 +9,11 @@ not only the dates that receive events from now on. The migration therefore
      atomically like any other; readers see old-rules or new-rules sessions per date, never a mix.
 
 Restartable and idempotent: run it again with the same rules after a crash, and it records nothing
-new and re-deduplicates only the dates not yet done (the others are no-ops). Receipt partitions are
-never touched: the stream's panes hold events, whatever rules grouped them, and the dedup re-sessionizes
-those events. Stop the stream (or start it with --migrate-rules, which runs this first) and pause the
+new and re-deduplicates only the dates not yet done (the others are no-ops). It reports its progress
+(tidemark.base.progress: dates done and left, the current one, the time left); stopped (Ctrl-C, a
+kill, a failure), it logs the date a rerun resumes at, read from the dates' current versions.
+Receipt partitions are never touched: the stream's panes hold events, whatever rules grouped them,
+and the dedup re-sessionizes those events. Stop the stream (or start it with --migrate-rules, which runs this first) and pause the
 dedup DAG while migrating, so that no run under the old rules publishes meanwhile (one that does is
 stale and listed by `tidemark rules show`).
 """
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidemark.base.logs import get_logger
+from tidemark.base.progress import Display, Progress
 from tidemark.iceberg import publish
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
@@ -83,14 +86,27 @@ def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
     return out
 
 
+def not_migrated(lake: Lake, rules: SessionRules, dates: list[str] | None = None) -> list[str]:
+    """The dates (of `dates`, default every date) whose current version was not made under `rules`,
+    or that have none: what a migration to `rules` has left to do, oldest first. Markers only."""
+    out = []
+    for event_date in event_dates(lake) if dates is None else dates:
+        current = publish.current_version(lake, event_date)
+        if current is None or rules_record.changed_since(current, rules):
+            out.append(event_date)
+    return out
+
+
 def migrate(
     lake: Lake,
     rules: SessionRules,
     spark=None,
     recorded_by: str = "tidemark rules migrate",
     on_result: Callable | None = None,
+    display: Display | None = None,
 ) -> Migration:
-    """Make `rules` the lake's rules and every date's current version one made under them."""
+    """Make `rules` the lake's rules and every date's current version one made under them.
+    `display`: where to show the progress as it happens (the CLI's terminal bar)."""
     from tidemark.deduplication.dedup import run_dedup
 
     started = time.monotonic()
@@ -106,11 +122,25 @@ def migrate(
         rules_id=record.rules_id,
         changed=changed,
     )
-    for event_date in dates:
-        result = run_dedup(lake, event_date, record.rules, spark=spark)
-        migration.results.append(result)
-        if on_result is not None:
-            on_result(result)
+    left = not_migrated(lake, record.rules, dates)
+    if left and len(left) < len(dates):  # e.g. a rerun of a stopped migration: the dates before are no-ops
+        log.info(
+            "dates already made under these rules are checked, the others re-deduplicated",
+            lake=lake,
+            resume_at=left[0],
+            done=len(dates) - len(left),
+            left=len(left),
+        )
+    try:
+        with Progress("re-deduplicating dates", len(dates), log=log, display=display, lake=lake) as progress:
+            for event_date in progress.each(dates):
+                result = run_dedup(lake, event_date, record.rules, spark=spark)
+                migration.results.append(result)
+                if on_result is not None:
+                    on_result(result)
+    except BaseException:
+        _log_stop(lake, record, dates)
+        raise
     migration.seconds = round(time.monotonic() - started, 3)
     log.info(
         "migration done",
@@ -121,3 +151,20 @@ def migrate(
         seconds=migration.seconds,
     )
     return migration
+
+
+def _log_stop(lake: Lake, record: rules_record.Recorded, dates: list[str]) -> None:
+    """Where a stopped migration's rerun resumes (as the lake says, not as this run counted)."""
+    try:
+        left = not_migrated(lake, record.rules, dates)
+    except Exception as exc:  # noqa: BLE001 - the stop's own cause matters more than this line
+        log.warning("rules migration stopped; where it stopped is unknown", lake=lake, error=str(exc))
+        return
+    log.warning(
+        "rules migration stopped: run it again with the same rules to resume",
+        lake=lake,
+        rules_id=record.rules_id,
+        resume_at=left[0] if left else None,
+        done=len(dates) - len(left),
+        left=len(left),
+    )

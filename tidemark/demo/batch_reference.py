@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from tidemark.base import layout
 from tidemark.base.times import from_micros, parse_iso, to_micros
 from tidemark.ingest import contract, landing, landing_archive, landing_ledger
 from tidemark.session import rules_record
@@ -67,18 +68,19 @@ def valid_events(lines, received_us: int | None = None):
 def input_files(landing_uri: str, archive_uri: str | None = None):
     """(folder, path in that folder, path in the landing, LandedFile) of every input file landed so
     far: those in the landing and, with the archive (`tidemark stream --archive`,
-    tidemark.ingest.landing_archive), those the stream moved there once their batch was committed,
-    under `received=YYYY-MM-DD/<their path in the landing>`. Files it set aside (`_replaced/`) are
-    hidden names: not input, as in the landing."""
+    tidemark.ingest.landing_archive), every content the stream moved there once its batch was
+    committed, under `received=YYYY-MM-DD/<its path in the landing>` and, for another content of a
+    name archived the same day, that path with `.sha256-<digest>` appended. Files it set aside
+    (`_replaced/`) are hidden names: not input, as in the landing."""
     for found in landing.list_landing(landing_uri):
         if found.verdict == landing.INPUT:
             yield landing_uri, found.path, found.path, found
     if not archive_uri:
         return
     for found in landing.list_landing(archive_uri):
-        day, _, original = found.path.partition("/")
-        if found.verdict == landing.INPUT and day.startswith(f"{landing_archive.RECEIVED_KEY}=") and original:
-            yield archive_uri, found.path, original, found
+        day, _, archived = found.path.partition("/")
+        if found.verdict == landing.INPUT and day.startswith(f"{landing_archive.RECEIVED_KEY}=") and archived:
+            yield archive_uri, found.path, landing_archive.original_path(archived), found
 
 
 def landed_files(landing_uri: str, lake: Lake | None = None, now_us: int | None = None, archive: str | None = None):
@@ -92,22 +94,44 @@ def landed_files(landing_uri: str, lake: Lake | None = None, now_us: int | None 
     replaced after it was read is left out: its new content is in the quarantine.
     """
     now = now_us if now_us is not None else to_micros(datetime.now(timezone.utc))
-    ledger = landing_ledger.read_ledger(lake) if lake is not None else {}
+    history = landing_ledger.read_history(lake) if lake is not None else {}
     for folder, path, original, found in input_files(landing_uri, archive):
-        record = ledger.get(original)
-        if (
-            folder == landing_uri
-            and record is not None
-            and record.verdict == landing_ledger.REPLACED_VERDICT
-            and record.matches(found)
-        ):
-            continue
+        records = history.get(original, [])
+        if folder == landing_uri:
+            record = records[-1] if records else None
+            if record is not None and record.verdict == landing_ledger.REPLACED_VERDICT and record.matches(found):
+                continue
+        else:
+            record = _archived_read(records, path, original, found)
         received = (
             landing_ledger.receipt_us(record.receipt_ts)
             if record is not None and record.verdict == landing.INPUT
             else now
         )
         yield original, received, landing.file_lines(landing.read_file(folder, path))
+
+
+def _archived_read(
+    records: list[landing_ledger.FileRecord], path: str, original: str, found: landing.LandedFile
+) -> landing_ledger.FileRecord | None:
+    """The ledger's record of the read that an archived file holds: a read of its name on the day of
+    its received= folder with its size (and its modification time, which a move on a local disk
+    keeps); of several such reads, the first for the name itself (the first content archived that
+    day), the last for a version. Without one (a file archived by hand), the name's newest record."""
+    day = path.partition("/")[0].partition("=")[2]
+    reads = [
+        r
+        for r in records
+        if r.verdict == landing.INPUT
+        and layout.parse_receipt_ts(r.receipt_ts).date().isoformat() == day
+        and r.size in (None, found.size)
+    ]
+    exact = [r for r in reads if r.mtime_ms == found.mtime_ms]
+    if exact:
+        return exact[0]
+    if reads:
+        return reads[0] if path.endswith("/" + original) else reads[-1]
+    return records[-1] if records else None
 
 
 def landed_lines(landing_uri: str, archive: str | None = None):

@@ -320,9 +320,11 @@ def _conflicts():
     return (CommitFailedException, OperationalError)
 
 
-def commit(lake: Lake, marker: VersionRecord) -> Outcome:
+def commit(lake: Lake, marker: VersionRecord, replace: bool = False) -> Outcome:
     """Make the run's version (its marker is written, its files complete) the date's current one,
     unless the current version already includes all its receipts (Outcome.committed False).
+    `replace`: also when the current version read exactly the run's receipts (a full recomputation
+    that found another result, `tidemark dedup --full`).
 
     Raises Superseded when the current version, made under the same rules, includes receipts the
     run lacks (replan and rerun); one made under other rules is replaced (see the comment inside).
@@ -366,7 +368,7 @@ def commit(lake: Lake, marker: VersionRecord) -> Outcome:
         # run under the lake's rules, for good (issue 33).
         ours, theirs = set(marker.receipts), set(current.receipts) if current else set()
         if current is not None and rules_record.same_rules(marker, current):
-            if ours <= theirs:
+            if ours <= theirs and not (replace and ours == theirs):
                 return Outcome(False, current)
             if not theirs <= ours:
                 raise Superseded(

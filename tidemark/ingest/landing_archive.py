@@ -21,22 +21,28 @@ A file moves only after Spark's commit log records the batch that read it (`comm
 that is not committed is replayed from the same files, so its files must stay. A file whose size or
 modification time changed since the batch read it was replaced: its new content is quarantined
 (tidemark.ingest.landing_ledger, as the landing audit does) and it moves under `<archive>/_replaced/`.
+The archive keeps every content it is handed: another content under a name already archived that
+day goes beside it as `<path>.sha256-<digest of its content>` (version_path), and a content it holds
+already is not copied twice (a move retried after a kill between a bucket's copy and its delete).
 The first rotation of a checkpoint also moves whatever the landing ledger records as read (a
 landing that held read files before the archive was turned on).
 
-A rotation (every `rotate_after` batches of a generation, at a graceful stop) starts the next
-generation on an empty query folder. It is safe only when every file a batch read has left the
-landing, else the new query would read it again: so it happens only when the archive queue is empty
-after moving every committed batch's files (no batch left any work half done), and the generation
-file is switched last. A SIGKILL anywhere before the switch resumes the old generation (its
-committed files are gone from the landing; it never needs them again); after it, the new one starts,
-and the old query folder is deleted at the next start. Batch ids continue across generations
-(batch_base), so the stream's state versions (streaming_job/state.py), pane batch ids and notices see
-one increasing sequence.
+A rotation (every `rotate_after` batches of a generation, at a graceful stop, and when a pending
+landed file is under a name the generation has listed, which its query never reads again: unread)
+starts the next generation on an empty query folder. It is safe only when every file a batch read
+has left the landing, else the new query would read it again: so it happens only when the archive
+queue is empty after moving every committed batch's files (no batch left any work half done), and
+the generation file is switched last. A SIGKILL anywhere before the switch resumes the old
+generation (its committed files are gone from the landing; it never needs them again); after it,
+the new one starts, and the old query folder is deleted at the next start. Batch ids continue across
+generations (batch_base), so the stream's state versions (streaming_job/state.py), pane batch ids
+and notices see one increasing sequence.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,7 +50,7 @@ import pyarrow.fs as pafs
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
-from tidemark.ingest.landing import LandedFile
+from tidemark.ingest.landing import LandedFile, relative_path
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 
@@ -54,6 +60,8 @@ GENERATION_FILE = "generation.json"
 QUEUE_DIR = "archive_queue"
 RECEIVED_KEY = "received"
 REPLACED_DIR = "_replaced"  # hidden: files replaced after they were read (content quarantined)
+VERSION_MARK = ".sha256-"  # another content of a name archived the same day: <path>.sha256-<hex digest>
+_VERSION = re.compile(re.escape(VERSION_MARK) + "[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,18 @@ def _day(receipt_ts: str) -> str:
 
 def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
     return layout.join(archive, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
+
+
+def holds(archive: str, receipt_ts: str, relative: str) -> bool:
+    """The archive took a file of this name out of the landing on receipt_ts's day: read
+    (received=) or set aside as replaced (_replaced/received=)."""
+    return storage.exists(archive_path(archive, receipt_ts, relative)) or storage.exists(
+        _replaced_path(archive, receipt_ts, relative)
+    )
+
+
+def _replaced_path(archive: str, receipt_ts: str, relative: str) -> str:
+    return layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
 
 
 def _queue_dir(checkpoint: str) -> str:
@@ -165,17 +185,38 @@ def _found(landing: str, path: str) -> LandedFile | None:
 
 
 def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
-    """A read input file to <archive>/received=<its batch's day>/<path>."""
-    _rename(landing, path, archive_path(archive, receipt_ts, path), receipt_ts)
+    """A read input file to <archive>/received=<its batch's day>/<path> (or a version of that name:
+    _rename)."""
+    _rename(landing, path, archive_path(archive, receipt_ts, path))
 
 
 def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
     """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
     out of the landing, and out of what the batch reference reads (a hidden folder)."""
-    _rename(landing, path, layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", path), receipt_ts)
+    _rename(landing, path, _replaced_path(archive, receipt_ts, path))
 
 
-def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
+def version_path(path: str, digest: str) -> str:
+    """The archive's name for another content of `path` archived the same day: the SHA-256 of that
+    content (hex) appended."""
+    return f"{path}{VERSION_MARK}{digest}"
+
+
+def original_path(archived: str) -> str:
+    """The landing path of an archived file (its path under the received= folder): a version's
+    content suffix removed."""
+    return _VERSION.sub("", archived)
+
+
+def _rename(landing: str, path: str, target_uri: str) -> None:
+    """Move a landed file to target_uri, keeping every distinct content the archive is handed.
+
+    The target name holds the first content archived under it; another content is archived beside
+    it under version_path (content identity, whatever the sizes), and a content already there (a
+    move retried after a kill between a bucket's copy and its delete, or the same file landed and
+    read again the same day) is not copied again: the landing's file is only deleted. Each copy
+    appears whole (a rename on a local disk, an object on a bucket), so a kill leaves either the
+    landed file or its archived copy, or both, and the retried move finishes it."""
     fs, root = storage.resolve(landing)
     source = root.rstrip("/") + "/" + path
     info = fs.get_file_info(source)
@@ -183,15 +224,49 @@ def _rename(landing: str, path: str, target_uri: str, receipt_ts: str) -> None:
         return
     afs, target = storage.resolve(target_uri)
     existing = afs.get_file_info(target)
-    if existing.type == pafs.FileType.File and existing.size != info.size:
-        # the same name archived twice the same day (a file landed under an archived name): keep both
-        target = f"{target}.{receipt_ts}"
-    afs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    if existing.type != pafs.FileType.File:
+        _transfer(fs, source, afs, target)
+        return
+    digest = _sha256(fs, source)
+    if not _holds(afs, target, existing, info.size, digest):
+        target = version_path(target, digest)
+        existing = afs.get_file_info(target)
+        if existing.type != pafs.FileType.File:
+            _transfer(fs, source, afs, target)
+            return
+        if not _holds(afs, target, existing, info.size, digest):
+            raise ValueError(f"the archive's {target} does not hold the content its name says: {source} stays")
+    log.info("landed file already archived: removed from the landing", file=path, archived=target)
+    fs.delete_file(source)
+
+
+def _holds(afs: pafs.FileSystem, path: str, info: pafs.FileInfo, size: int | None, digest: str) -> bool:
+    """The archived file at path has the content whose SHA-256 is digest."""
+    return info.size == size and _sha256(afs, path) == digest
+
+
+def _transfer(fs: pafs.FileSystem, source: str, afs: pafs.FileSystem, target: str) -> None:
+    """source (on fs) to target (on afs), which must not exist; the copy appears whole."""
+    folder, name = target.rsplit("/", 1)
+    afs.create_dir(folder, recursive=True)
     if type(afs) is type(fs):
         fs.move(source, target)  # a rename on a local disk; copy and delete on a bucket
+        return
+    if isinstance(afs, pafs.LocalFileSystem):  # a copy to a local disk is written under a hidden name first
+        staged = f"{folder}/.{name}.archiving"
+        pafs.copy_files(source, staged, source_filesystem=fs, destination_filesystem=afs)
+        afs.move(staged, target)
     else:
         pafs.copy_files(source, target, source_filesystem=fs, destination_filesystem=afs)
-        fs.delete_file(source)
+    fs.delete_file(source)
+
+
+def _sha256(fs: pafs.FileSystem, path: str) -> str:
+    digest = hashlib.sha256()
+    with fs.open_input_stream(path) as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def rotate(
@@ -238,6 +313,46 @@ def rotate(
     )
     remove_old_generations(checkpoint, nxt)
     return nxt
+
+
+def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
+    """The paths (relative to the landing) that the generation's committed batches listed: Spark's
+    source log (`<query>/sources/0/`: the newest `N.compact`, which holds every entry before it,
+    and the entries after it), whose names its query never reads again. A file of a batch not
+    committed yet is left out: that batch (or its replay) reads it. Costs a read of the log, which
+    grows with the files the generation read (a rotation bounds it)."""
+    import json
+
+    query = generation.query_dir(checkpoint)
+    done = max((int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()), default=-1)
+    folder = layout.join(query, "sources", "0")
+    names = storage.list_dir(folder)
+    compacts = [int(n.removesuffix(".compact")) for n in names if n.endswith(".compact") and n[:-8].isdigit()]
+    since = max(compacts, default=-1)
+    wanted = ([f"{since}.compact"] if compacts else []) + sorted(
+        (n for n in names if n.isdigit() and since < int(n) <= done), key=int
+    )
+    out = set()
+    for name in wanted:
+        for line in (storage.read_text(layout.join(folder, name)) or "").splitlines()[1:]:
+            try:
+                entry = json.loads(line)
+                if int(entry.get("batchId", -1)) <= done:
+                    out.add(relative_path(landing, entry["path"]))
+            except (AttributeError, KeyError, TypeError, ValueError):
+                log.warning("an entry of Spark's file-source log not understood", file=name, entry=line[:200])
+    return out
+
+
+def unread(landing: str, checkpoint: str, generation: Generation, pending: list[str]) -> list[str]:
+    """The pending landed files that the generation's query will never read: a name one of its
+    committed batches listed (a name landed again after its file was archived or set aside, or an
+    empty file written again). Only a new generation reads them (rotate). Reads Spark's source log
+    only when some file is pending."""
+    if not pending:
+        return []
+    seen = listed(landing, checkpoint, generation)
+    return [path for path in pending if path in seen]
 
 
 def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -> bool:

@@ -32,7 +32,6 @@ from tidemark.base.logs import get_logger
 from tidemark.base.times import from_micros, to_micros
 from tidemark.ingest import landing, landing_archive
 from tidemark.ingest.contract import InputRules
-from tidemark.store import storage
 from tidemark.store.lake import QUARANTINE_MARKER, Lake
 
 log = get_logger("landing")
@@ -133,12 +132,18 @@ def _entry_ts(name: str) -> str | None:
 def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecord]:
     """{path: the newest record of that path} over every entry, or over the entries of batches
     received from `since_day` on (and a legacy lake's undated entries)."""
-    out: dict[str, FileRecord] = {}
-    for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order, so newer records win
+    return {path: records[-1] for path, records in read_history(lake, since_day).items()}
+
+
+def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[FileRecord]]:
+    """{path: every record of that path, oldest first}, over the entries read_ledger reads (a name
+    landed again after its file was archived has one record per content read)."""
+    out: dict[str, list[FileRecord]] = {}
+    for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order
         entry = lake.read_json(path) or {}
         rules = rules_of(entry)
         for item in entry.get("files", []):
-            out[item["path"]] = FileRecord(
+            record = FileRecord(
                 item["path"],
                 item.get("size"),
                 item.get("mtime_ms"),
@@ -147,6 +152,7 @@ def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecor
                 receipt_ts,
                 rules,
             )
+            out.setdefault(record.path, []).append(record)
     return out
 
 
@@ -180,8 +186,9 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
     """Every file in the landing, sorted by what the ledger says of it. Reads no file's content.
 
     With the stream's archive (tidemark.ingest.landing_archive), a file under a name whose earlier file was
-    read and archived is a new file, pending: the stream reads it in its next checkpoint generation
-    (its events, if it repeats the old file, are copies that the dedup collapses).
+    read and archived (or set aside as replaced) is a new file, pending: the stream reads it in a new
+    checkpoint generation, which it starts for it (its events, if it repeats the old file, are
+    copies that the dedup collapses).
 
     Cost: without the archive, the landing keeps every file and the whole ledger is read. With it,
     the landing holds only files not yet archived, and a batch reads a file after it landed, so only
@@ -204,9 +211,7 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
             (out.read if found.size == 0 else out.pending).append(found.path)
         elif ledger[found.path].matches(found):
             out.read.append(found.path)
-        elif archive is not None and storage.exists(
-            landing_archive.archive_path(archive, ledger[found.path].receipt_ts, found.path)
-        ):
+        elif archive is not None and landing_archive.holds(archive, ledger[found.path].receipt_ts, found.path):
             out.pending.append(found.path)
         else:
             out.replaced.append(found)

@@ -31,7 +31,6 @@ FILES = [
     ("cloud_function/main.py", "main.py"),
     ("cloud_function/requirements.txt", "requirements.txt"),
     ("cloud_function/__init__.py", "cloud_function/__init__.py"),
-    ("cloud_function/airflow_client.py", "cloud_function/airflow_client.py"),
     ("tidemark/orchestration/airflow_api.py", "tidemark/orchestration/airflow_api.py"),
     ("cloud_function/cloud_logging.py", "cloud_function/cloud_logging.py"),
     ("cloud_function/dead_letter.py", "cloud_function/dead_letter.py"),

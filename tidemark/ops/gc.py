@@ -26,6 +26,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_rand
 from tidemark.base import layout
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
+from tidemark.base.progress import Display, tracked
 from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
 from tidemark.orchestration import reconcile
@@ -59,9 +60,12 @@ def check_retention(retention: timedelta) -> timedelta:
     return retention
 
 
-def gc(lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: bool = False) -> list[Removal]:
+def gc(
+    lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: bool = False, display: Display | None = None
+) -> list[Removal]:
     """Expire snapshots that stopped being current `retention` ago, then remove unreferenced files
-    whose newest write is that old. Returns what was (dry_run: would be) removed."""
+    whose newest write is that old. Returns what was (dry_run: would be) removed. The pass over the
+    dates' run folders reports its progress (logs, and `display`: the CLI's terminal bar)."""
     check_retention(retention)
     now = now or datetime.now(timezone.utc)
     removed = []
@@ -70,7 +74,7 @@ def gc(lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: b
         # version files: publish.maintain), so that what is expired next includes what it replaced.
         publish.maintain(lake, dry_run=dry_run)
         removed, tbl, versions = _expire(lake, retention, now, dry_run)
-        removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run)
+        removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run, display)
     removed += _prune_arrivals(lake, retention, now, dry_run)
     removed += _prune_packs(lake, retention, now, dry_run)
     for item in removed:
@@ -170,7 +174,9 @@ def _expire(lake: Lake, retention: timedelta, now: datetime, dry_run: bool):
     return removals, tbl, versions
 
 
-def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, retention, now, dry_run) -> list[Removal]:
+def _remove_files(
+    lake: Lake, tbl, expired: list[Removal], versions: dict, retention, now, dry_run, display=None
+) -> list[Removal]:
     gone = {int(r.path) for r in expired}
     kept = [s for s in tbl.snapshots() if s.snapshot_id not in gone]
     location = tbl.location().rstrip("/") + "/"
@@ -191,7 +197,15 @@ def _remove_files(lake: Lake, tbl, expired: list[Removal], versions: dict, reten
     }
     root = lake.dedup_root()
     removed = []
-    for date_dir in lake.list_subdirs(lake.dedup_data_dir()):
+    date_dirs = lake.list_subdirs(lake.dedup_data_dir())
+    for date_dir in tracked(
+        date_dirs,
+        "examining run folders by date",
+        log=log,
+        display=display,
+        name=lambda d: layout.partition_value(d, "event_date") or d,
+        lake=lake,
+    ):
         event_date = layout.partition_value(date_dir, "event_date")
         for run_dir in lake.list_subdirs(layout.join(lake.dedup_data_dir(), date_dir)):
             folder = _relative(layout.join(lake.dedup_data_dir(), date_dir, run_dir), root + "/")

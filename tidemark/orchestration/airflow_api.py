@@ -1,7 +1,6 @@
 """A small client for Airflow 3's REST API (/api/v2): what the Cloud Function, the DAGs' REST
 triggers (a per-date run with its partition_key), the outbox's asset-event drain and the tests need.
-It lives in the core (cloud_function/airflow_client.py re-exports it) because the DAGs and the
-notices drain ship with tidemark/ alone (Composer's dag_packages, the function bundle).
+It lives in the core, not beside the function, because the DAGs and the notices drain ship with tidemark/ alone (Composer's dag_packages, the function bundle).
 
 Plain HTTP with requests (the generated apache-airflow-client is not needed). Three auth modes:
 

@@ -40,6 +40,7 @@ from datetime import datetime, timedelta, timezone
 
 from tidemark.base import layout, names, times
 from tidemark.base.logs import get_logger
+from tidemark.base.progress import Display, tracked
 from tidemark.base.times import iso_z
 from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
@@ -126,7 +127,11 @@ FULL_EVERY = timedelta(hours=24)
 
 
 def staleness(
-    lake: Lake, event_dates: list[str] | None = None, full: bool = False, now: datetime | None = None
+    lake: Lake,
+    event_dates: list[str] | None = None,
+    full: bool = False,
+    now: datetime | None = None,
+    display: Display | None = None,
 ) -> list[Staleness]:
     """Every event date of the lake (or of `event_dates`) with why its current version is stale;
     dates that are up to date are left out.
@@ -137,7 +142,8 @@ def staleness(
     can make it stale has happened to it since. A pass walks every date instead (`full`, or by
     itself) when there is no previous pass, the receipt index is not complete or has no head, the
     session rules changed, or the last walk is older than FULL_EVERY (a safety net for what no
-    tidemark component does: versions or markers edited by hand)."""
+    tidemark component does: versions or markers edited by hand). The pass over the dates reports its
+    progress (logs, and `display`: the CLI's terminal bar)."""
     owed_by_date: dict[str, list[dict]] = {}
     for owed in obligations.pending(lake):
         owed_by_date.setdefault(owed["event_date"], []).append(owed)
@@ -155,7 +161,7 @@ def staleness(
         else:
             dates = sorted(cursor.changed_dates() | set(owed_by_date))
     out = []
-    for event_date in dates:
+    for event_date in tracked(dates, "examining dates", log=log, display=display, lake=lake):
         current = None if tbl is None else publish.current_of(lake, tbl, event_date)
         item = _date_staleness(lake, event_date, current, owed_by_date.get(event_date, []), in_force)
         if item.kinds:
@@ -208,6 +214,11 @@ class Cursor:
     rules: str
     full: bool
     walked_at: str
+    # The dates whose partition received at the head was complete when this pass listed the
+    # arrivals, before it looked at any date (None: not known). A replay of the batch at the head (a
+    # crash after the head, before Spark's commit) can still write partitions under the head's
+    # receipt_ts; the next pass looks at the dates of those arrivals not in this list.
+    at_head: list[str] | None = None
 
     @classmethod
     def start(cls, lake: Lake, rules, now: datetime, full: bool) -> Cursor:
@@ -220,14 +231,32 @@ class Cursor:
         if why_full:
             log.info("reconcile walks every date", lake=lake, why=why_full)
         walked_at = iso_z(now, "auto") if why_full or previous is None else previous["walked_at"]
-        return cls(lake, head, previous, described, bool(why_full), walked_at)
+        cursor = cls(lake, head, previous, described, bool(why_full), walked_at)
+        if cursor.full and head is not None:
+            cursor.at_head = cursor._complete_at_head(receipt_index.arrivals(lake, head, head))
+        return cursor
+
+    def _complete_at_head(self, entries: set[tuple[str, str]]) -> list[str]:
+        """The dates among `entries` (arrivals) whose partition received at this pass's head is complete."""
+        at_head = [(event_date, self.head) for receipt_ts, event_date in entries if receipt_ts == self.head]
+        return sorted(event_date for event_date, _ in receipts.complete_keys(self.lake, at_head))
 
     def changed_dates(self) -> set[str]:
         """The dates stale at the last pass and those that received partitions since, those of a
         batch still in flight included (some of its partitions may be complete: a walk would see
-        them; the next pass, starting from this pass's head, looks at them again)."""
+        them; the next pass, starting from this pass's head, looks at them again), and those that
+        received a partition under the last pass's head that it did not see complete (a replay of
+        the batch at the head)."""
         assert self.previous is not None  # only a pass that does not walk asks, and it has a cursor
-        arrived = receipt_index.arrived(self.lake, self.previous["head"])
+        since = self.previous["head"]
+        entries = receipt_index.arrivals(self.lake, since)
+        seen = self.previous.get("at_head")  # absent: a cursor written before it was kept
+        arrived = {
+            event_date
+            for receipt_ts, event_date in entries
+            if receipt_ts > since or seen is None or event_date not in seen
+        }
+        self.at_head = self._complete_at_head(entries)
         log.info(
             "reconcile looks at what changed",
             lake=self.lake,
@@ -245,6 +274,7 @@ class Cursor:
             self.lake.reconcile_cursor(),
             {
                 "head": self.head,
+                "at_head": self.at_head,
                 "stale": sorted(stale),
                 "rules": self.rules,
                 "walked_at": self.walked_at,
@@ -316,12 +346,16 @@ def decide(
     now: datetime | None = None,
     grace: timedelta = DEFAULT_GRACE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    display: Display | None = None,
 ) -> list[Decision]:
     """What to do for each stale date. Without `run_state` (no Airflow to ask) every due date gets
-    attempt 1's run id (creating an existing run is a no-op for Airflow anyway)."""
+    attempt 1's run id (creating an existing run is a no-op for Airflow anyway). The pass reports its
+    progress (each stale date may take a few requests to Airflow)."""
     now = now or datetime.now(timezone.utc)
     out = []
-    for item in stale:
+    for item in tracked(
+        stale, "looking up the stale dates' runs", log=log, display=display, name=lambda s: s.event_date
+    ):
         fingerprint = item.fingerprint
         if not item.due(now, grace):
             out.append(Decision(item.event_date, "waiting", None, fingerprint, item.reasons))
@@ -363,13 +397,15 @@ def reconcile(
     grace: timedelta = DEFAULT_GRACE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     full: bool = False,
+    display: Display | None = None,
 ) -> tuple[list[Staleness], list[Decision]]:
     """Find stale dates and, with `trigger`, start their runs through the Airflow REST client
-    (tidemark.orchestration.airflow_api.AirflowClient)."""
+    (tidemark.orchestration.airflow_api.AirflowClient). Both passes report their progress (logs, and
+    `display`: the CLI's terminal bar)."""
     dag_id = dag_id or names.get("DAG_ID")
     if trigger and client is None:
         raise ValueError("triggering runs needs an Airflow client")
-    stale = staleness(lake, full=full, now=now)
+    stale = staleness(lake, full=full, now=now, display=display)
     run_state = None
     if client is not None:
 
@@ -377,19 +413,20 @@ def reconcile(
             run = client.get_dag_run(dag_id, run_id)
             return None if run is None else run.get("state")
 
-    decisions = decide(stale, run_state, now=now, grace=grace, max_attempts=max_attempts)
+    decisions = decide(stale, run_state, now=now, grace=grace, max_attempts=max_attempts, display=display)
+    starting = [d for d in decisions if d.action == "trigger"] if trigger else []
+    for decision in tracked(starting, "starting runs", log=log, display=display, name=lambda d: d.event_date):
+        result = client.trigger_dag_run(
+            dag_id, decision.run_id, decision.conf, note="tidemark reconcile: " + "; ".join(decision.reasons)
+        )
+        log.info(
+            "reconcile started a run" if result.created else "reconcile run already exists",
+            event_date=decision.event_date,
+            run_id=decision.run_id,
+            reasons=decision.reasons,
+        )
     for decision in decisions:
-        if decision.action == "trigger" and trigger:
-            result = client.trigger_dag_run(
-                dag_id, decision.run_id, decision.conf, note="tidemark reconcile: " + "; ".join(decision.reasons)
-            )
-            log.info(
-                "reconcile started a run" if result.created else "reconcile run already exists",
-                event_date=decision.event_date,
-                run_id=decision.run_id,
-                reasons=decision.reasons,
-            )
-        elif decision.action != "trigger":
+        if decision.action != "trigger":
             log.info(
                 "reconcile: stale date not triggered",
                 event_date=decision.event_date,

@@ -35,6 +35,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
+from tidemark.base.progress import Display, tracked
 from tidemark.panes import packs, pane_reader, receipt_index, receipts
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
@@ -153,8 +154,15 @@ def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> packs.Pack | N
     return packs.write_manifest(lake, event_date, pack_id, stamps, names, table.num_rows, pane_reader.DEDUP_COLUMNS)
 
 
-def run_pass(lake: Lake, now: datetime | None = None, budget: int = BUDGET, dry_run: bool = False) -> PassResult:
-    """Pack the closed dates that need it (see the module's docstring); dry_run: say which, write nothing."""
+def run_pass(
+    lake: Lake,
+    now: datetime | None = None,
+    budget: int = BUDGET,
+    dry_run: bool = False,
+    display: Display | None = None,
+) -> PassResult:
+    """Pack the closed dates that need it (see the module's docstring); dry_run: say which, write nothing.
+    Reports its progress over the dates (logs, and `display`: the CLI's terminal bar)."""
     now = now or datetime.now(timezone.utc)
     rules, _, _ = rules_record.rules_in_force(lake)
     closed = newest_closed(rules, now).isoformat()
@@ -163,7 +171,8 @@ def run_pass(lake: Lake, now: datetime | None = None, budget: int = BUDGET, dry_
     dates, how = _candidates(lake, read_state(lake), closed)
     result = PassResult(how=how, dry_run=dry_run)
     spent = 0
-    for event_date in sorted(dates, reverse=True):  # newest first
+    newest_first = sorted(dates, reverse=True)
+    for event_date in tracked(newest_first, "packing closed dates", log=log, display=display, lake=lake):
         stamps, loose = unpacked(lake, event_date)
         result.examined += 1
         if loose < packs.PACK_AT:

@@ -188,24 +188,53 @@ def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Pla
 
 
 def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previous: VersionRecord | None) -> bool:
-    """Whether `previous` (a version made under `rules`) surely includes every partition today's
-    plan holds, from the partitions received after its `planned_through` alone: the no-op decision
-    without reading the markers of the partitions it already planned over. False means "not known":
-    the caller makes the whole plan (so a lake without the index, or a version from before
-    planned_through, decides as before)."""
-    since = previous.planned_through if previous else None
+    """Whether `previous` (a version made under `rules`) includes every partition today's plan
+    holds, without reading the markers of the partitions it includes: the no-op decision, the same
+    answer as `covers(previous, plan_for_rerun(...).keys)` from listings.
+
+    Every partition the version lacks is looked at, whatever its receipt_ts: a batch replayed after
+    a crash that followed its head writes, after the head, partitions under that head's receipt_ts
+    (an input read differently, other verdicts), so "received after planned_through" cannot tell
+    what is new. What keeps it cheap: the scope's date folders and the reach folder are listed (as
+    the plan lists them); of the partitions the version lacks, those of dates before lo's midnight
+    (most of date(lo) and the reach entries' dates, which end before lo) are dropped by their end
+    entries, one listing per such date; only the rest have their markers read (the new ones, and
+    partitions never completed). False also means "not known": the caller makes the whole plan (a
+    lake without the index, a version that recorded no reach)."""
     known, reach = recorded_reach(previous)
-    if not (index.indexed and since and known):
+    if not (index.indexed and known):
         return False
-    assert previous is not None  # `since` came from it
+    assert previous is not None  # a recorded reach came from it
     hi = max(needed_hi(event_date, rules, reach), previous.hi or "")
     lo = lo_of(event_date, rules)
     included = set(previous.receipts)
     dates = scope(event_date, rules, hi)
-    newer = [(d, ts) for d in dates for ts in receipts.list_receipt_names(index.lake, d) if ts > since]
-    newer += [(d, ts) for d, ts in receipt_index.reaching(index.lake, dates[0]) if ts > since]
-    unseen = [key for key in newer if receipt_key(*key) not in included]
-    return not any(times.parse_iso(p.max_event_ts) >= lo for p in index.markers(unseen))
+    listed = [(d, ts) for d in dates for ts in receipts.list_receipt_names(index.lake, d)]
+    listed += receipt_index.reaching(index.lake, dates[0])
+    unseen = [key for key in listed if receipt_key(*key) not in included]
+    candidates = _may_reach(index.lake, unseen, lo)
+    return not any(times.parse_iso(p.max_event_ts) >= lo for p in index.markers(candidates))
+
+
+# Up to this many partitions of one date are looked at through their markers (one concurrent
+# round); more, through one listing of the date's end entries first.
+_MARKERS_AT_MOST = 16
+
+
+def _may_reach(lake: Lake, keys: list[tuple[str, str]], lo: datetime) -> list[tuple[str, str]]:
+    """Those (event_date, receipt_ts) whose panes may end at or after lo: every one of a date
+    starting at or after lo; of an earlier date, those whose end entry is at or after lo or that
+    have none (registered before end entries existed)."""
+    by_date: dict[str, list[str]] = {}
+    for event_date, receipt_ts in keys:
+        by_date.setdefault(event_date, []).append(receipt_ts)
+    out = []
+    for event_date, stamps in sorted(by_date.items()):
+        if midnight(date.fromisoformat(event_date)) < lo and len(stamps) > _MARKERS_AT_MOST:
+            ends = receipt_index.ends(lake, event_date)
+            stamps = [ts for ts in stamps if ts not in ends or times.parse_iso(ends[ts]) >= lo]
+        out += [(event_date, ts) for ts in stamps]
+    return out
 
 
 def recorded_reach(version: VersionRecord | None) -> tuple[bool, datetime | None]:

@@ -42,7 +42,11 @@ Two small files make the fast paths safe:
     written by the stream after each batch's markers. The stream runs its batches one after
     another, so a partition with a receipt_ts at or before the head was complete before anyone read
     the head: a dedup that reads it before listing records it with its version (`planned_through`),
-    and the next no-op decision looks only at partitions after it (planning.quick_covered).
+    and reconciliation starts its next pass from it. A replay of the batch at the head (a crash
+    after the head, before Spark's commit) may still write partitions under the head's receipt_ts,
+    so "at or before the head" is never taken for "seen": the no-op decision looks at every
+    partition a version lacks (planning.quick_covered), and reconciliation keeps the arrivals it
+    saw at its head (tidemark/orchestration/reconcile.py, `Cursor`).
   - `reach_complete.json`: the index covers every partition of the lake. The stream writes it when
     it starts on a lake without receipt partitions; `tidemark reindex` (receipts.reindex: the
     migration of a lake written before the index) writes it after indexing every existing partition. Without it,
@@ -84,15 +88,19 @@ def record_end(lake: Lake, partition) -> None:
 
 def ends(lake: Lake, event_date: str) -> dict[str, str]:
     """receipt_ts -> the latest end of its panes (ISO, microseconds), for the partitions of
-    event_date with an end entry, complete or not (one listing)."""
-    out = {}
+    event_date with an end entry, complete or not (one listing). A partition with several (a batch
+    replayed after a crash inside it, whose replay reached other verdicts, rewrote the partition
+    and registered another end) answers the latest: planning may then take a partition whose panes
+    all end before lo (their rows are skipped when read), never leave out one that reaches it."""
+    out: dict[str, int] = {}
     for name in lake.list_dir(lake.ends_dir(event_date)):
         receipt_ts, _, end_us = name.partition("__")
         try:
-            out[layout.check_receipt_ts(receipt_ts)] = times.iso_from_micros(int(end_us))
+            key, end = layout.check_receipt_ts(receipt_ts), int(end_us)
         except (layout.InvalidPartitionValue, ValueError):
             continue  # a hidden temporary file, or a stranger's
-    return out
+        out[key] = max(end, out.get(key, end))
+    return {key: times.iso_from_micros(end) for key, end in out.items()}
 
 
 def record_arrival(lake: Lake, partition) -> None:
@@ -100,14 +108,14 @@ def record_arrival(lake: Lake, partition) -> None:
     lake.write_text_atomic(lake.arrival_entry(partition.receipt_ts, partition.event_date), "")
 
 
-def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[str]:
-    """The event dates of the partitions received after `after` (exclusive) up to `through`
+def arrivals(lake: Lake, since: str | None, through: str | None = None) -> set[tuple[str, str]]:
+    """(receipt_ts, event_date) of the arrival entries received at or after `since` up to `through`
     (inclusive; None: up to the newest, in-flight batches included): one listing of the arrival
     days (few: `tidemark gc` prunes those reconciliation has passed) and one per day in between,
     whatever the lake's age."""
-    if after is None:
-        raise ValueError("arrived() needs a start: without one every date may have changed")
-    first = layout.parse_receipt_ts(after).date().isoformat()
+    if since is None:
+        raise ValueError("arrivals() needs a start: without one every date may have changed")
+    first = layout.parse_receipt_ts(since).date().isoformat()
     last = layout.parse_receipt_ts(through).date().isoformat() if through else None
     out = set()
     for day in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date):
@@ -116,11 +124,19 @@ def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[st
         for name in lake.list_dir(lake.arrivals_dir(day)):
             receipt_ts, _, event_date = name.partition("__")
             try:
-                if after < layout.check_receipt_ts(receipt_ts) and (not through or receipt_ts <= through):
-                    out.add(layout.check_event_date(event_date))
+                if since <= layout.check_receipt_ts(receipt_ts) and (not through or receipt_ts <= through):
+                    out.add((receipt_ts, layout.check_event_date(event_date)))
             except layout.InvalidPartitionValue:
                 continue  # a hidden temporary file, or a stranger's
     return out
+
+
+def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[str]:
+    """The event dates of the partitions received after `after` (exclusive) up to `through`
+    (inclusive; None: up to the newest): `arrivals`' dates."""
+    if after is None:
+        raise ValueError("arrived() needs a start: without one every date may have changed")
+    return {event_date for receipt_ts, event_date in arrivals(lake, after, through) if receipt_ts > after}
 
 
 ARRIVALS_PRUNED = "arrivals_pruned.json"

@@ -14,9 +14,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
 from tidemark.base import crashpoints, layout
+from tidemark.base.logs import get_logger
+from tidemark.base.progress import Display, Progress
 from tidemark.base.times import iso_from_micros  # noqa: F401 - the stream writes marker times with it
 from tidemark.panes import receipt_index
 from tidemark.store.lake import RECEIPT_MARKER, Lake
+
+log = get_logger("receipts")
 
 
 @dataclass(frozen=True)
@@ -219,22 +223,22 @@ def list_event_dates(lake: Lake) -> list[str]:
     return lake.list_event_dates(lake.sessions_root())
 
 
-def reindex(lake: Lake, progress=None) -> int:
+def reindex(lake: Lake, display: Display | None = None) -> int:
     """Register every existing receipt partition in the receipt index (a lake written before the
     index: `tidemark reindex`), then mark the index complete. Idempotent, and safe while the stream
-    runs (it registers what it writes meanwhile). Returns how many partitions reach later dates."""
+    runs (it registers what it writes meanwhile). Returns how many partitions reach later dates.
+    Its progress (dates done and left) is logged, and shown on `display` (the CLI's terminal bar)."""
     spanning = 0
     dates = list_event_dates(lake)
-    for event_date in dates:
-        for receipt_ts in list_receipt_names(lake, event_date):
-            marker = read_marker(lake, event_date, receipt_ts)  # None: not complete
-            if marker is None:
-                continue
-            receipt_index.record_end(lake, marker)
-            if receipt_index.reached_dates(marker):
-                receipt_index.register(lake, marker)
-                spanning += 1
-        if progress is not None:
-            progress(event_date)
+    with Progress("indexing event dates", len(dates), log=log, display=display, lake=lake) as progress:
+        for event_date in progress.each(dates):
+            for receipt_ts in list_receipt_names(lake, event_date):
+                marker = read_marker(lake, event_date, receipt_ts)  # None: not complete
+                if marker is None:
+                    continue
+                receipt_index.record_end(lake, marker)
+                if receipt_index.reached_dates(marker):
+                    receipt_index.register(lake, marker)
+                    spanning += 1
     receipt_index.mark_complete(lake, "tidemark reindex")
     return spanning
