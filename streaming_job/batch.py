@@ -258,7 +258,9 @@ class BatchProcessor:
         if entry is not None and recorded is not None:
             self._replay_input(source, entry, recorded, batch_id)
         else:  # a first attempt (or a replay of a batch whose entry predates pins: its files as they are now)
-            pins, missing = input_pins.pin(self.checkpoint, batch_id, self.generation, self.landing or "", plan)
+            pins, missing = input_pins.pin(
+                self.checkpoint, batch_id, self.generation.generation, self.landing or "", plan
+            )
             source.facts = {p.path: {"size": p.size, "mtime_ms": p.mtime_ms} for p in pins.values()}
             source.unreadable = [_unreadable(path, input_pins.MISSING) for path in missing]
             if pins:
@@ -551,7 +553,7 @@ def release_pins(checkpoint: str, generation: landing_archive.Generation, archiv
     """Remove the pins of committed batches; with the archive, not before the archive has taken
     the batch's files (its queue entry is gone)."""
     keep = frozenset(entry["batch_id"] for entry in landing_archive.queued(checkpoint)) if archive else frozenset()
-    return input_pins.release(checkpoint, generation, keep)
+    return input_pins.release(checkpoint, generation.generation, generation.query_dir(checkpoint), keep)
 
 
 def _unreadable(path: str, reason: str, record: dict | None = None, lines: int = 0) -> dict:

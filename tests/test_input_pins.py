@@ -48,7 +48,7 @@ def pinned(tmp_path, files: dict[str, bytes]):
     for name, data in files.items():
         write(f"{landing}/{name}", data)
     plan = input_pins.PlannedBatch(0, 1_000, {name: f"file:{landing}/{name}" for name in [*files, "gone.jsonl"]})
-    pins, missing = input_pins.pin(checkpoint, 7, Generation(0, 7), landing, plan)
+    pins, missing = input_pins.pin(checkpoint, 7, 0, landing, plan)
     return checkpoint, landing, pins, missing
 
 
@@ -88,14 +88,39 @@ def test_a_replay_cuts_a_grown_pin_back_and_reports_a_changed_or_gone_one(tmp_pa
 
 def test_pins_are_released_once_spark_commits_their_batch(tmp_path):
     checkpoint, _, _, _ = pinned(tmp_path, {"a.jsonl": b"one\n"})
-    generation = Generation(0, 7)
-    assert input_pins.release(checkpoint, generation) == []
-    write(os.path.join(generation.query_dir(checkpoint), "commits", "0"), b"v1\n{}")
-    assert input_pins.release(checkpoint, generation, keep=frozenset({7})) == []  # the archive has not taken it yet
-    assert input_pins.release(checkpoint, generation) == [7]
+    query = Generation(0, 7).query_dir(checkpoint)
+    assert input_pins.release(checkpoint, 0, query) == []
+    write(os.path.join(query, "commits", "0"), b"v1\n{}")
+    assert input_pins.release(checkpoint, 0, query, keep=frozenset({7})) == []  # the archive has not taken it yet
+    assert input_pins.release(checkpoint, 0, query) == [7]
     assert os.listdir(os.path.join(checkpoint, input_pins.PINNED_DIR)) == []
 
 
 def test_an_earlier_generations_pins_are_released(tmp_path):
     checkpoint, _, _, _ = pinned(tmp_path, {"a.jsonl": b"one\n"})  # generation 0, never committed there
-    assert input_pins.release(checkpoint, Generation(1, 9)) == [7]
+    assert input_pins.release(checkpoint, 1, Generation(1, 9).query_dir(checkpoint)) == [7]
+
+
+def test_the_archive_takes_the_content_read_from_the_pin_when_the_landed_file_changed(tmp_path):
+    """A batch read a.jsonl ("one") and b.jsonl; after its commit a.jsonl is replaced by another
+    content and b.jsonl deleted: the archive gets what the batch read, from its pins, and the
+    replaced file goes to on_replaced (quarantined and set aside by the stream)."""
+    from tidemark.ingest import landing_archive
+
+    checkpoint, landing, pins, _ = pinned(tmp_path, {"a.jsonl": b"one\n", "b.jsonl": b"two\n"})
+    generation = Generation(0, 7)
+    files = [{"path": p.path, "size": p.size, "mtime_ms": p.mtime_ms} for p in pins.values()]
+    landing_archive.enqueue(checkpoint, generation, 0, "20261126T100000000Z", files)
+    write(os.path.join(generation.query_dir(checkpoint), "commits", "0"), b"v1\n{}")
+    write(f"{landing}/.a.tmp", b"other content\n")
+    os.replace(f"{landing}/.a.tmp", f"{landing}/a.jsonl")
+    os.remove(f"{landing}/b.jsonl")
+    archive, handed = str(tmp_path / "archive"), []
+
+    landing_archive.drain(landing, archive, checkpoint, handed.extend)
+
+    for name, data in (("a.jsonl", b"one\n"), ("b.jsonl", b"two\n")):
+        with open(landing_archive.archive_path(archive, "20261126T100000000Z", name), "rb") as archived:
+            assert archived.read() == data
+    assert [f.path for f in handed] == ["a.jsonl"]
+    assert landing_archive.queued(checkpoint) == []

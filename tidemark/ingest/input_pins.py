@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
-from tidemark.ingest import landing, landing_archive
+from tidemark.ingest import landing
 from tidemark.store import storage
 
 log = get_logger("stream")
@@ -112,7 +112,7 @@ def _manifest(checkpoint: str, batch_id: int) -> str:
 
 
 def pin(
-    checkpoint: str, batch_id: int, generation: landing_archive.Generation, landing_uri: str, plan: PlannedBatch
+    checkpoint: str, batch_id: int, generation: int, landing_uri: str, plan: PlannedBatch
 ) -> tuple[dict[str, Pin], list[str]]:
     """Pin every file of a first attempt (an earlier attempt's pins, which nothing recorded, go
     first). Returns ({path: Pin}, paths of files gone from the landing already)."""
@@ -120,7 +120,7 @@ def pin(
     storage.delete_dir(folder)
     storage.write_json_atomic(
         _manifest(checkpoint, batch_id),
-        {"generation": generation.generation, "spark_batch_id": plan.spark_batch_id},
+        {"generation": generation, "spark_batch_id": plan.spark_batch_id},
     )
     fs, root = storage.resolve(landing_uri)
     pfs, target = storage.resolve(folder)
@@ -158,6 +158,12 @@ def _copy(fs: pafs.FileSystem, source: str, pfs: pafs.FileSystem, pinned: str) -
     pfs.create_dir(pinned.rsplit("/", 1)[0], recursive=True)
     pafs.copy_files(source, pinned, source_filesystem=fs, destination_filesystem=pfs)
     return int(info.size or 0), int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0
+
+
+def pinned_file(checkpoint: str, batch_id: int, path: str) -> str | None:
+    """The URI of a batch's pinned file, if it is there."""
+    uri = layout.join(pin_dir(checkpoint, batch_id), path)
+    return uri if storage.exists(uri) else None
 
 
 def pinned_files(checkpoint: str, batch_id: int) -> list[str]:
@@ -238,10 +244,10 @@ def _replace(fs: pafs.FileSystem, path: str, data: bytes) -> None:
             out.write(data)
 
 
-def release(checkpoint: str, current: landing_archive.Generation, keep: frozenset[int] = frozenset()) -> list[int]:
-    """Remove the pins of every batch Spark's commit log holds (or an earlier generation's: a
-    rotation happens only once its batches are committed), except those in `keep`. Returns the
-    batch ids released."""
+def release(checkpoint: str, generation: int, query_dir: str, keep: frozenset[int] = frozenset()) -> list[int]:
+    """Remove the pins of every batch Spark's commit log holds (the current `generation`'s query
+    folder `query_dir`; every batch of an earlier generation: a rotation happens only once its
+    batches are committed), except those in `keep`. Returns the batch ids released."""
     released = []
     root = layout.join(checkpoint, PINNED_DIR)
     for name in storage.list_dir(root):
@@ -250,10 +256,8 @@ def release(checkpoint: str, current: landing_archive.Generation, keep: frozense
             continue
         batch_id = int(value)
         meta = storage.read_json(layout.join(root, name)) or {}
-        generation = int(meta.get("generation", current.generation))
-        if generation == current.generation:
-            query = current.query_dir(checkpoint)
-            if not storage.exists(layout.join(query, "commits", str(int(meta.get("spark_batch_id", -1))))):
+        if int(meta.get("generation", generation)) >= generation:
+            if not storage.exists(layout.join(query_dir, "commits", str(int(meta.get("spark_batch_id", -1))))):
                 continue
         storage.delete_dir(pin_dir(checkpoint, batch_id))
         storage.delete_file(layout.join(root, name))
