@@ -375,7 +375,9 @@ class BatchProcessor:
                 self.generation,
                 batch_id - self.generation.batch_base,
                 receipt_ts,
-                [f for f in files if f["verdict"] == landing.INPUT],
+                # files a replay could not read too: they leave the landing (a later generation
+                # must not read them as new), their changed content handed on as replaced
+                [f for f in files if f["verdict"] == landing.INPUT] + source.unreadable,
             )
         landing_ledger.record_batch(
             self.lake, receipt_ts, batch_id, files + source.unreadable, input_rules=source.rules
