@@ -107,6 +107,8 @@ resource "google_composer_environment" "airflow" {
         TIDEMARK_CORRECTED_TOPIC_PATH = google_pubsub_topic.corrected.id
         # The example consumer's output root (deploy_example_consumer_dag); empty: its default.
         TIDEMARK_SESSION_METRICS_ROOT = var.example_session_metrics_root
+        # The changes consumer's output root (deploy_example_consumer_dag); empty: its default.
+        TIDEMARK_USER_TOTALS_ROOT = var.example_user_totals_root
       }
     }
 
@@ -135,8 +137,9 @@ locals {
   dag_packages = ["tidemark", "dedup_sql"]
   dag_files = var.create_composer ? toset(concat(
     ["dags/tidemark_dedup.py", "dags/tidemark_reconcile.py", "dags/tidemark_maintenance.py"],
-    # The example consumer (docs/notices.md) runs on the partitioned asset events of tidemark.sessions_dedup.
-    var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py", "dags/example_weekly_session_metrics.py"] : [],
+    # The example consumers (docs/notices.md, docs/consumers.md) run on the partitioned asset events of
+    # tidemark.sessions_dedup: daily and weekly metrics rebuilt per date, per-user totals kept from changesets.
+    var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py", "dags/example_weekly_session_metrics.py", "dags/example_changes_consumer.py"] : [],
     flatten([for pkg in local.dag_packages : [
       for f in fileset("${path.module}/..", "${pkg}/**") : f
       if can(regex("\\.(py|json|sql)$", f)) && !can(regex("/(devstack|__pycache__)/", f))
@@ -147,7 +150,13 @@ locals {
 variable "deploy_example_consumer_dag" {
   type        = bool
   default     = false
-  description = "Also upload dags/example_session_metrics.py and dags/example_weekly_session_metrics.py (the example consumers of the partitioned asset events) to Composer"
+  description = "Also upload dags/example_session_metrics.py, dags/example_weekly_session_metrics.py and dags/example_changes_consumer.py (the example consumers of the partitioned asset events) to Composer"
+}
+
+variable "example_user_totals_root" {
+  type        = string
+  default     = ""
+  description = "gs:// root the example changes consumer DAG keeps its per-user totals in (a bucket Composer's account may write; empty: its default under the lake, which Composer's account may not write)"
 }
 
 variable "example_session_metrics_root" {

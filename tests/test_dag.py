@@ -87,6 +87,7 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
             "tidemark_maintenance",
             "example_session_metrics",
             "example_weekly_session_metrics",
+            "example_changes_consumer",
         ]
     )
     assert out["tasks"] == [
@@ -115,6 +116,7 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     assert out["consumers"] == {
         "example_session_metrics": "PartitionedAssetTimetable",
         "example_weekly_session_metrics": "PartitionedAssetTimetable",
+        "example_changes_consumer": "PartitionedAssetTimetable",
     }
     # the self-healing loop: every 15 minutes unless TIDEMARK_RECONCILE_INTERVAL says otherwise
     assert out["reconcile"] == {"tasks": ["drain_outbox", "find", "trigger"], "interval_s": 900.0, "max_active_runs": 1}

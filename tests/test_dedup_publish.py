@@ -136,7 +136,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
         and first.version == max(k.split("/")[1] for k in publish.current_version(lake, day).receipts)
     )
     # Where the time went, phase by phase, adding up to the run's seconds (the profile's source).
-    assert list(first.phases) == ["plan", "spark", "compute", "write", "commit", "notice"]
+    assert list(first.phases) == ["plan", "spark", "compute", "write", "commit", "changes", "notice"]
     assert all(s >= 0 for s in first.phases.values())
     assert sum(first.phases.values()) == pytest.approx(first.seconds, abs=0.01)
     snapshot = iceberg.load(lake).current_snapshot().snapshot_id

@@ -159,3 +159,42 @@ def test_license_file_is_the_apache_2_0_text_setup_cfg_declares():
     data = open(os.path.join(ROOT, "LICENSE"), "rb").read()
     assert b"Apache License\n                           Version 2.0, January 2004" in data
     assert hashlib.sha256(data).hexdigest() == APACHE_2_0_SHA256, "LICENSE is not the verbatim Apache 2.0 text"
+
+
+# -- docs/consumers.md: its pyiceberg and DuckDB snippets run ---------------------------------------
+
+
+def test_the_consumer_guides_snippets_run_against_a_lake(tmp_path):
+    """Every ```python block of docs/consumers.md, in order, in one namespace, on a lake with two
+    versions of a date and their changesets (tests/changeskit.py: no Spark)."""
+    from tests import changeskit
+    from tests.icebergkit import commit_recording, receipt
+    from tidemark.notices import corrected
+    from tidemark.store.lake import Lake
+
+    lake = Lake.open(str(tmp_path / "lake"))
+    v1 = commit_recording(
+        lake, changeskit.prepared_with_changes(lake, [receipt(1)], {"1-a": (5, 1), "2-a": (9, 2)}, None)
+    ).current
+    v2 = commit_recording(
+        lake,
+        changeskit.prepared_with_changes(lake, [receipt(1), receipt(2)], {"1-a": (7, 2), "3-a": (3, 1)}, v1),
+    ).current
+    (notice,) = [e["notice"] for e in corrected.outbox(lake).owed() if e["notice"]["version"] == v2.version]
+    text = open(os.path.join(ROOT, "docs", "consumers.md"), encoding="utf-8").read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    scope = {"lake_path": str(tmp_path / "lake"), "event_date": "2026-03-10", "notice": notice}
+    for block in blocks:
+        exec(compile(block, "docs/consumers.md", "exec"), scope)
+    # what the snippets computed: the version (2 sessions), its changeset (u1 updated, u2 deleted, u3
+    # inserted), the same rows by value, and DuckDB's per-user sums
+    assert scope["version"].num_rows == 2
+    assert sorted(scope["changeset"]["_change_type"].to_pylist()) == [
+        "delete",
+        "insert",
+        "update_postimage",
+        "update_preimage",
+    ]
+    assert scope["later"].num_rows == scope["changeset"].num_rows
+    assert scope["per_user"] == [("u1", 0, 2.0), ("u2", -1, -9.0), ("u3", 1, 3.0)]

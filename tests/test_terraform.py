@@ -462,7 +462,7 @@ def test_composer_gets_every_module_the_dag_imports(tf):
     assert {f"dags/{name}" for name in DAG_FILES} == listed, "composer.tf uploads other DAG files than dags/ holds"
     assert (
         'var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py", '
-        '"dags/example_weekly_session_metrics.py"]'
+        '"dags/example_weekly_session_metrics.py", "dags/example_changes_consumer.py"]'
     ) in _raw_text()
     assert tf["variable"]["deploy_example_consumer_dag"]["default"] is False
     needed = set()

@@ -4,7 +4,8 @@ code wrote.
 tests/legacy/run_marker_a2c64df_*.json were written by main at a2c64df (the dedup's
 `_write_version` building a dict), from the inputs `_inputs` builds here, with no session and no
 context (so no Spark): one version planned on a previous one, one first version. The same inputs
-through today's `_write_version` must write the same bytes."""
+through today's `_write_version` must write the same bytes, plus the keys added since (the staged
+changeset's counts, `changes`: tidemark/deduplication/changeset.py, its Spark part stubbed here)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def _legacy(name: str) -> bytes:
 def _write_as_dedup(lake: Lake, previous: VersionRecord | None, monkeypatch) -> bytes:
     """The inputs the fixtures were written from (tests/legacy's generator used the same)."""
     monkeypatch.setattr(times, "now_iso_z", lambda: "2026-03-11T04:05:06.789Z")
+    monkeypatch.setattr(dedup.changeset, "stage", lambda *args: dict(_NO_CHANGES))
     parts = [
         ReceiptRef(lake, "2026-03-09", "20260310T010000000Z"),
         ReceiptRef(lake, D, "20260310T020000000Z"),
@@ -65,7 +67,12 @@ def _write_as_dedup(lake: Lake, previous: VersionRecord | None, monkeypatch) -> 
         read=(2, 17),
     )
     with open(lake.run_marker(D, RUN), "rb") as f:
-        return f.read()
+        written = json.loads(f.read())
+    assert written.pop("changes") == _NO_CHANGES  # a key added after a2c64df
+    return (json.dumps(written, sort_keys=True, indent=1, default=str) + "\n").encode()
+
+
+_NO_CHANGES = {"inserted": 0, "deleted": 0, "updated": 0}
 
 
 def _previous() -> VersionRecord:
@@ -78,7 +85,7 @@ def test_the_marker_written_is_byte_for_byte_the_dict_codes(tmp_path, monkeypatc
     lake = Lake.open(str(tmp_path / "lake"))
     assert _write_as_dedup(lake, previous, monkeypatch) == _legacy(name)
     # every key of the format written, none other
-    assert sorted(json.loads(_legacy(name))) == sorted(MARKER_KEYS)
+    assert sorted([*json.loads(_legacy(name)), "changes"]) == sorted(MARKER_KEYS)
 
 
 @pytest.mark.parametrize("name", ["planned_on", "first"])

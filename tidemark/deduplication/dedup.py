@@ -36,8 +36,8 @@ from tidemark.base import layout, times
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
-from tidemark.deduplication import incremental, recheck
-from tidemark.iceberg import publish
+from tidemark.deduplication import changeset, incremental, recheck
+from tidemark.iceberg import changes, publish
 from tidemark.notices import corrected
 from tidemark.orchestration import obligations
 from tidemark.panes import packs, pane_reader, planning
@@ -68,7 +68,7 @@ class DedupResult:
     # "incremental" or "full" (tidemark/deduplication/incremental.py); full_reason: why not incremental
     mode: str = "full"
     full_reason: str = ""
-    # Seconds per phase of a run that computed (plan, spark, compute, write, commit, notice): where a
+    # Seconds per phase of a run that computed (plan, spark, compute, write, commit, changes, notice): where a
     # dedup's time goes, in its log line and in bench/dedup_partition.py's profile.
     phases: dict = field(default_factory=dict)
 
@@ -165,6 +165,9 @@ def _run(
     nothing_new = _nothing_new(event_date, current, None if full else previous, rules, started)
     if nothing_new is not None:
         return nothing_new
+    # A previous run killed between its commit and its changeset's append: appended first, so that
+    # the date's changesets reach the changes table in version order (a no-op when done).
+    changes.ensure(lake, previous)
     phases = Phases(started)
     phases.done("plan")
 
@@ -244,6 +247,8 @@ def _run(
         if full:  # a concurrent run published more receipts meanwhile: recompute over them
             raise publish.Superseded(f"{event_date}: version {outcome.current.version} read receipts this run did not")
         return _noop(event_date, outcome.current, started)
+    changes.ensure_after_commit(lake, outcome.current)
+    phases.done("changes")
     # The corrected notice, recorded (not sent) in the process that committed, however the dedup
     # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
     corrected.record_after_commit(lake, outcome.current)
@@ -499,7 +504,8 @@ def _write_version(
     read: tuple[int, int] | None = None,
 ) -> VersionRecord:
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
-    into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), then its marker.
+    into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), its changeset
+    into its `changes/` (tidemark/deduplication/changeset.py), then its marker.
     The version id is chosen at commit time (tidemark.iceberg.publish.commit), on the table's fresh state."""
     from pyspark.sql import functions as F
 
@@ -530,6 +536,9 @@ def _write_version(
             .write.mode("overwrite")
             .parquet(incremental.context_dir(lake, event_date, run_id))
         )
+    # Its changeset against `previous` (tidemark/deduplication/changeset.py), staged inside the folder
+    # the writes above replaced; its counts go into the marker.
+    staged = changeset.stage(lake, event_date, run_id, islands, previous)
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
     marker = VersionRecord(
         event_date=day,
@@ -553,6 +562,7 @@ def _write_version(
         affected_dates=tuple(summary["affected_dates"]),
         planned_on=previous.version if previous else None,
         new_receipts=len(set(current.keys) - known),
+        changes=staged,
         created_at=times.now_iso_z(),
     )
     publish.write_marker(lake, marker)

@@ -156,6 +156,10 @@ class Islands:
     spread: bool = False
     spark: object = None
     views: list = field(default_factory=list)  # dedup_sql.run(..., views=): dropped on release
+    # The touched users' sessions of the date before and after (the same columns as `sessions`),
+    # when the run knows them: its changeset (tidemark/deduplication/changeset.py). None: a full run.
+    before: DataFrame | None = None
+    after: DataFrame | None = None
 
     def release(self) -> None:
         import dedup_sql
@@ -291,4 +295,10 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     # partition of recomputed rows: a coalesce of the union could put every scan in one task.
     sessions = drop(old_sessions).unionByName(new_sessions.coalesce(1))
     context = drop(old_context).unionByName(new_context)
-    return Islands(sessions, context, summary, [recomputed, old], spread=True, spark=spark, views=views)
+    islands = Islands(sessions, context, summary, [recomputed, old], spread=True, spark=spark, views=views)
+    if start.previous.schema_version == session_schema.VERSION:  # else carried-over rows get filled columns
+        islands.before = old.where(F.col("event_date") == F.lit(current.event_date)).select(
+            *ISLAND_COLUMNS, "event_date"
+        )
+        islands.after = new_sessions
+    return islands

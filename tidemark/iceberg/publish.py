@@ -375,6 +375,9 @@ def commit(lake: Lake, marker: VersionRecord, replace: bool = False) -> Outcome:
                     f"{event_date}: the current version {current.version} includes "
                     f"{len(theirs - ours)} receipt partition(s) run {run_id} did not read"
                 )
+        if marker.changes is not None and marker.planned_on != (current.version if current else None):
+            # Its changeset (tidemark/iceberg/changes.py) is relative to the version it was planned on
+            raise Superseded(f"{event_date}: run {run_id} was planned on {marker.planned_on}, not the current version")
         version = marker.max_receipt_ts
         if version is None:
             raise ValueError(f"run {run_id} of {event_date} read no receipt: nothing to commit")

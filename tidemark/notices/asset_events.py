@@ -46,6 +46,7 @@ def event_extra(notice: dict) -> dict:
         "change": change.get("kind"),
         "rows": notice.get("rows"),
         "committed_at": notice.get("committed_at"),
+        "changes": notice.get("changes"),  # where the version's changeset is (None: none staged)
     }
 
 

@@ -27,7 +27,7 @@ from datetime import date
 
 from tidemark.base import layout, names
 from tidemark.base.logs import get_logger
-from tidemark.iceberg import publish
+from tidemark.iceberg import changes, publish
 from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected_notice
 from tidemark.notices.drain import drain
@@ -117,21 +117,19 @@ def build_for(lake: Lake, tbl, version: VersionRecord) -> dict:
     if snapshot_id is None:  # its snapshot was expired by gc; still current, so the current one holds it
         snapshot_id = tbl.current_snapshot().snapshot_id
     previous = committed.previous_version
-    counts = None
-    new = _sessions_at(tbl, event_date, snapshot_id)
-    if previous is None:
-        counts = session_changes(new.schema.empty_table(), new)
+    where = changes.ensure(lake, version)  # appended by now, unless the run staged no changeset
+    counts: dict | None
+    if where is not None:
+        counts, rows = counts_of(where.counts, version.sessions), version.sessions
     else:
-        previous_snapshot = _snapshot_of(tbl, event_date, "tidemark.version", previous)
-        if previous_snapshot is not None:
-            counts = session_changes(_sessions_at(tbl, event_date, previous_snapshot), new)
+        counts, rows = _counts_from_versions(tbl, event_date, snapshot_id, previous)
     return corrected_notice.build(
         names.get("DATASET"),
         event_date,
         committed.version,
         previous,
         corrected_notice.change_of(previous, counts),
-        rows=new.num_rows,
+        rows=rows,
         table={
             "identifier": iceberg.identifier(),
             "location": iceberg.table_location(lake),
@@ -140,7 +138,38 @@ def build_for(lake: Lake, tbl, version: VersionRecord) -> dict:
         path=iceberg.file_uri(lake.run_dir(event_date, version.run_id)),
         affected_dates=[d for d in version.affected_dates if d != event_date],
         committed_at=committed.committed_at,
+        changes=None
+        if where is None
+        else {
+            "identifier": changes.identifier(),
+            "location": changes.location(lake),
+            "snapshot_id": where.snapshot_id,
+            "parent_snapshot_id": where.parent_snapshot_id,
+            **where.counts.to_json(),
+        },
     )
+
+
+def counts_of(found: changes.Counts, sessions: int) -> dict:
+    """The notice's counts from a version's changeset and its number of sessions."""
+    return {
+        "sessions_added": found.inserted,
+        "sessions_removed": found.deleted,
+        "sessions_changed": found.updated,
+        "sessions_unchanged": sessions - found.inserted - found.updated,
+    }
+
+
+def _counts_from_versions(tbl, event_date: str, snapshot_id: int, previous: str | None) -> tuple[dict | None, int]:
+    """(counts, rows) of a version that staged no changeset (an older tidemark's run): its
+    sessions compared with the previous version's, both read whole."""
+    new = _sessions_at(tbl, event_date, snapshot_id)
+    if previous is None:
+        return session_changes(new.schema.empty_table(), new), new.num_rows
+    previous_snapshot = _snapshot_of(tbl, event_date, "tidemark.version", previous)
+    if previous_snapshot is None:
+        return None, new.num_rows
+    return session_changes(_sessions_at(tbl, event_date, previous_snapshot), new), new.num_rows
 
 
 def _committed(version: VersionRecord) -> Commit:

@@ -67,6 +67,7 @@ def build(
     path: str,
     affected_dates: list[str],
     committed_at: str,
+    changes: dict | None = None,
 ) -> dict:
     body = {
         "schema_version": SCHEMA_VERSION,
@@ -82,6 +83,8 @@ def build(
         "affected_dates": sorted(set(affected_dates)),
         "committed_at": committed_at,
     }
+    if changes is not None:
+        body["changes"] = changes
     return validate(body)
 
 

@@ -27,7 +27,7 @@ from tidemark.base import layout
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, tracked
-from tidemark.iceberg import publish
+from tidemark.iceberg import changes, publish
 from tidemark.iceberg import table as iceberg
 from tidemark.orchestration import reconcile
 from tidemark.panes import packs, receipt_index
@@ -75,6 +75,7 @@ def gc(
         publish.maintain(lake, dry_run=dry_run)
         removed, tbl, versions = _expire(lake, retention, now, dry_run)
         removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run, display)
+        removed += _expire_changes(lake, tbl, removed, retention, now, dry_run)
     removed += _prune_arrivals(lake, retention, now, dry_run)
     removed += _prune_packs(lake, retention, now, dry_run)
     for item in removed:
@@ -231,6 +232,21 @@ def _remove_files(
         if not dry_run:
             lake.delete_file(layout.join(root, path))
     return removed
+
+
+def _expire_changes(lake: Lake, tbl, removed: list[Removal], retention, now, dry_run) -> list[Removal]:
+    """The changes table follows the sessions table's history (tidemark/iceberg/changes.py: gc)."""
+    gone = {(r.event_date, r.version) for r in removed if r.what == "snapshot"}
+    kept = {
+        (props.get("tidemark.event-date"), props.get("tidemark.version"))
+        for _, props in publish.snapshot_versions(tbl)
+        if (props.get("tidemark.event-date"), props.get("tidemark.version")) not in gone
+    }
+    kept |= {(event_date, record.version) for event_date, record in publish.current_records(tbl).items()}
+    return [
+        Removal(e.what, e.path, e.event_date, e.version, e.age_s)
+        for e in changes.gc(lake, kept, retention.total_seconds(), now.timestamp(), dry_run)
+    ]
 
 
 def _relative(uri: str, location: str) -> str:

@@ -91,6 +91,9 @@ class VersionRecord:
     affected_dates: tuple[str, ...] = ()
     planned_on: str | None = None  # the version it was planned on (None: none)
     new_receipts: int | None = None
+    # The changeset staged in its folder's changes/ (tidemark/iceberg/changes.py): {inserted, deleted,
+    # updated}; None: none staged (an older tidemark's run)
+    changes: dict | None = None
     created_at: str | None = None  # ISO text: when its data was written
     commit: Commit | None = None  # None: not committed (a run's marker before its commit)
     # Keys of the marker this record does not know (a newer writer's): kept for the round trip.
