@@ -1,14 +1,19 @@
 """One micro-batch, end to end: parse, quarantine, sessionize against state, write panes, commit.
 
-Everything here is a deterministic function of (state before the batch, the batch's files, the
-batch's timestamp from the offset log), so a batch that Spark replays after a crash produces the
-same receipt_ts, the same panes and the same state, and skips partitions it had completed.
+Everything here is a deterministic function of (state before the batch, the content of the batch's
+files, the batch's timestamp from the offset log, its input rules), so a batch that Spark replays
+after a crash produces the same receipt_ts, the same panes and the same state, and skips partitions
+it had completed. The content is the one its first attempt read: the files are pinned before any
+Spark job of the batch and read from the pins (tidemark.ingest.input_pins), and a replay judges
+them by the input rules its ledger entry records, whatever the restart was given.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -21,10 +26,10 @@ from streaming_job import pane_writer, parse
 from streaming_job.partitions import sized_shuffle
 from streaming_job.state import STATE_COLUMNS, StateStore
 from streaming_job.state import watermark_text as state_watermark_text
-from tidemark.base import layout
+from tidemark.base import crashpoints, layout
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
-from tidemark.ingest import landing, landing_archive, landing_ledger
+from tidemark.ingest import input_pins, landing, landing_archive, landing_ledger
 from tidemark.ingest.contract import InputRules
 from tidemark.panes import receipt_index, receipts
 from tidemark.panes.receipts import BatchReport
@@ -74,6 +79,33 @@ class StopFlag(Protocol):
     def is_set(self) -> bool: ...
 
 
+@dataclass
+class BatchInput:
+    """What a micro-batch reads: its lines (`frame`: value, source_file[, file facts][, receipt_time]),
+    the input rules and receipt time its lines are judged by, and, when its files are pinned
+    (tidemark.ingest.input_pins), what the ledger records of each.
+
+    A batch built by hand (no offset entry in the checkpoint: tests, tools) is read as given: its
+    receipt time is its `receipt_time` column, and whether it is a replay is known from the ledger."""
+
+    frame: DataFrame | None  # None: not one file left to read
+    rules: InputRules
+    receipt_ms: int | None = None
+    replay: bool | None = None
+    pins: str | None = None  # the batch's pin folder: the frame's files are named inside it
+    landing_uris: dict[str, str] = field(default_factory=dict)  # path relative to the landing -> its URI
+    facts: dict[str, dict] = field(default_factory=dict)  # path -> {size, mtime_ms[, sha256]}
+    digests: Future | None = None  # the first attempt's {path: sha256}, computed beside the first Spark job
+    unreadable: list[dict] = field(default_factory=list)  # ledger records of files it could not read
+
+    def landing_file(self, frame_file: str, landing_root: str | None) -> tuple[str, str]:
+        """(path relative to the landing, the URI a line's source_file holds) of a frame's file."""
+        if self.pins is None:
+            return landing.relative_path(landing_root, frame_file), frame_file
+        path = landing.relative_path(self.pins, frame_file)
+        return path, self.landing_uris.get(path) or layout.join(landing_root or "", path)
+
+
 class BatchProcessor:
     """The foreachBatch function of the stream. `listeners` get a BatchReport after each commit."""
 
@@ -108,7 +140,9 @@ class BatchProcessor:
             raise StopRequested(f"{STOP_MARK}: batch {batch_id} left uncommitted for the next run")
         started = time.monotonic()
         phases = Phases(started)
-        report = self._process(batch, batch_id, phases)  # caches the parsed batch: one read of the files
+        release_pins(self.checkpoint, self.generation, self.archive)  # earlier batches' pins, once committed
+        # caches the parsed batch: one read of the files
+        report = self._process(batch, batch_id, spark_batch_id, phases)
         if report is None:
             return
         report.seconds = round(time.monotonic() - started, 3)
@@ -128,28 +162,41 @@ class BatchProcessor:
         )
         for listener in self.listeners:
             listener(report)
+        crashpoints.reach("batch-committed")
 
-    def _process(self, batch: DataFrame, batch_id: int, phases: Phases) -> BatchReport | None:
+    def _process(self, batch: DataFrame, batch_id: int, spark_batch_id: int, phases: Phases) -> BatchReport | None:
         spark = batch.sparkSession
-        parsed = parse.with_parse(batch, self.input_rules).persist()
+        source = self._input(batch, batch_id, spark_batch_id)
+        if source.frame is None:  # every planned file gone: recorded, nothing read
+            if source.unreadable and source.receipt_ms is not None:
+                self._admit([], layout.receipt_ts_from_millis(source.receipt_ms), batch_id, source)
+            return None
+        received_us = None if source.receipt_ms is None else source.receipt_ms * 1000
+        parsed = parse.with_parse(source.frame, source.rules, received_us).persist()
         try:
             by_file = self._by_file(parsed)
             phases.done("check")  # the input contract over every line, cached, and the totals
-            if not by_file:
+            if not by_file and not source.unreadable:
                 return None  # a batch without lines writes nothing
-            receipt_ts = layout.receipt_ts_from_millis(max(row["receipt_ms"] for row in by_file))
-            receipt_us = max(int(row["receipt_us"]) for row in by_file)
+            if source.receipt_ms is None:
+                receipt_ts = layout.receipt_ts_from_millis(max(row["receipt_ms"] for row in by_file))
+                receipt_us = max(int(row["receipt_us"]) for row in by_file)
+            else:
+                receipt_ts, receipt_us = layout.receipt_ts_from_millis(source.receipt_ms), source.receipt_ms * 1000
             # Only a batch replayed after a crash can find receipt partitions of its own complete:
             # this batch's ledger entry, written before anything else of it, is already there.
-            replay = self.lake.has_landing_ledger_entry(receipt_ts)
-            totals, skipped = self._admit(by_file, receipt_ts, batch_id)
+            replay = source.replay if source.replay is not None else self.lake.has_landing_ledger_entry(receipt_ts)
+            totals, skipped = self._admit(by_file, receipt_ts, batch_id, source)
+            crashpoints.reach("ledger-recorded")
             if skipped:  # lines of files the landing rule does not take as input: not events, not quarantined
                 parsed = parsed.where(~F.col("source_file").isin(skipped))
             if not totals["lines"]:
                 return None  # only files that are not input: recorded in the ledger, nothing else
             quarantined = int(totals["lines"] - totals["valid"])
             if quarantined:
-                self._write_quarantine(parsed, receipt_ts, batch_id, quarantined, int(totals["refused_bytes"]))
+                self._write_quarantine(
+                    parsed, receipt_ts, batch_id, quarantined, int(totals["refused_bytes"]), totals["landing_uris"]
+                )
             phases.done("quarantine")
 
             store = StateStore(spark, self.checkpoint)
@@ -192,12 +239,91 @@ class BatchProcessor:
             written,
         )
 
+    def _input(self, batch: DataFrame, batch_id: int, spark_batch_id: int) -> BatchInput:
+        """The batch's input: its pinned files, pinned now on a first attempt (tidemark.ingest.input_pins),
+        checked against the ledger on a replay; or the batch as given when no streaming query
+        planned it."""
+        plan = (
+            input_pins.planned(self.generation.query_dir(self.checkpoint), spark_batch_id, self.landing)
+            if self.landing is not None
+            else None
+        )
+        if plan is None:
+            return BatchInput(batch, self.input_rules)
+        receipt_ts = layout.receipt_ts_from_millis(plan.receipt_ms)
+        entry = landing_ledger.read_entry(self.lake, receipt_ts)
+        recorded = landing_ledger.rules_of(entry) if entry is not None else None
+        source = BatchInput(None, self.input_rules, plan.receipt_ms, entry is not None, landing_uris=plan.files)
+        source.pins = input_pins.pin_dir(self.checkpoint, batch_id)
+        if entry is not None and recorded is not None:
+            self._replay_input(source, entry, recorded, batch_id)
+        else:  # a first attempt (or a replay of a batch whose entry predates pins: its files as they are now)
+            pins, missing = input_pins.pin(
+                self.checkpoint, batch_id, self.generation.generation, self.landing or "", plan
+            )
+            source.facts = {p.path: {"size": p.size, "mtime_ms": p.mtime_ms} for p in pins.values()}
+            source.unreadable = [_unreadable(path, input_pins.MISSING) for path in missing]
+            if pins:
+                pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pin-digests")
+                source.digests = pool.submit(input_pins.digests, self.checkpoint, batch_id, sorted(pins))
+                pool.shutdown(wait=False)
+        if input_pins.pinned_files(self.checkpoint, batch_id):
+            source.frame = read_pinned(batch.sparkSession, source.pins)
+        return source
+
+    def _replay_input(self, source: BatchInput, entry: dict, recorded: InputRules, batch_id: int) -> None:
+        """A replay reads what its first attempt recorded: the same pins (checked against their
+        digests), judged by the same input rules."""
+        if recorded != self.input_rules:
+            log.warning(
+                "replayed batch: judged by the input rules of its first attempt, not the given ones",
+                batch_id=batch_id,
+                recorded=recorded.describe(),
+                given=self.input_rules.describe(),
+            )
+        source.rules = recorded
+        files = entry.get("files", [])
+        known = {f["path"]: f for f in files if f["verdict"] == landing_ledger.UNREADABLE_VERDICT}
+        source.facts = {
+            f["path"]: {"size": f.get("size"), "mtime_ms": f.get("mtime_ms"), "sha256": f.get("sha256")}
+            for f in files
+            if f.get("sha256") and f["path"] not in known
+        }
+        lost, changed = input_pins.verify(self.checkpoint, batch_id, [f for f in files if f["path"] in source.facts])
+        source.unreadable = list(known.values())
+        for path, reason in sorted(lost.items()):
+            record = {**source.facts.pop(path), "path": path}
+            source.unreadable.append(
+                _unreadable(path, reason, record, next(int(f.get("lines") or 0) for f in files if f["path"] == path))
+            )
+        if changed:
+            landing_ledger.quarantine_contents(
+                self.lake,
+                [(path, None, None, data) for path, data in sorted(changed.items())],
+                input_pins.PIN_CHANGED,
+                landing_ledger.UNREADABLE_VERDICT,
+                source="replay",
+                batch_id=batch_id,
+            )
+        if lost:
+            log.error(
+                "replayed batch: input files not read as its first attempt read them",
+                batch_id=batch_id,
+                files=lost,
+            )
+
     @staticmethod
     def _by_file(parsed: DataFrame) -> list:
         """One Spark action over the checked batch: per file, its lines, valid events, newest event
-        time and (when the source gives them) size and modification time; and the batch's time."""
+        time and (when the source gives them) size and modification time; and, for a batch built
+        by hand, the batch's time."""
         valid = F.col("reason").isNull()
         facts = [F.max(name).alias(name) for name in parse.FILE_FACTS if name in parsed.columns]
+        if "receipt_time" in parsed.columns:
+            facts += [
+                F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
+                F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
+            ]
         return (
             parsed.groupBy("source_file")
             .agg(
@@ -205,31 +331,35 @@ class BatchProcessor:
                 F.count_if(valid).alias("valid"),
                 F.sum(F.length("raw")).alias("refused_bytes"),  # `raw` is kept for refused lines only
                 F.max(F.when(valid, F.unix_micros("event_ts"))).alias("max_event_us"),
-                F.max(F.unix_millis("receipt_time")).alias("receipt_ms"),
-                F.max(F.unix_micros("receipt_time")).alias("receipt_us"),
                 *facts,
             )
             .collect()
         )
 
-    def _admit(self, by_file: list, receipt_ts: str, batch_id: int) -> tuple[dict, list[str]]:
+    def _admit(self, by_file: list, receipt_ts: str, batch_id: int, source: BatchInput) -> tuple[dict, list[str]]:
         """The landing rule over the batch's files (tidemark.ingest.landing), the batch's ledger entry
-        written, and the totals of its input files. Returns (totals, URIs of files not read)."""
+        written, and the totals of its input files. Returns (totals, URIs of files not read: as the
+        frame names them)."""
         files, skipped, newest = [], [], []
-        totals: dict[str, Any] = {"lines": 0, "valid": 0, "refused_bytes": 0}
+        totals: dict[str, Any] = {"lines": 0, "valid": 0, "refused_bytes": 0, "landing_uris": {}}
+        digests = source.digests.result() if source.digests is not None else {}
         for found in by_file:
             row = found.asDict()
-            path = landing.relative_path(self.landing, row["source_file"])
+            path, uri = source.landing_file(row["source_file"], self.landing)
+            totals["landing_uris"][row["source_file"]] = uri
             verdict = landing.classify(path)
-            files.append(
-                {
-                    "path": path,
-                    "size": row.get("file_size"),
-                    "mtime_ms": row.get("file_mtime_ms"),
-                    "lines": int(row["lines"]),
-                    "verdict": verdict,
-                }
-            )
+            facts = source.facts.get(path, {"size": row.get("file_size"), "mtime_ms": row.get("file_mtime_ms")})
+            record = {
+                "path": path,
+                "size": facts["size"],
+                "mtime_ms": facts["mtime_ms"],
+                "lines": int(row["lines"]),
+                "verdict": verdict,
+            }
+            sha = facts.get("sha256") or digests.get(path)
+            if sha is not None:
+                record["sha256"] = sha
+            files.append(record)
             if verdict != landing.INPUT:
                 skipped.append(row["source_file"])
                 continue
@@ -245,9 +375,13 @@ class BatchProcessor:
                 self.generation,
                 batch_id - self.generation.batch_base,
                 receipt_ts,
-                [f for f in files if f["verdict"] == landing.INPUT],
+                # files a replay could not read too: they leave the landing (a later generation
+                # must not read them as new), their changed content handed on as replaced
+                [f for f in files if f["verdict"] == landing.INPUT] + source.unreadable,
             )
-        landing_ledger.record_batch(self.lake, receipt_ts, batch_id, files)
+        landing_ledger.record_batch(
+            self.lake, receipt_ts, batch_id, files + source.unreadable, input_rules=source.rules
+        )
         if skipped:
             log.warning(
                 "landed files not read: not input by the landing rule",
@@ -370,18 +504,24 @@ class BatchProcessor:
             receipt_index.write_head(self.lake, receipt_ts)
         return partitions
 
-    def _write_quarantine(self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int, size: int) -> None:
+    def _write_quarantine(
+        self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int, size: int, uris: dict[str, str]
+    ) -> None:
+        """The batch's refused lines, each with its landed file's URI (`uris`: the frame's file ->
+        the landing's, for pinned input)."""
         folder = self.lake.quarantine_dir(receipt_ts)
         marker = layout.join(folder, QUARANTINE_MARKER)
         if storage.exists(marker):
             return
         refused = parse.quarantined(parsed)
+        renamed = {frame: uri for frame, uri in uris.items() if frame != uri}
         if size <= DRIVER_QUARANTINE_BYTES:
             # one Spark job without a shuffle (Spark's writer took two and a shuffle); the Arrow
             # schema keeps the frame's nullability, as Spark's writer does. The batch's values
             # are added here, not as literals of the plan (pane_writer.BatchValues says why).
             table = pane_writer.with_constants(
-                refused.toArrow(), {"receipt_ts": pa.scalar(receipt_ts), "batch_id": pa.scalar(batch_id, pa.int64())}
+                _renamed(refused.toArrow(), "source_file", renamed),
+                {"receipt_ts": pa.scalar(receipt_ts), "batch_id": pa.scalar(batch_id, pa.int64())},
             )
             storage.delete_dir(folder)  # an interrupted attempt's files: the folder has no marker yet
             fs, path = storage.resolve(folder)
@@ -389,11 +529,60 @@ class BatchProcessor:
             pq.write_table(table, f"{path}/{QUARANTINE_FILE}", filesystem=fs)
         else:
             # one file, but not coalesce(1): that would scan the whole cached batch in one task
+            if renamed:
+                names = F.create_map(*(F.lit(x) for pair in renamed.items() for x in pair))
+                refused = refused.withColumn("source_file", F.coalesce(names[F.col("source_file")], "source_file"))
             refused.withColumn("receipt_ts", F.lit(receipt_ts)).withColumn(
                 "batch_id", F.lit(batch_id).cast("bigint")
             ).repartition(1).write.mode("overwrite").parquet(folder)
         storage.write_json_atomic(marker, {"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
         log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)
+
+
+def read_pinned(spark, folder: str) -> DataFrame:
+    """A batch's pinned files as the streaming source gives lines (streaming_job.job.source): every
+    line, split as the contract splits, with its file's URI (in the pin folder)."""
+    return (
+        spark.read.format("text")
+        .option("recursiveFileLookup", "true")
+        .option("lineSep", "\n")
+        .load(folder)
+        .select("value", F.col("_metadata.file_path").alias("source_file"))
+    )
+
+
+def release_pins(checkpoint: str, generation: landing_archive.Generation, archive: bool) -> list[int]:
+    """Remove the pins of committed batches; with the archive, not before the archive has taken
+    the batch's files (its queue entry is gone)."""
+    keep = frozenset(entry["batch_id"] for entry in landing_archive.queued(checkpoint)) if archive else frozenset()
+    return input_pins.release(checkpoint, generation.generation, generation.query_dir(checkpoint), keep)
+
+
+def _unreadable(path: str, reason: str, record: dict | None = None, lines: int = 0) -> dict:
+    """A ledger record of a file the batch could not read as its first attempt did."""
+    record = record or {}
+    return {
+        "path": path,
+        "size": record.get("size"),
+        "mtime_ms": record.get("mtime_ms"),
+        "lines": lines,
+        "verdict": landing_ledger.UNREADABLE_VERDICT,
+        "reason": reason,
+        **({"sha256": record["sha256"]} if record.get("sha256") else {}),
+    }
+
+
+def _renamed(table: pa.Table, column: str, names: dict[str, str]) -> pa.Table:
+    """`table` with each value of `column` found in `names` replaced by its new name."""
+    if not names or not table.num_rows:
+        return table
+    import pyarrow.compute as pc
+
+    values = table.column(column)
+    unique = pc.unique(values)
+    renamed = pa.array([names.get(v, v) for v in unique.to_pylist()], values.type)
+    index = table.schema.get_field_index(column)
+    return table.set_column(index, table.schema.field(index), pc.take(renamed, pc.index_in(values, unique)))
 
 
 def state_events(state: DataFrame) -> DataFrame:

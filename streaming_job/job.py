@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import functions as F
 
-from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport
+from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport, release_pins
 from tidemark.base import layout
 from tidemark.base.durations import format_duration, parse_duration
 from tidemark.base.logs import get_logger
@@ -70,13 +69,14 @@ class StreamConfig:
 
 
 def source(spark, config: StreamConfig):
-    """Every line of every landed file, with the file it came from (its URI, size and modification
-    time as Spark listed it: the landing ledger records them) and the batch's timestamp.
+    """The landed files, as Spark's file source plans them into micro-batches: which files each
+    batch takes (its file-source log) and the batch's timestamp (its offset log; a batch replayed
+    after a crash has the same, hence the same receipt_ts).
 
-    current_timestamp() is evaluated in the streaming plan, so it is the batch timestamp stored in
-    the offset log: a batch replayed after a crash gets the same value, hence the same receipt_ts.
-    Which of the listed files are input is tidemark.ingest.landing's rule, applied per batch
-    (streaming_job/batch.py): Spark's own listing rules differ from it.
+    The batch never reads this frame: it pins the planned files and reads the pins
+    (tidemark.ingest.input_pins, streaming_job/batch.py), so that a replay reads the content the
+    first attempt read. Which of the files are input is tidemark.ingest.landing's rule, applied per
+    batch: Spark's own listing rules differ from it.
     """
     reader = (
         spark.readStream.format("text")
@@ -86,13 +86,7 @@ def source(spark, config: StreamConfig):
     )  # lines as tidemark.ingest.contract splits them
     if config.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", int(config.max_files_per_trigger))
-    return reader.load(config.landing).select(
-        "value",
-        F.col("_metadata.file_path").alias("source_file"),
-        F.col("_metadata.file_size").alias("file_size"),
-        F.unix_millis(F.col("_metadata.file_modification_time")).alias("file_mtime_ms"),
-        F.current_timestamp().alias("receipt_time"),
-    )
+    return reader.load(config.landing)
 
 
 # maxFileAge: Spark skips files whose modification time is older than this, measured from the newest
@@ -216,6 +210,7 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
             if config.archive:
                 landing_archive.drain(config.landing, config.archive, config.checkpoint, _set_aside(config))
             found = audit.run()
+            release_pins(config.checkpoint, generation, bool(config.archive))  # the last batch's, once committed
             if changed_to is not None or not config.archive:
                 break
             committed = _committed_batches(config.checkpoint, generation)

@@ -33,22 +33,37 @@ def _verdict_udf(rules: InputRules):
     return verdict
 
 
-def with_parse(batch: DataFrame, rules: InputRules | None = None) -> DataFrame:
+def _verdict_at_udf(rules: InputRules, received_us: int):
+    """The verdict UDF with the receipt time a value of the function, not of the plan: Spark writes
+    a literal into the code it generates, so a batch's time in the plan would make every batch
+    compile anew (streaming_job.pane_writer.BatchValues)."""
+
+    @arrow_udf(VERDICT)  # type: ignore[call-overload]
+    def verdict(raw: pa.Array) -> pa.Array:
+        return contract_fast.verdicts(raw, pa.repeat(pa.scalar(received_us, pa.int64()), len(raw)), rules)
+
+    return verdict
+
+
+def with_parse(batch: DataFrame, rules: InputRules | None = None, received_us: int | None = None) -> DataFrame:
     """The batch's lines checked: `reason` (null for a valid event), the event's columns (`user_id`,
     `event_id`, `event_ts`, `event_type`, `payload`; null for a refused line), `raw` and
     `source_file` (set for refused lines only) and `receipt_time`.
 
-    Needs `value` (a line), `source_file` and `receipt_time` (the micro-batch's timestamp: the clock
-    guard's now); `file_size` and `file_mtime_ms` are passed on when present. The stream caches this
+    Needs `value` (a line), `source_file` and the clock guard's now: `received_us`, the micro-batch's
+    timestamp, or else a `receipt_time` column (passed on); `file_size` and `file_mtime_ms` are
+    passed on when present. The stream caches this
     frame, so it holds only what a later step reads: a valid line's bytes are never read again (only
     the quarantine needs them), and keeping them doubled the cache a batch builds and scans. The
     file of every line stays (the landing rule and ledger group by it; the cache's dictionary
     encoding stores one copy of each name per column batch).
     """
-    verdict = _verdict_udf(rules or InputRules())
-    checked = batch.withColumn("raw", F.col("value").cast("binary")).withColumn(
-        "verdict", verdict(F.col("raw"), F.unix_micros("receipt_time"))
-    )
+    raw = F.col("value").cast("binary")
+    if received_us is None:
+        verdict = _verdict_udf(rules or InputRules())(F.col("raw"), F.unix_micros("receipt_time"))
+    else:
+        verdict = _verdict_at_udf(rules or InputRules(), received_us)(F.col("raw"))
+    checked = batch.withColumn("raw", raw).withColumn("verdict", verdict)
     refused = F.col("verdict.reason").isNotNull()
     return checked.select(
         F.col("verdict.reason").alias("reason"),
@@ -59,8 +74,7 @@ def with_parse(batch: DataFrame, rules: InputRules | None = None) -> DataFrame:
         F.col("verdict.payload").alias("payload"),
         F.when(refused, F.col("raw")).alias("raw"),
         "source_file",
-        *[name for name in FILE_FACTS if name in batch.columns],
-        "receipt_time",
+        *[name for name in (*FILE_FACTS, "receipt_time") if name in batch.columns],
     )
 
 

@@ -408,8 +408,8 @@ def test_a_rotation_skipped_for_a_half_done_batch_resumes_the_generation(tmp_pat
     #    1 committed, batch 2 half done.
     record_batch = landing_ledger.record_batch
 
-    def crash_in_batch_two(lake_, receipt_ts, batch_id, files):
-        record_batch(lake_, receipt_ts, batch_id, files)
+    def crash_in_batch_two(lake_, receipt_ts, batch_id, files, **recorded):
+        record_batch(lake_, receipt_ts, batch_id, files, **recorded)
         if batch_id == 2:
             raise RuntimeError("crash after batch 2's ledger entry")
 

@@ -148,9 +148,13 @@ def events_of_landing(
     archive: str | None = None,
 ):
     """The events (tidemark.ingest.contract.Event) of the landing (and the archive), each line judged at
-    its receipt time."""
-    for _, received, lines in landed_files(landing_uri, lake, now_us, archive):
-        yield from contract.read_lines(lines, received, rules)
+    its receipt time, by the input rules its batch recorded in the ledger (`rules` for a file no
+    recorded batch read)."""
+    ledger = landing_ledger.read_ledger(lake) if lake is not None else {}
+    for path, received, lines in landed_files(landing_uri, lake, now_us, archive):
+        record = ledger.get(path)
+        recorded = record.input_rules if record is not None and record.verdict == landing.INPUT else None
+        yield from contract.read_lines(lines, received, recorded or rules)
 
 
 def sessionize(events, rules: SessionRules | timedelta) -> list[Session]:

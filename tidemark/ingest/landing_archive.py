@@ -50,6 +50,7 @@ import pyarrow.fs as pafs
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
+from tidemark.ingest import input_pins
 from tidemark.ingest.landing import LandedFile, relative_path
 from tidemark.store import storage
 from tidemark.store.lake import Lake
@@ -109,14 +110,17 @@ def _queue_entry(checkpoint: str, batch_id: int) -> str:
 
 def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[dict]) -> None:
     """Record what a batch read, before its ledger entry and its panes: written again identically
-    when the batch is replayed. files: {path, size, mtime_ms} of its input files."""
+    when the batch is replayed. files: {path, size, mtime_ms, sha256} of its input files."""
     storage.write_json_atomic(
         _queue_entry(checkpoint, generation.batch_base + spark_batch_id),
         {
             "generation": generation.generation,
             "spark_batch_id": spark_batch_id,
             "receipt_ts": receipt_ts,
-            "files": [{"path": f["path"], "size": f.get("size"), "mtime_ms": f.get("mtime_ms")} for f in files],
+            "files": [
+                {"path": f["path"], "size": f.get("size"), "mtime_ms": f.get("mtime_ms"), "sha256": f.get("sha256")}
+                for f in files
+            ],
         },
     )
 
@@ -146,6 +150,9 @@ def drain(
     Idempotent: a file already moved (a crash after the move, before the entry's deletion) is
     skipped.
 
+    What is archived is the content the batch read: the landed file while its size and time are
+    the ones read, else (replaced, deleted) the batch's pin of it (tidemark.ingest.input_pins).
+
     A file changed since its batch read it (replaced under its name) is not archived as read:
     on_replaced gets it before the batch's entry is deleted (the stream quarantines its new content
     and sets it aside: tidemark.ingest.landing_ledger.quarantine_replaced), so that no later checkpoint
@@ -156,16 +163,25 @@ def drain(
             continue
         replaced = []
         for item in entry["files"]:
-            found = _found(landing, item["path"])
-            if found is None:
-                continue  # moved already
-            if (item.get("size") is not None and item["size"] != found.size) or (
-                item.get("mtime_ms") is not None and item["mtime_ms"] != found.mtime_ms
+            path = item["path"]
+            found = _found(landing, path)
+            if found is not None and not (
+                (item.get("size") is not None and item["size"] != found.size)
+                or (item.get("mtime_ms") is not None and item["mtime_ms"] != found.mtime_ms)
             ):
-                replaced.append(found)
+                move_read(landing, archive, entry["receipt_ts"], path)  # the landed file is the one read
+                moved += 1
                 continue
-            move_read(landing, archive, entry["receipt_ts"], item["path"])
-            moved += 1
+            pinned = input_pins.pinned_file(checkpoint, entry["batch_id"], path)
+            if pinned is not None:  # the content read, from its pin (a pin archived already is only removed)
+                _rename(
+                    input_pins.pin_dir(checkpoint, entry["batch_id"]),
+                    path,
+                    archive_path(archive, entry["receipt_ts"], path),
+                )
+                moved += 1
+            if found is not None:
+                replaced.append(found)
         if replaced:
             log.warning(
                 "landed files changed after they were read: not archived as read", files=[f.path for f in replaced]

@@ -4,12 +4,15 @@ Every micro-batch that read lines records one entry, `<lake>/_landing/day=D/rece
 (D: the day of R; tidemark.store.lake; a lake from before the day folders keeps `_landing/receipt_ts=R.json`,
 still read), written before the batch's panes and rewritten identically if the batch is
 replayed: for each file Spark gave it, the file's path relative to the landing folder, its size and
-modification time as Spark listed them, its line count and its verdict (tidemark.ingest.landing: input,
-hidden or in progress). So
+modification time as the batch pinned it (tidemark.ingest.input_pins), its line count, its verdict
+(tidemark.ingest.landing: input, hidden or in progress; `unreadable` with a `reason` for a file a
+replay could not read as its first attempt did) and the sha256 of the bytes read; and the input
+rules the batch judged its lines by (`input_rules`), which a replay uses whatever it was given. So
   - no landed file is skipped without a record: hidden and in-progress files the source listed are
     recorded with their verdict, and `audit` reports every file in the landing that no entry covers;
-  - the receipt time of every line is known after the fact: the batch reference judges the clock
-    guard against it (tidemark.demo.batch_reference), exactly as the stream did;
+  - the receipt time and input rules of every line are known after the fact: the batch reference
+    judges the clock guard with them (tidemark.demo.batch_reference), exactly as the stream did;
+  - what a batch read is known by content: its files' digests;
   - a file replaced under a name already read is found: Spark's source reads each name once, so the
     new content would be lost without a trace. `audit` compares the landing with the ledger, and
     `quarantine_replaced` puts every line of a replaced file's new content in the quarantine (raw
@@ -20,18 +23,23 @@ hidden or in progress). So
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
-from tidemark.base.times import to_micros
+from tidemark.base.times import from_micros, to_micros
 from tidemark.ingest import landing, landing_archive
+from tidemark.ingest.contract import InputRules
 from tidemark.store.lake import QUARANTINE_MARKER, Lake
 
 log = get_logger("landing")
 
 REPLACED_VERDICT = "replaced"
+# A file a replayed batch could not read as its first attempt did (its pin gone or changed:
+# tidemark.ingest.input_pins), or one gone before its batch could pin it; the record's `reason` says which.
+UNREADABLE_VERDICT = "unreadable"
 REPLACED = "landed file replaced after it was read: its new content is not read (land new events as a new file)"
 
 
@@ -45,6 +53,7 @@ class FileRecord:
     lines: int
     verdict: str
     receipt_ts: str
+    input_rules: InputRules | None = None  # what the batch judged the file's lines by (None: not recorded)
 
     def matches(self, found: landing.LandedFile) -> bool:
         """The landed file is the one recorded (unknown size or time: taken as the same)."""
@@ -53,16 +62,50 @@ class FileRecord:
         )
 
 
-def record_batch(lake: Lake, receipt_ts: str, batch_id: int | None, files: list[dict], source: str = "stream") -> None:
-    """Write one batch's entry. files: {path, size, mtime_ms, lines, verdict}."""
-    lake.write_json_atomic(
-        lake.landing_ledger_path(receipt_ts),
-        {
-            "receipt_ts": receipt_ts,
-            "batch_id": batch_id,
-            "source": source,
-            "files": sorted(files, key=lambda f: f["path"]),
-        },
+def record_batch(
+    lake: Lake,
+    receipt_ts: str,
+    batch_id: int | None,
+    files: list[dict],
+    source: str = "stream",
+    input_rules: InputRules | None = None,
+) -> None:
+    """Write one batch's entry. files: {path, size, mtime_ms, lines, verdict[, sha256, reason]};
+    input_rules: the rules the batch judged its lines by (a replay reads them back: `rules_of`)."""
+    entry: dict[str, object] = {
+        "receipt_ts": receipt_ts,
+        "batch_id": batch_id,
+        "source": source,
+        "files": sorted(files, key=lambda f: f["path"]),
+    }
+    if input_rules is not None:
+        entry["input_rules"] = rules_record(input_rules)
+    lake.write_json_atomic(lake.landing_ledger_path(receipt_ts), entry)
+
+
+def read_entry(lake: Lake, receipt_ts: str) -> dict | None:
+    """Batch receipt_ts's entry (in its day folder, or where a legacy lake kept it), if any."""
+    found = lake.read_json(lake.landing_ledger_path(receipt_ts))
+    return found if found is not None else lake.read_json(lake.legacy_landing_ledger_path(receipt_ts))
+
+
+def rules_record(rules: InputRules) -> dict:
+    """The input rules as a ledger entry records them: readable, and exact in microseconds."""
+    return {
+        **rules.describe(),
+        "max_clock_skew_us": rules.max_clock_skew_us,
+        "earliest_event_ts_us": rules.earliest_us,
+    }
+
+
+def rules_of(entry: dict) -> InputRules | None:
+    """The input rules an entry records; None for an entry written before they were recorded."""
+    recorded = entry.get("input_rules")
+    if not recorded:
+        return None
+    return InputRules(
+        max_clock_skew=timedelta(microseconds=int(recorded["max_clock_skew_us"])),
+        earliest_event_ts=from_micros(int(recorded["earliest_event_ts_us"])),
     )
 
 
@@ -98,6 +141,7 @@ def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[Fil
     out: dict[str, list[FileRecord]] = {}
     for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order
         entry = lake.read_json(path) or {}
+        rules = rules_of(entry)
         for item in entry.get("files", []):
             record = FileRecord(
                 item["path"],
@@ -106,6 +150,7 @@ def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[Fil
                 int(item.get("lines") or 0),
                 item["verdict"],
                 receipt_ts,
+                rules,
             )
             out.setdefault(record.path, []).append(record)
     return out
@@ -191,27 +236,52 @@ def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None
     found = found if found is not None else audit(landing_uri, lake, archive)
     if not found.replaced:
         return found
+    contents = [(f.path, f.size, f.mtime_ms, landing.read_file(landing_uri, f.path)) for f in found.replaced]
+    receipt_ts = quarantine_contents(lake, contents, REPLACED, REPLACED_VERDICT, source="audit")
+    for replaced in found.replaced:
+        log.warning(
+            "landed file replaced after it was read: new content quarantined",
+            file=replaced.path,
+            receipt_ts=receipt_ts,
+            path=lake.quarantine_dir(receipt_ts),
+        )
+    if archive is not None:  # out of the landing: a later checkpoint generation must not read it
+        for replaced in found.replaced:
+            landing_archive.set_aside(landing_uri, archive, receipt_ts, replaced.path)
+    return found
+
+
+def quarantine_contents(
+    lake: Lake,
+    contents: Sequence[tuple[str, int | None, int | None, bytes]],
+    reason: str,
+    verdict: str,
+    source: str,
+    batch_id: int | None = None,
+) -> str:
+    """Every line of each (path, size, mtime_ms, bytes) quarantined with `reason`, in a quarantine
+    folder of its own (a receipt_ts no batch has), and a ledger entry recording the files with
+    `verdict` and their sha256. Returns that receipt_ts."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     receipt_ts = _free_receipt_ts(lake)
     rows: dict[str, list] = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
     records = []
-    for replaced in found.replaced:
-        data = landing.read_file(landing_uri, replaced.path)
+    for path, size, mtime_ms, data in contents:
         lines = landing.file_lines(data)
         for line in lines:
             rows["raw"].append(line)
-            rows["reason"].append(REPLACED)
-            rows["source_file"].append(replaced.path)
-            rows["batch_id"].append(None)
+            rows["reason"].append(reason)
+            rows["source_file"].append(path)
+            rows["batch_id"].append(batch_id)
         records.append(
             {
-                "path": replaced.path,
-                "size": replaced.size,
-                "mtime_ms": replaced.mtime_ms,
+                "path": path,
+                "size": size,
+                "mtime_ms": mtime_ms,
                 "lines": len(lines),
-                "verdict": REPLACED_VERDICT,
+                "verdict": verdict,
                 "sha256": hashlib.sha256(data).hexdigest(),
             }
         )
@@ -227,23 +297,12 @@ def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None
     )
     fs, path = lake.locate(folder)
     fs.create_dir(path, recursive=True)
-    pq.write_table(table, f"{path}/part-00000-replaced.parquet", filesystem=fs)
+    pq.write_table(table, f"{path}/part-00000-{verdict}.parquet", filesystem=fs)
     lake.write_json_atomic(
         layout.join(folder, QUARANTINE_MARKER), {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])}
     )
-    record_batch(lake, receipt_ts, None, records, source="audit")
-    for record in records:
-        log.warning(
-            "landed file replaced after it was read: new content quarantined",
-            file=record["path"],
-            lines=record["lines"],
-            receipt_ts=receipt_ts,
-            path=folder,
-        )
-    if archive is not None:  # out of the landing: a later checkpoint generation must not read it
-        for replaced in found.replaced:
-            landing_archive.set_aside(landing_uri, archive, receipt_ts, replaced.path)
-    return found
+    record_batch(lake, receipt_ts, None, records, source=source)
+    return receipt_ts
 
 
 def sweep_read(landing_uri: str, lake: Lake, archive: str) -> int:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark.base import layout
+from tidemark.base import crashpoints, layout
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, Progress
 from tidemark.base.times import iso_from_micros  # noqa: F401 - the stream writes marker times with it
@@ -104,9 +104,10 @@ def complete_all(lake: Lake, partitions: list[ReceiptPartition]) -> None:
     """Write the markers of `partitions`, concurrently (tiny objects: on a bucket each is a round
     trip). Each one completes its partition on its own; a crash leaves some written, which the
     replayed batch finds (complete_among) and keeps."""
-    if len(partitions) <= 1:
+    if len(partitions) <= 1 or crashpoints.armed("receipt-marker"):  # a test's kill point: one at a time
         for partition in partitions:
             complete(lake, partition)
+            crashpoints.reach("receipt-marker")
         return
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda partition: complete(lake, partition), partitions))
