@@ -158,15 +158,15 @@ def first_run(lake, day):
 
 
 def _killed_before_commit(real):
-    def commit(lake, marker):
+    def commit(lake, marker, **options):
         raise KeyboardInterrupt()
 
     return commit
 
 
 def _killed_after_commit(real):
-    def commit(lake, marker):
-        real(lake, marker)
+    def commit(lake, marker, **options):
+        real(lake, marker, **options)
         raise KeyboardInterrupt()
 
     return commit

@@ -216,11 +216,6 @@ def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previo
     return not any(times.parse_iso(p.max_event_ts) >= lo for p in index.markers(candidates))
 
 
-# Up to this many partitions of one date are looked at through their markers (one concurrent
-# round); more, through one listing of the date's end entries first.
-_MARKERS_AT_MOST = 16
-
-
 def _may_reach(lake: Lake, keys: list[tuple[str, str]], lo: datetime) -> list[tuple[str, str]]:
     """Those (event_date, receipt_ts) whose panes may end at or after lo: every one of a date
     starting at or after lo; of an earlier date, those whose end entry is at or after lo or that
@@ -230,7 +225,9 @@ def _may_reach(lake: Lake, keys: list[tuple[str, str]], lo: datetime) -> list[tu
         by_date.setdefault(event_date, []).append(receipt_ts)
     out = []
     for event_date, stamps in sorted(by_date.items()):
-        if midnight(date.fromisoformat(event_date)) < lo and len(stamps) > _MARKERS_AT_MOST:
+        # one listing of the date's end entries, not a marker read per partition: a no-op
+        # decision reads no marker when nothing that can matter arrived
+        if midnight(date.fromisoformat(event_date)) < lo:
             ends = receipt_index.ends(lake, event_date)
             stamps = [ts for ts in stamps if ts not in ends or times.parse_iso(ends[ts]) >= lo]
         out += [(event_date, ts) for ts in stamps]
