@@ -256,7 +256,7 @@ class BatchProcessor:
         source = BatchInput(None, self.input_rules, plan.receipt_ms, entry is not None, landing_uris=plan.files)
         source.pins = input_pins.pin_dir(self.checkpoint, batch_id)
         if entry is not None and recorded is not None:
-            self._replay_input(source, entry, recorded, batch_id)
+            self._replay_input(source, entry, recorded, batch_id, plan)
         else:  # a first attempt (or a replay of a batch whose entry predates pins: its files as they are now)
             pins, missing = input_pins.pin(
                 self.checkpoint, batch_id, self.generation.generation, self.landing or "", plan
@@ -271,7 +271,9 @@ class BatchProcessor:
             source.frame = read_pinned(batch.sparkSession, source.pins)
         return source
 
-    def _replay_input(self, source: BatchInput, entry: dict, recorded: InputRules, batch_id: int) -> None:
+    def _replay_input(
+        self, source: BatchInput, entry: dict, recorded: InputRules, batch_id: int, plan: input_pins.PlannedBatch
+    ) -> None:
         """A replay reads what its first attempt recorded: the same pins (checked against their
         digests), judged by the same input rules."""
         if recorded != self.input_rules:
@@ -289,7 +291,9 @@ class BatchProcessor:
             for f in files
             if f.get("sha256") and f["path"] not in known
         }
-        lost, changed = input_pins.verify(self.checkpoint, batch_id, [f for f in files if f["path"] in source.facts])
+        readable = [f for f in files if f["path"] in source.facts]
+        input_pins.restore(self.checkpoint, batch_id, self.generation.generation, self.landing or "", plan, readable)
+        lost, changed = input_pins.verify(self.checkpoint, batch_id, readable)
         source.unreadable = list(known.values())
         for path, reason in sorted(lost.items()):
             record = {**source.facts.pop(path), "path": path}

@@ -197,6 +197,40 @@ def digests(checkpoint: str, batch_id: int, paths: list[str]) -> dict[str, str |
     return {path: sha256(checkpoint, batch_id, path) for path in paths}
 
 
+def restore(
+    checkpoint: str, batch_id: int, generation: int, landing_uri: str, plan: PlannedBatch, recorded: list[dict]
+) -> list[str]:
+    """Pin again, from the landing, each recorded file whose pin is gone (released after a commit
+    that Spark's log no longer holds, or a checkpoint restored without its pins) when the landed
+    file still starts with the recorded bytes. Returns the paths pinned again; a landed file that
+    holds other content now is left to the landing (a later batch reads a reused name)."""
+    restored = []
+    fs, root = storage.resolve(landing_uri)
+    pfs, target = storage.resolve(pin_dir(checkpoint, batch_id))
+    local = isinstance(fs, pafs.LocalFileSystem) and isinstance(pfs, pafs.LocalFileSystem)
+    for record in recorded:
+        path = record["path"]
+        if not record.get("sha256") or storage.exists_at(pfs, f"{target}/{path}"):
+            continue
+        source, pinned = f"{root.rstrip('/')}/{path}", f"{target}/{path}"
+        try:
+            _link(source, pinned) if local else _copy(fs, source, pfs, pinned)
+        except FileNotFoundError:
+            continue
+        if sha256(checkpoint, batch_id, path, limit=record.get("size")) == record["sha256"]:
+            restored.append(path)
+        else:
+            pfs.delete_file(pinned)
+    if restored:
+        if not storage.exists(_manifest(checkpoint, batch_id)):
+            storage.write_json_atomic(
+                _manifest(checkpoint, batch_id),
+                {"generation": generation, "spark_batch_id": plan.spark_batch_id},
+            )
+        log.warning("replayed batch: pins gone, pinned again from the landing", batch_id=batch_id, files=restored)
+    return restored
+
+
 def verify(checkpoint: str, batch_id: int, recorded: list[dict]) -> tuple[dict[str, str], dict[str, bytes]]:
     """A replay's pins checked against the first attempt's ledger records ({path, size, sha256}).
 
