@@ -234,7 +234,8 @@ def one_commit(lake: Lake, root: str, sessions: int, latency_ms: float) -> dict:
         seconds = time.perf_counter() - t0
     finally:
         COUNTER.latency_s = 0.0
-    assert outcome.committed and outcome.attempts == 1
+    assert outcome.committed
+    assert outcome.attempts == 1
     after = _metadata_files(root)
     written = {k: v for k, v in after.items() if k not in before}
     return {

@@ -32,6 +32,7 @@ import bench
 from bench.proctree import is_jvm, tree_pids, tree_rss
 from bench.stream_throughput import BIN, ROOT, json_lines, load, mb, parse_iso, print_wide
 from tidemark.demo import generate
+import contextlib
 
 NAME = "memory"
 STATE_MARKER = "_tidemark_state.json"
@@ -48,10 +49,8 @@ def dir_bytes(path: str) -> int:
     total = 0
     for folder, _, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.path.getsize(os.path.join(folder, name))
-            except OSError:
-                pass
     return total
 
 

@@ -16,6 +16,7 @@ import socket
 import threading
 
 from tidemark.devstack import process
+import contextlib
 
 
 class NetCut:
@@ -92,10 +93,8 @@ class NetCut:
             pass
         finally:
             for sock in (src, dst):  # one side ended: end the other too, as TCP would
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 sock.close()
                 with self._lock:
                     self._open.discard(sock)

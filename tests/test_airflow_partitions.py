@@ -75,7 +75,8 @@ def test_each_committed_version_becomes_one_asset_event_even_after_a_drain_died_
         (d, v1.version, None),
         (d, v2.version, v1.version),
     ]
-    assert new[1]["extra"]["change"] == "changed" and new[1]["extra"]["rows"] == 2
+    assert new[1]["extra"]["change"] == "changed"
+    assert new[1]["extra"]["rows"] == 2
     # Drained again: nothing new.
     assert corrected.emit_owed(lake, client, timeout=30) == 0
     assert len(client.asset_events(asset_id)) == len(before) + 2

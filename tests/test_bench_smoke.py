@@ -26,9 +26,11 @@ def results_table(path: str) -> tuple[list[str], list[list[str]]]:
         if not line.startswith("| "):
             break
         rows.append([c.strip() for c in line.strip("|").split("|")])
-    assert rows and all(len(r) == len(header) for r in rows)
+    assert rows
+    assert all(len(r) == len(header) for r in rows)
     text = "\n".join(lines)
-    assert "## Machine" in text and "load average" in text
+    assert "## Machine" in text
+    assert "load average" in text
     return header, rows
 
 
@@ -95,7 +97,8 @@ def test_process_tree_memory_counts_a_tree_without_a_jvm():
     finally:
         child.kill()
         child.wait()
-    assert sample["total"] > 64 * 1024 * 1024 and sample["jvm"] == 0
+    assert sample["total"] > 64 * 1024 * 1024
+    assert sample["jvm"] == 0
     assert sample["total"] == sample["python"]
 
 
@@ -120,8 +123,10 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
         == 0
     )
     header, rows = results_table(str(tmp_path / "results" / "stream_throughput.md"))
-    assert header[0] == "contender" and len(rows) == 2
-    assert rows[0][0].startswith("floor") and rows[1][0].startswith("tidemark")
+    assert header[0] == "contender"
+    assert len(rows) == 2
+    assert rows[0][0].startswith("floor")
+    assert rows[1][0].startswith("tidemark")
     assert rows[0][1] == rows[1][1]  # same input lines
     assert all(float(r[header.index("events/s (in-job)")]) > 0 for r in rows)
     assert all(float(r[header.index("CPU s (tree)")]) > 0 for r in rows)  # CPU beside wall: loaded machines
@@ -133,8 +138,10 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
         if line.startswith("| ") and not line.startswith("| stage")
     ]
     assert len(ladder) == 7
-    assert ladder[0][0].startswith("| floor") and ladder[0][2] == "1.00x |"
-    assert "whole batch" in ladder[-1][0] and all(float(row[1]) > 0 for row in ladder)
+    assert ladder[0][0].startswith("| floor")
+    assert ladder[0][2] == "1.00x |"
+    assert "whole batch" in ladder[-1][0]
+    assert all(float(row[1]) > 0 for row in ladder)
     # where the (one) batch's time went, from its `batch committed` log
     assert re.search(
         r"phases of the first batch \(s\): check [\d.]+, quarantine [\d.]+, sessionize [\d.]+, "
@@ -144,7 +151,8 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
 
     assert memory.main(["--scale", "tiny", "--files", "3", "--events", "1500", "--workdir", str(tmp_path / "mem")]) == 0
     header, rows = results_table(str(tmp_path / "results" / "memory.md"))
-    assert header[0] == "batch" and [r[0] for r in rows] == ["0", "1", "2"]
+    assert header[0] == "batch"
+    assert [r[0] for r in rows] == ["0", "1", "2"]
     # Every batch leaves the sessions of its newest events open (they are within the gap of the
     # watermark), and every generated event was read in some batch.
     assert all(int(r[header.index("open sessions")]) > 0 for r in rows)

@@ -83,9 +83,11 @@ def test_the_archive_is_beside_the_landing_never_under_it(tf):
     # Same bucket (a move is a copy and a delete within it), another prefix: the stream reads the
     # landing prefix recursively, and an archive under it would be read again.
     assert landing.split("/")[2] == archive.split("/")[2]
-    assert not archive.startswith(landing) and not landing.startswith(archive)
+    assert not archive.startswith(landing)
+    assert not landing.startswith(archive)
     prefix = tf["variable"]["landing_archive_prefix"]["default"]
-    assert prefix.endswith("/") and not prefix.startswith(("_", "."))
+    assert prefix.endswith("/")
+    assert not prefix.startswith(("_", "."))
 
 
 def test_a_checkpoint_generation_is_a_day_of_the_default_trigger(tf):

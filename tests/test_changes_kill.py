@@ -235,7 +235,8 @@ def test_a_dedup_killed_between_its_two_commits_is_completed_by_the_next_run(spa
     )
     assert done.returncode == 9, done.stderr[-3000:]
     killed = publish.current_version(lake, day)
-    assert changes.appended(lake, killed) is None and killed.version not in changeskit.changes_of(lake, day)
+    assert changes.appended(lake, killed) is None
+    assert killed.version not in changeskit.changes_of(lake, day)
     stream.batch(batches[3])
     run_dedup(lake, day, RULES, spark=spark)  # appends the killed version's changeset before its own commit
     newest = publish.current_version(lake, day)
@@ -244,7 +245,8 @@ def test_a_dedup_killed_between_its_two_commits_is_completed_by_the_next_run(spa
     else:
         assert newest.previous_version == killed.version
     versions = [p.get("tidemark.version") for _, p in changes.history(changes.load(lake))]
-    assert versions.count(killed.version) == 1 and versions.index(killed.version) < versions.index(newest.version) + 1
+    assert versions.count(killed.version) == 1
+    assert versions.index(killed.version) < versions.index(newest.version) + 1
     assert [s["version"] for s in changeskit.check_date(lake, day)][-2:] in (
         [killed.version, newest.version],
         [versions[versions.index(killed.version) - 1], killed.version],

@@ -51,14 +51,15 @@ def test_a_corrupt_marker_is_a_failure_with_its_cause_logged_not_a_usage_error(t
     assert "usage:" not in done.stderr
     logged = read_log_lines(done.stderr)
     [failure] = [entry for entry in logged if entry.get("event") == "command failed"]
-    assert failure["level"] == "error" and failure["command"] == "history"
+    assert failure["level"] == "error"
+    assert failure["command"] == "history"
     assert failure["error"].startswith("JSONDecodeError")
     assert "Traceback" in failure["exception"]  # where it came from, for whoever debugs it
     assert "tidemark history: failed: JSONDecodeError" in done.stderr
 
 
 @pytest.mark.parametrize(
-    "argv, message",
+    ("argv", "message"),
     [
         (["read", "--lake", "x", "--event-date", "2026-02-30"], "argument --event-date"),
         (["gc", "--lake", "x", "--retention", "a week"], "invalid duration"),
@@ -82,8 +83,10 @@ def test_usage_errors_are_argparses_exit_2_with_the_usage_line_on_stderr(tmp_pat
 
 def test_a_usage_error_from_the_real_command(tmp_path):
     done = tidemark("gc", "--lake", str(tmp_path), "--retention", "5m")
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.startswith("usage: tidemark gc") and "refusing a retention of 5m" in done.stderr
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: tidemark gc")
+    assert "refusing a retention of 5m" in done.stderr
 
 
 def test_a_usage_error_names_the_innermost_command(tmp_path, capsys):
@@ -94,7 +97,8 @@ def test_a_usage_error_names_the_innermost_command(tmp_path, capsys):
 def test_help_shows_defaults_and_keeps_the_description_layout(capsys):
     assert main(["generate", "--help"]) == 0
     text = capsys.readouterr().out
-    assert "(default: 20000)" in text and "(default: 2026-03-06)" in text
+    assert "(default: 20000)" in text
+    assert "(default: 2026-03-06)" in text
     assert "(default: None)" not in text
     assert main(["rules", "--help"]) == 0
     text = capsys.readouterr().out
@@ -131,10 +135,12 @@ def test_status_without_a_stack_says_so_on_stderr(tmp_path):
     done = tidemark("status", "--home", str(tmp_path / "none"))
     assert done.returncode == 3
     assert done.stdout == ""
-    assert "no stack in" in done.stderr and "tidemark up" in done.stderr
+    assert "no stack in" in done.stderr
+    assert "tidemark up" in done.stderr
 
 
 def test_version_and_help_exit_0():
     done = tidemark("--version")
-    assert done.returncode == 0 and done.stdout.startswith("tidemark ")
+    assert done.returncode == 0
+    assert done.stdout.startswith("tidemark ")
     assert main(["--help"]) == 0

@@ -24,7 +24,8 @@ def test_job_zip_holds_the_packages_and_sql(tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(package_zip(str(tmp_path / "jobs.zip"))).namelist()
-    assert "streaming_job/submit.py" in names and "tidemark/cli.py" in names
+    assert "streaming_job/submit.py" in names
+    assert "tidemark/cli.py" in names
     assert any(n.startswith("dedup_sql/") and n.endswith(".sql") for n in names)
     assert not any("__pycache__" in n for n in names)
 

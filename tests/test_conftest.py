@@ -46,7 +46,8 @@ def test_leaks_from_a_test_or_a_module_are_undone(pytester, monkeypatch):
     pytester.makepyfile(test_1_leaks=LEAKS, test_2_after=AFTER)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-v")
     result.assert_outcomes(passed=3)
-    assert "TIDEMARK_GUARD_MODULE" not in os.environ and "TIDEMARK_GUARD_LEAK" not in os.environ
+    assert "TIDEMARK_GUARD_MODULE" not in os.environ
+    assert "TIDEMARK_GUARD_LEAK" not in os.environ
 
 
 def test_restore_environ_says_what_it_undid(monkeypatch):

@@ -41,7 +41,7 @@ def test_a_reset_clock_is_refused_but_days_and_months_late_events_are_kept():
 
 
 @pytest.mark.parametrize(
-    "raw, expected",
+    ("raw", "expected"),
     [
         (b"", "empty line"),
         (b"\r", "empty line"),  # blank line of a CRLF file

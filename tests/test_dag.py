@@ -255,7 +255,8 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     event_date = "2026-03-06"
     dags_test(server, event_date, "first")
     pointer = reader.current_version(lake, event_date)
-    assert pointer and pointer.version
+    assert pointer
+    assert pointer.version
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
 
     # One asset event: tidemark.sessions_dedup, the date as partition_key, the version in extra.
@@ -393,7 +394,8 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
             assert [(n, k, x["version"]) for n, k, x in events] == [
                 (asset_events.ASSET_NAME, event_date, pointer.version)
             ]
-        assert box.owed("airflow") == [] and [e["notice"]["version"] for e in box.sent("airflow")] == [pointer.version]
+        assert box.owed("airflow") == []
+        assert [e["notice"]["version"] for e in box.sent("airflow")] == [pointer.version]
     finally:
         server.stop(components=("api-server",))
 
@@ -427,10 +429,13 @@ def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_subm
     )
     assert target == {"project": "proj", "region": "europe-west1", "cluster": "tidemark-spark"}
     job = dag.dataproc_job(target, "gs://ops/code/submit.py", "gs://lake", "2026-03-07")
-    assert job["placement"] == {"cluster_name": "tidemark-spark"} and job["reference"] == {"project_id": "proj"}
+    assert job["placement"] == {"cluster_name": "tidemark-spark"}
+    assert job["reference"] == {"project_id": "proj"}
     assert job["pyspark_job"]["main_python_file_uri"] == "gs://ops/code/submit.py"
     parsed = build_parser().parse_args(job["pyspark_job"]["args"])  # what submit.py hands to tidemark's CLI
-    assert parsed.command == "dedup" and parsed.lake == Lake.open("gs://lake") and parsed.event_date == date(2026, 3, 7)
+    assert parsed.command == "dedup"
+    assert parsed.lake == Lake.open("gs://lake")
+    assert parsed.event_date == date(2026, 3, 7)
 
 
 def test_the_dedup_back_end_is_chosen_in_one_place():
@@ -443,7 +448,9 @@ def test_the_dedup_back_end_is_chosen_in_one_place():
         dag.dedup_backend({"TIDEMARK_DEDUP_BACKEND": "databricks"})
     assert set(dag.BACKENDS) == {"dataproc", "spark"}
     task = dag.BACKENDS["spark"]("/lake", "2026-03-07")  # outside a DAG: the operator alone
-    assert isinstance(task, dag.DedupOperator) and task.event_date == "2026-03-07" and task.lake == "/lake"
+    assert isinstance(task, dag.DedupOperator)
+    assert task.event_date == "2026-03-07"
+    assert task.lake == "/lake"
 
 
 def test_dedup_concurrency_comes_from_the_environment_and_refuses_nonsense():

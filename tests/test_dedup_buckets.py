@@ -113,9 +113,11 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     lakes, streams = _lakes(tmp_path)
     _deliver(streams, _day())
     first = _dedup_both(lakes, spark)
-    assert first["mode"] == "full" and first["sessions"] == 80
+    assert first["mode"] == "full"
+    assert first["sessions"] == 80
     v1 = publish.current_version(lakes["incremental"], D)
-    assert v1.buckets == 8 and not v1.carried
+    assert v1.buckets == 8
+    assert not v1.carried
     files = _data(_changed(lakes["incremental"])[0])
     assert len(files) == len({buckets.of_path(f) for f in files}) == 8  # one file per bucket
 
@@ -130,12 +132,16 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     assert [buckets.of_path(f) for f in _data(deleted)] == [bucket]
     assert len(added) == len(deleted) == 2  # and one version file each
     v2 = publish.current_version(lakes["incremental"], D)
-    assert len(v2.files) == 1 and len(v2.carried) == 7 and v2.buckets == 8
+    assert len(v2.files) == 1
+    assert len(v2.carried) == 7
+    assert v2.buckets == 8
     assert all(c.startswith(f"run={v1.run_id}/bucket=") for c in v2.carried)
     # The rewritten file holds its bucket's untouched users too, and nobody else.
     written = pq.read_table(_local(publish.run_files(lakes["incremental"], v2)[0]), columns=["user_id"])
     users = set(written.column("user_id").to_pylist())
-    assert "u07" in users and len(users) > 1 and _bucket_of(spark, sorted(users), 8) == {bucket}
+    assert "u07" in users
+    assert len(users) > 1
+    assert _bucket_of(spark, sorted(users), 8) == {bucket}
 
     # Ten users: only their buckets; the files kept come from both earlier runs.
     ten = [f"u{i:02d}" for i in range(20, 30)]
@@ -145,7 +151,8 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     touched = _bucket_of(spark, ten, 8)
     assert {buckets.of_path(f) for f in _data(added)} == touched == {buckets.of_path(f) for f in _data(deleted)}
     v3 = publish.current_version(lakes["incremental"], D)
-    assert len(v3.files) == len(touched) and len(v3.carried) == 8 - len(touched)
+    assert len(v3.files) == len(touched)
+    assert len(v3.carried) == 8 - len(touched)
     # every reader of the table sees each session once
     assert len(_rows(lakes["incremental"])) == 80
 
@@ -168,16 +175,22 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
         before.setattr(publish, "write_marker", _write_marker_before_buckets)
         _dedup_both(lakes, spark)
     v1 = publish.current_version(lake, D)
-    assert v1.buckets is None and not v1.records("buckets") and len(v1.files) == 1 and "/" not in v1.files[0]
+    assert v1.buckets is None
+    assert not v1.records("buckets")
+    assert len(v1.files) == 1
+    assert "/" not in v1.files[0]
     rows_v1 = _rows(lake)
 
     # The next correction rewrites the date whole, into buckets.
     _deliver(streams, _late(["u03"], "a"))
     assert _dedup_both(lakes, spark)["mode"] == "incremental"
     v2 = publish.current_version(lake, D)
-    assert v2.buckets == 8 and len(v2.files) == 8 and not v2.carried
+    assert v2.buckets == 8
+    assert len(v2.files) == 8
+    assert not v2.carried
     added, deleted = _changed(lake)
-    assert _data(deleted) == [f"run={v1.run_id}/{v1.files[0]}"] and len(_data(added)) == 8
+    assert _data(deleted) == [f"run={v1.run_id}/{v1.files[0]}"]
+    assert len(_data(added)) == 8
     rows_v2 = _rows(lake)
 
     # From then on, one bucket per user.
@@ -241,7 +254,13 @@ def test_the_bucket_count_follows_the_size_of_the_date():
     assert buckets.count_for(1_000_000) == 64  # a one-user correction rewrites ~1.6% of the date
     assert buckets.count_for(10**9) == buckets.MAX_BUCKETS
     # kept while it fits; a date that doubled past it, or shrank to a quarter, is laid out anew
-    assert buckets.keeps(64, 1_000_000) and buckets.keeps(64, 2_000_000) and not buckets.keeps(64, 2_200_000)
-    assert buckets.keeps(64, 300_000) and not buckets.keeps(64, 200_000)
-    assert buckets.keeps(1, 0) and not buckets.keeps(None, 10) and not buckets.keeps(1, 40_000)
-    assert buckets.of_path("run=ab/bucket=12/part-0.parquet") == 12 and buckets.of_path("part-0.parquet") is None
+    assert buckets.keeps(64, 1_000_000)
+    assert buckets.keeps(64, 2_000_000)
+    assert not buckets.keeps(64, 2_200_000)
+    assert buckets.keeps(64, 300_000)
+    assert not buckets.keeps(64, 200_000)
+    assert buckets.keeps(1, 0)
+    assert not buckets.keeps(None, 10)
+    assert not buckets.keeps(1, 40_000)
+    assert buckets.of_path("run=ab/bucket=12/part-0.parquet") == 12
+    assert buckets.of_path("part-0.parquet") is None

@@ -88,7 +88,7 @@ def keys(table_rows: list[dict]) -> set[tuple]:
 @pytest.mark.spark
 @pytest.mark.timeout(3000)  # ~25 dedup runs: minutes on a quiet machine, far more on a loaded one
 @pytest.mark.parametrize(
-    "seed,rules,touched_by",
+    ("seed", "rules", "touched_by"),
     [
         (1, SessionRules(), "value"),
         (2, SessionRules(gap=timedelta(minutes=50), allowed_lateness=timedelta(hours=3)), "join"),
@@ -172,7 +172,7 @@ def _plan(*stamps) -> planning.Plan:
 
 
 @pytest.mark.parametrize(
-    "previous,plan,why",
+    ("previous", "plan", "why"),
     [
         (None, _plan("20260308T000000000Z", "20260309T000000000Z"), "no previous version"),
         (_previous(reach=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "records no reach"),
@@ -191,12 +191,14 @@ def _plan(*stamps) -> planning.Plan:
 )
 def test_incremental_precondition_falls_back_to_the_full_path(previous, plan, why):
     start, reason = incremental.base(previous, plan, SessionRules())
-    assert start is None and why in reason
+    assert start is None
+    assert why in reason
 
 
 def test_incremental_base_names_only_the_new_receipts():
     start, reason = incremental.base(_previous(), _plan("20260308T000000000Z", "20260309T000000000Z"), SessionRules())
-    assert reason == "" and [p.receipt_ts for p in start.new] == ["20260309T000000000Z"]
+    assert reason == ""
+    assert [p.receipt_ts for p in start.new] == ["20260309T000000000Z"]
     assert start.rows_read == 5 + 3 + 1
 
 

@@ -17,7 +17,7 @@ from tidemark.store.lake import Lake
 
 @pytest.mark.slow  # not in make test-fast: many dedup runs per seed
 @pytest.mark.spark
-@pytest.mark.parametrize("seed,reader", [(1, "spark"), (2, "spark"), (3, "spark"), (1, "arrow"), (4, "arrow")])
+@pytest.mark.parametrize(("seed", "reader"), [(1, "spark"), (2, "spark"), (3, "spark"), (1, "arrow"), (4, "arrow")])
 def test_published_versions_equal_batch_sessionization_over_random_arrivals(spark, tmp_path, seed, reader, monkeypatch):
     """reader: the panes read by Spark's file source, or by the executors with pyarrow (what a date
     of thousands of receipt partitions gets: tidemark/panes/pane_reader.py), here from the first folder."""
@@ -53,4 +53,6 @@ def test_published_versions_equal_batch_sessionization_over_random_arrivals(spar
     # Every version records what it read; a rerun without new receipts is a no-op.
     for event_date in all_dates:
         again = run_dedup(lake, event_date, RULES, spark=spark)
-        assert again.noop and not again.published and again.affected_dates == []
+        assert again.noop
+        assert not again.published
+        assert again.affected_dates == []

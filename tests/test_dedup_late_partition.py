@@ -73,7 +73,8 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     first = run_dedup(lake, D, RULES, spark=spark)
     assert first.published
     version = publish.current_version(lake, D)
-    assert version is not None and version.planned_through == receipt_index.head(lake)
+    assert version is not None
+    assert version.planned_through == receipt_index.head(lake)
 
     late = [_event("d", 1, 12)]  # an event the first attempt refused, accepted by the replay
     written = _replay(stream, late)
@@ -93,7 +94,8 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     assert reconcile.staleness(lake, event_dates=[D]) == []
     assert _partitions_pending(lake, capsys) == []
     again = run_dedup(lake, D, RULES, spark=spark)
-    assert again.noop and not again.published
+    assert again.noop
+    assert not again.published
     if not full:  # an incremental version: a full run finds the same islands (sessions and context)
         assert result.mode == "incremental", result
         recomputed = run_dedup(lake, D, RULES, spark=spark, full=True)
@@ -103,12 +105,15 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
 def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_path):
     lake, stream, events = _lake(tmp_path)
     first = run_dedup(lake, D, RULES, spark=spark)
-    assert first.published and run_dedup(lake, D, RULES, spark=spark).noop
+    assert first.published
+    assert run_dedup(lake, D, RULES, spark=spark).noop
 
     # the same receipts, the same result: recomputed, nothing published
     same = run_dedup(lake, D, RULES, spark=spark, full=True)
     assert not same.noop and not same.published, same
-    assert same.mode == "full" and same.full_reason == "--full" and same.version == first.version
+    assert same.mode == "full"
+    assert same.full_reason == "--full"
+    assert same.version == first.version
     assert publish.current_version(lake, D).version == first.version
 
     # a receipt partition's panes replaced under the same key (not something the stream does): only
@@ -124,6 +129,7 @@ def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_pat
     replaced = run_dedup(lake, D, RULES, spark=spark, full=True)
     assert replaced.published and not replaced.noop, replaced
     current = publish.current_version(lake, D)
-    assert current.version > first.version and current.previous_version == first.version
+    assert current.version > first.version
+    assert current.previous_version == first.version
     assert "z" in {s[0] for s in published(lake, D)}
     assert run_dedup(lake, D, RULES, spark=spark).noop

@@ -81,7 +81,8 @@ def test_fragment_two_dates_after_a_three_date_session_reaches_its_start_date(sp
     converge(lake, spark, {D6})
     check(lake, kiosk, [D6, D7, D8])
     v6 = reader.current_version(lake, D6)
-    assert v6.reach.startswith(f"{D8}T02:00") and v6.hi >= D8
+    assert v6.reach.startswith(f"{D8}T02:00")
+    assert v6.hi >= D8
 
     fragment = every("k", "late", at(D8, 2, 20), at(D8, 3, 0))
     written = stream.batch(fragment, mode=0.0)  # a fragment: the state had expired
@@ -115,7 +116,8 @@ def test_bridged_hole_then_extensions_walk_back_to_the_start_date(spark, tmp_pat
         seen += late
         converge(lake, spark, {p.event_date for p in stream.batch(late, mode=0.0)})
         check(lake, seen, all_dates(seen))
-    assert {s[0] for s in published(lake, D6)} == {"h"} and published(lake, D7) == set()
+    assert {s[0] for s in published(lake, D6)} == {"h"}
+    assert published(lake, D7) == set()
     assert published(lake, D6).pop()[4] == len([e for e in seen if e[0] == "h"])
 
 

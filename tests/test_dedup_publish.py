@@ -39,7 +39,8 @@ def test_bad_event_date_is_refused_before_anything_runs(tmp_path, capsys, comman
     lake = Lake.open(tmp_path / "lake")
     assert cli.main([command, "--lake", str(lake), "--event-date", bad]) == 2
     err = capsys.readouterr().err
-    assert f"tidemark {command}: error: argument --event-date: invalid event_date" in err and repr(bad)[:20] in err
+    assert f"tidemark {command}: error: argument --event-date: invalid event_date" in err
+    assert repr(bad)[:20] in err
     assert not os.path.exists(lake)  # nothing created, nothing started
 
 
@@ -106,7 +107,8 @@ def test_two_publishes_of_one_date_the_more_complete_wins_in_any_order(tmp_path,
         assert publish.commit(lake, first).committed
         assert publish.commit(lake, second).committed == (second is complete)
     current = publish.current_version(lake, day)
-    assert current.run_id == complete.run_id and current.version == icebergkit.receipt(3)
+    assert current.run_id == complete.run_id
+    assert current.version == icebergkit.receipt(3)
     assert reader.read_sessions(lake, day).num_rows == 3
     # Every version id of the date is unique and grows with what it includes.
     ids = [v.version for v in publish.list_versions(lake, day)]
@@ -130,11 +132,9 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     lake, _, events, _ = lake_with(tmp_path)
     day = busiest_date(events)
     first = run_dedup(lake, day, RULES, spark=spark)
-    assert (
-        first.published
-        and not first.noop
-        and first.version == max(k.split("/")[1] for k in publish.current_version(lake, day).receipts)
-    )
+    assert first.published
+    assert not first.noop
+    assert first.version == max(k.split("/")[1] for k in publish.current_version(lake, day).receipts)
     # Where the time went, phase by phase, adding up to the run's seconds (the profile's source).
     assert list(first.phases) == ["plan", "spark", "compute", "write", "commit", "changes", "notice"]
     assert all(s >= 0 for s in first.phases.values())
@@ -146,8 +146,12 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
 
     monkeypatch.setattr(tidemark.base.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
     again = run_dedup(lake, day, RULES)  # no spark given: it must not need one
-    assert again.noop and not again.published and again.version == first.version
-    assert again.rows_read == 0 and again.affected_dates == [] and again.phases == {}
+    assert again.noop
+    assert not again.published
+    assert again.version == first.version
+    assert again.rows_read == 0
+    assert again.affected_dates == []
+    assert again.phases == {}
     assert iceberg.load(lake).current_snapshot().snapshot_id == snapshot  # nothing committed
     assert sorted(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day))))) == runs
     assert published(lake, day) == expected(events, day)
@@ -205,9 +209,11 @@ def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(s
     monkeypatch.undo()
     current = publish.current_version(lake, day)
     if when == "after":
-        assert current.version > v1.version and published(lake, day) == expected(events, day)
+        assert current.version > v1.version
+        assert published(lake, day) == expected(events, day)
     else:
-        assert current.version == v1.version and published(lake, day) == expected(seen, day)
+        assert current.version == v1.version
+        assert published(lake, day) == expected(seen, day)
     assert reader.read_sessions(lake, day).num_rows == current.sessions  # whole, whichever it is
 
     rerun = run_dedup(lake, day, RULES, spark=spark)
@@ -267,7 +273,8 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
     current = publish.current_version(lake, "2026-03-06")
     assert f"2026-03-07/{written[0].receipt_ts}" in current.receipts
     assert published(lake, "2026-03-06") == expected(events, "2026-03-06")
-    assert not results["b"].published and current.version == a.version
+    assert not results["b"].published
+    assert current.version == a.version
 
 
 @pytest.mark.spark
@@ -351,7 +358,8 @@ def test_partition_completed_late_under_a_used_receipt_ts_gets_a_newer_version(s
 
     storage.write_text_atomic(hidden, text)  # the replay completes it
     second = run_dedup(lake, "2026-03-06", RULES, spark=spark)
-    assert not second.noop and second.published
+    assert not second.noop
+    assert second.published
     assert second.version == layout.format_receipt_ts(
         layout.parse_receipt_ts(first.version) + timedelta(milliseconds=1)
     )

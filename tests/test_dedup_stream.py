@@ -85,7 +85,8 @@ def test_crafted_late_bridging_and_midnight_cases(spark, tmp_path):
     converge(spark, lake, first)
     for day in (D0, D1, D2):
         assert sessions(lake, day) == expected(landing, day)
-    assert {s[0] for s in sessions(lake, D0)} == {"a", "b"} and len(sessions(lake, D0)) == 3
+    assert {s[0] for s in sessions(lake, D0)} == {"a", "b"}
+    assert len(sessions(lake, D0)) == 3
     assert {s[0] for s in sessions(lake, D1)} == {"c"}
 
     # Days later: b's bridge (22:45) and c's early event (23:50 the day before) arrive, long after
@@ -105,9 +106,11 @@ def test_crafted_late_bridging_and_midnight_cases(spark, tmp_path):
     for day in (D0, D1, D2):
         assert sessions(lake, day) == expected(landing, day), day
     b_sessions = [s for s in sessions(lake, D0) if s[0] == "b"]
-    assert len(b_sessions) == 1 and len(b_sessions[0][3]) == 7  # stitched by the bridge
+    assert len(b_sessions) == 1
+    assert len(b_sessions[0][3]) == 7
     assert {s[0] for s in sessions(lake, D0)} == {"a", "b", "c"}  # c moved to the day before
-    assert sessions(lake, D1) == set() and reader.current_version(lake, D1).sessions == 0
+    assert sessions(lake, D1) == set()
+    assert reader.current_version(lake, D1).sessions == 0
     assert {s[0] for s in sessions(lake, D2)} == {"y", "z"}
 
 

@@ -66,11 +66,13 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
         # Independent final check: the current version of every date == the reference.
         expected: dict[str, set] = {}
         # The stack runs the stream with the archive on: read files left the landing for it.
-        assert settings.archive and any(name.startswith("received=") for name in os.listdir(settings.archive))
+        assert settings.archive
+        assert any(name.startswith("received=") for name in os.listdir(settings.archive))
         for s in sessions_of_landing(landing, GAP, archive=settings.archive):
             expected.setdefault(s.event_date, set()).add(_key(s.user_id, s.session_start, s.session_end, s.event_count))
         dates = receipts.list_event_dates(lake)
-        assert set(expected) <= set(dates) and len(dates) >= 2
+        assert set(expected) <= set(dates)
+        assert len(dates) >= 2
         for event_date in dates:
             got = {
                 _key(r["user_id"], r["session_start"], r["session_end"], r["event_count"])
@@ -79,7 +81,8 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
             assert got == expected.get(event_date, set()), event_date
 
         data = json.load(open(os.path.join(stack.home, "report", "report.json")))
-        assert data["ok"] and {c["event_date"] for c in data["checks"]} == set(dates)
+        assert data["ok"]
+        assert {c["event_date"] for c in data["checks"]} == set(dates)
         assert any(len(versions) > 1 for versions in data["versions"].values()), "no date was ever corrected"
         assert any(r["late"] for r in data["receipts"]), "no late receipt partition"
         assert all(r["version"] for r in data["receipts"])
@@ -89,16 +92,20 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
         assert "equals the batch recomputation" in proc.stdout
 
         # Both topics' notices, and the example consumer DAG's output for the corrected dates.
-        assert data["notices"]["availability"]["sent"] > 0 and data["notices"]["availability"]["owed"] == 0
+        assert data["notices"]["availability"]["sent"] > 0
+        assert data["notices"]["availability"]["owed"] == 0
         published_versions = {(d, v["version"]) for d, versions in data["versions"].items() for v in versions}
         corrected_notices = [(n["event_date"], n["version"]) for n in data["notices"]["corrected"]]
         assert sorted(corrected_notices) == sorted(published_versions)  # exactly one per version
         assert all(n["state"] == "sent" for n in data["notices"]["corrected"])
         corrected_dates = {d for d, versions in data["versions"].items() if len(versions) > 1}
-        assert corrected_dates and {r["event_date"] for r in data["consumer"]} == corrected_dates
+        assert corrected_dates
+        assert {r["event_date"] for r in data["consumer"]} == corrected_dates
         for row in data["consumer"]:  # the DAG's metrics == the batch reference's, from the current version
-            assert row["ok"] and row["metrics"]["version"] == data["versions"][row["event_date"]][-1]["version"]
-        assert "corrected topic" in proc.stdout and "example consumer DAG" in proc.stdout
+            assert row["ok"]
+            assert row["metrics"]["version"] == data["versions"][row["event_date"]][-1]["version"]
+        assert "corrected topic" in proc.stdout
+        assert "example consumer DAG" in proc.stdout
 
         # Airflow's partitions: every dedup run is its date's partition, one asset event per version
         # (the date as partition_key), and every date with events got consumer runs.

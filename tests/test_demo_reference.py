@@ -24,9 +24,11 @@ def test_every_valid_event_is_in_exactly_one_session(tmp_path):
             if user_id == s.user_id and s.session_start <= ts <= s.session_end:
                 assert event_id in s.event_ids
                 placed[(user_id, event_id, ts)] = placed.get((user_id, event_id, ts), 0) + 1
-    assert set(placed) == events and set(placed.values()) == {1}
+    assert set(placed) == events
+    assert set(placed.values()) == {1}
     by_date = batch_reference.sessions_by_date(landing, GAP)
-    assert len(by_date) >= 3 and sum(map(len, by_date.values())) == len(sessions)
+    assert len(by_date) >= 3
+    assert sum(map(len, by_date.values())) == len(sessions)
 
 
 def test_contract_duplicates_and_the_gap_boundary(tmp_path):
@@ -74,8 +76,10 @@ def test_the_reference_reads_the_archive_the_stream_moved_read_files_to(tmp_path
     os.makedirs(os.path.join(archive, "_replaced", "received=2026-03-07"))
     with open(os.path.join(archive, "_replaced", "received=2026-03-07", "x.jsonl"), "w") as handle:
         handle.write(json.dumps({"user_id": "u-x", "event_id": "x", "event_ts": "2026-03-07T10:00:00Z"}) + "\n")
-    assert moved and batch_reference.sessions_by_date(landing, GAP) != before
+    assert moved
+    assert batch_reference.sessions_by_date(landing, GAP) != before
     assert batch_reference.sessions_by_date(landing, GAP, archive=archive) == before
     paths = [original for _, _, original, _ in batch_reference.input_files(landing, archive)]
     # each file once, by its path in the landing
-    assert len(paths) == len(set(paths)) and set(moved) <= set(paths)
+    assert len(paths) == len(set(paths))
+    assert set(moved) <= set(paths)

@@ -52,8 +52,11 @@ def test_until_returns_when_done_and_shows_the_status():
         return len(calls) >= 3, f"{len(calls)}/3 files"
 
     took = wait.until(check, 30, "stream", progress, lambda s: AssertionError(s), interval=0.01)
-    assert took >= 0 and len(calls) == 3 and progress.removed == ["stream"]
-    assert progress.shown[0].startswith("stream: 1/3 files") and "ConnectionError: not up yet" in progress.shown[1]
+    assert took >= 0
+    assert len(calls) == 3
+    assert progress.removed == ["stream"]
+    assert progress.shown[0].startswith("stream: 1/3 files")
+    assert "ConnectionError: not up yet" in progress.shown[1]
 
 
 def test_until_raises_on_timeout_with_the_last_status():
@@ -81,4 +84,5 @@ def test_until_fails_at_once_naming_a_process_that_died():
             stack=Stack(airflow=Record(True), stream=Record(False)),
             interval=0.01,
         )
-    assert failed.value.component == "stream" and "exited while waiting for DAG runs" in str(failed.value)
+    assert failed.value.component == "stream"
+    assert "exited while waiting for DAG runs" in str(failed.value)

@@ -38,7 +38,8 @@ def _line(**extra) -> bytes:
 def test_json_null_payload_value_stays_apart_from_the_string_null():
     null = contract.read_line(_line(x=None), RECEIVED)
     text = contract.read_line(_line(x="null"), RECEIVED)
-    assert null.payload == '{"x":null}' and text.payload == '{"x":"null"}'
+    assert null.payload == '{"x":null}'
+    assert text.payload == '{"x":"null"}'
     # Two copies of one event: the copy rule keeps the smaller payload text, in either order.
     for order in ([null, text], [text, null]):
         (kept,) = contract.kept_copies(order).values()
@@ -75,7 +76,8 @@ def test_event_ids_repeat_an_id_per_event_and_first_receipt_is_the_earliest_arri
     run_dedup(lake, "2026-03-07", spark=spark)
     (row,) = reader.to_records(reader.read_sessions(lake, "2026-03-07"))
     # One id at two timestamps is two events: the id appears once per event.
-    assert row["event_ids"] == ["e1", "e1", "e2"] and row["event_count"] == 3
+    assert row["event_ids"] == ["e1", "e1", "e2"]
+    assert row["event_count"] == 3
     # first_receipt_ts: the earliest arrival of any event (batch 0), not when the first event arrived.
     assert row["first_receipt_ts"] == layout.format_receipt_ts(RECEIPT0)
     assert row["last_receipt_ts"] == layout.format_receipt_ts(RECEIPT0 + timedelta(seconds=10))
@@ -105,7 +107,10 @@ def test_a_state_session_split_by_a_shorter_gap_gives_its_later_pieces_their_own
     ).collect()
     assert len(panes) == 3
     ids = [p.session_id for p in panes]
-    assert len(set(ids)) == 3 and state_id in ids
+    assert len(set(ids)) == 3
+    assert state_id in ids
     kept = [p for p in panes if p.session_id == state_id]
-    assert len(kept) == 1 and kept[0].event_count == 1 and kept[0].pane_count == 2
+    assert len(kept) == 1
+    assert kept[0].event_count == 1
+    assert kept[0].pane_count == 2
     assert sorted(p.pane_count for p in panes if p.session_id != state_id) == [0, 0]

@@ -182,13 +182,15 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
     assert v2 > v1
     expected = reference_metrics(ON_TIME + LATE)
     assert metrics_without_version(out) == expected
-    assert expected["crossed_midnight"] == 1 and expected["users"] == 3
+    assert expected["crossed_midnight"] == 1
+    assert expected["users"] == 3
 
     # Exactly one corrected notice and one asset event per published version, and nothing owed.
     notices = corrected_messages(emulator.host, {v1, v2})
     assert sorted((n["version"], n["change"]["kind"]) for n in notices) == [(v1, "first"), (v2, "changed")]
     assert notices[-1]["rows"] == expected["sessions"] or notices[0]["rows"] == expected["sessions"]
-    assert corrected.outbox(lake).owed() == [] and corrected.outbox(lake).owed("airflow") == []
+    assert corrected.outbox(lake).owed() == []
+    assert corrected.outbox(lake).owed("airflow") == []
     events = events_of(client)
     assert sorted((e["partition_key"], e["extra"]["version"]) for e in events) == [(D7, v1), (D7, v2)]
     assert {e["extra"]["notice_id"] for e in events} == {n["notice_id"] for n in notices}

@@ -67,7 +67,9 @@ def test_run_id_is_derived_from_the_notice_and_allowed_by_airflow():
     assert len({runs.run_id_for_notice(n) for n in (a, later, other_date)}) == 3
     for n in (a, later, other_date):
         rid = runs.run_id_for_notice(n)
-        assert AIRFLOW_RUN_ID.match(rid) and n["event_date"] in rid and n["receipt_ts"] in rid
+        assert AIRFLOW_RUN_ID.match(rid)
+        assert n["event_date"] in rid
+        assert n["receipt_ts"] in rid
 
 
 def test_coalesced_notice_maps_to_its_newest_partition():
@@ -80,7 +82,7 @@ def test_coalesced_notice_maps_to_its_newest_partition():
 
 
 @pytest.mark.parametrize(
-    "dataset,event_date,receipt_ts",
+    ("dataset", "event_date", "receipt_ts"),
     [
         ("sessions", "2026-02-31", "20260307T201500123Z"),
         ("sessions", "2026-03-07/../../etc", "20260307T201500123Z"),
@@ -120,12 +122,13 @@ def _bad_bodies():
     yield "missing field", message({k: v for k, v in good.items() if k != "event_date"})
 
 
-@pytest.mark.parametrize("case,msg", list(_bad_bodies()), ids=[c for c, _ in _bad_bodies()])
+@pytest.mark.parametrize(("case", "msg"), list(_bad_bodies()), ids=[c for c, _ in _bad_bodies()])
 def test_invalid_notice_is_logged_and_acknowledged_without_a_run(case, msg):
     out = io.StringIO()
     with redirect_stdout(out):
         result = main.handle(msg, client_factory=never_called)
-    assert result["outcome"] == "rejected" and result["reason"]
+    assert result["outcome"] == "rejected"
+    assert result["reason"]
     lines = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
     assert any(
         line["severity"] == "ERROR" and line["reason"] == result["reason"] and line.get("message") for line in lines
@@ -151,7 +154,8 @@ def test_airflow_down_raises_so_pubsub_redelivers_and_the_password_never_leaks(m
     text = out.getvalue() + str(caught.value) + repr(client) + repr(client._auth)
     assert secret not in text
     line = json.loads(out.getvalue().strip().splitlines()[-1])
-    assert line["severity"] == "WARNING" and line["outcome"] == "retry"
+    assert line["severity"] == "WARNING"
+    assert line["outcome"] == "retry"
     assert line["run_id"] == runs.run_id_for_notice(make_notice())
 
 

@@ -131,7 +131,8 @@ def test_dedup_equals_spark_session_window_under_both_boundaries_and_migrations(
     stream.batch(LATE, mode=0.0)
     everything = FIRST + LATE
     to_merge = rules_migration.migrate(lake, MERGE, spark=spark, recorded_by="test")
-    assert to_merge.changed and rules_record.current(lake).rules == MERGE
+    assert to_merge.changed
+    assert rules_record.current(lake).rules == MERGE
     assert rules_migration.stale_dates(lake) == []
     _check(spark, lake, everything, dates, MERGE)
     # A sanity check that the scenario tells the boundaries apart at all.
@@ -148,7 +149,8 @@ def test_dedup_equals_spark_session_window_under_both_boundaries_and_migrations(
     assert "incremental" in modes, modes
 
     back = rules_migration.migrate(lake, SPLIT, spark=spark, recorded_by="test")
-    assert back.changed and back.record.rules_id == first.record.rules_id  # same rules, same id
+    assert back.changed
+    assert back.record.rules_id == first.record.rules_id
     assert [r.rules.gap_boundary for r in rules_record.history(lake)] == ["split", "merge", "split"]
     _check(spark, lake, everything, dates, SPLIT)
 
@@ -157,8 +159,10 @@ def test_dedup_equals_spark_session_window_under_both_boundaries_and_migrations(
 
 
 def test_split_is_merge_one_microsecond_later():
-    assert SPLIT.split_gap == GAP and MERGE.split_gap == GAP + US
-    assert SPLIT.gap_us == 1_800_000_000 and MERGE.gap_us == 1_800_000_001
+    assert SPLIT.split_gap == GAP
+    assert MERGE.split_gap == GAP + US
+    assert SPLIT.gap_us == 1_800_000_000
+    assert MERGE.gap_us == 1_800_000_001
     assert SessionRules(gap=GAP + US).gap_us == MERGE.gap_us  # the SQL sees one threshold
     assert MERGE.micros()["gap_us"] == 1_800_000_000  # the record keeps the true gap
 
@@ -167,7 +171,8 @@ def test_default_boundary_keeps_existing_records_and_ids():
     # A record written before the boundary existed: its id must still be the fingerprint of its rules.
     legacy = {"gap_us": 1_800_000_000, "allowed_lateness_us": 3_600_000_000, "watermark_delay_us": 600_000_000}
     assert SessionRules.from_micros(legacy) == SPLIT
-    assert SPLIT.micros() == legacy and "gap_boundary" not in SPLIT.describe()
+    assert SPLIT.micros() == legacy
+    assert "gap_boundary" not in SPLIT.describe()
     assert rules_record.fingerprint(MERGE) != rules_record.fingerprint(SPLIT)
     assert SessionRules.from_micros(MERGE.micros()) == MERGE
     assert MERGE.describe()["gap_boundary"] == "merge"
@@ -234,8 +239,10 @@ def test_stream_refuses_another_boundary_before_spark_starts_and_rules_show_name
         ]
     )
     err = capsys.readouterr().err
-    assert code == 2 and "--gap-boundary split given, the lake records merge" in err
-    assert "tidemark rules migrate --lake" in err and "--gap-boundary split" in err
+    assert code == 2
+    assert "--gap-boundary split given, the lake records merge" in err
+    assert "tidemark rules migrate --lake" in err
+    assert "--gap-boundary split" in err
     assert not (tmp_path / "ckpt").exists()
     assert cli.main(["rules", "show", "--lake", str(lake), "--json"]) == 0
     import json
@@ -287,7 +294,9 @@ def test_the_stream_and_dedup_under_merge_equal_spark_session_window(spark, tmp_
     counts = {row["user_id"]: 0 for row in panes(lake)}
     for row in panes(lake):
         counts[row["user_id"]] = max(counts[row["user_id"]], row["event_count"])
-    assert counts["exact"] == 2 and counts["midnight"] == 2 and counts["over"] == 1
+    assert counts["exact"] == 2
+    assert counts["midnight"] == 2
+    assert counts["over"] == 1
     dates = rules_migration.event_dates(lake)
     for event_date in dates:
         run_dedup(lake, event_date, spark=spark)

@@ -58,7 +58,8 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
     ]
     runs = {r.path.rsplit("run=", 1)[1]: r for r in removed if r.what == "run"}
     assert set(runs) == {first.run_id, second.run_id, killed.run_id}
-    assert runs[first.run_id].version == first.version and runs[killed.run_id].version is None
+    assert runs[first.run_id].version == first.version
+    assert runs[killed.run_id].version is None
     assert any(r.what == "metadata" for r in removed)
     assert len(os.listdir(os.path.join(lake, "sessions_dedup", "metadata"))) < metadata_before
 
@@ -74,7 +75,8 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
 
     # Much later, again: the current snapshot and files are never candidates.
     assert [r for r in gc.gc(lake, timedelta(hours=2), now=now_plus(days=400)) if r.what != "metadata"] == []
-    assert reader.read_sessions(lake, DAY).num_rows == 3 and reader.read_sessions(lake, OTHER).num_rows == 2
+    assert reader.read_sessions(lake, DAY).num_rows == 3
+    assert reader.read_sessions(lake, OTHER).num_rows == 2
 
 
 def test_gc_leaves_young_leftovers_of_a_run_in_progress(tmp_path):

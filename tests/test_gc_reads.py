@@ -18,7 +18,8 @@ def test_gc_reads_each_manifest_once_across_the_kept_snapshots(tmp_path):
     snapshots = tbl.snapshots()
     manifests = {m.manifest_path for s in snapshots for m in s.manifests(tbl.io)}
     shared = sum(len(s.manifests(tbl.io)) for s in snapshots)
-    assert len(snapshots) >= 15 and shared > len(manifests) + 10  # the sharing the test is about
+    assert len(snapshots) >= 15
+    assert shared > len(manifests) + 10
     iceberg_history.COUNTER.reset()
     assert gc.gc(lake, timedelta(days=7), dry_run=True) == []
     reads = iceberg_history.COUNTER.counts["metadata read"]

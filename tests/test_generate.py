@@ -53,7 +53,8 @@ def test_cli_writes_files_in_arrival_order(tmp_path, capsys):
     files = sorted(n for n in os.listdir(landing) if not n.startswith(("_", ".")))
     assert len(files) == summary["files"] == 6
     mtimes = [os.path.getmtime(os.path.join(landing, n)) for n in files]
-    assert mtimes == sorted(mtimes) and len(set(mtimes)) == 6
+    assert mtimes == sorted(mtimes)
+    assert len(set(mtimes)) == 6
     assert len({e for _, e, _ in valid_events(landed_lines(landing))}) == summary["events"]
     # sessions exist and are separated by at least the gap
     assert len(sessions_of_landing(landing, timedelta(minutes=30))) >= 10

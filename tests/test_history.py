@@ -61,7 +61,8 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     after = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
     pointer = publish.current_version(lake, first)
     assert after[first]["version"] == pointer.version
-    assert after[first]["pending"] == 0 and after[first]["lag_s"] == 0
+    assert after[first]["pending"] == 0
+    assert after[first]["lag_s"] == 0
     assert after[first]["sessions"] == pointer.sessions
     assert after[dates[1]]["pending"] == before[dates[1]]["pending"]  # not deduplicated yet
 
@@ -74,13 +75,16 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
         capsys, ["history", "--lake", str(lake), "--event-date", first, "--json", "--home", str(tmp_path / "no-stack")]
     )
     source, items = items[0], items[1:]
-    assert source["kind"] == "source" and source["dag_runs"].startswith("unavailable")
+    assert source["kind"] == "source"
+    assert source["dag_runs"].startswith("unavailable")
     kinds = [i["kind"] for i in items]
     assert kinds.count("receipt") == len(receipts.list_receipts(lake, first))
     assert [i["id"] for i in items if i["kind"] == "version"] == [pointer.version]
     assert [i["state"] for i in items if i["kind"] == "version"] == ["current"]
     owed = [i for i in items if i["kind"] == "notice"]
-    assert len(owed) == 1 and owed[0]["id"] == body["notice_id"] and owed[0]["state"].startswith("owed")
+    assert len(owed) == 1
+    assert owed[0]["id"] == body["notice_id"]
+    assert owed[0]["state"].startswith("owed")
     times = [i["time"] for i in items]
     assert times == sorted(times)
     assert kinds.index("version") > max(i for i, k in enumerate(kinds) if k == "receipt")
@@ -89,7 +93,8 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     capsys.readouterr()
     assert main(["history", "--lake", str(lake), "--event-date", first, "--home", str(tmp_path / "no-stack")]) == 0
     out = capsys.readouterr().out
-    assert "unavailable" in out and pointer.version in out
+    assert "unavailable" in out
+    assert pointer.version in out
     capsys.readouterr()
     assert main(["partitions", "--lake", str(lake)]) == 0
     assert first in capsys.readouterr().out

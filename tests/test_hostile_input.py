@@ -129,8 +129,10 @@ def test_a_wrong_clock_creates_no_partition_and_never_moves_the_watermark(stream
 
 def test_normal_data_after_the_bad_clock_still_gets_early_and_on_time_panes(streamed):
     kinds = {(r["batch_id"], r["user_id"]): r["pane_kind"] for r in streamed["panes"]}
-    assert kinds[(1, "u1")] == "early" and kinds[(1, "u2")] == "early"
-    assert kinds[(2, "u1")] == "on_time" and kinds[(2, "u2")] == "on_time"
+    assert kinds[(1, "u1")] == "early"
+    assert kinds[(1, "u2")] == "early"
+    assert kinds[(2, "u1")] == "on_time"
+    assert kinds[(2, "u2")] == "on_time"
     old = [r for r in streamed["panes"] if r["user_id"] == "u3"]  # five days late: kept, in its date
     assert [r["event_date"] for r in old] == [(BASE - timedelta(days=5)).date().isoformat()]
 
@@ -147,7 +149,9 @@ def test_every_reader_shows_any_bytes(streamed, capsys):
     assert max(r["raw_bytes"] for r in records) == len(BIG)
     assert cli_main(["quarantine", "--lake", streamed["lake"], "--format", "table"]) == 0
     table = capsys.readouterr().out
-    assert "\\xff\\xfe" in table and "\\x00" in table and f"({len(BIG)} bytes)" in table
+    assert "\\xff\\xfe" in table
+    assert "\\x00" in table
+    assert f"({len(BIG)} bytes)" in table
 
 
 def test_a_watermark_poisoned_before_the_guard_heals(spark, streamed):

@@ -38,7 +38,8 @@ def test_the_plan_comes_from_the_offset_and_file_source_logs(tmp_path):
     first, second = input_pins.planned(query, 0, landing), input_pins.planned(query, 1, landing)
 
     assert first == input_pins.PlannedBatch(0, 1_000, {"a.jsonl": f"file:{landing}/a.jsonl"})
-    assert second is not None and second.receipt_ms == 2_000
+    assert second is not None
+    assert second.receipt_ms == 2_000
     assert second.files == {"sub/b c.jsonl": f"file:{landing}/sub/b%20c.jsonl", "d.jsonl": f"file:{landing}/d.jsonl"}
     assert input_pins.planned(query, 2, landing) is None  # not planned by a query: a batch built by hand
 
@@ -54,7 +55,8 @@ def pinned(tmp_path, files: dict[str, bytes]):
 
 def test_a_pin_keeps_the_content_read_when_the_landed_file_is_replaced(tmp_path):
     checkpoint, landing, pins, missing = pinned(tmp_path, {"a.jsonl": b"one\n", "s/b.jsonl": b"two\n"})
-    assert sorted(pins) == ["a.jsonl", "s/b.jsonl"] and missing == ["gone.jsonl"]
+    assert sorted(pins) == ["a.jsonl", "s/b.jsonl"]
+    assert missing == ["gone.jsonl"]
     write(f"{landing}/.a.tmp", b"other\n")
     os.replace(f"{landing}/.a.tmp", f"{landing}/a.jsonl")  # replaced by a rename: a new inode
 

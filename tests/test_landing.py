@@ -18,7 +18,7 @@ from tidemark.store.lake import Lake
 
 
 @pytest.mark.parametrize(
-    "path, verdict",
+    ("path", "verdict"),
     [
         ("a.jsonl", landing.INPUT),
         ("sub dir/2026/b.json", landing.INPUT),
@@ -176,7 +176,8 @@ def test_the_audit_finds_replaced_pending_and_in_progress_files_and_quarantines_
     assert {r["source_file"] for r in rows} == {"replaced.jsonl"}
     # recorded: the next audit finds nothing replaced, and quarantines nothing twice
     again = landing_ledger.quarantine_replaced(root, lake)
-    assert again.replaced == [] and "replaced.jsonl" in again.read
+    assert again.replaced == []
+    assert "replaced.jsonl" in again.read
     assert len(quarantine.read_quarantine(lake)) == 2
     # the reference leaves the replaced file's new content out (it is quarantined, not input)
     assert {

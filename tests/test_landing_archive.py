@@ -110,12 +110,15 @@ def test_a_name_landed_again_after_its_file_was_archived_is_pending_not_replaced
     _write(root, "f.jsonl", b'{"x":1}\n{"x":2}\n', 1_700_000_500)
     assert [f.path for f in landing_ledger.audit(root, lake).replaced] == ["f.jsonl"]  # without the archive
     found = landing_ledger.audit(root, lake, archive)
-    assert found.pending == ["f.jsonl"] and found.replaced == []
+    assert found.pending == ["f.jsonl"]
+    assert found.replaced == []
     from tidemark.cli import main
 
     assert main(["landing", "--landing", root, "--lake", lake, "--archive", archive, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["pending"] == ["f.jsonl"] and out["replaced"] == [] and out["archived"] == {"2026-11-25": 1}
+    assert out["pending"] == ["f.jsonl"]
+    assert out["replaced"] == []
+    assert out["archived"] == {"2026-11-25": 1}
 
 
 def test_the_first_rotation_moves_files_read_before_the_archive_and_sets_replaced_ones_aside(tmp_path):
@@ -194,7 +197,8 @@ def test_a_file_replaced_before_its_batch_was_archived_is_quarantined_and_set_as
     _write(root, "f.jsonl", b'{"x":9}\n', 1_700_000_100)
     config = StreamConfig(landing=root, lake=lake, checkpoint=checkpoint, archive=archive)
     assert landing_archive.drain(root, archive, checkpoint, _set_aside(config)) == 0
-    assert _input_files(root) == [] and landing_archive.queued(checkpoint) == []
+    assert _input_files(root) == []
+    assert landing_archive.queued(checkpoint) == []
     assert [r["raw"] for r in quarantine.read_quarantine(lake)] == [b'{"x":9}']
     assert list(landed_lines(archive)) == []  # set aside, not archived as read
 
@@ -364,10 +368,12 @@ def test_the_landing_bench_lands_tiny_files_fast_and_counts_the_archive_move(tmp
     landing_age.land(root, 2500)
     landing_age.land(root, 10, start=2500)
     found = landing.list_landing(root)
-    assert len(found) == 2510 and {f.verdict for f in found} == {landing.INPUT}
+    assert len(found) == 2510
+    assert {f.verdict for f in found} == {landing.INPUT}
     assert len(os.listdir(root)) == 3  # 1,000 files a folder
     seconds, ops = landing_age.drain_cost(str(tmp_path))
-    assert ops["list"] <= 2 and ops["stat"] <= 4  # the queue, one commit, the file: not the landing
+    assert ops["list"] <= 2
+    assert ops["stat"] <= 4
 
 
 def test_only_a_first_write_that_never_finished_is_cleared(tmp_path):
@@ -591,7 +597,8 @@ def test_a_name_landed_again_mid_generation_is_read_by_the_next_run_and_by_a_run
     land(landing_dir, [_reused(9)])  # another file, read with the first r100.jsonl
     land_reused(0)
     _stream(landing_dir, lake, checkpoint, spark, **bounded)
-    assert landing_archive.current(checkpoint).generation == 0 and _input_files(landing_dir) == []
+    assert landing_archive.current(checkpoint).generation == 0
+    assert _input_files(landing_dir) == []
 
     # 1. --available-now: the run that finds the name pending rotates and reads it
     land_reused(1)
@@ -690,7 +697,8 @@ def test_a_name_landed_again_after_its_file_was_set_aside_is_pending(tmp_path):
     assert _input_files(root) == []
     _write(root, "f.jsonl", b'{"x":3}\n{"x":4}\n', 1_700_000_200)
     found = landing_ledger.audit(root, lake, archive)
-    assert found.pending == ["f.jsonl"] and found.replaced == []
+    assert found.pending == ["f.jsonl"]
+    assert found.replaced == []
 
 
 def test_a_copy_from_another_filesystem_appears_whole_under_its_name(tmp_path):
@@ -703,5 +711,6 @@ def test_a_copy_from_another_filesystem_appears_whole_under_its_name(tmp_path):
     source_fs = pafs.SubTreeFileSystem(str(tmp_path / "land"), pafs.LocalFileSystem())
     target = str(tmp_path / "archive" / "received=2026-11-25" / "f.jsonl")
     landing_archive._transfer(source_fs, "f.jsonl", pafs.LocalFileSystem(), target)
-    assert os.listdir(tmp_path / "land") == [] and os.listdir(os.path.dirname(target)) == ["f.jsonl"]
+    assert os.listdir(tmp_path / "land") == []
+    assert os.listdir(os.path.dirname(target)) == ["f.jsonl"]
     assert open(target, "rb").read() == b'{"x":1}\n'

@@ -74,7 +74,8 @@ def test_exporter_serves_the_documented_names_with_the_lake_and_stream_values(tm
     names = metrics.PROMETHEUS_NAMES
     stale = {labels["tidemark_event_date"]: value for labels, value in served[names["tidemark.event_date.staleness"]]}
     expected = {s.event_date for s in read_lake(lake).stale}
-    assert set(stale) == expected and expected  # every stale date, and only those
+    assert set(stale) == expected
+    assert expected
     assert all(value > 200 * 86400 for value in stale.values())  # receipts of 2026-03-10: months old
     assert served[names["tidemark.event_date.stale"]][0][1] == len(expected)
     # the stream's batch: lag from its receipt time (12:00:20 for batch 2) to the listener's clock
@@ -116,7 +117,8 @@ def test_breaches_name_the_stale_dates_and_the_owed_notices(tmp_path):
     found = {b.slo: b.detail for b in breaches(reading, Objectives())}
     assert set(found) == {"correction"}
     for item in reading.stale:
-        assert item.event_date in found["correction"] and item.kinds == ["no_version"]
+        assert item.event_date in found["correction"]
+        assert item.kinds == ["no_version"]
     newest_date = reading.stale[0].event_date
     newest = receipts.list_receipts(lake, newest_date)[-1]
     assert Outbox(lake).record(
@@ -173,12 +175,10 @@ def test_dedup_outcomes_are_counted_by_kind():
 
         with metrics.dedup_run("2026-03-07") as box:
             box["result"] = Result()
-        with pytest.raises(publish.Superseded):
-            with metrics.dedup_run("2026-03-07"):
-                raise publish.Superseded("plan stale")
-        with pytest.raises(RuntimeError):
-            with metrics.dedup_run("2026-03-07"):
-                raise RuntimeError("spark died")
+        with pytest.raises(publish.Superseded), metrics.dedup_run("2026-03-07"):
+            raise publish.Superseded("plan stale")
+        with pytest.raises(RuntimeError), metrics.dedup_run("2026-03-07"):
+            raise RuntimeError("spark died")
         data = reader.get_metrics_data()
     finally:
         metrics.meter = real_meter

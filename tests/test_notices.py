@@ -93,7 +93,8 @@ def test_build_covers_partitions_deterministically(tmp_path):
         availability_notice.build("sessions", [b, a], "coalesced"),
     )
     assert one == other
-    assert one["receipt_ts"] == b["receipt_ts"] and one["uri"] == b["uri"]
+    assert one["receipt_ts"] == b["receipt_ts"]
+    assert one["uri"] == b["uri"]
     assert one["receipt_ts_list"] == [a["receipt_ts"], b["receipt_ts"]]
     assert (one["rows"], one["events"], one["batch_id"], one["late"]) == (5, 11, 4, True)
     assert availability_notice.decode(availability_notice.encode(one)) == one
@@ -110,7 +111,7 @@ def test_build_covers_partitions_deterministically(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "change, message",
+    ("change", "message"),
     [
         ({"event_date": "2026-02-31"}, "event_date"),
         ({"late": "yes"}, "late"),
@@ -151,9 +152,11 @@ def test_outbox_records_once_and_moves_to_sent(tmp_path):
     assert outbox.record(body) is True
     assert outbox.record(body) is False  # a replayed batch: same id, nothing new
     [entry] = outbox.owed()
-    assert entry["notice"] == body and entry["attributes"] == availability_notice.attributes(body)
+    assert entry["notice"] == body
+    assert entry["attributes"] == availability_notice.attributes(body)
     outbox.mark_sent(entry, "17", "2026-03-07T10:00:01.000Z")
-    assert outbox.owed() == [] and outbox.record(body) is False
+    assert outbox.owed() == []
+    assert outbox.record(body) is False
     [sent] = outbox.sent()
     assert (sent["message_id"], sent["notice"]["notice_id"]) == ("17", body["notice_id"])
 
@@ -325,7 +328,7 @@ def test_topic_paths_are_checked(topic):
 
 
 @pytest.mark.parametrize(
-    "options, message",
+    ("options", "message"),
     [
         (["--notify-topic", "not-a-topic"], "invalid topic"),
         (["--notify-topic", "projects/tidemark-local/topics/abc", "--notice-coalesce", "soon"], "invalid duration"),
@@ -401,7 +404,8 @@ def test_a_group_closed_again_after_its_notice_was_sent_is_not_queued(tmp_path):
     closed = service.groups.close(gid)
     assert closed["notice_id"] == body["notice_id"]
     service._enqueue(closed)
-    assert service.owed_count() == 0 and service.idle()
+    assert service.owed_count() == 0
+    assert service.idle()
 
 
 def test_backfill_records_a_notice_for_each_unadvertised_partition(tmp_path, capsys):

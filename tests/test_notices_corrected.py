@@ -37,21 +37,24 @@ def test_each_published_version_records_one_notice_saying_how_the_date_changed(t
     v4 = version_with(lake, [receipt(1), receipt(2), receipt(3), receipt(4)], {"b" * 32: (30, 3), "c" * 32: (3, 1)})
     first, second, third, fourth = owed(lake)
     assert [n["version"] for n in (first, second, third, fourth)] == [v.version for v in (v1, v2, v3, v4)]
-    assert first["previous_version"] is None and first["change"] == {
+    assert first["previous_version"] is None
+    assert first["change"] == {
         "kind": "first",
         "sessions_added": 2,
         "sessions_removed": 0,
         "sessions_changed": 0,
         "sessions_unchanged": 0,
     }
-    assert second["previous_version"] == v1.version and second["change"] == {
+    assert second["previous_version"] == v1.version
+    assert second["change"] == {
         "kind": "changed",
         "sessions_added": 1,
         "sessions_removed": 0,
         "sessions_changed": 1,
         "sessions_unchanged": 1,
     }
-    assert second["affected_dates"] == ["2026-03-11"] and second["rows"] == 3
+    assert second["affected_dates"] == ["2026-03-11"]
+    assert second["rows"] == 3
     assert third["change"] == {
         "kind": "changed",
         "sessions_added": 0,
@@ -88,9 +91,12 @@ def test_a_version_after_or_before_an_empty_one_records_its_notice(tmp_path):
     notices = owed(lake)
     assert [n["version"] for n in notices] == [v.version for v in (empty, one, empty_again)]
     first, added, removed = (n["change"] for n in notices)
-    assert first["kind"] == "first" and first["sessions_added"] == 0
-    assert added["kind"] == "changed" and (added["sessions_added"], added["sessions_removed"]) == (1, 0)
-    assert removed["kind"] == "changed" and (removed["sessions_added"], removed["sessions_removed"]) == (0, 1)
+    assert first["kind"] == "first"
+    assert first["sessions_added"] == 0
+    assert added["kind"] == "changed"
+    assert (added["sessions_added"], added["sessions_removed"]) == (1, 0)
+    assert removed["kind"] == "changed"
+    assert (removed["sessions_added"], removed["sessions_removed"]) == (0, 1)
     # the DAG's notify task (the safety net) finds the current version's notice recorded
     assert corrected.record_current(lake, D) is None
 
@@ -107,7 +113,9 @@ def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
     # After it was sent, too.
     box = corrected.outbox(lake)
     box.mark_sent(box.owed()[0], "m1", "2026-03-10T02:00:00.000Z")
-    assert corrected.record_current(lake, D) is None and box.owed() == [] and len(box.sent()) == 1
+    assert corrected.record_current(lake, D) is None
+    assert box.owed() == []
+    assert len(box.sent()) == 1
 
 
 def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(tmp_path, monkeypatch):
@@ -118,11 +126,13 @@ def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(t
 
     monkeypatch.setattr(corrected.Outbox, "record", crash)
     outcome = publish_run(lake, D, [receipt(1)], sessions=2)
-    assert outcome.committed and publish.current_version(lake, D).version == outcome.current.version
+    assert outcome.committed
+    assert publish.current_version(lake, D).version == outcome.current.version
     monkeypatch.undo()
     assert owed(lake) == []
     body = corrected.record_current(lake, D)
-    assert body["version"] == outcome.current.version and body["rows"] == 2
+    assert body["version"] == outcome.current.version
+    assert body["rows"] == 2
     assert [n["notice_id"] for n in owed(lake)] == [body["notice_id"]]
 
 
@@ -200,7 +210,8 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
         ("corrected", "sent", D, v1.version, None, "first"),
         ("corrected", "owed", D, v2.version, v1.version, "changed"),
     ]
-    assert rows[0]["message_id"] == "m-1" and rows[1]["change"]["sessions_added"] == 1
+    assert rows[0]["message_id"] == "m-1"
+    assert rows[1]["change"]["sessions_added"] == 1
 
     assert cli_main(["notices", "--lake", str(lake), "--topic", "corrected", "--format", "summary"]) == 0
     assert json.loads(capsys.readouterr().out) == {"sent": 1, "owed": 1}
@@ -211,7 +222,9 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
     }
     assert cli_main(["notices", "--lake", str(lake), "--topic", "corrected", "--state", "owed"]) == 0
     table = capsys.readouterr().out
-    assert "corrected notices: 1 sent, 1 owed" in table and v2.version in table and v1.version in table
+    assert "corrected notices: 1 sent, 1 owed" in table
+    assert v2.version in table
+    assert v1.version in table
     assert "changed: +1 -0 ~1 =0" in table
     # The availability listing is what it was: corrected notices only when asked for.
     assert cli_main(["notices", "--lake", str(lake), "--format", "summary"]) == 0
@@ -230,13 +243,16 @@ def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
     (entry,) = box.owed()
     assert box.owed("airflow") == [entry]
     box.mark_sent(entry, "m1", "2026-03-10T00:00:00Z")  # Pub/Sub has it; Airflow does not yet
-    assert box.owed() == [] and box.owed("airflow") == [entry]
+    assert box.owed() == []
+    assert box.owed("airflow") == [entry]
     assert os.path.exists(box.path("outbox", entry["notice"]["notice_id"]))
     assert corrected.record_current(lake, D) is None  # still known: no second entry
     box.mark_sent(entry, "17", "2026-03-10T00:00:01Z", sink="airflow")
-    assert box.owed() == [] and box.owed("airflow") == []
+    assert box.owed() == []
+    assert box.owed("airflow") == []
     assert not os.path.exists(box.path("outbox", entry["notice"]["notice_id"]))
-    assert [e["message_id"] for e in box.sent("airflow")] == ["17"] and box.sent()[0]["message_id"] == "m1"
+    assert [e["message_id"] for e in box.sent("airflow")] == ["17"]
+    assert box.sent()[0]["message_id"] == "m1"
     assert box.sent("airflow")[0]["notice"]["version"] == v1.version
     # A drain killed between the last sent record and the outbox delete: owed() finishes it.
     version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3)})
@@ -246,7 +262,8 @@ def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
         os.makedirs(os.path.dirname(sent_file), exist_ok=True)
         with open(sent_file, "w") as handle:
             json.dump({**second, "message_id": "x", "published_at": "2026-03-10T00:00:02Z"}, handle)
-    assert box.owed() == [] and box.owed("airflow") == []
+    assert box.owed() == []
+    assert box.owed("airflow") == []
     assert not os.path.exists(box.path("outbox", second["notice"]["notice_id"]))
     with pytest.raises(ValueError, match="unknown sink"):
         box.owed("kafka")
@@ -262,11 +279,13 @@ def test_only_an_entry_whose_send_was_attempted_may_have_reached_airflow(tmp_pat
     (old,) = box.owed("airflow")
     attempts = box.attempts("airflow")
     began = attempts.began()
-    assert old["recorded_at"] <= began and attempts.may_have_been_sent(old)  # from before the log
+    assert old["recorded_at"] <= began
+    assert attempts.may_have_been_sent(old)
     assert box.attempts("airflow").began() == began  # the log's start is written once
     version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3)})
     new = next(e for e in box.owed("airflow") if e["notice"]["notice_id"] != old["notice"]["notice_id"])
-    assert new["recorded_at"] > began and not attempts.may_have_been_sent(new)
+    assert new["recorded_at"] > began
+    assert not attempts.may_have_been_sent(new)
     attempts.mark(new["notice"]["notice_id"])
     assert attempts.may_have_been_sent(new)
     box.mark_sent(new, "18", "2026-03-10T00:00:03Z", sink="airflow")
@@ -291,7 +310,8 @@ def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     client = AirflowClient(f"http://127.0.0.1:{free_port()}", "none", timeout=(0.5, 1.0))  # nothing listens
     assert corrected.emit_owed(lake, client, timeout=2, backoff_max=0.5) == 1
-    assert len(corrected.outbox(lake).owed("airflow")) == 1 and corrected.outbox(lake).sent("airflow") == []
+    assert len(corrected.outbox(lake).owed("airflow")) == 1
+    assert corrected.outbox(lake).sent("airflow") == []
     capsys.readouterr()
     result = corrected.emit(lake, D, client, timeout=1)
     assert result == {
@@ -302,7 +322,8 @@ def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_
         "reason": "unreachable",
     }
     (warning,) = _warnings(capsys.readouterr().err, "asset events stay owed: Airflow API unreachable")
-    assert warning["event_date"] == D and warning["version"] == v1.version
+    assert warning["event_date"] == D
+    assert warning["version"] == v1.version
     assert warning["owed_versions"] == [f"{D}={v1.version}"]
     assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1.version]
 
@@ -337,7 +358,9 @@ def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path
         "reason": "not configured",
     }
     (warning,) = _warnings(capsys.readouterr().err, "asset events stay owed: no Airflow API configured")
-    assert warning["event_date"] == D and warning["version"] == v1.version and warning["owed"] == 1
+    assert warning["event_date"] == D
+    assert warning["version"] == v1.version
+    assert warning["owed"] == 1
     assert [e["notice"]["version"] for e in box.owed("airflow")] == [v1.version]
     # A connection that exists but is wrong is an operator's error to see, not "not configured".
     monkeypatch.setenv("AIRFLOW_BASE_URL", "ftp://nowhere")

@@ -81,7 +81,8 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
     closed = still_open + timedelta(seconds=1)
     before = files_under(lake.packs_root())  # the earlier date, closed already, may be packed
     dry = packing.run_pass(lake, now=closed, dry_run=True)
-    assert day in [p.event_date for p in dry.packed] and all(p.pack_id is None for p in dry.packed)
+    assert day in [p.event_date for p in dry.packed]
+    assert all(p.pack_id is None for p in dry.packed)
     assert files_under(lake.packs_root()) == before
 
     # Closed: packed, every complete receipt partition in one pack of the dedup's columns, holding
@@ -91,7 +92,8 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
     [done] = [p for p in first.packed if p.event_date == day]
     [pack] = packs.complete(lake, day, pane_reader.DEDUP_COLUMNS)
     assert (pack.pack_id, pack.receipts) == (done.pack_id, frozenset(stamps))
-    assert pack_rows(lake, pack) == folder_rows(lake, day) and pack.rows == len(folder_rows(lake, day))
+    assert pack_rows(lake, pack) == folder_rows(lake, day)
+    assert pack.rows == len(folder_rows(lake, day))
 
     # A second pass packs nothing, and looks at no date: nothing arrived, no date closed since.
     second = packing.run_pass(lake, now=closed + timedelta(hours=1))
@@ -103,7 +105,8 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
     written = stream.batch(own[:1], mode=0.0)  # a fragment: its event alone, in its own date
     assert day in [p.event_date for p in written]
     third = packing.run_pass(lake, now=closed + timedelta(hours=2))
-    assert 1 <= third.examined <= len({p.event_date for p in written}) and third.packed == []
+    assert 1 <= third.examined <= len({p.event_date for p in written})
+    assert third.packed == []
     assert [p.pack_id for p in packs.complete(lake, day)] == [pack.pack_id]
 
     # The command: gc, then the pass; --no-pack skips it; --dry-run reports without writing.
@@ -112,10 +115,12 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
     state = open(packing.state_uri(lake)).read()
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--no-pack"]) == 0
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--dry-run"]) == 0
-    assert open(packing.state_uri(lake)).read() == state and len(packs.listed(lake, day)) == 1
+    assert open(packing.state_uri(lake)).read() == state
+    assert len(packs.listed(lake, day)) == 1
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h"]) == 0
     newest = packs.best(packs.complete(lake, day), set(receipts.complete_names(lake, day)))
-    assert newest is not None and newest.receipts == frozenset(receipts.complete_names(lake, day))
+    assert newest is not None
+    assert newest.receipts == frozenset(receipts.complete_names(lake, day))
 
 
 def test_gc_prints_the_dates_it_packs(tmp_path, monkeypatch, capsys):
@@ -146,12 +151,14 @@ def test_a_killed_pass_leaves_a_pack_readers_ignore_and_the_next_pass_packs_agai
             packing.run_pass(lake)
     [day] = [d for d in receipts.list_event_dates(lake) if packs.listed(lake, d)]  # the first one it packed
     [leftover] = packs.listed(lake, day)
-    assert packs.complete(lake, day) == [] and not os.path.exists(packing.state_uri(lake))
+    assert packs.complete(lake, day) == []
+    assert not os.path.exists(packing.state_uri(lake))
 
     redone = packing.run_pass(lake)
     assert day in [p.event_date for p in redone.packed]
     [pack] = packs.complete(lake, day)
-    assert pack.pack_id != leftover and sorted(packs.listed(lake, day)) == sorted([leftover, pack.pack_id])
+    assert pack.pack_id != leftover
+    assert sorted(packs.listed(lake, day)) == sorted([leftover, pack.pack_id])
 
     # gc removes the leftover once older than the retention, never the pack in use.
     later = datetime.now(timezone.utc) + timedelta(hours=2)
@@ -165,9 +172,11 @@ def test_the_budget_takes_the_newest_dates_first_and_leaves_the_rest_to_the_next
     dates = [d for d in receipts.list_event_dates(lake) if len(receipts.complete_names(lake, d)) >= packs.PACK_AT]
     assert len(dates) >= 2
     first = packing.run_pass(lake, budget=1)  # a date alone over the budget still goes
-    assert [p.event_date for p in first.packed] == [dates[-1]] and first.left == dates[:-1][::-1]
+    assert [p.event_date for p in first.packed] == [dates[-1]]
+    assert first.left == dates[:-1][::-1]
     second = packing.run_pass(lake, budget=1)
-    assert second.how == "what changed" and [p.event_date for p in second.packed] == [dates[-2]]
+    assert second.how == "what changed"
+    assert [p.event_date for p in second.packed] == [dates[-2]]
 
 
 @pytest.mark.spark

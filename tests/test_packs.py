@@ -59,7 +59,8 @@ def test_a_pack_and_the_late_receipts_give_what_every_receipt_gives(spark, tmp_p
     stream.batch_id = -3
     written = stream.batch(cut[5] + [e for e in events if e[2].date().isoformat() == event_date][:3])
     late = [p.receipt_ts for p in written if p.event_date == event_date]
-    assert late and max(late) < min(pack.receipts)
+    assert late
+    assert max(late) < min(pack.receipts)
 
     # The panes read with the pack equal the panes read from every receipt partition.
     monkeypatch.setattr(packs, "PACK_AT", 10**9)
@@ -77,7 +78,8 @@ def test_a_pack_and_the_late_receipts_give_what_every_receipt_gives(spark, tmp_p
     assert published(lake, event_date) == expected(events, event_date)
     # That run read the late receipt from its folder and packed the date anew (PACK_AT is 1 here).
     newest = packs.best(complete_packs(lake, event_date), set(pack.receipts) | set(late))
-    assert newest is not None and newest.receipts == pack.receipts | set(late)
+    assert newest is not None
+    assert newest.receipts == pack.receipts | set(late)
     shutil.rmtree(lake.packs_root())
     monkeypatch.setattr(packs, "PACK_AT", 10**9)
     again = full_dedup(lake, spark, event_date)

@@ -47,7 +47,8 @@ def test_the_start_time_tells_a_process_from_a_later_one():
     first = subprocess.Popen(["sleep", "600"])
     try:
         started = process.started_at(first.pid)
-        assert started is not None and started == process.started_at(first.pid)
+        assert started is not None
+        assert started == process.started_at(first.pid)
         assert abs(started - time.time()) < 3600
     finally:
         first.kill()
@@ -61,7 +62,8 @@ def test_descendants_in_their_own_session_are_found(tmp_path):
     managed = process.start("parent", [sys.executable, "-c", script], str(tmp_path / "log"))
     try:
         groups = _until(lambda: process.descendant_groups(managed.pid), bool)
-        assert managed.pid not in groups and len(groups) == 1
+        assert managed.pid not in groups
+        assert len(groups) == 1
         for pgid in groups:
             process.stop_group(pgid, grace=5)
         assert process.descendant_groups(managed.pid) == []

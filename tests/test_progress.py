@@ -60,10 +60,13 @@ def test_a_long_pass_logs_done_and_left_every_few_seconds_not_per_item(capsys):
     lines = progress_lines(capsys.readouterr().err)
     assert 9 <= len(lines) <= 12, len(lines)
     for line in lines:
-        assert line["done"] + line["left"] == items and line["total"] == items
-        assert line["what"] == "checking items" and line["component"] == "test"
+        assert line["done"] + line["left"] == items
+        assert line["total"] == items
+        assert line["what"] == "checking items"
+        assert line["component"] == "test"
     first, last = lines[0], lines[-1]
-    assert 9_000 <= first["done"] <= 10_100 and first["elapsed_s"] == pytest.approx(10, abs=0.2)
+    assert 9_000 <= first["done"] <= 10_100
+    assert first["elapsed_s"] == pytest.approx(10, abs=0.2)
     assert first["eta_s"] == pytest.approx(90, abs=1)  # the pace so far times what is left
     assert first["current"] == str(first["done"] - 1)  # the last item done
     assert (last["done"], last["left"], last["eta_s"], last.get("finished")) == (items, 0, 0.0, True)
@@ -89,7 +92,8 @@ def test_a_short_pass_logs_nothing_and_a_stopped_one_says_where(capsys):
                 if day == "2026-01-02":
                     raise KeyboardInterrupt
     (stopped,) = read_log_lines(capsys.readouterr().err)
-    assert stopped["event"] == "stopped before the end" and stopped["level"] == "warning"
+    assert stopped["event"] == "stopped before the end"
+    assert stopped["level"] == "warning"
     assert (stopped["stopped_at"], stopped["done"], stopped["left"]) == ("2026-01-02", 1, 2)
 
 
@@ -100,9 +104,12 @@ def test_the_display_gets_every_change_and_the_estimate():
             clock.now += 3
     assert [(s.done, s.current) for s in shown.states[:4]] == [(0, None), (0, "a"), (1, "a"), (1, "b")]
     assert shown.states[2].eta_s == 9.0  # 3 s per item, 3 left
-    assert shown.states[-1].finished and shown.states[-1].done == 4 and shown.states[-1].left == 0
+    assert shown.states[-1].finished
+    assert shown.states[-1].done == 4
+    assert shown.states[-1].left == 0
     unknown = State("x", None, 3, "c", 5.0)
-    assert unknown.left is None and unknown.eta_s is None
+    assert unknown.left is None
+    assert unknown.eta_s is None
 
 
 def terminal(monkeypatch) -> io.StringIO:
@@ -124,7 +131,9 @@ def test_a_terminal_shows_a_bar_with_counts_the_current_date_and_the_time_left(m
                 clock.now += 65
             display.progress.refresh()
             drawn = screen.getvalue()
-    assert "re-deduplicating dates" in drawn and "3/5" in drawn and "2026-03-03" in drawn
+    assert "re-deduplicating dates" in drawn
+    assert "3/5" in drawn
+    assert "2026-03-03" in drawn
     assert "━" in drawn  # the bar itself
     assert "(~0:02:10 left)" in drawn  # 65 s per date, 2 dates left
 
@@ -140,10 +149,9 @@ def test_a_kill_stops_a_pass_as_ctrl_c_does_and_the_handler_is_put_back():
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers are the main thread's: a SIGTERM here would end the test process")
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
-        with progress_bar.kill_interrupts():
-            os.kill(os.getpid(), signal.SIGTERM)
-            signal.sigtimedwait([], 5)  # the handler runs at the next bytecode; this only waits
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"), progress_bar.kill_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.sigtimedwait([], 5)  # the handler runs at the next bytecode; this only waits
     assert signal.getsignal(signal.SIGTERM) == before
 
 
@@ -164,7 +172,9 @@ def test_reindex_draws_its_bar_on_stderr_and_leaves_stdout_as_it_was(tmp_path, m
     assert cli.main(["reindex", "--lake", str(lake)]) == 0
     assert capsys.readouterr().out == plain  # byte for byte
     drawn, dates = screen.getvalue(), len(receipts.list_event_dates(lake))
-    assert "indexing event dates" in drawn and f"{dates}/{dates}" in drawn and dates > 1
+    assert "indexing event dates" in drawn
+    assert f"{dates}/{dates}" in drawn
+    assert dates > 1
 
 
 def test_reconcile_json_is_byte_identical_with_a_terminal_and_without(tmp_path, monkeypatch, capsys):
@@ -179,10 +189,12 @@ def test_reconcile_json_is_byte_identical_with_a_terminal_and_without(tmp_path, 
 
     screen = terminal(monkeypatch)
     assert cli.main([*args, "--json"]) == 0
-    assert capsys.readouterr().out == plain and screen.getvalue() == ""  # --json: no bar either
+    assert capsys.readouterr().out == plain
+    assert screen.getvalue() == ""
 
     assert cli.main(args) == 0  # for a person: the bar, then the table
-    assert "examining dates" in screen.getvalue() and "2/2" in screen.getvalue()
+    assert "examining dates" in screen.getvalue()
+    assert "2/2" in screen.getvalue()
     assert "stale event dates" in capsys.readouterr().out
 
 
@@ -217,8 +229,11 @@ def test_a_real_terminal_gets_the_bar_on_stderr_and_a_pipe_gets_stdout_unchanged
         "spanning_partitions": ANY,
         "complete": True,
     }
-    assert proc.stdout.count(b"\n") == 1 and b"\x1b" not in proc.stdout
-    assert b"indexing event dates" in drawn and f"{dates}/{dates}".encode() in drawn and "━".encode() in drawn
+    assert proc.stdout.count(b"\n") == 1
+    assert b"\x1b" not in proc.stdout
+    assert b"indexing event dates" in drawn
+    assert f"{dates}/{dates}".encode() in drawn
+    assert "━".encode() in drawn
 
 
 class FakeAirflow:

@@ -56,10 +56,12 @@ def test_an_interrupted_migration_says_where_it_stopped_and_a_rerun_resumes_ther
     assert [(line["event_date"], line["noop"]) for line in lines[:-1]] == [(dates[0], True)] + [
         (day, False) for day in dates[1:]
     ]
-    assert lines[-1]["kind"] == "migration" and lines[-1]["recomputed"] == len(dates) - 1
+    assert lines[-1]["kind"] == "migration"
+    assert lines[-1]["recomputed"] == len(dates) - 1
     (resumed,) = [line for line in read_log_lines(err) if line.get("resume_at") and line["level"] == "info"]
     assert (resumed["resume_at"], resumed["done"], resumed["left"]) == (stop_at, 1, len(dates) - 1)
     new_rules = rules_record.current(lake)
-    assert new_rules.rules.gap == timedelta(minutes=20) and len(rules_record.history(lake)) == 1
+    assert new_rules.rules.gap == timedelta(minutes=20)
+    assert len(rules_record.history(lake)) == 1
     for day in dates:
         assert reader.current_version(lake, day).rules_id == new_rules.rules_id, day

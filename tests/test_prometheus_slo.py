@@ -88,7 +88,8 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
 
         wait_for(lambda: firing_dates() == stale_dates, 60, "a stale-date alert per stale date", 0.5)
         alert = prometheus.firing("TidemarkEventDateStale")[0]
-        assert alert["labels"]["slo"] == "correction" and alert["labels"]["severity"] == "page"
+        assert alert["labels"]["slo"] == "correction"
+        assert alert["labels"]["severity"] == "page"
         assert "has had uncorrected receipts for" in alert["annotations"]["summary"]
         wait_for(lambda: len(prometheus.firing("TidemarkNoticeOwed")) == 1, 60, "the owed-notice alert", 0.5)
         assert prometheus.firing("TidemarkNoticeOwed")[0]["labels"]["tidemark_notice_channel"] == "availability"
@@ -107,7 +108,8 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
             for n, entry in enumerate(outbox.owed()):
                 outbox.mark_sent(entry, f"test-message-{n}", "2026-11-25T00:00:00.000Z")
         reading = read_lake(lake)
-        assert reading.stale == [] and reading.owed == {"availability": (0, 0.0), "corrected": (0, 0.0)}
+        assert reading.stale == []
+        assert reading.owed == {"availability": (0, 0.0), "corrected": (0, 0.0)}
 
         wait_for(
             lambda: not prometheus.firing("TidemarkEventDateStale") and not prometheus.firing("TidemarkNoticeOwed"),
@@ -166,7 +168,8 @@ def test_the_stack_starts_prometheus_scraping_the_exporter_and_down_stops_both(t
     finally:
         done = stack.down()
     assert sorted(d["component"] for d in done if d["stopped"]) == ["exporter", "prometheus"]
-    assert not port_states(settings)["prometheus"] and not port_states(settings)["exporter"]
+    assert not port_states(settings)["prometheus"]
+    assert not port_states(settings)["exporter"]
     assert {r["state"] for r in stack.status() if r["component"] in ("prometheus", "exporter (lake SLO gauges)")} == {
         "stopped"
     }

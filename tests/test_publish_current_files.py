@@ -56,7 +56,8 @@ def test_a_version_with_no_session_is_still_found(tmp_path):
     empty = icebergkit.publish_run(lake, "2026-03-10", [receipt(1), receipt(2)], sessions=0)
     assert empty.committed
     current = publish.current_version(lake, "2026-03-10")
-    assert current.run_id == empty.current.run_id and current.sessions == 0
+    assert current.run_id == empty.current.run_id
+    assert current.sessions == 0
     assert publish.list_dedup_dates(lake) == ["2026-03-10"]
     assert reader.read_sessions(lake, "2026-03-10").num_rows == 0
     # and the next run of the date is judged against it (covered: a no-op)
@@ -120,7 +121,8 @@ def _legacy_table(lake: Lake) -> tuple[list[str], dict]:
     _legacy_commit(lake, icebergkit.prepared_run(lake, days[1], [receipt(1), receipt(2)]))
     _legacy_commit(lake, icebergkit.prepared_run(lake, days[2], [receipt(1), receipt(2)], sessions=0))
     before = {day: _legacy_current(lake, day) for day in days}
-    assert len(_properties(lake)) == len(days) and len(_manifests(lake)) == len(days)
+    assert len(_properties(lake)) == len(days)
+    assert len(_manifests(lake)) == len(days)
     return days, before
 
 
@@ -134,7 +136,8 @@ def test_an_older_table_is_read_committed_to_and_migrated(tmp_path):
     outcome = icebergkit.publish_run(lake, days[0], [receipt(1), receipt(3)])
     assert outcome.current.previous_version == before[days[0]].version
     assert publish.current_record(iceberg.load(lake), days[0]).run_id == outcome.current.run_id
-    assert publish.CURRENT_PREFIX + days[0] not in _properties(lake) and len(_properties(lake)) == len(days) - 1
+    assert publish.CURRENT_PREFIX + days[0] not in _properties(lake)
+    assert len(_properties(lake)) == len(days) - 1
     # a run that lacks a receipt the (property-named) current version holds is still refused
     with pytest.raises(publish.Superseded):
         icebergkit.publish_run(lake, days[1], [receipt(1), receipt(4)])
@@ -142,7 +145,8 @@ def test_an_older_table_is_read_committed_to_and_migrated(tmp_path):
     snapshots = len(iceberg.load(lake).snapshots())
     gc.gc(lake, timedelta(days=7))
     tbl = iceberg.load(lake)
-    assert _properties(lake) == [] and len(tbl.snapshots()) == snapshots + 1
+    assert _properties(lake) == []
+    assert len(tbl.snapshots()) == snapshots + 1
     assert len(_manifests(lake)) == 2  # Feb 16-28, Mar 1-15
     after = {day: publish.current_version(lake, day) for day in days}
     assert after[days[0]] == outcome.current

@@ -29,7 +29,7 @@ def test_the_supported_range_is_the_one_setup_cfg_pins():
     )
     low, high = re.search(r">=([\d.]+),<([\d.]+)", spec).groups()
     as_tuple = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
-    assert publish.PYICEBERG_SUPPORTED == (as_tuple(low), as_tuple(high)), spec
+    assert (as_tuple(low), as_tuple(high)) == publish.PYICEBERG_SUPPORTED, spec
 
 
 def test_the_installed_pyiceberg_is_supported():
@@ -73,7 +73,8 @@ def test_overwrite_files_has_the_shape_the_subclass_relies_on():
     # What the public API returns for an overwrite is the class the subclass extends.
     returns = inspect.signature(UpdateSnapshot.overwrite).return_annotation
     assert returns in (_OverwriteFiles, "_OverwriteFiles"), returns
-    assert issubclass(_OverwriteFiles, _SnapshotProducer) and issubclass(_OverwriteFiles, UpdateTableMetadata)
+    assert issubclass(_OverwriteFiles, _SnapshotProducer)
+    assert issubclass(_OverwriteFiles, UpdateTableMetadata)
     # The methods replaced: _manifests (no argument but self, its result what _commit writes into
     # the manifest list) and _summary (called by _commit with the snapshot properties).
     assert list(_parameters(_SnapshotProducer._manifests)) == ["self"]
@@ -118,12 +119,14 @@ def test_transaction_has_the_shape_the_cached_subclass_relies_on(tmp_path):
     assert isinstance(Transaction.__dict__.get("table_metadata"), property)
     tbl = iceberg.load(Lake.open(tmp_path / "lake"), create=True)
     tx = publish._transaction_class()(tbl)
-    assert isinstance(tx._updates, tuple) and len(tx._updates) == 0
+    assert isinstance(tx._updates, tuple)
+    assert len(tx._updates) == 0
     before = tx.table_metadata
     tx.set_properties(**{"tidemark.test": "1"})
     assert len(tx._updates) > 0
     after = tx.table_metadata
-    assert after is not before and after.properties["tidemark.test"] == "1"
+    assert after is not before
+    assert after.properties["tidemark.test"] == "1"
     assert tx.table_metadata is after  # cached while no update is staged
 
 

@@ -68,7 +68,8 @@ def test_one_message_per_published_version_however_often_it_is_sent(emulator, tm
     got = received(host, "corrected-once", sent_ids(lake))
     assert sorted(b["version"] for b, _ in got) == versions  # one each
     for body, attrs in got:
-        assert attrs == corrected_notice.attributes(body) and "published_at" in body
+        assert attrs == corrected_notice.attributes(body)
+        assert "published_at" in body
     assert [b["change"]["kind"] for b, _ in sorted(got, key=lambda x: x[0]["version"])] == ["first", "changed"]
     stored = emulator_subscription(host, "corrected-once-changed")
     assert stored.filter == CHANGED_FILTER

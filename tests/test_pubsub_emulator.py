@@ -58,7 +58,8 @@ def test_emulator_lifecycle_and_admin_helpers(tmp_path):
 
         # A restart keeps the address and forgets every topic (the emulator is in memory).
         emulator.stop()
-        assert not process.pid_alive(pid) and not os.path.exists(emulator.pidfile)
+        assert not process.pid_alive(pid)
+        assert not os.path.exists(emulator.pidfile)
         emulator.start()
         assert emulator.host == host
         from google.api_core import exceptions

@@ -140,7 +140,8 @@ def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp
     host, lake = pubsub_env.host, Lake.open(tmp_path / "lake")
     topic = make_topic(host, "attrs-topic")
     stored = get_subscription(PROJECT, "attrs-topic-late", host=host)
-    assert stored.filter == LATE_FILTER and stored.topic == topic
+    assert stored.filter == LATE_FILTER
+    assert stored.topic == topic
 
     parts = [
         partition(lake, "2026-03-06", "20260308T001000000Z", 4, late=True),
@@ -161,7 +162,8 @@ def test_filtered_subscription_is_stored_and_attributes_match_it(pubsub_env, tmp
     would_match = {(b["event_date"], b["receipt_ts"]) for b, a in received if matches_late_filter(a)}
     assert would_match == {(p["event_date"], p["receipt_ts"]) for p in parts if p["late"]}
     sent = {e["notice"]["notice_id"]: e for e in Outbox(lake).sent()}
-    assert set(sent) == set(unique) and Outbox(lake).owed() == []
+    assert set(sent) == set(unique)
+    assert Outbox(lake).owed() == []
 
 
 def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env, tmp_path):
@@ -181,7 +183,8 @@ def test_outage_loses_nothing_and_owed_notices_go_out_after_a_restart(pubsub_env
     service.on_batch(Report(2, during[:1]))
     service.on_batch(Report(3, during[1:]))  # the listener does not wait for Pub/Sub
     still_owed = service.stop(timeout=3)  # a stopping stream gives up after a bounded wait
-    assert still_owed == 3 and service.failures >= 1
+    assert still_owed == 3
+    assert service.failures >= 1
     assert len(Outbox(lake).owed()) == 3
 
     # Pub/Sub is back (a fresh emulator: topics recreated); a new process publishes what is owed.
@@ -357,7 +360,8 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
         )
         assert body["pane_kinds"] == sorted(marker.pane_kinds)
     late_on_disk = {k for k, m in on_disk.items() if m.late}
-    assert late_on_disk and len(late_on_disk) < len(on_disk)  # the data exercises both values
+    assert late_on_disk
+    assert len(late_on_disk) < len(on_disk)
     assert {(b["event_date"], b["receipt_ts"]) for b, a in late_received if matches_late_filter(a)} == late_on_disk
     assert Outbox(lake).owed() == []
 
@@ -371,7 +375,8 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host)  # a wrong re-publish would arrive
     replayed = []
     run_stream(config, listeners=[replayed.append], spark=spark)
-    assert [r.batch_id for r in replayed] == [last] and replayed[0].partitions
+    assert [r.batch_id for r in replayed] == [last]
+    assert replayed[0].partitions
     assert sent_ids(lake) == sent_before
     assert messages(emulator.host, "stream-topic") == []
     assert cli_main(["notices", "--lake", str(lake), "--check", "--format", "summary"]) == 0

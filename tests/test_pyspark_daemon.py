@@ -55,7 +55,8 @@ def test_a_local_sessions_workers_import_the_installed_pyspark(spark):
         return pyspark.__file__
 
     (found,) = {r[0] for r in spark.range(4).select(where_from(F.col("id"))).collect()}
-    assert ".zip" not in found and os.path.isfile(found)
+    assert ".zip" not in found
+    assert os.path.isfile(found)
 
 
 def test_a_site_folder_reached_through_a_symlink_is_the_same_folder(site, tmp_path):

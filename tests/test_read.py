@@ -72,7 +72,8 @@ def test_sessions_have_ids_sorted_ids_and_utc_times(lake):
     for row in table.to_pylist():
         micros = int(row["session_start"].timestamp()) * 1_000_000 + row["session_start"].microsecond
         assert row["session_id"] == hashlib.sha256(f"{row['user_id']}|{micros}".encode()).hexdigest()[:32]
-        assert row["event_ids"] == sorted(row["event_ids"]) and len(row["event_ids"]) == row["event_count"]
+        assert row["event_ids"] == sorted(row["event_ids"])
+        assert len(row["event_ids"]) == row["event_count"]
         assert [e["event_ts"] for e in row["events"]] == sorted(e["event_ts"] for e in row["events"])
         assert row["session_start"].date().isoformat() == lake["day"]
         assert row["first_receipt_ts"] <= row["last_receipt_ts"] <= lake["v2"]
@@ -97,7 +98,8 @@ def test_as_of_reproduces_what_the_partition_looked_like_then(lake):
 def test_raw_lists_receipt_panes_filtered_by_as_of(lake):
     panes = reader.read_panes(lake["path"], lake["day"])
     stamps = set(panes.column("receipt_ts").to_pylist())
-    assert len(stamps) >= 2 and {"pane_kind", "session_start", "events"} <= set(panes.column_names)
+    assert len(stamps) >= 2
+    assert {"pane_kind", "session_start", "events"} <= set(panes.column_names)
     early = reader.read_panes(lake["path"], lake["day"], as_of=lake["v1"])
     assert 0 < early.num_rows < panes.num_rows
     assert max(early.column("receipt_ts").to_pylist()) <= lake["v1"]
@@ -110,9 +112,11 @@ def test_cli_formats(lake, tmp_path, capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == reader.read_sessions(lake["path"], lake["day"]).num_rows
     for row in rows:
-        assert {"user_id", "session_start", "session_end", "event_count"} <= set(row) and "events" not in row
+        assert {"user_id", "session_start", "session_end", "event_count"} <= set(row)
+        assert "events" not in row
         for key in ("session_start", "session_end"):
-            assert row[key].endswith("Z") and datetime.fromisoformat(row[key].replace("Z", "+00:00"))
+            assert row[key].endswith("Z")
+            assert datetime.fromisoformat(row[key].replace("Z", "+00:00"))
 
     out = str(tmp_path / "s.parquet")
     assert cli.main(base + ["--format", "parquet", "--output", out, "--events"]) == 0
@@ -120,11 +124,13 @@ def test_cli_formats(lake, tmp_path, capsys):
 
     assert cli.main(base + ["--as-of", lake["v1"]]) == 0
     text = capsys.readouterr().out
-    assert f"version {lake['v1']}" in text and "session_start" in text
+    assert f"version {lake['v1']}" in text
+    assert "session_start" in text
 
     assert cli.main(base + ["--raw", "--format", "jsonl"]) == 0
     panes = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert {p["pane_kind"] for p in panes} and all(layout.check_receipt_ts(p["receipt_ts"]) for p in panes)
+    assert {p["pane_kind"] for p in panes}
+    assert all(layout.check_receipt_ts(p["receipt_ts"]) for p in panes)
 
 
 def test_unpublished_date_is_a_clear_error(tmp_path, capsys):
@@ -173,7 +179,8 @@ def test_pyiceberg_alone_and_duckdb_read_exactly_what_tidemark_read_gives(lake, 
         (r["user_id"], parse(r["session_start"]), parse(r["session_end"]), tuple(r["event_ids"]), r["event_count"])
         for r in rows
     }
-    assert len(rows) == len(ours) and ours == want
+    assert len(rows) == len(ours)
+    assert ours == want
 
     catalog = load_catalog("tidemark", type="sql", uri=f"sqlite:///{path}/_catalog/iceberg.db")
     table = catalog.load_table("tidemark.sessions_dedup")
@@ -182,7 +189,8 @@ def test_pyiceberg_alone_and_duckdb_read_exactly_what_tidemark_read_gives(lake, 
     assert {
         (r["user_id"], _micros(r["session_start"]), _micros(r["session_end"]), tuple(r["event_ids"]), r["event_count"])
         for r in plain.to_pylist()
-    } == want and plain.num_rows == len(want)
+    } == want
+    assert plain.num_rows == len(want)
     # The partition prunes: only this date's files are planned.
     assert [f.name for f in table.spec().fields] == ["event_date"]
     assert all(f"/event_date={day}/" in task.file.file_path for task in scan.plan_files())
@@ -192,4 +200,5 @@ def test_pyiceberg_alone_and_duckdb_read_exactly_what_tidemark_read_gives(lake, 
     got = con.execute(
         "SELECT user_id, epoch_us(session_start), epoch_us(session_end), event_ids, event_count FROM sessions"
     ).fetchall()
-    assert {(u, s, e, tuple(ids), n) for u, s, e, ids, n in got} == want and len(got) == len(want)
+    assert {(u, s, e, tuple(ids), n) for u, s, e, ids, n in got} == want
+    assert len(got) == len(want)

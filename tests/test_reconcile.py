@@ -80,7 +80,8 @@ def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lak
     assert first.affected_dates == [D6]
     stream.batch(LATER, mode=0.5)
     second = run_dedup(path, D7, RULES, spark=spark)
-    assert second.version > first.version and publish.current_version(path, D7).affected_dates == ()
+    assert second.version > first.version
+    assert publish.current_version(path, D7).affected_dates == ()
     # the first run's owed_reruns task, late:
     owed = obligations.reruns_owed_by(path, layout.as_event_date(D7))
     assert [spec["conf"]["event_date"] for spec in owed] == [D6]
@@ -145,7 +146,8 @@ def test_crash_at_each_step_then_retry_or_reconcile_ends_equal_to_the_reference(
 def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     path, stream, spark = lake
     stale = {s.event_date: s for s in reconcile.staleness(path)}
-    assert list(stale) == [D7] and stale[D7].kinds == ["pending_receipts"]
+    assert list(stale) == [D7]
+    assert stale[D7].kinds == ["pending_receipts"]
     assert len(stale[D7].pending_receipts) == 1
 
     # D7's run records D6's obligation, then dies before its commit.
@@ -163,9 +165,11 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
 
     assert cli.main(["partitions", "--lake", path, "--json"]) == 0
     rows = {r["event_date"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
-    assert rows[D6]["stale"] == ["obligation"] and "rerun owed by 2026-03-07" in rows[D6]["why"][0]
+    assert rows[D6]["stale"] == ["obligation"]
+    assert "rerun owed by 2026-03-07" in rows[D6]["why"][0]
     assert rows[D7]["stale"] == ["pending_receipts"]
-    assert rows["2026-03-09"]["stale"] == ["no_version"] and written
+    assert rows["2026-03-09"]["stale"] == ["no_version"]
+    assert written
 
     assert cli.main(["reconcile", "--lake", path, "--json", "--grace", "0s", "--home", str(path) + "-none"]) == 0
     listed = {r["event_date"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
@@ -179,8 +183,10 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     # made under the old ones is stale.
     rules_record.record_change(path, SessionRules(gap=timedelta(minutes=20)), "test")
     stale = {s.event_date: s for s in reconcile.staleness(path)}
-    assert "rules_changed" in stale[D6].kinds and "rules_changed" in stale[D7].kinds
-    assert "gap 30m" in " ".join(stale[D6].reasons) and "20m" in " ".join(stale[D6].reasons)
+    assert "rules_changed" in stale[D6].kinds
+    assert "rules_changed" in stale[D7].kinds
+    assert "gap 30m" in " ".join(stale[D6].reasons)
+    assert "20m" in " ".join(stale[D6].reasons)
 
 
 def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended():
@@ -190,14 +196,16 @@ def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended
     now = t(D7, 2, 0)
     states: dict[str, str] = {}
     first = reconcile.decide([item], states.get, now=now)[0]
-    assert first.action == "trigger" and first.run_id == runs.reconcile_run_id(D7, item.fingerprint, 1)
+    assert first.action == "trigger"
+    assert first.run_id == runs.reconcile_run_id(D7, item.fingerprint, 1)
     assert first.conf == {"event_date": D7, "reconcile": "pending_receipts", "fingerprint": item.fingerprint}
     assert reconcile.decide([item], states.get, now=now)[0].run_id == first.run_id  # same state, same id
     states[first.run_id] = "running"
     assert reconcile.decide([item], states.get, now=now)[0].action == "in_flight"
     states[first.run_id] = "failed"
     second = reconcile.decide([item], states.get, now=now)[0]
-    assert second.action == "trigger" and second.run_id.endswith("__2")
+    assert second.action == "trigger"
+    assert second.run_id.endswith("__2")
     states[second.run_id] = states[runs.reconcile_run_id(D7, item.fingerprint, 3)] = "failed"
     assert reconcile.decide([item], states.get, now=now)[0].action == "given_up"
     # within the grace period: left to the notice's own run
@@ -236,7 +244,8 @@ def test_obligations_are_idempotent_and_refuse_bad_values(tmp_path):
     lake = Lake.open(tmp_path)
     first = obligations.record(lake, [D6, D7], D7, "20260307T010000000Z", "r1")
     again = obligations.record(lake, [D6], D7, "20260307T010000000Z", "r2")
-    assert [o["event_date"] for o in first] == [D6] and again == first  # the source itself is not owed
+    assert [o["event_date"] for o in first] == [D6]
+    assert again == first
     with pytest.raises(layout.InvalidPartitionValue):
         obligations.record(lake, ["../etc"], D7, "20260307T010000000Z")
     with open(layout.join(lake.obligations_dir(D6), "junk.json"), "w") as handle:

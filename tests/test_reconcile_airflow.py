@@ -126,24 +126,30 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
     client.trigger_dag_run(DAG_ID, notice_run, {"event_date": D7})
     assert finished(client, DAG_ID, notice_run) == "failed"
     tries = [ti for ti in client.task_instances(DAG_ID, notice_run) if ti["task_id"] == "dedup"]
-    assert tries and tries[0]["state"] == "failed" and tries[0]["try_number"] == 2  # every retry failed
+    assert tries
+    assert tries[0]["state"] == "failed"
+    assert tries[0]["try_number"] == 2
     assert [(s.event_date, s.kinds) for s in reconcile.staleness(lake)] == [(D7, ["no_version"])]
 
     shutil.copyfile(original, os.path.join(folder, data_file))  # repaired; nothing reruns by itself
     (listed,) = cli_reconcile(airflow, lake, tmp_path)
-    assert listed["event_date"] == D7 and listed["action"] == "would start (--trigger)"
+    assert listed["event_date"] == D7
+    assert listed["action"] == "would start (--trigger)"
     heal_run = listed["run_id"]
-    assert heal_run.startswith(f"reconcile__{D7}__") and heal_run.endswith("__1")
+    assert heal_run.startswith(f"reconcile__{D7}__")
+    assert heal_run.endswith("__1")
     assert client.get_dag_run(DAG_ID, heal_run) is None
 
     client.trigger_dag_run(RECONCILE_DAG, "manual__heal_check", {})
     assert finished(client, RECONCILE_DAG, "manual__heal_check", timeout=600) == "success"
     run = client.get_dag_run(DAG_ID, heal_run)  # the DAG named it as the command did
-    assert run is not None and run["conf"]["event_date"] == D7
+    assert run is not None
+    assert run["conf"]["event_date"] == D7
     assert run["partition_key"] == D7  # the reconcile DAG's REST trigger: the date's partition
     # Reconciling again while that run is queued, running or done adds no run.
     for item in cli_reconcile(airflow, lake, tmp_path, "--trigger"):
-        assert item["run_id"] == heal_run and item["action"] == "run in flight"
+        assert item["run_id"] == heal_run
+        assert item["action"] == "run in flight"
     assert finished(client, DAG_ID, heal_run) == "success"
 
     assert published(lake, D7) == expected(EVENTS, D7)

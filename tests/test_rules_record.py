@@ -32,7 +32,9 @@ def test_first_start_records_the_rules_once_and_later_starts_take_them(tmp_path)
     lake = Lake.open(tmp_path / "lake")
     assert rules_record.current(lake) is None
     first = rules_record.ensure(lake, parse_overrides(gap="20m"), "tidemark stream")
-    assert first.sequence == 1 and first.rules == GAP20 and first.reason == "first start on an empty lake"
+    assert first.sequence == 1
+    assert first.rules == GAP20
+    assert first.reason == "first start on an empty lake"
     doc = json.loads(open(lake.rules_record(1)).read())
     assert doc["rules"] == {"gap": "20m", "allowed_lateness": "1h", "watermark_delay": "10m"}
     assert doc["rules_id"] == rules_record.fingerprint(GAP20)
@@ -49,7 +51,8 @@ def test_other_rules_are_refused_naming_both_values(tmp_path):
     with pytest.raises(rules_record.RulesMismatch) as refused:
         rules_record.ensure(lake, parse_overrides(gap="30m"), "tidemark stream")
     message = str(refused.value)
-    assert "--gap 30m given, the lake records 20m" in message and "tidemark rules migrate" in message
+    assert "--gap 30m given, the lake records 20m" in message
+    assert "tidemark rules migrate" in message
     # Only what was given is compared: a partial set that agrees is fine.
     assert rules_record.check(lake, parse_overrides(watermark_delay="10m"), "dedup")[0] == GAP20
     with pytest.raises(rules_record.RulesMismatch, match="--allowed-lateness 2h given, the lake records 1h"):
@@ -141,13 +144,14 @@ def test_a_lake_without_a_record_dedups_with_the_defaults_and_says_so(tmp_path, 
     # A lake written before the record existed: the stream's next start adopts its rules.
     os.makedirs(os.path.join(lake, "sessions", "event_date=2026-03-07"))
     adopted = rules_record.ensure(lake, GAP20, "tidemark stream")
-    assert adopted.rules == GAP20 and adopted.reason.startswith("adopted")
+    assert adopted.rules == GAP20
+    assert adopted.reason.startswith("adopted")
 
 
 # -- the commands refuse disagreeing options before anything starts -------------------------------
 
 
-@pytest.fixture()
+@pytest.fixture
 def lake20(tmp_path):
     lake = Lake.open(tmp_path / "lake")
     rules_record.ensure(lake, GAP20, "tidemark stream")
@@ -179,7 +183,8 @@ def test_dedup_through_spark_submit_app_refuses_disagreeing_options(lake20):
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 2 and "the lake records 20m" in proc.stderr
+    assert proc.returncode == 2
+    assert "the lake records 20m" in proc.stderr
 
 
 def test_stream_command_refuses_other_rules_before_spark_starts(lake20, tmp_path):
@@ -216,13 +221,16 @@ def test_rules_show_lists_the_history(lake20):
     proc = cli("rules", "show", "--lake", lake20, "--json")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert lines[0]["gap"] == "45m" and lines[0]["recorded"] is True
+    assert lines[0]["gap"] == "45m"
+    assert lines[0]["recorded"] is True
     assert [(line["sequence"], line["rules"]["gap"]) for line in lines if line["kind"] == "record"] == [
         (1, "20m"),
         (2, "45m"),
     ]
     table = cli("rules", "show", "--lake", lake20)
-    assert table.returncode == 0 and "rules history" in table.stdout and "20m" in table.stdout
+    assert table.returncode == 0
+    assert "rules history" in table.stdout
+    assert "20m" in table.stdout
 
 
 def test_on_an_object_store_concurrent_first_records_leave_one_winner(monkeypatch):
@@ -278,7 +286,8 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
     redone = icebergkit.with_fields(redone, **rules_record.marker_fields(GAP20), gap="20m")
     publish.write_marker(lake, redone)
     outcome = publish.commit(lake, redone)
-    assert outcome.committed and publish.current_version(lake, day).rules_id == rules_record.fingerprint(GAP20)
+    assert outcome.committed
+    assert publish.current_version(lake, day).rules_id == rules_record.fingerprint(GAP20)
 
 
 def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not_need(tmp_path):
@@ -315,7 +324,8 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
     outcome = publish.commit(lake, migrated)
     assert outcome.committed
     current = publish.current_version(lake, day)
-    assert current.run_id == migrated.run_id and current.rules_id == rules_record.fingerprint(gap25)
+    assert current.run_id == migrated.run_id
+    assert current.rules_id == rules_record.fingerprint(gap25)
     assert current.version > old.max_receipt_ts  # ids keep growing (same newest receipt: +1 ms)
 
     # The race the check exists for, under the (new) same rules: still refused, replan.

@@ -104,7 +104,8 @@ def test_dedup_without_rule_options_uses_the_streams_gap(spark, streamed, tmp_pa
     rules_record.record_change(lake, SessionRules(gap=GAP45), "test")
     assert stale(lake, capsys) == [D1, D2]
     rerun = run_dedup(lake, D2, spark=spark)
-    assert not rerun.noop and published(lake, D2) == expected(landing, D2, GAP45)
+    assert not rerun.noop
+    assert published(lake, D2) == expected(landing, D2, GAP45)
     assert stale(lake, capsys) == [D1]
 
 
@@ -184,13 +185,16 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
     assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["event_date"] for line in lines if line["kind"] == "date"] == [D1, D2]
-    assert lines[-1]["kind"] == "migration" and lines[-1]["recomputed"] == 2 and lines[-1]["gap"] == "45m"
+    assert lines[-1]["kind"] == "migration"
+    assert lines[-1]["recomputed"] == 2
+    assert lines[-1]["gap"] == "45m"
     history = rules_record.history(lake)
     assert [(r.sequence, r.rules.gap) for r in history] == [(1, GAP20), (2, GAP45)]
     assert history[1].previous_rules_id == history[0].rules_id
     for day in (D1, D2):
         pointer = reader.current_version(lake, day)
-        assert pointer.version > old[day] and pointer.rules_id == history[1].rules_id
+        assert pointer.version > old[day]
+        assert pointer.rules_id == history[1].rules_id
         assert published(lake, day) == expected(landing, day, GAP45), day
     assert expected(landing, D2, GAP45) != expected(landing, D2, GAP20)  # the change was visible
     assert [v.gap for v in publish.list_versions(lake, D1)] == ["20m", "45m"]  # history kept

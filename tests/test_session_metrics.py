@@ -43,14 +43,17 @@ def test_rebuild_reads_the_current_version_and_is_idempotent(tmp_path):
     version_with(lake, [receipt(1)], {"a" * 32: (5, 2), "b" * 32: (9, 1)})
     first = session_metrics.rebuild(lake, D, out)
     path = session_metrics.partition_path(out, D)
-    assert session_metrics.read(out, D) == first and first["sessions"] == 2
+    assert session_metrics.read(out, D) == first
+    assert first["sessions"] == 2
     again = session_metrics.rebuild(lake, D, out)  # a rerun or a cleared task
-    assert again == first and session_metrics.read(out, D) == first
+    assert again == first
+    assert session_metrics.read(out, D) == first
     v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (5, 2), "b" * 32: (30, 3), "c" * 32: (60, 1)})
     second = session_metrics.rebuild(lake, D, out)
     assert second["version"] == v2.version == publish.current_version(lake, D).version
     sessions = reader.read_sessions(lake, D, columns=["user_id", "session_start", "session_end"])
-    assert second == session_metrics.compute(D, v2.version, sessions) and second["sessions"] == 3
+    assert second == session_metrics.compute(D, v2.version, sessions)
+    assert second["sessions"] == 3
     assert path.endswith(f"event_date={D}/metrics.parquet")
     with pytest.raises(ValueError):
         session_metrics.rebuild(lake, "2026-02-30", out)
@@ -65,11 +68,13 @@ def test_the_weekly_rollup_reads_every_date_of_the_week_that_has_a_version(tmp_p
     assert {k: v for k, v in week.items() if k not in ("event_date", "version")} == {
         k: v for k, v in day.items() if k not in ("event_date", "version")
     }
-    assert week["event_date"] == "2026-03-09" and week["version"] == f"{D}={day['version']}"
+    assert week["event_date"] == "2026-03-09"
+    assert week["version"] == f"{D}={day['version']}"
     assert session_metrics.read_week(out, "2026-03-09") == week
     assert session_metrics.rebuild_week(lake, "2026-03-09", out) == week  # a rerun: the same
     empty = session_metrics.rebuild_week(lake, "2026-03-02", out)  # no date of it has a version
-    assert empty["sessions"] == 0 and empty["version"] is None
+    assert empty["sessions"] == 0
+    assert empty["version"] is None
     with pytest.raises(ValueError, match="not a Monday"):
         session_metrics.rebuild_week(lake, D, out)
     with pytest.raises(ValueError):

@@ -54,10 +54,10 @@ def test_every_spelling_derives_from_the_schema():
 
     assert [n for n, _, _ in iceberg.COLUMNS] == list(session_schema.TABLE_COLUMNS)
     assert [f.name for f in iceberg.schema().fields] == list(session_schema.TABLE_COLUMNS)
-    assert dedup.OUTPUT_COLUMNS == session_schema.TABLE_COLUMNS[:-1]
-    assert incremental.ISLAND_COLUMNS == session_schema.TABLE_COLUMNS[1:-1]
+    assert session_schema.TABLE_COLUMNS[:-1] == dedup.OUTPUT_COLUMNS
+    assert session_schema.TABLE_COLUMNS[1:-1] == incremental.ISLAND_COLUMNS
     assert incremental._ISLANDS_SCHEMA == session_schema.ISLANDS_DDL
-    assert state.STATE_COLUMNS == list(session_schema.STATE_COLUMNS)
+    assert list(session_schema.STATE_COLUMNS) == state.STATE_COLUMNS
     # The drill column sits after event_count everywhere, evolved or new.
     assert (
         session_schema.TABLE_COLUMNS.index("event_type_count") == session_schema.TABLE_COLUMNS.index("event_count") + 1
@@ -245,7 +245,8 @@ def test_complete_computes_what_an_older_version_lacks_or_says_it_is_null():
     assert (blind.computed, blind.null) == ((), ("event_type_count",))
     # a version of the current schema: nothing to compute, the rows are handed on as they are
     current = session_schema.complete(rows, session_schema.VERSION, ["user_id", "event_type_count", "events"])
-    assert current.table is rows and (current.computed, current.null) == ((), ())
+    assert current.table is rows
+    assert (current.computed, current.null) == ((), ())
 
 
 def _load_in_process(lake_path: str, queue) -> None:
@@ -300,7 +301,8 @@ def test_panes_written_before_the_column_are_read_with_it(tmp_path):
     (folder,) = {lake.receipt_dir(day, r) for r in receipts.list_receipts(lake, day)[:1]}
     assert "event_type_count" not in pq.read_schema(os.path.join(folder, "part-00000.parquet")).names
     panes = reader.read_panes(lake, day)
-    assert panes.num_rows > 0 and panes.column_names[-1] == "receipt_ts"
+    assert panes.num_rows > 0
+    assert panes.column_names[-1] == "receipt_ts"
     assert [r["event_type_count"] for r in panes.to_pylist()] == [
         len({e["event_type"] for e in r["events"]}) for r in panes.to_pylist()
     ]

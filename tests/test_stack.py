@@ -38,7 +38,7 @@ def status_rows(home: str) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.fixture()
+@pytest.fixture
 def home(tmp_path):
     path = str(tmp_path / "state")
     yield path
@@ -75,7 +75,8 @@ def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_p
     assert ui["url"] == f"http://127.0.0.1:{settings.ports['airflow']}"
     user, _, password = ui["detail"].removeprefix("login ").partition(" / ")
     token = requests.post(f"{ui['url']}/auth/token", json={"username": user, "password": password}, timeout=30)
-    assert token.status_code in (200, 201) and token.json()["access_token"]
+    assert token.status_code in (200, 201)
+    assert token.json()["access_token"]
     assert all(port_states(settings).values())
     spark = next(r for r in rows if r["component"].startswith("spark connect"))
     assert spark["url"] == f"sc://127.0.0.1:{settings.ports['spark-connect']}"
@@ -122,5 +123,6 @@ def test_up_refuses_to_change_a_recorded_setting(tmp_path):
     stack.configure(lake=str(tmp_path / "lake-a"))
     proc = cli("up", "--home", home, "--lake", str(tmp_path / "lake-b"), timeout=120)
     assert proc.returncode == 2
-    assert "lake" in proc.stderr and "lake-b" in proc.stderr
+    assert "lake" in proc.stderr
+    assert "lake-b" in proc.stderr
     assert stack.records() == {}

@@ -111,7 +111,8 @@ def test_landing_names_and_a_leading_bom_follow_the_one_landing_rule(spark, tmp_
     }
     audit = landing_ledger.audit(landing_dir, lake)
     assert sorted(f.path for f in audit.in_progress) == ["sub/t.jsonl.tmp", "z.jsonl._COPYING_"]
-    assert audit.pending == [] and audit.replaced == []
+    assert audit.pending == []
+    assert audit.replaced == []
 
     # in-progress files are read once complete, under their final names
     os.replace(os.path.join(landing_dir, "z.jsonl._COPYING_"), os.path.join(landing_dir, "z.jsonl"))
@@ -138,7 +139,8 @@ def test_modification_times_do_not_decide_what_is_read(spark, tmp_path):
     _run(spark, landing_dir, lake, checkpoint)
     assert _lake_events(lake) == {("u", e) for e in ("epoch", "old", "future-mtime", "normal", "another-old")}
     audit = landing_ledger.audit(landing_dir, lake)
-    assert audit.pending == [] and len(audit.read) == 5
+    assert audit.pending == []
+    assert len(audit.read) == 5
 
 
 def test_a_file_replaced_under_a_read_name_is_quarantined_not_lost(spark, tmp_path):
@@ -218,4 +220,5 @@ def test_a_query_killed_in_its_first_offset_write_starts_again(spark, tmp_path):
         out.write(b"crc\x00\x00\x00\x00")
     _run(spark, landing_dir, lake, checkpoint)
     assert _lake_events(lake) == {("u1", "e1"), ("u2", "e2")} == _reference_events(landing_dir, lake)
-    assert "0" in os.listdir(offsets) and leftover not in os.listdir(offsets)
+    assert "0" in os.listdir(offsets)
+    assert leftover not in os.listdir(offsets)

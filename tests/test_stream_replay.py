@@ -80,7 +80,8 @@ def test_state_versions_are_pruned(spark, tmp_path):
     assert StateStore(spark, checkpoint).versions() == [2, 3, 4]
     # the watermark moved on each batch and u1's sessions (an hour apart) expired one by one
     version, state = StateStore(spark, checkpoint).before(5)
-    assert version.sessions == 2 and state.count() == 2
+    assert version.sessions == 2
+    assert state.count() == 2
     shutil.rmtree(lake)
 
 

@@ -28,7 +28,8 @@ def test_local_default_is_a_sqlite_catalog_in_the_lake_that_pyiceberg_alone_open
     from pyiceberg.catalog import load_catalog
 
     lake = Lake.open(tmp_path / "lake")
-    assert iceberg.load(lake) is None and not os.path.exists(lake)  # reading creates nothing
+    assert iceberg.load(lake) is None
+    assert not os.path.exists(lake)
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)], sessions=2)
     assert os.path.exists(os.path.join(lake, "_catalog", "iceberg.db"))
     tbl = load_catalog("tidemark", type="sql", uri=f"sqlite:///{lake}/_catalog/iceberg.db").load_table(
@@ -52,7 +53,8 @@ def test_a_catalog_described_in_the_lake_is_used(tmp_path):
             out,
         )
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
-    assert os.path.exists(elsewhere / "shared.db") and not os.path.exists(os.path.join(lake, "_catalog", "iceberg.db"))
+    assert os.path.exists(elsewhere / "shared.db")
+    assert not os.path.exists(os.path.join(lake, "_catalog", "iceberg.db"))
     assert reader.read_sessions(lake, DAY).num_rows == 1
 
 

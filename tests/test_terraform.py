@@ -145,7 +145,8 @@ def test_events_land_as_text_in_the_landing_bucket_the_stream_reads(tf):
     assert config["filename_prefix"] == "${var.landing_prefix}"
     # The input contract ignores files and folders starting with '_' or '.'.
     prefix = tf["variable"]["landing_prefix"]["default"]
-    assert not prefix.startswith(("_", ".")) and prefix.endswith("/")
+    assert not prefix.startswith(("_", "."))
+    assert prefix.endswith("/")
     assert tf["locals"]["landing_uri"].endswith("/${var.landing_prefix}")
 
 
@@ -202,7 +203,8 @@ def test_function_environment_is_what_the_function_reads(tf):
 
     condition = one(tf["variable"]["airflow_auth_mode"]["validation"])["condition"]
     offered = set(re.findall(r'\\?"([a-z]+)\\?"', condition))
-    assert offered and offered <= set(AUTH_MODES)
+    assert offered
+    assert offered <= set(AUTH_MODES)
 
 
 def test_function_forwards_rejected_notices_to_the_declared_dead_letter_topic(tf):
@@ -300,10 +302,12 @@ def test_stream_job_arguments_are_a_valid_tidemark_stream_command(tf):
         parsed = build_parser().parse_args(args)
     except SystemExit as exc:  # argparse exits on an unknown or missing option
         raise AssertionError(f"`tidemark {' '.join(args)}` is not a valid command line") from exc
-    assert parsed.command == "stream" and not parsed.available_now
+    assert parsed.command == "stream"
+    assert not parsed.available_now
     raw = dict(zip(job["args"][1::2], job["args"][2::2], strict=False))
     assert raw["--notify-topic"] == "${google_pubsub_topic.availability.id}"
-    assert raw["--lake"] == "${local.lake_uri}" and raw["--landing"] == "${local.landing_uri}"
+    assert raw["--lake"] == "${local.lake_uri}"
+    assert raw["--landing"] == "${local.landing_uri}"
     assert job["properties"]["spark.sql.session.timeZone"] == "UTC"
     assert job["main_python_file_uri"].endswith("${google_storage_bucket_object.submit_py.name}")
     submit = resource(tf, "google_storage_bucket_object", "submit_py")
@@ -334,7 +338,8 @@ def test_the_dedup_reaches_the_clusters_warm_spark_connect_server_when_asked(tf)
     client ranges may reach that port."""
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
     conn = software["env_variables"]["AIRFLOW_CONN_SPARK_DEFAULT"]
-    assert 'conn_type = "spark_connect"' in conn and "local.spark_connect_host" in conn
+    assert 'conn_type = "spark_connect"' in conn
+    assert "local.spark_connect_host" in conn
     assert "var.spark_connect_port" in conn
     gce = one(one(resource(tf, "google_dataproc_cluster", "spark")["cluster_config"])["gce_cluster_config"])
     assert "tidemark-spark-connect-port" in str(gce["metadata"])
@@ -343,7 +348,8 @@ def test_the_dedup_reaches_the_clusters_warm_spark_connect_server_when_asked(tf)
     assert firewall["source_ranges"] == "${var.spark_connect_client_ranges}"
     assert tf["variable"]["dedup_spark_connect"]["default"] is False
     script = open(os.path.join(TERRAFORM, "scripts", "install-tidemark.sh")).read()
-    assert "tidemark-spark-connect-port" in script and "start-connect-server.sh --wait --master yarn" in script
+    assert "tidemark-spark-connect-port" in script
+    assert "start-connect-server.sh --wait --master yarn" in script
 
 
 def test_dataproc_runs_spark_4_in_utc_with_tidemark_installed(tf):
@@ -361,7 +367,8 @@ def test_init_action_is_valid_bash_and_keeps_the_clusters_spark():
     script = os.path.join(TERRAFORM, "scripts", "install-tidemark.sh")
     subprocess.run(["bash", "-n", script], check=True)
     text = open(script).read()
-    assert "--no-deps" in text and "pyspark" in text
+    assert "--no-deps" in text
+    assert "pyspark" in text
 
 
 # Every DAG file Composer may get (the example consumer only with deploy_example_consumer_dag).
@@ -521,7 +528,8 @@ def test_consumer_account_subscribes_and_reads_the_corrected_output_but_writes_n
             assert body["subscription"] == "${google_pubsub_subscription.corrected_changed.id}"
         if rtype == "google_storage_bucket_iam_member":
             expression = one(body["condition"])["expression"]
-            assert "/objects/sessions_dedup/" in expression and "/objects/_catalog/" in expression
+            assert "/objects/sessions_dedup/" in expression
+            assert "/objects/_catalog/" in expression
             assert "/objects/sessions/" not in expression  # not the raw panes
     # Read only: no role that creates, changes or deletes anything, no publisher.
     assert not any(
@@ -609,25 +617,28 @@ def test_iceberg_catalog_description_is_where_and_what_tidemark_reads(tf):
     assert Lake.open("gs://b").catalog_config() == "gs://b/" + tf["locals"]["iceberg_catalog_object"]
     content = obj["content"]
     assert content.startswith("${jsonencode(")
-    assert re.search(r'\btype = \\?"rest\\?"', content) and "uri = var.iceberg_rest_uri" in content
-    assert "warehouse = local.lake_uri" in content and re.search(r'auth = \{type = \\?"google\\?"\}', content)
+    assert re.search(r'\btype = \\?"rest\\?"', content)
+    assert "uri = var.iceberg_rest_uri" in content
+    assert "warehouse = local.lake_uri" in content
+    assert re.search(r'auth = \{type = \\?"google\\?"\}', content)
     assert "rest" in table._CATALOG_TYPES
     namespace, name = table.DEFAULT_IDENTIFIER.split(".")
     assert (tf["locals"]["iceberg_namespace"], tf["locals"]["iceberg_table"]) == (namespace, name)
     assert resource(tf, "google_biglake_iceberg_namespace", "tidemark")["namespace_id"] == "${local.iceberg_namespace}"
     catalog = resource(tf, "google_biglake_iceberg_catalog", "lake")
     # BigLake maps one catalog to one bucket, named after it; the table lives in the lake bucket.
-    assert (
-        catalog["name"] == "${google_storage_bucket.lake.name}" and catalog["catalog_type"] == "CATALOG_TYPE_GCS_BUCKET"
-    )
+    assert catalog["name"] == "${google_storage_bucket.lake.name}"
+    assert catalog["catalog_type"] == "CATALOG_TYPE_GCS_BUCKET"
     assert tf["locals"]["lake_uri"] == "gs://${local.lake_bucket}"
 
 
 def test_who_commits_and_who_reads_the_table(tf):
     editor = resource(tf, "google_project_iam_member", "spark_biglake_editor")
-    assert editor["role"] == "roles/biglake.editor" and editor["member"] == "${google_service_account.spark.member}"
+    assert editor["role"] == "roles/biglake.editor"
+    assert editor["member"] == "${google_service_account.spark.member}"
     viewer = resource(tf, "google_project_iam_member", "composer_biglake_viewer")
-    assert viewer["role"] == "roles/biglake.viewer" and "composer" in viewer["member"]
+    assert viewer["role"] == "roles/biglake.viewer"
+    assert "composer" in viewer["member"]
     assert resource(tf, "google_storage_bucket_iam_member", "readers_lake")["role"] == "roles/storage.objectViewer"
     assert "iceberg_bigquery_table" in tf["output"]
 
@@ -724,7 +735,8 @@ def test_the_local_spark_provider_pin_has_the_hook_the_connect_path_imports():
     assert low <= pinned < high, "setup.cfg's airflow extra does not admit constraints.txt's provider"
     assert tuple(int(x) for x in version("apache-airflow-providers-apache-spark").split(".")) == pinned
     hook = importlib.import_module(CONNECT_HOOK_MODULE).SparkConnectHook
-    assert callable(hook.get_connection_url) and hook.conn_type == "spark_connect"
+    assert callable(hook.get_connection_url)
+    assert hook.conn_type == "spark_connect"
 
 
 # -- alert policies (terraform/monitoring.tf) -------------------------------------------------------
@@ -736,17 +748,20 @@ def test_alert_policies_are_the_prometheus_rules(tf):
     import yaml
 
     policy = resource(tf, "google_monitoring_alert_policy", "slo")
-    assert "yamldecode(file(" in _raw_text() and "ops/prometheus/rules.yml" in _raw_text()
+    assert "yamldecode(file(" in _raw_text()
+    assert "ops/prometheus/rules.yml" in _raw_text()
     assert policy["for_each"] == "${local.slo_rules}"
     condition = one(one(policy["conditions"])["condition_prometheus_query_language"])
-    assert condition["query"] == "${each.value.expr}" and condition["alert_rule"] == "${each.key}"
+    assert condition["query"] == "${each.value.expr}"
+    assert condition["alert_rule"] == "${each.key}"
     assert policy["notification_channels"] == "${var.alert_notification_channels}"
     with open(os.path.join(ROOT, "ops", "prometheus", "rules.yml")) as handle:
         rules = yaml.safe_load(handle)["groups"][0]["rules"]
     for rule in rules:
         # Cloud Monitoring takes durations in seconds ("300s"), Prometheus takes them too.
         assert re.fullmatch(r"\d+s", rule.get("for", "0s")), rule["alert"]
-        assert {"severity", "slo"} <= set(rule["labels"]) and rule["annotations"]["runbook"]
+        assert {"severity", "slo"} <= set(rule["labels"])
+        assert rule["annotations"]["runbook"]
     assert "monitoring.googleapis.com" in _raw_text()
 
 
@@ -754,7 +769,8 @@ def test_function_outcome_metric_counts_the_outcomes_the_function_logs(tf):
     """The log-based metric extracts `outcome` from the function's own Cloud Run service, and
     every log line of the function's handler carries that field."""
     metric = resource(tf, "google_logging_metric", "function_notices")
-    assert "${var.function_name}" in metric["filter"] and "jsonPayload.outcome" in metric["filter"]
+    assert "${var.function_name}" in metric["filter"]
+    assert "jsonPayload.outcome" in metric["filter"]
     assert metric["label_extractors"] == {"outcome": "EXTRACT(jsonPayload.outcome)"}
     source = open(os.path.join(ROOT, "cloud_function", "main.py")).read()
     handler = source[source.index("def handle(") : source.index("@functions_framework")]

@@ -27,7 +27,8 @@ BAD = [
 
 def test_the_parse_returns_a_date_and_the_text_form_is_one_function():
     day = layout.as_event_date("2026-03-07")
-    assert day == date(2026, 3, 7) and layout.as_event_date(day) is day
+    assert day == date(2026, 3, 7)
+    assert layout.as_event_date(day) is day
     assert layout.event_date_text(day) == "2026-03-07" == layout.event_date_part("2026-03-07")
     with pytest.raises(layout.InvalidPartitionValue, match="an instant, expected a calendar date"):
         layout.as_event_date(datetime(2026, 3, 7, tzinfo=timezone.utc))
@@ -37,7 +38,7 @@ def test_the_parse_returns_a_date_and_the_text_form_is_one_function():
         layout.event_date_text("2026-03-07")  # type: ignore[arg-type]  # text must be parsed first
 
 
-@pytest.mark.parametrize("given, says", BAD)
+@pytest.mark.parametrize(("given", "says"), BAD)
 @pytest.mark.parametrize("command", ["dedup", "read"])
 def test_the_cli_refuses_a_bad_date_in_its_option_type(tmp_path, capsys, command, given, says):
     assert cli.main([command, "--lake", str(tmp_path / "lake"), "--event-date", given]) == 2  # a usage error
@@ -45,7 +46,7 @@ def test_the_cli_refuses_a_bad_date_in_its_option_type(tmp_path, capsys, command
     assert not os.path.exists(tmp_path / "lake" / "sessions_dedup")  # refused before any path
 
 
-@pytest.mark.parametrize("given, says", BAD)
+@pytest.mark.parametrize(("given", "says"), BAD)
 def test_the_function_refuses_a_notice_with_a_bad_date(given, says):
     from cloud_function import main
     from tidemark.notices import availability_notice
@@ -74,7 +75,8 @@ def test_the_function_refuses_a_notice_with_a_bad_date(given, says):
     with redirect_stdout(io.StringIO()):
         result = main.handle({"data": data, "messageId": "m-1", "attributes": {}}, client_factory=never_called)
     # the notice's schema (its pattern and date format) refuses it first, naming the field
-    assert result["outcome"] == "rejected" and result["reason"].startswith(f"event_date: '{given}'")
+    assert result["outcome"] == "rejected"
+    assert result["reason"].startswith(f"event_date: '{given}'")
 
 
 def test_a_corrected_notice_naming_no_real_date_is_refused():
@@ -96,14 +98,15 @@ def test_a_corrected_notice_naming_no_real_date_is_refused():
         corrected_notice.validate({**body, "affected_dates": ["2026-02-30"]})
 
 
-@pytest.mark.parametrize("given, says", BAD)
+@pytest.mark.parametrize(("given", "says"), BAD)
 def test_the_dag_refuses_a_bad_date_in_its_param_and_in_what_a_task_hands_on(given, says):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
         "tidemark_dedup_dag_boundaries", os.path.join(DAGS, "tidemark_dedup.py")
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     prepare = module.tidemark_dedup().get_task("prepare").python_callable
@@ -113,10 +116,11 @@ def test_the_dag_refuses_a_bad_date_in_its_param_and_in_what_a_task_hands_on(giv
     with pytest.raises(layout.InvalidPartitionValue, match="invalid event_date"):
         module.opened({"lake": "/nowhere", "event_date": given})
     lake, day = module.opened({"lake": "/nowhere", "event_date": "2026-03-07"})
-    assert day == date(2026, 3, 7) and isinstance(lake, Lake)
+    assert day == date(2026, 3, 7)
+    assert isinstance(lake, Lake)
 
 
-@pytest.mark.parametrize("given, says", BAD)
+@pytest.mark.parametrize(("given", "says"), BAD)
 def test_text_given_to_the_library_is_parsed_once_at_its_entry(tmp_path, given, says):
     from tidemark.deduplication.dedup import run_dedup
     from tidemark.iceberg import publish, reader

@@ -80,7 +80,7 @@ def _previous() -> VersionRecord:
     return VersionRecord(event_date=date(2026, 3, 10), run_id="f" * 32, commit=commit)
 
 
-@pytest.mark.parametrize("name, previous", [("planned_on", _previous()), ("first", None)])
+@pytest.mark.parametrize(("name", "previous"), [("planned_on", _previous()), ("first", None)])
 def test_the_marker_written_is_byte_for_byte_the_dict_codes(tmp_path, monkeypatch, name, previous):
     lake = Lake.open(str(tmp_path / "lake"))
     assert _write_as_dedup(lake, previous, monkeypatch) == _legacy(name)
@@ -93,8 +93,10 @@ def test_the_marker_written_is_byte_for_byte_the_dict_codes(tmp_path, monkeypatc
 def test_a_marker_round_trips_through_the_record_unchanged(tmp_path, name):
     lake = Lake.open(str(tmp_path / "lake"))
     record = VersionRecord.from_marker(json.loads(_legacy(name)))
-    assert record.event_date == date(2026, 3, 10) and record.receipts[0] == "2026-03-09/20260310T010000000Z"
-    assert record.reach == "2026-03-11T00:10:00.123456Z" and record.schema_version == 2
+    assert record.event_date == date(2026, 3, 10)
+    assert record.receipts[0] == "2026-03-09/20260310T010000000Z"
+    assert record.reach == "2026-03-11T00:10:00.123456Z"
+    assert record.schema_version == 2
     publish.write_marker(lake, record)
     with open(lake.run_marker(D, RUN), "rb") as f:
         assert f.read() == _legacy(name)
@@ -112,19 +114,24 @@ def test_keys_of_a_newer_writer_are_kept_and_keys_an_older_one_lacked_stay_absen
     older.update(sessions=3, receipts=["2026-03-10/20260310T020000000Z"], gap="30m")
     old = VersionRecord.from_marker(older)
     assert old.to_marker() == older
-    assert not old.records("reach") and old.reach is None and old.schema_version == 1
+    assert not old.records("reach")
+    assert old.reach is None
+    assert old.schema_version == 1
     # a recorded null reach (no session touches D) is not the same thing as no recorded reach
     assert VersionRecord.from_marker({**older, "reach": None}).records("reach")
 
 
 def test_the_commit_is_the_tables_and_shows_beside_the_marker():
     record = VersionRecord.from_marker(json.loads(_legacy("first")))
-    assert record.version is None and record.commit is None  # a run's marker before its commit
+    assert record.version is None
+    assert record.commit is None
     commit = Commit("20260310T030000123Z", RUN, None, "2026-03-11T04:05:07Z")
     done = record.committed(commit)
     assert (done.version, done.previous_version, done.committed_at) == (commit.version, None, commit.committed_at)
     shown = done.to_json()
-    assert shown["version"] == commit.version and shown["receipts_read"] == 2 and "snapshot_id" not in shown
+    assert shown["version"] == commit.version
+    assert shown["receipts_read"] == 2
+    assert "snapshot_id" not in shown
     assert done.to_marker() == record.to_marker()  # the commit is never written into the marker
     # the older tables' property (`tidemark.current.D`) round-trips
     assert Commit.from_json(json.loads(json.dumps(commit.to_json()))) == commit
