@@ -24,8 +24,8 @@ import bench
 from bench.correction_cost import undo
 from bench.dedup_partition import DAY, build_lake, land_late_receipt, receipt_ts_of
 from tidemark.deduplication.dedup import run_dedup
-from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
+from tidemark.iceberg import table_versions
 from tidemark.panes import receipts
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             full_secs.append(first.seconds)
     assert first is not None and first.sessions == args.sessions, first
     full = statistics.median(full_secs)
-    version = publish.current_version(lake, DAY)
+    version = table_versions.current_version(lake, DAY)
     published = iceberg.load(lake).metadata_location
     files = len(version.files)
     rows = [

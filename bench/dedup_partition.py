@@ -27,8 +27,8 @@ import bench
 from dedup_sql import rules as sql_rules
 from tidemark.base import layout
 from tidemark.deduplication.dedup import run_dedup
-from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
+from tidemark.iceberg import table_versions
 from tidemark.panes import receipts
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -380,7 +380,7 @@ def main(argv=None) -> int:
             secs.append(fixed.seconds)
             undo(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
-    pointer = publish.current_version(lake, DAY)
+    pointer = table_versions.current_version(lake, DAY)
     rows = [
         [
             "tidemark dedup (version + Iceberg commit)",

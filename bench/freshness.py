@@ -230,7 +230,7 @@ def main(argv=None) -> int:
 
 def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_seconds, per_wave) -> int:
     from tidemark.base import names
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import table_versions
     from tidemark.notices.outbox import Outbox
     from tidemark.orchestration import runs as run_ids
 
@@ -298,7 +298,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     def first_version_with(event_date: str, receipt_ts: str) -> VersionRecord | None:
         if event_date not in versions:
             versions[event_date] = sorted(
-                publish.list_versions(lake, event_date), key=lambda m: m.committed_at or m.created_at or ""
+                table_versions.list_versions(lake, event_date), key=lambda m: m.committed_at or m.created_at or ""
             )
         key = f"{event_date}/{receipt_ts}"
         return next((m for m in versions[event_date] if key in m.receipts), None)

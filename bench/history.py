@@ -263,7 +263,7 @@ def run_size(size: int, latency_ms: float, root: str, baseline: bool = True, reu
 def commit_versions(lake: Lake) -> int:
     """A version of every date including its complete receipt partitions, committed to the table
     without data files (a date without sessions): what reconciliation compares with."""
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import commits, run_markers
     from tidemark.session import rules_record
 
     dates = receipts.list_event_dates(lake)
@@ -271,7 +271,7 @@ def commit_versions(lake: Lake) -> int:
         stamps = receipts.list_receipts(lake, event_date)
         marker = VersionRecord.holding(
             event_date=date.fromisoformat(event_date),
-            run_id=publish.new_run_id(),
+            run_id=run_markers.new_run_id(),
             files=(),
             sessions=0,
             receipts=tuple(planning.receipt_key(event_date, ts) for ts in stamps),
@@ -282,8 +282,8 @@ def commit_versions(lake: Lake) -> int:
             affected_dates=(),
             **rules_record.marker_fields(RULES),
         )
-        publish.write_marker(lake, marker)
-        publish.commit(lake, marker)
+        run_markers.write_marker(lake, marker)
+        commits.commit(lake, marker)
     return len(dates)
 
 

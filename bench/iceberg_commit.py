@@ -1,6 +1,6 @@
 """What the Iceberg commit adds to a publish: seconds per date, alone and with concurrent writers.
 
-A dedup run ends with `tidemark.iceberg.publish.commit`: read the footers of the files Spark wrote (column
+A dedup run ends with `tidemark.iceberg.commits.commit`: read the footers of the files Spark wrote (column
 statistics, the partition value), load the table, check the date's current version, write a manifest,
 a manifest list and a metadata file, and swap the catalog's pointer. This measures that step alone,
 on files shaped like a dedup's output (pyarrow writes them here: no Spark, so the figure is the
@@ -96,9 +96,9 @@ def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> Versio
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import run_markers
 
-    run_id = publish.new_run_id()
+    run_id = run_markers.new_run_id()
     folder = lake.run_dir(day, run_id)
     os.makedirs(folder)
     rows = _template(sessions, receipts)
@@ -119,7 +119,7 @@ def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> Versio
         affected_dates=(),
         created_at=now_iso_z(),
     )
-    publish.write_marker(lake, marker)
+    run_markers.write_marker(lake, marker)
     return marker
 
 
@@ -128,10 +128,10 @@ def receipts_for(version: int) -> list[str]:
 
 
 def timed_commit(lake: Lake, marker: VersionRecord) -> tuple[float, int]:
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import commits
 
     t0 = time.perf_counter()
-    outcome = publish.commit(lake, marker)
+    outcome = commits.commit(lake, marker)
     assert outcome.committed
     return time.perf_counter() - t0, outcome.attempts
 
@@ -208,7 +208,7 @@ def _run(argv) -> int:
     bench.print_table("What the Iceberg commit adds to a publish", columns, rows)
     if not args.no_write:
         notes = (
-            f"`tidemark.iceberg.publish.commit` alone, on one {args.sessions:,}-session Parquet file per version "
+            f"`tidemark.iceberg.commits.commit` alone, on one {args.sessions:,}-session Parquet file per version "
             f"(written by pyarrow in the layout a dedup run leaves), local SQLite catalog, "
             f"{snapshots} snapshots in the table at the end. The commit reads the file's footer, loads "
             f"the table, checks the date's current version, writes manifest, manifest list and "

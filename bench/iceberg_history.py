@@ -8,13 +8,13 @@ with three versions), and `tidemark gc` expires the snapshots that stopped being
 its retention ago (7 days: the default of dags/tidemark_maintenance.py; run here every 7 simulated
 days with a clock set so that 7 days of commits stay). A young table (7 days) and an old one (365,
 1095) then hold the same number of snapshots; what differs is the number of dates. Then it times
-`tidemark.iceberg.publish.commit` of a new version of yesterday's date (files and marker prepared before:
+`tidemark.iceberg.commits.commit` of a new version of yesterday's date (files and marker prepared before:
 what a dedup run hands the commit), and counts at the filesystem layer what it reads and writes:
 pyiceberg's own I/O through a counting FileIO (`CountingFileIO`, the catalog's `py-io-impl`), the
 lake's through a counting filesystem under the Lake handle. With --latency-ms every operation sleeps
 that long first (a bucket's round trip). The catalog itself (SQLite here, a REST service in
 production) is not counted: one load and one compare-and-swap per attempt whatever the age. The
-shape table also counts what `publish.current_version` of the newest date reads (the table load,
+shape table also counts what `table_versions.current_version` of the newest date reads (the table load,
 and since issue 27 item 5 the date's manifest and the run's marker), and the `tidemark.current.*`
 properties left (0 since issue 27 item 5; 1 per date before).
 """
@@ -119,11 +119,11 @@ def _day(i: int) -> str:
 def expire(lake: Lake, keep: int) -> int:
     """`tidemark gc` with the 7-day retention on a clock set `retention` after the keep-th newest
     snapshot stopped being current: the keep newest stay, as after 7 days of daily gc."""
-    from tidemark.iceberg import publish
     from tidemark.iceberg import table as iceberg
+    from tidemark.iceberg import table_versions
     from tidemark.ops import gc
 
-    lineage = [s for s, _ in publish.snapshot_versions(iceberg.load(lake))]
+    lineage = [s for s, _ in table_versions.snapshot_versions(iceberg.load(lake))]
     if len(lineage) <= keep:
         return 0
     now = datetime.fromtimestamp(lineage[-keep].timestamp_ms / 1000, timezone.utc) + RETENTION
@@ -133,14 +133,14 @@ def expire(lake: Lake, keep: int) -> int:
 def build(lake: Lake, days: int, sessions: int) -> dict:
     """A table after `days` days of three commits a day and gc; returns what the build took."""
     from bench.iceberg_commit import prepared, receipts_for
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import commits
 
     began = time.perf_counter()
     keep = 7 * COMMITS_PER_DAY
     for i in range(days):
         for back in range(COMMITS_PER_DAY):
             if i - back >= 0:
-                assert publish.commit(lake, prepared(lake, _day(i - back), receipts_for(back), sessions)).committed
+                assert commits.commit(lake, prepared(lake, _day(i - back), receipts_for(back), sessions)).committed
         if (i + 1) % 7 == 0:
             expire(lake, keep)
     expire(lake, keep)
@@ -150,17 +150,17 @@ def build(lake: Lake, days: int, sessions: int) -> dict:
 def shape(lake: Lake) -> dict:
     """What the current metadata holds: sizes of the metadata file, its properties and snapshots,
     and of the current manifest list."""
-    from tidemark.iceberg import publish
     from tidemark.iceberg import table as iceberg
+    from tidemark.iceberg import table_versions
 
     tbl = iceberg.load(lake)
     raw = json.loads(open(tbl.metadata_location[len("file://") :]).read())
     manifests = tbl.current_snapshot().manifests(tbl.io)
-    newest = publish.dates_with_version(tbl)[-1]
-    getattr(publish, "_LIVE_CACHE", {}).clear()  # as a fresh process: nothing of this table known yet
+    newest = table_versions.dates_with_version(lake, tbl)[-1]
+    table_versions._LIVE_CACHE.clear()  # as a fresh process: nothing of this table known yet
     COUNTER.reset()
     t0 = time.perf_counter()
-    publish.current_version(lake, newest)  # what every dedup run and reader asks first
+    table_versions.current_version(lake, newest)  # what every dedup run and reader asks first
     current_s = time.perf_counter() - t0
     current_reads = COUNTER.counts["metadata read"] + COUNTER.counts["other read"]
     current_bytes = COUNTER.counts["metadata bytes read"]
@@ -168,8 +168,8 @@ def shape(lake: Lake) -> dict:
         "current_version objects read": current_reads,
         "current_version metadata bytes read": current_bytes,
         "current_version s": round(current_s, 3),
-        "per-date properties": sum(1 for k in tbl.properties if k.startswith(publish.CURRENT_PREFIX)),
-        "dates": len(publish.dates_with_version(tbl)),
+        "per-date properties": sum(1 for k in tbl.properties if k.startswith(table_versions.CURRENT_PREFIX)),
+        "dates": len(table_versions.dates_with_version(lake, tbl)),
         "snapshots": len(tbl.snapshots()),
         "metadata file bytes": os.path.getsize(tbl.metadata_location[len("file://") :]),
         "properties bytes": len(json.dumps(raw.get("properties", {}))),
@@ -185,12 +185,12 @@ def parse_cost(lake: Lake) -> dict:
     from pyiceberg.serializers import FromByteStream  # noqa: F401 - the loader the catalog uses
     from pyiceberg.table.metadata import TableMetadataUtil
 
-    from tidemark.iceberg import publish
     from tidemark.iceberg import table as iceberg
+    from tidemark.iceberg import table_versions
 
     text = open(iceberg.load(lake).metadata_location[len("file://") :]).read()
     raw = json.loads(text)
-    raw["properties"] = {k: v for k, v in raw["properties"].items() if not k.startswith(publish.CURRENT_PREFIX)}
+    raw["properties"] = {k: v for k, v in raw["properties"].items() if not k.startswith(table_versions.CURRENT_PREFIX)}
     stripped = json.dumps(raw)
 
     def cost(body: str) -> float:
@@ -216,21 +216,21 @@ def _metadata_files(root: str) -> dict[str, int]:
 def one_commit(lake: Lake, root: str, sessions: int, latency_ms: float) -> dict:
     """Commit a new version of yesterday's date (prepared first, not timed), counted."""
     from bench.iceberg_commit import prepared, receipts_for
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import commits, table_versions
     from tidemark.iceberg import table as iceberg
 
     tbl = iceberg.load(lake)
-    newest = publish.dates_with_version(tbl)[-1]
+    newest = table_versions.dates_with_version(lake, tbl)[-1]
     day = (datetime.fromisoformat(newest) - timedelta(days=1)).date().isoformat()
     # One receipt partition more than the current version: a correction that must replace it.
-    version = len(publish.current_of(lake, tbl, day).receipts)
+    version = len(table_versions.current_version(lake, day, tbl).receipts)
     marker = prepared(lake, day, receipts_for(version), sessions)
     before = _metadata_files(root)
     COUNTER.reset()
     COUNTER.latency_s = latency_ms / 1000
     try:
         t0 = time.perf_counter()
-        outcome = publish.commit(lake, marker)
+        outcome = commits.commit(lake, marker)
         seconds = time.perf_counter() - t0
     finally:
         COUNTER.latency_s = 0.0

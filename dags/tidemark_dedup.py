@@ -38,7 +38,7 @@ drains what an earlier outage left owed.
 
 Idempotency: the dedup step writes a new immutable version and makes it current in one Iceberg
 commit (the date's data files and its version file, which names the current version, together:
-tidemark/iceberg/publish.py), so rerunning a run, clearing a task, or two runs of one date at once leave
+tidemark/iceberg/commits.py), so rerunning a run, clearing a task, or two runs of one date at once leave
 the newest complete result.
 Nothing here adds side effects of its own: an asset event goes out once per version (the outbox),
 and the run a neighbouring date gets has a run id derived from (that date, this date, the version

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from pyiceberg.expressions import EqualTo
 
-from tidemark.iceberg import changes, publish
+from tidemark.iceberg import changes, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.store.lake import Lake
 
@@ -71,7 +71,7 @@ def check_date(lake: Lake, event_date: str) -> list[dict]:
     tbl = iceberg.load(lake)
     changes_tbl = changes.load(lake)
     by_version = changes_of(lake, event_date)
-    versions = [(s, p) for s, p in publish.snapshot_versions(tbl, event_date)]
+    versions = [(s, p) for s, p in table_versions.snapshot_versions(tbl, event_date)]
     seen, out = {}, []
     for snapshot, props in versions:
         version, previous = props["tidemark.version"], props.get("tidemark.previous-version") or None
@@ -79,7 +79,7 @@ def check_date(lake: Lake, event_date: str) -> list[dict]:
         rows = by_version.get(version, [])
         assert all(r[changes.PREVIOUS_VERSION] == previous for r in rows), (version, previous)
         assert all(r["event_date"].isoformat() == event_date for r in rows)
-        record = publish.snapshot_record(lake, event_date, snapshot, props)
+        record = table_versions.snapshot_record(lake, event_date, snapshot, props)
         where = changes.appended(lake, record)
         assert where is not None, f"version {version} of {event_date} has no appended changeset"
         # pyiceberg alone: the append scan between the notice's two snapshots reads exactly these rows
@@ -189,5 +189,5 @@ def prepared_with_changes(lake: Lake, receipts: list[str], sessions: dict, previ
         planned_on=previous.version if previous is not None else None,
         changes=counts.to_json(),
     )
-    publish.write_marker(lake, marker)
+    run_markers.write_marker(lake, marker)
     return marker

@@ -1,20 +1,24 @@
 """Versions of a date built without Spark: Parquet files with the table's columns (pyarrow) and the
-run's marker, as a dedup run leaves them right before its commit (tidemark.iceberg.publish.commit)."""
+run's marker, as a dedup run leaves them right before its commit (tidemark.iceberg.commits.commit);
+and, for the migration's tests, a table in the layout of an older tidemark (older_layout_commit)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from datetime import date, datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-from tidemark.iceberg import publish
+from tidemark.base.times import now_iso_z
+from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected
 from tidemark.store.lake import Lake
-from tidemark.store.version_record import VersionRecord
+from tidemark.store.version_record import Commit, VersionRecord
 
 T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
 
@@ -23,7 +27,7 @@ def prepared_run(
     lake: Lake, event_date: str, receipts: list[str], sessions: int = 1, affected_dates: list[str] | None = None
 ) -> VersionRecord:
     """A run's files and marker (not committed). receipts: receipt_ts values of event_date."""
-    run_id = publish.new_run_id()
+    run_id = run_markers.new_run_id()
     folder = lake.run_dir(event_date, run_id)
     os.makedirs(folder)
     names = []
@@ -69,7 +73,7 @@ def prepared_run(
         affected_dates=tuple(affected_dates or []),
         created_at=T0.isoformat().replace("+00:00", "Z"),
     )
-    publish.write_marker(lake, marker)
+    run_markers.write_marker(lake, marker)
     return marker
 
 
@@ -78,19 +82,19 @@ def with_fields(marker: VersionRecord, **changes) -> VersionRecord:
     return dataclasses.replace(marker, **changes, absent=marker.absent - set(changes))
 
 
-def publish_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
-    return publish.commit(lake, prepared_run(lake, event_date, receipts, sessions))
+def publish_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> commits.Outcome:
+    return commits.commit(lake, prepared_run(lake, event_date, receipts, sessions))
 
 
-def commit_recording(lake: Lake, marker: VersionRecord) -> publish.Outcome:
+def commit_recording(lake: Lake, marker: VersionRecord) -> commits.Outcome:
     """What tidemark.deduplication.dedup does: the commit, then the corrected notice's record."""
-    outcome = publish.commit(lake, marker)
+    outcome = commits.commit(lake, marker)
     if outcome.committed:
         corrected.record_after_commit(lake, outcome.current)
     return outcome
 
 
-def publish_recorded_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> publish.Outcome:
+def publish_recorded_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> commits.Outcome:
     """publish_run, with the corrected notice recorded after the commit as tidemark.deduplication.dedup does."""
     return commit_recording(lake, prepared_run(lake, event_date, receipts, sessions))
 
@@ -129,7 +133,7 @@ def version_with(
         pq.write_table(table, f"{folder}/part-00000.parquet")
         files = ("part-00000.parquet",)
     marker = dataclasses.replace(marker, files=files, sessions=len(rows))
-    publish.write_marker(lake, marker)
+    run_markers.write_marker(lake, marker)
     outcome = commit_recording(lake, marker)
     assert outcome.committed
     return outcome.current
@@ -148,6 +152,34 @@ def _spark_types(schema: pa.Schema) -> pa.Schema:
         return t
 
     return pa.schema([f.with_type(small(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def older_layout_commit(lake: Lake, marker: VersionRecord) -> VersionRecord:
+    """Commit a prepared run as an older tidemark laid its table out; return the version committed.
+
+    That layout: the current version of a date in a table property `tidemark.current.D` (its commit
+    as JSON), no version file among the date's live files, and a manifest per commit (pyiceberg's
+    own overwrite: a date's replaced files stay in a manifest of deletes). No check of what the
+    current version holds: the caller commits versions in order.
+    """
+    event_date = marker.event_date_text
+    tbl = iceberg.load(lake, create=True)
+    key = table_versions.CURRENT_PREFIX + event_date
+    previous = Commit.from_json(json.loads(tbl.properties[key])).version if key in tbl.properties else None
+    version = marker.max_receipt_ts
+    assert version is not None and (previous is None or previous < version), (previous, version)
+    record = Commit(version=version, run_id=marker.run_id, previous_version=previous, committed_at=now_iso_z())
+    replaced = [task.file for task in tbl.scan(row_filter=iceberg.date_filter(event_date)).plan_files()]
+    added = [parquet_file_to_data_file(tbl.io, tbl.metadata, uri) for uri in run_markers.run_files(lake, marker)]
+    with tbl.transaction() as tx:
+        summary = commits.snapshot_summary(event_date, marker, record)
+        with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+            for data_file in replaced:
+                overwrite.delete_data_file(data_file)
+            for data_file in added:
+                overwrite.append_data_file(data_file)
+        tx.set_properties(**{key: json.dumps(record.to_json(), sort_keys=True)})
+    return marker.committed(record)
 
 
 def receipt(hour: int, minute: int = 0) -> str:

@@ -2,7 +2,7 @@
 corrected outbox's entries become asset events exactly once.
 
 The DAG is paused: the runs stay queued (no Spark), which is enough to see what Airflow recorded.
-Versions are committed with pyarrow and tidemark.iceberg.publish (tests/icebergkit.py): no Spark either.
+Versions are committed with pyarrow and tidemark.iceberg.commits (tests/icebergkit.py): no Spark either.
 """
 
 from __future__ import annotations

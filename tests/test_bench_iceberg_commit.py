@@ -8,7 +8,7 @@ import os
 import pytest
 
 from bench import iceberg_commit
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import reader, table_versions
 from tidemark.store.lake import Lake
 
 
@@ -27,9 +27,9 @@ def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys, m
     # readiness is read from info logs (the demo waited 900 s for "stream starting" in CI).
     assert "TIDEMARK_LOG_LEVEL" not in os.environ
     lake = Lake.open(f"{work}/lake")
-    dates = publish.list_dedup_dates(lake)
+    dates = table_versions.dates_with_version(lake)
     assert len(dates) == 4
     for day in dates:
         # history 2 -> versions 0 and 1, then 'replace' (2) and the concurrent round (3)
-        assert publish.current_version(lake, day).version == iceberg_commit.receipts_for(3)[-1]
+        assert table_versions.current_version(lake, day).version == iceberg_commit.receipts_for(3)[-1]
         assert reader.read_sessions(lake, day).num_rows == 5

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bench import iceberg_history
-from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
+from tidemark.iceberg import table_versions
 
 
 @pytest.mark.slow  # not in make test-fast: 30 commits and a gc, as test_bench_iceberg_commit
@@ -32,7 +32,7 @@ def test_history_bench_builds_gc_d_tables_and_counts_pyiceberg_io(tmp_path, monk
     assert sample["other read"] >= 2  # the new file's footer and the current run's marker
     lake = iceberg_history.counted_lake(root)
     assert isinstance(iceberg.load(lake).io, iceberg_history.CountingFileIO)
-    newest = publish.dates_with_version(iceberg.load(lake))[-1]
+    newest = table_versions.dates_with_version(lake)[-1]
     assert newest == iceberg_history._day(9)
 
 

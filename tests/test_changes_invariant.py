@@ -17,7 +17,7 @@ from tests import changeskit
 from tests.lakekit import RULES, SimulatedStream, arrivals, make_events
 from tidemark.deduplication import rules_migration
 from tidemark.deduplication.dedup import run_dedup
-from tidemark.iceberg import publish
+from tidemark.iceberg import table_versions
 from tidemark.orchestration import obligations
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -36,7 +36,7 @@ def converge(lake, spark, dates, rules=RULES, full=False) -> list[dict]:
 
 
 def every_date(lake) -> list[str]:
-    return publish.list_dedup_dates(lake)
+    return table_versions.dates_with_version(lake)
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ import pytest
 
 from tests import changeskit
 from tests.icebergkit import commit_recording, receipt
-from tidemark.iceberg import changes, publish
+from tidemark.iceberg import changes, commits, table_versions
+from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected
 from tidemark.store.lake import Lake
 
@@ -23,8 +24,8 @@ D = "2026-03-10"
 
 # Where the child dies: (module, function, "before" or "after" it runs).
 POINTS = {
-    "before the sessions commit": ("tidemark.iceberg.publish", "_commit_once", "before"),
-    "between the two commits": ("tidemark.iceberg.publish", "commit", "after"),
+    "before the sessions commit": ("tidemark.iceberg.commits", "_commit_once", "before"),
+    "between the two commits": ("tidemark.iceberg.commits", "commit", "after"),
     "changes file written, not appended": ("tidemark.iceberg.changes", "_copy_with_commit", "after"),
     "appended, not recorded": ("tidemark.iceberg.changes", "_in_history", "after-append"),
 }
@@ -32,7 +33,7 @@ POINTS = {
 _CHILD = """
 import importlib, os, sys
 from tests.icebergkit import commit_recording
-from tidemark.iceberg import publish
+from tidemark.iceberg import run_markers
 from tidemark.store.lake import Lake
 
 lake, run_id, module, name, when = sys.argv[1:6]
@@ -52,7 +53,7 @@ def hooked(*args, **kwargs):
 
 setattr(target, name, hooked)
 lake = Lake.open(lake)
-commit_recording(lake, publish.read_marker(lake, "2026-03-10", run_id))
+commit_recording(lake, run_markers.read_marker(lake, "2026-03-10", run_id))
 os._exit(0)
 """
 
@@ -82,7 +83,7 @@ def test_a_kill_at_each_point_loses_nothing_and_shows_nothing_uncommitted(tmp_pa
     ).current
     marker = changeskit.prepared_with_changes(lake, [receipt(1), receipt(2)], {"a": (7, 2), "c": (3, 1)}, v1)
     assert _killed(lake, marker, point) == 9
-    current = publish.current_version(lake, D)
+    current = table_versions.current_version(lake, D)
     committed = current.run_id == marker.run_id
     assert committed == (point != "before the sessions commit")
     if committed:
@@ -98,7 +99,7 @@ def test_a_kill_at_each_point_loses_nothing_and_shows_nothing_uncommitted(tmp_pa
     steps = changeskit.check_date(lake, D)
     assert [s["version"] for s in steps] == [v1.version, current.version]
     # the notice says where the changes are
-    notice = corrected.build_for(lake, publish.iceberg.load(lake), current)
+    notice = corrected.build_for(lake, iceberg.load(lake), current)
     assert notice["changes"]["snapshot_id"] == changes.appended(lake, current).snapshot_id
     assert notice["change"]["sessions_changed"] == steps[-1]["updated"]
     # a file the dead child wrote but never appended is no part of the table
@@ -113,7 +114,7 @@ def test_the_next_version_appends_a_killed_runs_changeset_first(tmp_path):
     v1 = commit_recording(lake, changeskit.prepared_with_changes(lake, [receipt(1)], {"a": (5, 1)}, None)).current
     marker = changeskit.prepared_with_changes(lake, [receipt(1), receipt(2)], {"a": (6, 1)}, v1)
     assert _killed(lake, marker, "between the two commits") == 9
-    v2 = publish.current_version(lake, D)
+    v2 = table_versions.current_version(lake, D)
     changes.ensure(lake, v2)  # what run_dedup does before computing a new version over v2
     v3 = commit_recording(
         lake, changeskit.prepared_with_changes(lake, [receipt(1), receipt(2), receipt(3)], {}, v2)
@@ -129,8 +130,8 @@ def test_a_run_planned_on_another_version_is_not_committed_over_it(tmp_path):
     v1 = commit_recording(lake, changeskit.prepared_with_changes(lake, [receipt(1)], {"a": (5, 1)}, None)).current
     late = changeskit.prepared_with_changes(lake, [receipt(1), receipt(2), receipt(3)], {"a": (9, 3)}, v1)
     commit_recording(lake, changeskit.prepared_with_changes(lake, [receipt(1), receipt(2)], {"a": (6, 2)}, v1))
-    with pytest.raises(publish.Superseded):
-        publish.commit(lake, late)
+    with pytest.raises(commits.Superseded):
+        commits.commit(lake, late)
     changeskit.check_date(lake, D)
 
 
@@ -159,7 +160,7 @@ def test_gc_keeps_every_changeset_and_each_snapshot_as_long_as_its_versions(tmp_
     # every changeset's rows stay; the current version's snapshot stays for its notice
     assert set(changeskit.changes_of(lake, D)) == {v1.version, v2.version}
     assert [p["tidemark.version"] for _, p in changes.history(changes.load(lake))] == [v2.version]
-    notice = corrected.build_for(lake, publish.iceberg.load(lake), publish.current_version(lake, D))
+    notice = corrected.build_for(lake, iceberg.load(lake), table_versions.current_version(lake, D))
     assert notice["changes"]["snapshot_id"] == changes.appended(lake, v2).snapshot_id
 
 
@@ -171,13 +172,13 @@ def test_the_notice_counts_from_the_changeset_without_reading_either_version(tmp
     marker = changeskit.prepared_with_changes(
         lake, [receipt(1), receipt(2)], {"a": (7, 2), "c": (1, 1), "d": (3, 1)}, v1
     )
-    current = publish.commit(lake, marker).current
+    current = commits.commit(lake, marker).current
 
     def no_scan(*_args, **_kwargs):
         raise AssertionError("a version read whole")
 
     monkeypatch.setattr(corrected, "_sessions_at", no_scan)
-    notice = corrected.build_for(lake, publish.iceberg.load(lake), current)
+    notice = corrected.build_for(lake, iceberg.load(lake), current)
     assert notice["change"] == {
         "kind": "changed",
         "sessions_added": 1,
@@ -196,16 +197,16 @@ def test_the_notice_counts_from_the_changeset_without_reading_either_version(tmp
 _DEDUP_CHILD = """
 import os, sys
 from tests.lakekit import RULES
-from tidemark.iceberg import publish
+from tidemark.iceberg import commits
 from tidemark.store.lake import Lake
 
-original = publish.commit
+original = commits.commit
 
 def commit(lake, marker, **options):
     outcome = original(lake, marker, **options)
     os._exit(9)  # the sessions commit landed; its changeset is not appended
 
-publish.commit = commit
+commits.commit = commit
 from tidemark.deduplication.dedup import run_dedup
 
 run_dedup(Lake.open(sys.argv[1]), sys.argv[2], RULES)
@@ -234,12 +235,12 @@ def test_a_dedup_killed_between_its_two_commits_is_completed_by_the_next_run(spa
         env={**os.environ, "PYTHONPATH": ROOT},
     )
     assert done.returncode == 9, done.stderr[-3000:]
-    killed = publish.current_version(lake, day)
+    killed = table_versions.current_version(lake, day)
     assert changes.appended(lake, killed) is None
     assert killed.version not in changeskit.changes_of(lake, day)
     stream.batch(batches[3])
     run_dedup(lake, day, RULES, spark=spark)  # appends the killed version's changeset before its own commit
-    newest = publish.current_version(lake, day)
+    newest = table_versions.current_version(lake, day)
     if newest.run_id == killed.run_id:  # the last batch brought nothing to this date: the notify task
         corrected.record_current(lake, day)
     else:

@@ -18,7 +18,7 @@ import pytest
 from tests.lakekit import SimulatedStream
 from tidemark.deduplication import buckets, dedup
 from tidemark.deduplication.dedup import run_dedup
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import reader, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.ops import gc
 from tidemark.session.sessions import SessionRules
@@ -76,7 +76,7 @@ def _local(uri: str) -> str:
 
 def _data(paths: list[str]) -> list[str]:
     """The sessions' files among paths (not the zero-row version files)."""
-    return [p for p in paths if publish.VERSION_FILE_PREFIX not in p]
+    return [p for p in paths if table_versions.VERSION_FILE_PREFIX not in p]
 
 
 def _bucket_of(spark, users: list[str], count: int) -> set[int]:
@@ -115,7 +115,7 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     first = _dedup_both(lakes, spark)
     assert first["mode"] == "full"
     assert first["sessions"] == 80
-    v1 = publish.current_version(lakes["incremental"], D)
+    v1 = table_versions.current_version(lakes["incremental"], D)
     assert v1.buckets == 8
     assert not v1.carried
     files = _data(_changed(lakes["incremental"])[0])
@@ -131,13 +131,13 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     assert [buckets.of_path(f) for f in _data(added)] == [bucket]
     assert [buckets.of_path(f) for f in _data(deleted)] == [bucket]
     assert len(added) == len(deleted) == 2  # and one version file each
-    v2 = publish.current_version(lakes["incremental"], D)
+    v2 = table_versions.current_version(lakes["incremental"], D)
     assert len(v2.files) == 1
     assert len(v2.carried) == 7
     assert v2.buckets == 8
     assert all(c.startswith(f"run={v1.run_id}/bucket=") for c in v2.carried)
     # The rewritten file holds its bucket's untouched users too, and nobody else.
-    written = pq.read_table(_local(publish.run_files(lakes["incremental"], v2)[0]), columns=["user_id"])
+    written = pq.read_table(_local(run_markers.run_files(lakes["incremental"], v2)[0]), columns=["user_id"])
     users = set(written.column("user_id").to_pylist())
     assert "u07" in users
     assert len(users) > 1
@@ -150,7 +150,7 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     added, deleted = _changed(lakes["incremental"])
     touched = _bucket_of(spark, ten, 8)
     assert {buckets.of_path(f) for f in _data(added)} == touched == {buckets.of_path(f) for f in _data(deleted)}
-    v3 = publish.current_version(lakes["incremental"], D)
+    v3 = table_versions.current_version(lakes["incremental"], D)
     assert len(v3.files) == len(touched)
     assert len(v3.carried) == 8 - len(touched)
     # every reader of the table sees each session once
@@ -172,9 +172,9 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
         before.setattr(
             dedup, "_bucket_files", lambda lake, folder: sorted(p.rsplit("/", 1)[1] for p in storage.data_files(folder))
         )
-        before.setattr(publish, "write_marker", _write_marker_before_buckets)
+        before.setattr(run_markers, "write_marker", _write_marker_before_buckets)
         _dedup_both(lakes, spark)
-    v1 = publish.current_version(lake, D)
+    v1 = table_versions.current_version(lake, D)
     assert v1.buckets is None
     assert not v1.records("buckets")
     assert len(v1.files) == 1
@@ -184,7 +184,7 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
     # The next correction rewrites the date whole, into buckets.
     _deliver(streams, _late(["u03"], "a"))
     assert _dedup_both(lakes, spark)["mode"] == "incremental"
-    v2 = publish.current_version(lake, D)
+    v2 = table_versions.current_version(lake, D)
     assert v2.buckets == 8
     assert len(v2.files) == 8
     assert not v2.carried
@@ -215,7 +215,7 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
         want[r["user_id"]] = (n + 1, events + r["event_count"])
     assert got == [(u, n, e) for u, (n, e) in sorted(want.items())]
     # DuckDB at the first version's snapshot: the layout before buckets
-    old = tbl.scan(row_filter=iceberg.date_filter(D), snapshot_id=publish.list_versions(lake, D)[0].snapshot_id)
+    old = tbl.scan(row_filter=iceberg.date_filter(D), snapshot_id=table_versions.list_versions(lake, D)[0].snapshot_id)
     assert old.to_duckdb(table_name="old").execute("SELECT count(*) FROM old").fetchone() == (80,)
 
 
@@ -231,10 +231,10 @@ def test_gc_removes_the_replaced_bucket_files_and_keeps_the_carried_ones(spark, 
     stream = SimulatedStream(lake, 3)
     stream.batch(_day(), mode=0.5)
     run_dedup(lake, D, RULES, spark=spark)
-    v1 = publish.current_version(lake, D)
+    v1 = table_versions.current_version(lake, D)
     stream.batch(_late(["u11"], "a"), mode=0.5)
     run_dedup(lake, D, RULES, spark=spark)
-    v2 = publish.current_version(lake, D)
+    v2 = table_versions.current_version(lake, D)
     before = _rows(lake)
     (replaced,) = [f for f in v1.files if f"run={v1.run_id}/{f}" not in v2.carried]
 
@@ -244,7 +244,7 @@ def test_gc_removes_the_replaced_bucket_files_and_keeps_the_carried_ones(spark, 
     assert any(r.what == "context" for r in removed) or not v1.context_rows
     v1_dir = lake.run_dir(D, v1.run_id)
     assert not os.path.exists(f"{v1_dir}/{replaced}")
-    assert all(os.path.exists(_local(uri)) for uri in publish.run_files(lake, v2))
+    assert all(os.path.exists(_local(uri)) for uri in run_markers.run_files(lake, v2))
     assert os.path.exists(f"{v1_dir}/_tidemark_run.json")  # the folder stays: its other files are live
     assert _rows(lake) == before
 

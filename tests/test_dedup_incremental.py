@@ -270,9 +270,9 @@ def check_counts(lake: Lake, event_date: str) -> None:
 
     import pyarrow.dataset as ds
 
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import table_versions
 
-    version = publish.current_version(lake, event_date)
+    version = table_versions.current_version(lake, event_date)
     if version is None:
         return
     assert int(version.sessions) == len(rows(lake, event_date)), (event_date, version)
@@ -282,6 +282,6 @@ def check_counts(lake: Lake, event_date: str) -> None:
 
 
 def planning_context_rows(lake: Lake, event_date: str) -> int:
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import table_versions
 
-    return int(publish.current_version(lake, event_date).context_rows)
+    return int(table_versions.current_version(lake, event_date).context_rows)

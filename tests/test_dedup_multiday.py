@@ -20,7 +20,7 @@ from tests.helpers import lake_session_set, reference_session_set
 from tests.lakekit import RULES, SimulatedStream, arrivals, expected, published
 from tests.streamkit import event, land
 from tidemark.deduplication.dedup import run_dedup
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import reader, table_versions
 from tidemark.orchestration import obligations
 from tidemark.panes import planning
 from tidemark.store.lake import Lake
@@ -239,4 +239,4 @@ def test_real_stream_four_date_session_and_a_too_late_fragment_three_dates_later
         assert real_sessions(lake, day) == reference_sessions(landing, day), day
     (session,) = [s for s in real_sessions(lake, D6) if s[0] == "k"]
     assert {"late1", "late2"} <= session[3]
-    assert publish.current_version(lake, D6).reach.startswith(f"{D9}T02:40")
+    assert table_versions.current_version(lake, D6).reach.startswith(f"{D9}T02:40")

@@ -18,7 +18,7 @@ from tests import reference
 from tests.helpers import lake_session_set, session_set
 from tests.streamkit import event, panes
 from tidemark.deduplication.dedup import run_dedup, up_to_date
-from tidemark.iceberg import publish
+from tidemark.iceberg import table_versions
 from tidemark.ingest.contract import InputRules
 from tidemark.panes import receipt_index
 from tidemark.session import rules_record
@@ -59,7 +59,7 @@ def test_a_replay_with_other_verdicts_after_the_head_is_published_by_the_next_de
 
     version = run_dedup(lake, T, RULES, spark=spark)
     assert version.published
-    assert publish.current_version(lake, T).planned_through == head
+    assert table_versions.current_version(lake, T).planned_through == head
 
     # the restart with --max-clock-skew 3h replays batch 1 (same receipt time, same batch id)
     replay = BatchProcessor(lake, checkpoint, RULES, input_rules=InputRules(max_clock_skew=timedelta(hours=3)))

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A repository path as prose writes it: `tidemark/iceberg/publish.py`, `tidemark/base/{layout,names}.py`,
+# A repository path as prose writes it: `tidemark/iceberg/commits.py`, `tidemark/base/{layout,names}.py`,
 # `terraform/scripts/install-tidemark.sh`. Not a part of a longer path or URL (gs://b/dags/x.py,
 # build/cloud_function/main.py) and not a template (`{pkg}/x.py` has no first-party prefix).
 FIRST_PARTY_DIRS = (
@@ -69,7 +69,7 @@ def _missing_paths(text: str) -> list[str]:
 
 def test_the_path_check_sees_what_it_must():
     assert _missing_paths("tidemark/base/{notice,layout}.py") == ["tidemark/base/notice.py"]
-    assert _missing_paths("see `tidemark/iceberg/publish.py` and tidemark/notices/corrected.py") == []
+    assert _missing_paths("see `tidemark/iceberg/commits.py` and tidemark/notices/corrected.py") == []
     assert _missing_paths("gs://bucket/dags/gone.py, build/cloud_function/gone.py") == []
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests import icebergkit
 from tidemark import cli
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import reader, run_markers, table_versions
 from tidemark.ops import gc
 from tidemark.store.lake import Lake
 
@@ -68,8 +68,8 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
     assert run_folders(lake, OTHER) == [f"run={other.run_id}"]
     assert reader.read_sessions(lake, DAY).num_rows == 3
     assert reader.read_sessions(lake, OTHER).num_rows == 2
-    assert publish.current_version(lake, OTHER).run_id == other.run_id
-    assert [v.version for v in publish.list_versions(lake, OTHER)] == [other.version]
+    assert table_versions.current_version(lake, OTHER).run_id == other.run_id
+    assert [v.version for v in table_versions.list_versions(lake, OTHER)] == [other.version]
     with pytest.raises(reader.NoVersion, match="garbage-collected"):
         reader.resolve(lake, DAY, as_of=second.version)
 
@@ -82,7 +82,7 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
 def test_gc_leaves_young_leftovers_of_a_run_in_progress(tmp_path):
     lake = Lake.open(tmp_path / "lake")
     icebergkit.publish_run(lake, DAY, [icebergkit.receipt(1)])
-    running = lake.run_dir(DAY, publish.new_run_id())
+    running = lake.run_dir(DAY, run_markers.new_run_id())
     os.makedirs(running)
     with open(os.path.join(running, "part-00000.parquet"), "wb") as out:
         out.write(b"being written")

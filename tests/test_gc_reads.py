@@ -24,5 +24,5 @@ def test_gc_reads_each_manifest_once_across_the_kept_snapshots(tmp_path):
     assert gc.gc(lake, timedelta(days=7), dry_run=True) == []
     reads = iceberg_history.COUNTER.counts["metadata read"]
     # the metadata file, every kept snapshot's manifest list, every distinct manifest once (and the
-    # upkeep's look at the current manifest list: publish.maintain)
+    # upkeep's look at the current manifest list: maintenance.maintain)
     assert reads <= 1 + len(snapshots) + len(manifests) + 3, (reads, len(snapshots), len(manifests))

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tidemark.cli import main
-from tidemark.iceberg import publish
+from tidemark.iceberg import table_versions
 from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
 from tidemark.panes import receipts
@@ -59,7 +59,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     first = dates[0]
     run_dedup(lake, first, spark=spark)
     after = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
-    pointer = publish.current_version(lake, first)
+    pointer = table_versions.current_version(lake, first)
     assert after[first]["version"] == pointer.version
     assert after[first]["pending"] == 0
     assert after[first]["lag_s"] == 0

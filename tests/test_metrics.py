@@ -161,7 +161,7 @@ def test_dedup_outcomes_are_counted_by_kind():
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import commits
 
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
@@ -175,8 +175,8 @@ def test_dedup_outcomes_are_counted_by_kind():
 
         with metrics.dedup_run("2026-03-07") as box:
             box["result"] = Result()
-        with pytest.raises(publish.Superseded), metrics.dedup_run("2026-03-07"):
-            raise publish.Superseded("plan stale")
+        with pytest.raises(commits.Superseded), metrics.dedup_run("2026-03-07"):
+            raise commits.Superseded("plan stale")
         with pytest.raises(RuntimeError), metrics.dedup_run("2026-03-07"):
             raise RuntimeError("spark died")
         data = reader.get_metrics_data()

@@ -1,6 +1,6 @@
 """The corrected-partition notice: schema, what a version's notice says, one outbox entry per
 published version (commit hook, retried commit, the DAG's safety net). No servers, no Spark: versions
-are built with pyarrow (tests/icebergkit.py) and committed with tidemark.iceberg.publish."""
+are built with pyarrow (tests/icebergkit.py) and committed with tidemark.iceberg.commits."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from tests.icebergkit import commit_recording as commit
 from tests.icebergkit import prepared_run, receipt, version_with
 from tests.icebergkit import publish_recorded_run as publish_run
-from tidemark.iceberg import publish
+from tidemark.iceberg import commits, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected, corrected_notice
 from tidemark.store.lake import Lake
@@ -127,7 +127,7 @@ def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(t
     monkeypatch.setattr(corrected.Outbox, "record", crash)
     outcome = publish_run(lake, D, [receipt(1)], sessions=2)
     assert outcome.committed
-    assert publish.current_version(lake, D).version == outcome.current.version
+    assert table_versions.current_version(lake, D).version == outcome.current.version
     monkeypatch.undo()
     assert owed(lake) == []
     body = corrected.record_current(lake, D)
@@ -139,7 +139,7 @@ def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(t
 def test_without_a_topic_notify_records_and_leaves_the_notice_owed(tmp_path, monkeypatch):
     lake = Lake.open(tmp_path / "lake")
     monkeypatch.delenv("TIDEMARK_CORRECTED_TOPIC_PATH", raising=False)
-    publish.commit(lake, prepared_run(lake, D, [receipt(1)]))  # a commit whose process died before the record
+    commits.commit(lake, prepared_run(lake, D, [receipt(1)]))  # a commit whose process died before the record
     assert corrected.notify(lake, D) == {"recorded": True, "owed": 1, "topic": None}
     assert corrected.notify(lake, D) == {"recorded": False, "owed": 1, "topic": None}
 

@@ -17,7 +17,7 @@ from tests.lakekit import RULES, SimulatedStream, expected, published
 from tidemark import cli
 from tidemark.base import layout
 from tidemark.deduplication.dedup import run_dedup
-from tidemark.iceberg import publish
+from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.orchestration import obligations, reconcile, runs
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
@@ -81,7 +81,7 @@ def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lak
     stream.batch(LATER, mode=0.5)
     second = run_dedup(path, D7, RULES, spark=spark)
     assert second.version > first.version
-    assert publish.current_version(path, D7).affected_dates == ()
+    assert table_versions.current_version(path, D7).affected_dates == ()
     # the first run's owed_reruns task, late:
     owed = obligations.reruns_owed_by(path, layout.as_event_date(D7))
     assert [spec["conf"]["event_date"] for spec in owed] == [D6]
@@ -101,8 +101,8 @@ def _raise(*_a, **_k):
 
 # Where a dedup run of D7 dies, and what to patch to kill it there.
 CRASH_POINTS = {
-    "after_data": (publish, "write_marker"),  # data files written, no run marker
-    "after_marker": (publish, "commit"),  # files and marker written, no commit
+    "after_data": (run_markers, "write_marker"),  # data files written, no run marker
+    "after_marker": (commits, "commit"),  # files and marker written, no commit
     "after_commit": (obligations, "discharge"),  # committed, the run did not return
 }
 
@@ -152,7 +152,7 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
 
     # D7's run records D6's obligation, then dies before its commit.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(publish, "commit", _raise)
+        patch.setattr(commits, "commit", _raise)
         with pytest.raises(Crash):
             run_dedup(path, D7, RULES, spark=spark)
     stale = {s.event_date: s for s in reconcile.staleness(path)}

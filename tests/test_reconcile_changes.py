@@ -16,7 +16,7 @@ import pytest
 from tests import markerkit
 from tests.markerkit import stamp as _stamp
 from tests.markerkit import write_batch as _write_batch
-from tidemark.iceberg import publish
+from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.orchestration import obligations, reconcile
 from tidemark.panes import planning, receipt_index, receipts
 from tidemark.session import rules_record
@@ -39,7 +39,7 @@ def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
     # the keys a dedup run of this test's vintage wrote (no context: never incremental)
     marker = VersionRecord.holding(
         event_date=date.fromisoformat(event_date),
-        run_id=publish.new_run_id(),
+        run_id=run_markers.new_run_id(),
         files=(),
         sessions=0,
         receipts=tuple(keys),
@@ -50,14 +50,14 @@ def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
         affected_dates=(),
         **rules_record.marker_fields(RULES),
     )
-    publish.write_marker(lake, marker)
-    publish.commit(lake, marker)
+    run_markers.write_marker(lake, marker)
+    commits.commit(lake, marker)
 
 
 def _every_date(lake: Lake) -> list[str]:
     return sorted(
         set(receipts.list_event_dates(lake))
-        | set(publish.list_dedup_dates(lake))
+        | set(table_versions.dates_with_version(lake))
         | {o["event_date"] for o in obligations.pending(lake)}
     )
 

@@ -264,7 +264,7 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
     replans (Superseded) instead of publishing old-rules sessions; same receipts under new rules
     are committed over an old-rules version (not skipped as 'covered')."""
     from tests import icebergkit
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import commits, run_markers, table_versions
 
     lake, day = Lake.open(tmp_path / "lake"), "2026-03-06"
     receipts = [icebergkit.receipt(1), icebergkit.receipt(2)]
@@ -272,22 +272,22 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
     old = icebergkit.with_fields(
         icebergkit.prepared_run(lake, day, receipts), **rules_record.marker_fields(SessionRules())
     )
-    publish.write_marker(lake, old)
-    assert publish.commit(lake, old).committed
+    run_markers.write_marker(lake, old)
+    assert commits.commit(lake, old).committed
 
     late = icebergkit.prepared_run(lake, day, receipts + [icebergkit.receipt(3)])
     late = icebergkit.with_fields(late, **rules_record.marker_fields(SessionRules()))
-    publish.write_marker(lake, late)
+    run_markers.write_marker(lake, late)
     rules_record.record_change(lake, GAP20, "tidemark rules migrate")  # while `late` was running
-    with pytest.raises(publish.Superseded, match="session rules changed"):
-        publish.commit(lake, late)
+    with pytest.raises(commits.Superseded, match="session rules changed"):
+        commits.commit(lake, late)
 
     redone = icebergkit.prepared_run(lake, day, receipts)
     redone = icebergkit.with_fields(redone, **rules_record.marker_fields(GAP20), gap="20m")
-    publish.write_marker(lake, redone)
-    outcome = publish.commit(lake, redone)
+    run_markers.write_marker(lake, redone)
+    outcome = commits.commit(lake, redone)
     assert outcome.committed
-    assert publish.current_version(lake, day).rules_id == rules_record.fingerprint(GAP20)
+    assert table_versions.current_version(lake, day).rules_id == rules_record.fingerprint(GAP20)
 
 
 def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not_need(tmp_path):
@@ -298,7 +298,7 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
     the migration failed for good). Under the same rules the newest complete version still wins:
     a run that lacks a receipt the current (new-rules) version read replans."""
     from tests import icebergkit
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import commits, run_markers, table_versions
 
     lake, day, before = Lake.open(tmp_path / "lake"), "2026-03-06", "2026-03-05"
     gap25 = SessionRules(gap=timedelta(minutes=25))
@@ -313,26 +313,26 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
             gap=rules.describe()["gap"],
             receipts=tuple(sorted(marker.receipts + extra)),
         )
-        publish.write_marker(lake, marker)
+        run_markers.write_marker(lake, marker)
         return marker
 
     old = run([icebergkit.receipt(2)], SessionRules(), extra=(near_midnight,))
-    assert publish.commit(lake, old).committed
+    assert commits.commit(lake, old).committed
 
     rules_record.record_change(lake, gap25, "tidemark rules migrate")
     migrated = run([icebergkit.receipt(2)], gap25)  # the 25m plan: D's partition only
-    outcome = publish.commit(lake, migrated)
+    outcome = commits.commit(lake, migrated)
     assert outcome.committed
-    current = publish.current_version(lake, day)
+    current = table_versions.current_version(lake, day)
     assert current.run_id == migrated.run_id
     assert current.rules_id == rules_record.fingerprint(gap25)
     assert current.version > old.max_receipt_ts  # ids keep growing (same newest receipt: +1 ms)
 
     # The race the check exists for, under the (new) same rules: still refused, replan.
     behind = run([icebergkit.receipt(3)], gap25)
-    with pytest.raises(publish.Superseded, match="1 receipt partition"):
-        publish.commit(lake, behind)
+    with pytest.raises(commits.Superseded, match="1 receipt partition"):
+        commits.commit(lake, behind)
     # ... and a run covering what the current version read replaces it; one covered by it does not.
     fuller = run([icebergkit.receipt(2), icebergkit.receipt(3)], gap25)
-    assert publish.commit(lake, fuller).committed
-    assert not publish.commit(lake, run([icebergkit.receipt(2), icebergkit.receipt(3)], gap25)).committed
+    assert commits.commit(lake, fuller).committed
+    assert not commits.commit(lake, run([icebergkit.receipt(2), icebergkit.receipt(3)], gap25)).committed

@@ -23,7 +23,7 @@ from tests.streamkit import event, land
 from tidemark import cli
 from tidemark.deduplication import rules_migration
 from tidemark.deduplication.dedup import run_dedup
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import reader, table_versions
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -197,7 +197,7 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
         assert pointer.rules_id == history[1].rules_id
         assert published(lake, day) == expected(landing, day, GAP45), day
     assert expected(landing, D2, GAP45) != expected(landing, D2, GAP20)  # the change was visible
-    assert [v.gap for v in publish.list_versions(lake, D1)] == ["20m", "45m"]  # history kept
+    assert [v.gap for v in table_versions.list_versions(lake, D1)] == ["20m", "45m"]  # history kept
 
     # Again: nothing to record, nothing to recompute (restartable, idempotent).
     assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.icebergkit import receipt, version_with
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import reader, table_versions
 from tidemark.products import session_metrics
 from tidemark.store.lake import Lake
 
@@ -50,7 +50,7 @@ def test_rebuild_reads_the_current_version_and_is_idempotent(tmp_path):
     assert session_metrics.read(out, D) == first
     v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (5, 2), "b" * 32: (30, 3), "c" * 32: (60, 1)})
     second = session_metrics.rebuild(lake, D, out)
-    assert second["version"] == v2.version == publish.current_version(lake, D).version
+    assert second["version"] == v2.version == table_versions.current_version(lake, D).version
     sessions = reader.read_sessions(lake, D, columns=["user_id", "session_start", "session_end"])
     assert second == session_metrics.compute(D, v2.version, sessions)
     assert second["sessions"] == 3

@@ -19,7 +19,7 @@ import pytest
 from tests import icebergkit
 from tests.helpers import ROOT
 from tests.lakekit import RULES, SimulatedStream, busiest_date, converge, expected, lake_with, make_events
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import commits, reader, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.panes import receipts
 from tidemark.session import session_schema
@@ -181,7 +181,7 @@ def _publish_schema_1_run(lake: Lake, day: str, sessions: int):
     """A version as the tidemark before the column wrote it: files of schema 1."""
     marker = icebergkit.prepared_run(lake, day, [icebergkit.receipt(1)], sessions=sessions)
     _rewrite(lake, marker, session_schema.iceberg_schema(1).as_arrow())
-    return publish.commit(lake, marker)
+    return commits.commit(lake, marker)
 
 
 def _metadata_files(lake: Lake) -> list[str]:
@@ -288,8 +288,8 @@ def test_a_new_version_of_the_evolved_table_carries_the_column(tmp_path):
     pq.write_table(rows.set_column(index, rows.schema.field(index), pa.array([3], pa.int32())), path)
     # as tidemark.deduplication.dedup records its files
     marker = icebergkit.with_fields(marker, session_schema=session_schema.VERSION)
-    publish.write_marker(lake, marker)
-    publish.commit(lake, marker)
+    run_markers.write_marker(lake, marker)
+    commits.commit(lake, marker)
     assert reader.read_sessions(lake, DAY).column("event_type_count").to_pylist() == [3]
 
 
@@ -368,7 +368,7 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
     raw = iceberg.catalog(lake).load_table(iceberg.identifier())
     assert "event_type_count" not in {f.name for f in raw.schema().fields}
     for day in dates:
-        marker = publish.current_version(lake, day)  # loads the table: evolved here
+        marker = table_versions.current_version(lake, day)  # loads the table: evolved here
         assert marker is None or not marker.records(session_schema.MARKER_KEY)
 
     events = make_events(random.Random(seed))

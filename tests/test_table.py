@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests import icebergkit
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import reader, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.store.lake import Lake
 
@@ -64,7 +64,7 @@ def test_a_bad_catalog_description_is_refused(tmp_path):
     with open(os.path.join(lake, "_catalog", "catalog.json"), "w") as out:
         json.dump({"type": "nessie-or-whatever"}, out)
     with pytest.raises(ValueError, match="catalog.json: expected a JSON object of pyiceberg catalog properties"):
-        publish.current_version(lake, DAY)
+        table_versions.current_version(lake, DAY)
 
 
 def test_a_shared_catalog_never_mixes_two_lakes_up(tmp_path, monkeypatch):
@@ -72,13 +72,13 @@ def test_a_shared_catalog_never_mixes_two_lakes_up(tmp_path, monkeypatch):
     first, second = Lake.open(tmp_path / "first"), Lake.open(tmp_path / "second")
     icebergkit.publish_run(first, DAY, [icebergkit.receipt(1)])
     with pytest.raises(RuntimeError, match="not in lake .*second: set TIDEMARK_TABLE"):
-        publish.current_version(second, DAY)
+        table_versions.current_version(second, DAY)
     monkeypatch.setenv("TIDEMARK_TABLE", "tidemark.second_lake")
     icebergkit.publish_run(second, DAY, [icebergkit.receipt(1)], sessions=3)
     assert reader.read_sessions(second, DAY).num_rows == 3
     monkeypatch.setenv("TIDEMARK_TABLE", "x; DROP TABLE y")
     with pytest.raises(ValueError, match="invalid TIDEMARK_TABLE"):
-        publish.current_version(second, DAY)
+        table_versions.current_version(second, DAY)
 
 
 def test_columns_and_types_are_the_documented_ones():

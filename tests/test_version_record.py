@@ -18,7 +18,7 @@ import pytest
 
 from tidemark.base import layout, times
 from tidemark.deduplication import dedup
-from tidemark.iceberg import publish
+from tidemark.iceberg import run_markers
 from tidemark.panes.planning import Plan
 from tidemark.panes.receipts import ReceiptRef
 from tidemark.session import session_schema
@@ -97,10 +97,10 @@ def test_a_marker_round_trips_through_the_record_unchanged(tmp_path, name):
     assert record.receipts[0] == "2026-03-09/20260310T010000000Z"
     assert record.reach == "2026-03-11T00:10:00.123456Z"
     assert record.schema_version == 2
-    publish.write_marker(lake, record)
+    run_markers.write_marker(lake, record)
     with open(lake.run_marker(D, RUN), "rb") as f:
         assert f.read() == _legacy(name)
-    assert publish.read_marker(lake, D, RUN) == record
+    assert run_markers.read_marker(lake, D, RUN) == record
 
 
 def test_keys_of_a_newer_writer_are_kept_and_keys_an_older_one_lacked_stay_absent():

@@ -145,10 +145,10 @@ def _demo(args, console, stack) -> int:
     rules = rules_record.rules_in_force(lake)[0]  # what the stream and the DAG used
     checks = batch_reference.check_lake(lake, settings.landing, rules, settings.archive)
     data = report.collect(lake, waves, wave_rows, all_runs, checks, timings, {**dataclasses.asdict(workload), **counts})
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import table_versions
     from tidemark.products import session_metrics
 
-    corrected_dates = [d for d in publish.list_dedup_dates(lake) if len(data["versions"].get(d, [])) > 1]
+    corrected_dates = [d for d in table_versions.dates_with_version(lake) if len(data["versions"].get(d, [])) > 1]
     data["notices"] = report.notices_report(lake)
     data["consumer"] = report.consumer_report(
         session_metrics.default_root(lake), settings.landing, rules, corrected_dates, settings.archive

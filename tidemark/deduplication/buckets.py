@@ -11,7 +11,7 @@ touched user change: the incremental path (tidemark/deduplication/incremental.py
 rewrites those buckets' files alone (their untouched users' rows carried over from them), and the
 version keeps every other bucket's file of the version it was planned on (the marker's `carried`:
 paths relative to the date's folder, in earlier runs' folders). The commit
-(tidemark.iceberg.publish) then replaces only the rewritten files: the snapshot deletes and adds a
+(tidemark.iceberg.commits) then replaces only the rewritten files: the snapshot deletes and adds a
 few files, the rest stay as they are. Readers are unaffected: the table's partition spec stays
 identity(event_date), a version is still the set of D's live files.
 

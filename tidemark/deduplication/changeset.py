@@ -16,7 +16,7 @@ previous row) and an update_postimage (the new one). Spark Connect safe (DataFra
 from __future__ import annotations
 
 from dedup_sql import rules as sql_rules
-from tidemark.iceberg import changes, publish
+from tidemark.iceberg import changes, run_markers
 from tidemark.session import session_schema
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
@@ -40,7 +40,7 @@ def as_table_rows(islands):
 def version_rows(spark, lake: Lake, version: VersionRecord | None):
     """A version's sessions as the table holds them (its run's files, read as they are: a column
     its session schema lacks is null, as Iceberg readers see it)."""
-    files = publish.run_files(lake, version) if version is not None else []
+    files = run_markers.run_files(lake, version) if version is not None else []
     if not files:
         return spark.createDataFrame([], _TABLE_DDL)
     return spark.read.schema(_TABLE_DDL).parquet(*files).select(*_COLUMNS)

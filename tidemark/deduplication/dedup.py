@@ -8,7 +8,7 @@ Which receipt partitions those events can be in is planned from the markers alon
 (tidemark/panes/planning.py): everything from `lo = D0 - gap` on, up to the last date on which a pane can
 still join a session touching D, grown with a recomputation while the sessions reach further. The
 complete plan is made before the no-op decision: a rerun whose plan holds only receipts the current
-version (the Iceberg table's, tidemark.iceberg.publish) includes is a no-op (no Spark).
+version (the Iceberg table's, tidemark.iceberg.commits) includes is a no-op (no Spark).
 
 Dates the run may have made stale (affected dates) are recorded as rerun obligations
 (tidemark/orchestration/obligations.py) before the version is published; the obligations of D listed before
@@ -37,7 +37,7 @@ from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
 from tidemark.deduplication import buckets, changeset, incremental, recheck
-from tidemark.iceberg import changes, publish
+from tidemark.iceberg import changes, commits, run_markers, table_versions
 from tidemark.notices import corrected
 from tidemark.orchestration import obligations
 from tidemark.panes import packs, pane_reader, planning
@@ -123,7 +123,7 @@ def run_dedup(
     for attempt in range(1, _MAX_REPLANS + 1):
         try:
             return _run_dedup_once(lake, day, rules, spark, run_id if attempt == 1 else None, full)
-        except publish.Superseded as exc:
+        except commits.Superseded as exc:
             if attempt == _MAX_REPLANS:
                 raise
             log.info("dedup replans: its plan was stale", event_date=event_date, reason=str(exc))
@@ -136,7 +136,7 @@ def _run_dedup_once(
     started = time.monotonic()
     # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
     rules, rules_id = rules_record.for_dedup(lake, rules)
-    run_id = run_id or publish.new_run_id()
+    run_id = run_id or run_markers.new_run_id()
     # Listed before planning: the obligations this run acts on (see tidemark/orchestration/obligations.py).
     owed = obligations.pending(lake, day)
     result = _run(lake, day, rules, rules_id, spark, run_id, started, full)
@@ -156,7 +156,7 @@ def _run(
 ) -> DedupResult:
     event_date = layout.event_date_text(day)  # the planning's and the SQL's form, and the result's
     index = LakeIndex(lake)
-    previous = publish.current_version(lake, day)
+    previous = table_versions.current_version(lake, day)
     # --full always recomputes: whether to publish is decided on its result (below)
     if not full and _quick_noop(index, event_date, previous, rules):
         return _noop(event_date, previous, started)
@@ -221,7 +221,7 @@ def _run(
         current = bigger
     phases.done("compute")  # the islands and their summary (cached), every replan included
     try:
-        newest = publish.current_version(lake, day)
+        newest = table_versions.current_version(lake, day)
         if _covered(current.keys, newest, rules):
             if not full:
                 return _noop(event_date, newest, started)  # a concurrent run published all of it already
@@ -240,11 +240,11 @@ def _run(
     finally:
         islands.release()
     phases.done("write")
-    outcome = publish.commit(lake, marker, replace=full)
+    outcome = commits.commit(lake, marker, replace=full)
     phases.done("commit")
     if not outcome.committed:
         if full:  # a concurrent run published more receipts meanwhile: recompute over them
-            raise publish.Superseded(f"{event_date}: version {outcome.current.version} read receipts this run did not")
+            raise commits.Superseded(f"{event_date}: version {outcome.current.version} read receipts this run did not")
         return _noop(event_date, outcome.current, started)
     changes.ensure_after_commit(lake, outcome.current)
     phases.done("changes")
@@ -297,7 +297,7 @@ def _full_unchanged(
     version). Raises Superseded when the version read more (a concurrent run): the run replans."""
     assert newest is not None  # it covers the plan
     if set(newest.receipts) != set(current.keys):
-        raise publish.Superseded(
+        raise commits.Superseded(
             f"{event_date}: the current version {newest.version} includes receipts this full run did not read"
         )
     if not recheck.same_islands(spark, lake, islands, newest, rules):
@@ -350,7 +350,7 @@ def up_to_date(lake: Lake, event_date: date | str, rules: SessionRules | None = 
     rules, _ = rules_record.for_dedup(lake, rules)
     owed = obligations.pending(lake, day)  # listed before planning, as in run_dedup
     index = LakeIndex(lake)
-    previous = publish.current_version(lake, day)
+    previous = table_versions.current_version(lake, day)
     result: DedupResult | None
     if _quick_noop(index, event_date_text, previous, rules):
         result = _noop(event_date_text, previous, started)
@@ -505,7 +505,7 @@ def _write_version(
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
     into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), its changeset
     into its `changes/` (tidemark/deduplication/changeset.py), then its marker.
-    The version id is chosen at commit time (tidemark.iceberg.publish.commit), on the table's fresh state."""
+    The version id is chosen at commit time (tidemark.iceberg.commits.commit), on the table's fresh state."""
     from pyspark.sql import functions as F
 
     event_date = layout.event_date_text(day)
@@ -567,7 +567,7 @@ def _write_version(
         changes=staged,
         created_at=times.now_iso_z(),
     )
-    publish.write_marker(lake, marker)
+    run_markers.write_marker(lake, marker)
     return marker
 
 

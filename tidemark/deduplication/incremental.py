@@ -43,7 +43,7 @@ from datetime import date, datetime, timedelta
 
 from tidemark.base import times
 from tidemark.deduplication import buckets
-from tidemark.iceberg import publish
+from tidemark.iceberg import run_markers
 from tidemark.panes import planning
 from tidemark.panes.planning import Plan
 from tidemark.session import rules_record, session_schema
@@ -205,7 +205,7 @@ def _previous_sessions(spark, lake: Lake, previous: VersionRecord, files: list[s
     from pyspark.sql import functions as F
 
     if files is None:
-        files = publish.run_files(lake, previous)
+        files = run_markers.run_files(lake, previous)
     if not files:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
     # Files of an older session schema lack its newer columns (read as null): computed by their fill.
@@ -334,7 +334,7 @@ def _layout(
     the new panes finds the users and their buckets."""
     from pyspark.sql import functions as F
 
-    files = publish.run_files(lake, previous)
+    files = run_markers.run_files(lake, previous)
     # Files of an older session schema are not kept as they are: their rows get the newer columns.
     if previous.schema_version != session_schema.VERSION or not buckets.keeps(previous.buckets, previous.sessions):
         users = [r["user_id"] for r in panes.select("user_id").distinct().limit(_ISIN_USERS + 1).collect()]
@@ -349,5 +349,5 @@ def _layout(
     touched = {r["bucket"] for r in found}
     users = sorted({u for r in found for u in r["users"]})[: _ISIN_USERS + 1]
     read = [uri for uri in files if buckets.of_path(uri) in touched]
-    kept = tuple(publish.carried_path(lake, previous, uri) for uri in files if buckets.of_path(uri) not in touched)
+    kept = tuple(run_markers.carried_path(lake, previous, uri) for uri in files if buckets.of_path(uri) not in touched)
     return read, kept, count, users, len(touched)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, Progress
-from tidemark.iceberg import publish
+from tidemark.iceberg import table_versions
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -64,7 +64,7 @@ def target_rules(lake: Lake, requested: SessionRules | dict) -> SessionRules:
 
 def event_dates(lake: Lake) -> list[str]:
     """Every date with receipt partitions or published versions, oldest first."""
-    return sorted(set(lake.list_event_dates(lake.sessions_root())) | set(publish.list_dedup_dates(lake)))
+    return sorted(set(lake.list_event_dates(lake.sessions_root())) | set(table_versions.dates_with_version(lake)))
 
 
 def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
@@ -72,8 +72,8 @@ def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
     rules_id, gap}. No Spark: markers only."""
     rules = rules or rules_record.rules_in_force(lake)[0]
     out = []
-    for event_date in publish.list_dedup_dates(lake):
-        current = publish.current_version(lake, event_date)
+    for event_date in table_versions.dates_with_version(lake):
+        current = table_versions.current_version(lake, event_date)
         if current is not None and rules_record.changed_since(current, rules):
             out.append(
                 {
@@ -91,7 +91,7 @@ def not_migrated(lake: Lake, rules: SessionRules, dates: list[str] | None = None
     or that have none: what a migration to `rules` has left to do, oldest first. Markers only."""
     out = []
     for event_date in event_dates(lake) if dates is None else dates:
-        current = publish.current_version(lake, event_date)
+        current = table_versions.current_version(lake, event_date)
         if current is None or rules_record.changed_since(current, rules):
             out.append(event_date)
     return out

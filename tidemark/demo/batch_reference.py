@@ -249,13 +249,13 @@ def check_lake(
     """Compare every date's current deduplicated version (tidemark.iceberg.reader) with the recomputation
     under `rules` (default: the rules the lake records, gap boundary included) of everything landed:
     the landing, and the archive the stream moved read files to (`tidemark stream --archive`)."""
-    from tidemark.iceberg import publish, reader
+    from tidemark.iceberg import reader, table_versions
     from tidemark.panes import receipts
 
     if rules is None:
         rules = rules_record.rules_in_force(lake)[0]
     expected = sessions_by_date(landing, rules, lake, archive)
-    dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(publish.list_dedup_dates(lake)))
+    dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(table_versions.dates_with_version(lake)))
     out = []
     for event_date in dates:
         want = expected.get(event_date, set())

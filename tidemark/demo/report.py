@@ -14,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 
 from tidemark.demo.batch_reference import DateCheck, lake_keys
-from tidemark.iceberg import publish, reader
+from tidemark.iceberg import reader, table_versions
 from tidemark.ops import inspect
 from tidemark.store.lake import Lake
 
@@ -87,7 +87,7 @@ def step_summary(receipt_rows: list[dict]) -> list[dict]:
 def corrections(lake: Lake, event_date: str) -> list[dict]:
     """Every complete version of a date, oldest first, with what changed against the one before."""
     out, previous = [], None
-    for marker in publish.list_versions(lake, event_date):
+    for marker in table_versions.list_versions(lake, event_date):
         table = reader.read_sessions(
             lake,
             event_date,

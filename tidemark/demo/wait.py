@@ -155,15 +155,15 @@ def component_log(stack: Stack, name: str) -> str:
 def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
     """Every date's example-consumer metrics were rebuilt from its current version, and no
     corrected notice is owed."""
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import table_versions
     from tidemark.notices import corrected
     from tidemark.products import session_metrics
 
-    dates = publish.list_dedup_dates(lake)
+    dates = table_versions.dates_with_version(lake)
     done = 0
     for event_date in dates:
         row = session_metrics.read(out_root, event_date)
-        current = publish.current_version(lake, event_date)
+        current = table_versions.current_version(lake, event_date)
         done += bool(row and current and row["version"] == current.version)
     owed = len(corrected.outbox(lake).owed())
     return (

@@ -21,7 +21,7 @@ commit and none is lost when a process dies between the two commits:
    touched users' old and new sessions; a full run: the previous version's and its own) as Parquet
    into its run folder, `run=<id>/changes/` (tidemark/deduplication/changeset.py), and the counts into
    its marker (`changes`). A run killed here left nothing any reader lists.
-2. the sessions commit (tidemark/iceberg/publish.py) makes the version current; a marker with a
+2. the sessions commit (tidemark/iceberg/commits.py) makes the version current; a marker with a
    changeset is committed only over the version it was planned on (else the run replans), so the
    changeset is relative to the version the commit replaces.
 3. `ensure` then appends the changeset to this table: the staged rows, with the commit's columns

@@ -30,8 +30,8 @@ import pyarrow.dataset as pads
 
 from tidemark.base import layout
 from tidemark.base.times import iso_z, parse_iso
-from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
+from tidemark.iceberg import table_versions
 from tidemark.panes import receipts
 from tidemark.session import session_schema
 from tidemark.store import storage
@@ -57,7 +57,7 @@ class NoVersion(LookupError):
 
 def current_version(lake: Lake, event_date: date | str) -> VersionRecord | None:
     """The current version: version, receipts, sessions, affected_dates, files, ... (or None)."""
-    return publish.current_version(lake, event_date)
+    return table_versions.current_version(lake, event_date)
 
 
 def parse_as_of(value: object) -> str:
@@ -85,7 +85,7 @@ def resolve(lake: Lake, event_date: date | str, as_of: str | None = None) -> Ver
 
 
 def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> VersionRecord:
-    current = None if tbl is None else publish.current_of(lake, tbl, event_date)
+    current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
     if as_of is None:
         if current is None:
             raise NoVersion(f"event_date {event_date} has no deduplicated version yet (run `tidemark dedup` for it)")
@@ -93,10 +93,10 @@ def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> VersionReco
     as_of = parse_as_of(as_of)
     if current is not None and current.version is not None and current.version <= as_of:
         return current
-    # Version ids of a date only grow (tidemark.iceberg.publish), so the newest answering one is the last.
-    for snapshot, props in reversed(publish.snapshot_versions(tbl, event_date) if tbl is not None else []):
+    # Version ids of a date only grow (tidemark.iceberg.commits), so the newest answering one is the last.
+    for snapshot, props in reversed(table_versions.snapshot_versions(tbl, event_date) if tbl is not None else []):
         if props["tidemark.version"] <= as_of:
-            return publish.snapshot_record(lake, event_date, snapshot, props)
+            return table_versions.snapshot_record(lake, event_date, snapshot, props)
     raise NoVersion(
         f"event_date {event_date} has no complete deduplicated version as of {as_of} "
         "(none yet, or older versions were garbage-collected)"

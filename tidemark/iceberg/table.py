@@ -19,7 +19,7 @@ Which catalog holds it (the first that applies):
    run, and the lake folder is the whole state (the local stack's lake lives in its home).
 See docs/production.md.
 
-Spark computes and writes the Parquet files; pyiceberg commits them (tidemark.iceberg.publish) and reads
+Spark computes and writes the Parquet files; pyiceberg commits them (tidemark.iceberg.commits) and reads
 them (tidemark.iceberg.reader). Everything here is pure Python: no JVM.
 """
 
@@ -270,7 +270,7 @@ def _create(lake: Lake):
             location=table_location(lake),
             partition_spec=partition_spec(table_schema),
             properties={
-                # tidemark.iceberg.publish retries conflicts itself, re-checking on the fresh snapshot that
+                # tidemark.iceberg.commits retries conflicts itself, re-checking on the fresh snapshot that
                 # it does not replace a more complete version; pyiceberg's own retry would not.
                 "commit.retry.num-retries": "0",
                 # Spark writes Parquet without Iceberg field ids: engines map columns by name.

@@ -27,7 +27,7 @@ from datetime import date
 
 from tidemark.base import layout, names
 from tidemark.base.logs import get_logger
-from tidemark.iceberg import changes, publish
+from tidemark.iceberg import changes, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected_notice
 from tidemark.notices.drain import drain
@@ -105,12 +105,12 @@ def session_changes(old, new) -> dict:
 
 
 def _snapshot_of(tbl, event_date: str, key: str, value: str) -> int | None:
-    found = [s.snapshot_id for s, props in publish.snapshot_versions(tbl, event_date) if props.get(key) == value]
+    found = [s.snapshot_id for s, props in table_versions.snapshot_versions(tbl, event_date) if props.get(key) == value]
     return found[-1] if found else None
 
 
 def build_for(lake: Lake, tbl, version: VersionRecord) -> dict:
-    """The corrected notice of a published version (publish.current_version's record)."""
+    """The corrected notice of a published version (table_versions.current_version's record)."""
     event_date = version.event_date_text
     committed = _committed(version)
     snapshot_id = _snapshot_of(tbl, event_date, "tidemark.run-id", version.run_id)
@@ -197,7 +197,7 @@ def record(lake: Lake, version: VersionRecord, tbl=None) -> dict | None:
 def record_current(lake: Lake, event_date: date | str) -> dict | None:
     """Record the notice of the date's current version (if any, and unless known)."""
     tbl = iceberg.load(lake)
-    current = None if tbl is None else publish.current_of(lake, tbl, layout.event_date_part(event_date))
+    current = None if tbl is None else table_versions.current_version(lake, layout.event_date_part(event_date), tbl)
     if current is None:
         return None
     return record(lake, current, tbl)
@@ -274,7 +274,7 @@ def emit(lake: Lake, event_date: date | str, client, timeout: float = EMIT_TIMEO
 
     event_date = layout.event_date_part(event_date)
     tbl = iceberg.load(lake)
-    current = None if tbl is None else publish.current_of(lake, tbl, event_date)
+    current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
     recorded = None if current is None else record(lake, current, tbl)
     version = current.version if current else None
     box = outbox(lake)

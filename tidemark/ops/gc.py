@@ -1,4 +1,4 @@
-"""Garbage collection of the deduplicated table: the table's upkeep (publish.maintain: manifests merged
+"""Garbage collection of the deduplicated table: the table's upkeep (maintenance.maintain: manifests merged
 by month of event date, an older table's per-date properties migrated), expire old snapshots, then
 remove the files that no remaining snapshot references (superseded versions, runs killed before
 their commit, runs whose commit was refused, old Iceberg metadata; in a run folder later versions
@@ -29,7 +29,7 @@ from tidemark.base import layout
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, tracked
-from tidemark.iceberg import changes, publish
+from tidemark.iceberg import changes, maintenance, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.orchestration import reconcile
 from tidemark.panes import packs, receipt_index
@@ -73,8 +73,8 @@ def gc(
     removed = []
     if iceberg.load(lake) is not None:
         # Upkeep first (manifests merged by month; an older table's per-date properties moved to
-        # version files: publish.maintain), so that what is expired next includes what it replaced.
-        publish.maintain(lake, dry_run=dry_run)
+        # version files: maintenance.maintain), so that what is expired next includes what it replaced.
+        maintenance.maintain(lake, dry_run=dry_run)
         removed, tbl, versions = _expire(lake, retention, now, dry_run)
         removed += _remove_files(lake, tbl, removed, versions, retention, now, dry_run, display)
         removed += _expire_changes(lake, tbl, removed, retention, now, dry_run)
@@ -148,10 +148,10 @@ def _conflicts():
 def _expire(lake: Lake, retention: timedelta, now: datetime, dry_run: bool):
     """(removals, the table as left, {run_id: version} of every tidemark snapshot seen)."""
     tbl = iceberg.load(lake)
-    lineage = [snapshot for snapshot, _ in publish.snapshot_versions(tbl)]
+    lineage = [snapshot for snapshot, _ in table_versions.snapshot_versions(tbl)]
     versions = {
         props["tidemark.run-id"]: (props["tidemark.event-date"], props["tidemark.version"])
-        for _, props in publish.snapshot_versions(tbl)
+        for _, props in table_versions.snapshot_versions(tbl)
         if "tidemark.run-id" in props
     }
     now_ms = now.timestamp() * 1000
@@ -199,7 +199,7 @@ def _remove_files(
     # one of its bucket folders' (tidemark/deduplication/buckets.py: later versions keep them).
     data = {_run_folder_of(path) for path in files}
     current_runs = {
-        run_folder(event_date, record.run_id) for event_date, record in publish.current_records(tbl).items()
+        run_folder(event_date, record.run_id) for event_date, record in table_versions.current_commits(tbl).items()
     }
     publishing = set()
     for snapshot in kept:
@@ -289,10 +289,10 @@ def _expire_changes(lake: Lake, tbl, removed: list[Removal], retention, now, dry
     gone = {(r.event_date, r.version) for r in removed if r.what == "snapshot"}
     kept = {
         (props.get("tidemark.event-date"), props.get("tidemark.version"))
-        for _, props in publish.snapshot_versions(tbl)
+        for _, props in table_versions.snapshot_versions(tbl)
         if (props.get("tidemark.event-date"), props.get("tidemark.version")) not in gone
     }
-    kept |= {(event_date, record.version) for event_date, record in publish.current_records(tbl).items()}
+    kept |= {(event_date, record.version) for event_date, record in table_versions.current_commits(tbl).items()}
     return [
         Removal(e.what, e.path, e.event_date, e.version, e.age_s)
         for e in changes.gc(lake, kept, retention.total_seconds(), now.timestamp(), dry_run)

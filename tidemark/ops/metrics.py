@@ -339,9 +339,9 @@ def dedup_outcome(result) -> str:
 
 @contextmanager
 def dedup_run(event_date: str):
-    """Around one run_dedup call: its outcome and duration. publish.Superseded (a plan still stale
+    """Around one run_dedup call: its outcome and duration. commits.Superseded (a plan still stale
     after its replans) is `superseded`; any other exception `failed` (and re-raised)."""
-    from tidemark.iceberg import publish
+    from tidemark.iceberg import commits
 
     started = time.monotonic()
     box: dict = {}
@@ -352,7 +352,7 @@ def dedup_run(event_date: str):
         outcome = dedup_outcome(result) if result is not None else "computed"
         if result is not None and result.published:
             instrument("tidemark.dedup.versions.committed").add(1)
-    except publish.Superseded:
+    except commits.Superseded:
         outcome = "superseded"
         raise
     finally:

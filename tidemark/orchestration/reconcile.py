@@ -42,8 +42,8 @@ from tidemark.base import layout, names, times
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, tracked
 from tidemark.base.times import iso_z
-from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
+from tidemark.iceberg import table_versions
 from tidemark.orchestration import obligations, runs
 from tidemark.panes import planning, receipt_index, receipts
 from tidemark.session import rules_record
@@ -156,13 +156,13 @@ def staleness(
         cursor = Cursor.start(lake, in_force[0], now or datetime.now(timezone.utc), full)
         if cursor.full:
             dates = sorted(
-                set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl)) | set(owed_by_date)
+                set(receipts.list_event_dates(lake)) | set(table_versions.dates_with_version(lake, tbl)) | set(owed_by_date)
             )
         else:
             dates = sorted(cursor.changed_dates() | set(owed_by_date))
     out = []
     for event_date in tracked(dates, "examining dates", log=log, display=display, lake=lake):
-        current = None if tbl is None else publish.current_of(lake, tbl, event_date)
+        current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
         item = _date_staleness(lake, event_date, current, owed_by_date.get(event_date, []), in_force)
         if item.kinds:
             out.append(item)

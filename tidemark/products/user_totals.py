@@ -133,10 +133,10 @@ def totals(lake: Lake, out: str) -> dict[str, tuple[int, float]]:
 
 def recompute(lake: Lake) -> dict[str, list[int]]:
     """The same totals from every date's current sessions (what `apply` must equal)."""
-    from tidemark.iceberg import publish, reader
+    from tidemark.iceberg import reader, table_versions
 
     out: dict[str, list[int]] = {}
-    for event_date in publish.list_dedup_dates(lake):
+    for event_date in table_versions.dates_with_version(lake):
         for row in reader.read_sessions(lake, event_date).to_pylist():
             entry = out.setdefault(row["user_id"], [0, 0])
             entry[0] += 1

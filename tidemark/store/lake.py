@@ -8,7 +8,7 @@ formats of the partition values (event dates, receipt times, run ids) that go in
     <lake>/sessions/event_date=YYYY-MM-DD/receipt_ts=YYYYMMDDTHHMMSSmmmZ/   stream panes (immutable)
         _tidemark_receipt.json      completion marker, written last; readers skip folders without it
     <lake>/sessions_dedup/                                                  the deduplicated sessions:
-        metadata/                                  an Iceberg table (tidemark.iceberg.table, tidemark.iceberg.publish)
+        metadata/                                  an Iceberg table (tidemark.iceberg.table, tidemark.iceberg.commits)
         data/event_date=D/run=<run_id>/            one dedup run's files, its marker, its context
     <lake>/_catalog/iceberg.db, _catalog/catalog.json                      the table's local SQLite catalog, or
                                                                            the properties of a configured one
@@ -234,7 +234,7 @@ class Lake:
 
     def current_pointer(self, event_date: date | str) -> str:
         """Where the current version of a date is recorded, for messages: the date's live files (its
-        version file) in the Iceberg table at <lake>/sessions_dedup (see tidemark.iceberg.publish)."""
+        version file) in the Iceberg table at <lake>/sessions_dedup (see tidemark.iceberg.table_versions)."""
         return f"{self.dedup_root()} (live files of event_date={event_date_part(event_date)})"
 
     def local_catalog(self) -> str:
