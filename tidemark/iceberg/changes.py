@@ -44,8 +44,23 @@ Pure Python (pyiceberg, pyarrow): no JVM, so the DAG's light tasks can complete 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any, Literal, TypeVar, overload
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import NestedField, StringType, TimestamptzType
+from sqlalchemy.exc import IntegrityError, OperationalError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from tidemark.base import layout
@@ -88,37 +103,46 @@ class Counts:
 
     @property
     def rows(self) -> int:
+        """The changeset's rows: an update is two (its preimage and postimage)."""
         return self.inserted + self.deleted + 2 * self.updated
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, int]:
+        """The counts as JSON (the keys of the fields)."""
         return asdict(self)
 
     @classmethod
-    def from_json(cls, payload: dict) -> Counts:
+    def from_json(cls, payload: dict[str, Any]) -> Counts:
+        """The counts of a JSON object with (at least) the keys of the fields."""
         return cls(int(payload["inserted"]), int(payload["deleted"]), int(payload["updated"]))
 
 
 @dataclass(frozen=True)
 class Appended:
-    """Where a committed version's changeset is: the changes table's snapshot that appended it
-    (an incremental_append_scan from `parent_snapshot_id` to `snapshot_id` reads exactly it)."""
+    """Where a committed version's changeset is: the changes table's snapshot that appended it.
+
+    An incremental_append_scan from `parent_snapshot_id` to `snapshot_id` reads exactly it.
+    """
 
     snapshot_id: int
     parent_snapshot_id: int | None
     counts: Counts
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, int | None]:
+        """The record as JSON: the snapshot ids and the counts."""
         return {"snapshot_id": self.snapshot_id, "parent_snapshot_id": self.parent_snapshot_id, **self.counts.to_json()}
 
     @classmethod
-    def from_json(cls, payload: dict) -> Appended:
+    def from_json(cls, payload: dict[str, Any]) -> Appended:
+        """The record of its JSON form (a run's `changes/_appended.json`)."""
         parent = payload.get("parent_snapshot_id")
         return cls(int(payload["snapshot_id"]), None if parent is None else int(parent), Counts.from_json(payload))
 
 
 def identifier() -> str:
-    """The changes table's identifier: sessions_dedup's namespace, `sessions_changes` (a renamed
-    sessions table, TIDEMARK_TABLE=ns.name, gets ns.name_changes)."""
+    """The changes table's identifier: sessions_dedup's namespace, `sessions_changes`.
+
+    A renamed sessions table (TIDEMARK_TABLE=ns.name) gets ns.name_changes.
+    """
     sessions = iceberg.identifier()
     if sessions == iceberg.DEFAULT_IDENTIFIER:
         return f"{sessions.split('.')[0]}.{TABLE_NAME}"
@@ -126,10 +150,12 @@ def identifier() -> str:
 
 
 def root(lake: Lake) -> str:
+    """The changes table's folder in the lake."""
     return lake.path(TABLE_NAME)
 
 
 def location(lake: Lake) -> str:
+    """The changes table's location, as a URI pyiceberg and engines resolve."""
     return iceberg.file_uri(root(lake))
 
 
@@ -138,11 +164,8 @@ def staged_dir(lake: Lake, event_date: str, run_id: str) -> str:
     return layout.join(lake.run_dir(event_date, run_id), STAGED_DIR)
 
 
-def schema():
+def schema() -> Schema:
     """The changes table's Iceberg schema: the change-feed columns, then THE session columns."""
-    from pyiceberg.schema import Schema, assign_fresh_schema_ids
-    from pyiceberg.types import NestedField, StringType, TimestamptzType
-
     kinds = {COMMIT_TIMESTAMP: TimestamptzType()}
     meta = [
         NestedField(900_000 + i, name, kinds.get(name, StringType()), required=False, doc=_META_DOCS[name])
@@ -151,12 +174,11 @@ def schema():
     return assign_fresh_schema_ids(Schema(*meta, *session_schema.iceberg_schema().fields))
 
 
-def partition_spec(table_schema):
-    """By event date (identity), whatever layout sessions_dedup has: a changeset's file holds one
-    date, and a consumer reads a date's changesets."""
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import IdentityTransform
+def partition_spec(table_schema: Schema) -> PartitionSpec:
+    """By event date (identity), whatever layout sessions_dedup has.
 
+    A changeset's file holds one date, and a consumer reads a date's changesets.
+    """
     source = table_schema.find_field(iceberg.PARTITION_COLUMN)
     return PartitionSpec(
         PartitionField(source_id=source.field_id, field_id=1000, transform=IdentityTransform(), name="event_date")
@@ -166,32 +188,37 @@ def partition_spec(table_schema):
 # --- the table ----------------------------------------------------------------------------------
 
 
-def _retrying(exceptions):
+# A lost compare-and-swap, SQLite's lock, two processes creating the table at once.
+_TRANSIENT = (CommitFailedException, OperationalError, IntegrityError)
+_T = TypeVar("_T")
+
+
+def _retrying(attempt: Callable[[], _T]) -> Callable[[], _T]:
+    """`attempt`, retried on a transient failure for up to 5 minutes (random exponential backoff)."""
     return retry(
-        retry=retry_if_exception_type(exceptions),
+        retry=retry_if_exception_type(_TRANSIENT),
         stop=stop_after_delay(300),
         wait=wait_random_exponential(multiplier=0.05, max=2),
         reraise=True,
-    )
+    )(attempt)
 
 
-def _transient():
-    from pyiceberg.exceptions import CommitFailedException
-    from sqlalchemy.exc import IntegrityError, OperationalError
-
-    return (CommitFailedException, OperationalError, IntegrityError)
+@overload
+def load(lake: Lake, create: Literal[True]) -> Table: ...
 
 
-def load(lake: Lake, create: bool = False):
+@overload
+def load(lake: Lake, create: bool = False) -> Table | None: ...
+
+
+def load(lake: Lake, create: bool = False) -> Table | None:
     """The lake's changes table, freshly loaded (None when it does not exist and not create)."""
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
-
     if not create and not iceberg.may_exist(lake):
         return None  # no catalog yet: no changes table either (opening it would create the file)
     cat = iceberg.catalog(lake)
 
-    @_retrying(_transient())
-    def attempt():
+    @_retrying
+    def attempt() -> Table | None:
         try:
             return cat.load_table(identifier())
         except (NoSuchTableError, NoSuchNamespaceError):
@@ -227,16 +254,12 @@ def load(lake: Lake, create: bool = False):
     return found
 
 
-def history(tbl) -> list[tuple]:
+def history(tbl: Table | None) -> list[tuple[Snapshot, dict[str, str]]]:
     """(snapshot, summary properties) of the table's appends still in its history, oldest first."""
-    from pyiceberg.table.snapshots import ancestors_of
-
-    if tbl is None or tbl.current_snapshot() is None:
+    current = tbl.current_snapshot() if tbl is not None else None
+    if tbl is None or current is None:
         return []
-    out = [
-        (s, s.summary.additional_properties if s.summary else {})
-        for s in ancestors_of(tbl.current_snapshot(), tbl.metadata)
-    ]
+    out = [(s, s.summary.additional_properties if s.summary else {}) for s in ancestors_of(current, tbl.metadata)]
     return out[::-1]
 
 
@@ -245,9 +268,6 @@ def history(tbl) -> list[tuple]:
 
 def staged_counts(lake: Lake, event_date: str, run_id: str) -> Counts:
     """The counts of a staged changeset (its _change_type column alone is read)."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-
     fs, path = lake.locate(staged_dir(lake, event_date, run_id))
     files = _staged_files(lake, event_date, run_id)
     if not files:
@@ -255,7 +275,9 @@ def staged_counts(lake: Lake, event_date: str, run_id: str) -> Counts:
     column = ds.dataset([lake.locate(f)[1] for f in files], filesystem=fs, format="parquet").to_table(
         columns=[CHANGE_TYPE]
     )[CHANGE_TYPE]
-    found = {row["values"]: row["counts"] for row in pc.value_counts(column).to_pylist()}
+    counted = pc.value_counts(column)
+    pairs = zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True)
+    found: dict[str | None, int] = {value: int(count or 0) for value, count in pairs}
     unknown = set(found) - set(CHANGE_TYPES)
     if unknown or found.get("update_preimage", 0) != found.get("update_postimage", 0):
         raise ValueError(f"{path}: not a changeset ({found})")
@@ -279,8 +301,10 @@ def has_changeset(version: VersionRecord) -> bool:
 
 
 def ensure(lake: Lake, version: VersionRecord | None) -> Appended | None:
-    """Append a committed version's staged changeset to the changes table unless it is there;
-    where it is (None: no committed version, or a version staged no changeset)."""
+    """Append a committed version's staged changeset to the changes table unless it is there.
+
+    Returns where it is (None: no committed version, or a version staged no changeset).
+    """
     if version is None or version.commit is None or not has_changeset(version):
         return None
     event_date, run_id = version.event_date_text, version.run_id
@@ -295,18 +319,18 @@ def ensure(lake: Lake, version: VersionRecord | None) -> Appended | None:
     return found
 
 
-def _in_history(tbl, event_date: str, run_id: str) -> Appended | None:
+def _in_history(tbl: Table | None, event_date: str, run_id: str) -> Appended | None:
     for snapshot, props in reversed(history(tbl)):
         if props.get(SUMMARY_RUN) == run_id and props.get(SUMMARY_DATE) == event_date:
             return Appended(snapshot.snapshot_id, snapshot.parent_snapshot_id, Counts.from_json(_counts_of(props)))
     return None
 
 
-def _counts_of(props: dict) -> dict:
+def _counts_of(props: dict[str, str]) -> dict[str, Any]:
     return {k: props.get(f"tidemark.{k}", 0) for k in ("inserted", "deleted", "updated")}
 
 
-def _append(lake: Lake, tbl, version: VersionRecord) -> Appended:
+def _append(lake: Lake, tbl: Table, version: VersionRecord) -> Appended:
     event_date, run_id = version.event_date_text, version.run_id
     commit = version.commit
     assert commit is not None
@@ -327,10 +351,8 @@ def _append(lake: Lake, tbl, version: VersionRecord) -> Appended:
 
     attempts = 0
 
-    @_retrying(_transient())
+    @_retrying
     def attempt() -> Appended:
-        from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
         nonlocal attempts
         attempts += 1
         fresh = tbl if attempts == 1 else load(lake, create=True)  # a retry works on the fresh table
@@ -360,12 +382,11 @@ def _append(lake: Lake, tbl, version: VersionRecord) -> Appended:
     return result
 
 
-def _copy_with_commit(lake: Lake, tbl, files: list[str], version: VersionRecord) -> str:
-    """The staged rows with the commit's columns, as one new Parquet file of the table (batch by
-    batch: a first version's changeset holds the whole date)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def _copy_with_commit(lake: Lake, tbl: Table, files: list[str], version: VersionRecord) -> str:
+    """The staged rows with the commit's columns, as one new Parquet file of the table.
 
+    Copied batch by batch: a first version's changeset holds the whole date.
+    """
     commit = version.commit
     assert commit is not None
     name = f"{commit.version}-{version.run_id[:12]}-{uuid.uuid4().hex[:12]}.parquet"
@@ -373,19 +394,18 @@ def _copy_with_commit(lake: Lake, tbl, files: list[str], version: VersionRecord)
     fs, path = lake.locate(target)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     stamp = pa.scalar(parse_iso(commit.committed_at), pa.timestamp("us", tz="UTC"))
-    constants = {
-        COMMIT_VERSION: pa.scalar(commit.version, pa.string()),
-        COMMIT_TIMESTAMP: stamp,
-        PREVIOUS_VERSION: pa.scalar(commit.previous_version, pa.string()),
-    }
-    writer = None
+    version_id = pa.scalar(commit.version, pa.string())
+    previous = pa.scalar(commit.previous_version, pa.string())
+    writer: pq.ParquetWriter | None = None
     try:
         for uri in files:
             src_fs, src = lake.locate(uri)
             with src_fs.open_input_file(src) as handle:
                 for batch in pq.ParquetFile(handle).iter_batches(batch_size=16_384):
                     columns = {CHANGE_TYPE: batch.column(CHANGE_TYPE)}
-                    columns.update({k: pa.repeat(v, batch.num_rows) for k, v in constants.items()})
+                    columns[COMMIT_VERSION] = pa.repeat(version_id, batch.num_rows)
+                    columns[COMMIT_TIMESTAMP] = pa.repeat(stamp, batch.num_rows)
+                    columns[PREVIOUS_VERSION] = pa.repeat(previous, batch.num_rows)
                     columns.update({n: batch.column(n) for n in batch.schema.names if n != CHANGE_TYPE})
                     out = pa.table(columns)
                     if writer is None:
@@ -398,8 +418,11 @@ def _copy_with_commit(lake: Lake, tbl, files: list[str], version: VersionRecord)
 
 
 def ensure_after_commit(lake: Lake, version: VersionRecord) -> None:
-    """Called by the dedup right after its commit. Never fails the run: a changeset not appended now
-    is appended by the next run of the date or the corrected notice's recording (the DAG's tasks)."""
+    """Append the version's changeset right after its commit (called by the dedup).
+
+    Never fails the run: a changeset not appended now is appended by the next run of the date or
+    the corrected notice's recording (the DAG's tasks).
+    """
     try:
         ensure(lake, version)
     except Exception:  # noqa: BLE001 - the version is committed; its changeset is appended later
@@ -415,6 +438,8 @@ def ensure_after_commit(lake: Lake, version: VersionRecord) -> None:
 
 @dataclass(frozen=True)
 class Expired:
+    """A snapshot or a file of the changes table that gc expires (or would, dry)."""
+
     what: str  # "changes snapshot" or "changes file" (an append that never committed)
     path: str  # the snapshot id, or the file's path relative to the table's location
     event_date: str | None
@@ -422,17 +447,22 @@ class Expired:
     age_s: float
 
 
-def gc(lake: Lake, kept: set[tuple[str, str]], retention_s: float, now_s: float, dry_run: bool) -> list[Expired]:
-    """The changes table's share of `tidemark gc`. Its rows are never removed (append-only: every
-    committed version's changeset stays readable by `_commit_version`); a snapshot that appended
-    one is expired once its version's snapshot in sessions_dedup is (`kept`: the (event_date,
-    version) pairs sessions_dedup still knows), so a notice's `changes.snapshot_id` stays valid exactly
-    as long as its `table.snapshot_id`. Files no snapshot names (an append killed before its
-    commit) are removed once older than the retention."""
+def gc(
+    lake: Lake, kept: set[tuple[str | None, str | None]], retention_s: float, now_s: float, dry_run: bool
+) -> list[Expired]:
+    """The changes table's share of `tidemark gc`.
+
+    Its rows are never removed (append-only: every committed version's changeset stays readable by
+    `_commit_version`); a snapshot that appended one is expired once its version's snapshot in
+    sessions_dedup is (`kept`: the (event_date, version) pairs sessions_dedup still knows), so a
+    notice's `changes.snapshot_id` stays valid exactly as long as its `table.snapshot_id`. Files no
+    snapshot names (an append killed before its commit) are removed once older than the retention.
+    """
     tbl = load(lake)
-    if tbl is None or tbl.current_snapshot() is None:
+    snapshot = tbl.current_snapshot() if tbl is not None else None
+    if tbl is None or snapshot is None:
         return []
-    current = tbl.current_snapshot().snapshot_id
+    current = snapshot.snapshot_id
     out = []
     for snapshot, props in history(tbl):
         key = (props.get(SUMMARY_DATE), props.get(SUMMARY_VERSION))
@@ -441,7 +471,10 @@ def gc(lake: Lake, kept: set[tuple[str, str]], retention_s: float, now_s: float,
             out.append(Expired("changes snapshot", str(snapshot.snapshot_id), key[0], key[1], age_s))
     if out and not dry_run:
         tbl.maintenance.expire_snapshots().by_ids([int(e.path) for e in out]).commit()
-        tbl = load(lake)
+        reloaded = load(lake)
+        if reloaded is None:
+            raise RuntimeError(f"the changes table of {lake} is gone during gc")
+        tbl = reloaded
     base = location(lake).rstrip("/") + "/"
     named = {task.file.file_path[len(base) :] for task in tbl.scan().plan_files()}  # every row stays live
     local_root = lake.locate(root(lake))[1].rstrip("/") + "/"

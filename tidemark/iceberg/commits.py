@@ -263,7 +263,7 @@ def _commit_once(
     if table_versions.CURRENT_PREFIX + event_date in tbl.properties:
         tx.remove_properties(table_versions.CURRENT_PREFIX + event_date)  # an older table's record of D
     if tbl.properties.get(METADATA_LOG_KEY) != METADATA_LOG_MAX:
-        tx.set_properties(**{METADATA_LOG_KEY: METADATA_LOG_MAX})  # once per table
+        tx.set_properties({METADATA_LOG_KEY: METADATA_LOG_MAX})  # once per table
     tx.commit_transaction()
 
 

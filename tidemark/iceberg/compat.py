@@ -123,9 +123,7 @@ class Overwrite(_OverwriteFiles):
     ) -> None:
         """Stage a snapshot of `operation`; `buckets`: half months to merge even if untouched."""
         self.buckets = set(buckets)
-        super().__init__(
-            operation=operation, transaction=transaction, io=io, snapshot_properties=snapshot_properties
-        )
+        super().__init__(operation=operation, transaction=transaction, io=io, snapshot_properties=snapshot_properties)
 
     def _manifests(self) -> list[ManifestFile]:
         metadata = self._transaction.table_metadata

@@ -42,10 +42,10 @@ def buckets_spanned(span: tuple[int, int]) -> set[int]:
 
 def day_range(manifest: ManifestFile) -> tuple[int, int] | None:
     """The event dates (as days) a manifest's partition summary spans; None when it does not say."""
-    summary = (manifest.partitions or [None])[0]
+    summary = manifest.partitions[0] if manifest.partitions else None
     if summary is None or summary.lower_bound is None or summary.upper_bound is None:
         return None
     # A DateType bound decodes to its day number; pyiceberg types from_bytes' result as any literal.
     lower = from_bytes(DateType(), summary.lower_bound)
     upper = from_bytes(DateType(), summary.upper_bound)
-    return int(lower), int(upper)  # type: ignore[arg-type]  # an int for DateType (see above)
+    return int(lower), int(upper)

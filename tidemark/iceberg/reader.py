@@ -24,9 +24,11 @@ computes: null, never 0 or "").
 from __future__ import annotations
 
 from datetime import date, datetime
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.dataset as pads
+from pyiceberg.table import Table
 
 from tidemark.base import layout
 from tidemark.base.times import iso_z, parse_iso
@@ -84,7 +86,7 @@ def resolve(lake: Lake, event_date: date | str, as_of: str | None = None) -> Ver
     return _resolve(lake, iceberg.load(lake), layout.event_date_part(event_date), as_of)
 
 
-def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> VersionRecord:
+def _resolve(lake: Lake, tbl: Table | None, event_date: str, as_of: str | None) -> VersionRecord:
     current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
     if as_of is None:
         if current is None:
@@ -106,13 +108,15 @@ def _resolve(lake: Lake, tbl, event_date: str, as_of: str | None) -> VersionReco
 def read_sessions(
     lake: Lake, event_date: date | str, as_of: str | None = None, columns: list[str] | None = None
 ) -> pa.Table:
-    """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start: the
-    columns asked for (default: every column of the table and of today's session schema), those the
-    answering version's files predate computed from its rows (module docstring)."""
+    """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start.
 
+    The columns asked for (default: every column of the table and of today's session schema), those
+    the answering version's files predate computed from its rows (module docstring).
+    """
     text = layout.event_date_part(event_date)
     tbl = iceberg.load(lake)
     version = _resolve(lake, tbl, text, as_of)
+    assert tbl is not None  # a version answered: the table exists (_resolve raises NoVersion otherwise)
     written = version.schema_version
     scan = tbl.scan(row_filter=iceberg.date_filter(text), snapshot_id=version.snapshot_id)
     present = [f.name for f in scan.projection().fields]  # the snapshot's schema (time travel: its own)
@@ -121,7 +125,7 @@ def read_sessions(
     if unknown:
         raise ValueError(f"no such session column: {', '.join(unknown)} (columns: {', '.join(present)})")
     read = [c for c in (*wanted, *session_schema.read_inputs(wanted, written)) if c in present]
-    table = scan.select(*read).to_arrow() if tbl.current_snapshot() is not None else _empty(tbl, read)
+    table: pa.Table = scan.select(*read).to_arrow() if tbl.current_snapshot() is not None else _empty(tbl, read)
     done = session_schema.complete(table, written, wanted)
     table = done.table.select(wanted)
     if {"user_id", "session_start"} <= set(table.column_names):
@@ -137,16 +141,19 @@ def read_sessions(
     )
 
 
-def _empty(tbl, columns):
+def _empty(tbl: Table, columns: list[str]) -> pa.Table:
     return tbl.schema().as_arrow().empty_table().select(columns)
 
 
 def read_panes(
     lake: Lake, event_date: date | str, as_of: str | None = None, columns: list[str] | None = None
 ) -> pa.Table:
-    """Every pane the stream wrote for an event date (complete receipt partitions only, and with
-    as_of only those received at or before it), with its receipt_ts. A pane column its partition's
-    files predate (written before the column existed) is computed from the pane's events."""
+    """Every pane the stream wrote for an event date, with its receipt_ts.
+
+    Complete receipt partitions only, and with as_of only those received at or before it. A pane
+    column its partition's files predate (written before the column existed) is computed from the
+    pane's events.
+    """
     day = layout.event_date_part(event_date)  # the receipt partitions' listings are text
     as_of = parse_as_of(as_of) if as_of is not None else None
     tables = []
@@ -174,13 +181,12 @@ def read_panes(
     if not tables:
         return pa.table({"receipt_ts": pa.array([], pa.string())})
     table = pa.concat_tables(tables, promote_options="default")
-    order = [("receipt_ts", "ascending")] + [
-        (c, "ascending") for c in ("user_id", "session_start") if c in table.column_names
-    ]
+    order: list[tuple[str, Literal["ascending", "descending"]]] = [("receipt_ts", "ascending")]
+    order += [(c, "ascending") for c in ("user_id", "session_start") if c in table.column_names]
     return table.sort_by(order)
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:  # JSON-ready, from pyarrow's Python values
     """JSON-ready value: timestamps as RFC 3339 UTC ('...Z'), recursively."""
     if isinstance(value, datetime):
         return iso_z(value, "microseconds")
@@ -193,5 +199,6 @@ def _plain(value):
     return value
 
 
-def to_records(table: pa.Table) -> list[dict]:
-    return [_plain(row) for row in table.to_pylist()]
+def to_records(table: pa.Table) -> list[dict[str, Any]]:
+    """The table's rows as JSON-ready objects (timestamps as RFC 3339 UTC text, dates as ISO text)."""
+    return [{key: _plain(value) for key, value in row.items()} for row in table.to_pylist()]

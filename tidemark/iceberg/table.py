@@ -25,10 +25,26 @@ them (tidemark.iceberg.reader). Everything here is pure Python: no JVM.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
+from typing import Any, Literal, overload
 
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import (
+    NamespaceAlreadyExistsError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.expressions import BooleanExpression, EqualTo
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.utils.config import Config
+from sqlalchemy.exc import IntegrityError, OperationalError
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from tidemark.base.logs import get_logger
@@ -52,16 +68,17 @@ class CatalogNotConfigured(ValueError):
     """A lake on an object store needs a catalog service; none is configured."""
 
 
-def schema():
-    """The table's Iceberg schema (tidemark/session/session_schema.py; `session_schema.evolve` brings an
-    existing table to it)."""
-    return session_schema.iceberg_schema()
+def schema() -> Schema:
+    """The table's Iceberg schema.
+
+    Defined in tidemark/session/session_schema.py; `session_schema.evolve` brings an existing table to it.
+    """
+    table_schema: Schema = session_schema.iceberg_schema()
+    return table_schema
 
 
-def partition_spec(table_schema):
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import IdentityTransform
-
+def partition_spec(table_schema: Schema) -> PartitionSpec:
+    """The table's partitioning: by event date (identity), partition field id 1000."""
     source = table_schema.find_field(PARTITION_COLUMN)
     return PartitionSpec(
         PartitionField(source_id=source.field_id, field_id=1000, transform=IdentityTransform(), name=PARTITION_COLUMN)
@@ -73,10 +90,8 @@ def table_location(lake: Lake) -> str:
     return file_uri(lake.dedup_root())
 
 
-def date_filter(event_date: str):
+def date_filter(event_date: str) -> BooleanExpression:
     """The row filter of one event date's partition (scan planning prunes to it)."""
-    from pyiceberg.expressions import EqualTo
-
     # pyiceberg's positional form EqualTo(term, literal); its typed signature is keyword-only
     return EqualTo(PARTITION_COLUMN, event_date)  # type: ignore[call-arg, arg-type]
 
@@ -89,6 +104,7 @@ def file_uri(path: str) -> str:
 
 
 def identifier() -> str:
+    """The table's catalog identifier, namespace.table ($TIDEMARK_TABLE, by default tidemark.sessions_dedup)."""
     name = os.environ.get("TIDEMARK_TABLE", DEFAULT_IDENTIFIER)
     if not _IDENTIFIER.match(name):
         raise ValueError(f"invalid TIDEMARK_TABLE {name[:80]!r}: expected namespace.table (letters, digits, _)")
@@ -97,14 +113,15 @@ def identifier() -> str:
 
 # --- catalogs -------------------------------------------------------------------------------------
 
-_catalogs: dict[tuple, object] = {}
+# The catalog properties are pyiceberg's own (strings, from JSON or the environment).
+CatalogConfig = dict[str, Any]
+
+_catalogs: dict[tuple[tuple[str, Any], ...], Catalog] = {}
 _lock = threading.Lock()
 
 
-def catalog_config(lake: Lake) -> dict:
+def catalog_config(lake: Lake) -> CatalogConfig:
     """The properties of the catalog that holds this lake's table (see the module docstring)."""
-    from pyiceberg.utils.config import Config
-
     configured = Config().get_catalog_config(CATALOG_NAME)
     if configured:
         return dict(configured)
@@ -122,10 +139,10 @@ def catalog_config(lake: Lake) -> dict:
     return {"type": "sql", "uri": f"sqlite:///{local_catalog}", "warehouse": file_uri(lake.root)}
 
 
-_lake_configs: dict[Lake, dict | None] = {}
+_lake_configs: dict[Lake, CatalogConfig | None] = {}
 
 
-def _lake_config(lake: Lake) -> dict | None:
+def _lake_config(lake: Lake) -> CatalogConfig | None:
     """The catalog properties kept in the lake (read once per process), checked."""
     if lake not in _lake_configs:
         config = lake.read_json(lake.catalog_config())
@@ -146,13 +163,10 @@ def _lake_config(lake: Lake) -> dict | None:
 
 # SQLite answers "database is locked" (OperationalError) while another process commits, and two
 # processes creating the catalog's own tables at once may collide: both are worth a retry.
-def _transient():
-    from sqlalchemy.exc import OperationalError
-
-    return (OperationalError,)
+_TRANSIENT = (OperationalError,)
 
 
-def catalog(lake: Lake):
+def catalog(lake: Lake) -> Catalog:
     """The (cached, thread-safe) pyiceberg catalog of this lake."""
     config = catalog_config(lake)
     key = tuple(sorted(config.items()))
@@ -167,14 +181,12 @@ def catalog(lake: Lake):
 
 
 @retry(
-    retry=retry_if_exception_type(_transient()),
+    retry=retry_if_exception_type(_TRANSIENT),
     stop=stop_after_attempt(8),
     wait=wait_random_exponential(multiplier=0.05, max=2),
     reraise=True,
 )
-def _open_catalog(config: dict):
-    from pyiceberg.catalog import load_catalog
-
+def _open_catalog(config: CatalogConfig) -> Catalog:
     return load_catalog(CATALOG_NAME, **config)
 
 
@@ -184,14 +196,14 @@ def exists(lake: Lake) -> bool:
 
 
 def may_exist(lake: Lake) -> bool:
-    """Whether the lake can have tables in its catalog, without loading any table (exists() reads
-    the sessions table's metadata file)."""
+    """Whether the lake can have tables in its catalog, without loading any table.
+
+    exists() reads the sessions table's metadata file; this reads nothing of the table.
+    """
     return _may_exist(lake)
 
 
-def _load_if_any(lake: Lake):
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
+def _load_if_any(lake: Lake) -> Table | None:
     try:
         return _load(lake)
     except (NoSuchTableError, NoSuchNamespaceError):
@@ -199,20 +211,29 @@ def _load_if_any(lake: Lake):
 
 
 def _may_exist(lake: Lake) -> bool:
-    """False when the lake cannot have a table: a local lake without its catalog file, no catalog
-    configured (opening the catalog would create the file)."""
+    """False when the lake cannot have a table.
+
+    That is a local lake without its catalog file and no catalog configured (opening the catalog
+    would create the file).
+    """
     return not (
         lake.is_local and not lake.exists(lake.local_catalog()) and not _configured() and _lake_config(lake) is None
     )
 
 
 def _configured() -> bool:
-    from pyiceberg.utils.config import Config
-
     return bool(Config().get_catalog_config(CATALOG_NAME))
 
 
-def load(lake: Lake, create: bool = False):
+@overload
+def load(lake: Lake, create: Literal[True]) -> Table: ...
+
+
+@overload
+def load(lake: Lake, create: bool = False) -> Table | None: ...
+
+
+def load(lake: Lake, create: bool = False) -> Table | None:
     """The lake's table, freshly loaded from its catalog (None when it does not exist and not create).
 
     Refuses a table that lives elsewhere: a catalog shared by several lakes must not mix them up.
@@ -233,35 +254,32 @@ def load(lake: Lake, create: bool = False):
         )
     # An existing table written with an older session schema is evolved in place, once (a no-op
     # without a commit when it is current; safe under processes doing it at once).
-    return session_schema.evolve(table)
+    evolved: Table = session_schema.evolve(table)
+    return evolved
 
 
 @retry(
-    retry=retry_if_exception_type(_transient()),
+    retry=retry_if_exception_type(_TRANSIENT),
     stop=stop_after_attempt(8),
     wait=wait_random_exponential(multiplier=0.05, max=2),
     reraise=True,
 )
-def _load(lake: Lake):
+def _load(lake: Lake) -> Table:
     return catalog(lake).load_table(identifier())
 
 
 @retry(
-    retry=retry_if_exception_type(_transient()),
+    retry=retry_if_exception_type(_TRANSIENT),
     stop=stop_after_attempt(8),
     wait=wait_random_exponential(multiplier=0.05, max=2),
     reraise=True,
 )
-def _create(lake: Lake):
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
-    from sqlalchemy.exc import IntegrityError
-
+def _create(lake: Lake) -> Table:
     cat = catalog(lake)
     namespace = identifier().split(".")[0]
-    try:
+    # another process may create it between the check and the insert (the SQL catalog's race)
+    with contextlib.suppress(NamespaceAlreadyExistsError, IntegrityError):
         cat.create_namespace_if_not_exists(namespace)
-    except (NamespaceAlreadyExistsError, IntegrityError):
-        pass  # another process created it between the check and the insert (the SQL catalog's race)
     table_schema = schema()
     try:
         table = cat.create_table(
@@ -286,11 +304,7 @@ def _create(lake: Lake):
 
 def drop(lake: Lake) -> None:
     """Remove the lake's table: its catalog entry and its folder (benchmarks and tests start over)."""
-    from pyiceberg.exceptions import NoSuchTableError
-
     if _may_exist(lake):
-        try:
+        with contextlib.suppress(NoSuchTableError):
             catalog(lake).drop_table(identifier())
-        except NoSuchTableError:
-            pass
     lake.delete_dir(lake.dedup_root())

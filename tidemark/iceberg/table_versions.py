@@ -193,8 +193,15 @@ def dates_with_version(lake: Lake, table: TableArg = LOAD) -> list[str]:
     return list(current_commits(_table(lake, table)))
 
 
-def snapshot_versions(table: Table, event_date: date | str | None = None) -> list[tuple[Snapshot, dict[str, str]]]:
-    """(snapshot, summary fields) of the tidemark commits still in the table's history, oldest first."""
+def snapshot_versions(
+    table: Table | None, event_date: date | str | None = None
+) -> list[tuple[Snapshot, dict[str, str]]]:
+    """(snapshot, summary fields) of the tidemark commits still in the table's history, oldest first.
+
+    Of one date, or of every date; none without a table.
+    """
+    if table is None:
+        return []
     wanted = None if event_date is None else layout.event_date_part(event_date)
     out = []
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
