@@ -167,7 +167,8 @@ def older_layout_commit(lake: Lake, marker: VersionRecord) -> VersionRecord:
     key = table_versions.CURRENT_PREFIX + event_date
     previous = Commit.from_json(json.loads(tbl.properties[key])).version if key in tbl.properties else None
     version = marker.max_receipt_ts
-    assert version is not None and (previous is None or previous < version), (previous, version)
+    assert version is not None
+    assert previous is None or previous < version, (previous, version)
     record = Commit(version=version, run_id=marker.run_id, previous_version=previous, committed_at=now_iso_z())
     replaced = [task.file for task in tbl.scan(row_filter=iceberg.date_filter(event_date)).plan_files()]
     added = [parquet_file_to_data_file(tbl.io, tbl.metadata, uri) for uri in run_markers.run_files(lake, marker)]

@@ -87,7 +87,9 @@ def test_manifests_stay_one_per_half_month(tmp_path):
 def _legacy_table(lake: Lake) -> tuple[list[str], dict]:
     """A table in an older tidemark's layout: a property per date, a manifest per commit."""
     days = _days("2026-02-20", 15)
-    before = {day: icebergkit.older_layout_commit(lake, icebergkit.prepared_run(lake, day, [receipt(1)])) for day in days}
+    before = {
+        day: icebergkit.older_layout_commit(lake, icebergkit.prepared_run(lake, day, [receipt(1)])) for day in days
+    }
     for day, sessions in ((days[1], 1), (days[2], 0)):
         marker = icebergkit.prepared_run(lake, day, [receipt(1), receipt(2)], sessions=sessions)
         before[day] = icebergkit.older_layout_commit(lake, marker)

@@ -212,7 +212,8 @@ def test_pyiceberg_s_summary_still_refuses_a_replace(tmp_path):
 def test_a_replace_carries_the_parent_s_totals(tmp_path):
     lake, tbl = _table(tmp_path, 2)
     snapshot = tbl.current_snapshot()
-    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot is not None
+    assert snapshot.summary is not None
     parent_totals = {k: v for k, v in snapshot.summary.additional_properties.items() if k.startswith("total-")}
     producer = compat.Overwrite(
         operation=Operation.REPLACE, transaction=compat.CachedTransaction(tbl), io=tbl.io, snapshot_properties={}

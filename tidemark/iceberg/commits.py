@@ -52,7 +52,7 @@ from tidemark.session import rules_record
 from tidemark.store.lake import RUN_MARKER, Lake, run_folder
 from tidemark.store.version_record import Commit, VersionRecord
 
-log = get_logger("publish")
+log = get_logger("commits")
 
 # The metadata log (earlier metadata files, listed in every metadata file) is capped at 100 entries
 # by default: ~18 KB of every metadata file once the table has 100 commits, which a young table does

@@ -21,7 +21,7 @@ from tidemark.iceberg.commits import retrying_conflicts, write_version_file
 from tidemark.iceberg.partitions import buckets_spanned, day_of, day_range, manifest_bucket
 from tidemark.store.lake import Lake
 
-log = get_logger("publish")
+log = get_logger("maintenance")
 
 
 class Maintained(TypedDict):

@@ -156,7 +156,9 @@ def staleness(
         cursor = Cursor.start(lake, in_force[0], now or datetime.now(timezone.utc), full)
         if cursor.full:
             dates = sorted(
-                set(receipts.list_event_dates(lake)) | set(table_versions.dates_with_version(lake, tbl)) | set(owed_by_date)
+                set(receipts.list_event_dates(lake))
+                | set(table_versions.dates_with_version(lake, tbl))
+                | set(owed_by_date)
             )
         else:
             dates = sorted(cursor.changed_dates() | set(owed_by_date))
