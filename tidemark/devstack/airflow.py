@@ -23,6 +23,7 @@ Choices, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -227,10 +228,8 @@ class AirflowServer:
                 process.stop(managed)
                 for pgid in task_groups:
                     process.stop_group(pgid)
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(self.pidfile(name))
-                except FileNotFoundError:
-                    pass
 
     def client(self):
         """A REST client logged in as the admin (cloud_function's client)."""
@@ -240,7 +239,8 @@ class AirflowServer:
 
     def wait_for_dag(self, dag_id: str | None = None, timeout: float = 120) -> dict:
         """Until the dag-processor has parsed `dag_id` (default names.DAG_ID); fails on an import
-        error instead of waiting it out."""
+        error instead of waiting it out.
+        """
         dag_id = dag_id or names.get("DAG_ID")
         client = self.client()
         found: dict = {}

@@ -21,6 +21,7 @@ by accident when PUBSUB_EMULATOR_HOST is unset.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -97,10 +98,8 @@ class PubSubEmulator:
         if self.managed is not None:
             process.stop(self.managed, grace)
             self.managed = None
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(self.pidfile)
-        except FileNotFoundError:
-            pass
 
     def alive(self) -> bool:
         return self.managed is not None and self.managed.alive()
@@ -150,10 +149,8 @@ def ensure_topic(project: str, topic: str, host: str | None = None) -> str:
 
     client = publisher_admin(_host(host))
     path = client.topic_path(project, topic)
-    try:
+    with contextlib.suppress(exceptions.AlreadyExists):
         client.create_topic(request={"name": path})
-    except exceptions.AlreadyExists:
-        pass
     return path
 
 
@@ -191,10 +188,8 @@ def ensure_subscription(
             "dead_letter_topic": f"projects/{project}/topics/{dead_letter_topic}",
             "max_delivery_attempts": max_delivery_attempts,
         }
-    try:
+    with contextlib.suppress(exceptions.AlreadyExists):
         client.create_subscription(request=request)
-    except exceptions.AlreadyExists:
-        pass
     return path
 
 
@@ -218,7 +213,8 @@ def pull(
     An empty subscription holds the pull open for a few seconds (the emulator long-polls). A pull
     cut off by its deadline returns [] here, but the emulator may already have leased messages to
     it: those come back only after the subscription's ack deadline. So one empty pull proves
-    nothing; callers that expect messages use pull_until."""
+    nothing; callers that expect messages use pull_until.
+    """
     from google.api_core import exceptions
 
     client = client or subscriber_admin(_host(host))
@@ -239,7 +235,8 @@ def pull_until(project: str, subscription: str, done, host: str | None = None, t
     What a test that expects messages must use: a pull may return fewer messages than are
     waiting, or none, so "pull until a pull comes back empty" can stop before everything published
     has arrived. The default timeout outlasts an ack deadline (30 s), so messages leased to a pull
-    that timed out are redelivered in time."""
+    that timed out are redelivered in time.
+    """
     client = subscriber_admin(_host(host))
     out: list = []
     deadline = time.monotonic() + timeout
@@ -265,7 +262,8 @@ def pull_all(
     project: str, subscription: str, host: str | None = None, idle_rounds: int = 2, timeout: float = 2.0
 ) -> list:
     """Pull (and ack) until `idle_rounds` pulls in a row return nothing: only for draining, or for
-    checking that nothing (more) arrives; to receive messages that were published, use pull_until."""
+    checking that nothing (more) arrives; to receive messages that were published, use pull_until.
+    """
     client = subscriber_admin(_host(host))
     out, idle = [], 0
     while idle < idle_rounds:

@@ -67,7 +67,8 @@ class SparkStandalone:
 
     def env(self) -> dict[str, str]:
         """Environment for the daemons and for spark-submit: everything under work_dir, loopback only,
-        and this interpreter (which has tidemark and its dependencies) for drivers and executors."""
+        and this interpreter (which has tidemark and its dependencies) for drivers and executors.
+        """
         home = spark_home()
         return {
             **os.environ,
@@ -223,7 +224,8 @@ JOB_PACKAGES = ("tidemark", "streaming_job", "dedup_sql")
 
 def package_zip(dest: str, root: str | None = None) -> str:
     """Zip the job's Python packages for `spark-submit --py-files` (what a cluster's nodes import;
-    on Dataproc, ship the tidemark wheel instead, see docs/production.md)."""
+    on Dataproc, ship the tidemark wheel instead, see docs/production.md).
+    """
     import zipfile
 
     root = root or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

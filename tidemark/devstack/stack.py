@@ -34,6 +34,7 @@ stream owed while it was down are in the lake's outbox and are published when it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -264,7 +265,8 @@ class Stack:
 
         `rules` ({name: timedelta}, from `tidemark up --gap ...`): session rules for a new lake,
         recorded in it before anything starts; the stream and the DAG then read them from the lake.
-        Rules that disagree with the lake's record raise RulesMismatch, with nothing started."""
+        Rules that disagree with the lake's record raise RulesMismatch, with nothing started.
+        """
         _check_db_driver(options.get("db_url"))  # before anything is written
         settings = self.configure(**options)
         _check_db_driver(settings.db_url)
@@ -620,10 +622,8 @@ class Stack:
         }
         for name in wanted:
             if name in launcher_pidfiles and self.record(name) is None:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(launcher_pidfiles[name])
-                except FileNotFoundError:
-                    pass
         return done
 
     # -- status -----------------------------------------------------------------------------------
@@ -648,10 +648,8 @@ class Stack:
         server = self.airflow(settings)
         airflow_health = _AirflowHealth(server.url)
         login = ""
-        try:
+        with contextlib.suppress(FileNotFoundError, KeyError, ValueError):
             login = f"login {server.username} / {server.password}"
-        except (FileNotFoundError, KeyError, ValueError):
-            pass
         if settings.metadata_db == "postgres" and not settings.db_url:
             pg = self.postgres(settings)
             rows.append(
@@ -782,7 +780,8 @@ def _rules_of(lake: Lake) -> str:
 
 def _logged_since(path: str, offset: int, event: str) -> bool:
     """Whether the component logged the structured line `event` after byte `offset` of its log (the
-    log of an earlier start is ignored)."""
+    log of an earlier start is ignored).
+    """
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
@@ -804,7 +803,8 @@ def last_batch(record: Record | None) -> str:
 
 def _has_prometheus(say) -> bool:
     """Whether Debian's prometheus is installed; without it the stack runs unwatched (said, not fatal:
-    every other component works the same)."""
+    every other component works the same).
+    """
     from tidemark.devstack.prometheus import binary
 
     if binary() is None:
@@ -833,7 +833,8 @@ def _alerts_detail(server) -> str:
 class _AirflowHealth:
     """Airflow's /api/v2/monitor/health, asked once per status (its three rows read one answer).
     Patient: on a loaded machine the api-server can take seconds to answer, and a slow answer is
-    not an unhealthy one (a refused connection still fails at once)."""
+    not an unhealthy one (a refused connection still fails at once).
+    """
 
     def __init__(self, url: str, timeout: float = 10.0):
         self.url = url
@@ -855,7 +856,8 @@ class _AirflowHealth:
 def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:
     """SIGTERM to the stream's Python process only: it finishes the micro-batch under way and
     flushes its notices, then exits (its JVM with it). Signalling the whole group would kill the
-    JVM mid-batch. What is left of the group after that (or after `grace`) is stopped by group."""
+    JVM mid-batch. What is left of the group after that (or after `grace`) is stopped by group.
+    """
     try:
         os.kill(record.pid, signal.SIGTERM)
     except ProcessLookupError:
