@@ -174,7 +174,8 @@ def main(argv=None) -> int:
         times, result = [], None
         for _ in range(args.repeat):
             result = run_dedup(lake, d, rules, spark=spark, full=full)
-            assert result.published and result.mode == ("full" if full else "incremental"), result
+            assert result.published, result
+            assert result.mode == ("full" if full else "incremental"), result
             times.append(result.seconds)
             undo(lake, before)
         rows.append(

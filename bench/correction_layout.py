@@ -96,7 +96,8 @@ def main(argv=None) -> int:
         print(f"full dedup {'warm-up' if i == 0 else 'timed'}: {first.seconds} s, phases {first.phases}")
         if i:
             full_secs.append(first.seconds)
-    assert first is not None and first.sessions == args.sessions, first
+    assert first is not None, first
+    assert first.sessions == args.sessions, first
     full = statistics.median(full_secs)
     version = publish.current_version(lake, DAY)
     published = iceberg.load(lake).metadata_location
@@ -119,7 +120,8 @@ def main(argv=None) -> int:
         secs, counts, fixed = [], {}, None
         for _ in range(args.repeat):
             fixed = run_dedup(lake, DAY, SessionRules(), spark=spark)
-            assert fixed.published and fixed.mode == "incremental", fixed
+            assert fixed.published, fixed
+            assert fixed.mode == "incremental", fixed
             counts = _snapshot_counts(lake)
             print(f"correction of {label} ({panes} panes): {fixed.seconds} s, {counts}, phases {fixed.phases}")
             secs.append(fixed.seconds)

@@ -375,7 +375,8 @@ def main(argv=None) -> int:
         secs = []
         for _ in range(args.repeat):
             fixed = run_dedup(lake, DAY, SessionRules(), spark=spark, full=full)
-            assert fixed.published and fixed.mode == label, fixed
+            assert fixed.published, fixed
+            assert fixed.mode == label, fixed
             print(f"correction, {label}: {fixed.seconds} s ({_phases(fixed)})")
             secs.append(fixed.seconds)
             undo(lake, published)
