@@ -41,7 +41,8 @@ def compose(name: str, **queries: str) -> str:
     one query, analysed by one spark.sql call instead of one per file (each call is a round trip
     and an analysis in the driver: the stream's three files cost ~30-40 ms more per batch run
     apart). The remaining `{input}`s are `run_text`'s inputs; the parameters of every part are
-    bound together, so parts that share a name (`:gap_us`) share its value."""
+    bound together, so parts that share a name (`:gap_us`) share its value.
+    """
     lines = text(name).split("\n")
     for key, sub in queries.items():
         placeholder = "{" + key + "}"
@@ -83,7 +84,8 @@ def run(spark, name: str, inputs: dict | None = None, views: list | None = None,
     appended to it and left for the caller to drop (`drop_views`) once it is done: pyspark drops
     the views of `spark.sql(text, **dataframes)` as soon as the call returns, and dropping a view
     uncaches the DataFrame it was made from, so a persisted input would be recomputed by every later
-    query (the 1M-session dedup computed everything twice that way)."""
+    query (the 1M-session dedup computed everything twice that way).
+    """
     if views is None:
         return run_text(spark, text(name), inputs, **params)
     inputs = _checked(inputs)

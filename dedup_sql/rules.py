@@ -63,7 +63,8 @@ def event(*cols: str) -> str:
 
 def session_id(user_col: str = "user_id", start_col: str = "session_start") -> str:
     """A session's id: a hash of its user and start (32 hex chars), stable for a given start.
-    tests/test_read.py recomputes it with hashlib."""
+    tests/test_read.py recomputes it with hashlib.
+    """
     return f"substr(sha2(concat({user_col}, '|', CAST(unix_micros({start_col}) AS STRING)), 256), 1, 32)"
 
 

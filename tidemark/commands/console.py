@@ -4,8 +4,10 @@ from __future__ import annotations
 
 
 def wide_console(stderr: bool = False):
-    """A rich Console; when output is not a terminal (a pipe, a test, CI), wide enough that ids and
-    paths are not wrapped across lines."""
+    """A rich Console, wide enough off a terminal that ids and paths are not wrapped.
+
+    Off a terminal: a pipe, a test, CI.
+    """
     import sys
 
     from rich.console import Console

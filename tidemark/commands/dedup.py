@@ -10,13 +10,15 @@ run may have made stale (rerun them; a rerun without new receipts is a no-op).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import EVENT_DATE, LAKE, UsageError, add_session_options, user_input
+from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers, UsageError, add_session_options, user_input
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark dedup` to the subcommands."""
     p = subparsers.add_parser(
         "dedup", help="deduplicate one event date (Spark SQL) and publish it", description=__doc__
     )
@@ -33,7 +35,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark dedup`; its exit status."""
     from tidemark.base import layout
     from tidemark.deduplication.dedup import run_dedup
     from tidemark.session import rules_record

@@ -12,14 +12,18 @@ stopped at the end unless --keep-up. Every run starts from an empty HOME/demo.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
 import shutil
 import time
 
+from tidemark.commands.options import Subparsers
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark demo` to the subcommands."""
     p = subparsers.add_parser("demo", help="run tidemark end to end on a generated workload", description=__doc__)
     p.add_argument("--home", default=".tidemark", help="state folder; the demo uses HOME/demo (default ./.tidemark)")
     p.add_argument("--events", type=int, default=None, help="events to generate (default 800)")
@@ -30,7 +34,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark demo`; its exit status."""
     from tidemark.commands.status import wide_console
     from tidemark.devstack.stack import Stack, StackError
 
@@ -194,8 +199,11 @@ def _demo(args, console, stack) -> int:
 
 
 def _settle(args, console, progress, stack, settings, client, label: str) -> float:
-    """Wait until every receipt partition so far is advertised, every notice's DAG run has finished
-    (none failed), and every date's current version includes all its receipts; seconds taken."""
+    """Wait until the lake has settled; the seconds taken.
+
+    Settled: every receipt partition so far is advertised, every notice's DAG run has finished (none
+    failed), and every date's current version includes all its receipts.
+    """
     from tidemark.demo import wait
     from tidemark.devstack.stack import StackError
     from tidemark.ops import inspect
@@ -290,8 +298,10 @@ def _after(seconds: float):
 
 
 def _asset_events(client) -> list[dict]:
-    """The asset events of tidemark.sessions_dedup (none when Airflow does not know the asset yet),
-    once Airflow can list them (AirflowClient.asset_events_once_listable)."""
+    """The asset events of tidemark.sessions_dedup, once Airflow can list them.
+
+    None when Airflow does not know the asset yet (AirflowClient.asset_events_once_listable).
+    """
     from tidemark.notices.asset_events import ASSET_NAME
 
     asset_id = client.asset_id(ASSET_NAME)
@@ -305,8 +315,10 @@ def _dag_id() -> str:
 
 
 def _metric_charts(stack, folder: str, began: float) -> list[str]:
-    """lag.png and staleness.png from what the stack's Prometheus recorded during the demo
-    (tidemark/demo/metrics_charts.py); none when Prometheus is not running."""
+    """Chart lag.png and staleness.png from what the stack's Prometheus recorded during the demo.
+
+    tidemark/demo/metrics_charts.py draws them; none when Prometheus is not running.
+    """
     if "prometheus" not in stack.running():
         return []
     from tidemark.demo.metrics_charts import prometheus_charts

@@ -8,11 +8,14 @@ Runs until SIGTERM or Ctrl-C. `tidemark up` starts one for the local stack.
 
 from __future__ import annotations
 
-from tidemark.commands.options import POSITIVE_FLOAT, POSITIVE_INT
+import argparse
+
+from tidemark.commands.options import POSITIVE_FLOAT, POSITIVE_INT, Subparsers
 from tidemark.commands.slo_options import add_slo_options
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark exporter` to the subcommands."""
     p = subparsers.add_parser("exporter", help="serve the lake's SLO gauges for Prometheus", description=__doc__)
     add_slo_options(p)
     p.add_argument("--port", type=POSITIVE_INT, default=9464, help="port of /metrics (on --bind)")
@@ -21,7 +24,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark exporter`; its exit status."""
     import signal
     import threading
 

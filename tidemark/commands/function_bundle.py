@@ -9,10 +9,14 @@ module from outside the bundle. Terraform archives --out.
 
 from __future__ import annotations
 
+import argparse
 import json
 
+from tidemark.commands.options import Subparsers
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark function-bundle` to the subcommands."""
     p = subparsers.add_parser(
         "function-bundle", help="assemble the Cloud Function's deployable folder", description=__doc__
     )
@@ -23,7 +27,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark function-bundle`; its exit status."""
     from tidemark.ops import function_bundle
 
     out = function_bundle.build(args.out)

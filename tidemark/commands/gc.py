@@ -1,20 +1,23 @@
-"""tidemark gc: expire snapshots of the deduplicated table that stopped being current longer than
-the retention ago, and remove the files nothing references any more (superseded versions, leftovers
-of killed or refused runs, old metadata). Retentions below 1h are refused; the current version of
-every date is always kept.
+"""tidemark gc: expire old snapshots of the deduplicated table, and remove unreferenced files.
+
+Expired: the snapshots that stopped being current longer than the retention ago; removed: the files
+nothing references any more (superseded versions, leftovers of killed or refused runs, old
+metadata). Retentions below 1h are refused; the current version of every date is always kept.
 
 Then the packing pass (tidemark/panes/packing.py): every closed date with 500 or more receipt
 partitions that no pack holds gets a pack of them (at most 50,000 partitions read per pass, newest
 dates first); `--no-pack` skips it, `--dry-run` says which dates it would pack. One JSON line per
 removal, then one per date packed ("what": "pack written", or would be with --dry-run). On a
-terminal, a progress bar (stderr) shows the dates examined and packed, and the time left."""
+terminal, a progress bar (stderr) shows the dates examined and packed, and the time left.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import LAKE, checked
+from tidemark.commands.options import LAKE, Subparsers, checked
 
 
 def _retention(text: str):
@@ -24,7 +27,8 @@ def _retention(text: str):
     return gc.check_retention(parse_duration(text))
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark gc` to the subcommands."""
     p = subparsers.add_parser(
         "gc", help="expire old snapshots and remove unreferenced files after a retention", description=__doc__
     )
@@ -40,7 +44,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark gc`; its exit status."""
     from dataclasses import asdict
 
     from tidemark.commands import progress_bar

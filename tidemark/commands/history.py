@@ -3,16 +3,19 @@
 Every receipt partition the stream wrote for the date, every availability notice (published or
 still owed), every DAG run (from Airflow's REST API: the local stack's when it runs, or
 --airflow-url; otherwise marked unavailable) and every deduplicated version (current or
-superseded)."""
+superseded).
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 
-from tidemark.commands.options import EVENT_DATE, LAKE, add_airflow_options, read_airflow_password
+from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers, add_airflow_options, read_airflow_password
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark history` to the subcommands."""
     p = subparsers.add_parser(
         "history", help="an event date's receipts, notices, DAG runs and versions", description=__doc__
     )
@@ -55,7 +58,8 @@ def airflow_runs(url: str, username: str, password: str) -> list[dict]:
     return AirflowClient(url, "password", username, password, timeout=(3.0, 15.0)).list_dag_runs(names.get("DAG_ID"))
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark history`; its exit status."""
     from rich.table import Table
 
     from tidemark.base.layout import event_date_text

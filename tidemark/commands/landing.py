@@ -13,13 +13,15 @@ checkpoint generation), not as replaced.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import LAKE
+from tidemark.commands.options import LAKE, Subparsers
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark landing` to the subcommands."""
     p = subparsers.add_parser(
         "landing", help="what the stream has not read from the landing, and why", description=__doc__
     )
@@ -30,7 +32,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark landing`; its exit status."""
     from tidemark.ingest import landing_ledger
 
     found = landing_ledger.audit(args.landing, args.lake, args.archive)

@@ -12,10 +12,11 @@ Exit status 1 with --check when a complete receipt partition is covered by no no
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import LAKE, POSITIVE_FLOAT, TOPIC, UsageError, add_airflow_options
+from tidemark.commands.options import LAKE, POSITIVE_FLOAT, TOPIC, Subparsers, UsageError, add_airflow_options
 
 _COLUMNS = (
     "state",
@@ -42,7 +43,8 @@ _CORRECTED_COLUMNS = (
 TOPICS = ("availability", "corrected", "all")
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark notices` to the subcommands."""
     p = subparsers.add_parser("notices", help="availability notices: advertised, owed, waiting", description=__doc__)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument(
@@ -98,7 +100,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark notices`; its exit status."""
     from tidemark.notices.report import backfill, notices_status, unadvertised
 
     if args.close_waiting and not args.send:

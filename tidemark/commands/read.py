@@ -6,11 +6,12 @@ were all received at or before that time; --raw lists the stream's receipt panes
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 
-from tidemark.commands.options import EVENT_DATE, LAKE, UsageError, checked
+from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers, UsageError, checked
 
 
 def _as_of(text: str) -> str:
@@ -19,7 +20,8 @@ def _as_of(text: str) -> str:
     return parse_as_of(text)
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark read` to the subcommands."""
     p = subparsers.add_parser("read", help="print the deduplicated sessions of an event date", description=__doc__)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="YYYY-MM-DD")
@@ -41,7 +43,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark read`; its exit status."""
     from tidemark.iceberg import reader
 
     event_date, as_of = args.event_date, args.as_of

@@ -1,5 +1,7 @@
-"""tidemark reconcile: list the event dates whose current version is stale, and why; with --trigger,
-start a deduplication run for each due one through Airflow's REST API.
+"""tidemark reconcile: list the stale event dates and why; with --trigger, start their runs.
+
+Stale: the event dates whose current version is stale; --trigger starts a deduplication run for
+each due one through Airflow's REST API.
 
 Stale: complete receipt partitions the current version does not include (or no version yet), a
 rerun owed by another date's run, a version planned by an older tidemark, session rules changed. A
@@ -21,12 +23,14 @@ started, with the time left; the logs get progress lines on a long pass.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
 from tidemark.commands.options import (
     DURATION_TEXT,
     LAKE,
+    Subparsers,
     UsageError,
     add_airflow_options,
     checked,
@@ -35,7 +39,8 @@ from tidemark.commands.options import (
 )
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark reconcile` to the subcommands."""
     p = subparsers.add_parser(
         "reconcile", help="stale event dates and why; --trigger starts their runs", description=__doc__
     )
@@ -60,8 +65,10 @@ def register(subparsers) -> None:
 
 
 def airflow_client(args, required: bool):
-    """The REST client (tidemark.orchestration.airflow_api) for --airflow-url, the environment or the
-    local stack; None when there is none and it is not required."""
+    """The Airflow REST client for --airflow-url, the environment or the local stack.
+
+    tidemark.orchestration.airflow_api's; None when there is none and it is not required.
+    """
     from tidemark.orchestration.airflow_api import AirflowClient
 
     if args.airflow_url:
@@ -84,7 +91,8 @@ def airflow_client(args, required: bool):
     return None
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark reconcile`; its exit status."""
     from tidemark.base.durations import parse_duration
     from tidemark.orchestration import reconcile
 

@@ -18,13 +18,15 @@ the stream again without rule options (docs/lake-layout.md, "Session rules recor
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import LAKE, add_session_options, user_input
+from tidemark.commands.options import LAKE, Subparsers, add_session_options, user_input
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark rules` to the subcommands."""
     p = subparsers.add_parser(
         "rules", help="the lake's session rules: show them, or migrate to new ones", description=__doc__
     )
@@ -42,7 +44,8 @@ def register(subparsers) -> None:
     migrate.set_defaults(handler=run_migrate)
 
 
-def run_show(args) -> int:
+def run_show(args: argparse.Namespace) -> int:
+    """Run `tidemark rules show`; its exit status."""
     from tidemark.deduplication import rules_migration
     from tidemark.session import rules_record
 
@@ -122,7 +125,8 @@ def run_show(args) -> int:
     return 0
 
 
-def run_migrate(args) -> int:
+def run_migrate(args: argparse.Namespace) -> int:
+    """Run `tidemark rules migrate`; its exit status."""
     # Checked before Spark starts or anything is recorded.
     from tidemark.deduplication import rules_migration
     from tidemark.session import rules_record

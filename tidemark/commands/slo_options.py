@@ -1,5 +1,8 @@
-"""Options shared by `tidemark exporter` and `tidemark health`: the SLO objectives and the Airflow
-that tells which dates reconciliation gave up on (tidemark/ops/health.py)."""
+"""Options shared by `tidemark exporter` and `tidemark health`.
+
+The SLO objectives and the Airflow that tells which dates reconciliation gave up on
+(tidemark/ops/health.py).
+"""
 
 from __future__ import annotations
 
@@ -44,9 +47,11 @@ def objectives(args):
 
 
 def run_state(args):
-    """reconcile's run id -> Airflow state, through the Airflow found like `tidemark reconcile`
-    finds it (looked up again on each call's failure: Airflow may start after us); None with
-    --no-airflow."""
+    """A lookup of reconcile's run id -> Airflow state; None with --no-airflow.
+
+    Through the Airflow found like `tidemark reconcile` finds it (looked up again on each call's
+    failure: Airflow may start after us).
+    """
     if args.no_airflow:
         return None
     from tidemark.base import names

@@ -8,6 +8,7 @@ under them (`tidemark rules migrate`) before the stream starts.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from tidemark.commands.options import (
     LAKE,
     POSITIVE_INT,
     TOPIC,
+    Subparsers,
     UsageError,
     add_session_options,
     user_input,
@@ -27,7 +29,8 @@ from tidemark.commands.options import (
 __all__ = ["add_session_options", "config_from_args", "register", "run"]  # add_session_options: moved to options
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark stream` to the subcommands."""
     p = subparsers.add_parser("stream", help="run the streaming job (landing -> sessions lake)", description=__doc__)
     p.add_argument("--landing", required=True, help="landing folder or URI of JSON-lines files")
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI (gs://, file://, ...)")
@@ -161,7 +164,8 @@ def _notice_options(args) -> dict:
     }
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark stream`; its exit status."""
     from streaming_job.job import run_stream
     from tidemark.session.rules_record import RulesMismatch
 

@@ -17,11 +17,13 @@ them from the lake.
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
 from tidemark.commands.options import (
     DURATION_TEXT,
     POSITIVE_FLOAT,
+    Subparsers,
     UsageError,
     add_home_option,
     add_session_options,
@@ -33,7 +35,8 @@ from tidemark.commands.options import (
 PORT = checked(in_range(int, 1, 65535), "port")
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark up` to the subcommands."""
     p = subparsers.add_parser(
         "up", help="start the local stack (emulator, Airflow, function, stream)", description=__doc__
     )
@@ -128,7 +131,8 @@ def start(args, console) -> tuple[Stack, StackSettings]:
     return stack, settings
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark up`; its exit status."""
     from tidemark.commands.console import print_status, wide_console
     from tidemark.devstack.stack import SettingsConflict, StackError
     from tidemark.session.rules_record import RulesMismatch

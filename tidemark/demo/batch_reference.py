@@ -71,7 +71,8 @@ def input_files(landing_uri: str, archive_uri: str | None = None):
     tidemark.ingest.landing_archive), every content the stream moved there once its batch was
     committed, under `received=YYYY-MM-DD/<its path in the landing>` and, for another content of a
     name archived the same day, that path with `.sha256-<digest>` appended. Files it set aside
-    (`_replaced/`) are hidden names: not input, as in the landing."""
+    (`_replaced/`) are hidden names: not input, as in the landing.
+    """
     for found in landing.list_landing(landing_uri):
         if found.verdict == landing.INPUT:
             yield landing_uri, found.path, found.path, found
@@ -117,7 +118,8 @@ def _archived_read(
     """The ledger's record of the read that an archived file holds: a read of its name on the day of
     its received= folder with its size (and its modification time, which a move on a local disk
     keeps); of several such reads, the first for the name itself (the first content archived that
-    day), the last for a version. Without one (a file archived by hand), the name's newest record."""
+    day), the last for a version. Without one (a file archived by hand), the name's newest record.
+    """
     day = path.partition("/")[0].partition("=")[2]
     reads = [
         r
@@ -149,7 +151,8 @@ def events_of_landing(
 ):
     """The events (tidemark.ingest.contract.Event) of the landing (and the archive), each line judged at
     its receipt time, by the input rules its batch recorded in the ledger (`rules` for a file no
-    recorded batch read)."""
+    recorded batch read).
+    """
     ledger = landing_ledger.read_ledger(lake) if lake is not None else {}
     for path, received, lines in landed_files(landing_uri, lake, now_us, archive):
         record = ledger.get(path)
@@ -162,7 +165,8 @@ def sessionize(events, rules: SessionRules | timedelta) -> list[Session]:
     is the triple: copies repeat it, and of copies of different types the kept one has the smallest
     type (THE copy rule, tidemark.ingest.contract.copy_order: the smallest (event_type, payload)).
     rules: the lake's rules (their gap and gap boundary), or a bare gap with the default boundary.
-    With types, each session's event_type_count is the number of distinct types of its events."""
+    With types, each session's event_type_count is the number of distinct types of its events.
+    """
     gap = SessionRules.of(rules).split_gap
     kept: dict[tuple, str | None] = {}
     for event in events:
@@ -248,7 +252,8 @@ def check_lake(
 ) -> list[DateCheck]:
     """Compare every date's current deduplicated version (tidemark.iceberg.reader) with the recomputation
     under `rules` (default: the rules the lake records, gap boundary included) of everything landed:
-    the landing, and the archive the stream moved read files to (`tidemark stream --archive`)."""
+    the landing, and the archive the stream moved read files to (`tidemark stream --archive`).
+    """
     from tidemark.iceberg import publish, reader
     from tidemark.panes import receipts
 

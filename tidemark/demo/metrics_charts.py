@@ -64,7 +64,8 @@ def _chart(path: str, series: dict, title: str, ylabel: str, objective_s: float 
 
 def prometheus_charts(folder: str, url: str, start: float, end: float, step: float | None = None) -> list[str]:
     """lag.png and staleness.png under `folder` from Prometheus at `url` between two Unix times; a
-    chart whose series Prometheus does not have is left out."""
+    chart whose series Prometheus does not have is left out.
+    """
     step = step or max(1.0, (end - start) / 300)
     objectives = {
         item["metric"].get("tidemark_slo"): float(item["value"][1])

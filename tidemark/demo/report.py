@@ -251,7 +251,8 @@ def notices_report(lake: Lake) -> dict:
 
 def consumer_report(out_root: str, landing: str, gap, dates: list[str], archive: str | None = None) -> list[dict]:
     """The example consumer DAG's metrics per date, next to the same metrics of the batch reference
-    (of the landing and the stream's archive)."""
+    (of the landing and the stream's archive).
+    """
     from tidemark.demo import batch_reference
     from tidemark.products import session_metrics
 
@@ -336,7 +337,8 @@ def print_notices_and_consumer(console, data: dict) -> None:
 def partitions_report(dedup_runs: list[dict], consumer_runs: list[dict], asset_events: list[dict]) -> list[dict]:
     """Per Airflow partition key (an event date): the tidemark_dedup runs, the asset events of
     tidemark.sessions_dedup and the example consumer's runs. A dedup run whose key is not its conf's
-    event_date (or has none) makes its row not ok; so does a date with events but no consumer run."""
+    event_date (or has none) makes its row not ok; so does a date with events but no consumer run.
+    """
     keys = sorted(
         {r.get("partition_key") or "-" for r in dedup_runs + consumer_runs}
         | {e.get("partition_key") or "-" for e in asset_events}

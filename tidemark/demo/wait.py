@@ -28,7 +28,8 @@ TERMINAL = ("success", "failed")
 def processed_files(checkpoint: str) -> set[str]:
     """Base names of the files the stream's committed micro-batches read (its file-source log;
     `N.compact` files hold all entries up to N), in the checkpoint's current generation: a stream
-    run with --archive starts a new one on rotation, after moving the files the old one read."""
+    run with --archive starts a new one on rotation, after moving the files the old one read.
+    """
     from tidemark.ingest import landing_archive
 
     query = landing_archive.current(checkpoint).query_dir(checkpoint)
@@ -60,7 +61,8 @@ def until(
 ) -> float:
     """Poll check() -> (done, status text) with a spinner line (tidemark.base.polling.wait_for); returns
     the seconds it took. Between polls, a stack process that died fails the wait at once, naming it
-    and its log; after `timeout`, on_timeout(the last status) is raised."""
+    and its log; after `timeout`, on_timeout(the last status) is raised.
+    """
     began = time.monotonic()
     task = progress.add_task(what, total=None)
     status = [""]
@@ -94,7 +96,8 @@ def stream_caught_up(checkpoint: str, landed: set[str]) -> tuple[bool, str]:
 
 def notices_sent(lake: Lake, after: str | None = None) -> tuple[bool, str, list[dict]]:
     """(all advertised, status, the sent notices). after: a receipt_ts; partitions received up to it
-    are not expected to be advertised (history a benchmark wrote before the stack started)."""
+    are not expected to be advertised (history a benchmark wrote before the stack started).
+    """
     from tidemark.panes import receipts
 
     sent: list[dict] = []
@@ -154,7 +157,8 @@ def component_log(stack: Stack, name: str) -> str:
 
 def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
     """Every date's example-consumer metrics were rebuilt from its current version, and no
-    corrected notice is owed."""
+    corrected notice is owed.
+    """
     from tidemark.iceberg import publish
     from tidemark.notices import corrected
     from tidemark.products import session_metrics

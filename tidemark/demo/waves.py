@@ -1,7 +1,8 @@
 """The demo's workload: tidemark.demo.generate's deliveries (in arrival order), cut into files, the
 files grouped into waves that are landed one after another with pauses, the way a day of phone
 traffic arrives: mostly on time, some minutes late, a few sessions days late (the last waves),
-duplicates, a few malformed lines."""
+duplicates, a few malformed lines.
+"""
 
 from __future__ import annotations
 

@@ -310,7 +310,8 @@ def _create(lake: Lake, record: Recorded) -> Recorded:
 def _read_settled(lake: Lake, sequence: int) -> Recorded:
     """A record that may be brand new (another writer's, created at this moment). On a store whose
     writes are not atomic (a reader can list an object whose bytes are still arriving) it may read
-    empty for a moment: read again for two seconds before calling it invalid."""
+    empty for a moment: read again for two seconds before calling it invalid.
+    """
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(InvalidRulesRecord),
         stop=tenacity.stop_after_delay(2),

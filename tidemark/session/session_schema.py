@@ -207,7 +207,8 @@ def marker_version(marker: dict) -> int:
 
 def fill_older(frame, version: int):
     """A DataFrame of island rows read from files of schema `version` (the newer columns read as
-    null: absent from the files) with those columns computed by their `fill`. Same columns, same order."""
+    null: absent from the files) with those columns computed by their `fill`. Same columns, same order.
+    """
     from pyspark.sql import functions as F
 
     for column in added_since(version):
@@ -223,7 +224,8 @@ def fill_older(frame, version: int):
 
 def _iceberg_type(text: str, ids):
     """The pyiceberg type of an Iceberg type string of this module (ids: placeholders from `ids`;
-    Iceberg assigns the real ones: at create time in order, at evolution after the table's last)."""
+    Iceberg assigns the real ones: at create time in order, at evolution after the table's last).
+    """
     from pyiceberg.types import (
         DateType,
         IntegerType,
@@ -264,7 +266,8 @@ def iceberg_type(column: Column):
 def iceberg_schema(version: int = VERSION):
     """The table's Iceberg schema at a schema version, its ids assigned as a new table's are
     (pyiceberg's create_table assigns fresh ids in this order anyway: so the name mapping a creator
-    derives from this schema matches the table's ids)."""
+    derives from this schema matches the table's ids).
+    """
     import itertools
 
     from pyiceberg.schema import Schema, assign_fresh_schema_ids
@@ -299,7 +302,8 @@ def evolve(table, attempts: int = 8):
     each missing column added, after its `after` column. Idempotent (a table already at VERSION is
     left alone, no commit), and safe under processes doing it at once: a commit that loses the race
     (CommitFailedException: the schema changed under it) reloads the table and looks again.
-    Returns the (refreshed) table. Files written before hold no value for the new columns (null)."""
+    Returns the (refreshed) table. Files written before hold no value for the new columns (null).
+    """
     from pyiceberg.exceptions import CommitFailedException
     from sqlalchemy.exc import OperationalError  # SQLite's "database is locked" while another commits
 
@@ -329,7 +333,8 @@ def evolve(table, attempts: int = 8):
 
 def read_inputs(columns, version: int) -> tuple[str, ...]:
     """The columns a reader must also read to `complete` `columns` of a version of schema `version`
-    (the inputs of their read fills), beyond those asked for."""
+    (the inputs of their read fills), beyond those asked for.
+    """
     wanted = [c for c in TABLE if c.name in set(columns) and c.since > version and c.read_fill is not None]
     extra: list[str] = []
     for column in wanted:
@@ -339,7 +344,8 @@ def read_inputs(columns, version: int) -> tuple[str, ...]:
 
 def pane_version(names) -> int:
     """The schema version of stream pane files holding the columns `names` (receipt partitions
-    record no version: a partition written before a pane column existed lacks it)."""
+    record no version: a partition written before a pane column existed lacks it).
+    """
     return max(
         (v for v in range(1, VERSION + 1) if all(c.name in names for c in PANE_SESSION if c.since <= v)), default=1
     )
@@ -360,7 +366,8 @@ def complete(table, version: int, wanted) -> Completed:
     `read_fill` from the rows: in the table such a column reads as null (the version's files lack
     it) or is absent (a snapshot from before the table was evolved). A wanted column the version
     lacks and no fill computes (or whose inputs were not read: `read_inputs`) is null, added when
-    absent, and named in `null`. Added columns come last: the caller orders and selects."""
+    absent, and named in `null`. Added columns come last: the caller orders and selects.
+    """
     import pyarrow as pa
 
     computed, null = [], []

@@ -69,14 +69,16 @@ class SessionRules:
     def split_gap(self) -> timedelta:
         """The smallest distance between neighbours that starts a new session: the gap under `split`,
         the gap + 1 us under `merge` (timestamps are whole microseconds, so the two are one rule).
-        Everything that splits, closes a window or bounds a read by the gap uses this."""
+        Everything that splits, closes a window or bounds a read by the gap uses this.
+        """
         return self.gap + _ONE_US if self.gap_boundary == "merge" else self.gap
 
     @property
     def gap_us(self) -> int:
         """split_gap in microseconds: what the SQL's `:gap_us` takes (dedup_sql/sessionize.sql splits
         where neighbours are at least this far apart; a session's window ends this long after its
-        last event). Equal to the gap under the default boundary `split`."""
+        last event). Equal to the gap under the default boundary `split`.
+        """
         return _micros(self.split_gap)
 
     @property
@@ -106,7 +108,8 @@ class SessionRules:
 
     def micros(self) -> dict:
         """The canonical form (integers, so "60m" and "1h" are the same rules): records compare this.
-        The gap here is the true gap (not split_gap): the boundary is its own field."""
+        The gap here is the true gap (not split_gap): the boundary is its own field.
+        """
         return {
             "gap_us": _micros(self.gap),
             "allowed_lateness_us": self.allowed_lateness_us,
