@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from types import FrameType
 
 from rich.console import Console
 from rich.progress import (
@@ -51,6 +52,7 @@ class TimeLeft(ProgressColumn):
     """
 
     def render(self, task: Task) -> Text:
+        """The estimate less the time since it was made, as `(~H:MM:SS left)`."""
         eta, at = task.fields.get("eta_s"), task.fields.get("eta_at", 0.0)
         if eta is None or task.elapsed is None:
             return Text("(-:--:-- left)")
@@ -63,7 +65,8 @@ class TerminalBar:
     With done/total, the item being worked on, the time spent and the estimate of the time left.
     """
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console) -> None:
+        """A bar drawn on `console` (stderr), which the command's own stdout lines go above."""
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -79,6 +82,7 @@ class TerminalBar:
         self._tasks: dict[str, TaskID] = {}
 
     def update(self, state: State) -> None:
+        """Show a pass's new state (its bar added on its first update)."""
         task = self._tasks.get(state.what)
         if task is None:
             task = self._tasks[state.what] = self.progress.add_task(state.what, total=state.total, current="")
@@ -118,7 +122,7 @@ def kill_interrupts() -> Iterator[None]:
         yield
         return
 
-    def interrupt(signum, frame):
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     previous = signal.signal(signal.SIGTERM, interrupt)
