@@ -18,13 +18,27 @@ from datetime import datetime, timedelta, timezone
 from tidemark.base import layout
 from tidemark.base.times import from_micros, parse_iso, to_micros
 from tidemark.ingest import contract, landing, landing_archive, landing_ledger
-from tidemark.session import rules_record
+from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 
+# The columns two sessionizations must agree on (Session.key, lake_keys): the session row's.
+KEY_COLUMNS = tuple(
+    c.name
+    for c in (
+        session_schema.USER_ID,
+        session_schema.SESSION_START,
+        session_schema.SESSION_END,
+        session_schema.EVENT_COUNT,
+    )
+)
+
+
 @dataclass(frozen=True)
 class Session:
+    """A session of the batch reference: its fields are the session row's columns of the same name."""
+
     user_id: str
     session_start: datetime
     session_end: datetime
@@ -226,10 +240,11 @@ def sessions_by_date(
 
 def lake_keys(records: list[dict]) -> set[tuple]:
     """Session keys of `tidemark.iceberg.reader` records (session_start/session_end as RFC 3339 text)."""
+    user_id, session_start, session_end, event_count = KEY_COLUMNS
     out = set()
     for row in records:
-        start, end = parse_iso(row["session_start"]), parse_iso(row["session_end"])
-        out.add((row["user_id"], _iso(start), _iso(end), int(row["event_count"])))
+        start, end = parse_iso(row[session_start]), parse_iso(row[session_end])
+        out.add((row[user_id], _iso(start), _iso(end), int(row[event_count])))
     return out
 
 
@@ -265,9 +280,7 @@ def check_lake(
     for event_date in dates:
         want = expected.get(event_date, set())
         try:
-            table = reader.read_sessions(
-                lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
-            )
+            table = reader.read_sessions(lake, event_date, columns=list(KEY_COLUMNS))
             got, version = lake_keys(reader.to_records(table)), table.schema.metadata[b"tidemark.version"].decode()
         except reader.NoVersion:
             got, version = set(), None

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import asdict
 from datetime import datetime, timezone
 
-from tidemark.demo.batch_reference import DateCheck, lake_keys
+from tidemark.demo.batch_reference import KEY_COLUMNS, DateCheck, lake_keys
 from tidemark.iceberg import publish, reader
 from tidemark.ops import inspect
 from tidemark.store.lake import Lake
@@ -92,7 +92,7 @@ def corrections(lake: Lake, event_date: str) -> list[dict]:
             lake,
             event_date,
             as_of=marker.version,
-            columns=["user_id", "session_start", "session_end", "event_count"],
+            columns=list(KEY_COLUMNS),
         )
         keys = lake_keys(reader.to_records(table))
         row = {
