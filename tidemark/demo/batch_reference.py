@@ -22,7 +22,6 @@ from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
-
 # The columns two sessionizations must agree on (Session.key, lake_keys): the session row's.
 KEY_COLUMNS = tuple(
     c.name
