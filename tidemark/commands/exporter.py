@@ -9,9 +9,12 @@ Runs until SIGTERM or Ctrl-C. `tidemark up` starts one for the local stack.
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 
+from tidemark.base.logs import get_logger
 from tidemark.commands.options import POSITIVE_FLOAT, POSITIVE_INT, Subparsers
-from tidemark.commands.slo_options import add_slo_options
+from tidemark.commands.slo_options import add_slo_options, objectives, run_state
 
 
 def register(subparsers: Subparsers) -> None:
@@ -26,12 +29,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark exporter`; its exit status."""
-    import signal
-    import threading
-
-    from tidemark.base.logs import get_logger
-    from tidemark.commands.slo_options import objectives, run_state
-    from tidemark.ops.exporter import LakeExporter
+    from tidemark.ops.exporter import LakeExporter  # lazy: pulls pyarrow
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -16,13 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
+from datetime import timedelta
 
+from tidemark.base.durations import parse_duration
 from tidemark.commands.options import LAKE, Subparsers, checked
 
 
-def _retention(text: str):
-    from tidemark.base.durations import parse_duration
-    from tidemark.ops import gc
+def _retention(text: str) -> timedelta:
+    """THE parse of --retention: a duration gc accepts."""
+    from tidemark.ops import gc  # lazy: pulls pyarrow
 
     return gc.check_retention(parse_duration(text))
 
@@ -46,18 +49,16 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark gc`; its exit status."""
-    from dataclasses import asdict
-
+    # lazy: rich (tidemark.commands.console), and the lake's modules pull pyarrow
     from tidemark.commands import progress_bar
     from tidemark.ops import gc
+    from tidemark.panes import packing
 
     with progress_bar.kill_interrupts(), progress_bar.shown() as display:
         removed = gc.gc(args.lake, args.retention, dry_run=args.dry_run, display=display)
         for item in removed:
             sys.stdout.write(json.dumps({**asdict(item), "dry_run": args.dry_run}) + "\n")
         if args.pack:  # after the removals: a pack written now is never judged by this gc
-            from tidemark.panes import packing
-
             for done in packing.run_pass(args.lake, dry_run=args.dry_run, display=display).packed:
                 sys.stdout.write(json.dumps({"what": "pack written", **asdict(done), "dry_run": args.dry_run}) + "\n")
     return 0

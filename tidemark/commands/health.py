@@ -14,9 +14,10 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import asdict
 
 from tidemark.commands.options import Subparsers, UsageError
-from tidemark.commands.slo_options import add_slo_options
+from tidemark.commands.slo_options import add_slo_options, objectives, run_state
 
 BREACHED = 4
 
@@ -31,10 +32,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark health`; its exit status."""
-    from dataclasses import asdict
-
-    from tidemark.commands.slo_options import objectives, run_state
-    from tidemark.ops.health import breaches, read_lake
+    from tidemark.ops.health import breaches, read_lake  # lazy: pulls pyarrow
 
     if args.lake.is_local and not os.path.exists(args.lake.root):
         raise UsageError(f"no lake at {args.lake}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from tidemark.commands.console import print_status, wide_console
 from tidemark.commands.options import (
     DURATION_TEXT,
     POSITIVE_FLOAT,
@@ -31,6 +32,7 @@ from tidemark.commands.options import (
     in_range,
     user_input,
 )
+from tidemark.session.sessions import parse_overrides
 
 PORT = checked(in_range(int, 1, 65535), "port")
 
@@ -89,13 +91,14 @@ def register(subparsers: Subparsers) -> None:
 
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tidemark.devstack.stack import Stack, StackSettings
 
 
-def start(args, console) -> tuple[Stack, StackSettings]:
+def start(args: argparse.Namespace, console: Console) -> tuple[Stack, StackSettings]:
     """Bring the stack up with a spinner; returns (stack, settings). Shared with `tidemark demo`."""
-    from tidemark.devstack.stack import Stack
-    from tidemark.session.sessions import parse_overrides
+    from tidemark.devstack.stack import Stack  # lazy: the stack's modules pull pyarrow and psutil
 
     # Typed rules are checked (format now, against the lake's record in up()) before anything starts.
     with user_input():
@@ -133,9 +136,8 @@ def start(args, console) -> tuple[Stack, StackSettings]:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark up`; its exit status."""
-    from tidemark.commands.console import print_status, wide_console
-    from tidemark.devstack.stack import SettingsConflict, StackError
-    from tidemark.session.rules_record import RulesMismatch
+    from tidemark.devstack.stack import SettingsConflict, StackError  # lazy: as in start
+    from tidemark.session.rules_record import RulesMismatch  # lazy: pulls pyarrow
 
     console = wide_console(stderr=True)
     try:
