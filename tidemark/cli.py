@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 
 from tidemark import __version__
-from tidemark.base.logs import get_logger
 from tidemark.commands import (
     dedup,
     demo,
@@ -109,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - the boundary: any failure is logged, exit status 1
+        from tidemark.base.logs import get_logger  # lazy: its rich tracebacks cost the CLI's start
+
         get_logger("tidemark.cli").error(
             "command failed", command=args.command, error=f"{type(exc).__name__}: {exc}", exc_info=True
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from tidemark.commands.console import wide_console
 from tidemark.commands.options import Subparsers, add_home_option
 
 
@@ -20,8 +21,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark down`; its exit status."""
-    from tidemark.commands.console import wide_console
-    from tidemark.devstack.stack import Stack
+    from tidemark.devstack.stack import Stack  # lazy: pulls pyarrow and psutil, kept out of the CLI's start
 
     console = wide_console()
     stack = Stack(args.home)

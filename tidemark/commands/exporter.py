@@ -12,7 +12,6 @@ import argparse
 import signal
 import threading
 
-from tidemark.base.logs import get_logger
 from tidemark.commands.options import POSITIVE_FLOAT, POSITIVE_INT, Subparsers
 from tidemark.commands.slo_options import add_slo_options, objectives, run_state
 
@@ -29,7 +28,9 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark exporter`; its exit status."""
-    from tidemark.ops.exporter import LakeExporter  # lazy: pulls pyarrow
+    # lazy: the exporter pulls pyarrow, the logs rich (tracebacks)
+    from tidemark.base.logs import get_logger
+    from tidemark.ops.exporter import LakeExporter
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,6 +13,7 @@ import argparse
 import json
 
 from tidemark.commands.options import Subparsers
+from tidemark.ops import function_bundle
 
 
 def register(subparsers: Subparsers) -> None:
@@ -29,8 +30,6 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark function-bundle`; its exit status."""
-    from tidemark.ops import function_bundle
-
     out = function_bundle.build(args.out)
     result = {"out": out, "files": [dest for _, dest in function_bundle.FILES]}
     if not args.no_check:

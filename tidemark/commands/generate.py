@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from tidemark.base.layout import event_date_text
 from tidemark.commands.options import EVENT_DATE, FRACTION, POSITIVE_INT, Subparsers
 
 
@@ -39,8 +40,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark generate`; its exit status."""
-    from tidemark.base.layout import event_date_text
-    from tidemark.demo.generate import Workload, generate
+    from tidemark.demo.generate import Workload, generate  # lazy: pulls pyarrow, kept out of the CLI's start
 
     workload = Workload(
         events=args.events,

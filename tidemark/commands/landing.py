@@ -34,14 +34,17 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark landing`; its exit status."""
-    from tidemark.ingest import landing_ledger
+    # lazy: the ledger's modules pull pyarrow, rich costs the CLI's start (tidemark.commands.console)
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tidemark.ingest import landing_archive, landing_ledger
 
     found = landing_ledger.audit(args.landing, args.lake, args.archive)
     status = 3 if found.replaced else 0
     archived = None
     if args.archive:
-        from tidemark.ingest import landing_archive
-
         archived = landing_archive.archived_days(args.archive)
     if args.format == "json":
         out = found.to_json()
@@ -49,10 +52,6 @@ def run(args: argparse.Namespace) -> int:
             out["archived"] = archived
         sys.stdout.write(json.dumps(out) + "\n")
         return status
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
     table = Table(title=f"landing: {len(found.read)} file(s) read, {len(found.hidden)} hidden")
     table.add_column("file", overflow="fold")
     table.add_column("state")

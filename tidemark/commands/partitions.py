@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from tidemark.base.layout import event_date_text
+from tidemark.commands.console import wide_console
 from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers
 
 
@@ -31,14 +33,13 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark partitions`; its exit status."""
+    # lazy: rich costs the CLI's start (tidemark.commands.console), the lake's modules pull pyarrow
     from rich.table import Table
 
-    from tidemark.base.layout import event_date_text
-    from tidemark.commands.console import wide_console
     from tidemark.ops import inspect
     from tidemark.orchestration import reconcile
 
-    # inspect and reconcile compare dates as text (not typed yet)
+    # inspect and reconcile compare dates as text
     since = args.since and event_date_text(args.since)
     until = args.until and event_date_text(args.until)
     rows = inspect.partitions(args.lake, since=since, until=until)

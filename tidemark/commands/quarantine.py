@@ -24,6 +24,11 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark quarantine`; its exit status."""
+    # lazy: the quarantine's module pulls pyarrow, rich costs the CLI's start (tidemark.commands.console)
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     from tidemark.ingest.quarantine import display_raw, read_quarantine, to_json_record
 
     rows = read_quarantine(args.lake)
@@ -31,10 +36,6 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             sys.stdout.write(json.dumps(to_json_record(row), default=str) + "\n")
         return 0
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
     table = Table(title=f"quarantine: {len(rows)} line(s)")
     for column in ("receipt_ts", "source_file", "reason", "raw"):
         table.add_column(column, overflow="fold")

@@ -27,6 +27,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark reindex`; its exit status."""
+    # lazy: rich (tidemark.commands.console), the receipts' module pulls pyarrow
     from tidemark.commands import progress_bar
     from tidemark.panes import receipts
 

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from tidemark.commands.console import print_status, wide_console  # noqa: F401 - also imported from here by demo
+from tidemark.commands.console import print_status, wide_console
 from tidemark.commands.options import Subparsers, add_home_option
 
 
@@ -23,7 +23,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `tidemark status`; its exit status."""
-    from tidemark.devstack.stack import Stack
+    from tidemark.devstack.stack import Stack  # lazy: pulls pyarrow and psutil, kept out of the CLI's start
 
     stack = Stack(args.home)
     if stack.settings() is None:
