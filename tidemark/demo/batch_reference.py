@@ -17,7 +17,9 @@ from datetime import datetime, timedelta, timezone
 
 from tidemark.base import layout
 from tidemark.base.times import from_micros, parse_iso, to_micros
+from tidemark.iceberg import publish, reader
 from tidemark.ingest import contract, landing, landing_archive, landing_ledger
+from tidemark.panes import receipts
 from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -268,9 +270,6 @@ def check_lake(
     under `rules` (default: the rules the lake records, gap boundary included) of everything landed:
     the landing, and the archive the stream moved read files to (`tidemark stream --archive`).
     """
-    from tidemark.iceberg import publish, reader
-    from tidemark.panes import receipts
-
     if rules is None:
         rules = rules_record.rules_in_force(lake)[0]
     expected = sessions_by_date(landing, rules, lake, archive)

@@ -14,12 +14,18 @@ import json
 import math
 import os
 from datetime import datetime
+from types import ModuleType
 
 from tidemark.ops import inspect
 from tidemark.session.sessions import SessionRules
 
 
-def _plt():
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot on the Agg backend (files, no display).
+
+    Imported here, not at the top: the backend must be chosen before pyplot is imported, and the
+    report's other modules (and tests of them) need no matplotlib.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,7 +35,7 @@ def _plt():
 
 
 def lateness_chart(path: str, lateness_s: list[float], rules: SessionRules) -> str:
-    plt = _plt()
+    plt = pyplot()
     values = [max(v, 0.1) for v in lateness_s if v is not None]
     fig, ax = plt.subplots(figsize=(9, 4))
     bins = [10 ** (x / 4) for x in range(-4, 25)]  # 0.1 s .. 10^6 s (11 days)
@@ -53,7 +59,7 @@ def lateness_chart(path: str, lateness_s: list[float], rules: SessionRules) -> s
 
 
 def corrections_chart(path: str, data: dict, waves) -> str:
-    plt = _plt()
+    plt = pyplot()
     dates = list(data["versions"])
     fig, axes = plt.subplots(len(dates) or 1, 1, figsize=(9, 2.8 * max(1, len(dates))), squeeze=False)
     t0 = min((w.landed_at for w in waves if w.landed_at), default=None)
@@ -128,7 +134,7 @@ def _end(data: dict, t0) -> float:
 
 
 def steps_chart(path: str, steps: list[dict]) -> str:
-    plt = _plt()
+    plt = pyplot()
     shown = [s for s in steps if s["median_s"] is not None]
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(shown) + 1.2))
     names = [s["step"] for s in shown][::-1]

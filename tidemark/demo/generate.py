@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta, timezone
 
+from rich.progress import Progress
+
 from tidemark.store import storage
 
 EVENT_FLOW = ["app_open", "browse", "play", "pause", "play", "seek", "ad_impression", "play", "stop"]
@@ -174,8 +176,6 @@ def generate(landing: str, workload: Workload, progress: bool = True) -> dict:
     chunks = split_files(deliveries, workload.files)
     base = time.time()
     if progress and len(chunks) > 1:
-        from rich.progress import Progress
-
         with Progress(transient=True) as bar:
             task = bar.add_task("landing files", total=len(chunks))
             for i, chunk in enumerate(chunks):

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 
 import requests
 
+from tidemark.demo.charts import pyplot
+
 LAG = "sum(rate(tidemark_stream_batch_lag_seconds_sum[1m])) / sum(rate(tidemark_stream_batch_lag_seconds_count[1m]))"
 STALENESS = "tidemark_event_date_staleness_seconds"
 
@@ -42,9 +44,7 @@ def _series(result: list[dict], label: str | None) -> dict[str, list[tuple[datet
 
 
 def _chart(path: str, series: dict, title: str, ylabel: str, objective_s: float | None) -> str:
-    from tidemark.demo.charts import _plt
-
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.6))
     for name, points in sorted(series.items()):
         ax.plot([p[0] for p in points], [p[1] / 60 for p in points], label=name or None, linewidth=1.5)

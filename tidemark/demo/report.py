@@ -13,9 +13,14 @@ import statistics
 from dataclasses import asdict
 from datetime import datetime, timezone
 
+from rich.table import Table
+
+from tidemark.demo import batch_reference
 from tidemark.demo.batch_reference import KEY_COLUMNS, DateCheck, lake_keys
 from tidemark.iceberg import publish, reader
+from tidemark.notices.report import corrected_status, notices_status
 from tidemark.ops import inspect
+from tidemark.products import session_metrics
 from tidemark.store.lake import Lake
 
 STEPS = (
@@ -153,8 +158,6 @@ def collect(
 
 
 def print_report(console, data: dict) -> None:
-    from rich.table import Table
-
     table = Table(
         title="1. what the stream wrote: receipt partitions per event_date, and their way to a corrected version"
     )
@@ -237,8 +240,6 @@ def _s(value) -> str:
 
 def notices_report(lake: Lake) -> dict:
     """Both topics' notices as the lake records them: availability (counts) and corrected (each)."""
-    from tidemark.notices.report import corrected_status, notices_status
-
     status = notices_status(lake)
     corrected = corrected_status(lake)
     rows = sorted(corrected["sent"] + corrected["owed"], key=lambda r: (r["event_date"], r["version"]))
@@ -253,9 +254,6 @@ def consumer_report(out_root: str, landing: str, gap, dates: list[str], archive:
     """The example consumer DAG's metrics per date, next to the same metrics of the batch reference
     (of the landing and the stream's archive).
     """
-    from tidemark.demo import batch_reference
-    from tidemark.products import session_metrics
-
     by_date: dict[str, list] = {}
     for s in batch_reference.sessionize(
         batch_reference.valid_events(batch_reference.landed_lines(landing, archive)), gap
@@ -273,8 +271,6 @@ def consumer_report(out_root: str, landing: str, gap, dates: list[str], archive:
 
 
 def print_notices_and_consumer(console, data: dict) -> None:
-    from rich.table import Table
-
     notices = data["notices"]
     a = notices["availability"]
     console.print(
@@ -364,8 +360,6 @@ def partitions_report(dedup_runs: list[dict], consumer_runs: list[dict], asset_e
 
 
 def print_partitions(console, rows: list[dict]) -> None:
-    from rich.table import Table
-
     table = Table(
         title="7. Airflow partitions: per partition key (event date), the tidemark_dedup runs, "
         "the asset events of tidemark.sessions_dedup (one per version) and the consumer's runs"

@@ -17,8 +17,13 @@ from collections.abc import Callable
 from tidemark.base import layout, names
 from tidemark.base.polling import wait_for
 from tidemark.devstack.stack import Stack, StackError
+from tidemark.iceberg import publish
+from tidemark.ingest import landing_archive
+from tidemark.notices import corrected
 from tidemark.ops import inspect
 from tidemark.orchestration import runs as run_ids
+from tidemark.panes import receipts
+from tidemark.products import session_metrics
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 
@@ -30,8 +35,6 @@ def processed_files(checkpoint: str) -> set[str]:
     `N.compact` files hold all entries up to N), in the checkpoint's current generation: a stream
     run with --archive starts a new one on rotation, after moving the files the old one read.
     """
-    from tidemark.ingest import landing_archive
-
     query = landing_archive.current(checkpoint).query_dir(checkpoint)
     committed = {int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()}
     seen = set()
@@ -98,8 +101,6 @@ def notices_sent(lake: Lake, after: str | None = None) -> tuple[bool, str, list[
     """(all advertised, status, the sent notices). after: a receipt_ts; partitions received up to it
     are not expected to be advertised (history a benchmark wrote before the stack started).
     """
-    from tidemark.panes import receipts
-
     sent: list[dict] = []
     owed, unadvertised = 0, 0
     for event_date in receipts.list_event_dates(lake):
@@ -159,10 +160,6 @@ def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
     """Every date's example-consumer metrics were rebuilt from its current version, and no
     corrected notice is owed.
     """
-    from tidemark.iceberg import publish
-    from tidemark.notices import corrected
-    from tidemark.products import session_metrics
-
     dates = publish.list_dedup_dates(lake)
     done = 0
     for event_date in dates:
