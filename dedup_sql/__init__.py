@@ -16,6 +16,7 @@ import re
 import uuid
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from dedup_sql import rules as sql_rules
 
@@ -36,8 +37,9 @@ def text(name: str) -> str:
 
 
 def compose(name: str, **queries: str) -> str:
-    """The query of <name>.sql with some of its `{input}`s replaced by whole queries (`text` of
-    another file, or another `compose`), as subqueries: several files that feed each other run as
+    """The query of <name>.sql with some of its `{input}`s replaced by whole queries, as subqueries.
+
+    The queries are `text` of another file, or another `compose`. Several files that feed each other run as
     one query, analysed by one spark.sql call instead of one per file (each call is a round trip
     and an analysis in the driver: the stream's three files cost ~30-40 ms more per batch run
     apart). The remaining `{input}`s are `run_text`'s inputs; the parameters of every part are
@@ -70,15 +72,16 @@ def _split_comment(line: str) -> tuple[str, str]:
     return line, ""
 
 
-def run_text(spark, query: str, inputs: dict | None = None, **params):
+def run_text(spark, query: str, inputs: dict[str, Any] | None = None, **params):
     """Run a query made by `text` / `compose`: `inputs` its `{name}`s, `params` its `:name`s."""
     inputs = _checked(inputs)
     return spark.sql(query, args=params, **inputs)
 
 
-def run(spark, name: str, inputs: dict | None = None, views: list | None = None, **params):
-    """Run one SQL file: `inputs` the DataFrames its `{name}`s stand for, `params` its `:name`s
-    (bound by Spark). Returns the DataFrame.
+def run(spark, name: str, inputs: dict[str, Any] | None = None, views: list | None = None, **params):
+    """Run one SQL file; its DataFrame.
+
+    `inputs` are the DataFrames its `{name}`s stand for, `params` its `:name`s (bound by Spark).
 
     With `views` (a list), the inputs are registered as temp views of unique names that are
     appended to it and left for the caller to drop (`drop_views`) once it is done: pyspark drops
@@ -98,7 +101,7 @@ def run(spark, name: str, inputs: dict | None = None, views: list | None = None,
     return spark.sql(text(name).format(**names), args=params)
 
 
-def _checked(inputs: dict | None) -> dict:
+def _checked(inputs: dict[str, Any] | None) -> dict[str, Any]:
     for key in inputs or {}:
         if not _NAME.match(key):
             raise ValueError(f"invalid input name {key!r}")

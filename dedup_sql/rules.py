@@ -1,5 +1,6 @@
-"""The SQL spelling of tidemark's shared rules, written once: the session id, the kept-copy rule and
-the event struct. The stream, the dedup, the SQL files and the benches all take them from here.
+"""The SQL spelling of tidemark's shared rules, written once.
+
+The session id, the kept-copy rule and the event struct. The stream, the dedup, the SQL files and the benches all take them from here.
 
 Why Python text rendered into the SQL files, and not a shared SQL file or SQL functions: a rule is an
 expression used inside other queries (a column of a SELECT, the argument of an aggregate, a type in
@@ -63,6 +64,7 @@ def event(*cols: str) -> str:
 
 def session_id(user_col: str = "user_id", start_col: str = "session_start") -> str:
     """A session's id: a hash of its user and start (32 hex chars), stable for a given start.
+
     tests/test_read.py recomputes it with hashlib.
     """
     return f"substr(sha2(concat({user_col}, '|', CAST(unix_micros({start_col}) AS STRING)), 256), 1, 32)"
