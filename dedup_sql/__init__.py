@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dedup_sql import rules as sql_rules
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 _NAME = re.compile(r"^[a-z_]+$")
 
@@ -72,13 +76,21 @@ def _split_comment(line: str) -> tuple[str, str]:
     return line, ""
 
 
-def run_text(spark, query: str, inputs: dict[str, Any] | None = None, **params):
+def run_text(
+    spark: SparkSession, query: str, inputs: Mapping[str, DataFrame] | None = None, **params: object
+) -> DataFrame:
     """Run a query made by `text` / `compose`: `inputs` its `{name}`s, `params` its `:name`s."""
     inputs = _checked(inputs)
     return spark.sql(query, args=params, **inputs)
 
 
-def run(spark, name: str, inputs: dict[str, Any] | None = None, views: list | None = None, **params):
+def run(
+    spark: SparkSession,
+    name: str,
+    inputs: Mapping[str, DataFrame] | None = None,
+    views: list[str] | None = None,
+    **params: object,
+) -> DataFrame:
     """Run one SQL file; its DataFrame.
 
     `inputs` are the DataFrames its `{name}`s stand for, `params` its `:name`s (bound by Spark).
@@ -92,7 +104,7 @@ def run(spark, name: str, inputs: dict[str, Any] | None = None, views: list | No
     if views is None:
         return run_text(spark, text(name), inputs, **params)
     inputs = _checked(inputs)
-    names = {}
+    names: dict[str, str] = {}
     for key, frame in inputs.items():
         names[key] = f"tidemark_{key}_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(names[key])
@@ -101,14 +113,15 @@ def run(spark, name: str, inputs: dict[str, Any] | None = None, views: list | No
     return spark.sql(text(name).format(**names), args=params)
 
 
-def _checked(inputs: dict[str, Any] | None) -> dict[str, Any]:
+def _checked(inputs: Mapping[str, DataFrame] | None) -> Mapping[str, DataFrame]:
+    """The inputs, each name checked (a name is written into the SQL text)."""
     for key in inputs or {}:
         if not _NAME.match(key):
             raise ValueError(f"invalid input name {key!r}")
     return inputs or {}
 
 
-def drop_views(spark, views: list) -> None:
+def drop_views(spark: SparkSession, views: list[str]) -> None:
     """Drop the temp views `run(..., views=...)` left (uncaching what they were made from)."""
     while views:
         spark.catalog.dropTempView(views.pop())

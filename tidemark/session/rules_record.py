@@ -82,6 +82,7 @@ class Recorded:
     previous_rules_id: str | None
 
     def to_json(self) -> dict[str, Any]:
+        """The record as its file holds it."""
         return {
             "format": FORMAT,
             "sequence": self.sequence,
@@ -100,6 +101,7 @@ class Recorded:
 
 
 def describe_rules(rules: SessionRules) -> str:
+    """The rules as a phrase: 'gap 30m, allowed lateness 1h, watermark delay 10m'."""
     # describe() leaves the default boundary out: messages about existing lakes read as before.
     return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in rules.describe().items())
 
