@@ -89,7 +89,7 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         type=TOPIC,
         help="send what is owed on --topic (availability or corrected) to projects/P/topics/T, "
-        "then exit (safe while the stream runs; --publish is its former name)",
+        "then exit (safe while the stream runs; --publish is an alias)",
     )
     p.add_argument(
         "--close-waiting",

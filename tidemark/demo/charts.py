@@ -25,7 +25,7 @@ from tidemark.session.sessions import SessionRules
 def pyplot() -> ModuleType:
     """The pyplot module of matplotlib, on the Agg backend (files, no display).
 
-    Imported here, not at the top: the backend must be chosen before pyplot is imported, and the
+    Imported here (lazy), not at the top: the backend must be chosen before pyplot is imported, and the
     report's other modules (and tests of them) need no matplotlib.
     """
     import matplotlib

@@ -332,6 +332,7 @@ def iceberg_schema(version: int = VERSION) -> Schema:
     pyiceberg's create_table assigns fresh ids in this order anyway: so the name mapping a creator
     derives from this schema matches the table's ids.
     """
+    # lazy: pyiceberg (see _iceberg_type)
     from pyiceberg.schema import Schema, assign_fresh_schema_ids
     from pyiceberg.types import NestedField
 
@@ -367,6 +368,7 @@ def evolve(table: Table, attempts: int = 8) -> Table:
     (CommitFailedException: the schema changed under it) reloads the table and looks again.
     Returns the (refreshed) table. Files written before hold no value for the new columns (null).
     """
+    # lazy: pyiceberg and its SQL catalog's sqlalchemy (see _iceberg_type)
     from pyiceberg.exceptions import CommitFailedException
     from sqlalchemy.exc import OperationalError  # SQLite's "database is locked" while another commits
 
