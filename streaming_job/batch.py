@@ -86,7 +86,8 @@ class BatchInput:
     (tidemark.ingest.input_pins), what the ledger records of each.
 
     A batch built by hand (no offset entry in the checkpoint: tests, tools) is read as given: its
-    receipt time is its `receipt_time` column, and whether it is a replay is known from the ledger."""
+    receipt time is its `receipt_time` column, and whether it is a replay is known from the ledger.
+    """
 
     frame: DataFrame | None  # None: not one file left to read
     rules: InputRules
@@ -242,7 +243,8 @@ class BatchProcessor:
     def _input(self, batch: DataFrame, batch_id: int, spark_batch_id: int) -> BatchInput:
         """The batch's input: its pinned files, pinned now on a first attempt (tidemark.ingest.input_pins),
         checked against the ledger on a replay; or the batch as given when no streaming query
-        planned it."""
+        planned it.
+        """
         plan = (
             input_pins.planned(self.generation.query_dir(self.checkpoint), spark_batch_id, self.landing)
             if self.landing is not None
@@ -275,7 +277,8 @@ class BatchProcessor:
         self, source: BatchInput, entry: dict, recorded: InputRules, batch_id: int, plan: input_pins.PlannedBatch
     ) -> None:
         """A replay reads what its first attempt recorded: the same pins (checked against their
-        digests), judged by the same input rules."""
+        digests), judged by the same input rules.
+        """
         if recorded != self.input_rules:
             log.warning(
                 "replayed batch: judged by the input rules of its first attempt, not the given ones",
@@ -320,7 +323,8 @@ class BatchProcessor:
     def _by_file(parsed: DataFrame) -> list:
         """One Spark action over the checked batch: per file, its lines, valid events, newest event
         time and (when the source gives them) size and modification time; and, for a batch built
-        by hand, the batch's time."""
+        by hand, the batch's time.
+        """
         valid = F.col("reason").isNull()
         facts = [F.max(name).alias(name) for name in parse.FILE_FACTS if name in parsed.columns]
         if "receipt_time" in parsed.columns:
@@ -343,7 +347,8 @@ class BatchProcessor:
     def _admit(self, by_file: list, receipt_ts: str, batch_id: int, source: BatchInput) -> tuple[dict, list[str]]:
         """The landing rule over the batch's files (tidemark.ingest.landing), the batch's ledger entry
         written, and the totals of its input files. Returns (totals, URIs of files not read: as the
-        frame names them)."""
+        frame names them).
+        """
         files, skipped, newest = [], [], []
         totals: dict[str, Any] = {"lines": 0, "valid": 0, "refused_bytes": 0, "landing_uris": {}}
         digests = source.digests.result() if source.digests is not None else {}
@@ -423,7 +428,8 @@ class BatchProcessor:
         """The pane rows as their files hold them: THE session schema's pane columns
         (tidemark/session/session_schema.py), then event_date and receipt_ts. The stream's writer
         adds the batch's values itself (pane_writer.BatchValues); here they are Spark columns, for
-        whoever wants a batch's panes as a DataFrame."""
+        whoever wants a batch's panes as a DataFrame.
+        """
         values = {
             "batch_id": F.lit(batch_id).cast("bigint"),
             "watermark": F.timestamp_micros(F.lit(watermark_us)),
@@ -442,7 +448,8 @@ class BatchProcessor:
         or kept (`retain`: state), with the pane columns but the batch's own values (added by the
         writer: pane_writer.BatchValues) and the ones `_pane_columns` derives from others (event_ids, a copy of
         the events' ids: shuffling it too made the pane shuffle ~40% bigger, BENCHMARKS.md section
-        1), and the state's own (NOT_PANE)."""
+        1), and the state's own (NOT_PANE).
+        """
         derived = {"event_ids"}
         return result.where("emit OR retain").select(
             *(c.name for c in session_schema.PANE_SESSION if c.name not in derived),
@@ -459,7 +466,8 @@ class BatchProcessor:
     @staticmethod
     def _pane_columns() -> list:
         """`_rows`' pane columns, event_ids from the events (the events' event_id field: no lambda,
-        whose variable Spark names anew in every plan), the batch's own values left out."""
+        whose variable Spark names anew in every plan), the batch's own values left out.
+        """
         session = [
             F.col("events.event_id").alias("event_ids") if name == "event_ids" else F.col(name)
             for name in (c.name for c in session_schema.PANE_SESSION)
@@ -468,7 +476,8 @@ class BatchProcessor:
 
     def _complete(self, rows: DataFrame, receipt_ts: str) -> frozenset[str]:
         """A replayed batch's event dates whose receipt partitions an earlier attempt completed: kept
-        as they are (one more Spark job, on replays only)."""
+        as they are (one more Spark job, on replays only).
+        """
         dates = [row["event_date"] for row in rows.where("emit").select("event_date").distinct().collect()]
         return frozenset(date for date, _ in receipts.complete_keys(self.lake, [(d, receipt_ts) for d in dates]))
 
@@ -476,7 +485,8 @@ class BatchProcessor:
         self, stats: list[dict], complete: frozenset[str], receipt_ts: str, batch_id: int, watermark_us: int
     ) -> list[receipts.ReceiptPartition]:
         """The batch's receipt partitions (their files written) registered and completed, markers
-        last; a replay's partitions completed already are left as they are."""
+        last; a replay's partitions completed already are left as they are.
+        """
         partitions = [
             receipts.ReceiptPartition(
                 event_date=row["event_date"],
@@ -512,7 +522,8 @@ class BatchProcessor:
         self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int, size: int, uris: dict[str, str]
     ) -> None:
         """The batch's refused lines, each with its landed file's URI (`uris`: the frame's file ->
-        the landing's, for pinned input)."""
+        the landing's, for pinned input).
+        """
         folder = self.lake.quarantine_dir(receipt_ts)
         marker = layout.join(folder, QUARANTINE_MARKER)
         if storage.exists(marker):
@@ -545,7 +556,8 @@ class BatchProcessor:
 
 def read_pinned(spark, folder: str) -> DataFrame:
     """A batch's pinned files as the streaming source gives lines (streaming_job.job.source): every
-    line, split as the contract splits, with its file's URI (in the pin folder)."""
+    line, split as the contract splits, with its file's URI (in the pin folder).
+    """
     return (
         spark.read.format("text")
         .option("recursiveFileLookup", "true")
@@ -557,7 +569,8 @@ def read_pinned(spark, folder: str) -> DataFrame:
 
 def release_pins(checkpoint: str, generation: landing_archive.Generation, archive: bool) -> list[int]:
     """Remove the pins of committed batches; with the archive, not before the archive has taken
-    the batch's files (its queue entry is gone)."""
+    the batch's files (its queue entry is gone).
+    """
     keep = frozenset(entry["batch_id"] for entry in landing_archive.queued(checkpoint)) if archive else frozenset()
     return input_pins.release(checkpoint, generation.generation, generation.query_dir(checkpoint), keep)
 
@@ -591,7 +604,8 @@ def _renamed(table: pa.Table, column: str, names: dict[str, str]) -> pa.Table:
 
 def state_events(state: DataFrame) -> DataFrame:
     """The events of the open sessions in state, one row each, with their session's state_* columns:
-    stream_input.sql's {state_events}."""
+    stream_input.sql's {state_events}.
+    """
     return state.select(
         "user_id",
         F.explode("events").alias("e"),
@@ -618,7 +632,8 @@ def sessionize(
     """A micro-batch's sessions (stream_panes.sql's rows): the batch's valid `events` merged into the
     open sessions of `state`, one row per distinct event (user_id, event_id, event_ts) with the kept
     copy chosen by the copy rule whatever the arrival order, sessionized, each session's pane
-    decided (STREAM_QUERY: the three files as one query, one analysis in the driver)."""
+    decided (STREAM_QUERY: the three files as one query, one analysis in the driver).
+    """
     return dedup_sql.run_text(
         spark,
         STREAM_QUERY,
@@ -634,7 +649,8 @@ def sessionize(
 
 def watermarks(spark, w_prev_us: int, w_new_us: int) -> DataFrame:
     """stream_panes.sql's {watermarks}: one row, planned as a local relation (a VALUES list is
-    data, not code: every batch's plan compiles to the same code, whatever its watermarks)."""
+    data, not code: every batch's plan compiles to the same code, whatever its watermarks).
+    """
     return spark.sql(
         "SELECT * FROM VALUES (CAST(:w_prev_us AS BIGINT), CAST(:w_new_us AS BIGINT)) AS w(w_prev_us, w_new_us)",
         args={"w_prev_us": w_prev_us, "w_new_us": w_new_us},

@@ -124,7 +124,8 @@ JAVA_OPTIONS_ENV = "TIDEMARK_STREAM_JAVA_OPTIONS"
 
 def stream_jvm_conf() -> dict[str, str]:
     """Launch settings of the JVM a stream starts for itself; TIDEMARK_STREAM_JAVA_OPTIONS replaces
-    the options (empty: the JVM's defaults)."""
+    the options (empty: the JVM's defaults).
+    """
     options = os.environ.get(JAVA_OPTIONS_ENV, STREAM_JAVA_OPTIONS)
     return {"spark.driver.extraJavaOptions": options} if options.strip() else {}
 
@@ -285,7 +286,8 @@ def _run_query(
 ):
     """One generation's query, until it stops, fails, has committed rotate_at batches, or (once it
     has committed unread_after batches: after a postponed rotation, the replay first) the landing
-    audit finds files it never reads. Returns the lake's new rules if a migration stopped it."""
+    audit finds files it never reads. Returns the lake's new rules if a migration stopped it.
+    """
     writer = (
         source(spark, config)
         .writeStream.queryName("tidemark_sessions")
@@ -357,7 +359,8 @@ def _run_query(
 
 def _set_aside(config: StreamConfig):
     """What the archive does with a file replaced after it was read: its new content quarantined
-    (as the landing audit does), the file set aside under <archive>/_replaced/."""
+    (as the landing audit does), the file set aside under <archive>/_replaced/.
+    """
     return lambda files: landing_ledger.quarantine_replaced(
         config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive
     )
@@ -367,7 +370,8 @@ def _unread(
     config: StreamConfig, generation: landing_archive.Generation, found: landing_ledger.Audit | None
 ) -> list[str]:
     """The audit's pending files that the generation's query never reads (a name it has read
-    already, landed again after its file was archived): a rotation lets the next one read them."""
+    already, landed again after its file was archived): a rotation lets the next one read them.
+    """
     if not config.archive or found is None or not found.pending:
         return []
     try:
@@ -407,7 +411,8 @@ def _migrate(config: StreamConfig, spark) -> SessionRules:
 
 class _RulesGuard:
     """Re-reads the lake's rules record now and then: a migration while the stream runs stops it,
-    so that it never keeps writing with rules the lake no longer has."""
+    so that it never keeps writing with rules the lake no longer has.
+    """
 
     def __init__(self, lake: Lake, rules: SessionRules, interval: float):
         self.lake = lake
@@ -430,7 +435,8 @@ class _RulesGuard:
 class _LandingAudit:
     """Now and then (and once when the stream ends), the landing compared with the ledger: replaced
     files quarantined, in-progress names reported (tidemark.ingest.landing_ledger). A listing of the
-    landing, as Spark makes every trigger; never fatal to the stream."""
+    landing, as Spark makes every trigger; never fatal to the stream.
+    """
 
     def __init__(self, landing: str, lake: Lake, interval: float, archive: str | None = None):
         self.landing, self.lake, self.interval, self.archive = landing, lake, interval, archive

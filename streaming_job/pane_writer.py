@@ -44,7 +44,8 @@ class BatchValues:
     receipt time or a watermark in the plan made every micro-batch compile its code anew (Janino)
     and the JVM's JIT compile that new code again, beside the batch on a 2-core machine
     (BENCHMARKS.md section 1). With no value of the batch in the plan, every micro-batch runs the
-    code the first one compiled."""
+    code the first one compiled.
+    """
 
     COLUMNS: ClassVar[tuple[str, ...]] = ("batch_id", "watermark", "receipt_ts")
 
@@ -53,8 +54,9 @@ class BatchValues:
     watermark_us: int
 
     def scalars(self) -> dict:
-        """name -> Arrow scalar, as Spark's writer typed them: batch_id a bigint, watermark a UTC
-        timestamp in microseconds, receipt_ts a string."""
+        """Name -> Arrow scalar, as Spark's writer typed them: batch_id a bigint, watermark a UTC
+        timestamp in microseconds, receipt_ts a string.
+        """
         import pyarrow as pa
 
         return {
@@ -66,7 +68,8 @@ class BatchValues:
 
 def with_constants(table, values: dict):
     """`table` with one more column per (name, Arrow scalar) of `values`, that value in every row and
-    not null, as Spark's writer typed a literal column (the panes' batch values, the quarantine's)."""
+    not null, as Spark's writer typed a literal column (the panes' batch values, the quarantine's).
+    """
     import pyarrow as pa
 
     for name, value in values.items():
@@ -95,7 +98,8 @@ def write_batch(
     Returns, per event date of the panes, what its receipt marker records (event_date, rows, events,
     min_us, max_us, kinds), and how many sessions state keeps: the batch's only Spark action after
     the sessionizing, where the statistics, the panes and the state were three (the fixed cost of a
-    micro-batch is mostly its Spark jobs, BENCHMARKS.md section 1)."""
+    micro-batch is mostly its Spark jobs, BENCHMARKS.md section 1).
+    """
     schema = "event_date string, rows bigint, events bigint, min_us bigint, max_us bigint, kinds array<string>"
 
     def write(batches):
@@ -138,7 +142,8 @@ def _stats_schema():
 
 def _write_file(table, folder: str, name: str) -> None:
     """One Parquet file into `folder`, under a hidden name first on a local disk (a reader never
-    sees half a file; a single-object upload on a bucket is atomic already)."""
+    sees half a file; a single-object upload on a bucket is atomic already).
+    """
     import pyarrow.parquet as pq
 
     from tidemark.store import storage

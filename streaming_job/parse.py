@@ -36,7 +36,8 @@ def _verdict_udf(rules: InputRules):
 def _verdict_at_udf(rules: InputRules, received_us: int):
     """The verdict UDF with the receipt time a value of the function, not of the plan: Spark writes
     a literal into the code it generates, so a batch's time in the plan would make every batch
-    compile anew (streaming_job.pane_writer.BatchValues)."""
+    compile anew (streaming_job.pane_writer.BatchValues).
+    """
 
     @arrow_udf(VERDICT)  # type: ignore[call-overload]
     def verdict(raw: pa.Array) -> pa.Array:

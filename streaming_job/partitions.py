@@ -25,7 +25,8 @@ LINES_PER_TASK = 250_000
 
 def sized(lines: int, cores: int, ceiling: int) -> int:
     """Shuffle partitions for a batch of `lines`: whole waves of `cores` tasks of about
-    LINES_PER_TASK lines each, between `cores` and `ceiling` (both at least 1)."""
+    LINES_PER_TASK lines each, between `cores` and `ceiling` (both at least 1).
+    """
     cores = max(1, cores)
     waves = max(1, round(lines / (cores * LINES_PER_TASK)))
     return max(1, min(ceiling, cores * waves))
@@ -34,7 +35,8 @@ def sized(lines: int, cores: int, ceiling: int) -> int:
 @contextmanager
 def sized_shuffle(spark, lines: int) -> Iterator[int]:
     """The batch's shuffles sized to it within the block; the session's setting restored after
-    (the stream's micro-batches share one session, and so do callers that run a batch directly)."""
+    (the stream's micro-batches share one session, and so do callers that run a batch directly).
+    """
     ceiling = spark.conf.get(SHUFFLE_PARTITIONS)
     try:
         cores = spark.sparkContext.defaultParallelism

@@ -87,7 +87,8 @@ def _event_ts_us(event_ts: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
 
     A text that matches the pattern is ASCII with its fields at fixed places (YYYY-MM-DDTHH:MM:SS,
     then an optional fraction, then Z or +HH:MM at the end), so the digits are read straight from
-    the Arrow data buffer, in numpy, for the whole batch."""
+    the Arrow data buffer, in numpy, for the whole batch.
+    """
     n = len(event_ts)
     matched = _numpy(pc.fill_null(pc.match_substring_regex(event_ts, _TS_PATTERN), False))
     offsets, data = _buffers(event_ts)
@@ -152,11 +153,12 @@ _decode_many = msgspec.json.Decoder(list[dict[str, str]]).decode
 
 
 def _decode_each(lines: list) -> list:
-    """msgspec's reading of each line as a flat object of strings, None where it refuses it.
+    """Msgspec's reading of each line as a flat object of strings, None where it refuses it.
 
     One decode call for many lines (a JSON array of them) costs less than one per line; a batch
     that fails (a line msgspec refuses, or a line of two objects) is split in halves until the
-    lines at fault are found and read alone."""
+    lines at fault are found and read alone.
+    """
     if not lines:
         return []
     if len(lines) > _DECODE_IN_ONE_CALL:
@@ -179,7 +181,8 @@ def _decode_each(lines: list) -> list:
 
 def _per_line_count(raw: pa.BinaryArray, byte: int) -> np.ndarray:
     """How many times `byte` occurs in each line, from the Arrow buffers (numpy, no per-line
-    Python): the byte's places in the data, counted between each line's offsets."""
+    Python): the byte's places in the data, counted between each line's offsets.
+    """
     offsets, data = _buffers(raw)
     places = np.flatnonzero(data == byte)
     return np.diff(np.searchsorted(places, offsets))
@@ -233,14 +236,16 @@ def _received(received_us: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def accepted_positions(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRules()) -> np.ndarray:
     """The positions of the lines the fast path decides itself (the others go to check_line):
-    for the tests (the bulk path must take the common lines) and the benchmark."""
+    for the tests (the bulk path must take the common lines) and the benchmark.
+    """
     return _accepted(raw, *_received(received_us), rules)[0]
 
 
 def verdicts(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRules()) -> pa.StructArray:
     """The contract's verdict on every line of a batch (raw bytes, received_us: the clock guard's
     now per line, null skips it): reason (null for an event), user_id, event_id, event_type,
-    event_ts_us, payload; the same values `contract.check_line` gives, line by line."""
+    event_ts_us, payload; the same values `contract.check_line` gives, line by line.
+    """
     n = len(raw)
     received, has_received = _received(received_us)
     fast_at, fast = _accepted(raw, received, has_received, rules)

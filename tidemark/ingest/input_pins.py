@@ -50,7 +50,8 @@ PIN_CHANGED = "its pinned copy changed before the batch was replayed: that conte
 @dataclass(frozen=True)
 class PlannedBatch:
     """What Spark planned for a micro-batch: its timestamp and files (path relative to the landing ->
-    the file's URI as Spark names a line's file, `_metadata.file_path`)."""
+    the file's URI as Spark names a line's file, `_metadata.file_path`).
+    """
 
     spark_batch_id: int
     receipt_ms: int
@@ -68,7 +69,8 @@ class Pin:
 
 def planned(query_dir: str, spark_batch_id: int, landing_uri: str) -> PlannedBatch | None:
     """The batch's plan from Spark's offset and file-source logs; None when the query folder has no
-    offset entry for it (a batch built by hand, not by a streaming query)."""
+    offset entry for it (a batch built by hand, not by a streaming query).
+    """
     text = storage.read_text(layout.join(query_dir, "offsets", str(spark_batch_id)))
     if text is None:
         return None
@@ -87,7 +89,8 @@ def planned(query_dir: str, spark_batch_id: int, landing_uri: str) -> PlannedBat
 
 def _source_log(query_dir: str, log_id: int) -> list[str]:
     """The file URIs the file source's log entry `log_id` added (a compacted entry holds every
-    earlier one too: only those of `log_id` are taken)."""
+    earlier one too: only those of `log_id` are taken).
+    """
     folder = layout.join(query_dir, "sources", "0")
     text = storage.read_text(layout.join(folder, str(log_id)))
     if text is None:
@@ -115,7 +118,8 @@ def pin(
     checkpoint: str, batch_id: int, generation: int, landing_uri: str, plan: PlannedBatch
 ) -> tuple[dict[str, Pin], list[str]]:
     """Pin every file of a first attempt (an earlier attempt's pins, which nothing recorded, go
-    first). Returns ({path: Pin}, paths of files gone from the landing already)."""
+    first). Returns ({path: Pin}, paths of files gone from the landing already).
+    """
     folder = pin_dir(checkpoint, batch_id)
     storage.delete_dir(folder)
     storage.write_json_atomic(
@@ -203,7 +207,8 @@ def restore(
     """Pin again, from the landing, each recorded file whose pin is gone (released after a commit
     that Spark's log no longer holds, or a checkpoint restored without its pins) when the landed
     file still starts with the recorded bytes. Returns the paths pinned again; a landed file that
-    holds other content now is left to the landing (a later batch reads a reused name)."""
+    holds other content now is left to the landing (a later batch reads a reused name).
+    """
     restored = []
     fs, root = storage.resolve(landing_uri)
     pfs, target = storage.resolve(pin_dir(checkpoint, batch_id))
@@ -238,7 +243,8 @@ def verify(checkpoint: str, batch_id: int, recorded: list[dict]) -> tuple[dict[s
     share the inode) is cut back to them, as a copy of its own. A pin that recorded no line (an
     empty file) is removed. Returns ({path: reason} of recorded files that cannot be read as they
     were, {path: bytes} of those of them whose pin holds other content now); those pins are removed,
-    so that the batch reads exactly the recorded content that is still there."""
+    so that the batch reads exactly the recorded content that is still there.
+    """
     fs, root = storage.resolve(pin_dir(checkpoint, batch_id))
     wanted = {r["path"]: r for r in recorded if r.get("sha256")}
     lost: dict[str, str] = {}
@@ -281,7 +287,8 @@ def _replace(fs: pafs.FileSystem, path: str, data: bytes) -> None:
 def release(checkpoint: str, generation: int, query_dir: str, keep: frozenset[int] = frozenset()) -> list[int]:
     """Remove the pins of every batch Spark's commit log holds (the current `generation`'s query
     folder `query_dir`; every batch of an earlier generation: a rotation happens only once its
-    batches are committed), except those in `keep`. Returns the batch ids released."""
+    batches are committed), except those in `keep`. Returns the batch ids released.
+    """
     released = []
     root = layout.join(checkpoint, PINNED_DIR)
     for name in storage.list_dir(root):

@@ -55,7 +55,8 @@ def file_lines(data: bytes) -> list[bytes]:
 
 def _location(uri: str) -> str:
     """A path or URI as a comparable location: local paths absolute, URIs percent-decoded (Spark
-    names files as Hadoop URIs, `file:/tmp/sub%20dir/a.jsonl`)."""
+    names files as Hadoop URIs, `file:/tmp/sub%20dir/a.jsonl`).
+    """
     if uri.startswith("file:"):
         return os.path.abspath(unquote(urlsplit(uri).path))
     if "://" not in uri:

@@ -90,7 +90,8 @@ def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
 
 def holds(archive: str, receipt_ts: str, relative: str) -> bool:
     """The archive took a file of this name out of the landing on receipt_ts's day: read
-    (received=) or set aside as replaced (_replaced/received=)."""
+    (received=) or set aside as replaced (_replaced/received=).
+    """
     return storage.exists(archive_path(archive, receipt_ts, relative)) or storage.exists(
         _replaced_path(archive, receipt_ts, relative)
     )
@@ -110,7 +111,8 @@ def _queue_entry(checkpoint: str, batch_id: int) -> str:
 
 def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[dict]) -> None:
     """Record what a batch read, before its ledger entry and its panes: written again identically
-    when the batch is replayed. files: {path, size, mtime_ms, sha256} of its input files."""
+    when the batch is replayed. files: {path, size, mtime_ms, sha256} of its input files.
+    """
     storage.write_json_atomic(
         _queue_entry(checkpoint, generation.batch_base + spark_batch_id),
         {
@@ -156,7 +158,8 @@ def drain(
     A file changed since its batch read it (replaced under its name) is not archived as read:
     on_replaced gets it before the batch's entry is deleted (the stream quarantines its new content
     and sets it aside: tidemark.ingest.landing_ledger.quarantine_replaced), so that no later checkpoint
-    generation reads it as a new file. Without on_replaced it stays, for the landing audit."""
+    generation reads it as a new file. Without on_replaced it stays, for the landing audit.
+    """
     moved = 0
     for entry in queued(checkpoint):
         if not committed(checkpoint, entry):
@@ -202,25 +205,29 @@ def _found(landing: str, path: str) -> LandedFile | None:
 
 def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
     """A read input file to <archive>/received=<its batch's day>/<path> (or a version of that name:
-    _rename)."""
+    _rename).
+    """
     _rename(landing, path, archive_path(archive, receipt_ts, path))
 
 
 def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
     """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
-    out of the landing, and out of what the batch reference reads (a hidden folder)."""
+    out of the landing, and out of what the batch reference reads (a hidden folder).
+    """
     _rename(landing, path, _replaced_path(archive, receipt_ts, path))
 
 
 def version_path(path: str, digest: str) -> str:
     """The archive's name for another content of `path` archived the same day: the SHA-256 of that
-    content (hex) appended."""
+    content (hex) appended.
+    """
     return f"{path}{VERSION_MARK}{digest}"
 
 
 def original_path(archived: str) -> str:
     """The landing path of an archived file (its path under the received= folder): a version's
-    content suffix removed."""
+    content suffix removed.
+    """
     return _VERSION.sub("", archived)
 
 
@@ -232,7 +239,8 @@ def _rename(landing: str, path: str, target_uri: str) -> None:
     move retried after a kill between a bucket's copy and its delete, or the same file landed and
     read again the same day) is not copied again: the landing's file is only deleted. Each copy
     appears whole (a rename on a local disk, an object on a bucket), so a kill leaves either the
-    landed file or its archived copy, or both, and the retried move finishes it."""
+    landed file or its archived copy, or both, and the retried move finishes it.
+    """
     fs, root = storage.resolve(landing)
     source = root.rstrip("/") + "/" + path
     info = fs.get_file_info(source)
@@ -262,7 +270,7 @@ def _holds(afs: pafs.FileSystem, path: str, info: pafs.FileInfo, size: int | Non
 
 
 def _transfer(fs: pafs.FileSystem, source: str, afs: pafs.FileSystem, target: str) -> None:
-    """source (on fs) to target (on afs), which must not exist; the copy appears whole."""
+    """Source (on fs) to target (on afs), which must not exist; the copy appears whole."""
     folder, name = target.rsplit("/", 1)
     afs.create_dir(folder, recursive=True)
     if type(afs) is type(fs):
@@ -306,7 +314,8 @@ def rotate(
 
     lake: also refuse while a planned, uncommitted batch has a landing ledger entry (its receipt_ts
     is its batch timestamp in the offset log): work a run without the archive left half done,
-    which its replay must finish from the landing's files."""
+    which its replay must finish from the landing's files.
+    """
     drain(landing, archive, checkpoint, on_replaced)
     query = generation.query_dir(checkpoint)
     offsets = [int(n) for n in storage.list_dir(layout.join(query, "offsets")) if n.isdigit()]
@@ -336,7 +345,8 @@ def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
     source log (`<query>/sources/0/`: the newest `N.compact`, which holds every entry before it,
     and the entries after it), whose names its query never reads again. A file of a batch not
     committed yet is left out: that batch (or its replay) reads it. Costs a read of the log, which
-    grows with the files the generation read (a rotation bounds it)."""
+    grows with the files the generation read (a rotation bounds it).
+    """
     import json
 
     query = generation.query_dir(checkpoint)
@@ -364,7 +374,8 @@ def unread(landing: str, checkpoint: str, generation: Generation, pending: list[
     """The pending landed files that the generation's query will never read: a name one of its
     committed batches listed (a name landed again after its file was archived or set aside, or an
     empty file written again). Only a new generation reads them (rotate). Reads Spark's source log
-    only when some file is pending."""
+    only when some file is pending.
+    """
     if not pending:
         return []
     seen = listed(landing, checkpoint, generation)
@@ -395,7 +406,8 @@ def clear_unfinished_first_write(query_dir: str) -> list[str]:
     rotation), the folder holds only that temporary file, and Spark 4 then refuses to start the
     query for good (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: "offsets should be empty on batch
     0"). With no numbered entry, no batch was planned: the leftovers carry nothing. Returns the
-    names removed."""
+    names removed.
+    """
     offsets = layout.join(query_dir, "offsets")
     names = storage.list_dir(offsets)
     if any(name.isdigit() for name in names):

@@ -71,7 +71,8 @@ def record_batch(
     input_rules: InputRules | None = None,
 ) -> None:
     """Write one batch's entry. files: {path, size, mtime_ms, lines, verdict[, sha256, reason]};
-    input_rules: the rules the batch judged its lines by (a replay reads them back: `rules_of`)."""
+    input_rules: the rules the batch judged its lines by (a replay reads them back: `rules_of`).
+    """
     entry: dict[str, object] = {
         "receipt_ts": receipt_ts,
         "batch_id": batch_id,
@@ -111,7 +112,8 @@ def rules_of(entry: dict) -> InputRules | None:
 
 def _entries(lake: Lake, since_day: str | None) -> list[tuple[str, str]]:
     """(receipt_ts, path) of the ledger's entries, oldest first: those in day folders from
-    `since_day` on (every day: None) and those a lake from before the day folders keeps at the top."""
+    `since_day` on (every day: None) and those a lake from before the day folders keeps at the top.
+    """
     root = lake.landing_ledger_dir()
     found = []
     for name in lake.list_dir(root):
@@ -131,13 +133,15 @@ def _entry_ts(name: str) -> str | None:
 
 def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecord]:
     """{path: the newest record of that path} over every entry, or over the entries of batches
-    received from `since_day` on (and a legacy lake's undated entries)."""
+    received from `since_day` on (and a legacy lake's undated entries).
+    """
     return {path: records[-1] for path, records in read_history(lake, since_day).items()}
 
 
 def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[FileRecord]]:
     """{path: every record of that path, oldest first}, over the entries read_ledger reads (a name
-    landed again after its file was archived has one record per content read)."""
+    landed again after its file was archived has one record per content read).
+    """
     out: dict[str, list[FileRecord]] = {}
     for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order
         entry = lake.read_json(path) or {}
@@ -158,7 +162,8 @@ def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[Fil
 
 def receipt_us(receipt_ts: str) -> int:
     """A ledger entry's receipt_ts as microseconds: the receipt time the stream's clock guard used
-    (the batch timestamp, which receipt_ts spells to the millisecond)."""
+    (the batch timestamp, which receipt_ts spells to the millisecond).
+    """
     return to_micros(layout.parse_receipt_ts(receipt_ts))
 
 
@@ -195,7 +200,8 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
     the entries from the day before the oldest landed file's modification time on are read
     (`since_day`): the audit's cost follows the landing, not the lake's age. (A file read and then
     replaced while the stream was stopped for more than a day before archiving it reads as pending
-    here; the stream's archive drain sets it aside as replaced when it restarts.)"""
+    here; the stream's archive drain sets it aside as replaced when it restarts.)
+    """
     files = list(landing.list_landing(landing_uri))
     readable = [f for f in files if f.verdict == landing.INPUT]  # hidden and in-progress files are never read
     ledger = read_ledger(lake, since_day(readable) if archive is not None else None)
@@ -220,7 +226,8 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
 
 def since_day(files: list[landing.LandedFile]) -> str:
     """The first ledger day that can record a read of these landed files: the day before the oldest
-    one's modification time (a day of margin for the clocks of the stream's driver and the store)."""
+    one's modification time (a day of margin for the clocks of the stream's driver and the store).
+    """
     oldest_ms = min((f.mtime_ms for f in files if f.mtime_ms is not None), default=None)
     if oldest_ms is None:
         return datetime.now(timezone.utc).date().isoformat()
@@ -261,7 +268,8 @@ def quarantine_contents(
 ) -> str:
     """Every line of each (path, size, mtime_ms, bytes) quarantined with `reason`, in a quarantine
     folder of its own (a receipt_ts no batch has), and a ledger entry recording the files with
-    `verdict` and their sha256. Returns that receipt_ts."""
+    `verdict` and their sha256. Returns that receipt_ts.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -309,7 +317,8 @@ def sweep_read(landing_uri: str, lake: Lake, archive: str) -> int:
     """Every file of the landing that the ledger records as read, moved to the archive (under the
     day of the batch that read it), and every replaced one quarantined and set aside: what a
     checkpoint's first rotation needs when the stream ran without the archive before. Reads the
-    whole ledger: once per checkpoint (tidemark.ingest.landing_archive.rotate). Returns files moved."""
+    whole ledger: once per checkpoint (tidemark.ingest.landing_archive.rotate). Returns files moved.
+    """
     ledger = read_ledger(lake)
     found = audit(landing_uri, lake, archive)
     for path in found.read:

@@ -54,7 +54,8 @@ def raw_text(raw: bytes) -> tuple[str, str]:
 
 def to_json_record(row: dict) -> dict:
     """A quarantine row as JSON-safe values: raw as text ("raw_encoding": "utf-8") or as base64
-    ("raw_encoding": "base64"), with its length in bytes."""
+    ("raw_encoding": "base64"), with its length in bytes.
+    """
     record = {k: v for k, v in row.items() if k != "raw"}
     raw = row.get("raw") or b""
     record["raw"], record["raw_encoding"] = raw_text(raw)
