@@ -81,8 +81,10 @@ class StopFlag(Protocol):
 
 @dataclass
 class BatchInput:
-    """What a micro-batch reads: its lines (`frame`: value, source_file[, file facts][, receipt_time]),
-    the input rules and receipt time its lines are judged by, and, when its files are pinned
+    """What a micro-batch reads.
+
+    Its lines (`frame`: value, source_file[, file facts][, receipt_time]), the input rules and
+    receipt time its lines are judged by, and, when its files are pinned
     (tidemark.ingest.input_pins), what the ledger records of each.
 
     A batch built by hand (no offset entry in the checkpoint: tests, tools) is read as given: its
@@ -241,9 +243,10 @@ class BatchProcessor:
         )
 
     def _input(self, batch: DataFrame, batch_id: int, spark_batch_id: int) -> BatchInput:
-        """The batch's input: its pinned files, pinned now on a first attempt (tidemark.ingest.input_pins),
-        checked against the ledger on a replay; or the batch as given when no streaming query
-        planned it.
+        """The batch's input.
+
+        Its pinned files, pinned now on a first attempt (tidemark.ingest.input_pins), checked
+        against the ledger on a replay; or the batch as given when no streaming query planned it.
         """
         plan = (
             input_pins.planned(self.generation.query_dir(self.checkpoint), spark_batch_id, self.landing)
@@ -276,8 +279,9 @@ class BatchProcessor:
     def _replay_input(
         self, source: BatchInput, entry: dict, recorded: InputRules, batch_id: int, plan: input_pins.PlannedBatch
     ) -> None:
-        """A replay reads what its first attempt recorded: the same pins (checked against their
-        digests), judged by the same input rules.
+        """A replay reads what its first attempt recorded.
+
+        The same pins (checked against their digests), judged by the same input rules.
         """
         if recorded != self.input_rules:
             log.warning(
@@ -321,9 +325,10 @@ class BatchProcessor:
 
     @staticmethod
     def _by_file(parsed: DataFrame) -> list:
-        """One Spark action over the checked batch: per file, its lines, valid events, newest event
-        time and (when the source gives them) size and modification time; and, for a batch built
-        by hand, the batch's time.
+        """One Spark action over the checked batch.
+
+        Per file, its lines, valid events, newest event time and (when the source gives them) size
+        and modification time; and, for a batch built by hand, the batch's time.
         """
         valid = F.col("reason").isNull()
         facts = [F.max(name).alias(name) for name in parse.FILE_FACTS if name in parsed.columns]
@@ -345,9 +350,10 @@ class BatchProcessor:
         )
 
     def _admit(self, by_file: list, receipt_ts: str, batch_id: int, source: BatchInput) -> tuple[dict, list[str]]:
-        """The landing rule over the batch's files (tidemark.ingest.landing), the batch's ledger entry
-        written, and the totals of its input files. Returns (totals, URIs of files not read: as the
-        frame names them).
+        """Apply the landing rule to the batch's files and write the batch's ledger entry.
+
+        Returns the totals of its input files and the URIs of the files not read (as the frame names
+        them).
         """
         files, skipped, newest = [], [], []
         totals: dict[str, Any] = {"lines": 0, "valid": 0, "refused_bytes": 0, "landing_uris": {}}
@@ -425,10 +431,11 @@ class BatchProcessor:
 
     @staticmethod
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
-        """The pane rows as their files hold them: THE session schema's pane columns
-        (tidemark/session/session_schema.py), then event_date and receipt_ts. The stream's writer
-        adds the batch's values itself (pane_writer.BatchValues); here they are Spark columns, for
-        whoever wants a batch's panes as a DataFrame.
+        """The pane rows as their files hold them.
+
+        THE session schema's pane columns (tidemark/session/session_schema.py), then event_date and
+        receipt_ts. The stream's writer adds the batch's values itself (pane_writer.BatchValues);
+        here they are Spark columns, for whoever wants a batch's panes as a DataFrame.
         """
         values = {
             "batch_id": F.lit(batch_id).cast("bigint"),
@@ -444,11 +451,12 @@ class BatchProcessor:
 
     @staticmethod
     def _rows(result: DataFrame) -> DataFrame:
-        """What the batch writes, before the shuffle by date: the sessions emitted (`emit`: a pane)
-        or kept (`retain`: state), with the pane columns but the batch's own values (added by the
-        writer: pane_writer.BatchValues) and the ones `_pane_columns` derives from others (event_ids, a copy of
-        the events' ids: shuffling it too made the pane shuffle ~40% bigger, BENCHMARKS.md section
-        1), and the state's own (NOT_PANE).
+        """What the batch writes, before the shuffle by date.
+
+        The sessions emitted (`emit`: a pane) or kept (`retain`: state), with the pane columns but
+        the batch's own values (added by the writer: pane_writer.BatchValues) and the ones
+        `_pane_columns` derives from others (event_ids, a copy of the events' ids: shuffling it too
+        made the pane shuffle ~40% bigger, BENCHMARKS.md section 1), and the state's own (NOT_PANE).
         """
         derived = {"event_ids"}
         return result.where("emit OR retain").select(
@@ -465,8 +473,10 @@ class BatchProcessor:
 
     @staticmethod
     def _pane_columns() -> list:
-        """`_rows`' pane columns, event_ids from the events (the events' event_id field: no lambda,
-        whose variable Spark names anew in every plan), the batch's own values left out.
+        """The pane columns of `_rows`, with event_ids taken from the events.
+
+        event_ids is the events' event_id field: no lambda, whose variable Spark names anew in every
+        plan. The batch's own values are left out.
         """
         session = [
             F.col("events.event_id").alias("event_ids") if name == "event_ids" else F.col(name)
@@ -475,8 +485,9 @@ class BatchProcessor:
         return [*session, *(F.col(name) for name in ("pane_kind", "pane_index", "event_date"))]
 
     def _complete(self, rows: DataFrame, receipt_ts: str) -> frozenset[str]:
-        """A replayed batch's event dates whose receipt partitions an earlier attempt completed: kept
-        as they are (one more Spark job, on replays only).
+        """A replayed batch's event dates whose receipt partitions an earlier attempt completed.
+
+        Kept as they are (one more Spark job, on replays only).
         """
         dates = [row["event_date"] for row in rows.where("emit").select("event_date").distinct().collect()]
         return frozenset(date for date, _ in receipts.complete_keys(self.lake, [(d, receipt_ts) for d in dates]))
@@ -484,8 +495,9 @@ class BatchProcessor:
     def _register(
         self, stats: list[dict], complete: frozenset[str], receipt_ts: str, batch_id: int, watermark_us: int
     ) -> list[receipts.ReceiptPartition]:
-        """The batch's receipt partitions (their files written) registered and completed, markers
-        last; a replay's partitions completed already are left as they are.
+        """Register and complete the batch's receipt partitions, whose files are written.
+
+        Markers last; a replay's partitions completed already are left as they are.
         """
         partitions = [
             receipts.ReceiptPartition(
@@ -521,8 +533,9 @@ class BatchProcessor:
     def _write_quarantine(
         self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int, size: int, uris: dict[str, str]
     ) -> None:
-        """The batch's refused lines, each with its landed file's URI (`uris`: the frame's file ->
-        the landing's, for pinned input).
+        """Write the batch's refused lines to its quarantine folder, each with its landed file's URI.
+
+        `uris` maps the frame's file to the landing's, for pinned input.
         """
         folder = self.lake.quarantine_dir(receipt_ts)
         marker = layout.join(folder, QUARANTINE_MARKER)
@@ -555,8 +568,9 @@ class BatchProcessor:
 
 
 def read_pinned(spark, folder: str) -> DataFrame:
-    """A batch's pinned files as the streaming source gives lines (streaming_job.job.source): every
-    line, split as the contract splits, with its file's URI (in the pin folder).
+    """A batch's pinned files as the streaming source gives lines (streaming_job.job.source).
+
+    Every line, split as the contract splits, with its file's URI (in the pin folder).
     """
     return (
         spark.read.format("text")
@@ -568,8 +582,9 @@ def read_pinned(spark, folder: str) -> DataFrame:
 
 
 def release_pins(checkpoint: str, generation: landing_archive.Generation, archive: bool) -> list[int]:
-    """Remove the pins of committed batches; with the archive, not before the archive has taken
-    the batch's files (its queue entry is gone).
+    """Remove the pins of committed batches.
+
+    With the archive, not before the archive has taken the batch's files (its queue entry is gone).
     """
     keep = frozenset(entry["batch_id"] for entry in landing_archive.queued(checkpoint)) if archive else frozenset()
     return input_pins.release(checkpoint, generation.generation, generation.query_dir(checkpoint), keep)
@@ -603,7 +618,8 @@ def _renamed(table: pa.Table, column: str, names: dict[str, str]) -> pa.Table:
 
 
 def state_events(state: DataFrame) -> DataFrame:
-    """The events of the open sessions in state, one row each, with their session's state_* columns:
+    """The events of the open sessions in state, one row each, with their session's state_* columns.
+
     stream_input.sql's {state_events}.
     """
     return state.select(
@@ -629,10 +645,12 @@ def state_events(state: DataFrame) -> DataFrame:
 def sessionize(
     spark, events: DataFrame, state: DataFrame, rules: SessionRules, w_prev_us: int, w_new_us: int
 ) -> DataFrame:
-    """A micro-batch's sessions (stream_panes.sql's rows): the batch's valid `events` merged into the
-    open sessions of `state`, one row per distinct event (user_id, event_id, event_ts) with the kept
-    copy chosen by the copy rule whatever the arrival order, sessionized, each session's pane
-    decided (STREAM_QUERY: the three files as one query, one analysis in the driver).
+    """A micro-batch's sessions (stream_panes.sql's rows).
+
+    The batch's valid `events` merged into the open sessions of `state`, one row per distinct event
+    (user_id, event_id, event_ts) with the kept copy chosen by the copy rule whatever the arrival
+    order, sessionized, each session's pane decided (STREAM_QUERY: the three files as one query, one
+    analysis in the driver).
     """
     return dedup_sql.run_text(
         spark,
@@ -648,8 +666,10 @@ def sessionize(
 
 
 def watermarks(spark, w_prev_us: int, w_new_us: int) -> DataFrame:
-    """stream_panes.sql's {watermarks}: one row, planned as a local relation (a VALUES list is
-    data, not code: every batch's plan compiles to the same code, whatever its watermarks).
+    """stream_panes.sql's {watermarks}.
+
+    One row, planned as a local relation (a VALUES list is data, not code: every batch's plan
+    compiles to the same code, whatever its watermarks).
     """
     return spark.sql(
         "SELECT * FROM VALUES (CAST(:w_prev_us AS BIGINT), CAST(:w_new_us AS BIGINT)) AS w(w_prev_us, w_new_us)",

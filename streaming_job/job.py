@@ -69,9 +69,10 @@ class StreamConfig:
 
 
 def source(spark, config: StreamConfig):
-    """The landed files, as Spark's file source plans them into micro-batches: which files each
-    batch takes (its file-source log) and the batch's timestamp (its offset log; a batch replayed
-    after a crash has the same, hence the same receipt_ts).
+    """The landed files, as Spark's file source plans them into micro-batches.
+
+    Which files each batch takes (its file-source log) and the batch's timestamp (its offset log; a
+    batch replayed after a crash has the same, hence the same receipt_ts).
 
     The batch never reads this frame: it pins the planned files and reads the pins
     (tidemark.ingest.input_pins, streaming_job/batch.py), so that a replay reads the content the
@@ -98,8 +99,10 @@ NO_MAX_FILE_AGE = f"{2**63 - 1}ms"
 
 
 def stream_settings() -> dict[str, str]:
-    """Runtime SQL settings of the stream's session, set before the query starts (a streaming query
-    plans its micro-batches with a copy of the session's settings taken at its start).
+    """Runtime SQL settings of the stream's session, set before the query starts.
+
+    A streaming query plans its micro-batches with a copy of the session's settings taken at its
+    start.
 
     The batch's checked lines and its sessions are cached (streaming_job/batch.py), each cache built
     once and scanned two or three times within the batch. Spark's in-memory compression of those
@@ -123,8 +126,9 @@ JAVA_OPTIONS_ENV = "TIDEMARK_STREAM_JAVA_OPTIONS"
 
 
 def stream_jvm_conf() -> dict[str, str]:
-    """Launch settings of the JVM a stream starts for itself; TIDEMARK_STREAM_JAVA_OPTIONS replaces
-    the options (empty: the JVM's defaults).
+    """Launch settings of the JVM a stream starts for itself.
+
+    TIDEMARK_STREAM_JAVA_OPTIONS replaces the options (empty: the JVM's defaults).
     """
     options = os.environ.get(JAVA_OPTIONS_ENV, STREAM_JAVA_OPTIONS)
     return {"spark.driver.extraJavaOptions": options} if options.strip() else {}
@@ -284,9 +288,11 @@ def _run_query(
     rotate_at: int | None,
     unread_after: int = 0,
 ):
-    """One generation's query, until it stops, fails, has committed rotate_at batches, or (once it
-    has committed unread_after batches: after a postponed rotation, the replay first) the landing
-    audit finds files it never reads. Returns the lake's new rules if a migration stopped it.
+    """Run one generation's query until it stops, fails, rotates or finds files it never reads.
+
+    It rotates once it has committed rotate_at batches; once it has committed unread_after batches
+    (after a postponed rotation, the replay first) it stops when the landing audit finds files it
+    never reads. Returns the lake's new rules if a migration stopped it.
     """
     writer = (
         source(spark, config)
@@ -358,8 +364,10 @@ def _run_query(
 
 
 def _set_aside(config: StreamConfig):
-    """What the archive does with a file replaced after it was read: its new content quarantined
-    (as the landing audit does), the file set aside under <archive>/_replaced/.
+    """What the archive does with a file replaced after it was read.
+
+    Its new content quarantined (as the landing audit does), the file set aside under
+    <archive>/_replaced/.
     """
     return lambda files: landing_ledger.quarantine_replaced(
         config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive
@@ -369,8 +377,10 @@ def _set_aside(config: StreamConfig):
 def _unread(
     config: StreamConfig, generation: landing_archive.Generation, found: landing_ledger.Audit | None
 ) -> list[str]:
-    """The audit's pending files that the generation's query never reads (a name it has read
-    already, landed again after its file was archived): a rotation lets the next one read them.
+    """The audit's pending files that the generation's query never reads.
+
+    A name it has read already, landed again after its file was archived: a rotation lets the next
+    one read them.
     """
     if not config.archive or found is None or not found.pending:
         return []
@@ -410,8 +420,10 @@ def _migrate(config: StreamConfig, spark) -> SessionRules:
 
 
 class _RulesGuard:
-    """Re-reads the lake's rules record now and then: a migration while the stream runs stops it,
-    so that it never keeps writing with rules the lake no longer has.
+    """Re-reads the lake's rules record now and then.
+
+    A migration while the stream runs stops it, so that it never keeps writing with rules the lake
+    no longer has.
     """
 
     def __init__(self, lake: Lake, rules: SessionRules, interval: float):
@@ -433,9 +445,10 @@ class _RulesGuard:
 
 
 class _LandingAudit:
-    """Now and then (and once when the stream ends), the landing compared with the ledger: replaced
-    files quarantined, in-progress names reported (tidemark.ingest.landing_ledger). A listing of the
-    landing, as Spark makes every trigger; never fatal to the stream.
+    """Now and then (and once when the stream ends), the landing compared with the ledger.
+
+    Replaced files quarantined, in-progress names reported (tidemark.ingest.landing_ledger). A
+    listing of the landing, as Spark makes every trigger; never fatal to the stream.
     """
 
     def __init__(self, landing: str, lake: Lake, interval: float, archive: str | None = None):

@@ -1,5 +1,7 @@
-"""A micro-batch's panes into their receipt partitions: one Parquet file per event date, written by
-the executors with pyarrow, straight into `event_date=D/receipt_ts=R/`.
+"""A micro-batch's panes into their receipt partitions.
+
+One Parquet file per event date, written by the executors with pyarrow, straight into
+`event_date=D/receipt_ts=R/`.
 
 Why not Spark's partitioned writer: with `partitionBy("event_date", "receipt_ts")` and dynamic
 partition overwrite, every event date a batch touches costs a Parquet writer, a checksum file, a
@@ -37,8 +39,9 @@ PANE_FILE = "part-00000.parquet"
 
 @dataclass(frozen=True)
 class BatchValues:
-    """The pane columns that hold the batch's own values, the same in every pane of a batch, added
-    to its files by the writer rather than computed by Spark.
+    """The pane columns that hold the batch's own values, added to its files by the writer.
+
+    They are the same in every pane of a batch, and are not computed by Spark.
 
     Why: Spark writes a literal's value into the Java code it generates for a plan, so a batch id, a
     receipt time or a watermark in the plan made every micro-batch compile its code anew (Janino)
@@ -54,8 +57,9 @@ class BatchValues:
     watermark_us: int
 
     def scalars(self) -> dict:
-        """Name -> Arrow scalar, as Spark's writer typed them: batch_id a bigint, watermark a UTC
-        timestamp in microseconds, receipt_ts a string.
+        """Name -> Arrow scalar, as Spark's writer typed them.
+
+        batch_id a bigint, watermark a UTC timestamp in microseconds, receipt_ts a string.
         """
         import pyarrow as pa
 
@@ -67,8 +71,10 @@ class BatchValues:
 
 
 def with_constants(table, values: dict):
-    """`table` with one more column per (name, Arrow scalar) of `values`, that value in every row and
-    not null, as Spark's writer typed a literal column (the panes' batch values, the quarantine's).
+    """`table` with one more column per (name, Arrow scalar) of `values`.
+
+    That value in every row and not null, as Spark's writer typed a literal column (the panes' batch
+    values, the quarantine's).
     """
     import pyarrow as pa
 
@@ -87,13 +93,14 @@ def write_batch(
     batch: BatchValues,
     skip_dates: frozenset[str] = frozenset(),
 ) -> tuple[list[dict], int]:
-    """A micro-batch's outputs in one pass over its sessions: the rows with `emit` into their receipt
-    partitions (one file per date, as write_panes: `panes` the files' columns, event_date and
-    receipt_ts last), the rows with `retain` into the state version's folder `state_dir` (one file
-    per task; `state` maps the files' columns to the frame's). `columns` are the frame's columns
-    computed after the shuffle by date; `batch` the panes' columns that hold the batch's own
-    values, which the frame does not have. Dates in `skip_dates` (partitions a replayed batch
-    completed already) are counted, not written.
+    """A micro-batch's outputs in one pass over its sessions.
+
+    The rows with `emit` into their receipt partitions (one file per date, as write_panes: `panes`
+    the files' columns, event_date and receipt_ts last), the rows with `retain` into the state
+    version's folder `state_dir` (one file per task; `state` maps the files' columns to the
+    frame's). `columns` are the frame's columns computed after the shuffle by date; `batch` the
+    panes' columns that hold the batch's own values, which the frame does not have. Dates in
+    `skip_dates` (partitions a replayed batch completed already) are counted, not written.
 
     Returns, per event date of the panes, what its receipt marker records (event_date, rows, events,
     min_us, max_us, kinds), and how many sessions state keeps: the batch's only Spark action after
@@ -141,8 +148,9 @@ def _stats_schema():
 
 
 def _write_file(table, folder: str, name: str) -> None:
-    """One Parquet file into `folder`, under a hidden name first on a local disk (a reader never
-    sees half a file; a single-object upload on a bucket is atomic already).
+    """Write one Parquet file into `folder`, under a hidden name first on a local disk.
+
+    A reader never sees half a file; a single-object upload on a bucket is atomic already.
     """
     import pyarrow.parquet as pq
 

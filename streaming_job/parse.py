@@ -34,9 +34,10 @@ def _verdict_udf(rules: InputRules):
 
 
 def _verdict_at_udf(rules: InputRules, received_us: int):
-    """The verdict UDF with the receipt time a value of the function, not of the plan: Spark writes
-    a literal into the code it generates, so a batch's time in the plan would make every batch
-    compile anew (streaming_job.pane_writer.BatchValues).
+    """The verdict UDF with the receipt time a value of the function, not of the plan.
+
+    Spark writes a literal into the code it generates, so a batch's time in the plan would make
+    every batch compile anew (streaming_job.pane_writer.BatchValues).
     """
 
     @arrow_udf(VERDICT)  # type: ignore[call-overload]
@@ -47,9 +48,11 @@ def _verdict_at_udf(rules: InputRules, received_us: int):
 
 
 def with_parse(batch: DataFrame, rules: InputRules | None = None, received_us: int | None = None) -> DataFrame:
-    """The batch's lines checked: `reason` (null for a valid event), the event's columns (`user_id`,
-    `event_id`, `event_ts`, `event_type`, `payload`; null for a refused line), `raw` and
-    `source_file` (set for refused lines only) and `receipt_time`.
+    """The batch's lines checked.
+
+    `reason` (null for a valid event), the event's columns (`user_id`, `event_id`, `event_ts`,
+    `event_type`, `payload`; null for a refused line), `raw` and `source_file` (set for refused
+    lines only) and `receipt_time`.
 
     Needs `value` (a line), `source_file` and the clock guard's now: `received_us`, the micro-batch's
     timestamp, or else a `receipt_time` column (passed on); `file_size` and `file_mtime_ms` are

@@ -183,8 +183,9 @@ _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=
 
 
 def _payload(obj: dict) -> str:
-    """The fields besides the required ones, as compact JSON with sorted keys; a nested value is
-    kept as its own compact JSON text (a string column holds it).
+    """The fields besides the required ones, as compact JSON with sorted keys.
+
+    A nested value is kept as its own compact JSON text (a string column holds it).
     """
     fields = {
         key: value if type(value) is str or value is None else _encode(value)
@@ -230,8 +231,9 @@ def parse_event_ts(text: object) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _day_number(ymd: str) -> int | None:
-    """Days since 1970-01-01 of a YYYY-MM-DD text, None for a date that does not exist. Cached: a
-    landing holds few distinct dates, and date() is a third of parse_event_ts's time.
+    """Days since 1970-01-01 of a YYYY-MM-DD text, None for a date that does not exist.
+
+    Cached: a landing holds few distinct dates, and date() is a third of parse_event_ts's time.
     """
     try:
         return date(int(ymd[:4]), int(ymd[5:7]), int(ymd[8:10])).toordinal() - _EPOCH_ORDINAL
@@ -320,9 +322,11 @@ def event_key(event: Event) -> tuple[str, str, int]:
 
 
 def copy_order(event: Event) -> tuple[str, str]:
-    """THE copy rule: of an event's copies the smallest (event_type, payload) is kept (compared as
-    UTF-8 bytes, which is code point order: Spark's string order too). The stream
-    (dedup_sql/stream_input.sql) and the dedup (dedup_sql/dedup_events.sql) apply it in SQL.
+    """THE copy rule.
+
+    Of an event's copies the smallest (event_type, payload) is kept (compared as UTF-8 bytes, which
+    is code point order: Spark's string order too). The stream (dedup_sql/stream_input.sql) and the
+    dedup (dedup_sql/dedup_events.sql) apply it in SQL.
     """
     return event.event_type, event.payload
 

@@ -1,5 +1,7 @@
-"""The input contract's fast path: a whole batch of landed lines at once, with tidemark.ingest.contract as
-the oracle for every line it does not accept.
+"""The input contract's fast path.
+
+A whole batch of landed lines at once, with tidemark.ingest.contract as the oracle for every line it
+does not accept.
 
 tidemark/ingest/contract.py stays the specification (and the batch reference's implementation); this
 module only ever *accepts* lines, and only lines whose every rule it can decide in bulk: a flat
@@ -81,9 +83,10 @@ def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _event_ts_us(event_ts: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
-    """(microseconds since the epoch, decided) per event_ts (null: undecided); decided is False where
-    the text does not match contract's pattern or its date, time or offset is out of range (the
-    reference then says which).
+    """(microseconds since the epoch, decided) per event_ts (null: undecided).
+
+    `decided` is False where the text does not match contract's pattern or its date, time or offset is
+    out of range (the reference then says which).
 
     A text that matches the pattern is ASCII with its fields at fixed places (YYYY-MM-DDTHH:MM:SS,
     then an optional fraction, then Z or +HH:MM at the end), so the digits are read straight from
@@ -180,8 +183,9 @@ def _decode_each(lines: list) -> list:
 
 
 def _per_line_count(raw: pa.BinaryArray, byte: int) -> np.ndarray:
-    """How many times `byte` occurs in each line, from the Arrow buffers (numpy, no per-line
-    Python): the byte's places in the data, counted between each line's offsets.
+    """How many times `byte` occurs in each line, from the Arrow buffers.
+
+    Numpy, no per-line Python: the byte's places in the data, counted between each line's offsets.
     """
     offsets, data = _buffers(raw)
     places = np.flatnonzero(data == byte)
@@ -235,16 +239,19 @@ def _received(received_us: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def accepted_positions(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRules()) -> np.ndarray:
-    """The positions of the lines the fast path decides itself (the others go to check_line):
-    for the tests (the bulk path must take the common lines) and the benchmark.
+    """The positions of the lines the fast path decides itself (the others go to check_line).
+
+    For the tests (the bulk path must take the common lines) and the benchmark.
     """
     return _accepted(raw, *_received(received_us), rules)[0]
 
 
 def verdicts(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRules()) -> pa.StructArray:
-    """The contract's verdict on every line of a batch (raw bytes, received_us: the clock guard's
-    now per line, null skips it): reason (null for an event), user_id, event_id, event_type,
-    event_ts_us, payload; the same values `contract.check_line` gives, line by line.
+    """The contract's verdict on every line of a batch.
+
+    `raw` holds the lines' bytes, `received_us` the clock guard's now per line (null skips it). The
+    verdict's fields: reason (null for an event), user_id, event_id, event_type, event_ts_us,
+    payload; the same values `contract.check_line` gives, line by line.
     """
     n = len(raw)
     received, has_received = _received(received_us)

@@ -49,8 +49,10 @@ PIN_CHANGED = "its pinned copy changed before the batch was replayed: that conte
 
 @dataclass(frozen=True)
 class PlannedBatch:
-    """What Spark planned for a micro-batch: its timestamp and files (path relative to the landing ->
-    the file's URI as Spark names a line's file, `_metadata.file_path`).
+    """What Spark planned for a micro-batch.
+
+    Its timestamp and files (path relative to the landing -> the file's URI as Spark names a line's
+    file, `_metadata.file_path`).
     """
 
     spark_batch_id: int
@@ -68,8 +70,10 @@ class Pin:
 
 
 def planned(query_dir: str, spark_batch_id: int, landing_uri: str) -> PlannedBatch | None:
-    """The batch's plan from Spark's offset and file-source logs; None when the query folder has no
-    offset entry for it (a batch built by hand, not by a streaming query).
+    """The batch's plan from Spark's offset and file-source logs.
+
+    None when the query folder has no offset entry for it (a batch built by hand, not by a streaming
+    query).
     """
     text = storage.read_text(layout.join(query_dir, "offsets", str(spark_batch_id)))
     if text is None:
@@ -88,8 +92,9 @@ def planned(query_dir: str, spark_batch_id: int, landing_uri: str) -> PlannedBat
 
 
 def _source_log(query_dir: str, log_id: int) -> list[str]:
-    """The file URIs the file source's log entry `log_id` added (a compacted entry holds every
-    earlier one too: only those of `log_id` are taken).
+    """The file URIs the file source's log entry `log_id` added.
+
+    A compacted entry holds every earlier one too: only those of `log_id` are taken.
     """
     folder = layout.join(query_dir, "sources", "0")
     text = storage.read_text(layout.join(folder, str(log_id)))
@@ -117,8 +122,10 @@ def _manifest(checkpoint: str, batch_id: int) -> str:
 def pin(
     checkpoint: str, batch_id: int, generation: int, landing_uri: str, plan: PlannedBatch
 ) -> tuple[dict[str, Pin], list[str]]:
-    """Pin every file of a first attempt (an earlier attempt's pins, which nothing recorded, go
-    first). Returns ({path: Pin}, paths of files gone from the landing already).
+    """Pin every file of a first attempt.
+
+    An earlier attempt's pins, which nothing recorded, go first. Returns ({path: Pin}, paths of
+    files gone from the landing already).
     """
     folder = pin_dir(checkpoint, batch_id)
     storage.delete_dir(folder)
@@ -204,10 +211,12 @@ def digests(checkpoint: str, batch_id: int, paths: list[str]) -> dict[str, str |
 def restore(
     checkpoint: str, batch_id: int, generation: int, landing_uri: str, plan: PlannedBatch, recorded: list[dict]
 ) -> list[str]:
-    """Pin again, from the landing, each recorded file whose pin is gone (released after a commit
-    that Spark's log no longer holds, or a checkpoint restored without its pins) when the landed
-    file still starts with the recorded bytes. Returns the paths pinned again; a landed file that
-    holds other content now is left to the landing (a later batch reads a reused name).
+    """Pin again, from the landing, each recorded file whose pin is gone.
+
+    A pin is gone when it was released after a commit that Spark's log no longer holds, or when a
+    checkpoint was restored without its pins; it is pinned again when the landed file still starts
+    with the recorded bytes. Returns the paths pinned again; a landed file that holds other content
+    now is left to the landing (a later batch reads a reused name).
     """
     restored = []
     fs, root = storage.resolve(landing_uri)
@@ -285,9 +294,10 @@ def _replace(fs: pafs.FileSystem, path: str, data: bytes) -> None:
 
 
 def release(checkpoint: str, generation: int, query_dir: str, keep: frozenset[int] = frozenset()) -> list[int]:
-    """Remove the pins of every batch Spark's commit log holds (the current `generation`'s query
-    folder `query_dir`; every batch of an earlier generation: a rotation happens only once its
-    batches are committed), except those in `keep`. Returns the batch ids released.
+    """Remove the pins of every batch Spark's commit log holds, except those in `keep`.
+
+    The current `generation`'s query folder is `query_dir`; every batch of an earlier generation is
+    committed (a rotation happens only once its batches are). Returns the batch ids released.
     """
     released = []
     root = layout.join(checkpoint, PINNED_DIR)

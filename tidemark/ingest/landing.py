@@ -1,5 +1,6 @@
-"""Which landed files are input, and how a file's bytes become lines: one rule for the stream, the
-batch reference and docs/input-contract.md ("Landing").
+"""Which landed files are input, and how a file's bytes become lines.
+
+One rule for the stream, the batch reference and docs/input-contract.md ("Landing").
 
 A landed file is named by its path relative to the landing folder, `/`-separated. It is
   - **hidden** when any part of that path (a folder or the file name) starts with `_` or `.`:
@@ -54,8 +55,10 @@ def file_lines(data: bytes) -> list[bytes]:
 
 
 def _location(uri: str) -> str:
-    """A path or URI as a comparable location: local paths absolute, URIs percent-decoded (Spark
-    names files as Hadoop URIs, `file:/tmp/sub%20dir/a.jsonl`).
+    """A path or URI as a comparable location.
+
+    Local paths absolute, URIs percent-decoded (Spark names files as Hadoop URIs,
+    `file:/tmp/sub%20dir/a.jsonl`).
     """
     if uri.startswith("file:"):
         return os.path.abspath(unquote(urlsplit(uri).path))

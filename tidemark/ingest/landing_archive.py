@@ -1,6 +1,8 @@
-"""A bounded landing: read files moved out of the landing folder, and the stream's checkpoint
-started afresh now and then, so that neither the listing of every trigger nor Spark's file-source
-log grows with the landing's age (issue 27; docs/input-contract.md "Landing").
+"""A bounded landing.
+
+Read files moved out of the landing folder, and the stream's checkpoint started afresh now and then,
+so that neither the listing of every trigger nor Spark's file-source log grows with the landing's
+age (issue 27; docs/input-contract.md "Landing").
 
 Spark's file source keeps every file it ever read in its source log, and compacting the log keeps
 every entry; `maxFileAge` only bounds the in-memory map (SPARK-30462). Its own `cleanSource=archive`
@@ -89,8 +91,9 @@ def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
 
 
 def holds(archive: str, receipt_ts: str, relative: str) -> bool:
-    """The archive took a file of this name out of the landing on receipt_ts's day: read
-    (received=) or set aside as replaced (_replaced/received=).
+    """The archive took a file of this name out of the landing on receipt_ts's day.
+
+    Read (received=) or set aside as replaced (_replaced/received=).
     """
     return storage.exists(archive_path(archive, receipt_ts, relative)) or storage.exists(
         _replaced_path(archive, receipt_ts, relative)
@@ -110,8 +113,10 @@ def _queue_entry(checkpoint: str, batch_id: int) -> str:
 
 
 def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[dict]) -> None:
-    """Record what a batch read, before its ledger entry and its panes: written again identically
-    when the batch is replayed. files: {path, size, mtime_ms, sha256} of its input files.
+    """Record what a batch read, before its ledger entry and its panes.
+
+    Written again identically when the batch is replayed. files: {path, size, mtime_ms, sha256} of
+    its input files.
     """
     storage.write_json_atomic(
         _queue_entry(checkpoint, generation.batch_base + spark_batch_id),
@@ -148,9 +153,10 @@ def committed(checkpoint: str, entry: dict) -> bool:
 def drain(
     landing: str, archive: str, checkpoint: str, on_replaced: Callable[[list[LandedFile]], None] | None = None
 ) -> int:
-    """Move the files of every committed batch in the queue to the archive; returns files moved.
-    Idempotent: a file already moved (a crash after the move, before the entry's deletion) is
-    skipped.
+    """Move the files of every committed batch in the queue to the archive.
+
+    Returns files moved. Idempotent: a file already moved (a crash after the move, before the
+    entry's deletion) is skipped.
 
     What is archived is the content the batch read: the landed file while its size and time are
     the ones read, else (replaced, deleted) the batch's pin of it (tidemark.ingest.input_pins).
@@ -204,29 +210,33 @@ def _found(landing: str, path: str) -> LandedFile | None:
 
 
 def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
-    """A read input file to <archive>/received=<its batch's day>/<path> (or a version of that name:
-    _rename).
+    """Move a read input file to <archive>/received=<its batch's day>/<path>.
+
+    Or to a version of that name (_rename).
     """
     _rename(landing, path, archive_path(archive, receipt_ts, path))
 
 
 def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
-    """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
-    out of the landing, and out of what the batch reference reads (a hidden folder).
+    """Move a replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>.
+
+    Out of the landing, and out of what the batch reference reads (a hidden folder).
     """
     _rename(landing, path, _replaced_path(archive, receipt_ts, path))
 
 
 def version_path(path: str, digest: str) -> str:
-    """The archive's name for another content of `path` archived the same day: the SHA-256 of that
-    content (hex) appended.
+    """The archive's name for another content of `path` archived the same day.
+
+    The SHA-256 of that content (hex) appended.
     """
     return f"{path}{VERSION_MARK}{digest}"
 
 
 def original_path(archived: str) -> str:
-    """The landing path of an archived file (its path under the received= folder): a version's
-    content suffix removed.
+    """The landing path of an archived file (its path under the received= folder).
+
+    A version's content suffix removed.
     """
     return _VERSION.sub("", archived)
 
@@ -302,9 +312,10 @@ def rotate(
     sweep: Callable[[], object] | None = None,
     lake: Lake | None = None,
 ) -> Generation | None:
-    """Start the next generation if nothing a batch read is left in the landing; returns it, or
-    None when some batch's work is not committed (the old generation then resumes and replays it).
-    Call only after the generation's query has stopped.
+    """Start the next generation if nothing a batch read is left in the landing.
+
+    Returns it, or None when some batch's work is not committed (the old generation then resumes and
+    replays it). Call only after the generation's query has stopped.
 
     sweep: at the first rotation only (generation 0, which may have run without the archive), what
     moves every file the landing ledger records as read (tidemark.ingest.landing_ledger.sweep_read): a
@@ -341,9 +352,10 @@ def rotate(
 
 
 def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
-    """The paths (relative to the landing) that the generation's committed batches listed: Spark's
-    source log (`<query>/sources/0/`: the newest `N.compact`, which holds every entry before it,
-    and the entries after it), whose names its query never reads again. A file of a batch not
+    """The paths (relative to the landing) that the generation's committed batches listed.
+
+    Spark's source log (`<query>/sources/0/`: the newest `N.compact`, which holds every entry before
+    it, and the entries after it), whose names its query never reads again. A file of a batch not
     committed yet is left out: that batch (or its replay) reads it. Costs a read of the log, which
     grows with the files the generation read (a rotation bounds it).
     """
@@ -371,10 +383,11 @@ def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
 
 
 def unread(landing: str, checkpoint: str, generation: Generation, pending: list[str]) -> list[str]:
-    """The pending landed files that the generation's query will never read: a name one of its
-    committed batches listed (a name landed again after its file was archived or set aside, or an
-    empty file written again). Only a new generation reads them (rotate). Reads Spark's source log
-    only when some file is pending.
+    """The pending landed files that the generation's query will never read.
+
+    A name one of its committed batches listed (a name landed again after its file was archived or
+    set aside, or an empty file written again). Only a new generation reads them (rotate). Reads
+    Spark's source log only when some file is pending.
     """
     if not pending:
         return []

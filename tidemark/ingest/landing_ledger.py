@@ -70,8 +70,10 @@ def record_batch(
     source: str = "stream",
     input_rules: InputRules | None = None,
 ) -> None:
-    """Write one batch's entry. files: {path, size, mtime_ms, lines, verdict[, sha256, reason]};
-    input_rules: the rules the batch judged its lines by (a replay reads them back: `rules_of`).
+    """Write one batch's entry.
+
+    files: {path, size, mtime_ms, lines, verdict[, sha256, reason]}; input_rules: the rules the
+    batch judged its lines by (a replay reads them back: `rules_of`).
     """
     entry: dict[str, object] = {
         "receipt_ts": receipt_ts,
@@ -111,8 +113,10 @@ def rules_of(entry: dict) -> InputRules | None:
 
 
 def _entries(lake: Lake, since_day: str | None) -> list[tuple[str, str]]:
-    """(receipt_ts, path) of the ledger's entries, oldest first: those in day folders from
-    `since_day` on (every day: None) and those a lake from before the day folders keeps at the top.
+    """(receipt_ts, path) of the ledger's entries, oldest first.
+
+    Those in day folders from `since_day` on (every day: None) and those a lake from before the day
+    folders keeps at the top.
     """
     root = lake.landing_ledger_dir()
     found = []
@@ -132,15 +136,18 @@ def _entry_ts(name: str) -> str | None:
 
 
 def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecord]:
-    """{path: the newest record of that path} over every entry, or over the entries of batches
-    received from `since_day` on (and a legacy lake's undated entries).
+    """{path: the newest record of that path} over every entry, or over those from `since_day` on.
+
+    `since_day` selects the entries of batches received from that day on (and a legacy lake's
+    undated entries).
     """
     return {path: records[-1] for path, records in read_history(lake, since_day).items()}
 
 
 def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[FileRecord]]:
-    """{path: every record of that path, oldest first}, over the entries read_ledger reads (a name
-    landed again after its file was archived has one record per content read).
+    """{path: every record of that path, oldest first}, over the entries read_ledger reads.
+
+    A name landed again after its file was archived has one record per content read.
     """
     out: dict[str, list[FileRecord]] = {}
     for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order
@@ -161,8 +168,10 @@ def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[Fil
 
 
 def receipt_us(receipt_ts: str) -> int:
-    """A ledger entry's receipt_ts as microseconds: the receipt time the stream's clock guard used
-    (the batch timestamp, which receipt_ts spells to the millisecond).
+    """A ledger entry's receipt_ts as microseconds.
+
+    The receipt time the stream's clock guard used (the batch timestamp, which receipt_ts spells to
+    the millisecond).
     """
     return to_micros(layout.parse_receipt_ts(receipt_ts))
 
@@ -225,8 +234,10 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
 
 
 def since_day(files: list[landing.LandedFile]) -> str:
-    """The first ledger day that can record a read of these landed files: the day before the oldest
-    one's modification time (a day of margin for the clocks of the stream's driver and the store).
+    """The first ledger day that can record a read of these landed files.
+
+    The day before the oldest one's modification time (a day of margin for the clocks of the
+    stream's driver and the store).
     """
     oldest_ms = min((f.mtime_ms for f in files if f.mtime_ms is not None), default=None)
     if oldest_ms is None:
@@ -266,9 +277,10 @@ def quarantine_contents(
     source: str,
     batch_id: int | None = None,
 ) -> str:
-    """Every line of each (path, size, mtime_ms, bytes) quarantined with `reason`, in a quarantine
-    folder of its own (a receipt_ts no batch has), and a ledger entry recording the files with
-    `verdict` and their sha256. Returns that receipt_ts.
+    """Quarantine every line of each (path, size, mtime_ms, bytes) with `reason`, and record the files.
+
+    The lines go to a quarantine folder of their own (a receipt_ts no batch has), and a ledger entry
+    records the files with `verdict` and their sha256. Returns that receipt_ts.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -314,10 +326,12 @@ def quarantine_contents(
 
 
 def sweep_read(landing_uri: str, lake: Lake, archive: str) -> int:
-    """Every file of the landing that the ledger records as read, moved to the archive (under the
-    day of the batch that read it), and every replaced one quarantined and set aside: what a
-    checkpoint's first rotation needs when the stream ran without the archive before. Reads the
-    whole ledger: once per checkpoint (tidemark.ingest.landing_archive.rotate). Returns files moved.
+    """Move every file of the landing that the ledger records as read to the archive.
+
+    Each goes under the day of the batch that read it, and every replaced one is quarantined and set
+    aside: what a checkpoint's first rotation needs when the stream ran without the archive before.
+    Reads the whole ledger: once per checkpoint (tidemark.ingest.landing_archive.rotate). Returns
+    files moved.
     """
     ledger = read_ledger(lake)
     found = audit(landing_uri, lake, archive)

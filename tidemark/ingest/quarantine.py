@@ -53,8 +53,10 @@ def raw_text(raw: bytes) -> tuple[str, str]:
 
 
 def to_json_record(row: dict) -> dict:
-    """A quarantine row as JSON-safe values: raw as text ("raw_encoding": "utf-8") or as base64
-    ("raw_encoding": "base64"), with its length in bytes.
+    """A quarantine row as JSON-safe values.
+
+    `raw` as text ("raw_encoding": "utf-8") or as base64 ("raw_encoding": "base64"), with its length
+    in bytes.
     """
     record = {k: v for k, v in row.items() if k != "raw"}
     raw = row.get("raw") or b""
