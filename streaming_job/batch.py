@@ -76,7 +76,9 @@ class StopRequested(RuntimeError):
 class StopFlag(Protocol):
     """What the processor asks of its stop signal (a threading.Event, or the job's either-of-two)."""
 
-    def is_set(self) -> bool: ...
+    def is_set(self) -> bool:
+        """Whether a stop was asked for."""
+        ...
 
 
 @dataclass
@@ -123,7 +125,13 @@ class BatchProcessor:
         landing: str | None = None,
         generation: landing_archive.Generation | None = None,
         archive: bool = False,
-    ):
+    ) -> None:
+        """Process batches into `lake`, with the state and pins under `checkpoint`.
+
+        `landing` names the files relative to it (None: a batch built by hand); `generation` is the
+        checkpoint generation whose query runs; `archive` records each batch's input files for the
+        archive.
+        """
         self.lake = Lake.open(lake)  # the Spark job's boundary: a URI or a Lake
         # Spark's batch ids restart at 0 in each checkpoint generation (tidemark.ingest.landing_archive);
         # the batch id everywhere else (state versions, panes, ledger, notices) is batch_base + it.
@@ -137,6 +145,7 @@ class BatchProcessor:
         self.stop_requested = stop_requested
 
     def __call__(self, batch: DataFrame, spark_batch_id: int) -> None:
+        """Process one micro-batch end to end, then hand its report to the listeners."""
         batch_id = self.generation.batch_base + spark_batch_id
         if self.stop_requested is not None and self.stop_requested.is_set():
             log.info("stop requested: batch left for the next run", batch_id=batch_id)
@@ -412,8 +421,8 @@ class BatchProcessor:
         The watermark follows the newest event time minus the delay, but never runs ahead of the
         batch's receipt time: no event comes from the future, so a clock that is wrong by less
         than the clock guard's skew still cannot close everyone's sessions early. A stored
-        watermark ahead of the receipt time (state written before this guard, poisoned by a
-        far-future event) is pulled back to it, which heals such a stream.
+        watermark ahead of the receipt time (poisoned by a far-future event) is pulled back to it,
+        which heals such a stream.
         """
         w_prev_us = stored_us
         if stored_us > receipt_us:

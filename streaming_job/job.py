@@ -32,6 +32,8 @@ log = get_logger("stream")
 
 @dataclass
 class StreamConfig:
+    """What a stream runs with: where it reads and writes, its rules and its cadences."""
+
     landing: str
     lake: Lake
     checkpoint: str
@@ -64,7 +66,8 @@ class StreamConfig:
     rotate_after: int | None = None
     archive_interval: float = 2.0  # how often a running stream moves committed batches' files
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        """Open the lake given as a URI."""
         self.lake = Lake.open(self.lake)  # the Spark job's boundary: a URI from whoever configures it
 
 
@@ -134,7 +137,8 @@ def stream_jvm_conf() -> dict[str, str]:
     return {"spark.driver.extraJavaOptions": options} if options.strip() else {}
 
 
-def tune_session(spark) -> None:
+def tune_session(spark: SparkSession) -> None:
+    """Apply the stream's runtime SQL settings (stream_settings) to `spark`."""
     for key, value in stream_settings().items():
         spark.conf.set(key, value)
 

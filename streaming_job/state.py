@@ -49,13 +49,18 @@ STATE_COLUMNS = list(session_schema.STATE_COLUMNS)
 
 @dataclass(frozen=True)
 class StateVersion:
+    """A committed state version: its batch, the watermark after it and its open sessions."""
+
     batch_id: int
     watermark_us: int
     sessions: int
 
 
 class StateStore:
-    def __init__(self, spark: SparkSession, checkpoint: str):
+    """The stream's open sessions, one committed version per batch, under the checkpoint."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
+        """The store under `checkpoint`/state, read and written with `spark`."""
         self.spark = spark
         self.root = layout.join(checkpoint, "state")
 
@@ -63,6 +68,7 @@ class StateStore:
         return layout.join(self.root, f"batch_id={batch_id}")
 
     def versions(self) -> list[int]:
+        """The batch ids of the committed versions (those with a marker), oldest first."""
         ids = []
         for name in storage.list_subdirs(self.root):
             value = layout.partition_value(name, "batch_id")

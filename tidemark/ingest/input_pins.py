@@ -112,6 +112,7 @@ def _source_log(query_dir: str, log_id: int) -> list[str]:
 
 
 def pin_dir(checkpoint: str, batch_id: int) -> str:
+    """The folder that holds a batch's pinned files."""
     return layout.join(checkpoint, PINNED_DIR, f"batch_id={batch_id}")
 
 
@@ -205,6 +206,7 @@ def sha256(checkpoint: str, batch_id: int, path: str, limit: int | None = None) 
 
 
 def digests(checkpoint: str, batch_id: int, paths: list[str]) -> dict[str, str | None]:
+    """{path: the SHA-256 of its pinned file}, None for a pin that is gone."""
     return {path: sha256(checkpoint, batch_id, path) for path in paths}
 
 
@@ -307,9 +309,10 @@ def release(checkpoint: str, generation: int, query_dir: str, keep: frozenset[in
             continue
         batch_id = int(value)
         meta = storage.read_json(layout.join(root, name)) or {}
-        if int(meta.get("generation", generation)) >= generation:
-            if not storage.exists(layout.join(query_dir, "commits", str(int(meta.get("spark_batch_id", -1))))):
-                continue
+        if int(meta.get("generation", generation)) >= generation and not storage.exists(
+            layout.join(query_dir, "commits", str(int(meta.get("spark_batch_id", -1))))
+        ):
+            continue
         storage.delete_dir(pin_dir(checkpoint, batch_id))
         storage.delete_file(layout.join(root, name))
         released.append(batch_id)

@@ -91,6 +91,7 @@ class LandedFile:
 
     @property
     def verdict(self) -> str:
+        """What the landing rule makes of the file (classify)."""
         return classify(self.path)
 
 

@@ -2,7 +2,7 @@
 
 Read files moved out of the landing folder, and the stream's checkpoint started afresh now and then,
 so that neither the listing of every trigger nor Spark's file-source log grows with the landing's
-age (issue 27; docs/input-contract.md "Landing").
+age (docs/input-contract.md "Landing").
 
 Spark's file source keeps every file it ever read in its source log, and compacting the log keeps
 every entry; `maxFileAge` only bounds the in-memory map (SPARK-30462). Its own `cleanSource=archive`
@@ -78,6 +78,7 @@ class Generation:
 
 
 def current(checkpoint: str) -> Generation:
+    """The checkpoint's current generation (generation 0 before any rotation)."""
     meta = storage.read_json(layout.join(checkpoint, GENERATION_FILE)) or {}
     return Generation(int(meta.get("generation", 0)), int(meta.get("batch_base", 0)))
 
@@ -87,6 +88,7 @@ def _day(receipt_ts: str) -> str:
 
 
 def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
+    """Where the archive keeps a file read by the batch of `receipt_ts`."""
     return layout.join(archive, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
 
 

@@ -186,7 +186,8 @@ class Audit:
     in_progress: list[landing.LandedFile] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
+        """The findings as JSON: counts of read and hidden files, the paths of the others."""
         return {
             "read": len(self.read),
             "pending": self.pending,

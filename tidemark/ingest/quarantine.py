@@ -66,7 +66,7 @@ def to_json_record(row: dict) -> dict:
 
 
 def display_raw(raw: bytes, limit: int = 200) -> str:
-    """A printable preview of a raw line: invalid bytes and control characters escaped (\\xff, \\x00)."""
+    r"""A printable preview of a raw line: invalid bytes and control characters escaped (\xff, \x00)."""
     text = raw[: limit * 4].decode("utf-8", "backslashreplace")
     text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:limit])
     return text + (f"... ({len(raw)} bytes)" if len(raw) > limit else "")
