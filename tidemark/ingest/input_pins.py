@@ -211,7 +211,12 @@ def digests(checkpoint: str, batch_id: int, paths: list[str]) -> dict[str, str |
 
 
 def restore(
-    checkpoint: str, batch_id: int, generation: int, landing_uri: str, plan: PlannedBatch, recorded: list[dict]
+    checkpoint: str,
+    batch_id: int,
+    generation: int,
+    landing_uri: str,
+    plan: PlannedBatch,
+    recorded: list[landing.FileEntry],
 ) -> list[str]:
     """Pin again, from the landing, each recorded file whose pin is gone.
 
@@ -247,7 +252,9 @@ def restore(
     return restored
 
 
-def verify(checkpoint: str, batch_id: int, recorded: list[dict]) -> tuple[dict[str, str], dict[str, bytes]]:
+def verify(
+    checkpoint: str, batch_id: int, recorded: list[landing.FileEntry]
+) -> tuple[dict[str, str], dict[str, bytes]]:
     """A replay's pins checked against the first attempt's ledger records ({path, size, sha256}).
 
     A pin holding the recorded bytes followed by more (the landed file appended to in place: they

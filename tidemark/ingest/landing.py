@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict
 from urllib.parse import unquote, urlsplit
 
+import pyarrow.fs as pafs
+
 from tidemark.ingest import contract
+from tidemark.store import storage
 
 INPUT = "input"
 HIDDEN = "hidden"
@@ -35,6 +39,23 @@ IN_PROGRESS = "in_progress"
 HIDDEN_PREFIXES = ("_", ".")
 IN_PROGRESS_SUFFIXES = ("._COPYING_", ".tmp", ".part")
 UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class FileEntry(TypedDict):
+    """What a batch records of one landed file it was given (a landing ledger entry's `files`).
+
+    `size` and `mtime_ms` as the batch pinned the file (None: unknown), `lines` its line count,
+    `verdict` the landing rule's (or the ledger's `unreadable`, then with a `reason`), `sha256` the
+    digest of the bytes read.
+    """
+
+    path: str
+    size: int | None
+    mtime_ms: int | None
+    lines: int
+    verdict: str
+    sha256: NotRequired[str]
+    reason: NotRequired[str]
 
 
 def classify(relative_path: str) -> str:
@@ -97,10 +118,6 @@ class LandedFile:
 
 def list_landing(landing: str) -> list[LandedFile]:
     """Every file under the landing folder (recursively, hidden ones too), sorted by path."""
-    import pyarrow.fs as pafs
-
-    from tidemark.store import storage
-
     fs, root = storage.resolve(landing)
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     prefix = root.rstrip("/") + "/"
@@ -118,8 +135,6 @@ def list_landing(landing: str) -> list[LandedFile]:
 
 def read_file(landing: str, path: str) -> bytes:
     """The bytes of the landed file at `path` (relative to the landing folder)."""
-    from tidemark.store import storage
-
     fs, root = storage.resolve(landing)
     with fs.open_input_stream(root.rstrip("/") + "/" + path) as handle:
         return handle.read()

@@ -44,16 +44,18 @@ and notices see one increasing sequence.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 import pyarrow.fs as pafs
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.ingest import input_pins
-from tidemark.ingest.landing import LandedFile, relative_path
+from tidemark.ingest.landing import FileEntry, LandedFile, relative_path
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 
@@ -69,6 +71,8 @@ _VERSION = re.compile(re.escape(VERSION_MARK) + "[0-9a-f]{64}$")
 
 @dataclass(frozen=True)
 class Generation:
+    """A checkpoint generation: its number, and the stream batch id its Spark batch 0 has."""
+
     generation: int
     batch_base: int
 
@@ -114,7 +118,9 @@ def _queue_entry(checkpoint: str, batch_id: int) -> str:
     return layout.join(_queue_dir(checkpoint), f"batch_id={batch_id}.json")
 
 
-def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[dict]) -> None:
+def enqueue(
+    checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[FileEntry]
+) -> None:
     """Record what a batch read, before its ledger entry and its panes.
 
     Written again identically when the batch is replayed. files: {path, size, mtime_ms, sha256} of
@@ -134,19 +140,38 @@ def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receip
     )
 
 
-def queued(checkpoint: str) -> list[dict]:
+class QueuedFile(TypedDict):
+    """A file of a queue entry: what the batch read of it (enqueue)."""
+
+    path: str
+    size: int | None
+    mtime_ms: int | None
+    sha256: str | None
+
+
+class QueueEntry(TypedDict):
+    """A batch's queue entry, as enqueue writes it, with the batch id its name holds."""
+
+    generation: int
+    spark_batch_id: int
+    receipt_ts: str
+    files: list[QueuedFile]
+    batch_id: int
+
+
+def queued(checkpoint: str) -> list[QueueEntry]:
     """The queue's entries (batches whose files are not all moved yet), oldest first."""
-    out = []
+    out: list[QueueEntry] = []
     for name in storage.list_dir(_queue_dir(checkpoint)):
         value = layout.partition_value(name.removesuffix(".json"), "batch_id")
         if value is not None and value.isdigit() and name.endswith(".json"):
             entry = storage.read_json(layout.join(_queue_dir(checkpoint), name))
             if entry is not None:
-                out.append({**entry, "batch_id": int(value)})
+                out.append(cast("QueueEntry", {**entry, "batch_id": int(value)}))  # JSON that enqueue wrote
     return sorted(out, key=lambda e: e["batch_id"])
 
 
-def committed(checkpoint: str, entry: dict) -> bool:
+def committed(checkpoint: str, entry: QueueEntry) -> bool:
     """Spark's commit log of the entry's generation records its batch: it is never replayed."""
     query = Generation(int(entry["generation"]), 0).query_dir(checkpoint)
     return storage.exists(layout.join(query, "commits", str(int(entry["spark_batch_id"]))))
@@ -361,8 +386,6 @@ def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
     committed yet is left out: that batch (or its replay) reads it. Costs a read of the log, which
     grows with the files the generation read (a rotation bounds it).
     """
-    import json
-
     query = generation.query_dir(checkpoint)
     done = max((int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()), default=-1)
     folder = layout.join(query, "sources", "0")
@@ -398,8 +421,6 @@ def unread(landing: str, checkpoint: str, generation: Generation, pending: list[
 
 
 def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -> bool:
-    import json
-
     done = max(commits, default=-1)
     for batch_id in (n for n in offsets if n > done):
         text = storage.read_text(layout.join(query, "offsets", str(batch_id))) or ""

@@ -26,6 +26,10 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any, NotRequired, TypedDict, cast
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
@@ -41,6 +45,16 @@ REPLACED_VERDICT = "replaced"
 # tidemark.ingest.input_pins), or one gone before its batch could pin it; the record's `reason` says which.
 UNREADABLE_VERDICT = "unreadable"
 REPLACED = "landed file replaced after it was read: its new content is not read (land new events as a new file)"
+
+
+class Entry(TypedDict):
+    """One batch's ledger entry, as record_batch writes it."""
+
+    receipt_ts: str
+    batch_id: int | None
+    source: str
+    files: list[landing.FileEntry]
+    input_rules: NotRequired[dict[str, Any]]  # rules_record's
 
 
 @dataclass(frozen=True)
@@ -66,7 +80,7 @@ def record_batch(
     lake: Lake,
     receipt_ts: str,
     batch_id: int | None,
-    files: list[dict],
+    files: list[landing.FileEntry],
     source: str = "stream",
     input_rules: InputRules | None = None,
 ) -> None:
@@ -75,7 +89,7 @@ def record_batch(
     files: {path, size, mtime_ms, lines, verdict[, sha256, reason]}; input_rules: the rules the
     batch judged its lines by (a replay reads them back: `rules_of`).
     """
-    entry: dict[str, object] = {
+    entry: Entry = {
         "receipt_ts": receipt_ts,
         "batch_id": batch_id,
         "source": source,
@@ -83,16 +97,18 @@ def record_batch(
     }
     if input_rules is not None:
         entry["input_rules"] = rules_record(input_rules)
-    lake.write_json_atomic(lake.landing_ledger_path(receipt_ts), entry)
+    lake.write_json_atomic(lake.landing_ledger_path(receipt_ts), dict(entry))
 
 
-def read_entry(lake: Lake, receipt_ts: str) -> dict | None:
+def read_entry(lake: Lake, receipt_ts: str) -> Entry | None:
     """Batch receipt_ts's entry (in its day folder, or where a legacy lake kept it), if any."""
     found = lake.read_json(lake.landing_ledger_path(receipt_ts))
-    return found if found is not None else lake.read_json(lake.legacy_landing_ledger_path(receipt_ts))
+    if found is None:
+        found = lake.read_json(lake.legacy_landing_ledger_path(receipt_ts))
+    return cast("Entry | None", found)  # JSON that record_batch wrote
 
 
-def rules_record(rules: InputRules) -> dict:
+def rules_record(rules: InputRules) -> dict[str, Any]:
     """The input rules as a ledger entry records them: readable, and exact in microseconds."""
     return {
         **rules.describe(),
@@ -101,7 +117,7 @@ def rules_record(rules: InputRules) -> dict:
     }
 
 
-def rules_of(entry: dict) -> InputRules | None:
+def rules_of(entry: Entry) -> InputRules | None:
     """The input rules an entry records; None for an entry written before they were recorded."""
     recorded = entry.get("input_rules")
     if not recorded:
@@ -151,7 +167,7 @@ def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[Fil
     """
     out: dict[str, list[FileRecord]] = {}
     for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order
-        entry = lake.read_json(path) or {}
+        entry = cast("Entry", lake.read_json(path) or {})  # JSON that record_batch wrote
         rules = rules_of(entry)
         for item in entry.get("files", []):
             record = FileRecord(
@@ -283,12 +299,9 @@ def quarantine_contents(
     The lines go to a quarantine folder of their own (a receipt_ts no batch has), and a ledger entry
     records the files with `verdict` and their sha256. Returns that receipt_ts.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     receipt_ts = _free_receipt_ts(lake)
-    rows: dict[str, list] = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
-    records = []
+    rows: dict[str, list[Any]] = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
+    records: list[landing.FileEntry] = []
     for path, size, mtime_ms, data in contents:
         lines = landing.file_lines(data)
         for line in lines:
