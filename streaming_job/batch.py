@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 import dedup_sql
@@ -29,8 +30,10 @@ from streaming_job.state import watermark_text as state_watermark_text
 from tidemark.base import crashpoints, layout
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
+from tidemark.base.times import iso_from_micros
 from tidemark.ingest import input_pins, landing, landing_archive, landing_ledger
 from tidemark.ingest.contract import InputRules
+from tidemark.ingest.landing import FileEntry
 from tidemark.panes import receipt_index, receipts
 from tidemark.panes.receipts import BatchReport
 from tidemark.session import session_schema
@@ -63,6 +66,25 @@ STATE_FROM = {"pane_count": "state_pane_count"}
 STREAM_QUERY = dedup_sql.compose(
     "stream_panes", sessionized=dedup_sql.compose("sessionize", events=dedup_sql.text("stream_input"))
 )
+
+
+class FileFacts(TypedDict, total=False):
+    """What a batch knows of a landed file before reading it: as pinned, or as its ledger records."""
+
+    size: int | None
+    mtime_ms: int | None
+    sha256: str | None
+
+
+@dataclass
+class Totals:
+    """A batch's input files summed: lines, valid events, refused bytes, the newest event time."""
+
+    lines: int = 0
+    valid: int = 0
+    refused_bytes: int = 0
+    max_event_us: int | None = None
+    landing_uris: dict[str, str] = field(default_factory=dict)  # the frame's file -> the landing's URI
 
 
 class StopRequested(RuntimeError):
@@ -99,9 +121,10 @@ class BatchInput:
     replay: bool | None = None
     pins: str | None = None  # the batch's pin folder: the frame's files are named inside it
     landing_uris: dict[str, str] = field(default_factory=dict)  # path relative to the landing -> its URI
-    facts: dict[str, dict] = field(default_factory=dict)  # path -> {size, mtime_ms[, sha256]}
-    digests: Future | None = None  # the first attempt's {path: sha256}, computed beside the first Spark job
-    unreadable: list[dict] = field(default_factory=list)  # ledger records of files it could not read
+    facts: dict[str, FileFacts] = field(default_factory=dict)  # path -> {size, mtime_ms[, sha256]}
+    # the first attempt's {path: sha256}, computed beside the first Spark job
+    digests: Future[dict[str, str | None]] | None = None
+    unreadable: list[FileEntry] = field(default_factory=list)  # ledger records of files it could not read
 
     def landing_file(self, frame_file: str, landing_root: str | None) -> tuple[str, str]:
         """(path relative to the landing, the URI a line's source_file holds) of a frame's file."""
@@ -202,28 +225,26 @@ class BatchProcessor:
             crashpoints.reach("ledger-recorded")
             if skipped:  # lines of files the landing rule does not take as input: not events, not quarantined
                 parsed = parsed.where(~F.col("source_file").isin(skipped))
-            if not totals["lines"]:
+            if not totals.lines:
                 return None  # only files that are not input: recorded in the ledger, nothing else
-            quarantined = int(totals["lines"] - totals["valid"])
+            quarantined = totals.lines - totals.valid
             if quarantined:
                 self._write_quarantine(
-                    parsed, receipt_ts, batch_id, quarantined, int(totals["refused_bytes"]), totals["landing_uris"]
+                    parsed, receipt_ts, batch_id, quarantined, totals.refused_bytes, totals.landing_uris
                 )
             phases.done("quarantine")
 
             store = StateStore(spark, self.checkpoint)
             before, state = store.before(batch_id)
-            w_prev_us, watermark_us = self._watermarks(
-                before.watermark_us, totals["max_event_us"], receipt_us, batch_id
-            )
+            w_prev_us, watermark_us = self._watermarks(before.watermark_us, totals.max_event_us, receipt_us, batch_id)
 
             # the shuffles sized to the batch: set before the queries below are planned
-            with sized_shuffle(spark, int(totals["lines"])):
+            with sized_shuffle(spark, totals.lines):
                 result = sessionize(spark, parse.valid_events(parsed), state, self.rules, w_prev_us, watermark_us)
                 rows = self._rows(result)
                 complete = self._complete(rows, receipt_ts) if replay else frozenset()
                 # One pass: sessionized, the panes and the state's files written, their statistics
-                # back. Not cached: nothing else reads the sessions (three actions did before).
+                # back. Not cached: nothing else reads the sessions.
                 stats, open_sessions = pane_writer.write_batch(
                     rows,
                     self.lake.sessions_root(),
@@ -243,8 +264,8 @@ class BatchProcessor:
         return BatchReport(
             batch_id,
             receipt_ts,
-            int(totals["lines"]),
-            int(totals["valid"]),
+            totals.lines,
+            totals.valid,
             quarantined,
             watermark_us,
             open_sessions,
@@ -286,7 +307,12 @@ class BatchProcessor:
         return source
 
     def _replay_input(
-        self, source: BatchInput, entry: dict, recorded: InputRules, batch_id: int, plan: input_pins.PlannedBatch
+        self,
+        source: BatchInput,
+        entry: landing_ledger.Entry,
+        recorded: InputRules,
+        batch_id: int,
+        plan: input_pins.PlannedBatch,
     ) -> None:
         """A replay reads what its first attempt recorded.
 
@@ -312,10 +338,8 @@ class BatchProcessor:
         lost, changed = input_pins.verify(self.checkpoint, batch_id, readable)
         source.unreadable = list(known.values())
         for path, reason in sorted(lost.items()):
-            record = {**source.facts.pop(path), "path": path}
-            source.unreadable.append(
-                _unreadable(path, reason, record, next(int(f.get("lines") or 0) for f in files if f["path"] == path))
-            )
+            lines = next(int(f.get("lines") or 0) for f in files if f["path"] == path)
+            source.unreadable.append(_unreadable(path, reason, source.facts.pop(path), lines))
         if changed:
             landing_ledger.quarantine_contents(
                 self.lake,
@@ -333,7 +357,7 @@ class BatchProcessor:
             )
 
     @staticmethod
-    def _by_file(parsed: DataFrame) -> list:
+    def _by_file(parsed: DataFrame) -> list[Row]:
         """One Spark action over the checked batch.
 
         Per file, its lines, valid events, newest event time and (when the source gives them) size
@@ -358,22 +382,26 @@ class BatchProcessor:
             .collect()
         )
 
-    def _admit(self, by_file: list, receipt_ts: str, batch_id: int, source: BatchInput) -> tuple[dict, list[str]]:
+    def _admit(
+        self, by_file: list[Row], receipt_ts: str, batch_id: int, source: BatchInput
+    ) -> tuple[Totals, list[str]]:
         """Apply the landing rule to the batch's files and write the batch's ledger entry.
 
         Returns the totals of its input files and the URIs of the files not read (as the frame names
         them).
         """
-        files, skipped, newest = [], [], []
-        totals: dict[str, Any] = {"lines": 0, "valid": 0, "refused_bytes": 0, "landing_uris": {}}
+        files: list[FileEntry] = []
+        skipped: list[str] = []
+        newest: list[int] = []
+        totals = Totals()
         digests = source.digests.result() if source.digests is not None else {}
         for found in by_file:
             row = found.asDict()
             path, uri = source.landing_file(row["source_file"], self.landing)
-            totals["landing_uris"][row["source_file"]] = uri
+            totals.landing_uris[row["source_file"]] = uri
             verdict = landing.classify(path)
             facts = source.facts.get(path, {"size": row.get("file_size"), "mtime_ms": row.get("file_mtime_ms")})
-            record = {
+            record: FileEntry = {
                 "path": path,
                 "size": facts["size"],
                 "mtime_ms": facts["mtime_ms"],
@@ -387,12 +415,12 @@ class BatchProcessor:
             if verdict != landing.INPUT:
                 skipped.append(row["source_file"])
                 continue
-            totals["lines"] += int(row["lines"])
-            totals["valid"] += int(row["valid"])
-            totals["refused_bytes"] += int(row["refused_bytes"] or 0)
+            totals.lines += int(row["lines"])
+            totals.valid += int(row["valid"])
+            totals.refused_bytes += int(row["refused_bytes"] or 0)
             if row["max_event_us"] is not None:
                 newest.append(row["max_event_us"])
-        totals["max_event_us"] = max(newest, default=None)
+        totals.max_event_us = max(newest, default=None)
         if self.archive:  # before the ledger entry: an empty queue means no batch did half its work
             landing_archive.enqueue(
                 self.checkpoint,
@@ -429,8 +457,8 @@ class BatchProcessor:
             log.warning(
                 "stored watermark ahead of the receipt time: pulled back",
                 batch_id=batch_id,
-                stored=receipts.iso_from_micros(stored_us),
-                receipt=receipts.iso_from_micros(receipt_us),
+                stored=iso_from_micros(stored_us),
+                receipt=iso_from_micros(receipt_us),
             )
             w_prev_us = receipt_us
         watermark_us = w_prev_us
@@ -481,7 +509,7 @@ class BatchProcessor:
         )
 
     @staticmethod
-    def _pane_columns() -> list:
+    def _pane_columns() -> list[Column]:
         """The pane columns of `_rows`, with event_ids taken from the events.
 
         event_ids is the events' event_id field: no lambda, whose variable Spark names anew in every
@@ -502,7 +530,12 @@ class BatchProcessor:
         return frozenset(date for date, _ in receipts.complete_keys(self.lake, [(d, receipt_ts) for d in dates]))
 
     def _register(
-        self, stats: list[dict], complete: frozenset[str], receipt_ts: str, batch_id: int, watermark_us: int
+        self,
+        stats: list[pane_writer.DateStats],
+        complete: frozenset[str],
+        receipt_ts: str,
+        batch_id: int,
+        watermark_us: int,
     ) -> list[receipts.ReceiptPartition]:
         """Register and complete the batch's receipt partitions, whose files are written.
 
@@ -517,9 +550,9 @@ class BatchProcessor:
                 rows=int(row["rows"]),
                 events=int(row["events"]),
                 pane_kinds=list(row["kinds"]),
-                min_event_ts=receipts.iso_from_micros(row["min_us"]),
-                max_event_ts=receipts.iso_from_micros(row["max_us"]),
-                watermark=receipts.iso_from_micros(watermark_us),
+                min_event_ts=iso_from_micros(row["min_us"]),
+                max_event_ts=iso_from_micros(row["max_us"]),
+                watermark=iso_from_micros(watermark_us),
                 late=receipts.is_late(row["event_date"], watermark_us),
             )
             for row in sorted(stats, key=lambda r: r["event_date"])
@@ -576,7 +609,7 @@ class BatchProcessor:
         log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)
 
 
-def read_pinned(spark, folder: str) -> DataFrame:
+def read_pinned(spark: SparkSession, folder: str) -> DataFrame:
     """A batch's pinned files as the streaming source gives lines (streaming_job.job.source).
 
     Every line, split as the contract splits, with its file's URI (in the pin folder).
@@ -599,29 +632,31 @@ def release_pins(checkpoint: str, generation: landing_archive.Generation, archiv
     return input_pins.release(checkpoint, generation.generation, generation.query_dir(checkpoint), keep)
 
 
-def _unreadable(path: str, reason: str, record: dict | None = None, lines: int = 0) -> dict:
+def _unreadable(path: str, reason: str, facts: FileFacts | None = None, lines: int = 0) -> FileEntry:
     """A ledger record of a file the batch could not read as its first attempt did."""
-    record = record or {}
-    return {
+    facts = facts or {}
+    entry: FileEntry = {
         "path": path,
-        "size": record.get("size"),
-        "mtime_ms": record.get("mtime_ms"),
+        "size": facts.get("size"),
+        "mtime_ms": facts.get("mtime_ms"),
         "lines": lines,
         "verdict": landing_ledger.UNREADABLE_VERDICT,
         "reason": reason,
-        **({"sha256": record["sha256"]} if record.get("sha256") else {}),
     }
+    sha = facts.get("sha256")
+    if sha:
+        entry["sha256"] = sha
+    return entry
 
 
 def _renamed(table: pa.Table, column: str, names: dict[str, str]) -> pa.Table:
     """`table` with each value of `column` found in `names` replaced by its new name."""
     if not names or not table.num_rows:
         return table
-    import pyarrow.compute as pc
-
     values = table.column(column)
     unique = pc.unique(values)
-    renamed = pa.array([names.get(v, v) for v in unique.to_pylist()], values.type)
+    # a column of file names (source_file): never null
+    renamed = pa.array([names.get(v, v) for v in cast("list[str]", unique.to_pylist())], values.type)
     index = table.schema.get_field_index(column)
     return table.set_column(index, table.schema.field(index), pc.take(renamed, pc.index_in(values, unique)))
 
@@ -652,7 +687,7 @@ def state_events(state: DataFrame) -> DataFrame:
 
 
 def sessionize(
-    spark, events: DataFrame, state: DataFrame, rules: SessionRules, w_prev_us: int, w_new_us: int
+    spark: SparkSession, events: DataFrame, state: DataFrame, rules: SessionRules, w_prev_us: int, w_new_us: int
 ) -> DataFrame:
     """A micro-batch's sessions (stream_panes.sql's rows).
 
@@ -661,7 +696,7 @@ def sessionize(
     order, sessionized, each session's pane decided (STREAM_QUERY: the three files as one query, one
     analysis in the driver).
     """
-    return dedup_sql.run_text(
+    sessions: DataFrame = dedup_sql.run_text(
         spark,
         STREAM_QUERY,
         {
@@ -672,9 +707,10 @@ def sessionize(
         gap_us=rules.gap_us,
         lateness_us=rules.allowed_lateness_us,
     )
+    return sessions
 
 
-def watermarks(spark, w_prev_us: int, w_new_us: int) -> DataFrame:
+def watermarks(spark: SparkSession, w_prev_us: int, w_new_us: int) -> DataFrame:
     """stream_panes.sql's {watermarks}.
 
     One row, planned as a local relation (a VALUES list is data, not code: every batch's plan

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from pyspark.sql import SparkSession
+
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 LINES_PER_TASK = 250_000
 
@@ -36,13 +38,15 @@ def sized(lines: int, cores: int, ceiling: int) -> int:
 
 
 @contextmanager
-def sized_shuffle(spark, lines: int) -> Iterator[int]:
+def sized_shuffle(spark: SparkSession, lines: int) -> Iterator[int]:
     """The batch's shuffles sized to it within the block.
 
     The session's setting restored after (the stream's micro-batches share one session, and so do
     callers that run a batch directly).
     """
     ceiling = spark.conf.get(SHUFFLE_PARTITIONS)
+    if ceiling is None:  # Spark gives its default when the session sets none
+        raise RuntimeError(f"{SHUFFLE_PARTITIONS} has no value")
     try:
         cores = spark.sparkContext.defaultParallelism
     except Exception:  # a session without a SparkContext (Spark Connect): the setting as it is
