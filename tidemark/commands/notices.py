@@ -153,9 +153,9 @@ def _corrected(args) -> int:
     from tidemark.notices.report import corrected_status
 
     if args.send:
-        from tidemark.notices import corrected
+        from tidemark.notices import corrected_delivery
 
-        still_owed = corrected.send_owed(args.lake, args.send, timeout=args.timeout)
+        still_owed = corrected_delivery.send_owed(args.lake, args.send, timeout=args.timeout)
         if still_owed:
             print(
                 f"tidemark notices: {still_owed} corrected notice(s) still owed after {args.timeout:g}s",
@@ -164,7 +164,7 @@ def _corrected(args) -> int:
     events_owed = 0
     if args.emit_asset_events:
         from tidemark.commands.reconcile import airflow_client
-        from tidemark.notices import corrected
+        from tidemark.notices import corrected_delivery
 
         client = airflow_client(args, required=False)
         if client is None:
@@ -172,7 +172,7 @@ def _corrected(args) -> int:
                 "--emit-asset-events needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, "
                 f"or start the local stack (none is up in {args.home})"
             )
-        events_owed = corrected.emit_owed(args.lake, client, timeout=args.timeout)
+        events_owed = corrected_delivery.emit_owed(args.lake, client, timeout=args.timeout)
         if events_owed:
             print(
                 f"tidemark notices: {events_owed} asset event(s) still owed to Airflow after {args.timeout:g}s",

@@ -156,7 +156,7 @@ def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
     """Every date's example-consumer metrics were rebuilt from its current version, and no
     corrected notice is owed."""
     from tidemark.iceberg import publish
-    from tidemark.notices import corrected
+    from tidemark.notices import corrected_delivery
     from tidemark.products import session_metrics
 
     dates = publish.list_dedup_dates(lake)
@@ -165,7 +165,7 @@ def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
         row = session_metrics.read(out_root, event_date)
         current = publish.current_version(lake, event_date)
         done += bool(row and current and row["version"] == current.version)
-    owed = len(corrected.outbox(lake).owed())
+    owed = len(corrected_delivery.outbox(lake).owed())
     return (
         done == len(dates) and owed == 0,
         f"{done}/{len(dates)} dates' metrics rebuilt from their current version, {owed} corrected notice(s) owed",

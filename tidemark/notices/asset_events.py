@@ -1,6 +1,6 @@
 """The corrected notices' second sink: one Airflow asset event per committed version.
 
-Every committed version has one entry in the corrected outbox (tidemark/notices/corrected.py),
+Every committed version has one entry in the corrected outbox (tidemark/notices/corrected_delivery.py),
 whoever committed it: a DAG run, a `tidemark dedup` by hand, `tidemark rules migrate`, a run
 reconcile started. Draining that entry to Airflow's `POST /api/v2/assets/events` (asset
 tidemark.sessions_dedup, the date as partition_key) is what consumer DAGs on

@@ -1,7 +1,7 @@
 """The corrected-partition notice: "event date D has a new deduplicated version". Built, encoded and
 validated here against tidemark/schemas/corrected_notice.schema.json (docs/notices.md).
 
-The body is a pure function of the version (what tidemark.notices.corrected reads from the table
+The body is a pure function of the version (what tidemark.notices.corrected_delivery reads from the table
 right after the commit): the notice_id is a hash of dataset, event_date and version, so one
 published version always gives one notice, however often it is recorded or re-sent.
 

@@ -82,9 +82,9 @@ def _corrected_row(entry: dict, state: str) -> dict:
 def corrected_status(lake: Lake) -> dict:
     """{"sent": rows, "owed": rows}: one row per corrected notice (one per published version), in
     (event_date, version) order."""
-    from tidemark.notices import corrected  # pyiceberg: only when corrected notices are asked for
+    from tidemark.notices import corrected_delivery  # pyiceberg: only when corrected notices are asked for
 
-    outbox = corrected.outbox(lake)
+    outbox = corrected_delivery.outbox(lake)
 
     def order(r):
         return (r["event_date"], r["version"])

@@ -83,7 +83,7 @@ def read_lake(lake: Lake, run_state=None, now: datetime | None = None, max_attem
     notices owed per channel and, with `run_state` (reconcile's run id -> Airflow state), the
     dates reconciliation gave up on."""
     from tidemark.base.times import parse_iso
-    from tidemark.notices import corrected
+    from tidemark.notices import corrected_delivery
     from tidemark.notices.outbox import Outbox
     from tidemark.orchestration import reconcile
 
@@ -97,7 +97,7 @@ def read_lake(lake: Lake, run_state=None, now: datetime | None = None, max_attem
         for s in stale
     ]
     owed = {}
-    for channel, outbox in (("availability", Outbox(lake)), ("corrected", corrected.outbox(lake))):
+    for channel, outbox in (("availability", Outbox(lake)), ("corrected", corrected_delivery.outbox(lake))):
         entries = outbox.owed()  # oldest first; bounded by what is owed, not by the lake's size
         oldest = 0.0
         if entries and entries[0].get("recorded_at"):

@@ -27,7 +27,7 @@ FOLDERS_FOR_ARROW = 100
 FOLDERS_PER_TASK = 500
 
 # The pane columns a dedup reads, spelled here once (the dedup's reads, the packs it writes and those
-# the maintenance pass writes: tidemark/panes/packing.py): the input of its SQL (user_id and events,
+# the maintenance pass writes: tidemark/panes/pack_maintenance.py): the input of its SQL (user_id and events,
 # dedup_sql/dedup_events.sql) and the bound of its plan (session_end >= lo), with THE session
 # schema's types; then the partition columns as plain strings (an explicit schema also keeps Spark
 # from inferring their types). A pack's manifest records this text: a pack of other columns is not used.
@@ -67,7 +67,7 @@ def read_table(sessions_root: str, folders: list[str], data_columns, lo: datetim
     Table of `data_columns` then `event_date` and `receipt_ts` (strings, from the folders' names),
     those ending at or after `lo` when given; None when the folders hold no pane file. Listings
     concurrent (a bucket's round trips), one dataset scan: no Spark (the executors' reader above, and
-    the maintenance pass's, tidemark/panes/packing.py)."""
+    the maintenance pass's, tidemark/panes/pack_maintenance.py)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa

@@ -28,7 +28,7 @@ formats of the partition values (event dates, receipt times, run ids) that go in
     <lake>/_landing/receipt_ts=<receipt_ts>.json                           the landing ledger: files read per batch
     <lake>/_products/<product>/event_date=D/                               downstream products (tidemark.products.session_metrics)
     <lake>/_packs/event_date=D/pack=<pack_id>/part-*.parquet               a derived, rebuildable copy of some of D's
-        _tidemark_pack.json         receipt partitions' panes; its manifest (written last) names them (tidemark.panes.packs)
+        _tidemark_pack.json         receipt partitions' panes; its manifest (written last) names them (tidemark.panes.pack_cache)
 
 Every partition value is checked (tidemark.base.layout) before it can reach a path. The lake's small
 records go through its own filesystem, resolved once (`Lake.fs`): paths under the lake are mapped to
@@ -343,7 +343,7 @@ class Lake:
             raise ValueError(f"invalid product name {product!r}")
         return self.path(PRODUCTS, product)
 
-    # packs: derived copies of receipt partitions' panes (tidemark.panes.packs)
+    # packs: derived copies of receipt partitions' panes (tidemark.panes.pack_cache)
     def packs_root(self) -> str:
         return self.path(PACKS)
 

@@ -165,7 +165,7 @@ def write_manifest(
     lake: Lake, event_date: str, pack_id: str, receipts: list[str], files: list[str], rows: int, columns: str
 ) -> Pack:
     """The pack's manifest, written last by every pack writer (the dedup's above, the maintenance
-    pass's: tidemark/panes/packing.py) once its data files are whole: the pack exists for readers
+    pass's: tidemark/panes/pack_maintenance.py) once its data files are whole: the pack exists for readers
     from here on, whole; a writer killed before it leaves a folder readers ignore and gc removes."""
     event_date = layout.check_event_date(event_date)
     manifest = {

@@ -1,6 +1,6 @@
 """The maintenance pass that packs closed dates (`tidemark gc`, then the maintenance DAG's `pack` task).
 
-Why: a dedup writes a pack (tidemark/panes/packs.py) only when a full dedup of a date has just read
+Why: a dedup writes a pack (tidemark/panes/pack_cache.py) only when a full dedup of a date has just read
 PACK_AT of its receipt partitions one by one: the first full dedup of a date with 8,640 receipts
 pays for every tiny file (BENCHMARKS.md section 7), at the moment a correction waits for it. This
 pass packs those dates ahead, off the correction's path, once they are closed.
@@ -11,8 +11,8 @@ pass packs those dates ahead, off the correction's path, once they are closed.
   reader takes from their folders beside the pack.
 - Packed: a closed date with PACK_AT or more complete receipt partitions that no usable pack holds
   (a pack of the dedup's columns, pane_reader.DEDUP_COLUMNS). The new pack holds every complete
-  receipt partition of the date (a reader uses one pack per date: packs.best), read with pyarrow
-  (pane_reader.read_table, no Spark), data files first, the manifest last (packs.write_manifest).
+  receipt partition of the date (a reader uses one pack per date: pack_cache.best), read with pyarrow
+  (pane_reader.read_table, no Spark), data files first, the manifest last (pack_cache.write_manifest).
   The pack it supersedes goes with `tidemark gc` after the retention.
 - Budget: at most BUDGET receipt partitions read per pass, newest dates first (what a correction is
   likeliest to read next); a date over the budget waits for the next pass.
@@ -36,7 +36,7 @@ from datetime import date, datetime, timedelta, timezone
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, tracked
-from tidemark.panes import packs, pane_reader, receipt_index, receipts
+from tidemark.panes import pack_cache, pane_reader, receipt_index, receipts
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -122,13 +122,13 @@ def unpacked(lake: Lake, event_date: str) -> tuple[list[str], int]:
     """(every complete receipt partition of the date, how many of them no usable pack holds)."""
     stamps = receipts.complete_names(lake, event_date)
     held: set[str] = set()
-    if len(stamps) >= packs.PACK_AT:  # fewer: never worth a listing of the packs
-        for pack in packs.complete(lake, event_date, pane_reader.DEDUP_COLUMNS):
+    if len(stamps) >= pack_cache.PACK_AT:  # fewer: never worth a listing of the packs
+        for pack in pack_cache.complete(lake, event_date, pane_reader.DEDUP_COLUMNS):
             held |= pack.receipts
     return stamps, len(set(stamps) - held)
 
 
-def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> packs.Pack | None:
+def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> pack_cache.Pack | None:
     """A pack of the panes of the date's receipt partitions `stamps`, read and written with pyarrow:
     the data files, then the manifest. None when those partitions hold no pane file."""
     import pyarrow.parquet as pq
@@ -139,19 +139,21 @@ def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> packs.Pack | N
     table = pane_reader.read_table(lake.sessions_root(), folders, data_columns)
     if table is None:
         return None
-    pack_id = packs.new_pack_id()
+    pack_id = pack_cache.new_pack_id()
     fs, folder = lake.locate(lake.pack_dir(event_date, pack_id))
     fs.create_dir(folder, recursive=True)
     names = []
-    per_file = -(-table.num_rows // packs.FILES) or 1
-    for index in range(packs.FILES):
+    per_file = -(-table.num_rows // pack_cache.FILES) or 1
+    for index in range(pack_cache.FILES):
         part = table.slice(index * per_file, per_file)
         if index and not part.num_rows:
             break
         name = f"part-{index:05d}.parquet"
         pq.write_table(part, f"{folder}/{name}", filesystem=fs)
         names.append(name)
-    return packs.write_manifest(lake, event_date, pack_id, stamps, names, table.num_rows, pane_reader.DEDUP_COLUMNS)
+    return pack_cache.write_manifest(
+        lake, event_date, pack_id, stamps, names, table.num_rows, pane_reader.DEDUP_COLUMNS
+    )
 
 
 def run_pass(
@@ -175,7 +177,7 @@ def run_pass(
     for event_date in tracked(newest_first, "packing closed dates", log=log, display=display, lake=lake):
         stamps, loose = unpacked(lake, event_date)
         result.examined += 1
-        if loose < packs.PACK_AT:
+        if loose < pack_cache.PACK_AT:
             continue
         if spent and spent + len(stamps) > budget:
             result.left.append(event_date)  # over this pass's budget (a date alone over it still goes)
