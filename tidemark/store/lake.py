@@ -37,10 +37,12 @@ the filesystem's paths without asking pyarrow again (which, for a bucket, builds
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Iterator
 from datetime import date
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -74,6 +76,68 @@ _PACK_FILE = re.compile(r"^part-[0-9A-Za-z_-]+(\.[0-9A-Za-z_-]+)*\.parquet$")
 def run_folder(event_date: date | str, run_id: object) -> str:
     """A dedup run's folder relative to the table's location (snapshot summaries, gc)."""
     return f"data/event_date={event_date_part(event_date)}/run={check_run_id(run_id)}"
+
+
+class JsonRecords:
+    """A folder of the lake that holds one small JSON record per key, as `<key>.json`.
+
+    The notice outboxes (one record per notice_id and destination) and the waiting coalescing
+    groups are such folders: their owners name records by key and never build a path or call the
+    filesystem themselves. Records are written atomically (a reader sees the old record or the
+    new one, never a part), as the lake's other small records are.
+    """
+
+    __slots__ = ("lake", "uri")
+
+    SUFFIX = ".json"
+
+    def __init__(self, lake: Lake, uri: str) -> None:
+        """The records of the folder `uri` under `lake`."""
+        self.lake = lake
+        self.uri = uri
+
+    def __repr__(self) -> str:
+        return f"JsonRecords({self.uri!r})"
+
+    def path(self, key: str) -> str:
+        """The URI of the record `key` (a plain file name stem: no folder, no dot first)."""
+        if not _is_record_key(key):
+            raise ValueError(f"invalid record key {key[:80]!r}")
+        return join(self.uri, key + self.SUFFIX)
+
+    def exists(self, key: str) -> bool:
+        """Whether the record is there."""
+        return self.lake.exists(self.path(key))
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """The record, or None when there is none."""
+        return self.lake.read_json(self.path(key))
+
+    def write(self, key: str, record: dict[str, Any]) -> None:
+        """Write the record whole (sorted keys, one-space indent), replacing any earlier one."""
+        self.lake.write_json_atomic(self.path(key), record)
+
+    def create(self, key: str, record: dict[str, Any]) -> bool:
+        """Create the record (compact JSON) unless it exists; True when this call created it.
+
+        Of concurrent creators one wins (storage.create_text_if_absent_at): a record written once,
+        such as when a log began, keeps its first value.
+        """
+        return self.lake.create_text_if_absent(self.path(key), json.dumps(record))
+
+    def delete(self, key: str) -> None:
+        """Remove the record; nothing happens when there is none."""
+        self.lake.delete_file(self.path(key))
+
+    def names(self) -> list[str]:
+        """The keys of the folder's records, by file name (temp files of an atomic write are not records)."""
+        stems = (name[: -len(self.SUFFIX)] for name in self.lake.list_dir(self.uri) if name.endswith(self.SUFFIX))
+        return [stem for stem in stems if _is_record_key(stem)]
+
+
+def _is_record_key(key: str) -> bool:
+    """A record key is a file name stem: not empty, no folder separator, not hidden."""
+    return bool(key) and "/" not in key and "\\" not in key and not key.startswith(".")
 
 
 class Lake:
@@ -328,6 +392,11 @@ class Lake:
         if not channel.isidentifier() or channel in NOTICE_FOLDERS or not which.isidentifier():
             raise ValueError(f"unknown notices folder {channel!r}/{which!r}")
         return self.path(NOTICES, channel, which)
+
+    def notice_records(self, which: str, channel: str | None = None) -> JsonRecords:
+        """The records of one notices folder (notices_dir): an outbox, a destination's sent
+        records, or the coalescing groups waiting for their notice ("pending")."""
+        return JsonRecords(self, self.notices_dir(which, channel))
 
     def rules_dir(self) -> str:
         return self.path(RULES)
