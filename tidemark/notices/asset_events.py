@@ -51,12 +51,17 @@ def event_extra(notice: dict) -> dict:
 
 
 class AssetEventSender:
-    """Airflow's asset events as a notice transport (tidemark.notices.sender.Sender): send_many(entries)
-    -> {notice_id: (event id, timestamp) or the error}."""
+    """Airflow's asset events as a notice transport (tidemark.notices.sender.Sender).
+
+    Send_many(entries) -> {notice_id: (event id, timestamp) or the error}.
+    """
 
     def __init__(self, client, attempts: AttemptLog | None = None, name: str = ASSET_NAME):
-        """`attempts`: the outbox's attempt log for this sink; without one every entry may have been
-        posted already, and every send first lists the asset's events."""
+        """A sender posting to the asset `name` through `client`.
+
+        `attempts`: the outbox's attempt log for this sink; without one every entry may have
+        been posted already, and every send first lists the asset's events.
+        """
         self.client = client
         self.attempts = attempts
         self.name = name
@@ -105,8 +110,11 @@ class AssetEventSender:
         return results
 
     def _posted(self, asset_id: int, entries: list[dict]) -> dict[str, dict]:
-        """{notice_id: the asset event already posted for it} among the asset's events since the
-        oldest of `entries` was recorded."""
+        """The asset events already posted for `entries`, by notice_id.
+
+        {notice_id: the asset event already posted for it} among the asset's events since
+        the oldest of `entries` was recorded.
+        """
         oldest = min(parse_iso(e["recorded_at"]) for e in entries) - CLOCK_MARGIN
         posted: dict[str, dict] = {}
         for event in self.client.asset_events(asset_id, since=oldest.strftime("%Y-%m-%dT%H:%M:%SZ")):

@@ -1,5 +1,7 @@
-"""The availability notice: built, encoded and validated in one place (the JSON Schema file
-tidemark/schemas/availability_notice.schema.json), used by the stream, the Cloud Function and the DAG.
+"""The availability notice: built, encoded and validated in one place.
+
+(the JSON Schema file tidemark/schemas/availability_notice.schema.json), used by the stream, the
+Cloud Function and the DAG.
 
 Message attributes mirror the body fields that subscription filters need, as strings:
 dataset, event_date, late ("true"/"false"), schema_version, kind, notice_id.
@@ -66,10 +68,13 @@ def notice_id(dataset: str, event_date: str, receipt_ts_list: list[str]) -> str:
 
 
 def build(dataset: str, partitions: list[dict], kind: str = "partition") -> dict:
-    """The notice for receipt partitions of ONE event_date (dicts shaped like a receipt marker:
-    event_date, receipt_ts, batch_id, uri, rows, events, pane_kinds, min_event_ts, max_event_ts,
-    watermark, late). Counts are summed; receipt_ts, uri, watermark, batch_id are the newest;
-    `late` is true when any covered partition is late. Deterministic in the set of partitions."""
+    """The notice for receipt partitions of ONE event_date.
+
+    (dicts shaped like a receipt marker: event_date, receipt_ts, batch_id, uri, rows, events,
+    pane_kinds, min_event_ts, max_event_ts, watermark, late). Counts are summed; receipt_ts,
+    uri, watermark, batch_id are the newest; `late` is true when any covered partition is late.
+    Deterministic in the set of partitions.
+    """
     if not partitions:
         raise InvalidNotice("a notice covers at least one receipt partition")
     if kind not in KINDS:

@@ -1,5 +1,7 @@
-"""Corrected notices: recorded in the lake's outbox when a version is published, sent to the
-corrected topic with retries, drained after an outage.
+"""Corrected notices: recorded, sent to Pub/Sub and emitted to Airflow.
+
+Recorded in the lake's outbox when a version is published, sent to the corrected topic with retries,
+drained after an outage.
 
     record_after_commit(lake, version)    right after a dedup run's commit (tidemark.deduplication.dedup), in the
                                           process that committed (spark-submit driver, Spark Connect
@@ -48,8 +50,11 @@ def outbox(lake: Lake) -> Outbox:
 
 
 def configured_topic() -> str | None:
-    """Where the DAG sends corrected notices: $TIDEMARK_CORRECTED_TOPIC_PATH
-    (projects/P/topics/<names CORRECTED_TOPIC>), or None: then notices are recorded and stay owed."""
+    """Where the DAG sends corrected notices, or None.
+
+    $TIDEMARK_CORRECTED_TOPIC_PATH (projects/P/topics/<names CORRECTED_TOPIC>), or None: then
+    notices are recorded and stay owed.
+    """
     return os.environ.get("TIDEMARK_CORRECTED_TOPIC_PATH") or None
 
 
@@ -62,7 +67,8 @@ def _sessions_at(tbl, event_date: str, snapshot_id: int):
 
     pyiceberg gives a snapshot without data files the table schema's Arrow types (large_string)
     and one with files the files' own (Spark writes string): one schema for every version, so
-    that two versions always join, whatever either held."""
+    that two versions always join, whatever either held.
+    """
     found = tbl.scan(
         row_filter=iceberg.date_filter(event_date), selected_fields=_DIFF_COLUMNS, snapshot_id=snapshot_id
     ).to_arrow()
@@ -82,7 +88,8 @@ def session_changes(old, new) -> dict:
 
     `old` and `new` are Arrow tables of _DIFF_COLUMNS (session_id unique in each). Compared with Arrow's
     vectorised join and kernels: a date holds up to millions of sessions, and a Python dict per row took
-    ~10 s per million, inside the dedup's run (recorded right after its commit)."""
+    ~10 s per million, inside the dedup's run (recorded right after its commit).
+    """
     import pyarrow.compute as pc
 
     old = old.select(list(_DIFF_COLUMNS))
@@ -161,8 +168,11 @@ def counts_of(found: changes.Counts, sessions: int) -> dict:
 
 
 def _counts_from_versions(tbl, event_date: str, snapshot_id: int, previous: str | None) -> tuple[dict | None, int]:
-    """(counts, rows) of a version that staged no changeset (an older tidemark's run): its
-    sessions compared with the previous version's, both read whole."""
+    """(counts, rows) of a version that staged no changeset.
+
+    An older tidemark's run: its sessions are compared with the previous version's, both read
+    whole.
+    """
     new = _sessions_at(tbl, event_date, snapshot_id)
     if previous is None:
         return session_changes(new.schema.empty_table(), new), new.num_rows
@@ -204,8 +214,11 @@ def record_current(lake: Lake, event_date: date | str) -> dict | None:
 
 
 def record_after_commit(lake: Lake, version: VersionRecord) -> None:
-    """Called by the dedup right after its commit. Never fails the run: a notice that cannot be recorded now is
-    recorded by the DAG's safety net (record_current) or the next run of the date."""
+    """Record the notice of a version the dedup just committed; never fails the run.
+
+    A notice that cannot be recorded now is recorded by the DAG's safety net (record_current) or
+    the next run of the date.
+    """
     try:
         record(lake, version)
     except Exception:  # noqa: BLE001 - the version is committed; the notice is recorded later
@@ -217,8 +230,11 @@ def record_after_commit(lake: Lake, version: VersionRecord) -> None:
 
 
 def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None, backoff_max: float = 15.0) -> int:
-    """Send every owed corrected notice; retry while Pub/Sub is unreachable, for at most `timeout`
-    seconds. Returns how many are still owed."""
+    """Send every owed corrected notice to `topic_path`; returns how many are still owed.
+
+    Retries while Pub/Sub is unreachable, for at most `timeout` seconds; `sender` replaces the
+    Pub/Sub sender (tests), and is then left open.
+    """
     from tidemark.notices.sender import sender_for
 
     own = sender is None
@@ -231,10 +247,12 @@ def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None, 
 
 
 def emit_owed(lake: Lake, client, timeout: float = 120.0, backoff_max: float = 15.0) -> int:
-    """Emit every corrected notice owed to Airflow as an asset event through `client`
-    (tidemark.orchestration.airflow_api.AirflowClient), retrying while Airflow is unreachable, for at most
-    `timeout` seconds. Returns how many stay owed. A refusal (AirflowRejected: a 4xx that retrying
-    cannot fix, a bug of ours) is raised at once; the refused entry stays owed."""
+    """Emit every corrected notice owed to Airflow as an asset event; returns how many stay owed.
+
+    Posts through `client` (tidemark.orchestration.airflow_api.AirflowClient), retrying while
+    Airflow is unreachable, for at most `timeout` seconds. A refusal (AirflowRejected: a 4xx
+    that retrying cannot fix, a bug of ours) is raised at once; the refused entry stays owed.
+    """
     from tidemark.notices.asset_events import AssetEventSender
     from tidemark.orchestration.airflow_api import AirflowRejected
 
@@ -260,8 +278,10 @@ def _owed_versions(box: Outbox, sink: str, limit: int = 20) -> list[str]:
 
 
 def emit(lake: Lake, event_date: date | str, client, timeout: float = EMIT_TIMEOUT_S) -> dict:
-    """What the dedup DAG's emit_asset_events task does: record the date's current version's
-    notice (the safety net), then emit every asset event owed (any date, any committer).
+    """What the dedup DAG's emit_asset_events task does.
+
+    Record the date's current version's notice (the safety net), then emit every asset event
+    owed (any date, any committer).
 
     `client` is an AirflowClient or a callable that makes one (tidemark.orchestration.airflow_api.for_tasks).
     The outbox entry is the source of truth, so the run does not fail because the asset-events API
@@ -269,7 +289,8 @@ def emit(lake: Lake, event_date: date | str, client, timeout: float = EMIT_TIMEO
     unreachable for `timeout` seconds: the entries stay owed, a structured warning names their
     dates and versions, and the next drain (any later dedup run, the reconcile DAG's drain_outbox,
     `tidemark notices --topic corrected --emit-asset-events`) posts each of them once. A refusal
-    (AirflowRejected) or a wrong connection (ConfigError) is raised: retrying cannot fix those."""
+    (AirflowRejected) or a wrong connection (ConfigError) is raised: retrying cannot fix those.
+    """
     from tidemark.orchestration.airflow_api import NotConfigured
 
     event_date = layout.event_date_part(event_date)
@@ -324,10 +345,12 @@ class NoticesOwed(RuntimeError):
 
 
 def notify(lake: Lake, event_date: date | str, timeout: float = 120.0) -> dict:
-    """What the dedup DAG's notify_corrected task does after the dedup: record the date's current
-    version's notice (the safety net), then, with a topic configured, send everything owed.
-    Raises NoticesOwed when some stay owed after `timeout` (Airflow retries the task; any later
-    run drains them too)."""
+    """What the dedup DAG's notify_corrected task does after the dedup.
+
+    Record the date's current version's notice (the safety net), then, with a topic configured,
+    send everything owed. Raises NoticesOwed when some stay owed after `timeout` (Airflow
+    retries the task; any later run drains them too).
+    """
     recorded = record_current(lake, event_date)
     topic_path = configured_topic()
     if topic_path is None:

@@ -1,5 +1,7 @@
-"""The corrected-partition notice: "event date D has a new deduplicated version". Built, encoded and
-validated here against tidemark/schemas/corrected_notice.schema.json (docs/notices.md).
+"""The corrected-partition notice: "event date D has a new deduplicated version".
+
+Built, encoded and validated here against tidemark/schemas/corrected_notice.schema.json
+(docs/notices.md).
 
 The body is a pure function of the version (what tidemark.notices.corrected_delivery reads from the table
 right after the commit): the notice_id is a hash of dataset, event_date and version, so one
@@ -45,8 +47,11 @@ def notice_id(dataset: str, event_date: str, version: str) -> str:
 
 
 def change_of(previous_version: str | None, counts: dict | None) -> dict:
-    """The `change` object: counts {sessions_added, ...} compared with the previous version, or
-    None when the previous version can no longer be read (its snapshot expired)."""
+    """The notice's `change` object, from the counts against the previous version.
+
+    The `change` object: counts {sessions_added, ...} compared with the previous version, or
+    None when the previous version can no longer be read (its snapshot expired).
+    """
     if previous_version is None:
         counts = {**dict.fromkeys(COUNTS, 0), **(counts or {})}
         return {"kind": "first", **{k: int(counts[k]) for k in COUNTS}}

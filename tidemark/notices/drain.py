@@ -35,8 +35,10 @@ def _seconds_since(iso: str | None) -> float | None:
 def send(
     outbox: Outbox, sender: Sender, entries: list[dict], sink: str = "pubsub"
 ) -> tuple[list[dict], list[tuple[str, object]]]:
-    """Publish outbox entries once to `sender` (the outbox's `sink`); mark the acknowledged ones sent.
-    Returns (entries sent, [(notice_id, error)] of those not acknowledged)."""
+    """Publish outbox entries once to `sender`; mark the acknowledged ones sent.
+
+    Returns (entries sent, [(notice_id, error)] of those not acknowledged).
+    """
     if not entries:
         return [], []
     results = sender.send_many(entries)
@@ -79,13 +81,16 @@ def drain(
     sink: str = "pubsub",
     permanent: tuple[type[BaseException], ...] = (),
 ) -> int:
-    """Publish every entry of the outbox owed to `sink` through `sender`, retrying (jittered
-    exponential backoff, tenacity) while the sink is unreachable, for at most `timeout` seconds. Returns how many stay owed (0 when
-    all went out); what stays is sent by the next drain.
+    """Publish every entry of the outbox owed to `sink` through `sender`, retrying.
+
+    Publish every entry of the outbox owed to `sink` through `sender`, retrying (jittered
+    exponential backoff, tenacity) while the sink is unreachable, for at most `timeout` seconds.
+    Returns how many stay owed (0 when all went out); what stays is sent by the next drain.
 
     An error of a `permanent` type (the sink refused an entry: retrying cannot help, a bug of ours)
     is not retried: once the acknowledged entries of the round are marked sent, it is logged and
-    raised, and the refused entry stays owed."""
+    raised, and the refused entry stays owed.
+    """
     began = time.monotonic()
     sent_count = 0
 

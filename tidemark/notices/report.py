@@ -1,5 +1,6 @@
-"""What was advertised, what is still owed, and which complete partitions no notice covers; the
-corrected notices' sent and owed entries (corrected_status).
+"""What was advertised, what is still owed, and which complete partitions no notice covers.
+
+The corrected notices' sent and owed entries (corrected_status).
 
 Read from the lake only (_notices/ and the receipt markers): works while the stream runs, after
 it stopped, and from another machine.
@@ -80,8 +81,11 @@ def _corrected_row(entry: dict, state: str) -> dict:
 
 
 def corrected_status(lake: Lake) -> dict:
-    """{"sent": rows, "owed": rows}: one row per corrected notice (one per published version), in
-    (event_date, version) order."""
+    """The corrected notices' sent and owed entries, one row per published version.
+
+    {"sent": rows, "owed": rows}: one row per corrected notice (one per published version), in
+    (event_date, version) order.
+    """
     from tidemark.notices import corrected_delivery  # pyiceberg: only when corrected notices are asked for
 
     outbox = corrected_delivery.outbox(lake)
@@ -124,8 +128,11 @@ def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[str, str]]
 
 
 def backfill(lake: Lake, dataset: str = "sessions") -> list[dict]:
-    """Record a partition notice for every complete partition no notice covers (written by a run
-    without --notify-topic, say), from its marker. Returns the recorded notices; idempotent."""
+    """Record a partition notice for every complete partition no notice covers.
+
+    (written by a run without --notify-topic, say), from its marker. Returns the recorded
+    notices; idempotent.
+    """
     outbox = Outbox(lake)
     recorded = []
     for event_date, receipt_ts in unadvertised(lake, dataset):

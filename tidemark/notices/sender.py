@@ -1,4 +1,6 @@
-"""The notice transports' seam (`Sender`, and `sender_for`, the one factory from a destination), and
+"""The notice transports' seam and its Pub/Sub transport.
+
+The notice transports' seam (`Sender`, and `sender_for`, the one factory from a destination), and
 its Pub/Sub transport: publish notices with google-cloud-pubsub and report which ones Pub/Sub
 acknowledged.
 
@@ -61,8 +63,11 @@ def check_destination(destination: str) -> str:
 
 
 def sender_for(destination: str, codec=availability_notice) -> Sender:
-    """The transport for a destination an operator configured: `projects/P/topics/T` is a Pub/Sub
-    topic. `codec`: the notice module that makes the message (availability or corrected)."""
+    """The transport for a destination an operator configured.
+
+    `projects/P/topics/T` is a Pub/Sub topic. `codec`: the notice module that makes the message
+    (availability or corrected).
+    """
     if str(destination).startswith("projects/"):
         return PubSubSender(destination, codec=codec)
     raise ValueError(
@@ -74,7 +79,8 @@ class PubSubSender:
     """One PublisherClient for one topic. send_many() -> {notice_id: message_id or exception}.
 
     `codec`: the notice module whose encode(body) and attributes(body) make the message
-    (tidemark.notices.availability_notice for the availability topic, tidemark.notices.corrected_notice for the corrected one)."""
+    (tidemark.notices.availability_notice for the availability topic, tidemark.notices.corrected_notice for the corrected one).
+    """
 
     def __init__(
         self,
@@ -141,8 +147,11 @@ class PubSubSender:
         return results
 
     def reset(self) -> None:
-        """Drop the client after a failure: a fresh channel reconnects at once when Pub/Sub is back,
-        instead of waiting out gRPC's reconnect backoff."""
+        """Drop the client after a failure.
+
+        A fresh channel reconnects at once when Pub/Sub is back, instead of waiting out
+        gRPC's reconnect backoff.
+        """
         client, self._client = self._client, None
         if client is not None:
             try:

@@ -97,9 +97,12 @@ class NoticeService:
         return self
 
     def stop(self, timeout: float = 30.0, flush_groups: bool = True) -> int:
-        """Stop after publishing what is owed, waiting at most `timeout` seconds; returns how many
-        notices are still owed (they stay in the outbox for the next run). With flush_groups, open
-        coalescing groups are closed now instead of waiting for their windows."""
+        """Stop after publishing what is owed, waiting at most `timeout` seconds.
+
+        Returns how many notices are still owed (they stay in the outbox for the next run).
+        With flush_groups, open coalescing groups are closed now instead of waiting for
+        their windows.
+        """
         self._flush_groups = flush_groups
         self._deadline = time.monotonic() + timeout
         self._stopping.set()
@@ -133,7 +136,8 @@ class NoticeService:
     def on_batch(self, report) -> None:
         """BatchProcessor listener: record the batch's notices durably, then wake the sender.
 
-        Runs before Spark commits the batch; an exception fails the batch, which is replayed."""
+        Runs before Spark commits the batch; an exception fails the batch, which is replayed.
+        """
         self.groups.forget_committed(report.batch_id)
         for partition in report.partitions:
             self.on_partition(_partition_dict(partition))
@@ -149,8 +153,11 @@ class NoticeService:
             self.groups.add(partition, kind, window)
 
     def _enqueue(self, body: dict) -> None:
-        """Queue a recorded notice for the sender; one already sent (a group closed again after
-        a crash) has no outbox entry and is not sent twice."""
+        """Queue a recorded notice for the sender, unless it was sent already.
+
+        Queue a recorded notice for the sender; one already sent (a group closed again after
+        a crash) has no outbox entry and is not sent twice.
+        """
         entry = self.outbox.read_owed(body["notice_id"])
         if entry is None:
             return

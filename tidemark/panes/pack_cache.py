@@ -1,5 +1,9 @@
-"""Packs: a derived, immutable, rebuildable copy of the panes of an explicit set of one date's receipt
-partitions, so that a full dedup of a date with thousands of receipts reads a few files, not thousands.
+"""Packs: a derived, rebuildable copy of many of one date's receipt partitions' panes.
+
+A pack is a derived, immutable, rebuildable copy of the panes of an explicit set of one date's
+receipt partitions, so that a full dedup of a date with thousands of receipts reads a few files,
+not thousands. This module is the pack's format: choosing, reading, writing and removing packs;
+the pass that packs closed dates ahead is tidemark/panes/pack_maintenance.py.
 
 Why: a 10 s trigger writes 8,640 receipt partitions a day for today's date alone, and reading them
 costs ~1 ms of pyarrow per tiny file whatever the reader (BENCHMARKS.md section 7). The receipt
@@ -70,8 +74,10 @@ def listed(lake: Lake, event_date: str) -> list[str]:
 
 
 def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[str] | None = None) -> list[Pack]:
-    """The packs of a date whose manifest exists (and, when given, that hold `columns`); `ids`: the
-    date's pack folders when the caller listed them already."""
+    """The packs of a date whose manifest exists (and, when given, that hold `columns`).
+
+    `ids`: the date's pack folders when the caller listed them already.
+    """
     ids = listed(lake, event_date) if ids is None else ids
     if not ids:
         return []
@@ -84,8 +90,11 @@ def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[
 
 
 def _from_manifest(event_date: str, pack_id: str, manifest: dict | None, columns: str | None = None) -> Pack | None:
-    """The pack a manifest describes; None when there is none, or one this reader cannot use (another
-    format, other columns, not readable as one): such a pack is skipped, never half-trusted."""
+    """The pack a manifest describes; None when there is none or this reader cannot use it.
+
+    Or one this reader cannot use (another format, other columns, not readable as one): such a
+    pack is skipped, never half-trusted.
+    """
     if not manifest or manifest.get("format") != FORMAT or manifest.get("event_date") != event_date:
         return None
     if columns is not None and manifest.get("columns") != columns:
@@ -105,22 +114,28 @@ def _from_manifest(event_date: str, pack_id: str, manifest: dict | None, columns
 
 
 def best(packs: list[Pack], needed: set[str]) -> Pack | None:
-    """The pack holding the most of `needed` (receipt_ts), among those holding nothing else: a pack
-    with a receipt partition the reader does not want would add its panes."""
+    """The pack holding the most of `needed` (receipt_ts), among those holding nothing else.
+
+    A pack with a receipt partition the reader does not want would add its panes.
+    """
     usable = [p for p in packs if p.receipts and p.receipts <= needed]
     return max(usable, key=_preference, default=None)
 
 
 def _preference(pack: Pack) -> tuple:
-    """Which of two packs a reader prefers (the larger, then the newer): gc removes a pack only in
-    favour of one preferred to it."""
+    """Which of two packs a reader prefers (the larger, then the newer).
+
+    Gc removes a pack only in favour of one preferred to it.
+    """
     return (len(pack.receipts), pack.created_at, pack.pack_id)
 
 
 def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]:
-    """(packs to read, partitions still to read from their folders) for reading `partitions`
-    (anything with event_date and receipt_ts): a date's packs are looked for only when PACK_AT of
-    its partitions are needed."""
+    """(packs to read, partitions still to read from their folders) for reading `partitions`.
+
+    (anything with event_date and receipt_ts): a date's packs are looked for only when PACK_AT
+    of its partitions are needed.
+    """
     by_date: dict[str, set[str]] = {}
     for p in partitions:
         by_date.setdefault(p.event_date, set()).add(p.receipt_ts)
@@ -135,8 +150,12 @@ def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]
 
 
 def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str, files: int = FILES) -> Pack:
-    """Write the panes of D's receipt partitions `receipts` (a DataFrame of `columns`, every pane of
-    those partitions and nothing else) as a new pack: the data, then the manifest (atomically)."""
+    """Write the panes of D's receipt partitions `receipts` as a new pack.
+
+    Write the panes of D's receipt partitions `receipts` (a DataFrame of `columns`, every pane
+    of those partitions and nothing else) as a new pack: the data, then the manifest
+    (atomically).
+    """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -164,9 +183,13 @@ def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str,
 def write_manifest(
     lake: Lake, event_date: str, pack_id: str, receipts: list[str], files: list[str], rows: int, columns: str
 ) -> Pack:
-    """The pack's manifest, written last by every pack writer (the dedup's above, the maintenance
-    pass's: tidemark/panes/pack_maintenance.py) once its data files are whole: the pack exists for readers
-    from here on, whole; a writer killed before it leaves a folder readers ignore and gc removes."""
+    """Write a pack's manifest, the last step of every pack writer.
+
+    The pack's manifest, written last by every pack writer (the dedup's above, the maintenance
+    pass's: tidemark/panes/pack_maintenance.py) once its data files are whole: the pack exists
+    for readers from here on, whole; a writer killed before it leaves a folder readers ignore
+    and gc removes.
+    """
     event_date = layout.check_event_date(event_date)
     manifest = {
         "format": FORMAT,
@@ -205,10 +228,14 @@ class Leftover:
 
 
 def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | None], now: datetime) -> list[Leftover]:
-    """Packs `tidemark gc` may remove: folders without a usable manifest whose newest write is older than
-    the retention (a writer still at work is young), and packs whose receipts a newer pack holds all
-    of, once that newer pack is older than the retention (a reader that listed the packs before it
-    appeared has long finished). `age_s`: seconds since the newest write below a folder (gc's)."""
+    """The packs `tidemark gc` may remove: incomplete, or superseded for longer than the retention.
+
+    Packs `tidemark gc` may remove: folders without a usable manifest whose newest write is
+    older than the retention (a writer still at work is young), and packs whose receipts a newer
+    pack holds all of, once that newer pack is older than the retention (a reader that listed
+    the packs before it appeared has long finished). `age_s`: seconds since the newest write
+    below a folder (gc's).
+    """
     found = []
     for event_date in lake.list_event_dates(lake.packs_root()):
         ids = listed(lake, event_date)

@@ -72,8 +72,11 @@ class PassResult:
 
 
 def newest_closed(rules: SessionRules, now: datetime) -> date:
-    """The newest date whose end (the next midnight) is older than watermark delay + allowed lateness
-    + SETTLE before `now`."""
+    """The newest date closed at `now`.
+
+    The newest date whose end (the next midnight) is older than watermark delay + allowed
+    lateness + SETTLE before `now`.
+    """
     horizon = now - (rules.watermark_delay + rules.allowed_lateness + SETTLE)
     return (horizon - timedelta(microseconds=1)).date() - timedelta(days=1)
 
@@ -83,8 +86,11 @@ def state_uri(lake: Lake) -> str:
 
 
 def read_state(lake: Lake) -> dict | None:
-    """The last pass's state, or None (no pass yet, or a state this tidemark cannot read: every date
-    is examined once more, which is only slower)."""
+    """The last pass's state, or None.
+
+    (no pass yet, or a state this tidemark cannot read: every date is examined once more, which
+    is only slower).
+    """
     state = lake.read_json(state_uri(lake))
     if not state or state.get("format") != STATE_FORMAT:
         return None
@@ -129,8 +135,11 @@ def unpacked(lake: Lake, event_date: str) -> tuple[list[str], int]:
 
 
 def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> pack_cache.Pack | None:
-    """A pack of the panes of the date's receipt partitions `stamps`, read and written with pyarrow:
-    the data files, then the manifest. None when those partitions hold no pane file."""
+    """Write a pack of the date's receipt partitions `stamps` with pyarrow.
+
+    A pack of the panes of the date's receipt partitions `stamps`, read and written with
+    pyarrow: the data files, then the manifest. None when those partitions hold no pane file.
+    """
     import pyarrow.parquet as pq
 
     event_date = layout.check_event_date(event_date)
@@ -163,8 +172,11 @@ def run_pass(
     dry_run: bool = False,
     display: Display | None = None,
 ) -> PassResult:
-    """Pack the closed dates that need it (see the module's docstring); dry_run: say which, write nothing.
-    Reports its progress over the dates (logs, and `display`: the CLI's terminal bar)."""
+    """Pack the closed dates that need it (see the module's docstring).
+
+    Dry_run: say which, write nothing. Reports its progress over the dates (logs, and `display`:
+    the CLI's terminal bar).
+    """
     now = now or datetime.now(timezone.utc)
     rules, _, _ = rules_record.rules_in_force(lake)
     closed = newest_closed(rules, now).isoformat()

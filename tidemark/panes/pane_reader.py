@@ -39,8 +39,12 @@ DEDUP_COLUMNS = ", ".join(
 
 
 def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: datetime):
-    """A DataFrame of `columns_ddl` (with `event_date` and `receipt_ts` STRING last) from the pane
-    files of `folders` (receipt partition folders under sessions_root), panes ending at or after lo."""
+    """A Spark DataFrame of the panes of `folders` that end at or after lo.
+
+    A DataFrame of `columns_ddl` (with `event_date` and `receipt_ts` STRING last) from the pane
+    files of `folders` (receipt partition folders under sessions_root), panes ending at or after
+    lo.
+    """
     from pyspark.sql.types import StructType
 
     schema = StructType.fromDDL(columns_ddl)
@@ -63,11 +67,14 @@ def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: da
 
 
 def read_table(sessions_root: str, folders: list[str], data_columns, lo: datetime | None = None):
-    """The panes of the receipt partition folders `folders` (under sessions_root) as one pyarrow
-    Table of `data_columns` then `event_date` and `receipt_ts` (strings, from the folders' names),
-    those ending at or after `lo` when given; None when the folders hold no pane file. Listings
-    concurrent (a bucket's round trips), one dataset scan: no Spark (the executors' reader above, and
-    the maintenance pass's, tidemark/panes/pack_maintenance.py)."""
+    """The panes of receipt partition folders as one pyarrow Table, without Spark.
+
+    The panes of the receipt partition folders `folders` (under sessions_root) as one pyarrow
+    Table of `data_columns` then `event_date` and `receipt_ts` (strings, from the folders'
+    names), those ending at or after `lo` when given; None when the folders hold no pane file.
+    Listings concurrent (a bucket's round trips), one dataset scan: no Spark (the executors'
+    reader above, and the maintenance pass's, tidemark/panes/pack_maintenance.py).
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa

@@ -46,8 +46,10 @@ class ReceiptPartition:
 
 @dataclass
 class BatchReport:
-    """What one micro-batch of the stream did; its listeners (the notice service) get one after the
-    batch's partitions are complete."""
+    """What one micro-batch of the stream did.
+
+    Its listeners (the notice service) get one after the batch's partitions are complete.
+    """
 
     batch_id: int
     receipt_ts: str
@@ -74,8 +76,11 @@ def is_complete(lake: Lake, event_date: str, receipt_ts: str) -> bool:
 
 
 def complete(lake: Lake, partition: ReceiptPartition) -> None:
-    """Register the partition in the receipt index (its arrival, then the later dates it reaches),
-    then write its marker: complete from then on."""
+    """Complete a receipt partition: register it in the receipt index, then write its marker.
+
+    Register the partition in the receipt index (its arrival, then the later dates it reaches),
+    then write its marker: complete from then on.
+    """
     receipt_index.record_arrival(lake, partition)
     receipt_index.record_end(lake, partition)
     receipt_index.register(lake, partition)
@@ -88,8 +93,11 @@ def complete_among(lake: Lake, partitions: list[ReceiptPartition]) -> set[tuple[
 
 
 def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
-    """Those (event_date, receipt_ts) whose marker exists: one metadata call for all of them (a
-    batch touching 2,000 dates used to make 2,000)."""
+    """Those (event_date, receipt_ts) whose marker exists, from one metadata call.
+
+    One metadata call for all of them, however many dates a batch touched (a read per marker would
+    make 2,000 calls for a batch touching 2,000 dates).
+    """
     import pyarrow.fs as pafs
 
     if not keys:
@@ -101,9 +109,11 @@ def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str
 
 
 def complete_all(lake: Lake, partitions: list[ReceiptPartition]) -> None:
-    """Write the markers of `partitions`, concurrently (tiny objects: on a bucket each is a round
-    trip). Each one completes its partition on its own; a crash leaves some written, which the
-    replayed batch finds (complete_among) and keeps."""
+    """Write the markers of `partitions`, concurrently.
+
+    (tiny objects: on a bucket each is a round trip). Each one completes its partition on its
+    own; a crash leaves some written, which the replayed batch finds (complete_among) and keeps.
+    """
     if len(partitions) <= 1 or crashpoints.armed("receipt-marker"):  # a test's kill point: one at a time
         for partition in partitions:
             complete(lake, partition)
@@ -120,9 +130,12 @@ def read_marker(lake: Lake, event_date: str, receipt_ts: str) -> ReceiptPartitio
 
 @dataclass(frozen=True)
 class ReceiptRef:
-    """A complete receipt partition known from listings: its key and, when the plan needed it, the
-    latest end of its panes (the receipt index's end entry). Its marker is read only when another
-    of its facts is asked for (`rows`: the few new partitions of an incremental run)."""
+    """A complete receipt partition known from listings; its marker is read only when needed.
+
+    A complete receipt partition known from listings: its key and, when the plan needed it, the
+    latest end of its panes (the receipt index's end entry). Its marker is read only when
+    another of its facts is asked for (`rows`: the few new partitions of an incremental run).
+    """
 
     lake: Lake
     event_date: str
@@ -145,8 +158,11 @@ class ReceiptRef:
 
 
 def read_markers(lake: Lake, keys: list[tuple[str, str]]) -> list[ReceiptPartition]:
-    """The markers of complete partitions among (event_date, receipt_ts) keys, read concurrently
-    (tiny objects: on a bucket, concurrency hides the latency); missing ones are left out."""
+    """The markers of complete partitions among (event_date, receipt_ts) keys.
+
+    Read concurrently (tiny objects: on a bucket, concurrency hides the latency); missing ones
+    are left out.
+    """
     if not keys:
         return []
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -174,8 +190,10 @@ def load_markers(refs: list[ReceiptRef]) -> None:
 
 
 def complete_names(lake: Lake, event_date: str) -> list[str]:
-    """Receipt timestamps of the complete partitions of one event date, oldest first: one recursive
-    listing of the date's folder, markers recognised by name (none read)."""
+    """Receipt timestamps of the complete partitions of one event date, oldest first.
+
+    One recursive listing of the date's folder, markers recognised by name (none read).
+    """
     import pyarrow.fs as pafs
 
     fs, root = lake.locate(lake.event_date_dir(event_date))
@@ -197,16 +215,21 @@ def complete_names(lake: Lake, event_date: str) -> list[str]:
 
 
 def list_receipt_names(lake: Lake, event_date: str) -> list[str]:
-    """Receipt timestamps of the partition folders of one event date, complete or not, oldest first:
-    one listing, no marker read (the caller reads the markers of those it needs)."""
+    """Receipt timestamps of the partition folders of one event date, complete or not.
+
+    Oldest first: one listing, no marker read (the caller reads the markers of those it needs).
+    """
     return lake.list_partition_values(lake.event_date_dir(event_date), "receipt_ts", layout.check_receipt_ts)
 
 
 def complete_and_pending(lake: Lake, event_date: str, included: set[str]) -> tuple[list[str], list[str]]:
-    """(receipt timestamps of the complete partitions of event_date, those of them not among the
-    version's `included` keys 'YYYY-MM-DD/receipt_ts'), oldest first: one listing, and the markers
-    checked only of the partitions the version lacks (a version includes complete ones only), in
-    one call."""
+    """The complete receipt partitions of event_date, and those of them a version lacks.
+
+    (receipt timestamps of the complete partitions of event_date, those of them not among the
+    version's `included` keys 'YYYY-MM-DD/receipt_ts'), oldest first: one listing, and the
+    markers checked only of the partitions the version lacks (a version includes complete ones
+    only), in one call.
+    """
     names = list_receipt_names(lake, event_date)
     unseen = [(event_date, ts) for ts in names if f"{event_date}/{ts}" not in included]
     complete = complete_keys(lake, unseen)
@@ -224,10 +247,14 @@ def list_event_dates(lake: Lake) -> list[str]:
 
 
 def reindex(lake: Lake, display: Display | None = None) -> int:
-    """Register every existing receipt partition in the receipt index (a lake written before the
-    index: `tidemark reindex`), then mark the index complete. Idempotent, and safe while the stream
-    runs (it registers what it writes meanwhile). Returns how many partitions reach later dates.
-    Its progress (dates done and left) is logged, and shown on `display` (the CLI's terminal bar)."""
+    """Register every existing receipt partition in the receipt index (`tidemark reindex`).
+
+    Register every existing receipt partition in the receipt index (a lake written before the
+    index: `tidemark reindex`), then mark the index complete. Idempotent, and safe while the
+    stream runs (it registers what it writes meanwhile). Returns how many partitions reach later
+    dates. Its progress (dates done and left) is logged, and shown on `display` (the CLI's
+    terminal bar).
+    """
     spanning = 0
     dates = list_event_dates(lake)
     with Progress("indexing event dates", len(dates), log=log, display=display, lake=lake) as progress:

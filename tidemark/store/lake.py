@@ -204,7 +204,10 @@ class Lake:
 
     def locate(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """(filesystem, path in it) of a URI; under the lake without resolving anything again.
-        Every file operation of the lake goes through here (bench/history.py counts them here)."""
+
+        Every file operation of the lake goes through here (bench/history.py counts them
+        here).
+        """
         if uri == self.uri:
             return self.fs, self.root
         if uri.startswith(self.uri + "/"):
@@ -297,8 +300,11 @@ class Lake:
         return join(self.run_dir(event_date, run_id), RUN_CONTEXT)
 
     def current_pointer(self, event_date: date | str) -> str:
-        """Where the current version of a date is recorded, for messages: the date's live files (its
-        version file) in the Iceberg table at <lake>/sessions_dedup (see tidemark.iceberg.publish)."""
+        """Where the current version of a date is recorded, for messages.
+
+        The date's live files (its version file) in the Iceberg table at
+        <lake>/sessions_dedup (see tidemark.iceberg.publish).
+        """
         return f"{self.dedup_root()} (live files of event_date={event_date_part(event_date)})"
 
     def local_catalog(self) -> str:
@@ -358,8 +364,10 @@ class Lake:
         return self.path(LANDING_LEDGER)
 
     def landing_ledger_day(self, day: date | str) -> str:
-        """The ledger entries of the batches received on `day` (UTC): one folder per day, so that a
-        reader of recent entries lists recent days only."""
+        """The ledger entries of the batches received on `day` (UTC).
+
+        One folder per day, so that a reader of recent entries lists recent days only.
+        """
         return self.path(LANDING_LEDGER, f"day={event_date_part(day)}")
 
     def landing_ledger_path(self, receipt_ts: object) -> str:
@@ -383,8 +391,11 @@ class Lake:
         return self.path(OBLIGATIONS, f"event_date={event_date_part(event_date)}")
 
     def notices_dir(self, which: str, channel: str | None = None) -> str:
-        """The availability notices' folders, or (channel) another kind of notice's outbox and the
-        sent records of each of its destinations (tidemark.notices.outbox.SINKS)."""
+        """The URI of one notices folder.
+
+        The availability notices' folders, or (channel) another kind of notice's outbox and
+        the sent records of each of its destinations (tidemark.notices.outbox.SINKS).
+        """
         if channel is None:
             if which not in NOTICE_FOLDERS:
                 raise ValueError(f"unknown notices folder {which!r}")
@@ -394,8 +405,11 @@ class Lake:
         return self.path(NOTICES, channel, which)
 
     def notice_records(self, which: str, channel: str | None = None) -> JsonRecords:
-        """The records of one notices folder (notices_dir): an outbox, a destination's sent
-        records, or the coalescing groups waiting for their notice ("pending")."""
+        """The records of one notices folder (notices_dir).
+
+        An outbox, a destination's sent records, or the coalescing groups waiting for their
+        notice ("pending").
+        """
         return JsonRecords(self, self.notices_dir(which, channel))
 
     def rules_dir(self) -> str:

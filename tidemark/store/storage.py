@@ -151,8 +151,10 @@ def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
 
 def partition_values(names: Iterable[str], key: str, check: Callable[[str], str]) -> list[str]:
     """The values of the `key=value` folder names that `check` (a layout check) accepts, sorted.
-    Others (written by hand, or by something else) are skipped, so a stray folder can never become
-    a path or a run."""
+
+    Others (written by hand, or by something else) are skipped, so a stray folder can never
+    become a path or a run.
+    """
     from tidemark.base import layout  # layout has no I/O; storage is what lists
 
     out = []

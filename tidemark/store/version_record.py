@@ -1,5 +1,6 @@
-"""A published version of an event date, as a value: what a dedup run's marker holds and what the
-table says about its commit.
+"""A published version of an event date, as a value.
+
+What a dedup run's marker holds and what the table says about its commit.
 
 Two records, one per place a version is written:
 
@@ -7,7 +8,7 @@ Two records, one per place a version is written:
   written once by tidemark.deduplication.dedup before the commit, never rewritten), with, once the
   table has made it current or listed it, its `Commit`;
 - `Commit`: what the table holds for a committed version (the version file's name, or the table
-  property `tidemark.current.D` of tables written before issue 27, or a snapshot's summary): the
+  property `tidemark.current.D` of tables written by older tidemarks, or a snapshot's summary): the
   version id, its run, the version it replaced and when.
 
 `VersionRecord.from_marker` / `to_marker` are the only conversions between a marker's JSON and the
@@ -44,7 +45,7 @@ class Commit:
 
     @classmethod
     def from_json(cls, payload: dict) -> Commit:
-        """The table property of a table written before issue 27 (`tidemark.current.D`)."""
+        """The commit recorded in an older table's property `tidemark.current.D`."""
         return cls(
             version=layout.check_receipt_ts(payload["version"]),
             run_id=layout.check_run_id(payload["run_id"]),
@@ -127,8 +128,11 @@ class VersionRecord:
 
     @classmethod
     def holding(cls, **values: Any) -> VersionRecord:
-        """A record whose marker holds exactly these keys, as a writer that recorded no others
-        wrote it (the rest absent): versions of older tidemarks, in tests and benchmarks."""
+        """A record whose marker holds exactly these keys, the rest absent.
+
+        A record whose marker holds exactly these keys, as a writer that recorded no others
+        wrote it (the rest absent): versions of older tidemarks, in tests and benchmarks.
+        """
         return cls(**values, absent=frozenset(MARKER_KEYS) - set(values))
 
     def to_marker(self) -> dict:
