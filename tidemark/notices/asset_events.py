@@ -79,6 +79,7 @@ class AssetEventSender:
         return self._asset_id
 
     def send_many(self, entries: list[dict]) -> dict[str, object]:
+        """Post one asset event per entry not posted yet; {notice_id: (event id, timestamp) or the error}."""
         results: dict[str, object] = {}
         try:
             asset_id = self._asset()
@@ -124,7 +125,9 @@ class AssetEventSender:
         return posted
 
     def reset(self) -> None:
+        """Forget the asset's id: the next send looks it up again."""
         self._asset_id = None  # the asset may have been re-created (a DAG renamed, a new database)
 
     def close(self) -> None:
+        """Release what the sender holds (the client is the caller's)."""
         self.reset()

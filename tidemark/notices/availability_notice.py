@@ -30,6 +30,7 @@ class InvalidNotice(ValueError):
 
 
 def load_schema(filename: str) -> dict:
+    """A notice JSON Schema shipped in tidemark/schemas, parsed."""
     return json.loads(resources.files("tidemark").joinpath(f"schemas/{filename}").read_text())
 
 
@@ -54,6 +55,7 @@ def first_error(validator, body) -> str | None:
 
 
 def schema() -> dict:
+    """The availability notice's JSON Schema."""
     return load_schema(SCHEMA_FILE)
 
 
@@ -146,6 +148,7 @@ def decode(data: bytes | str) -> dict:
 
 
 def encode(body: dict) -> bytes:
+    """A valid notice as the bytes of a Pub/Sub message (canonical JSON)."""
     return canonical_json(validate(body))
 
 

@@ -46,6 +46,7 @@ _DIFF_COLUMNS = ("session_id", "session_end", "event_count")
 
 
 def outbox(lake: Lake) -> Outbox:
+    """The corrected notices' outbox, owed to Pub/Sub and to Airflow."""
     return Outbox(lake, corrected_notice, CHANNEL, sinks=("pubsub", "airflow"))
 
 
@@ -59,6 +60,7 @@ def configured_topic() -> str | None:
 
 
 def default_topic(project: str | None = None) -> str:
+    """The corrected topic's path in `project` (default: the configured project)."""
     return names.topic_path(project or names.get("PROJECT"), names.get("CORRECTED_TOPIC"))
 
 

@@ -37,6 +37,7 @@ __all__ = ["InvalidNotice", "build", "validate", "decode", "encode", "attributes
 
 
 def schema() -> dict:
+    """The corrected notice's JSON Schema."""
     return load_schema(SCHEMA_FILE)
 
 
@@ -74,6 +75,7 @@ def build(
     committed_at: str,
     changes: dict | None = None,
 ) -> dict:
+    """The corrected notice of one published version, validated."""
     body = {
         "schema_version": SCHEMA_VERSION,
         "notice_id": notice_id(dataset, event_date, version),
@@ -123,6 +125,7 @@ def decode(data: bytes | str) -> dict:
 
 
 def encode(body: dict) -> bytes:
+    """A valid notice as the bytes of a Pub/Sub message (canonical JSON)."""
     return canonical_json(validate(body))
 
 

@@ -66,6 +66,7 @@ def send(
 
 
 def raise_failed(failed: list[tuple[str, object]]) -> None:
+    """Raise SendFailed naming the first failure, when there is any."""
     if failed:
         raise SendFailed(
             f"{len(failed)} notice(s) not acknowledged, first: {type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}"

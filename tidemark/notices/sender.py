@@ -19,6 +19,7 @@ backs off and tries again, forever, with the notices still safe in the outbox.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Protocol, runtime_checkable
 
@@ -54,7 +55,8 @@ class Sender(Protocol):
         """Drop connection state after a failed round (the next round reconnects)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the transport's connections."""
 
 
 def check_destination(destination: str) -> str:
@@ -90,6 +92,7 @@ class PubSubSender:
         max_latency: float = 0.05,
         codec=availability_notice,
     ):
+        """A publisher to `topic` (projects/P/topics/T) with its batching and timeout settings."""
         self.topic = check_topic(topic)
         self.destination = self.topic
         self.codec = codec
@@ -118,6 +121,7 @@ class PubSubSender:
 
     @property
     def client(self):
+        """The Pub/Sub publisher client, made on first use and after a reset."""
         if self._client is None:
             self._client = self._make_client()
         return self._client
@@ -154,10 +158,9 @@ class PubSubSender:
         """
         client, self._client = self._client, None
         if client is not None:
-            try:
+            with contextlib.suppress(Exception):  # a broken client is being discarded
                 client.stop()
-            except Exception:  # noqa: BLE001 - a broken client is being discarded
-                pass
 
     def close(self) -> None:
+        """Stop the client, flushing what it still holds."""
         self.reset()

@@ -36,6 +36,8 @@ def _partition_dict(partition) -> dict:
 
 
 class NoticeService:
+    """The stream's availability notices: record each complete partition's notice, send it in the background."""
+
     def __init__(
         self,
         lake: Lake,
@@ -49,6 +51,7 @@ class NoticeService:
         clock: Callable[[], datetime] | None = None,
         close_groups: bool = True,
     ):
+        """A service for `lake`'s notices, sent to `topic` (None: recorded, not sent) under `policy`."""
         if sender is None and topic is None:
             raise ValueError("NoticeService needs a topic or a sender")
         self.lake = lake
@@ -124,6 +127,7 @@ class NoticeService:
         return left
 
     def owed_count(self) -> int:
+        """How many recorded notices the sender has not had acknowledged yet."""
         with self._lock:
             return len(self._owed)
 
@@ -144,6 +148,7 @@ class NoticeService:
         self._wake.set()
 
     def on_partition(self, partition: dict) -> None:
+        """Record (or group) the notice of a partition the stream completed: the batch listener."""
         kind, window = self.policy.route(partition)
         if window is None:
             body = availability_notice.build(self.dataset, [partition], PARTITION)
@@ -190,6 +195,7 @@ class NoticeService:
             self._wake.clear()
 
     def idle_after_flush(self) -> bool:
+        """Whether a flushing stop has nothing left to send or close."""
         return self.owed_count() == 0 and (not (self._flush_groups and self.close_groups) or not self.groups.waiting())
 
     def _round(self) -> None:

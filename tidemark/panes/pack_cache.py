@@ -53,6 +53,8 @@ FILES = 2
 
 @dataclass(frozen=True)
 class Pack:
+    """A complete pack, as its manifest describes it."""
+
     event_date: str
     pack_id: str
     receipts: frozenset[str]  # the receipt_ts of every receipt partition whose panes it holds
@@ -61,10 +63,12 @@ class Pack:
     created_at: str
 
     def file_uris(self, lake: Lake) -> list[str]:
+        """The URIs of the pack's data files."""
         return [lake.pack_file(self.event_date, self.pack_id, name) for name in self.files]
 
 
 def new_pack_id() -> str:
+    """A fresh pack id (32 hex digits): each writer its own folder."""
     return uuid.uuid4().hex
 
 
@@ -221,6 +225,8 @@ def _rows(lake: Lake, event_date: str, pack_id: str, names: list[str]) -> int:
 
 @dataclass(frozen=True)
 class Leftover:
+    """A pack `tidemark gc` may remove, and why."""
+
     event_date: str
     pack_id: str
     why: str  # "incomplete" (no usable manifest) or "superseded" (another pack holds all it holds)
@@ -260,6 +266,9 @@ def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | Non
 
 
 def remove(lake: Lake, leftover: Leftover) -> None:
-    # The manifest first: a half-removed pack is then plainly incomplete, never half-read.
+    """Remove a leftover pack: its manifest first, then its folder.
+
+    The manifest goes first: a half-removed pack is then plainly incomplete, never half-read.
+    """
     lake.delete_file(lake.pack_manifest(leftover.event_date, leftover.pack_id))
     lake.delete_dir(lake.pack_dir(leftover.event_date, leftover.pack_id))

@@ -55,6 +55,8 @@ STATE_FORMAT = 1
 
 @dataclass(frozen=True)
 class Packed:
+    """One date the pass packed (or, in a dry run, would pack)."""
+
     event_date: str
     receipts: int  # receipt partitions the pack holds
     pack_id: str | None  # None: a dry run
@@ -64,6 +66,8 @@ class Packed:
 
 @dataclass
 class PassResult:
+    """What one packing pass did."""
+
     packed: list[Packed] = field(default_factory=list)
     examined: int = 0  # dates whose receipt partitions were listed
     left: list[str] = field(default_factory=list)  # dates over this pass's budget: the next pass's
@@ -82,6 +86,7 @@ def newest_closed(rules: SessionRules, now: datetime) -> date:
 
 
 def state_uri(lake: Lake) -> str:
+    """Where the pass records where it stopped (`_packs/_packing.json`)."""
     return layout.join(lake.packs_root(), STATE)
 
 

@@ -40,6 +40,7 @@ from tidemark.store.version_record import VersionRecord
 
 
 def midnight(day: date) -> datetime:
+    """The start of `day`, UTC."""
     return datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
 
 
@@ -63,6 +64,7 @@ class LakeIndex:
     """
 
     def __init__(self, lake: Lake):
+        """The index of `lake`'s receipt partitions, read lazily and cached for one plan."""
         self.lake = lake
         # Read before any listing: every partition at or before the head was complete by then, so a
         # version planned from this index has seen all of them (planned_through).
@@ -81,6 +83,7 @@ class LakeIndex:
         return self._dates
 
     def partitions(self, event_date: str) -> list[receipts.ReceiptPartition]:
+        """The complete partitions of event_date, their markers read."""
         if event_date not in self._markers:
             # one listing, then the markers read concurrently; a folder without one (incomplete)
             # reads as None and is dropped: no separate existence check per partition
@@ -120,11 +123,14 @@ class LakeIndex:
         return self._ending[key]
 
     def has_dates_after(self, event_date: str) -> bool:
+        """Whether the lake holds receipt partitions of a date after event_date."""
         return any(d > event_date for d in self.dates)
 
 
 @dataclass
 class Plan:
+    """The receipt partitions one run of event_date reads: those ending at or after lo, of dates up to hi."""
+
     event_date: str
     lo: datetime
     hi: str
@@ -135,10 +141,12 @@ class Plan:
 
     @property
     def keys(self) -> list[str]:
+        """The plan's partitions as 'YYYY-MM-DD/receipt_ts' keys, sorted."""
         return sorted(receipt_key(p.event_date, p.receipt_ts) for p in self.partitions)
 
     @property
     def max_receipt_ts(self) -> str | None:
+        """The newest receipt_ts among the plan's partitions (None: none)."""
         return max((p.receipt_ts for p in self.partitions), default=None)
 
     @property
@@ -153,8 +161,11 @@ class Plan:
 
 
 def lo_of(event_date: str, rules: SessionRules) -> datetime:
-    # split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
-    # the session (tidemark/session/sessions.py), so the bound below is one microsecond earlier.
+    """The earliest instant a pane can end and still join a session of event_date.
+
+    split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
+    the session (tidemark/session/sessions.py), so the bound is one microsecond earlier.
+    """
     return midnight(date.fromisoformat(event_date)) - rules.split_gap
 
 

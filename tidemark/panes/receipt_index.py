@@ -193,6 +193,7 @@ def reaching(lake: Lake, into: str) -> list[tuple[str, str]]:
 
 
 def write_head(lake: Lake, receipt_ts: str) -> None:
+    """Record receipt_ts as the newest fully written batch."""
     lake.write_json_atomic(lake.receipt_index_file(HEAD), {"receipt_ts": layout.check_receipt_ts(receipt_ts)})
 
 
@@ -203,10 +204,12 @@ def head(lake: Lake) -> str | None:
 
 
 def is_complete(lake: Lake) -> bool:
+    """Whether every receipt partition of the lake is registered in the index."""
     return lake.exists(lake.receipt_index_file(COMPLETE))
 
 
 def mark_complete(lake: Lake, how: str) -> None:
+    """Record that the index holds every receipt partition (`how`: what registered them)."""
     lake.write_json_atomic(lake.receipt_index_file(COMPLETE), {"since": how, "at": times.now_iso_z()})
 
 

@@ -41,6 +41,7 @@ class ReceiptPartition:
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
+        """The marker's JSON object."""
         return asdict(self)
 
 
@@ -72,6 +73,7 @@ def is_late(event_date: str, watermark_us: int) -> bool:
 
 
 def is_complete(lake: Lake, event_date: str, receipt_ts: str) -> bool:
+    """Whether the receipt partition's marker exists."""
     return lake.exists(lake.receipt_marker(event_date, receipt_ts))
 
 
@@ -124,6 +126,7 @@ def complete_all(lake: Lake, partitions: list[ReceiptPartition]) -> None:
 
 
 def read_marker(lake: Lake, event_date: str, receipt_ts: str) -> ReceiptPartition | None:
+    """The receipt partition's marker, or None when it is not complete."""
     payload = lake.read_json(lake.receipt_marker(event_date, receipt_ts))
     return None if payload is None else ReceiptPartition(**payload)
 
@@ -144,16 +147,19 @@ class ReceiptRef:
 
     @property
     def marker(self) -> ReceiptPartition:
+        """The partition's marker, read on first use."""
         if "_marker" not in self.__dict__:
             load_markers([self])
         return self.__dict__["_marker"]
 
     @property
     def max_event_ts(self) -> str:
+        """The latest end of the partition's panes (from its end entry when known)."""
         return self.end or self.marker.max_event_ts
 
     @property
     def rows(self) -> int:
+        """The partition's pane rows (from its marker)."""
         return self.marker.rows
 
 
@@ -243,6 +249,7 @@ def list_receipts(lake: Lake, event_date: str) -> list[str]:
 
 
 def list_event_dates(lake: Lake) -> list[str]:
+    """The event dates that have receipt partition folders, sorted."""
     return lake.list_event_dates(lake.sessions_root())
 
 

@@ -97,6 +97,7 @@ class JsonRecords:
         self.uri = uri
 
     def __repr__(self) -> str:
+        """The records' folder, for logs."""
         return f"JsonRecords({self.uri!r})"
 
     def path(self, key: str) -> str:
@@ -146,6 +147,7 @@ class Lake:
     __slots__ = ("uri", "_fs", "_root")
 
     def __init__(self, uri: str, filesystem: pafs.FileSystem | None = None, root: str | None = None):
+        """A lake at `uri`; `filesystem` and `root` when already resolved (else on first use)."""
         if not uri or not isinstance(uri, str):
             raise ValueError(f"a lake needs a folder or URI, got {uri!r}")
         self.uri = uri.rstrip("/") or "/"
@@ -162,30 +164,38 @@ class Lake:
     # A local lake stands in for its folder (subprocess arguments, os.path, pathlib), and a lake
     # prints, logs and pickles as its URI (Spark ships it to executors).
     def __fspath__(self) -> str:
+        """The URI, so that a local lake stands in for its folder."""
         return self.uri
 
     def __str__(self) -> str:
+        """The URI."""
         return self.uri
 
     def __structlog__(self) -> str:
+        """The URI, in structured logs."""
         return self.uri
 
     def __repr__(self) -> str:
+        """The lake's constructor call."""
         return f"Lake({self.uri!r})"
 
     def __eq__(self, other: object) -> bool:
+        """Two handles on one URI are equal."""
         return isinstance(other, Lake) and other.uri == self.uri
 
     def __hash__(self) -> int:
+        """The URI's hash."""
         return hash(self.uri)
 
     def __reduce__(self):
+        """Pickled as its URI: the filesystem is resolved again where it is unpickled."""
         return (Lake, (self.uri,))
 
     # -- its filesystem --------------------------------------------------------------------------
 
     @property
     def fs(self) -> pafs.FileSystem:
+        """The lake's filesystem, resolved once."""
         if self._fs is None:
             self._fs, self._root = storage.resolve(self.uri)
         return self._fs
@@ -217,39 +227,51 @@ class Lake:
     # -- its small records (markers, entries, outboxes): storage's operations on its filesystem --
 
     def exists(self, uri: str) -> bool:
+        """Whether a file or folder exists."""
         return storage.exists_at(*self.locate(uri))
 
     def read_text(self, uri: str) -> str | None:
+        """A file's text, or None when it does not exist."""
         return storage.read_text_at(*self.locate(uri))
 
     def read_json(self, uri: str) -> dict | None:
+        """A JSON file's object, or None when it does not exist."""
         return storage.read_json_at(*self.locate(uri))
 
     def write_text_atomic(self, uri: str, text: str) -> None:
+        """Write a whole file: a reader sees the old content or the new, never a part."""
         storage.write_text_atomic_at(*self.locate(uri), text)
 
     def write_json_atomic(self, uri: str, payload: dict) -> None:
+        """Write a JSON record whole (sorted keys, one-space indent)."""
         storage.write_json_atomic_at(*self.locate(uri), payload)
 
     def create_text_if_absent(self, uri: str, text: str, settle_seconds: float = 2.0) -> bool:
+        """Create a file with this text unless it exists; True when this call created it."""
         return storage.create_text_if_absent_at(*self.locate(uri), text, settle_seconds)
 
     def list_dir(self, uri: str) -> list[str]:
+        """The names of a folder's entries, sorted; [] when it does not exist."""
         return storage.list_dir_at(*self.locate(uri))
 
     def list_subdirs(self, uri: str) -> list[str]:
+        """The names of a folder's subfolders, sorted."""
         return storage.list_subdirs_at(*self.locate(uri))
 
     def list_partition_values(self, uri: str, key: str, check: Callable[[str], str]) -> list[str]:
+        """The checked values of a folder's `key=value` subfolders, sorted."""
         return storage.partition_values(self.list_subdirs(uri), key, check)
 
     def list_event_dates(self, uri: str) -> list[str]:
+        """The event dates of a folder's `event_date=` subfolders, sorted."""
         return self.list_partition_values(uri, "event_date", check_event_date)
 
     def delete_dir(self, uri: str) -> None:
+        """Remove a folder and what it holds; nothing happens when it does not exist."""
         storage.delete_dir_at(*self.locate(uri))
 
     def delete_file(self, uri: str) -> None:
+        """Remove a file; nothing happens when it does not exist."""
         storage.delete_file_at(*self.locate(uri))
 
     def walk_files(self, uri: str) -> Iterator[pafs.FileInfo]:
@@ -263,29 +285,37 @@ class Lake:
     # -- where things are ------------------------------------------------------------------------
 
     def path(self, *parts: str) -> str:
+        """The URI of a path under the lake."""
         return join(self.uri, *parts)
 
     # stream panes
     def sessions_root(self) -> str:
+        """The stream's panes: one folder per event date."""
         return self.path(SESSIONS)
 
     def event_date_dir(self, event_date: date | str) -> str:
+        """The receipt partitions of one event date."""
         return self.path(SESSIONS, f"event_date={event_date_part(event_date)}")
 
     def receipt_dir(self, event_date: date | str, receipt_ts: object) -> str:
+        """One receipt partition's folder."""
         return join(self.event_date_dir(event_date), f"receipt_ts={check_receipt_ts(receipt_ts)}")
 
     def receipt_marker(self, event_date: date | str, receipt_ts: object) -> str:
+        """A receipt partition's completion marker."""
         return join(self.receipt_dir(event_date, receipt_ts), RECEIPT_MARKER)
 
     # the deduplicated table
     def dedup_root(self) -> str:
+        """The deduplicated sessions' Iceberg table."""
         return self.path(SESSIONS_DEDUP)
 
     def dedup_metadata_dir(self) -> str:
+        """The Iceberg table's metadata folder."""
         return self.path(SESSIONS_DEDUP, "metadata")
 
     def dedup_data_dir(self) -> str:
+        """The Iceberg table's data folder."""
         return self.path(SESSIONS_DEDUP, "data")
 
     def run_dir(self, event_date: date | str, run_id: object) -> str:
@@ -293,6 +323,7 @@ class Lake:
         return join(self.dedup_root(), run_folder(event_date, run_id))
 
     def run_marker(self, event_date: date | str, run_id: object) -> str:
+        """A dedup run's marker."""
         return join(self.run_dir(event_date, run_id), RUN_MARKER)
 
     def run_context_dir(self, event_date: date | str, run_id: object) -> str:
@@ -308,23 +339,29 @@ class Lake:
         return f"{self.dedup_root()} (live files of event_date={event_date_part(event_date)})"
 
     def local_catalog(self) -> str:
+        """The table's local SQLite catalog."""
         return self.path(CATALOG, "iceberg.db")
 
     def catalog_config(self) -> str:
+        """The properties of a configured catalog."""
         return self.path(CATALOG, "catalog.json")
 
     # malformed input
     def quarantine_root(self) -> str:
+        """Malformed input lines, by batch."""
         return self.path(QUARANTINE)
 
     def quarantine_dir(self, receipt_ts: object) -> str:
+        """One batch's malformed input lines."""
         return self.path(QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
 
     # the receipt index (tidemark.panes.receipt_index)
     def receipt_index_dir(self) -> str:
+        """The receipt index's folder."""
         return self.path(RECEIPT_INDEX)
 
     def receipt_index_file(self, name: str) -> str:
+        """One of the receipt index's records (head, reach_complete, arrivals_pruned)."""
         if name not in ("head.json", "reach_complete.json", "arrivals_pruned.json"):
             raise ValueError(f"unknown receipt index record {name!r}")
         return self.path(RECEIPT_INDEX, name)
@@ -334,6 +371,7 @@ class Lake:
         return self.path(RECEIPT_INDEX, "reach", f"event_date={event_date_part(event_date)}")
 
     def reach_entry(self, into: date | str, event_date: date | str, receipt_ts: object) -> str:
+        """The entry saying that partition (event_date, receipt_ts) reaches into `into`."""
         return join(self.reach_dir(into), f"{event_date_part(event_date)}__{check_receipt_ts(receipt_ts)}")
 
     def ends_dir(self, event_date: date | str) -> str:
@@ -341,11 +379,13 @@ class Lake:
         return self.path(RECEIPT_INDEX, "ends", f"event_date={event_date_part(event_date)}")
 
     def end_entry(self, event_date: date | str, receipt_ts: object, max_event_us: int) -> str:
+        """The entry naming a receipt partition and the latest end of its panes (microseconds)."""
         if isinstance(max_event_us, bool) or not isinstance(max_event_us, int):
             raise layout.InvalidPartitionValue(f"invalid max_event_us {max_event_us!r}: expected microseconds")
         return join(self.ends_dir(event_date), f"{check_receipt_ts(receipt_ts)}__{max_event_us}")
 
     def arrivals_root(self) -> str:
+        """The arrival entries, by the day their partitions were received."""
         return self.path(RECEIPT_INDEX, "arrivals")
 
     def arrivals_dir(self, day: date | str) -> str:
@@ -353,14 +393,17 @@ class Lake:
         return join(self.arrivals_root(), f"day={event_date_part(day)}")
 
     def arrival_entry(self, receipt_ts: object, event_date: date | str) -> str:
+        """The arrival entry of a receipt partition."""
         received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
         return join(self.arrivals_dir(received), f"{check_receipt_ts(receipt_ts)}__{event_date_part(event_date)}")
 
     # reconciliation, the landing ledger, obligations, notices, rules, products
     def reconcile_cursor(self) -> str:
+        """Where reconciliation's last pass stopped."""
         return self.path(RECONCILE, "cursor.json")
 
     def landing_ledger_dir(self) -> str:
+        """The landing ledger: the files each batch read."""
         return self.path(LANDING_LEDGER)
 
     def landing_ledger_day(self, day: date | str) -> str:
@@ -371,6 +414,7 @@ class Lake:
         return self.path(LANDING_LEDGER, f"day={event_date_part(day)}")
 
     def landing_ledger_path(self, receipt_ts: object) -> str:
+        """Batch receipt_ts's ledger entry, in the folder of the day it was received."""
         received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
         return join(self.landing_ledger_day(received), f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
 
@@ -385,9 +429,11 @@ class Lake:
         )
 
     def obligations_root(self) -> str:
+        """The reruns owed, by event date."""
         return self.path(OBLIGATIONS)
 
     def obligations_dir(self, event_date: date | str) -> str:
+        """The reruns owed to one event date."""
         return self.path(OBLIGATIONS, f"event_date={event_date_part(event_date)}")
 
     def notices_dir(self, which: str, channel: str | None = None) -> str:
@@ -413,6 +459,7 @@ class Lake:
         return JsonRecords(self, self.notices_dir(which, channel))
 
     def rules_dir(self) -> str:
+        """The session rules records."""
         return self.path(RULES)
 
     def rules_record(self, sequence: int) -> str:
@@ -422,15 +469,18 @@ class Lake:
         return self.path(RULES, f"rules-{sequence:06d}.json")
 
     def product_dir(self, product: str) -> str:
+        """A downstream product's folder."""
         if not product.replace("_", "").isalnum():
             raise ValueError(f"invalid product name {product!r}")
         return self.path(PRODUCTS, product)
 
     # packs: derived copies of receipt partitions' panes (tidemark.panes.pack_cache)
     def packs_root(self) -> str:
+        """The packs, by event date."""
         return self.path(PACKS)
 
     def packs_dir(self, event_date: date | str) -> str:
+        """One event date's packs."""
         return self.path(PACKS, f"event_date={event_date_part(event_date)}")
 
     def pack_dir(self, event_date: date | str, pack_id: object) -> str:
@@ -438,9 +488,11 @@ class Lake:
         return join(self.packs_dir(event_date), f"pack={check_run_id(pack_id)}")
 
     def pack_manifest(self, event_date: date | str, pack_id: object) -> str:
+        """A pack's manifest, written last."""
         return join(self.pack_dir(event_date, pack_id), PACK_MANIFEST)
 
     def pack_file(self, event_date: date | str, pack_id: object, name: object) -> str:
+        """One of a pack's data files (a plain part-*.parquet name)."""
         if not isinstance(name, str) or not _PACK_FILE.match(name):
             raise layout.InvalidPartitionValue(f"invalid pack file name {str(name)[:80]!r}: expected part-*.parquet")
         return join(self.pack_dir(event_date, pack_id), name)

@@ -55,6 +55,7 @@ class Commit:
         )
 
     def to_json(self) -> dict:
+        """The commit as an older table's property held it."""
         out: dict[str, Any] = {
             "version": self.version,
             "run_id": self.run_id,
@@ -157,18 +158,22 @@ class VersionRecord:
 
     @property
     def version(self) -> str | None:
+        """The version id, once committed."""
         return self.commit.version if self.commit else None
 
     @property
     def previous_version(self) -> str | None:
+        """The version it replaced, once committed (None: the date's first)."""
         return self.commit.previous_version if self.commit else None
 
     @property
     def committed_at(self) -> str | None:
+        """When it was committed (ISO), once committed."""
         return self.commit.committed_at if self.commit else None
 
     @property
     def snapshot_id(self) -> int | None:
+        """The snapshot that published it, when read from the table's history."""
         return self.commit.snapshot_id if self.commit else None
 
     def committed(self, commit: Commit) -> VersionRecord:
@@ -188,6 +193,7 @@ class VersionRecord:
 
     @property
     def event_date_text(self) -> str:
+        """The event date as YYYY-MM-DD."""
         return layout.event_date_text(self.event_date)
 
 
