@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from typing import Any
 
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+from tenacity import (
+    RetryCallState,
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from tidemark.base.logs import get_logger
 from tidemark.base.times import parse_iso
@@ -33,8 +41,8 @@ def _seconds_since(iso: str | None) -> float | None:
 
 
 def send(
-    outbox: Outbox, sender: Sender, entries: list[dict], sink: str = "pubsub"
-) -> tuple[list[dict], list[tuple[str, object]]]:
+    outbox: Outbox, sender: Sender, entries: list[dict[str, Any]], sink: str = "pubsub"
+) -> tuple[list[dict[str, Any]], list[tuple[str, object]]]:
     """Publish outbox entries once to `sender`; mark the acknowledged ones sent.
 
     Returns (entries sent, [(notice_id, error)] of those not acknowledged).
@@ -84,9 +92,8 @@ def drain(
 ) -> int:
     """Publish every entry of the outbox owed to `sink` through `sender`, retrying.
 
-    Publish every entry of the outbox owed to `sink` through `sender`, retrying (jittered
-    exponential backoff, tenacity) while the sink is unreachable, for at most `timeout` seconds.
-    Returns how many stay owed (0 when all went out); what stays is sent by the next drain.
+    Retries (jittered exponential backoff, tenacity) while the sink is unreachable, for at most
+    `timeout` seconds. Returns how many stay owed (0 when all went out); what stays is sent by the next drain.
 
     An error of a `permanent` type (the sink refused an entry: retrying cannot help, a bug of ours)
     is not retried: once the acknowledged entries of the round are marked sent, it is logged and
@@ -115,7 +122,7 @@ def drain(
             sender.reset()  # a fresh channel reconnects at once when Pub/Sub is back
         raise_failed(failed)
 
-    def log_retry(state) -> None:
+    def log_retry(state: RetryCallState) -> None:
         log.warning(
             "sink unreachable, notices stay owed",
             channel=outbox.channel,
@@ -123,7 +130,7 @@ def drain(
             lake=outbox.lake,
             attempt=state.attempt_number,
             retry_in_s=round(state.next_action.sleep, 2) if state.next_action else None,
-            error=str(state.outcome.exception())[:300],
+            error=str(state.outcome.exception() if state.outcome else None)[:300],
         )
 
     try:

@@ -27,11 +27,12 @@ lake's records of each folder (Lake.notice_records): this module names records, 
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
+from typing import Any
 
 from tidemark.base.logs import get_logger
 from tidemark.base.times import now_iso_z
 from tidemark.notices import availability_notice
+from tidemark.notices.availability_notice import NoticeCodec
 from tidemark.store.lake import JsonRecords, Lake
 
 log = get_logger("notices")
@@ -48,18 +49,6 @@ def check_notice_id(value: object) -> str:
 
 
 _CHANNEL = re.compile(r"^[a-z][a-z0-9_]{2,30}$")
-
-
-class NoticeCodec(Protocol):
-    """What an outbox needs of a notice's module (availability_notice, corrected_notice)."""
-
-    def validate(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The body when it is a valid notice; InvalidNotice otherwise."""
-        ...
-
-    def attributes(self, body: dict[str, Any]) -> dict[str, str]:
-        """The Pub/Sub message attributes of a valid notice."""
-        ...
 
 
 def _describe(body: dict[str, Any]) -> dict[str, Any]:

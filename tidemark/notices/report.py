@@ -8,6 +8,8 @@ it stopped, and from another machine.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tidemark.notices import availability_notice
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
@@ -15,7 +17,7 @@ from tidemark.panes import receipts
 from tidemark.store.lake import Lake
 
 
-def _row(entry: dict, state: str) -> dict:
+def _row(entry: dict[str, Any], state: str) -> dict[str, Any]:
     body = entry["notice"]
     return {
         "state": state,
@@ -33,7 +35,7 @@ def _row(entry: dict, state: str) -> dict:
     }
 
 
-def notices_status(lake: Lake, dataset: str = "sessions") -> dict:
+def notices_status(lake: Lake, dataset: str = "sessions") -> dict[str, Any]:
     """{"sent": rows, "owed": rows, "waiting": rows}: one row per notice (or waiting group)."""
     outbox = Outbox(lake)
     groups = PendingGroups(lake, dataset, outbox)
@@ -63,7 +65,7 @@ def notices_status(lake: Lake, dataset: str = "sessions") -> dict:
     }
 
 
-def _corrected_row(entry: dict, state: str) -> dict:
+def _corrected_row(entry: dict[str, Any], state: str) -> dict[str, Any]:
     body = entry["notice"]
     return {
         "state": state,
@@ -80,7 +82,7 @@ def _corrected_row(entry: dict, state: str) -> dict:
     }
 
 
-def corrected_status(lake: Lake) -> dict:
+def corrected_status(lake: Lake) -> dict[str, Any]:
     """The corrected notices' sent and owed entries, one row per published version.
 
     {"sent": rows, "owed": rows}: one row per corrected notice (one per published version), in
@@ -90,7 +92,7 @@ def corrected_status(lake: Lake) -> dict:
 
     outbox = corrected_delivery.outbox(lake)
 
-    def order(r):
+    def order(r: dict[str, Any]) -> tuple[str, str]:
         return (r["event_date"], r["version"])
 
     return {
@@ -127,7 +129,7 @@ def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[str, str]]
     ]
 
 
-def backfill(lake: Lake, dataset: str = "sessions") -> list[dict]:
+def backfill(lake: Lake, dataset: str = "sessions") -> list[dict[str, Any]]:
     """Record a partition notice for every complete partition no notice covers.
 
     (written by a run without --notify-topic, say), from its marker. Returns the recorded

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tidemark.base.times import now_iso_z
 from tidemark.notices import availability_notice
+from tidemark.notices.availability_notice import NoticeCodec
 
 _TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~+%-]{2,254}$")
 
@@ -47,7 +48,7 @@ class Sender(Protocol):
 
     destination: str  # what log lines name: a topic path, an asset
 
-    def send_many(self, entries: list[dict]) -> dict[str, object]:
+    def send_many(self, entries: list[dict[str, Any]]) -> dict[str, object]:
         """Send outbox entries once; {notice_id: the transport's receipt (acknowledged) or the error}."""
         ...
 
@@ -64,7 +65,7 @@ def check_destination(destination: str) -> str:
     return sender_for(destination).destination
 
 
-def sender_for(destination: str, codec=availability_notice) -> Sender:
+def sender_for(destination: str, codec: NoticeCodec = availability_notice) -> Sender:
     """The transport for a destination an operator configured.
 
     `projects/P/topics/T` is a Pub/Sub topic. `codec`: the notice module that makes the message
@@ -90,8 +91,8 @@ class PubSubSender:
         send_timeout: float = 10.0,
         max_messages: int = 100,
         max_latency: float = 0.05,
-        codec=availability_notice,
-    ):
+        codec: NoticeCodec = availability_notice,
+    ) -> None:
         """A publisher to `topic` (projects/P/topics/T) with its batching and timeout settings."""
         self.topic = check_topic(topic)
         self.destination = self.topic
@@ -99,9 +100,10 @@ class PubSubSender:
         self.send_timeout = send_timeout
         self.max_messages = max_messages
         self.max_latency = max_latency
-        self._client = None
+        # google-cloud-pubsub ships no type information (mypy overrides): its client is Any here.
+        self._client: Any = None
 
-    def _make_client(self):
+    def _make_client(self) -> Any:
         from google.api_core.retry import Retry
         from google.cloud import pubsub_v1
 
@@ -120,13 +122,13 @@ class PubSubSender:
         )
 
     @property
-    def client(self):
+    def client(self) -> Any:
         """The Pub/Sub publisher client, made on first use and after a reset."""
         if self._client is None:
             self._client = self._make_client()
         return self._client
 
-    def send_many(self, entries: list[dict]) -> dict[str, object]:
+    def send_many(self, entries: list[dict[str, Any]]) -> dict[str, object]:
         """Publish outbox entries; wait for every future. Values: message_id (acked) or the error."""
         futures = {}
         for entry in entries:

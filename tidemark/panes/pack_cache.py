@@ -31,11 +31,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
+from tidemark.panes.receipt_index import PartitionKey
 from tidemark.store import storage
 from tidemark.store.lake import Lake
+
+if TYPE_CHECKING:  # a type only: pyspark is imported where a pack is written
+    from pyspark.sql import DataFrame
+
+P = TypeVar("P", bound=PartitionKey)
 
 log = get_logger("packs")
 
@@ -93,7 +100,9 @@ def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[
     return [pack for pack in packs if pack is not None]
 
 
-def _from_manifest(event_date: str, pack_id: str, manifest: dict | None, columns: str | None = None) -> Pack | None:
+def _from_manifest(
+    event_date: str, pack_id: str, manifest: dict[str, Any] | None, columns: str | None = None
+) -> Pack | None:
     """The pack a manifest describes; None when there is none or this reader cannot use it.
 
     Or one this reader cannot use (another format, other columns, not readable as one): such a
@@ -126,24 +135,23 @@ def best(packs: list[Pack], needed: set[str]) -> Pack | None:
     return max(usable, key=_preference, default=None)
 
 
-def _preference(pack: Pack) -> tuple:
+def _preference(pack: Pack) -> tuple[int, str, str]:
     """Which of two packs a reader prefers (the larger, then the newer).
 
-    Gc removes a pack only in favour of one preferred to it.
+    `tidemark gc` removes a pack only in favour of one preferred to it.
     """
     return (len(pack.receipts), pack.created_at, pack.pack_id)
 
 
-def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]:
+def cover(lake: Lake, partitions: list[P], columns: str) -> tuple[list[Pack], list[P]]:
     """(packs to read, partitions still to read from their folders) for reading `partitions`.
 
-    (anything with event_date and receipt_ts): a date's packs are looked for only when PACK_AT
-    of its partitions are needed.
+    A date's packs are looked for only when PACK_AT of its partitions are needed.
     """
     by_date: dict[str, set[str]] = {}
     for p in partitions:
         by_date.setdefault(p.event_date, set()).add(p.receipt_ts)
-    chosen = []
+    chosen: list[Pack] = []
     for event_date, needed in sorted(by_date.items()):
         if len(needed) >= PACK_AT:
             pack = best(complete(lake, event_date, columns), needed)
@@ -153,12 +161,11 @@ def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]
     return chosen, [p for p in partitions if (p.event_date, p.receipt_ts) not in packed]
 
 
-def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str, files: int = FILES) -> Pack:
+def write(lake: Lake, event_date: str, panes: DataFrame, receipts: list[str], columns: str, files: int = FILES) -> Pack:
     """Write the panes of D's receipt partitions `receipts` as a new pack.
 
-    Write the panes of D's receipt partitions `receipts` (a DataFrame of `columns`, every pane
-    of those partitions and nothing else) as a new pack: the data, then the manifest
-    (atomically).
+    `panes`: a DataFrame of `columns`, every pane of those partitions and nothing else. The
+    data goes first, then the manifest (atomically).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType

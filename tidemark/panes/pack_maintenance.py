@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
@@ -90,7 +91,7 @@ def state_uri(lake: Lake) -> str:
     return layout.join(lake.packs_root(), STATE)
 
 
-def read_state(lake: Lake) -> dict | None:
+def read_state(lake: Lake) -> dict[str, Any] | None:
     """The last pass's state, or None.
 
     (no pass yet, or a state this tidemark cannot read: every date is examined once more, which
@@ -109,7 +110,7 @@ def read_state(lake: Lake) -> dict | None:
         return None
 
 
-def _candidates(lake: Lake, state: dict | None, closed: str) -> tuple[list[str], str]:
+def _candidates(lake: Lake, state: dict[str, Any] | None, closed: str) -> tuple[list[str], str]:
     """(closed dates to examine, how they were found)."""
     pruned = receipt_index.arrivals_pruned_before(lake)
     if (

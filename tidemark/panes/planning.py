@@ -63,7 +63,7 @@ class LakeIndex:
     `tidemark reindex`), every marker up to hi.
     """
 
-    def __init__(self, lake: Lake):
+    def __init__(self, lake: Lake) -> None:
         """The index of `lake`'s receipt partitions, read lazily and cached for one plan."""
         self.lake = lake
         # Read before any listing: every partition at or before the head was complete by then, so a
@@ -73,7 +73,7 @@ class LakeIndex:
         self._dates: list[str] | None = None
         self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
         self._reaching: dict[str, list[receipts.ReceiptPartition]] = {}
-        self._ending: dict[tuple[str, datetime], list] = {}
+        self._ending: dict[tuple[str, datetime], list[receipts.ReceiptPartition | receipts.ReceiptRef]] = {}
 
     @property
     def dates(self) -> list[str]:
@@ -101,7 +101,7 @@ class LakeIndex:
         """The markers of complete partitions among (event_date, receipt_ts) keys."""
         return receipts.read_markers(self.lake, keys)
 
-    def ending_after(self, event_date: str, lo: datetime) -> list:
+    def ending_after(self, event_date: str, lo: datetime) -> list[receipts.ReceiptPartition | receipts.ReceiptRef]:
         """The complete partitions of event_date whose panes end at or after lo, from listings.
 
         The date's markers by name and, when its midnight is before lo, its end entries (a
@@ -134,7 +134,7 @@ class Plan:
     event_date: str
     lo: datetime
     hi: str
-    partitions: list  # receipts.ReceiptPartition (a marker read) or receipts.ReceiptRef (from listings)
+    partitions: list[receipts.ReceiptPartition | receipts.ReceiptRef]  # a marker read, or known from listings
     # The receipt index's head when the plan was made (LakeIndex.head): every partition received at
     # or before it that the plan needs is in it. A version records it; None: unknown.
     planned_through: str | None = None

@@ -56,6 +56,7 @@ Two small files make the fast paths safe:
 from __future__ import annotations
 
 from datetime import date, timedelta
+from typing import Protocol
 
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
@@ -67,20 +68,43 @@ HEAD = "head.json"
 COMPLETE = "reach_complete.json"
 
 
-def reached_dates(partition) -> list[str]:
+class PartitionKey(Protocol):
+    """What names a receipt partition: a marker (receipts.ReceiptPartition) or a listing's entry."""
+
+    @property
+    def event_date(self) -> str:
+        """The partition's event date, YYYY-MM-DD."""
+        ...
+
+    @property
+    def receipt_ts(self) -> str:
+        """The partition's receipt time, YYYYMMDDTHHMMSSmmmZ."""
+        ...
+
+
+class RegisteredPartition(PartitionKey, Protocol):
+    """A partition as the index registers it: its key and the latest end of its panes."""
+
+    @property
+    def max_event_ts(self) -> str:
+        """The latest end of the partition's panes (ISO)."""
+        ...
+
+
+def reached_dates(partition: RegisteredPartition) -> list[str]:
     """The dates after the partition's own into which its panes reach (their last events' dates)."""
     own = date.fromisoformat(partition.event_date)
     last = times.parse_iso(partition.max_event_ts).date()
     return [(own + timedelta(days=n)).isoformat() for n in range(1, (last - own).days + 1)]
 
 
-def register(lake: Lake, partition) -> None:
+def register(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's reach entries (before its marker: see the module's docstring)."""
     for into in reached_dates(partition):
         lake.write_text_atomic(lake.reach_entry(into, partition.event_date, partition.receipt_ts), "")
 
 
-def record_end(lake: Lake, partition) -> None:
+def record_end(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's end entry (before its marker: see the module's docstring)."""
     end_us = times.to_micros(times.parse_iso(partition.max_event_ts))
     lake.write_text_atomic(lake.end_entry(partition.event_date, partition.receipt_ts, end_us), "")
@@ -89,8 +113,7 @@ def record_end(lake: Lake, partition) -> None:
 def ends(lake: Lake, event_date: str) -> dict[str, str]:
     """receipt_ts -> the latest end of its panes, for the partitions of event_date with an end entry.
 
-    Receipt_ts -> the latest end of its panes (ISO, microseconds), for the partitions of
-    event_date with an end entry, complete or not (one listing). A partition with several (a
+    Ends in ISO with microseconds; partitions complete or not (one listing). A partition with several (a
     batch replayed after a crash inside it, whose replay reached other verdicts, rewrote the
     partition and registered another end) answers the latest: planning may then take a partition
     whose panes all end before lo (their rows are skipped when read), never leave out one that
@@ -107,7 +130,7 @@ def ends(lake: Lake, event_date: str) -> dict[str, str]:
     return {key: times.iso_from_micros(end) for key, end in out.items()}
 
 
-def record_arrival(lake: Lake, partition) -> None:
+def record_arrival(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's arrival entry (first of all its registration: see the module's docstring)."""
     lake.write_text_atomic(lake.arrival_entry(partition.receipt_ts, partition.event_date), "")
 

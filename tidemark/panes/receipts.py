@@ -12,6 +12,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from tidemark.base import crashpoints, layout
 from tidemark.base.logs import get_logger
@@ -38,9 +39,9 @@ class ReceiptPartition:
     max_event_ts: str
     watermark: str
     late: bool
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The marker's JSON object."""
         return asdict(self)
 
@@ -61,7 +62,7 @@ class BatchReport:
     open_sessions: int
     partitions: list[ReceiptPartition] = field(default_factory=list)
     seconds: float = 0.0
-    phases: dict = field(default_factory=dict)  # seconds per step of the batch (tidemark.base.phases)
+    phases: dict[str, Any] = field(default_factory=dict)  # seconds per step of the batch (tidemark.base.phases)
 
 
 def is_late(event_date: str, watermark_us: int) -> bool:
@@ -150,7 +151,8 @@ class ReceiptRef:
         """The partition's marker, read on first use."""
         if "_marker" not in self.__dict__:
             load_markers([self])
-        return self.__dict__["_marker"]
+        marker: ReceiptPartition = self.__dict__["_marker"]
+        return marker
 
     @property
     def max_event_ts(self) -> str:

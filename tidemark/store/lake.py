@@ -146,7 +146,7 @@ class Lake:
 
     __slots__ = ("uri", "_fs", "_root")
 
-    def __init__(self, uri: str, filesystem: pafs.FileSystem | None = None, root: str | None = None):
+    def __init__(self, uri: str, filesystem: pafs.FileSystem | None = None, root: str | None = None) -> None:
         """A lake at `uri`; `filesystem` and `root` when already resolved (else on first use)."""
         if not uri or not isinstance(uri, str):
             raise ValueError(f"a lake needs a folder or URI, got {uri!r}")
@@ -187,7 +187,7 @@ class Lake:
         """The URI's hash."""
         return hash(self.uri)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Lake], tuple[str]]:
         """Pickled as its URI: the filesystem is resolved again where it is unpickled."""
         return (Lake, (self.uri,))
 
@@ -234,7 +234,7 @@ class Lake:
         """A file's text, or None when it does not exist."""
         return storage.read_text_at(*self.locate(uri))
 
-    def read_json(self, uri: str) -> dict | None:
+    def read_json(self, uri: str) -> dict[str, Any] | None:
         """A JSON file's object, or None when it does not exist."""
         return storage.read_json_at(*self.locate(uri))
 
@@ -242,7 +242,7 @@ class Lake:
         """Write a whole file: a reader sees the old content or the new, never a part."""
         storage.write_text_atomic_at(*self.locate(uri), text)
 
-    def write_json_atomic(self, uri: str, payload: dict) -> None:
+    def write_json_atomic(self, uri: str, payload: dict[str, Any]) -> None:
         """Write a JSON record whole (sorted keys, one-space indent)."""
         storage.write_json_atomic_at(*self.locate(uri), payload)
 

@@ -14,6 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -61,12 +62,12 @@ def read_text_at(fs: pafs.FileSystem, path: str) -> str | None:
         return None
 
 
-def read_json(uri: str) -> dict | None:
+def read_json(uri: str) -> dict[str, Any] | None:
     """A JSON file's object, or None when it does not exist."""
     return read_json_at(*resolve(uri))
 
 
-def read_json_at(fs: pafs.FileSystem, path: str) -> dict | None:
+def read_json_at(fs: pafs.FileSystem, path: str) -> dict[str, Any] | None:
     """A JSON file's object in a resolved filesystem, or None when it does not exist."""
     text = read_text_at(fs, path)
     return None if text is None else json.loads(text)
@@ -91,12 +92,12 @@ def write_text_atomic_at(fs: pafs.FileSystem, path: str, text: str) -> None:
             out.write(text.encode("utf-8"))
 
 
-def write_json_atomic(uri: str, payload: dict) -> None:
+def write_json_atomic(uri: str, payload: dict[str, Any]) -> None:
     """Write a JSON record whole (sorted keys, one-space indent, a final newline)."""
     write_json_atomic_at(*resolve(uri), payload)
 
 
-def write_json_atomic_at(fs: pafs.FileSystem, path: str, payload: dict) -> None:
+def write_json_atomic_at(fs: pafs.FileSystem, path: str, payload: dict[str, Any]) -> None:
     """Write a JSON record whole in a resolved filesystem (see write_json_atomic)."""
     write_text_atomic_at(fs, path, json.dumps(payload, sort_keys=True, indent=1, default=str) + "\n")
 

@@ -44,7 +44,7 @@ class Commit:
     snapshot_id: int | None = None  # the snapshot that published it, when read from the history
 
     @classmethod
-    def from_json(cls, payload: dict) -> Commit:
+    def from_json(cls, payload: dict[str, Any]) -> Commit:
         """The commit recorded in an older table's property `tidemark.current.D`."""
         return cls(
             version=layout.check_receipt_ts(payload["version"]),
@@ -54,7 +54,7 @@ class Commit:
             snapshot_id=payload.get("snapshot_id"),
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The commit as an older table's property held it."""
         out: dict[str, Any] = {
             "version": self.version,
@@ -94,24 +94,24 @@ class VersionRecord:
     reach: str | None = None  # the latest end of the sessions touching D (None: no session)
     gap: str | None = None  # the session gap as text ("30m")
     rules_id: str | None = None
-    rules: dict | None = None  # SessionRules.describe() of the rules it was made under
+    rules: dict[str, Any] | None = None  # SessionRules.describe() of the rules it was made under
     affected_dates: tuple[str, ...] = ()
     planned_on: str | None = None  # the version it was planned on (None: none)
     new_receipts: int | None = None
     # The changeset staged in its folder's changes/ (tidemark/iceberg/changes.py): {inserted, deleted,
     # updated}; None: none staged (an older tidemark's run)
-    changes: dict | None = None
+    changes: dict[str, Any] | None = None
     created_at: str | None = None  # ISO text: when its data was written
     commit: Commit | None = None  # None: not committed (a run's marker before its commit)
     # Keys of the marker this record does not know (a newer writer's): kept for the round trip.
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     # Keys of the marker format the marker read did not hold (an older writer's): left out on write.
     absent: frozenset[str] = frozenset()
 
     # --- the boundary ------------------------------------------------------------------------------
 
     @classmethod
-    def from_marker(cls, payload: dict, commit: Commit | None = None) -> VersionRecord:
+    def from_marker(cls, payload: dict[str, Any], commit: Commit | None = None) -> VersionRecord:
         """The record of a marker's JSON (the event date and run id checked: they name paths)."""
         known = {k: payload[k] for k in MARKER_KEYS if k in payload}
         values: dict[str, Any] = {k: v for k, v in known.items() if k not in _REQUIRED}
@@ -136,7 +136,7 @@ class VersionRecord:
         """
         return cls(**values, absent=frozenset(MARKER_KEYS) - set(values))
 
-    def to_marker(self) -> dict:
+    def to_marker(self) -> dict[str, Any]:
         """The marker's JSON: every key of the format but those absent, and the extra keys."""
         out: dict[str, Any] = {}
         for name in MARKER_KEYS:
@@ -150,7 +150,7 @@ class VersionRecord:
             out[name] = value
         return {**out, **self.extra}
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """What people and scripts are shown (`tidemark read`, inspect): the marker and the commit."""
         return {**self.to_marker(), **(self.commit.to_json() if self.commit else {})}
 
