@@ -104,6 +104,7 @@ class PubSubSender:
         self._client: Any = None
 
     def _make_client(self) -> Any:
+        # google-cloud-pubsub (grpc): imported only when a notice is sent, not at the CLI's start
         from google.api_core.retry import Retry
         from google.cloud import pubsub_v1
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import pyarrow.parquet as pq
+
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
 from tidemark.panes.receipt_index import PartitionKey
@@ -167,6 +169,7 @@ def write(lake: Lake, event_date: str, panes: DataFrame, receipts: list[str], co
     `panes`: a DataFrame of `columns`, every pane of those partitions and nothing else. The
     data goes first, then the manifest (atomically).
     """
+    # pyspark: only where Spark writes a pack, never at the CLI's start
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -220,8 +223,6 @@ def write_manifest(
 
 def _rows(lake: Lake, event_date: str, pack_id: str, names: list[str]) -> int:
     """Rows of the written files, from their footers (a count without another Spark job)."""
-    import pyarrow.parquet as pq
-
     total = 0
     for name in names:
         fs, path = lake.locate(lake.pack_file(event_date, pack_id, name))

@@ -32,7 +32,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
-from typing import Any
+
+import pyarrow.parquet as pq
 
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
@@ -91,42 +92,51 @@ def state_uri(lake: Lake) -> str:
     return layout.join(lake.packs_root(), STATE)
 
 
-def read_state(lake: Lake) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class PassState:
+    """Where the last pass stopped, as `_packs/_packing.json` records it."""
+
+    head: str | None  # the receipt index's head the pass started from
+    closed_through: str  # the newest date that was closed then
+    left: list[str]  # the dates over that pass's budget
+
+
+def read_state(lake: Lake) -> PassState | None:
     """The last pass's state, or None.
 
-    (no pass yet, or a state this tidemark cannot read: every date is examined once more, which
-    is only slower).
+    None when no pass ran yet, or the state is one this tidemark cannot read: every date is then
+    examined once more, which is only slower.
     """
     state = lake.read_json(state_uri(lake))
     if not state or state.get("format") != STATE_FORMAT:
         return None
     try:
-        return {
-            "head": layout.check_receipt_ts(state["head"]) if state.get("head") else None,
-            "closed_through": layout.check_event_date(state["closed_through"]),
-            "left": [layout.check_event_date(d) for d in state.get("left", [])],
-        }
+        return PassState(
+            head=layout.check_receipt_ts(state["head"]) if state.get("head") else None,
+            closed_through=layout.check_event_date(state["closed_through"]),
+            left=[layout.check_event_date(d) for d in state.get("left", [])],
+        )
     except (KeyError, TypeError, layout.InvalidPartitionValue):
         return None
 
 
-def _candidates(lake: Lake, state: dict[str, Any] | None, closed: str) -> tuple[list[str], str]:
+def _candidates(lake: Lake, state: PassState | None, closed: str) -> tuple[list[str], str]:
     """(closed dates to examine, how they were found)."""
     pruned = receipt_index.arrivals_pruned_before(lake)
     if (
         state is None
-        or state["head"] is None
-        or (pruned and pruned > layout.parse_receipt_ts(state["head"]).date().isoformat())
+        or state.head is None
+        or (pruned and pruned > layout.parse_receipt_ts(state.head).date().isoformat())
     ):
         return [d for d in receipts.list_event_dates(lake) if d <= closed], "every date"
-    found = set(state["left"])
+    found = set(state.left)
     # the dates closed since the last pass (one a day on a daily schedule): a listing each
-    day = date.fromisoformat(state["closed_through"]) + timedelta(days=1)
+    day = date.fromisoformat(state.closed_through) + timedelta(days=1)
     while day.isoformat() <= closed:
         found.add(day.isoformat())
         day += timedelta(days=1)
     # the dates that received receipt partitions since (late data into closed dates)
-    found |= receipt_index.arrived(lake, state["head"])
+    found |= receipt_index.arrived(lake, state.head)
     return sorted(d for d in found if d <= closed), "what changed"
 
 
@@ -146,8 +156,6 @@ def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> pack_cache.Pac
     A pack of the panes of the date's receipt partitions `stamps`, read and written with
     pyarrow: the data files, then the manifest. None when those partitions hold no pane file.
     """
-    import pyarrow.parquet as pq
-
     event_date = layout.check_event_date(event_date)
     folders = [lake.receipt_dir(event_date, ts) for ts in stamps]
     data_columns = [c.name for c in pane_reader.DEDUP_PANE]

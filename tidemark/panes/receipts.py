@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
+import pyarrow.fs as pafs
+
 from tidemark.base import crashpoints, layout
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, Progress
@@ -101,8 +103,6 @@ def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str
     One metadata call for all of them, however many dates a batch touched (a read per marker would
     make 2,000 calls for a batch touching 2,000 dates).
     """
-    import pyarrow.fs as pafs
-
     if not keys:
         return set()
     fs = lake.locate(lake.uri)[0]
@@ -202,8 +202,6 @@ def complete_names(lake: Lake, event_date: str) -> list[str]:
 
     One recursive listing of the date's folder, markers recognised by name (none read).
     """
-    import pyarrow.fs as pafs
-
     fs, root = lake.locate(lake.event_date_dir(event_date))
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))

@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from tidemark.base import layout
+
 _SCHEME_ALIASES = {"s3a://": "s3://", "s3n://": "s3://"}
 
 
@@ -171,8 +173,6 @@ def partition_values(names: Iterable[str], key: str, check: Callable[[str], str]
     Others (written by hand, or by something else) are skipped, so a stray folder can never
     become a path or a run.
     """
-    from tidemark.base import layout  # layout has no I/O; storage is what lists
-
     out = []
     for name in names:
         value = layout.partition_value(name, key)
