@@ -112,8 +112,8 @@ class AssetEventSender:
     def _posted(self, asset_id: int, entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The asset events already posted for `entries`, by notice_id.
 
-        {notice_id: the asset event already posted for it} among the asset's events since
-        the oldest of `entries` was recorded.
+        {notice_id: the asset event} among the asset's events since the oldest of `entries`
+        was recorded.
         """
         oldest = min(parse_iso(e["recorded_at"]) for e in entries) - CLOCK_MARGIN
         posted: dict[str, dict[str, Any]] = {}

@@ -162,8 +162,8 @@ class NoticeService:
     def _enqueue(self, body: dict[str, Any]) -> None:
         """Queue a recorded notice for the sender, unless it was sent already.
 
-        Queue a recorded notice for the sender; one already sent (a group closed again after
-        a crash) has no outbox entry and is not sent twice.
+        A notice already sent (a group closed again after a crash) has no outbox entry and
+        is not sent twice.
         """
         entry = self.outbox.read_owed(body["notice_id"])
         if entry is None:

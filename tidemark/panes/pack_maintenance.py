@@ -153,8 +153,7 @@ def unpacked(lake: Lake, event_date: str) -> tuple[list[str], int]:
 def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> pack_cache.Pack | None:
     """Write a pack of the date's receipt partitions `stamps` with pyarrow.
 
-    A pack of the panes of the date's receipt partitions `stamps`, read and written with
-    pyarrow: the data files, then the manifest. None when those partitions hold no pane file.
+    The data files first, then the manifest. None when those partitions hold no pane file.
     """
     event_date = layout.check_event_date(event_date)
     folders = [lake.receipt_dir(event_date, ts) for ts in stamps]

@@ -172,8 +172,8 @@ def lo_of(event_date: str, rules: SessionRules) -> datetime:
 def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> str:
     """The last event date whose panes can join a session of event_date reaching `reach`.
 
-    The last event date whose panes can join a session touching event_date whose latest end is
-    `reach`: the next day at least (a session starting on D crossing midnight).
+    `reach` is the latest end of the sessions touching event_date; the answer is the next day at
+    least (a session starting on D crossing midnight).
     """
     floor = date.fromisoformat(event_date) + timedelta(days=1)
     if reach is None:
@@ -285,8 +285,8 @@ def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previ
 def grown(index: LakeIndex, current: Plan, rules: SessionRules, reach: datetime | None) -> Plan | None:
     """The plan to recompute with once a computation over `current` found `reach`, or None.
 
-    The plan to recompute with once a computation over `current` found `reach`, or None when
-    `current` already holds every receipt partition that can matter (its islands are final).
+    None when `current` already holds every receipt partition that can matter (its islands are
+    final).
     """
     hi = max(current.hi, needed_hi(current.event_date, rules, reach))
     if hi == current.hi:

@@ -164,8 +164,7 @@ def arrivals(lake: Lake, since: str | None, through: str | None = None) -> set[t
 def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[str]:
     """The event dates of the partitions received after `after` up to `through`.
 
-    The event dates of the partitions received after `after` (exclusive) up to `through`
-    (inclusive; None: up to the newest): `arrivals`' dates.
+    `after` is exclusive, `through` inclusive (None: up to the newest): `arrivals`' dates.
     """
     if after is None:
         raise ValueError("arrived() needs a start: without one every date may have changed")

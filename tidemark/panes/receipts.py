@@ -83,8 +83,8 @@ def is_complete(lake: Lake, event_date: str, receipt_ts: str) -> bool:
 def complete(lake: Lake, partition: ReceiptPartition) -> None:
     """Complete a receipt partition: register it in the receipt index, then write its marker.
 
-    Register the partition in the receipt index (its arrival, then the later dates it reaches),
-    then write its marker: complete from then on.
+    The index first (its arrival, then the later dates it reaches), the marker last: the
+    partition is complete from then on.
     """
     receipt_index.record_arrival(lake, partition)
     receipt_index.record_end(lake, partition)
@@ -256,11 +256,10 @@ def list_event_dates(lake: Lake) -> list[str]:
 def reindex(lake: Lake, display: Display | None = None) -> int:
     """Register every existing receipt partition in the receipt index (`tidemark reindex`).
 
-    Register every existing receipt partition in the receipt index (a lake written before the
-    index: `tidemark reindex`), then mark the index complete. Idempotent, and safe while the
-    stream runs (it registers what it writes meanwhile). Returns how many partitions reach later
-    dates. Its progress (dates done and left) is logged, and shown on `display` (the CLI's
-    terminal bar).
+    For a lake written before the index; then marks the index complete. Idempotent, and safe
+    while the stream runs (it registers what it writes meanwhile). Returns how many partitions
+    reach later dates. Its progress (dates done and left) is logged, and shown on `display` (the
+    CLI's terminal bar).
     """
     spanning = 0
     dates = list_event_dates(lake)

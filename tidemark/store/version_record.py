@@ -131,8 +131,8 @@ class VersionRecord:
     def holding(cls, **values: Any) -> VersionRecord:
         """A record whose marker holds exactly these keys, the rest absent.
 
-        A record whose marker holds exactly these keys, as a writer that recorded no others
-        wrote it (the rest absent): versions of older tidemarks, in tests and benchmarks.
+        As a writer that recorded no others wrote it: versions of older tidemarks, in tests
+        and benchmarks.
         """
         return cls(**values, absent=frozenset(MARKER_KEYS) - set(values))
 
