@@ -38,7 +38,6 @@ import pyarrow.parquet as pq
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
 from tidemark.panes.receipt_index import PartitionKey
-from tidemark.store import storage
 from tidemark.store.lake import Lake
 
 if TYPE_CHECKING:  # a type only: pyspark is imported where a pack is written
@@ -183,7 +182,7 @@ def write(lake: Lake, event_date: str, panes: DataFrame, receipts: list[str], co
     panes = panes.where(F.col("event_date") == F.lit(event_date)).select(*names)
     # A few files, side by side (coalesce: no shuffle); "error" refuses a folder that already exists.
     panes.coalesce(files).write.mode("error").parquet(folder)
-    written = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
+    written = lake.data_file_names(folder)
     pack = write_manifest(
         lake, event_date, pack_id, receipts, written, _rows(lake, event_date, pack_id, written), columns
     )

@@ -274,6 +274,10 @@ class Lake:
         """Remove a file; nothing happens when it does not exist."""
         storage.delete_file_at(*self.locate(uri))
 
+    def data_file_names(self, uri: str, suffix: str = ".parquet") -> list[str]:
+        """The names of the visible data files (not _markers or .hidden) directly inside a folder, sorted."""
+        return sorted(path.rsplit("/", 1)[1] for path in storage.data_files_at(*self.locate(uri), suffix))
+
     def walk_files(self, uri: str) -> Iterator[pafs.FileInfo]:
         """Every file under a folder (one recursive listing: one call per 1,000 names on a bucket)."""
         fs, path = self.locate(uri)

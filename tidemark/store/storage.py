@@ -156,7 +156,11 @@ def delete_file_at(fs: pafs.FileSystem, path: str) -> None:
 
 def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
     """Visible data files (not _markers or .hidden) directly inside a folder, as paths for pyarrow."""
-    fs, path = resolve(uri)
+    return data_files_at(*resolve(uri), suffix)
+
+
+def data_files_at(fs: pafs.FileSystem, path: str, suffix: str = ".parquet") -> Iterable[str]:
+    """Visible data files directly inside a folder of a resolved filesystem (see data_files)."""
     infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     for info in infos:
         if (
