@@ -114,9 +114,9 @@ def tidemark_reconcile():
 
     @task(max_active_tis_per_dag=1)
     def drain_outbox() -> dict:
-        """Emit what the corrected outbox owes (tidemark/notices/corrected.py): one asset event per
+        """Emit what the corrected outbox owes (tidemark/notices/corrected_delivery.py): one asset event per
         committed version, whoever committed it, and its notice on the topic when one is set."""
-        from tidemark.notices import corrected
+        from tidemark.notices import corrected_delivery
         from tidemark.orchestration import airflow_api
         from tidemark.store.lake import Lake
 
@@ -124,12 +124,12 @@ def tidemark_reconcile():
         if not uri:
             raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
         lake = Lake.open(uri)
-        owed = {"asset_events": corrected.emit_owed(lake, airflow_api.for_tasks(), timeout=60)}
-        topic = corrected.configured_topic()
+        owed = {"asset_events": corrected_delivery.emit_owed(lake, airflow_api.for_tasks(), timeout=60)}
+        topic = corrected_delivery.configured_topic()
         if topic:
-            owed["notices"] = corrected.send_owed(lake, topic, timeout=60)
+            owed["notices"] = corrected_delivery.send_owed(lake, topic, timeout=60)
         if any(owed.values()):
-            raise corrected.NoticesOwed(f"still owed after 60s: {owed}")
+            raise corrected_delivery.NoticesOwed(f"still owed after 60s: {owed}")
         return owed
 
     drain_outbox()

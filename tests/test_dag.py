@@ -282,7 +282,8 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
         if str(s.session_start.date()) <= event_date <= str(s.session_end.date())
         for n in range((s.session_end.date() - s.session_start.date()).days + 1)
     }
-    assert affected and affected == sorted(spanned - {event_date}), pointer
+    assert affected, pointer
+    assert affected == sorted(spanned - {event_date}), pointer
     triggered = sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'"))
     assert triggered == sorted(runs.affected_run_id(d, event_date, pointer.version) for d in affected)
 
@@ -298,8 +299,10 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     events_before = len(db_rows(server, "select id from asset_event"))
     proc = dags_test(server, event_date, "second")
     states = last_run_states(server)
-    assert states["needs_spark"] == "success" and states["dedup"] == "skipped", states
-    assert states["emit_asset_events"] == "success" and states["owed_reruns"] == "success", states
+    assert states["needs_spark"] == "success", states
+    assert states["dedup"] == "skipped", states
+    assert states["emit_asset_events"] == "success", states
+    assert states["owed_reruns"] == "success", states
     assert "skipping the Spark dedup" in proc.stdout + proc.stderr
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, event_date) == []
@@ -327,7 +330,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     event, and draining again posts nothing."""
     from tidemark.devstack.airflow import AirflowServer
     from tidemark.iceberg import reader
-    from tidemark.notices import asset_events, corrected
+    from tidemark.notices import asset_events, corrected_delivery
     from tidemark.orchestration import obligations
 
     event_date = "2026-03-06"
@@ -337,17 +340,21 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     server.migrate()
     proc = dags_test(server, event_date, "offline")
     states = last_run_states(server)
-    assert states["dedup"] == "success" and states["emit_asset_events"] == "success", states
-    assert states["notify_corrected"] == "success" and states["owed_reruns"] == "success", states
+    assert states["dedup"] == "success", states
+    assert states["emit_asset_events"] == "success", states
+    assert states["notify_corrected"] == "success", states
+    assert states["owed_reruns"] == "success", states
     pointer = reader.current_version(lake, event_date)
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     assert [(e["notice"]["event_date"], e["notice"]["version"]) for e in box.owed("airflow")] == [
         (event_date, pointer.version)
     ]
     assert db_rows(server, "select id from asset_event") == []
     output = proc.stdout + proc.stderr
     warned = [line for line in output.splitlines() if "asset events stay owed: Airflow API unreachable" in line]
-    assert warned and event_date in warned[0] and pointer.version in warned[0], output[-3000:]
+    assert warned, output[-3000:]
+    assert event_date in warned[0], output[-3000:]
+    assert pointer.version in warned[0], output[-3000:]
     # The neighbours owed a rerun were not started (no API): their obligations stay pending.
     affected = sorted(set(pointer.affected_dates or []) - {event_date})
     assert affected, pointer  # the two-day landing has sessions crossing midnight
