@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from types import FrameType
 from typing import Any
 
@@ -33,7 +32,7 @@ from tidemark.notices.service import NoticeService
 from tidemark.panes import receipt_index
 from tidemark.panes.receipts import BatchReport
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
+from tidemark.session.sessions import Overrides, SessionRules
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 
@@ -50,10 +49,10 @@ class StreamConfig:
     landing: str
     lake: Lake
     checkpoint: str
-    # None: the lake's recorded rules (the defaults on a new lake); a dict {name: timedelta}: only
-    # those rules were given; a SessionRules: all three. Given rules must agree with the lake's
+    # None: the lake's recorded rules (the defaults on a new lake); Overrides ({name: timedelta or
+    # the gap boundary's name}): only those rules were given; a SessionRules: all of them. Given rules must agree with the lake's
     # rules record unless migrate_rules (tidemark/session/rules_record.py).
-    rules: SessionRules | dict[str, timedelta] | None = None
+    rules: SessionRules | Overrides | None = None
     migrate_rules: bool = False
     # How often a running stream re-reads the lake's rules record (a migration stops it).
     rules_check_interval: float = 30.0
