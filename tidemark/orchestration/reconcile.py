@@ -60,7 +60,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def rules_changed_since(lake: Lake, version: VersionRecord, in_force=None) -> str | None:
     """Why the lake's session rules (tidemark.session.rules_record) differ from those `version` was computed
-    with, or None. `in_force`: rules_record.rules_in_force(lake), when the caller read it already."""
+    with, or None. `in_force`: rules_record.rules_in_force(lake), when the caller read it already.
+    """
     rules, _, recorded = in_force or rules_record.rules_in_force(lake)
     if not rules_record.changed_since(version, rules):
         return None
@@ -143,7 +144,8 @@ def staleness(
     itself) when there is no previous pass, the receipt index is not complete or has no head, the
     session rules changed, or the last walk is older than FULL_EVERY (a safety net for what no
     tidemark component does: versions or markers edited by hand). The pass over the dates reports its
-    progress (logs, and `display`: the CLI's terminal bar)."""
+    progress (logs, and `display`: the CLI's terminal bar).
+    """
     owed_by_date: dict[str, list[dict]] = {}
     for owed in obligations.pending(lake):
         owed_by_date.setdefault(owed["event_date"], []).append(owed)
@@ -198,7 +200,8 @@ def _read_cursor(lake: Lake) -> dict | None:
 
 def last_pass_head(lake: Lake) -> str | None:
     """The head the last pass started from: the next pass reads the arrivals after it (tidemark.ops.gc
-    keeps those), or None."""
+    keeps those), or None.
+    """
     return (_read_cursor(lake) or {}).get("head")
 
 
@@ -206,7 +209,8 @@ def last_pass_head(lake: Lake) -> str | None:
 class Cursor:
     """Where the last pass stopped (<lake>/_reconcile/cursor.json): the receipt index's head it read
     before looking, the dates it found stale, the rules it judged by, and when it last walked every
-    date. Each pass writes a whole new cursor: two passes at once leave one of two valid states."""
+    date. Each pass writes a whole new cursor: two passes at once leave one of two valid states.
+    """
 
     lake: Lake
     head: str | None  # the head read at this pass's start: every partition up to it is complete
@@ -246,7 +250,8 @@ class Cursor:
         batch still in flight included (some of its partitions may be complete: a walk would see
         them; the next pass, starting from this pass's head, looks at them again), and those that
         received a partition under the last pass's head that it did not see complete (a replay of
-        the batch at the head)."""
+        the batch at the head).
+        """
         assert self.previous is not None  # only a pass that does not walk asks, and it has a cursor
         since = self.previous["head"]
         entries = receipt_index.arrivals(self.lake, since)
@@ -348,9 +353,12 @@ def decide(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     display: Display | None = None,
 ) -> list[Decision]:
-    """What to do for each stale date. Without `run_state` (no Airflow to ask) every due date gets
-    attempt 1's run id (creating an existing run is a no-op for Airflow anyway). The pass reports its
-    progress (each stale date may take a few requests to Airflow)."""
+    """What to do for each stale date.
+
+    Without `run_state` (no Airflow to ask) every due date gets attempt 1's run id (creating an
+    existing run is a no-op for Airflow anyway). The pass reports its progress (each stale date may
+    take a few requests to Airflow).
+    """
     now = now or datetime.now(timezone.utc)
     out = []
     for item in tracked(
@@ -401,7 +409,8 @@ def reconcile(
 ) -> tuple[list[Staleness], list[Decision]]:
     """Find stale dates and, with `trigger`, start their runs through the Airflow REST client
     (tidemark.orchestration.airflow_api.AirflowClient). Both passes report their progress (logs, and
-    `display`: the CLI's terminal bar)."""
+    `display`: the CLI's terminal bar).
+    """
     dag_id = dag_id or names.get("DAG_ID")
     if trigger and client is None:
         raise ValueError("triggering runs needs an Airflow client")
