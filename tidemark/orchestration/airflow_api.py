@@ -28,8 +28,6 @@ from urllib.parse import quote
 import requests
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from tidemark.base.polling import wait_for
-
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
@@ -389,6 +387,10 @@ class AirflowClient:
         (apache/airflow#71360: the run's start_date is null), so a reader that needs the whole list
         waits for those runs to start.
         """
+        # Imported here: the Cloud Function's bundle ships this module without tidemark.base.polling
+        # (tidemark/ops/function_bundle.py), and the function never waits for a listing.
+        from tidemark.base.polling import wait_for
+
         (events,) = wait_for(
             lambda: (self.asset_events(asset_id),),  # a tuple: an empty listing is an answer too
             timeout,
