@@ -16,8 +16,12 @@ import re
 import uuid
 from functools import cache
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from dedup_sql import rules as sql_rules
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 _NAME = re.compile(r"^[a-z_]+$")
 
@@ -36,12 +40,17 @@ def text(name: str) -> str:
 
 
 def compose(name: str, **queries: str) -> str:
-    """The query of <name>.sql with some of its `{input}`s replaced by whole queries (`text` of
-    another file, or another `compose`), as subqueries: several files that feed each other run as
-    one query, analysed by one spark.sql call instead of one per file (each call is a round trip
-    and an analysis in the driver: the stream's three files cost ~30-40 ms more per batch run
-    apart). The remaining `{input}`s are `run_text`'s inputs; the parameters of every part are
-    bound together, so parts that share a name (`:gap_us`) share its value."""
+    """The query of <name>.sql with some of its `{input}`s replaced by whole queries, as subqueries.
+
+    The queries are `text` of another file, or another `compose`: several files that feed each
+    other run as one query, analysed by one spark.sql call instead of one per file (each call is a
+    round trip and an analysis in the driver: the stream's three files cost ~30-40 ms more per batch
+    run apart). The remaining `{input}`s are `run_text`'s inputs; the parameters of every part are
+    bound together, so parts that share a name (`:gap_us`) share its value.
+
+    Raises:
+        ValueError: <name>.sql has no such input.
+    """
     lines = text(name).split("\n")
     for key, sub in queries.items():
         placeholder = "{" + key + "}"
@@ -69,21 +78,31 @@ def _split_comment(line: str) -> tuple[str, str]:
     return line, ""
 
 
-def run_text(spark, query: str, inputs: dict | None = None, **params):
+def run_text(
+    spark: SparkSession, query: str, inputs: dict[str, DataFrame] | None = None, **params: object
+) -> DataFrame:
     """Run a query made by `text` / `compose`: `inputs` its `{name}`s, `params` its `:name`s."""
     inputs = _checked(inputs)
     return spark.sql(query, args=params, **inputs)
 
 
-def run(spark, name: str, inputs: dict | None = None, views: list | None = None, **params):
-    """Run one SQL file: `inputs` the DataFrames its `{name}`s stand for, `params` its `:name`s
-    (bound by Spark). Returns the DataFrame.
+def run(
+    spark: SparkSession,
+    name: str,
+    inputs: dict[str, DataFrame] | None = None,
+    views: list[str] | None = None,
+    **params: object,
+) -> DataFrame:
+    """Run one SQL file: `inputs` the DataFrames its `{name}`s stand for, `params` its `:name`s (bound by Spark).
+
+    Returns the DataFrame.
 
     With `views` (a list), the inputs are registered as temp views of unique names that are
     appended to it and left for the caller to drop (`drop_views`) once it is done: pyspark drops
     the views of `spark.sql(text, **dataframes)` as soon as the call returns, and dropping a view
     uncaches the DataFrame it was made from, so a persisted input would be recomputed by every later
-    query (the 1M-session dedup computed everything twice that way)."""
+    query (the 1M-session dedup computed everything twice that way).
+    """
     if views is None:
         return run_text(spark, text(name), inputs, **params)
     inputs = _checked(inputs)
@@ -96,14 +115,14 @@ def run(spark, name: str, inputs: dict | None = None, views: list | None = None,
     return spark.sql(text(name).format(**names), args=params)
 
 
-def _checked(inputs: dict | None) -> dict:
+def _checked(inputs: dict[str, DataFrame] | None) -> dict[str, DataFrame]:
     for key in inputs or {}:
         if not _NAME.match(key):
             raise ValueError(f"invalid input name {key!r}")
     return inputs or {}
 
 
-def drop_views(spark, views: list) -> None:
+def drop_views(spark: SparkSession, views: list[str]) -> None:
     """Drop the temp views `run(..., views=...)` left (uncaching what they were made from)."""
     while views:
         spark.catalog.dropTempView(views.pop())

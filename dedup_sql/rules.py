@@ -1,5 +1,6 @@
-"""The SQL spelling of tidemark's shared rules, written once: the session id, the kept-copy rule and
-the event struct. The stream, the dedup, the SQL files and the benches all take them from here.
+"""The SQL spelling of tidemark's shared rules, written once: the session id, the kept-copy rule and the event struct.
+
+The stream, the dedup, the SQL files and the benches all take them from here.
 
 Why Python text rendered into the SQL files, and not a shared SQL file or SQL functions: a rule is an
 expression used inside other queries (a column of a SELECT, the argument of an aggregate, a type in
@@ -21,6 +22,14 @@ docs/dedup.md (output columns).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# (name, SQL type) of a struct's fields
+Fields = Sequence[tuple[str, str]]
 
 # The event struct: field order matters (it is the sort order of a session's `events`: by time,
 # then id) and is the layout of panes, state, versions and context files.
@@ -36,7 +45,7 @@ COPY_FIELDS = (("event_type", "STRING"), ("payload", "STRING"))
 COPY_TYPE = "STRUCT<" + ", ".join(f"{name}: {kind}" for name, kind in COPY_FIELDS) + ">"
 
 
-def _struct(fields, values) -> str:
+def _struct(fields: Fields, values: Sequence[str]) -> str:
     if len(values) != len(fields):
         raise ValueError(f"expected {len(fields)} values ({', '.join(f for f, _ in fields)}), got {len(values)}")
     return (
@@ -63,19 +72,22 @@ def event(*cols: str) -> str:
 
 def session_id(user_col: str = "user_id", start_col: str = "session_start") -> str:
     """A session's id: a hash of its user and start (32 hex chars), stable for a given start.
-    tests/test_read.py recomputes it with hashlib."""
+
+    tests/test_read.py recomputes it with hashlib.
+    """
     return f"substr(sha2(concat({user_col}, '|', CAST(unix_micros({start_col}) AS STRING)), 256), 1, 32)"
 
 
-def event_arrow_type():
+def event_arrow_type() -> pa.StructType:
     """The event struct as a pyarrow type (timestamps in microseconds, UTC, as Spark writes them)."""
+    # pyarrow only here: the SQL rules load without it (the SQL files and the DDL types are text)
     import pyarrow as pa
 
-    kinds = {"TIMESTAMP": pa.timestamp("us", tz="UTC"), "STRING": pa.string()}
-    return pa.struct([(name, kinds[kind]) for name, kind in EVENT_FIELDS])
+    kinds: dict[str, pa.DataType] = {"TIMESTAMP": pa.timestamp("us", tz="UTC"), "STRING": pa.string()}
+    return pa.struct([pa.field(name, kinds[kind]) for name, kind in EVENT_FIELDS])
 
 
-_FUNCTIONS = {"session_id": session_id, "copy": copy, "kept": kept, "event": event}
+_FUNCTIONS: dict[str, Callable[..., str]] = {"session_id": session_id, "copy": copy, "kept": kept, "event": event}
 _TYPES = {"COPY_TYPE": COPY_TYPE, "EVENT_TYPE": EVENT_TYPE, "EVENTS_TYPE": EVENTS_TYPE}
 _CALL = re.compile(r"@([a-z_]+)\(([^()]*)\)")
 _TYPE = re.compile(r"@([A-Z_]+)\b")
@@ -84,7 +96,7 @@ _TYPE = re.compile(r"@([A-Z_]+)\b")
 def render(text: str) -> str:
     """SQL text with every macro above replaced by its rule; an unknown macro is an error."""
 
-    def call(match):
+    def call(match: re.Match[str]) -> str:
         name, args = match.group(1), match.group(2).strip()
         if name not in _FUNCTIONS:
             raise ValueError(f"unknown SQL rule macro @{name}(...)")
@@ -93,7 +105,7 @@ def render(text: str) -> str:
         except TypeError as exc:  # a wrong number of arguments
             raise ValueError(f"@{name}({args}): {exc}") from None
 
-    def kind(match):
+    def kind(match: re.Match[str]) -> str:
         if match.group(1) not in _TYPES:
             raise ValueError(f"unknown SQL type macro @{match.group(1)}")
         return _TYPES[match.group(1)]
