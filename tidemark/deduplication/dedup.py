@@ -294,7 +294,8 @@ def _full_unchanged(
 ) -> DedupResult | None:
     """A full run whose receipts the current version already read: its result when it recomputed
     exactly the version's islands (nothing to publish), else None (publish it, replacing the
-    version). Raises Superseded when the version read more (a concurrent run): the run replans."""
+    version). Raises Superseded when the version read more (a concurrent run): the run replans.
+    """
     assert newest is not None  # it covers the plan
     if set(newest.receipts) != set(current.keys):
         raise publish.Superseded(
@@ -319,7 +320,8 @@ def _full_unchanged(
 
 def _quick_noop(index: LakeIndex, event_date: str, previous: VersionRecord | None, rules: SessionRules) -> bool:
     """The no-op decision from listings and the markers of the partitions the previous version lacks
-    (none of those it holds is read): a cost independent of the lake's age (planning.quick_covered)."""
+    (none of those it holds is read): a cost independent of the lake's age (planning.quick_covered).
+    """
     return (
         previous is not None
         and not rules_record.changed_since(previous, rules)
@@ -343,7 +345,8 @@ def up_to_date(lake: Lake, event_date: date | str, rules: SessionRules | None = 
     """run_dedup's no-op decision alone, without Spark (the DAG's skip check): the no-op result
     when the current version already includes every receipt partition the date's complete plan
     holds (its pending obligations then discharged, as run_dedup does), else None (Spark needed;
-    nothing discharged: the run that computes lists them itself)."""
+    nothing discharged: the run that computes lists them itself).
+    """
     started = time.monotonic()
     day = layout.as_event_date(event_date)  # as run_dedup: a date passes, text is parsed once
     event_date_text = layout.event_date_text(day)
@@ -363,8 +366,11 @@ def up_to_date(lake: Lake, event_date: date | str, rules: SessionRules | None = 
 
 
 def _tune(spark) -> None:
-    """Listing a few hundred receipt folders is faster on the driver than as a Spark job. A listing
-    strategy only (results do not depend on it), so setting it on a shared session is harmless."""
+    """Listing a few hundred receipt folders is faster on the driver than as a Spark job.
+
+    A listing strategy only (results do not depend on it), so setting it on a shared session is
+    harmless.
+    """
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
 
 
@@ -381,7 +387,8 @@ def read_panes(spark, lake: Lake, partitions, lo: datetime, pack_date: str | Non
     partitions that pack does not hold. `pack_date`: a date none of whose panes lo can drop (every
     pane of D ends after D's midnight); when PACK_AT of its partitions were read from their folders,
     a new pack of all its needed partitions is written from the panes read (a cache: a failure to
-    write it is logged, not raised)."""
+    write it is logged, not raised).
+    """
     from functools import reduce
 
     packed, rest = packs.cover(lake, partitions, _PANES_SCHEMA)
@@ -430,7 +437,8 @@ def known_receipt(key, planned: list[str], known: set[str]):
     version already read? Spelled with the smaller of the two lists of literals: a date whose
     versions read thousands of receipts (a 10 s trigger writes 8,640 a day) would otherwise put
     all of them in every query's plan, and a 10k-literal IN list cost ~14 s of planning in the
-    incremental path (tidemark/deduplication/incremental.py). The receipts new since that version are few."""
+    incremental path (tidemark/deduplication/incremental.py). The receipts new since that version are few.
+    """
     from pyspark.sql import functions as F
 
     old = sorted(set(planned) & known)
@@ -443,7 +451,8 @@ def known_receipt(key, planned: list[str], known: set[str]):
 def compute_islands(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]):
     """Every session (island) of the distinct events the plan's partitions hold from lo on
     (dedup_sessions.sql's columns), as a lazy DataFrame; `known` receipt keys mark old events.
-    The full path."""
+    The full path.
+    """
     from pyspark.sql import functions as F
 
     import dedup_sql
@@ -464,7 +473,8 @@ def compute_islands(spark, lake: Lake, current: Plan, rules: SessionRules, known
 
 def _full(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
     """The full path: every planned receipt's events re-sessionized, cached for the summary (one
-    pass: reach (tidemark/panes/planning.py), session count, affected dates, context size) and the writes."""
+    pass: reach (tidemark/panes/planning.py), session count, affected dates, context size) and the writes.
+    """
     import dedup_sql
 
     event_date = current.event_date
@@ -505,7 +515,8 @@ def _write_version(
     """Write the run's sessions of event_date as Parquet into its own folder, the other islands
     into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), its changeset
     into its `changes/` (tidemark/deduplication/changeset.py), then its marker.
-    The version id is chosen at commit time (tidemark.iceberg.publish.commit), on the table's fresh state."""
+    The version id is chosen at commit time (tidemark.iceberg.publish.commit), on the table's fresh state.
+    """
     from pyspark.sql import functions as F
 
     event_date = layout.event_date_text(day)

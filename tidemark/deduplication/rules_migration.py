@@ -69,7 +69,8 @@ def event_dates(lake: Lake) -> list[str]:
 
 def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
     """Dates whose current version was made under other rules than the lake's: {event_date, version,
-    rules_id, gap}. No Spark: markers only."""
+    rules_id, gap}. No Spark: markers only.
+    """
     rules = rules or rules_record.rules_in_force(lake)[0]
     out = []
     for event_date in publish.list_dedup_dates(lake):
@@ -88,7 +89,8 @@ def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
 
 def not_migrated(lake: Lake, rules: SessionRules, dates: list[str] | None = None) -> list[str]:
     """The dates (of `dates`, default every date) whose current version was not made under `rules`,
-    or that have none: what a migration to `rules` has left to do, oldest first. Markers only."""
+    or that have none: what a migration to `rules` has left to do, oldest first. Markers only.
+    """
     out = []
     for event_date in event_dates(lake) if dates is None else dates:
         current = publish.current_version(lake, event_date)
@@ -106,7 +108,9 @@ def migrate(
     display: Display | None = None,
 ) -> Migration:
     """Make `rules` the lake's rules and every date's current version one made under them.
-    `display`: where to show the progress as it happens (the CLI's terminal bar)."""
+
+    `display`: where to show the progress as it happens (the CLI's terminal bar).
+    """
     from tidemark.deduplication.dedup import run_dedup
 
     started = time.monotonic()
