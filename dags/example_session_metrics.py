@@ -47,7 +47,7 @@ DAG_ID = "example_session_metrics"
     ),
     catchup=False,
     # One run at a time (a small box; each run replaces one file). Dates corrected while a run is
-    # active still get a run each (Airflow issue 56050 lost such events for classic asset
+    # active still get a run each (apache/airflow#56050 lost such events for classic asset
     # schedules; tests/test_example_consumer_dag.py checks the partitioned one on 3.3.2).
     max_active_runs=1,
     dagrun_timeout=timedelta(hours=1),
