@@ -128,18 +128,20 @@ class DedupOperator(SparkSubmitOperator):
 
     def execute(self, context: Context) -> None:
         """spark-submit, or the dedup in this process as a Spark Connect client (see the class)."""
-        # Imported when the task runs: the dag-processor parses this file without them.
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+        # Imported when the task runs: the dag-processor parses this file without them, and the
+        # spark-submit path needs none of the Spark Connect client's.
         from airflow.sdk import BaseHook
-
-        from tidemark.base.spark import connect_session
-        from tidemark.deduplication.dedup import run_dedup
-        from tidemark.store.lake import Lake
 
         self.name = f"tidemark-dedup-{self.event_date}"
         if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
             super().execute(context)
             return
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from tidemark.base.spark import connect_session
+        from tidemark.deduplication.dedup import run_dedup
+        from tidemark.store.lake import Lake
+
         # rendered by now: templated fields hold text when the task runs
         lake, event_date = str(self.lake), str(self.event_date)
         url = SparkConnectHook(self._conn_id).get_connection_url()
