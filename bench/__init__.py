@@ -7,6 +7,7 @@ This module holds what they share: the machine description and the results write
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import subprocess
@@ -16,6 +17,27 @@ from contextlib import contextmanager
 from tidemark.base.times import now_iso_z
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def arguments(name: str, doc: str | None, workdir: bool = True) -> argparse.ArgumentParser:
+    """The parser every benchmark starts from: `python -m bench.<name>`, its module docstring as
+    the help, and (with `workdir`) `--workdir` under /tmp/tidemark-bench/<name>."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m bench.{name}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    if workdir:
+        parser.add_argument("--workdir", default=f"/tmp/tidemark-bench/{name}")
+    return parser
+
+
+def add_date_shape(parser: argparse.ArgumentParser, sessions: int = 1_000_000) -> None:
+    """The synthesized date the dedup benchmarks share (bench.dedup_partition builds it): its
+    sessions and how their panes spread over receipt partitions."""
+    parser.add_argument("--sessions", type=int, default=sessions)
+    parser.add_argument("--events-per-session", type=int, default=4)
+    parser.add_argument("--receipts", type=int, default=6, help="receipt partitions holding the date's panes")
+    parser.add_argument("--early-rate", type=float, default=0.3, help="share of sessions with an early pane")
+    parser.add_argument("--fragment-rate", type=float, default=0.05, help="share with a redelivered fragment")
 
 
 def machine() -> dict:

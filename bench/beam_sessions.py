@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 REQUIRED = ("event_id", "user_id", "event_type", "event_ts")
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     seconds = time.perf_counter() - started
     import glob
 
-    count = sum(1 for path in glob.glob(args.output + "/sessions*") for _ in open(path))
+    count = sum(1 for path in glob.glob(args.output + "/sessions*") for _ in Path(path).read_text().splitlines())
     print(
         json.dumps(
             {

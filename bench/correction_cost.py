@@ -17,7 +17,6 @@ the last 7 days and against reprocessing everything.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ import sys
 from datetime import date, datetime, timedelta, timezone
 
 import bench
+from bench import arguments
 from tidemark.deduplication.dedup import LakeIndex, Plan, compute_islands, run_dedup
 from tidemark.demo import generate
 from tidemark.iceberg import publish
@@ -40,12 +40,7 @@ SCALES = {
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="python -m bench.correction_cost",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--workdir", default="/tmp/tidemark-bench/correction_cost")
+    p = arguments(NAME, __doc__)
     p.add_argument(
         "--scale",
         choices=sorted(SCALES),
@@ -174,7 +169,8 @@ def main(argv=None) -> int:
         times, result = [], None
         for _ in range(args.repeat):
             result = run_dedup(lake, d, rules, spark=spark, full=full)
-            assert result.published and result.mode == ("full" if full else "incremental"), result
+            assert result.published, result
+            assert result.mode == ("full" if full else "incremental"), result
             times.append(result.seconds)
             undo(lake, before)
         rows.append(

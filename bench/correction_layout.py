@@ -14,13 +14,13 @@ deleted.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import sys
 
 import bench
+from bench import add_date_shape, arguments
 from bench.correction_cost import undo
 from bench.dedup_partition import DAY, build_lake, land_late_receipt, receipt_ts_of
 from tidemark.deduplication.dedup import run_dedup
@@ -34,17 +34,8 @@ NAME = "correction_layout"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="python -m bench.correction_layout",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--workdir", default="/tmp/tidemark-bench/correction_layout")
-    p.add_argument("--sessions", type=int, default=1_000_000)
-    p.add_argument("--events-per-session", type=int, default=4)
-    p.add_argument("--receipts", type=int, default=6)
-    p.add_argument("--early-rate", type=float, default=0.3)
-    p.add_argument("--fragment-rate", type=float, default=0.05)
+    p = arguments(NAME, __doc__)
+    add_date_shape(p)
     p.add_argument("--late-rate", type=float, default=0.01, help="the last correction's share of sessions")
     p.add_argument("--repeat", type=int, default=1, help="timed runs of each job (medians)")
     p.add_argument("--master", default="local[2]")
@@ -96,7 +87,8 @@ def main(argv=None) -> int:
         print(f"full dedup {'warm-up' if i == 0 else 'timed'}: {first.seconds} s, phases {first.phases}")
         if i:
             full_secs.append(first.seconds)
-    assert first is not None and first.sessions == args.sessions, first
+    assert first is not None, first
+    assert first.sessions == args.sessions, first
     full = statistics.median(full_secs)
     version = publish.current_version(lake, DAY)
     published = iceberg.load(lake).metadata_location
@@ -119,7 +111,8 @@ def main(argv=None) -> int:
         secs, counts, fixed = [], {}, None
         for _ in range(args.repeat):
             fixed = run_dedup(lake, DAY, SessionRules(), spark=spark)
-            assert fixed.published and fixed.mode == "incremental", fixed
+            assert fixed.published, fixed
+            assert fixed.mode == "incremental", fixed
             counts = _snapshot_counts(lake)
             print(f"correction of {label} ({panes} panes): {fixed.seconds} s, {counts}, phases {fixed.phases}")
             secs.append(fixed.seconds)

@@ -16,7 +16,6 @@ the same published version.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -24,6 +23,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import bench
+from bench import add_date_shape, arguments
 from dedup_sql import rules as sql_rules
 from tidemark.base import layout
 from tidemark.deduplication.dedup import run_dedup
@@ -38,17 +38,8 @@ DAY = "2026-03-07"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="python -m bench.dedup_partition",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--workdir", default="/tmp/tidemark-bench/dedup_partition")
-    p.add_argument("--sessions", type=int, default=1_000_000)
-    p.add_argument("--events-per-session", type=int, default=4)
-    p.add_argument("--receipts", type=int, default=6, help="receipt partitions holding the date's panes")
-    p.add_argument("--early-rate", type=float, default=0.3, help="share of sessions with an early pane")
-    p.add_argument("--fragment-rate", type=float, default=0.05, help="share with a redelivered fragment")
+    p = arguments(NAME, __doc__)
+    add_date_shape(p)
     p.add_argument("--late-rate", type=float, default=0.01, help="share of sessions the late receipt touches")
     p.add_argument("--repeat", type=int, default=2, help="timed runs of each job (medians), after --warmup")
     p.add_argument(
@@ -375,7 +366,8 @@ def main(argv=None) -> int:
         secs = []
         for _ in range(args.repeat):
             fixed = run_dedup(lake, DAY, SessionRules(), spark=spark, full=full)
-            assert fixed.published and fixed.mode == label, fixed
+            assert fixed.published, fixed
+            assert fixed.mode == label, fixed
             print(f"correction, {label}: {fixed.seconds} s ({_phases(fixed)})")
             secs.append(fixed.seconds)
             undo(lake, published)

@@ -52,6 +52,7 @@ import os
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
@@ -591,7 +592,9 @@ def burst(args) -> int:
             for run_id, run in found.items():
                 queued = datetime.fromisoformat(run["queued_at"].replace("Z", "+00:00")).timestamp()
                 latencies.append(round(queued - acked[run_id], 3))
-            errors += sum(1 for line in open(function.log_path, errors="replace") if "HTTP 5" in line)
+            errors += sum(
+                1 for line in Path(function.log_path).read_text(errors="replace").splitlines() if "HTTP 5" in line
+            )
             print(f"round {round_no}: {len(found)} runs; slowest {max(latencies[-len(found) :]):.2f}s", flush=True)
             time.sleep(2)
         result = {

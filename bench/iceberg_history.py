@@ -29,6 +29,7 @@ import statistics
 import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pyarrow.fs as pafs
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -154,7 +155,7 @@ def shape(lake: Lake) -> dict:
     from tidemark.iceberg import table as iceberg
 
     tbl = iceberg.load(lake)
-    raw = json.loads(open(tbl.metadata_location[len("file://") :]).read())
+    raw = json.loads(Path(tbl.metadata_location[len("file://") :]).read_text())
     manifests = tbl.current_snapshot().manifests(tbl.io)
     newest = publish.dates_with_version(tbl)[-1]
     getattr(publish, "_LIVE_CACHE", {}).clear()  # as a fresh process: nothing of this table known yet
@@ -188,7 +189,7 @@ def parse_cost(lake: Lake) -> dict:
     from tidemark.iceberg import publish
     from tidemark.iceberg import table as iceberg
 
-    text = open(iceberg.load(lake).metadata_location[len("file://") :]).read()
+    text = Path(iceberg.load(lake).metadata_location[len("file://") :]).read_text()
     raw = json.loads(text)
     raw["properties"] = {k: v for k, v in raw["properties"].items() if not k.startswith(publish.CURRENT_PREFIX)}
     stripped = json.dumps(raw)

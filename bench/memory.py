@@ -19,6 +19,7 @@ series is flat: the last quarter of the batches is no bigger than the first quar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -32,7 +33,6 @@ import bench
 from bench.proctree import is_jvm, tree_pids, tree_rss
 from bench.stream_throughput import BIN, ROOT, json_lines, load, mb, parse_iso, print_wide
 from tidemark.demo import generate
-import contextlib
 
 NAME = "memory"
 STATE_MARKER = "_tidemark_state.json"

@@ -19,14 +19,13 @@ in one Spark session (local[2]).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import sys
 
 import bench
-from bench import dedup_partition
+from bench import arguments, dedup_partition
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
 from tidemark.panes import packing, packs, pane_reader
@@ -39,12 +38,7 @@ MAINTENANCE = "arrow, after the maintenance pack"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="python -m bench.receipts_per_date",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--workdir", default="/tmp/tidemark-bench/receipts_per_date")
+    p = arguments(NAME, __doc__)
     p.add_argument("--sessions", type=int, default=100_000)
     p.add_argument("--few", type=int, default=100)
     p.add_argument("--many", type=int, default=8640)

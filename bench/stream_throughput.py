@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 
@@ -621,7 +622,7 @@ def main(argv=None) -> int:
     else:
         names = sorted(f for f in os.listdir(landing) if f.endswith(".jsonl"))
         take = names[: min(len(names), args.beam_files or scale["beam_files"])]
-        beam_lines = sum(1 for name in take for _ in open(os.path.join(landing, name)))
+        beam_lines = sum(1 for name in take for _ in Path(os.path.join(landing, name)).read_text().splitlines())
         r = run_beam(landing, work, take, args.beam_timeout)
         if r["rc"] != 0 or "job_seconds" not in r:
             beam_note = f"Beam: failed or timed out after {r['wall']}s (rc {r['rc']}), see {work}/beam.log."

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -42,14 +43,11 @@ def text(name: str) -> str:
 def compose(name: str, **queries: str) -> str:
     """The query of <name>.sql with some of its `{input}`s replaced by whole queries, as subqueries.
 
-    The queries are `text` of another file, or another `compose`: several files that feed each
-    other run as one query, analysed by one spark.sql call instead of one per file (each call is a
-    round trip and an analysis in the driver: the stream's three files cost ~30-40 ms more per batch
-    run apart). The remaining `{input}`s are `run_text`'s inputs; the parameters of every part are
+    The queries are `text` of another file, or another `compose`. Several files that feed each other run as
+    one query, analysed by one spark.sql call instead of one per file (each call is a round trip
+    and an analysis in the driver: the stream's three files cost ~30-40 ms more per batch run
+    apart). The remaining `{input}`s are `run_text`'s inputs; the parameters of every part are
     bound together, so parts that share a name (`:gap_us`) share its value.
-
-    Raises:
-        ValueError: <name>.sql has no such input.
     """
     lines = text(name).split("\n")
     for key, sub in queries.items():
@@ -79,7 +77,7 @@ def _split_comment(line: str) -> tuple[str, str]:
 
 
 def run_text(
-    spark: SparkSession, query: str, inputs: dict[str, DataFrame] | None = None, **params: object
+    spark: SparkSession, query: str, inputs: Mapping[str, DataFrame] | None = None, **params: object
 ) -> DataFrame:
     """Run a query made by `text` / `compose`: `inputs` its `{name}`s, `params` its `:name`s."""
     inputs = _checked(inputs)
@@ -89,13 +87,13 @@ def run_text(
 def run(
     spark: SparkSession,
     name: str,
-    inputs: dict[str, DataFrame] | None = None,
+    inputs: Mapping[str, DataFrame] | None = None,
     views: list[str] | None = None,
     **params: object,
 ) -> DataFrame:
-    """Run one SQL file: `inputs` the DataFrames its `{name}`s stand for, `params` its `:name`s (bound by Spark).
+    """Run one SQL file; its DataFrame.
 
-    Returns the DataFrame.
+    `inputs` are the DataFrames its `{name}`s stand for, `params` its `:name`s (bound by Spark).
 
     With `views` (a list), the inputs are registered as temp views of unique names that are
     appended to it and left for the caller to drop (`drop_views`) once it is done: pyspark drops
@@ -106,7 +104,7 @@ def run(
     if views is None:
         return run_text(spark, text(name), inputs, **params)
     inputs = _checked(inputs)
-    names = {}
+    names: dict[str, str] = {}
     for key, frame in inputs.items():
         names[key] = f"tidemark_{key}_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(names[key])
@@ -115,7 +113,8 @@ def run(
     return spark.sql(text(name).format(**names), args=params)
 
 
-def _checked(inputs: dict[str, DataFrame] | None) -> dict[str, DataFrame]:
+def _checked(inputs: Mapping[str, DataFrame] | None) -> Mapping[str, DataFrame]:
+    """The inputs, each name checked (a name is written into the SQL text)."""
     for key in inputs or {}:
         if not _NAME.match(key):
             raise ValueError(f"invalid input name {key!r}")

@@ -1,6 +1,6 @@
-"""The SQL spelling of tidemark's shared rules, written once: the session id, the kept-copy rule and the event struct.
+"""The SQL spelling of tidemark's shared rules, written once.
 
-The stream, the dedup, the SQL files and the benches all take them from here.
+The session id, the kept-copy rule and the event struct. The stream, the dedup, the SQL files and the benches all take them from here.
 
 Why Python text rendered into the SQL files, and not a shared SQL file or SQL functions: a rule is an
 expression used inside other queries (a column of a SELECT, the argument of an aggregate, a type in
@@ -28,9 +28,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# (name, SQL type) of a struct's fields
-Fields = Sequence[tuple[str, str]]
-
 # The event struct: field order matters (it is the sort order of a session's `events`: by time,
 # then id) and is the layout of panes, state, versions and context files.
 EVENT_FIELDS = (("event_ts", "TIMESTAMP"), ("event_id", "STRING"), ("event_type", "STRING"), ("payload", "STRING"))
@@ -45,7 +42,7 @@ COPY_FIELDS = (("event_type", "STRING"), ("payload", "STRING"))
 COPY_TYPE = "STRUCT<" + ", ".join(f"{name}: {kind}" for name, kind in COPY_FIELDS) + ">"
 
 
-def _struct(fields: Fields, values: Sequence[str]) -> str:
+def _struct(fields: Sequence[tuple[str, str]], values: Sequence[str]) -> str:
     if len(values) != len(fields):
         raise ValueError(f"expected {len(fields)} values ({', '.join(f for f, _ in fields)}), got {len(values)}")
     return (
@@ -80,11 +77,10 @@ def session_id(user_col: str = "user_id", start_col: str = "session_start") -> s
 
 def event_arrow_type() -> pa.StructType:
     """The event struct as a pyarrow type (timestamps in microseconds, UTC, as Spark writes them)."""
-    # pyarrow only here: the SQL rules load without it (the SQL files and the DDL types are text)
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: only readers need the Arrow type, the SQL's users need no pyarrow
 
     kinds: dict[str, pa.DataType] = {"TIMESTAMP": pa.timestamp("us", tz="UTC"), "STRING": pa.string()}
-    return pa.struct([pa.field(name, kinds[kind]) for name, kind in EVENT_FIELDS])
+    return pa.struct([(name, kinds[kind]) for name, kind in EVENT_FIELDS])
 
 
 _FUNCTIONS: dict[str, Callable[..., str]] = {"session_id": session_id, "copy": copy, "kept": kept, "event": event}

@@ -12,11 +12,11 @@ would be lost by the test setup, not by the code under test. A real outage loses
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
 from tidemark.devstack import process
-import contextlib
 
 
 class NetCut:

@@ -50,5 +50,6 @@ def resource(tf, rtype: str, rname: str) -> dict:
 
 def one(blocks):
     """A nested block as python-hcl2 gives it (a list of one dict) -> the dict."""
-    assert isinstance(blocks, list) and len(blocks) == 1, blocks
+    assert isinstance(blocks, list), blocks
+    assert len(blocks) == 1, blocks
     return blocks[0]

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from bench import freshness, memory, stream_throughput
 
 def results_table(path: str) -> tuple[list[str], list[list[str]]]:
     """The first markdown table of a results file: header and rows, each row as wide as the header."""
-    lines = open(path, encoding="utf-8").read().splitlines()
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| "))
     header = [c.strip() for c in lines[start].strip("|").split("|")]
     assert re.match(r"^\|(---\|)+$", lines[start + 1])

@@ -107,6 +107,7 @@ def test_the_stream_may_move_landed_files_and_the_archive_follows_the_landing_re
         for rule in bucket["lifecycle_rule"] + one(bucket["dynamic"])["lifecycle_rule"]["content"]
         if one(rule["condition"]).get("matches_prefix")
     ]
-    assert len(prefixes) == 2 and all(  # NEARLINE, then the retention's delete
+    assert len(prefixes) == 2, prefixes
+    assert all(  # NEARLINE, then the retention's delete
         p == ["${var.landing_prefix}", "${var.landing_archive_prefix}"] for p in prefixes
     ), prefixes

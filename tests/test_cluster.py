@@ -153,7 +153,8 @@ def test_stream_ran_on_the_cluster_executors(cluster, cluster_run):
     app_id = stream_apps[0]["id"]
     for index in range(cluster.workers):
         work = os.path.join(cluster.env()["SPARK_WORKER_DIR"], f"worker-{index}", app_id)
-        assert os.path.isdir(work) and os.listdir(work), f"worker {index} ran no executor of {app_id}"
+        assert os.path.isdir(work), f"worker {index} ran no executor of {app_id}"
+        assert os.listdir(work), f"worker {index} ran no executor of {app_id}"
 
 
 def test_stream_on_cluster_writes_what_a_local_run_writes(local_run, cluster_run):

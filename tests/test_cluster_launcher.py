@@ -11,7 +11,7 @@ from tidemark.devstack.spark_cluster import SparkStandalone, WorkerDied, package
 
 
 def test_a_cluster_needs_a_worker(tmp_path):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one worker"):
         SparkStandalone(str(tmp_path), workers=0)
 
 

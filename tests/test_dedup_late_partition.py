@@ -88,7 +88,8 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     assert _partitions_pending(lake, capsys) == [written[0].receipt_ts]
 
     result = run_dedup(lake, D, RULES, spark=spark, full=full)
-    assert result.published and not result.noop, result
+    assert result.published, result
+    assert not result.noop, result
     assert key in publish.current_version(lake, D).receipts
     assert published(lake, D) == expected(events + late, D)
     assert reconcile.staleness(lake, event_dates=[D]) == []
@@ -99,7 +100,8 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     if not full:  # an incremental version: a full run finds the same islands (sessions and context)
         assert result.mode == "incremental", result
         recomputed = run_dedup(lake, D, RULES, spark=spark, full=True)
-        assert not recomputed.published and not recomputed.noop, recomputed
+        assert not recomputed.published, recomputed
+        assert not recomputed.noop, recomputed
 
 
 def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_path):
@@ -110,7 +112,8 @@ def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_pat
 
     # the same receipts, the same result: recomputed, nothing published
     same = run_dedup(lake, D, RULES, spark=spark, full=True)
-    assert not same.noop and not same.published, same
+    assert not same.noop, same
+    assert not same.published, same
     assert same.mode == "full"
     assert same.full_reason == "--full"
     assert same.version == first.version
@@ -127,7 +130,8 @@ def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_pat
     assert run_dedup(lake, D, RULES, spark=spark).noop  # the incremental decision looks at keys
 
     replaced = run_dedup(lake, D, RULES, spark=spark, full=True)
-    assert replaced.published and not replaced.noop, replaced
+    assert replaced.published, replaced
+    assert not replaced.noop, replaced
     current = publish.current_version(lake, D)
     assert current.version > first.version
     assert current.previous_version == first.version

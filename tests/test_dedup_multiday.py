@@ -132,7 +132,9 @@ def test_rerun_after_a_multi_day_session_is_still_a_noop_without_spark(spark, tm
     monkeypatch.setattr(tidemark.base.spark, "build_session", lambda *a, **k: pytest.fail("Spark started"))
     for day in all_dates(kiosk):
         again = run_dedup(lake, day, RULES)
-        assert again.noop and not again.published and again.affected_dates == [], day
+        assert again.noop, day
+        assert not again.published, day
+        assert again.affected_dates == [], day
 
 
 def test_planning_follows_sessions_touching_the_date_whatever_day_they_start():

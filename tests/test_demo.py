@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -80,7 +81,7 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
             }
             assert got == expected.get(event_date, set()), event_date
 
-        data = json.load(open(os.path.join(stack.home, "report", "report.json")))
+        data = json.loads(Path(os.path.join(stack.home, "report", "report.json")).read_text())
         assert data["ok"]
         assert {c["event_date"] for c in data["checks"]} == set(dates)
         assert any(len(versions) > 1 for versions in data["versions"].values()), "no date was ever corrected"
@@ -110,7 +111,8 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
         # Airflow's partitions: every dedup run is its date's partition, one asset event per version
         # (the date as partition_key), and every date with events got consumer runs.
         partitions = {r["partition_key"]: r for r in data["partitions"]}
-        assert "-" not in partitions and all(r["ok"] for r in partitions.values()), partitions
+        assert "-" not in partitions, partitions
+        assert all(r["ok"] for r in partitions.values()), partitions
         assert sorted((k, v) for k, r in partitions.items() for v in r["versions"]) == sorted(published_versions)
         assert all(partitions[d]["consumer_runs"] >= 1 for d in corrected_dates)
         assert "Airflow partitions" in proc.stdout

@@ -12,6 +12,7 @@ import glob
 import hashlib
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_the_path_check_sees_what_it_must():
 
 @pytest.mark.parametrize("path", [os.path.relpath(p, ROOT) for p in _prose_files()])
 def test_every_repository_path_the_prose_names_exists(path):
-    missing = _missing_paths(open(os.path.join(ROOT, path), encoding="utf-8").read())
+    missing = _missing_paths(Path(os.path.join(ROOT, path)).read_text(encoding="utf-8"))
     assert not missing, f"{path} names files the repository does not have: {missing}"
 
 
@@ -83,13 +84,13 @@ def test_lake_files_the_docs_name_are_ones_the_code_writes():
     """A lake file name such as `_tidemark_run.json` in the docs or a DAG's docstring is one the
     code still uses (a removed `_CURRENT.json` would not be)."""
     code = "\n".join(
-        open(p, encoding="utf-8").read()
+        Path(p).read_text(encoding="utf-8")
         for folder in ("tidemark", "streaming_job", "cloud_function")
         for p in glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)
     )
-    texts = {os.path.relpath(p, ROOT): open(p, encoding="utf-8").read() for p in _prose_files() if p.endswith(".md")}
+    texts = {os.path.relpath(p, ROOT): Path(p).read_text(encoding="utf-8") for p in _prose_files() if p.endswith(".md")}
     for p in glob.glob(os.path.join(ROOT, "dags", "*.py")):
-        texts[os.path.relpath(p, ROOT)] = ast.get_docstring(ast.parse(open(p).read())) or ""
+        texts[os.path.relpath(p, ROOT)] = ast.get_docstring(ast.parse(Path(p).read_text())) or ""
     stale = {
         path: names
         for path, text in texts.items()
@@ -107,7 +108,7 @@ def test_lake_files_the_docs_name_are_ones_the_code_writes():
 
 def _dedup_dag_tasks() -> set[str]:
     """Task ids of dags/tidemark_dedup.py: @task-decorated functions and task_id="..." literals."""
-    tree = ast.parse(open(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read())
+    tree = ast.parse(Path(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read_text())
     tasks = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and any(
@@ -132,14 +133,14 @@ def test_the_dag_task_list_is_found():
 
 
 def test_the_airflow_docs_diagram_shows_every_task_of_the_dedup_dag():
-    text = open(os.path.join(ROOT, "docs", "airflow.md")).read()
+    text = Path(os.path.join(ROOT, "docs", "airflow.md")).read_text()
     diagram = text.split("```", 2)[1]  # the first fenced block: notice -> run -> tasks
     missing = sorted(task for task in _dedup_dag_tasks() if not re.search(rf"\b{task}\b", diagram))
     assert not missing, f"docs/airflow.md's diagram lacks {missing}"
 
 
 def test_the_dags_docstring_diagram_shows_every_task():
-    doc = ast.get_docstring(ast.parse(open(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read()))
+    doc = ast.get_docstring(ast.parse(Path(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read_text()))
     missing = sorted(task for task in _dedup_dag_tasks() if not re.search(rf"\b{task}\b", doc))
     assert not missing, f"dags/tidemark_dedup.py's docstring lacks {missing}"
 
@@ -156,7 +157,7 @@ def test_license_file_is_the_apache_2_0_text_setup_cfg_declares():
     assert config["metadata"]["license"] == "Apache-2.0"
     files = config["metadata"]["license_files"].split()
     assert files == ["LICENSE"]
-    data = open(os.path.join(ROOT, "LICENSE"), "rb").read()
+    data = Path(os.path.join(ROOT, "LICENSE")).read_bytes()
     assert b"Apache License\n                           Version 2.0, January 2004" in data
     assert hashlib.sha256(data).hexdigest() == APACHE_2_0_SHA256, "LICENSE is not the verbatim Apache 2.0 text"
 
@@ -181,7 +182,7 @@ def test_the_consumer_guides_snippets_run_against_a_lake(tmp_path):
         changeskit.prepared_with_changes(lake, [receipt(1), receipt(2)], {"1-a": (7, 2), "3-a": (3, 1)}, v1),
     ).current
     (notice,) = [e["notice"] for e in corrected.outbox(lake).owed() if e["notice"]["version"] == v2.version]
-    text = open(os.path.join(ROOT, "docs", "consumers.md"), encoding="utf-8").read()
+    text = Path(os.path.join(ROOT, "docs", "consumers.md")).read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 2
     scope = {"lake_path": str(tmp_path / "lake"), "event_date": "2026-03-10", "notice": notice}

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -133,7 +134,7 @@ def stopped(emulator, tmp_path_factory):
     try:
         deadline = time.monotonic() + 600
         while committed_batches(log_path) < 2:  # running, with files still to take (one per batch)
-            assert proc.poll() is None, f"stream exited early:\n{open(log_path).read()[-3000:]}"
+            assert proc.poll() is None, f"stream exited early:\n{Path(log_path).read_text()[-3000:]}"
             assert time.monotonic() < deadline, "stream committed no batch in 600 s"
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
@@ -145,7 +146,7 @@ def stopped(emulator, tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     stop_seconds = round(time.monotonic() - sent_at, 1)
-    log_text = open(log_path, encoding="utf-8", errors="replace").read()
+    log_text = Path(log_path).read_text(encoding="utf-8", errors="replace")
     at_exit = committed_batches(log_path)
     print(f"\nstopped {stop_seconds}s after SIGTERM; batches committed: {at_signal} at the signal, {at_exit} at exit")
     observed = {

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -256,7 +257,7 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
         for i, chunk in enumerate(chunks[:6])
     ]
     env = {**os.environ, "TIDEMARK_LOG_LEVEL": "WARNING"}
-    log = open(tmp_path / "stream.log", "ab")
+    log = open(tmp_path / "stream.log", "ab")  # noqa: SIM115 - the streams started below write to it until the test ends
 
     # 1. A stream that commits its batches but never gets to move their files (archive interval 1 h),
     #    killed: the state a SIGKILL between Spark's commit and the move leaves.
@@ -713,4 +714,4 @@ def test_a_copy_from_another_filesystem_appears_whole_under_its_name(tmp_path):
     landing_archive._transfer(source_fs, "f.jsonl", pafs.LocalFileSystem(), target)
     assert os.listdir(tmp_path / "land") == []
     assert os.listdir(os.path.dirname(target)) == ["f.jsonl"]
-    assert open(target, "rb").read() == b'{"x":1}\n'
+    assert Path(target).read_bytes() == b'{"x":1}\n'

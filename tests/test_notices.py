@@ -6,6 +6,7 @@ import json
 import os
 import re
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -73,7 +74,7 @@ def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 
 
 
 def test_docs_example_follows_the_schema():
-    text = open(os.path.join(ROOT, "docs", "notices.md")).read()
+    text = Path(os.path.join(ROOT, "docs", "notices.md")).read_text()
     example = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
     assert availability_notice.validate(example)["notice_id"] == availability_notice.notice_id(
         example["dataset"], example["event_date"], example["receipt_ts_list"]
@@ -208,7 +209,7 @@ def test_routing_by_policy(tmp_path):
     ],
 )
 def test_cadence_refuses_nonsense(kwargs):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^notice "):
         CadencePolicy(**kwargs)
 
 

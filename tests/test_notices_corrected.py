@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -179,7 +180,7 @@ def test_schema_refuses_what_a_consumer_could_not_trust():
 
 
 def test_docs_example_follows_the_schema():
-    text = open(os.path.join(ROOT, "docs", "notices.md")).read()
+    text = Path(os.path.join(ROOT, "docs", "notices.md")).read_text()
     section = text[text.index("## The corrected-partition notice") :]
     example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
     assert corrected_notice.validate(example)

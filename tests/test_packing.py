@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -112,10 +113,10 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
     # The command: gc, then the pass; --no-pack skips it; --dry-run reports without writing.
     for extra in range(3):  # enough new partitions of the date to pack it again
         stream.batch(own[extra + 1 : extra + 2], mode=0.0)
-    state = open(packing.state_uri(lake)).read()
+    state = Path(packing.state_uri(lake)).read_text()
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--no-pack"]) == 0
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--dry-run"]) == 0
-    assert open(packing.state_uri(lake)).read() == state
+    assert Path(packing.state_uri(lake)).read_text() == state
     assert len(packs.listed(lake, day)) == 1
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h"]) == 0
     newest = packs.best(packs.complete(lake, day), set(receipts.complete_names(lake, day)))

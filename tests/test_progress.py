@@ -86,11 +86,14 @@ def test_a_short_pass_logs_nothing_and_a_stopped_one_says_where(capsys):
         clock.now += 0.5
     assert progress_lines(capsys.readouterr().err) == []
 
-    with pytest.raises(KeyboardInterrupt):
+    def interrupted_on_the_second_date() -> None:
         with Progress("re-deduplicating dates", 3, log=get_logger("test"), clock=clock) as progress:
             for day in progress.each(["2026-01-01", "2026-01-02", "2026-01-03"]):
                 if day == "2026-01-02":
                     raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted_on_the_second_date()
     (stopped,) = read_log_lines(capsys.readouterr().err)
     assert stopped["event"] == "stopped before the end"
     assert stopped["level"] == "warning"
@@ -149,9 +152,13 @@ def test_a_kill_stops_a_pass_as_ctrl_c_does_and_the_handler_is_put_back():
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers are the main thread's: a SIGTERM here would end the test process")
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt, match="SIGTERM"), progress_bar.kill_interrupts():
+
+    def sigterm_to_self() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         signal.sigtimedwait([], 5)  # the handler runs at the next bytecode; this only waits
+
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"), progress_bar.kill_interrupts():
+        sigterm_to_self()
     assert signal.getsignal(signal.SIGTERM) == before
 
 

@@ -100,7 +100,8 @@ def test_overwrite_files_has_the_shape_the_subclass_relies_on():
     # The constructor keywords publish passes.
     init = _parameters(_OverwriteFiles.__init__)
     for name in ("operation", "transaction", "io", "snapshot_properties"):
-        assert name in init and init[name].kind in (
+        assert name in init, name
+        assert init[name].kind in (
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
             inspect.Parameter.KEYWORD_ONLY,
         ), name

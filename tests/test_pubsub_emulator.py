@@ -5,6 +5,7 @@ process behind."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,8 @@ def test_emulator_lifecycle_and_admin_helpers(tmp_path):
         pid = emulator.managed.pid
         assert process.read_pidfile(emulator.pidfile).pid == pid
         assert (
-            open(os.path.join(emulator.data_dir, "env.yaml")).read().strip() == f"PUBSUB_EMULATOR_HOST: {emulator.host}"
+            Path(os.path.join(emulator.data_dir, "env.yaml")).read_text().strip()
+            == f"PUBSUB_EMULATOR_HOST: {emulator.host}"
         )
         host = emulator.host
         topic = ensure_topic(PROJECT, "availability", host=host)

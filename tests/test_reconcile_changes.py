@@ -190,7 +190,7 @@ def test_arrivals_name_the_dates_received_between_two_times(lake):
         assert receipt_index.arrived(lake, written[a][0].receipt_ts, written[b][0].receipt_ts) == expected
         since = {p.event_date for batch in written[a + 1 :] for p in batch}
         assert receipt_index.arrived(lake, written[a][0].receipt_ts) == since  # up to the newest
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs a start"):
         receipt_index.arrived(lake, None, written[-1][0].receipt_ts)
 
 

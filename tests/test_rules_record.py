@@ -11,6 +11,7 @@ import sys
 import threading
 from dataclasses import replace
 from datetime import date, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -35,14 +36,14 @@ def test_first_start_records_the_rules_once_and_later_starts_take_them(tmp_path)
     assert first.sequence == 1
     assert first.rules == GAP20
     assert first.reason == "first start on an empty lake"
-    doc = json.loads(open(lake.rules_record(1)).read())
+    doc = json.loads(Path(lake.rules_record(1)).read_text())
     assert doc["rules"] == {"gap": "20m", "allowed_lateness": "1h", "watermark_delay": "10m"}
     assert doc["rules_id"] == rules_record.fingerprint(GAP20)
     # No options: the lake's rules; the same rules spelled otherwise: accepted; nothing rewritten.
     assert rules_record.ensure(lake, None, "tidemark stream").rules == GAP20
     assert rules_record.ensure(lake, parse_overrides(gap="1200s", allowed_lateness="60m"), "x").rules == GAP20
     assert [r.sequence for r in rules_record.history(lake)] == [1]
-    assert open(lake.rules_record(1)).read() == json.dumps(doc, sort_keys=True, indent=1) + "\n"
+    assert Path(lake.rules_record(1)).read_text() == json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 
 def test_other_rules_are_refused_naming_both_values(tmp_path):
@@ -81,7 +82,8 @@ def race_first_starts(lake: Lake, starters: int) -> int:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(outcomes) == starters and not [e for e in outcomes.values() if isinstance(e, Exception)], outcomes
+    assert len(outcomes) == starters, outcomes
+    assert not [e for e in outcomes.values() if isinstance(e, Exception)], outcomes
     winners = [i for i, got in outcomes.items() if got != "refused"]
     assert len(winners) == 1, outcomes
     assert rules_record.current(lake).rules == SessionRules(gap=timedelta(minutes=10 + winners[0]))
@@ -114,7 +116,7 @@ def test_a_tampered_record_is_refused_with_its_path(tmp_path):
     lake = Lake.open(tmp_path / "lake")
     rules_record.ensure(lake, None, "tidemark stream")
     path = lake.rules_record(1)
-    doc = json.loads(open(path).read())
+    doc = json.loads(Path(path).read_text())
     doc["rules_us"]["gap_us"] = 60_000_000  # edited by hand, id left as it was
     storage.write_json_atomic(path, doc)
     with pytest.raises(rules_record.InvalidRulesRecord, match="rules-000001.json.*fingerprint"):

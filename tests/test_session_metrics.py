@@ -55,7 +55,7 @@ def test_rebuild_reads_the_current_version_and_is_idempotent(tmp_path):
     assert second == session_metrics.compute(D, v2.version, sessions)
     assert second["sessions"] == 3
     assert path.endswith(f"event_date={D}/metrics.parquet")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="day is out of range"):
         session_metrics.rebuild(lake, "2026-02-30", out)
 
 
@@ -77,5 +77,5 @@ def test_the_weekly_rollup_reads_every_date_of_the_week_that_has_a_version(tmp_p
     assert empty["version"] is None
     with pytest.raises(ValueError, match="not a Monday"):
         session_metrics.rebuild_week(lake, D, out)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="expected a calendar date"):
         session_metrics.rebuild_week(lake, "../../etc", out)

@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,7 +44,7 @@ def _doc_table(text: str, header: str) -> str:
 
 def test_the_docs_column_tables_are_the_schema():
     """docs/lake-layout.md's pane and table column tables are session_schema.markdown_table's."""
-    text = open(os.path.join(ROOT, "docs", "lake-layout.md"), encoding="utf-8").read()
+    text = Path(os.path.join(ROOT, "docs", "lake-layout.md")).read_text(encoding="utf-8")
     assert _doc_table(text, "| column | meaning |") == session_schema.markdown_table("pane")
     assert _doc_table(text, "| column | Iceberg type | meaning |") == session_schema.markdown_table("table")
 

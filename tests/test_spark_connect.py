@@ -107,7 +107,8 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
         client.trigger_dag_run(DAG_ID, "connect_first", {"event_date": event_date})
         assert finished(client, DAG_ID, "connect_first") == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_first")}
-        assert states["dedup"] == "success" and states["emit_asset_events"] == "success", states
+        assert states["dedup"] == "success", states
+        assert states["emit_asset_events"] == "success", states
         log = dedup_log(airflow, "connect_first")
         assert "as a Spark Connect client of sc://127.0.0.1:" in log
         assert "spark-submit" not in log
@@ -117,7 +118,8 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
         client.trigger_dag_run(DAG_ID, "connect_again", {"event_date": event_date})
         assert finished(client, DAG_ID, "connect_again") == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_again")}
-        assert states["needs_spark"] == "success" and states["dedup"] == "skipped", states
+        assert states["needs_spark"] == "success", states
+        assert states["dedup"] == "skipped", states
         assert published(lake, event_date) == expected(events, event_date)
     finally:
         airflow.stop()

@@ -69,7 +69,7 @@ def test_sigkill_and_restart_lose_nothing_and_rewrite_nothing(tmp_path, bounded)
         write_file(landing, i, chunk, mtime=time.time() - 100 + i / 100)
     rng = random.Random(5)
     env = {**os.environ, "TIDEMARK_LOG_LEVEL": "WARNING"}
-    log = open(tmp_path / "stream.log", "ab")
+    log = open(tmp_path / "stream.log", "ab")  # noqa: SIM115 - the streams started below write to it until the test ends
     seen: dict = {}
     kills = 0
     for _ in range(3):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +92,6 @@ def test_columns_and_types_are_the_documented_ones():
     assert str(schema.find_field("session_start").field_type) == "timestamptz"  # UTC, microseconds
     spec = iceberg.partition_spec(schema)
     assert [(f.name, str(f.transform)) for f in spec.fields] == [("event_date", "identity")]
-    doc = open(os.path.join(ROOT, "docs", "lake-layout.md")).read()
+    doc = Path(os.path.join(ROOT, "docs", "lake-layout.md")).read_text()
     documented = dict(re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", doc, re.M))
     assert documented == {name: typ for name, typ, _ in iceberg.COLUMNS}

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -154,7 +155,7 @@ def test_events_land_as_text_in_the_landing_bucket_the_stream_reads(tf):
 
 
 def _cloud_event_functions() -> set[str]:
-    tree = ast.parse(open(os.path.join(ROOT, "cloud_function", "main.py")).read())
+    tree = ast.parse(Path(os.path.join(ROOT, "cloud_function", "main.py")).read_text())
     found = set()
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
@@ -181,7 +182,7 @@ def _names_the_function_reads() -> set[str]:
 
     literals = set()
     for path in [os.path.join(ROOT, source) for source, _ in FILES if source.endswith(".py")]:
-        for node in ast.walk(ast.parse(open(path).read())):
+        for node in ast.walk(ast.parse(Path(path).read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 literals.add(node.value)
     return literals | {f"TIDEMARK_{key}" for key in names.DEFAULTS}
@@ -347,7 +348,7 @@ def test_the_dedup_reaches_the_clusters_warm_spark_connect_server_when_asked(tf)
     assert firewall["count"] == "${var.dedup_spark_connect ? 1 : 0}"
     assert firewall["source_ranges"] == "${var.spark_connect_client_ranges}"
     assert tf["variable"]["dedup_spark_connect"]["default"] is False
-    script = open(os.path.join(TERRAFORM, "scripts", "install-tidemark.sh")).read()
+    script = Path(os.path.join(TERRAFORM, "scripts", "install-tidemark.sh")).read_text()
     assert "tidemark-spark-connect-port" in script
     assert "start-connect-server.sh --wait --master yarn" in script
 
@@ -366,7 +367,7 @@ def test_dataproc_runs_spark_4_in_utc_with_tidemark_installed(tf):
 def test_init_action_is_valid_bash_and_keeps_the_clusters_spark():
     script = os.path.join(TERRAFORM, "scripts", "install-tidemark.sh")
     subprocess.run(["bash", "-n", script], check=True)
-    text = open(script).read()
+    text = Path(script).read_text()
     assert "--no-deps" in text
     assert "pyspark" in text
 
@@ -383,7 +384,7 @@ def _dag_environment_names() -> set[str]:
         files.add(os.path.join(ROOT, "dags", dag_file))
         files |= _first_party_closure(os.path.join(ROOT, "dags", dag_file))
     for path in sorted(files):
-        tree = ast.parse(open(path).read())
+        tree = ast.parse(Path(path).read_text())
         out |= {
             node.value
             for node in ast.walk(tree)
@@ -442,7 +443,7 @@ def _first_party_closure(path: str) -> set[str]:
     todo = [path]
     while todo:
         current = todo.pop()
-        for node in ast.walk(ast.parse(open(current).read())):
+        for node in ast.walk(ast.parse(Path(current).read_text())):
             modules = []
             if isinstance(node, ast.Import):
                 modules = [alias.name for alias in node.names]
@@ -465,7 +466,7 @@ def test_composer_gets_every_module_the_dag_imports(tf):
     first-party module they import must be in a package Terraform uploads."""
     uploaded = tf["locals"]["dag_packages"]
     assert resource(tf, "google_storage_bucket_object", "dag_files")["for_each"] == "${local.dag_files}"
-    listed = set(re.findall(r'"(dags/[a-z_]+\.py)"', open(os.path.join(TERRAFORM, "composer.tf")).read()))
+    listed = set(re.findall(r'"(dags/[a-z_]+\.py)"', Path(os.path.join(TERRAFORM, "composer.tf")).read_text()))
     assert {f"dags/{name}" for name in DAG_FILES} == listed, "composer.tf uploads other DAG files than dags/ holds"
     assert (
         'var.deploy_example_consumer_dag ? ["dags/example_session_metrics.py", '
@@ -490,7 +491,8 @@ def test_corrected_topic_subscription_filter_and_who_may_publish(tf):
     sub = resource(tf, "google_pubsub_subscription", "corrected_changed")
     assert sub["topic"] == "${google_pubsub_topic.corrected.id}"
     used = set(re.findall(r"attributes\.([A-Za-z_]+)", sub["filter"]))
-    assert "change" in used and used <= set(corrected_notice.ATTRIBUTES), used
+    assert "change" in used, used
+    assert used <= set(corrected_notice.ATTRIBUTES), used
     assert re.search(r'attributes\.change != \\?"unchanged\\?"', sub["filter"])
     assert "unchanged" in corrected_notice.CHANGE_KINDS
     assert sub["filter"].replace('\\"', '"') == corrected_notice.EXAMPLE_FILTER.format(dataset="${var.dataset}")
@@ -567,9 +569,10 @@ def test_every_variable_is_used(tf):
 
 
 def test_tfvars_example_sets_only_declared_variables(tf):
-    example = open(os.path.join(TERRAFORM, "terraform.tfvars.example")).read()
+    example = Path(os.path.join(TERRAFORM, "terraform.tfvars.example")).read_text()
     keys = set(re.findall(r"^([a-z_]+)\s*=", example, re.M))
-    assert keys and keys <= set(tf["variable"]), sorted(keys - set(tf["variable"]))
+    assert keys, sorted(keys - set(tf["variable"]))
+    assert keys <= set(tf["variable"]), sorted(keys - set(tf["variable"]))
 
 
 # -- checkov ---------------------------------------------------------------------------------------
@@ -650,7 +653,7 @@ def test_composer_installs_the_pyiceberg_the_code_pins(tf):
     spec = software["pypi_packages"]["pyiceberg"]
     pinned = next(
         line.split("==")[1]
-        for line in open(os.path.join(ROOT, "constraints.txt"))
+        for line in Path(os.path.join(ROOT, "constraints.txt")).read_text().splitlines()
         if line.lower().startswith("pyiceberg==")
     )
     low, high = re.match(r"^>=([\d.]+),<([\d.]+)$", spec).groups()
@@ -676,7 +679,9 @@ def _range(spec: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def _pinned(package: str) -> tuple[int, ...]:
     line = next(
-        line for line in open(os.path.join(ROOT, "constraints.txt")) if line.lower().startswith(package.lower() + "==")
+        line
+        for line in Path(os.path.join(ROOT, "constraints.txt")).read_text().splitlines()
+        if line.lower().startswith(package.lower() + "==")
     )
     return tuple(int(x) for x in line.strip().split("==")[1].split("."))
 
@@ -694,7 +699,7 @@ def _setup_cfg_requirement(package: str) -> str:
 
 def _dag_connect_path_imports() -> set[str]:
     """Modules DedupOperator's Spark Connect branch imports (function-level imports of the DAG file)."""
-    tree = ast.parse(open(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read())
+    tree = ast.parse(Path(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read_text())
     operator = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "DedupOperator")
     return {node.module for node in ast.walk(operator) if isinstance(node, ast.ImportFrom) and node.module}
 
@@ -705,7 +710,8 @@ def test_composer_installs_the_spark_provider_that_brings_the_connect_client(tf)
     Composer installs no pyspark, so the provider's range starts at the first major that depends on
     pyspark-client, is bounded above, and pyspark-client's range is the code's pyspark range."""
     imports = _dag_connect_path_imports()
-    assert CONNECT_HOOK_MODULE in imports and "tidemark.base.spark" in imports, imports
+    assert CONNECT_HOOK_MODULE in imports, imports
+    assert "tidemark.base.spark" in imports, imports
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
     packages = software["pypi_packages"]
     low, high = _range(packages["apache-airflow-providers-apache-spark"])
@@ -772,9 +778,10 @@ def test_function_outcome_metric_counts_the_outcomes_the_function_logs(tf):
     assert "${var.function_name}" in metric["filter"]
     assert "jsonPayload.outcome" in metric["filter"]
     assert metric["label_extractors"] == {"outcome": "EXTRACT(jsonPayload.outcome)"}
-    source = open(os.path.join(ROOT, "cloud_function", "main.py")).read()
+    source = Path(os.path.join(ROOT, "cloud_function", "main.py")).read_text()
     handler = source[source.index("def handle(") : source.index("@functions_framework")]
     calls = re.findall(r"log\.(?:error|warning|info)\((.*?)\)\n", handler, re.S)
-    assert len(calls) >= 4 and all("outcome=" in call for call in calls), calls
+    assert len(calls) >= 4, calls
+    assert all("outcome=" in call for call in calls), calls
     assert {"rejected", "retry"} <= set(re.findall(r'outcome="(\w+)"', handler))
     assert '"triggered" if result.created else "already_exists"' in handler

@@ -30,7 +30,7 @@ def test_parse_iso_refuses_a_time_without_offset_unless_told():
     with pytest.raises(ValueError, match="no UTC offset"):
         times.parse_iso("2026-03-07T20:15:00")
     assert times.parse_iso("2026-03-07T20:15:00", default_utc=True) == T.replace(microsecond=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="yesterday"):
         times.parse_iso("yesterday")
 
 

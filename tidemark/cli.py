@@ -1,4 +1,4 @@
-"""The `tidemark` command: one subcommand per module in tidemark/commands/.
+"""The `tidemark` command: one subcommand per module in tidemark/commands/ (COMMANDS).
 
 Exit status: 0 done; 2 a usage error (argparse's: a malformed or conflicting argument, nothing
 done); 1 a failure (the cause is logged on stderr as a JSON line with its traceback); a command may
@@ -8,32 +8,81 @@ document others (`status` 3: not everything runs); 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
+from collections.abc import Callable
 
 from tidemark import __version__
-from tidemark.commands import COMMAND_MODULES
-from tidemark.commands.options import Parser, UsageError
+from tidemark.commands import (
+    dedup,
+    demo,
+    down,
+    exporter,
+    function_bundle,
+    gc,
+    generate,
+    health,
+    history,
+    landing,
+    notices,
+    partitions,
+    quarantine,
+    read,
+    reconcile,
+    reindex,
+    rules,
+    status,
+    stream,
+    up,
+)
+from tidemark.commands.options import Parser, Subparsers, UsageError
 
-__all__ = ["UsageError", "build_parser", "main"]
+__all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
+
+# Each subcommand's `register`, in the order `tidemark --help` lists them.
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
+    generate.register,
+    stream.register,
+    quarantine.register,
+    landing.register,
+    notices.register,
+    dedup.register,
+    rules.register,
+    read.register,
+    gc.register,
+    reindex.register,
+    demo.register,
+    up.register,
+    down.register,
+    status.register,
+    history.register,
+    partitions.register,
+    reconcile.register,
+    function_bundle.register,
+    exporter.register,
+    health.register,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `tidemark` parser with every subcommand of COMMANDS."""
     parser = Parser(
         prog="tidemark", description="Late, duplicated, out-of-order events into event-time partitions you can trust."
     )
     parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"tidemark.commands.{name}").register(subparsers)
+    for register in COMMANDS:
+        register(subparsers)
     _remember_parsers(parser)
     return parser
 
 
 def _remember_parsers(parser: argparse.ArgumentParser) -> None:
-    """Each (sub)parser records itself as args.usage_parser, so that a handler's UsageError is
-    reported by the parser of the command that was typed (the innermost one wins)."""
+    """Make each (sub)parser record itself as args.usage_parser.
+
+    A handler's UsageError is then reported by the parser of the command that was typed (the
+    innermost one wins).
+    """
     parser.set_defaults(usage_parser=parser)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -42,6 +91,7 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one `tidemark` command line; its exit status (see the module's docstring)."""
     parser = build_parser()
     args = argparse.Namespace(command=None)
     if argv is not None:  # path-like arguments (a Lake, a pathlib.Path) as subprocess takes them
@@ -58,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - the boundary: any failure is logged, exit status 1
-        from tidemark.base.logs import get_logger
+        from tidemark.base.logs import get_logger  # lazy: its rich tracebacks cost the CLI's start
 
         get_logger("tidemark.cli").error(
             "command failed", command=args.command, error=f"{type(exc).__name__}: {exc}", exc_info=True

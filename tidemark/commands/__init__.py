@@ -1,28 +1,9 @@
-"""Subcommands of `tidemark`. Each module has register(subparsers) and sets args.handler.
+"""Subcommands of `tidemark`.
 
-Modules import their heavy dependencies (pyspark, airflow, pubsub) inside the handler, so that
-`tidemark --help` and the pyarrow-only readers start fast.
+Each module has `register(subparsers)`, which adds its parser and sets `args.handler` (tidemark.cli
+lists them).
+
+A module imports what its parser needs at the top and its heavy dependencies (pyspark, airflow,
+pubsub, and the lake's modules, which pull pyarrow, pyiceberg and jsonschema) inside the handler, so
+that `tidemark --help` and the pyarrow-only readers start fast.
 """
-
-COMMAND_MODULES = [
-    "generate",
-    "stream",
-    "quarantine",
-    "landing",
-    "notices",
-    "dedup",
-    "rules",
-    "read",
-    "gc",
-    "reindex",
-    "demo",
-    "up",
-    "down",
-    "status",
-    "history",
-    "partitions",
-    "reconcile",
-    "function_bundle",
-    "exporter",
-    "health",
-]

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING, Any
 
-def wide_console(stderr: bool = False):
-    """A rich Console; when output is not a terminal (a pipe, a test, CI), wide enough that ids and
-    paths are not wrapped across lines."""
-    import sys
-
+if TYPE_CHECKING:
     from rich.console import Console
+
+    from tidemark.devstack.stack import Stack
+
+
+def wide_console(stderr: bool = False) -> Console:
+    """A rich Console, wide enough off a terminal that ids and paths are not wrapped.
+
+    Off a terminal: a pipe, a test, CI.
+    """
+    from rich.console import Console  # lazy: rich costs `tidemark --help` a third of its start
 
     stream = sys.stderr if stderr else sys.stdout
     return Console(width=None if stream.isatty() else 200, stderr=stderr)
 
 
-def print_status(stack, console) -> list[dict]:
+def print_status(stack: Stack, console: Console) -> list[dict[str, Any]]:
     """The local stack's components as a table; returns the rows."""
-    from rich.table import Table
+    from rich.table import Table  # lazy: as in wide_console
 
-    rows = stack.status()
+    rows: list[dict[str, Any]] = stack.status()
     table = Table(title=f"tidemark stack in {stack.home}")
     for column in ("component", "state", "pid", "url", "detail", "log"):
         table.add_column(column, overflow="fold")

@@ -10,13 +10,18 @@ run may have made stale (rerun them; a rerun without new receipts is a no-op).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import EVENT_DATE, LAKE, UsageError, add_session_options, user_input
+from tidemark.base import layout
+from tidemark.base.spark import build_session
+from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers, UsageError, add_session_options, user_input
+from tidemark.session.sessions import SessionRules, parse_overrides
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark dedup` to the subcommands."""
     p = subparsers.add_parser(
         "dedup", help="deduplicate one event date (Spark SQL) and publish it", description=__doc__
     )
@@ -33,11 +38,12 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from tidemark.base import layout
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark dedup`; its exit status."""
+    # lazy: the lake's modules pull pyarrow and jsonschema, kept out of the CLI's start
     from tidemark.deduplication.dedup import run_dedup
+    from tidemark.ops import metrics
     from tidemark.session import rules_record
-    from tidemark.session.sessions import SessionRules, parse_overrides
 
     # Everything the user typed is checked before Spark starts or any path is built.
     event_date = args.event_date  # a date: parsed by the option's type
@@ -51,11 +57,7 @@ def run(args) -> int:
     rules_given: SessionRules | None = rules if overrides else None
     spark = None
     if args.master:
-        from tidemark.base.spark import build_session
-
         spark = build_session("tidemark-dedup", args.master)
-    from tidemark.ops import metrics
-
     metrics.configure(service="tidemark-dedup")  # OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else no-op
     try:
         with metrics.dedup_run(

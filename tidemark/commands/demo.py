@@ -12,14 +12,33 @@ stopped at the end unless --keep-up. Every run starts from an empty HOME/demo.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
 import shutil
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tidemark.base import names
+from tidemark.commands.console import print_status, wide_console
+from tidemark.commands.options import Subparsers
+from tidemark.notices.asset_events import ASSET_NAME
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from tidemark.devstack.stack import Stack, StackSettings
+    from tidemark.orchestration.airflow_api import AirflowClient
+
+# The handler imports the stack, the demo's and the lake's modules (pyarrow, psutil, matplotlib) and
+# rich (see tidemark.commands.console) itself, so that the CLI's start stays fast.
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark demo` to the subcommands."""
     p = subparsers.add_parser("demo", help="run tidemark end to end on a generated workload", description=__doc__)
     p.add_argument("--home", default=".tidemark", help="state folder; the demo uses HOME/demo (default ./.tidemark)")
     p.add_argument("--events", type=int, default=None, help="events to generate (default 800)")
@@ -30,9 +49,9 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from tidemark.commands.status import wide_console
-    from tidemark.devstack.stack import Stack, StackError
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark demo`; its exit status."""
+    from tidemark.devstack.stack import Stack, StackError  # lazy: see above
 
     console = wide_console()
     home = os.path.abspath(os.path.join(args.home, "demo"))
@@ -56,18 +75,22 @@ def run(args) -> int:
             console.print(f"stack stopped ({len(stopped)} processes)")
 
 
-def _demo(args, console, stack) -> int:
+def _demo(args: argparse.Namespace, console: Console, stack: Stack) -> int:
+    """The demo on a stopped, empty stack: up, waves, report; its exit status."""
+    # lazy: see above
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from tidemark.demo import batch_reference, charts, report, wait
     from tidemark.demo import waves as wavelib
     from tidemark.devstack.stack import StackError
+    from tidemark.iceberg import publish
+    from tidemark.products import session_metrics
     from tidemark.session import rules_record
     from tidemark.store.lake import Lake
 
     began = time.monotonic()
-    timings: dict = {}
+    timings: dict[str, Any] = {}
     workload = wavelib.DEMO_WORKLOAD
     if args.events is not None:
         if args.events < 50:
@@ -86,8 +109,6 @@ def _demo(args, console, stack) -> int:
         settings = stack.up(say=say, timeout=args.timeout)
     lake = Lake.open(settings.lake)
     timings["stack_up"] = dict(stack.timings)
-    from tidemark.commands.status import print_status
-
     print_status(stack, console)
 
     console.rule("2. landing the workload in waves, each deduplicated and published before the next")
@@ -96,8 +117,10 @@ def _demo(args, console, stack) -> int:
         f"{counts['offline_sessions']} sessions from phones offline for hours or days) "
         f"+ {counts['malformed']} malformed lines, in {workload.files} files, {len(waves)} waves"
     )
-    client = stack.airflow(settings).client()
-    wave_rows, landed, index = [], set(), 0
+    client: AirflowClient = stack.airflow(settings).client()
+    wave_rows: list[dict[str, Any]] = []
+    landed: set[str] = set()
+    index = 0
     progress = Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
     )
@@ -145,9 +168,6 @@ def _demo(args, console, stack) -> int:
     rules = rules_record.rules_in_force(lake)[0]  # what the stream and the DAG used
     checks = batch_reference.check_lake(lake, settings.landing, rules, settings.archive)
     data = report.collect(lake, waves, wave_rows, all_runs, checks, timings, {**dataclasses.asdict(workload), **counts})
-    from tidemark.iceberg import publish
-    from tidemark.products import session_metrics
-
     corrected_dates = [d for d in publish.list_dedup_dates(lake) if len(data["versions"].get(d, [])) > 1]
     data["notices"] = report.notices_report(lake)
     data["consumer"] = report.consumer_report(
@@ -193,19 +213,32 @@ def _demo(args, console, stack) -> int:
     return 1
 
 
-def _settle(args, console, progress, stack, settings, client, label: str) -> float:
-    """Wait until every receipt partition so far is advertised, every notice's DAG run has finished
-    (none failed), and every date's current version includes all its receipts; seconds taken."""
+def _settle(
+    args: argparse.Namespace,
+    console: Console,
+    progress: Progress,
+    stack: Stack,
+    settings: StackSettings,
+    client: AirflowClient,
+    label: str,
+) -> float:
+    """Wait until the lake has settled; the seconds taken.
+
+    Settled: every receipt partition so far is advertised, every notice's DAG run has finished (none
+    failed), and every date's current version includes all its receipts.
+    """
+    # lazy: see above
     from tidemark.demo import wait
     from tidemark.devstack.stack import StackError
     from tidemark.ops import inspect
+    from tidemark.products import session_metrics
     from tidemark.store.lake import Lake
 
     began = time.monotonic()
     lake = Lake.open(settings.lake)
-    sent: list = []
+    sent: list[Any] = []
 
-    def notices():
+    def notices() -> tuple[bool, str]:
         done, text, found = wait.notices_sent(lake)
         sent[:] = found
         return done, text
@@ -222,9 +255,9 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
         ),
         stack,
     )
-    all_runs: list = []
+    all_runs: list[dict[str, Any]] = []
 
-    def dag_runs():
+    def dag_runs() -> tuple[bool, str]:
         done, text, found = wait.runs_finished(client, sent)
         all_runs[:] = found
         return done, text
@@ -259,8 +292,6 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
     )
     # The corrected notices sent, and the example consumer DAG rebuilt every date from its current
     # version (asset-triggered runs of example_session_metrics).
-    from tidemark.products import session_metrics
-
     wait.until(
         lambda: wait.consumer_caught_up(lake, session_metrics.default_root(lake)),
         args.timeout,
@@ -279,37 +310,39 @@ def _settle(args, console, progress, stack, settings, client, label: str) -> flo
     return took
 
 
-def _after(seconds: float):
+def _after(seconds: float) -> Callable[[], tuple[bool, str]]:
+    """A wait.until check that is done `seconds` from now."""
     deadline = time.monotonic() + seconds
 
-    def check():
+    def check() -> tuple[bool, str]:
         left = deadline - time.monotonic()
         return left <= 0, f"{max(0, left):.0f}s left"
 
     return check
 
 
-def _asset_events(client) -> list[dict]:
-    """The asset events of tidemark.sessions_dedup (none when Airflow does not know the asset yet),
-    once Airflow can list them (AirflowClient.asset_events_once_listable)."""
-    from tidemark.notices.asset_events import ASSET_NAME
+def _asset_events(client: AirflowClient) -> list[dict[str, Any]]:
+    """The asset events of tidemark.sessions_dedup, once Airflow can list them.
 
+    None when Airflow does not know the asset yet (AirflowClient.asset_events_once_listable).
+    """
     asset_id = client.asset_id(ASSET_NAME)
     return [] if asset_id is None else client.asset_events_once_listable(asset_id, timeout=300)
 
 
 def _dag_id() -> str:
-    from tidemark.base import names
-
+    """The dedup DAG's id (tidemark.base.names)."""
     return names.get("DAG_ID")
 
 
-def _metric_charts(stack, folder: str, began: float) -> list[str]:
-    """lag.png and staleness.png from what the stack's Prometheus recorded during the demo
-    (tidemark/demo/metrics_charts.py); none when Prometheus is not running."""
+def _metric_charts(stack: Stack, folder: str, began: float) -> list[str]:
+    """Chart lag.png and staleness.png from what the stack's Prometheus recorded during the demo.
+
+    tidemark/demo/metrics_charts.py draws them; none when Prometheus is not running.
+    """
     if "prometheus" not in stack.running():
         return []
-    from tidemark.demo.metrics_charts import prometheus_charts
+    from tidemark.demo.metrics_charts import prometheus_charts  # lazy: see above
 
     end = time.time()
     return prometheus_charts(folder, stack.prometheus().url, end - (time.monotonic() - began), end)

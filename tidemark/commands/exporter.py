@@ -8,11 +8,16 @@ Runs until SIGTERM or Ctrl-C. `tidemark up` starts one for the local stack.
 
 from __future__ import annotations
 
-from tidemark.commands.options import POSITIVE_FLOAT, POSITIVE_INT
-from tidemark.commands.slo_options import add_slo_options
+import argparse
+import signal
+import threading
+
+from tidemark.commands.options import POSITIVE_FLOAT, POSITIVE_INT, Subparsers
+from tidemark.commands.slo_options import add_slo_options, objectives, run_state
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark exporter` to the subcommands."""
     p = subparsers.add_parser("exporter", help="serve the lake's SLO gauges for Prometheus", description=__doc__)
     add_slo_options(p)
     p.add_argument("--port", type=POSITIVE_INT, default=9464, help="port of /metrics (on --bind)")
@@ -21,12 +26,10 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    import signal
-    import threading
-
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark exporter`; its exit status."""
+    # lazy: the exporter pulls pyarrow, the logs rich (tracebacks)
     from tidemark.base.logs import get_logger
-    from tidemark.commands.slo_options import objectives, run_state
     from tidemark.ops.exporter import LakeExporter
 
     stop = threading.Event()

@@ -9,10 +9,15 @@ module from outside the bundle. Terraform archives --out.
 
 from __future__ import annotations
 
+import argparse
 import json
 
+from tidemark.commands.options import Subparsers
+from tidemark.ops import function_bundle
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark function-bundle` to the subcommands."""
     p = subparsers.add_parser(
         "function-bundle", help="assemble the Cloud Function's deployable folder", description=__doc__
     )
@@ -23,9 +28,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from tidemark.ops import function_bundle
-
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark function-bundle`; its exit status."""
     out = function_bundle.build(args.out)
     result = {"out": out, "files": [dest for _, dest in function_bundle.FILES]}
     if not args.no_check:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
-from tidemark.commands.options import EVENT_DATE, FRACTION, POSITIVE_INT
+from tidemark.base.layout import event_date_text
+from tidemark.commands.options import EVENT_DATE, FRACTION, POSITIVE_INT, Subparsers
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark generate` to the subcommands."""
     p = subparsers.add_parser(
         "generate", help="write a seeded sample landing of mobile viewing events", description=__doc__
     )
@@ -35,9 +38,9 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from tidemark.base.layout import event_date_text
-    from tidemark.demo.generate import Workload, generate
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark generate`; its exit status."""
+    from tidemark.demo.generate import Workload, generate  # lazy: pulls pyarrow, kept out of the CLI's start
 
     workload = Workload(
         events=args.events,

@@ -1,5 +1,6 @@
-"""tidemark health: check the SLOs from the lake alone (for a cron job or an uptime check where
-Prometheus is not used), print the breached ones, and exit 4 when any is breached.
+"""tidemark health: check the SLOs from the lake alone, print the breached ones, exit 4 if any.
+
+For a cron job or an uptime check where Prometheus is not used.
 
 Checks: no event date stale longer than --correction; no notice owed longer than --notice-owed; no
 date that reconciliation gave up on (when an Airflow is found, as for `tidemark reconcile`). The
@@ -9,28 +10,29 @@ stream's batch lag is Prometheus's to alert on (docs/metrics.md). Exit status: 0
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
+from dataclasses import asdict
 
-from tidemark.commands.options import UsageError
-from tidemark.commands.slo_options import add_slo_options
+from tidemark.commands.options import Subparsers, UsageError
+from tidemark.commands.slo_options import add_slo_options, objectives, run_state
 
 BREACHED = 4
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark health` to the subcommands."""
     p = subparsers.add_parser("health", help="check the SLOs; exit 4 listing the breached ones", description=__doc__)
     add_slo_options(p)
     p.add_argument("--json", action="store_true", help="one JSON object: the reading and the breaches")
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from dataclasses import asdict
-
-    from tidemark.commands.slo_options import objectives, run_state
-    from tidemark.ops.health import breaches, read_lake
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark health`; its exit status."""
+    from tidemark.ops.health import breaches, read_lake  # lazy: pulls pyarrow
 
     if args.lake.is_local and not os.path.exists(args.lake.root):
         raise UsageError(f"no lake at {args.lake}")

@@ -3,16 +3,23 @@
 Every receipt partition the stream wrote for the date, every availability notice (published or
 still owed), every DAG run (from Airflow's REST API: the local stack's when it runs, or
 --airflow-url; otherwise marked unavailable) and every deduplicated version (current or
-superseded)."""
+superseded).
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+from typing import Any
 
-from tidemark.commands.options import EVENT_DATE, LAKE, add_airflow_options, read_airflow_password
+from tidemark.base import names
+from tidemark.base.layout import event_date_text
+from tidemark.commands.console import wide_console
+from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers, add_airflow_options, read_airflow_password
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark history` to the subcommands."""
     p = subparsers.add_parser(
         "history", help="an event date's receipts, notices, DAG runs and versions", description=__doc__
     )
@@ -23,7 +30,7 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def fetch_runs(args) -> tuple[list[dict] | None, str]:
+def fetch_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]] | None, str]:
     """(runs, where they came from) or (None, why not)."""
     url, user, password = args.airflow_url, args.airflow_user, None
     if url:
@@ -31,7 +38,7 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
         if not password:
             return None, "unavailable: --airflow-url needs --airflow-password-file or $AIRFLOW_PASSWORD"
     else:
-        from tidemark.devstack.stack import Stack
+        from tidemark.devstack.stack import Stack  # lazy: pulls pyarrow and psutil
 
         stack = Stack(args.home)
         if stack.settings() is None or "airflow-api-server" not in stack.running():
@@ -47,22 +54,20 @@ def fetch_runs(args) -> tuple[list[dict] | None, str]:
         return None, f"unavailable: Airflow at {url} did not answer ({type(exc).__name__}: {str(exc)[:200]})"
 
 
-def airflow_runs(url: str, username: str, password: str) -> list[dict]:
+def airflow_runs(url: str, username: str, password: str) -> list[dict[str, Any]]:
     """All runs of the dedup DAG from Airflow's REST API (raises when Airflow cannot be reached)."""
-    from tidemark.base import names
-    from tidemark.orchestration.airflow_api import AirflowClient
+    from tidemark.orchestration.airflow_api import AirflowClient  # lazy: pulls requests and tenacity
 
     return AirflowClient(url, "password", username, password, timeout=(3.0, 15.0)).list_dag_runs(names.get("DAG_ID"))
 
 
-def run(args) -> int:
-    from rich.table import Table
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark history`; its exit status."""
+    from rich.table import Table  # lazy: rich costs the CLI's start (tidemark.commands.console)
 
-    from tidemark.base.layout import event_date_text
-    from tidemark.commands.console import wide_console
-    from tidemark.ops import inspect
+    from tidemark.ops import inspect  # lazy: pulls pyarrow
 
-    event_date = event_date_text(args.event_date)  # inspect's history takes text (not typed yet)
+    event_date = event_date_text(args.event_date)  # inspect.history takes the date as text
     all_runs, source = fetch_runs(args)
     items = inspect.history(args.lake, event_date, all_runs)
     if args.json:

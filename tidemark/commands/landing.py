@@ -13,13 +13,15 @@ checkpoint generation), not as replaced.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import LAKE
+from tidemark.commands.options import LAKE, Subparsers
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark landing` to the subcommands."""
     p = subparsers.add_parser(
         "landing", help="what the stream has not read from the landing, and why", description=__doc__
     )
@@ -30,15 +32,19 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from tidemark.ingest import landing_ledger
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark landing`; its exit status."""
+    # lazy: the ledger's modules pull pyarrow, rich costs the CLI's start (tidemark.commands.console)
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tidemark.ingest import landing_archive, landing_ledger
 
     found = landing_ledger.audit(args.landing, args.lake, args.archive)
     status = 3 if found.replaced else 0
     archived = None
     if args.archive:
-        from tidemark.ingest import landing_archive
-
         archived = landing_archive.archived_days(args.archive)
     if args.format == "json":
         out = found.to_json()
@@ -46,10 +52,6 @@ def run(args) -> int:
             out["archived"] = archived
         sys.stdout.write(json.dumps(out) + "\n")
         return status
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
     table = Table(title=f"landing: {len(found.read)} file(s) read, {len(found.hidden)} hidden")
     table.add_column("file", overflow="fold")
     table.add_column("state")

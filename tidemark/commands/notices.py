@@ -12,10 +12,12 @@ Exit status 1 with --check when a complete receipt partition is covered by no no
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Any
 
-from tidemark.commands.options import LAKE, POSITIVE_FLOAT, TOPIC, UsageError, add_airflow_options
+from tidemark.commands.options import LAKE, POSITIVE_FLOAT, TOPIC, Subparsers, UsageError, add_airflow_options
 
 _COLUMNS = (
     "state",
@@ -41,8 +43,16 @@ _CORRECTED_COLUMNS = (
 )
 TOPICS = ("availability", "corrected", "all")
 
+# The handler imports the notices' modules (they pull pyarrow and jsonschema) and rich (see
+# tidemark.commands.console) itself, so that the CLI's start stays fast.
 
-def register(subparsers) -> None:
+# A notice as notices.report lists it (JSON), and {state: notices}.
+Row = dict[str, Any]
+Status = dict[str, list[Row]]
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark notices` to the subcommands."""
     p = subparsers.add_parser("notices", help="availability notices: advertised, owed, waiting", description=__doc__)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument(
@@ -79,7 +89,7 @@ def register(subparsers) -> None:
         default=None,
         type=TOPIC,
         help="send what is owed on --topic (availability or corrected) to projects/P/topics/T, "
-        "then exit (safe while the stream runs; --publish is its former name)",
+        "then exit (safe while the stream runs; --publish is an alias)",
     )
     p.add_argument(
         "--close-waiting",
@@ -98,8 +108,9 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from tidemark.notices.report import backfill, notices_status, unadvertised
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark notices`; its exit status."""
+    from tidemark.notices.report import backfill, notices_status, unadvertised  # lazy: see above
 
     if args.close_waiting and not args.send:
         raise UsageError("--close-waiting needs --send TOPIC")
@@ -148,13 +159,14 @@ def run(args) -> int:
     return 1 if missing else 0
 
 
-def _corrected(args) -> int:
+def _corrected(args: argparse.Namespace) -> int:
     """--topic corrected: list (after --send, if given) the corrected notices."""
+    # lazy: see above
+    from tidemark.commands.reconcile import airflow_client
+    from tidemark.notices import corrected
     from tidemark.notices.report import corrected_status
 
     if args.send:
-        from tidemark.notices import corrected
-
         still_owed = corrected.send_owed(args.lake, args.send, timeout=args.timeout)
         if still_owed:
             print(
@@ -163,9 +175,6 @@ def _corrected(args) -> int:
             )
     events_owed = 0
     if args.emit_asset_events:
-        from tidemark.commands.reconcile import airflow_client
-        from tidemark.notices import corrected
-
         client = airflow_client(args, required=False)
         if client is None:
             raise UsageError(
@@ -190,13 +199,14 @@ def _corrected(args) -> int:
     return 1 if (args.send and status["owed"]) or events_owed else 0
 
 
-def _corrected_rows(status: dict, state: str) -> list[dict]:
+def _corrected_rows(status: Status, state: str) -> list[Row]:
+    """The corrected notices in `state` ("all", "sent" or "owed")."""
     return [r for s in ("sent", "owed") if state in ("all", s) for r in status[s]]
 
 
-def _both(args, status, rows) -> int:
+def _both(args: argparse.Namespace, status: Status, rows: list[Row]) -> int:
     """--topic all: the availability notices, then the corrected ones, each row naming its topic."""
-    from tidemark.notices.report import corrected_status
+    from tidemark.notices.report import corrected_status  # lazy: see above
 
     corrected = corrected_status(args.lake)
     corrected_rows = _corrected_rows(corrected, args.state)
@@ -220,23 +230,25 @@ def _both(args, status, rows) -> int:
     return 0
 
 
-def _send(args) -> int:
-    from tidemark.notices.service import NoticeService
+def _send(args: argparse.Namespace) -> int:
+    """Send the owed availability notices to --send's topic; how many are still owed."""
+    from tidemark.notices.service import NoticeService  # lazy: see above
 
     service = NoticeService(args.lake, args.send, close_groups=args.close_waiting).start()
     return service.stop(timeout=args.timeout, flush_groups=args.close_waiting)
 
 
-def _change(change: dict) -> str:
+def _change(change: dict[str, Any]) -> str:
     """'changed: +1 -0 ~2 =5' (added, removed, changed, unchanged sessions)."""
     counts = [change.get(k) for k in ("sessions_added", "sessions_removed", "sessions_changed", "sessions_unchanged")]
     if any(c is None for c in counts):
-        return change["kind"]
+        return str(change["kind"])
     return f"{change['kind']}: +{counts[0]} -{counts[1]} ~{counts[2]} ={counts[3]}"
 
 
-def _print_corrected_table(rows, status) -> None:
-    from rich.console import Console
+def _print_corrected_table(rows: list[Row], status: Status) -> None:
+    """The corrected notices as a table."""
+    from rich.console import Console  # lazy: see above
     from rich.table import Table
 
     table = Table(title=f"corrected notices: {len(status['sent'])} sent, {len(status['owed'])} owed")
@@ -247,8 +259,9 @@ def _print_corrected_table(rows, status) -> None:
     Console().print(table)
 
 
-def _print_table(rows, status, missing, check) -> None:
-    from rich.console import Console
+def _print_table(rows: list[Row], status: Status, missing: list[tuple[str, str]], check: bool) -> None:
+    """The availability notices as a table; with --check, the partitions no notice covers."""
+    from rich.console import Console  # lazy: see above
     from rich.table import Table
 
     title = f"notices: {len(status['sent'])} sent, {len(status['owed'])} owed, {len(status['waiting'])} waiting"

@@ -1,5 +1,7 @@
-"""What the subcommands share about their arguments: the help formatter, option groups used by
-several commands, argparse `type=` checkers, and the line between a usage error and a failure.
+"""What the subcommands share about their arguments.
+
+The help formatter, option groups used by several commands, argparse `type=` checkers, and the line
+between a usage error and a failure.
 
 A usage error is the user's (a malformed date, a duration that is not one, two options that do not
 go together): argparse reports it with the usage line and exit status 2. `type=` checkers below
@@ -13,7 +15,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import Callable, Iterator
+from datetime import date
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from tidemark.base.durations import parse_duration
+from tidemark.base.layout import as_event_date
+from tidemark.session.sessions import GAP_BOUNDARIES
+
+if TYPE_CHECKING:
+    from tidemark.store.lake import Lake
+
+# What `Parser.add_subparsers()` returns, which every command's `register` adds its parser to
+# (argparse's class is private; the string keeps it out of the runtime, where it is not subscriptable).
+Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 
 class UsageError(Exception):
@@ -30,8 +46,10 @@ def user_input() -> Iterator[None]:
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the layout of `description=__doc__` and shows each option's default, except where
-    there is nothing to show (None, a flag's False) or the help text already says it."""
+    """Keep the layout of `description=__doc__` and show each option's default.
+
+    Except where there is nothing to show (None, a flag's False) or the help text already says it.
+    """
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -43,16 +61,19 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 class Parser(argparse.ArgumentParser):
     """ArgumentParser with HelpFormatter; add_subparsers() makes its subparsers of this class too."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Take ArgumentParser's arguments; the formatter is HelpFormatter unless one is given."""
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
 
 def checked(check: Callable[[str], object], name: str, keep_text: bool = False) -> Callable[[str], object]:
-    """An argparse `type=` from a domain check raising ValueError. keep_text: return the typed text
-    (the check only validates it), else the check's result."""
+    """An argparse `type=` from a domain check raising ValueError.
 
-    def convert(text: str):
+    keep_text: return the typed text (the check only validates it), else the check's result.
+    """
+
+    def convert(text: str) -> object:
         try:
             value = check(text)
         except ValueError as exc:
@@ -63,37 +84,29 @@ def checked(check: Callable[[str], object], name: str, keep_text: bool = False) 
     return convert
 
 
-def _event_date(text: str):
+def _event_date(text: str) -> date:
     """THE parse of an event date the user typed: a `datetime.date` from here on."""
-    from tidemark.base.layout import as_event_date
-
     return as_event_date(text)
 
 
-def _lake(text: str):
-    from tidemark.store.lake import Lake
+def _lake(text: str) -> Lake:
+    from tidemark.store.lake import Lake  # lazy: pulls pyarrow, kept out of the CLI's start
 
     return Lake.open(text)
 
 
-def _duration(text: str):
-    from tidemark.base.durations import parse_duration
-
-    return parse_duration(text)
-
-
 def _topic(text: str) -> str:
-    from tidemark.notices.sender import check_destination
+    from tidemark.notices.sender import check_destination  # lazy: pulls jsonschema, kept out of the CLI's start
 
     return check_destination(text)
 
 
 def in_range(
-    kind: type, low: float | None = None, high: float | None = None, positive: bool = False
+    kind: type[int] | type[float], low: float | None = None, high: float | None = None, positive: bool = False
 ) -> Callable[[str], object]:
     """A check for a number of `kind` within [low, high], or above 0 (for checked())."""
 
-    def check(text: str):
+    def check(text: str) -> float:
         try:
             value = kind(text)
         except ValueError:
@@ -116,7 +129,7 @@ def in_range(
 
 EVENT_DATE = checked(_event_date, "event_date")
 LAKE = checked(_lake, "lake")  # the adapters open the lake once; everything below takes the handle
-DURATION_TEXT = checked(_duration, "duration", keep_text=True)
+DURATION_TEXT = checked(parse_duration, "duration", keep_text=True)
 TOPIC = checked(_topic, "topic")
 POSITIVE_INT = checked(in_range(int, low=1), "positive_int")
 POSITIVE_FLOAT = checked(in_range(float, positive=True), "positive_float")
@@ -124,13 +137,16 @@ FRACTION = checked(in_range(float, low=0, high=1), "fraction")
 
 
 def add_home_option(p: argparse.ArgumentParser) -> None:
+    """--home: the local stack's state folder."""
     p.add_argument("--home", default=".tidemark", help="the local stack's state folder")
 
 
 def add_session_options(p: argparse.ArgumentParser, default_note: str | None = None, boundary: bool = False) -> None:
-    """--gap, --allowed-lateness, --watermark-delay (and --gap-boundary with boundary=True, for the
-    commands that record rules). Default None: a command can tell what was typed (and check it
-    against the lake's rules record) from what was not."""
+    """Add --gap, --allowed-lateness, --watermark-delay (and --gap-boundary with boundary=True).
+
+    --gap-boundary is for the commands that record rules. Default None: a command can tell what was
+    typed (and check it against the lake's rules record) from what was not.
+    """
 
     def note(code_default: str) -> str:
         return default_note or f"(default: the lake's recorded rules; for a new lake {code_default})"
@@ -154,8 +170,6 @@ def add_session_options(p: argparse.ArgumentParser, default_note: str | None = N
         help=f"the watermark trails the maximum event time seen by this much {note('10m')}",
     )
     if boundary:
-        from tidemark.session.sessions import GAP_BOUNDARIES
-
         p.add_argument(
             "--gap-boundary",
             default=None,
@@ -166,6 +180,7 @@ def add_session_options(p: argparse.ArgumentParser, default_note: str | None = N
 
 
 def add_airflow_options(p: argparse.ArgumentParser) -> None:
+    """--home, --airflow-url, --airflow-user, --airflow-password-file: which Airflow to talk to."""
     p.add_argument("--home", default=".tidemark", help="local stack state folder, for its Airflow")
     p.add_argument("--airflow-url", default=None, help="Airflow base URL (default: the local stack's, if up)")
     p.add_argument("--airflow-user", default="admin", help="Airflow user name (with --airflow-url)")
@@ -174,10 +189,8 @@ def add_airflow_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def read_airflow_password(args) -> str | None:
+def read_airflow_password(args: argparse.Namespace) -> str | None:
     """The password for --airflow-url: from --airflow-password-file, else $AIRFLOW_PASSWORD."""
-    import os
-
     if args.airflow_password_file:
         with open(args.airflow_password_file) as handle:
             return handle.read().strip()

@@ -1,19 +1,26 @@
-"""tidemark partitions: every event date with its current deduplicated version, the receipt
+"""tidemark partitions: every event date's current deduplicated version, what is pending, and why.
+
+Each event date with its current deduplicated version, the receipt
 partitions pending deduplication (complete, but not in the current version), the lag (how long
 the oldest pending one has waited), and whether the current version is stale and why (the reasons
 `tidemark reconcile` acts on: receipts a run of the date would read that the version lacks,
 including other dates' receipts its multi-day sessions reach; a rerun owed by another date; a
 version planned by an older tidemark; rules changed). Reads markers and the table's metadata only:
-cheap on a bucket, no JVM."""
+cheap on a bucket, no JVM.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 
-from tidemark.commands.options import EVENT_DATE, LAKE
+from tidemark.base.layout import event_date_text
+from tidemark.commands.console import wide_console
+from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark partitions` to the subcommands."""
     p = subparsers.add_parser(
         "partitions", help="event dates: current version, pending receipts, lag", description=__doc__
     )
@@ -24,15 +31,15 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark partitions`; its exit status."""
+    # lazy: rich costs the CLI's start (tidemark.commands.console), the lake's modules pull pyarrow
     from rich.table import Table
 
-    from tidemark.base.layout import event_date_text
-    from tidemark.commands.console import wide_console
     from tidemark.ops import inspect
     from tidemark.orchestration import reconcile
 
-    # inspect and reconcile compare dates as text (not typed yet)
+    # inspect and reconcile compare dates as text
     since = args.since and event_date_text(args.since)
     until = args.until and event_date_text(args.until)
     rows = inspect.partitions(args.lake, since=since, until=until)

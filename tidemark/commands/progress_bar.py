@@ -1,5 +1,7 @@
-"""The terminal side of tidemark.base.progress: a rich progress bar on stderr for the long commands
-(`rules migrate`, `reindex`, `gc`, `reconcile`), and a kill that stops them the way Ctrl-C does.
+"""The terminal side of tidemark.base.progress: a progress bar, and a kill that acts as Ctrl-C.
+
+A rich progress bar on stderr for the long commands (`rules migrate`, `reindex`, `gc`,
+`reconcile`), and a kill that stops them the way Ctrl-C does.
 
 The bar is drawn only when stderr is a terminal and the command's output is for a person (not
 `--json`); stdout never gets a byte of it. While it is drawn, the structured log lines (stderr) and,
@@ -13,6 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from types import FrameType
 
 from rich.console import Console
 from rich.progress import (
@@ -43,10 +46,13 @@ def _clock(seconds: float | None) -> str:
 
 
 class TimeLeft(ProgressColumn):
-    """The pass's own estimate (its pace so far: State.eta_s), counted down between updates: a
-    date can take minutes, longer than rich's own speed window."""
+    """The pass's own estimate of the time left, counted down between updates.
+
+    Its pace so far (State.eta_s): a date can take minutes, longer than rich's own speed window.
+    """
 
     def render(self, task: Task) -> Text:
+        """The estimate less the time since it was made, as `(~H:MM:SS left)`."""
         eta, at = task.fields.get("eta_s"), task.fields.get("eta_at", 0.0)
         if eta is None or task.elapsed is None:
             return Text("(-:--:-- left)")
@@ -54,10 +60,13 @@ class TimeLeft(ProgressColumn):
 
 
 class TerminalBar:
-    """A tidemark.base.progress.Display: one bar per pass (`State.what`), with done/total, the item
-    being worked on, the time spent and the estimate of the time left."""
+    """A tidemark.base.progress.Display: one bar per pass (`State.what`).
 
-    def __init__(self, console: Console):
+    With done/total, the item being worked on, the time spent and the estimate of the time left.
+    """
+
+    def __init__(self, console: Console) -> None:
+        """A bar drawn on `console` (stderr), which the command's own stdout lines go above."""
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -73,6 +82,7 @@ class TerminalBar:
         self._tasks: dict[str, TaskID] = {}
 
     def update(self, state: State) -> None:
+        """Show a pass's new state (its bar added on its first update)."""
         task = self._tasks.get(state.what)
         if task is None:
             task = self._tasks[state.what] = self.progress.add_task(state.what, total=state.total, current="")
@@ -89,8 +99,10 @@ class TerminalBar:
 
 @contextlib.contextmanager
 def shown(enabled: bool = True) -> Iterator[TerminalBar | None]:
-    """A TerminalBar while the block runs when `enabled` and stderr is a terminal, else None (the
-    pass then only logs its progress)."""
+    """A TerminalBar while the block runs when `enabled` and stderr is a terminal, else None.
+
+    Without a bar the pass only logs its progress.
+    """
     console = _console() if enabled else None
     if console is None or not console.is_terminal:
         yield None
@@ -102,13 +114,15 @@ def shown(enabled: bool = True) -> Iterator[TerminalBar | None]:
 
 @contextlib.contextmanager
 def kill_interrupts() -> Iterator[None]:
-    """While the block runs, SIGTERM (a plain `kill`) raises KeyboardInterrupt as Ctrl-C does, so
-    that the pass logs where it stopped and the command exits 130. Main thread only (signals)."""
+    """While the block runs, SIGTERM (a plain `kill`) raises KeyboardInterrupt as Ctrl-C does.
+
+    So the pass logs where it stopped and the command exits 130. Main thread only (signals).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def interrupt(signum, frame):
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -7,20 +7,28 @@ invalid bytes and control characters escaped.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import LAKE
+from tidemark.commands.options import LAKE, Subparsers
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark quarantine` to the subcommands."""
     p = subparsers.add_parser("quarantine", help="list quarantined (refused) input lines", description=__doc__)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--format", choices=["jsonl", "table"], default="table", help="one JSON object per line, or a table")
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark quarantine`; its exit status."""
+    # lazy: the quarantine's module pulls pyarrow, rich costs the CLI's start (tidemark.commands.console)
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     from tidemark.ingest.quarantine import display_raw, read_quarantine, to_json_record
 
     rows = read_quarantine(args.lake)
@@ -28,10 +36,6 @@ def run(args) -> int:
         for row in rows:
             sys.stdout.write(json.dumps(to_json_record(row), default=str) + "\n")
         return 0
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
     table = Table(title=f"quarantine: {len(rows)} line(s)")
     for column in ("receipt_ts", "source_file", "reason", "raw"):
         table.add_column(column, overflow="fold")

@@ -6,20 +6,34 @@ were all received at or before that time; --raw lists the stream's receipt panes
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import sys
+from datetime import date
+from typing import TYPE_CHECKING, TextIO
 
-from tidemark.commands.options import EVENT_DATE, LAKE, UsageError, checked
+from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers, UsageError, checked
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tidemark.store.version_record import VersionRecord
+
+# This module is the pyarrow-only reader: pyarrow, pyiceberg and rich are imported by the handler,
+# so that the CLI's start stays fast.
 
 
 def _as_of(text: str) -> str:
-    from tidemark.iceberg.reader import parse_as_of
+    """THE parse of --as-of: a receipt_ts."""
+    from tidemark.iceberg.reader import parse_as_of  # lazy: see above
 
     return parse_as_of(text)
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark read` to the subcommands."""
     p = subparsers.add_parser("read", help="print the deduplicated sessions of an event date", description=__doc__)
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument("--event-date", required=True, type=EVENT_DATE, help="YYYY-MM-DD")
@@ -41,10 +55,12 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from tidemark.iceberg import reader
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark read`; its exit status."""
+    from tidemark.iceberg import reader  # lazy: see above
 
     event_date, as_of = args.event_date, args.as_of
+    marker: VersionRecord | None
     if args.format == "parquet" and not args.output and sys.stdout.isatty():
         raise UsageError("--format parquet needs --output FILE (or a pipe)")
     try:
@@ -61,25 +77,24 @@ def run(args) -> int:
         table = table.drop_columns(["events"])
     if args.format == "parquet":
         return _write_parquet(table, args.output)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        if args.format == "jsonl":
-            for row in reader.to_records(table):
-                out.write(json.dumps(row) + "\n")
-        else:
-            _print_table(table, event_date, marker, args.raw, out)
-        out.flush()
-    except BrokenPipeError:
-        # `tidemark read ... | head`: the consumer has what it wanted.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    finally:
-        if args.output:
-            out.close()
+    with contextlib.ExitStack() as stack:
+        out: TextIO = stack.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else sys.stdout
+        try:
+            if args.format == "jsonl":
+                for row in reader.to_records(table):
+                    out.write(json.dumps(row) + "\n")
+            else:
+                _print_table(table, event_date, marker, args.raw, out)
+            out.flush()
+        except BrokenPipeError:
+            # `tidemark read ... | head`: the consumer has what it wanted.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
-def _write_parquet(table, output) -> int:
-    import pyarrow.parquet as pq
+def _write_parquet(table: pa.Table, output: str | None) -> int:
+    """Write the rows as Parquet to `output`, or to stdout (a pipe)."""
+    import pyarrow.parquet as pq  # lazy: see above
 
     if output:
         pq.write_table(table, output)
@@ -88,7 +103,9 @@ def _write_parquet(table, output) -> int:
     return 0
 
 
-def _print_table(table, event_date, marker, raw, out) -> None:
+def _print_table(table: pa.Table, event_date: date, marker: VersionRecord | None, raw: bool, out: TextIO) -> None:
+    """The rows' summary columns as a table, titled with the version (or the panes' count)."""
+    # lazy: see above
     from rich.console import Console
     from rich.table import Table
 
@@ -97,7 +114,7 @@ def _print_table(table, event_date, marker, raw, out) -> None:
     columns = [c for c in (reader.PANE_SUMMARY_COLUMNS if raw else reader.SUMMARY_COLUMNS) if c in table.column_names]
     title = (
         f"{event_date}: {table.num_rows} pane(s)"
-        if raw
+        if raw or marker is None
         else f"{event_date} version {marker.version}: {table.num_rows} session(s) "
         f"from {len(marker.receipts)} receipt partition(s)"
     )

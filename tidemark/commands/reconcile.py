@@ -1,5 +1,7 @@
-"""tidemark reconcile: list the event dates whose current version is stale, and why; with --trigger,
-start a deduplication run for each due one through Airflow's REST API.
+"""tidemark reconcile: list the stale event dates and why; with --trigger, start their runs.
+
+Stale: the event dates whose current version is stale; --trigger starts a deduplication run for
+each due one through Airflow's REST API.
 
 Stale: complete receipt partitions the current version does not include (or no version yet), a
 rerun owed by another date's run, a version planned by an older tidemark, session rules changed. A
@@ -21,12 +23,17 @@ started, with the time left; the logs get progress lines on a long pass.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+from typing import TYPE_CHECKING
 
+from tidemark.base.durations import parse_duration
+from tidemark.commands.console import wide_console
 from tidemark.commands.options import (
     DURATION_TEXT,
     LAKE,
+    Subparsers,
     UsageError,
     add_airflow_options,
     checked,
@@ -34,8 +41,13 @@ from tidemark.commands.options import (
     read_airflow_password,
 )
 
+if TYPE_CHECKING:
+    from tidemark.orchestration.airflow_api import AirflowClient  # lazy: pulls requests and tenacity
+    from tidemark.orchestration.reconcile import Decision
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark reconcile` to the subcommands."""
     p = subparsers.add_parser(
         "reconcile", help="stale event dates and why; --trigger starts their runs", description=__doc__
     )
@@ -59,10 +71,12 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def airflow_client(args, required: bool):
-    """The REST client (tidemark.orchestration.airflow_api) for --airflow-url, the environment or the
-    local stack; None when there is none and it is not required."""
-    from tidemark.orchestration.airflow_api import AirflowClient
+def airflow_client(args: argparse.Namespace, required: bool) -> AirflowClient | None:
+    """The Airflow REST client for --airflow-url, the environment or the local stack.
+
+    tidemark.orchestration.airflow_api's; None when there is none and it is not required.
+    """
+    from tidemark.orchestration.airflow_api import AirflowClient  # lazy: pulls requests and tenacity
 
     if args.airflow_url:
         password = read_airflow_password(args)
@@ -71,11 +85,12 @@ def airflow_client(args, required: bool):
         return AirflowClient(args.airflow_url, "password", args.airflow_user, password)
     if os.environ.get("AIRFLOW_BASE_URL"):
         return AirflowClient.from_env()
-    from tidemark.devstack.stack import Stack
+    from tidemark.devstack.stack import Stack  # lazy: pulls pyarrow and psutil
 
     stack = Stack(args.home)
     if stack.settings() is not None and "airflow-api-server" in stack.running():
-        return stack.airflow().client()
+        client: AirflowClient = stack.airflow().client()
+        return client
     if required:
         raise UsageError(
             f"--trigger needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, or "
@@ -84,16 +99,15 @@ def airflow_client(args, required: bool):
     return None
 
 
-def run(args) -> int:
-    from tidemark.base.durations import parse_duration
-    from tidemark.orchestration import reconcile
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark reconcile`; its exit status."""
+    from tidemark.commands import progress_bar  # lazy: rich (tidemark.commands.console)
+    from tidemark.orchestration import reconcile  # lazy: the lake's modules pull pyarrow
 
     grace = parse_duration(args.grace)
     if args.lake.is_local and not os.path.exists(args.lake.root):
         raise UsageError(f"no lake at {args.lake}")
     client = airflow_client(args, required=args.trigger)
-    from tidemark.commands import progress_bar
-
     with progress_bar.kill_interrupts(), progress_bar.shown(enabled=not args.json) as display:
         stale, decisions = reconcile.reconcile(
             args.lake,
@@ -111,9 +125,7 @@ def run(args) -> int:
             decision = by_date[item.event_date]
             print(json.dumps({**item.to_json(), "action": _action(decision, args.trigger), "run_id": decision.run_id}))
         return 0
-    from rich.table import Table
-
-    from tidemark.commands.console import wide_console
+    from rich.table import Table  # lazy: rich costs the CLI's start (tidemark.commands.console)
 
     console = wide_console()
     if not stale:
@@ -135,7 +147,7 @@ def run(args) -> int:
     return 0
 
 
-def _action(decision, trigger: bool) -> str:
+def _action(decision: Decision, trigger: bool) -> str:
     if decision.action == "trigger":
         return "started" if trigger else "would start (--trigger)"
     return {

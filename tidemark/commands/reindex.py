@@ -9,13 +9,15 @@ terminal a progress bar shows the dates indexed and left; the logs get progress 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.options import LAKE
+from tidemark.commands.options import LAKE, Subparsers
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark reindex` to the subcommands."""
     p = subparsers.add_parser(
         "reindex", help="build the receipt index of a lake written before it (once)", description=__doc__
     )
@@ -23,7 +25,9 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark reindex`; its exit status."""
+    # lazy: rich (tidemark.commands.console), the receipts' module pulls pyarrow
     from tidemark.commands import progress_bar
     from tidemark.panes import receipts
 

@@ -18,13 +18,25 @@ the stream again without rule options (docs/lake-layout.md, "Session rules recor
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from tidemark.commands.options import LAKE, add_session_options, user_input
+from tidemark.base.spark import build_session
+from tidemark.commands.console import wide_console
+from tidemark.commands.options import LAKE, Subparsers, add_session_options, user_input
+from tidemark.session.sessions import parse_overrides
+
+if TYPE_CHECKING:
+    from tidemark.deduplication.dedup import DedupResult
+
+# The handlers import the lake's modules (they pull pyarrow and jsonschema) and rich (see
+# tidemark.commands.console) themselves, so that the CLI's start stays fast.
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark rules` to the subcommands."""
     p = subparsers.add_parser(
         "rules", help="the lake's session rules: show them, or migrate to new ones", description=__doc__
     )
@@ -42,7 +54,11 @@ def register(subparsers) -> None:
     migrate.set_defaults(handler=run_migrate)
 
 
-def run_show(args) -> int:
+def run_show(args: argparse.Namespace) -> int:
+    """Run `tidemark rules show`; its exit status."""
+    # lazy: see above
+    from rich.table import Table
+
     from tidemark.deduplication import rules_migration
     from tidemark.session import rules_record
 
@@ -66,10 +82,6 @@ def run_show(args) -> int:
         for item in stale:
             print(json.dumps({"kind": "stale_date", **item}))
         return 0
-
-    from rich.table import Table
-
-    from tidemark.commands.console import wide_console
 
     console = wide_console()
     if records:
@@ -122,12 +134,14 @@ def run_show(args) -> int:
     return 0
 
 
-def run_migrate(args) -> int:
-    # Checked before Spark starts or anything is recorded.
+def run_migrate(args: argparse.Namespace) -> int:
+    """Run `tidemark rules migrate`; its exit status."""
+    # lazy: see above
+    from tidemark.commands import progress_bar
     from tidemark.deduplication import rules_migration
     from tidemark.session import rules_record
-    from tidemark.session.sessions import parse_overrides
 
+    # Checked before Spark starts or anything is recorded.
     with user_input():
         overrides = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary)
     current, _, _ = rules_record.rules_in_force(args.lake)  # a corrupt record is a failure, not a usage error
@@ -135,15 +149,11 @@ def run_migrate(args) -> int:
         rules = rules_migration.target_rules(args.lake, current.with_overrides(overrides))
     spark = None
     if args.master:
-        from tidemark.base.spark import build_session
-
         spark = build_session("tidemark-rules-migrate", args.master)
 
-    def emit(result) -> None:
+    def emit(result: DedupResult) -> None:
         sys.stdout.write(json.dumps({"kind": "date", **result.to_json()}) + "\n")
         sys.stdout.flush()
-
-    from tidemark.commands import progress_bar
 
     try:
         with progress_bar.kill_interrupts(), progress_bar.shown() as display:

@@ -1,12 +1,30 @@
-"""Options shared by `tidemark exporter` and `tidemark health`: the SLO objectives and the Airflow
-that tells which dates reconciliation gave up on (tidemark/ops/health.py)."""
+"""Options shared by `tidemark exporter` and `tidemark health`.
+
+The SLO objectives and the Airflow that tells which dates reconciliation gave up on
+(tidemark/ops/health.py).
+"""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tidemark.base import names
+from tidemark.base.durations import parse_duration
 from tidemark.commands.options import DURATION_TEXT, LAKE, add_airflow_options, checked, in_range
+from tidemark.commands.reconcile import airflow_client
+
+if TYPE_CHECKING:
+    from tidemark.ops.health import Objectives
+    from tidemark.orchestration.airflow_api import AirflowClient
+
+# Reconcile's run id -> the run's Airflow state (None: no such run).
+RunState = Callable[[str], "str | None"]
 
 
-def add_slo_options(p) -> None:
+def add_slo_options(p: argparse.ArgumentParser) -> None:
+    """Add --lake, the SLO objectives, --max-attempts and the Airflow options."""
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI")
     p.add_argument(
         "--correction",
@@ -32,9 +50,9 @@ def add_slo_options(p) -> None:
     add_airflow_options(p)
 
 
-def objectives(args):
-    from tidemark.base.durations import parse_duration
-    from tidemark.ops.health import Objectives
+def objectives(args: argparse.Namespace) -> Objectives:
+    """The SLO objectives the options give."""
+    from tidemark.ops.health import Objectives  # lazy: pulls pyarrow
 
     return Objectives(
         correction=parse_duration(args.correction),
@@ -43,24 +61,24 @@ def objectives(args):
     )
 
 
-def run_state(args):
-    """reconcile's run id -> Airflow state, through the Airflow found like `tidemark reconcile`
-    finds it (looked up again on each call's failure: Airflow may start after us); None with
-    --no-airflow."""
+def run_state(args: argparse.Namespace) -> RunState | None:
+    """A lookup of reconcile's run id -> Airflow state; None with --no-airflow.
+
+    Through the Airflow found like `tidemark reconcile` finds it (looked up again on each call's
+    failure: Airflow may start after us).
+    """
     if args.no_airflow:
         return None
-    from tidemark.base import names
-    from tidemark.commands.reconcile import airflow_client
+    holder: dict[str, AirflowClient | None] = {}
 
-    holder = {}
-
-    def state(run_id: str):
-        if holder.get("client") is None:
-            holder["client"] = airflow_client(args, required=False)
-            if holder["client"] is None:
+    def state(run_id: str) -> str | None:
+        client = holder.get("client")
+        if client is None:
+            client = holder["client"] = airflow_client(args, required=False)
+            if client is None:
                 raise RuntimeError("no Airflow found")
         try:
-            run = holder["client"].get_dag_run(names.get("DAG_ID"), run_id)
+            run = client.get_dag_run(names.get("DAG_ID"), run_id)
         except Exception:
             holder["client"] = None
             raise

@@ -1,25 +1,29 @@
 """tidemark status: each local component's state, pid, URL and log (and the Airflow UI login).
 
-Exit status 0 when every component runs, 3 otherwise (like `systemctl status`)."""
+Exit status 0 when every component runs, 3 otherwise (like `systemctl status`).
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from tidemark.commands.console import print_status, wide_console  # noqa: F401 - also imported from here by demo
-from tidemark.commands.options import add_home_option
+from tidemark.commands.console import print_status, wide_console
+from tidemark.commands.options import Subparsers, add_home_option
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark status` to the subcommands."""
     p = subparsers.add_parser("status", help="show the local stack's components, URLs and logs", description=__doc__)
     add_home_option(p)
     p.add_argument("--json", action="store_true", help="one JSON object per component")
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from tidemark.devstack.stack import Stack
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark status`; its exit status."""
+    from tidemark.devstack.stack import Stack  # lazy: pulls pyarrow and psutil, kept out of the CLI's start
 
     stack = Stack(args.home)
     if stack.settings() is None:

@@ -8,26 +8,36 @@ under them (`tidemark rules migrate`) before the stream starts.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
-if TYPE_CHECKING:
-    from tidemark.panes.receipts import BatchReport
-
+from tidemark.base.durations import parse_duration
 from tidemark.commands.options import (
     DURATION_TEXT,
     LAKE,
     POSITIVE_INT,
     TOPIC,
+    Subparsers,
     UsageError,
     add_session_options,
     user_input,
 )
+from tidemark.ingest.contract import InputRules
+from tidemark.session.sessions import parse_overrides
 
-__all__ = ["add_session_options", "config_from_args", "register", "run"]  # add_session_options: moved to options
+if TYPE_CHECKING:
+    from streaming_job.job import StreamConfig
+    from tidemark.panes.receipts import BatchReport
+
+__all__ = ["config_from_args", "register", "run"]
+
+# The handler imports the stream (pyspark) and the lake's modules (pyarrow) itself, so that the
+# CLI's start stays fast.
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark stream` to the subcommands."""
     p = subparsers.add_parser("stream", help="run the streaming job (landing -> sessions lake)", description=__doc__)
     p.add_argument("--landing", required=True, help="landing folder or URI of JSON-lines files")
     p.add_argument("--lake", required=True, type=LAKE, help="lake folder or URI (gs://, file://, ...)")
@@ -110,11 +120,9 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-def config_from_args(args):
-    from streaming_job.job import StreamConfig
-    from tidemark.base.durations import parse_duration
-    from tidemark.ingest.contract import InputRules
-    from tidemark.session.sessions import parse_overrides
+def config_from_args(args: argparse.Namespace) -> StreamConfig:
+    """The stream's configuration from `tidemark stream`'s options, checked before Spark starts."""
+    from streaming_job.job import StreamConfig  # lazy: see above
 
     with user_input():  # only what was typed: the rest comes from the lake's rules record (checked at start)
         rules = parse_overrides(args.gap, args.allowed_lateness, args.watermark_delay, args.gap_boundary) or None
@@ -143,10 +151,17 @@ def config_from_args(args):
     )
 
 
-def _notice_options(args) -> dict:
+class _NoticeOptions(TypedDict):
+    """StreamConfig's notice cadence fields, as typed (durations as text)."""
+
+    notice_coalesce: str | None
+    notice_late_horizon: str | None
+    notice_digest_interval: str
+
+
+def _notice_options(args: argparse.Namespace) -> _NoticeOptions:
     """Cadence options, checked now so that a typo fails before Spark starts."""
-    from tidemark.base.durations import parse_duration
-    from tidemark.notices.cadence import CadencePolicy
+    from tidemark.notices.cadence import CadencePolicy  # lazy: see above
 
     with user_input():  # the policy's own checks (a zero interval, ...)
         CadencePolicy(
@@ -161,15 +176,16 @@ def _notice_options(args) -> dict:
     }
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark stream`; its exit status."""
+    # lazy: see above
     from streaming_job.job import run_stream
+    from tidemark.ops import metrics
     from tidemark.session.rules_record import RulesMismatch
 
     config = config_from_args(args)
     listeners: list[Callable[[BatchReport], None]] = []
     if args.metrics_port:  # the stream's instruments, fed by its BatchReport listener (tidemark/ops/metrics.py)
-        from tidemark.ops import metrics
-
         metrics.serve_prometheus(args.metrics_port, service="tidemark-stream")
         listeners.append(metrics.StreamMetrics())
     try:

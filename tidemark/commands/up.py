@@ -17,11 +17,14 @@ them from the lake.
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
+from tidemark.commands.console import print_status, wide_console
 from tidemark.commands.options import (
     DURATION_TEXT,
     POSITIVE_FLOAT,
+    Subparsers,
     UsageError,
     add_home_option,
     add_session_options,
@@ -29,11 +32,13 @@ from tidemark.commands.options import (
     in_range,
     user_input,
 )
+from tidemark.session.sessions import parse_overrides
 
 PORT = checked(in_range(int, 1, 65535), "port")
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
+    """Add `tidemark up` to the subcommands."""
     p = subparsers.add_parser(
         "up", help="start the local stack (emulator, Airflow, function, stream)", description=__doc__
     )
@@ -86,13 +91,14 @@ def register(subparsers) -> None:
 
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tidemark.devstack.stack import Stack, StackSettings
 
 
-def start(args, console) -> tuple[Stack, StackSettings]:
+def start(args: argparse.Namespace, console: Console) -> tuple[Stack, StackSettings]:
     """Bring the stack up with a spinner; returns (stack, settings). Shared with `tidemark demo`."""
-    from tidemark.devstack.stack import Stack
-    from tidemark.session.sessions import parse_overrides
+    from tidemark.devstack.stack import Stack  # lazy: the stack's modules pull pyarrow and psutil
 
     # Typed rules are checked (format now, against the lake's record in up()) before anything starts.
     with user_input():
@@ -128,10 +134,10 @@ def start(args, console) -> tuple[Stack, StackSettings]:
     return stack, settings
 
 
-def run(args) -> int:
-    from tidemark.commands.console import print_status, wide_console
-    from tidemark.devstack.stack import SettingsConflict, StackError
-    from tidemark.session.rules_record import RulesMismatch
+def run(args: argparse.Namespace) -> int:
+    """Run `tidemark up`; its exit status."""
+    from tidemark.devstack.stack import SettingsConflict, StackError  # lazy: as in start
+    from tidemark.session.rules_record import RulesMismatch  # lazy: pulls pyarrow
 
     console = wide_console(stderr=True)
     try:

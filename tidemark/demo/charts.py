@@ -14,12 +14,20 @@ import json
 import math
 import os
 from datetime import datetime
+from types import ModuleType
+from typing import Any
 
+from tidemark.demo.waves import Wave
 from tidemark.ops import inspect
 from tidemark.session.sessions import SessionRules
 
 
-def _plt():
+def pyplot() -> ModuleType:
+    """The pyplot module of matplotlib, on the Agg backend (files, no display).
+
+    Imported here (lazy), not at the top: the backend must be chosen before pyplot is imported, and the
+    report's other modules (and tests of them) need no matplotlib.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,7 +37,8 @@ def _plt():
 
 
 def lateness_chart(path: str, lateness_s: list[float], rules: SessionRules) -> str:
-    plt = _plt()
+    """A histogram of how late events arrived, with the rules' bounds marked; the chart's path."""
+    plt = pyplot()
     values = [max(v, 0.1) for v in lateness_s if v is not None]
     fig, ax = plt.subplots(figsize=(9, 4))
     bins = [10 ** (x / 4) for x in range(-4, 25)]  # 0.1 s .. 10^6 s (11 days)
@@ -52,8 +61,9 @@ def lateness_chart(path: str, lateness_s: list[float], rules: SessionRules) -> s
     return path
 
 
-def corrections_chart(path: str, data: dict, waves) -> str:
-    plt = _plt()
+def corrections_chart(path: str, data: dict[str, Any], waves: list[Wave]) -> str:
+    """Per event date, its versions' session counts over the demo's time (waves marked); the path."""
+    plt = pyplot()
     dates = list(data["versions"])
     fig, axes = plt.subplots(len(dates) or 1, 1, figsize=(9, 2.8 * max(1, len(dates))), squeeze=False)
     t0 = min((w.landed_at for w in waves if w.landed_at), default=None)
@@ -121,14 +131,16 @@ def corrections_chart(path: str, data: dict, waves) -> str:
     return path
 
 
-def _end(data: dict, t0) -> float:
-    moments = [inspect.parse_time(r["times"]["version_created_at"]) for r in data["receipts"]]
-    moments = [m for m in moments if m is not None]
-    return max(((m - t0).total_seconds() for m in moments), default=0.0) if t0 else 0.0
+def _end(data: dict[str, Any], t0: datetime | None) -> float:
+    if t0 is None:
+        return 0.0
+    parsed = [inspect.parse_time(r["times"]["version_created_at"]) for r in data["receipts"]]
+    return max(((m - t0).total_seconds() for m in parsed if m is not None), default=0.0)
 
 
-def steps_chart(path: str, steps: list[dict]) -> str:
-    plt = _plt()
+def steps_chart(path: str, steps: list[dict[str, Any]]) -> str:
+    """The median and slowest time of each pipeline step, as bars; the chart's path."""
+    plt = pyplot()
     shown = [s for s in steps if s["median_s"] is not None]
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(shown) + 1.2))
     names = [s["step"] for s in shown][::-1]
@@ -143,10 +155,10 @@ def steps_chart(path: str, steps: list[dict]) -> str:
     return path
 
 
-def write_html(folder: str, data: dict, charts: list[str]) -> str:
+def write_html(folder: str, data: dict[str, Any], charts: list[str]) -> str:
     """report.html: the charts and the report's tables (data also in report.json)."""
 
-    def table(rows: list[dict], columns: list[str]) -> str:
+    def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows
@@ -189,7 +201,7 @@ def write_html(folder: str, data: dict, charts: list[str]) -> str:
     return path
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float) and math.isfinite(value):

@@ -16,6 +16,9 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+from rich.progress import Progress
 
 from tidemark.store import storage
 
@@ -31,6 +34,8 @@ MANIFEST = "_tidemark_generate.json"
 
 @dataclass(frozen=True)
 class Workload:
+    """What `generate` writes: how many events, users, days and files, and how messy they are."""
+
     events: int = 20_000
     users: int = 200
     start: str = "2026-03-06"
@@ -46,6 +51,8 @@ class Workload:
 
 @dataclass
 class Delivery:
+    """One line of a landed file and the time it arrives."""
+
     arrival: datetime
     line: str
 
@@ -71,7 +78,7 @@ def _malformed(rng: random.Random, n: int) -> str:
     return json.dumps(["not", "an", "object", n])
 
 
-def build(workload: Workload) -> tuple[list[Delivery], dict]:
+def build(workload: Workload) -> tuple[list[Delivery], dict[str, Any]]:
     """All deliveries in arrival order, and counts describing them."""
     rng = random.Random(workload.seed)
     day0 = datetime.combine(date.fromisoformat(workload.start), datetime.min.time(), tzinfo=timezone.utc)
@@ -152,6 +159,7 @@ def split_files(deliveries: list[Delivery], files: int) -> list[list[Delivery]]:
 
 
 def file_name(index: int, arrival: datetime) -> str:
+    """A landed file's name: its last line's arrival and its index (names sort in arrival order)."""
     return f"events-{arrival.strftime('%Y%m%dT%H%M%S')}-{index:06d}.jsonl"
 
 
@@ -169,13 +177,12 @@ def write_file(landing: str, index: int, chunk: list[Delivery], mtime: float | N
     return final
 
 
-def generate(landing: str, workload: Workload, progress: bool = True) -> dict:
+def generate(landing: str, workload: Workload, progress: bool = True) -> dict[str, Any]:
+    """Land the workload's files in `landing`, in arrival order; counts describing them."""
     deliveries, counts = build(workload)
     chunks = split_files(deliveries, workload.files)
     base = time.time()
     if progress and len(chunks) > 1:
-        from rich.progress import Progress
-
         with Progress(transient=True) as bar:
             task = bar.add_task("landing files", total=len(chunks))
             for i, chunk in enumerate(chunks):

@@ -1,4 +1,4 @@
-"""The demo report's metric charts, from what the local Prometheus recorded (range queries):
+"""The demo report's metric charts, from what the local Prometheus recorded (range queries).
 
     lag.png          the stream's landing -> committed lag per micro-batch (mean over 1 min windows)
     staleness.png    per event date, how long its current version has been stale
@@ -13,21 +13,26 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from typing import Any
 
 import requests
+
+from tidemark.demo.charts import pyplot
 
 LAG = "sum(rate(tidemark_stream_batch_lag_seconds_sum[1m])) / sum(rate(tidemark_stream_batch_lag_seconds_count[1m]))"
 STALENESS = "tidemark_event_date_staleness_seconds"
 
 
-def query_range(url: str, expr: str, start: float, end: float, step: float) -> list[dict]:
+def query_range(url: str, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    """A Prometheus range query's result: one {"metric": labels, "values": [[time, text]]} per series."""
     params: dict[str, str | float] = {"query": expr, "start": start, "end": end, "step": step}
     response = requests.get(f"{url}/api/v1/query_range", timeout=30, params=params)
     response.raise_for_status()
-    return response.json()["data"]["result"]
+    result: list[dict[str, Any]] = response.json()["data"]["result"]
+    return result
 
 
-def _series(result: list[dict], label: str | None) -> dict[str, list[tuple[datetime, float]]]:
+def _series(result: list[dict[str, Any]], label: str | None) -> dict[str, list[tuple[datetime, float]]]:
     out = {}
     for item in result:
         name = item["metric"].get(label, "") if label else "lag"
@@ -41,10 +46,8 @@ def _series(result: list[dict], label: str | None) -> dict[str, list[tuple[datet
     return out
 
 
-def _chart(path: str, series: dict, title: str, ylabel: str, objective_s: float | None) -> str:
-    from tidemark.demo.charts import _plt
-
-    plt = _plt()
+def _chart(path: str, series: dict[str, Any], title: str, ylabel: str, objective_s: float | None) -> str:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.6))
     for name, points in sorted(series.items()):
         ax.plot([p[0] for p in points], [p[1] / 60 for p in points], label=name or None, linewidth=1.5)
@@ -63,8 +66,10 @@ def _chart(path: str, series: dict, title: str, ylabel: str, objective_s: float 
 
 
 def prometheus_charts(folder: str, url: str, start: float, end: float, step: float | None = None) -> list[str]:
-    """lag.png and staleness.png under `folder` from Prometheus at `url` between two Unix times; a
-    chart whose series Prometheus does not have is left out."""
+    """Chart lag.png and staleness.png under `folder` from Prometheus at `url` between two Unix times.
+
+    A chart whose series Prometheus does not have is left out.
+    """
     step = step or max(1.0, (end - start) / 300)
     objectives = {
         item["metric"].get("tidemark_slo"): float(item["value"][1])

@@ -1,4 +1,4 @@
-"""What the demo measured, from the lake and Airflow only (what any operator could see):
+"""What the demo measured, from the lake and Airflow only (what any operator could see).
 
 - per event_date and receipt_ts: what the stream wrote, and the way each receipt partition went
   landing -> receipt partition -> notice -> DAG run -> first version that includes it;
@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
-from tidemark.demo.batch_reference import DateCheck, lake_keys
+from rich.console import Console
+from rich.table import Table
+
+from tidemark.demo import batch_reference
+from tidemark.demo.batch_reference import KEY_COLUMNS, DateCheck, SessionKey, lake_keys
+from tidemark.demo.waves import Wave
 from tidemark.iceberg import publish, reader
+from tidemark.notices.report import corrected_status, notices_status
 from tidemark.ops import inspect
+from tidemark.products import session_metrics
+from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 STEPS = (
@@ -28,7 +37,7 @@ STEPS = (
 )
 
 
-def _wave_of(received: datetime, waves) -> int | None:
+def _wave_of(received: datetime, waves: list[Wave]) -> int | None:
     """The last wave landed at or before a receipt (its files are in that micro-batch or before)."""
     found = None
     for wave in waves:
@@ -37,14 +46,17 @@ def _wave_of(received: datetime, waves) -> int | None:
     return None if found is None else found.index
 
 
-def receipts_report(lake: Lake, dates: list[str], waves, all_runs) -> list[dict]:
+def receipts_report(
+    lake: Lake, dates: list[str], waves: list[Wave], all_runs: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """Per receipt partition of `dates`: its wave, what it held, and the time of each step to a version."""
     rows = []
     landed = {w.index: w.landed_at.astimezone(timezone.utc) for w in waves if w.landed_at}
     for event_date in dates:
         for item in inspect.lineage(lake, event_date, all_runs):
             wave = _wave_of(item.received_at, waves)
             times = {
-                "landed_at": landed.get(wave),
+                "landed_at": None if wave is None else landed.get(wave),
                 "received_at": item.received_at,
                 "notice_published_at": item.notice_published_at,
                 "run_start": item.run_start,
@@ -69,7 +81,8 @@ def receipts_report(lake: Lake, dates: list[str], waves, all_runs) -> list[dict]
     return rows
 
 
-def step_summary(receipt_rows: list[dict]) -> list[dict]:
+def step_summary(receipt_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per pipeline step: how many partitions took it, the median and the slowest time."""
     out = []
     for name, _, _ in STEPS:
         values = [r["steps_s"][name] for r in receipt_rows if r["steps_s"][name] is not None]
@@ -84,18 +97,19 @@ def step_summary(receipt_rows: list[dict]) -> list[dict]:
     return out
 
 
-def corrections(lake: Lake, event_date: str) -> list[dict]:
+def corrections(lake: Lake, event_date: str) -> list[dict[str, Any]]:
     """Every complete version of a date, oldest first, with what changed against the one before."""
-    out, previous = [], None
+    out: list[dict[str, Any]] = []
+    previous: set[SessionKey] | None = None
     for marker in publish.list_versions(lake, event_date):
         table = reader.read_sessions(
             lake,
             event_date,
             as_of=marker.version,
-            columns=["user_id", "session_start", "session_end", "event_count"],
+            columns=list(KEY_COLUMNS),
         )
         keys = lake_keys(reader.to_records(table))
-        row = {
+        row: dict[str, Any] = {
             "version": marker.version,
             "created_at": marker.created_at,
             "sessions": len(keys),
@@ -119,13 +133,14 @@ def corrections(lake: Lake, event_date: str) -> list[dict]:
 
 def collect(
     lake: Lake,
-    waves,
-    wave_counts: list[dict],
-    all_runs: list[dict] | None,
+    waves: list[Wave],
+    wave_counts: list[dict[str, Any]],
+    all_runs: list[dict[str, Any]] | None,
     checks: list[DateCheck],
-    timings: dict,
-    workload: dict,
-) -> dict:
+    timings: dict[str, Any],
+    workload: dict[str, Any],
+) -> dict[str, Any]:
+    """Everything the report shows, as JSON (report.json): the lineage, versions, runs and checks."""
     dates = [c.event_date for c in checks]
     receipt_rows = receipts_report(lake, dates, waves, all_runs)
     return {
@@ -152,9 +167,8 @@ def collect(
     }
 
 
-def print_report(console, data: dict) -> None:
-    from rich.table import Table
-
+def print_report(console: Console, data: dict[str, Any]) -> None:
+    """Print the report's first tables: the receipt partitions, the steps, the corrections, the checks."""
     table = Table(
         title="1. what the stream wrote: receipt partitions per event_date, and their way to a corrected version"
     )
@@ -227,18 +241,16 @@ def print_report(console, data: dict) -> None:
     console.print(table)
 
 
-def _n(value) -> str:
+def _n(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _s(value) -> str:
+def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
 
-def notices_report(lake: Lake) -> dict:
+def notices_report(lake: Lake) -> dict[str, Any]:
     """Both topics' notices as the lake records them: availability (counts) and corrected (each)."""
-    from tidemark.notices.report import corrected_status, notices_status
-
     status = notices_status(lake)
     corrected = corrected_status(lake)
     rows = sorted(corrected["sent"] + corrected["owed"], key=lambda r: (r["event_date"], r["version"]))
@@ -249,13 +261,14 @@ def notices_report(lake: Lake) -> dict:
     }
 
 
-def consumer_report(out_root: str, landing: str, gap, dates: list[str], archive: str | None = None) -> list[dict]:
-    """The example consumer DAG's metrics per date, next to the same metrics of the batch reference
-    (of the landing and the stream's archive)."""
-    from tidemark.demo import batch_reference
-    from tidemark.products import session_metrics
+def consumer_report(
+    out_root: str, landing: str, gap: SessionRules | timedelta, dates: list[str], archive: str | None = None
+) -> list[dict[str, Any]]:
+    """The example consumer DAG's metrics per date, next to the same metrics of the batch reference.
 
-    by_date: dict[str, list] = {}
+    The reference's of the landing and the stream's archive.
+    """
+    by_date: dict[str, list[tuple[str, datetime, datetime]]] = {}
     for s in batch_reference.sessionize(
         batch_reference.valid_events(batch_reference.landed_lines(landing, archive)), gap
     ):
@@ -271,9 +284,8 @@ def consumer_report(out_root: str, landing: str, gap, dates: list[str], archive:
     return out
 
 
-def print_notices_and_consumer(console, data: dict) -> None:
-    from rich.table import Table
-
+def print_notices_and_consumer(console: Console, data: dict[str, Any]) -> None:
+    """Print both topics' notices and the example consumer's metrics next to the reference's."""
     notices = data["notices"]
     a = notices["availability"]
     console.print(
@@ -333,10 +345,15 @@ def print_notices_and_consumer(console, data: dict) -> None:
     console.print(table)
 
 
-def partitions_report(dedup_runs: list[dict], consumer_runs: list[dict], asset_events: list[dict]) -> list[dict]:
-    """Per Airflow partition key (an event date): the tidemark_dedup runs, the asset events of
-    tidemark.sessions_dedup and the example consumer's runs. A dedup run whose key is not its conf's
-    event_date (or has none) makes its row not ok; so does a date with events but no consumer run."""
+def partitions_report(
+    dedup_runs: list[dict[str, Any]], consumer_runs: list[dict[str, Any]], asset_events: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per Airflow partition key (an event date): its dedup runs, asset events and consumer runs.
+
+    The tidemark_dedup runs, the asset events of tidemark.sessions_dedup and the example consumer's
+    runs. A dedup run whose key is not its conf's
+    event_date (or has none) makes its row not ok; so does a date with events but no consumer run.
+    """
     keys = sorted(
         {r.get("partition_key") or "-" for r in dedup_runs + consumer_runs}
         | {e.get("partition_key") or "-" for e in asset_events}
@@ -361,9 +378,8 @@ def partitions_report(dedup_runs: list[dict], consumer_runs: list[dict], asset_e
     return out
 
 
-def print_partitions(console, rows: list[dict]) -> None:
-    from rich.table import Table
-
+def print_partitions(console: Console, rows: list[dict[str, Any]]) -> None:
+    """Print `partitions_report`'s rows: per partition key, its runs and asset events."""
     table = Table(
         title="7. Airflow partitions: per partition key (event date), the tidemark_dedup runs, "
         "the asset events of tidemark.sessions_dedup (one per version) and the consumer's runs"
@@ -382,5 +398,5 @@ def print_partitions(console, rows: list[dict]) -> None:
     console.print(table)
 
 
-def _f(value) -> str:
+def _f(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"

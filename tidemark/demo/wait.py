@@ -1,5 +1,6 @@
-"""Waiting for each step of the pipeline, with a progress display, and failing with the name of the
-component that did not do its part and where its log is.
+"""Waiting for each step of the pipeline, with a progress display.
+
+A wait fails with the name of the component that did not do its part and where its log is.
 
     stream    every landed file is in a committed micro-batch (the checkpoint's file-source log)
     notices   every complete receipt partition is advertised (nothing owed in the lake's outbox)
@@ -13,12 +14,21 @@ import json
 import os
 import time
 from collections.abc import Callable
+from typing import Any
+
+from rich.progress import Progress
 
 from tidemark.base import layout, names
 from tidemark.base.polling import wait_for
 from tidemark.devstack.stack import Stack, StackError
+from tidemark.iceberg import publish
+from tidemark.ingest import landing_archive
+from tidemark.notices import corrected
 from tidemark.ops import inspect
 from tidemark.orchestration import runs as run_ids
+from tidemark.orchestration.airflow_api import AirflowClient
+from tidemark.panes import receipts
+from tidemark.products import session_metrics
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 
@@ -26,11 +36,11 @@ TERMINAL = ("success", "failed")
 
 
 def processed_files(checkpoint: str) -> set[str]:
-    """Base names of the files the stream's committed micro-batches read (its file-source log;
-    `N.compact` files hold all entries up to N), in the checkpoint's current generation: a stream
-    run with --archive starts a new one on rotation, after moving the files the old one read."""
-    from tidemark.ingest import landing_archive
+    """Base names of the files the stream's committed micro-batches read.
 
+    From its file-source log (`N.compact` files hold all entries up to N), in the checkpoint's current generation: a stream
+    run with --archive starts a new one on rotation, after moving the files the old one read.
+    """
     query = landing_archive.current(checkpoint).query_dir(checkpoint)
     committed = {int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()}
     seen = set()
@@ -53,14 +63,16 @@ def until(
     check: Callable[[], tuple[bool, str]],
     timeout: float,
     what: str,
-    progress,
+    progress: Progress,
     on_timeout: Callable[[str], Exception],
     stack: Stack | None = None,
     interval: float = 2.0,
 ) -> float:
-    """Poll check() -> (done, status text) with a spinner line (tidemark.base.polling.wait_for); returns
-    the seconds it took. Between polls, a stack process that died fails the wait at once, naming it
-    and its log; after `timeout`, on_timeout(the last status) is raised."""
+    """Poll check() -> (done, status text) with a spinner line; the seconds it took.
+
+    Polls with tidemark.base.polling.wait_for. Between polls, a stack process that died fails the wait at once, naming it
+    and its log; after `timeout`, on_timeout(the last status) is raised.
+    """
     began = time.monotonic()
     task = progress.add_task(what, total=None)
     status = [""]
@@ -88,16 +100,18 @@ def until(
 
 
 def stream_caught_up(checkpoint: str, landed: set[str]) -> tuple[bool, str]:
+    """Whether every landed file is in a committed micro-batch; the status text."""
     done = processed_files(checkpoint) & landed
     return len(done) == len(landed), f"{len(done)}/{len(landed)} files in committed micro-batches"
 
 
-def notices_sent(lake: Lake, after: str | None = None) -> tuple[bool, str, list[dict]]:
-    """(all advertised, status, the sent notices). after: a receipt_ts; partitions received up to it
-    are not expected to be advertised (history a benchmark wrote before the stack started)."""
-    from tidemark.panes import receipts
+def notices_sent(lake: Lake, after: str | None = None) -> tuple[bool, str, list[dict[str, Any]]]:
+    """(all advertised, status, the sent notices).
 
-    sent: list[dict] = []
+    after: a receipt_ts; partitions received up to it
+    are not expected to be advertised (history a benchmark wrote before the stack started).
+    """
+    sent: list[dict[str, Any]] = []
     owed, unadvertised = 0, 0
     for event_date in receipts.list_event_dates(lake):
         entries = inspect.notices_of(lake, event_date)
@@ -119,7 +133,8 @@ def notices_sent(lake: Lake, after: str | None = None) -> tuple[bool, str, list[
     )
 
 
-def runs_finished(client, sent: list[dict]) -> tuple[bool, str, list[dict]]:
+def runs_finished(client: AirflowClient, sent: list[dict[str, Any]]) -> tuple[bool, str, list[dict[str, Any]]]:
+    """Whether every sent notice's DAG run exists and none is running; the status, the dedup DAG's runs."""
     all_runs = client.list_dag_runs(names.get("DAG_ID"))
     ids = {r["dag_run_id"]: r for r in all_runs}
     expected = {run_ids.run_id_for_notice(e["notice"]) for e in sent}
@@ -134,6 +149,7 @@ def runs_finished(client, sent: list[dict]) -> tuple[bool, str, list[dict]]:
 
 
 def versions_current(lake: Lake) -> tuple[bool, str]:
+    """Whether every date has a version that includes all its receipts; the status text."""
     rows = inspect.partitions(lake)
     pending = sum(r["pending"] for r in rows)
     return pending == 0 and all(
@@ -141,24 +157,23 @@ def versions_current(lake: Lake) -> tuple[bool, str]:
     ), f"{sum(1 for r in rows if r['version'])}/{len(rows)} dates published, {pending} receipt(s) pending"
 
 
-def run_log_hint(stack: Stack, run: dict) -> str:
+def run_log_hint(stack: Stack, run: dict[str, Any]) -> str:
     """Where Airflow keeps a run's task logs."""
     folder = os.path.join(stack.home, "airflow", "logs", f"dag_id={names.get('DAG_ID')}", f"run_id={run['dag_run_id']}")
     return folder if os.path.isdir(folder) else os.path.join(stack.home, "airflow", "logs")
 
 
 def component_log(stack: Stack, name: str) -> str:
+    """The log file of one of the stack's components (its logs folder when it has no record)."""
     record = stack.record(name)
     return record.log_path if record else os.path.join(stack.home, "logs")
 
 
 def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
-    """Every date's example-consumer metrics were rebuilt from its current version, and no
-    corrected notice is owed."""
-    from tidemark.iceberg import publish
-    from tidemark.notices import corrected
-    from tidemark.products import session_metrics
+    """Whether every date's consumer metrics were rebuilt from its current version, none owed.
 
+    None owed: no corrected notice is owed.
+    """
     dates = publish.list_dedup_dates(lake)
     done = 0
     for event_date in dates:

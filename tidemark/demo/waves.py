@@ -1,15 +1,19 @@
-"""The demo's workload: tidemark.demo.generate's deliveries (in arrival order), cut into files, the
-files grouped into waves that are landed one after another with pauses, the way a day of phone
+"""The demo's workload, landed in waves the way a day of phone traffic arrives.
+
+tidemark.demo.generate's deliveries (in arrival order), cut into files, the files grouped into waves that are landed one after another with pauses, the way a day of phone
 traffic arrives: mostly on time, some minutes late, a few sessions days late (the last waves),
-duplicates, a few malformed lines."""
+duplicates, a few malformed lines.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from tidemark.demo.batch_reference import parse_ts
 from tidemark.demo.generate import Delivery, Workload, build, split_files, write_file
@@ -23,6 +27,8 @@ DEMO_WORKLOAD = Workload(
 
 @dataclass
 class Wave:
+    """A group of files landed together, and when and where they were landed."""
+
     index: int
     files: list[list[Delivery]]
     landed_at: datetime | None = None
@@ -30,9 +36,10 @@ class Wave:
 
     @property
     def deliveries(self) -> list[Delivery]:
+        """The wave's lines, in arrival order."""
         return [d for chunk in self.files for d in chunk]
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Counts of what this wave carries, by how late it is (arrival - event time)."""
         counts = {"lines": 0, "malformed": 0, "on_time": 0, "minutes_late": 0, "hours_late": 0, "days_late": 0}
         for _delivery, lateness in lateness_of(self.deliveries):
@@ -56,7 +63,7 @@ class Wave:
         }
 
 
-def lateness_of(deliveries: list[Delivery]):
+def lateness_of(deliveries: list[Delivery]) -> Iterator[tuple[Delivery, float | None]]:
     """(delivery, seconds between event time and arrival), None for a line without a valid event_ts."""
     for delivery in deliveries:
         try:
@@ -66,7 +73,7 @@ def lateness_of(deliveries: list[Delivery]):
         yield delivery, None if moment is None else (delivery.arrival - moment).total_seconds()
 
 
-def plan(workload: Workload = DEMO_WORKLOAD, waves: int = 4) -> tuple[list[Wave], dict]:
+def plan(workload: Workload = DEMO_WORKLOAD, waves: int = 4) -> tuple[list[Wave], dict[str, Any]]:
     """The workload's files in arrival order, grouped into `waves` waves of consecutive files."""
     if waves < 1 or waves > workload.files:
         raise ValueError(f"waves must be between 1 and the number of files ({workload.files})")

@@ -1,3 +1,5 @@
-"""What a session is: the session rules (sessions), the rules record a lake keeps
-(rules_record) and THE session row, its columns and schema versions (session_schema).
+"""What a session is: its rules, the rules record a lake keeps, and THE session row.
+
+The session rules (sessions), the rules record (rules_record) and the session row, its columns and
+schema versions (session_schema).
 """

@@ -1,5 +1,7 @@
-"""The lake's session rules record: the gap, allowed lateness, watermark delay and gap boundary its
-sessions follow (tidemark/session/sessions.py defines them).
+"""The lake's session rules record: the rules its sessions follow.
+
+The gap, allowed lateness, watermark delay and gap boundary (tidemark/session/sessions.py defines
+them).
 
     <lake>/_rules/rules-000001.json   the rules the lake was first written with
     <lake>/_rules/rules-000002.json   one more file per deliberate change (`tidemark rules migrate`)
@@ -34,6 +36,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 import jsonschema
 import tenacity
@@ -78,7 +81,8 @@ class Recorded:
     recorded_by: str
     previous_rules_id: str | None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The record as its file holds it."""
         return {
             "format": FORMAT,
             "sequence": self.sequence,
@@ -92,11 +96,12 @@ class Recorded:
         }
 
     def describe(self) -> str:
-        """'gap 20m, allowed lateness 1h, watermark delay 10m (rules record 1 of ..., recorded at ...)'"""
+        """The record as a line: 'gap 20m, ... (rules record 1, recorded 2026-03-06T...)'."""
         return f"{describe_rules(self.rules)} (rules record {self.sequence}, recorded {self.recorded_at})"
 
 
 def describe_rules(rules: SessionRules) -> str:
+    """The rules as a phrase: 'gap 30m, allowed lateness 1h, watermark delay 10m'."""
     # describe() leaves the default boundary out: messages about existing lakes read as before.
     return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in rules.describe().items())
 
@@ -185,14 +190,15 @@ def rules_in_force(lake: Lake) -> tuple[SessionRules, str, Recorded | None]:
 # ---- versions made under which rules -------------------------------------------------------------
 
 
-def marker_fields(rules: SessionRules) -> dict:
+def marker_fields(rules: SessionRules) -> dict[str, Any]:
     """What a dedup version marker records about the rules it was made under."""
     return {"rules_id": fingerprint(rules), "rules": rules.describe()}
 
 
 def changed_since(marker: VersionRecord | None, rules: SessionRules) -> bool:
-    """Were the lake's rules changed since this dedup version was made? `rules`: the lake's rules
-    now (rules_in_force(lake)[0]).
+    """Were the lake's rules changed since this dedup version was made?
+
+    `rules`: the lake's rules now (rules_in_force(lake)[0]).
 
     A version written before versions recorded their rules id is judged by its gap and boundary,
     the rules the dedup's output depends on: such a version predates the boundary, so it was made
@@ -230,7 +236,7 @@ def outdated(lake: Lake, marker: VersionRecord) -> str | None:
 # ---- checking rules given to a command -----------------------------------------------------------
 
 
-def _given(requested: SessionRules | dict | None) -> tuple[SessionRules | None, tuple[str, ...]]:
+def _given(requested: SessionRules | dict[str, Any] | None) -> tuple[SessionRules | None, tuple[str, ...]]:
     """(rules to compare, which of them were given) for a full set or a few typed options."""
     if requested is None:
         return None, ()
@@ -254,7 +260,9 @@ def mismatch(lake: Lake, recorded: Recorded, given: SessionRules, names: tuple[s
     )
 
 
-def check(lake: Lake, requested: SessionRules | dict | None, who: str) -> tuple[SessionRules, Recorded | None]:
+def check(
+    lake: Lake, requested: SessionRules | dict[str, Any] | None, who: str
+) -> tuple[SessionRules, Recorded | None]:
     """The rules a command must use: the lake's, with the requested ones checked against them.
 
     Requested rules that disagree raise RulesMismatch naming both values. A lake without a record
@@ -269,7 +277,7 @@ def check(lake: Lake, requested: SessionRules | dict | None, who: str) -> tuple[
     return recorded.rules, recorded
 
 
-def for_dedup(lake: Lake, requested: SessionRules | dict | None = None) -> tuple[SessionRules, str]:
+def for_dedup(lake: Lake, requested: SessionRules | dict[str, Any] | None = None) -> tuple[SessionRules, str]:
     """(rules, rules_id) for deduplicating a date of this lake: see check()."""
     rules, recorded = check(lake, requested, "dedup")
     if recorded is None:
@@ -308,9 +316,12 @@ def _create(lake: Lake, record: Recorded) -> Recorded:
 
 
 def _read_settled(lake: Lake, sequence: int) -> Recorded:
-    """A record that may be brand new (another writer's, created at this moment). On a store whose
+    """A record that may be brand new (another writer's, created at this moment).
+
+    On a store whose
     writes are not atomic (a reader can list an object whose bytes are still arriving) it may read
-    empty for a moment: read again for two seconds before calling it invalid."""
+    empty for a moment: read again for two seconds before calling it invalid.
+    """
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(InvalidRulesRecord),
         stop=tenacity.stop_after_delay(2),
@@ -320,7 +331,7 @@ def _read_settled(lake: Lake, sequence: int) -> Recorded:
     return retrying(_read, lake, sequence)
 
 
-def ensure(lake: Lake, requested: SessionRules | dict | None, recorded_by: str) -> Recorded:
+def ensure(lake: Lake, requested: SessionRules | dict[str, Any] | None, recorded_by: str) -> Recorded:
     """The stream's first start on a lake records its rules; later starts must bring the same ones.
 
     Returns the lake's record. Raises RulesMismatch when the lake records other rules, or when

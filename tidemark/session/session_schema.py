@@ -1,5 +1,8 @@
-"""THE session row, written once: its columns (name, Spark type, Iceberg type, doc), the schema
-version that added each, and how a row of an older version gets a newer column.
+"""THE session row, written once: its columns, their schema versions, and how old rows get new ones.
+
+Each column's name, Spark type, Iceberg type and doc, the rows besides the table's that hold it (an
+island, a pane, the stream's state), the schema version that added it, and how a row of an older
+version gets it.
 
 Everything that spells a session row derives from here:
 
@@ -12,8 +15,8 @@ Everything that spells a session row derives from here:
   `markdown_table` renders them, and tests/test_session_schema.py checks the docs hold exactly
   that, and that the SQL files produce exactly these columns.
 
-Adding a column (docs/architecture.md, "Drill: a new session column"): append a Column with the
-next VERSION as `since` and a `fill`, compute it in the SQL, and `evolve` adds it to an existing
+Adding a column (docs/architecture.md, "Drill: a new session column"): add a Column to TABLE with
+the next VERSION as `since`, a `fill` and the `rows` that hold it, compute it in the SQL, and `evolve` adds it to an existing
 Iceberg table in place when the table is loaded.
 
 Versions. A dedup version's marker records the schema version its files were written with
@@ -29,11 +32,20 @@ two agree), and names in the result what it computed and what stays null (a colu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import enum
+import itertools
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from dedup_sql import rules as sql_rules
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
+    from pyspark.sql import DataFrame
 
 # The schema version of the rows this tidemark writes. 1: the columns before versioning.
 VERSION = 2
@@ -44,8 +56,23 @@ TABLE_PROPERTY = "tidemark.session-schema"
 MARKER_KEY = "session_schema"
 
 
+class Row(enum.Enum):
+    """The rows, besides the table's, that hold a session column."""
+
+    ISLAND = "island"  # a dedup island: dedup_sessions.sql's output, a version's files and its context
+    PANE = "pane"  # a stream pane: stream_panes.sql + streaming_job/batch.py, a receipt partition's rows
+    STATE = "state"  # the stream's open state (a column computed from `events` needs none)
+
+
+# Shorthands for Column.rows.
+_EVERYWHERE = frozenset(Row)
+_ISLAND_AND_PANE = frozenset({Row.ISLAND, Row.PANE})
+
+
 @dataclass(frozen=True)
 class Column:
+    """One column of the session row: its types, its doc, and which rows hold it."""
+
     name: str
     spark: str  # Spark SQL DDL type
     iceberg: str  # Iceberg type as docs and `str(field_type)` show it
@@ -56,10 +83,13 @@ class Column:
     fill: str | None = None
     # The same computation for readers (tidemark/iceberg/reader.py through `complete`): a row of the older
     # version as a dict of `fill_inputs` -> the value. Given with `fill`, or neither.
-    read_fill: Callable[[dict], Any] | None = None
+    read_fill: Callable[[dict[str, Any]], Any] | None = None
     fill_inputs: tuple[str, ...] = ()
     pane_doc: str | None = None  # the column's meaning in a stream pane, where it differs
     after: str | None = None  # where an evolved table shows it (Iceberg move_after)
+    # The rows besides the table's that hold the column (ISLAND, PANE_SESSION and STATE below are
+    # TABLE's columns filtered by it): a new column says where it goes.
+    rows: frozenset[Row] = field(default=frozenset(), kw_only=True)
 
 
 _EVENTS_ICEBERG = "list<struct<event_ts: timestamptz, event_id: string, event_type: string, payload: string>>"
@@ -68,7 +98,7 @@ _EVENTS_ICEBERG = "list<struct<event_ts: timestamptz, event_id: string, event_ty
 EVENT_TYPE_COUNT_SQL = "size(array_distinct(transform(events, e -> e.event_type)))"
 
 
-def _event_type_count(row: dict) -> int:
+def _event_type_count(row: dict[str, Any]) -> int:
     return len({event["event_type"] for event in row["events"] or ()})
 
 
@@ -82,6 +112,7 @@ SESSION_ID = Column(
     "restarted after `tidemark rules migrate` to a shorter gap or to `split`), only the "
     "piece holding its first event keeps the id; the other pieces are new sessions with ids "
     "of their own",
+    rows=frozenset({Row.PANE, Row.STATE}),  # an island gets its id when the table's row is written
 )
 USER_ID = Column(
     "user_id",
@@ -89,15 +120,21 @@ USER_ID = Column(
     "string",
     "the user (device) the session belongs to",
     pane_doc="the user (device) the session belongs to",
+    rows=_EVERYWHERE,
 )
-SESSION_START = Column("session_start", "TIMESTAMP", "timestamptz", "first event's event_ts, UTC, microseconds")
-SESSION_END = Column("session_end", "TIMESTAMP", "timestamptz", "last event's event_ts, UTC, microseconds")
+SESSION_START = Column(
+    "session_start", "TIMESTAMP", "timestamptz", "first event's event_ts, UTC, microseconds", rows=_EVERYWHERE
+)
+SESSION_END = Column(
+    "session_end", "TIMESTAMP", "timestamptz", "last event's event_ts, UTC, microseconds", rows=_EVERYWHERE
+)
 EVENT_COUNT = Column(
     "event_count",
     "BIGINT",
     "long",
     "distinct events in the session",
     pane_doc="distinct events (user_id, event_id, event_ts) of the session so far (panes accumulate)",
+    rows=_EVERYWHERE,
 )
 EVENT_TYPE_COUNT = Column(
     "event_type_count",
@@ -110,6 +147,7 @@ EVENT_TYPE_COUNT = Column(
     fill_inputs=("events",),
     after="event_count",
     pane_doc="distinct event types among the session's events so far",
+    rows=_ISLAND_AND_PANE,  # computed from the events: not in state
 )
 EVENT_IDS = Column(
     "event_ids",
@@ -118,6 +156,7 @@ EVENT_IDS = Column(
     "the ids of the session's events, sorted, one per event: an event is (user_id, event_id, event_ts), "
     'so one id sent at two timestamps is two events and appears twice (`["e1","e1"]`)',
     pane_doc="the ids of the session's events so far, one per event",
+    rows=_ISLAND_AND_PANE,  # computed from the events: not in state
 )
 EVENTS = Column(
     "events",
@@ -125,6 +164,7 @@ EVENTS = Column(
     _EVENTS_ICEBERG,
     "the distinct events, by time (one copy of each)",
     pane_doc="the events themselves: `event_ts`, `event_id`, `event_type`, `payload`",
+    rows=_EVERYWHERE,
 )
 FIRST_RECEIPT_TS = Column(
     "first_receipt_ts",
@@ -132,13 +172,22 @@ FIRST_RECEIPT_TS = Column(
     "string",
     "receipt_ts (YYYYMMDDTHHMMSSmmmZ) of the earliest arrival of any of the session's events "
     "(not necessarily its first event in time)",
+    rows=frozenset({Row.ISLAND}),
 )
-LAST_RECEIPT_TS = Column("last_receipt_ts", "STRING", "string", "receipt_ts when the last-arriving event first arrived")
+LAST_RECEIPT_TS = Column(
+    "last_receipt_ts",
+    "STRING",
+    "string",
+    "receipt_ts when the last-arriving event first arrived",
+    rows=frozenset({Row.ISLAND}),
+)
+# The partition: a pane's and an island's event_date is written beside their session columns.
 EVENT_DATE = Column("event_date", "DATE", "date", "UTC date of session_start; the partition (identity transform)")
 
-# An island of the dedup (dedup_sessions.sql's session columns): what a version's files and its
-# context hold, besides event_date. In the order of the table.
-ISLAND = (
+# THE list of the session columns: the Iceberg table's, in the order engines show them. Every other
+# row's columns are these, filtered by `Column.rows`, in this order.
+TABLE = (
+    SESSION_ID,
     USER_ID,
     SESSION_START,
     SESSION_END,
@@ -148,9 +197,18 @@ ISLAND = (
     EVENTS,
     FIRST_RECEIPT_TS,
     LAST_RECEIPT_TS,
+    EVENT_DATE,
 )
-# The Iceberg table's columns, in the order engines show them.
-TABLE = (SESSION_ID, *ISLAND, EVENT_DATE)
+
+
+def holding(row: Row) -> tuple[Column, ...]:
+    """TABLE's columns that `row` holds, in the table's order."""
+    return tuple(c for c in TABLE if row in c.rows)
+
+
+# An island of the dedup (dedup_sessions.sql's session columns): what a version's files and its
+# context hold, besides event_date.
+ISLAND = holding(Row.ISLAND)
 
 # A stream pane (dedup_sql/stream_panes.sql + streaming_job/batch.py), docs/lake-layout.md "Pane rows".
 _PANE_ONLY = (
@@ -165,10 +223,10 @@ _PANE_ONLY = (
     ("batch_id", "BIGINT", "the micro-batch that wrote the pane"),
     ("watermark", "TIMESTAMP", "the watermark after that micro-batch"),
 )
-PANE_SESSION = (SESSION_ID, USER_ID, SESSION_START, SESSION_END, EVENT_COUNT, EVENT_TYPE_COUNT, EVENT_IDS, EVENTS)
+PANE_SESSION = holding(Row.PANE)
 # The stream's open state keeps the session's events (everything else is recomputed from them by
 # stream_panes.sql each batch) and its pane bookkeeping; a column computed from events needs no state.
-STATE = (SESSION_ID, USER_ID, SESSION_START, SESSION_END, EVENT_COUNT, EVENTS)
+STATE = holding(Row.STATE)
 _STATE_ONLY = (("closed", "BOOLEAN"), ("pane_count", "INT"))
 
 ISLAND_COLUMNS = tuple(c.name for c in ISLAND)
@@ -177,7 +235,7 @@ PANE_COLUMNS = tuple(c.name for c in PANE_SESSION) + tuple(n for n, _, _ in _PAN
 STATE_COLUMNS = tuple(c.name for c in STATE) + tuple(n for n, _ in _STATE_ONLY)
 
 
-def ddl(columns) -> str:
+def ddl(columns: Iterable[Column]) -> str:
     """Spark DDL of columns (a read schema, an empty frame's schema)."""
     return ", ".join(f"{c.name} {c.spark}" for c in columns)
 
@@ -187,6 +245,7 @@ STATE_DDL = ddl(STATE) + ", " + ", ".join(f"{n} {t}" for n, t in _STATE_ONLY)
 
 
 def by_name(name: str) -> Column:
+    """The column of TABLE named `name` (KeyError when there is none)."""
     return {c.name: c for c in TABLE}[name]
 
 
@@ -200,15 +259,17 @@ def unfillable_since(version: int) -> tuple[Column, ...]:
     return tuple(c for c in added_since(version) if c.fill is None)
 
 
-def marker_version(marker: dict) -> int:
+def marker_version(marker: dict[str, Any]) -> int:
     """The schema version of a dedup version's files (a marker written before versioning: 1)."""
     return int(marker.get(MARKER_KEY, 1))
 
 
-def fill_older(frame, version: int):
-    """A DataFrame of island rows read from files of schema `version` (the newer columns read as
-    null: absent from the files) with those columns computed by their `fill`. Same columns, same order."""
-    from pyspark.sql import functions as F
+def fill_older(frame: DataFrame, version: int) -> DataFrame:
+    """Island rows read from files of schema `version`, with the newer columns computed by their `fill`.
+
+    The newer columns read as null (absent from the files). Same columns, same order.
+    """
+    from pyspark.sql import functions as F  # lazy: only the Spark jobs fill, readers need no pyspark
 
     for column in added_since(version):
         if column.name in frame.columns:
@@ -221,9 +282,14 @@ def fill_older(frame, version: int):
 # --- Iceberg ----------------------------------------------------------------------------------------
 
 
-def _iceberg_type(text: str, ids):
-    """The pyiceberg type of an Iceberg type string of this module (ids: placeholders from `ids`;
-    Iceberg assigns the real ones: at create time in order, at evolution after the table's last)."""
+def _iceberg_type(text: str, ids: Iterator[int]) -> IcebergType:
+    """The pyiceberg type of an Iceberg type string of this module.
+
+    Its ids are placeholders from `ids`; Iceberg assigns the real ones: at create time in order, at
+    evolution after the table's last.
+    """
+    # lazy, here and below: pyiceberg takes half a second to import, and the stream's driver and the
+    # markers' readers need only the columns
     from pyiceberg.types import (
         DateType,
         IntegerType,
@@ -236,7 +302,7 @@ def _iceberg_type(text: str, ids):
     )
 
     text = text.strip()
-    primitive = {
+    primitive: dict[str, type[IcebergType]] = {
         "string": StringType,
         "long": LongType,
         "int": IntegerType,
@@ -255,18 +321,18 @@ def _iceberg_type(text: str, ids):
     raise ValueError(f"unknown Iceberg type {text!r}")
 
 
-def iceberg_type(column: Column):
-    import itertools
-
+def iceberg_type(column: Column) -> IcebergType:
+    """The pyiceberg type of a column (placeholder ids: Iceberg assigns the real ones)."""
     return _iceberg_type(column.iceberg, itertools.count(1000))
 
 
-def iceberg_schema(version: int = VERSION):
-    """The table's Iceberg schema at a schema version, its ids assigned as a new table's are
-    (pyiceberg's create_table assigns fresh ids in this order anyway: so the name mapping a creator
-    derives from this schema matches the table's ids)."""
-    import itertools
+def iceberg_schema(version: int = VERSION) -> Schema:
+    """The table's Iceberg schema at a schema version, its ids assigned as a new table's are.
 
+    pyiceberg's create_table assigns fresh ids in this order anyway: so the name mapping a creator
+    derives from this schema matches the table's ids.
+    """
+    # lazy: pyiceberg (see _iceberg_type)
     from pyiceberg.schema import Schema, assign_fresh_schema_ids
     from pyiceberg.types import NestedField
 
@@ -288,18 +354,21 @@ def _ordered(version: int) -> list[Column]:
     return [c for c in TABLE if c.since <= version]
 
 
-def table_version(table) -> int:
+def table_version(table: Table) -> int:
     """The schema version of an Iceberg table (by its columns, which is what matters to a write)."""
     names = {f.name for f in table.schema().fields}
     return max((v for v in range(1, VERSION + 1) if all(c.name in names for c in _ordered(v))), default=0)
 
 
-def evolve(table, attempts: int = 8):
-    """Bring an existing Iceberg table's schema to VERSION in place (pyiceberg's update_schema):
-    each missing column added, after its `after` column. Idempotent (a table already at VERSION is
+def evolve(table: Table, attempts: int = 8) -> Table:
+    """Bring an existing Iceberg table's schema to VERSION in place (pyiceberg's update_schema).
+
+    Each missing column is added, after its `after` column. Idempotent (a table already at VERSION is
     left alone, no commit), and safe under processes doing it at once: a commit that loses the race
     (CommitFailedException: the schema changed under it) reloads the table and looks again.
-    Returns the (refreshed) table. Files written before hold no value for the new columns (null)."""
+    Returns the (refreshed) table. Files written before hold no value for the new columns (null).
+    """
+    # lazy: pyiceberg and its SQL catalog's sqlalchemy (see _iceberg_type)
     from pyiceberg.exceptions import CommitFailedException
     from sqlalchemy.exc import OperationalError  # SQLite's "database is locked" while another commits
 
@@ -327,9 +396,11 @@ def evolve(table, attempts: int = 8):
 # --- pyarrow (readers) -------------------------------------------------------------------------------
 
 
-def read_inputs(columns, version: int) -> tuple[str, ...]:
-    """The columns a reader must also read to `complete` `columns` of a version of schema `version`
-    (the inputs of their read fills), beyond those asked for."""
+def read_inputs(columns: Collection[str], version: int) -> tuple[str, ...]:
+    """The columns a reader must also read to `complete` `columns` of a version of schema `version`.
+
+    The inputs of their read fills, beyond those asked for.
+    """
     wanted = [c for c in TABLE if c.name in set(columns) and c.since > version and c.read_fill is not None]
     extra: list[str] = []
     for column in wanted:
@@ -337,9 +408,11 @@ def read_inputs(columns, version: int) -> tuple[str, ...]:
     return tuple(extra)
 
 
-def pane_version(names) -> int:
-    """The schema version of stream pane files holding the columns `names` (receipt partitions
-    record no version: a partition written before a pane column existed lacks it)."""
+def pane_version(names: Collection[str]) -> int:
+    """The schema version of stream pane files holding the columns `names`.
+
+    Receipt partitions record no version: a partition written before a pane column existed lacks it.
+    """
     return max(
         (v for v in range(1, VERSION + 1) if all(c.name in names for c in PANE_SESSION if c.since <= v)), default=1
     )
@@ -349,22 +422,24 @@ def pane_version(names) -> int:
 class Completed:
     """Rows of one version as a reader returns them (tidemark/iceberg/reader.py)."""
 
-    table: Any  # pyarrow.Table
+    table: pa.Table
     computed: tuple[str, ...]  # columns the version's files lack, computed from its rows (read_fill)
     null: tuple[str, ...]  # columns the version's files lack that no fill computes: all null
 
 
-def complete(table, version: int, wanted) -> Completed:
-    """A pyarrow Table of one dedup version's rows (read from the Iceberg table; its files are of
-    schema `version`, the marker's) with each `wanted` column of a later schema computed by its
-    `read_fill` from the rows: in the table such a column reads as null (the version's files lack
+def complete(table: pa.Table, version: int, wanted: Collection[str]) -> Completed:
+    """One dedup version's rows with each `wanted` column of a later schema computed by its `read_fill`.
+
+    `table` is read from the Iceberg table; its files are of schema `version`, the marker's. In it such a column reads as null (the version's files lack
     it) or is absent (a snapshot from before the table was evolved). A wanted column the version
     lacks and no fill computes (or whose inputs were not read: `read_inputs`) is null, added when
-    absent, and named in `null`. Added columns come last: the caller orders and selects."""
-    import pyarrow as pa
+    absent, and named in `null`. Added columns come last: the caller orders and selects.
+    """
+    import pyarrow as pa  # lazy: as pyiceberg above
 
-    computed, null = [], []
-    rows = None
+    computed: list[str] = []
+    null: list[str] = []
+    rows: list[dict[str, Any]] | None = None
     for column in added_since(version):
         if column.name not in wanted:
             continue

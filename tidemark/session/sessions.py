@@ -10,8 +10,10 @@ parameters and the pane vocabulary, Beam's terms:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any
 
 from tidemark.base.durations import format_duration, parse_duration
 
@@ -31,14 +33,21 @@ DEFAULT_GAP_BOUNDARY = "split"
 _ONE_US = timedelta(microseconds=1)
 
 
+# Rules an operator typed: {name: timedelta (a duration rule) or str (gap_boundary)}.
+Overrides = dict[str, "timedelta | str"]
+
+
 @dataclass(frozen=True)
 class SessionRules:
+    """The session rules: the gap, the allowed lateness, the watermark delay and the gap boundary."""
+
     gap: timedelta = timedelta(minutes=30)
     allowed_lateness: timedelta = timedelta(hours=1)
     watermark_delay: timedelta = timedelta(minutes=10)
     gap_boundary: str = DEFAULT_GAP_BOUNDARY
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        """Refuse rules that break a rule (a gap that is not positive, an unknown boundary, ...)."""
         if self.gap_boundary not in GAP_BOUNDARIES:
             raise ValueError(f"gap boundary must be one of {', '.join(GAP_BOUNDARIES)}, got {self.gap_boundary!r}")
         if self.gap <= timedelta(0):
@@ -53,7 +62,8 @@ class SessionRules:
         allowed_lateness: str = "1h",
         watermark_delay: str = "10m",
         gap_boundary: str = DEFAULT_GAP_BOUNDARY,
-    ):
+    ) -> SessionRules:
+        """Rules from their text ("30m", "1h", "split")."""
         return cls(parse_duration(gap), parse_duration(allowed_lateness), parse_duration(watermark_delay), gap_boundary)
 
     @classmethod
@@ -67,27 +77,33 @@ class SessionRules:
 
     @property
     def split_gap(self) -> timedelta:
-        """The smallest distance between neighbours that starts a new session: the gap under `split`,
-        the gap + 1 us under `merge` (timestamps are whole microseconds, so the two are one rule).
-        Everything that splits, closes a window or bounds a read by the gap uses this."""
+        """The smallest distance between neighbours that starts a new session.
+
+        The gap under `split`, the gap + 1 us under `merge` (timestamps are whole microseconds, so
+        the two are one rule). Everything that splits, closes a window or bounds a read by the gap uses this.
+        """
         return self.gap + _ONE_US if self.gap_boundary == "merge" else self.gap
 
     @property
     def gap_us(self) -> int:
-        """split_gap in microseconds: what the SQL's `:gap_us` takes (dedup_sql/sessionize.sql splits
-        where neighbours are at least this far apart; a session's window ends this long after its
-        last event). Equal to the gap under the default boundary `split`."""
+        """split_gap in microseconds: what the SQL's `:gap_us` takes.
+
+        dedup_sql/sessionize.sql splits where neighbours are at least this far apart; a session's
+        window ends this long after its last event. Equal to the gap under the default boundary `split`.
+        """
         return _micros(self.split_gap)
 
     @property
     def allowed_lateness_us(self) -> int:
+        """The allowed lateness in microseconds (the SQL's `:lateness_us`)."""
         return _micros(self.allowed_lateness)
 
     @property
     def watermark_delay_us(self) -> int:
+        """The watermark delay in microseconds."""
         return _micros(self.watermark_delay)
 
-    def _boundary(self) -> dict:
+    def _boundary(self) -> dict[str, str]:
         # The default boundary is left out of records, markers and ids, so that the lakes written
         # before it was a rule keep their rules_id (and with it every version's freshness).
         return {} if self.gap_boundary == DEFAULT_GAP_BOUNDARY else {"gap_boundary": self.gap_boundary}
@@ -100,13 +116,15 @@ class SessionRules:
             raise ValueError(f"unknown session rule {name!r}")
         return format_duration(getattr(self, name))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str]:
         """The rules as typed; the boundary only when it is not the default `split`."""
         return {**{name: self.value(name) for name in DURATION_RULES}, **self._boundary()}
 
-    def micros(self) -> dict:
+    def micros(self) -> dict[str, int | str]:
         """The canonical form (integers, so "60m" and "1h" are the same rules): records compare this.
-        The gap here is the true gap (not split_gap): the boundary is its own field."""
+
+        The gap here is the true gap (not split_gap): the boundary is its own field.
+        """
         return {
             "gap_us": _micros(self.gap),
             "allowed_lateness_us": self.allowed_lateness_us,
@@ -115,20 +133,21 @@ class SessionRules:
         }
 
     @classmethod
-    def from_micros(cls, values: dict) -> SessionRules:
+    def from_micros(cls, values: Mapping[str, Any]) -> SessionRules:
+        """Rules from their canonical form (`micros`, as a record or marker holds it: JSON)."""
         return cls(
             **{name: timedelta(microseconds=int(values[f"{name}_us"])) for name in DURATION_RULES},
             gap_boundary=values.get("gap_boundary", DEFAULT_GAP_BOUNDARY),
         )
 
-    def with_overrides(self, overrides: dict[str, timedelta]) -> SessionRules:
+    def with_overrides(self, overrides: Overrides) -> SessionRules:
         """These rules with some of them replaced (the options an operator typed)."""
         unknown = set(overrides) - set(RULE_NAMES)
         if unknown:
             raise ValueError(f"unknown session rules {sorted(unknown)}")
         return replace(self, **overrides)  # type: ignore[arg-type]  # names checked against RULE_NAMES above
 
-    def differences(self, other: SessionRules, only=RULE_NAMES) -> list[str]:
+    def differences(self, other: SessionRules, only: Iterable[str] = RULE_NAMES) -> list[str]:
         """Which of `only` differ, as ["gap 20m vs 30m", ...] (self's value first)."""
         return [
             f"{name} {self.value(name)} vs {other.value(name)}"
@@ -142,10 +161,10 @@ def parse_overrides(
     allowed_lateness: str | None = None,
     watermark_delay: str | None = None,
     gap_boundary: str | None = None,
-) -> dict:
+) -> Overrides:
     """The rules an operator typed (None = not typed), parsed and checked: {name: timedelta or str}."""
     typed = {"gap": gap, "allowed_lateness": allowed_lateness, "watermark_delay": watermark_delay}
-    out: dict = {name: parse_duration(value) for name, value in typed.items() if value is not None}
+    out: Overrides = {name: parse_duration(value) for name, value in typed.items() if value is not None}
     if gap_boundary is not None:
         out["gap_boundary"] = gap_boundary
     SessionRules().with_overrides(out)  # runs the same checks as a full set (gap > 0, boundary known, ...)
