@@ -303,11 +303,11 @@ def tidemark_dedup() -> None:
         notices --topic corrected --emit-asset-events`). A refusal (a 4xx: our bug) fails the task.
         """
         # Imported when the task runs: the notices' storage and senders stay out of the dag-processor.
-        from tidemark.notices import corrected
+        from tidemark.notices import corrected_delivery
         from tidemark.orchestration import airflow_api
 
         lake, event_date = opened(prepared)
-        return corrected.emit(lake, event_date, airflow_api.for_tasks)
+        return corrected_delivery.emit(lake, event_date, airflow_api.for_tasks)
 
     # none_failed: after the dedup, and also after a skipped dedup (a run of this date that was
     # killed after recording obligations left them to whichever run of the date comes next).
@@ -328,12 +328,12 @@ def tidemark_dedup() -> None:
     # to send what an earlier outage left owed.
     @task(max_active_tis_per_dag=1, trigger_rule="none_failed")
     def notify_corrected(prepared: Prepared) -> dict[str, Any]:
-        """The corrected-partition notice (tidemark/notices/corrected.py): recorded, then sent."""
+        """The corrected-partition notice (tidemark/notices/corrected_delivery.py): recorded, then sent."""
         # Imported when the task runs: the notices' storage and senders stay out of the dag-processor.
-        from tidemark.notices import corrected
+        from tidemark.notices import corrected_delivery
 
         lake, event_date = opened(prepared)
-        return corrected.notify(lake, event_date)
+        return corrected_delivery.notify(lake, event_date)
 
     dedup >> notify_corrected(upstream)
 

@@ -4,7 +4,7 @@
         retention ago, remove the files nothing references any more (the bucket files corrections
         replaced included), prune the receipt index's arrival entries older than the retention and
         than reconciliation's last pass)
-      -> pack (tidemark.panes.packing: a pack of every closed date with 500 or more receipt
+      -> pack (tidemark.panes.pack_maintenance: a pack of every closed date with 500 or more receipt
         partitions no pack holds, at most 50,000 partitions read per run, newest dates first, so
         that a correction's full dedup of such a date reads a few files, not thousands)
 
@@ -79,17 +79,17 @@ def tidemark_maintenance() -> None:
 
     @task
     def pack(removed: dict[str, int]) -> dict[str, Any]:
-        """tidemark.panes.packing's pass, after gc; returns the dates packed and those left.
+        """tidemark.panes.pack_maintenance's pass, after gc; returns the dates packed and those left.
 
         `removed` orders it after gc: a pack written now is never judged by this run's gc. The
         dates left go to the next run.
         """
         # Imported when the task runs: the lake's storage stays out of the dag-processor.
-        from tidemark.panes import packing
+        from tidemark.panes import pack_maintenance
         from tidemark.store.lake import Lake
 
         lake = settings.lake_uri()
-        done = packing.run_pass(Lake.open(lake))
+        done = pack_maintenance.run_pass(Lake.open(lake))
         packed = {p.event_date: p.receipts for p in done.packed}
         print(f"packing of {lake} ({done.how}, {done.examined} dates examined): packed {packed or 'nothing'}")
         return {"packed": packed, "left": done.left}

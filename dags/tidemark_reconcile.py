@@ -114,23 +114,23 @@ def tidemark_reconcile() -> None:
 
     @task(max_active_tis_per_dag=1)
     def drain_outbox() -> dict[str, Any]:
-        """Emit what the corrected outbox owes (tidemark/notices/corrected.py).
+        """Emit what the corrected outbox owes (tidemark/notices/corrected_delivery.py).
 
         One asset event per committed version, whoever committed it, and its notice on the topic
         when one is set.
         """
         # Imported when the task runs: the notices' storage and senders stay out of the dag-processor.
-        from tidemark.notices import corrected
+        from tidemark.notices import corrected_delivery
         from tidemark.orchestration import airflow_api
         from tidemark.store.lake import Lake
 
         lake = Lake.open(settings.lake_uri())
-        owed = {"asset_events": corrected.emit_owed(lake, airflow_api.for_tasks(), timeout=60)}
-        topic = corrected.configured_topic()
+        owed = {"asset_events": corrected_delivery.emit_owed(lake, airflow_api.for_tasks(), timeout=60)}
+        topic = corrected_delivery.configured_topic()
         if topic:
-            owed["notices"] = corrected.send_owed(lake, topic, timeout=60)
+            owed["notices"] = corrected_delivery.send_owed(lake, topic, timeout=60)
         if any(owed.values()):
-            raise corrected.NoticesOwed(f"still owed after 60s: {owed}")
+            raise corrected_delivery.NoticesOwed(f"still owed after 60s: {owed}")
         return owed
 
     drain_outbox()

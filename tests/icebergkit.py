@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from tidemark.iceberg import publish
 from tidemark.iceberg import table as iceberg
-from tidemark.notices import corrected
+from tidemark.notices import corrected_delivery
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
@@ -86,7 +86,7 @@ def commit_recording(lake: Lake, marker: VersionRecord) -> publish.Outcome:
     """What tidemark.deduplication.dedup does: the commit, then the corrected notice's record."""
     outcome = publish.commit(lake, marker)
     if outcome.committed:
-        corrected.record_after_commit(lake, outcome.current)
+        corrected_delivery.record_after_commit(lake, outcome.current)
     return outcome
 
 

@@ -339,7 +339,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     event, and draining again posts nothing."""
     from tidemark.devstack.airflow import AirflowServer
     from tidemark.iceberg import reader
-    from tidemark.notices import asset_events, corrected
+    from tidemark.notices import asset_events, corrected_delivery
     from tidemark.orchestration import obligations
 
     event_date = "2026-03-06"
@@ -354,7 +354,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     assert states["notify_corrected"] == "success", states
     assert states["owed_reruns"] == "success", states
     pointer = reader.current_version(lake, event_date)
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     assert [(e["notice"]["event_date"], e["notice"]["version"]) for e in box.owed("airflow")] == [
         (event_date, pointer.version)
     ]

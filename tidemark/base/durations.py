@@ -28,9 +28,12 @@ def format_duration(span: timedelta) -> str:
 
 
 def parse_interval(text: str, name: str, minimum: timedelta) -> timedelta | None:
-    """A schedule interval from the environment (the DAGs' TIDEMARK_*_INTERVAL): a duration of at
-    least `minimum`, or "off"/"none"/"" for None (triggered runs only). A bad value raises, so the
-    DAG fails to parse with a clear import error instead of running on a silent default."""
+    """A schedule interval from the environment (the DAGs' TIDEMARK_*_INTERVAL).
+
+    A duration of at least `minimum`, or "off"/"none"/"" for None (triggered runs only). A bad value
+    raises, so the DAG fails to parse with a clear import error instead of running on a silent
+    default.
+    """
     if text.strip().lower() in ("off", "none", ""):
         return None
     span = parse_duration(text.strip())

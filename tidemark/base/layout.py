@@ -39,10 +39,13 @@ def check_event_date(value: object) -> str:
 
 
 def as_event_date(value: object) -> date:
-    """THE parse of an event date at a boundary (a CLI option, a notice, a DAG param, a marker, the
-    function): YYYY-MM-DD text -> `date`, refusing anything else with a message saying what is
-    wrong. A `date` passes as it is (a `datetime`, which is one too, is refused: an instant is not a
-    date). Inside, the date travels typed; `event_date_text` is its one text form."""
+    """THE parse of an event date at a boundary: YYYY-MM-DD text -> `date`.
+
+    The boundaries are a CLI option, a notice, a DAG param, a marker and the function. Anything else
+    is refused with a message saying what is wrong. A `date` passes as it is (a `datetime`, which is
+    one too, is refused: an instant is not a date). Inside, the date travels typed;
+    `event_date_text` is its one text form.
+    """
     if isinstance(value, datetime):
         raise InvalidPartitionValue(f"invalid event_date {value!r}: an instant, expected a calendar date")
     if isinstance(value, date):
@@ -62,9 +65,11 @@ def event_date_text(value: date) -> str:
 
 
 def event_date_part(value: object) -> str:
-    """An event date as a path, a run id or a table filter spells it, from where the date is typed
-    (a `date`, parsed at its boundary: no second parse) or not yet (text from the stream's
-    partitions, listings, scripts: parsed here)."""
+    """An event date as a path, a run id or a table filter spells it.
+
+    Takes the date typed (a `date`, parsed at its boundary: no second parse) or not yet (text from
+    the stream's partitions, listings, scripts: parsed here).
+    """
     return event_date_text(as_event_date(value))
 
 
@@ -92,6 +97,7 @@ def parse_receipt_ts(value: object) -> datetime:
 
 
 def check_receipt_ts(value: object) -> str:
+    """Return a valid receipt_ts (basic ISO 8601 UTC with milliseconds) as text, refusing anything else."""
     parse_receipt_ts(value)
     return str(value)
 
@@ -104,6 +110,7 @@ def check_run_id(run_id: object) -> str:
 
 
 def receipt_ts_from_millis(millis: int) -> str:
+    """Milliseconds since the epoch -> receipt_ts text ('20260307T201500123Z')."""
     return format_receipt_ts(datetime.fromtimestamp(millis / 1000, tz=timezone.utc))
 
 

@@ -10,13 +10,18 @@ Function's Cloud Logging format.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import sys
-from typing import TextIO, cast
+from typing import Any, TextIO, TypeAlias, cast
 
 import structlog
-from structlog.typing import Processor
+from structlog.typing import FilteringBoundLogger, Processor
+
+# What get_logger returns: info/warning/error/exception(event, **fields), bind(**fields).
+Logger: TypeAlias = FilteringBoundLogger
 
 _PROCESSORS: list[Processor] = [
     structlog.contextvars.merge_contextvars,
@@ -32,12 +37,15 @@ class CurrentStream:
     """Writes to sys.<name> as it is at each write, so redirected or captured streams get the lines."""
 
     def __init__(self, name: str):
+        """Write to `sys.<name>` ("stdout" or "stderr")."""
         self.name = name
 
     def write(self, text: str) -> None:
+        """Write `text` to the stream as it is now."""
         getattr(sys, self.name).write(text)
 
     def flush(self) -> None:
+        """Flush the stream as it is now."""
         getattr(sys, self.name).flush()
 
 
@@ -58,28 +66,29 @@ def configure(level: str | None = None) -> None:
     _stdlib_configured = True
 
 
-def get_logger(component: str):
+def get_logger(component: str) -> Logger:
+    """A structured logger whose every line names `component`, at TIDEMARK_LOG_LEVEL (INFO by default)."""
     configure()
-    return structlog.wrap_logger(
+    # wrap_logger is typed to return Any; the wrapper class asked for is a FilteringBoundLogger.
+    logger: Logger = structlog.wrap_logger(
         structlog.PrintLogger(file=cast(TextIO, CurrentStream("stderr"))),
         processors=_PROCESSORS,
         wrapper_class=structlog.make_filtering_bound_logger(_level()),
         component=component,
     )
+    return logger
 
 
-def read_log_lines(text: str) -> list[dict]:
-    """The structured (JSON object) lines of a log's text, skipping everything else (a library's
-    plain lines, a line cut short by a kill): how tests, benchmarks and `tidemark status` read
-    what a component logged."""
-    import json
+def read_log_lines(text: str) -> list[dict[str, Any]]:
+    """The structured (JSON object) lines of a log's text, skipping everything else.
 
-    out = []
+    Skipped: a library's plain lines, a line cut short by a kill. This is how tests, benchmarks and
+    `tidemark status` read what a component logged.
+    """
+    out: list[dict[str, Any]] = []
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("{"):
-            try:
+            with contextlib.suppress(ValueError):
                 out.append(json.loads(line))
-            except ValueError:
-                pass
     return out

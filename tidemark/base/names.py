@@ -1,5 +1,8 @@
-"""Names shared by the code and the Terraform configuration (tests/test_terraform.py fails
-when they drift). Every one can be overridden from the environment, TIDEMARK_<NAME>."""
+"""Names shared by the code and the Terraform configuration.
+
+tests/test_terraform.py fails when they drift. Every one can be overridden from the environment,
+TIDEMARK_<NAME>.
+"""
 
 from __future__ import annotations
 
@@ -22,14 +25,17 @@ DEFAULTS = {
 
 
 def get(name: str) -> str:
+    """The value of a shared name: TIDEMARK_<name> from the environment, else its default."""
     if name not in DEFAULTS:
         raise KeyError(f"unknown tidemark name {name!r}")
     return os.environ.get(f"TIDEMARK_{name}", DEFAULTS[name])
 
 
 def topic_path(project: str, topic: str) -> str:
+    """A Pub/Sub topic's full resource name."""
     return f"projects/{project}/topics/{topic}"
 
 
 def subscription_path(project: str, subscription: str) -> str:
+    """A Pub/Sub subscription's full resource name."""
     return f"projects/{project}/subscriptions/{subscription}"

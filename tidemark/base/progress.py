@@ -1,7 +1,7 @@
-"""The progress of a long pass over many items (dates, mostly): how many are done and left, which one
-is being worked on, and an estimate of the time left.
+"""The progress of a long pass over many items (dates, mostly).
 
-The domain code counts with a Progress; what it counts goes to
+How many are done and left, which one is being worked on, and an estimate of the time left. The
+domain code counts with a Progress; what it counts goes to
   - the logs: a structured "progress" line (what, done, left, total, current, elapsed_s, eta_s)
     once LOG_EVERY_S seconds have passed since the pass started or since the last such line, and a
     last one ("finished": true) when a pass of LOG_EVERY_S or more ends. A pass over 10^6 items
@@ -17,9 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from tidemark.base.logs import get_logger
+from tidemark.base.logs import Logger, get_logger
 
 LOG_EVERY_S = 10.0
 
@@ -39,6 +40,7 @@ class State:
 
     @property
     def left(self) -> int | None:
+        """Items not done yet; None without a total."""
         return None if self.total is None else max(self.total - self.done, 0)
 
     @property
@@ -50,6 +52,7 @@ class State:
         return round(self.elapsed_s / self.done * left, 1)
 
     def fields(self) -> dict[str, Any]:
+        """The state as a log line's fields."""
         return {
             "what": self.what,
             "done": self.done,
@@ -65,11 +68,15 @@ class State:
 class Display(Protocol):
     """Where a caller shows progress as it happens (a terminal bar); called on every change."""
 
-    def update(self, state: State) -> None: ...
+    def update(self, state: State) -> None:
+        """Show `state`."""
+        ...
 
 
 class Progress:
-    """Counts one pass. Use it as a context manager around the pass:
+    """Counts one pass.
+
+    Use it as a context manager around the pass::
 
     with Progress("re-deduplicating dates", len(dates), log=log, display=display) as progress:
         for event_date in progress.each(dates):
@@ -81,12 +88,18 @@ class Progress:
         what: str,
         total: int | None = None,
         *,
-        log=None,
+        log: Logger | None = None,
         display: Display | None = None,
         log_every_s: float = LOG_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
         **context: Any,
     ):
+        """A pass doing `what` over `total` items (None: not known).
+
+        `log`: where progress lines go (the "progress" component's logger by default); `display`:
+        shown on every change; `log_every_s`: the least time between two progress lines; `clock`:
+        seconds, monotonic; `context`: fields every line carries, e.g. lake=.
+        """
         self.what = what
         self.total = total
         self.done = 0
@@ -101,9 +114,11 @@ class Progress:
         self._logged = False
 
     def state(self, finished: bool = False) -> State:
+        """The pass's state now."""
         return State(self.what, self.total, self.done, self.current, self._clock() - self._started, finished)
 
     def working_on(self, item: object) -> None:
+        """Name `item` as the one being worked on."""
         self.current = str(item)
         self._show()
 
@@ -117,19 +132,24 @@ class Progress:
             self._write("progress", state)
 
     def each(self, items: Iterable[T], name: Callable[[T], object] = str) -> Iterator[T]:
-        """The items one by one: each is named current while the caller works on it, and counted done
-        when the caller asks for the next one (or the loop ends)."""
+        """The items one by one, counted.
+
+        Each is named current while the caller works on it, and counted done when the caller asks
+        for the next one (or the loop ends).
+        """
         for item in items:
             self.working_on(name(item))
             yield item
             self.advance()
 
     def __enter__(self) -> Progress:
+        """Start the pass's clock and show it."""
         self._started = self._logged_at = self._clock()
         self._show()
         return self
 
-    def __exit__(self, kind, exc, tb) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Log the end of the pass, or where an exception stopped it."""
         if kind is None:
             state = self._show(finished=True)
             if self._logged or state.elapsed_s >= self._every:
@@ -163,14 +183,17 @@ def tracked(
     what: str,
     *,
     total: int | None = None,
-    log=None,
+    log: Logger | None = None,
     display: Display | None = None,
     name: Callable[[T], object] = str,
     **context: Any,
 ) -> Iterator[T]:
-    """`items` one by one, counted by a Progress of their own (total: len(items) when it has one):
-    for a loop that needs no code of its own around the pass, e.g.
-        for event_date in tracked(dates, "packing closed dates", log=log, display=display): ..."""
+    """`items` one by one, counted by a Progress of their own (total: len(items) when it has one).
+
+    For a loop that needs no code of its own around the pass, e.g.::
+
+        for event_date in tracked(dates, "packing closed dates", log=log, display=display): ...
+    """
     if total is None and isinstance(items, Sized):
         total = len(items)
     with Progress(what, total, log=log, display=display, **context) as progress:

@@ -26,9 +26,12 @@ MODULE = "tidemark.base.pyspark_daemon"
 
 
 def installed_copies(path: list[str]) -> list[str]:
-    """The entries of `path` that are Spark's zips (pyspark, py4j) inside an installed pyspark
-    package (`<site>/pyspark/python/lib/*.zip`), when `<site>` is on the path too and holds the
-    zipped module as a package of its own: every module in them is importable from there."""
+    """The entries of `path` that are Spark's zips of an installed pyspark package.
+
+    An entry counts when it is one of Spark's zips (pyspark, py4j) inside an installed pyspark
+    package (`<site>/pyspark/python/lib/*.zip`), `<site>` is on the path too and holds the zipped
+    module as a package of its own: every module in the zip is importable from there.
+    """
     on_path = {os.path.realpath(entry) for entry in path}  # a venv reached through a symlink is one folder
     found = []
     for entry in path:
@@ -49,9 +52,11 @@ def installed_copies(path: list[str]) -> list[str]:
 
 
 def main() -> None:
+    """Run PySpark's worker daemon with the installed package's copies of Spark's zips off sys.path."""
     for entry in installed_copies(sys.path):
         sys.path.remove(entry)
-    from pyspark import daemon  # after the path is settled: from the package, not the zip
+    # Imported only after the path is settled, so it comes from the package, not the zip.
+    from pyspark import daemon
 
     daemon.manager()  # reads the worker module from sys.argv, as `python -m pyspark.daemon` does
 

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from tidemark.base import pyspark_daemon
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 def session_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
-    """The Spark settings every tidemark session runs with (builder, and a Spark Connect server's
-    --conf: a Connect session, and every newSession() of it, starts from the server's)."""
+    """The Spark settings every tidemark session runs with.
+
+    Used by the builder, and as a Spark Connect server's --conf: a Connect session, and every
+    newSession() of it, starts from the server's.
+    """
     return {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions or os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS", 8)),
@@ -31,12 +38,12 @@ def session_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
 
 def build_session(
     app_name: str, master: str | None = None, shuffle_partitions: int | None = None, conf: dict[str, str] | None = None
-):
+) -> SparkSession:
     """Get or create the SparkSession. Under spark-submit the master comes from spark-submit.
 
     Timestamps are handled in UTC everywhere: event_date is the UTC date of a session's start.
     """
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # pyspark is heavy: imported only when a session is built
 
     builder = SparkSession.builder.appName(app_name)
     # spark-submit sets spark.master in the environment of the driver; only default when alone.
@@ -76,13 +83,16 @@ _CONNECT_RUNTIME = (
 )
 
 
-def connect_session(url: str, app_name: str = "tidemark"):
-    """A new Spark Connect session on the server at `url` (sc://host:port[/;params]): its own
-    temp views and settings, so concurrent runs on one server never share state. Only the client
+def connect_session(url: str, app_name: str = "tidemark") -> SparkSession:
+    """A new Spark Connect session on the server at `url` (sc://host:port[/;params]).
+
+    The session has its own temp views and settings, so concurrent runs on one server never share
+    state. Only the client
     runs here (no JVM): tidemark.deduplication.dedup works unchanged on it (no sparkContext, RDD or _jvm use).
     pyspark then marks the whole process as Connect (SPARK_CONNECT_MODE_ENABLED in os.environ,
-    inherited by child processes): use it in a process of its own, as the DAG's task does."""
-    from pyspark.sql import SparkSession
+    inherited by child processes): use it in a process of its own, as the DAG's task does.
+    """
+    from pyspark.sql import SparkSession  # pyspark is heavy: imported only when a session is built
 
     if not url.startswith("sc://"):
         raise ValueError(f"a Spark Connect URL starts with sc://, not {url.split('://')[0]!r}")

@@ -1,5 +1,6 @@
-"""UTC instants as RFC 3339 text with a "Z" suffix (what markers, notices, records and logs carry),
-and back. One spelling everywhere: `2026-03-07T20:15:00.123Z`.
+"""UTC instants as RFC 3339 text with a "Z" suffix, and back.
+
+Markers, notices, records and logs carry them. One spelling everywhere: `2026-03-07T20:15:00.123Z`.
 
 (The compact receipt_ts of partition folders, `20260307T201500123Z`, is tidemark.base.layout's.)
 """
@@ -24,8 +25,10 @@ def now_iso_z(timespec: str = "milliseconds") -> str:
 
 
 def parse_iso(text: str, default_utc: bool = False) -> datetime:
-    """RFC 3339 / ISO 8601 text ('...Z', '...z' or '...+02:00') -> an aware datetime. Text without an
-    offset is refused (ValueError), or taken as UTC with default_utc."""
+    """RFC 3339 / ISO 8601 text ('...Z', '...z' or '...+02:00') -> an aware datetime.
+
+    Text without an offset is refused (ValueError), or taken as UTC with default_utc.
+    """
     moment = datetime.fromisoformat(str(text).replace("Z", "+00:00").replace("z", "+00:00"))
     if moment.tzinfo is None:
         if not default_utc:

@@ -42,9 +42,9 @@ from tidemark.base.phases import Phases
 from tidemark.base.spark import build_session
 from tidemark.deduplication import buckets, changeset, incremental, recheck
 from tidemark.iceberg import changes, publish
-from tidemark.notices import corrected
+from tidemark.notices import corrected_delivery
 from tidemark.orchestration import obligations
-from tidemark.panes import packs, pane_reader, planning
+from tidemark.panes import pack_cache, pane_reader, planning
 from tidemark.panes.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
@@ -264,8 +264,8 @@ def _run(
     changes.ensure_after_commit(lake, outcome.current)
     phases.done("changes")
     # The corrected notice, recorded (not sent) in the process that committed, however the dedup
-    # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
-    corrected.record_after_commit(lake, outcome.current)
+    # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected_delivery.py).
+    corrected_delivery.record_after_commit(lake, outcome.current)
     phases.done("notice")
     version = outcome.current.version
     result = DedupResult(
@@ -407,27 +407,27 @@ def read_panes(
 
     Both as strings: the explicit schema also keeps Spark from inferring their types.
 
-    A date with many partitions needed is read from its best pack (tidemark/panes/packs.py) and the
+    A date with many partitions needed is read from its best pack (tidemark/panes/pack_cache.py) and the
     partitions that pack does not hold. `pack_date`: a date none of whose panes lo can drop (every
     pane of D ends after D's midnight); when PACK_AT of its partitions were read from their folders,
     a new pack of all its needed partitions is written from the panes read (a cache: a failure to
     write it is logged, not raised).
     """
-    packed, rest = packs.cover(lake, partitions, _PANES_SCHEMA)
+    packed, rest = pack_cache.cover(lake, partitions, _PANES_SCHEMA)
     parts = [_read_pack(spark, lake, pack, lo) for pack in packed]
     if rest or not parts:
         parts.append(_read_receipts(spark, lake, rest, lo))
     panes = reduce(lambda a, b: a.unionByName(b), parts)
-    if pack_date is not None and sum(p.event_date == pack_date for p in rest) >= packs.PACK_AT:
+    if pack_date is not None and sum(p.event_date == pack_date for p in rest) >= pack_cache.PACK_AT:
         own = [p.receipt_ts for p in partitions if p.event_date == pack_date]
         try:
-            packs.write(lake, pack_date, panes, own, _PANES_SCHEMA)
+            pack_cache.write(lake, pack_date, panes, own, _PANES_SCHEMA)
         except Exception as exc:  # noqa: BLE001 - a cache: the dedup goes on without it
             log.warning("pack not written", event_date=pack_date, error=f"{type(exc).__name__}: {exc}")
     return panes
 
 
-def _read_pack(spark: SparkSession, lake: Lake, pack: packs.Pack, lo: datetime) -> DataFrame:
+def _read_pack(spark: SparkSession, lake: Lake, pack: pack_cache.Pack, lo: datetime) -> DataFrame:
     """The panes of a pack that end at or after lo."""
     # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
     from pyspark.sql import functions as F

@@ -1,5 +1,7 @@
-"""A local Airflow 3 for tests and `tidemark up`: api-server, scheduler and dag-processor as three
-processes (each in its own process group), on 127.0.0.1, SQLite by default, LocalExecutor.
+"""A local Airflow 3 for tests and `tidemark up`.
+
+The api-server, scheduler and dag-processor run as three processes (each in its own process group),
+on 127.0.0.1, SQLite by default, LocalExecutor.
 
     server = AirflowServer(home, env={"TIDEMARK_LAKE": lake}).start()
     server.url, server.username, server.password     # REST: POST {url}/auth/token
@@ -23,18 +25,22 @@ Choices, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
+from typing import Any
 
 import requests
 
 from tidemark.base import names
 from tidemark.base.polling import wait_for
 from tidemark.devstack import process
+from tidemark.orchestration.airflow_api import AirflowClient, AirflowError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAGS_FOLDER = os.path.join(REPO, "dags")
@@ -47,18 +53,25 @@ def spark_connection_uri(master: str = "local[*]") -> str:
 
 
 class AirflowServer:
+    """Airflow's api-server, scheduler and dag-processor on 127.0.0.1, their files under `home`."""
+
     def __init__(
         self,
         home: str,
         port: int | None = None,
         db_url: str | None = None,
         dags_folder: str = DAGS_FOLDER,
-        env: dict | None = None,
+        env: dict[str, str] | None = None,
         username: str = "admin",
         parallelism: int = 2,
         spark_master: str = "local[*]",
         api_workers: int | None = None,
     ):
+        """An Airflow on `port` (a free one by default) with its metadata at `db_url` (SQLite by default).
+
+        `env` is added to every Airflow process's environment; `parallelism` caps running tasks;
+        `spark_master` is the Spark connection's master.
+        """
         self.home = os.path.abspath(home)
         self.port = port or process.free_port()
         self.db_url = db_url or f"sqlite:///{os.path.join(self.home, 'airflow.db')}"
@@ -79,6 +92,7 @@ class AirflowServer:
 
     @property
     def passwords_file(self) -> str:
+        """The simple auth manager's passwords file (mode 0600)."""
         return os.path.join(self.home, "simple_auth_manager_passwords.json")
 
     def _secret(self, name: str) -> str:
@@ -91,7 +105,7 @@ class AirflowServer:
         with open(path) as handle:
             return handle.read().strip()
 
-    def environment(self) -> dict:
+    def environment(self) -> dict[str, str]:
         """The environment every Airflow process (and an `airflow` CLI call) needs."""
         venv_bin = os.path.dirname(sys.executable)
         env = {
@@ -134,9 +148,11 @@ class AirflowServer:
 
     @property
     def password(self) -> str:
+        """The admin's password, made on first use."""
         self._write_passwords()
         with open(self.passwords_file) as handle:
-            return json.load(handle)[self.username]
+            passwords: dict[str, str] = json.load(handle)  # written by _write_passwords
+        return passwords[self.username]
 
     def _write_passwords(self) -> None:
         os.makedirs(self.home, exist_ok=True)
@@ -146,7 +162,7 @@ class AirflowServer:
         with os.fdopen(fd, "w") as handle:
             json.dump({self.username: secrets.token_urlsafe(18)}, handle)
 
-    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """Run `airflow <args>` against this home (e.g. `dags test`)."""
         return subprocess.run(
             [os.path.join(os.path.dirname(sys.executable), "airflow"), *args],
@@ -159,13 +175,16 @@ class AirflowServer:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def migrate(self) -> None:
+        """Create or upgrade the metadata database (`airflow db migrate`)."""
         started = time.monotonic()
         result = self.cli("db", "migrate", timeout=300)
         if result.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
         self.timings["db_migrate_s"] = round(time.monotonic() - started, 1)
 
-    def start(self, timeout: float = 180, components=COMPONENTS) -> AirflowServer:
+    def start(self, timeout: float = 180, components: Iterable[str] = COMPONENTS) -> AirflowServer:
+        """Start the `components` not running yet (migrating the database once) and wait until healthy."""
+        components = tuple(components)
         os.makedirs(self.home, exist_ok=True)
         self._write_passwords()
         if not os.path.exists(os.path.join(self.home, ".migrated")):
@@ -206,17 +225,19 @@ class AirflowServer:
         return self
 
     def pidfile(self, name: str) -> str:
+        """The pid file of component `name`, for another process to stop it."""
         return os.path.join(self.home, "run", f"{name}.pid")
 
-    def _healthy(self, components) -> bool:
+    def _healthy(self, components: Iterable[str]) -> bool:
         for managed in self.managed.values():
             if not managed.alive():
                 raise RuntimeError(f"{managed.name} exited; see {managed.log_path}:\n{process.tail(managed.log_path)}")
-        health = requests.get(f"{self.url}/api/v2/monitor/health", timeout=2).json()
+        health: dict[str, Any] = requests.get(f"{self.url}/api/v2/monitor/health", timeout=2).json()
         wanted = {"api-server": "metadatabase", "scheduler": "scheduler", "dag-processor": "dag_processor"}
         return all(health.get(wanted[c], {}).get("status") == "healthy" for c in components)
 
-    def stop(self, components=COMPONENTS) -> None:
+    def stop(self, components: Iterable[str] = COMPONENTS) -> None:
+        """Stop the `components` (and the task processes the scheduler started), the scheduler first."""
         # The scheduler first: it owns the LocalExecutor's workers. Each task process runs in a
         # process group of its own (measured: `airflow worker -- <ti id>` calls setsid), so its
         # spark-submit JVM would outlive the scheduler's group: end those groups too.
@@ -227,46 +248,44 @@ class AirflowServer:
                 process.stop(managed)
                 for pgid in task_groups:
                     process.stop_group(pgid)
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(self.pidfile(name))
-                except FileNotFoundError:
-                    pass
 
-    def client(self):
+    def client(self) -> AirflowClient:
         """A REST client logged in as the admin (cloud_function's client)."""
-        from tidemark.orchestration.airflow_api import AirflowClient
-
         return AirflowClient(self.url, "password", self.username, self.password)
 
-    def wait_for_dag(self, dag_id: str | None = None, timeout: float = 120) -> dict:
-        """Until the dag-processor has parsed `dag_id` (default names.DAG_ID); fails on an import
-        error instead of waiting it out."""
-        dag_id = dag_id or names.get("DAG_ID")
+    def wait_for_dag(self, dag_id: str | None = None, timeout: float = 120) -> dict[str, Any]:
+        """Wait until the dag-processor has parsed `dag_id` (default names.DAG_ID); returns the DAG's JSON.
+
+        Fails on an import error instead of waiting it out.
+        """
+        wanted = dag_id or names.get("DAG_ID")
         client = self.client()
-        found: dict = {}
+        found: dict[str, Any] = {}
 
         def parsed() -> bool:
             errors = client.import_errors()
             if errors:
                 raise RuntimeError(f"DAG import errors: {errors}")
-            found.update(client.get_dag(dag_id) or {})
+            found.update(client.get_dag(wanted) or {})
             return bool(found)
-
-        from tidemark.orchestration.airflow_api import AirflowError
 
         # RuntimeError (an import error) ends the wait; an api-server still busy is "not yet".
         wait_for(
             parsed,
             timeout,
-            f"DAG {dag_id} (parsed)",
+            f"DAG {wanted} (parsed)",
             interval=1,
             not_yet=(requests.RequestException, AirflowError, ValueError),
             detail=lambda: "; see " + self.managed.get("dag-processor", process.Managed("", 0, "")).log_path,
         )
         return found
 
-    def __enter__(self):
+    def __enter__(self) -> AirflowServer:
+        """Start Airflow."""
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
+        """Stop Airflow."""
         self.stop()

@@ -20,16 +20,19 @@ from tidemark.devstack import process
 
 
 class FunctionServer:
+    """A Cloud Function served by functions-framework on 127.0.0.1."""
+
     def __init__(
         self,
         source_dir: str,
         target: str = "on_notice",
         port: int | None = None,
-        env: dict | None = None,
+        env: dict[str, str] | None = None,
         signature_type: str = "cloudevent",
         isolated: bool = False,
         log_path: str | None = None,
     ):
+        """Serve `target` of `source_dir`/main.py; `isolated`: with the source folder alone on its path."""
         self.source_dir = os.path.abspath(source_dir)
         self.target = target
         self.port = port or process.free_port()
@@ -43,6 +46,7 @@ class FunctionServer:
         self.start_seconds: float | None = None
 
     def start(self, timeout: float = 60) -> FunctionServer:
+        """Start the server and wait until its port accepts connections."""
         binary = os.path.join(os.path.dirname(sys.executable), "functions-framework")
         argv = [
             binary,
@@ -75,19 +79,23 @@ class FunctionServer:
         return self
 
     def stop(self) -> None:
+        """Stop the server's process group."""
         if self.managed is not None:
             process.stop(self.managed)
             self.managed = None
 
     def log(self) -> str:
+        """The server's log so far ("" before it started)."""
         try:
             with open(self.log_path, encoding="utf-8", errors="replace") as handle:
                 return handle.read()
         except FileNotFoundError:
             return ""
 
-    def __enter__(self):
+    def __enter__(self) -> FunctionServer:
+        """Start the server."""
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
+        """Stop the server."""
         self.stop()

@@ -33,6 +33,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from typing import Any
 
 from tidemark.devstack import process
 
@@ -65,7 +66,7 @@ def available() -> bool:
     return os.geteuid() != 0 or _system_user() is not None
 
 
-def _system_user():
+def _system_user() -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam("postgres")
     except KeyError:
@@ -73,7 +74,10 @@ def _system_user():
 
 
 class PostgresServer:
+    """A PostgreSQL server on 127.0.0.1 holding Airflow's metadata database."""
+
     def __init__(self, home: str, port: int | None = None):
+        """A server on `port` (a free one by default); its password and log under `home`."""
         self.home = os.path.abspath(home)
         self.port = port or process.free_port()
         self.log_path = os.path.join(self.home, "postgres.log")
@@ -89,10 +93,12 @@ class PostgresServer:
 
     @property
     def password_file(self) -> str:
+        """The file holding the role's password (mode 0600)."""
         return os.path.join(self.home, ".password")
 
     @property
     def password(self) -> str:
+        """The role's password, made on first use."""
         os.makedirs(self.home, exist_ok=True)
         if not os.path.exists(self.password_file):
             fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -103,9 +109,11 @@ class PostgresServer:
 
     @property
     def db_url(self) -> str:
+        """Airflow's SQLAlchemy URL for the database."""
         return f"postgresql+psycopg2://{ROLE}:{self.password}@127.0.0.1:{self.port}/{DATABASE}"
 
-    def __repr__(self) -> str:  # never the password
+    def __repr__(self) -> str:
+        """Where the server is, never its password."""
         return f"PostgresServer(127.0.0.1:{self.port}, {self.data_dir})"
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -121,7 +129,13 @@ class PostgresServer:
         return binaries
 
     def init(self) -> None:
-        """initdb once (the data folder survives stop/start, as the SQLite file did)."""
+        """Make the data folder with initdb, once (it survives stop/start, as the SQLite file does)."""
+        user = _system_user() if self.as_root else None
+        if self.as_root and user is None:
+            # Checked before anything is written: PostgreSQL refuses to run as root.
+            raise RuntimeError(
+                "running as root, PostgreSQL needs the `postgres` system user (apt-get install postgresql)"
+            )
         if os.path.exists(os.path.join(self.data_dir, "PG_VERSION")):
             if os.path.exists(self.password_file):
                 return
@@ -137,8 +151,7 @@ class PostgresServer:
         fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(self.password + "\n")
-        if self.as_root:
-            user = _system_user()
+        if user is not None:
             os.chmod(os.path.dirname(parent), 0o755)  # SHARED_ROOT: traversable, not listable by others
             for path in (parent, pwfile):
                 os.chown(path, user.pw_uid, user.pw_gid)
@@ -168,6 +181,7 @@ class PostgresServer:
             raise RuntimeError(f"initdb failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
 
     def start(self, timeout: float = 60) -> PostgresServer:
+        """Make the data folder if needed, start the server, wait until it answers, make the database."""
         self.init()
         argv = self._as_server_user(
             [
@@ -190,8 +204,8 @@ class PostgresServer:
         self._ensure_database()
         return self
 
-    def _connect(self, database: str):
-        import psycopg2
+    def _connect(self, database: str) -> Any:  # a psycopg2 connection: psycopg2 ships no types
+        import psycopg2  # optional: available() checks for it
 
         return psycopg2.connect(
             host="127.0.0.1", port=self.port, user=ROLE, password=self.password, dbname=database, connect_timeout=2
@@ -213,12 +227,14 @@ class PostgresServer:
             conn.close()
 
     def healthy(self) -> bool:
+        """Whether the server accepts a connection."""
         try:
             return self._ready()
         except Exception:  # noqa: BLE001 - any failure to connect is "not healthy"
             return False
 
     def stop(self) -> None:
+        """Stop the server's process group (a smart shutdown first, up to 20 s)."""
         if self.managed is not None:
             process.stop(self.managed, grace=20.0)
             self.managed = None

@@ -9,6 +9,7 @@ members, descendants) come from psutil, not from parsing /proc by hand.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,10 +28,12 @@ def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]  # (host, port) for AF_INET; typed Any by typeshed
+        return port
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on host:port (half a second to answer)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
@@ -38,12 +41,15 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 @dataclass
 class Managed:
+    """A server started in its own process group: its name, the group's leader, its log and URL."""
+
     name: str
     pid: int
     log_path: str
     url: str = ""
 
     def alive(self) -> bool:
+        """Whether the leader runs (not exited, not a zombie)."""
         return pid_alive(self.pid)
 
 
@@ -58,6 +64,7 @@ def _running(proc: psutil.Process) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs (a zombie counts as gone)."""
     try:
         return _running(psutil.Process(pid))
     except psutil.NoSuchProcess:
@@ -65,8 +72,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def started_at(pid: int) -> float | None:
-    """The process's start time (seconds since the epoch, stable for its whole life): with the pid,
-    it tells our process from a later one that reused the pid. None when there is no such process."""
+    """The process's start time (seconds since the epoch, stable for its whole life).
+
+    With the pid, it tells our process from a later one that reused the pid. None when there is no such process.
+    """
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -86,15 +95,18 @@ def group_members(pgid: int) -> list[psutil.Process]:
 
 
 def descendant_groups(root: int) -> list[int]:
-    """Process groups, other than root's own, of root's live descendants (children that started
-    their own session, such as the task runners of Airflow's LocalExecutor)."""
+    """Process groups, other than root's own, of root's live descendants.
+
+    These are children that started their own session, such as the task runners of Airflow's
+    LocalExecutor.
+    """
     try:
         parent = psutil.Process(root)
         own = os.getpgid(root)
         children = parent.children(recursive=True)
     except (psutil.NoSuchProcess, ProcessLookupError):
         return []
-    groups = set()
+    groups: set[int] = set()
     for child in children:
         try:
             if _running(child):  # a zombie waiting for its parent needs no stopping
@@ -105,28 +117,36 @@ def descendant_groups(root: int) -> list[int]:
 
 
 def start(
-    name: str, argv: list[str], log_path: str, env: dict | None = None, cwd: str | None = None, url: str = ""
+    name: str,
+    argv: list[str],
+    log_path: str,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    url: str = "",
 ) -> Managed:
+    """Start `argv` in a new process group, its output appended to `log_path`; `env` adds to ours."""
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-    log = open(log_path, "ab")
-    proc = subprocess.Popen(
-        argv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        start_new_session=True,
-    )
-    log.close()
+    # The child holds its own copy of the log's descriptor: ours closes once it is started.
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+        )
     return Managed(name, proc.pid, log_path, url)
 
 
 def wait_until(
     check: Callable[[], bool], timeout: float, what: str, managed: Managed | None = None, interval: float = 0.25
 ) -> None:
-    """Poll `check` until true (any exception from it: not ready yet); fail fast (with the log's
-    tail) if the process died."""
+    """Poll `check` until true (any exception from it: not ready yet).
+
+    Fails fast (with the log's tail) if the process died.
+    """
 
     def died() -> None:
         if managed is not None and not managed.alive():
@@ -146,8 +166,10 @@ def wait_until(
 
 
 def wait_gone(pid: int, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for a process to exit (reaping it when it is our child); True
-    when it is gone."""
+    """Wait up to `timeout` seconds for a process to exit (reaping it when it is our child).
+
+    Returns True when it is gone.
+    """
     try:
         psutil.Process(pid).wait(timeout=timeout)
     except psutil.NoSuchProcess:
@@ -184,13 +206,12 @@ def stop_group(pgid: int, grace: float = 10.0) -> None:
 
 def _reap(pid: int) -> None:
     """Collect the leader's exit status when it is our child (a zombie until then)."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def tail(path: str, lines: int = 30) -> str:
+    """The last `lines` lines of a log (from its last 16 KiB); "(no log)" when there is none."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -201,12 +222,14 @@ def tail(path: str, lines: int = 30) -> str:
 
 
 def write_pidfile(path: str, managed: Managed) -> None:
+    """Record a started server in `path` (JSON), for another process to find and stop."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as handle:
         json.dump(asdict(managed), handle)
 
 
 def read_pidfile(path: str) -> Managed | None:
+    """The server a pid file records; None when it is missing or unreadable."""
     try:
         with open(path) as handle:
             return Managed(**json.load(handle))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from typing import Any
 
 import requests
 
@@ -30,10 +31,13 @@ START_TIMEOUT_S = 60.0
 
 
 def binary() -> str | None:
+    """The prometheus binary on the PATH, or None."""
     return shutil.which("prometheus")
 
 
 class PrometheusServer:
+    """A Prometheus server on 127.0.0.1 scraping `targets` and evaluating the SLO rules."""
+
     def __init__(
         self,
         home: str,
@@ -43,6 +47,7 @@ class PrometheusServer:
         scrape_interval: str = "15s",
         evaluation_interval: str = "15s",
     ):
+        """A server on `port` (a free one by default), its config and TSDB under `home`."""
         self.home = os.path.abspath(home)
         self.port = port or process.free_port()
         self.targets = dict(targets or {})
@@ -54,7 +59,7 @@ class PrometheusServer:
         self.log_path = os.path.join(self.home, "prometheus.log")
         self.managed: process.Managed | None = None
 
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         """prometheus.yml (JSON is YAML): one job per target group, the SLO rules."""
         return {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.evaluation_interval},
@@ -66,12 +71,14 @@ class PrometheusServer:
         }
 
     def write_config(self) -> str:
+        """Write prometheus.yml under `home`; returns its path."""
         os.makedirs(self.home, exist_ok=True)
         with open(self.config_path, "w") as handle:
             json.dump(self.config(), handle, indent=1)
         return self.config_path
 
     def argv(self) -> list[str]:
+        """The server's command line (RuntimeError without a prometheus binary)."""
         found = binary()
         if found is None:
             raise RuntimeError("no prometheus binary: apt-get install prometheus")
@@ -86,6 +93,7 @@ class PrometheusServer:
         ]
 
     def start(self, timeout: float = START_TIMEOUT_S) -> PrometheusServer:
+        """Start the server and wait until it is ready (stopped again on failure)."""
         self.write_config()
         if process.port_open(self.port):
             raise RuntimeError(f"port {self.port} is already in use; not starting Prometheus there")
@@ -98,40 +106,49 @@ class PrometheusServer:
         return self
 
     def healthy(self) -> bool:
+        """Whether /-/ready answers 200."""
         return requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200
 
     def stop(self) -> None:
+        """Stop the server's process group."""
         if self.managed is not None:
             process.stop(self.managed)
             self.managed = None
 
     # ---- the HTTP API ---------------------------------------------------------------------------
 
-    def _get(self, path: str, **params) -> dict:
+    def _get(self, path: str, **params: str) -> dict[str, Any]:
         response = requests.get(f"{self.url}{path}", params=params, timeout=10)
         response.raise_for_status()
-        return response.json()["data"]
+        data: dict[str, Any] = response.json()["data"]  # the API's JSON envelope: {"status", "data"}
+        return data
 
-    def alerts(self) -> list[dict]:
+    def alerts(self) -> list[dict[str, Any]]:
         """Alerts pending or firing now (each with labels, annotations, state, value)."""
-        return self._get("/api/v1/alerts")["alerts"]
+        alerts: list[dict[str, Any]] = self._get("/api/v1/alerts")["alerts"]
+        return alerts
 
-    def firing(self, alertname: str | None = None) -> list[dict]:
+    def firing(self, alertname: str | None = None) -> list[dict[str, Any]]:
+        """Alerts firing now, those named `alertname` when given."""
         return [
             a
             for a in self.alerts()
             if a["state"] == "firing" and (alertname is None or a["labels"].get("alertname") == alertname)
         ]
 
-    def query(self, expr: str) -> list[dict]:
-        return self._get("/api/v1/query", query=expr)["result"]
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query's result: one {metric, value} per series."""
+        result: list[dict[str, Any]] = self._get("/api/v1/query", query=expr)["result"]
+        return result
 
     def targets_health(self) -> dict[str, str]:
-        """job -> health of its first active target ("up", "down", "unknown")."""
+        """Each job's health: that of its first active target ("up", "down", "unknown")."""
         return {t["labels"]["job"]: t["health"] for t in self._get("/api/v1/targets")["activeTargets"]}
 
-    def __enter__(self):
+    def __enter__(self) -> PrometheusServer:
+        """Start the server."""
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
+        """Stop the server."""
         self.stop()

@@ -21,12 +21,24 @@ by accident when PUBSUB_EMULATOR_HOST is unset.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tidemark.base.polling import wait_for
 from tidemark.devstack import process
+
+if TYPE_CHECKING:
+    # google-cloud-pubsub ships no type information (these are Any to mypy); named for the reader.
+    import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
+    from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+    from google.pubsub_v1.types import ReceivedMessage, Subscription
+
+# The Google client libraries (google-cloud-pubsub, grpc: about 1 s to import) are imported inside
+# the functions that make a client, so that `tidemark status` and `down` do not pay for them.
 
 EMULATOR_BIN = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
 
@@ -51,6 +63,7 @@ class PubSubEmulator:
     """One emulator process. start() waits until its port accepts connections; stop() ends its group."""
 
     def __init__(self, data_dir: str, port: int | None = None, start_timeout: float = 60.0):
+        """An emulator keeping its log and pid file in `data_dir`, on `port` (a free one by default)."""
         self.data_dir = os.path.abspath(data_dir)
         self.port = port
         self.start_timeout = start_timeout
@@ -65,9 +78,11 @@ class PubSubEmulator:
 
     @property
     def pidfile(self) -> str:
+        """The pid file that lets another process stop this emulator."""
         return os.path.join(self.data_dir, "emulator.pid.json")
 
     def start(self) -> PubSubEmulator:
+        """Start the emulator (unless it runs) and wait until its port accepts connections."""
         if self.managed is not None and self.managed.alive():
             return self
         os.makedirs(self.data_dir, exist_ok=True)
@@ -94,34 +109,36 @@ class PubSubEmulator:
         return self
 
     def stop(self, grace: float = 10.0) -> None:
+        """Stop the emulator's process group and remove its pid file."""
         if self.managed is not None:
             process.stop(self.managed, grace)
             self.managed = None
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(self.pidfile)
-        except FileNotFoundError:
-            pass
 
     def alive(self) -> bool:
+        """Whether the emulator this object started runs."""
         return self.managed is not None and self.managed.alive()
 
     def __enter__(self) -> PubSubEmulator:
+        """Start the emulator."""
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
+        """Stop the emulator."""
         self.stop()
 
 
 # ---- clients bound to one emulator -------------------------------------------------------------
 
 
-def _channel(host: str):
-    import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
+def _channel(host: str) -> grpc.Channel:
+    import grpc
 
     return grpc.insecure_channel(host)
 
 
-def publisher_admin(host: str):
+def publisher_admin(host: str) -> PublisherClient:
     """A PublisherClient (topic admin and publishing) talking to the emulator at `host` only."""
     from google.cloud import pubsub_v1
     from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
@@ -129,7 +146,7 @@ def publisher_admin(host: str):
     return pubsub_v1.PublisherClient(transport=PublisherGrpcTransport(channel=_channel(host)))
 
 
-def subscriber_admin(host: str):
+def subscriber_admin(host: str) -> SubscriberClient:
     """A SubscriberClient (subscription admin and pull) talking to the emulator at `host` only."""
     from google.cloud import pubsub_v1
     from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
@@ -149,11 +166,9 @@ def ensure_topic(project: str, topic: str, host: str | None = None) -> str:
     from google.api_core import exceptions
 
     client = publisher_admin(_host(host))
-    path = client.topic_path(project, topic)
-    try:
+    path: str = client.topic_path(project, topic)
+    with contextlib.suppress(exceptions.AlreadyExists):
         client.create_topic(request={"name": path})
-    except exceptions.AlreadyExists:
-        pass
     return path
 
 
@@ -176,7 +191,7 @@ def ensure_subscription(
     from google.api_core import exceptions
 
     client = subscriber_admin(_host(host))
-    path = client.subscription_path(project, subscription)
+    path: str = client.subscription_path(project, subscription)
     request = {
         "name": path,
         "topic": f"projects/{project}/topics/{topic}",
@@ -191,17 +206,18 @@ def ensure_subscription(
             "dead_letter_topic": f"projects/{project}/topics/{dead_letter_topic}",
             "max_delivery_attempts": max_delivery_attempts,
         }
-    try:
+    with contextlib.suppress(exceptions.AlreadyExists):
         client.create_subscription(request=request)
-    except exceptions.AlreadyExists:
-        pass
     return path
 
 
-def get_subscription(project: str, subscription: str, host: str | None = None):
+def get_subscription(project: str, subscription: str, host: str | None = None) -> Subscription:
     """The stored Subscription (filter, push config, dead-letter policy) as the emulator keeps it."""
     client = subscriber_admin(_host(host))
-    return client.get_subscription(request={"subscription": client.subscription_path(project, subscription)})
+    found: Subscription = client.get_subscription(
+        request={"subscription": client.subscription_path(project, subscription)}
+    )
+    return found
 
 
 def pull(
@@ -211,14 +227,15 @@ def pull(
     max_messages: int = 100,
     timeout: float = 10.0,
     ack: bool = True,
-    client=None,
-) -> list:
+    client: SubscriberClient | None = None,
+) -> list[ReceivedMessage]:
     """One synchronous pull (ReceivedMessage list), acknowledged unless ack=False.
 
     An empty subscription holds the pull open for a few seconds (the emulator long-polls). A pull
     cut off by its deadline returns [] here, but the emulator may already have leased messages to
     it: those come back only after the subscription's ack deadline. So one empty pull proves
-    nothing; callers that expect messages use pull_until."""
+    nothing; callers that expect messages use pull_until.
+    """
     from google.api_core import exceptions
 
     client = client or subscriber_admin(_host(host))
@@ -233,15 +250,22 @@ def pull(
     return received
 
 
-def pull_until(project: str, subscription: str, done, host: str | None = None, timeout: float = 120.0) -> list:
+def pull_until(
+    project: str,
+    subscription: str,
+    done: Callable[[list[ReceivedMessage]], bool],
+    host: str | None = None,
+    timeout: float = 120.0,
+) -> list[ReceivedMessage]:
     """Pull (and ack) until `done(received so far)` is true; TimeoutError after `timeout` seconds.
 
     What a test that expects messages must use: a pull may return fewer messages than are
     waiting, or none, so "pull until a pull comes back empty" can stop before everything published
     has arrived. The default timeout outlasts an ack deadline (30 s), so messages leased to a pull
-    that timed out are redelivered in time."""
+    that timed out are redelivered in time.
+    """
     client = subscriber_admin(_host(host))
-    out: list = []
+    out: list[ReceivedMessage] = []
     deadline = time.monotonic() + timeout
 
     def received_enough() -> bool:
@@ -263,11 +287,15 @@ def pull_until(project: str, subscription: str, done, host: str | None = None, t
 
 def pull_all(
     project: str, subscription: str, host: str | None = None, idle_rounds: int = 2, timeout: float = 2.0
-) -> list:
-    """Pull (and ack) until `idle_rounds` pulls in a row return nothing: only for draining, or for
-    checking that nothing (more) arrives; to receive messages that were published, use pull_until."""
+) -> list[ReceivedMessage]:
+    """Pull (and ack) until `idle_rounds` pulls in a row return nothing.
+
+    Only for draining, or for checking that nothing (more) arrives; to receive messages that were
+    published, use pull_until.
+    """
     client = subscriber_admin(_host(host))
-    out, idle = [], 0
+    out: list[ReceivedMessage] = []
+    idle = 0
     while idle < idle_rounds:
         batch = pull(project, subscription, timeout=timeout, client=client)
         out.extend(batch)

@@ -17,6 +17,8 @@ import json
 import os
 import sys
 import urllib.request
+import zipfile
+from typing import Any
 
 from tidemark.base.polling import wait_for
 from tidemark.devstack import process
@@ -24,7 +26,7 @@ from tidemark.devstack import process
 
 def spark_home() -> str:
     """The pip-installed pyspark folder is a complete SPARK_HOME (bin/, jars/)."""
-    import pyspark
+    import pyspark  # heavy: only when a cluster is started
 
     return os.environ.get("SPARK_HOME") or os.path.dirname(os.path.abspath(pyspark.__file__))
 
@@ -34,6 +36,8 @@ class WorkerDied(RuntimeError):
 
 
 class SparkStandalone:
+    """A Spark standalone master and `workers` workers on `host`, their files under `work_dir`."""
+
     def __init__(
         self,
         work_dir: str,
@@ -43,6 +47,7 @@ class SparkStandalone:
         host: str = "127.0.0.1",
         start_timeout: float = 120.0,
     ):
+        """A cluster of `workers` workers of `cores` cores and `memory` each (not started yet)."""
         if workers < 1:
             raise ValueError("a cluster needs at least one worker")
         self.work_dir = os.path.abspath(work_dir)
@@ -57,17 +62,21 @@ class SparkStandalone:
 
     @property
     def master_url(self) -> str:
+        """spark://host:port of the started master."""
         if not self.port:
             raise RuntimeError("the cluster is not started")
         return f"spark://{self.host}:{self.port}"
 
     @property
     def webui_url(self) -> str:
+        """The master's web UI."""
         return f"http://{self.host}:{self.webui_port}"
 
     def env(self) -> dict[str, str]:
-        """Environment for the daemons and for spark-submit: everything under work_dir, loopback only,
-        and this interpreter (which has tidemark and its dependencies) for drivers and executors."""
+        """Environment for the daemons and for spark-submit.
+
+        Everything under work_dir, loopback only, and this interpreter (which has tidemark and its dependencies) for drivers and executors.
+        """
         home = spark_home()
         return {
             **os.environ,
@@ -83,6 +92,7 @@ class SparkStandalone:
         }
 
     def start(self) -> SparkStandalone:
+        """Start the master, then the workers; return once every worker is ALIVE (stopped on failure)."""
         env = self.env()
         for key in ("SPARK_LOG_DIR", "SPARK_PID_DIR", "SPARK_WORKER_DIR", "SPARK_LOCAL_DIRS", "SPARK_CONF_DIR"):
             os.makedirs(env[key], exist_ok=True)
@@ -156,16 +166,18 @@ class SparkStandalone:
                 )
         return self.alive_workers() >= self.workers
 
-    def status(self) -> dict | None:
+    def status(self) -> dict[str, Any] | None:
         """The master's own JSON status (its web UI's /json/), or None while it is not up."""
         if not self.webui_port or not process.port_open(self.webui_port, self.host):
             return None
         # Straight to loopback, never through an HTTP proxy from the environment.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(f"{self.webui_url}/json/", timeout=5) as response:
-            return json.load(response)
+            status: dict[str, Any] = json.load(response)
+        return status
 
     def alive_workers(self) -> int:
+        """Workers the master lists as ALIVE (0 while its UI does not answer)."""
         try:
             status = self.status() or {}
         except (OSError, ValueError):  # the master's UI is busy or restarting
@@ -204,15 +216,18 @@ class SparkStandalone:
         return "\n".join(f"--- {m.name} ({m.log_path})\n{process.tail(m.log_path, lines)}" for m in self._managed)
 
     def stop(self) -> None:
+        """Stop every daemon, workers first."""
         # Workers first, so the master does not spend its shutdown re-scheduling their executors.
         for managed in reversed(self._managed):
             process.stop(managed)
         self._managed.clear()
 
     def __enter__(self) -> SparkStandalone:
+        """Start the cluster."""
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
+        """Stop the cluster."""
         self.stop()
 
 
@@ -222,10 +237,10 @@ JOB_PACKAGES = ("tidemark", "streaming_job", "dedup_sql")
 
 
 def package_zip(dest: str, root: str | None = None) -> str:
-    """Zip the job's Python packages for `spark-submit --py-files` (what a cluster's nodes import;
-    on Dataproc, ship the tidemark wheel instead, see docs/production.md)."""
-    import zipfile
+    """Zip the job's Python packages for `spark-submit --py-files`: what a cluster's nodes import.
 
+    On Dataproc, ship the tidemark wheel instead (docs/production.md).
+    """
     root = root or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as archive:

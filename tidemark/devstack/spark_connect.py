@@ -24,19 +24,24 @@ import json
 import os
 import sys
 
+from tidemark.base.spark import session_settings
 from tidemark.devstack import process
 
 START_TIMEOUT_S = 180.0
 
 
 def spark_home() -> str:
-    import pyspark
+    """The installed pyspark package's folder: a SPARK_HOME with sbin/ and jars/."""
+    import pyspark  # heavy: only when a server is started
 
     return os.path.dirname(os.path.abspath(pyspark.__file__))
 
 
 class SparkConnectServer:
+    """A Spark Connect server on 127.0.0.1, its files under `home`."""
+
     def __init__(self, home: str, port: int | None = None, master: str = "local[2]"):
+        """A server on `port` (a free one by default) running its driver on `master`."""
         self.home = os.path.abspath(home)
         self.port = port or process.free_port()
         self.master = master
@@ -45,8 +50,7 @@ class SparkConnectServer:
         self.managed: process.Managed | None = None
 
     def argv(self) -> list[str]:
-        from tidemark.base.spark import session_settings
-
+        """The start script's command line, with tidemark's session settings as --conf."""
         settings = {
             **session_settings(),
             "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -65,7 +69,8 @@ class SparkConnectServer:
             argv += ["--conf", f"{key}={value}"]
         return argv
 
-    def environment(self) -> dict:
+    def environment(self) -> dict[str, str]:
+        """The start script's environment (added to ours)."""
         return {
             "SPARK_HOME": spark_home(),
             "SPARK_CONF_DIR": os.path.join(self.home, "conf"),
@@ -79,6 +84,7 @@ class SparkConnectServer:
         }
 
     def start(self, timeout: float = START_TIMEOUT_S) -> SparkConnectServer:
+        """Start the server and wait until its gRPC port accepts connections (stopped again on failure)."""
         for sub in ("logs", "run", "scratch", "conf"):
             os.makedirs(os.path.join(self.home, sub), exist_ok=True)
         with open(os.path.join(self.home, "conf", "log4j2.properties"), "w") as handle:
@@ -96,9 +102,11 @@ class SparkConnectServer:
         return self
 
     def healthy(self) -> bool:
+        """Whether the gRPC port accepts connections."""
         return process.port_open(self.port)
 
     def stop(self) -> None:
+        """Stop the server's process group."""
         if self.managed is not None:
             process.stop(self.managed)
             self.managed = None
@@ -107,10 +115,12 @@ class SparkConnectServer:
         """AIRFLOW_CONN_SPARK_DEFAULT for this server: the DAG's dedup then runs as its client."""
         return connection_json(self.port)
 
-    def __enter__(self):
+    def __enter__(self) -> SparkConnectServer:
+        """Start the server."""
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
+        """Stop the server."""
         self.stop()
 
 
@@ -129,6 +139,8 @@ logger.connect.level = info
 
 
 def connection_json(port: int, host: str = "127.0.0.1") -> str:
-    """An Airflow connection (JSON form) of type spark_connect (the Spark provider's
-    SparkConnectHook builds sc://host:port from it)."""
+    """An Airflow connection (JSON form) of type spark_connect.
+
+    The Spark provider's SparkConnectHook builds sc://host:port from it.
+    """
     return json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)})

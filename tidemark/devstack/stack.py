@@ -28,12 +28,14 @@ single writer, BENCHMARKS.md section 2) when it is installed at the first `up`, 
 The Spark Connect server (tidemark/devstack/spark_connect.py) is the DAG's warm Spark: Airflow gets
 AIRFLOW_CONN_SPARK_DEFAULT of type spark_connect naming it, so each dedup run is a client of it
 instead of a spark-submit (`tidemark up --spark-submit` keeps the spark-submit per run). It starts
-before Airflow and stops after it. The emulator keeps topics in memory, so every `up` recreates them (idempotently); notices the
-stream owed while it was down are in the lake's outbox and are published when it starts again.
+before Airflow and stops after it. The emulator keeps topics in memory, so every `up` recreates
+them (idempotently); notices the stream owed while it was down are in the lake's outbox and are
+published when it starts again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -42,17 +44,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import requests
 import tenacity
 
 from tidemark.base import names
 from tidemark.base.logs import read_log_lines
-from tidemark.devstack import process
+from tidemark.devstack import postgres, process
+from tidemark.devstack import pubsub_emulator as ps
+from tidemark.devstack.airflow import AirflowServer
+from tidemark.devstack.function import FunctionServer
+from tidemark.devstack.postgres import PostgresServer
+from tidemark.devstack.prometheus import PrometheusServer
+from tidemark.devstack.prometheus import binary as prometheus_binary
+from tidemark.devstack.pubsub_emulator import PubSubEmulator
+from tidemark.devstack.spark_connect import SparkConnectServer, connection_json
+from tidemark.notices import corrected_notice
+from tidemark.ops import function_bundle
 from tidemark.session import rules_record
 from tidemark.store import storage
 from tidemark.store.lake import Lake
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPONENTS = ("pubsub", "spark-connect", "airflow", "function", "stream", "exporter", "prometheus")
@@ -80,6 +95,7 @@ class StackError(RuntimeError):
     """A component failed: says which one and where its log is."""
 
     def __init__(self, component: str, message: str, log_path: str | None = None):
+        """`component` failed with `message`; `log_path` says where to look."""
         self.component = component
         self.log_path = log_path
         where = f" (log: {log_path})" if log_path else ""
@@ -98,7 +114,7 @@ class StackSettings:
     # Airflow's metadata database when db_url is not given: "postgres" (the stack's own, started
     # and stopped with it) or "sqlite" (PostgreSQL not installed; homes from before it existed).
     metadata_db: str = "sqlite"
-    ports: dict = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
     trigger_interval: str = "5s"
     master: str = "local[2]"
     notice_coalesce: str | None = None
@@ -119,18 +135,45 @@ class StackSettings:
 
     @property
     def topic(self) -> str:
+        """The availability topic's path in the emulator's project."""
         return names.topic_path(self.project, names.get("AVAILABILITY_TOPIC"))
 
     @property
     def corrected_topic(self) -> str:
+        """The corrected topic's path in the emulator's project."""
         return names.topic_path(self.project, names.get("CORRECTED_TOPIC"))
 
 
 # ---- process records ----------------------------------------------------------------------------
 
 
+class UpOptions(TypedDict, total=False):
+    """The options of `Stack.up` that it passes on to `Stack.configure`."""
+
+    lake: str | None
+    landing: str | None
+    checkpoint: str | None
+    db_url: str | None
+    ports: dict[str, int | None] | None
+    project: str | None
+    trigger_interval: str | None
+    notice_coalesce: str | None
+    spark_connect: bool | None
+
+
+class Stopped(TypedDict):
+    """What `down` did to one process record."""
+
+    component: str
+    pid: int
+    stopped: bool  # False: it was not running (only its stale record was removed)
+    seconds: float
+
+
 @dataclass
 class Record:
+    """One process group a stack started: with its start time, it names that process and no other."""
+
     name: str
     pid: int
     started: float | None  # process.started_at: with the pid, tells our process from a reused pid
@@ -146,7 +189,10 @@ class Record:
 
 
 class Stack:
+    """The local stack whose state lives in `home`: `up`, `status` and `down`."""
+
     def __init__(self, home: str = ".tidemark"):
+        """The stack of state folder `home` (nothing is read or started yet)."""
         self.home = os.path.abspath(home)
         self.run_dir = os.path.join(self.home, "run")
         self.logs_dir = os.path.join(self.home, "logs")
@@ -156,6 +202,7 @@ class Stack:
     # -- settings ---------------------------------------------------------------------------------
 
     def settings(self) -> StackSettings | None:
+        """The settings the first `up` stored; None before it."""
         payload = storage.read_json(self.state_path) if os.path.exists(self.state_path) else None
         return None if payload is None else StackSettings(**payload)
 
@@ -172,7 +219,7 @@ class Stack:
         landing: str | None = None,
         checkpoint: str | None = None,
         db_url: str | None = None,
-        ports: dict | None = None,
+        ports: dict[str, int | None] | None = None,
         project: str | None = None,
         trigger_interval: str | None = None,
         notice_coalesce: str | None = None,
@@ -202,8 +249,6 @@ class Stack:
                 spark_connect=True if spark_connect is None else spark_connect,
                 archive=os.path.join(self.home, "archive"),
             )
-            from tidemark.devstack import postgres
-
             current.metadata_db = "postgres" if db_url is None and postgres.available() else "sqlite"
             if not current.spark_connect:
                 current.airflow_parallelism = current.max_active_runs = 2
@@ -242,6 +287,7 @@ class Stack:
         return record
 
     def record(self, name: str) -> Record | None:
+        """The record of process `name`; None when there is none (or it is unreadable)."""
         try:
             with open(self._record_path(name)) as handle:
                 return Record(**json.load(handle))
@@ -249,22 +295,31 @@ class Stack:
             return None
 
     def records(self) -> dict[str, Record]:
+        """Every process record, in stop order."""
         return {name: r for name in STOP_ORDER if (r := self.record(name)) is not None}
 
     def running(self) -> dict[str, Record]:
+        """The recorded processes still running."""
         return {name: r for name, r in self.records().items() if r.alive()}
 
     # -- up ---------------------------------------------------------------------------------------
 
     def up(
-        self, say: Callable[[str], None] = lambda _: None, timeout: float = 600, rules: dict | None = None, **options
+        self,
+        say: Callable[[str], None] = lambda _: None,
+        timeout: float = 600,
+        rules: dict[str, Any] | None = None,
+        **options: Unpack[UpOptions],
     ) -> StackSettings:
-        """Start whatever is not running yet; returns the settings. On failure, stops what this
-        call started and raises StackError naming the component and its log.
+        """Start whatever is not running yet; returns the settings.
+
+        On failure, stops what this call started and raises StackError naming the component and its
+        log. `options` are configure's.
 
         `rules` ({name: timedelta}, from `tidemark up --gap ...`): session rules for a new lake,
         recorded in it before anything starts; the stream and the DAG then read them from the lake.
-        Rules that disagree with the lake's record raise RulesMismatch, with nothing started."""
+        Rules that disagree with the lake's record raise RulesMismatch, with nothing started.
+        """
         _check_db_driver(options.get("db_url"))  # before anything is written
         settings = self.configure(**options)
         _check_db_driver(settings.db_url)
@@ -298,7 +353,7 @@ class Stack:
             raise
         return settings
 
-    def _step(self, name: str, say, action, started: list) -> None:
+    def _step(self, name: str, say: Callable[[str], None], action: Callable[[], None], started: list[str]) -> None:
         say(f"starting {name}")
         began = time.monotonic()
         started.append(name)
@@ -307,8 +362,6 @@ class Stack:
         say(f"{name} ready in {self.timings[name]:.1f}s")
 
     def _start_pubsub(self, settings: StackSettings, timeout: float) -> None:
-        from tidemark.devstack.pubsub_emulator import PubSubEmulator
-
         emulator = PubSubEmulator(
             os.path.join(self.home, "pubsub"), port=settings.ports["pubsub"], start_timeout=timeout
         )
@@ -320,9 +373,8 @@ class Stack:
         assert emulator.managed is not None  # started above
         self._write_record(emulator.managed, "pubsub")
 
-    def spark_connect(self, settings: StackSettings | None = None):
-        from tidemark.devstack.spark_connect import SparkConnectServer
-
+    def spark_connect(self, settings: StackSettings | None = None) -> SparkConnectServer:
+        """The stack's Spark Connect server (started or not)."""
         settings = settings or self.required_settings()
         return SparkConnectServer(
             os.path.join(self.home, "spark-connect"), port=settings.ports["spark-connect"], master=settings.master
@@ -334,16 +386,15 @@ class Stack:
             server.start(timeout=timeout)
         except Exception as exc:
             raise StackError("spark-connect", str(exc).splitlines()[0], server.log_path) from exc
+        assert server.managed is not None  # started above
         self._write_record(server.managed, "spark-connect")
 
     def emulator_host(self, settings: StackSettings | None = None) -> str:
+        """host:port of the stack's Pub/Sub emulator (PUBSUB_EMULATOR_HOST)."""
         settings = settings or self.required_settings()
         return f"127.0.0.1:{settings.ports['pubsub']}"
 
     def _ensure_topics(self, settings: StackSettings) -> None:
-        from tidemark.devstack import pubsub_emulator as ps
-        from tidemark.notices import corrected_notice
-
         try:
             ps.ensure_topic(settings.project, names.get("AVAILABILITY_TOPIC"), host=self.emulator_host(settings))
             # The corrected topic and its example subscription (docs/notices.md), which keeps the
@@ -362,8 +413,6 @@ class Stack:
             ) from exc
 
     def _ensure_push(self, settings: StackSettings) -> None:
-        from tidemark.devstack import pubsub_emulator as ps
-
         ps.ensure_subscription(
             settings.project,
             names.get("FUNCTION_SUBSCRIPTION"),
@@ -373,9 +422,8 @@ class Stack:
             host=self.emulator_host(settings),
         )
 
-    def postgres(self, settings: StackSettings | None = None):
-        from tidemark.devstack.postgres import PostgresServer
-
+    def postgres(self, settings: StackSettings | None = None) -> PostgresServer:
+        """The stack's PostgreSQL for Airflow's metadata (started or not)."""
         settings = settings or self.required_settings()
         return PostgresServer(os.path.join(self.home, "postgres"), port=settings.ports["postgres"])
 
@@ -391,16 +439,17 @@ class Stack:
             if server.managed is not None:
                 self._write_record(server.managed, "postgres")
             raise StackError("postgres", str(exc)[:2000], server.log_path) from exc
+        assert server.managed is not None  # started above
         self._write_record(server.managed, "postgres")
 
     def airflow_db_url(self, settings: StackSettings) -> str | None:
+        """Airflow's metadata database URL: given, the stack's PostgreSQL, or None (SQLite)."""
         if settings.db_url:
             return settings.db_url
         return self.postgres(settings).db_url if settings.metadata_db == "postgres" else None
 
-    def airflow(self, settings: StackSettings | None = None):
-        from tidemark.devstack.airflow import AirflowServer
-
+    def airflow(self, settings: StackSettings | None = None) -> AirflowServer:
+        """The stack's Airflow (started or not), configured for the lake and the emulator."""
         settings = settings or self.required_settings()
         env = {
             "TIDEMARK_LAKE": settings.lake,
@@ -412,8 +461,6 @@ class Stack:
             "TIDEMARK_CORRECTED_TOPIC_PATH": settings.corrected_topic,
         }
         if settings.spark_connect:
-            from tidemark.devstack.spark_connect import connection_json
-
             env["AIRFLOW_CONN_SPARK_DEFAULT"] = connection_json(settings.ports["spark-connect"])
         return AirflowServer(
             os.path.join(self.home, "airflow"),
@@ -423,7 +470,7 @@ class Stack:
             env=env,
         )
 
-    def _start_airflow(self, settings: StackSettings, timeout: float, running: dict) -> None:
+    def _start_airflow(self, settings: StackSettings, timeout: float, running: dict[str, Record]) -> None:
         server = self.airflow(settings)
         # A partial Airflow (one process died): stop the rest and start all three afresh.
         self._stop_names([n for n in running if n.startswith("airflow-")])
@@ -445,13 +492,11 @@ class Stack:
             raise StackError("airflow", str(exc)[:2000], os.path.join(server.home, "logs")) from exc
 
     def function_url(self, settings: StackSettings | None = None) -> str:
+        """The function's URL: the push endpoint of the availability subscription."""
         settings = settings or self.required_settings()
         return f"http://127.0.0.1:{settings.ports['function']}/"
 
     def _start_function(self, settings: StackSettings, timeout: float) -> None:
-        from tidemark.devstack.function import FunctionServer
-        from tidemark.ops import function_bundle
-
         bundle = function_bundle.build(os.path.join(self.home, "function", "bundle"))
         server = self.airflow(settings)
         # The function reads the password from a file (as from Secret Manager), never from argv.
@@ -481,6 +526,7 @@ class Stack:
         self._write_record(function.managed, "function")
 
     def stream_argv(self, settings: StackSettings) -> list[str]:
+        """The stream's command line (`tidemark stream` on the stack's folders and topic)."""
         argv = [
             os.path.join(os.path.dirname(sys.executable), "tidemark"),
             "stream",
@@ -508,6 +554,7 @@ class Stack:
     # -- metrics: the lake's exporter and Prometheus (docs/metrics.md) --------------------------------
 
     def exporter_argv(self, settings: StackSettings) -> list[str]:
+        """The exporter's command line (`tidemark exporter` on the stack's lake)."""
         return [
             os.path.join(os.path.dirname(sys.executable), "tidemark"),
             "exporter",
@@ -535,9 +582,8 @@ class Stack:
         except Exception as exc:
             raise StackError("exporter", str(exc).splitlines()[0], log_path) from exc
 
-    def prometheus(self, settings: StackSettings | None = None):
-        from tidemark.devstack.prometheus import PrometheusServer
-
+    def prometheus(self, settings: StackSettings | None = None) -> PrometheusServer:
+        """The stack's Prometheus (started or not), scraping the exporter and the stream."""
         settings = settings or self.required_settings()
         return PrometheusServer(
             os.path.join(self.home, "prometheus"),
@@ -554,6 +600,7 @@ class Stack:
             server.start(timeout=min(timeout, 120))
         except Exception as exc:
             raise StackError("prometheus", str(exc).splitlines()[0], server.log_path) from exc
+        assert server.managed is not None  # started above
         self._write_record(server.managed, "prometheus")
 
     def _start_stream(self, settings: StackSettings, timeout: float) -> None:
@@ -578,12 +625,12 @@ class Stack:
 
     # -- down -------------------------------------------------------------------------------------
 
-    def down(self, say: Callable[[str], None] = lambda _: None) -> list[dict]:
+    def down(self, say: Callable[[str], None] = lambda _: None) -> list[Stopped]:
         """Stop every process this home's records name (and only those); returns what was done."""
         return self._stop_names(list(STOP_ORDER), say)
 
-    def _stop_names(self, wanted: list[str], say=lambda _: None) -> list[dict]:
-        done = []
+    def _stop_names(self, wanted: list[str], say: Callable[[str], None] = lambda _: None) -> list[Stopped]:
+        done: list[Stopped] = []
         for name in STOP_ORDER:
             if name not in wanted:
                 continue
@@ -620,20 +667,21 @@ class Stack:
         }
         for name in wanted:
             if name in launcher_pidfiles and self.record(name) is None:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(launcher_pidfiles[name])
-                except FileNotFoundError:
-                    pass
         return done
 
     # -- status -----------------------------------------------------------------------------------
 
-    def status(self) -> list[dict]:
-        """One row per component: name, state (running / stopped / unhealthy), pid, url, log, detail."""
+    def status(self) -> list[dict[str, Any]]:
+        """One row per component: name, state (running / stopped / unhealthy), pid, url, log, detail.
+
+        Plain dicts: `tidemark status` prints them as a table or as JSON lines.
+        """
         settings = self.settings()
         if settings is None:
             return []
-        rows = []
+        rows: list[dict[str, Any]] = []
         pubsub = self.record("pubsub")
         rows.append(
             self._row(
@@ -648,10 +696,8 @@ class Stack:
         server = self.airflow(settings)
         airflow_health = _AirflowHealth(server.url)
         login = ""
-        try:
+        with contextlib.suppress(FileNotFoundError, KeyError, ValueError):
             login = f"login {server.username} / {server.password}"
-        except (FileNotFoundError, KeyError, ValueError):
-            pass
         if settings.metadata_db == "postgres" and not settings.db_url:
             pg = self.postgres(settings)
             rows.append(
@@ -722,18 +768,20 @@ class Stack:
                     "tidemark exporter",
                 )
             )
-        from tidemark.devstack.prometheus import binary
-
         # Not installed: `up` skipped it (and said so), so no "stopped" row makes `status` exit 3.
-        if "prometheus" in settings.ports and (binary() is not None or self.record("prometheus")):
-            server = self.prometheus(settings)
+        if "prometheus" in settings.ports and (prometheus_binary() is not None or self.record("prometheus")):
+            watcher = self.prometheus(settings)
             rows.append(
-                self._row("prometheus", self.record("prometheus"), server.url, server.healthy, _alerts_detail(server))
+                self._row(
+                    "prometheus", self.record("prometheus"), watcher.url, watcher.healthy, _alerts_detail(watcher)
+                )
             )
         return rows
 
     @staticmethod
-    def _row(component: str, record: Record | None, url: str, healthy: Callable[[], bool], detail: str) -> dict:
+    def _row(
+        component: str, record: Record | None, url: str, healthy: Callable[[], bool], detail: str
+    ) -> dict[str, Any]:
         state = "stopped"
         if record is not None and record.alive():
             try:
@@ -781,8 +829,10 @@ def _rules_of(lake: Lake) -> str:
 
 
 def _logged_since(path: str, offset: int, event: str) -> bool:
-    """Whether the component logged the structured line `event` after byte `offset` of its log (the
-    log of an earlier start is ignored)."""
+    """Whether the component logged the structured line `event` after byte `offset` of its log.
+
+    The log of an earlier start is ignored.
+    """
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
@@ -802,18 +852,18 @@ def last_batch(record: Record | None) -> str:
     return "no batch committed yet"
 
 
-def _has_prometheus(say) -> bool:
-    """Whether Debian's prometheus is installed; without it the stack runs unwatched (said, not fatal:
-    every other component works the same)."""
-    from tidemark.devstack.prometheus import binary
+def _has_prometheus(say: Callable[[str], None]) -> bool:
+    """Whether Debian's prometheus is installed.
 
-    if binary() is None:
+    Without it the stack runs unwatched (said, not fatal: every other component works the same).
+    """
+    if prometheus_binary() is None:
         say("prometheus is not installed (apt-get install prometheus): starting without it")
         return False
     return True
 
 
-def _alerts_detail(server) -> str:
+def _alerts_detail(server: PrometheusServer) -> str:
     """'firing: TidemarkEventDateStale (2026-03-07)' or 'no alert firing' (what on call asks first)."""
     try:
         firing = server.firing()
@@ -832,30 +882,38 @@ def _alerts_detail(server) -> str:
 
 class _AirflowHealth:
     """Airflow's /api/v2/monitor/health, asked once per status (its three rows read one answer).
+
     Patient: on a loaded machine the api-server can take seconds to answer, and a slow answer is
-    not an unhealthy one (a refused connection still fails at once)."""
+    not an unhealthy one (a refused connection still fails at once).
+    """
 
     def __init__(self, url: str, timeout: float = 10.0):
         self.url = url
         self.timeout = timeout
-        self._answer: dict | None = None
+        self._answer: dict[str, Any] | None = None
 
     def healthy(self, key: str) -> bool:
+        """Whether Airflow reports `key` (metadatabase, scheduler, dag_processor) healthy."""
         if self._answer is None:
             self._answer = self._fetch()
-        return self._answer.get(key, {}).get("status") == "healthy"
+        return bool(self._answer.get(key, {}).get("status") == "healthy")
 
-    def _fetch(self) -> dict:
+    def _fetch(self) -> dict[str, Any]:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(requests.Timeout), stop=tenacity.stop_after_attempt(2), reraise=True
         )
-        return retrying(lambda: requests.get(f"{self.url}/api/v2/monitor/health", timeout=self.timeout).json())
+        answer: dict[str, Any] = retrying(
+            lambda: requests.get(f"{self.url}/api/v2/monitor/health", timeout=self.timeout).json()
+        )
+        return answer
 
 
 def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:
-    """SIGTERM to the stream's Python process only: it finishes the micro-batch under way and
-    flushes its notices, then exits (its JVM with it). Signalling the whole group would kill the
-    JVM mid-batch. What is left of the group after that (or after `grace`) is stopped by group."""
+    """SIGTERM to the stream's Python process only, then what is left of its group.
+
+    The stream finishes the micro-batch under way and flushes its notices, then exits (its JVM with it). Signalling the whole group would kill the
+    JVM mid-batch. What is left of the group after that (or after `grace`) is stopped by group.
+    """
     try:
         os.kill(record.pid, signal.SIGTERM)
     except ProcessLookupError:

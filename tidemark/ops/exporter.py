@@ -13,20 +13,27 @@ them: one place to change an objective.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tidemark.ops import metrics
 from tidemark.ops.health import LakeObserver, Objectives
+from tidemark.ops.metrics import Observations
+from tidemark.orchestration.reconcile import RunState
 from tidemark.store.lake import Lake
 
 
 class LakeExporter:
+    """The lake's gauges and the SLO objectives, served for Prometheus from one cached reading."""
+
     def __init__(
         self,
         lake: Lake,
         objectives: Objectives | None = None,
         refresh: float = 60.0,
-        run_state=None,
+        run_state: RunState | None = None,
         max_attempts: int | None = None,
     ):
+        """Export `lake`'s gauges, read at most every `refresh` seconds (LakeObserver's arguments)."""
         self.lake = lake
         self.objectives = objectives or Objectives()
         self.observer = LakeObserver(lake, refresh, run_state, max_attempts)
@@ -35,20 +42,20 @@ class LakeExporter:
         """The observable gauges; each callback reads the observer's cached reading only."""
         read = self.observer.reading
 
-        def staleness():
+        def staleness() -> Observations:
             reading = read()
             return [] if reading is None else [(d.age_s, {"tidemark.event_date": d.event_date}) for d in reading.stale]
 
-        def stale_dates():
+        def stale_dates() -> Observations:
             reading = read()
             return [] if reading is None else [(len(reading.stale), {})]
 
-        def given_up():
+        def given_up() -> Observations:
             reading = read()
             return [] if reading is None or reading.given_up is None else [(len(reading.given_up), {})]
 
-        def owed(index):
-            def values():
+        def owed(index: int) -> Callable[[], Observations]:
+            def values() -> Observations:
                 reading = read()
                 return (
                     []
@@ -60,7 +67,7 @@ class LakeExporter:
 
             return values
 
-        def observed():
+        def observed() -> Observations:
             reading = read()
             return [] if reading is None else [(reading.at, {})]
 
@@ -75,6 +82,7 @@ class LakeExporter:
         )
 
     def start(self, port: int, host: str = "127.0.0.1") -> LakeExporter:
+        """Register the gauges, start the observer's thread and serve /metrics on host:port."""
         metrics.configure(prometheus=True, service="tidemark-exporter")
         self.register()
         self.observer.start()
@@ -82,5 +90,6 @@ class LakeExporter:
         return self
 
     def stop(self) -> None:
+        """Stop the observer and the metrics server."""
         self.observer.stop()
         metrics.shutdown()

@@ -57,6 +57,7 @@ print(json.dumps({{n: getattr(m, "__file__", None) for n, m in sys.modules.items
 
 
 def build(out: str) -> str:
+    """Build the bundle at `out` (staged beside it, then swapped in); returns its absolute path."""
     out = os.path.abspath(out)
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
@@ -75,9 +76,12 @@ def build(out: str) -> str:
     return out
 
 
-def check(out: str, python: str = sys.executable) -> dict:
-    """Import main.py from the bundle in a fresh interpreter; raise unless every first-party
-    module came from the bundle. Returns {module: file}."""
+def check(out: str, python: str = sys.executable) -> dict[str, str | None]:
+    """Import main.py from the bundle in a fresh interpreter.
+
+    Raises unless every first-party module came from the bundle. Returns {module: file} (None for a
+    module without a file, such as a namespace package).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = out
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the bundle exactly as built
@@ -85,7 +89,7 @@ def check(out: str, python: str = sys.executable) -> dict:
     proc = subprocess.run([python, "-c", _PROBE], cwd=out, env=env, capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         raise RuntimeError(f"the bundle in {out} does not import:\n{proc.stderr[-2000:]}")
-    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    loaded: dict[str, str | None] = json.loads(proc.stdout.strip().splitlines()[-1])
     outside = {n: f for n, f in loaded.items() if f is not None and not os.path.abspath(f).startswith(out + os.sep)}
     if outside:
         raise RuntimeError(f"the bundle imports first-party modules from outside {out}: {outside}")

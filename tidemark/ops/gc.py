@@ -1,10 +1,13 @@
-"""Garbage collection of the deduplicated table: the table's upkeep (publish.maintain: manifests merged
-by month of event date, an older table's per-date properties migrated), expire old snapshots, then
-remove the files that no remaining snapshot references (superseded versions, runs killed before
-their commit, runs whose commit was refused, old Iceberg metadata; in a run folder later versions
-still take files from (tidemark/deduplication/buckets.py), the bucket files they replaced and the
-superseded run's context), and prune the receipt index's arrival entries that
-reconciliation no longer reads, and remove the packs no reader will use (tidemark/panes/packs.py). Scheduled daily by dags/tidemark_maintenance.py.
+"""Garbage collection of the deduplicated table and the lake's caches.
+
+The table's upkeep (publish.maintain: manifests merged by month of event date, an older table's
+per-date properties migrated), expire old snapshots, then remove the files that no remaining
+snapshot references (superseded versions, runs killed before their commit, runs whose commit was
+refused, old Iceberg metadata; in a run folder later versions still take files from
+(tidemark/deduplication/buckets.py), the bucket files they replaced and the superseded run's
+context), prune the receipt index's arrival entries that reconciliation will not read again, and
+remove the packs no reader will use (tidemark/panes/pack_cache.py). Scheduled daily by
+dags/tidemark_maintenance.py.
 
 Safety floors:
 - a retention below MIN_RETENTION is refused: a reader that loaded the table just before a commit,
@@ -23,6 +26,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pyarrow.fs as pafs
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from sqlalchemy.exc import OperationalError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from tidemark.base import layout
@@ -32,7 +38,7 @@ from tidemark.base.progress import Display, tracked
 from tidemark.iceberg import changes, publish
 from tidemark.iceberg import table as iceberg
 from tidemark.orchestration import reconcile
-from tidemark.panes import packs, receipt_index
+from tidemark.panes import pack_cache, receipt_index
 from tidemark.store.lake import RUN_CONTEXT, RUN_MARKER, Lake, run_folder
 
 log = get_logger("gc")
@@ -46,6 +52,8 @@ class RetentionTooShort(ValueError):
 
 @dataclass(frozen=True)
 class Removal:
+    """One thing gc removed (or, in a dry run, would remove)."""
+
     what: str  # "snapshot", "run" (an unreferenced run folder), "bucket file", "context", "metadata", "arrivals", "pack (...)"
     path: str  # the snapshot id, or the path relative to the table's location
     event_date: str | None
@@ -54,6 +62,7 @@ class Removal:
 
 
 def check_retention(retention: timedelta) -> timedelta:
+    """Return `retention`, refusing one below MIN_RETENTION (RetentionTooShort)."""
     if retention < MIN_RETENTION:
         raise RetentionTooShort(
             f"refusing a retention of {format_duration(retention)}: below the safe floor of "
@@ -65,12 +74,15 @@ def check_retention(retention: timedelta) -> timedelta:
 def gc(
     lake: Lake, retention: timedelta, now: datetime | None = None, dry_run: bool = False, display: Display | None = None
 ) -> list[Removal]:
-    """Expire snapshots that stopped being current `retention` ago, then remove unreferenced files
-    whose newest write is that old. Returns what was (dry_run: would be) removed. The pass over the
-    dates' run folders reports its progress (logs, and `display`: the CLI's terminal bar)."""
+    """Expire snapshots that stopped being current `retention` ago, then remove unreferenced files.
+
+    Files go once their newest write is that old. Returns what was (dry_run: would be) removed. The
+    pass over the dates' run folders reports its progress (logs, and `display`: the CLI's terminal
+    bar).
+    """
     check_retention(retention)
     now = now or datetime.now(timezone.utc)
-    removed = []
+    removed: list[Removal] = []
     if iceberg.load(lake) is not None:
         # Upkeep first (manifests merged by month; an older table's per-date properties moved to
         # version files: publish.maintain), so that what is expired next includes what it replaced.
@@ -93,8 +105,11 @@ def gc(
 
 
 def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
-    """The receipt index's arrival entries of days older than the retention and than reconciliation's
-    last pass (which reads only those after it; tidemark/orchestration/reconcile.py): one folder per day."""
+    """The receipt index's arrival entries of days older than the retention and the last reconcile pass.
+
+    Reconciliation reads only the entries after its last pass (tidemark/orchestration/reconcile.py).
+    One folder per day.
+    """
     keep_from = (now - retention).date()
     head = reconcile.last_pass_head(lake)
     if head:
@@ -113,13 +128,18 @@ def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bo
 
 
 def _prune_packs(lake: Lake, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
-    """Packs no reader will use (tidemark/panes/packs.py): killed mid-write, or superseded by a bigger one
-    for the retention. A pack is only a cache of receipt partitions' panes: removing it changes no
-    result, and the receipt partitions themselves are never touched here."""
-    found = packs.leftovers(lake, retention.total_seconds(), lambda uri: _age_s(lake, uri, now, recursive=True), now)
+    """Packs no reader will use (tidemark/panes/pack_cache.py).
+
+    Those killed mid-write, or superseded by a bigger one for the retention. A pack is only a cache
+    of receipt partitions' panes: removing it changes no result, and the receipt partitions
+    themselves are never touched here.
+    """
+    found = pack_cache.leftovers(
+        lake, retention.total_seconds(), lambda uri: _age_s(lake, uri, now, recursive=True), now
+    )
     if not dry_run:
         for leftover in found:
-            packs.remove(lake, leftover)
+            pack_cache.remove(lake, leftover)
     return [
         Removal(
             f"pack ({leftover.why})",
@@ -132,21 +152,20 @@ def _prune_packs(lake: Lake, retention: timedelta, now: datetime, dry_run: bool)
     ]
 
 
-def _conflicts():
-    from pyiceberg.exceptions import CommitFailedException
-    from sqlalchemy.exc import OperationalError
-
-    return (CommitFailedException, OperationalError)
+# A concurrent commit to the table (the catalog refused ours, or its database was busy): try again.
+_CONFLICTS = (CommitFailedException, OperationalError)
 
 
 @retry(
-    retry=retry_if_exception_type(_conflicts()),
+    retry=retry_if_exception_type(_CONFLICTS),
     stop=stop_after_delay(300),
     wait=wait_random_exponential(multiplier=0.05, max=2),
     reraise=True,
 )
-def _expire(lake: Lake, retention: timedelta, now: datetime, dry_run: bool):
-    """(removals, the table as left, {run_id: version} of every tidemark snapshot seen)."""
+def _expire(
+    lake: Lake, retention: timedelta, now: datetime, dry_run: bool
+) -> tuple[list[Removal], Table, dict[str, tuple[str, str]]]:
+    """(removals, the table as left, {run_id: (event_date, version)} of every tidemark snapshot seen)."""
     tbl = iceberg.load(lake)
     lineage = [snapshot for snapshot, _ in publish.snapshot_versions(tbl)]
     versions = {
@@ -155,7 +174,7 @@ def _expire(lake: Lake, retention: timedelta, now: datetime, dry_run: bool):
         if "tidemark.run-id" in props
     }
     now_ms = now.timestamp() * 1000
-    removals = []
+    removals: list[Removal] = []
     # The last one is current: never expired. Each other one stopped being current when the next
     # one was committed.
     for older, newer in zip(lineage, lineage[1:], strict=False):
@@ -178,12 +197,20 @@ def _expire(lake: Lake, retention: timedelta, now: datetime, dry_run: bool):
 
 
 def _remove_files(
-    lake: Lake, tbl, expired: list[Removal], versions: dict, retention, now, dry_run, display=None
+    lake: Lake,
+    tbl: Table,
+    expired: list[Removal],
+    versions: dict[str, tuple[str, str]],
+    retention: timedelta,
+    now: datetime,
+    dry_run: bool,
+    display: Display | None = None,
 ) -> list[Removal]:
     gone = {int(r.path) for r in expired}
     kept = [s for s in tbl.snapshots() if s.snapshot_id not in gone]
     location = tbl.location().rstrip("/") + "/"
-    files, metadata = set(), {_relative(tbl.metadata_location, location)}
+    files: set[str] = set()
+    metadata = {_relative(tbl.metadata_location, location)}
     for snapshot in kept:
         metadata.add(_relative(snapshot.manifest_list, location))
         for manifest in snapshot.manifests(tbl.io):
@@ -201,13 +228,13 @@ def _remove_files(
     current_runs = {
         run_folder(event_date, record.run_id) for event_date, record in publish.current_records(tbl).items()
     }
-    publishing = set()
+    publishing: set[str] = set()
     for snapshot in kept:
         props = snapshot.summary.additional_properties if snapshot.summary else {}
         if "tidemark.run-id" in props and "tidemark.event-date" in props:
             publishing.add(run_folder(props["tidemark.event-date"], props["tidemark.run-id"]))
     root = lake.dedup_root()
-    removed = []
+    removed: list[Removal] = []
     date_dirs = lake.list_subdirs(lake.dedup_data_dir())
     for date_dir in tracked(
         date_dirs,
@@ -232,7 +259,8 @@ def _remove_files(
             if age_s is None or age_s < retention.total_seconds():
                 continue
             run_id = layout.partition_value(run_dir, "run")
-            removed.append(Removal("run", folder, event_date, versions.get(run_id, (None, None))[1], age_s))
+            published = versions.get(run_id) if run_id is not None else None
+            removed.append(Removal("run", folder, event_date, published[1] if published else None, age_s))
             if not dry_run:
                 # The marker first: a half-removed folder is then plainly a leftover.
                 lake.delete_file(layout.join(root, folder, RUN_MARKER))
@@ -256,16 +284,26 @@ def _run_folder_of(path: str) -> str:
 
 
 def _remove_within(
-    lake: Lake, folder: str, event_date: str | None, files: set[str], superseded: bool, retention, now, dry_run
+    lake: Lake,
+    folder: str,
+    event_date: str | None,
+    files: set[str],
+    superseded: bool,
+    retention: timedelta,
+    now: datetime,
+    dry_run: bool,
 ) -> list[Removal]:
-    """In a run folder that kept snapshots still reference (later versions keep some of its bucket
-    files), the bucket files none of them lists, and its context when no kept snapshot was
-    published by the run (`superseded`: only the current run's context is read, by the next
-    incremental run of the date), each once its newest write is older than the retention."""
+    """What goes from a run folder that kept snapshots still reference.
+
+    Later versions keep some of its bucket files: the bucket files none of them lists go, and its
+    context when no kept snapshot was published by the run (`superseded`: only the current run's
+    context is read, by the next incremental run of the date), each once its newest write is older
+    than the retention.
+    """
     root = lake.dedup_root()
     base = layout.join(root, folder)
     prefix = lake.locate(base)[1].rstrip("/") + "/"
-    removed = []
+    removed: list[Removal] = []
     for info in lake.walk_files(base):
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
         path = f"{folder}/{relative}"
@@ -284,7 +322,9 @@ def _remove_within(
     return removed
 
 
-def _expire_changes(lake: Lake, tbl, removed: list[Removal], retention, now, dry_run) -> list[Removal]:
+def _expire_changes(
+    lake: Lake, tbl: Table, removed: list[Removal], retention: timedelta, now: datetime, dry_run: bool
+) -> list[Removal]:
     """The changes table follows the sessions table's history (tidemark/iceberg/changes.py: gc)."""
     gone = {(r.event_date, r.version) for r in removed if r.what == "snapshot"}
     kept = {
@@ -306,13 +346,15 @@ def _relative(uri: str, location: str) -> str:
 
 
 def _age_s(lake: Lake, uri: str, now: datetime, recursive: bool = False) -> float | None:
-    """Seconds since the newest write of a file, or of anything below a folder (object stores have
-    no folder times); None when nothing is there."""
+    """Seconds since the newest write of a file, or of anything below a folder.
+
+    Object stores have no folder times. None when nothing is there.
+    """
     fs, path = lake.locate(uri)
     infos = [fs.get_file_info(path)]
     if recursive:
         infos += fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    newest = None
+    newest: datetime | None = None
     for info in infos:
         if info.type != pafs.FileType.NotFound and info.mtime is not None:
             moment = info.mtime if info.mtime.tzinfo else info.mtime.replace(tzinfo=timezone.utc)

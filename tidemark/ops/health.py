@@ -29,12 +29,19 @@ seconds, in a background thread when started as one, and a scrape reads the last
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from tidemark.base.logs import get_logger
+from tidemark.base.times import parse_iso
+from tidemark.notices import corrected_delivery
+from tidemark.notices.outbox import Outbox
+from tidemark.orchestration import reconcile
+from tidemark.orchestration.reconcile import RunState
 from tidemark.store.lake import Lake
 
 log = get_logger("health")
@@ -42,12 +49,15 @@ log = get_logger("health")
 
 @dataclass(frozen=True)
 class Objectives:
+    """The SLOs' objectives (the module's docstring says what each one bounds)."""
+
     correction: timedelta = timedelta(minutes=20)
     notice_owed: timedelta = timedelta(minutes=10)
     stream_lag: timedelta = timedelta(minutes=5)
     given_up: int = 0  # dates reconciliation gave up on, at most
 
     def seconds(self) -> dict[str, float]:
+        """The duration objectives in seconds by SLO name (what the exporter exports)."""
         return {
             "correction": self.correction.total_seconds(),
             "notice_owed": self.notice_owed.total_seconds(),
@@ -57,6 +67,8 @@ class Objectives:
 
 @dataclass
 class StaleDate:
+    """One stale event date: the age of its oldest stale reason, and what the reasons are."""
+
     event_date: str
     age_s: float
     kinds: list[str]
@@ -65,28 +77,27 @@ class StaleDate:
 
 @dataclass
 class Reading:
+    """One reading of the lake: what the SLOs are judged on."""
+
     at: float  # Unix time of the reading
     stale: list[StaleDate] = field(default_factory=list)
     owed: dict[str, tuple[int, float]] = field(default_factory=dict)  # channel -> (count, oldest age s)
     given_up: list[str] | None = None  # None: no Airflow to ask
     seconds: float = 0.0  # what reading the lake took
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The reading as a JSON object (`tidemark health --json`)."""
         return asdict(self)
 
 
-RunState = "Callable[[str], str | None]"
+def read_lake(
+    lake: Lake, run_state: RunState | None = None, now: datetime | None = None, max_attempts: int | None = None
+) -> Reading:
+    """One reading of the lake.
 
-
-def read_lake(lake: Lake, run_state=None, now: datetime | None = None, max_attempts: int | None = None) -> Reading:
-    """One reading of the lake: reconcile.staleness (per date, the oldest reason's time), the
-    notices owed per channel and, with `run_state` (reconcile's run id -> Airflow state), the
-    dates reconciliation gave up on."""
-    from tidemark.base.times import parse_iso
-    from tidemark.notices import corrected
-    from tidemark.notices.outbox import Outbox
-    from tidemark.orchestration import reconcile
-
+    Holds reconcile.staleness (per date, the oldest reason's time), the notices owed per channel
+    and, with `run_state` (reconcile's run id -> Airflow state), the dates reconciliation gave up on.
+    """
     began = time.monotonic()
     now = now or datetime.now(timezone.utc)
     stale = reconcile.staleness(lake)
@@ -96,8 +107,8 @@ def read_lake(lake: Lake, run_state=None, now: datetime | None = None, max_attem
         )
         for s in stale
     ]
-    owed = {}
-    for channel, outbox in (("availability", Outbox(lake)), ("corrected", corrected.outbox(lake))):
+    owed: dict[str, tuple[int, float]] = {}
+    for channel, outbox in (("availability", Outbox(lake)), ("corrected", corrected_delivery.outbox(lake))):
         entries = outbox.owed()  # oldest first; bounded by what is owed, not by the lake's size
         oldest = 0.0
         if entries and entries[0].get("recorded_at"):
@@ -118,7 +129,10 @@ def read_lake(lake: Lake, run_state=None, now: datetime | None = None, max_attem
 class LakeObserver:
     """The last reading of a lake, recomputed at most every `refresh` seconds."""
 
-    def __init__(self, lake: Lake, refresh: float = 60.0, run_state=None, max_attempts: int | None = None):
+    def __init__(
+        self, lake: Lake, refresh: float = 60.0, run_state: RunState | None = None, max_attempts: int | None = None
+    ):
+        """Observe `lake`; `run_state` and `max_attempts` as read_lake takes them."""
         self.lake = lake
         self.max_attempts = max_attempts
         self.refresh = refresh
@@ -129,6 +143,7 @@ class LakeObserver:
         self._thread: threading.Thread | None = None
 
     def refresh_now(self) -> Reading:
+        """Read the lake now and keep the reading; a failed reading is logged and raised."""
         try:
             reading = read_lake(self.lake, self.run_state, max_attempts=self.max_attempts)
         except Exception as exc:  # noqa: BLE001 - an unreadable lake keeps the last reading; logged
@@ -152,12 +167,13 @@ class LakeObserver:
             return self._reading
 
     def start(self) -> LakeObserver:
-        def loop():
+        """Read the lake every `refresh` seconds in a background thread until stop()."""
+
+        def loop() -> None:
             while not self._stop.is_set():
-                try:
+                # A failed reading is logged in refresh_now; the next round tries again.
+                with contextlib.suppress(Exception):
                     self.refresh_now()
-                except Exception:  # noqa: BLE001 - logged in refresh_now; try again next round
-                    pass
                 self._stop.wait(self.refresh)
 
         self._thread = threading.Thread(target=loop, name="tidemark-lake-observer", daemon=True)
@@ -165,6 +181,7 @@ class LakeObserver:
         return self
 
     def stop(self) -> None:
+        """Stop the background thread (waits up to 30 s for a reading under way)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -172,6 +189,8 @@ class LakeObserver:
 
 @dataclass
 class Breach:
+    """One SLO broken, and what breaks it."""
+
     slo: str
     detail: str
 

@@ -1,5 +1,7 @@
-"""Summaries of the lake for people, built from markers, the Iceberg table's current metadata and
-notice records (no data file is read), plus the Airflow runs of a date when an Airflow is reachable.
+"""Summaries of the lake for people.
+
+Built from markers, the Iceberg table's current metadata and notice records (no data file is read),
+plus the Airflow runs of a date when an Airflow is reachable.
 
     partitions(lake)                    one row per event date: current version, pending receipts, lag
     lineage(lake, event_date, runs)     one row per receipt partition: notice, DAG run, first version
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any, TypedDict
 
 from tidemark.base import layout
 from tidemark.base.times import iso_z, parse_iso
 from tidemark.iceberg import publish
+from tidemark.iceberg import table as iceberg
 from tidemark.notices.outbox import Outbox
 from tidemark.orchestration import runs as run_ids
 from tidemark.panes import receipts
@@ -41,10 +45,12 @@ def parse_time(value: object) -> datetime | None:
 
 
 def iso(moment: datetime | None) -> str:
+    """A time as iso_z text; "" for None."""
     return "" if moment is None else iso_z(moment)
 
 
 def seconds_between(start: datetime | None, end: datetime | None) -> float | None:
+    """Seconds from `start` to `end` to a tenth; None when either is unknown."""
     return None if start is None or end is None else round((end - start).total_seconds(), 1)
 
 
@@ -53,14 +59,16 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
 
 def partitions(
     lake: Lake, now: datetime | None = None, since: str | None = None, until: str | None = None
-) -> list[dict]:
-    """Per event date (those in [since, until] when given): the current version, its sessions, how
-    many complete receipt partitions it includes and how many are pending (complete but not in the
-    current version), and the lag: how long the oldest pending receipt has waited (0 when nothing
-    is pending). Reads the table once, lists each date's folders once, and checks the markers only
-    of the partitions its version lacks (a version includes complete ones only)."""
-    from tidemark.iceberg import table as iceberg
+) -> list[dict[str, Any]]:
+    """One row per event date (those in [since, until] when given).
 
+    A row holds the current version, its sessions, how many complete receipt partitions it includes
+    and how many are pending (complete but not in the current version), and the lag: how long the
+    oldest pending receipt has waited (0 when nothing is pending). Reads the table once, lists each
+    date's folders once, and checks the markers only of the partitions its version lacks (a version
+    includes complete ones only). The rows are plain dicts: `tidemark partitions` adds its own
+    columns to them and prints them as JSON.
+    """
     now = now or datetime.now(timezone.utc)
     since = since and layout.check_event_date(since)
     until = until and layout.check_event_date(until)
@@ -70,7 +78,7 @@ def partitions(
         for d in set(receipts.list_event_dates(lake)) | set(publish.dates_with_version(tbl))
         if (not since or d >= since) and (not until or d <= until)
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
     for event_date in dates:
         current_v = None if tbl is None else publish.current_of(lake, tbl, event_date)
         included = set(current_v.receipts) if current_v else set()
@@ -96,10 +104,10 @@ def partitions(
 # ---- lineage and history -------------------------------------------------------------------------
 
 
-def notices_of(lake: Lake, event_date: str) -> list[dict]:
+def notices_of(lake: Lake, event_date: str) -> list[dict[str, Any]]:
     """The date's notices, sent and owed: {notice, state, recorded_at, published_at, message_id}."""
     outbox = Outbox(lake)
-    out = []
+    out: list[dict[str, Any]] = []
     for state, entries in (("sent", outbox.sent()), ("owed", outbox.owed())):
         for entry in entries:
             if entry["notice"]["event_date"] == event_date:
@@ -107,7 +115,8 @@ def notices_of(lake: Lake, event_date: str) -> list[dict]:
     return sorted(out, key=lambda e: e.get("recorded_at", ""))
 
 
-def runs_of(all_runs: list[dict] | None, event_date: str) -> list[dict] | None:
+def runs_of(all_runs: list[dict[str, Any]] | None, event_date: str) -> list[dict[str, Any]] | None:
+    """The Airflow DAG runs (REST dagRuns objects) whose conf names `event_date`; None without Airflow."""
     if all_runs is None:
         return None
     return [r for r in all_runs if (r.get("conf") or {}).get("event_date") == event_date]
@@ -132,18 +141,18 @@ class ReceiptLineage:
     run_end: datetime | None = None
     version: str | None = None
     version_created_at: datetime | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def received_at(self) -> datetime:
+        """When the receipt partition was received (its receipt_ts)."""
         return layout.parse_receipt_ts(self.receipt_ts)
 
 
-def lineage(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> list[ReceiptLineage]:
-    """Receipt partition -> the notice that advertised it -> that notice's DAG run -> the first
-    version that includes it."""
+def lineage(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None = None) -> list[ReceiptLineage]:
+    """Per receipt partition: the notice that advertised it, that notice's DAG run, the first version with it."""
     event_date = layout.check_event_date(event_date)
-    by_receipt: dict[str, dict] = {}
+    by_receipt: dict[str, dict[str, Any]] = {}
     for entry in notices_of(lake, event_date):
         body = entry["notice"]
         for ts in body.get("receipt_ts_list", [body["receipt_ts"]]):
@@ -178,10 +187,20 @@ def lineage(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> 
     return rows
 
 
-def history(lake: Lake, event_date: str, all_runs: list[dict] | None = None) -> list[dict]:
-    """Everything that happened to one event date, oldest first: {time, kind, id, state, detail}."""
+class HistoryItem(TypedDict):
+    """One thing that happened to an event date (`tidemark history` prints one per line)."""
+
+    time: datetime | None  # None: not known (then sorted first)
+    kind: str  # "receipt", "notice", "dag run" or "version"
+    id: str | None  # a version record without its commit has none
+    state: str
+    detail: str
+
+
+def history(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None = None) -> list[HistoryItem]:
+    """Everything that happened to one event date, oldest first."""
     event_date = layout.check_event_date(event_date)
-    items = []
+    items: list[HistoryItem] = []
     for receipt_ts in receipts.list_receipts(lake, event_date):
         marker = receipts.read_marker(lake, event_date, receipt_ts)
         if marker is None:  # listed complete a moment ago: gone since (gc), nothing to show

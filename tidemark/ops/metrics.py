@@ -26,13 +26,28 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+from wsgiref.simple_server import WSGIServer
 
 from opentelemetry import metrics as otel_metrics
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.util.types import Attributes
+from prometheus_client import start_http_server
 
+from tidemark.base import layout
 from tidemark.base.logs import get_logger
+from tidemark.iceberg import publish
+
+if TYPE_CHECKING:
+    from tidemark.deduplication.dedup import DedupResult
+    from tidemark.panes.receipts import BatchReport
 
 log = get_logger("metrics")
 
@@ -41,11 +56,13 @@ METER_NAME = "tidemark"
 
 @dataclass(frozen=True)
 class Metric:
+    """One instrument: its OpenTelemetry name, kind, unit, description, attributes and recorder."""
+
     name: str  # OpenTelemetry name
     kind: str  # counter, histogram, gauge (observable)
     unit: str  # UCUM
     description: str
-    attributes: tuple = ()
+    attributes: tuple[str, ...] = ()
     source: str = ""  # who records it
 
     @property
@@ -173,11 +190,14 @@ PROMETHEUS_NAMES = {m.name: m.prometheus for m in METRICS}
 
 DEDUP_OUTCOMES = ("computed", "no_op", "superseded", "failed")
 
+# What an observable gauge's callback returns: (value, attributes) per time series.
+Observations: TypeAlias = Iterable[tuple[float, Attributes]]
+
 _lock = threading.Lock()
-_provider = None
-_readers: list = []
-_http = None
-_instruments: dict = {}
+_provider: MeterProvider | None = None
+_readers: list[MetricReader] = []
+_http: tuple[WSGIServer, threading.Thread] | None = None
+_instruments: dict[str, Counter | Histogram] = {}
 
 
 def _otlp_configured() -> bool:
@@ -185,29 +205,27 @@ def _otlp_configured() -> bool:
 
 
 def configure(prometheus: bool = False, service: str = "tidemark") -> bool:
-    """Install the SDK meter provider once per process (with the Prometheus reader and/or OTLP);
-    False when nothing would read the metrics (the API's no-op meter stays)."""
+    """Install the SDK meter provider once per process (with the Prometheus reader and/or OTLP).
+
+    Returns False when nothing would read the metrics (the API's no-op meter stays).
+    """
     global _provider
     with _lock:
         if _provider is not None:
-            if prometheus and not any(type(r).__name__ == "PrometheusMetricReader" for r in _readers):
+            if prometheus and not any(isinstance(r, PrometheusMetricReader) for r in _readers):
                 raise RuntimeError("metrics already configured without the Prometheus reader")
             return True
         readers: list[MetricReader] = []
         if prometheus:
-            from opentelemetry.exporter.prometheus import PrometheusMetricReader
-
             readers.append(PrometheusMetricReader())
         if _otlp_configured():
+            # The OTLP exporter (protobuf, requests: 0.13 s) is loaded only by a process that pushes.
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
             readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
         if not readers:
             return False
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.resources import Resource
-
         _provider = MeterProvider(metric_readers=readers, resource=Resource.create({"service.name": service}))
         _readers[:] = readers
         otel_metrics.set_meter_provider(_provider)
@@ -219,8 +237,6 @@ def serve_prometheus(port: int, host: str = "127.0.0.1", service: str = "tidemar
     """Expose /metrics on host:port (loopback by default) for Prometheus; returns the port."""
     global _http
     configure(prometheus=True, service=service)
-    from prometheus_client import start_http_server
-
     with _lock:
         if _http is None:
             _http = start_http_server(port, addr=host)
@@ -243,35 +259,55 @@ def shutdown() -> None:
         _instruments.clear()
 
 
-def meter():
-    """The meter of the provider configure() installed (the API's no-op meter before that). Asked of
-    our own provider, not of OpenTelemetry's global one: the global can be set once per process, so
-    after a shutdown() a second configure() (a test, a restarted component) would otherwise get
-    meters from the shut-down provider, which record nothing."""
+def meter() -> Meter:
+    """The meter of the provider configure() installed (the API's no-op meter before that).
+
+    Asked of our own provider, not of OpenTelemetry's global one: the global can be set once per
+    process, so after a shutdown() a second configure() (a test, a restarted component) would
+    otherwise get meters from the shut-down provider, which record nothing.
+    """
     provider = _provider
     return provider.get_meter(METER_NAME) if provider is not None else otel_metrics.get_meter(METER_NAME)
 
 
-def instrument(name: str):
-    """The synchronous instrument of METRICS[name] (counter or histogram), made once."""
+def _spec(name: str, kind: str) -> Metric:
     spec = BY_NAME[name]
+    if spec.kind != kind:
+        raise ValueError(f"{name} is a {spec.kind}, not a {kind}")
+    return spec
+
+
+def counter(name: str) -> Counter:
+    """The counter of METRICS[name], made once."""
+    spec = _spec(name, "counter")
     with _lock:
         found = _instruments.get(name)
         if found is None:
-            make = {"counter": meter().create_counter, "histogram": meter().create_histogram}[spec.kind]
-            found = _instruments[name] = make(spec.name, unit=spec.unit, description=spec.description)
-        return found
+            found = _instruments[name] = meter().create_counter(spec.name, unit=spec.unit, description=spec.description)
+    if not isinstance(found, Counter):  # METRICS names each instrument once, with one kind
+        raise TypeError(f"{name} was made as a {type(found).__name__}, not a counter")
+    return found
 
 
-def observe(name: str, callback) -> None:
+def histogram(name: str) -> Histogram:
+    """The histogram of METRICS[name], made once."""
+    spec = _spec(name, "histogram")
+    with _lock:
+        found = _instruments.get(name)
+        if found is None:
+            found = _instruments[name] = meter().create_histogram(
+                spec.name, unit=spec.unit, description=spec.description
+            )
+    if not isinstance(found, Histogram):  # METRICS names each instrument once, with one kind
+        raise TypeError(f"{name} was made as a {type(found).__name__}, not a histogram")
+    return found
+
+
+def observe(name: str, callback: Callable[[], Observations]) -> None:
     """Register an observable gauge of METRICS[name]; `callback()` returns [(value, attributes)]."""
-    from opentelemetry.metrics import Observation
+    spec = _spec(name, "gauge")
 
-    spec = BY_NAME[name]
-    if spec.kind != "gauge":
-        raise ValueError(f"{name} is a {spec.kind}, not a gauge")
-
-    def observations(_options):
+    def observations(_options: CallbackOptions) -> list[Observation]:
         return [Observation(value, attributes) for value, attributes in callback()]
 
     meter().create_observable_gauge(spec.name, callbacks=[observations], unit=spec.unit, description=spec.description)
@@ -281,11 +317,14 @@ def observe(name: str, callback) -> None:
 
 
 class StreamMetrics:
-    """A BatchReport listener (streaming_job.job.run_stream's `listeners`): records each committed
-    batch. Called inside foreachBatch after the batch's partitions are complete, so `now - receipt
-    time` is the landing -> committed lag of that batch's files (at least the trigger's wait)."""
+    """A BatchReport listener (streaming_job.job.run_stream's `listeners`): records each committed batch.
 
-    def __init__(self, clock=time.time):
+    Called inside foreachBatch after the batch's partitions are complete, so `now - receipt time` is
+    the landing -> committed lag of that batch's files (at least the trigger's wait).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        """Register the stream's gauges; `clock` gives Unix time."""
         self.clock = clock
         self.watermark_s: float | None = None
         self.last_commit_s: float | None = None
@@ -295,7 +334,8 @@ class StreamMetrics:
             lambda: [] if self.last_commit_s is None else [(self.last_commit_s, {})],
         )
 
-    def __call__(self, report) -> None:
+    def __call__(self, report: BatchReport) -> None:
+        """Record one committed batch; a failure to record is logged, never raised."""
         try:
             self._record(report)
         except Exception as exc:  # noqa: BLE001 - a metric must never fail the batch it describes
@@ -305,22 +345,20 @@ class StreamMetrics:
                 error=f"{type(exc).__name__}: {exc}",
             )
 
-    def _record(self, report) -> None:
-        from tidemark.base import layout
-
+    def _record(self, report: BatchReport) -> None:
         now = self.clock()
         received = layout.parse_receipt_ts(report.receipt_ts).timestamp()
-        instrument("tidemark.stream.batch.lag").record(max(0.0, now - received))
-        instrument("tidemark.stream.batch.duration").record(float(report.seconds))
-        instrument("tidemark.stream.lines.read").add(int(report.input_lines))
+        histogram("tidemark.stream.batch.lag").record(max(0.0, now - received))
+        histogram("tidemark.stream.batch.duration").record(float(report.seconds))
+        counter("tidemark.stream.lines.read").add(int(report.input_lines))
         if report.quarantined:
             # BatchReport carries the batch's total only; per-reason counts are in the quarantine's
             # own records (tidemark quarantine), so the stream reports them as one reason here.
-            instrument("tidemark.stream.lines.quarantined").add(
+            counter("tidemark.stream.lines.quarantined").add(
                 int(report.quarantined), {"tidemark.quarantine.reason": "any"}
             )
         for partition in report.partitions:
-            instrument("tidemark.receipt.partitions.written").add(1, {"tidemark.late": bool(partition.late)})
+            counter("tidemark.receipt.partitions.written").add(1, {"tidemark.late": bool(partition.late)})
         if report.watermark_us:
             self.watermark_s = report.watermark_us / 1_000_000
         self.last_commit_s = now
@@ -331,32 +369,34 @@ class StreamMetrics:
 # ---- dedup --------------------------------------------------------------------------------------
 
 
-def dedup_outcome(result) -> str:
+def dedup_outcome(result: DedupResult) -> str:
+    """A finished run's outcome: no_op or computed."""
     if result.noop:
         return "no_op"
     return "computed"
 
 
 @contextmanager
-def dedup_run(event_date: str):
-    """Around one run_dedup call: its outcome and duration. publish.Superseded (a plan still stale
-    after its replans) is `superseded`; any other exception `failed` (and re-raised)."""
-    from tidemark.iceberg import publish
+def dedup_run(event_date: str) -> Iterator[dict[str, DedupResult]]:
+    """Around one run_dedup call: its outcome and duration.
 
+    The caller puts run_dedup's result in the yielded box under "result". publish.Superseded (a plan
+    still stale after its replans) is `superseded`; any other exception `failed` (and re-raised).
+    """
     started = time.monotonic()
-    box: dict = {}
+    box: dict[str, DedupResult] = {}
     outcome = "failed"
     try:
         yield box
         result = box.get("result")
         outcome = dedup_outcome(result) if result is not None else "computed"
         if result is not None and result.published:
-            instrument("tidemark.dedup.versions.committed").add(1)
+            counter("tidemark.dedup.versions.committed").add(1)
     except publish.Superseded:
         outcome = "superseded"
         raise
     finally:
         attributes = {"tidemark.dedup.outcome": outcome}
-        instrument("tidemark.dedup.runs").add(1, attributes)
-        instrument("tidemark.dedup.duration").record(time.monotonic() - started, attributes)
+        counter("tidemark.dedup.runs").add(1, attributes)
+        histogram("tidemark.dedup.duration").record(time.monotonic() - started, attributes)
         log.info("dedup outcome", event_date=event_date, outcome=outcome)
