@@ -6,9 +6,9 @@ panes, redelivered fragments), one with its panes in --few receipt partitions, o
 times a full dedup (`run_dedup(full=True)`: every receipt read and re-sessionized) of each, with the
 panes read by Spark's file source and by the executors with pyarrow (tidemark/panes/pane_reader.py, what
 read_panes uses from pane_reader.FOLDERS_FOR_ARROW folders on). With --packs (the default) the
-pyarrow reader is also timed with packs (tidemark/panes/packs.py): the --many date's first full dedup,
+pyarrow reader is also timed with packs (tidemark/panes/pack_cache.py): the --many date's first full dedup,
 which reads every folder and writes the pack, then the next one, which reads the pack; and the first
-full dedup after the maintenance pass packed the date (tidemark/panes/packing.py, pyarrow, no Spark;
+full dedup after the maintenance pass packed the date (tidemark/panes/pack_maintenance.py, pyarrow, no Spark;
 its own time in the phases column as "maintenance pack"), what a correction of a closed date meets.
 Without "pack" in the row the packs are off (PACK_AT out of reach) and none is read. One warm-up run
 first, then each run once per round (--repeat; every round starts without packs, medians after),
@@ -28,12 +28,12 @@ import bench
 from bench import arguments, dedup_partition
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
-from tidemark.panes import packing, packs, pane_reader
+from tidemark.panes import pack_cache, pack_maintenance, pane_reader
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 NAME = "receipts_per_date"
-PACK_AT = packs.PACK_AT  # the library's threshold, kept here: full_dedup sets packs.PACK_AT per run
+PACK_AT = pack_cache.PACK_AT  # the library's threshold, kept here: full_dedup sets pack_cache.PACK_AT per run
 MAINTENANCE = "arrow, after the maintenance pack"
 
 
@@ -73,7 +73,7 @@ def build(spark, args, receipts: int) -> Lake:
 
 def full_dedup(spark, lake: Lake, reader: str, pack_at: int = 10**9):
     pane_reader.FOLDERS_FOR_ARROW = 1 if reader == "arrow" else 10**9
-    packs.PACK_AT = pack_at  # out of reach: no pack written nor read
+    pack_cache.PACK_AT = pack_at  # out of reach: no pack written nor read
     iceberg.drop(lake)  # every run publishes a first version
     return run_dedup(lake, dedup_partition.DAY, SessionRules(), spark=spark, full=True)
 
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
             if label == MAINTENANCE:  # the maintenance pass alone packs the date, then the dedup
                 shutil.rmtree(lakes[receipts].packs_root(), ignore_errors=True)  # its state too
                 with bench.stopwatch() as t:
-                    done = packing.run_pass(lakes[receipts])
+                    done = pack_maintenance.run_pass(lakes[receipts])
                 assert [p.event_date for p in done.packed] == [dedup_partition.DAY], done
                 extra = f"maintenance pack {t['seconds']:.1f}, "
             load = os.getloadavg()[0]

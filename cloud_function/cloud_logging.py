@@ -1,6 +1,8 @@
-"""JSON log lines that Cloud Logging understands: one object per line on stdout with `severity`
-and `message` (Cloud Run functions parse those into the entry's severity and summary); every other
-key becomes a jsonPayload field, so filters like jsonPayload.run_id="..." work.
+"""JSON log lines that Cloud Logging understands.
+
+One object per line on stdout with `severity` and `message` (Cloud Run functions parse those into
+the entry's severity and summary); every other key becomes a jsonPayload field, so filters like
+jsonPayload.run_id="..." work.
 
 Callers pass what a log line is about (notice_id, event_date, run_id ...) as keyword fields.
 Never pass a credential: nothing here can tell one apart.
@@ -12,7 +14,7 @@ import sys
 from typing import TextIO, cast
 
 import structlog
-from structlog.typing import Processor
+from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
 _SEVERITY = {
     "debug": "DEBUG",
@@ -24,7 +26,7 @@ _SEVERITY = {
 }
 
 
-def _severity(logger, method_name, event_dict):
+def _severity(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
     event_dict["severity"] = _SEVERITY.get(method_name, "DEFAULT")
     return event_dict
 
@@ -33,9 +35,11 @@ class _Stdout:
     """Writes to sys.stdout as it is at each write (redirected or captured streams get the lines)."""
 
     def write(self, text: str) -> None:
+        """Write to the current sys.stdout."""
         sys.stdout.write(text)
 
     def flush(self) -> None:
+        """Flush the current sys.stdout."""
         sys.stdout.flush()
 
 
@@ -49,9 +53,12 @@ _PROCESSORS: list[Processor] = [
 ]
 
 
-def get_logger(component: str):
+def get_logger(component: str) -> FilteringBoundLogger:
+    """A logger whose lines carry `component` and Cloud Logging's severity."""
     # Wrapped, not structlog.configure()d: global configuration would be shared with any other
     # structlog user in the process (tidemark's own logs, in tests and local runs).
-    return structlog.wrap_logger(
+    logger = structlog.wrap_logger(
         structlog.PrintLogger(file=cast(TextIO, _Stdout())), processors=_PROCESSORS, component=component
     )
+    # wrap_logger returns Any; with the default wrapper class the logger is a filtering bound logger
+    return cast(FilteringBoundLogger, logger)

@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 _TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~%+-]{2,254}$")
-_publisher = None
+_publisher: Any = None  # a pubsub_v1.PublisherClient once needed (google-cloud-pubsub ships no types)
 
 
 def topic() -> str | None:
+    """The dead-letter topic DEAD_LETTER_TOPIC names, None when unset.
+
+    Raises:
+        ValueError: the value is not a topic's full name.
+    """
     value = os.environ.get("DEAD_LETTER_TOPIC", "").strip()
     if not value:
         return None
@@ -27,9 +33,11 @@ def topic() -> str | None:
     return value
 
 
-def forward(data: bytes, attributes: dict, reason: str, message_id: str | None) -> str | None:
-    """Publish the rejected message to the dead-letter topic; return its new message id (None
-    when no topic is configured)."""
+def forward(data: bytes, attributes: dict[str, Any], reason: str, message_id: str | None) -> str | None:
+    """Publish the rejected message to the dead-letter topic; return its new message id.
+
+    None when no topic is configured.
+    """
     global _publisher
     target = topic()
     if target is None:
@@ -42,4 +50,5 @@ def forward(data: bytes, attributes: dict, reason: str, message_id: str | None) 
     attrs["tidemark_rejected_reason"] = reason[:1024]
     if message_id:
         attrs["tidemark_original_message_id"] = str(message_id)
-    return _publisher.publish(target, data, **attrs).result(timeout=30)
+    # google-cloud-pubsub ships no types here: the future's result is the new message id
+    return str(_publisher.publish(target, data, **attrs).result(timeout=30))

@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
+from typing import Any
 
 import functions_framework
+from cloudevents.http.event import CloudEvent
 
 from cloud_function import dead_letter
 from cloud_function.cloud_logging import get_logger
@@ -44,7 +47,7 @@ def _airflow() -> AirflowClient:
     return _client
 
 
-def decode_message(message: dict) -> dict:
+def decode_message(message: object) -> dict[str, Any]:
     """The Pub/Sub message of a push/CloudEvent -> validated notice, or InvalidNotice."""
     if not isinstance(message, dict) or "data" not in message:
         raise availability_notice.InvalidNotice("the event carries no Pub/Sub message data")
@@ -61,7 +64,7 @@ def decode_message(message: dict) -> dict:
     return body
 
 
-def _raw_data(message) -> bytes:
+def _raw_data(message: object) -> bytes:
     """The message's original bytes (as published) for the dead-letter copy."""
     data = message.get("data", "") if isinstance(message, dict) else ""
     try:
@@ -70,12 +73,13 @@ def _raw_data(message) -> bytes:
         return str(data).encode("utf-8", "replace")
 
 
-def _attributes(message) -> dict:
+def _attributes(message: object) -> dict[str, Any]:
+    """The message's attributes, {} when it has none."""
     attributes = message.get("attributes") if isinstance(message, dict) else None
     return attributes if isinstance(attributes, dict) else {}
 
 
-def handle(message: dict, client_factory=_airflow) -> dict:
+def handle(message: dict[str, Any], client_factory: Callable[[], AirflowClient] = _airflow) -> dict[str, str]:
     """Process one message; return what happened (also logged). Raises to get a redelivery."""
     message_id = message.get("messageId") or message.get("message_id") if isinstance(message, dict) else None
     try:
@@ -140,7 +144,7 @@ def handle(message: dict, client_factory=_airflow) -> dict:
 
 
 @functions_framework.cloud_event
-def on_notice(cloud_event):
+def on_notice(cloud_event: CloudEvent) -> None:
     """Entry point for a google.cloud.pubsub.topic.v1.messagePublished CloudEvent."""
     data = cloud_event.data if isinstance(cloud_event.data, dict) else {}
     handle(data.get("message", {}))

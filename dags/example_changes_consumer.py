@@ -1,5 +1,6 @@
-"""Example consumer DAG that applies changes: per-user totals across all dates (sessions, minutes),
-maintained only from each corrected version's changeset, never by rereading a date.
+"""Example consumer DAG that applies changes: per-user totals across all dates (sessions, minutes).
+
+The totals are maintained only from each corrected version's changeset, never by rereading a date.
 
 Copy it as a starting point for a table kept up to date from tidemark's change feed. Every version
 tidemark commits is one asset event of tidemark.sessions_dedup whose partition_key is the event
@@ -24,10 +25,15 @@ output root from the Variable `user_totals_root` or TIDEMARK_USER_TOTALS_ROOT (d
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, IdentityMapper, Param, PartitionedAssetTimetable, dag, task
+
+from tidemark.base import layout  # standard library only: cheap at parse time
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import DagRunProtocol
 
 DAG_ID = "example_changes_consumer"
 
@@ -56,34 +62,21 @@ DAG_ID = "example_changes_consumer"
     tags=["tidemark", "example"],
     doc_md=__doc__,
 )
-def example_changes_consumer():
+def example_changes_consumer() -> None:
+    """Per-user totals from the date's changesets (see the module)."""
+
     @task
-    def apply(params: dict | None = None, dag_run=None) -> dict:
+    def apply(params: dict[str, Any] | None = None, dag_run: DagRunProtocol | None = None) -> dict[str, Any]:
         """The run's date (its partition_key, else the Param), checked, then its changesets applied."""
-        from airflow.sdk import Variable
+        # Imported when the task runs: pyiceberg and pyarrow stay out of the dag-processor.
+        from tidemark.products import consumer_run, user_totals
 
-        from tidemark.base import layout
-        from tidemark.products import user_totals
-        from tidemark.store.lake import Lake
-
-        uri = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
-        if not uri:
-            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
-        lake = Lake.open(uri)
-        out = (
-            Variable.get("user_totals_root", default=None)
-            or os.environ.get("TIDEMARK_USER_TOTALS_ROOT")
-            or user_totals.default_root(lake)
+        run = consumer_run.resolve(
+            consumer_run.Output("user_totals_root", "TIDEMARK_USER_TOTALS_ROOT", user_totals.default_root),
+            dag_run.partition_key if dag_run else None,
+            (params or {}).get("event_date"),
         )
-        key = getattr(dag_run, "partition_key", None)
-        wanted = (params or {}).get("event_date")
-        days = {layout.as_event_date(value) for value in (key, wanted) if value}
-        if len(days) > 1:
-            raise ValueError(f"partition key {key!r} and event_date {wanted!r} disagree: give one date")
-        if not days:
-            raise ValueError('no event date: trigger with the date as partition key (or {"event_date": "YYYY-MM-DD"})')
-        (day,) = days
-        return user_totals.apply(lake, layout.event_date_text(day), out)
+        return user_totals.apply(run.lake, layout.event_date_text(run.day), run.out)
 
     apply()
 

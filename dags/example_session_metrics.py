@@ -25,10 +25,15 @@ output root from the Variable `session_metrics_root` or TIDEMARK_SESSION_METRICS
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, IdentityMapper, Param, PartitionedAssetTimetable, dag, task
+
+from tidemark.base import layout  # standard library only: cheap at parse time
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import DagRunProtocol
 
 DAG_ID = "example_session_metrics"
 
@@ -42,7 +47,7 @@ DAG_ID = "example_session_metrics"
     ),
     catchup=False,
     # One run at a time (a small box; each run replaces one file). Dates corrected while a run is
-    # active still get a run each (Airflow issue 56050 lost such events for classic asset
+    # active still get a run each (apache/airflow#56050 lost such events for classic asset
     # schedules; tests/test_example_consumer_dag.py checks the partitioned one on 3.3.2).
     max_active_runs=1,
     dagrun_timeout=timedelta(hours=1),
@@ -59,35 +64,21 @@ DAG_ID = "example_session_metrics"
     tags=["tidemark", "example"],
     doc_md=__doc__,
 )
-def example_session_metrics():
+def example_session_metrics() -> None:
+    """Daily session metrics of the run's date (see the module)."""
+
     @task
-    def rebuild(params: dict | None = None, dag_run=None) -> dict:
+    def rebuild(params: dict[str, Any] | None = None, dag_run: DagRunProtocol | None = None) -> dict[str, Any]:
         """The run's date (its partition_key, else the Param), checked, then rebuilt."""
-        from airflow.sdk import Variable
+        # Imported when the task runs: pyarrow stays out of the dag-processor.
+        from tidemark.products import consumer_run, session_metrics
 
-        from tidemark.base import layout
-        from tidemark.products import session_metrics
-        from tidemark.store.lake import Lake
-
-        uri = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
-        if not uri:
-            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
-        lake = Lake.open(uri)
-        out = (
-            Variable.get("session_metrics_root", default=None)
-            or os.environ.get("TIDEMARK_SESSION_METRICS_ROOT")
-            or session_metrics.default_root(lake)
+        run = consumer_run.resolve(
+            consumer_run.Output("session_metrics_root", "TIDEMARK_SESSION_METRICS_ROOT", session_metrics.default_root),
+            dag_run.partition_key if dag_run else None,
+            (params or {}).get("event_date"),
         )
-        key = getattr(dag_run, "partition_key", None)
-        wanted = (params or {}).get("event_date")
-        # The run's date, parsed once from what it was given (an asset event's partition key, a param).
-        days = {layout.as_event_date(value) for value in (key, wanted) if value}
-        if len(days) > 1:
-            raise ValueError(f"partition key {key!r} and event_date {wanted!r} disagree: give one date")
-        if not days:
-            raise ValueError('no event date: trigger with the date as partition key (or {"event_date": "YYYY-MM-DD"})')
-        (day,) = days
-        return session_metrics.rebuild(lake, layout.event_date_text(day), out)
+        return session_metrics.rebuild(run.lake, layout.event_date_text(run.day), run.out)
 
     rebuild()
 

@@ -18,10 +18,15 @@ Where things come from: as dags/example_session_metrics.py; the output root from
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, PartitionedAssetTimetable, StartOfWeekMapper, dag, task
+
+from tidemark.base import layout  # standard library only: cheap at parse time
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import DagRunProtocol
 
 DAG_ID = "example_weekly_session_metrics"
 
@@ -41,26 +46,24 @@ DAG_ID = "example_weekly_session_metrics"
     tags=["tidemark", "example"],
     doc_md=__doc__,
 )
-def example_weekly_session_metrics():
+def example_weekly_session_metrics() -> None:
+    """Weekly session metrics of the run's week (see the module)."""
+
     @task
-    def rebuild_week(dag_run=None) -> dict:
-        from airflow.sdk import Variable
+    def rebuild_week(dag_run: DagRunProtocol | None = None) -> dict[str, Any]:
+        """The week of the run's partition key (its Monday), rebuilt from its dates' current versions."""
+        # Imported when the task runs: pyarrow stays out of the dag-processor.
+        from tidemark.products import consumer_run, session_metrics
 
-        from tidemark.base import layout
-        from tidemark.products import session_metrics
-        from tidemark.store.lake import Lake
-
-        uri = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
-        if not uri:
-            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
-        lake = Lake.open(uri)
-        out = (
-            Variable.get("weekly_session_metrics_root", default=None)
-            or os.environ.get("TIDEMARK_WEEKLY_SESSION_METRICS_ROOT")
-            or session_metrics.default_weekly_root(lake)
+        run = consumer_run.resolve(
+            consumer_run.Output(
+                "weekly_session_metrics_root",
+                "TIDEMARK_WEEKLY_SESSION_METRICS_ROOT",
+                session_metrics.default_weekly_root,
+            ),
+            dag_run.partition_key if dag_run else None,
         )
-        week = layout.as_event_date(getattr(dag_run, "partition_key", None))  # the run's Monday, parsed once
-        return session_metrics.rebuild_week(lake, layout.event_date_text(week), out)
+        return session_metrics.rebuild_week(run.lake, layout.event_date_text(run.day), run.out)
 
     rebuild_week()
 

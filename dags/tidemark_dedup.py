@@ -1,6 +1,6 @@
-"""tidemark_dedup: deduplicate one event date of the sessions lake; its new version becomes one
-asset event of tidemark.sessions_dedup with the date as partition_key.
+"""tidemark_dedup: deduplicate one event date of the sessions lake.
 
+Its new version becomes one asset event of tidemark.sessions_dedup with the date as partition_key.
 Partitioned (schedule=PartitionedAtRuntime(): never scheduled, every run is one event date's
 partition): triggered by the Cloud Function, one run per availability notice, with conf
 {"event_date": "YYYY-MM-DD", ...} and the date as the run's partition_key; by the reconcile DAG and
@@ -10,8 +10,9 @@ trigger`. The UI filters, clears and reruns a date by its partition key (docs/ai
 
     prepare ──> needs_spark (short circuit, pure Python: does the current version already
                 include every receipt partition of the date's plan? then skip the dedup)
-            ──> dedup (DedupOperator on spark_default: a Spark Connect client, or spark-submit
-                streaming_job/submit.py dedup ...; a Dataproc job when TIDEMARK_DATAPROC_CLUSTER is set)
+            ──> dedup (the back end tidemark.orchestration.dedup_backends chooses: DedupOperator on
+                spark_default, a Spark Connect client or spark-submit streaming_job/submit.py
+                dedup ...; a Dataproc job when TIDEMARK_DATAPROC_CLUSTER is set)
             ──> owed_reruns (after the dedup or a skipped one: the reruns owed)
             ──> trigger_affected (one REST trigger per neighbouring date, mapped)
     dedup   ──> emit_asset_events (after the dedup or a skipped one: the corrected outbox's entries
@@ -38,8 +39,8 @@ drains what an earlier outage left owed.
 
 Idempotency: the dedup step writes a new immutable version and makes it current in one Iceberg
 commit (the date's data files and its version file, which names the current version, together:
-tidemark/iceberg/commits.py), so rerunning a run, clearing a task, or two runs of one date at once leave
-the newest complete result.
+tidemark/iceberg/), so rerunning a run, clearing a task, or two runs of one date at once leave the
+newest complete result.
 Nothing here adds side effects of its own: an asset event goes out once per version (the outbox),
 and the run a neighbouring date gets has a run id derived from (that date, this date, the version
 that owed it), so a rerun finds it already there (HTTP 409: the task is skipped) instead of adding one.
@@ -63,12 +64,27 @@ Variable reads; the tasks import what they need.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, Param, PartitionedAtRuntime, dag, task
+from airflow.sdk import Asset, BaseOperator, Param, PartitionedAtRuntime, dag, task
+from typing_extensions import assert_never
 
-from tidemark.base import names
+from tidemark.base import layout, names  # standard library only: cheap at parse time
+from tidemark.orchestration import dedup_backends, settings  # standard library only: cheap at parse time
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from airflow.sdk import Context, XComArg
+    from airflow.sdk.definitions.xcom_arg import PlainXComArg
+
+    from tidemark.store.lake import Lake
+
+    # A task argument given when the DAG is built: text, or an upstream task's output that Airflow
+    # resolves when the task runs (templated fields).
+    Templated: TypeAlias = str | XComArg
 
 DAG_ID = names.get("DAG_ID")
 # The corrected table, one asset: each event is one committed version, its partition_key the event
@@ -85,122 +101,94 @@ APPLICATION = os.environ.get("TIDEMARK_SUBMIT_APP", os.path.join(REPO, "streamin
 EVENT_DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
 
 
+class Prepared(TypedDict):
+    """What the prepare task hands on through XCom (JSON): the date's canonical text and the lake URI."""
+
+    event_date: str
+    lake: str
+
+
 class DedupOperator(SparkSubmitOperator):
-    """The Spark step, on the `spark_default` connection, decided when the task runs:
+    """The Spark step, on the `spark_default` connection, decided when the task runs.
 
     - connection type `spark_connect` (host, port; SparkConnectHook's URL rules): the task process
-      runs tidemark.deduplication.dedup itself as a Spark Connect client of that server (a warm JVM: `tidemark
-      up` starts one), in a session of its own;
+      runs tidemark.deduplication.dedup itself as a Spark Connect client of that server (a warm JVM:
+      `tidemark up` starts one), in a session of its own;
     - any other type (spark: local[*], a standalone master, YARN ...): spark-submit of
-      streaming_job/submit.py, as SparkSubmitOperator always did (and its on_kill).
+      streaming_job/submit.py, SparkSubmitOperator's own execute (and its on_kill).
     """
 
     template_fields = (*SparkSubmitOperator.template_fields, "lake", "event_date")
 
-    def __init__(self, *, lake: str, event_date: str, **kwargs):
-        super().__init__(application_args=dedup_args(lake, event_date), **kwargs)
+    def __init__(self, *, lake: Templated, event_date: Templated, **kwargs: Any) -> None:
+        """The operator of one run's dedup; `kwargs` are SparkSubmitOperator's."""
+        super().__init__(application_args=dedup_backends.dedup_args(lake, event_date), **kwargs)
         self.lake = lake
         self.event_date = event_date
 
-    def execute(self, context):
+    def execute(self, context: Context) -> None:
+        """spark-submit, or the dedup in this process as a Spark Connect client (see the class)."""
+        # Imported when the task runs: the dag-processor parses this file without them, and the
+        # spark-submit path needs none of the Spark Connect client's.
         from airflow.sdk import BaseHook
 
         self.name = f"tidemark-dedup-{self.event_date}"
         if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
-            return super().execute(context)
+            super().execute(context)
+            return
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         from tidemark.base.spark import connect_session
         from tidemark.deduplication.dedup import run_dedup
         from tidemark.store.lake import Lake
 
+        # rendered by now: templated fields hold text when the task runs
+        lake, event_date = str(self.lake), str(self.event_date)
         url = SparkConnectHook(self._conn_id).get_connection_url()
-        self.log.info("dedup of %s as a Spark Connect client of %s", self.event_date, url.split(";")[0])
-        spark = connect_session(url, f"tidemark-dedup-{self.event_date}")
+        self.log.info("dedup of %s as a Spark Connect client of %s", event_date, url.split(";")[0])
+        spark = connect_session(url, f"tidemark-dedup-{event_date}")
         try:
-            result = run_dedup(Lake.open(self.lake), self.event_date, spark=spark)
+            result = run_dedup(Lake.open(lake), event_date, spark=spark)
         finally:
             spark.stop()  # releases this run's server-side session
         self.log.info("dedup result: %s", result.to_json())
 
 
-def dedup_args(lake, event_date) -> list:
-    """The tidemark command line of the Spark step, wherever it runs (spark-submit, Dataproc)."""
-    return ["dedup", "--lake", lake, "--event-date", event_date]
+# --- the operator of each back end (tidemark.orchestration.dedup_backends decides which) ----------
 
 
-DATAPROC_ENV = ("TIDEMARK_DATAPROC_PROJECT", "TIDEMARK_DATAPROC_REGION")
+def _dataproc_task(lake: Templated, event_date: Templated) -> BaseOperator:
+    """A Dataproc PySpark job on TIDEMARK_DATAPROC_CLUSTER, whose init action installs tidemark.
 
-
-def dataproc_target(environ) -> dict | None:
-    """{project, region, cluster} when TIDEMARK_DATAPROC_CLUSTER names a cluster (Composer, set by
-    terraform/composer.tf), else None (spark_default decides). A half-set environment is refused
-    at parse time, naming what is missing, rather than failing in every run."""
-    cluster = (environ.get("TIDEMARK_DATAPROC_CLUSTER") or "").strip()
-    if not cluster:
-        return None
-    missing = [name for name in DATAPROC_ENV if not (environ.get(name) or "").strip()]
-    if missing:
-        raise ValueError(f"TIDEMARK_DATAPROC_CLUSTER={cluster!r} needs {', '.join(missing)} too")
-    return {
-        "project": environ["TIDEMARK_DATAPROC_PROJECT"].strip(),
-        "region": environ["TIDEMARK_DATAPROC_REGION"].strip(),
-        "cluster": cluster,
-    }
-
-
-def dataproc_job(target: dict, application: str, lake, event_date) -> dict:
-    """The Dataproc job (DataprocSubmitJobOperator's `job`) of one dedup run on `target`'s cluster."""
-    return {
-        "reference": {"project_id": target["project"]},
-        "placement": {"cluster_name": target["cluster"]},
-        "pyspark_job": {"main_python_file_uri": application, "args": dedup_args(lake, event_date)},
-    }
-
-
-def dedup_concurrency(environ) -> int | None:
-    """TIDEMARK_DEDUP_CONCURRENCY: dedup tasks running at once across all runs (unset: no limit
-    but max_active_runs). On a small box 1 is fastest: runs of one date then never compute the
-    same receipts side by side; the one that waited finds them published and is a no-op."""
-    text = (environ.get("TIDEMARK_DEDUP_CONCURRENCY") or "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"TIDEMARK_DEDUP_CONCURRENCY must be a positive integer, not {text!r}")
-    return int(text)
-
-
-# --- the dedup's back ends, chosen in one place (dedup_backend) ------------------------------------
-# Each builds the `dedup` task of one run. A new back end (Databricks, EMR Serverless, ...) is one
-# builder here, its name in BACKENDS, and a test (docs/architecture.md, "Drill: a new dedup back end").
-
-
-def _dataproc_task(lake, event_date):
-    """A Dataproc PySpark job on TIDEMARK_DATAPROC_CLUSTER (Composer; terraform/composer.tf sets it),
-    whose init action installs tidemark; the job it submits is dataproc_job's (tests/test_dag.py
-    checks it). The Google provider is preinstalled on Composer and absent here, so only the
-    operator's construction is not exercised by this repository's tests."""
+    The job it submits is dedup_backends.dataproc_job's (tests/test_dedup_backends.py checks it).
+    The Google provider is preinstalled on Composer and absent here, so only the operator's
+    construction is not exercised by this repository's tests.
+    """
+    # Imported when the back end is chosen: the provider exists on Composer only.
     from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator
 
-    target = dataproc_target(os.environ)
+    target = dedup_backends.dataproc_target(os.environ)
     if target is None:
-        raise ValueError("the dataproc dedup back end needs TIDEMARK_DATAPROC_CLUSTER")
-    return DataprocSubmitJobOperator(
+        raise ValueError(f"the dataproc dedup back end needs {dedup_backends.CLUSTER_ENV}")
+    operator: BaseOperator = DataprocSubmitJobOperator(
         task_id="dedup",
-        project_id=target["project"],
-        region=target["region"],
-        max_active_tis_per_dag=dedup_concurrency(os.environ),
-        job=dataproc_job(target, APPLICATION, lake, event_date),
+        project_id=target.project,
+        region=target.region,
+        max_active_tis_per_dag=dedup_backends.dedup_concurrency(os.environ),
+        job=dedup_backends.dataproc_job(target, APPLICATION, lake, event_date),
     )
+    return operator
 
 
-def _spark_task(lake, event_date):
-    """DedupOperator on the `spark_default` connection: spark-submit, or a Spark Connect client
-    when the connection's type is spark_connect (decided when the task runs: connections are read
-    then, not at parse time)."""
+def _spark_task(lake: Templated, event_date: Templated) -> BaseOperator:
+    """DedupOperator on the `spark_default` connection.
+
+    spark-submit, or a Spark Connect client when the connection's type is spark_connect (decided
+    when the task runs: connections are read then, not at parse time).
+    """
     return DedupOperator(
         task_id="dedup",
-        max_active_tis_per_dag=dedup_concurrency(os.environ),
+        max_active_tis_per_dag=dedup_backends.dedup_concurrency(os.environ),
         conn_id="spark_default",
         application=APPLICATION,
         lake=lake,
@@ -210,28 +198,19 @@ def _spark_task(lake, event_date):
     )
 
 
-BACKENDS = {"dataproc": _dataproc_task, "spark": _spark_task}
+def dedup_task(lake: Templated, event_date: Templated) -> BaseOperator:
+    """The Spark step of a run, built for the back end dedup_backends.choose names."""
+    backend = dedup_backends.choose(os.environ)
+    if backend == "dataproc":
+        return _dataproc_task(lake, event_date)
+    if backend == "spark":
+        return _spark_task(lake, event_date)
+    assert_never(backend)  # a name in BackendName without an operator here fails mypy
 
 
-def dedup_backend(environ) -> str:
-    """TIDEMARK_DEDUP_BACKEND (dataproc or spark), else dataproc when TIDEMARK_DATAPROC_CLUSTER
-    is set (Composer), else spark. Refused at parse time when unknown, naming the choices."""
-    name = (environ.get("TIDEMARK_DEDUP_BACKEND") or "").strip()
-    if not name:
-        return "dataproc" if dataproc_target(environ) else "spark"
-    if name not in BACKENDS:
-        raise ValueError(f"TIDEMARK_DEDUP_BACKEND={name!r}: expected one of {', '.join(sorted(BACKENDS))}")
-    return name
-
-
-def dedup_task(lake, event_date):
-    """The Spark step of a run, built by the back end dedup_backend chooses."""
-    return BACKENDS[dedup_backend(os.environ)](lake, event_date)
-
-
-def opened(prepared: dict) -> tuple:
-    """What the prepare task handed on, typed again in the task that reads it: (Lake, date)."""
-    from tidemark.base import layout
+def opened(prepared: Prepared) -> tuple[Lake, date]:
+    """What the prepare task handed on, typed again in the task that reads it."""
+    # Imported when a task runs: the lake's storage modules stay out of the dag-processor.
     from tidemark.store.lake import Lake
 
     return Lake.open(prepared["lake"]), layout.as_event_date(prepared["event_date"])
@@ -240,9 +219,9 @@ def opened(prepared: dict) -> tuple:
 @dag(
     dag_id=DAG_ID,
     description="Deduplicate one event date of the sessions lake (Spark) and publish it atomically",
-    # Never scheduled (triggered per notice, as schedule=None was), but partitioned: Airflow then
-    # accepts the event date as each run's partition_key, so the UI and `airflow partitions`
-    # can filter, clear and backfill one date (issue 29).
+    # Never scheduled (triggered per notice), but partitioned: Airflow then accepts the event date
+    # as each run's partition_key, so the UI and `airflow partitions` can filter, clear and
+    # backfill one date.
     schedule=PartitionedAtRuntime(),
     catchup=False,
     max_active_runs=int(os.environ.get("TIDEMARK_DAG_MAX_ACTIVE_RUNS", "4")),
@@ -260,32 +239,37 @@ def opened(prepared: dict) -> tuple:
     tags=["tidemark"],
     doc_md=__doc__,
 )
-def tidemark_dedup():
+def tidemark_dedup() -> None:
+    """The run of one event date (see the module)."""
+
     @task
-    def prepare(params: dict | None = None) -> dict:
-        """Parse the date (a calendar date, not just the Param's pattern) and resolve the lake; the
-        other tasks read both from here, never from raw user input. XCom is JSON: the date goes
-        on as its canonical text, typed again by `opened` in each task."""
-        from airflow.sdk import Variable
+    def prepare(params: dict[str, Any] | None = None) -> Prepared:
+        """Parse the date (a calendar date, not just the Param's pattern) and resolve the lake.
 
-        from tidemark.base import layout
-
+        The other tasks read both from here, never from raw user input. XCom is JSON: the date goes
+        on as its canonical text, typed again by `opened` in each task.
+        """
         event_date = layout.as_event_date((params or {}).get("event_date"))
-        lake = Variable.get("tidemark_lake", default=None) or os.environ.get("TIDEMARK_LAKE")
-        if not lake:
-            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
-        return {"event_date": layout.event_date_text(event_date), "lake": lake}
+        return {"event_date": layout.event_date_text(event_date), "lake": settings.lake_uri()}
 
-    prepared = prepare()
+    # A @task call returns the plain XComArg of its output (indexable); Airflow's stubs declare the
+    # base XComArg. The tasks below take the value it resolves to when they run, which the stubs'
+    # Task.__call__ (the function's own signature) cannot express: `upstream` is that value's type.
+    prepared = cast("PlainXComArg", prepare())
+    upstream = cast("Prepared", prepared)
 
     # Only the dedup task is skipped (ignore_downstream_trigger_rules=False): the tasks after it
     # follow their own trigger rules, so the owed neighbour runs are still started.
     @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def needs_spark(prepared: dict) -> bool:
-        """Pure Python over the markers and the table (tidemark.deduplication.dedup.up_to_date, the same no-op
+    def needs_spark(prepared: Prepared) -> bool:
+        """Whether the Spark dedup has anything to do, decided in pure Python.
+
+        Over the markers and the table (tidemark.deduplication.dedup.up_to_date, the same no-op
         decision the Spark task makes first): False, and the dedup task skipped, when the current
         version already includes every receipt partition the date's complete plan holds. The
-        date's pending obligations are then discharged here, as the dedup would have."""
+        date's pending obligations are then discharged here, as the dedup would have.
+        """
+        # Imported when the task runs: pyarrow and pyiceberg stay out of the dag-processor.
         from tidemark.deduplication import dedup
 
         lake, event_date = opened(prepared)
@@ -308,57 +292,63 @@ def tidemark_dedup():
     # version committed outside the DAG left owed). Declared as an inlet, not an outlet: the asset
     # must exist in Airflow for the REST events, and an outlet would emit an event of its own.
     @task(inlets=[SESSIONS_DEDUP], max_active_tis_per_dag=1, trigger_rule="none_failed")
-    def emit_asset_events(prepared: dict) -> dict:
-        """The asset events owed (tidemark/notices/asset_events.py): this date's current version's
-        outbox entry recorded if missing, then every entry owed to Airflow posted, once.
+    def emit_asset_events(prepared: Prepared) -> dict[str, Any]:
+        """The asset events owed (tidemark/notices/asset_events.py), posted once.
 
-        The outbox entry is the source of truth: with this Airflow's REST API not configured (no
-        tidemark_airflow_api connection, as under `airflow dags test`) or unreachable for 30 s,
-        the task succeeds, the entries stay owed, a warning names their dates and versions, and
-        the next drain posts them (any later run, reconcile's drain_outbox, `tidemark notices
-        --topic corrected --emit-asset-events`). A refusal (a 4xx: our bug) fails the task."""
-        from tidemark.notices import corrected
+        This date's current version's outbox entry recorded if missing, then every entry owed to
+        Airflow posted. The outbox entry is the source of truth: with this Airflow's REST API not
+        configured (no tidemark_airflow_api connection, as under `airflow dags test`) or unreachable
+        for 30 s, the task succeeds, the entries stay owed, a warning names their dates and
+        versions, and the next drain posts them (any later run, reconcile's drain_outbox, `tidemark
+        notices --topic corrected --emit-asset-events`). A refusal (a 4xx: our bug) fails the task.
+        """
+        # Imported when the task runs: the notices' storage and senders stay out of the dag-processor.
+        from tidemark.notices import corrected_delivery
         from tidemark.orchestration import airflow_api
 
         lake, event_date = opened(prepared)
-        return corrected.emit(lake, event_date, airflow_api.for_tasks)
+        return corrected_delivery.emit(lake, event_date, airflow_api.for_tasks)
 
     # none_failed: after the dedup, and also after a skipped dedup (a run of this date that was
     # killed after recording obligations left them to whichever run of the date comes next).
     @task(trigger_rule="none_failed")
-    def owed_reruns(prepared: dict) -> list[dict]:
+    def owed_reruns(prepared: Prepared) -> list[dict[str, Any]]:
         """The neighbouring dates owed a rerun by runs of this date (tidemark/orchestration/obligations.py)."""
+        # Imported when the task runs: the lake's storage stays out of the dag-processor.
         from tidemark.orchestration import obligations
 
         lake, event_date = opened(prepared)
         return obligations.reruns_owed_by(lake, event_date)
 
-    neighbours = owed_reruns(prepared)
-    needs_spark(prepared) >> dedup >> neighbours
-    dedup >> emit_asset_events(prepared)
+    neighbours = owed_reruns(upstream)
+    needs_spark(upstream) >> dedup >> neighbours
+    dedup >> emit_asset_events(upstream)
 
     # One sender at a time (an owed notice goes out once); none_failed: also after a skipped dedup,
     # to send what an earlier outage left owed.
     @task(max_active_tis_per_dag=1, trigger_rule="none_failed")
-    def notify_corrected(prepared: dict) -> dict:
-        """The corrected-partition notice (tidemark/notices/corrected.py): recorded, then sent."""
-        from tidemark.notices import corrected
+    def notify_corrected(prepared: Prepared) -> dict[str, Any]:
+        """The corrected-partition notice (tidemark/notices/corrected_delivery.py): recorded, then sent."""
+        # Imported when the task runs: the notices' storage and senders stay out of the dag-processor.
+        from tidemark.notices import corrected_delivery
 
         lake, event_date = opened(prepared)
-        return corrected.notify(lake, event_date)
+        return corrected_delivery.notify(lake, event_date)
 
-    dedup >> notify_corrected(prepared)
+    dedup >> notify_corrected(upstream)
 
     @task
-    def trigger_affected(trigger_run_id: str, conf: dict) -> str:
-        """One neighbour's run, with its date as partition_key, through the REST API: the standard
-        provider's TriggerDagRunOperator (1.21.0) and the SDK's trigger message cannot set a
-        partition_key in 3.3.2 (tests/test_airflow_partitions.py shows it). The run id is
-        deterministic: an existing run (HTTP 409, a retried or rerun task) skips this task."""
+    def trigger_affected(trigger_run_id: str, conf: dict[str, Any]) -> str:
+        """One neighbour's run, with its date as partition_key, through the REST API.
+
+        The standard provider's TriggerDagRunOperator (1.21.0) and the SDK's trigger message cannot
+        set a partition_key in 3.3.2 (tests/test_airflow_partitions.py shows it). The run id is
+        deterministic: an existing run (HTTP 409, a retried or rerun task) skips this task.
+        """
+        # Imported when the task runs: the REST client and the run context exist in a task only.
         from airflow.sdk import get_current_context
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from tidemark.base import layout
         from tidemark.base.logs import get_logger
         from tidemark.orchestration import airflow_api
 

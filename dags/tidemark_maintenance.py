@@ -4,7 +4,7 @@
         retention ago, remove the files nothing references any more (the bucket files corrections
         replaced included), prune the receipt index's arrival entries older than the retention and
         than reconciliation's last pass)
-      -> pack (tidemark.panes.packing: a pack of every closed date with 500 or more receipt
+      -> pack (tidemark.panes.pack_maintenance: a pack of every closed date with 500 or more receipt
         partitions no pack holds, at most 50,000 partitions read per run, newest dates first, so
         that a correction's full dedup of such a date reads a few files, not thousands)
 
@@ -29,11 +29,14 @@ Top level stays cheap: no pyarrow, no storage access, no Variable reads.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from datetime import datetime, timedelta, timezone
+from typing import Any, cast
 
 from airflow.sdk import dag, task
 
-from tidemark.base.durations import parse_interval  # standard library only: cheap at parse time
+from tidemark.base.durations import parse_duration, parse_interval  # standard library only: cheap at parse time
+from tidemark.orchestration import settings  # standard library only: cheap at parse time
 
 DAG_ID = "tidemark_maintenance"
 
@@ -41,12 +44,6 @@ DAG_ID = "tidemark_maintenance"
 SCHEDULE = parse_interval(
     os.environ.get("TIDEMARK_MAINTENANCE_INTERVAL", "1d"), "TIDEMARK_MAINTENANCE_INTERVAL", timedelta(hours=1)
 )
-
-
-def _setting(variable: str, env: str, default: str) -> str:
-    from airflow.sdk import Variable
-
-    return Variable.get(variable, default=None) or os.environ.get(env) or default
 
 
 @dag(
@@ -61,21 +58,19 @@ def _setting(variable: str, env: str, default: str) -> str:
     tags=["tidemark"],
     doc_md=__doc__,
 )
-def tidemark_maintenance():
-    @task
-    def gc() -> dict:
-        """tidemark.ops.gc with the configured retention; returns how many of each kind it removed."""
-        from collections import Counter
+def tidemark_maintenance() -> None:
+    """The daily upkeep: gc, then pack (see the module)."""
 
-        from tidemark.base.durations import parse_duration
+    @task
+    def gc() -> dict[str, int]:
+        """tidemark.ops.gc with the configured retention; returns how many of each kind it removed."""
+        # Imported when the task runs: the lake's storage stays out of the dag-processor.
         from tidemark.ops import gc as lake_gc
         from tidemark.store.lake import Lake
 
-        lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
-        if not lake:
-            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
+        lake = settings.lake_uri()
         retention = lake_gc.check_retention(
-            parse_duration(_setting("tidemark_gc_retention", "TIDEMARK_GC_RETENTION", "7d"))
+            parse_duration(settings.setting("tidemark_gc_retention", "TIDEMARK_GC_RETENTION", "7d"))
         )
         removed = lake_gc.gc(Lake.open(lake), retention)
         counts = dict(Counter(item.what for item in removed))
@@ -83,19 +78,25 @@ def tidemark_maintenance():
         return counts
 
     @task
-    def pack(removed: dict) -> dict:
-        """tidemark.panes.packing's pass, after gc (`removed` orders it: a pack written now is never
-        judged by this run's gc); returns the dates packed and the dates left to the next run."""
-        from tidemark.panes import packing
+    def pack(removed: dict[str, int]) -> dict[str, Any]:
+        """tidemark.panes.pack_maintenance's pass, after gc; returns the dates packed and those left.
+
+        `removed` orders it after gc: a pack written now is never judged by this run's gc. The
+        dates left go to the next run.
+        """
+        # Imported when the task runs: the lake's storage stays out of the dag-processor.
+        from tidemark.panes import pack_maintenance
         from tidemark.store.lake import Lake
 
-        lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
-        done = packing.run_pass(Lake.open(lake))
+        lake = settings.lake_uri()
+        done = pack_maintenance.run_pass(Lake.open(lake))
         packed = {p.event_date: p.receipts for p in done.packed}
         print(f"packing of {lake} ({done.how}, {done.examined} dates examined): packed {packed or 'nothing'}")
         return {"packed": packed, "left": done.left}
 
-    pack(gc())
+    # Airflow's stubs type a task call by the function's signature; the XComArg resolves to gc's
+    # counts when pack runs.
+    pack(cast("dict[str, int]", gc()))
 
 
 tidemark_maintenance()

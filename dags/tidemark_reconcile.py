@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from airflow.sdk import dag, task
 
-from tidemark.base import names
-from tidemark.base.durations import parse_interval  # standard library only: cheap at parse time
+from tidemark.base import layout, names  # standard library only: cheap at parse time
+from tidemark.base.durations import parse_duration, parse_interval  # standard library only: cheap at parse time
+from tidemark.orchestration import settings  # standard library only: cheap at parse time
 
 DAG_ID = "tidemark_reconcile"
 DEDUP_DAG_ID = names.get("DAG_ID")
@@ -44,14 +46,9 @@ SCHEDULE = parse_interval(
 )
 
 
-def _setting(variable: str, env: str, default: str) -> str:
-    from airflow.sdk import Variable
-
-    return Variable.get(variable, default=None) or os.environ.get(env) or default
-
-
 def _run_state(run_id: str) -> str | None:
     """A tidemark_dedup run's state through the task's own execution API (no credentials needed)."""
+    # Imported when the task runs: the task runner exists inside a running task only.
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance as TI
 
     if TI.get_dr_count(dag_id=DEDUP_DAG_ID, run_ids=[run_id]) == 0:
@@ -74,19 +71,19 @@ def _run_state(run_id: str) -> str | None:
     tags=["tidemark"],
     doc_md=__doc__,
 )
-def tidemark_reconcile():
+def tidemark_reconcile() -> None:
+    """One reconciliation pass: find, trigger, drain (see the module)."""
+
     @task
-    def find() -> list[dict]:
+    def find() -> list[dict[str, Any]]:
         """The stale dates and, for the due ones, the run to start (see tidemark/orchestration/reconcile.py)."""
-        from tidemark.base.durations import parse_duration
+        # Imported when the task runs: the lake's storage stays out of the dag-processor.
         from tidemark.orchestration import reconcile
         from tidemark.store.lake import Lake
 
-        lake = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
-        if not lake:
-            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
-        grace = parse_duration(_setting("tidemark_reconcile_grace", "TIDEMARK_RECONCILE_GRACE", "10m"))
-        attempts = int(_setting("tidemark_reconcile_max_attempts", "TIDEMARK_RECONCILE_MAX_ATTEMPTS", "3"))
+        lake = settings.lake_uri()
+        grace = parse_duration(settings.setting("tidemark_reconcile_grace", "TIDEMARK_RECONCILE_GRACE", "10m"))
+        attempts = int(settings.setting("tidemark_reconcile_max_attempts", "TIDEMARK_RECONCILE_MAX_ATTEMPTS", "3"))
         decisions = reconcile.decide(
             reconcile.staleness(Lake.open(lake)), _run_state, grace=grace, max_attempts=attempts
         )
@@ -95,12 +92,15 @@ def tidemark_reconcile():
         return [{"trigger_run_id": d.run_id, "conf": d.conf} for d in decisions if d.action == "trigger"]
 
     @task
-    def trigger(trigger_run_id: str, conf: dict) -> str:
-        """The stale date's run, its date as partition_key (the SDK's TriggerDagRunOperator cannot
-        set one in 3.3.2); an existing run id (HTTP 409) skips the task, as skip_when_already_exists did."""
+    def trigger(trigger_run_id: str, conf: dict[str, Any]) -> str:
+        """The stale date's run, its date as partition_key, through the REST API.
+
+        The SDK's TriggerDagRunOperator cannot set a partition_key in 3.3.2. An existing run id
+        (HTTP 409) skips the task.
+        """
+        # Imported when the task runs: the REST client is needed in a task only.
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from tidemark.base import layout
         from tidemark.orchestration import airflow_api
 
         # the conf came through XCom (JSON): parsed, then its text is the partition key
@@ -113,23 +113,24 @@ def tidemark_reconcile():
     trigger.expand_kwargs(find())
 
     @task(max_active_tis_per_dag=1)
-    def drain_outbox() -> dict:
-        """Emit what the corrected outbox owes (tidemark/notices/corrected.py): one asset event per
-        committed version, whoever committed it, and its notice on the topic when one is set."""
-        from tidemark.notices import corrected
+    def drain_outbox() -> dict[str, Any]:
+        """Emit what the corrected outbox owes (tidemark/notices/corrected_delivery.py).
+
+        One asset event per committed version, whoever committed it, and its notice on the topic
+        when one is set.
+        """
+        # Imported when the task runs: the notices' storage and senders stay out of the dag-processor.
+        from tidemark.notices import corrected_delivery
         from tidemark.orchestration import airflow_api
         from tidemark.store.lake import Lake
 
-        uri = _setting("tidemark_lake", "TIDEMARK_LAKE", "")
-        if not uri:
-            raise ValueError("set the Airflow Variable tidemark_lake or TIDEMARK_LAKE to the lake URI")
-        lake = Lake.open(uri)
-        owed = {"asset_events": corrected.emit_owed(lake, airflow_api.for_tasks(), timeout=60)}
-        topic = corrected.configured_topic()
+        lake = Lake.open(settings.lake_uri())
+        owed = {"asset_events": corrected_delivery.emit_owed(lake, airflow_api.for_tasks(), timeout=60)}
+        topic = corrected_delivery.configured_topic()
         if topic:
-            owed["notices"] = corrected.send_owed(lake, topic, timeout=60)
+            owed["notices"] = corrected_delivery.send_owed(lake, topic, timeout=60)
         if any(owed.values()):
-            raise corrected.NoticesOwed(f"still owed after 60s: {owed}")
+            raise corrected_delivery.NoticesOwed(f"still owed after 60s: {owed}")
         return owed
 
     drain_outbox()

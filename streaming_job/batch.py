@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 import dedup_sql
@@ -29,8 +30,10 @@ from streaming_job.state import watermark_text as state_watermark_text
 from tidemark.base import crashpoints, layout
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
+from tidemark.base.times import iso_from_micros
 from tidemark.ingest import input_pins, landing, landing_archive, landing_ledger
 from tidemark.ingest.contract import InputRules
+from tidemark.ingest.landing import FileEntry
 from tidemark.panes import receipt_index, receipts
 from tidemark.panes.receipts import BatchReport
 from tidemark.session import session_schema
@@ -65,6 +68,25 @@ STREAM_QUERY = dedup_sql.compose(
 )
 
 
+class FileFacts(TypedDict, total=False):
+    """What a batch knows of a landed file before reading it: as pinned, or as its ledger records."""
+
+    size: int | None
+    mtime_ms: int | None
+    sha256: str | None
+
+
+@dataclass
+class Totals:
+    """A batch's input files summed: lines, valid events, refused bytes, the newest event time."""
+
+    lines: int = 0
+    valid: int = 0
+    refused_bytes: int = 0
+    max_event_us: int | None = None
+    landing_uris: dict[str, str] = field(default_factory=dict)  # the frame's file -> the landing's URI
+
+
 class StopRequested(RuntimeError):
     """Raised instead of starting a batch after a graceful stop was asked for.
 
@@ -76,17 +98,22 @@ class StopRequested(RuntimeError):
 class StopFlag(Protocol):
     """What the processor asks of its stop signal (a threading.Event, or the job's either-of-two)."""
 
-    def is_set(self) -> bool: ...
+    def is_set(self) -> bool:
+        """Whether a stop was asked for."""
+        ...
 
 
 @dataclass
 class BatchInput:
-    """What a micro-batch reads: its lines (`frame`: value, source_file[, file facts][, receipt_time]),
-    the input rules and receipt time its lines are judged by, and, when its files are pinned
+    """What a micro-batch reads.
+
+    Its lines (`frame`: value, source_file[, file facts][, receipt_time]), the input rules and
+    receipt time its lines are judged by, and, when its files are pinned
     (tidemark.ingest.input_pins), what the ledger records of each.
 
     A batch built by hand (no offset entry in the checkpoint: tests, tools) is read as given: its
-    receipt time is its `receipt_time` column, and whether it is a replay is known from the ledger."""
+    receipt time is its `receipt_time` column, and whether it is a replay is known from the ledger.
+    """
 
     frame: DataFrame | None  # None: not one file left to read
     rules: InputRules
@@ -94,9 +121,10 @@ class BatchInput:
     replay: bool | None = None
     pins: str | None = None  # the batch's pin folder: the frame's files are named inside it
     landing_uris: dict[str, str] = field(default_factory=dict)  # path relative to the landing -> its URI
-    facts: dict[str, dict] = field(default_factory=dict)  # path -> {size, mtime_ms[, sha256]}
-    digests: Future | None = None  # the first attempt's {path: sha256}, computed beside the first Spark job
-    unreadable: list[dict] = field(default_factory=list)  # ledger records of files it could not read
+    facts: dict[str, FileFacts] = field(default_factory=dict)  # path -> {size, mtime_ms[, sha256]}
+    # the first attempt's {path: sha256}, computed beside the first Spark job
+    digests: Future[dict[str, str | None]] | None = None
+    unreadable: list[FileEntry] = field(default_factory=list)  # ledger records of files it could not read
 
     def landing_file(self, frame_file: str, landing_root: str | None) -> tuple[str, str]:
         """(path relative to the landing, the URI a line's source_file holds) of a frame's file."""
@@ -120,7 +148,13 @@ class BatchProcessor:
         landing: str | None = None,
         generation: landing_archive.Generation | None = None,
         archive: bool = False,
-    ):
+    ) -> None:
+        """Process batches into `lake`, with the state and pins under `checkpoint`.
+
+        `landing` names the files relative to it (None: a batch built by hand); `generation` is the
+        checkpoint generation whose query runs; `archive` records each batch's input files for the
+        archive.
+        """
         self.lake = Lake.open(lake)  # the Spark job's boundary: a URI or a Lake
         # Spark's batch ids restart at 0 in each checkpoint generation (tidemark.ingest.landing_archive);
         # the batch id everywhere else (state versions, panes, ledger, notices) is batch_base + it.
@@ -134,6 +168,7 @@ class BatchProcessor:
         self.stop_requested = stop_requested
 
     def __call__(self, batch: DataFrame, spark_batch_id: int) -> None:
+        """Process one micro-batch end to end, then hand its report to the listeners."""
         batch_id = self.generation.batch_base + spark_batch_id
         if self.stop_requested is not None and self.stop_requested.is_set():
             log.info("stop requested: batch left for the next run", batch_id=batch_id)
@@ -190,28 +225,26 @@ class BatchProcessor:
             crashpoints.reach("ledger-recorded")
             if skipped:  # lines of files the landing rule does not take as input: not events, not quarantined
                 parsed = parsed.where(~F.col("source_file").isin(skipped))
-            if not totals["lines"]:
+            if not totals.lines:
                 return None  # only files that are not input: recorded in the ledger, nothing else
-            quarantined = int(totals["lines"] - totals["valid"])
+            quarantined = totals.lines - totals.valid
             if quarantined:
                 self._write_quarantine(
-                    parsed, receipt_ts, batch_id, quarantined, int(totals["refused_bytes"]), totals["landing_uris"]
+                    parsed, receipt_ts, batch_id, quarantined, totals.refused_bytes, totals.landing_uris
                 )
             phases.done("quarantine")
 
             store = StateStore(spark, self.checkpoint)
             before, state = store.before(batch_id)
-            w_prev_us, watermark_us = self._watermarks(
-                before.watermark_us, totals["max_event_us"], receipt_us, batch_id
-            )
+            w_prev_us, watermark_us = self._watermarks(before.watermark_us, totals.max_event_us, receipt_us, batch_id)
 
             # the shuffles sized to the batch: set before the queries below are planned
-            with sized_shuffle(spark, int(totals["lines"])):
+            with sized_shuffle(spark, totals.lines):
                 result = sessionize(spark, parse.valid_events(parsed), state, self.rules, w_prev_us, watermark_us)
                 rows = self._rows(result)
                 complete = self._complete(rows, receipt_ts) if replay else frozenset()
                 # One pass: sessionized, the panes and the state's files written, their statistics
-                # back. Not cached: nothing else reads the sessions (three actions did before).
+                # back. Not cached: nothing else reads the sessions.
                 stats, open_sessions = pane_writer.write_batch(
                     rows,
                     self.lake.sessions_root(),
@@ -231,8 +264,8 @@ class BatchProcessor:
         return BatchReport(
             batch_id,
             receipt_ts,
-            int(totals["lines"]),
-            int(totals["valid"]),
+            totals.lines,
+            totals.valid,
             quarantined,
             watermark_us,
             open_sessions,
@@ -240,9 +273,11 @@ class BatchProcessor:
         )
 
     def _input(self, batch: DataFrame, batch_id: int, spark_batch_id: int) -> BatchInput:
-        """The batch's input: its pinned files, pinned now on a first attempt (tidemark.ingest.input_pins),
-        checked against the ledger on a replay; or the batch as given when no streaming query
-        planned it."""
+        """The batch's input.
+
+        Its pinned files, pinned now on a first attempt (tidemark.ingest.input_pins), checked
+        against the ledger on a replay; or the batch as given when no streaming query planned it.
+        """
         plan = (
             input_pins.planned(self.generation.query_dir(self.checkpoint), spark_batch_id, self.landing)
             if self.landing is not None
@@ -272,10 +307,17 @@ class BatchProcessor:
         return source
 
     def _replay_input(
-        self, source: BatchInput, entry: dict, recorded: InputRules, batch_id: int, plan: input_pins.PlannedBatch
+        self,
+        source: BatchInput,
+        entry: landing_ledger.Entry,
+        recorded: InputRules,
+        batch_id: int,
+        plan: input_pins.PlannedBatch,
     ) -> None:
-        """A replay reads what its first attempt recorded: the same pins (checked against their
-        digests), judged by the same input rules."""
+        """A replay reads what its first attempt recorded.
+
+        The same pins (checked against their digests), judged by the same input rules.
+        """
         if recorded != self.input_rules:
             log.warning(
                 "replayed batch: judged by the input rules of its first attempt, not the given ones",
@@ -296,10 +338,8 @@ class BatchProcessor:
         lost, changed = input_pins.verify(self.checkpoint, batch_id, readable)
         source.unreadable = list(known.values())
         for path, reason in sorted(lost.items()):
-            record = {**source.facts.pop(path), "path": path}
-            source.unreadable.append(
-                _unreadable(path, reason, record, next(int(f.get("lines") or 0) for f in files if f["path"] == path))
-            )
+            lines = next(int(f.get("lines") or 0) for f in files if f["path"] == path)
+            source.unreadable.append(_unreadable(path, reason, source.facts.pop(path), lines))
         if changed:
             landing_ledger.quarantine_contents(
                 self.lake,
@@ -317,10 +357,12 @@ class BatchProcessor:
             )
 
     @staticmethod
-    def _by_file(parsed: DataFrame) -> list:
-        """One Spark action over the checked batch: per file, its lines, valid events, newest event
-        time and (when the source gives them) size and modification time; and, for a batch built
-        by hand, the batch's time."""
+    def _by_file(parsed: DataFrame) -> list[Row]:
+        """One Spark action over the checked batch.
+
+        Per file, its lines, valid events, newest event time and (when the source gives them) size
+        and modification time; and, for a batch built by hand, the batch's time.
+        """
         valid = F.col("reason").isNull()
         facts = [F.max(name).alias(name) for name in parse.FILE_FACTS if name in parsed.columns]
         if "receipt_time" in parsed.columns:
@@ -340,20 +382,26 @@ class BatchProcessor:
             .collect()
         )
 
-    def _admit(self, by_file: list, receipt_ts: str, batch_id: int, source: BatchInput) -> tuple[dict, list[str]]:
-        """The landing rule over the batch's files (tidemark.ingest.landing), the batch's ledger entry
-        written, and the totals of its input files. Returns (totals, URIs of files not read: as the
-        frame names them)."""
-        files, skipped, newest = [], [], []
-        totals: dict[str, Any] = {"lines": 0, "valid": 0, "refused_bytes": 0, "landing_uris": {}}
+    def _admit(
+        self, by_file: list[Row], receipt_ts: str, batch_id: int, source: BatchInput
+    ) -> tuple[Totals, list[str]]:
+        """Apply the landing rule to the batch's files and write the batch's ledger entry.
+
+        Returns the totals of its input files and the URIs of the files not read (as the frame names
+        them).
+        """
+        files: list[FileEntry] = []
+        skipped: list[str] = []
+        newest: list[int] = []
+        totals = Totals()
         digests = source.digests.result() if source.digests is not None else {}
         for found in by_file:
             row = found.asDict()
             path, uri = source.landing_file(row["source_file"], self.landing)
-            totals["landing_uris"][row["source_file"]] = uri
+            totals.landing_uris[row["source_file"]] = uri
             verdict = landing.classify(path)
             facts = source.facts.get(path, {"size": row.get("file_size"), "mtime_ms": row.get("file_mtime_ms")})
-            record = {
+            record: FileEntry = {
                 "path": path,
                 "size": facts["size"],
                 "mtime_ms": facts["mtime_ms"],
@@ -367,12 +415,12 @@ class BatchProcessor:
             if verdict != landing.INPUT:
                 skipped.append(row["source_file"])
                 continue
-            totals["lines"] += int(row["lines"])
-            totals["valid"] += int(row["valid"])
-            totals["refused_bytes"] += int(row["refused_bytes"] or 0)
+            totals.lines += int(row["lines"])
+            totals.valid += int(row["valid"])
+            totals.refused_bytes += int(row["refused_bytes"] or 0)
             if row["max_event_us"] is not None:
                 newest.append(row["max_event_us"])
-        totals["max_event_us"] = max(newest, default=None)
+        totals.max_event_us = max(newest, default=None)
         if self.archive:  # before the ledger entry: an empty queue means no batch did half its work
             landing_archive.enqueue(
                 self.checkpoint,
@@ -401,16 +449,16 @@ class BatchProcessor:
         The watermark follows the newest event time minus the delay, but never runs ahead of the
         batch's receipt time: no event comes from the future, so a clock that is wrong by less
         than the clock guard's skew still cannot close everyone's sessions early. A stored
-        watermark ahead of the receipt time (state written before this guard, poisoned by a
-        far-future event) is pulled back to it, which heals such a stream.
+        watermark ahead of the receipt time (poisoned by a far-future event) is pulled back to it,
+        which heals such a stream.
         """
         w_prev_us = stored_us
         if stored_us > receipt_us:
             log.warning(
                 "stored watermark ahead of the receipt time: pulled back",
                 batch_id=batch_id,
-                stored=receipts.iso_from_micros(stored_us),
-                receipt=receipts.iso_from_micros(receipt_us),
+                stored=iso_from_micros(stored_us),
+                receipt=iso_from_micros(receipt_us),
             )
             w_prev_us = receipt_us
         watermark_us = w_prev_us
@@ -420,10 +468,12 @@ class BatchProcessor:
 
     @staticmethod
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
-        """The pane rows as their files hold them: THE session schema's pane columns
-        (tidemark/session/session_schema.py), then event_date and receipt_ts. The stream's writer
-        adds the batch's values itself (pane_writer.BatchValues); here they are Spark columns, for
-        whoever wants a batch's panes as a DataFrame."""
+        """The pane rows as their files hold them.
+
+        THE session schema's pane columns (tidemark/session/session_schema.py), then event_date and
+        receipt_ts. The stream's writer adds the batch's values itself (pane_writer.BatchValues);
+        here they are Spark columns, for whoever wants a batch's panes as a DataFrame.
+        """
         values = {
             "batch_id": F.lit(batch_id).cast("bigint"),
             "watermark": F.timestamp_micros(F.lit(watermark_us)),
@@ -438,11 +488,13 @@ class BatchProcessor:
 
     @staticmethod
     def _rows(result: DataFrame) -> DataFrame:
-        """What the batch writes, before the shuffle by date: the sessions emitted (`emit`: a pane)
-        or kept (`retain`: state), with the pane columns but the batch's own values (added by the
-        writer: pane_writer.BatchValues) and the ones `_pane_columns` derives from others (event_ids, a copy of
-        the events' ids: shuffling it too made the pane shuffle ~40% bigger, BENCHMARKS.md section
-        1), and the state's own (NOT_PANE)."""
+        """What the batch writes, before the shuffle by date.
+
+        The sessions emitted (`emit`: a pane) or kept (`retain`: state), with the pane columns but
+        the batch's own values (added by the writer: pane_writer.BatchValues) and the ones
+        `_pane_columns` derives from others (event_ids, a copy of the events' ids: shuffling it too
+        made the pane shuffle ~40% bigger, BENCHMARKS.md section 1), and the state's own (NOT_PANE).
+        """
         derived = {"event_ids"}
         return result.where("emit OR retain").select(
             *(c.name for c in session_schema.PANE_SESSION if c.name not in derived),
@@ -457,9 +509,12 @@ class BatchProcessor:
         )
 
     @staticmethod
-    def _pane_columns() -> list:
-        """`_rows`' pane columns, event_ids from the events (the events' event_id field: no lambda,
-        whose variable Spark names anew in every plan), the batch's own values left out."""
+    def _pane_columns() -> list[Column]:
+        """The pane columns of `_rows`, with event_ids taken from the events.
+
+        event_ids is the events' event_id field: no lambda, whose variable Spark names anew in every
+        plan. The batch's own values are left out.
+        """
         session = [
             F.col("events.event_id").alias("event_ids") if name == "event_ids" else F.col(name)
             for name in (c.name for c in session_schema.PANE_SESSION)
@@ -467,16 +522,25 @@ class BatchProcessor:
         return [*session, *(F.col(name) for name in ("pane_kind", "pane_index", "event_date"))]
 
     def _complete(self, rows: DataFrame, receipt_ts: str) -> frozenset[str]:
-        """A replayed batch's event dates whose receipt partitions an earlier attempt completed: kept
-        as they are (one more Spark job, on replays only)."""
+        """A replayed batch's event dates whose receipt partitions an earlier attempt completed.
+
+        Kept as they are (one more Spark job, on replays only).
+        """
         dates = [row["event_date"] for row in rows.where("emit").select("event_date").distinct().collect()]
         return frozenset(date for date, _ in receipts.complete_keys(self.lake, [(d, receipt_ts) for d in dates]))
 
     def _register(
-        self, stats: list[dict], complete: frozenset[str], receipt_ts: str, batch_id: int, watermark_us: int
+        self,
+        stats: list[pane_writer.DateStats],
+        complete: frozenset[str],
+        receipt_ts: str,
+        batch_id: int,
+        watermark_us: int,
     ) -> list[receipts.ReceiptPartition]:
-        """The batch's receipt partitions (their files written) registered and completed, markers
-        last; a replay's partitions completed already are left as they are."""
+        """Register and complete the batch's receipt partitions, whose files are written.
+
+        Markers last; a replay's partitions completed already are left as they are.
+        """
         partitions = [
             receipts.ReceiptPartition(
                 event_date=row["event_date"],
@@ -486,9 +550,9 @@ class BatchProcessor:
                 rows=int(row["rows"]),
                 events=int(row["events"]),
                 pane_kinds=list(row["kinds"]),
-                min_event_ts=receipts.iso_from_micros(row["min_us"]),
-                max_event_ts=receipts.iso_from_micros(row["max_us"]),
-                watermark=receipts.iso_from_micros(watermark_us),
+                min_event_ts=iso_from_micros(row["min_us"]),
+                max_event_ts=iso_from_micros(row["max_us"]),
+                watermark=iso_from_micros(watermark_us),
                 late=receipts.is_late(row["event_date"], watermark_us),
             )
             for row in sorted(stats, key=lambda r: r["event_date"])
@@ -511,8 +575,10 @@ class BatchProcessor:
     def _write_quarantine(
         self, parsed: DataFrame, receipt_ts: str, batch_id: int, count: int, size: int, uris: dict[str, str]
     ) -> None:
-        """The batch's refused lines, each with its landed file's URI (`uris`: the frame's file ->
-        the landing's, for pinned input)."""
+        """Write the batch's refused lines to its quarantine folder, each with its landed file's URI.
+
+        `uris` maps the frame's file to the landing's, for pinned input.
+        """
         folder = self.lake.quarantine_dir(receipt_ts)
         marker = layout.join(folder, QUARANTINE_MARKER)
         if storage.exists(marker):
@@ -543,9 +609,11 @@ class BatchProcessor:
         log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)
 
 
-def read_pinned(spark, folder: str) -> DataFrame:
-    """A batch's pinned files as the streaming source gives lines (streaming_job.job.source): every
-    line, split as the contract splits, with its file's URI (in the pin folder)."""
+def read_pinned(spark: SparkSession, folder: str) -> DataFrame:
+    """A batch's pinned files as the streaming source gives lines (streaming_job.job.source).
+
+    Every line, split as the contract splits, with its file's URI (in the pin folder).
+    """
     return (
         spark.read.format("text")
         .option("recursiveFileLookup", "true")
@@ -556,42 +624,48 @@ def read_pinned(spark, folder: str) -> DataFrame:
 
 
 def release_pins(checkpoint: str, generation: landing_archive.Generation, archive: bool) -> list[int]:
-    """Remove the pins of committed batches; with the archive, not before the archive has taken
-    the batch's files (its queue entry is gone)."""
+    """Remove the pins of committed batches.
+
+    With the archive, not before the archive has taken the batch's files (its queue entry is gone).
+    """
     keep = frozenset(entry["batch_id"] for entry in landing_archive.queued(checkpoint)) if archive else frozenset()
     return input_pins.release(checkpoint, generation.generation, generation.query_dir(checkpoint), keep)
 
 
-def _unreadable(path: str, reason: str, record: dict | None = None, lines: int = 0) -> dict:
+def _unreadable(path: str, reason: str, facts: FileFacts | None = None, lines: int = 0) -> FileEntry:
     """A ledger record of a file the batch could not read as its first attempt did."""
-    record = record or {}
-    return {
+    facts = facts or {}
+    entry: FileEntry = {
         "path": path,
-        "size": record.get("size"),
-        "mtime_ms": record.get("mtime_ms"),
+        "size": facts.get("size"),
+        "mtime_ms": facts.get("mtime_ms"),
         "lines": lines,
         "verdict": landing_ledger.UNREADABLE_VERDICT,
         "reason": reason,
-        **({"sha256": record["sha256"]} if record.get("sha256") else {}),
     }
+    sha = facts.get("sha256")
+    if sha:
+        entry["sha256"] = sha
+    return entry
 
 
 def _renamed(table: pa.Table, column: str, names: dict[str, str]) -> pa.Table:
     """`table` with each value of `column` found in `names` replaced by its new name."""
     if not names or not table.num_rows:
         return table
-    import pyarrow.compute as pc
-
     values = table.column(column)
     unique = pc.unique(values)
-    renamed = pa.array([names.get(v, v) for v in unique.to_pylist()], values.type)
+    # a column of file names (source_file): never null
+    renamed = pa.array([names.get(v, v) for v in cast("list[str]", unique.to_pylist())], values.type)
     index = table.schema.get_field_index(column)
     return table.set_column(index, table.schema.field(index), pc.take(renamed, pc.index_in(values, unique)))
 
 
 def state_events(state: DataFrame) -> DataFrame:
-    """The events of the open sessions in state, one row each, with their session's state_* columns:
-    stream_input.sql's {state_events}."""
+    """The events of the open sessions in state, one row each, with their session's state_* columns.
+
+    stream_input.sql's {state_events}.
+    """
     return state.select(
         "user_id",
         F.explode("events").alias("e"),
@@ -613,13 +687,16 @@ def state_events(state: DataFrame) -> DataFrame:
 
 
 def sessionize(
-    spark, events: DataFrame, state: DataFrame, rules: SessionRules, w_prev_us: int, w_new_us: int
+    spark: SparkSession, events: DataFrame, state: DataFrame, rules: SessionRules, w_prev_us: int, w_new_us: int
 ) -> DataFrame:
-    """A micro-batch's sessions (stream_panes.sql's rows): the batch's valid `events` merged into the
-    open sessions of `state`, one row per distinct event (user_id, event_id, event_ts) with the kept
-    copy chosen by the copy rule whatever the arrival order, sessionized, each session's pane
-    decided (STREAM_QUERY: the three files as one query, one analysis in the driver)."""
-    return dedup_sql.run_text(
+    """A micro-batch's sessions (stream_panes.sql's rows).
+
+    The batch's valid `events` merged into the open sessions of `state`, one row per distinct event
+    (user_id, event_id, event_ts) with the kept copy chosen by the copy rule whatever the arrival
+    order, sessionized, each session's pane decided (STREAM_QUERY: the three files as one query, one
+    analysis in the driver).
+    """
+    sessions: DataFrame = dedup_sql.run_text(
         spark,
         STREAM_QUERY,
         {
@@ -630,11 +707,15 @@ def sessionize(
         gap_us=rules.gap_us,
         lateness_us=rules.allowed_lateness_us,
     )
+    return sessions
 
 
-def watermarks(spark, w_prev_us: int, w_new_us: int) -> DataFrame:
-    """stream_panes.sql's {watermarks}: one row, planned as a local relation (a VALUES list is
-    data, not code: every batch's plan compiles to the same code, whatever its watermarks)."""
+def watermarks(spark: SparkSession, w_prev_us: int, w_new_us: int) -> DataFrame:
+    """stream_panes.sql's {watermarks}.
+
+    One row, planned as a local relation (a VALUES list is data, not code: every batch's plan
+    compiles to the same code, whatever its watermarks).
+    """
     return spark.sql(
         "SELECT * FROM VALUES (CAST(:w_prev_us AS BIGINT), CAST(:w_new_us AS BIGINT)) AS w(w_prev_us, w_new_us)",
         args={"w_prev_us": w_prev_us, "w_new_us": w_new_us},

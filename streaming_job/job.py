@@ -12,33 +12,47 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
 
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
-from streaming_job.batch import STOP_MARK, BatchProcessor, BatchReport, release_pins
+from streaming_job.batch import STOP_MARK, BatchProcessor, release_pins
 from tidemark.base import layout
 from tidemark.base.durations import format_duration, parse_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.spark import build_session
 from tidemark.ingest import landing_archive, landing_ledger
 from tidemark.ingest.contract import InputRules
+from tidemark.ingest.landing import LandedFile
+from tidemark.notices.cadence import CadencePolicy
+from tidemark.notices.service import NoticeService
 from tidemark.panes import receipt_index
+from tidemark.panes.receipts import BatchReport
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
+from tidemark.session.sessions import Overrides, SessionRules
+from tidemark.store import storage
 from tidemark.store.lake import Lake
 
 log = get_logger("stream")
 
+# What signal.signal returns and takes: a handler, SIG_DFL or SIG_IGN, or None (not set from Python).
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
 
 @dataclass
 class StreamConfig:
+    """What a stream runs with: where it reads and writes, its rules and its cadences."""
+
     landing: str
     lake: Lake
     checkpoint: str
-    # None: the lake's recorded rules (the defaults on a new lake); a dict {name: timedelta}: only
-    # those rules were given; a SessionRules: all three. Given rules must agree with the lake's
+    # None: the lake's recorded rules (the defaults on a new lake); Overrides ({name: timedelta or
+    # the gap boundary's name}): only those rules were given; a SessionRules: all of them. Given rules must agree with the lake's
     # rules record unless migrate_rules (tidemark/session/rules_record.py).
-    rules: SessionRules | dict | None = None
+    rules: SessionRules | Overrides | None = None
     migrate_rules: bool = False
     # How often a running stream re-reads the lake's rules record (a migration stops it).
     rules_check_interval: float = 30.0
@@ -64,14 +78,16 @@ class StreamConfig:
     rotate_after: int | None = None
     archive_interval: float = 2.0  # how often a running stream moves committed batches' files
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        """Open the lake given as a URI."""
         self.lake = Lake.open(self.lake)  # the Spark job's boundary: a URI from whoever configures it
 
 
-def source(spark, config: StreamConfig):
-    """The landed files, as Spark's file source plans them into micro-batches: which files each
-    batch takes (its file-source log) and the batch's timestamp (its offset log; a batch replayed
-    after a crash has the same, hence the same receipt_ts).
+def source(spark: SparkSession, config: StreamConfig) -> DataFrame:
+    """The landed files, as Spark's file source plans them into micro-batches.
+
+    Which files each batch takes (its file-source log) and the batch's timestamp (its offset log; a
+    batch replayed after a crash has the same, hence the same receipt_ts).
 
     The batch never reads this frame: it pins the planned files and reads the pins
     (tidemark.ingest.input_pins, streaming_job/batch.py), so that a replay reads the content the
@@ -98,8 +114,10 @@ NO_MAX_FILE_AGE = f"{2**63 - 1}ms"
 
 
 def stream_settings() -> dict[str, str]:
-    """Runtime SQL settings of the stream's session, set before the query starts (a streaming query
-    plans its micro-batches with a copy of the session's settings taken at its start).
+    """Runtime SQL settings of the stream's session, set before the query starts.
+
+    A streaming query plans its micro-batches with a copy of the session's settings taken at its
+    start.
 
     The batch's checked lines and its sessions are cached (streaming_job/batch.py), each cache built
     once and scanned two or three times within the batch. Spark's in-memory compression of those
@@ -123,18 +141,25 @@ JAVA_OPTIONS_ENV = "TIDEMARK_STREAM_JAVA_OPTIONS"
 
 
 def stream_jvm_conf() -> dict[str, str]:
-    """Launch settings of the JVM a stream starts for itself; TIDEMARK_STREAM_JAVA_OPTIONS replaces
-    the options (empty: the JVM's defaults)."""
+    """Launch settings of the JVM a stream starts for itself.
+
+    TIDEMARK_STREAM_JAVA_OPTIONS replaces the options (empty: the JVM's defaults).
+    """
     options = os.environ.get(JAVA_OPTIONS_ENV, STREAM_JAVA_OPTIONS)
     return {"spark.driver.extraJavaOptions": options} if options.strip() else {}
 
 
-def tune_session(spark) -> None:
+def tune_session(spark: SparkSession) -> None:
+    """Apply the stream's runtime SQL settings (stream_settings) to `spark`."""
     for key, value in stream_settings().items():
         spark.conf.set(key, value)
 
 
-def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], None]] | None = None, spark=None) -> None:
+def run_stream(
+    config: StreamConfig,
+    listeners: list[Callable[[BatchReport], None]] | None = None,
+    spark: SparkSession | None = None,
+) -> None:
     """Run until stopped (or, with available_now, until everything landed so far is processed).
 
     SIGTERM and SIGINT stop gracefully: the micro-batch under way finishes and commits first.
@@ -272,20 +297,23 @@ def run_stream(config: StreamConfig, listeners: list[Callable[[BatchReport], Non
 
 
 def _run_query(
-    spark,
+    spark: SparkSession,
     config: StreamConfig,
     processor: BatchProcessor,
-    guard,
-    audit,
+    guard: _RulesGuard,
+    audit: _LandingAudit,
     stop_requested: threading.Event,
     rotate: threading.Event,
     generation: landing_archive.Generation,
     rotate_at: int | None,
     unread_after: int = 0,
-):
-    """One generation's query, until it stops, fails, has committed rotate_at batches, or (once it
-    has committed unread_after batches: after a postponed rotation, the replay first) the landing
-    audit finds files it never reads. Returns the lake's new rules if a migration stopped it."""
+) -> rules_record.Recorded | None:
+    """Run one generation's query until it stops, fails, rotates or finds files it never reads.
+
+    It rotates once it has committed rotate_at batches; once it has committed unread_after batches
+    (after a postponed rotation, the replay first) it stops when the landing audit finds files it
+    never reads. Returns the lake's new rules if a migration stopped it.
+    """
     writer = (
         source(spark, config)
         .writeStream.queryName("tidemark_sessions")
@@ -303,7 +331,7 @@ def _run_query(
     query = writer.start()
     try:
         while query.isActive:
-            if query.awaitTermination(0.5):
+            if query.awaitTermination(0.5):  # type: ignore[arg-type]  # pyspark annotates it int; it takes any positive seconds
                 break
             changed_to = guard.changed()
             if changed_to is not None:
@@ -355,19 +383,29 @@ def _run_query(
     return changed_to
 
 
-def _set_aside(config: StreamConfig):
-    """What the archive does with a file replaced after it was read: its new content quarantined
-    (as the landing audit does), the file set aside under <archive>/_replaced/."""
-    return lambda files: landing_ledger.quarantine_replaced(
-        config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive
-    )
+def _set_aside(config: StreamConfig) -> Callable[[list[LandedFile]], None]:
+    """What the archive does with a file replaced after it was read.
+
+    Its new content quarantined (as the landing audit does), the file set aside under
+    <archive>/_replaced/.
+    """
+
+    def set_aside(files: list[LandedFile]) -> None:
+        landing_ledger.quarantine_replaced(
+            config.landing, config.lake, landing_ledger.Audit(replaced=files), archive=config.archive
+        )
+
+    return set_aside
 
 
 def _unread(
     config: StreamConfig, generation: landing_archive.Generation, found: landing_ledger.Audit | None
 ) -> list[str]:
-    """The audit's pending files that the generation's query never reads (a name it has read
-    already, landed again after its file was archived): a rotation lets the next one read them."""
+    """The audit's pending files that the generation's query never reads.
+
+    A name it has read already, landed again after its file was archived: a rotation lets the next
+    one read them.
+    """
     if not config.archive or found is None or not found.pending:
         return []
     try:
@@ -379,8 +417,6 @@ def _unread(
 
 def _committed_batches(checkpoint: str, generation: landing_archive.Generation) -> int:
     """Batches the generation's query has committed (its commit log: the newest id + 1)."""
-    from tidemark.store import storage
-
     ids = [int(n) for n in storage.list_dir(layout.join(generation.query_dir(checkpoint), "commits")) if n.isdigit()]
     return max(ids, default=-1) + 1
 
@@ -388,15 +424,17 @@ def _committed_batches(checkpoint: str, generation: landing_archive.Generation) 
 class _Either:
     """Set when either event is: the processor refuses new batches on a stop or a rotation."""
 
-    def __init__(self, *events: threading.Event):
+    def __init__(self, *events: threading.Event) -> None:
         self.events = events
 
     def is_set(self) -> bool:
         return any(e.is_set() for e in self.events)
 
 
-def _migrate(config: StreamConfig, spark) -> SessionRules:
+def _migrate(config: StreamConfig, spark: SparkSession) -> SessionRules:
     """--migrate-rules: the given rules become the lake's, every date re-deduplicated under them."""
+    # Imported here: the migration brings the dedup and its catalog (SQLAlchemy), which only
+    # --migrate-rules needs.
     from tidemark.deduplication import rules_migration
 
     target = rules_migration.target_rules(config.lake, config.rules or {})
@@ -406,10 +444,13 @@ def _migrate(config: StreamConfig, spark) -> SessionRules:
 
 
 class _RulesGuard:
-    """Re-reads the lake's rules record now and then: a migration while the stream runs stops it,
-    so that it never keeps writing with rules the lake no longer has."""
+    """Re-reads the lake's rules record now and then.
 
-    def __init__(self, lake: Lake, rules: SessionRules, interval: float):
+    A migration while the stream runs stops it, so that it never keeps writing with rules the lake
+    no longer has.
+    """
+
+    def __init__(self, lake: Lake, rules: SessionRules, interval: float) -> None:
         self.lake = lake
         self.rules_id = rules_record.fingerprint(rules)
         self.interval = interval
@@ -428,11 +469,13 @@ class _RulesGuard:
 
 
 class _LandingAudit:
-    """Now and then (and once when the stream ends), the landing compared with the ledger: replaced
-    files quarantined, in-progress names reported (tidemark.ingest.landing_ledger). A listing of the
-    landing, as Spark makes every trigger; never fatal to the stream."""
+    """Now and then (and once when the stream ends), the landing compared with the ledger.
 
-    def __init__(self, landing: str, lake: Lake, interval: float, archive: str | None = None):
+    Replaced files quarantined, in-progress names reported (tidemark.ingest.landing_ledger). A
+    listing of the landing, as Spark makes every trigger; never fatal to the stream.
+    """
+
+    def __init__(self, landing: str, lake: Lake, interval: float, archive: str | None = None) -> None:
         self.landing, self.lake, self.interval, self.archive = landing, lake, interval, archive
         self._next = time.monotonic() + interval
 
@@ -449,12 +492,9 @@ class _LandingAudit:
             return None
 
 
-def _notice_service(config: StreamConfig):
+def _notice_service(config: StreamConfig) -> NoticeService | None:
     if not config.notify_topic:
         return None
-    from tidemark.notices.cadence import CadencePolicy
-    from tidemark.notices.service import NoticeService
-
     policy = CadencePolicy(
         coalesce=parse_duration(config.notice_coalesce) if config.notice_coalesce else None,
         late_horizon=parse_duration(config.notice_late_horizon) if config.notice_late_horizon else None,
@@ -463,7 +503,7 @@ def _notice_service(config: StreamConfig):
     return NoticeService(config.lake, config.notify_topic, policy=policy)
 
 
-def _stop_between_batches(query) -> None:
+def _stop_between_batches(query: StreamingQuery) -> None:
     """Let the micro-batch under way commit, then stop.
 
     With a backlog the next batch starts at once, so the query is never idle: the processor
@@ -476,20 +516,20 @@ def _stop_between_batches(query) -> None:
             query.stop()
             break
         try:
-            query.awaitTermination(0.2)
+            query.awaitTermination(0.2)  # type: ignore[arg-type]  # pyspark annotates it int; it takes any positive seconds
         except StreamingQueryException:
             break  # StopRequested ended it
 
 
-def _install_stop_handlers(stop_requested: threading.Event):
+def _install_stop_handlers(stop_requested: threading.Event) -> dict[signal.Signals, _Handler]:
     if threading.current_thread() is not threading.main_thread():
         return {}
-    previous = {}
+    previous: dict[signal.Signals, _Handler] = {}
     for signum in (signal.SIGTERM, signal.SIGINT):
         previous[signum] = signal.signal(signum, lambda *_: stop_requested.set())
     return previous
 
 
-def _restore_handlers(previous) -> None:
+def _restore_handlers(previous: dict[signal.Signals, _Handler]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)

@@ -1,5 +1,7 @@
-"""A micro-batch's panes into their receipt partitions: one Parquet file per event date, written by
-the executors with pyarrow, straight into `event_date=D/receipt_ts=R/`.
+"""A micro-batch's panes into their receipt partitions.
+
+One Parquet file per event date, written by the executors with pyarrow, straight into
+`event_date=D/receipt_ts=R/`.
 
 Why not Spark's partitioned writer: with `partitionBy("event_date", "receipt_ts")` and dynamic
 partition overwrite, every event date a batch touches costs a Parquet writer, a checksum file, a
@@ -27,24 +29,45 @@ kind of file see one schema.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, TypedDict, cast
 
-from pyspark.sql import DataFrame
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark import TaskContext
+from pyspark.sql import Column, DataFrame
+
+from tidemark.base import layout
+from tidemark.store import storage
 
 PANE_FILE = "part-00000.parquet"
 
 
+class DateStats(TypedDict):
+    """What one event date's receipt marker records of a batch's panes there."""
+
+    event_date: str
+    rows: int
+    events: int
+    min_us: int
+    max_us: int
+    kinds: list[str]
+
+
 @dataclass(frozen=True)
 class BatchValues:
-    """The pane columns that hold the batch's own values, the same in every pane of a batch, added
-    to its files by the writer rather than computed by Spark.
+    """The pane columns that hold the batch's own values, added to its files by the writer.
+
+    They are the same in every pane of a batch, and are not computed by Spark.
 
     Why: Spark writes a literal's value into the Java code it generates for a plan, so a batch id, a
     receipt time or a watermark in the plan made every micro-batch compile its code anew (Janino)
     and the JVM's JIT compile that new code again, beside the batch on a 2-core machine
     (BENCHMARKS.md section 1). With no value of the batch in the plan, every micro-batch runs the
-    code the first one compiled."""
+    code the first one compiled.
+    """
 
     COLUMNS: ClassVar[tuple[str, ...]] = ("batch_id", "watermark", "receipt_ts")
 
@@ -52,11 +75,11 @@ class BatchValues:
     receipt_ts: str
     watermark_us: int
 
-    def scalars(self) -> dict:
-        """name -> Arrow scalar, as Spark's writer typed them: batch_id a bigint, watermark a UTC
-        timestamp in microseconds, receipt_ts a string."""
-        import pyarrow as pa
+    def scalars(self) -> dict[str, pa.Scalar[Any]]:
+        """Name -> Arrow scalar, as Spark's writer typed them.
 
+        batch_id a bigint, watermark a UTC timestamp in microseconds, receipt_ts a string.
+        """
         return {
             "batch_id": pa.scalar(self.batch_id, pa.int64()),
             "watermark": pa.scalar(self.watermark_us, pa.timestamp("us", tz="UTC")),
@@ -64,13 +87,16 @@ class BatchValues:
         }
 
 
-def with_constants(table, values: dict):
-    """`table` with one more column per (name, Arrow scalar) of `values`, that value in every row and
-    not null, as Spark's writer typed a literal column (the panes' batch values, the quarantine's)."""
-    import pyarrow as pa
+def with_constants(table: pa.Table, values: dict[str, pa.Scalar[Any]]) -> pa.Table:
+    """`table` with one more column per (name, Arrow scalar) of `values`.
 
+    That value in every row and not null, as Spark's writer typed a literal column (the panes' batch
+    values, the quarantine's).
+    """
     for name, value in values.items():
-        table = table.append_column(pa.field(name, value.type, nullable=False), pa.repeat(value, table.num_rows))
+        # pyarrow-stubs type repeat() per concrete scalar class only, not for a Scalar[Any]
+        column = pa.repeat(value, table.num_rows)  # type: ignore[call-overload]
+        table = table.append_column(pa.field(name, value.type, nullable=False), column)
     return table
 
 
@@ -78,30 +104,29 @@ def write_batch(
     rows: DataFrame,
     sessions_root: str,
     state_dir: str,
-    columns: list,
+    columns: list[Column],
     panes: list[str],
     state: dict[str, str],
     batch: BatchValues,
     skip_dates: frozenset[str] = frozenset(),
-) -> tuple[list[dict], int]:
-    """A micro-batch's outputs in one pass over its sessions: the rows with `emit` into their receipt
-    partitions (one file per date, as write_panes: `panes` the files' columns, event_date and
-    receipt_ts last), the rows with `retain` into the state version's folder `state_dir` (one file
-    per task; `state` maps the files' columns to the frame's). `columns` are the frame's columns
-    computed after the shuffle by date; `batch` the panes' columns that hold the batch's own
-    values, which the frame does not have. Dates in `skip_dates` (partitions a replayed batch
-    completed already) are counted, not written.
+) -> tuple[list[DateStats], int]:
+    """A micro-batch's outputs in one pass over its sessions.
+
+    The rows with `emit` into their receipt partitions (one file per date, as write_panes: `panes`
+    the files' columns, event_date and receipt_ts last), the rows with `retain` into the state
+    version's folder `state_dir` (one file per task; `state` maps the files' columns to the
+    frame's). `columns` are the frame's columns computed after the shuffle by date; `batch` the
+    panes' columns that hold the batch's own values, which the frame does not have. Dates in
+    `skip_dates` (partitions a replayed batch completed already) are counted, not written.
 
     Returns, per event date of the panes, what its receipt marker records (event_date, rows, events,
     min_us, max_us, kinds), and how many sessions state keeps: the batch's only Spark action after
     the sessionizing, where the statistics, the panes and the state were three (the fixed cost of a
-    micro-batch is mostly its Spark jobs, BENCHMARKS.md section 1)."""
+    micro-batch is mostly its Spark jobs, BENCHMARKS.md section 1).
+    """
     schema = "event_date string, rows bigint, events bigint, min_us bigint, max_us bigint, kinds array<string>"
 
-    def write(batches):
-        import pyarrow as pa
-        from pyspark import TaskContext
-
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tables = [pa.Table.from_batches([record_batch]) for record_batch in batches if record_batch.num_rows]
         if not tables:
             return
@@ -110,39 +135,37 @@ def write_batch(
         found = _write_tables(emitted.select(panes), sessions_root, skip_dates)
         kept = table.filter(table.column("retain")).select(list(state.values())).rename_columns(list(state))
         if kept.num_rows:
-            _write_file(kept, state_dir, f"part-{TaskContext.get().partitionId():05d}.parquet")
+            task = TaskContext.get()
+            if task is None:
+                raise RuntimeError("the state's files are written by Spark tasks (mapInArrow)")
+            _write_file(kept, state_dir, f"part-{task.partitionId():05d}.parquet")
         # the state's row count rides in a row of its own: no event date, `rows` the sessions kept
-        found.append({"event_date": None, "rows": kept.num_rows, "events": 0, "min_us": None, "max_us": None})
-        yield pa.RecordBatch.from_pylist(found, schema=_stats_schema())
+        state_row = {"event_date": None, "rows": kept.num_rows, "events": 0, "min_us": None, "max_us": None}
+        yield pa.RecordBatch.from_pylist([*found, state_row], schema=_stats_schema())
 
     by_date = rows.repartition("event_date").select(*columns)
     out = by_date.mapInArrow(write, schema).collect()
-    dates = [row.asDict() for row in out if row["event_date"] is not None]
+    dates = [cast("DateStats", row.asDict()) for row in out if row["event_date"] is not None]  # _stats_schema's
     return dates, sum(int(row["rows"]) for row in out if row["event_date"] is None)
 
 
-def _stats_schema():
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("event_date", pa.string()),
-            ("rows", pa.int64()),
-            ("events", pa.int64()),
-            ("min_us", pa.int64()),
-            ("max_us", pa.int64()),
-            ("kinds", pa.list_(pa.string())),
-        ]
-    )
+def _stats_schema() -> pa.Schema:
+    fields: list[tuple[str, pa.DataType]] = [
+        ("event_date", pa.string()),
+        ("rows", pa.int64()),
+        ("events", pa.int64()),
+        ("min_us", pa.int64()),
+        ("max_us", pa.int64()),
+        ("kinds", pa.list_(pa.string())),
+    ]
+    return pa.schema(fields)
 
 
-def _write_file(table, folder: str, name: str) -> None:
-    """One Parquet file into `folder`, under a hidden name first on a local disk (a reader never
-    sees half a file; a single-object upload on a bucket is atomic already)."""
-    import pyarrow.parquet as pq
+def _write_file(table: pa.Table, folder: str, name: str) -> None:
+    """Write one Parquet file into `folder`, under a hidden name first on a local disk.
 
-    from tidemark.store import storage
-
+    A reader never sees half a file; a single-object upload on a bucket is atomic already.
+    """
     fs, path = storage.resolve(folder)
     fs.create_dir(path, recursive=True)
     if storage.is_local(folder):
@@ -153,19 +176,15 @@ def _write_file(table, folder: str, name: str) -> None:
         pq.write_table(table, f"{path}/{name}", filesystem=fs)
 
 
-def _write_tables(table, sessions_root: str, skip_dates: frozenset[str] = frozenset()) -> list[dict]:
+def _write_tables(table: pa.Table, sessions_root: str, skip_dates: frozenset[str] = frozenset()) -> list[DateStats]:
     """Each event date's panes into its receipt partition; per date, what its marker records."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from tidemark.base import layout
-    from tidemark.store import storage
-
     dates = table.column("event_date")
     stamps = table.column("receipt_ts")
-    found = []
-    for event_date, receipt_ts in sorted({(d, r) for d, r in zip(dates.to_pylist(), stamps.to_pylist(), strict=False)}):
-        rows = table.filter(pc.and_(pc.equal(dates, event_date), pc.equal(stamps, receipt_ts)))
+    found: list[DateStats] = []
+    # a pane's event_date and receipt_ts are never null (its session's start date, its batch's time)
+    pairs = zip(cast("list[str]", dates.to_pylist()), cast("list[str]", stamps.to_pylist()), strict=False)
+    for event_date, receipt_ts in sorted(set(pairs)):
+        rows = table.filter(pc.and_(pc.equal(dates, pa.scalar(event_date)), pc.equal(stamps, pa.scalar(receipt_ts))))
         found.append(
             {
                 "event_date": event_date,
@@ -173,7 +192,7 @@ def _write_tables(table, sessions_root: str, skip_dates: frozenset[str] = frozen
                 "events": pc.sum(rows.column("event_count")).as_py(),
                 "min_us": pc.min(rows.column("session_start").cast(pa.int64())).as_py(),
                 "max_us": pc.max(rows.column("session_end").cast(pa.int64())).as_py(),
-                "kinds": sorted(set(rows.column("pane_kind").to_pylist())),
+                "kinds": sorted(set(cast("list[str]", rows.column("pane_kind").to_pylist()))),  # never null
             }
         )
         if event_date in skip_dates:

@@ -10,13 +10,25 @@ lines, to the quarantine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.functions import arrow_udf
+from pyspark.sql.pandas.functions import arrow_udf
 
 from tidemark.ingest import contract_fast
 from tidemark.ingest.contract import InputRules
+
+if TYPE_CHECKING:
+    from pyspark.sql._typing import UserDefinedFunctionLike
+
+    ArrowArray = pa.Array[Any]
+else:
+    # pyspark takes an Arrow UDF's kind from its type hints, compared with pa.Array itself (arrays
+    # in, an array out: a scalar Arrow UDF); pa.Array is not subscriptable at run time.
+    ArrowArray = pa.Array
 
 VERDICT = (
     "reason string, user_id string, event_id string, event_type string, "
@@ -25,30 +37,41 @@ VERDICT = (
 FILE_FACTS = ("file_size", "file_mtime_ms")  # of a line's file, as Spark listed it (streaming_job.job.source)
 
 
-def _verdict_udf(rules: InputRules):
-    @arrow_udf(VERDICT)  # type: ignore[call-overload]  # pyspark's stubs omit the DDL-string form it accepts
-    def verdict(raw: pa.Array, received_us: pa.Array) -> pa.Array:
-        return contract_fast.verdicts(raw, received_us, rules)
+def _arrow_udf(function: Callable[..., ArrowArray]) -> UserDefinedFunctionLike:
+    """`function` as a scalar Arrow UDF returning VERDICT rows, its kind taken from its type hints."""
+    # pyspark's stubs type arrow_udf only with a functionType, not the form that reads the hints.
+    udf: UserDefinedFunctionLike = arrow_udf(VERDICT)(function)  # type: ignore[call-overload]
+    return udf
 
-    return verdict
+
+def _verdict_udf(rules: InputRules) -> UserDefinedFunctionLike:
+    def verdict(raw: ArrowArray, received_us: ArrowArray) -> ArrowArray:
+        # `raw` is the binary column `raw` (with_parse)
+        return contract_fast.verdicts(cast("pa.BinaryArray", raw), received_us, rules)
+
+    return _arrow_udf(verdict)
 
 
-def _verdict_at_udf(rules: InputRules, received_us: int):
-    """The verdict UDF with the receipt time a value of the function, not of the plan: Spark writes
-    a literal into the code it generates, so a batch's time in the plan would make every batch
-    compile anew (streaming_job.pane_writer.BatchValues)."""
+def _verdict_at_udf(rules: InputRules, received_us: int) -> UserDefinedFunctionLike:
+    """The verdict UDF with the receipt time a value of the function, not of the plan.
 
-    @arrow_udf(VERDICT)  # type: ignore[call-overload]
-    def verdict(raw: pa.Array) -> pa.Array:
-        return contract_fast.verdicts(raw, pa.repeat(pa.scalar(received_us, pa.int64()), len(raw)), rules)
+    Spark writes a literal into the code it generates, so a batch's time in the plan would make
+    every batch compile anew (streaming_job.pane_writer.BatchValues).
+    """
 
-    return verdict
+    def verdict(raw: ArrowArray) -> ArrowArray:
+        received = pa.repeat(pa.scalar(received_us, pa.int64()), len(raw))
+        return contract_fast.verdicts(cast("pa.BinaryArray", raw), received, rules)
+
+    return _arrow_udf(verdict)
 
 
 def with_parse(batch: DataFrame, rules: InputRules | None = None, received_us: int | None = None) -> DataFrame:
-    """The batch's lines checked: `reason` (null for a valid event), the event's columns (`user_id`,
-    `event_id`, `event_ts`, `event_type`, `payload`; null for a refused line), `raw` and
-    `source_file` (set for refused lines only) and `receipt_time`.
+    """The batch's lines checked.
+
+    `reason` (null for a valid event), the event's columns (`user_id`, `event_id`, `event_ts`,
+    `event_type`, `payload`; null for a refused line), `raw` and `source_file` (set for refused
+    lines only) and `receipt_time`.
 
     Needs `value` (a line), `source_file` and the clock guard's now: `received_us`, the micro-batch's
     timestamp, or else a `receipt_time` column (passed on); `file_size` and `file_mtime_ms` are

@@ -33,8 +33,11 @@ NO_WATERMARK_US = -(2**62)
 
 
 def watermark_text(watermark_us: int) -> str | None:
-    """A watermark as RFC 3339 text for logs and reports; None before the stream has one (a stream
-    whose batches so far held no valid event): NO_WATERMARK_US is no representable instant."""
+    """A watermark as RFC 3339 text for logs and reports.
+
+    None before the stream has one (a stream whose batches so far held no valid event):
+    NO_WATERMARK_US is no representable instant.
+    """
     return None if watermark_us <= NO_WATERMARK_US else iso_from_micros(watermark_us)
 
 
@@ -46,13 +49,18 @@ STATE_COLUMNS = list(session_schema.STATE_COLUMNS)
 
 @dataclass(frozen=True)
 class StateVersion:
+    """A committed state version: its batch, the watermark after it and its open sessions."""
+
     batch_id: int
     watermark_us: int
     sessions: int
 
 
 class StateStore:
-    def __init__(self, spark: SparkSession, checkpoint: str):
+    """The stream's open sessions, one committed version per batch, under the checkpoint."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
+        """The store under `checkpoint`/state, read and written with `spark`."""
         self.spark = spark
         self.root = layout.join(checkpoint, "state")
 
@@ -60,6 +68,7 @@ class StateStore:
         return layout.join(self.root, f"batch_id={batch_id}")
 
     def versions(self) -> list[int]:
+        """The batch ids of the committed versions (those with a marker), oldest first."""
         ids = []
         for name in storage.list_subdirs(self.root):
             value = layout.partition_value(name, "batch_id")
@@ -82,9 +91,12 @@ class StateStore:
         return version, self.spark.read.schema(STATE_SCHEMA).parquet(self._dir(version_id))
 
     def prepare(self, batch_id: int) -> str:
-        """The folder a batch writes its version's files into (streaming_job.pane_writer, in the same
-        pass as the panes), emptied first: the version's marker, then what an interrupted attempt
-        left. Until `commit` writes the marker again the version does not exist for `before`."""
+        """The folder a batch writes its version's files into, emptied first.
+
+        The pane writer (streaming_job.pane_writer) writes them in the same pass as the panes. The
+        version's marker goes first, then what an interrupted attempt left. Until `commit` writes
+        the marker again the version does not exist for `before`.
+        """
         path = self._dir(batch_id)
         storage.delete_file(layout.join(path, STATE_MARKER))
         storage.delete_dir(path)

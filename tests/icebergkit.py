@@ -16,7 +16,7 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from tidemark.base.times import now_iso_z
 from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
-from tidemark.notices import corrected
+from tidemark.notices import corrected_delivery
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import Commit, VersionRecord
 
@@ -90,7 +90,7 @@ def commit_recording(lake: Lake, marker: VersionRecord) -> commits.Outcome:
     """What tidemark.deduplication.dedup does: the commit, then the corrected notice's record."""
     outcome = commits.commit(lake, marker)
     if outcome.committed:
-        corrected.record_after_commit(lake, outcome.current)
+        corrected_delivery.record_after_commit(lake, outcome.current)
     return outcome
 
 

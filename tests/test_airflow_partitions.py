@@ -14,7 +14,7 @@ import pytest
 from tests.icebergkit import receipt, version_with
 from tidemark.base import names
 from tidemark.devstack.airflow import DAGS_FOLDER, AirflowServer
-from tidemark.notices import asset_events, corrected
+from tidemark.notices import asset_events, corrected_delivery
 from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -69,7 +69,7 @@ def test_each_committed_version_becomes_one_asset_event_even_after_a_drain_died_
     asset_id = client.asset_id(asset_events.ASSET_NAME)
     assert asset_id is not None  # declared by the (paused) dedup DAG
     before = client.asset_events(asset_id)
-    assert corrected.emit_owed(lake, client, timeout=30) == 0
+    assert corrected_delivery.emit_owed(lake, client, timeout=30) == 0
     new = [e for e in client.asset_events(asset_id) if e["id"] not in {b["id"] for b in before}]
     assert [(e["partition_key"], e["extra"]["version"], e["extra"]["previous_version"]) for e in new] == [
         (d, v1.version, None),
@@ -78,17 +78,17 @@ def test_each_committed_version_becomes_one_asset_event_even_after_a_drain_died_
     assert new[1]["extra"]["change"] == "changed"
     assert new[1]["extra"]["rows"] == 2
     # Drained again: nothing new.
-    assert corrected.emit_owed(lake, client, timeout=30) == 0
+    assert corrected_delivery.emit_owed(lake, client, timeout=30) == 0
     assert len(client.asset_events(asset_id)) == len(before) + 2
     # A third version whose drain died after Airflow's answer, before its sent record: the next
     # drain finds the event by its notice_id and records it instead of posting it again.
     v3 = version_with(lake, [receipt(1), receipt(2), receipt(3)], {"a" * 32: (9, 3)})
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     (entry,) = box.owed("airflow")
     # posted (its attempt logged first, as every drain does); not marked sent
     posted = asset_events.AssetEventSender(client, box.attempts("airflow")).send_many([entry])
     assert box.owed("airflow") == [entry]
-    assert corrected.emit_owed(lake, client, timeout=30) == 0
+    assert corrected_delivery.emit_owed(lake, client, timeout=30) == 0
     events = client.asset_events(asset_id)
     assert [e["extra"]["version"] for e in events].count(v3.version) == 1
     assert box.sent("airflow")[-1]["message_id"] == posted[entry["notice"]["notice_id"]][0]
@@ -115,7 +115,7 @@ class ListingFails:
 def test_a_drain_posts_new_versions_without_listing_and_holds_only_an_unsure_one(airflow, tmp_path):
     client = airflow.client()
     lake = Lake.open(tmp_path / "lake")
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     box.attempts("airflow").began()  # a lake that logs attempts from its start
     asset_id = client.asset_id(asset_events.ASSET_NAME)
     before = {e["id"] for e in client.asset_events(asset_id)}  # the module's other tests share Airflow
@@ -126,7 +126,7 @@ def test_a_drain_posts_new_versions_without_listing_and_holds_only_an_unsure_one
     v1 = version_with(lake, [receipt(1)], {"c" * 32: (5, 2)})
     broken = ListingFails(client)
     # Never attempted: posted at once, no listing needed.
-    assert corrected.emit_owed(lake, broken, timeout=20, backoff_max=0.5) == 0
+    assert corrected_delivery.emit_owed(lake, broken, timeout=20, backoff_max=0.5) == 0
     assert broken.listings == 0
     assert versions_posted() == [v1.version]
     # A drain killed after its POST: the entry has an attempt and no sent record.
@@ -136,11 +136,11 @@ def test_a_drain_posts_new_versions_without_listing_and_holds_only_an_unsure_one
     v3 = version_with(lake, [receipt(1), receipt(2), receipt(3)], {"c" * 32: (9, 4)})
     # While Airflow cannot list, the unsure entry waits (posting it could make a second event) and
     # the new one goes out.
-    assert corrected.emit_owed(lake, broken, timeout=3, backoff_max=0.5) == 1
+    assert corrected_delivery.emit_owed(lake, broken, timeout=3, backoff_max=0.5) == 1
     assert broken.listings >= 1
     assert [e["notice"]["version"] for e in box.owed("airflow")] == [v2.version]
     # Once Airflow lists again, the posted event is found and recorded: one event per version.
-    assert corrected.emit_owed(lake, client, timeout=30) == 0
+    assert corrected_delivery.emit_owed(lake, client, timeout=30) == 0
     assert sorted(versions_posted()) == sorted(v.version for v in (v1, v2, v3))
 
 

@@ -16,7 +16,7 @@ from tests import changeskit
 from tests.icebergkit import commit_recording, receipt
 from tidemark.iceberg import changes, commits, table_versions
 from tidemark.iceberg import table as iceberg
-from tidemark.notices import corrected
+from tidemark.notices import corrected_delivery
 from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +88,7 @@ def test_a_kill_at_each_point_loses_nothing_and_shows_nothing_uncommitted(tmp_pa
     assert committed == (point != "before the sessions commit")
     if committed:
         # what the DAG's notify task runs after the dedup (the next dedup run of D: changes.ensure)
-        corrected.record_current(lake, D)
+        corrected_delivery.record_current(lake, D)
     else:
         assert changeskit.changes_of(lake, D).keys() == {v1.version}  # nothing of the dead run
         current = commit_recording(
@@ -99,7 +99,7 @@ def test_a_kill_at_each_point_loses_nothing_and_shows_nothing_uncommitted(tmp_pa
     steps = changeskit.check_date(lake, D)
     assert [s["version"] for s in steps] == [v1.version, current.version]
     # the notice says where the changes are
-    notice = corrected.build_for(lake, iceberg.load(lake), current)
+    notice = corrected_delivery.build_for(lake, iceberg.load(lake), current)
     assert notice["changes"]["snapshot_id"] == changes.appended(lake, current).snapshot_id
     assert notice["change"]["sessions_changed"] == steps[-1]["updated"]
     # a file the dead child wrote but never appended is no part of the table
@@ -160,7 +160,7 @@ def test_gc_keeps_every_changeset_and_each_snapshot_as_long_as_its_versions(tmp_
     # every changeset's rows stay; the current version's snapshot stays for its notice
     assert set(changeskit.changes_of(lake, D)) == {v1.version, v2.version}
     assert [p["tidemark.version"] for _, p in changes.history(changes.load(lake))] == [v2.version]
-    notice = corrected.build_for(lake, iceberg.load(lake), table_versions.current_version(lake, D))
+    notice = corrected_delivery.build_for(lake, iceberg.load(lake), table_versions.current_version(lake, D))
     assert notice["changes"]["snapshot_id"] == changes.appended(lake, v2).snapshot_id
 
 
@@ -177,8 +177,8 @@ def test_the_notice_counts_from_the_changeset_without_reading_either_version(tmp
     def no_scan(*_args, **_kwargs):
         raise AssertionError("a version read whole")
 
-    monkeypatch.setattr(corrected, "_sessions_at", no_scan)
-    notice = corrected.build_for(lake, iceberg.load(lake), current)
+    monkeypatch.setattr(corrected_delivery, "_sessions_at", no_scan)
+    notice = corrected_delivery.build_for(lake, iceberg.load(lake), current)
     assert notice["change"] == {
         "kind": "changed",
         "sessions_added": 1,
@@ -242,7 +242,7 @@ def test_a_dedup_killed_between_its_two_commits_is_completed_by_the_next_run(spa
     run_dedup(lake, day, RULES, spark=spark)  # appends the killed version's changeset before its own commit
     newest = table_versions.current_version(lake, day)
     if newest.run_id == killed.run_id:  # the last batch brought nothing to this date: the notify task
-        corrected.record_current(lake, day)
+        corrected_delivery.record_current(lake, day)
     else:
         assert newest.previous_version == killed.version
     versions = [p.get("tidemark.version") for _, p in changes.history(changes.load(lake))]
@@ -259,7 +259,7 @@ def test_the_asset_event_says_where_the_changes_are(tmp_path):
 
     lake = Lake.open(tmp_path / "lake")
     version = commit_recording(lake, changeskit.prepared_with_changes(lake, [receipt(1)], {"a": (5, 1)}, None)).current
-    (entry,) = corrected.outbox(lake).owed("airflow")
+    (entry,) = corrected_delivery.outbox(lake).owed("airflow")
     extra = asset_events.event_extra(entry["notice"])
     assert extra["changes"]["snapshot_id"] == changes.appended(lake, version).snapshot_id
     assert (extra["changes"]["inserted"], extra["changes"]["identifier"]) == (1, "tidemark.sessions_changes")

@@ -106,3 +106,12 @@ def test_batches_without_any_fast_line(lines):
         contract_fast.verdicts(raw, received).to_pylist()
         == contract_fast.reference_rows(lines, [differential.RECEIVED_US] * len(lines)).to_pylist()
     )
+
+
+def test_a_batch_of_no_lines_without_an_offsets_buffer():
+    # Arrow lets an array of no values omit its offsets buffer (pyarrow validates this one): the
+    # verdict is an empty batch, not a TypeError from reading the missing buffer.
+    raw = pa.Array.from_buffers(pa.binary(), 0, [None, None, pa.py_buffer(b"")])
+    verdict = contract_fast.verdicts(raw, pa.nulls(0, pa.int64()))
+    assert verdict.type == contract_fast.VERDICT
+    assert verdict.to_pylist() == []

@@ -1,4 +1,4 @@
-"""The corrected notice's change counts (tidemark.notices.corrected.session_changes) against a plain
+"""The corrected notice's change counts (tidemark.notices.corrected_delivery.session_changes) against a plain
 Python count over random pairs of versions."""
 
 import datetime as dt
@@ -7,7 +7,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from tidemark.notices.corrected import session_changes
+from tidemark.notices.corrected_delivery import session_changes
 
 _SCHEMA = pa.schema(
     [("session_id", pa.string()), ("session_end", pa.timestamp("us", tz="UTC")), ("event_count", pa.int64())]

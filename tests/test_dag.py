@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from datetime import date, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -103,8 +103,17 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     assert out["schedule"] == "PartitionedAtRuntime"
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
-    # tidemark.base.durations: the reconcile DAG's schedule (standard library only)
-    assert out["first_party"] == ["tidemark", "tidemark.base", "tidemark.base.durations", "tidemark.base.names"]
+    # standard library only: the schedules' durations, the date's text form, the back end's choice, settings
+    assert out["first_party"] == [
+        "tidemark",
+        "tidemark.base",
+        "tidemark.base.durations",
+        "tidemark.base.layout",
+        "tidemark.base.names",
+        "tidemark.orchestration",
+        "tidemark.orchestration.dedup_backends",
+        "tidemark.orchestration.settings",
+    ]
     assert all(out["refused"].values()), out["refused"]
     assert out["accepts"] == "2026-03-07"
     # One asset, declared (an inlet: the asset events come from the outbox, one per version, and an
@@ -330,7 +339,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     event, and draining again posts nothing."""
     from tidemark.devstack.airflow import AirflowServer
     from tidemark.iceberg import reader
-    from tidemark.notices import asset_events, corrected
+    from tidemark.notices import asset_events, corrected_delivery
     from tidemark.orchestration import obligations
 
     event_date = "2026-03-06"
@@ -345,7 +354,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     assert states["notify_corrected"] == "success", states
     assert states["owed_reruns"] == "success", states
     pointer = reader.current_version(lake, event_date)
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     assert [(e["notice"]["event_date"], e["notice"]["version"]) for e in box.owed("airflow")] == [
         (event_date, pointer.version)
     ]
@@ -407,7 +416,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
         server.stop(components=("api-server",))
 
 
-# -- the Dataproc branch (Composer): chosen at parse time from the environment -------------------
+# -- the dedup step: the operator of the back end tidemark.orchestration.dedup_backends chooses ----
 
 
 def _dag_module():
@@ -419,51 +428,15 @@ def _dag_module():
     return module
 
 
-def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_submits_a_valid_dedup():
-    from tidemark.cli import build_parser
-
+def test_the_dag_builds_the_operator_of_the_chosen_back_end(monkeypatch):
     dag = _dag_module()
-    assert dag.dataproc_target({}) is None
-    assert dag.dataproc_target({"TIDEMARK_DATAPROC_CLUSTER": ""}) is None  # Spark Connect on Composer
-    with pytest.raises(ValueError, match="TIDEMARK_DATAPROC_REGION"):
-        dag.dataproc_target({"TIDEMARK_DATAPROC_CLUSTER": "c", "TIDEMARK_DATAPROC_PROJECT": "p"})
-    target = dag.dataproc_target(
-        {
-            "TIDEMARK_DATAPROC_CLUSTER": "tidemark-spark ",
-            "TIDEMARK_DATAPROC_PROJECT": "proj",
-            "TIDEMARK_DATAPROC_REGION": "europe-west1",
-        }
-    )
-    assert target == {"project": "proj", "region": "europe-west1", "cluster": "tidemark-spark"}
-    job = dag.dataproc_job(target, "gs://ops/code/submit.py", "gs://lake", "2026-03-07")
-    assert job["placement"] == {"cluster_name": "tidemark-spark"}
-    assert job["reference"] == {"project_id": "proj"}
-    assert job["pyspark_job"]["main_python_file_uri"] == "gs://ops/code/submit.py"
-    parsed = build_parser().parse_args(job["pyspark_job"]["args"])  # what submit.py hands to tidemark's CLI
-    assert parsed.command == "dedup"
-    assert parsed.lake == Lake.open("gs://lake")
-    assert parsed.event_date == date(2026, 3, 7)
-
-
-def test_the_dedup_back_end_is_chosen_in_one_place():
-    dag = _dag_module()
-    composer = {"TIDEMARK_DATAPROC_CLUSTER": "c", "TIDEMARK_DATAPROC_PROJECT": "p", "TIDEMARK_DATAPROC_REGION": "r"}
-    assert dag.dedup_backend({}) == "spark"
-    assert dag.dedup_backend(composer) == "dataproc"
-    assert dag.dedup_backend({**composer, "TIDEMARK_DEDUP_BACKEND": "spark"}) == "spark"  # forced
-    with pytest.raises(ValueError, match="expected one of dataproc, spark"):
-        dag.dedup_backend({"TIDEMARK_DEDUP_BACKEND": "databricks"})
-    assert set(dag.BACKENDS) == {"dataproc", "spark"}
-    task = dag.BACKENDS["spark"]("/lake", "2026-03-07")  # outside a DAG: the operator alone
+    monkeypatch.delenv("TIDEMARK_DEDUP_BACKEND", raising=False)
+    monkeypatch.delenv("TIDEMARK_DATAPROC_CLUSTER", raising=False)
+    task = dag.dedup_task("/lake", "2026-03-07")  # outside a DAG: the operator alone
     assert isinstance(task, dag.DedupOperator)
     assert task.event_date == "2026-03-07"
     assert task.lake == "/lake"
-
-
-def test_dedup_concurrency_comes_from_the_environment_and_refuses_nonsense():
-    dag = _dag_module()
-    assert dag.dedup_concurrency({}) is None
-    assert dag.dedup_concurrency({"TIDEMARK_DEDUP_CONCURRENCY": "1"}) == 1
-    for bad in ("0", "-1", "two", "1.5"):
-        with pytest.raises(ValueError, match="TIDEMARK_DEDUP_CONCURRENCY"):
-            dag.dedup_concurrency({"TIDEMARK_DEDUP_CONCURRENCY": bad})
+    assert task.application_args == ["dedup", "--lake", "/lake", "--event-date", "2026-03-07"]
+    monkeypatch.setenv("TIDEMARK_DEDUP_BACKEND", "databricks")
+    with pytest.raises(ValueError, match="expected one of dataproc, spark"):
+        dag.dedup_task("/lake", "2026-03-07")

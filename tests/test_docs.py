@@ -70,7 +70,7 @@ def _missing_paths(text: str) -> list[str]:
 
 def test_the_path_check_sees_what_it_must():
     assert _missing_paths("tidemark/base/{notice,layout}.py") == ["tidemark/base/notice.py"]
-    assert _missing_paths("see `tidemark/iceberg/commits.py` and tidemark/notices/corrected.py") == []
+    assert _missing_paths("see `tidemark/iceberg/commits.py` and tidemark/notices/corrected_delivery.py") == []
     assert _missing_paths("gs://bucket/dags/gone.py, build/cloud_function/gone.py") == []
 
 
@@ -170,7 +170,7 @@ def test_the_consumer_guides_snippets_run_against_a_lake(tmp_path):
     versions of a date and their changesets (tests/changeskit.py: no Spark)."""
     from tests import changeskit
     from tests.icebergkit import commit_recording, receipt
-    from tidemark.notices import corrected
+    from tidemark.notices import corrected_delivery
     from tidemark.store.lake import Lake
 
     lake = Lake.open(str(tmp_path / "lake"))
@@ -181,7 +181,7 @@ def test_the_consumer_guides_snippets_run_against_a_lake(tmp_path):
         lake,
         changeskit.prepared_with_changes(lake, [receipt(1), receipt(2)], {"1-a": (7, 2), "3-a": (3, 1)}, v1),
     ).current
-    (notice,) = [e["notice"] for e in corrected.outbox(lake).owed() if e["notice"]["version"] == v2.version]
+    (notice,) = [e["notice"] for e in corrected_delivery.outbox(lake).owed() if e["notice"]["version"] == v2.version]
     text = Path(os.path.join(ROOT, "docs", "consumers.md")).read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 2

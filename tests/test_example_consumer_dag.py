@@ -28,7 +28,7 @@ from tidemark.base import names
 from tidemark.demo import batch_reference
 from tidemark.devstack.airflow import AirflowServer
 from tidemark.devstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
-from tidemark.notices import asset_events, corrected, corrected_notice
+from tidemark.notices import asset_events, corrected_delivery, corrected_notice
 from tidemark.products import session_metrics
 from tidemark.store.lake import Lake
 
@@ -97,7 +97,7 @@ def stack(tmp_path_factory, emulator):
             "TIDEMARK_RECONCILE_INTERVAL": "off",
             "PUBSUB_EMULATOR_HOST": emulator.host,
             "TIDEMARK_SESSION_METRICS_ROOT": out,
-            "TIDEMARK_CORRECTED_TOPIC_PATH": corrected.default_topic(PROJECT),
+            "TIDEMARK_CORRECTED_TOPIC_PATH": corrected_delivery.default_topic(PROJECT),
         },
     )
     try:
@@ -189,8 +189,8 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
     notices = corrected_messages(emulator.host, {v1, v2})
     assert sorted((n["version"], n["change"]["kind"]) for n in notices) == [(v1, "first"), (v2, "changed")]
     assert notices[-1]["rows"] == expected["sessions"] or notices[0]["rows"] == expected["sessions"]
-    assert corrected.outbox(lake).owed() == []
-    assert corrected.outbox(lake).owed("airflow") == []
+    assert corrected_delivery.outbox(lake).owed() == []
+    assert corrected_delivery.outbox(lake).owed("airflow") == []
     events = events_of(client)
     assert sorted((e["partition_key"], e["extra"]["version"]) for e in events) == [(D7, v1), (D7, v2)]
     assert {e["extra"]["notice_id"] for e in events} == {n["notice_id"] for n in notices}
@@ -244,7 +244,7 @@ def dedup_runs_settled(client) -> None:
 def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tmp_path):
     client, lake, out = stack["client"], stack["lake"], stack["out"]
     dedup_runs_settled(client)
-    assert corrected.outbox(lake).owed("airflow") == []
+    assert corrected_delivery.outbox(lake).owed("airflow") == []
     stack["stream"].batch(HAND, mode=0.5)
     # `tidemark dedup` by hand, outside Airflow: it commits and records the outbox entry, nothing more.
     proc = subprocess.run(
@@ -254,13 +254,13 @@ def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tm
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    owed = corrected.outbox(lake).owed("airflow")
+    owed = corrected_delivery.outbox(lake).owed("airflow")
     assert [e["notice"]["event_date"] for e in owed] == [D5]
     assert not [e for e in events_of(client) if e["partition_key"] == D5]
 
     # The reconcile DAG's drain emits it: one event, one consumer run of D5 with the reference's metrics.
     run_reconcile(client, "drain_1")
-    assert corrected.outbox(lake).owed("airflow") == []
+    assert corrected_delivery.outbox(lake).owed("airflow") == []
     wait_for(lambda: consumer_runs_of(client, D5), 300, "the consumer run of the hand-committed version")
     (run,) = consumer_runs_of(client, D5)
     assert run["run_type"] == "asset_triggered"
@@ -330,10 +330,10 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
         stack["stream"].batch(events, mode=0.5)
         for day in THREE:  # three corrections, committed while the run is active
             assert run_dedup(lake, day, RULES, spark=spark).published
-        assert corrected.emit_owed(lake, client, timeout=60) == 0
+        assert corrected_delivery.emit_owed(lake, client, timeout=60) == 0
         # What Airflow acknowledged (its listing fails while the runs these events make are queued,
         # see events_of); the events themselves are counted once the runs have started, below.
-        emitted = sorted(e["notice"]["event_date"] for e in corrected.outbox(lake).sent("airflow"))
+        emitted = sorted(e["notice"]["event_date"] for e in corrected_delivery.outbox(lake).sent("airflow"))
         assert [d for d in emitted if d in THREE] == THREE
         time.sleep(6)
         assert client.get_dag_run(CONSUMER, "held")["state"] == "running"

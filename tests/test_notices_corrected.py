@@ -17,7 +17,7 @@ from tests.icebergkit import prepared_run, receipt, version_with
 from tests.icebergkit import publish_recorded_run as publish_run
 from tidemark.iceberg import commits, table_versions
 from tidemark.iceberg import table as iceberg
-from tidemark.notices import corrected, corrected_notice
+from tidemark.notices import corrected_delivery, corrected_notice
 from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,7 +25,7 @@ D = "2026-03-10"
 
 
 def owed(lake: Lake) -> list[dict]:
-    return [e["notice"] for e in corrected.outbox(lake).owed()]
+    return [e["notice"] for e in corrected_delivery.outbox(lake).owed()]
 
 
 def test_each_published_version_records_one_notice_saying_how_the_date_changed(tmp_path):
@@ -70,7 +70,7 @@ def test_each_published_version_records_one_notice_saying_how_the_date_changed(t
         assert body["table"]["identifier"] == "tidemark.sessions_dedup"
         assert tbl.scan(snapshot_id=body["table"]["snapshot_id"]).to_arrow().num_rows == n
         assert os.path.isdir(body["path"].removeprefix("file://"))
-    attrs = corrected.outbox(lake).owed()[1]["attributes"]
+    attrs = corrected_delivery.outbox(lake).owed()[1]["attributes"]
     assert attrs == {
         "dataset": "sessions",
         "event_date": D,
@@ -99,7 +99,7 @@ def test_a_version_after_or_before_an_empty_one_records_its_notice(tmp_path):
     assert removed["kind"] == "changed"
     assert (removed["sessions_added"], removed["sessions_removed"]) == (0, 1)
     # the DAG's notify task (the safety net) finds the current version's notice recorded
-    assert corrected.record_current(lake, D) is None
+    assert corrected_delivery.record_current(lake, D) is None
 
 
 def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
@@ -108,13 +108,13 @@ def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
     assert commit(lake, marker).committed
     # The commit retried after a lost answer (its version is current), the DAG's safety net, a rerun.
     assert commit(lake, copy.deepcopy(marker)).committed
-    assert corrected.record_current(lake, D) is None
+    assert corrected_delivery.record_current(lake, D) is None
     assert not commit(lake, prepared_run(lake, D, [receipt(1)])).committed  # nothing new: no version
     assert len(owed(lake)) == 1
     # After it was sent, too.
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     box.mark_sent(box.owed()[0], "m1", "2026-03-10T02:00:00.000Z")
-    assert corrected.record_current(lake, D) is None
+    assert corrected_delivery.record_current(lake, D) is None
     assert box.owed() == []
     assert len(box.sent()) == 1
 
@@ -125,13 +125,13 @@ def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(t
     def crash(*_):
         raise OSError("disk full")  # the hook cannot write: the commit must still succeed
 
-    monkeypatch.setattr(corrected.Outbox, "record", crash)
+    monkeypatch.setattr(corrected_delivery.Outbox, "record", crash)
     outcome = publish_run(lake, D, [receipt(1)], sessions=2)
     assert outcome.committed
     assert table_versions.current_version(lake, D).version == outcome.current.version
     monkeypatch.undo()
     assert owed(lake) == []
-    body = corrected.record_current(lake, D)
+    body = corrected_delivery.record_current(lake, D)
     assert body["version"] == outcome.current.version
     assert body["rows"] == 2
     assert [n["notice_id"] for n in owed(lake)] == [body["notice_id"]]
@@ -141,8 +141,8 @@ def test_without_a_topic_notify_records_and_leaves_the_notice_owed(tmp_path, mon
     lake = Lake.open(tmp_path / "lake")
     monkeypatch.delenv("TIDEMARK_CORRECTED_TOPIC_PATH", raising=False)
     commits.commit(lake, prepared_run(lake, D, [receipt(1)]))  # a commit whose process died before the record
-    assert corrected.notify(lake, D) == {"recorded": True, "owed": 1, "topic": None}
-    assert corrected.notify(lake, D) == {"recorded": False, "owed": 1, "topic": None}
+    assert corrected_delivery.notify(lake, D) == {"recorded": True, "owed": 1, "topic": None}
+    assert corrected_delivery.notify(lake, D) == {"recorded": False, "owed": 1, "topic": None}
 
 
 def test_schema_refuses_what_a_consumer_could_not_trust():
@@ -197,7 +197,7 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
     lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     v2 = version_with(lake, [receipt(1), receipt(2)], {"a" * 32: (9, 3), "b" * 32: (3, 1)})
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     first = next(e for e in box.owed() if e["notice"]["version"] == v1.version)
     box.mark_sent(first, "m-1", "2026-03-10T05:00:00.000Z")
     capsys.readouterr()
@@ -240,14 +240,14 @@ def test_the_notices_command_lists_corrected_notices_with_their_versions(tmp_pat
 def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
     lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     (entry,) = box.owed()
     assert box.owed("airflow") == [entry]
     box.mark_sent(entry, "m1", "2026-03-10T00:00:00Z")  # Pub/Sub has it; Airflow does not yet
     assert box.owed() == []
     assert box.owed("airflow") == [entry]
     assert os.path.exists(box.path("outbox", entry["notice"]["notice_id"]))
-    assert corrected.record_current(lake, D) is None  # still known: no second entry
+    assert corrected_delivery.record_current(lake, D) is None  # still known: no second entry
     box.mark_sent(entry, "17", "2026-03-10T00:00:01Z", sink="airflow")
     assert box.owed() == []
     assert box.owed("airflow") == []
@@ -275,7 +275,7 @@ def test_only_an_entry_whose_send_was_attempted_may_have_reached_airflow(tmp_pat
     entry with none was never posted (no look-up at Airflow needed); one with an attempt, or one
     recorded before the log began (an older drain did not log), may have been."""
     lake = Lake.open(tmp_path / "lake")
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     (old,) = box.owed("airflow")
     attempts = box.attempts("airflow")
@@ -302,7 +302,7 @@ def _warnings(err: str, event: str) -> list[dict]:
 
 
 def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_fail(tmp_path, capsys):
-    """The DAG's emit_asset_events (corrected.emit) with the API unreachable: no exception (the
+    """The DAG's emit_asset_events (corrected_delivery.emit) with the API unreachable: no exception (the
     run must not fail for it), the entry stays owed, and a warning names the date and version."""
     from tidemark.devstack.process import free_port
     from tidemark.orchestration.airflow_api import AirflowClient
@@ -310,11 +310,11 @@ def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_
     lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
     client = AirflowClient(f"http://127.0.0.1:{free_port()}", "none", timeout=(0.5, 1.0))  # nothing listens
-    assert corrected.emit_owed(lake, client, timeout=2, backoff_max=0.5) == 1
-    assert len(corrected.outbox(lake).owed("airflow")) == 1
-    assert corrected.outbox(lake).sent("airflow") == []
+    assert corrected_delivery.emit_owed(lake, client, timeout=2, backoff_max=0.5) == 1
+    assert len(corrected_delivery.outbox(lake).owed("airflow")) == 1
+    assert corrected_delivery.outbox(lake).sent("airflow") == []
     capsys.readouterr()
-    result = corrected.emit(lake, D, client, timeout=1)
+    result = corrected_delivery.emit(lake, D, client, timeout=1)
     assert result == {
         "recorded": False,
         "version": v1.version,
@@ -326,7 +326,7 @@ def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_
     assert warning["event_date"] == D
     assert warning["version"] == v1.version
     assert warning["owed_versions"] == [f"{D}={v1.version}"]
-    assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1.version]
+    assert [e["notice"]["version"] for e in corrected_delivery.outbox(lake).owed("airflow")] == [v1.version]
 
 
 def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path, capsys, monkeypatch):
@@ -342,14 +342,14 @@ def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
     lake = Lake.open(tmp_path / "lake")
     v1 = version_with(lake, [receipt(1)], {"a" * 32: (5, 2)})
-    box = corrected.outbox(lake)
+    box = corrected_delivery.outbox(lake)
     # A crash between the commit and its hook: the entry is missing until the safety net records it.
     for entry in box.owed("airflow"):
         os.remove(box.path("outbox", entry["notice"]["notice_id"]))
     assert box.owed("airflow") == []
     capsys.readouterr()
     began = time.monotonic()
-    result = corrected.emit(lake, D, airflow_api.for_tasks, timeout=60)
+    result = corrected_delivery.emit(lake, D, airflow_api.for_tasks, timeout=60)
     assert time.monotonic() - began < 30
     assert result == {
         "recorded": True,
@@ -366,7 +366,7 @@ def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path
     # A connection that exists but is wrong is an operator's error to see, not "not configured".
     monkeypatch.setenv("AIRFLOW_BASE_URL", "ftp://nowhere")
     with pytest.raises(airflow_api.ConfigError, match="AIRFLOW_BASE_URL must be set"):
-        corrected.emit(lake, D, airflow_api.for_tasks)
+        corrected_delivery.emit(lake, D, airflow_api.for_tasks)
 
 
 class _RefusingAirflow:
@@ -422,12 +422,12 @@ def test_a_refused_asset_event_fails_the_task_at_once_and_stays_owed(tmp_path, c
     try:
         began = time.monotonic()
         with pytest.raises(AirflowRejected, match="HTTP 422"):
-            corrected.emit(lake, D, AirflowClient(refusing.url, "none"), timeout=60)
+            corrected_delivery.emit(lake, D, AirflowClient(refusing.url, "none"), timeout=60)
         assert time.monotonic() - began < 10  # not retried until the timeout: retrying cannot help
         assert len(refusing.posts) == 1
     finally:
         refusing.close()
-    assert [e["notice"]["version"] for e in corrected.outbox(lake).owed("airflow")] == [v1.version]
+    assert [e["notice"]["version"] for e in corrected_delivery.outbox(lake).owed("airflow")] == [v1.version]
     errors = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     assert any(
         e["level"] == "error" and e["event"].startswith("sink refused a notice") and e["sink"] == "airflow"

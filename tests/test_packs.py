@@ -1,4 +1,4 @@
-"""Packs (tidemark/panes/packs.py): a full dedup reading a date's pack and the receipt partitions it does
+"""Packs (tidemark/panes/pack_cache.py): a full dedup reading a date's pack and the receipt partitions it does
 not hold gives what reading every receipt partition gives, a late receipt with an older receipt_ts
 included; a pack without its manifest (killed mid-write) is ignored; deleting packs changes nothing;
 gc removes only what no reader uses, and never a receipt partition. The lakes are tests/lakekit.py's
@@ -18,12 +18,12 @@ from tidemark.deduplication import dedup
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
 from tidemark.ops import gc
-from tidemark.panes import packs, planning
+from tidemark.panes import pack_cache, planning
 from tidemark.store.lake import PACK_MANIFEST
 
 
 def complete_packs(lake, event_date):
-    return packs.complete(lake, event_date, dedup._PANES_SCHEMA)
+    return pack_cache.complete(lake, event_date, dedup._PANES_SCHEMA)
 
 
 def receipt_folders(lake, event_date) -> list[str]:
@@ -45,7 +45,7 @@ def panes_of(spark, lake, event_date, pack_date=None):
 def test_a_pack_and_the_late_receipts_give_what_every_receipt_gives(spark, tmp_path, monkeypatch):
     from pyspark.testing import assertDataFrameEqual
 
-    monkeypatch.setattr(packs, "PACK_AT", 1)
+    monkeypatch.setattr(pack_cache, "PACK_AT", 1)
     lake, stream, events, cut = lake_with(tmp_path, seed=5, batches=6, upto=5)
     event_date = busiest_date(events)
     folders = receipt_folders(lake, event_date)
@@ -63,10 +63,10 @@ def test_a_pack_and_the_late_receipts_give_what_every_receipt_gives(spark, tmp_p
     assert max(late) < min(pack.receipts)
 
     # The panes read with the pack equal the panes read from every receipt partition.
-    monkeypatch.setattr(packs, "PACK_AT", 10**9)
+    monkeypatch.setattr(pack_cache, "PACK_AT", 10**9)
     without = panes_of(spark, lake, event_date)
-    monkeypatch.setattr(packs, "PACK_AT", 1)
-    chosen, rest = packs.cover(
+    monkeypatch.setattr(pack_cache, "PACK_AT", 1)
+    chosen, rest = pack_cache.cover(
         lake, planning.plan_for_rerun(planning.LakeIndex(lake), event_date, RULES, None).partitions, dedup._PANES_SCHEMA
     )
     assert [p.pack_id for p in chosen] == [pack.pack_id]
@@ -77,11 +77,11 @@ def test_a_pack_and_the_late_receipts_give_what_every_receipt_gives(spark, tmp_p
     with_pack = full_dedup(lake, spark, event_date)
     assert published(lake, event_date) == expected(events, event_date)
     # That run read the late receipt from its folder and packed the date anew (PACK_AT is 1 here).
-    newest = packs.best(complete_packs(lake, event_date), set(pack.receipts) | set(late))
+    newest = pack_cache.best(complete_packs(lake, event_date), set(pack.receipts) | set(late))
     assert newest is not None
     assert newest.receipts == pack.receipts | set(late)
     shutil.rmtree(lake.packs_root())
-    monkeypatch.setattr(packs, "PACK_AT", 10**9)
+    monkeypatch.setattr(pack_cache, "PACK_AT", 10**9)
     again = full_dedup(lake, spark, event_date)
     assert published(lake, event_date) == expected(events, event_date)
     assert (again.sessions, again.affected_dates) == (with_pack.sessions, with_pack.affected_dates)
@@ -93,7 +93,7 @@ def test_a_pack_and_the_late_receipts_give_what_every_receipt_gives(spark, tmp_p
 def test_a_pack_without_its_manifest_is_ignored_and_gc_removes_only_leftovers(spark, tmp_path, monkeypatch):
     from pyspark.testing import assertDataFrameEqual
 
-    monkeypatch.setattr(packs, "PACK_AT", 1)
+    monkeypatch.setattr(pack_cache, "PACK_AT", 1)
     lake, _, events, _ = lake_with(tmp_path, seed=5, batches=6, upto=6)
     event_date = busiest_date(events)
     folders = receipt_folders(lake, event_date)
@@ -128,7 +128,7 @@ def test_gc_removes_a_superseded_pack_once_the_bigger_one_is_older_than_the_rete
     def pack(pack_id, receipts, created_at):
         os.makedirs(lake.pack_dir(day, pack_id))
         manifest = dict(
-            format=packs.FORMAT,
+            format=pack_cache.FORMAT,
             event_date=day,
             pack_id=pack_id,
             receipts=receipts,
@@ -143,21 +143,23 @@ def test_gc_removes_a_superseded_pack_once_the_bigger_one_is_older_than_the_rete
     small, big = "a" * 32, "b" * 32
     pack(small, ["20260307T000000000Z"], "2026-03-08T00:00:00.000Z")
     pack(big, ["20260307T000000000Z", "20260307T000010000Z"], "2026-03-09T11:30:00.000Z")
-    assert packs.leftovers(lake, 3600, lambda uri: 10**6, now) == []  # the bigger one is 30 min old
+    assert pack_cache.leftovers(lake, 3600, lambda uri: 10**6, now) == []  # the bigger one is 30 min old
     # A reader needing only the small one's receipt takes it; one needing both, the big one.
-    found = packs.complete(lake, day)
-    assert packs.best(found, {"20260307T000000000Z"}).pack_id == small
-    assert packs.best(found, {"20260307T000000000Z", "20260307T000010000Z", "20260307T000020000Z"}).pack_id == big
-    [leftover] = packs.leftovers(lake, 3600, lambda uri: 10**6, now + timedelta(hours=1))
+    found = pack_cache.complete(lake, day)
+    assert pack_cache.best(found, {"20260307T000000000Z"}).pack_id == small
+    assert pack_cache.best(found, {"20260307T000000000Z", "20260307T000010000Z", "20260307T000020000Z"}).pack_id == big
+    [leftover] = pack_cache.leftovers(lake, 3600, lambda uri: 10**6, now + timedelta(hours=1))
     assert (leftover.pack_id, leftover.why) == (small, "superseded")
-    packs.remove(lake, leftover)
+    pack_cache.remove(lake, leftover)
     assert os.listdir(lake.packs_dir(day)) == [f"pack={big}"]
     # Two concurrent writers of the same receipts: two complete packs, either one readable; gc
     # keeps one (the newest, then the highest id) once the retention has passed.
     twin = "c" * 32
     pack(twin, ["20260307T000000000Z", "20260307T000010000Z"], "2026-03-09T11:30:00.000Z")
-    assert packs.best(packs.complete(lake, day), {"20260307T000000000Z", "20260307T000010000Z"}).pack_id == twin
-    [leftover] = packs.leftovers(lake, 3600, lambda uri: 10**6, now + timedelta(hours=1))
+    assert (
+        pack_cache.best(pack_cache.complete(lake, day), {"20260307T000000000Z", "20260307T000010000Z"}).pack_id == twin
+    )
+    [leftover] = pack_cache.leftovers(lake, 3600, lambda uri: 10**6, now + timedelta(hours=1))
     assert (leftover.pack_id, leftover.why) == (big, "superseded")
     assert PACK_MANIFEST in os.listdir(lake.pack_dir(day, big))
 

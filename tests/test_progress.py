@@ -261,7 +261,7 @@ class FakeAirflow:
 
 def test_reconcile_trigger_and_the_packing_pass_report_each_of_their_passes(tmp_path, monkeypatch):
     from tidemark.orchestration import reconcile
-    from tidemark.panes import packing, packs
+    from tidemark.panes import pack_cache, pack_maintenance
 
     lake = Lake.open(tmp_path / "lake")
     SimulatedStream(lake, 1).batch(
@@ -275,9 +275,9 @@ def test_reconcile_trigger_and_the_packing_pass_report_each_of_their_passes(tmp_
     assert all(state.finished and (state.done, state.total) == (2, 2) for state in last.values())
     assert last["starting runs"].current == "2026-03-07"
 
-    monkeypatch.setattr(packs, "PACK_AT", 1)
+    monkeypatch.setattr(pack_cache, "PACK_AT", 1)
     shown = Recorder()
-    result = packing.run_pass(lake, now=_at("2026-04-01T00:00"), display=shown)
+    result = pack_maintenance.run_pass(lake, now=_at("2026-04-01T00:00"), display=shown)
     assert [p.event_date for p in result.packed] == ["2026-03-07", "2026-03-06"]  # newest first
     assert [(s.done, s.current) for s in shown.states if s.current] == [
         (0, "2026-03-07"),

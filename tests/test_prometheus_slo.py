@@ -17,7 +17,7 @@ from tests.lakekit import converge, lake_with
 from tidemark.base.polling import wait_for
 from tidemark.devstack import process
 from tidemark.devstack.prometheus import PrometheusServer, binary
-from tidemark.notices import availability_notice, corrected
+from tidemark.notices import availability_notice, corrected_delivery
 from tidemark.notices.outbox import Outbox
 from tidemark.ops.health import read_lake
 from tidemark.panes import receipts
@@ -104,7 +104,7 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
         # Recovery: what the DAG does once Airflow is back, and the sender publishing what is owed.
         converge(lake, spark, set(stale_dates))
         # The dedup runs recorded corrected notices (the DAG's notify_corrected task sends them): sent too.
-        for outbox in (Outbox(lake), corrected.outbox(lake)):
+        for outbox in (Outbox(lake), corrected_delivery.outbox(lake)):
             for n, entry in enumerate(outbox.owed()):
                 outbox.mark_sent(entry, f"test-message-{n}", "2026-11-25T00:00:00.000Z")
         reading = read_lake(lake)

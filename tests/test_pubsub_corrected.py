@@ -14,7 +14,7 @@ from tests.icebergkit import receipt
 from tests.netcut import NetCut
 from tidemark.base import names
 from tidemark.devstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
-from tidemark.notices import corrected, corrected_notice
+from tidemark.notices import corrected_delivery, corrected_notice
 from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -52,7 +52,7 @@ def received(host: str, name: str, expect: set[str]) -> list[tuple[dict, dict]]:
 
 
 def sent_ids(lake: Lake) -> set[str]:
-    return {e["notice"]["notice_id"] for e in corrected.outbox(lake).sent()}
+    return {e["notice"]["notice_id"] for e in corrected_delivery.outbox(lake).sent()}
 
 
 def test_one_message_per_published_version_however_often_it_is_sent(emulator, tmp_path, monkeypatch):
@@ -60,11 +60,11 @@ def test_one_message_per_published_version_however_often_it_is_sent(emulator, tm
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", host)
     topic = make_topic(host, "corrected-once")
     versions = [publish_run(lake, D, [receipt(h) for h in range(1, n + 1)], sessions=n).current.version for n in (1, 2)]
-    assert corrected.send_owed(lake, topic, timeout=60) == 0
+    assert corrected_delivery.send_owed(lake, topic, timeout=60) == 0
     # Everything that may record or send again: the DAG's notify task of a rerun, another drain.
     monkeypatch.setenv("TIDEMARK_CORRECTED_TOPIC_PATH", topic)
-    assert corrected.notify(lake, D, timeout=60) == {"recorded": False, "owed": 0, "topic": topic}
-    assert corrected.send_owed(lake, topic, timeout=60) == 0
+    assert corrected_delivery.notify(lake, D, timeout=60) == {"recorded": False, "owed": 0, "topic": topic}
+    assert corrected_delivery.send_owed(lake, topic, timeout=60) == 0
     got = received(host, "corrected-once", sent_ids(lake))
     assert sorted(b["version"] for b, _ in got) == versions  # one each
     for body, attrs in got:
@@ -90,14 +90,14 @@ def test_pubsub_down_during_a_publish_the_notice_goes_out_once_when_it_is_back(e
         link.cut()
         v1 = publish_run(lake, D, [receipt(1)]).current.version
         # A bounded publish while Pub/Sub is unreachable: nothing acknowledged, the notice stays owed.
-        assert corrected.send_owed(lake, topic, timeout=3, backoff_max=1) == 1
-        assert [e["notice"]["version"] for e in corrected.outbox(lake).owed()] == [v1]
+        assert corrected_delivery.send_owed(lake, topic, timeout=3, backoff_max=1) == 1
+        assert [e["notice"]["version"] for e in corrected_delivery.outbox(lake).owed()] == [v1]
 
         # A publish that is retrying when Pub/Sub comes back sends it, and a second version too.
         v2 = publish_run(lake, D, [receipt(1), receipt(2)]).current.version
         result: list[int] = []
         sender = threading.Thread(
-            target=lambda: result.append(corrected.send_owed(lake, topic, timeout=120, backoff_max=2))
+            target=lambda: result.append(corrected_delivery.send_owed(lake, topic, timeout=120, backoff_max=2))
         )
         sender.start()
         time.sleep(4)  # let it fail and back off at least once (not an assertion on time)
@@ -107,6 +107,6 @@ def test_pubsub_down_during_a_publish_the_notice_goes_out_once_when_it_is_back(e
         assert result == [0]
     finally:
         link.stop()
-    assert corrected.outbox(lake).owed() == []
+    assert corrected_delivery.outbox(lake).owed() == []
     got = received(emulator.host, "corrected-outage", sent_ids(lake))
     assert sorted(b["version"] for b, _ in got) == [v1, v2]  # each once

@@ -4,7 +4,7 @@ Expired: the snapshots that stopped being current longer than the retention ago;
 nothing references any more (superseded versions, leftovers of killed or refused runs, old
 metadata). Retentions below 1h are refused; the current version of every date is always kept.
 
-Then the packing pass (tidemark/panes/packing.py): every closed date with 500 or more receipt
+Then the packing pass (tidemark/panes/pack_maintenance.py): every closed date with 500 or more receipt
 partitions that no pack holds gets a pack of them (at most 50,000 partitions read per pass, newest
 dates first); `--no-pack` skips it, `--dry-run` says which dates it would pack. One JSON line per
 removal, then one per date packed ("what": "pack written", or would be with --dry-run). On a
@@ -52,13 +52,13 @@ def run(args: argparse.Namespace) -> int:
     # lazy: rich (tidemark.commands.console), and the lake's modules pull pyarrow
     from tidemark.commands import progress_bar
     from tidemark.ops import gc
-    from tidemark.panes import packing
+    from tidemark.panes import pack_maintenance
 
     with progress_bar.kill_interrupts(), progress_bar.shown() as display:
         removed = gc.gc(args.lake, args.retention, dry_run=args.dry_run, display=display)
         for item in removed:
             sys.stdout.write(json.dumps({**asdict(item), "dry_run": args.dry_run}) + "\n")
         if args.pack:  # after the removals: a pack written now is never judged by this gc
-            for done in packing.run_pass(args.lake, dry_run=args.dry_run, display=display).packed:
+            for done in pack_maintenance.run_pass(args.lake, dry_run=args.dry_run, display=display).packed:
                 sys.stdout.write(json.dumps({"what": "pack written", **asdict(done), "dry_run": args.dry_run}) + "\n")
     return 0

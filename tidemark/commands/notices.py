@@ -163,11 +163,11 @@ def _corrected(args: argparse.Namespace) -> int:
     """--topic corrected: list (after --send, if given) the corrected notices."""
     # lazy: see above
     from tidemark.commands.reconcile import airflow_client
-    from tidemark.notices import corrected
+    from tidemark.notices import corrected_delivery
     from tidemark.notices.report import corrected_status
 
     if args.send:
-        still_owed = corrected.send_owed(args.lake, args.send, timeout=args.timeout)
+        still_owed = corrected_delivery.send_owed(args.lake, args.send, timeout=args.timeout)
         if still_owed:
             print(
                 f"tidemark notices: {still_owed} corrected notice(s) still owed after {args.timeout:g}s",
@@ -181,7 +181,7 @@ def _corrected(args: argparse.Namespace) -> int:
                 "--emit-asset-events needs an Airflow: pass --airflow-url, set AIRFLOW_BASE_URL, "
                 f"or start the local stack (none is up in {args.home})"
             )
-        events_owed = corrected.emit_owed(args.lake, client, timeout=args.timeout)
+        events_owed = corrected_delivery.emit_owed(args.lake, client, timeout=args.timeout)
         if events_owed:
             print(
                 f"tidemark notices: {events_owed} asset event(s) still owed to Airflow after {args.timeout:g}s",

@@ -32,6 +32,10 @@ bucket natively; what is given up is scan pruning by user (a one-user scan reads
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 # About this many sessions per file: 1M sessions -> 64 files, a one-user correction ~1.6% of them.
 SESSIONS_PER_BUCKET = 16_384
@@ -53,8 +57,10 @@ def count_for(sessions: int) -> int:
 
 
 def keeps(previous: int | None, sessions: int) -> bool:
-    """Whether a version of `sessions` sessions can keep its predecessor's `previous` buckets (None:
-    written before this layout, never kept)."""
+    """Whether a version of `sessions` sessions can keep its predecessor's `previous` buckets.
+
+    None: written before this layout, never kept.
+    """
     if not previous:
         return False
     if previous * SESSIONS_PER_BUCKET * _GROW < sessions and previous < MAX_BUCKETS:
@@ -63,8 +69,10 @@ def keeps(previous: int | None, sessions: int) -> bool:
 
 
 def expression(count: int) -> str:
-    """The bucket of a row as Spark SQL over its `user_id` (the same as Spark's own hash
-    partitioning into `count` partitions)."""
+    """The bucket of a row as Spark SQL over its `user_id`.
+
+    The same as Spark's own hash partitioning into `count` partitions.
+    """
     return f"pmod(hash(user_id), {int(count)})"
 
 
@@ -74,12 +82,15 @@ def of_path(path: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def write(frame, count: int, folder: str, buckets: int | None = None) -> None:
-    """Write `frame` (rows with a `user_id`) as one file per non-empty bucket into
-    `folder/bucket=<k>/`. The rows are shuffled by user into `count` partitions, the partitioning
-    the bucket expression reproduces, so each task writes exactly one bucket's file; `buckets`: at
-    most that many buckets hold rows (a correction's), shuffled into as few partitions (a power of
-    two dividing `count`: each bucket still lands in one task) instead of `count` mostly empty ones."""
+def write(frame: DataFrame, count: int, folder: str, buckets: int | None = None) -> None:
+    """Write `frame` (rows with a `user_id`) as one file per non-empty bucket into `folder/bucket=<k>/`.
+
+    The rows are shuffled by user into `count` partitions, the partitioning the bucket expression
+    reproduces, so each task writes exactly one bucket's file; `buckets`: at most that many buckets
+    hold rows (a correction's), shuffled into as few partitions (a power of two dividing `count`:
+    each bucket still lands in one task) instead of `count` mostly empty ones.
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
     tasks = count

@@ -1,6 +1,8 @@
-"""A dedup run's changeset: the sessions of its date it retracts and inserts against the version it
-was planned on, computed from what the run already holds and staged in its folder before its commit
-(tidemark/iceberg/changes.py appends it to the changes table after the commit).
+"""A dedup run's changeset: the sessions of its date it retracts and inserts.
+
+Against the version it was planned on, computed from what the run already holds and staged in its
+folder before its commit (tidemark/iceberg/changes.py appends it to the changes table after the
+commit).
 
 - An incremental run (tidemark/deduplication/incremental.py) carries the untouched users' rows over
   unchanged, so its changeset is the difference between the touched users' previous sessions of the
@@ -15,19 +17,29 @@ previous row) and an update_postimage (the new one). Spark Connect safe (DataFra
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from dedup_sql import rules as sql_rules
 from tidemark.iceberg import changes, run_markers
 from tidemark.session import session_schema
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from tidemark.deduplication.incremental import Islands
+
 _TABLE_DDL = session_schema.ddl(session_schema.TABLE)
 _COLUMNS = session_schema.TABLE_COLUMNS
 
 
-def as_table_rows(islands):
-    """Islands (ISLAND_COLUMNS + event_date 'YYYY-MM-DD') as the table's rows (session_id computed
-    as the dedup writes it, event_date a DATE)."""
+def as_table_rows(islands: DataFrame) -> DataFrame:
+    """Islands (ISLAND_COLUMNS + event_date 'YYYY-MM-DD') as the table's rows.
+
+    session_id computed as the dedup writes it, event_date a DATE.
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
     return islands.select(
@@ -37,25 +49,31 @@ def as_table_rows(islands):
     )
 
 
-def version_rows(spark, lake: Lake, version: VersionRecord | None):
-    """A version's sessions as the table holds them (its run's files, read as they are: a column
-    its session schema lacks is null, as Iceberg readers see it)."""
+def version_rows(spark: SparkSession, lake: Lake, version: VersionRecord | None) -> DataFrame:
+    """A version's sessions as the table holds them.
+
+    Its run's files, read as they are: a column its session schema lacks is null, as Iceberg readers
+    see it.
+    """
     files = run_markers.run_files(lake, version) if version is not None else []
     if not files:
         return spark.createDataFrame([], _TABLE_DDL)
     return spark.read.schema(_TABLE_DDL).parquet(*files).select(*_COLUMNS)
 
 
-def diff(before, after):
-    """The changeset from `before` to `after` (the table's rows, session_id unique in each): rows of
-    `_change_type` + the table's columns."""
+def diff(before: DataFrame, after: DataFrame) -> DataFrame:
+    """The changeset from `before` to `after` (the table's rows, session_id unique in each).
+
+    Rows of `_change_type` + the table's columns.
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
     old = before.select("session_id", F.struct(*_COLUMNS).alias("o"))
     new = after.select("session_id", F.struct(*_COLUMNS).alias("n"))
     joined = old.join(new, "session_id", "full_outer").where(~F.col("o").eqNullSafe(F.col("n")))
 
-    def change(kind: str, row: str):
+    def change(kind: str, row: str) -> Column:
         return F.struct(F.lit(kind).alias(changes.CHANGE_TYPE), F.col(row).alias("row"))
 
     rows = (
@@ -68,11 +86,14 @@ def diff(before, after):
     )
 
 
-def stage(lake: Lake, event_date: str, run_id: str, islands, previous: VersionRecord | None) -> dict:
-    """Write the run's changeset into its folder's changes/ and return its counts (the marker's
-    `changes`). `islands` (incremental.Islands): a run that knows the touched users' sessions sets
-    `before` and `after`; else the whole previous version is compared with the run's sessions."""
+def stage(lake: Lake, event_date: str, run_id: str, islands: Islands, previous: VersionRecord | None) -> dict[str, Any]:
+    """Write the run's changeset into its folder's changes/ and return its counts (the marker's `changes`).
+
+    `islands` (incremental.Islands): a run that knows the touched users' sessions sets `before` and
+    `after`; else the whole previous version is compared with the run's sessions.
+    """
     spark = islands.spark
+    assert spark is not None  # a run's islands carry the session that computed them
     if islands.before is not None and islands.after is not None:
         before, after = as_table_rows(islands.before), as_table_rows(islands.after)
         files = 1  # a correction's: small

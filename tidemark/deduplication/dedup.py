@@ -5,20 +5,20 @@ D, re-sessionize them with THE session rule (dedup_sql/sessionize.sql) and keep 
 start on D. Accumulating panes collapse, fragments and bridged sessions stitch, by construction.
 
 Which receipt partitions those events can be in is planned from the markers alone
-(tidemark/panes/planning.py): everything from `lo = D0 - gap` on, up to the last date on which a pane can
-still join a session touching D, grown with a recomputation while the sessions reach further. The
+(tidemark/panes/planning.py): everything from `lo = D0 - gap` on, up to the last date on which a
+pane can still join a session touching D, grown with a recomputation while the sessions reach further. The
 complete plan is made before the no-op decision: a rerun whose plan holds only receipts the current
 version (the Iceberg table's, tidemark.iceberg.commits) includes is a no-op (no Spark).
 
 Dates the run may have made stale (affected dates) are recorded as rerun obligations
-(tidemark/orchestration/obligations.py) before the version is published; the obligations of D listed before
-planning are discharged once the run has published or found nothing new. An event is
+(tidemark/orchestration/obligations.py) before the version is published; the obligations of D
+listed before planning are discharged once the run has published or found nothing new. An event is
 (user_id, event_id, event_ts) and its kept copy the smallest (event_type, payload) of the copies
 received (docs/input-contract.md; dedup_sql/dedup_events.sql applies it here).
 
 Two ways to compute, one result: the full path re-sessionizes every planned receipt; the
-incremental path (tidemark/deduplication/incremental.py) starts from the previous version's islands and
-re-sessionizes only the users the new receipts touch. The incremental path is taken whenever its
+incremental path (tidemark/deduplication/incremental.py) starts from the previous version's
+islands and re-sessionizes only the users the new receipts touch. The incremental path is taken whenever its
 precondition holds; `full=True` (`tidemark dedup --full`) forces the full path.
 
 Spark Connect: this module and what it calls use only the DataFrame / SQL API (no sparkContext,
@@ -30,22 +30,31 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
+from functools import reduce
+from typing import TYPE_CHECKING, Any
 
+import dedup_sql
 from dedup_sql import rules as sql_rules
 from tidemark.base import layout, times
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
+from tidemark.base.spark import build_session
 from tidemark.deduplication import buckets, changeset, incremental, recheck
 from tidemark.iceberg import changes, commits, run_markers, table_versions
-from tidemark.notices import corrected
+from tidemark.notices import corrected_delivery
 from tidemark.orchestration import obligations
-from tidemark.panes import packs, pane_reader, planning
+from tidemark.panes import pack_cache, pane_reader, planning
 from tidemark.panes.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from tidemark.deduplication.incremental import Partition
 
 log = get_logger("dedup")
 
@@ -55,6 +64,8 @@ OUTPUT_COLUMNS = session_schema.TABLE_COLUMNS[:-1]
 
 @dataclass
 class DedupResult:
+    """What one dedup run did: the version it published (or found current) and what it read."""
+
     event_date: str
     version: str | None
     published: bool
@@ -69,9 +80,10 @@ class DedupResult:
     full_reason: str = ""
     # Seconds per phase of a run that computed (plan, spark, compute, write, commit, changes, notice): where a
     # dedup's time goes, in its log line and in bench/dedup_partition.py's profile.
-    phases: dict = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON (the CLI's output, the DAG's log)."""
         return asdict(self)
 
 
@@ -105,7 +117,7 @@ def run_dedup(
     lake: Lake,
     event_date: date | str,
     rules: SessionRules | None = None,
-    spark=None,
+    spark: SparkSession | None = None,
     run_id: str | None = None,
     full: bool = False,
 ) -> DedupResult:
@@ -131,7 +143,12 @@ def run_dedup(
 
 
 def _run_dedup_once(
-    lake: Lake, day: date, rules: SessionRules | None, spark, run_id: str | None, full: bool = False
+    lake: Lake,
+    day: date,
+    rules: SessionRules | None,
+    spark: SparkSession | None,
+    run_id: str | None,
+    full: bool = False,
 ) -> DedupResult:
     started = time.monotonic()
     # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
@@ -149,7 +166,7 @@ def _run(
     day: date,
     rules: SessionRules,
     rules_id: str,
-    spark,
+    spark: SparkSession | None,
     run_id: str,
     started: float,
     full: bool = False,
@@ -181,8 +198,6 @@ def _run(
             previous_gap=previous.gap,
         )
     if spark is None:
-        from tidemark.base.spark import build_session
-
         spark = build_session("tidemark-dedup")
     _tune(spark)
     phases.done("spark")  # getting the session: ~0 when it is given (a warm one)
@@ -249,8 +264,8 @@ def _run(
     changes.ensure_after_commit(lake, outcome.current)
     phases.done("changes")
     # The corrected notice, recorded (not sent) in the process that committed, however the dedup
-    # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected.py).
-    corrected.record_after_commit(lake, outcome.current)
+    # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected_delivery.py).
+    corrected_delivery.record_after_commit(lake, outcome.current)
     phases.done("notice")
     version = outcome.current.version
     result = DedupResult(
@@ -283,18 +298,23 @@ def _run(
 
 
 def _full_unchanged(
-    spark,
+    spark: SparkSession,
     lake: Lake,
     event_date: str,
     current: Plan,
-    islands,
+    islands: incremental.Islands,
     newest: VersionRecord | None,
     rules: SessionRules,
     started: float,
 ) -> DedupResult | None:
-    """A full run whose receipts the current version already read: its result when it recomputed
-    exactly the version's islands (nothing to publish), else None (publish it, replacing the
-    version). Raises Superseded when the version read more (a concurrent run): the run replans."""
+    """A full run whose receipts the current version already read: its result when nothing changed.
+
+    Its result when it recomputed exactly the version's islands (nothing to publish), else None
+    (publish it, replacing the version).
+
+    Raises:
+        commits.Superseded: the version read more (a concurrent run): the run replans.
+    """
     assert newest is not None  # it covers the plan
     if set(newest.receipts) != set(current.keys):
         raise commits.Superseded(
@@ -318,8 +338,10 @@ def _full_unchanged(
 
 
 def _quick_noop(index: LakeIndex, event_date: str, previous: VersionRecord | None, rules: SessionRules) -> bool:
-    """The no-op decision from listings and the markers of the partitions the previous version lacks
-    (none of those it holds is read): a cost independent of the lake's age (planning.quick_covered)."""
+    """The no-op decision from listings and the markers of the partitions the previous version lacks.
+
+    None of those it holds is read: a cost independent of the lake's age (planning.quick_covered).
+    """
     return (
         previous is not None
         and not rules_record.changed_since(previous, rules)
@@ -340,10 +362,12 @@ def _nothing_new(
 
 
 def up_to_date(lake: Lake, event_date: date | str, rules: SessionRules | None = None) -> DedupResult | None:
-    """run_dedup's no-op decision alone, without Spark (the DAG's skip check): the no-op result
-    when the current version already includes every receipt partition the date's complete plan
-    holds (its pending obligations then discharged, as run_dedup does), else None (Spark needed;
-    nothing discharged: the run that computes lists them itself)."""
+    """run_dedup's no-op decision alone, without Spark (the DAG's skip check).
+
+    The no-op result when the current version already includes every receipt partition the date's
+    complete plan holds (its pending obligations then discharged, as run_dedup does), else None
+    (Spark needed; nothing discharged: the run that computes lists them itself).
+    """
     started = time.monotonic()
     day = layout.as_event_date(event_date)  # as run_dedup: a date passes, text is parsed once
     event_date_text = layout.event_date_text(day)
@@ -362,9 +386,12 @@ def up_to_date(lake: Lake, event_date: date | str, rules: SessionRules | None = 
     return result
 
 
-def _tune(spark) -> None:
-    """Listing a few hundred receipt folders is faster on the driver than as a Spark job. A listing
-    strategy only (results do not depend on it), so setting it on a shared session is harmless."""
+def _tune(spark: SparkSession) -> None:
+    """Listing a few hundred receipt folders is faster on the driver than as a Spark job.
+
+    A listing strategy only (results do not depend on it), so setting it on a shared session is
+    harmless.
+    """
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
 
 
@@ -373,32 +400,36 @@ def _tune(spark) -> None:
 _PANES_SCHEMA = pane_reader.DEDUP_COLUMNS
 
 
-def read_panes(spark, lake: Lake, partitions, lo: datetime, pack_date: str | None = None):
-    """The panes of these receipt partitions that end at or after lo, with their event_date and
-    receipt_ts (as strings: the explicit schema also keeps Spark from inferring their types).
+def read_panes(
+    spark: SparkSession, lake: Lake, partitions: list[Partition], lo: datetime, pack_date: str | None = None
+) -> DataFrame:
+    """The panes of these receipt partitions that end at or after lo, with their event_date and receipt_ts.
 
-    A date with many partitions needed is read from its best pack (tidemark/panes/packs.py) and the
+    Both as strings: the explicit schema also keeps Spark from inferring their types.
+
+    A date with many partitions needed is read from its best pack (tidemark/panes/pack_cache.py) and the
     partitions that pack does not hold. `pack_date`: a date none of whose panes lo can drop (every
     pane of D ends after D's midnight); when PACK_AT of its partitions were read from their folders,
     a new pack of all its needed partitions is written from the panes read (a cache: a failure to
-    write it is logged, not raised)."""
-    from functools import reduce
-
-    packed, rest = packs.cover(lake, partitions, _PANES_SCHEMA)
+    write it is logged, not raised).
+    """
+    packed, rest = pack_cache.cover(lake, partitions, _PANES_SCHEMA)
     parts = [_read_pack(spark, lake, pack, lo) for pack in packed]
     if rest or not parts:
         parts.append(_read_receipts(spark, lake, rest, lo))
     panes = reduce(lambda a, b: a.unionByName(b), parts)
-    if pack_date is not None and sum(p.event_date == pack_date for p in rest) >= packs.PACK_AT:
+    if pack_date is not None and sum(p.event_date == pack_date for p in rest) >= pack_cache.PACK_AT:
         own = [p.receipt_ts for p in partitions if p.event_date == pack_date]
         try:
-            packs.write(lake, pack_date, panes, own, _PANES_SCHEMA)
+            pack_cache.write(lake, pack_date, panes, own, _PANES_SCHEMA)
         except Exception as exc:  # noqa: BLE001 - a cache: the dedup goes on without it
             log.warning("pack not written", event_date=pack_date, error=f"{type(exc).__name__}: {exc}")
     return panes
 
 
-def _read_pack(spark, lake: Lake, pack: packs.Pack, lo: datetime):
+def _read_pack(spark: SparkSession, lake: Lake, pack: pack_cache.Pack, lo: datetime) -> DataFrame:
+    """The panes of a pack that end at or after lo."""
+    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
     from pyspark.sql import functions as F
 
     return (
@@ -410,12 +441,15 @@ def _read_pack(spark, lake: Lake, pack: packs.Pack, lo: datetime):
     )
 
 
-def _read_receipts(spark, lake: Lake, partitions, lo: datetime):
+def _read_receipts(spark: SparkSession, lake: Lake, partitions: list[Partition], lo: datetime) -> DataFrame:
+    """The panes of receipt partitions, read from their folders, that end at or after lo."""
+    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
     from pyspark.sql import functions as F
 
     paths = [lake.receipt_dir(p.event_date, p.receipt_ts) for p in partitions]
     if len(paths) >= pane_reader.FOLDERS_FOR_ARROW:  # thousands of small folders: see tidemark/panes/pane_reader.py
-        return pane_reader.read(spark, lake.sessions_root(), paths, _PANES_SCHEMA, lo)
+        panes: DataFrame = pane_reader.read(spark, lake.sessions_root(), paths, _PANES_SCHEMA, lo)
+        return panes
     return (
         spark.read.schema(_PANES_SCHEMA)
         .option("basePath", lake.sessions_root())
@@ -425,12 +459,16 @@ def _read_receipts(spark, lake: Lake, partitions, lo: datetime):
     )
 
 
-def known_receipt(key, planned: list[str], known: set[str]):
-    """A Column: is this pane's receipt key (`key`, every one among `planned`) one the previous
-    version already read? Spelled with the smaller of the two lists of literals: a date whose
-    versions read thousands of receipts (a 10 s trigger writes 8,640 a day) would otherwise put
-    all of them in every query's plan, and a 10k-literal IN list cost ~14 s of planning in the
-    incremental path (tidemark/deduplication/incremental.py). The receipts new since that version are few."""
+def known_receipt(key: Column, planned: list[str], known: set[str]) -> Column:
+    """A Column: is this pane's receipt key (`key`, every one among `planned`) one already read?
+
+    Read by the previous version. Spelled with the smaller of the two lists of literals: a date
+    whose versions read thousands of receipts (a 10 s trigger writes 8,640 a day) would otherwise
+    put all of them in every query's plan, and a 10k-literal IN list cost ~14 s of planning in the
+    incremental path (tidemark/deduplication/incremental.py). The receipts new since that version
+    are few.
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
     from pyspark.sql import functions as F
 
     old = sorted(set(planned) & known)
@@ -440,13 +478,13 @@ def known_receipt(key, planned: list[str], known: set[str]):
     return key.isin(old) if old else F.lit(False)
 
 
-def compute_islands(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]):
-    """Every session (island) of the distinct events the plan's partitions hold from lo on
-    (dedup_sessions.sql's columns), as a lazy DataFrame; `known` receipt keys mark old events.
-    The full path."""
-    from pyspark.sql import functions as F
+def compute_islands(spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, known: set[str]) -> DataFrame:
+    """Every session (island) of the distinct events the plan's partitions hold from lo on: the full path.
 
-    import dedup_sql
+    dedup_sessions.sql's columns, as a lazy DataFrame; `known` receipt keys mark old events.
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
+    from pyspark.sql import functions as F
 
     # The date's own panes all end after its midnight, which is after lo: all of them are read, and
     # a pack of them can be written from what is read.
@@ -462,18 +500,19 @@ def compute_islands(spark, lake: Lake, current: Plan, rules: SessionRules, known
     return dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
 
 
-def _full(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
-    """The full path: every planned receipt's events re-sessionized, cached for the summary (one
-    pass: reach (tidemark/panes/planning.py), session count, affected dates, context size) and the writes."""
-    import dedup_sql
+def _full(spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
+    """The full path: every planned receipt's events re-sessionized.
 
+    Cached for the summary (one pass: reach (tidemark/panes/planning.py), session count, affected
+    dates, context size) and the writes.
+    """
     event_date = current.event_date
     until = incremental.horizon(event_date, rules)
     # Cached for the summary and the writes; it goes to SQL through a view kept until release
     # (dedup_sql.run's `views`: pyspark's own views, dropped when spark.sql returns, uncache their
     # DataFrame; the 1M-session event log showed the dedup computed twice, for the summary and the write).
     islands = compute_islands(spark, lake, current, rules, known).persist()
-    views: list = []
+    views: list[str] = []
     row = dedup_sql.run(
         spark,
         "dedup_summary",
@@ -492,20 +531,24 @@ def _full(spark, lake: Lake, current: Plan, rules: SessionRules, known: set[str]
 def _write_version(
     lake: Lake,
     day: date,
-    run_id,
+    run_id: str,
     islands: incremental.Islands,
-    summary,
+    summary: incremental.Summary,
     current: Plan,
     rules: SessionRules,
-    known,
+    known: set[str],
     previous: VersionRecord | None,
     mode: str = "full",
     read: tuple[int, int] | None = None,
 ) -> VersionRecord:
-    """Write the run's sessions of event_date as Parquet into its own folder, the other islands
-    into its `context/` (tidemark/deduplication/incremental.py: the next run's starting point), its changeset
-    into its `changes/` (tidemark/deduplication/changeset.py), then its marker.
-    The version id is chosen at commit time (tidemark.iceberg.commits.commit), on the table's fresh state."""
+    """Write the run's sessions of event_date as Parquet into its own folder, then the rest, then its marker.
+
+    The other islands go into its `context/` (tidemark/deduplication/incremental.py: the next run's
+    starting point), its changeset into its `changes/` (tidemark/deduplication/changeset.py), then
+    its marker. The version id is chosen at commit time (tidemark.iceberg.commits.commit), on the
+    table's fresh state.
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
     from pyspark.sql import functions as F
 
     event_date = layout.event_date_text(day)

@@ -33,14 +33,12 @@ below does not hold (`base` says why), and `tidemark dedup --full` forces it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict
 
+import dedup_sql
 from tidemark.base import times
 from tidemark.deduplication import buckets
 from tidemark.iceberg import run_markers
@@ -50,6 +48,16 @@ from tidemark.session import rules_record, session_schema
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row, SparkSession
+
+    from tidemark.panes.receipts import ReceiptPartition, ReceiptRef
+
+    # A receipt partition of a plan: its marker read, or known from listings
+    Partition = ReceiptPartition | ReceiptRef
+    # The full path's pane reader: (spark, lake, partitions, lo) -> the panes from lo on
+    ReadPanes = Callable[[SparkSession, Lake, list[Partition], datetime], DataFrame]
 
 # Not "_context": Spark ignores a path whose name starts with "_" or ".", even one given explicitly.
 CONTEXT_DIR = "context"
@@ -64,12 +72,12 @@ class Base:
     """What an incremental run starts from: the previous version and the receipts it lacks."""
 
     previous: VersionRecord
-    new: list  # the plan's receipt partitions (markers) the previous version did not read
+    new: list[Partition]  # the plan's receipt partitions (markers) the previous version did not read
 
     @property
     def rows_read(self) -> int:
         """Pane rows of the new receipts plus the previous version's islands (sessions + context)."""
-        return sum(p.rows for p in self.new) + self.previous.sessions + (self.previous.context_rows or 0)
+        return sum(int(p.rows) for p in self.new) + self.previous.sessions + (self.previous.context_rows or 0)
 
 
 def base(previous: VersionRecord | None, current: Plan, rules: SessionRules) -> tuple[Base | None, str]:
@@ -127,7 +135,8 @@ def horizon(event_date: str, rules: SessionRules) -> datetime:
     """H: the context of a version of event_date holds the islands that start before H.
 
     At most D+2 00:00: every event before H is then in a pane of a date <= D+1 <= hi, so every
-    version (and every run's new panes) holds all of them, which is what the check relies on."""
+    version (and every run's new panes) holds all of them, which is what the check relies on.
+    """
     next_day = planning.midnight(date.fromisoformat(event_date) + timedelta(days=1))
     # split_gap: the check below (dedup_summary.sql) compares session ends + :gap_us with H, and
     # :gap_us is the split threshold (the gap + 1 us under `merge`).
@@ -140,24 +149,37 @@ def lo_text(lo: datetime) -> str:
 
 
 def context_dir(lake: Lake, event_date: str, run_id: str) -> str:
+    """The folder of a version's island context."""
     return lake.run_context_dir(event_date, run_id)
+
+
+class Summary(TypedDict):
+    """dedup_summary.sql's row as a run uses it (`summary_of`)."""
+
+    reach: datetime | None
+    sessions: int
+    context_rows: int
+    affected_dates: list[str]
+    past_horizon: int
 
 
 @dataclass
 class Islands:
-    """A run's islands as the version writer takes them: lazy DataFrames of ISLAND_COLUMNS plus
-    event_date ('YYYY-MM-DD'), the sessions of D to write and the context (not D, starting before
+    """A run's islands as the version writer takes them.
+
+    Lazy DataFrames of ISLAND_COLUMNS plus event_date ('YYYY-MM-DD'), the sessions of D to write and the context (not D, starting before
     the horizon); the summary (`summary_of`'s keys); what to unpersist once written. The layout
     (tidemark/deduplication/buckets.py): `buckets`, the bucket count the sessions are written in
     (None: chosen from the summary's session count, every bucket written), and `carried`, the
-    previous version's files of the buckets not written, kept as they are."""
+    previous version's files of the buckets not written, kept as they are.
+    """
 
     sessions: DataFrame
     context: DataFrame
-    summary: dict
-    cached: list
-    spark: object = None
-    views: list = field(default_factory=list)  # dedup_sql.run(..., views=): dropped on release
+    summary: Summary
+    cached: list[DataFrame]
+    spark: SparkSession | None = None
+    views: list[str] = field(default_factory=list)  # dedup_sql.run(..., views=): dropped on release
     buckets: int | None = None
     carried: tuple[str, ...] = ()
     rewritten: int | None = None  # how many buckets the sessions can hold (None: all of them)
@@ -167,18 +189,21 @@ class Islands:
     after: DataFrame | None = None
 
     def release(self) -> None:
-        import dedup_sql
-
+        """Drop the views and unpersist the cached inputs, once the version is written."""
         if self.spark is not None:
             dedup_sql.drop_views(self.spark, self.views)
         for frame in self.cached:
             frame.unpersist()
 
 
-def split(islands, event_date: str, until: datetime):
-    """(sessions, context) of a run's islands: those of event_date, and the others that start before
-    the horizon `until` (what a version keeps beside its sessions), both as ISLAND_COLUMNS + event_date.
-    The full and the incremental path both split with this, so their versions hold the same rows."""
+def split(islands: DataFrame, event_date: str, until: datetime) -> tuple[DataFrame, DataFrame]:
+    """(sessions, context) of a run's islands: those of event_date, and the others before the horizon.
+
+    The others start before the horizon `until` (what a version keeps beside its sessions); both
+    come as ISLAND_COLUMNS + event_date. The full and the incremental path both split with this, so
+    their versions hold the same rows.
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
     on_date = F.col("event_date") == F.lit(event_date)
@@ -189,8 +214,9 @@ def split(islands, event_date: str, until: datetime):
     )
 
 
-def summary_of(row, event_date: str) -> dict:
+def summary_of(row: Row | None, event_date: str) -> Summary:
     """dedup_summary.sql's row as the run uses it."""
+    assert row is not None  # an aggregate without GROUP BY has one row
     return {
         "reach": None if row["reach_us"] is None else times.from_micros(row["reach_us"]),
         "sessions": int(row["sessions"]),
@@ -200,8 +226,11 @@ def summary_of(row, event_date: str) -> dict:
     }
 
 
-def _previous_sessions(spark, lake: Lake, previous: VersionRecord, files: list[str] | None = None):
+def _previous_sessions(
+    spark: SparkSession, lake: Lake, previous: VersionRecord, files: list[str] | None = None
+) -> DataFrame:
     """The previous version's sessions: in `files` of its (default: all of them)."""
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
     if files is None:
@@ -209,36 +238,43 @@ def _previous_sessions(spark, lake: Lake, previous: VersionRecord, files: list[s
     if not files:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
     # Files of an older session schema lack its newer columns (read as null): computed by their fill.
-    return session_schema.fill_older(
+    filled: DataFrame = session_schema.fill_older(
         spark.read.schema(_ISLANDS_SCHEMA + ", event_date DATE")
         .parquet(*files)
         .select(*ISLAND_COLUMNS, F.date_format("event_date", "yyyy-MM-dd").alias("event_date")),
         previous.schema_version,
     )
+    return filled
 
 
-def _previous_context(spark, lake: Lake, previous: VersionRecord, until: datetime):
+def _previous_context(spark: SparkSession, lake: Lake, previous: VersionRecord, until: datetime) -> DataFrame:
+    """The previous version's island context, the islands that start before `until`."""
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
     if not previous.context_rows:
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
-    return session_schema.fill_older(
+    filled: DataFrame = session_schema.fill_older(
         spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
         .parquet(context_dir(lake, previous.event_date_text, previous.run_id))
         .where(F.col("session_start") < F.lit(until))
         .select(*ISLAND_COLUMNS, "event_date"),
         previous.schema_version,
     )
+    return filled
 
 
 # Up to this many touched users are filtered by value (an IN list in the plan), more by a join.
 _ISIN_USERS = 200
 
 
-def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, read_panes) -> Islands:
-    """The islands of `current` from `start` and the new receipts' panes (`read_panes(spark, lake,
-    partitions, lo)`, the full path's reader): the previous islands of untouched users as they are,
-    the touched users' recomputed.
+def correct(
+    spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, start: Base, read_panes: ReadPanes
+) -> Islands:
+    """The islands of `current` from `start` and the new receipts' panes.
+
+    The panes come from `read_panes(spark, lake, partitions, lo)`, the full path's reader: the
+    previous islands of untouched users as they are, the touched users' recomputed.
 
     Only the touched users' part is computed and cached (small). Only the files of the buckets
     holding a touched user are read (tidemark/deduplication/buckets.py): their untouched users'
@@ -247,10 +283,10 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     corrected by the difference the touched users make: adding events only merges islands, so every
     previous island touching D lies in a new one touching D (the reach can only grow: the new reach
     is the larger of the previous one and the recomputed islands'), and only recomputed islands
-    hold new events (affected dates, the horizon check)."""
+    hold new events (affected dates, the horizon check).
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
-
-    import dedup_sql
 
     until = horizon(current.event_date, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
@@ -262,6 +298,8 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     # plan, and planning them (analysis, AQE's re-optimizations) took ~14 s of the 1M-session
     # correction's 20 s (BENCHMARKS.md section 4).
     read, carried, count, users, rewritten = _layout(lake, start.previous, panes)
+    keep: Callable[[DataFrame], DataFrame]
+    drop: Callable[[DataFrame], DataFrame]
     if len(users) <= _ISIN_USERS:
         is_touched = F.col("user_id").isin(users) if users else F.lit(False)
         keep, drop = (lambda frame: frame.where(is_touched)), (lambda frame: frame.where(~is_touched))
@@ -272,7 +310,7 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     old_sessions = _previous_sessions(spark, lake, start.previous, read)
     old_context = _previous_context(spark, lake, start.previous, until)
     # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
-    views: list = []
+    views: list[str] = []
     old = keep(old_sessions.unionByName(old_context)).persist()
     events = dedup_sql.run(
         spark,
@@ -292,6 +330,7 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
     row = new.crossJoin(
         gone.select(F.col("sessions").alias("gone_sessions"), F.col("context_rows").alias("gone_context"))
     ).first()
+    assert row is not None  # a cross join of two one-row aggregates
     summary = summary_of(row, current.event_date)
     _, previous_reach = planning.recorded_reach(start.previous)
     summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)
@@ -324,14 +363,18 @@ def correct(spark, lake: Lake, current: Plan, rules: SessionRules, start: Base, 
 
 
 def _layout(
-    lake: Lake, previous: VersionRecord, panes
-) -> tuple[list[str], tuple[str, ...], int | None, list, int | None]:
-    """(the previous version's files to read, the files to keep as they are, the bucket count to
-    write in, the touched users: up to _ISIN_USERS + 1 of the users in `panes`, how many buckets
-    they are in). With the previous layout kept (buckets.keeps), only the files of the touched
+    lake: Lake, previous: VersionRecord, panes: DataFrame
+) -> tuple[list[str], tuple[str, ...], int | None, list[str], int | None]:
+    """Which of the previous version's files a correction reads, keeps and writes.
+
+    (the previous version's files to read, the files to keep as they are, the bucket count to write
+    in, the touched users: up to _ISIN_USERS + 1 of the users in `panes`, how many buckets they are
+    in). With the previous layout kept (buckets.keeps), only the files of the touched
     users' buckets are read and rewritten; otherwise every file is read and the version written
     whole, in the bucket count its size asks for (None, and None buckets: all). One Spark job over
-    the new panes finds the users and their buckets."""
+    the new panes finds the users and their buckets.
+    """
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
     files = run_markers.run_files(lake, previous)

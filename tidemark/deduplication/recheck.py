@@ -10,29 +10,43 @@ events).
 
 from __future__ import annotations
 
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
 from tidemark.deduplication import incremental
 from tidemark.session import session_schema
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 _COLUMNS = (*incremental.ISLAND_COLUMNS, "event_date")
 
 
-def _digest(frame) -> tuple:
+def _digest(frame: DataFrame) -> tuple[int, Decimal | None]:
+    """(row count, sum of the rows' 64-bit hashes): the multiset of rows, summarized."""
+    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
     row = frame.select(
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.xxhash64(*_COLUMNS).cast("decimal(38,0)")).alias("hashes"),
     ).first()
-    return int(row["rows"]), row["hashes"]
+    assert row is not None  # an aggregate without GROUP BY has one row
+    hashes: Decimal | None = row["hashes"]  # null when there are no rows
+    return int(row["rows"]), hashes
 
 
-def same_islands(spark, lake: Lake, islands: incremental.Islands, version: VersionRecord, rules: SessionRules) -> bool:
-    """Whether `islands` (a run's, under `rules`) hold exactly the rows `version` wrote: its
-    sessions and its context. A version written with another session schema, or without a context,
-    never does (its rows would be computed or carried differently)."""
+def same_islands(
+    spark: SparkSession, lake: Lake, islands: incremental.Islands, version: VersionRecord, rules: SessionRules
+) -> bool:
+    """Whether `islands` (a run's, under `rules`) hold exactly the rows `version` wrote: its sessions and its context.
+
+    A version written with another session schema, or without a context, never does (its rows would
+    be computed or carried differently).
+    """
     if version.schema_version != session_schema.VERSION or version.context_rows is None:
         return False
     until = incremental.horizon(version.event_date_text, rules)

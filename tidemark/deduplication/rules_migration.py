@@ -23,25 +23,33 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, Progress
+from tidemark.deduplication.dedup import DedupResult, run_dedup
 from tidemark.iceberg import table_versions
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = get_logger("rules")
 
 
 @dataclass
 class Migration:
+    """A migration's record of the rules, whether they changed, and each date's dedup result."""
+
     record: rules_record.Recorded
     changed: bool
-    results: list = field(default_factory=list)  # tidemark.deduplication.dedup.DedupResult, one per date
+    results: list[DedupResult] = field(default_factory=list)  # one per date
     seconds: float = 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The migration as JSON (the CLI's output)."""
         return {
             "kind": "migration",
             "changed": self.changed,
@@ -54,7 +62,7 @@ class Migration:
         }
 
 
-def target_rules(lake: Lake, requested: SessionRules | dict) -> SessionRules:
+def target_rules(lake: Lake, requested: SessionRules | dict[str, Any]) -> SessionRules:
     """The rules to migrate to: a full set, or the typed options over the lake's current rules."""
     if isinstance(requested, SessionRules):
         return requested
@@ -67,9 +75,11 @@ def event_dates(lake: Lake) -> list[str]:
     return sorted(set(lake.list_event_dates(lake.sessions_root())) | set(table_versions.dates_with_version(lake)))
 
 
-def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
-    """Dates whose current version was made under other rules than the lake's: {event_date, version,
-    rules_id, gap}. No Spark: markers only."""
+def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict[str, Any]]:
+    """Dates whose current version was made under other rules than the lake's.
+
+    {event_date, version, rules_id, gap} each. No Spark: markers only.
+    """
     rules = rules or rules_record.rules_in_force(lake)[0]
     out = []
     for event_date in table_versions.dates_with_version(lake):
@@ -87,8 +97,11 @@ def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict]:
 
 
 def not_migrated(lake: Lake, rules: SessionRules, dates: list[str] | None = None) -> list[str]:
-    """The dates (of `dates`, default every date) whose current version was not made under `rules`,
-    or that have none: what a migration to `rules` has left to do, oldest first. Markers only."""
+    """The dates (of `dates`, default every date) not migrated to `rules` yet, oldest first.
+
+    Those whose current version was not made under `rules`, or that have none: what a migration to
+    `rules` has left to do. Markers only.
+    """
     out = []
     for event_date in event_dates(lake) if dates is None else dates:
         current = table_versions.current_version(lake, event_date)
@@ -100,15 +113,15 @@ def not_migrated(lake: Lake, rules: SessionRules, dates: list[str] | None = None
 def migrate(
     lake: Lake,
     rules: SessionRules,
-    spark=None,
+    spark: SparkSession | None = None,
     recorded_by: str = "tidemark rules migrate",
-    on_result: Callable | None = None,
+    on_result: Callable[[DedupResult], object] | None = None,
     display: Display | None = None,
 ) -> Migration:
     """Make `rules` the lake's rules and every date's current version one made under them.
-    `display`: where to show the progress as it happens (the CLI's terminal bar)."""
-    from tidemark.deduplication.dedup import run_dedup
 
+    `display`: where to show the progress as it happens (the CLI's terminal bar).
+    """
     started = time.monotonic()
     before = rules_record.current(lake)
     record = rules_record.record_change(lake, rules, recorded_by)

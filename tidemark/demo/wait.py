@@ -23,7 +23,7 @@ from tidemark.base.polling import wait_for
 from tidemark.devstack.stack import Stack, StackError
 from tidemark.iceberg import table_versions
 from tidemark.ingest import landing_archive
-from tidemark.notices import corrected
+from tidemark.notices import corrected_delivery
 from tidemark.ops import inspect
 from tidemark.orchestration import runs as run_ids
 from tidemark.orchestration.airflow_api import AirflowClient
@@ -180,7 +180,7 @@ def consumer_caught_up(lake: Lake, out_root: str) -> tuple[bool, str]:
         row = session_metrics.read(out_root, event_date)
         current = table_versions.current_version(lake, event_date)
         done += bool(row and current and row["version"] == current.version)
-    owed = len(corrected.outbox(lake).owed())
+    owed = len(corrected_delivery.outbox(lake).owed())
     return (
         done == len(dates) and owed == 0,
         f"{done}/{len(dates)} dates' metrics rebuilt from their current version, {owed} corrected notice(s) owed",

@@ -1,14 +1,13 @@
-"""The input contract, in one place: which landed lines are events, and why the others are refused.
+r"""The input contract, in one place: which landed lines are events, and why the others are refused.
 
 One implementation, plain Python, used by everything that reads landed lines: the stream runs it in
 a vectorised Arrow UDF over the raw bytes of each line (streaming_job/parse.py), and the batch
-reference (tidemark/demo/batch_reference.py) calls it directly. Two implementations, one in Spark SQL and
-one in Python, used to disagree on whitespace, JSON booleans, duplicate keys and U+2028; now they
-cannot. docs/input-contract.md describes the rules; the reasons below are the only place their text
-lives.
+reference (tidemark/demo/batch_reference.py) calls it directly, so the two cannot disagree (on
+whitespace, JSON booleans, duplicate keys or U+2028). docs/input-contract.md describes the rules;
+the reasons below are the only place their text lives.
 
-A line is the bytes between two `\\n` (split_lines): a `\\r` before the `\\n` (CRLF files) is JSON
-whitespace and the raw bytes keep it; U+2028/U+2029 and a lone `\\r` are not line breaks.
+A line is the bytes between two `\n` (split_lines): a `\r` before the `\n` (CRLF files) is JSON
+whitespace and the raw bytes keep it; U+2028/U+2029 and a lone `\r` are not line breaks.
 """
 
 from __future__ import annotations
@@ -16,12 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from functools import cached_property
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, NoReturn, cast
 
+from tidemark.base.durations import format_duration
 from tidemark.base.times import from_micros, iso_from_micros, to_micros  # noqa: F401 - iso_from_micros: callers use contract's
 
 REQUIRED_FIELDS = ("event_id", "user_id", "event_type", "event_ts")
@@ -55,22 +55,24 @@ class InputRules:
     max_clock_skew: timedelta = DEFAULT_MAX_CLOCK_SKEW
     earliest_event_ts: datetime = EARLIEST_EVENT_TS
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        """Refuse a negative clock skew."""
         if self.max_clock_skew < timedelta(0):
             raise ValueError("max clock skew must not be negative")
 
     @cached_property
     def max_clock_skew_us(self) -> int:
+        """The clock guard's skew in microseconds."""
         span = self.max_clock_skew
         return (span.days * 86400 + span.seconds) * 1_000_000 + span.microseconds
 
     @cached_property
     def earliest_us(self) -> int:
+        """The earliest accepted event time, in microseconds since the epoch."""
         return _micros_of(self.earliest_event_ts)
 
-    def describe(self) -> dict:
-        from tidemark.base.durations import format_duration
-
+    def describe(self) -> dict[str, str]:
+        """The rules as text, for logs and ledger entries."""
         return {
             "max_clock_skew": format_duration(self.max_clock_skew),
             "earliest_event_ts": iso_from_micros(self.earliest_us),
@@ -78,6 +80,8 @@ class InputRules:
 
 
 class Event(NamedTuple):
+    """An accepted line: the event's fields, its time in microseconds, the rest as JSON text."""
+
     user_id: str
     event_id: str
     event_ts_us: int
@@ -86,6 +90,7 @@ class Event(NamedTuple):
 
     @property
     def event_ts(self) -> datetime:
+        """The event time as an aware UTC datetime."""
         return from_micros(self.event_ts_us)
 
 
@@ -107,6 +112,8 @@ def _show(text: str) -> str:
 
 
 class Reason:
+    """The reasons a line is refused: the text the quarantine stores."""
+
     EMPTY = "empty line"
     NOT_UTF8 = "not valid UTF-8"
     NOT_JSON = "not valid JSON"
@@ -129,17 +136,17 @@ def _refuse(kind: str, detail: str | None = None) -> Refused:
 
 
 def split_lines(data: bytes) -> list[bytes]:
-    """The lines of a landed file, as Spark's text source (lineSep "\\n") reads them."""
+    r"""The lines of a landed file, as Spark's text source (lineSep "\n") reads them."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # a final "\n" ends the last line, it does not start an empty one
     return lines
 
 
-def _unique_keys(pairs):
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        seen = set()
+        seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
                 raise _refuse(Reason.DUPLICATE_KEY, _show(key))
@@ -147,14 +154,14 @@ def _unique_keys(pairs):
     return obj
 
 
-def _no_constant(name):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
 _decoder = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 
 
-def _json_type(value) -> str:
+def _json_type(value: object) -> str:
     if isinstance(value, bool):
         return "boolean"
     if value is None:
@@ -162,7 +169,7 @@ def _json_type(value) -> str:
     return {str: "string", int: "number", float: "number", list: "array", dict: "object"}[type(value)]
 
 
-def _id_text(name: str, value) -> str:
+def _id_text(name: str, value: object) -> str:
     # JSON integers are accepted as ids (their decimal text); booleans, fractions, objects and arrays
     # are refused rather than spelled one way or another.
     if type(value) is str:  # the common case first: read_line runs once per landed line
@@ -182,9 +189,11 @@ def _id_text(name: str, value) -> str:
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode
 
 
-def _payload(obj: dict) -> str:
-    """The fields besides the required ones, as compact JSON with sorted keys; a nested value is
-    kept as its own compact JSON text (a string column holds it)."""
+def _payload(obj: dict[str, Any]) -> str:
+    """The fields besides the required ones, as compact JSON with sorted keys.
+
+    A nested value is kept as its own compact JSON text (a string column holds it).
+    """
     fields = {
         key: value if type(value) is str or value is None else _encode(value)
         for key, value in obj.items()
@@ -229,8 +238,10 @@ def parse_event_ts(text: object) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _day_number(ymd: str) -> int | None:
-    """Days since 1970-01-01 of a YYYY-MM-DD text, None for a date that does not exist. Cached: a
-    landing holds few distinct dates, and date() is a third of parse_event_ts's time."""
+    """Days since 1970-01-01 of a YYYY-MM-DD text, None for a date that does not exist.
+
+    Cached: a landing holds few distinct dates, and date() is a third of parse_event_ts's time.
+    """
     try:
         return date(int(ymd[:4]), int(ymd[5:7]), int(ymd[8:10])).toordinal() - _EPOCH_ORDINAL
     except ValueError:
@@ -299,7 +310,9 @@ def check_line(
         return None, str(refused)
 
 
-def read_lines(lines, received_us: int | None, rules: InputRules = InputRules()) -> Iterator[Event]:
+def read_lines(
+    lines: Iterable[bytes | str], received_us: int | None, rules: InputRules = InputRules()
+) -> Iterator[Event]:
     """The events among lines (bytes, or str encoded as UTF-8); refused lines are skipped."""
     for line in lines:
         event, _ = check_line(
@@ -318,13 +331,16 @@ def event_key(event: Event) -> tuple[str, str, int]:
 
 
 def copy_order(event: Event) -> tuple[str, str]:
-    """THE copy rule: of an event's copies the smallest (event_type, payload) is kept (compared as
-    UTF-8 bytes, which is code point order: Spark's string order too). The stream
-    (dedup_sql/stream_input.sql) and the dedup (dedup_sql/dedup_events.sql) apply it in SQL."""
+    """THE copy rule.
+
+    Of an event's copies the smallest (event_type, payload) is kept (compared as UTF-8 bytes, which
+    is code point order: Spark's string order too). The stream (dedup_sql/stream_input.sql) and the
+    dedup (dedup_sql/dedup_events.sql) apply it in SQL.
+    """
     return event.event_type, event.payload
 
 
-def kept_copies(events) -> dict[tuple[str, str, int], Event]:
+def kept_copies(events: Iterable[Event]) -> dict[tuple[str, str, int], Event]:
     """{event_key: the kept copy} of a set of copies, whatever their order."""
     kept: dict[tuple[str, str, int], Event] = {}
     for event in events:

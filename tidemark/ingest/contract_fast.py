@@ -1,5 +1,7 @@
-"""The input contract's fast path: a whole batch of landed lines at once, with tidemark.ingest.contract as
-the oracle for every line it does not accept.
+r"""The input contract's fast path.
+
+A whole batch of landed lines at once, with tidemark.ingest.contract as the oracle for every line it
+does not accept.
 
 tidemark/ingest/contract.py stays the specification (and the batch reference's implementation); this
 module only ever *accepts* lines, and only lines whose every rule it can decide in bulk: a flat
@@ -10,8 +12,8 @@ included, so every reason's text comes from contract.py) goes to `contract.check
 tests/test_contract_differential.py holds the two to identical verdicts, reasons and fields.
 
 Why each restriction makes the fast answer the reference's answer:
-- no backslash: no JSON escape, so no lone surrogate, no `\\"` inside a string, and every string's
-  payload spelling is its raw text (json's encode_basestring changes nothing without `"`, `\\` or a
+- no backslash: no JSON escape, so no lone surrogate, no `\"` inside a string, and every string's
+  payload spelling is its raw text (json's encode_basestring changes nothing without `"`, `\` or a
   control character, and raw control characters are not valid JSON);
 - msgspec's decoder refuses invalid UTF-8, control characters, NaN and trailing text like
   json's, and `dict[str, str]` refuses every non-string value (ints, null, nesting: to the
@@ -27,9 +29,11 @@ are Arrow compute kernels and numpy over the batch. BENCHMARKS.md section 1 has 
 from __future__ import annotations
 
 import sys
+from typing import Any, cast
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -47,6 +51,9 @@ VERDICT = pa.struct(
     ]
 )
 _REFUSED = (None, None, None, None, None)
+
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
 
 _decode = msgspec.json.Decoder(dict[str, str]).decode
 _encode = msgspec.json.Encoder(order="sorted").encode
@@ -66,30 +73,41 @@ _DAYS_IN_MONTH = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], d
 _DECODE_IN_ONE_CALL = 16  # below this many lines, a failed batch decode is retried line by line
 
 
-def _numpy(array: pa.Array) -> np.ndarray:
+def _numpy(array: pa.Array[Any]) -> npt.NDArray[Any]:
     return array.to_numpy(zero_copy_only=False)
 
 
-def _buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def _bools(array: pa.BooleanArray) -> Bools:
+    """A boolean array as numpy, null read as False."""
+    return _numpy(array.fill_null(False))
+
+
+def _buffers(array: pa.BinaryArray | pa.StringArray) -> tuple[Ints, npt.NDArray[np.uint8]]:
     """(offsets of each value's bytes, the data bytes) of a string or binary array, as numpy views."""
     large = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
     _, offsets_buffer, data_buffer = array.buffers()
-    offsets = np.frombuffer(offsets_buffer, np.int64 if large else np.int32)
-    offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
-    data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    # numpy's stubs take no pyarrow Buffer: a memoryview of it is the same zero-copy view.
+    if offsets_buffer is None:  # Arrow's format lets an array of no values omit its offsets
+        offsets = np.zeros(len(array) + 1, np.int64)
+    else:
+        all_offsets = np.frombuffer(memoryview(offsets_buffer), np.int64 if large else np.int32)
+        offsets = all_offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
+    data = np.frombuffer(memoryview(data_buffer), np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
     return offsets, data
 
 
-def _event_ts_us(event_ts: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
-    """(microseconds since the epoch, decided) per event_ts (null: undecided); decided is False where
-    the text does not match contract's pattern or its date, time or offset is out of range (the
-    reference then says which).
+def _event_ts_us(event_ts: pa.StringArray) -> tuple[Ints, Bools]:
+    """(microseconds since the epoch, decided) per event_ts (null: undecided).
+
+    `decided` is False where the text does not match contract's pattern or its date, time or offset is
+    out of range (the reference then says which).
 
     A text that matches the pattern is ASCII with its fields at fixed places (YYYY-MM-DDTHH:MM:SS,
     then an optional fraction, then Z or +HH:MM at the end), so the digits are read straight from
-    the Arrow data buffer, in numpy, for the whole batch."""
+    the Arrow data buffer, in numpy, for the whole batch.
+    """
     n = len(event_ts)
-    matched = _numpy(pc.fill_null(pc.match_substring_regex(event_ts, _TS_PATTERN), False))
+    matched = _bools(pc.match_substring_regex(event_ts, _TS_PATTERN))
     offsets, data = _buffers(event_ts)
     if not len(data):
         data = np.zeros(1, np.uint8)
@@ -98,10 +116,10 @@ def _event_ts_us(event_ts: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
     end = np.where(matched, end, 0)
     top = len(data) - 1
 
-    def byte(at):
+    def byte(at: Ints) -> Ints:
         return data[np.clip(at, 0, top)].astype(np.int64)
 
-    def digits(at, count):
+    def digits(at: Ints, count: int) -> Ints:
         value = np.zeros(n, np.int64)
         for k in range(count):
             value = value * 10 + byte(at + k) - 48
@@ -151,21 +169,22 @@ def _event_ts_us(event_ts: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
 _decode_many = msgspec.json.Decoder(list[dict[str, str]]).decode
 
 
-def _decode_each(lines: list) -> list:
-    """msgspec's reading of each line as a flat object of strings, None where it refuses it.
+def _decode_each(lines: list[bytes]) -> list[dict[str, str] | None]:
+    """Each line as msgspec reads it, a flat object of strings; None where msgspec refuses it.
 
     One decode call for many lines (a JSON array of them) costs less than one per line; a batch
     that fails (a line msgspec refuses, or a line of two objects) is split in halves until the
-    lines at fault are found and read alone."""
+    lines at fault are found and read alone.
+    """
     if not lines:
         return []
     if len(lines) > _DECODE_IN_ONE_CALL:
         try:
-            objects = _decode_many(b"[" + b",".join(lines) + b"]")
+            objects: list[dict[str, str]] | None = _decode_many(b"[" + b",".join(lines) + b"]")
         except Exception:  # noqa: BLE001 - a line msgspec refuses: find it
             objects = None
         if objects is not None and len(objects) == len(lines):  # one element per line (_accepted)
-            return objects
+            return list[dict[str, str] | None](objects)
         half = len(lines) // 2
         return _decode_each(lines[:half]) + _decode_each(lines[half:])
     out: list[dict[str, str] | None] = []
@@ -177,15 +196,19 @@ def _decode_each(lines: list) -> list:
     return out
 
 
-def _per_line_count(raw: pa.BinaryArray, byte: int) -> np.ndarray:
-    """How many times `byte` occurs in each line, from the Arrow buffers (numpy, no per-line
-    Python): the byte's places in the data, counted between each line's offsets."""
+def _per_line_count(raw: pa.BinaryArray, byte: int) -> Ints:
+    """How many times `byte` occurs in each line, from the Arrow buffers.
+
+    Numpy, no per-line Python: the byte's places in the data, counted between each line's offsets.
+    """
     offsets, data = _buffers(raw)
     places = np.flatnonzero(data == byte)
     return np.diff(np.searchsorted(places, offsets))
 
 
-def _accepted(raw: pa.Array, received_us: np.ndarray, has_received: np.ndarray, rules: InputRules):
+def _accepted(
+    raw: pa.BinaryArray, received_us: Ints, has_received: Bools, rules: InputRules
+) -> tuple[Ints, list[pa.Array[Any]] | None]:
     """The lines the fast path accepts: (their positions, the verdict's columns for them)."""
     # Candidates for one decode call over many lines (a JSON array of them): a line that starts with
     # `{` and ends with `}` (or `}\r`, CRLF), has no backslash and an even number of `"`. Then every
@@ -193,16 +216,17 @@ def _accepted(raw: pa.Array, received_us: np.ndarray, has_received: np.ndarray, 
     # past its line's closing brace: each line is one or more whole elements of the array, so the
     # array has exactly one element per line or the lines are read one by one (_decode_each).
     quotes = _per_line_count(raw, ord('"'))
-    braces = pc.and_(pc.starts_with(raw, b"{"), pc.or_(pc.ends_with(raw, b"}"), pc.ends_with(raw, b"}\r")))
-    candidate = _numpy(pc.fill_null(braces, False))
+    braces = pc.and_(pc.starts_with(raw, "{"), pc.or_(pc.ends_with(raw, "}"), pc.ends_with(raw, "}\r")))
+    candidate = _bools(braces)
     candidate &= (_per_line_count(raw, ord("\\")) == 0) & (quotes % 2 == 0)
     positions = np.flatnonzero(candidate)
     if not len(positions):
         return positions, None
-    lines = raw.take(pa.array(positions))
-    objects = _decode_each(lines.to_pylist())
-    decoded = np.fromiter((obj is not None for obj in objects), bool, len(objects))
-    objects = [obj if obj is not None else {} for obj in objects]
+    lines = raw.take(pa.array(positions, pa.int64()))
+    # a null line fails the brace test (null read as False), so no candidate is null
+    found = _decode_each(cast("list[bytes]", lines.to_pylist()))
+    decoded = np.fromiter((obj is not None for obj in found), bool, len(found))
+    objects = [obj if obj is not None else {} for obj in found]
     keys = np.fromiter(map(len, objects), np.int64, len(objects))
     user_ids, event_ids, event_types, event_tss = (
         pa.array([obj.pop(name, None) for obj in objects], pa.string())
@@ -211,14 +235,14 @@ def _accepted(raw: pa.Array, received_us: np.ndarray, has_received: np.ndarray, 
     payloads = pa.array(list(map(_encode, objects)), pa.binary())
     ok = decoded
     for column in (user_ids, event_ids, event_types):  # present (not null) and not only whitespace
-        ok &= _numpy(pc.fill_null(pc.match_substring_regex(column, _HAS_NON_SPACE), False))
+        ok &= _bools(pc.match_substring_regex(column, _HAS_NON_SPACE))
     # Duplicate keys: no backslash, so every `"` delimits a string; 4 per distinct key otherwise.
     ok &= quotes[positions] == 4 * keys
     ts_us, decided = _event_ts_us(event_tss)
     ok &= decided & (ts_us >= rules.earliest_us)
     ok &= ~has_received[positions] | (ts_us <= received_us[positions] + rules.max_clock_skew_us)
     keep = pa.array(ok)
-    columns = [
+    columns: list[pa.Array[Any]] = [
         *(c.filter(keep) for c in (user_ids, event_ids, event_types)),
         pa.array(ts_us[ok], pa.int64()),
         payloads.filter(keep).cast(pa.string()),
@@ -226,21 +250,26 @@ def _accepted(raw: pa.Array, received_us: np.ndarray, has_received: np.ndarray, 
     return positions[ok], columns
 
 
-def _received(received_us: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def _received(received_us: pa.Array[Any]) -> tuple[Ints, Bools]:
     """(receipt time per line, 0 where none; whether the line has one)."""
-    return _numpy(pc.fill_null(received_us.cast(pa.int64()), 0)), _numpy(received_us.is_valid())
+    return _numpy(received_us.cast(pa.int64()).fill_null(0)), _numpy(received_us.is_valid())
 
 
-def accepted_positions(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRules()) -> np.ndarray:
-    """The positions of the lines the fast path decides itself (the others go to check_line):
-    for the tests (the bulk path must take the common lines) and the benchmark."""
+def accepted_positions(raw: pa.BinaryArray, received_us: pa.Array[Any], rules: InputRules = InputRules()) -> Ints:
+    """The positions of the lines the fast path decides itself (the others go to check_line).
+
+    For the tests (the bulk path must take the common lines) and the benchmark.
+    """
     return _accepted(raw, *_received(received_us), rules)[0]
 
 
-def verdicts(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRules()) -> pa.StructArray:
-    """The contract's verdict on every line of a batch (raw bytes, received_us: the clock guard's
-    now per line, null skips it): reason (null for an event), user_id, event_id, event_type,
-    event_ts_us, payload; the same values `contract.check_line` gives, line by line."""
+def verdicts(raw: pa.BinaryArray, received_us: pa.Array[Any], rules: InputRules = InputRules()) -> pa.StructArray:
+    """The contract's verdict on every line of a batch.
+
+    `raw` holds the lines' bytes, `received_us` the clock guard's now per line (null skips it). The
+    verdict's fields: reason (null for an event), user_id, event_id, event_type, event_ts_us,
+    payload; the same values `contract.check_line` gives, line by line.
+    """
     n = len(raw)
     received, has_received = _received(received_us)
     fast_at, fast = _accepted(raw, received, has_received, rules)
@@ -252,19 +281,21 @@ def verdicts(raw: pa.Array, received_us: pa.Array, rules: InputRules = InputRule
         [int(received[i]) if has_received[i] else None for i in slow_at],
         rules,
     )
-    if not len(fast_at):
+    if fast is None or not len(fast_at):
         return slow
     fast_rows = pa.StructArray.from_arrays([pa.nulls(len(fast_at), pa.string()), *fast], fields=list(VERDICT))
     if not len(slow_at):
         return fast_rows
     # Back in the batch's order: row i of the output is line i.
     order = np.argsort(np.concatenate([fast_at, slow_at]), kind="stable")
-    return pa.concat_arrays([fast_rows, slow]).take(pa.array(order))
+    return pa.concat_arrays([fast_rows, slow]).take(pa.array(order, pa.int64()))
 
 
-def reference_rows(lines: list, received_us: list, rules: InputRules = InputRules()) -> pa.StructArray:
+def reference_rows(
+    lines: list[bytes | None], received_us: list[int | None], rules: InputRules = InputRules()
+) -> pa.StructArray:
     """contract.check_line on each line, as verdict rows: the oracle, and the fast path's fallback."""
-    out = []
+    out: list[tuple[str | int | None, ...]] = []
     for line, received in zip(lines, received_us, strict=False):
         event, reason = check_line(line, received, rules)
         out.append(

@@ -49,8 +49,11 @@ PIN_CHANGED = "its pinned copy changed before the batch was replayed: that conte
 
 @dataclass(frozen=True)
 class PlannedBatch:
-    """What Spark planned for a micro-batch: its timestamp and files (path relative to the landing ->
-    the file's URI as Spark names a line's file, `_metadata.file_path`)."""
+    """What Spark planned for a micro-batch.
+
+    Its timestamp and files (path relative to the landing -> the file's URI as Spark names a line's
+    file, `_metadata.file_path`).
+    """
 
     spark_batch_id: int
     receipt_ms: int
@@ -67,8 +70,11 @@ class Pin:
 
 
 def planned(query_dir: str, spark_batch_id: int, landing_uri: str) -> PlannedBatch | None:
-    """The batch's plan from Spark's offset and file-source logs; None when the query folder has no
-    offset entry for it (a batch built by hand, not by a streaming query)."""
+    """The batch's plan from Spark's offset and file-source logs.
+
+    None when the query folder has no offset entry for it (a batch built by hand, not by a streaming
+    query).
+    """
     text = storage.read_text(layout.join(query_dir, "offsets", str(spark_batch_id)))
     if text is None:
         return None
@@ -86,8 +92,10 @@ def planned(query_dir: str, spark_batch_id: int, landing_uri: str) -> PlannedBat
 
 
 def _source_log(query_dir: str, log_id: int) -> list[str]:
-    """The file URIs the file source's log entry `log_id` added (a compacted entry holds every
-    earlier one too: only those of `log_id` are taken)."""
+    """The file URIs the file source's log entry `log_id` added.
+
+    A compacted entry holds every earlier one too: only those of `log_id` are taken.
+    """
     folder = layout.join(query_dir, "sources", "0")
     text = storage.read_text(layout.join(folder, str(log_id)))
     if text is None:
@@ -104,6 +112,7 @@ def _source_log(query_dir: str, log_id: int) -> list[str]:
 
 
 def pin_dir(checkpoint: str, batch_id: int) -> str:
+    """The folder that holds a batch's pinned files."""
     return layout.join(checkpoint, PINNED_DIR, f"batch_id={batch_id}")
 
 
@@ -114,8 +123,11 @@ def _manifest(checkpoint: str, batch_id: int) -> str:
 def pin(
     checkpoint: str, batch_id: int, generation: int, landing_uri: str, plan: PlannedBatch
 ) -> tuple[dict[str, Pin], list[str]]:
-    """Pin every file of a first attempt (an earlier attempt's pins, which nothing recorded, go
-    first). Returns ({path: Pin}, paths of files gone from the landing already)."""
+    """Pin every file of a first attempt.
+
+    An earlier attempt's pins, which nothing recorded, go first. Returns ({path: Pin}, paths of
+    files gone from the landing already).
+    """
     folder = pin_dir(checkpoint, batch_id)
     storage.delete_dir(folder)
     storage.write_json_atomic(
@@ -194,16 +206,25 @@ def sha256(checkpoint: str, batch_id: int, path: str, limit: int | None = None) 
 
 
 def digests(checkpoint: str, batch_id: int, paths: list[str]) -> dict[str, str | None]:
+    """{path: the SHA-256 of its pinned file}, None for a pin that is gone."""
     return {path: sha256(checkpoint, batch_id, path) for path in paths}
 
 
 def restore(
-    checkpoint: str, batch_id: int, generation: int, landing_uri: str, plan: PlannedBatch, recorded: list[dict]
+    checkpoint: str,
+    batch_id: int,
+    generation: int,
+    landing_uri: str,
+    plan: PlannedBatch,
+    recorded: list[landing.FileEntry],
 ) -> list[str]:
-    """Pin again, from the landing, each recorded file whose pin is gone (released after a commit
-    that Spark's log no longer holds, or a checkpoint restored without its pins) when the landed
-    file still starts with the recorded bytes. Returns the paths pinned again; a landed file that
-    holds other content now is left to the landing (a later batch reads a reused name)."""
+    """Pin again, from the landing, each recorded file whose pin is gone.
+
+    A pin is gone when it was released after a commit that Spark's log no longer holds, or when a
+    checkpoint was restored without its pins; it is pinned again when the landed file still starts
+    with the recorded bytes. Returns the paths pinned again; a landed file that holds other content
+    now is left to the landing (a later batch reads a reused name).
+    """
     restored = []
     fs, root = storage.resolve(landing_uri)
     pfs, target = storage.resolve(pin_dir(checkpoint, batch_id))
@@ -231,14 +252,17 @@ def restore(
     return restored
 
 
-def verify(checkpoint: str, batch_id: int, recorded: list[dict]) -> tuple[dict[str, str], dict[str, bytes]]:
+def verify(
+    checkpoint: str, batch_id: int, recorded: list[landing.FileEntry]
+) -> tuple[dict[str, str], dict[str, bytes]]:
     """A replay's pins checked against the first attempt's ledger records ({path, size, sha256}).
 
     A pin holding the recorded bytes followed by more (the landed file appended to in place: they
     share the inode) is cut back to them, as a copy of its own. A pin that recorded no line (an
     empty file) is removed. Returns ({path: reason} of recorded files that cannot be read as they
     were, {path: bytes} of those of them whose pin holds other content now); those pins are removed,
-    so that the batch reads exactly the recorded content that is still there."""
+    so that the batch reads exactly the recorded content that is still there.
+    """
     fs, root = storage.resolve(pin_dir(checkpoint, batch_id))
     wanted = {r["path"]: r for r in recorded if r.get("sha256")}
     lost: dict[str, str] = {}
@@ -279,9 +303,11 @@ def _replace(fs: pafs.FileSystem, path: str, data: bytes) -> None:
 
 
 def release(checkpoint: str, generation: int, query_dir: str, keep: frozenset[int] = frozenset()) -> list[int]:
-    """Remove the pins of every batch Spark's commit log holds (the current `generation`'s query
-    folder `query_dir`; every batch of an earlier generation: a rotation happens only once its
-    batches are committed), except those in `keep`. Returns the batch ids released."""
+    """Remove the pins of every batch Spark's commit log holds, except those in `keep`.
+
+    The current `generation`'s query folder is `query_dir`; every batch of an earlier generation is
+    committed (a rotation happens only once its batches are). Returns the batch ids released.
+    """
     released = []
     root = layout.join(checkpoint, PINNED_DIR)
     for name in storage.list_dir(root):
@@ -290,9 +316,10 @@ def release(checkpoint: str, generation: int, query_dir: str, keep: frozenset[in
             continue
         batch_id = int(value)
         meta = storage.read_json(layout.join(root, name)) or {}
-        if int(meta.get("generation", generation)) >= generation:
-            if not storage.exists(layout.join(query_dir, "commits", str(int(meta.get("spark_batch_id", -1))))):
-                continue
+        if int(meta.get("generation", generation)) >= generation and not storage.exists(
+            layout.join(query_dir, "commits", str(int(meta.get("spark_batch_id", -1))))
+        ):
+            continue
         storage.delete_dir(pin_dir(checkpoint, batch_id))
         storage.delete_file(layout.join(root, name))
         released.append(batch_id)

@@ -1,5 +1,6 @@
-"""Which landed files are input, and how a file's bytes become lines: one rule for the stream, the
-batch reference and docs/input-contract.md ("Landing").
+"""Which landed files are input, and how a file's bytes become lines.
+
+One rule for the stream, the batch reference and docs/input-contract.md ("Landing").
 
 A landed file is named by its path relative to the landing folder, `/`-separated. It is
   - **hidden** when any part of that path (a folder or the file name) starts with `_` or `.`:
@@ -23,9 +24,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict
 from urllib.parse import unquote, urlsplit
 
+import pyarrow.fs as pafs
+
 from tidemark.ingest import contract
+from tidemark.store import storage
 
 INPUT = "input"
 HIDDEN = "hidden"
@@ -34,6 +39,23 @@ IN_PROGRESS = "in_progress"
 HIDDEN_PREFIXES = ("_", ".")
 IN_PROGRESS_SUFFIXES = ("._COPYING_", ".tmp", ".part")
 UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class FileEntry(TypedDict):
+    """What a batch records of one landed file it was given (a landing ledger entry's `files`).
+
+    `size` and `mtime_ms` as the batch pinned the file (None: unknown), `lines` its line count,
+    `verdict` the landing rule's (or the ledger's `unreadable`, then with a `reason`), `sha256` the
+    digest of the bytes read.
+    """
+
+    path: str
+    size: int | None
+    mtime_ms: int | None
+    lines: int
+    verdict: str
+    sha256: NotRequired[str]
+    reason: NotRequired[str]
 
 
 def classify(relative_path: str) -> str:
@@ -54,8 +76,11 @@ def file_lines(data: bytes) -> list[bytes]:
 
 
 def _location(uri: str) -> str:
-    """A path or URI as a comparable location: local paths absolute, URIs percent-decoded (Spark
-    names files as Hadoop URIs, `file:/tmp/sub%20dir/a.jsonl`)."""
+    """A path or URI as a comparable location.
+
+    Local paths absolute, URIs percent-decoded (Spark names files as Hadoop URIs,
+    `file:/tmp/sub%20dir/a.jsonl`).
+    """
     if uri.startswith("file:"):
         return os.path.abspath(unquote(urlsplit(uri).path))
     if "://" not in uri:
@@ -87,15 +112,12 @@ class LandedFile:
 
     @property
     def verdict(self) -> str:
+        """What the landing rule makes of the file (classify)."""
         return classify(self.path)
 
 
 def list_landing(landing: str) -> list[LandedFile]:
     """Every file under the landing folder (recursively, hidden ones too), sorted by path."""
-    import pyarrow.fs as pafs
-
-    from tidemark.store import storage
-
     fs, root = storage.resolve(landing)
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     prefix = root.rstrip("/") + "/"
@@ -113,8 +135,6 @@ def list_landing(landing: str) -> list[LandedFile]:
 
 def read_file(landing: str, path: str) -> bytes:
     """The bytes of the landed file at `path` (relative to the landing folder)."""
-    from tidemark.store import storage
-
     fs, root = storage.resolve(landing)
     with fs.open_input_stream(root.rstrip("/") + "/" + path) as handle:
         return handle.read()

@@ -1,6 +1,8 @@
-"""A bounded landing: read files moved out of the landing folder, and the stream's checkpoint
-started afresh now and then, so that neither the listing of every trigger nor Spark's file-source
-log grows with the landing's age (issue 27; docs/input-contract.md "Landing").
+"""A bounded landing.
+
+Read files moved out of the landing folder, and the stream's checkpoint started afresh now and then,
+so that neither the listing of every trigger nor Spark's file-source log grows with the landing's
+age (docs/input-contract.md "Landing").
 
 Spark's file source keeps every file it ever read in its source log, and compacting the log keeps
 every entry; `maxFileAge` only bounds the in-memory map (SPARK-30462). Its own `cleanSource=archive`
@@ -42,16 +44,18 @@ and notices see one increasing sequence.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 import pyarrow.fs as pafs
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.ingest import input_pins
-from tidemark.ingest.landing import LandedFile, relative_path
+from tidemark.ingest.landing import FileEntry, LandedFile, relative_path
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 
@@ -67,6 +71,8 @@ _VERSION = re.compile(re.escape(VERSION_MARK) + "[0-9a-f]{64}$")
 
 @dataclass(frozen=True)
 class Generation:
+    """A checkpoint generation: its number, and the stream batch id its Spark batch 0 has."""
+
     generation: int
     batch_base: int
 
@@ -76,6 +82,7 @@ class Generation:
 
 
 def current(checkpoint: str) -> Generation:
+    """The checkpoint's current generation (generation 0 before any rotation)."""
     meta = storage.read_json(layout.join(checkpoint, GENERATION_FILE)) or {}
     return Generation(int(meta.get("generation", 0)), int(meta.get("batch_base", 0)))
 
@@ -85,12 +92,15 @@ def _day(receipt_ts: str) -> str:
 
 
 def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
+    """Where the archive keeps a file read by the batch of `receipt_ts`."""
     return layout.join(archive, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
 
 
 def holds(archive: str, receipt_ts: str, relative: str) -> bool:
-    """The archive took a file of this name out of the landing on receipt_ts's day: read
-    (received=) or set aside as replaced (_replaced/received=)."""
+    """The archive took a file of this name out of the landing on receipt_ts's day.
+
+    Read (received=) or set aside as replaced (_replaced/received=).
+    """
     return storage.exists(archive_path(archive, receipt_ts, relative)) or storage.exists(
         _replaced_path(archive, receipt_ts, relative)
     )
@@ -108,9 +118,14 @@ def _queue_entry(checkpoint: str, batch_id: int) -> str:
     return layout.join(_queue_dir(checkpoint), f"batch_id={batch_id}.json")
 
 
-def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[dict]) -> None:
-    """Record what a batch read, before its ledger entry and its panes: written again identically
-    when the batch is replayed. files: {path, size, mtime_ms, sha256} of its input files."""
+def enqueue(
+    checkpoint: str, generation: Generation, spark_batch_id: int, receipt_ts: str, files: list[FileEntry]
+) -> None:
+    """Record what a batch read, before its ledger entry and its panes.
+
+    Written again identically when the batch is replayed. files: {path, size, mtime_ms, sha256} of
+    its input files.
+    """
     storage.write_json_atomic(
         _queue_entry(checkpoint, generation.batch_base + spark_batch_id),
         {
@@ -125,19 +140,38 @@ def enqueue(checkpoint: str, generation: Generation, spark_batch_id: int, receip
     )
 
 
-def queued(checkpoint: str) -> list[dict]:
+class QueuedFile(TypedDict):
+    """A file of a queue entry: what the batch read of it (enqueue)."""
+
+    path: str
+    size: int | None
+    mtime_ms: int | None
+    sha256: str | None
+
+
+class QueueEntry(TypedDict):
+    """A batch's queue entry, as enqueue writes it, with the batch id its name holds."""
+
+    generation: int
+    spark_batch_id: int
+    receipt_ts: str
+    files: list[QueuedFile]
+    batch_id: int
+
+
+def queued(checkpoint: str) -> list[QueueEntry]:
     """The queue's entries (batches whose files are not all moved yet), oldest first."""
-    out = []
+    out: list[QueueEntry] = []
     for name in storage.list_dir(_queue_dir(checkpoint)):
         value = layout.partition_value(name.removesuffix(".json"), "batch_id")
         if value is not None and value.isdigit() and name.endswith(".json"):
             entry = storage.read_json(layout.join(_queue_dir(checkpoint), name))
             if entry is not None:
-                out.append({**entry, "batch_id": int(value)})
+                out.append(cast("QueueEntry", {**entry, "batch_id": int(value)}))  # JSON that enqueue wrote
     return sorted(out, key=lambda e: e["batch_id"])
 
 
-def committed(checkpoint: str, entry: dict) -> bool:
+def committed(checkpoint: str, entry: QueueEntry) -> bool:
     """Spark's commit log of the entry's generation records its batch: it is never replayed."""
     query = Generation(int(entry["generation"]), 0).query_dir(checkpoint)
     return storage.exists(layout.join(query, "commits", str(int(entry["spark_batch_id"]))))
@@ -146,9 +180,10 @@ def committed(checkpoint: str, entry: dict) -> bool:
 def drain(
     landing: str, archive: str, checkpoint: str, on_replaced: Callable[[list[LandedFile]], None] | None = None
 ) -> int:
-    """Move the files of every committed batch in the queue to the archive; returns files moved.
-    Idempotent: a file already moved (a crash after the move, before the entry's deletion) is
-    skipped.
+    """Move the files of every committed batch in the queue to the archive.
+
+    Returns files moved. Idempotent: a file already moved (a crash after the move, before the
+    entry's deletion) is skipped.
 
     What is archived is the content the batch read: the landed file while its size and time are
     the ones read, else (replaced, deleted) the batch's pin of it (tidemark.ingest.input_pins).
@@ -156,7 +191,8 @@ def drain(
     A file changed since its batch read it (replaced under its name) is not archived as read:
     on_replaced gets it before the batch's entry is deleted (the stream quarantines its new content
     and sets it aside: tidemark.ingest.landing_ledger.quarantine_replaced), so that no later checkpoint
-    generation reads it as a new file. Without on_replaced it stays, for the landing audit."""
+    generation reads it as a new file. Without on_replaced it stays, for the landing audit.
+    """
     moved = 0
     for entry in queued(checkpoint):
         if not committed(checkpoint, entry):
@@ -201,26 +237,34 @@ def _found(landing: str, path: str) -> LandedFile | None:
 
 
 def move_read(landing: str, archive: str, receipt_ts: str, path: str) -> None:
-    """A read input file to <archive>/received=<its batch's day>/<path> (or a version of that name:
-    _rename)."""
+    """Move a read input file to <archive>/received=<its batch's day>/<path>.
+
+    Or to a version of that name (_rename).
+    """
     _rename(landing, path, archive_path(archive, receipt_ts, path))
 
 
 def set_aside(landing: str, archive: str, receipt_ts: str, path: str) -> None:
-    """A replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>:
-    out of the landing, and out of what the batch reference reads (a hidden folder)."""
+    """Move a replaced file, its new content quarantined, to <archive>/_replaced/received=<day>/<path>.
+
+    Out of the landing, and out of what the batch reference reads (a hidden folder).
+    """
     _rename(landing, path, _replaced_path(archive, receipt_ts, path))
 
 
 def version_path(path: str, digest: str) -> str:
-    """The archive's name for another content of `path` archived the same day: the SHA-256 of that
-    content (hex) appended."""
+    """The archive's name for another content of `path` archived the same day.
+
+    The SHA-256 of that content (hex) appended.
+    """
     return f"{path}{VERSION_MARK}{digest}"
 
 
 def original_path(archived: str) -> str:
-    """The landing path of an archived file (its path under the received= folder): a version's
-    content suffix removed."""
+    """The landing path of an archived file (its path under the received= folder).
+
+    A version's content suffix removed.
+    """
     return _VERSION.sub("", archived)
 
 
@@ -232,7 +276,8 @@ def _rename(landing: str, path: str, target_uri: str) -> None:
     move retried after a kill between a bucket's copy and its delete, or the same file landed and
     read again the same day) is not copied again: the landing's file is only deleted. Each copy
     appears whole (a rename on a local disk, an object on a bucket), so a kill leaves either the
-    landed file or its archived copy, or both, and the retried move finishes it."""
+    landed file or its archived copy, or both, and the retried move finishes it.
+    """
     fs, root = storage.resolve(landing)
     source = root.rstrip("/") + "/" + path
     info = fs.get_file_info(source)
@@ -262,7 +307,7 @@ def _holds(afs: pafs.FileSystem, path: str, info: pafs.FileInfo, size: int | Non
 
 
 def _transfer(fs: pafs.FileSystem, source: str, afs: pafs.FileSystem, target: str) -> None:
-    """source (on fs) to target (on afs), which must not exist; the copy appears whole."""
+    """Source (on fs) to target (on afs), which must not exist; the copy appears whole."""
     folder, name = target.rsplit("/", 1)
     afs.create_dir(folder, recursive=True)
     if type(afs) is type(fs):
@@ -294,9 +339,10 @@ def rotate(
     sweep: Callable[[], object] | None = None,
     lake: Lake | None = None,
 ) -> Generation | None:
-    """Start the next generation if nothing a batch read is left in the landing; returns it, or
-    None when some batch's work is not committed (the old generation then resumes and replays it).
-    Call only after the generation's query has stopped.
+    """Start the next generation if nothing a batch read is left in the landing.
+
+    Returns it, or None when some batch's work is not committed (the old generation then resumes and
+    replays it). Call only after the generation's query has stopped.
 
     sweep: at the first rotation only (generation 0, which may have run without the archive), what
     moves every file the landing ledger records as read (tidemark.ingest.landing_ledger.sweep_read): a
@@ -306,7 +352,8 @@ def rotate(
 
     lake: also refuse while a planned, uncommitted batch has a landing ledger entry (its receipt_ts
     is its batch timestamp in the offset log): work a run without the archive left half done,
-    which its replay must finish from the landing's files."""
+    which its replay must finish from the landing's files.
+    """
     drain(landing, archive, checkpoint, on_replaced)
     query = generation.query_dir(checkpoint)
     offsets = [int(n) for n in storage.list_dir(layout.join(query, "offsets")) if n.isdigit()]
@@ -332,13 +379,13 @@ def rotate(
 
 
 def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
-    """The paths (relative to the landing) that the generation's committed batches listed: Spark's
-    source log (`<query>/sources/0/`: the newest `N.compact`, which holds every entry before it,
-    and the entries after it), whose names its query never reads again. A file of a batch not
-    committed yet is left out: that batch (or its replay) reads it. Costs a read of the log, which
-    grows with the files the generation read (a rotation bounds it)."""
-    import json
+    """The paths (relative to the landing) that the generation's committed batches listed.
 
+    Spark's source log (`<query>/sources/0/`: the newest `N.compact`, which holds every entry before
+    it, and the entries after it), whose names its query never reads again. A file of a batch not
+    committed yet is left out: that batch (or its replay) reads it. Costs a read of the log, which
+    grows with the files the generation read (a rotation bounds it).
+    """
     query = generation.query_dir(checkpoint)
     done = max((int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()), default=-1)
     folder = layout.join(query, "sources", "0")
@@ -361,10 +408,12 @@ def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
 
 
 def unread(landing: str, checkpoint: str, generation: Generation, pending: list[str]) -> list[str]:
-    """The pending landed files that the generation's query will never read: a name one of its
-    committed batches listed (a name landed again after its file was archived or set aside, or an
-    empty file written again). Only a new generation reads them (rotate). Reads Spark's source log
-    only when some file is pending."""
+    """The pending landed files that the generation's query will never read.
+
+    A name one of its committed batches listed (a name landed again after its file was archived or
+    set aside, or an empty file written again). Only a new generation reads them (rotate). Reads
+    Spark's source log only when some file is pending.
+    """
     if not pending:
         return []
     seen = listed(landing, checkpoint, generation)
@@ -372,8 +421,6 @@ def unread(landing: str, checkpoint: str, generation: Generation, pending: list[
 
 
 def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -> bool:
-    import json
-
     done = max(commits, default=-1)
     for batch_id in (n for n in offsets if n > done):
         text = storage.read_text(layout.join(query, "offsets", str(batch_id))) or ""
@@ -395,7 +442,8 @@ def clear_unfinished_first_write(query_dir: str) -> list[str]:
     rotation), the folder holds only that temporary file, and Spark 4 then refuses to start the
     query for good (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY: "offsets should be empty on batch
     0"). With no numbered entry, no batch was planned: the leftovers carry nothing. Returns the
-    names removed."""
+    names removed.
+    """
     offsets = layout.join(query_dir, "offsets")
     names = storage.list_dir(offsets)
     if any(name.isdigit() for name in names):

@@ -26,6 +26,10 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any, NotRequired, TypedDict, cast
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
@@ -41,6 +45,16 @@ REPLACED_VERDICT = "replaced"
 # tidemark.ingest.input_pins), or one gone before its batch could pin it; the record's `reason` says which.
 UNREADABLE_VERDICT = "unreadable"
 REPLACED = "landed file replaced after it was read: its new content is not read (land new events as a new file)"
+
+
+class Entry(TypedDict):
+    """One batch's ledger entry, as record_batch writes it."""
+
+    receipt_ts: str
+    batch_id: int | None
+    source: str
+    files: list[landing.FileEntry]
+    input_rules: NotRequired[dict[str, Any]]  # rules_record's
 
 
 @dataclass(frozen=True)
@@ -66,13 +80,16 @@ def record_batch(
     lake: Lake,
     receipt_ts: str,
     batch_id: int | None,
-    files: list[dict],
+    files: list[landing.FileEntry],
     source: str = "stream",
     input_rules: InputRules | None = None,
 ) -> None:
-    """Write one batch's entry. files: {path, size, mtime_ms, lines, verdict[, sha256, reason]};
-    input_rules: the rules the batch judged its lines by (a replay reads them back: `rules_of`)."""
-    entry: dict[str, object] = {
+    """Write one batch's entry.
+
+    files: {path, size, mtime_ms, lines, verdict[, sha256, reason]}; input_rules: the rules the
+    batch judged its lines by (a replay reads them back: `rules_of`).
+    """
+    entry: Entry = {
         "receipt_ts": receipt_ts,
         "batch_id": batch_id,
         "source": source,
@@ -80,16 +97,18 @@ def record_batch(
     }
     if input_rules is not None:
         entry["input_rules"] = rules_record(input_rules)
-    lake.write_json_atomic(lake.landing_ledger_path(receipt_ts), entry)
+    lake.write_json_atomic(lake.landing_ledger_path(receipt_ts), dict(entry))
 
 
-def read_entry(lake: Lake, receipt_ts: str) -> dict | None:
+def read_entry(lake: Lake, receipt_ts: str) -> Entry | None:
     """Batch receipt_ts's entry (in its day folder, or where a legacy lake kept it), if any."""
     found = lake.read_json(lake.landing_ledger_path(receipt_ts))
-    return found if found is not None else lake.read_json(lake.legacy_landing_ledger_path(receipt_ts))
+    if found is None:
+        found = lake.read_json(lake.legacy_landing_ledger_path(receipt_ts))
+    return cast("Entry | None", found)  # JSON that record_batch wrote
 
 
-def rules_record(rules: InputRules) -> dict:
+def rules_record(rules: InputRules) -> dict[str, Any]:
     """The input rules as a ledger entry records them: readable, and exact in microseconds."""
     return {
         **rules.describe(),
@@ -98,7 +117,7 @@ def rules_record(rules: InputRules) -> dict:
     }
 
 
-def rules_of(entry: dict) -> InputRules | None:
+def rules_of(entry: Entry) -> InputRules | None:
     """The input rules an entry records; None for an entry written before they were recorded."""
     recorded = entry.get("input_rules")
     if not recorded:
@@ -110,8 +129,11 @@ def rules_of(entry: dict) -> InputRules | None:
 
 
 def _entries(lake: Lake, since_day: str | None) -> list[tuple[str, str]]:
-    """(receipt_ts, path) of the ledger's entries, oldest first: those in day folders from
-    `since_day` on (every day: None) and those a lake from before the day folders keeps at the top."""
+    """(receipt_ts, path) of the ledger's entries, oldest first.
+
+    Those in day folders from `since_day` on (every day: None) and those a lake from before the day
+    folders keeps at the top.
+    """
     root = lake.landing_ledger_dir()
     found = []
     for name in lake.list_dir(root):
@@ -130,17 +152,22 @@ def _entry_ts(name: str) -> str | None:
 
 
 def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecord]:
-    """{path: the newest record of that path} over every entry, or over the entries of batches
-    received from `since_day` on (and a legacy lake's undated entries)."""
+    """{path: the newest record of that path} over every entry, or over those from `since_day` on.
+
+    `since_day` selects the entries of batches received from that day on (and a legacy lake's
+    undated entries).
+    """
     return {path: records[-1] for path, records in read_history(lake, since_day).items()}
 
 
 def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[FileRecord]]:
-    """{path: every record of that path, oldest first}, over the entries read_ledger reads (a name
-    landed again after its file was archived has one record per content read)."""
+    """{path: every record of that path, oldest first}, over the entries read_ledger reads.
+
+    A name landed again after its file was archived has one record per content read.
+    """
     out: dict[str, list[FileRecord]] = {}
     for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order
-        entry = lake.read_json(path) or {}
+        entry = cast("Entry", lake.read_json(path) or {})  # JSON that record_batch wrote
         rules = rules_of(entry)
         for item in entry.get("files", []):
             record = FileRecord(
@@ -157,8 +184,11 @@ def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[Fil
 
 
 def receipt_us(receipt_ts: str) -> int:
-    """A ledger entry's receipt_ts as microseconds: the receipt time the stream's clock guard used
-    (the batch timestamp, which receipt_ts spells to the millisecond)."""
+    """A ledger entry's receipt_ts as microseconds.
+
+    The receipt time the stream's clock guard used (the batch timestamp, which receipt_ts spells to
+    the millisecond).
+    """
     return to_micros(layout.parse_receipt_ts(receipt_ts))
 
 
@@ -172,7 +202,8 @@ class Audit:
     in_progress: list[landing.LandedFile] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
+        """The findings as JSON: counts of read and hidden files, the paths of the others."""
         return {
             "read": len(self.read),
             "pending": self.pending,
@@ -195,7 +226,8 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
     the entries from the day before the oldest landed file's modification time on are read
     (`since_day`): the audit's cost follows the landing, not the lake's age. (A file read and then
     replaced while the stream was stopped for more than a day before archiving it reads as pending
-    here; the stream's archive drain sets it aside as replaced when it restarts.)"""
+    here; the stream's archive drain sets it aside as replaced when it restarts.)
+    """
     files = list(landing.list_landing(landing_uri))
     readable = [f for f in files if f.verdict == landing.INPUT]  # hidden and in-progress files are never read
     ledger = read_ledger(lake, since_day(readable) if archive is not None else None)
@@ -219,8 +251,11 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
 
 
 def since_day(files: list[landing.LandedFile]) -> str:
-    """The first ledger day that can record a read of these landed files: the day before the oldest
-    one's modification time (a day of margin for the clocks of the stream's driver and the store)."""
+    """The first ledger day that can record a read of these landed files.
+
+    The day before the oldest one's modification time (a day of margin for the clocks of the
+    stream's driver and the store).
+    """
     oldest_ms = min((f.mtime_ms for f in files if f.mtime_ms is not None), default=None)
     if oldest_ms is None:
         return datetime.now(timezone.utc).date().isoformat()
@@ -259,15 +294,14 @@ def quarantine_contents(
     source: str,
     batch_id: int | None = None,
 ) -> str:
-    """Every line of each (path, size, mtime_ms, bytes) quarantined with `reason`, in a quarantine
-    folder of its own (a receipt_ts no batch has), and a ledger entry recording the files with
-    `verdict` and their sha256. Returns that receipt_ts."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Quarantine every line of each (path, size, mtime_ms, bytes) with `reason`, and record the files.
 
+    The lines go to a quarantine folder of their own (a receipt_ts no batch has), and a ledger entry
+    records the files with `verdict` and their sha256. Returns that receipt_ts.
+    """
     receipt_ts = _free_receipt_ts(lake)
-    rows: dict[str, list] = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
-    records = []
+    rows: dict[str, list[Any]] = {"raw": [], "reason": [], "source_file": [], "batch_id": []}
+    records: list[landing.FileEntry] = []
     for path, size, mtime_ms, data in contents:
         lines = landing.file_lines(data)
         for line in lines:
@@ -306,10 +340,13 @@ def quarantine_contents(
 
 
 def sweep_read(landing_uri: str, lake: Lake, archive: str) -> int:
-    """Every file of the landing that the ledger records as read, moved to the archive (under the
-    day of the batch that read it), and every replaced one quarantined and set aside: what a
-    checkpoint's first rotation needs when the stream ran without the archive before. Reads the
-    whole ledger: once per checkpoint (tidemark.ingest.landing_archive.rotate). Returns files moved."""
+    """Move every file of the landing that the ledger records as read to the archive.
+
+    Each goes under the day of the batch that read it, and every replaced one is quarantined and set
+    aside: what a checkpoint's first rotation needs when the stream ran without the archive before.
+    Reads the whole ledger: once per checkpoint (tidemark.ingest.landing_archive.rotate). Returns
+    files moved.
+    """
     ledger = read_ledger(lake)
     found = audit(landing_uri, lake, archive)
     for path in found.read:

@@ -10,6 +10,7 @@ column, possibly holding invalid UTF-8) are read as bytes too.
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,13 +20,13 @@ from tidemark.store import storage
 from tidemark.store.lake import QUARANTINE_MARKER, Lake
 
 
-def read_quarantine(lake: Lake) -> list[dict]:
+def read_quarantine(lake: Lake) -> list[dict[str, Any]]:
     """Every quarantined line of complete quarantine folders.
 
     Rows: raw (bytes, exactly as landed, without the line's final newline), reason, source_file,
     receipt_ts, batch_id.
     """
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     root = lake.quarantine_root()
     for name in lake.list_subdirs(root):
         receipt_ts = layout.partition_value(name, "receipt_ts")
@@ -52,9 +53,12 @@ def raw_text(raw: bytes) -> tuple[str, str]:
         return base64.b64encode(raw).decode("ascii"), "base64"
 
 
-def to_json_record(row: dict) -> dict:
-    """A quarantine row as JSON-safe values: raw as text ("raw_encoding": "utf-8") or as base64
-    ("raw_encoding": "base64"), with its length in bytes."""
+def to_json_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A quarantine row as JSON-safe values.
+
+    `raw` as text ("raw_encoding": "utf-8") or as base64 ("raw_encoding": "base64"), with its length
+    in bytes.
+    """
     record = {k: v for k, v in row.items() if k != "raw"}
     raw = row.get("raw") or b""
     record["raw"], record["raw_encoding"] = raw_text(raw)
@@ -63,7 +67,7 @@ def to_json_record(row: dict) -> dict:
 
 
 def display_raw(raw: bytes, limit: int = 200) -> str:
-    """A printable preview of a raw line: invalid bytes and control characters escaped (\\xff, \\x00)."""
+    r"""A printable preview of a raw line: invalid bytes and control characters escaped (\xff, \x00)."""
     text = raw[: limit * 4].decode("utf-8", "backslashreplace")
     text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:limit])
     return text + (f"... ({len(raw)} bytes)" if len(raw) > limit else "")

@@ -1,6 +1,6 @@
 """The corrected notices' second sink: one Airflow asset event per committed version.
 
-Every committed version has one entry in the corrected outbox (tidemark/notices/corrected.py),
+Every committed version has one entry in the corrected outbox (tidemark/notices/corrected_delivery.py),
 whoever committed it: a DAG run, a `tidemark dedup` by hand, `tidemark rules migrate`, a run
 reconcile started. Draining that entry to Airflow's `POST /api/v2/assets/events` (asset
 tidemark.sessions_dedup, the date as partition_key) is what consumer DAGs on
@@ -21,11 +21,12 @@ drain would stall every emission until the queue drained.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidemark.base.times import parse_iso
+from tidemark.orchestration.airflow_api import AirflowClient, TransientAirflowError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the outbox hands its attempt log to this sender: a type only
     from tidemark.notices.outbox import AttemptLog
 
 # The asset's name in Airflow (consumers schedule on Asset.ref(name=ASSET_NAME); dags/tidemark_dedup.py
@@ -35,7 +36,7 @@ ASSET_NAME = "tidemark.sessions_dedup"
 CLOCK_MARGIN = timedelta(hours=1)
 
 
-def event_extra(notice: dict) -> dict:
+def event_extra(notice: dict[str, Any]) -> dict[str, Any]:
     """What a consumer reads from the event (the full notice stays on the corrected topic)."""
     change = notice.get("change") or {}
     return {
@@ -51,12 +52,17 @@ def event_extra(notice: dict) -> dict:
 
 
 class AssetEventSender:
-    """Airflow's asset events as a notice transport (tidemark.notices.sender.Sender): send_many(entries)
-    -> {notice_id: (event id, timestamp) or the error}."""
+    """Airflow's asset events as a notice transport (tidemark.notices.sender.Sender).
 
-    def __init__(self, client, attempts: AttemptLog | None = None, name: str = ASSET_NAME):
-        """`attempts`: the outbox's attempt log for this sink; without one every entry may have been
-        posted already, and every send first lists the asset's events."""
+    `send_many(entries)` -> {notice_id: (event id, timestamp) or the error}.
+    """
+
+    def __init__(self, client: AirflowClient, attempts: AttemptLog | None = None, name: str = ASSET_NAME) -> None:
+        """A sender posting to the asset `name` through `client`.
+
+        `attempts`: the outbox's attempt log for this sink; without one every entry may have
+        been posted already, and every send first lists the asset's events.
+        """
         self.client = client
         self.attempts = attempts
         self.name = name
@@ -64,8 +70,6 @@ class AssetEventSender:
         self._asset_id: int | None = None
 
     def _asset(self) -> int:
-        from tidemark.orchestration.airflow_api import TransientAirflowError
-
         if self._asset_id is None:
             found = self.client.asset_id(self.name)
             if found is None:  # no DAG declaring it is parsed yet: retry later, stay owed
@@ -73,14 +77,15 @@ class AssetEventSender:
             self._asset_id = found
         return self._asset_id
 
-    def send_many(self, entries: list[dict]) -> dict[str, object]:
+    def send_many(self, entries: list[dict[str, Any]]) -> dict[str, object]:
+        """Post one asset event per entry not posted yet; {notice_id: (event id, timestamp) or the error}."""
         results: dict[str, object] = {}
         try:
             asset_id = self._asset()
         except Exception as exc:  # noqa: BLE001 - every entry stays owed, retried by the drain
             return {e["notice"]["notice_id"]: exc for e in entries}
         unsure = [e for e in entries if self.attempts is None or self.attempts.may_have_been_sent(e)]
-        posted: dict[str, dict] = {}
+        posted: dict[str, dict[str, Any]] = {}
         if unsure:
             try:
                 posted = self._posted(asset_id, unsure)
@@ -104,11 +109,14 @@ class AssetEventSender:
                 results[notice_id] = exc
         return results
 
-    def _posted(self, asset_id: int, entries: list[dict]) -> dict[str, dict]:
-        """{notice_id: the asset event already posted for it} among the asset's events since the
-        oldest of `entries` was recorded."""
+    def _posted(self, asset_id: int, entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The asset events already posted for `entries`, by notice_id.
+
+        {notice_id: the asset event} among the asset's events since the oldest of `entries`
+        was recorded.
+        """
         oldest = min(parse_iso(e["recorded_at"]) for e in entries) - CLOCK_MARGIN
-        posted: dict[str, dict] = {}
+        posted: dict[str, dict[str, Any]] = {}
         for event in self.client.asset_events(asset_id, since=oldest.strftime("%Y-%m-%dT%H:%M:%SZ")):
             notice_id = (event.get("extra") or {}).get("notice_id")
             if notice_id:
@@ -116,7 +124,9 @@ class AssetEventSender:
         return posted
 
     def reset(self) -> None:
+        """Forget the asset's id: the next send looks it up again."""
         self._asset_id = None  # the asset may have been re-created (a DAG renamed, a new database)
 
     def close(self) -> None:
+        """Release what the sender holds (the client is the caller's)."""
         self.reset()

@@ -1,5 +1,7 @@
-"""The availability notice: built, encoded and validated in one place (the JSON Schema file
-tidemark/schemas/availability_notice.schema.json), used by the stream, the Cloud Function and the DAG.
+"""The availability notice: built, encoded and validated in one place.
+
+(the JSON Schema file tidemark/schemas/availability_notice.schema.json), used by the stream, the
+Cloud Function and the DAG.
 
 Message attributes mirror the body fields that subscription filters need, as strings:
 dataset, event_date, late ("true"/"false"), schema_version, kind, notice_id.
@@ -12,6 +14,7 @@ import hashlib
 import json
 from functools import cache
 from importlib import resources
+from typing import Any, Protocol
 
 import jsonschema
 
@@ -27,12 +30,30 @@ class InvalidNotice(ValueError):
     """A notice that does not follow the schema; the message says which field is wrong and why."""
 
 
-def load_schema(filename: str) -> dict:
-    return json.loads(resources.files("tidemark").joinpath(f"schemas/{filename}").read_text())
+class NoticeCodec(Protocol):
+    """What the outbox and the senders need of a notice kind's module (this one, corrected_notice)."""
+
+    def validate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body when it is a valid notice; InvalidNotice otherwise."""
+        ...
+
+    def encode(self, body: dict[str, Any]) -> bytes:
+        """A valid notice as the bytes of a Pub/Sub message."""
+        ...
+
+    def attributes(self, body: dict[str, Any]) -> dict[str, str]:
+        """The Pub/Sub message attributes of a valid notice."""
+        ...
+
+
+def load_schema(filename: str) -> dict[str, Any]:
+    """A notice JSON Schema shipped in tidemark/schemas, parsed."""
+    parsed: dict[str, Any] = json.loads(resources.files("tidemark").joinpath(f"schemas/{filename}").read_text())
+    return parsed
 
 
 @cache
-def validator_for(filename: str):
+def validator_for(filename: str) -> jsonschema.Draft202012Validator:
     """A Draft 2020-12 validator of tidemark/schemas/<filename> that checks formats (date-time)."""
     checker = jsonschema.FormatChecker()
     # jsonschema silently skips a format whose checker library is missing: refuse to run without
@@ -42,7 +63,7 @@ def validator_for(filename: str):
     return jsonschema.Draft202012Validator(load_schema(filename), format_checker=checker)
 
 
-def first_error(validator, body) -> str | None:
+def first_error(validator: jsonschema.Draft202012Validator, body: object) -> str | None:
     """'field.path: message' of the first schema violation (in path order), or None."""
     errors = sorted(validator.iter_errors(body), key=lambda e: [str(p) for p in e.absolute_path])
     if not errors:
@@ -51,11 +72,12 @@ def first_error(validator, body) -> str | None:
     return f"{where}: {errors[0].message}"
 
 
-def schema() -> dict:
+def schema() -> dict[str, Any]:
+    """The availability notice's JSON Schema."""
     return load_schema(SCHEMA_FILE)
 
 
-def _validator():
+def _validator() -> jsonschema.Draft202012Validator:
     return validator_for(SCHEMA_FILE)
 
 
@@ -65,11 +87,14 @@ def notice_id(dataset: str, event_date: str, receipt_ts_list: list[str]) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def build(dataset: str, partitions: list[dict], kind: str = "partition") -> dict:
-    """The notice for receipt partitions of ONE event_date (dicts shaped like a receipt marker:
-    event_date, receipt_ts, batch_id, uri, rows, events, pane_kinds, min_event_ts, max_event_ts,
-    watermark, late). Counts are summed; receipt_ts, uri, watermark, batch_id are the newest;
-    `late` is true when any covered partition is late. Deterministic in the set of partitions."""
+def build(dataset: str, partitions: list[dict[str, Any]], kind: str = "partition") -> dict[str, Any]:
+    """The notice for receipt partitions of ONE event_date.
+
+    (dicts shaped like a receipt marker: event_date, receipt_ts, batch_id, uri, rows, events,
+    pane_kinds, min_event_ts, max_event_ts, watermark, late). Counts are summed; receipt_ts,
+    uri, watermark, batch_id are the newest; `late` is true when any covered partition is late.
+    Deterministic in the set of partitions.
+    """
     if not partitions:
         raise InvalidNotice("a notice covers at least one receipt partition")
     if kind not in KINDS:
@@ -106,7 +131,7 @@ def build(dataset: str, partitions: list[dict], kind: str = "partition") -> dict
     return validate(body)
 
 
-def validate(body: dict) -> dict:
+def validate(body: dict[str, Any]) -> dict[str, Any]:
     """Return the notice when valid; raise InvalidNotice naming the first problem otherwise."""
     if not isinstance(body, dict):
         raise InvalidNotice("notice must be a JSON object")
@@ -122,7 +147,7 @@ def validate(body: dict) -> dict:
     return body
 
 
-def parse_json(data: bytes | str):
+def parse_json(data: bytes | str) -> Any:
     """Bytes of a Pub/Sub message -> the JSON value, not yet validated (shared by both notice kinds)."""
     try:
         return json.loads(data)
@@ -130,21 +155,22 @@ def parse_json(data: bytes | str):
         raise InvalidNotice(f"notice is not valid JSON: {exc}") from None
 
 
-def canonical_json(body: dict) -> bytes:
+def canonical_json(body: dict[str, Any]) -> bytes:
     """A validated notice's message bytes: sorted keys, no spaces (shared by both notice kinds)."""
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def decode(data: bytes | str) -> dict:
+def decode(data: bytes | str) -> dict[str, Any]:
     """Bytes of a Pub/Sub message -> validated notice."""
     return validate(parse_json(data))
 
 
-def encode(body: dict) -> bytes:
+def encode(body: dict[str, Any]) -> bytes:
+    """A valid notice as the bytes of a Pub/Sub message (canonical JSON)."""
     return canonical_json(validate(body))
 
 
-def attributes(body: dict) -> dict[str, str]:
+def attributes(body: dict[str, Any]) -> dict[str, str]:
     """Pub/Sub message attributes for subscription filters (strings only)."""
     return {
         "dataset": body["dataset"],

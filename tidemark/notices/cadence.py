@@ -12,8 +12,8 @@ Windows are tumbling windows on receipt_ts, so the grouping is a pure function o
 a replayed batch puts its partitions into the same groups, and a group's notice_id (a hash of its
 receipt partitions) is the same however often it is rebuilt.
 
-Waiting partitions are durable: one file per group, <lake>/_notices/pending/<group>.json, written
-before the batch commits. A closed group keeps the receipt_ts it advertised ("closed") until every
+Waiting partitions are durable: one record per group, <lake>/_notices/pending/<group>.json
+(Lake.notice_records("pending")), written before the batch commits. A closed group keeps the receipt_ts it advertised ("closed") until every
 batch that could replay it has committed, so a replay after a crash never advertises a partition a
 second time under a new notice_id.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from tidemark.base import layout
 from tidemark.base.durations import format_duration
@@ -30,7 +31,6 @@ from tidemark.base.logs import get_logger
 from tidemark.base.times import parse_iso
 from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
-from tidemark.store import storage
 from tidemark.store.lake import Lake
 
 log = get_logger("notices")
@@ -40,11 +40,14 @@ PARTITION, COALESCED, LATE_DIGEST = availability_notice.KINDS
 
 @dataclass(frozen=True)
 class CadencePolicy:
+    """How a stream's availability notices are grouped (see the module's docstring)."""
+
     coalesce: timedelta | None = None
     late_horizon: timedelta | None = None
     digest_interval: timedelta = timedelta(hours=1)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        """Refuse windows that are not positive (or shorter than a second)."""
         for name in ("coalesce", "late_horizon", "digest_interval"):
             value = getattr(self, name)
             if value is not None and value <= timedelta(0):
@@ -54,7 +57,7 @@ class CadencePolicy:
         if self.digest_interval < timedelta(seconds=1):
             raise ValueError("notice digest interval must be at least 1s")
 
-    def is_old(self, partition: dict) -> bool:
+    def is_old(self, partition: dict[str, Any]) -> bool:
         """The partition's date ended more than late_horizon before the partition's watermark."""
         if self.late_horizon is None:
             return False
@@ -63,7 +66,7 @@ class CadencePolicy:
         )
         return parse_iso(partition["watermark"]) - day_end > self.late_horizon
 
-    def route(self, partition: dict) -> tuple[str, timedelta | None]:
+    def route(self, partition: dict[str, Any]) -> tuple[str, timedelta | None]:
         """(kind, window) for a partition; window None means: advertise at once."""
         if self.is_old(partition):
             return LATE_DIGEST, self.digest_interval
@@ -71,7 +74,8 @@ class CadencePolicy:
             return COALESCED, self.coalesce
         return PARTITION, None
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str]:
+        """The policy as the stream's settings name it (for logs and the status)."""
         return {
             "notice_coalesce": format_duration(self.coalesce) if self.coalesce else "off",
             "notice_late_horizon": format_duration(self.late_horizon) if self.late_horizon else "off",
@@ -80,6 +84,7 @@ class CadencePolicy:
 
 
 def window_start(receipt_ts: str, window: timedelta) -> datetime:
+    """The start of the tumbling `window` (aligned to the epoch) that holds receipt_ts."""
     moment = layout.parse_receipt_ts(receipt_ts)
     width_ms = int(window.total_seconds() * 1000)
     start_ms = int(moment.timestamp() * 1000) // width_ms * width_ms
@@ -92,27 +97,26 @@ class PendingGroups:
     Thread-safe: the stream's listener adds, the sender thread closes.
     """
 
-    def __init__(self, lake: Lake, dataset: str, outbox: Outbox):
+    def __init__(self, lake: Lake, dataset: str, outbox: Outbox) -> None:
+        """The groups of `dataset`'s notices in `lake`, recorded into `outbox` when they close."""
         self.lake = lake
         self.dataset = dataset
         self.outbox = outbox
-        self.groups: dict[str, dict] = {}
+        self.records = lake.notice_records("pending")
+        self.groups: dict[str, dict[str, Any]] = {}
         self.lock = threading.RLock()
-
-    def _path(self, group_id: str) -> str:
-        return layout.join(self.lake.notices_dir("pending"), f"{group_id}.json")
 
     def load(self) -> None:
         """Read the groups left by a previous run."""
         with self.lock:
-            for name in self.lake.list_dir(self.lake.notices_dir("pending")):
-                if not name.endswith(".json") or name.startswith((".", "_")):
+            for group_id in self.records.names():
+                if group_id.startswith("_"):
                     continue
-                group = storage.read_json(self._path(name[:-5]))
-                if group is not None and group.get("group_id") == name[:-5]:
-                    self.groups[group["group_id"]] = group
+                group = self.records.read(group_id)
+                if group is not None and group.get("group_id") == group_id:
+                    self.groups[group_id] = group
 
-    def add(self, partition: dict, kind: str, window: timedelta) -> bool:
+    def add(self, partition: dict[str, Any], kind: str, window: timedelta) -> bool:
         """Put a partition into its group; False when the group already holds or advertised it."""
         event_date = layout.check_event_date(partition["event_date"])
         receipt_ts = layout.check_receipt_ts(partition["receipt_ts"])
@@ -134,7 +138,7 @@ class PendingGroups:
             if receipt_ts in seen:
                 return False
             group["open"].append(dict(partition))
-            storage.write_json_atomic(self._path(group_id), group)
+            self.records.write(group_id, group)
             self.groups[group_id] = group
         log.info(
             "partition waiting for a coalesced notice",
@@ -147,6 +151,7 @@ class PendingGroups:
         return True
 
     def due(self, now: datetime, everything: bool = False) -> list[str]:
+        """The groups with partitions waiting whose window ended by `now` (or all: `everything`)."""
         with self.lock:
             return sorted(
                 gid
@@ -154,11 +159,12 @@ class PendingGroups:
                 if g["open"] and (everything or layout.parse_receipt_ts(g["window_end"]) <= now)
             )
 
-    def close(self, group_id: str) -> dict | None:
+    def close(self, group_id: str) -> dict[str, Any] | None:
         """Record the group's notice in the outbox, then remember what it advertised.
 
         The outbox write comes first: a crash in between leaves the group open, and closing it
-        again builds the same notice_id, which the outbox already knows."""
+        again builds the same notice_id, which the outbox already knows.
+        """
         with self.lock:
             group = self.groups.get(group_id)
             if not group or not group["open"]:
@@ -173,12 +179,15 @@ class PendingGroups:
                 }
             )
             group["open"] = []
-            storage.write_json_atomic(self._path(group_id), group)
+            self.records.write(group_id, group)
             return body
 
     def forget_committed(self, batch_id: int) -> None:
-        """Drop closed entries that no replay can touch: Spark runs batch N only after every batch
-        before N committed, so partitions of batches < N are never reported again."""
+        """Drop closed entries that no replay can touch.
+
+        Spark runs batch N only after every batch before N committed, so partitions of batches < N
+        are never reported again.
+        """
         with self.lock:
             for group_id, group in list(self.groups.items()):
                 kept = [c for c in group["closed"] if c["max_batch_id"] >= batch_id]
@@ -186,12 +195,12 @@ class PendingGroups:
                     continue
                 group["closed"] = kept
                 if not group["open"] and not kept:
-                    storage.delete_file(self._path(group_id))
+                    self.records.delete(group_id)
                     del self.groups[group_id]
                 else:
-                    storage.write_json_atomic(self._path(group_id), group)
+                    self.records.write(group_id, group)
 
-    def waiting(self) -> list[dict]:
+    def waiting(self) -> list[dict[str, Any]]:
         """Open groups: partitions recorded but not yet in a notice."""
         with self.lock:
             return [dict(g) for g in self.groups.values() if g["open"]]

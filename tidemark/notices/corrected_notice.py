@@ -1,7 +1,9 @@
-"""The corrected-partition notice: "event date D has a new deduplicated version". Built, encoded and
-validated here against tidemark/schemas/corrected_notice.schema.json (docs/notices.md).
+"""The corrected-partition notice: "event date D has a new deduplicated version".
 
-The body is a pure function of the version (what tidemark.notices.corrected reads from the table
+Built, encoded and validated here against tidemark/schemas/corrected_notice.schema.json
+(docs/notices.md).
+
+The body is a pure function of the version (what tidemark.notices.corrected_delivery reads from the table
 right after the commit): the notice_id is a hash of dataset, event_date and version, so one
 published version always gives one notice, however often it is recorded or re-sent.
 
@@ -12,6 +14,7 @@ kind: first, changed, unchanged, unknown), version, schema_version, notice_id.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from tidemark.base import layout
 from tidemark.notices.availability_notice import (
@@ -34,7 +37,8 @@ COUNTS = ("sessions_added", "sessions_removed", "sessions_changed", "sessions_un
 __all__ = ["InvalidNotice", "build", "validate", "decode", "encode", "attributes", "notice_id", "schema"]
 
 
-def schema() -> dict:
+def schema() -> dict[str, Any]:
+    """The corrected notice's JSON Schema."""
     return load_schema(SCHEMA_FILE)
 
 
@@ -44,9 +48,12 @@ def notice_id(dataset: str, event_date: str, version: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def change_of(previous_version: str | None, counts: dict | None) -> dict:
-    """The `change` object: counts {sessions_added, ...} compared with the previous version, or
-    None when the previous version can no longer be read (its snapshot expired)."""
+def change_of(previous_version: str | None, counts: dict[str, Any] | None) -> dict[str, Any]:
+    """The notice's `change` object, from the counts against the previous version.
+
+    The `change` object: counts {sessions_added, ...} compared with the previous version, or
+    None when the previous version can no longer be read (its snapshot expired).
+    """
     if previous_version is None:
         counts = {**dict.fromkeys(COUNTS, 0), **(counts or {})}
         return {"kind": "first", **{k: int(counts[k]) for k in COUNTS}}
@@ -61,14 +68,15 @@ def build(
     event_date: str,
     version: str,
     previous_version: str | None,
-    change: dict,
+    change: dict[str, Any],
     rows: int,
-    table: dict,
+    table: dict[str, Any],
     path: str,
     affected_dates: list[str],
     committed_at: str,
-    changes: dict | None = None,
-) -> dict:
+    changes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The corrected notice of one published version, validated."""
     body = {
         "schema_version": SCHEMA_VERSION,
         "notice_id": notice_id(dataset, event_date, version),
@@ -88,7 +96,7 @@ def build(
     return validate(body)
 
 
-def validate(body: dict) -> dict:
+def validate(body: dict[str, Any]) -> dict[str, Any]:
     """Return the notice when valid; raise InvalidNotice naming the first problem otherwise."""
     if not isinstance(body, dict):
         raise InvalidNotice("notice must be a JSON object")
@@ -112,16 +120,17 @@ def validate(body: dict) -> dict:
     return body
 
 
-def decode(data: bytes | str) -> dict:
+def decode(data: bytes | str) -> dict[str, Any]:
     """Bytes of a Pub/Sub message -> validated notice."""
     return validate(parse_json(data))
 
 
-def encode(body: dict) -> bytes:
+def encode(body: dict[str, Any]) -> bytes:
+    """A valid notice as the bytes of a Pub/Sub message (canonical JSON)."""
     return canonical_json(validate(body))
 
 
-def attributes(body: dict) -> dict[str, str]:
+def attributes(body: dict[str, Any]) -> dict[str, str]:
     """Pub/Sub message attributes for subscription filters (strings only)."""
     return {
         "dataset": body["dataset"],

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from typing import Any
 
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+from tenacity import (
+    RetryCallState,
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from tidemark.base.logs import get_logger
 from tidemark.base.times import parse_iso
@@ -33,10 +41,12 @@ def _seconds_since(iso: str | None) -> float | None:
 
 
 def send(
-    outbox: Outbox, sender: Sender, entries: list[dict], sink: str = "pubsub"
-) -> tuple[list[dict], list[tuple[str, object]]]:
-    """Publish outbox entries once to `sender` (the outbox's `sink`); mark the acknowledged ones sent.
-    Returns (entries sent, [(notice_id, error)] of those not acknowledged)."""
+    outbox: Outbox, sender: Sender, entries: list[dict[str, Any]], sink: str = "pubsub"
+) -> tuple[list[dict[str, Any]], list[tuple[str, object]]]:
+    """Publish outbox entries once to `sender`; mark the acknowledged ones sent.
+
+    Returns (entries sent, [(notice_id, error)] of those not acknowledged).
+    """
     if not entries:
         return [], []
     results = sender.send_many(entries)
@@ -64,6 +74,7 @@ def send(
 
 
 def raise_failed(failed: list[tuple[str, object]]) -> None:
+    """Raise SendFailed naming the first failure, when there is any."""
     if failed:
         raise SendFailed(
             f"{len(failed)} notice(s) not acknowledged, first: {type(failed[0][1]).__name__}: {str(failed[0][1])[:200]}"
@@ -79,13 +90,15 @@ def drain(
     sink: str = "pubsub",
     permanent: tuple[type[BaseException], ...] = (),
 ) -> int:
-    """Publish every entry of the outbox owed to `sink` through `sender`, retrying (jittered
-    exponential backoff, tenacity) while the sink is unreachable, for at most `timeout` seconds. Returns how many stay owed (0 when
-    all went out); what stays is sent by the next drain.
+    """Publish every entry of the outbox owed to `sink` through `sender`, retrying.
+
+    Retries (jittered exponential backoff, tenacity) while the sink is unreachable, for at most
+    `timeout` seconds. Returns how many stay owed (0 when all went out); what stays is sent by the next drain.
 
     An error of a `permanent` type (the sink refused an entry: retrying cannot help, a bug of ours)
     is not retried: once the acknowledged entries of the round are marked sent, it is logged and
-    raised, and the refused entry stays owed."""
+    raised, and the refused entry stays owed.
+    """
     began = time.monotonic()
     sent_count = 0
 
@@ -109,7 +122,7 @@ def drain(
             sender.reset()  # a fresh channel reconnects at once when Pub/Sub is back
         raise_failed(failed)
 
-    def log_retry(state) -> None:
+    def log_retry(state: RetryCallState) -> None:
         log.warning(
             "sink unreachable, notices stay owed",
             channel=outbox.channel,
@@ -117,7 +130,7 @@ def drain(
             lake=outbox.lake,
             attempt=state.attempt_number,
             retry_in_s=round(state.next_action.sleep, 2) if state.next_action else None,
-            error=str(state.outcome.exception())[:300],
+            error=str(state.outcome.exception() if state.outcome else None)[:300],
         )
 
     try:

@@ -1,5 +1,7 @@
-"""The notice outbox: a notice is written to the lake BEFORE it is published, and marked sent only
-after Pub/Sub acknowledged it, so a crash or an outage can delay a notice but never lose it.
+"""The notice outbox: notices recorded in the lake before they are published.
+
+A notice is written to the lake BEFORE it is published, and marked sent only after Pub/Sub
+acknowledged it, so a crash or an outage can delay a notice but never lose it.
 
     <lake>/_notices/outbox/<notice_id>.json   owed: {"notice", "attributes", "recorded_at"}
     <lake>/_notices/sent/<notice_id>.json     advertised: the same plus "message_id", "published_at"
@@ -16,22 +18,22 @@ it. Entries whose outbox file a one-sink outbox removed earlier count as known (
 again) and are owed to nobody.
 
 One Outbox class serves both topics: `Outbox(lake)` is the availability notices' (codec
-tidemark.notices.availability_notice, folders _notices/outbox|sent), `Outbox(lake, corrected_notice, "corrected")` the
-corrected notices' (_notices/corrected/outbox|sent). A codec is a module with validate(body) and
-attributes(body); its bodies carry a notice_id.
+tidemark.notices.availability_notice, folders _notices/outbox|sent), `Outbox(lake, corrected_notice,
+"corrected")` the corrected notices' (_notices/corrected/outbox|sent). A codec is a module with
+validate(body) and attributes(body); its bodies carry a notice_id. Every file goes through the
+lake's records of each folder (Lake.notice_records): this module names records, never paths.
 """
 
 from __future__ import annotations
 
-import json
 import re
+from typing import Any
 
-from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.base.times import now_iso_z
 from tidemark.notices import availability_notice
-from tidemark.store import storage
-from tidemark.store.lake import Lake
+from tidemark.notices.availability_notice import NoticeCodec
+from tidemark.store.lake import JsonRecords, Lake
 
 log = get_logger("notices")
 
@@ -39,6 +41,7 @@ _NOTICE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 def check_notice_id(value: object) -> str:
+    """The notice_id as text, or ValueError: 32 lowercase hex digits, safe as a file name."""
     text = str(value)
     if not _NOTICE_ID.match(text):
         raise ValueError(f"invalid notice_id {text[:80]!r}: expected 32 lowercase hex digits")
@@ -48,7 +51,7 @@ def check_notice_id(value: object) -> str:
 _CHANNEL = re.compile(r"^[a-z][a-z0-9_]{2,30}$")
 
 
-def _describe(body: dict) -> dict:
+def _describe(body: dict[str, Any]) -> dict[str, Any]:
     """The fields a log line names the notice by (whichever of them the notice has)."""
     return {k: body[k] for k in ("event_date", "receipt_ts", "version", "kind", "late") if k in body}
 
@@ -62,9 +65,16 @@ ATTEMPTS = {"airflow": "asset_events_attempted"}
 
 
 class Outbox:
+    """The owed, sent and attempted records of one notice channel (see the module's docstring)."""
+
     def __init__(
-        self, lake: Lake, codec=availability_notice, channel: str | None = None, sinks: tuple[str, ...] = ("pubsub",)
-    ):
+        self,
+        lake: Lake,
+        codec: NoticeCodec = availability_notice,
+        channel: str | None = None,
+        sinks: tuple[str, ...] = ("pubsub",),
+    ) -> None:
+        """The outbox of `channel` (None: the availability notices') for the destinations `sinks`."""
         self.lake = lake
         self.codec = codec
         if channel is not None and not _CHANNEL.match(channel):
@@ -75,13 +85,19 @@ class Outbox:
         self.channel = channel
         self.sinks = tuple(sinks)
 
-    def folder(self, which: str) -> str:
+    def records(self, which: str) -> JsonRecords:
+        """The records of one of the outbox's folders: "outbox", a sink's sent folder or an attempt log's."""
         if self.channel is not None and which != "outbox" and which not in (*SINKS.values(), *ATTEMPTS.values()):
             raise ValueError(f"unknown notices folder {which!r}")
-        return self.lake.notices_dir(which, self.channel)
+        return self.lake.notice_records(which, self.channel)
+
+    def folder(self, which: str) -> str:
+        """The URI of one of the outbox's folders (for messages)."""
+        return self.records(which).uri
 
     def path(self, which: str, notice_id: str) -> str:
-        return layout.join(self.folder(which), f"{check_notice_id(notice_id)}.json")
+        """The URI of a notice's record in one of the outbox's folders."""
+        return self.records(which).path(check_notice_id(notice_id))
 
     def _sink(self, sink: str) -> str:
         if sink not in self.sinks:
@@ -89,63 +105,64 @@ class Outbox:
         return SINKS[sink]
 
     def is_sent(self, notice_id: str, sink: str = "pubsub") -> bool:
-        return storage.exists(self.path(self._sink(sink), notice_id))
+        """Whether `sink` acknowledged the notice."""
+        return self.records(self._sink(sink)).exists(check_notice_id(notice_id))
 
     def is_known(self, notice_id: str) -> bool:
         """Recorded already: owed, or sent to any sink."""
-        return storage.exists(self.path("outbox", notice_id)) or any(
+        return self.records("outbox").exists(check_notice_id(notice_id)) or any(
             self.is_sent(notice_id, sink) for sink in self.sinks
         )
 
-    def record(self, body: dict) -> bool:
+    def record(self, body: dict[str, Any]) -> bool:
         """Durably record a notice as owed; False (and nothing written) when it was known already."""
         body = self.codec.validate(body)
-        notice_id = body["notice_id"]
+        notice_id = check_notice_id(body["notice_id"])
         if self.is_known(notice_id):
             log.info("notice already recorded", notice_id=notice_id, channel=self.channel, **_describe(body))
             return False
         # Two processes recording one notice at once both write the same file name (the notice_id):
         # still one entry, whichever write lands last.
-        storage.write_json_atomic(
-            self.path("outbox", notice_id),
-            {"notice": body, "attributes": self.codec.attributes(body), "recorded_at": now_iso_z()},
+        self.records("outbox").write(
+            notice_id, {"notice": body, "attributes": self.codec.attributes(body), "recorded_at": now_iso_z()}
         )
         log.info("notice recorded", notice_id=notice_id, channel=self.channel, **_describe(body))
         return True
 
-    def read_owed(self, notice_id: str) -> dict | None:
-        return storage.read_json(self.path("outbox", notice_id))
+    def read_owed(self, notice_id: str) -> dict[str, Any] | None:
+        """The owed entry of a notice, or None when it is not owed (any more)."""
+        return self.records("outbox").read(check_notice_id(notice_id))
 
-    def mark_sent(self, entry: dict, message_id: str, published_at: str, sink: str = "pubsub") -> None:
+    def mark_sent(self, entry: dict[str, Any], message_id: str, published_at: str, sink: str = "pubsub") -> None:
         """The sink's sent file first; then the outbox file, once no sink is owed it any more."""
-        notice_id = entry["notice"]["notice_id"]
-        storage.write_json_atomic(
-            self.path(self._sink(sink), notice_id), {**entry, "message_id": message_id, "published_at": published_at}
+        notice_id = check_notice_id(entry["notice"]["notice_id"])
+        self.records(self._sink(sink)).write(
+            notice_id, {**entry, "message_id": message_id, "published_at": published_at}
         )
         if sink in ATTEMPTS:  # answered: the attempt is settled (a crash here leaves a harmless stray)
-            storage.delete_file(self.path(ATTEMPTS[sink], notice_id))
+            self.records(ATTEMPTS[sink]).delete(notice_id)
         if all(s == sink or self.is_sent(notice_id, s) for s in self.sinks):
-            storage.delete_file(self.path("outbox", notice_id))
+            self.records("outbox").delete(notice_id)
 
-    def _entries(self, which: str) -> list[tuple[str, dict]]:
+    def _entries(self, which: str) -> list[tuple[str, dict[str, Any]]]:
+        records = self.records(which)
         out = []
-        for name in storage.list_dir(self.folder(which)):
-            notice_id = name[:-5] if name.endswith(".json") else ""
+        for notice_id in records.names():
             if not _NOTICE_ID.match(notice_id):
-                continue  # temp files of an atomic write, strays
-            entry = storage.read_json(self.path(which, notice_id))
+                continue  # strays
+            entry = records.read(notice_id)
             if entry is not None:
                 out.append((notice_id, entry))
         return out
 
-    def owed(self, sink: str = "pubsub") -> list[dict]:
+    def owed(self, sink: str = "pubsub") -> list[dict[str, Any]]:
         """Outbox entries not yet sent to `sink`, oldest recorded first."""
         self._sink(sink)
         out = []
         for notice_id, entry in self._entries("outbox"):
             sent_to = {s for s in self.sinks if self.is_sent(notice_id, s)}
             if sent_to == set(self.sinks):  # a mark_sent interrupted between its two steps
-                storage.delete_file(self.path("outbox", notice_id))
+                self.records("outbox").delete(notice_id)
                 continue
             if sink not in sent_to:
                 out.append(entry)
@@ -158,7 +175,8 @@ class Outbox:
             raise ValueError(f"sink {sink!r} keeps no attempt log")
         return AttemptLog(self, ATTEMPTS[sink])
 
-    def sent(self, sink: str = "pubsub") -> list[dict]:
+    def sent(self, sink: str = "pubsub") -> list[dict[str, Any]]:
+        """The entries `sink` acknowledged, oldest published first."""
         return sorted(
             (entry for _, entry in self._entries(self._sink(sink))),
             key=lambda e: (e.get("published_at", ""), e["notice"]["notice_id"]),
@@ -166,40 +184,47 @@ class Outbox:
 
 
 class AttemptLog:
-    """Which outbox entries a sink may already have received: a sender writes `mark(notice_id)`
-    BEFORE each send and the outbox removes it once the sink answered (mark_sent). So an owed entry
-    with no attempt was never sent and can be sent without asking the sink first; only an entry with
-    an attempt (a send killed or unanswered) needs the sink's own record checked. That look-up can
-    fail for long stretches (Airflow 3.3.2 answers HTTP 500 to listing asset events while a run one
-    of them created is queued, apache/airflow#71360), and then only those few entries wait.
+    """Which outbox entries a sink may already have received.
 
-    Entries recorded before the log began (a lake from before attempts were logged) have an unknown
-    history: `may_have_been_sent` answers True for them. The log's start is a file written once."""
+    A sender writes `mark(notice_id)` BEFORE each send and the outbox removes it once the sink
+    answered (mark_sent). So an owed entry with no attempt was never sent and can be sent without
+    asking the sink first; only an entry with an attempt (a send killed or unanswered) needs the
+    sink's own record checked. That look-up can fail for long stretches (Airflow 3.3.2 answers HTTP
+    500 to listing asset events while a run one of them created is queued, apache/airflow#71360),
+    and then only those few entries wait.
 
-    SINCE = "_since.json"
+    Entries recorded before the log began (on a lake whose earlier drains logged no attempts) have
+    an unknown history: `may_have_been_sent` answers True for them. The log's start is a record
+    written once.
+    """
 
-    def __init__(self, outbox: Outbox, folder: str):
+    SINCE = "_since"  # the record of when the log began: <folder>/_since.json
+
+    def __init__(self, outbox: Outbox, folder: str) -> None:
+        """The attempt log kept in the outbox's folder `folder`."""
         self.outbox = outbox
         self.folder = folder
+        self.records = outbox.records(folder)
         self._began: str | None = None
 
     def began(self) -> str:
         """When this lake began logging attempts (ISO, UTC); the first call starts the log."""
         if self._began is None:
-            since = layout.join(self.outbox.folder(self.folder), self.SINCE)
-            record = storage.read_json(since)
+            record = self.records.read(self.SINCE)
             if record is None:  # the first drain: of concurrent first calls one start is kept
-                storage.create_text_if_absent(since, json.dumps({"began_at": now_iso_z()}))
-                record = storage.read_json(since) or {}
+                self.records.create(self.SINCE, {"began_at": now_iso_z()})
+                record = self.records.read(self.SINCE) or {}
             self._began = str(record["began_at"])
         return self._began
 
     def mark(self, notice_id: str) -> None:
-        storage.write_json_atomic(self.outbox.path(self.folder, notice_id), {"attempted_at": now_iso_z()})
+        """Record that the notice is about to be sent to the sink."""
+        self.records.write(check_notice_id(notice_id), {"attempted_at": now_iso_z()})
 
-    def may_have_been_sent(self, entry: dict) -> bool:
-        notice_id = entry["notice"]["notice_id"]
-        if storage.exists(self.outbox.path(self.folder, notice_id)):
+    def may_have_been_sent(self, entry: dict[str, Any]) -> bool:
+        """Whether the sink may hold the entry already: an attempt was logged, or the entry predates the log."""
+        notice_id = check_notice_id(entry["notice"]["notice_id"])
+        if self.records.exists(notice_id):
             return True
-        # Recorded before the log began: an older drain may have sent it without logging.
+        # Recorded before the log began: an earlier drain may have sent it without logging.
         return str(entry.get("recorded_at", "")) <= self.began()

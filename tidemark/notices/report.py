@@ -1,11 +1,14 @@
-"""What was advertised, what is still owed, and which complete partitions no notice covers; the
-corrected notices' sent and owed entries (corrected_status).
+"""What was advertised, what is still owed, and which complete partitions no notice covers.
+
+The corrected notices' sent and owed entries (corrected_status).
 
 Read from the lake only (_notices/ and the receipt markers): works while the stream runs, after
 it stopped, and from another machine.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from tidemark.notices import availability_notice
 from tidemark.notices.cadence import PendingGroups
@@ -14,7 +17,7 @@ from tidemark.panes import receipts
 from tidemark.store.lake import Lake
 
 
-def _row(entry: dict, state: str) -> dict:
+def _row(entry: dict[str, Any], state: str) -> dict[str, Any]:
     body = entry["notice"]
     return {
         "state": state,
@@ -32,7 +35,7 @@ def _row(entry: dict, state: str) -> dict:
     }
 
 
-def notices_status(lake: Lake, dataset: str = "sessions") -> dict:
+def notices_status(lake: Lake, dataset: str = "sessions") -> dict[str, Any]:
     """{"sent": rows, "owed": rows, "waiting": rows}: one row per notice (or waiting group)."""
     outbox = Outbox(lake)
     groups = PendingGroups(lake, dataset, outbox)
@@ -62,7 +65,7 @@ def notices_status(lake: Lake, dataset: str = "sessions") -> dict:
     }
 
 
-def _corrected_row(entry: dict, state: str) -> dict:
+def _corrected_row(entry: dict[str, Any], state: str) -> dict[str, Any]:
     body = entry["notice"]
     return {
         "state": state,
@@ -79,14 +82,17 @@ def _corrected_row(entry: dict, state: str) -> dict:
     }
 
 
-def corrected_status(lake: Lake) -> dict:
-    """{"sent": rows, "owed": rows}: one row per corrected notice (one per published version), in
-    (event_date, version) order."""
-    from tidemark.notices import corrected  # pyiceberg: only when corrected notices are asked for
+def corrected_status(lake: Lake) -> dict[str, Any]:
+    """The corrected notices' sent and owed entries, one row per published version.
 
-    outbox = corrected.outbox(lake)
+    {"sent": rows, "owed": rows}: one row per corrected notice (one per published version), in
+    (event_date, version) order.
+    """
+    from tidemark.notices import corrected_delivery  # pyiceberg: only when corrected notices are asked for
 
-    def order(r):
+    outbox = corrected_delivery.outbox(lake)
+
+    def order(r: dict[str, Any]) -> tuple[str, str]:
         return (r["event_date"], r["version"])
 
     return {
@@ -123,9 +129,12 @@ def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[str, str]]
     ]
 
 
-def backfill(lake: Lake, dataset: str = "sessions") -> list[dict]:
-    """Record a partition notice for every complete partition no notice covers (written by a run
-    without --notify-topic, say), from its marker. Returns the recorded notices; idempotent."""
+def backfill(lake: Lake, dataset: str = "sessions") -> list[dict[str, Any]]:
+    """Record a partition notice for every complete partition no notice covers.
+
+    (written by a run without --notify-topic, say), from its marker. Returns the recorded
+    notices; idempotent.
+    """
     outbox = Outbox(lake)
     recorded = []
     for event_date, receipt_ts in unadvertised(lake, dataset):

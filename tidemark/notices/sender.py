@@ -1,4 +1,6 @@
-"""The notice transports' seam (`Sender`, and `sender_for`, the one factory from a destination), and
+"""The notice transports' seam and its Pub/Sub transport.
+
+The notice transports' seam (`Sender`, and `sender_for`, the one factory from a destination), and
 its Pub/Sub transport: publish notices with google-cloud-pubsub and report which ones Pub/Sub
 acknowledged.
 
@@ -17,11 +19,13 @@ backs off and tries again, forever, with the notices still safe in the outbox.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tidemark.base.times import now_iso_z
 from tidemark.notices import availability_notice
+from tidemark.notices.availability_notice import NoticeCodec
 
 _TOPIC = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/[A-Za-z][A-Za-z0-9._~+%-]{2,254}$")
 
@@ -44,7 +48,7 @@ class Sender(Protocol):
 
     destination: str  # what log lines name: a topic path, an asset
 
-    def send_many(self, entries: list[dict]) -> dict[str, object]:
+    def send_many(self, entries: list[dict[str, Any]]) -> dict[str, object]:
         """Send outbox entries once; {notice_id: the transport's receipt (acknowledged) or the error}."""
         ...
 
@@ -52,7 +56,8 @@ class Sender(Protocol):
         """Drop connection state after a failed round (the next round reconnects)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the transport's connections."""
 
 
 def check_destination(destination: str) -> str:
@@ -60,9 +65,12 @@ def check_destination(destination: str) -> str:
     return sender_for(destination).destination
 
 
-def sender_for(destination: str, codec=availability_notice) -> Sender:
-    """The transport for a destination an operator configured: `projects/P/topics/T` is a Pub/Sub
-    topic. `codec`: the notice module that makes the message (availability or corrected)."""
+def sender_for(destination: str, codec: NoticeCodec = availability_notice) -> Sender:
+    """The transport for a destination an operator configured.
+
+    `projects/P/topics/T` is a Pub/Sub topic. `codec`: the notice module that makes the message
+    (availability or corrected).
+    """
     if str(destination).startswith("projects/"):
         return PubSubSender(destination, codec=codec)
     raise ValueError(
@@ -74,7 +82,8 @@ class PubSubSender:
     """One PublisherClient for one topic. send_many() -> {notice_id: message_id or exception}.
 
     `codec`: the notice module whose encode(body) and attributes(body) make the message
-    (tidemark.notices.availability_notice for the availability topic, tidemark.notices.corrected_notice for the corrected one)."""
+    (tidemark.notices.availability_notice for the availability topic, tidemark.notices.corrected_notice for the corrected one).
+    """
 
     def __init__(
         self,
@@ -82,17 +91,20 @@ class PubSubSender:
         send_timeout: float = 10.0,
         max_messages: int = 100,
         max_latency: float = 0.05,
-        codec=availability_notice,
-    ):
+        codec: NoticeCodec = availability_notice,
+    ) -> None:
+        """A publisher to `topic` (projects/P/topics/T) with its batching and timeout settings."""
         self.topic = check_topic(topic)
         self.destination = self.topic
         self.codec = codec
         self.send_timeout = send_timeout
         self.max_messages = max_messages
         self.max_latency = max_latency
-        self._client = None
+        # google-cloud-pubsub ships no type information (mypy overrides): its client is Any here.
+        self._client: Any = None
 
-    def _make_client(self):
+    def _make_client(self) -> Any:
+        # google-cloud-pubsub (grpc): imported only when a notice is sent, not at the CLI's start
         from google.api_core.retry import Retry
         from google.cloud import pubsub_v1
 
@@ -111,12 +123,13 @@ class PubSubSender:
         )
 
     @property
-    def client(self):
+    def client(self) -> Any:
+        """The Pub/Sub publisher client, made on first use and after a reset."""
         if self._client is None:
             self._client = self._make_client()
         return self._client
 
-    def send_many(self, entries: list[dict]) -> dict[str, object]:
+    def send_many(self, entries: list[dict[str, Any]]) -> dict[str, object]:
         """Publish outbox entries; wait for every future. Values: message_id (acked) or the error."""
         futures = {}
         for entry in entries:
@@ -141,14 +154,16 @@ class PubSubSender:
         return results
 
     def reset(self) -> None:
-        """Drop the client after a failure: a fresh channel reconnects at once when Pub/Sub is back,
-        instead of waiting out gRPC's reconnect backoff."""
+        """Drop the client after a failure.
+
+        A fresh channel reconnects at once when Pub/Sub is back, instead of waiting out
+        gRPC's reconnect backoff.
+        """
         client, self._client = self._client, None
         if client is not None:
-            try:
+            with contextlib.suppress(Exception):  # a broken client is being discarded
                 client.stop()
-            except Exception:  # noqa: BLE001 - a broken client is being discarded
-                pass
 
     def close(self) -> None:
+        """Stop the client, flushing what it still holds."""
         self.reset()

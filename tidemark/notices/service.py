@@ -16,8 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import Any
 
-from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from tidemark.base import names
 from tidemark.base.logs import get_logger
@@ -26,16 +27,19 @@ from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
 from tidemark.notices.drain import SendFailed, raise_failed, send
 from tidemark.notices.outbox import Outbox
 from tidemark.notices.sender import Sender, sender_for
+from tidemark.panes.receipts import BatchReport, ReceiptPartition
 from tidemark.store.lake import Lake
 
 log = get_logger("notices")
 
 
-def _partition_dict(partition) -> dict:
-    return partition.to_json() if hasattr(partition, "to_json") else dict(partition)
+def _partition_dict(partition: ReceiptPartition | dict[str, Any]) -> dict[str, Any]:
+    return partition.to_json() if isinstance(partition, ReceiptPartition) else dict(partition)
 
 
 class NoticeService:
+    """The stream's availability notices: record each complete partition's notice, send it in the background."""
+
     def __init__(
         self,
         lake: Lake,
@@ -48,7 +52,8 @@ class NoticeService:
         backoff_max: float = 30.0,
         clock: Callable[[], datetime] | None = None,
         close_groups: bool = True,
-    ):
+    ) -> None:
+        """A service for `lake`'s notices, sent to `topic` (None: recorded, not sent) under `policy`."""
         if sender is None and topic is None:
             raise ValueError("NoticeService needs a topic or a sender")
         self.lake = lake
@@ -64,7 +69,7 @@ class NoticeService:
         # Only the process that owns the groups (the stream, or a CLI run while it is stopped) may
         # close them: two writers of one group file could advertise a partition twice.
         self.close_groups = close_groups
-        self._owed: dict[str, dict] = {}
+        self._owed: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._interrupt = threading.Event()
@@ -97,9 +102,12 @@ class NoticeService:
         return self
 
     def stop(self, timeout: float = 30.0, flush_groups: bool = True) -> int:
-        """Stop after publishing what is owed, waiting at most `timeout` seconds; returns how many
-        notices are still owed (they stay in the outbox for the next run). With flush_groups, open
-        coalescing groups are closed now instead of waiting for their windows."""
+        """Stop after publishing what is owed, waiting at most `timeout` seconds.
+
+        Returns how many notices are still owed (they stay in the outbox for the next run).
+        With flush_groups, open coalescing groups are closed now instead of waiting for
+        their windows.
+        """
         self._flush_groups = flush_groups
         self._deadline = time.monotonic() + timeout
         self._stopping.set()
@@ -121,6 +129,7 @@ class NoticeService:
         return left
 
     def owed_count(self) -> int:
+        """How many recorded notices the sender has not had acknowledged yet."""
         with self._lock:
             return len(self._owed)
 
@@ -130,16 +139,18 @@ class NoticeService:
 
     # ---- the stream's listener ----------------------------------------------------------------
 
-    def on_batch(self, report) -> None:
+    def on_batch(self, report: BatchReport) -> None:
         """BatchProcessor listener: record the batch's notices durably, then wake the sender.
 
-        Runs before Spark commits the batch; an exception fails the batch, which is replayed."""
+        Runs before Spark commits the batch; an exception fails the batch, which is replayed.
+        """
         self.groups.forget_committed(report.batch_id)
         for partition in report.partitions:
             self.on_partition(_partition_dict(partition))
         self._wake.set()
 
-    def on_partition(self, partition: dict) -> None:
+    def on_partition(self, partition: dict[str, Any]) -> None:
+        """Record (or group) the notice of a partition the stream completed: the batch listener."""
         kind, window = self.policy.route(partition)
         if window is None:
             body = availability_notice.build(self.dataset, [partition], PARTITION)
@@ -148,9 +159,12 @@ class NoticeService:
         else:
             self.groups.add(partition, kind, window)
 
-    def _enqueue(self, body: dict) -> None:
-        """Queue a recorded notice for the sender; one already sent (a group closed again after
-        a crash) has no outbox entry and is not sent twice."""
+    def _enqueue(self, body: dict[str, Any]) -> None:
+        """Queue a recorded notice for the sender, unless it was sent already.
+
+        A notice already sent (a group closed again after a crash) has no outbox entry and
+        is not sent twice.
+        """
         entry = self.outbox.read_owed(body["notice_id"])
         if entry is None:
             return
@@ -183,6 +197,7 @@ class NoticeService:
             self._wake.clear()
 
     def idle_after_flush(self) -> bool:
+        """Whether a flushing stop has nothing left to send or close."""
         return self.owed_count() == 0 and (not (self._flush_groups and self.close_groups) or not self.groups.waiting())
 
     def _round(self) -> None:
@@ -209,7 +224,7 @@ class NoticeService:
     def _out_of_time(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
-    def _give_up(self, retry_state) -> bool:
+    def _give_up(self, retry_state: RetryCallState) -> bool:
         return self._stopping.is_set() and self._out_of_time()
 
     def _sleep(self, seconds: float) -> None:
@@ -218,12 +233,12 @@ class NoticeService:
         self._interrupt.wait(seconds)
         self._interrupt.clear()
 
-    def _log_retry(self, retry_state) -> None:
+    def _log_retry(self, retry_state: RetryCallState) -> None:
         log.warning(
             "Pub/Sub unreachable, notices stay owed",
             lake=self.lake,
             owed=self.owed_count(),
             attempt=retry_state.attempt_number,
             retry_in_s=round(retry_state.next_action.sleep, 2) if retry_state.next_action else None,
-            error=str(retry_state.outcome.exception())[:300],
+            error=str(retry_state.outcome.exception() if retry_state.outcome else None)[:300],
         )

@@ -6,7 +6,7 @@ snapshot references (superseded versions, runs killed before their commit, runs 
 refused, old Iceberg metadata; in a run folder later versions still take files from
 (tidemark/deduplication/buckets.py), the bucket files they replaced and the superseded run's
 context), prune the receipt index's arrival entries that reconciliation will not read again, and
-remove the packs no reader will use (tidemark/panes/packs.py). Scheduled daily by
+remove the packs no reader will use (tidemark/panes/pack_cache.py). Scheduled daily by
 dags/tidemark_maintenance.py.
 
 Safety floors:
@@ -38,7 +38,7 @@ from tidemark.base.progress import Display, tracked
 from tidemark.iceberg import changes, maintenance, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.orchestration import reconcile
-from tidemark.panes import packs, receipt_index
+from tidemark.panes import pack_cache, receipt_index
 from tidemark.store.lake import RUN_CONTEXT, RUN_MARKER, Lake, run_folder
 
 log = get_logger("gc")
@@ -128,16 +128,18 @@ def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bo
 
 
 def _prune_packs(lake: Lake, retention: timedelta, now: datetime, dry_run: bool) -> list[Removal]:
-    """Packs no reader will use (tidemark/panes/packs.py).
+    """Packs no reader will use (tidemark/panes/pack_cache.py).
 
     Those killed mid-write, or superseded by a bigger one for the retention. A pack is only a cache
     of receipt partitions' panes: removing it changes no result, and the receipt partitions
     themselves are never touched here.
     """
-    found = packs.leftovers(lake, retention.total_seconds(), lambda uri: _age_s(lake, uri, now, recursive=True), now)
+    found = pack_cache.leftovers(
+        lake, retention.total_seconds(), lambda uri: _age_s(lake, uri, now, recursive=True), now
+    )
     if not dry_run:
         for leftover in found:
-            packs.remove(lake, leftover)
+            pack_cache.remove(lake, leftover)
     return [
         Removal(
             f"pack ({leftover.why})",

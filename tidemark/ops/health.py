@@ -38,7 +38,7 @@ from typing import Any
 
 from tidemark.base.logs import get_logger
 from tidemark.base.times import parse_iso
-from tidemark.notices import corrected
+from tidemark.notices import corrected_delivery
 from tidemark.notices.outbox import Outbox
 from tidemark.orchestration import reconcile
 from tidemark.orchestration.reconcile import RunState
@@ -108,7 +108,7 @@ def read_lake(
         for s in stale
     ]
     owed: dict[str, tuple[int, float]] = {}
-    for channel, outbox in (("availability", Outbox(lake)), ("corrected", corrected.outbox(lake))):
+    for channel, outbox in (("availability", Outbox(lake)), ("corrected", corrected_delivery.outbox(lake))):
         entries = outbox.owed()  # oldest first; bounded by what is owed, not by the lake's size
         oldest = 0.0
         if entries and entries[0].get("recorded_at"):

@@ -1,6 +1,7 @@
-"""A small client for Airflow 3's REST API (/api/v2): what the Cloud Function, the DAGs' REST
-triggers (a per-date run with its partition_key), the outbox's asset-event drain and the tests need.
-It lives in the core, not beside the function, because the DAGs and the notices drain ship with tidemark/ alone (Composer's dag_packages, the function bundle).
+"""A small client for Airflow 3's REST API (/api/v2).
+
+What the Cloud Function, the DAGs' REST triggers (a per-date run with its partition_key), the
+outbox's asset-event drain and the tests need. It lives in the core, not beside the function, because the DAGs and the notices drain ship with tidemark/ alone (Composer's dag_packages, the function bundle).
 
 Plain HTTP with requests (the generated apache-airflow-client is not needed). Three auth modes:
 
@@ -19,15 +20,24 @@ method, the path, the status and a short excerpt of Airflow's answer, never a re
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 import requests
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 AUTH_MODES = ("password", "google", "none")
 GOOGLE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+# requests' timeout: one number, or (connect, read) in seconds
+Timeout = float | tuple[float, float]
+# One JSON object of Airflow's answers (parsed JSON from outside: its fields are Airflow's).
+JSONObject = dict[str, Any]
 
 
 class AirflowError(Exception):
@@ -47,17 +57,28 @@ class ConfigError(ValueError):
 
 
 class NotConfigured(ConfigError):
-    """No REST API is configured at all (no connection, no AIRFLOW_BASE_URL): e.g. `airflow dags
-    test` on a laptop. Callers whose work the lake keeps owed (the asset events of the corrected
-    outbox, the neighbour reruns of obligations) leave it to a later drain instead of failing; a
-    connection that exists but is wrong stays a plain ConfigError."""
+    """No REST API is configured at all (no connection, no AIRFLOW_BASE_URL).
+
+    E.g. `airflow dags test` on a laptop. Callers whose work the lake keeps owed (the asset events
+    of the corrected outbox, the neighbour
+    reruns of obligations) leave it to a later drain instead of failing; a connection that exists
+    but is wrong stays a plain ConfigError.
+    """
 
 
 @dataclass(frozen=True)
 class TriggerResult:
+    """What triggering a run did: created it, or found it already there."""
+
     run_id: str
     created: bool  # False: the run already existed (409), which is success too
     state: str | None = None
+
+
+def _object(response: requests.Response) -> JSONObject:
+    """The response's body, a JSON object in every /api/v2 answer this client reads."""
+    # requests types json() as Any; every endpoint called here answers with an object
+    return cast(JSONObject, response.json())
 
 
 def _excerpt(response: requests.Response) -> str:
@@ -71,7 +92,8 @@ def _excerpt(response: requests.Response) -> str:
 class _TokenAuth:
     """Airflow 3 JWT from /auth/token, cached, renewed on 401."""
 
-    def __init__(self, base_url: str, username: str, password: str, timeout):
+    def __init__(self, base_url: str, username: str, password: str, timeout: Timeout) -> None:
+        """Credentials for `base_url`'s /auth/token; no request until the first headers()."""
         self._url = f"{base_url}/auth/token"
         self._username = username
         self._password = password
@@ -81,7 +103,8 @@ class _TokenAuth:
     def __repr__(self) -> str:  # never show the password, even in a debugger or a traceback
         return f"_TokenAuth(user={self._username!r})"
 
-    def headers(self, session: requests.Session, renew: bool = False) -> dict:
+    def headers(self, session: requests.Session, renew: bool = False) -> dict[str, str]:
+        """The Authorization header, a new token fetched first when there is none or `renew`."""
         if self._token is None or renew:
             try:
                 response = session.post(
@@ -92,25 +115,35 @@ class _TokenAuth:
             if response.status_code not in (200, 201):
                 # 401: wrong credentials (fixable by an operator: retry, then dead-letter).
                 raise TransientAirflowError(f"POST /auth/token -> HTTP {response.status_code}: {_excerpt(response)}")
-            self._token = response.json()["access_token"]
+            self._token = str(_object(response)["access_token"])
         return {"Authorization": f"Bearer {self._token}"}
 
 
 class _NoAuth:
-    def headers(self, session, renew: bool = False) -> dict:
+    """No header: the session authenticates itself, or Airflow admits everyone."""
+
+    def headers(self, session: requests.Session, renew: bool = False) -> dict[str, str]:
+        """No headers."""
         return {}
 
 
 class AirflowClient:
+    """The calls tidemark makes to one Airflow's REST API, with its auth and retries."""
+
     def __init__(
         self,
         base_url: str,
         auth_mode: str = "password",
         username: str | None = None,
         password: str | None = None,
-        timeout=DEFAULT_TIMEOUT,
+        timeout: Timeout = DEFAULT_TIMEOUT,
         session: requests.Session | None = None,
-    ):
+    ) -> None:
+        """A client of `base_url` in `auth_mode` (see the module); `session` for tests.
+
+        Raises:
+            ConfigError: an unknown mode, or the password mode without its credentials.
+        """
         if auth_mode not in AUTH_MODES:
             raise ConfigError(f"AIRFLOW_AUTH_MODE must be one of {', '.join(AUTH_MODES)}")
         self.base_url = base_url.rstrip("/")
@@ -121,7 +154,8 @@ class AirflowClient:
             from google.auth.transport.requests import AuthorizedSession
 
             credentials, _ = google.auth.default(scopes=list(GOOGLE_SCOPES))
-            self.session = session or AuthorizedSession(credentials)
+            # google-auth leaves AuthorizedSession.__init__ unannotated
+            self.session = session or AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
             self._auth: _NoAuth | _TokenAuth = _NoAuth()  # the AuthorizedSession adds and refreshes its own token
         else:
             self.session = session or requests.Session()
@@ -135,13 +169,20 @@ class AirflowClient:
                 self._auth = _NoAuth()
 
     def __repr__(self) -> str:
+        """The base URL only: never a credential."""
         return f"AirflowClient({self.base_url!r})"
 
     @classmethod
-    def from_env(cls, environ=None) -> AirflowClient:
-        """AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE (password|google|none), AIRFLOW_USERNAME,
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AirflowClient:
+        """A client configured by the environment.
+
+        AIRFLOW_BASE_URL, AIRFLOW_AUTH_MODE (password|google|none), AIRFLOW_USERNAME,
         AIRFLOW_PASSWORD or AIRFLOW_PASSWORD_FILE (a Secret Manager secret exposed by Cloud
-        Functions as an environment variable or a mounted file), AIRFLOW_TIMEOUT_SECONDS."""
+        Functions as an environment variable or a mounted file), AIRFLOW_TIMEOUT_SECONDS.
+
+        Raises:
+            ConfigError: what is missing or unreadable, named (never a value).
+        """
         env = os.environ if environ is None else environ
         base_url = env.get("AIRFLOW_BASE_URL", "").strip()
         if not base_url.startswith(("http://", "https://")):
@@ -170,9 +211,19 @@ class AirflowClient:
         wait=wait_exponential(multiplier=0.5, max=4),
         reraise=True,
     )
-    def _request(self, method: str, path: str, ok=(200,), expected=(), **kwargs) -> requests.Response:
-        """One call with a few quick retries for blips; a longer outage is left to Pub/Sub's
-        redelivery (the caller raises). Statuses in `expected` are returned to the caller."""
+    def _request(
+        self,
+        method: str,
+        path: str,
+        ok: tuple[int, ...] = (200,),
+        expected: tuple[int, ...] = (),
+        **kwargs: Any,
+    ) -> requests.Response:
+        """One call with a few quick retries for blips.
+
+        A longer outage is left to Pub/Sub's redelivery (the caller raises). Statuses in `expected`
+        are returned to the caller.
+        """
         url = f"{self.base_url}{path}"
         for renew in (False, True):
             try:
@@ -194,19 +245,26 @@ class AirflowClient:
 
     # -- API ----------------------------------------------------------------------------------
 
-    def health(self) -> dict:
-        return self._request("GET", "/api/v2/monitor/health").json()
+    def health(self) -> JSONObject:
+        """Airflow's /monitor/health answer."""
+        return _object(self._request("GET", "/api/v2/monitor/health"))
 
     def trigger_dag_run(
-        self, dag_id: str, run_id: str, conf: dict, note: str | None = None, partition_key: str | None = None
+        self,
+        dag_id: str,
+        run_id: str,
+        conf: Mapping[str, Any],
+        note: str | None = None,
+        partition_key: str | None = None,
     ) -> TriggerResult:
         """Create run `run_id` of `dag_id`; an existing run with that id (409) is success.
 
         The run's partition_key is `partition_key`, else the conf's event_date: every per-date
         run (the function's, reconcile's, a test's) is then that date's partition in Airflow
         without each caller having to repeat it. A DAG that is not partitioned refuses a key
-        (HTTP 400); pass conf without event_date to trigger one."""
-        body = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
+        (HTTP 400); pass conf without event_date to trigger one.
+        """
+        body: dict[str, Any] = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
         key = partition_key if partition_key is not None else (conf or {}).get("event_date")
         if key is not None:
             body["partition_key"] = key
@@ -215,13 +273,19 @@ class AirflowClient:
         response = self._request("POST", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", expected=(409,), json=body)
         if response.status_code == 409:
             return TriggerResult(run_id, created=False)
-        return TriggerResult(run_id, created=True, state=response.json().get("state"))
+        return TriggerResult(run_id, created=True, state=_object(response).get("state"))
 
     @classmethod
-    def from_connection(cls, conn) -> AirflowClient:
-        """From an Airflow Connection (the DAGs' `tidemark_airflow_api`): host as a full URL
-        (http://host:port) or host + port (+ schema http/https); login/password for "password";
-        extra {"auth_mode": "google"} on Composer, {"auth_mode": "none"} for an all-admins Airflow."""
+    def from_connection(cls, conn: Connection) -> AirflowClient:
+        """A client of an Airflow Connection (the DAGs' `tidemark_airflow_api`).
+
+        Host as a full URL (http://host:port) or host + port (+ schema http/https); login/password
+        for "password"; extra {"auth_mode": "google"} on Composer, {"auth_mode": "none"} for an
+        all-admins Airflow.
+
+        Raises:
+            ConfigError: the connection has no host.
+        """
         extra = conn.extra_dejson if hasattr(conn, "extra_dejson") else dict(getattr(conn, "extra", None) or {})
         host = (conn.host or "").strip()
         if not host:
@@ -234,73 +298,97 @@ class AirflowClient:
 
     # Run ids, conf and partition keys are sent as JSON bodies, never spliced into a path; a
     # path segment (dag id, run id) is always quote()d.
-    def get_dag_run(self, dag_id: str, run_id: str) -> dict | None:
+    def get_dag_run(self, dag_id: str, run_id: str) -> JSONObject | None:
+        """The run, None when Airflow has no such run."""
         response = self._request(
             "GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}", expected=(404,)
         )
-        return None if response.status_code == 404 else response.json()
+        return None if response.status_code == 404 else _object(response)
 
-    def list_dag_runs(self, dag_id: str) -> list[dict]:
-        runs, offset = [], 0
+    def list_dag_runs(self, dag_id: str) -> list[JSONObject]:
+        """Every run of the DAG, oldest first (all pages)."""
+        runs: list[JSONObject] = []
+        offset = 0
         while True:
-            page = self._request(
-                "GET",
-                f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns",
-                params={"limit": 100, "offset": offset, "order_by": "run_after"},
-            ).json()
+            page = _object(
+                self._request(
+                    "GET",
+                    f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns",
+                    params={"limit": 100, "offset": offset, "order_by": "run_after"},
+                )
+            )
             runs.extend(page["dag_runs"])
             offset += len(page["dag_runs"])
             if not page["dag_runs"] or offset >= page["total_entries"]:
                 return runs
 
-    def get_dag(self, dag_id: str) -> dict | None:
+    def get_dag(self, dag_id: str) -> JSONObject | None:
+        """The DAG, None when Airflow has not parsed one of that id."""
         response = self._request("GET", f"/api/v2/dags/{quote(dag_id, safe='')}", expected=(404,))
-        return None if response.status_code == 404 else response.json()
+        return None if response.status_code == 404 else _object(response)
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
+        """Pause or unpause the DAG."""
         self._request("PATCH", f"/api/v2/dags/{quote(dag_id, safe='')}", json={"is_paused": paused})
 
-    def import_errors(self) -> list[dict]:
-        return self._request("GET", "/api/v2/importErrors").json().get("import_errors", [])
+    def import_errors(self) -> list[JSONObject]:
+        """The DAG files Airflow failed to import, with their errors."""
+        errors: list[JSONObject] = _object(self._request("GET", "/api/v2/importErrors")).get("import_errors", [])
+        return errors
 
-    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
-        return self._request(
-            "GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
-        ).json()["task_instances"]
+    def task_instances(self, dag_id: str, run_id: str) -> list[JSONObject]:
+        """The run's task instances."""
+        found: list[JSONObject] = _object(
+            self._request(
+                "GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
+            )
+        )["task_instances"]
+        return found
 
     # -- assets -------------------------------------------------------------------------------
 
     def asset_id(self, name: str) -> int | None:
-        """The id of the asset named exactly `name` (None: no DAG declares it yet). By name: Airflow
-        normalises URIs (tidemark://sessions_dedup becomes tidemark://sessions_dedup/)."""
-        page = self._request("GET", "/api/v2/assets", params={"name_pattern": name, "limit": 100}).json()
-        found = [a["id"] for a in page.get("assets", []) if a.get("name") == name]
+        """The id of the asset named exactly `name` (None: no DAG declares it yet).
+
+        By name: Airflow normalises URIs (tidemark://sessions_dedup becomes
+        tidemark://sessions_dedup/).
+        """
+        page = _object(self._request("GET", "/api/v2/assets", params={"name_pattern": name, "limit": 100}))
+        found = [int(a["id"]) for a in page.get("assets", []) if a.get("name") == name]
         return found[0] if found else None
 
-    def create_asset_event(self, asset_id: int, extra: dict, partition_key: str | None = None) -> dict:
+    def create_asset_event(
+        self, asset_id: int, extra: Mapping[str, Any], partition_key: str | None = None
+    ) -> JSONObject:
         """POST /api/v2/assets/events: one event (not idempotent: the caller's bookkeeping is)."""
-        body = {"asset_id": int(asset_id), "extra": extra}
+        body: dict[str, Any] = {"asset_id": int(asset_id), "extra": extra}
         if partition_key is not None:
             body["partition_key"] = partition_key
-        return self._request("POST", "/api/v2/assets/events", json=body).json()
+        return _object(self._request("POST", "/api/v2/assets/events", json=body))
 
-    def asset_events(self, asset_id: int, since: str | None = None) -> list[dict]:
+    def asset_events(self, asset_id: int, since: str | None = None) -> list[JSONObject]:
         """The asset's events (oldest first), from `since` (ISO time) on when given."""
-        events, offset = [], 0
-        params = {"asset_id": int(asset_id), "limit": 100, "order_by": "timestamp"}
+        events: list[JSONObject] = []
+        offset = 0
+        params: dict[str, str | int] = {"asset_id": int(asset_id), "limit": 100, "order_by": "timestamp"}
         if since:
             params["timestamp_gte"] = since
         while True:
-            page = self._request("GET", "/api/v2/assets/events", params={**params, "offset": offset}).json()
+            page = _object(self._request("GET", "/api/v2/assets/events", params={**params, "offset": offset}))
             events.extend(page["asset_events"])
             offset += len(page["asset_events"])
             if not page["asset_events"] or offset >= page["total_entries"]:
                 return events
 
-    def asset_events_once_listable(self, asset_id: int, timeout: float, interval: float = 2.0) -> list[dict]:
-        """asset_events(asset_id), tried until Airflow lists them: Airflow 3.3.2 answers HTTP 500
-        while a run one of the events created is still queued (apache/airflow#71360: the run's
-        start_date is null), so a reader that needs the whole list waits for those runs to start."""
+    def asset_events_once_listable(self, asset_id: int, timeout: float, interval: float = 2.0) -> list[JSONObject]:
+        """asset_events(asset_id), tried until Airflow lists them.
+
+        Airflow 3.3.2 answers HTTP 500 while a run one of the events created is still queued
+        (apache/airflow#71360: the run's start_date is null), so a reader that needs the whole list
+        waits for those runs to start.
+        """
+        # Imported here: the Cloud Function's bundle ships this module without tidemark.base.polling
+        # (tidemark/ops/function_bundle.py), and the function never waits for a listing.
         from tidemark.base.polling import wait_for
 
         (events,) = wait_for(
@@ -323,7 +411,10 @@ def for_tasks(conn_id: str = API_CONN_ID) -> AirflowClient:
 
     Why a task calls the REST API of its own Airflow at all: the SDK's TriggerDagRunOperator path
     (3.3.2, standard provider 1.21.0) cannot set a run's partition_key, and an asset event per
-    committed version must come from the outbox, not from a task's outlets (docs/airflow.md)."""
+    committed version must come from the outbox, not from a task's outlets (docs/airflow.md).
+    """
+    # Imported when a task asks: Airflow is in the DAGs' environment only (the function bundle
+    # ships tidemark/ without it).
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 

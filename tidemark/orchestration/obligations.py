@@ -7,9 +7,9 @@ publishes its own version, so that no crash, superseding version or slow DAG tas
     <lake>/_obligations/event_date=T/<S>__<S's version>.json
         {"event_date": T, "source_date": S, "source_version": V, "source_run_id": ..., "created_at": ...}
 
-An obligation is discharged (deleted) by a run of T that has acted on it: `tidemark.deduplication.dedup` lists the
-date's obligations before it plans and deletes exactly those once it has published or found nothing
-new. A run that started planning after the obligation was written read every receipt its source
+An obligation is discharged (deleted) by a run of T that has acted on it:
+`tidemark.deduplication.dedup` lists the date's obligations before it plans and deletes exactly
+those once it has published or found nothing new. A run that started planning after the obligation was written read every receipt its source
 read (they were complete before the source planned), so T is then correct with respect to them.
 Obligations written while T's run was planning stay for the next run.
 
@@ -23,37 +23,52 @@ Pure Python over the lake (pyarrow filesystems + JSON): the DAG and reconcile re
 from __future__ import annotations
 
 from datetime import date
+from typing import Any
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.base.times import now_iso_z
+from tidemark.orchestration import runs
 from tidemark.store.lake import Lake
 
 log = get_logger("obligations")
 
+# One obligation file's JSON object: event_date, source_date, source_version, source_run_id,
+# created_at (the module's docstring).
+Obligation = dict[str, Any]
+# One neighbour run owed: {"trigger_run_id": ..., "conf": {...}} (the DAG's trigger_affected kwargs)
+Rerun = dict[str, Any]
+
 
 def root(lake: Lake) -> str:
+    """The folder of every date's obligations."""
     return lake.obligations_root()
 
 
 def date_dir(lake: Lake, event_date: date | str) -> str:
+    """The folder of one date's obligations."""
     return lake.obligations_dir(event_date)
 
 
 def path(lake: Lake, event_date: str, source_date: str, source_version: str) -> str:
+    """The file of the obligation a run of `source_date` (its version) recorded for `event_date`."""
     name = f"{layout.check_event_date(source_date)}__{layout.check_receipt_ts(source_version)}.json"
     return layout.join(date_dir(lake, event_date), name)
 
 
 def _now() -> str:
+    """Now, as the obligations' created_at spells it."""
     return now_iso_z()
 
 
 def record(
     lake: Lake, targets: list[str], source_date: str, source_version: str, source_run_id: str | None = None
-) -> list[dict]:
-    """Record that every date in `targets` (other than the source) must be rerun. Idempotent: an
-    obligation already recorded for the same (target, source, version) is kept as it is."""
+) -> list[Obligation]:
+    """Record that every date in `targets` (other than the source) must be rerun.
+
+    Idempotent: an obligation already recorded for the same (target, source, version) is kept as it
+    is.
+    """
     source_date = layout.check_event_date(source_date)
     out = []
     for target in sorted({layout.check_event_date(t) for t in targets} - {source_date}):
@@ -75,8 +90,8 @@ def record(
     return out
 
 
-def _read_dir(lake: Lake, folder: str) -> list[dict]:
-    out = []
+def _read_dir(lake: Lake, folder: str) -> list[Obligation]:
+    out: list[Obligation] = []
     for name in lake.list_dir(folder):
         if not name.endswith(".json") or name.startswith((".", "_")):
             continue
@@ -94,29 +109,30 @@ def _read_dir(lake: Lake, folder: str) -> list[dict]:
     return sorted(out, key=lambda o: (o["created_at"], o["source_date"], o["source_version"]))
 
 
-def pending(lake: Lake, event_date: date | str | None = None) -> list[dict]:
+def pending(lake: Lake, event_date: date | str | None = None) -> list[Obligation]:
     """Pending obligations of one date (or of every date), oldest first."""
     if event_date is not None:
         return _read_dir(lake, date_dir(lake, event_date))
-    out = []
+    out: list[Obligation] = []
     for target in lake.list_event_dates(root(lake)):
         out.extend(_read_dir(lake, date_dir(lake, target)))
     return out
 
 
-def pending_from(lake: Lake, source_date: date) -> list[dict]:
+def pending_from(lake: Lake, source_date: date) -> list[Obligation]:
     """Pending obligations recorded by runs of `source_date`."""
     source = layout.event_date_text(source_date)  # as the obligations' files spell it
     return [o for o in pending(lake) if o["source_date"] == source]
 
 
-def reruns_owed_by(lake: Lake, source_date: date) -> list[dict]:
-    """The neighbour runs the DAG starts after a run of `source_date`: one per date owed a rerun by a
-    run of source_date, named after the newest such obligation (a run started after it was recorded
-    acts on the older ones too): [{"trigger_run_id", "conf"}] for TriggerDagRunOperator."""
-    from tidemark.orchestration import runs
+def reruns_owed_by(lake: Lake, source_date: date) -> list[Rerun]:
+    """The neighbour runs the DAG starts after a run of `source_date`.
 
-    newest: dict[str, dict] = {}
+    One per date owed a rerun by a run of source_date, named after the newest such obligation (a
+    run started after it was recorded acts on the older ones too): [{"trigger_run_id", "conf"}],
+    the DAG's trigger_affected arguments.
+    """
+    newest: dict[str, Obligation] = {}
     for owed in pending_from(lake, source_date):  # oldest first: the newest wins
         newest[owed["event_date"]] = owed
     return [
@@ -132,7 +148,7 @@ def reruns_owed_by(lake: Lake, source_date: date) -> list[dict]:
     ]
 
 
-def discharge(lake: Lake, acted_on: list[dict], by_version: str | None = None) -> None:
+def discharge(lake: Lake, acted_on: list[Obligation], by_version: str | None = None) -> None:
     """Delete obligations a run of their date has acted on (those it listed before planning)."""
     for item in acted_on:
         lake.delete_file(path(lake, item["event_date"], item["source_date"], item["source_version"]))

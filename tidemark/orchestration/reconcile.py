@@ -21,8 +21,8 @@ when it cannot know what changed (first pass, rules changed, no stream head) and
 A date is *due* once its oldest reason is older than the grace period (default 10 minutes): younger
 ones are normally being handled by the notice's or the neighbour's own run. For each due date one
 dedup run is started, with the run id `reconcile__<date>__<fingerprint>__<attempt>`
-(tidemark/orchestration/runs.py): the fingerprint names the reasons, so reconciling again while nothing changed
-finds the same run (queued, running: nothing to do); a run of that id that ended with the date still
+(tidemark/orchestration/runs.py): the fingerprint names the reasons, so reconciling again while
+nothing changed finds the same run (queued, running: nothing to do); a run of that id that ended with the date still
 stale for the same reasons gets the next attempt, up to `max_attempts`, then the date is reported as
 given up (it needs a person: the run's logs say why).
 
@@ -37,6 +37,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from tidemark.base import layout, names, times
 from tidemark.base.logs import get_logger
@@ -45,8 +46,10 @@ from tidemark.base.times import iso_z
 from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
 from tidemark.orchestration import obligations, runs
+from tidemark.orchestration.airflow_api import AirflowClient
 from tidemark.panes import planning, receipt_index, receipts
 from tidemark.session import rules_record
+from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
@@ -56,11 +59,18 @@ DEFAULT_GRACE = timedelta(minutes=10)
 DEFAULT_MAX_ATTEMPTS = 3
 ACTIVE_STATES = ("queued", "running")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# rules_record.rules_in_force's answer: the rules, their source, the lake's record (if any)
+InForce = tuple[SessionRules, str, "rules_record.Recorded | None"]
+# The reconcile cursor's JSON object (Cursor.save writes it)
+CursorRecord = dict[str, Any]
 
 
-def rules_changed_since(lake: Lake, version: VersionRecord, in_force=None) -> str | None:
-    """Why the lake's session rules (tidemark.session.rules_record) differ from those `version` was computed
-    with, or None. `in_force`: rules_record.rules_in_force(lake), when the caller read it already."""
+def rules_changed_since(lake: Lake, version: VersionRecord, in_force: InForce | None = None) -> str | None:
+    """Why the lake's session rules differ from those `version` was computed with, or None.
+
+    The rules are tidemark.session.rules_record's. `in_force`: rules_record.rules_in_force(lake),
+    when the caller read it already.
+    """
     rules, _, recorded = in_force or rules_record.rules_in_force(lake)
     if not rules_record.changed_since(version, rules):
         return None
@@ -74,15 +84,18 @@ def rules_changed_since(lake: Lake, version: VersionRecord, in_force=None) -> st
 
 @dataclass
 class Staleness:
+    """One date's current version and why it is stale (its kinds and reasons, since when)."""
+
     event_date: str
     version: str | None
     kinds: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     pending_receipts: list[str] = field(default_factory=list)
-    obligations: list[dict] = field(default_factory=list)
+    obligations: list[obligations.Obligation] = field(default_factory=list)
     since: datetime | None = None  # when the oldest reason appeared
 
     def add(self, kind: str, reason: str, since: datetime | None) -> None:
+        """One more reason; `since` (None: always) moves the date's oldest reason back."""
         self.kinds.append(kind)
         self.reasons.append(reason)
         since = since or _EPOCH
@@ -100,9 +113,11 @@ class Staleness:
         return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
 
     def due(self, now: datetime, grace: timedelta) -> bool:
+        """Whether the oldest reason is older than the grace period."""
         return self.since is not None and self.since <= now - grace
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The staleness as JSON (the CLI's output)."""
         out = asdict(self)
         out["since"] = None if self.since is None else iso_z(self.since, "auto")
         out["fingerprint"] = self.fingerprint
@@ -133,8 +148,9 @@ def staleness(
     now: datetime | None = None,
     display: Display | None = None,
 ) -> list[Staleness]:
-    """Every event date of the lake (or of `event_dates`) with why its current version is stale;
-    dates that are up to date are left out.
+    """Every event date of the lake (or of `event_dates`) with why its current version is stale.
+
+    Dates that are up to date are left out.
 
     Without `event_dates` a pass looks only at what can have changed since the previous pass
     (`Cursor`): the dates that were stale then, the dates that received partitions since (the receipt
@@ -143,8 +159,9 @@ def staleness(
     itself) when there is no previous pass, the receipt index is not complete or has no head, the
     session rules changed, or the last walk is older than FULL_EVERY (a safety net for what no
     tidemark component does: versions or markers edited by hand). The pass over the dates reports its
-    progress (logs, and `display`: the CLI's terminal bar)."""
-    owed_by_date: dict[str, list[dict]] = {}
+    progress (logs, and `display`: the CLI's terminal bar).
+    """
+    owed_by_date: dict[str, list[obligations.Obligation]] = {}
     for owed in obligations.pending(lake):
         owed_by_date.setdefault(owed["event_date"], []).append(owed)
     tbl = iceberg.load(lake)  # once: every date's current version from the same table state
@@ -173,7 +190,7 @@ def staleness(
     return out
 
 
-def _why_walk(lake: Lake, head: str | None, previous: dict | None, described: str, now: datetime) -> str | None:
+def _why_walk(lake: Lake, head: str | None, previous: CursorRecord | None, described: str, now: datetime) -> str | None:
     """Why this pass must walk every date instead of looking at what changed since `previous`."""
     if not previous:
         return "no previous pass"
@@ -194,25 +211,30 @@ def _why_walk(lake: Lake, head: str | None, previous: dict | None, described: st
     return None
 
 
-def _read_cursor(lake: Lake) -> dict | None:
+def _read_cursor(lake: Lake) -> CursorRecord | None:
     return lake.read_json(lake.reconcile_cursor())
 
 
 def last_pass_head(lake: Lake) -> str | None:
-    """The head the last pass started from: the next pass reads the arrivals after it (tidemark.ops.gc
-    keeps those), or None."""
+    """The head the last pass started from, or None.
+
+    The next pass reads the arrivals after it (tidemark.ops.gc keeps those).
+    """
     return (_read_cursor(lake) or {}).get("head")
 
 
 @dataclass
 class Cursor:
-    """Where the last pass stopped (<lake>/_reconcile/cursor.json): the receipt index's head it read
-    before looking, the dates it found stale, the rules it judged by, and when it last walked every
-    date. Each pass writes a whole new cursor: two passes at once leave one of two valid states."""
+    """Where the last pass stopped (<lake>/_reconcile/cursor.json).
+
+    The receipt index's head it read before looking, the dates it found stale, the rules it judged
+    by, and when it last walked every date. Each pass writes a whole new cursor: two passes at once
+    leave one of two valid states.
+    """
 
     lake: Lake
     head: str | None  # the head read at this pass's start: every partition up to it is complete
-    previous: dict | None  # the last pass's cursor
+    previous: CursorRecord | None  # the last pass's cursor
     rules: str
     full: bool
     walked_at: str
@@ -223,7 +245,8 @@ class Cursor:
     at_head: list[str] | None = None
 
     @classmethod
-    def start(cls, lake: Lake, rules, now: datetime, full: bool) -> Cursor:
+    def start(cls, lake: Lake, rules: SessionRules, now: datetime, full: bool) -> Cursor:
+        """This pass's cursor: the head read first, and whether the pass walks every date."""
         # The head first: partitions received up to it are complete and their arrivals written, so
         # the next pass, starting from it, misses none that completes later.
         head = receipt_index.head(lake)
@@ -232,7 +255,7 @@ class Cursor:
         why_full = "asked" if full else _why_walk(lake, head, previous, described, now)
         if why_full:
             log.info("reconcile walks every date", lake=lake, why=why_full)
-        walked_at = iso_z(now, "auto") if why_full or previous is None else previous["walked_at"]
+        walked_at = iso_z(now, "auto") if why_full or previous is None else str(previous["walked_at"])
         cursor = cls(lake, head, previous, described, bool(why_full), walked_at)
         if cursor.full and head is not None:
             cursor.at_head = cursor._complete_at_head(receipt_index.arrivals(lake, head, head))
@@ -244,11 +267,13 @@ class Cursor:
         return sorted(event_date for event_date, _ in receipts.complete_keys(self.lake, at_head))
 
     def changed_dates(self) -> set[str]:
-        """The dates stale at the last pass and those that received partitions since, those of a
-        batch still in flight included (some of its partitions may be complete: a walk would see
-        them; the next pass, starting from this pass's head, looks at them again), and those that
-        received a partition under the last pass's head that it did not see complete (a replay of
-        the batch at the head)."""
+        """The dates stale at the last pass and those that received partitions since.
+
+        Those of a batch still in flight included (some of its partitions may be complete: a walk
+        would see them; the next pass, starting from this pass's head, looks at them again), and
+        those that received a partition under the last pass's head that it did not see complete (a
+        replay of the batch at the head).
+        """
         assert self.previous is not None  # only a pass that does not walk asks, and it has a cursor
         since = self.previous["head"]
         entries = receipt_index.arrivals(self.lake, since)
@@ -270,6 +295,7 @@ class Cursor:
         return set(self.previous["stale"]) | arrived
 
     def save(self, stale: list[str], examined: int) -> None:
+        """Write this pass's cursor, when the next pass can start from it."""
         if self.head is None or not receipt_index.is_complete(self.lake):
             return  # nothing to start the next pass from: it walks every date again
         self.lake.write_json_atomic(
@@ -286,7 +312,13 @@ class Cursor:
         )
 
 
-def _date_staleness(lake: Lake, event_date, current: VersionRecord | None, owed, in_force) -> Staleness:
+def _date_staleness(
+    lake: Lake,
+    event_date: str,
+    current: VersionRecord | None,
+    owed: list[obligations.Obligation],
+    in_force: InForce,
+) -> Staleness:
     item = Staleness(event_date, current.version if current else None)
     included = set(current.receipts) if current else set()
     _, pending_stamps = receipts.complete_and_pending(lake, event_date, included)
@@ -328,14 +360,17 @@ def _date_staleness(lake: Lake, event_date, current: VersionRecord | None, owed,
 
 @dataclass
 class Decision:
+    """What a pass does for one stale date, and the run it starts or waits for."""
+
     event_date: str
     action: str  # "trigger", "in_flight", "waiting" (grace), "given_up"
     run_id: str | None
     fingerprint: str
     reasons: list[str]
-    conf: dict | None = None
+    conf: dict[str, Any] | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The decision as JSON (the CLI's output)."""
         return asdict(self)
 
 
@@ -350,9 +385,12 @@ def decide(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     display: Display | None = None,
 ) -> list[Decision]:
-    """What to do for each stale date. Without `run_state` (no Airflow to ask) every due date gets
-    attempt 1's run id (creating an existing run is a no-op for Airflow anyway). The pass reports its
-    progress (each stale date may take a few requests to Airflow)."""
+    """What to do for each stale date.
+
+    Without `run_state` (no Airflow to ask) every due date gets attempt 1's run id (creating an
+    existing run is a no-op for Airflow anyway). The pass reports its progress (each stale date may
+    take a few requests to Airflow).
+    """
     now = now or datetime.now(timezone.utc)
     out = []
     for item in tracked(
@@ -392,7 +430,7 @@ def decide(
 
 def reconcile(
     lake: Lake,
-    client=None,
+    client: AirflowClient | None = None,
     dag_id: str | None = None,
     trigger: bool = False,
     now: datetime | None = None,
@@ -401,9 +439,14 @@ def reconcile(
     full: bool = False,
     display: Display | None = None,
 ) -> tuple[list[Staleness], list[Decision]]:
-    """Find stale dates and, with `trigger`, start their runs through the Airflow REST client
-    (tidemark.orchestration.airflow_api.AirflowClient). Both passes report their progress (logs, and
-    `display`: the CLI's terminal bar)."""
+    """Find stale dates and, with `trigger`, start their runs through the Airflow REST client.
+
+    The client is tidemark.orchestration.airflow_api.AirflowClient. Both passes report their
+    progress (logs, and `display`: the CLI's terminal bar).
+
+    Raises:
+        ValueError: `trigger` without a client.
+    """
     dag_id = dag_id or names.get("DAG_ID")
     if trigger and client is None:
         raise ValueError("triggering runs needs an Airflow client")
@@ -418,6 +461,10 @@ def reconcile(
     decisions = decide(stale, run_state, now=now, grace=grace, max_attempts=max_attempts, display=display)
     starting = [d for d in decisions if d.action == "trigger"] if trigger else []
     for decision in tracked(starting, "starting runs", log=log, display=display, name=lambda d: d.event_date):
+        assert client is not None  # triggering without a client was refused above
+        # a "trigger" decision names its run and conf
+        assert decision.run_id is not None
+        assert decision.conf is not None
         result = client.trigger_dag_run(
             dag_id, decision.run_id, decision.conf, note="tidemark reconcile: " + "; ".join(decision.reasons)
         )

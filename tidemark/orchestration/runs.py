@@ -17,6 +17,8 @@ This module imports only the standard library and tidemark.base.layout: it ships
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from tidemark.base import layout
 
@@ -35,6 +37,11 @@ class InvalidRunKey(ValueError):
 
 
 def check_dataset(value: object) -> str:
+    """The dataset's name as a run id spells it.
+
+    Raises:
+        InvalidRunKey: not a dataset name.
+    """
     text = str(value)
     if not _DATASET.match(text):
         raise InvalidRunKey(f"invalid dataset {text[:80]!r}: expected [a-z][a-z0-9_]{{2,62}}")
@@ -49,7 +56,7 @@ def _checked(run_id: str) -> str:
 
 
 def notice_run_id(dataset: object, event_date: object, receipt_ts: object) -> str:
-    """notice__sessions__2026-03-07__20260307T201500123Z"""
+    """The run of one availability notice: notice__sessions__2026-03-07__20260307T201500123Z."""
     try:
         parts = (check_dataset(dataset), layout.event_date_part(event_date), layout.check_receipt_ts(receipt_ts))
     except layout.InvalidPartitionValue as exc:
@@ -57,16 +64,22 @@ def notice_run_id(dataset: object, event_date: object, receipt_ts: object) -> st
     return _checked("__".join((NOTICE_PREFIX, *parts)))
 
 
-def run_id_for_notice(notice: dict) -> str:
-    """The run id of a validated notice (tidemark.notices.availability_notice.validate); receipt_ts is its newest
-    receipt partition, so a coalesced notice maps to the run of its newest partition."""
+def run_id_for_notice(notice: Mapping[str, Any]) -> str:
+    """The run id of a validated notice (tidemark.notices.availability_notice.validate).
+
+    receipt_ts is its newest receipt partition, so a coalesced notice maps to the run of its newest
+    partition.
+    """
     return notice_run_id(notice["dataset"], notice["event_date"], notice["receipt_ts"])
 
 
 def affected_run_id(event_date: object, source_date: object, version: object) -> str:
-    """The run a deduplication of `source_date` (published as `version`) asks for a neighbouring
-    `event_date`: affected__2026-03-08__from__2026-03-07__20260308T000100000Z. Re-running or
-    clearing the source run (same version) finds the run already there and does not add one."""
+    """The run a deduplication of `source_date` (published as `version`) asks for a neighbouring date.
+
+    affected__2026-03-08__from__2026-03-07__20260308T000100000Z for `event_date` 2026-03-08.
+    Re-running or clearing the source run (same version) finds the run already there and does not
+    add one.
+    """
     try:
         parts = (
             layout.event_date_part(event_date),
@@ -80,9 +93,11 @@ def affected_run_id(event_date: object, source_date: object, version: object) ->
 
 def reconcile_run_id(event_date: object, fingerprint: object, attempt: int) -> str:
     """The run tidemark reconcile starts for a stale date: reconcile__2026-03-07__<fingerprint>__1.
-    The fingerprint names why the date is stale (tidemark.orchestration.reconcile), so reconciling again while
-    nothing changed lands on the same run; `attempt` moves on only when that run ended and the date
-    is still stale for the same reasons."""
+
+    The fingerprint names why the date is stale (tidemark.orchestration.reconcile), so reconciling
+    again while nothing changed lands on the same run; `attempt` moves on only when that run ended
+    and the date is still stale for the same reasons.
+    """
     try:
         day = layout.event_date_part(event_date)
     except layout.InvalidPartitionValue as exc:
@@ -95,9 +110,12 @@ def reconcile_run_id(event_date: object, fingerprint: object, attempt: int) -> s
     return _checked(f"{RECONCILE_PREFIX}__{day}__{text}__{attempt}")
 
 
-def run_conf(notice: dict) -> dict:
-    """The DAG run conf for a notice: the date to deduplicate (a DAG Param) and, for people
-    reading the run, which notice asked for it."""
+def run_conf(notice: Mapping[str, Any]) -> dict[str, Any]:
+    """The DAG run conf for a notice.
+
+    The date to deduplicate (a DAG Param) and, for people reading the run, which notice asked for
+    it.
+    """
     return {
         "event_date": layout.event_date_part(notice["event_date"]),
         "notice_id": notice["notice_id"],

@@ -15,9 +15,19 @@ which splits big files across tasks (`FOLDERS_FOR_ARROW`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.fs as pafs
 
 from tidemark.session import session_schema
+from tidemark.store import storage
+
+if TYPE_CHECKING:  # types only: pyspark is imported where a DataFrame is made
+    from pyspark.sql import DataFrame, SparkSession
 
 # From how many receipt folders the executors read with pyarrow. Measured (BENCHMARKS.md section 7)
 # reading a date's ~135k panes, warm, local[2]: 100 folders 2.0 s with Spark's reader, 1.4 s here;
@@ -27,7 +37,7 @@ FOLDERS_FOR_ARROW = 100
 FOLDERS_PER_TASK = 500
 
 # The pane columns a dedup reads, spelled here once (the dedup's reads, the packs it writes and those
-# the maintenance pass writes: tidemark/panes/packing.py): the input of its SQL (user_id and events,
+# the maintenance pass writes: tidemark/panes/pack_maintenance.py): the input of its SQL (user_id and events,
 # dedup_sql/dedup_events.sql) and the bound of its plan (session_end >= lo), with THE session
 # schema's types; then the partition columns as plain strings (an explicit schema also keeps Spark
 # from inferring their types). A pack's manifest records this text: a pack of other columns is not used.
@@ -38,18 +48,22 @@ DEDUP_COLUMNS = ", ".join(
 )
 
 
-def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: datetime):
-    """A DataFrame of `columns_ddl` (with `event_date` and `receipt_ts` STRING last) from the pane
-    files of `folders` (receipt partition folders under sessions_root), panes ending at or after lo."""
-    from pyspark.sql.types import StructType
+def read(spark: SparkSession, sessions_root: str, folders: list[str], columns_ddl: str, lo: datetime) -> DataFrame:
+    """A Spark DataFrame of the panes of `folders` that end at or after lo.
+
+    A DataFrame of `columns_ddl` (with `event_date` and `receipt_ts` STRING last) from the pane
+    files of `folders` (receipt partition folders under sessions_root), panes ending at or after
+    lo.
+    """
+    from pyspark.sql.types import StructType  # pyspark: only where Spark runs
 
     schema = StructType.fromDDL(columns_ddl)
     assert isinstance(schema, StructType)  # a column list's DDL parses to a struct
     data_columns = [f.name for f in schema.fields if f.name not in PARTITION_COLUMNS]
     tasks = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(folders) // FOLDERS_PER_TASK)))
 
-    def scan(batches):
-        wanted = [folder for batch in batches for folder in batch.column("folder").to_pylist()]
+    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        wanted = [str(folder) for batch in batches for folder in batch.column("folder").to_pylist()]
         table = read_table(sessions_root, wanted, data_columns, lo)
         if table is not None:
             # a few large batches: each one handed to Spark has a fixed cost, and the files are tiny
@@ -62,19 +76,18 @@ def read(spark, sessions_root: str, folders: list[str], columns_ddl: str, lo: da
     return listing.mapInArrow(scan, schema).localCheckpoint(eager=True)
 
 
-def read_table(sessions_root: str, folders: list[str], data_columns, lo: datetime | None = None):
-    """The panes of the receipt partition folders `folders` (under sessions_root) as one pyarrow
-    Table of `data_columns` then `event_date` and `receipt_ts` (strings, from the folders' names),
-    those ending at or after `lo` when given; None when the folders hold no pane file. Listings
-    concurrent (a bucket's round trips), one dataset scan: no Spark (the executors' reader above, and
-    the maintenance pass's, tidemark/panes/packing.py)."""
-    from concurrent.futures import ThreadPoolExecutor
+def read_table(
+    sessions_root: str, folders: list[str], data_columns: Sequence[str], lo: datetime | None = None
+) -> pa.Table | None:
+    """The panes of receipt partition folders as one pyarrow Table, without Spark.
 
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-    import pyarrow.fs as pafs
-
-    from tidemark.store import storage
+    The panes of the receipt partition folders `folders` (under sessions_root) as one pyarrow
+    Table of `data_columns` then `event_date` and `receipt_ts` (strings, from the folders'
+    names), those ending at or after `lo` when given; None when the folders hold no pane file.
+    Listings concurrent (a bucket's round trips), one dataset scan: no Spark (the executors'
+    reader above, and the maintenance pass's, tidemark/panes/pack_maintenance.py).
+    """
+    import pyarrow.dataset as ds  # about a second to import: kept off the CLI's start
 
     if not folders:
         return None

@@ -1,5 +1,6 @@
-"""Which receipt partitions a deduplication of one event date must read, from the receipt index's
-listings and markers (no Spark, no data file).
+"""Which receipt partitions a deduplication of one event date must read.
+
+From the receipt index's listings and markers (no Spark, no data file).
 
 The dedup of D publishes the sessions starting on D. With `D0` = D 00:00 UTC:
 
@@ -39,6 +40,7 @@ from tidemark.store.version_record import VersionRecord
 
 
 def midnight(day: date) -> datetime:
+    """The start of `day`, UTC."""
     return datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
 
 
@@ -61,7 +63,8 @@ class LakeIndex:
     `tidemark reindex`), every marker up to hi.
     """
 
-    def __init__(self, lake: Lake):
+    def __init__(self, lake: Lake) -> None:
+        """The index of `lake`'s receipt partitions, read lazily and cached for one plan."""
         self.lake = lake
         # Read before any listing: every partition at or before the head was complete by then, so a
         # version planned from this index has seen all of them (planned_through).
@@ -70,7 +73,7 @@ class LakeIndex:
         self._dates: list[str] | None = None
         self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
         self._reaching: dict[str, list[receipts.ReceiptPartition]] = {}
-        self._ending: dict[tuple[str, datetime], list] = {}
+        self._ending: dict[tuple[str, datetime], list[receipts.ReceiptPartition | receipts.ReceiptRef]] = {}
 
     @property
     def dates(self) -> list[str]:
@@ -80,6 +83,7 @@ class LakeIndex:
         return self._dates
 
     def partitions(self, event_date: str) -> list[receipts.ReceiptPartition]:
+        """The complete partitions of event_date, their markers read."""
         if event_date not in self._markers:
             # one listing, then the markers read concurrently; a folder without one (incomplete)
             # reads as None and is dropped: no separate existence check per partition
@@ -97,10 +101,12 @@ class LakeIndex:
         """The markers of complete partitions among (event_date, receipt_ts) keys."""
         return receipts.read_markers(self.lake, keys)
 
-    def ending_after(self, event_date: str, lo: datetime) -> list:
-        """The complete partitions of event_date whose panes end at or after lo, from listings: the
-        date's markers by name and, when its midnight is before lo, its end entries (a partition
-        without one, registered before they existed, has its marker read)."""
+    def ending_after(self, event_date: str, lo: datetime) -> list[receipts.ReceiptPartition | receipts.ReceiptRef]:
+        """The complete partitions of event_date whose panes end at or after lo, from listings.
+
+        The date's markers by name and, when its midnight is before lo, its end entries (a
+        partition without one, registered before they existed, has its marker read).
+        """
         key = (event_date, lo)
         if key not in self._ending:
             stamps = receipts.complete_names(self.lake, event_date)
@@ -117,44 +123,58 @@ class LakeIndex:
         return self._ending[key]
 
     def has_dates_after(self, event_date: str) -> bool:
+        """Whether the lake holds receipt partitions of a date after event_date."""
         return any(d > event_date for d in self.dates)
 
 
 @dataclass
 class Plan:
+    """The receipt partitions one run of event_date reads: those ending at or after lo, of dates up to hi."""
+
     event_date: str
     lo: datetime
     hi: str
-    partitions: list  # receipts.ReceiptPartition (a marker read) or receipts.ReceiptRef (from listings)
+    partitions: list[receipts.ReceiptPartition | receipts.ReceiptRef]  # a marker read, or known from listings
     # The receipt index's head when the plan was made (LakeIndex.head): every partition received at
     # or before it that the plan needs is in it. A version records it; None: unknown.
     planned_through: str | None = None
 
     @property
     def keys(self) -> list[str]:
+        """The plan's partitions as 'YYYY-MM-DD/receipt_ts' keys, sorted."""
         return sorted(receipt_key(p.event_date, p.receipt_ts) for p in self.partitions)
 
     @property
     def max_receipt_ts(self) -> str | None:
+        """The newest receipt_ts among the plan's partitions (None: none)."""
         return max((p.receipt_ts for p in self.partitions), default=None)
 
     @property
     def rows(self) -> int:
-        """Pane rows of the plan's partitions (the markers of those known from listings are read,
-        concurrently, only when this is asked: a full run's report)."""
+        """Pane rows of the plan's partitions.
+
+        (the markers of those known from listings are read, concurrently, only when this is
+        asked: a full run's report).
+        """
         receipts.load_markers([p for p in self.partitions if isinstance(p, receipts.ReceiptRef)])
         return sum(p.rows for p in self.partitions)
 
 
 def lo_of(event_date: str, rules: SessionRules) -> datetime:
-    # split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
-    # the session (tidemark/session/sessions.py), so the bound below is one microsecond earlier.
+    """The earliest instant a pane can end and still join a session of event_date.
+
+    split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
+    the session (tidemark/session/sessions.py), so the bound is one microsecond earlier.
+    """
     return midnight(date.fromisoformat(event_date)) - rules.split_gap
 
 
 def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> str:
-    """The last event date whose panes can join a session touching event_date whose latest end is
-    `reach`: the next day at least (a session starting on D crossing midnight)."""
+    """The last event date whose panes can join a session of event_date reaching `reach`.
+
+    `reach` is the latest end of the sessions touching event_date; the answer is the next day at
+    least (a session starting on D crossing midnight).
+    """
     floor = date.fromisoformat(event_date) + timedelta(days=1)
     if reach is None:
         return floor.isoformat()
@@ -165,8 +185,11 @@ def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> s
 
 
 def scope(event_date: str, rules: SessionRules, hi: str) -> list[str]:
-    """The dates whose every partition a plan up to `hi` must look at: date(lo) .. hi. Partitions of
-    earlier dates can matter only through the receipt index's reach entries into date(lo)."""
+    """The dates whose every partition a plan up to `hi` must look at: date(lo) .. hi.
+
+    Partitions of earlier dates can matter only through the receipt index's reach entries into
+    date(lo).
+    """
     first = lo_of(event_date, rules).date()
     last = date.fromisoformat(hi)
     return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
@@ -188,9 +211,11 @@ def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Pla
 
 
 def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previous: VersionRecord | None) -> bool:
-    """Whether `previous` (a version made under `rules`) includes every partition today's plan
-    holds, without reading the markers of the partitions it includes: the no-op decision, the same
-    answer as `covers(previous, plan_for_rerun(...).keys)` from listings.
+    """Whether `previous` includes every partition today's plan holds: the no-op decision.
+
+    Whether `previous` (a version made under `rules`) includes every partition today's plan
+    holds, without reading the markers of the partitions it includes: the no-op decision, the
+    same answer as `covers(previous, plan_for_rerun(...).keys)` from listings.
 
     Every partition the version lacks is looked at, whatever its receipt_ts: a batch replayed after
     a crash that followed its head writes, after the head, partitions under that head's receipt_ts
@@ -200,7 +225,8 @@ def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previo
     (most of date(lo) and the reach entries' dates, which end before lo) are dropped by their end
     entries, one listing per such date; only the rest have their markers read (the new ones, and
     partitions never completed). False also means "not known": the caller makes the whole plan (a
-    lake without the index, a version that recorded no reach)."""
+    lake without the index, a version that recorded no reach).
+    """
     known, reach = recorded_reach(previous)
     if not (index.indexed and known):
         return False
@@ -217,9 +243,11 @@ def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previo
 
 
 def _may_reach(lake: Lake, keys: list[tuple[str, str]], lo: datetime) -> list[tuple[str, str]]:
-    """Those (event_date, receipt_ts) whose panes may end at or after lo: every one of a date
-    starting at or after lo; of an earlier date, those whose end entry is at or after lo or that
-    have none (registered before end entries existed)."""
+    """Those (event_date, receipt_ts) whose panes may end at or after lo.
+
+    Every one of a date starting at or after lo; of an earlier date, those whose end entry is at
+    or after lo or that have none (registered before end entries existed).
+    """
     by_date: dict[str, list[str]] = {}
     for event_date, receipt_ts in keys:
         by_date.setdefault(event_date, []).append(receipt_ts)
@@ -242,8 +270,11 @@ def recorded_reach(version: VersionRecord | None) -> tuple[bool, datetime | None
 
 
 def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previous: VersionRecord | None) -> Plan:
-    """The plan a run of event_date starts from: as far as the previous version's sessions reach
-    (they can only reach further with more receipts), never less far than the previous version read."""
+    """The plan a run of event_date starts from.
+
+    As far as the previous version's sessions reach (they can only reach further with more
+    receipts), never less far than the previous version read.
+    """
     _, reach = recorded_reach(previous)
     hi = needed_hi(event_date, rules, reach)
     if previous and previous.hi:
@@ -252,8 +283,11 @@ def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previ
 
 
 def grown(index: LakeIndex, current: Plan, rules: SessionRules, reach: datetime | None) -> Plan | None:
-    """The plan to recompute with once a computation over `current` found `reach`, or None when
-    `current` already holds every receipt partition that can matter (its islands are final)."""
+    """The plan to recompute with once a computation over `current` found `reach`, or None.
+
+    None when `current` already holds every receipt partition that can matter (its islands are
+    final).
+    """
     hi = max(current.hi, needed_hi(current.event_date, rules, reach))
     if hi == current.hi:
         return None

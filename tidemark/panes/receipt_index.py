@@ -4,7 +4,7 @@ A dedup of D needs the receipt partitions up to `hi` whose panes reach `lo = D 0
 split gap: SessionRules.split_gap, one microsecond more under the `merge` boundary;
 tidemark/panes/planning.py). Every partition of a date in [date(lo), hi] may; a partition of an earlier
 date only when its sessions run on into date(lo) or later, which few do (a session longer than
-the time to the next midnight). The markers of every date used to be read to find those few: a
+the time to the next midnight). Finding those few by reading the markers of every date would make a
 no-op decision on a year-old lake read every marker ever written. The index keeps, for each date E,
 an empty entry per partition of an earlier date whose panes reach into E:
 
@@ -25,7 +25,7 @@ A plan of D takes every complete partition of the dates after date(lo) (their pa
 after their date's midnight, past lo), and those of date(lo) whose end is at or after lo: with the
 end entries, one listing of that date tells which, and whether a partition is complete is one
 recursive listing of its date's folder (the markers' names), not a read per marker. A partition
-registered before end entries existed has none: its marker is read, as before.
+without an end entry (registered by a tidemark that wrote none) has its marker read.
 
 What changed since a time, without listing the dates: every partition also gets an arrival entry,
 by the UTC day it was received, written first (before its reach entries and its marker):
@@ -56,6 +56,7 @@ Two small files make the fast paths safe:
 from __future__ import annotations
 
 from datetime import date, timedelta
+from typing import Protocol
 
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
@@ -67,31 +68,57 @@ HEAD = "head.json"
 COMPLETE = "reach_complete.json"
 
 
-def reached_dates(partition) -> list[str]:
+class PartitionKey(Protocol):
+    """What names a receipt partition: a marker (receipts.ReceiptPartition) or a listing's entry."""
+
+    @property
+    def event_date(self) -> str:
+        """The partition's event date, YYYY-MM-DD."""
+        ...
+
+    @property
+    def receipt_ts(self) -> str:
+        """The partition's receipt time, YYYYMMDDTHHMMSSmmmZ."""
+        ...
+
+
+class RegisteredPartition(PartitionKey, Protocol):
+    """A partition as the index registers it: its key and the latest end of its panes."""
+
+    @property
+    def max_event_ts(self) -> str:
+        """The latest end of the partition's panes (ISO)."""
+        ...
+
+
+def reached_dates(partition: RegisteredPartition) -> list[str]:
     """The dates after the partition's own into which its panes reach (their last events' dates)."""
     own = date.fromisoformat(partition.event_date)
     last = times.parse_iso(partition.max_event_ts).date()
     return [(own + timedelta(days=n)).isoformat() for n in range(1, (last - own).days + 1)]
 
 
-def register(lake: Lake, partition) -> None:
+def register(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's reach entries (before its marker: see the module's docstring)."""
     for into in reached_dates(partition):
         lake.write_text_atomic(lake.reach_entry(into, partition.event_date, partition.receipt_ts), "")
 
 
-def record_end(lake: Lake, partition) -> None:
+def record_end(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's end entry (before its marker: see the module's docstring)."""
     end_us = times.to_micros(times.parse_iso(partition.max_event_ts))
     lake.write_text_atomic(lake.end_entry(partition.event_date, partition.receipt_ts, end_us), "")
 
 
 def ends(lake: Lake, event_date: str) -> dict[str, str]:
-    """receipt_ts -> the latest end of its panes (ISO, microseconds), for the partitions of
-    event_date with an end entry, complete or not (one listing). A partition with several (a batch
-    replayed after a crash inside it, whose replay reached other verdicts, rewrote the partition
-    and registered another end) answers the latest: planning may then take a partition whose panes
-    all end before lo (their rows are skipped when read), never leave out one that reaches it."""
+    """receipt_ts -> the latest end of its panes, for the partitions of event_date with an end entry.
+
+    Ends in ISO with microseconds; partitions complete or not (one listing). A partition with several (a
+    batch replayed after a crash inside it, whose replay reached other verdicts, rewrote the
+    partition and registered another end) answers the latest: planning may then take a partition
+    whose panes all end before lo (their rows are skipped when read), never leave out one that
+    reaches it.
+    """
     out: dict[str, int] = {}
     for name in lake.list_dir(lake.ends_dir(event_date)):
         receipt_ts, _, end_us = name.partition("__")
@@ -103,16 +130,19 @@ def ends(lake: Lake, event_date: str) -> dict[str, str]:
     return {key: times.iso_from_micros(end) for key, end in out.items()}
 
 
-def record_arrival(lake: Lake, partition) -> None:
+def record_arrival(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's arrival entry (first of all its registration: see the module's docstring)."""
     lake.write_text_atomic(lake.arrival_entry(partition.receipt_ts, partition.event_date), "")
 
 
 def arrivals(lake: Lake, since: str | None, through: str | None = None) -> set[tuple[str, str]]:
-    """(receipt_ts, event_date) of the arrival entries received at or after `since` up to `through`
+    """(receipt_ts, event_date) of the arrival entries received from `since` through `through`.
+
+    (receipt_ts, event_date) of the arrival entries received at or after `since` up to `through`
     (inclusive; None: up to the newest, in-flight batches included): one listing of the arrival
     days (few: `tidemark gc` prunes those reconciliation has passed) and one per day in between,
-    whatever the lake's age."""
+    whatever the lake's age.
+    """
     if since is None:
         raise ValueError("arrivals() needs a start: without one every date may have changed")
     first = layout.parse_receipt_ts(since).date().isoformat()
@@ -132,8 +162,10 @@ def arrivals(lake: Lake, since: str | None, through: str | None = None) -> set[t
 
 
 def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[str]:
-    """The event dates of the partitions received after `after` (exclusive) up to `through`
-    (inclusive; None: up to the newest): `arrivals`' dates."""
+    """The event dates of the partitions received after `after` up to `through`.
+
+    `after` is exclusive, `through` inclusive (None: up to the newest): `arrivals`' dates.
+    """
     if after is None:
         raise ValueError("arrived() needs a start: without one every date may have changed")
     return {event_date for receipt_ts, event_date in arrivals(lake, after, through) if receipt_ts > after}
@@ -149,9 +181,11 @@ def arrivals_pruned_before(lake: Lake) -> str | None:
 
 
 def prune_arrivals(lake: Lake, keep_from: date, dry_run: bool = False) -> list[str]:
-    """Remove the arrival entries of receipt days before `keep_from` (`tidemark gc`); returns the
-    days removed. The horizon is recorded first: a reconciliation pass whose previous pass stopped
-    before it walks every date instead of reading arrivals that may be gone."""
+    """Remove the arrival entries of receipt days before `keep_from`; returns the days removed.
+
+    The horizon is recorded first: a reconciliation pass whose previous pass stopped before it
+    walks every date instead of reading arrivals that may be gone.
+    """
     days = [
         d
         for d in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date)
@@ -181,6 +215,7 @@ def reaching(lake: Lake, into: str) -> list[tuple[str, str]]:
 
 
 def write_head(lake: Lake, receipt_ts: str) -> None:
+    """Record receipt_ts as the newest fully written batch."""
     lake.write_json_atomic(lake.receipt_index_file(HEAD), {"receipt_ts": layout.check_receipt_ts(receipt_ts)})
 
 
@@ -191,10 +226,12 @@ def head(lake: Lake) -> str | None:
 
 
 def is_complete(lake: Lake) -> bool:
+    """Whether every receipt partition of the lake is registered in the index."""
     return lake.exists(lake.receipt_index_file(COMPLETE))
 
 
 def mark_complete(lake: Lake, how: str) -> None:
+    """Record that the index holds every receipt partition (`how`: what registered them)."""
     lake.write_json_atomic(lake.receipt_index_file(COMPLETE), {"since": how, "at": times.now_iso_z()})
 
 

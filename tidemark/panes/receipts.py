@@ -12,6 +12,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+import pyarrow.fs as pafs
 
 from tidemark.base import crashpoints, layout
 from tidemark.base.logs import get_logger
@@ -38,16 +41,19 @@ class ReceiptPartition:
     max_event_ts: str
     watermark: str
     late: bool
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The marker's JSON object."""
         return asdict(self)
 
 
 @dataclass
 class BatchReport:
-    """What one micro-batch of the stream did; its listeners (the notice service) get one after the
-    batch's partitions are complete."""
+    """What one micro-batch of the stream did.
+
+    Its listeners (the notice service) get one after the batch's partitions are complete.
+    """
 
     batch_id: int
     receipt_ts: str
@@ -58,7 +64,7 @@ class BatchReport:
     open_sessions: int
     partitions: list[ReceiptPartition] = field(default_factory=list)
     seconds: float = 0.0
-    phases: dict = field(default_factory=dict)  # seconds per step of the batch (tidemark.base.phases)
+    phases: dict[str, Any] = field(default_factory=dict)  # seconds per step of the batch (tidemark.base.phases)
 
 
 def is_late(event_date: str, watermark_us: int) -> bool:
@@ -70,12 +76,16 @@ def is_late(event_date: str, watermark_us: int) -> bool:
 
 
 def is_complete(lake: Lake, event_date: str, receipt_ts: str) -> bool:
+    """Whether the receipt partition's marker exists."""
     return lake.exists(lake.receipt_marker(event_date, receipt_ts))
 
 
 def complete(lake: Lake, partition: ReceiptPartition) -> None:
-    """Register the partition in the receipt index (its arrival, then the later dates it reaches),
-    then write its marker: complete from then on."""
+    """Complete a receipt partition: register it in the receipt index, then write its marker.
+
+    The index first (its arrival, then the later dates it reaches), the marker last: the
+    partition is complete from then on.
+    """
     receipt_index.record_arrival(lake, partition)
     receipt_index.record_end(lake, partition)
     receipt_index.register(lake, partition)
@@ -88,10 +98,11 @@ def complete_among(lake: Lake, partitions: list[ReceiptPartition]) -> set[tuple[
 
 
 def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
-    """Those (event_date, receipt_ts) whose marker exists: one metadata call for all of them (a
-    batch touching 2,000 dates used to make 2,000)."""
-    import pyarrow.fs as pafs
+    """Those (event_date, receipt_ts) whose marker exists, from one metadata call.
 
+    One metadata call for all of them, however many dates a batch touched (a read per marker would
+    make 2,000 calls for a batch touching 2,000 dates).
+    """
     if not keys:
         return set()
     fs = lake.locate(lake.uri)[0]
@@ -101,9 +112,11 @@ def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str
 
 
 def complete_all(lake: Lake, partitions: list[ReceiptPartition]) -> None:
-    """Write the markers of `partitions`, concurrently (tiny objects: on a bucket each is a round
-    trip). Each one completes its partition on its own; a crash leaves some written, which the
-    replayed batch finds (complete_among) and keeps."""
+    """Write the markers of `partitions`, concurrently.
+
+    (tiny objects: on a bucket each is a round trip). Each one completes its partition on its
+    own; a crash leaves some written, which the replayed batch finds (complete_among) and keeps.
+    """
     if len(partitions) <= 1 or crashpoints.armed("receipt-marker"):  # a test's kill point: one at a time
         for partition in partitions:
             complete(lake, partition)
@@ -114,15 +127,19 @@ def complete_all(lake: Lake, partitions: list[ReceiptPartition]) -> None:
 
 
 def read_marker(lake: Lake, event_date: str, receipt_ts: str) -> ReceiptPartition | None:
+    """The receipt partition's marker, or None when it is not complete."""
     payload = lake.read_json(lake.receipt_marker(event_date, receipt_ts))
     return None if payload is None else ReceiptPartition(**payload)
 
 
 @dataclass(frozen=True)
 class ReceiptRef:
-    """A complete receipt partition known from listings: its key and, when the plan needed it, the
-    latest end of its panes (the receipt index's end entry). Its marker is read only when another
-    of its facts is asked for (`rows`: the few new partitions of an incremental run)."""
+    """A complete receipt partition known from listings; its marker is read only when needed.
+
+    A complete receipt partition known from listings: its key and, when the plan needed it, the
+    latest end of its panes (the receipt index's end entry). Its marker is read only when
+    another of its facts is asked for (`rows`: the few new partitions of an incremental run).
+    """
 
     lake: Lake
     event_date: str
@@ -131,22 +148,29 @@ class ReceiptRef:
 
     @property
     def marker(self) -> ReceiptPartition:
+        """The partition's marker, read on first use."""
         if "_marker" not in self.__dict__:
             load_markers([self])
-        return self.__dict__["_marker"]
+        marker: ReceiptPartition = self.__dict__["_marker"]
+        return marker
 
     @property
     def max_event_ts(self) -> str:
+        """The latest end of the partition's panes (from its end entry when known)."""
         return self.end or self.marker.max_event_ts
 
     @property
     def rows(self) -> int:
+        """The partition's pane rows (from its marker)."""
         return self.marker.rows
 
 
 def read_markers(lake: Lake, keys: list[tuple[str, str]]) -> list[ReceiptPartition]:
-    """The markers of complete partitions among (event_date, receipt_ts) keys, read concurrently
-    (tiny objects: on a bucket, concurrency hides the latency); missing ones are left out."""
+    """The markers of complete partitions among (event_date, receipt_ts) keys.
+
+    Read concurrently (tiny objects: on a bucket, concurrency hides the latency); missing ones
+    are left out.
+    """
     if not keys:
         return []
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -174,10 +198,10 @@ def load_markers(refs: list[ReceiptRef]) -> None:
 
 
 def complete_names(lake: Lake, event_date: str) -> list[str]:
-    """Receipt timestamps of the complete partitions of one event date, oldest first: one recursive
-    listing of the date's folder, markers recognised by name (none read)."""
-    import pyarrow.fs as pafs
+    """Receipt timestamps of the complete partitions of one event date, oldest first.
 
+    One recursive listing of the date's folder, markers recognised by name (none read).
+    """
     fs, root = lake.locate(lake.event_date_dir(event_date))
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
@@ -197,16 +221,21 @@ def complete_names(lake: Lake, event_date: str) -> list[str]:
 
 
 def list_receipt_names(lake: Lake, event_date: str) -> list[str]:
-    """Receipt timestamps of the partition folders of one event date, complete or not, oldest first:
-    one listing, no marker read (the caller reads the markers of those it needs)."""
+    """Receipt timestamps of the partition folders of one event date, complete or not.
+
+    Oldest first: one listing, no marker read (the caller reads the markers of those it needs).
+    """
     return lake.list_partition_values(lake.event_date_dir(event_date), "receipt_ts", layout.check_receipt_ts)
 
 
 def complete_and_pending(lake: Lake, event_date: str, included: set[str]) -> tuple[list[str], list[str]]:
-    """(receipt timestamps of the complete partitions of event_date, those of them not among the
-    version's `included` keys 'YYYY-MM-DD/receipt_ts'), oldest first: one listing, and the markers
-    checked only of the partitions the version lacks (a version includes complete ones only), in
-    one call."""
+    """The complete receipt partitions of event_date, and those of them a version lacks.
+
+    (receipt timestamps of the complete partitions of event_date, those of them not among the
+    version's `included` keys 'YYYY-MM-DD/receipt_ts'), oldest first: one listing, and the
+    markers checked only of the partitions the version lacks (a version includes complete ones
+    only), in one call.
+    """
     names = list_receipt_names(lake, event_date)
     unseen = [(event_date, ts) for ts in names if f"{event_date}/{ts}" not in included]
     complete = complete_keys(lake, unseen)
@@ -220,14 +249,18 @@ def list_receipts(lake: Lake, event_date: str) -> list[str]:
 
 
 def list_event_dates(lake: Lake) -> list[str]:
+    """The event dates that have receipt partition folders, sorted."""
     return lake.list_event_dates(lake.sessions_root())
 
 
 def reindex(lake: Lake, display: Display | None = None) -> int:
-    """Register every existing receipt partition in the receipt index (a lake written before the
-    index: `tidemark reindex`), then mark the index complete. Idempotent, and safe while the stream
-    runs (it registers what it writes meanwhile). Returns how many partitions reach later dates.
-    Its progress (dates done and left) is logged, and shown on `display` (the CLI's terminal bar)."""
+    """Register every existing receipt partition in the receipt index (`tidemark reindex`).
+
+    For a lake written before the index; then marks the index complete. Idempotent, and safe
+    while the stream runs (it registers what it writes meanwhile). Returns how many partitions
+    reach later dates. Its progress (dates done and left) is logged, and shown on `display` (the
+    CLI's terminal bar).
+    """
     spanning = 0
     dates = list_event_dates(lake)
     with Progress("indexing event dates", len(dates), log=log, display=display, lake=lake) as progress:

@@ -1,5 +1,7 @@
-"""Daily session metrics of one event date: the small product the example consumer DAG
-(dags/example_session_metrics.py) rebuilds whenever the date gets a corrected version.
+"""Daily session metrics of one event date.
+
+The small product the example consumer DAG (dags/example_session_metrics.py) rebuilds whenever the
+date gets a corrected version.
 
     row = session_metrics.rebuild(lake, "2026-03-07", out_root)   # read (pyarrow, no JVM), compute, write
     session_metrics.read(out_root, "2026-03-07")                   # what is there now
@@ -16,6 +18,9 @@ from __future__ import annotations
 import io
 import os
 import uuid
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime, timedelta
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,21 +35,30 @@ from tidemark.store.lake import Lake
 log = get_logger("session_metrics")
 
 FILE = "metrics.parquet"
-SCHEMA = pa.schema(
-    [
-        ("event_date", pa.string()),
-        ("version", pa.string()),
-        ("sessions", pa.int64()),
-        ("users", pa.int64()),
-        ("median_duration_s", pa.float64()),
-        ("p95_duration_s", pa.float64()),
-        ("crossed_midnight", pa.int64()),
-    ]
-)
+_COLUMNS: list[pa.Field[Any]] = [
+    pa.field("event_date", pa.string()),
+    pa.field("version", pa.string()),
+    pa.field("sessions", pa.int64()),
+    pa.field("users", pa.int64()),
+    pa.field("median_duration_s", pa.float64()),
+    pa.field("p95_duration_s", pa.float64()),
+    pa.field("crossed_midnight", pa.int64()),
+]
+SCHEMA = pa.schema(_COLUMNS)
+# The columns of the sessions a week's metrics are computed from, one type for every date
+_WEEK_INPUT: list[pa.Field[Any]] = [
+    pa.field("user_id", pa.string()),
+    pa.field("session_start", pa.timestamp("us", tz="UTC")),
+    pa.field("session_end", pa.timestamp("us", tz="UTC")),
+]
+# The metrics row (SCHEMA's columns)
+Metrics = dict[str, Any]
+# (user_id, session_start, session_end)
+SessionTuple = tuple[str, datetime, datetime]
 INPUT_COLUMNS = ["user_id", "session_start", "session_end"]
 
 
-def compute(event_date: str, version: str | None, sessions: pa.Table) -> dict:
+def compute(event_date: str, version: str | None, sessions: pa.Table) -> Metrics:
     """The metrics row of a table with user_id, session_start, session_end (timestamps, UTC)."""
     starts = sessions.column("session_start").cast(pa.timestamp("us", tz="UTC"))
     ends = sessions.column("session_end").cast(pa.timestamp("us", tz="UTC"))
@@ -52,10 +66,18 @@ def compute(event_date: str, version: str | None, sessions: pa.Table) -> dict:
     seconds = pc.divide(micros.cast(pa.float64()), 1_000_000.0)
     median = p95 = None
     if len(seconds):
-        median, p95 = (v.as_py() for v in pc.quantile(seconds, q=[0.5, 0.95], interpolation="linear"))
+        quantiles = pc.QuantileOptions(q=[0.5, 0.95], interpolation="linear")
+        median, p95 = (v.as_py() for v in pc.quantile(seconds, options=quantiles))
     crossed = (
         pc.sum(
-            pc.cast(pc.greater(pc.floor_temporal(ends, unit="day"), pc.floor_temporal(starts, unit="day")), pa.int64())
+            pc.cast(
+                pc.greater(
+                    # pyarrow-stubs' floor_temporal overloads leave out a tz-aware timestamp column
+                    pc.floor_temporal(ends, unit="day"),  # type: ignore[call-overload]
+                    pc.floor_temporal(starts, unit="day"),  # type: ignore[call-overload]
+                ),
+                pa.int64(),
+            )
         ).as_py()
         or 0
     )
@@ -70,7 +92,7 @@ def compute(event_date: str, version: str | None, sessions: pa.Table) -> dict:
     }
 
 
-def from_sessions(event_date: str, version: str | None, rows) -> dict:
+def from_sessions(event_date: str, version: str | None, rows: Iterable[SessionTuple]) -> Metrics:
     """The same metrics from (user_id, session_start, session_end) tuples (a batch recomputation)."""
     return compute(event_date, version, from_table_rows(list(rows)))
 
@@ -81,10 +103,11 @@ def default_root(lake: Lake) -> str:
 
 
 def partition_path(out_root: str, event_date: str) -> str:
+    """The date's metrics file under `out_root`."""
     return layout.join(out_root, f"event_date={layout.check_event_date(event_date)}", FILE)
 
 
-def rebuild(lake: Lake, event_date: str, out_root: str) -> dict:
+def rebuild(lake: Lake, event_date: str, out_root: str) -> Metrics:
     """Read the date's current corrected version, compute its metrics, replace its partition."""
     event_date = layout.check_event_date(event_date)
     sessions = reader.read_sessions(lake, event_date, columns=INPUT_COLUMNS)
@@ -102,54 +125,47 @@ def rebuild(lake: Lake, event_date: str, out_root: str) -> dict:
 
 
 def default_weekly_root(lake: Lake) -> str:
+    """Where the example weekly DAG writes when no root is configured."""
     return lake.product_dir("weekly_session_metrics")
 
 
 def week_path(out_root: str, monday: str) -> str:
+    """The week's metrics file under `out_root` (a week is named by its Monday)."""
     return layout.join(out_root, f"week={layout.check_event_date(monday)}", FILE)
 
 
-def rebuild_week(lake: Lake, monday: str, out_root: str) -> dict:
-    """The example weekly consumer's product: the metrics of the sessions of the ISO week starting
-    on `monday` (every date of it that has a version), in <out_root>/week=MONDAY/metrics.parquet.
-    Its "version" is the dates' versions, "D=V" joined by ",", so a rerun shows what it read."""
-    from datetime import date, timedelta
+def rebuild_week(lake: Lake, monday: str, out_root: str) -> Metrics:
+    """The example weekly consumer's product: the metrics of the sessions of one ISO week.
 
+    The week starts on `monday`; every date of it that has a version counts; the row goes to
+    <out_root>/week=MONDAY/metrics.parquet. Its "version" is the dates' versions, "D=V" joined by
+    ",", so a rerun shows what it read.
+
+    Raises:
+        ValueError: `monday` is not a Monday.
+    """
     monday = layout.check_event_date(monday)
     if date.fromisoformat(monday).weekday() != 0:
         raise ValueError(f"{monday} is not a Monday: a week is named by the Monday it starts on")
-    parts, versions = [], []
+    parts: list[pa.Table] = []
+    versions: list[str] = []
     for n in range(7):
         day = str(date.fromisoformat(monday) + timedelta(days=n))
         try:
             sessions = reader.read_sessions(lake, day, columns=INPUT_COLUMNS)
         except reader.NoVersion:
             continue
-        parts.append(
-            sessions.select(INPUT_COLUMNS)
-            .cast(
-                pa.schema(
-                    [
-                        ("user_id", pa.string()),
-                        ("session_start", pa.timestamp("us", tz="UTC")),
-                        ("session_end", pa.timestamp("us", tz="UTC")),
-                    ]
-                )
-            )
-            .replace_schema_metadata(None)
-        )
+        parts.append(sessions.select(INPUT_COLUMNS).cast(pa.schema(_WEEK_INPUT)).replace_schema_metadata(None))
         versions.append(f"{day}={sessions.schema.metadata[b'tidemark.version'].decode()}")
-    if parts:
-        table = pa.concat_tables(parts)
-    else:
-        table = from_table_rows([])
+    table = pa.concat_tables(parts) if parts else from_table_rows([])
     row = compute(monday, ",".join(versions) or None, table)
     _write(week_path(out_root, monday), pa.Table.from_pylist([row], schema=SCHEMA))
     log.info("weekly session metrics rebuilt", week=monday, dates=len(versions), sessions=row["sessions"])
     return row
 
 
-def from_table_rows(rows) -> pa.Table:
+def from_table_rows(rows: Sequence[SessionTuple]) -> pa.Table:
+    """The sessions table compute() reads, from (user_id, session_start, session_end) tuples."""
     return pa.table(
         {
             "user_id": pa.array([r[0] for r in rows], pa.string()),
@@ -159,7 +175,8 @@ def from_table_rows(rows) -> pa.Table:
     )
 
 
-def read_week(out_root: str, monday: str) -> dict | None:
+def read_week(out_root: str, monday: str) -> Metrics | None:
+    """The week's metrics row as written, None when there is none."""
     path = week_path(out_root, monday)
     if not storage.exists(path):
         return None
@@ -168,7 +185,8 @@ def read_week(out_root: str, monday: str) -> dict | None:
         return pq.read_table(handle).to_pylist()[0]
 
 
-def read(out_root: str, event_date: str) -> dict | None:
+def read(out_root: str, event_date: str) -> Metrics | None:
+    """The date's metrics row as written, None when there is none."""
     path = partition_path(out_root, event_date)
     if not storage.exists(path):
         return None

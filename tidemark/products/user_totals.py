@@ -1,5 +1,7 @@
-"""Example consumer of changesets: per-user totals across all dates (sessions, minutes of session),
-maintained only from each version's changeset (tidemark/iceberg/changes.py), never by rereading a date.
+"""Example consumer of changesets: per-user totals across all dates (sessions, minutes of session).
+
+The totals are maintained only from each version's changeset (tidemark/iceberg/changes.py), never
+by rereading a date.
 
 The state is one JSON document replaced atomically, `<out>/state.json`:
 
@@ -25,9 +27,15 @@ cannot be followed from changesets alone: `apply` refuses it (NeedsBootstrap).
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any, TypedDict, cast
+
+from pyiceberg.expressions import And, BooleanExpression, GreaterThan
+
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
-from tidemark.iceberg import changes
+from tidemark.iceberg import changes, reader, table_versions
+from tidemark.iceberg import table as iceberg
 from tidemark.store.lake import Lake
 
 log = get_logger("user_totals")
@@ -40,28 +48,36 @@ class NeedsBootstrap(RuntimeError):
     """A date's changesets start after its first version: they cannot rebuild it alone."""
 
 
+class State(TypedDict):
+    """`<out>/state.json`: the last version applied per date, and the totals per user."""
+
+    cursor: dict[str, str]  # event date -> the last version applied
+    totals: dict[str, list[int]]  # user_id -> [sessions, duration in microseconds]
+
+
 def default_root(lake: Lake) -> str:
+    """Where the example DAG writes when no root is configured."""
     return lake.path("_products", "user_totals")
 
 
 def state_uri(out: str) -> str:
+    """The state document under the output root `out`."""
     return layout.join(out, "state.json")
 
 
-def load_state(lake: Lake, out: str) -> dict:
-    return lake.read_json(state_uri(out)) or {"cursor": {}, "totals": {}}
+def load_state(lake: Lake, out: str) -> State:
+    """The state under `out`, empty when none was written yet."""
+    # the document `apply` writes (Lake.read_json types any JSON object as a plain dict)
+    state = cast("State | None", lake.read_json(state_uri(out)))
+    return state or {"cursor": {}, "totals": {}}
 
 
-def _micros(moment) -> int:
+def _micros(moment: datetime) -> int:
     return int(moment.timestamp()) * 1_000_000 + moment.microsecond
 
 
-def pending(lake: Lake, event_date: str, after: str | None) -> list[dict]:
+def pending(lake: Lake, event_date: str, after: str | None) -> list[dict[str, Any]]:
     """The date's changeset rows of the versions after `after` (None: all), oldest version first."""
-    from pyiceberg.expressions import And, BooleanExpression, GreaterThan
-
-    from tidemark.iceberg import table as iceberg
-
     tbl = changes.load(lake)
     if tbl is None:
         return []
@@ -75,7 +91,7 @@ def pending(lake: Lake, event_date: str, after: str | None) -> list[dict]:
     return sorted(rows, key=lambda r: r[changes.COMMIT_VERSION])
 
 
-def apply(lake: Lake, event_date: str, out: str) -> dict:
+def apply(lake: Lake, event_date: str, out: str) -> dict[str, Any]:
     """Apply the date's changesets after its cursor; {event_date, from, to, versions, rows}."""
     event_date = layout.event_date_text(layout.as_event_date(event_date))
     state = load_state(lake, out)
@@ -99,7 +115,7 @@ def apply(lake: Lake, event_date: str, out: str) -> dict:
             del totals[row["user_id"]]
     newest = rows[-1][changes.COMMIT_VERSION]
     state["cursor"][event_date] = newest
-    lake.write_json_atomic(state_uri(out), state)  # totals and cursor in one atomic write
+    lake.write_json_atomic(state_uri(out), dict(state))  # totals and cursor in one atomic write
     done = {
         "event_date": event_date,
         "from": cursor,
@@ -112,8 +128,10 @@ def apply(lake: Lake, event_date: str, out: str) -> dict:
 
 
 def _from_first(lake: Lake, event_date: str, previous: str | None) -> bool:
-    """Do the changesets before `previous` (included) reach back to the date's first version? Only
-    empty ones have no rows: their appends, in the changes table's history, chain the versions."""
+    """Do the changesets before `previous` (included) reach back to the date's first version?
+
+    Only empty ones have no rows: their appends, in the changes table's history, chain the versions.
+    """
     appends = {
         props.get(changes.SUMMARY_VERSION): props.get("tidemark.previous-version") or None
         for _, props in changes.history(changes.load(lake))
@@ -133,8 +151,6 @@ def totals(lake: Lake, out: str) -> dict[str, tuple[int, float]]:
 
 def recompute(lake: Lake) -> dict[str, list[int]]:
     """The same totals from every date's current sessions (what `apply` must equal)."""
-    from tidemark.iceberg import reader, table_versions
-
     out: dict[str, list[int]] = {}
     for event_date in table_versions.dates_with_version(lake):
         for row in reader.read_sessions(lake, event_date).to_pylist():

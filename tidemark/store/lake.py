@@ -28,7 +28,7 @@ formats of the partition values (event dates, receipt times, run ids) that go in
     <lake>/_landing/receipt_ts=<receipt_ts>.json                           the landing ledger: files read per batch
     <lake>/_products/<product>/event_date=D/                               downstream products (tidemark.products.session_metrics)
     <lake>/_packs/event_date=D/pack=<pack_id>/part-*.parquet               a derived, rebuildable copy of some of D's
-        _tidemark_pack.json         receipt partitions' panes; its manifest (written last) names them (tidemark.panes.packs)
+        _tidemark_pack.json         receipt partitions' panes; its manifest (written last) names them (tidemark.panes.pack_cache)
 
 Every partition value is checked (tidemark.base.layout) before it can reach a path. The lake's small
 records go through its own filesystem, resolved once (`Lake.fs`): paths under the lake are mapped to
@@ -37,10 +37,12 @@ the filesystem's paths without asking pyarrow again (which, for a bucket, builds
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Iterator
 from datetime import date
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -76,12 +78,76 @@ def run_folder(event_date: date | str, run_id: object) -> str:
     return f"data/event_date={event_date_part(event_date)}/run={check_run_id(run_id)}"
 
 
+class JsonRecords:
+    """A folder of the lake that holds one small JSON record per key, as `<key>.json`.
+
+    The notice outboxes (one record per notice_id and destination) and the waiting coalescing
+    groups are such folders: their owners name records by key and never build a path or call the
+    filesystem themselves. Records are written atomically (a reader sees the old record or the
+    new one, never a part), as the lake's other small records are.
+    """
+
+    __slots__ = ("lake", "uri")
+
+    SUFFIX = ".json"
+
+    def __init__(self, lake: Lake, uri: str) -> None:
+        """The records of the folder `uri` under `lake`."""
+        self.lake = lake
+        self.uri = uri
+
+    def __repr__(self) -> str:
+        """The records' folder, for logs."""
+        return f"JsonRecords({self.uri!r})"
+
+    def path(self, key: str) -> str:
+        """The URI of the record `key` (a plain file name stem: no folder, no dot first)."""
+        if not _is_record_key(key):
+            raise ValueError(f"invalid record key {key[:80]!r}")
+        return join(self.uri, key + self.SUFFIX)
+
+    def exists(self, key: str) -> bool:
+        """Whether the record is there."""
+        return self.lake.exists(self.path(key))
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """The record, or None when there is none."""
+        return self.lake.read_json(self.path(key))
+
+    def write(self, key: str, record: dict[str, Any]) -> None:
+        """Write the record whole (sorted keys, one-space indent), replacing any earlier one."""
+        self.lake.write_json_atomic(self.path(key), record)
+
+    def create(self, key: str, record: dict[str, Any]) -> bool:
+        """Create the record (compact JSON) unless it exists; True when this call created it.
+
+        Of concurrent creators one wins (storage.create_text_if_absent_at): a record written once,
+        such as when a log began, keeps its first value.
+        """
+        return self.lake.create_text_if_absent(self.path(key), json.dumps(record))
+
+    def delete(self, key: str) -> None:
+        """Remove the record; nothing happens when there is none."""
+        self.lake.delete_file(self.path(key))
+
+    def names(self) -> list[str]:
+        """The keys of the folder's records, by file name (temp files of an atomic write are not records)."""
+        stems = (name[: -len(self.SUFFIX)] for name in self.lake.list_dir(self.uri) if name.endswith(self.SUFFIX))
+        return [stem for stem in stems if _is_record_key(stem)]
+
+
+def _is_record_key(key: str) -> bool:
+    """A record key is a file name stem: not empty, no folder separator, not hidden."""
+    return bool(key) and "/" not in key and "\\" not in key and not key.startswith(".")
+
+
 class Lake:
     """A lake folder or bucket prefix (local path, file://, gs://, s3://): its paths and its files."""
 
     __slots__ = ("uri", "_fs", "_root")
 
-    def __init__(self, uri: str, filesystem: pafs.FileSystem | None = None, root: str | None = None):
+    def __init__(self, uri: str, filesystem: pafs.FileSystem | None = None, root: str | None = None) -> None:
+        """A lake at `uri`; `filesystem` and `root` when already resolved (else on first use)."""
         if not uri or not isinstance(uri, str):
             raise ValueError(f"a lake needs a folder or URI, got {uri!r}")
         self.uri = uri.rstrip("/") or "/"
@@ -98,30 +164,38 @@ class Lake:
     # A local lake stands in for its folder (subprocess arguments, os.path, pathlib), and a lake
     # prints, logs and pickles as its URI (Spark ships it to executors).
     def __fspath__(self) -> str:
+        """The URI, so that a local lake stands in for its folder."""
         return self.uri
 
     def __str__(self) -> str:
+        """The URI."""
         return self.uri
 
     def __structlog__(self) -> str:
+        """The URI, in structured logs."""
         return self.uri
 
     def __repr__(self) -> str:
+        """The lake's constructor call."""
         return f"Lake({self.uri!r})"
 
     def __eq__(self, other: object) -> bool:
+        """Two handles on one URI are equal."""
         return isinstance(other, Lake) and other.uri == self.uri
 
     def __hash__(self) -> int:
+        """The URI's hash."""
         return hash(self.uri)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Lake], tuple[str]]:
+        """Pickled as its URI: the filesystem is resolved again where it is unpickled."""
         return (Lake, (self.uri,))
 
     # -- its filesystem --------------------------------------------------------------------------
 
     @property
     def fs(self) -> pafs.FileSystem:
+        """The lake's filesystem, resolved once."""
         if self._fs is None:
             self._fs, self._root = storage.resolve(self.uri)
         return self._fs
@@ -140,7 +214,10 @@ class Lake:
 
     def locate(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """(filesystem, path in it) of a URI; under the lake without resolving anything again.
-        Every file operation of the lake goes through here (bench/history.py counts them here)."""
+
+        Every file operation of the lake goes through here (bench/history.py counts them
+        here).
+        """
         if uri == self.uri:
             return self.fs, self.root
         if uri.startswith(self.uri + "/"):
@@ -150,40 +227,56 @@ class Lake:
     # -- its small records (markers, entries, outboxes): storage's operations on its filesystem --
 
     def exists(self, uri: str) -> bool:
+        """Whether a file or folder exists."""
         return storage.exists_at(*self.locate(uri))
 
     def read_text(self, uri: str) -> str | None:
+        """A file's text, or None when it does not exist."""
         return storage.read_text_at(*self.locate(uri))
 
-    def read_json(self, uri: str) -> dict | None:
+    def read_json(self, uri: str) -> dict[str, Any] | None:
+        """A JSON file's object, or None when it does not exist."""
         return storage.read_json_at(*self.locate(uri))
 
     def write_text_atomic(self, uri: str, text: str) -> None:
+        """Write a whole file: a reader sees the old content or the new, never a part."""
         storage.write_text_atomic_at(*self.locate(uri), text)
 
-    def write_json_atomic(self, uri: str, payload: dict) -> None:
+    def write_json_atomic(self, uri: str, payload: dict[str, Any]) -> None:
+        """Write a JSON record whole (sorted keys, one-space indent)."""
         storage.write_json_atomic_at(*self.locate(uri), payload)
 
     def create_text_if_absent(self, uri: str, text: str, settle_seconds: float = 2.0) -> bool:
+        """Create a file with this text unless it exists; True when this call created it."""
         return storage.create_text_if_absent_at(*self.locate(uri), text, settle_seconds)
 
     def list_dir(self, uri: str) -> list[str]:
+        """The names of a folder's entries, sorted; [] when it does not exist."""
         return storage.list_dir_at(*self.locate(uri))
 
     def list_subdirs(self, uri: str) -> list[str]:
+        """The names of a folder's subfolders, sorted."""
         return storage.list_subdirs_at(*self.locate(uri))
 
     def list_partition_values(self, uri: str, key: str, check: Callable[[str], str]) -> list[str]:
+        """The checked values of a folder's `key=value` subfolders, sorted."""
         return storage.partition_values(self.list_subdirs(uri), key, check)
 
     def list_event_dates(self, uri: str) -> list[str]:
+        """The event dates of a folder's `event_date=` subfolders, sorted."""
         return self.list_partition_values(uri, "event_date", check_event_date)
 
     def delete_dir(self, uri: str) -> None:
+        """Remove a folder and what it holds; nothing happens when it does not exist."""
         storage.delete_dir_at(*self.locate(uri))
 
     def delete_file(self, uri: str) -> None:
+        """Remove a file; nothing happens when it does not exist."""
         storage.delete_file_at(*self.locate(uri))
+
+    def data_file_names(self, uri: str, suffix: str = ".parquet") -> list[str]:
+        """The names of the visible data files (not _markers or .hidden) directly inside a folder, sorted."""
+        return sorted(path.rsplit("/", 1)[1] for path in storage.data_files_at(*self.locate(uri), suffix))
 
     def walk_files(self, uri: str) -> Iterator[pafs.FileInfo]:
         """Every file under a folder (one recursive listing: one call per 1,000 names on a bucket)."""
@@ -196,29 +289,37 @@ class Lake:
     # -- where things are ------------------------------------------------------------------------
 
     def path(self, *parts: str) -> str:
+        """The URI of a path under the lake."""
         return join(self.uri, *parts)
 
     # stream panes
     def sessions_root(self) -> str:
+        """The stream's panes: one folder per event date."""
         return self.path(SESSIONS)
 
     def event_date_dir(self, event_date: date | str) -> str:
+        """The receipt partitions of one event date."""
         return self.path(SESSIONS, f"event_date={event_date_part(event_date)}")
 
     def receipt_dir(self, event_date: date | str, receipt_ts: object) -> str:
+        """One receipt partition's folder."""
         return join(self.event_date_dir(event_date), f"receipt_ts={check_receipt_ts(receipt_ts)}")
 
     def receipt_marker(self, event_date: date | str, receipt_ts: object) -> str:
+        """A receipt partition's completion marker."""
         return join(self.receipt_dir(event_date, receipt_ts), RECEIPT_MARKER)
 
     # the deduplicated table
     def dedup_root(self) -> str:
+        """The deduplicated sessions' Iceberg table."""
         return self.path(SESSIONS_DEDUP)
 
     def dedup_metadata_dir(self) -> str:
+        """The Iceberg table's metadata folder."""
         return self.path(SESSIONS_DEDUP, "metadata")
 
     def dedup_data_dir(self) -> str:
+        """The Iceberg table's data folder."""
         return self.path(SESSIONS_DEDUP, "data")
 
     def run_dir(self, event_date: date | str, run_id: object) -> str:
@@ -226,6 +327,7 @@ class Lake:
         return join(self.dedup_root(), run_folder(event_date, run_id))
 
     def run_marker(self, event_date: date | str, run_id: object) -> str:
+        """A dedup run's marker."""
         return join(self.run_dir(event_date, run_id), RUN_MARKER)
 
     def run_context_dir(self, event_date: date | str, run_id: object) -> str:
@@ -233,28 +335,37 @@ class Lake:
         return join(self.run_dir(event_date, run_id), RUN_CONTEXT)
 
     def current_pointer(self, event_date: date | str) -> str:
-        """Where the current version of a date is recorded, for messages: the date's live files (its
-        version file) in the Iceberg table at <lake>/sessions_dedup (see tidemark.iceberg.table_versions)."""
+        """Where the current version of a date is recorded, for messages.
+
+        The date's live files (its version file) in the Iceberg table at
+        <lake>/sessions_dedup (see tidemark.iceberg.table_versions).
+        """
         return f"{self.dedup_root()} (live files of event_date={event_date_part(event_date)})"
 
     def local_catalog(self) -> str:
+        """The table's local SQLite catalog."""
         return self.path(CATALOG, "iceberg.db")
 
     def catalog_config(self) -> str:
+        """The properties of a configured catalog."""
         return self.path(CATALOG, "catalog.json")
 
     # malformed input
     def quarantine_root(self) -> str:
+        """Malformed input lines, by batch."""
         return self.path(QUARANTINE)
 
     def quarantine_dir(self, receipt_ts: object) -> str:
+        """One batch's malformed input lines."""
         return self.path(QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
 
     # the receipt index (tidemark.panes.receipt_index)
     def receipt_index_dir(self) -> str:
+        """The receipt index's folder."""
         return self.path(RECEIPT_INDEX)
 
     def receipt_index_file(self, name: str) -> str:
+        """One of the receipt index's records (head, reach_complete, arrivals_pruned)."""
         if name not in ("head.json", "reach_complete.json", "arrivals_pruned.json"):
             raise ValueError(f"unknown receipt index record {name!r}")
         return self.path(RECEIPT_INDEX, name)
@@ -264,6 +375,7 @@ class Lake:
         return self.path(RECEIPT_INDEX, "reach", f"event_date={event_date_part(event_date)}")
 
     def reach_entry(self, into: date | str, event_date: date | str, receipt_ts: object) -> str:
+        """The entry saying that partition (event_date, receipt_ts) reaches into `into`."""
         return join(self.reach_dir(into), f"{event_date_part(event_date)}__{check_receipt_ts(receipt_ts)}")
 
     def ends_dir(self, event_date: date | str) -> str:
@@ -271,11 +383,13 @@ class Lake:
         return self.path(RECEIPT_INDEX, "ends", f"event_date={event_date_part(event_date)}")
 
     def end_entry(self, event_date: date | str, receipt_ts: object, max_event_us: int) -> str:
+        """The entry naming a receipt partition and the latest end of its panes (microseconds)."""
         if isinstance(max_event_us, bool) or not isinstance(max_event_us, int):
             raise layout.InvalidPartitionValue(f"invalid max_event_us {max_event_us!r}: expected microseconds")
         return join(self.ends_dir(event_date), f"{check_receipt_ts(receipt_ts)}__{max_event_us}")
 
     def arrivals_root(self) -> str:
+        """The arrival entries, by the day their partitions were received."""
         return self.path(RECEIPT_INDEX, "arrivals")
 
     def arrivals_dir(self, day: date | str) -> str:
@@ -283,22 +397,28 @@ class Lake:
         return join(self.arrivals_root(), f"day={event_date_part(day)}")
 
     def arrival_entry(self, receipt_ts: object, event_date: date | str) -> str:
+        """The arrival entry of a receipt partition."""
         received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
         return join(self.arrivals_dir(received), f"{check_receipt_ts(receipt_ts)}__{event_date_part(event_date)}")
 
     # reconciliation, the landing ledger, obligations, notices, rules, products
     def reconcile_cursor(self) -> str:
+        """Where reconciliation's last pass stopped."""
         return self.path(RECONCILE, "cursor.json")
 
     def landing_ledger_dir(self) -> str:
+        """The landing ledger: the files each batch read."""
         return self.path(LANDING_LEDGER)
 
     def landing_ledger_day(self, day: date | str) -> str:
-        """The ledger entries of the batches received on `day` (UTC): one folder per day, so that a
-        reader of recent entries lists recent days only."""
+        """The ledger entries of the batches received on `day` (UTC).
+
+        One folder per day, so that a reader of recent entries lists recent days only.
+        """
         return self.path(LANDING_LEDGER, f"day={event_date_part(day)}")
 
     def landing_ledger_path(self, receipt_ts: object) -> str:
+        """Batch receipt_ts's ledger entry, in the folder of the day it was received."""
         received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
         return join(self.landing_ledger_day(received), f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
 
@@ -313,14 +433,19 @@ class Lake:
         )
 
     def obligations_root(self) -> str:
+        """The reruns owed, by event date."""
         return self.path(OBLIGATIONS)
 
     def obligations_dir(self, event_date: date | str) -> str:
+        """The reruns owed to one event date."""
         return self.path(OBLIGATIONS, f"event_date={event_date_part(event_date)}")
 
     def notices_dir(self, which: str, channel: str | None = None) -> str:
-        """The availability notices' folders, or (channel) another kind of notice's outbox and the
-        sent records of each of its destinations (tidemark.notices.outbox.SINKS)."""
+        """The URI of one notices folder.
+
+        The availability notices' folders, or (channel) another kind of notice's outbox and
+        the sent records of each of its destinations (tidemark.notices.outbox.SINKS).
+        """
         if channel is None:
             if which not in NOTICE_FOLDERS:
                 raise ValueError(f"unknown notices folder {which!r}")
@@ -329,7 +454,16 @@ class Lake:
             raise ValueError(f"unknown notices folder {channel!r}/{which!r}")
         return self.path(NOTICES, channel, which)
 
+    def notice_records(self, which: str, channel: str | None = None) -> JsonRecords:
+        """The records of one notices folder (notices_dir).
+
+        An outbox, a destination's sent records, or the coalescing groups waiting for their
+        notice ("pending").
+        """
+        return JsonRecords(self, self.notices_dir(which, channel))
+
     def rules_dir(self) -> str:
+        """The session rules records."""
         return self.path(RULES)
 
     def rules_record(self, sequence: int) -> str:
@@ -339,15 +473,18 @@ class Lake:
         return self.path(RULES, f"rules-{sequence:06d}.json")
 
     def product_dir(self, product: str) -> str:
+        """A downstream product's folder."""
         if not product.replace("_", "").isalnum():
             raise ValueError(f"invalid product name {product!r}")
         return self.path(PRODUCTS, product)
 
-    # packs: derived copies of receipt partitions' panes (tidemark.panes.packs)
+    # packs: derived copies of receipt partitions' panes (tidemark.panes.pack_cache)
     def packs_root(self) -> str:
+        """The packs, by event date."""
         return self.path(PACKS)
 
     def packs_dir(self, event_date: date | str) -> str:
+        """One event date's packs."""
         return self.path(PACKS, f"event_date={event_date_part(event_date)}")
 
     def pack_dir(self, event_date: date | str, pack_id: object) -> str:
@@ -355,9 +492,11 @@ class Lake:
         return join(self.packs_dir(event_date), f"pack={check_run_id(pack_id)}")
 
     def pack_manifest(self, event_date: date | str, pack_id: object) -> str:
+        """A pack's manifest, written last."""
         return join(self.pack_dir(event_date, pack_id), PACK_MANIFEST)
 
     def pack_file(self, event_date: date | str, pack_id: object, name: object) -> str:
+        """One of a pack's data files (a plain part-*.parquet name)."""
         if not isinstance(name, str) or not _PACK_FILE.match(name):
             raise layout.InvalidPartitionValue(f"invalid pack file name {str(name)[:80]!r}: expected part-*.parquet")
         return join(self.pack_dir(event_date, pack_id), name)

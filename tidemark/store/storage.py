@@ -8,13 +8,17 @@ object stores a single object upload is already atomic.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import pyarrow.fs as pafs
+
+from tidemark.base import layout
 
 _SCHEME_ALIASES = {"s3a://": "s3://", "s3n://": "s3://"}
 
@@ -32,14 +36,17 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
 
 
 def is_local(uri: str) -> bool:
+    """Whether a URI is on this machine's filesystem."""
     return isinstance(resolve(uri)[0], pafs.LocalFileSystem)
 
 
 def exists(uri: str) -> bool:
+    """Whether a file or folder exists."""
     return exists_at(*resolve(uri))
 
 
 def exists_at(fs: pafs.FileSystem, path: str) -> bool:
+    """Whether a path exists in a resolved filesystem."""
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
@@ -49,6 +56,7 @@ def read_text(uri: str) -> str | None:
 
 
 def read_text_at(fs: pafs.FileSystem, path: str) -> str | None:
+    """A file's text in a resolved filesystem, or None when it does not exist."""
     try:
         with fs.open_input_stream(path) as stream:
             return stream.read().decode("utf-8")
@@ -56,11 +64,13 @@ def read_text_at(fs: pafs.FileSystem, path: str) -> str | None:
         return None
 
 
-def read_json(uri: str) -> dict | None:
+def read_json(uri: str) -> dict[str, Any] | None:
+    """A JSON file's object, or None when it does not exist."""
     return read_json_at(*resolve(uri))
 
 
-def read_json_at(fs: pafs.FileSystem, path: str) -> dict | None:
+def read_json_at(fs: pafs.FileSystem, path: str) -> dict[str, Any] | None:
+    """A JSON file's object in a resolved filesystem, or None when it does not exist."""
     text = read_text_at(fs, path)
     return None if text is None else json.loads(text)
 
@@ -71,6 +81,7 @@ def write_text_atomic(uri: str, text: str) -> None:
 
 
 def write_text_atomic_at(fs: pafs.FileSystem, path: str, text: str) -> None:
+    """Write a whole file in a resolved filesystem (see write_text_atomic)."""
     parent = path.rsplit("/", 1)[0]
     fs.create_dir(parent, recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
@@ -83,11 +94,13 @@ def write_text_atomic_at(fs: pafs.FileSystem, path: str, text: str) -> None:
             out.write(text.encode("utf-8"))
 
 
-def write_json_atomic(uri: str, payload: dict) -> None:
+def write_json_atomic(uri: str, payload: dict[str, Any]) -> None:
+    """Write a JSON record whole (sorted keys, one-space indent, a final newline)."""
     write_json_atomic_at(*resolve(uri), payload)
 
 
-def write_json_atomic_at(fs: pafs.FileSystem, path: str, payload: dict) -> None:
+def write_json_atomic_at(fs: pafs.FileSystem, path: str, payload: dict[str, Any]) -> None:
+    """Write a JSON record whole in a resolved filesystem (see write_json_atomic)."""
     write_text_atomic_at(fs, path, json.dumps(payload, sort_keys=True, indent=1, default=str) + "\n")
 
 
@@ -97,6 +110,7 @@ def list_dir(uri: str) -> list[str]:
 
 
 def list_dir_at(fs: pafs.FileSystem, path: str) -> list[str]:
+    """The names of a folder's entries in a resolved filesystem, sorted."""
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
@@ -105,10 +119,12 @@ def list_dir_at(fs: pafs.FileSystem, path: str) -> list[str]:
 
 
 def list_subdirs(uri: str) -> list[str]:
+    """The names of a folder's subfolders, sorted; [] when it does not exist."""
     return list_subdirs_at(*resolve(uri))
 
 
 def list_subdirs_at(fs: pafs.FileSystem, path: str) -> list[str]:
+    """The names of a folder's subfolders in a resolved filesystem, sorted."""
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
@@ -117,28 +133,34 @@ def list_subdirs_at(fs: pafs.FileSystem, path: str) -> list[str]:
 
 
 def delete_dir(uri: str) -> None:
+    """Remove a folder and what it holds; nothing happens when it does not exist."""
     delete_dir_at(*resolve(uri))
 
 
 def delete_dir_at(fs: pafs.FileSystem, path: str) -> None:
+    """Remove a folder in a resolved filesystem; nothing happens when it does not exist."""
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)
 
 
 def delete_file(uri: str) -> None:
+    """Remove a file; nothing happens when it does not exist."""
     delete_file_at(*resolve(uri))
 
 
 def delete_file_at(fs: pafs.FileSystem, path: str) -> None:
-    try:
+    """Remove a file in a resolved filesystem; nothing happens when it does not exist."""
+    with contextlib.suppress(FileNotFoundError):
         fs.delete_file(path)
-    except FileNotFoundError:
-        pass
 
 
 def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
     """Visible data files (not _markers or .hidden) directly inside a folder, as paths for pyarrow."""
-    fs, path = resolve(uri)
+    return data_files_at(*resolve(uri), suffix)
+
+
+def data_files_at(fs: pafs.FileSystem, path: str, suffix: str = ".parquet") -> Iterable[str]:
+    """Visible data files directly inside a folder of a resolved filesystem (see data_files)."""
     infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     for info in infos:
         if (
@@ -151,10 +173,10 @@ def data_files(uri: str, suffix: str = ".parquet") -> Iterable[str]:
 
 def partition_values(names: Iterable[str], key: str, check: Callable[[str], str]) -> list[str]:
     """The values of the `key=value` folder names that `check` (a layout check) accepts, sorted.
-    Others (written by hand, or by something else) are skipped, so a stray folder can never become
-    a path or a run."""
-    from tidemark.base import layout  # layout has no I/O; storage is what lists
 
+    Others (written by hand, or by something else) are skipped, so a stray folder can never
+    become a path or a run.
+    """
     out = []
     for name in names:
         value = layout.partition_value(name, key)
@@ -183,6 +205,7 @@ def create_text_if_absent(uri: str, text: str, settle_seconds: float = 2.0) -> b
 
 
 def create_text_if_absent_at(fs: pafs.FileSystem, path: str, text: str, settle_seconds: float = 2.0) -> bool:
+    """Create a file in a resolved filesystem unless it exists (see create_text_if_absent)."""
     parent, name = path.rsplit("/", 1)
     fs.create_dir(parent, recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):

@@ -1,5 +1,6 @@
-"""A published version of an event date, as a value: what a dedup run's marker holds and what the
-table says about its commit.
+"""A published version of an event date, as a value.
+
+What a dedup run's marker holds and what the table says about its commit.
 
 Two records, one per place a version is written:
 
@@ -7,7 +8,7 @@ Two records, one per place a version is written:
   written once by tidemark.deduplication.dedup before the commit, never rewritten), with, once the
   table has made it current or listed it, its `Commit`;
 - `Commit`: what the table holds for a committed version (the version file's name, or the table
-  property `tidemark.current.D` of tables written before issue 27, or a snapshot's summary): the
+  property `tidemark.current.D` of tables written by older tidemarks, or a snapshot's summary): the
   version id, its run, the version it replaced and when.
 
 `VersionRecord.from_marker` / `to_marker` are the only conversions between a marker's JSON and the
@@ -43,8 +44,8 @@ class Commit:
     snapshot_id: int | None = None  # the snapshot that published it, when read from the history
 
     @classmethod
-    def from_json(cls, payload: dict) -> Commit:
-        """The table property of a table written before issue 27 (`tidemark.current.D`)."""
+    def from_json(cls, payload: dict[str, Any]) -> Commit:
+        """The commit recorded in an older table's property `tidemark.current.D`."""
         return cls(
             version=layout.check_receipt_ts(payload["version"]),
             run_id=layout.check_run_id(payload["run_id"]),
@@ -53,7 +54,8 @@ class Commit:
             snapshot_id=payload.get("snapshot_id"),
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """The commit as an older table's property held it."""
         out: dict[str, Any] = {
             "version": self.version,
             "run_id": self.run_id,
@@ -92,24 +94,24 @@ class VersionRecord:
     reach: str | None = None  # the latest end of the sessions touching D (None: no session)
     gap: str | None = None  # the session gap as text ("30m")
     rules_id: str | None = None
-    rules: dict | None = None  # SessionRules.describe() of the rules it was made under
+    rules: dict[str, Any] | None = None  # SessionRules.describe() of the rules it was made under
     affected_dates: tuple[str, ...] = ()
     planned_on: str | None = None  # the version it was planned on (None: none)
     new_receipts: int | None = None
     # The changeset staged in its folder's changes/ (tidemark/iceberg/changes.py): {inserted, deleted,
     # updated}; None: none staged (an older tidemark's run)
-    changes: dict | None = None
+    changes: dict[str, Any] | None = None
     created_at: str | None = None  # ISO text: when its data was written
     commit: Commit | None = None  # None: not committed (a run's marker before its commit)
     # Keys of the marker this record does not know (a newer writer's): kept for the round trip.
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     # Keys of the marker format the marker read did not hold (an older writer's): left out on write.
     absent: frozenset[str] = frozenset()
 
     # --- the boundary ------------------------------------------------------------------------------
 
     @classmethod
-    def from_marker(cls, payload: dict, commit: Commit | None = None) -> VersionRecord:
+    def from_marker(cls, payload: dict[str, Any], commit: Commit | None = None) -> VersionRecord:
         """The record of a marker's JSON (the event date and run id checked: they name paths)."""
         known = {k: payload[k] for k in MARKER_KEYS if k in payload}
         values: dict[str, Any] = {k: v for k, v in known.items() if k not in _REQUIRED}
@@ -127,11 +129,14 @@ class VersionRecord:
 
     @classmethod
     def holding(cls, **values: Any) -> VersionRecord:
-        """A record whose marker holds exactly these keys, as a writer that recorded no others
-        wrote it (the rest absent): versions of older tidemarks, in tests and benchmarks."""
+        """A record whose marker holds exactly these keys, the rest absent.
+
+        As a writer that recorded no others wrote it: versions of older tidemarks, in tests
+        and benchmarks.
+        """
         return cls(**values, absent=frozenset(MARKER_KEYS) - set(values))
 
-    def to_marker(self) -> dict:
+    def to_marker(self) -> dict[str, Any]:
         """The marker's JSON: every key of the format but those absent, and the extra keys."""
         out: dict[str, Any] = {}
         for name in MARKER_KEYS:
@@ -145,7 +150,7 @@ class VersionRecord:
             out[name] = value
         return {**out, **self.extra}
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """What people and scripts are shown (`tidemark read`, inspect): the marker and the commit."""
         return {**self.to_marker(), **(self.commit.to_json() if self.commit else {})}
 
@@ -153,18 +158,22 @@ class VersionRecord:
 
     @property
     def version(self) -> str | None:
+        """The version id, once committed."""
         return self.commit.version if self.commit else None
 
     @property
     def previous_version(self) -> str | None:
+        """The version it replaced, once committed (None: the date's first)."""
         return self.commit.previous_version if self.commit else None
 
     @property
     def committed_at(self) -> str | None:
+        """When it was committed (ISO), once committed."""
         return self.commit.committed_at if self.commit else None
 
     @property
     def snapshot_id(self) -> int | None:
+        """The snapshot that published it, when read from the table's history."""
         return self.commit.snapshot_id if self.commit else None
 
     def committed(self, commit: Commit) -> VersionRecord:
@@ -184,6 +193,7 @@ class VersionRecord:
 
     @property
     def event_date_text(self) -> str:
+        """The event date as YYYY-MM-DD."""
         return layout.event_date_text(self.event_date)
 
 

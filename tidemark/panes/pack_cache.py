@@ -1,5 +1,9 @@
-"""Packs: a derived, immutable, rebuildable copy of the panes of an explicit set of one date's receipt
-partitions, so that a full dedup of a date with thousands of receipts reads a few files, not thousands.
+"""Packs: a derived, rebuildable copy of many of one date's receipt partitions' panes.
+
+A pack is a derived, immutable, rebuildable copy of the panes of an explicit set of one date's
+receipt partitions, so that a full dedup of a date with thousands of receipts reads a few files,
+not thousands. This module is the pack's format: choosing, reading, writing and removing packs;
+the pass that packs closed dates ahead is tidemark/panes/pack_maintenance.py.
 
 Why: a 10 s trigger writes 8,640 receipt partitions a day for today's date alone, and reading them
 costs ~1 ms of pyarrow per tiny file whatever the reader (BENCHMARKS.md section 7). The receipt
@@ -27,11 +31,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow.parquet as pq
 
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
-from tidemark.store import storage
+from tidemark.panes.receipt_index import PartitionKey
 from tidemark.store.lake import Lake
+
+if TYPE_CHECKING:  # a type only: pyspark is imported where a pack is written
+    from pyspark.sql import DataFrame
+
+P = TypeVar("P", bound=PartitionKey)
 
 log = get_logger("packs")
 
@@ -49,6 +61,8 @@ FILES = 2
 
 @dataclass(frozen=True)
 class Pack:
+    """A complete pack, as its manifest describes it."""
+
     event_date: str
     pack_id: str
     receipts: frozenset[str]  # the receipt_ts of every receipt partition whose panes it holds
@@ -57,10 +71,12 @@ class Pack:
     created_at: str
 
     def file_uris(self, lake: Lake) -> list[str]:
+        """The URIs of the pack's data files."""
         return [lake.pack_file(self.event_date, self.pack_id, name) for name in self.files]
 
 
 def new_pack_id() -> str:
+    """A fresh pack id (32 hex digits): each writer its own folder."""
     return uuid.uuid4().hex
 
 
@@ -70,8 +86,10 @@ def listed(lake: Lake, event_date: str) -> list[str]:
 
 
 def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[str] | None = None) -> list[Pack]:
-    """The packs of a date whose manifest exists (and, when given, that hold `columns`); `ids`: the
-    date's pack folders when the caller listed them already."""
+    """The packs of a date whose manifest exists (and, when given, that hold `columns`).
+
+    `ids`: the date's pack folders when the caller listed them already.
+    """
     ids = listed(lake, event_date) if ids is None else ids
     if not ids:
         return []
@@ -83,9 +101,14 @@ def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[
     return [pack for pack in packs if pack is not None]
 
 
-def _from_manifest(event_date: str, pack_id: str, manifest: dict | None, columns: str | None = None) -> Pack | None:
-    """The pack a manifest describes; None when there is none, or one this reader cannot use (another
-    format, other columns, not readable as one): such a pack is skipped, never half-trusted."""
+def _from_manifest(
+    event_date: str, pack_id: str, manifest: dict[str, Any] | None, columns: str | None = None
+) -> Pack | None:
+    """The pack a manifest describes; None when there is none or this reader cannot use it.
+
+    Or one this reader cannot use (another format, other columns, not readable as one): such a
+    pack is skipped, never half-trusted.
+    """
     if not manifest or manifest.get("format") != FORMAT or manifest.get("event_date") != event_date:
         return None
     if columns is not None and manifest.get("columns") != columns:
@@ -105,26 +128,31 @@ def _from_manifest(event_date: str, pack_id: str, manifest: dict | None, columns
 
 
 def best(packs: list[Pack], needed: set[str]) -> Pack | None:
-    """The pack holding the most of `needed` (receipt_ts), among those holding nothing else: a pack
-    with a receipt partition the reader does not want would add its panes."""
+    """The pack holding the most of `needed` (receipt_ts), among those holding nothing else.
+
+    A pack with a receipt partition the reader does not want would add its panes.
+    """
     usable = [p for p in packs if p.receipts and p.receipts <= needed]
     return max(usable, key=_preference, default=None)
 
 
-def _preference(pack: Pack) -> tuple:
-    """Which of two packs a reader prefers (the larger, then the newer): gc removes a pack only in
-    favour of one preferred to it."""
+def _preference(pack: Pack) -> tuple[int, str, str]:
+    """Which of two packs a reader prefers (the larger, then the newer).
+
+    `tidemark gc` removes a pack only in favour of one preferred to it.
+    """
     return (len(pack.receipts), pack.created_at, pack.pack_id)
 
 
-def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]:
-    """(packs to read, partitions still to read from their folders) for reading `partitions`
-    (anything with event_date and receipt_ts): a date's packs are looked for only when PACK_AT of
-    its partitions are needed."""
+def cover(lake: Lake, partitions: list[P], columns: str) -> tuple[list[Pack], list[P]]:
+    """(packs to read, partitions still to read from their folders) for reading `partitions`.
+
+    A date's packs are looked for only when PACK_AT of its partitions are needed.
+    """
     by_date: dict[str, set[str]] = {}
     for p in partitions:
         by_date.setdefault(p.event_date, set()).add(p.receipt_ts)
-    chosen = []
+    chosen: list[Pack] = []
     for event_date, needed in sorted(by_date.items()):
         if len(needed) >= PACK_AT:
             pack = best(complete(lake, event_date, columns), needed)
@@ -134,9 +162,13 @@ def cover(lake: Lake, partitions: list, columns: str) -> tuple[list[Pack], list]
     return chosen, [p for p in partitions if (p.event_date, p.receipt_ts) not in packed]
 
 
-def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str, files: int = FILES) -> Pack:
-    """Write the panes of D's receipt partitions `receipts` (a DataFrame of `columns`, every pane of
-    those partitions and nothing else) as a new pack: the data, then the manifest (atomically)."""
+def write(lake: Lake, event_date: str, panes: DataFrame, receipts: list[str], columns: str, files: int = FILES) -> Pack:
+    """Write the panes of D's receipt partitions `receipts` as a new pack.
+
+    `panes`: a DataFrame of `columns`, every pane of those partitions and nothing else. The
+    data goes first, then the manifest (atomically).
+    """
+    # pyspark: only where Spark writes a pack, never at the CLI's start
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -150,7 +182,7 @@ def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str,
     panes = panes.where(F.col("event_date") == F.lit(event_date)).select(*names)
     # A few files, side by side (coalesce: no shuffle); "error" refuses a folder that already exists.
     panes.coalesce(files).write.mode("error").parquet(folder)
-    written = sorted(path.rsplit("/", 1)[1] for path in storage.data_files(folder))
+    written = lake.data_file_names(folder)
     pack = write_manifest(
         lake, event_date, pack_id, receipts, written, _rows(lake, event_date, pack_id, written), columns
     )
@@ -164,9 +196,13 @@ def write(lake: Lake, event_date: str, panes, receipts: list[str], columns: str,
 def write_manifest(
     lake: Lake, event_date: str, pack_id: str, receipts: list[str], files: list[str], rows: int, columns: str
 ) -> Pack:
-    """The pack's manifest, written last by every pack writer (the dedup's above, the maintenance
-    pass's: tidemark/panes/packing.py) once its data files are whole: the pack exists for readers
-    from here on, whole; a writer killed before it leaves a folder readers ignore and gc removes."""
+    """Write a pack's manifest, the last step of every pack writer.
+
+    The pack's manifest, written last by every pack writer (the dedup's above, the maintenance
+    pass's: tidemark/panes/pack_maintenance.py) once its data files are whole: the pack exists
+    for readers from here on, whole; a writer killed before it leaves a folder readers ignore
+    and gc removes.
+    """
     event_date = layout.check_event_date(event_date)
     manifest = {
         "format": FORMAT,
@@ -186,8 +222,6 @@ def write_manifest(
 
 def _rows(lake: Lake, event_date: str, pack_id: str, names: list[str]) -> int:
     """Rows of the written files, from their footers (a count without another Spark job)."""
-    import pyarrow.parquet as pq
-
     total = 0
     for name in names:
         fs, path = lake.locate(lake.pack_file(event_date, pack_id, name))
@@ -198,6 +232,8 @@ def _rows(lake: Lake, event_date: str, pack_id: str, names: list[str]) -> int:
 
 @dataclass(frozen=True)
 class Leftover:
+    """A pack `tidemark gc` may remove, and why."""
+
     event_date: str
     pack_id: str
     why: str  # "incomplete" (no usable manifest) or "superseded" (another pack holds all it holds)
@@ -205,10 +241,14 @@ class Leftover:
 
 
 def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | None], now: datetime) -> list[Leftover]:
-    """Packs `tidemark gc` may remove: folders without a usable manifest whose newest write is older than
-    the retention (a writer still at work is young), and packs whose receipts a newer pack holds all
-    of, once that newer pack is older than the retention (a reader that listed the packs before it
-    appeared has long finished). `age_s`: seconds since the newest write below a folder (gc's)."""
+    """The packs `tidemark gc` may remove: incomplete, or superseded for longer than the retention.
+
+    Packs `tidemark gc` may remove: folders without a usable manifest whose newest write is
+    older than the retention (a writer still at work is young), and packs whose receipts a newer
+    pack holds all of, once that newer pack is older than the retention (a reader that listed
+    the packs before it appeared has long finished). `age_s`: seconds since the newest write
+    below a folder (gc's).
+    """
     found = []
     for event_date in lake.list_event_dates(lake.packs_root()):
         ids = listed(lake, event_date)
@@ -233,6 +273,9 @@ def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | Non
 
 
 def remove(lake: Lake, leftover: Leftover) -> None:
-    # The manifest first: a half-removed pack is then plainly incomplete, never half-read.
+    """Remove a leftover pack: its manifest first, then its folder.
+
+    The manifest goes first: a half-removed pack is then plainly incomplete, never half-read.
+    """
     lake.delete_file(lake.pack_manifest(leftover.event_date, leftover.pack_id))
     lake.delete_dir(lake.pack_dir(leftover.event_date, leftover.pack_id))

@@ -1,6 +1,6 @@
 """The maintenance pass that packs closed dates (`tidemark gc`, then the maintenance DAG's `pack` task).
 
-Why: a dedup writes a pack (tidemark/panes/packs.py) only when a full dedup of a date has just read
+Why: a dedup writes a pack (tidemark/panes/pack_cache.py) only when a full dedup of a date has just read
 PACK_AT of its receipt partitions one by one: the first full dedup of a date with 8,640 receipts
 pays for every tiny file (BENCHMARKS.md section 7), at the moment a correction waits for it. This
 pass packs those dates ahead, off the correction's path, once they are closed.
@@ -11,8 +11,8 @@ pass packs those dates ahead, off the correction's path, once they are closed.
   reader takes from their folders beside the pack.
 - Packed: a closed date with PACK_AT or more complete receipt partitions that no usable pack holds
   (a pack of the dedup's columns, pane_reader.DEDUP_COLUMNS). The new pack holds every complete
-  receipt partition of the date (a reader uses one pack per date: packs.best), read with pyarrow
-  (pane_reader.read_table, no Spark), data files first, the manifest last (packs.write_manifest).
+  receipt partition of the date (a reader uses one pack per date: pack_cache.best), read with pyarrow
+  (pane_reader.read_table, no Spark), data files first, the manifest last (pack_cache.write_manifest).
   The pack it supersedes goes with `tidemark gc` after the retention.
 - Budget: at most BUDGET receipt partitions read per pass, newest dates first (what a correction is
   likeliest to read next); a date over the budget waits for the next pass.
@@ -33,10 +33,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
+import pyarrow.parquet as pq
+
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, tracked
-from tidemark.panes import packs, pane_reader, receipt_index, receipts
+from tidemark.panes import pack_cache, pane_reader, receipt_index, receipts
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -55,6 +57,8 @@ STATE_FORMAT = 1
 
 @dataclass(frozen=True)
 class Packed:
+    """One date the pass packed (or, in a dry run, would pack)."""
+
     event_date: str
     receipts: int  # receipt partitions the pack holds
     pack_id: str | None  # None: a dry run
@@ -64,6 +68,8 @@ class Packed:
 
 @dataclass
 class PassResult:
+    """What one packing pass did."""
+
     packed: list[Packed] = field(default_factory=list)
     examined: int = 0  # dates whose receipt partitions were listed
     left: list[str] = field(default_factory=list)  # dates over this pass's budget: the next pass's
@@ -72,49 +78,65 @@ class PassResult:
 
 
 def newest_closed(rules: SessionRules, now: datetime) -> date:
-    """The newest date whose end (the next midnight) is older than watermark delay + allowed lateness
-    + SETTLE before `now`."""
+    """The newest date closed at `now`.
+
+    The newest date whose end (the next midnight) is older than watermark delay + allowed
+    lateness + SETTLE before `now`.
+    """
     horizon = now - (rules.watermark_delay + rules.allowed_lateness + SETTLE)
     return (horizon - timedelta(microseconds=1)).date() - timedelta(days=1)
 
 
 def state_uri(lake: Lake) -> str:
+    """Where the pass records where it stopped (`_packs/_packing.json`)."""
     return layout.join(lake.packs_root(), STATE)
 
 
-def read_state(lake: Lake) -> dict | None:
-    """The last pass's state, or None (no pass yet, or a state this tidemark cannot read: every date
-    is examined once more, which is only slower)."""
+@dataclass(frozen=True)
+class PassState:
+    """Where the last pass stopped, as `_packs/_packing.json` records it."""
+
+    head: str | None  # the receipt index's head the pass started from
+    closed_through: str  # the newest date that was closed then
+    left: list[str]  # the dates over that pass's budget
+
+
+def read_state(lake: Lake) -> PassState | None:
+    """The last pass's state, or None.
+
+    None when no pass ran yet, or the state is one this tidemark cannot read: every date is then
+    examined once more, which is only slower.
+    """
     state = lake.read_json(state_uri(lake))
     if not state or state.get("format") != STATE_FORMAT:
         return None
     try:
-        return {
-            "head": layout.check_receipt_ts(state["head"]) if state.get("head") else None,
-            "closed_through": layout.check_event_date(state["closed_through"]),
-            "left": [layout.check_event_date(d) for d in state.get("left", [])],
-        }
+        return PassState(
+            head=layout.check_receipt_ts(state["head"]) if state.get("head") else None,
+            closed_through=layout.check_event_date(state["closed_through"]),
+            left=[layout.check_event_date(d) for d in state.get("left", [])],
+        )
     except (KeyError, TypeError, layout.InvalidPartitionValue):
         return None
 
 
-def _candidates(lake: Lake, state: dict | None, closed: str) -> tuple[list[str], str]:
+def _candidates(lake: Lake, state: PassState | None, closed: str) -> tuple[list[str], str]:
     """(closed dates to examine, how they were found)."""
     pruned = receipt_index.arrivals_pruned_before(lake)
     if (
         state is None
-        or state["head"] is None
-        or (pruned and pruned > layout.parse_receipt_ts(state["head"]).date().isoformat())
+        or state.head is None
+        or (pruned and pruned > layout.parse_receipt_ts(state.head).date().isoformat())
     ):
         return [d for d in receipts.list_event_dates(lake) if d <= closed], "every date"
-    found = set(state["left"])
+    found = set(state.left)
     # the dates closed since the last pass (one a day on a daily schedule): a listing each
-    day = date.fromisoformat(state["closed_through"]) + timedelta(days=1)
+    day = date.fromisoformat(state.closed_through) + timedelta(days=1)
     while day.isoformat() <= closed:
         found.add(day.isoformat())
         day += timedelta(days=1)
     # the dates that received receipt partitions since (late data into closed dates)
-    found |= receipt_index.arrived(lake, state["head"])
+    found |= receipt_index.arrived(lake, state.head)
     return sorted(d for d in found if d <= closed), "what changed"
 
 
@@ -122,36 +144,38 @@ def unpacked(lake: Lake, event_date: str) -> tuple[list[str], int]:
     """(every complete receipt partition of the date, how many of them no usable pack holds)."""
     stamps = receipts.complete_names(lake, event_date)
     held: set[str] = set()
-    if len(stamps) >= packs.PACK_AT:  # fewer: never worth a listing of the packs
-        for pack in packs.complete(lake, event_date, pane_reader.DEDUP_COLUMNS):
+    if len(stamps) >= pack_cache.PACK_AT:  # fewer: never worth a listing of the packs
+        for pack in pack_cache.complete(lake, event_date, pane_reader.DEDUP_COLUMNS):
             held |= pack.receipts
     return stamps, len(set(stamps) - held)
 
 
-def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> packs.Pack | None:
-    """A pack of the panes of the date's receipt partitions `stamps`, read and written with pyarrow:
-    the data files, then the manifest. None when those partitions hold no pane file."""
-    import pyarrow.parquet as pq
+def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> pack_cache.Pack | None:
+    """Write a pack of the date's receipt partitions `stamps` with pyarrow.
 
+    The data files first, then the manifest. None when those partitions hold no pane file.
+    """
     event_date = layout.check_event_date(event_date)
     folders = [lake.receipt_dir(event_date, ts) for ts in stamps]
     data_columns = [c.name for c in pane_reader.DEDUP_PANE]
     table = pane_reader.read_table(lake.sessions_root(), folders, data_columns)
     if table is None:
         return None
-    pack_id = packs.new_pack_id()
+    pack_id = pack_cache.new_pack_id()
     fs, folder = lake.locate(lake.pack_dir(event_date, pack_id))
     fs.create_dir(folder, recursive=True)
     names = []
-    per_file = -(-table.num_rows // packs.FILES) or 1
-    for index in range(packs.FILES):
+    per_file = -(-table.num_rows // pack_cache.FILES) or 1
+    for index in range(pack_cache.FILES):
         part = table.slice(index * per_file, per_file)
         if index and not part.num_rows:
             break
         name = f"part-{index:05d}.parquet"
         pq.write_table(part, f"{folder}/{name}", filesystem=fs)
         names.append(name)
-    return packs.write_manifest(lake, event_date, pack_id, stamps, names, table.num_rows, pane_reader.DEDUP_COLUMNS)
+    return pack_cache.write_manifest(
+        lake, event_date, pack_id, stamps, names, table.num_rows, pane_reader.DEDUP_COLUMNS
+    )
 
 
 def run_pass(
@@ -161,8 +185,11 @@ def run_pass(
     dry_run: bool = False,
     display: Display | None = None,
 ) -> PassResult:
-    """Pack the closed dates that need it (see the module's docstring); dry_run: say which, write nothing.
-    Reports its progress over the dates (logs, and `display`: the CLI's terminal bar)."""
+    """Pack the closed dates that need it (see the module's docstring).
+
+    Dry_run: say which, write nothing. Reports its progress over the dates (logs, and `display`:
+    the CLI's terminal bar).
+    """
     now = now or datetime.now(timezone.utc)
     rules, _, _ = rules_record.rules_in_force(lake)
     closed = newest_closed(rules, now).isoformat()
@@ -175,7 +202,7 @@ def run_pass(
     for event_date in tracked(newest_first, "packing closed dates", log=log, display=display, lake=lake):
         stamps, loose = unpacked(lake, event_date)
         result.examined += 1
-        if loose < packs.PACK_AT:
+        if loose < pack_cache.PACK_AT:
             continue
         if spent and spent + len(stamps) > budget:
             result.left.append(event_date)  # over this pass's budget (a date alone over it still goes)

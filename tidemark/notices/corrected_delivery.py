@@ -1,5 +1,7 @@
-"""Corrected notices: recorded in the lake's outbox when a version is published, sent to the
-corrected topic with retries, drained after an outage.
+"""Corrected notices: recorded, sent to Pub/Sub and emitted to Airflow.
+
+Recorded in the lake's outbox when a version is published, sent to the corrected topic with retries,
+drained after an outage.
 
     record_after_commit(lake, version)    right after a dedup run's commit (tidemark.deduplication.dedup), in the
                                           process that committed (spark-submit driver, Spark Connect
@@ -23,15 +25,24 @@ nothing, so each published version has exactly one entry and one notice.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import date
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
 
 from tidemark.base import layout, names
 from tidemark.base.logs import get_logger
 from tidemark.iceberg import changes, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected_notice
+from tidemark.notices.asset_events import AssetEventSender
 from tidemark.notices.drain import drain
 from tidemark.notices.outbox import Outbox
+from tidemark.notices.sender import Sender, sender_for
+from tidemark.orchestration.airflow_api import AirflowClient, AirflowRejected, NotConfigured
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import Commit, VersionRecord
 
@@ -44,47 +55,50 @@ _DIFF_COLUMNS = ("session_id", "session_end", "event_count")
 
 
 def outbox(lake: Lake) -> Outbox:
+    """The corrected notices' outbox, owed to Pub/Sub and to Airflow."""
     return Outbox(lake, corrected_notice, CHANNEL, sinks=("pubsub", "airflow"))
 
 
 def configured_topic() -> str | None:
-    """Where the DAG sends corrected notices: $TIDEMARK_CORRECTED_TOPIC_PATH
-    (projects/P/topics/<names CORRECTED_TOPIC>), or None: then notices are recorded and stay owed."""
+    """Where the DAG sends corrected notices, or None.
+
+    $TIDEMARK_CORRECTED_TOPIC_PATH (projects/P/topics/<names CORRECTED_TOPIC>), or None: then
+    notices are recorded and stay owed.
+    """
     return os.environ.get("TIDEMARK_CORRECTED_TOPIC_PATH") or None
 
 
 def default_topic(project: str | None = None) -> str:
+    """The corrected topic's path in `project` (default: the configured project)."""
     return names.topic_path(project or names.get("PROJECT"), names.get("CORRECTED_TOPIC"))
 
 
-def _sessions_at(tbl, event_date: str, snapshot_id: int):
+def _sessions_at(tbl: Table, event_date: str, snapshot_id: int) -> pa.Table:
     """The date's sessions (_DIFF_COLUMNS) at a snapshot, as an Arrow table of _diff_schema(tbl).
 
     pyiceberg gives a snapshot without data files the table schema's Arrow types (large_string)
     and one with files the files' own (Spark writes string): one schema for every version, so
-    that two versions always join, whatever either held."""
+    that two versions always join, whatever either held.
+    """
     found = tbl.scan(
         row_filter=iceberg.date_filter(event_date), selected_fields=_DIFF_COLUMNS, snapshot_id=snapshot_id
     ).to_arrow()
     return found.select(list(_DIFF_COLUMNS)).cast(_diff_schema(tbl))
 
 
-def _diff_schema(tbl):
+def _diff_schema(tbl: Table) -> pa.Schema:
     """_DIFF_COLUMNS with the table schema's Arrow types, without field metadata."""
-    import pyarrow as pa
-
     arrow = tbl.schema().as_arrow()
     return pa.schema([pa.field(name, arrow.field(name).type) for name in _DIFF_COLUMNS])
 
 
-def session_changes(old, new) -> dict:
+def session_changes(old: pa.Table, new: pa.Table) -> dict[str, int]:
     """Counts of sessions added, removed, changed, unchanged between two versions of a date.
 
     `old` and `new` are Arrow tables of _DIFF_COLUMNS (session_id unique in each). Compared with Arrow's
     vectorised join and kernels: a date holds up to millions of sessions, and a Python dict per row took
-    ~10 s per million, inside the dedup's run (recorded right after its commit)."""
-    import pyarrow.compute as pc
-
+    ~10 s per million, inside the dedup's run (recorded right after its commit).
+    """
     old = old.select(list(_DIFF_COLUMNS))
     new = new.select(list(_DIFF_COLUMNS))
     if old.schema != new.schema:  # Arrow joins only equal key types (string vs large_string)
@@ -94,7 +108,7 @@ def session_changes(old, new) -> dict:
         pc.equal(both["session_end_new"], both["session_end_old"]),
         pc.equal(both["event_count_new"], both["event_count_old"]),
     )
-    unchanged = pc.sum(pc.fill_null(same, False).cast("int64")).as_py() or 0
+    unchanged = int(pc.sum(pc.fill_null(same, pa.scalar(False)).cast("int64")).as_py() or 0)
     common = both.num_rows
     return {
         "sessions_added": new.num_rows - common,
@@ -104,21 +118,24 @@ def session_changes(old, new) -> dict:
     }
 
 
-def _snapshot_of(tbl, event_date: str, key: str, value: str) -> int | None:
+def _snapshot_of(tbl: Table, event_date: str, key: str, value: str) -> int | None:
     found = [s.snapshot_id for s, props in table_versions.snapshot_versions(tbl, event_date) if props.get(key) == value]
     return found[-1] if found else None
 
 
-def build_for(lake: Lake, tbl, version: VersionRecord) -> dict:
+def build_for(lake: Lake, tbl: Table, version: VersionRecord) -> dict[str, Any]:
     """The corrected notice of a published version (table_versions.current_version's record)."""
     event_date = version.event_date_text
     committed = _committed(version)
     snapshot_id = _snapshot_of(tbl, event_date, "tidemark.run-id", version.run_id)
     if snapshot_id is None:  # its snapshot was expired by gc; still current, so the current one holds it
-        snapshot_id = tbl.current_snapshot().snapshot_id
+        current = tbl.current_snapshot()
+        if current is None:
+            raise ValueError(f"version {committed.version} of {event_date}: the table has no snapshot")
+        snapshot_id = current.snapshot_id
     previous = committed.previous_version
     where = changes.ensure(lake, version)  # appended by now, unless the run staged no changeset
-    counts: dict | None
+    counts: dict[str, int] | None
     if where is not None:
         counts, rows = counts_of(where.counts, version.sessions), version.sessions
     else:
@@ -150,7 +167,7 @@ def build_for(lake: Lake, tbl, version: VersionRecord) -> dict:
     )
 
 
-def counts_of(found: changes.Counts, sessions: int) -> dict:
+def counts_of(found: changes.Counts, sessions: int) -> dict[str, int]:
     """The notice's counts from a version's changeset and its number of sessions."""
     return {
         "sessions_added": found.inserted,
@@ -160,9 +177,14 @@ def counts_of(found: changes.Counts, sessions: int) -> dict:
     }
 
 
-def _counts_from_versions(tbl, event_date: str, snapshot_id: int, previous: str | None) -> tuple[dict | None, int]:
-    """(counts, rows) of a version that staged no changeset (an older tidemark's run): its
-    sessions compared with the previous version's, both read whole."""
+def _counts_from_versions(
+    tbl: Table, event_date: str, snapshot_id: int, previous: str | None
+) -> tuple[dict[str, int] | None, int]:
+    """(counts, rows) of a version that staged no changeset.
+
+    An older tidemark's run: its sessions are compared with the previous version's, both read
+    whole.
+    """
     new = _sessions_at(tbl, event_date, snapshot_id)
     if previous is None:
         return session_changes(new.schema.empty_table(), new), new.num_rows
@@ -178,7 +200,7 @@ def _committed(version: VersionRecord) -> Commit:
     return version.commit
 
 
-def record(lake: Lake, version: VersionRecord, tbl=None) -> dict | None:
+def record(lake: Lake, version: VersionRecord, tbl: Table | None = None) -> dict[str, Any] | None:
     """Record the notice of a published version unless known; returns the body recorded, or None."""
     box = outbox(lake)
     notice_id = corrected_notice.notice_id(names.get("DATASET"), version.event_date_text, _committed(version).version)
@@ -194,7 +216,7 @@ def record(lake: Lake, version: VersionRecord, tbl=None) -> dict | None:
     return body if box.record(body) else None
 
 
-def record_current(lake: Lake, event_date: date | str) -> dict | None:
+def record_current(lake: Lake, event_date: date | str) -> dict[str, Any] | None:
     """Record the notice of the date's current version (if any, and unless known)."""
     tbl = iceberg.load(lake)
     current = None if tbl is None else table_versions.current_version(lake, layout.event_date_part(event_date), tbl)
@@ -204,8 +226,11 @@ def record_current(lake: Lake, event_date: date | str) -> dict | None:
 
 
 def record_after_commit(lake: Lake, version: VersionRecord) -> None:
-    """Called by the dedup right after its commit. Never fails the run: a notice that cannot be recorded now is
-    recorded by the DAG's safety net (record_current) or the next run of the date."""
+    """Record the notice of a version the dedup just committed; never fails the run.
+
+    A notice that cannot be recorded now is recorded by the DAG's safety net (record_current) or
+    the next run of the date.
+    """
     try:
         record(lake, version)
     except Exception:  # noqa: BLE001 - the version is committed; the notice is recorded later
@@ -216,11 +241,14 @@ def record_after_commit(lake: Lake, version: VersionRecord) -> None:
         )
 
 
-def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None, backoff_max: float = 15.0) -> int:
-    """Send every owed corrected notice; retry while Pub/Sub is unreachable, for at most `timeout`
-    seconds. Returns how many are still owed."""
-    from tidemark.notices.sender import sender_for
+def send_owed(
+    lake: Lake, topic_path: str, timeout: float = 120.0, sender: Sender | None = None, backoff_max: float = 15.0
+) -> int:
+    """Send every owed corrected notice to `topic_path`; returns how many are still owed.
 
+    Retries while Pub/Sub is unreachable, for at most `timeout` seconds; `sender` replaces the
+    Pub/Sub sender (tests), and is then left open.
+    """
     own = sender is None
     sender = sender or sender_for(topic_path, codec=corrected_notice)
     try:
@@ -230,14 +258,13 @@ def send_owed(lake: Lake, topic_path: str, timeout: float = 120.0, sender=None, 
             sender.close()
 
 
-def emit_owed(lake: Lake, client, timeout: float = 120.0, backoff_max: float = 15.0) -> int:
-    """Emit every corrected notice owed to Airflow as an asset event through `client`
-    (tidemark.orchestration.airflow_api.AirflowClient), retrying while Airflow is unreachable, for at most
-    `timeout` seconds. Returns how many stay owed. A refusal (AirflowRejected: a 4xx that retrying
-    cannot fix, a bug of ours) is raised at once; the refused entry stays owed."""
-    from tidemark.notices.asset_events import AssetEventSender
-    from tidemark.orchestration.airflow_api import AirflowRejected
+def emit_owed(lake: Lake, client: AirflowClient, timeout: float = 120.0, backoff_max: float = 15.0) -> int:
+    """Emit every corrected notice owed to Airflow as an asset event; returns how many stay owed.
 
+    Posts through `client` (tidemark.orchestration.airflow_api.AirflowClient), retrying while
+    Airflow is unreachable, for at most `timeout` seconds. A refusal (AirflowRejected: a 4xx
+    that retrying cannot fix, a bug of ours) is raised at once; the refused entry stays owed.
+    """
     box = outbox(lake)
     return drain(
         box,
@@ -259,9 +286,16 @@ def _owed_versions(box: Outbox, sink: str, limit: int = 20) -> list[str]:
     return [f"{e['notice']['event_date']}={e['notice']['version']}" for e in box.owed(sink)[:limit]]
 
 
-def emit(lake: Lake, event_date: date | str, client, timeout: float = EMIT_TIMEOUT_S) -> dict:
-    """What the dedup DAG's emit_asset_events task does: record the date's current version's
-    notice (the safety net), then emit every asset event owed (any date, any committer).
+def emit(
+    lake: Lake,
+    event_date: date | str,
+    client: AirflowClient | Callable[[], AirflowClient],
+    timeout: float = EMIT_TIMEOUT_S,
+) -> dict[str, Any]:
+    """What the dedup DAG's emit_asset_events task does.
+
+    Record the date's current version's notice (the safety net), then emit every asset event
+    owed (any date, any committer).
 
     `client` is an AirflowClient or a callable that makes one (tidemark.orchestration.airflow_api.for_tasks).
     The outbox entry is the source of truth, so the run does not fail because the asset-events API
@@ -269,9 +303,8 @@ def emit(lake: Lake, event_date: date | str, client, timeout: float = EMIT_TIMEO
     unreachable for `timeout` seconds: the entries stay owed, a structured warning names their
     dates and versions, and the next drain (any later dedup run, the reconcile DAG's drain_outbox,
     `tidemark notices --topic corrected --emit-asset-events`) posts each of them once. A refusal
-    (AirflowRejected) or a wrong connection (ConfigError) is raised: retrying cannot fix those."""
-    from tidemark.orchestration.airflow_api import NotConfigured
-
+    (AirflowRejected) or a wrong connection (ConfigError) is raised: retrying cannot fix those.
+    """
     event_date = layout.event_date_part(event_date)
     tbl = iceberg.load(lake)
     current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
@@ -323,11 +356,13 @@ class NoticesOwed(RuntimeError):
     """Corrected notices could not be sent in time (Pub/Sub unreachable); they stay owed."""
 
 
-def notify(lake: Lake, event_date: date | str, timeout: float = 120.0) -> dict:
-    """What the dedup DAG's notify_corrected task does after the dedup: record the date's current
-    version's notice (the safety net), then, with a topic configured, send everything owed.
-    Raises NoticesOwed when some stay owed after `timeout` (Airflow retries the task; any later
-    run drains them too)."""
+def notify(lake: Lake, event_date: date | str, timeout: float = 120.0) -> dict[str, Any]:
+    """What the dedup DAG's notify_corrected task does after the dedup.
+
+    Record the date's current version's notice (the safety net), then, with a topic configured,
+    send everything owed. Raises NoticesOwed when some stay owed after `timeout` (Airflow
+    retries the task; any later run drains them too).
+    """
     recorded = record_current(lake, event_date)
     topic_path = configured_topic()
     if topic_path is None:
