@@ -258,6 +258,17 @@ def load(lake: Lake, create: bool = False) -> Table | None:
     return evolved
 
 
+def load_existing(lake: Lake) -> Table:
+    """The lake's table where it must exist (a version was committed); raises when it does not.
+
+    The same reads as `load`.
+    """
+    table = load(lake)
+    if table is None:
+        raise RuntimeError(f"lake {lake} has no table {identifier()}, yet a version of it was read")
+    return table
+
+
 @retry(
     retry=retry_if_exception_type(_TRANSIENT),
     stop=stop_after_attempt(8),

@@ -212,7 +212,7 @@ def record(lake: Lake, version: VersionRecord, tbl: Table | None = None) -> dict
             notice_id=notice_id,
         )
         return None
-    body = build_for(lake, tbl if tbl is not None else iceberg.load(lake), version)
+    body = build_for(lake, tbl if tbl is not None else iceberg.load_existing(lake), version)
     return body if box.record(body) else None
 
 

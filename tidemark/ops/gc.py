@@ -166,7 +166,7 @@ def _expire(
     lake: Lake, retention: timedelta, now: datetime, dry_run: bool
 ) -> tuple[list[Removal], Table, dict[str, tuple[str, str]]]:
     """(removals, the table as left, {run_id: (event_date, version)} of every tidemark snapshot seen)."""
-    tbl = iceberg.load(lake)
+    tbl = iceberg.load_existing(lake)
     lineage = [snapshot for snapshot, _ in table_versions.snapshot_versions(tbl)]
     versions = {
         props["tidemark.run-id"]: (props["tidemark.event-date"], props["tidemark.version"])
@@ -192,7 +192,7 @@ def _expire(
             )
     if removals and not dry_run:
         tbl.maintenance.expire_snapshots().by_ids([int(r.path) for r in removals]).commit()
-        tbl = iceberg.load(lake)
+        tbl = iceberg.load_existing(lake)
     return removals, tbl, versions
 
 
