@@ -162,8 +162,11 @@ def test_a_watermark_poisoned_before_the_guard_heals(spark, streamed):
     meta = storage.read_json(marker)
     meta["watermark_us"] = 4_070_908_800_000_000  # 2099-01-01
     storage.write_json_atomic(marker, meta)
-    # pulled back to the receipt time (about NOW): an event of now opens a session, early
-    land_raw(streamed["landing"], [[line("u6", "f1", at(180))]], start_index=3)
+    # pulled back to the receipt time: an event of now opens a session, early. Now when the test
+    # runs, not when the module was collected: in a full suite that can be most of an hour earlier,
+    # which made the event late.
+    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    land_raw(streamed["landing"], [[line("u6", "f1", now)]], start_index=3)
     reports = []
     run_stream(streamed["config"], listeners=[reports.append], spark=spark)
     assert [r.batch_id for r in reports] == [3]
