@@ -38,7 +38,7 @@ def test_an_interrupted_migration_says_where_it_stopped_and_a_rerun_resumes_ther
         return real(lake_, event_date, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(dedup, "run_dedup", interrupted_at_the_second_date)
+        patch.setattr(rules_migration, "run_dedup", interrupted_at_the_second_date)  # where the migration calls it
         assert cli.main(command) == 130
     out, err = capsys.readouterr()
     assert [json.loads(line)["event_date"] for line in out.splitlines()] == [dates[0]]
