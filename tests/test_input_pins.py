@@ -98,6 +98,30 @@ def test_pins_are_released_once_spark_commits_their_batch(tmp_path):
     assert os.listdir(os.path.join(checkpoint, input_pins.PINNED_DIR)) == []
 
 
+def test_released_pins_of_a_replayed_batch_are_pinned_again_only_from_the_recorded_bytes(tmp_path):
+    """A replay after the pins were released (Spark's commit of the batch gone): a landed file that
+    still starts with the recorded bytes is pinned again (cut back to them by verify), one that holds
+    other content is not, and its content stays the landing's (a later batch reads a reused name)."""
+    checkpoint, landing, pins, _ = pinned(tmp_path, {"same.jsonl": b"one\n", "swapped.jsonl": b"two\n"})
+    recorded = [
+        {"path": name, "size": pins[name].size, "sha256": input_pins.sha256(checkpoint, 7, name)} for name in pins
+    ]
+    query = Generation(0, 7).query_dir(checkpoint)
+    write(os.path.join(query, "commits", "0"), b"v1\n{}")
+    assert input_pins.release(checkpoint, 0, query) == [7]
+    write(f"{landing}/same.jsonl", b"one\nappended\n")
+    write(f"{landing}/swapped.jsonl", b"TWO\n")
+    plan = input_pins.PlannedBatch(0, 1_000, {name: f"file:{landing}/{name}" for name in pins})
+
+    assert input_pins.restore(checkpoint, 7, 0, landing, plan, recorded) == ["same.jsonl"]
+    lost, changed = input_pins.verify(checkpoint, 7, recorded)
+
+    assert lost == {"swapped.jsonl": input_pins.PIN_GONE}
+    assert changed == {}
+    assert input_pins.sha256(checkpoint, 7, "same.jsonl") == hashlib.sha256(b"one\n").hexdigest()
+    assert input_pins.release(checkpoint, 0, query) == [7]  # its manifest is back: released as before
+
+
 def test_an_earlier_generations_pins_are_released(tmp_path):
     checkpoint, _, _, _ = pinned(tmp_path, {"a.jsonl": b"one\n"})  # generation 0, never committed there
     assert input_pins.release(checkpoint, 1, Generation(1, 9).query_dir(checkpoint)) == [7]
