@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
@@ -60,8 +60,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import NestedField, StringType, TimestamptzType
-from sqlalchemy.exc import IntegrityError, OperationalError
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
+from sqlalchemy.exc import IntegrityError
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
@@ -188,19 +187,12 @@ def partition_spec(table_schema: Schema) -> PartitionSpec:
 # --- the table ----------------------------------------------------------------------------------
 
 
-# A lost compare-and-swap, SQLite's lock, two processes creating the table at once.
-_TRANSIENT = (CommitFailedException, OperationalError, IntegrityError)
 _T = TypeVar("_T")
 
 
 def _retrying(attempt: Callable[[], _T]) -> Callable[[], _T]:
-    """`attempt`, retried on a transient failure for up to 5 minutes (random exponential backoff)."""
-    return retry(
-        retry=retry_if_exception_type(_TRANSIENT),
-        stop=stop_after_delay(300),
-        wait=wait_random_exponential(multiplier=0.05, max=2),
-        reraise=True,
-    )(attempt)
+    """`attempt`, retried as every commit is, and when two processes create the table at once."""
+    return iceberg.retrying_conflicts(attempt, also=(IntegrityError,))
 
 
 @overload

@@ -25,21 +25,17 @@ is not higher) is chosen in the same attempt, so two runs of one date can never 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import parquet_file_to_data_file, schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.typedef import Record
-from sqlalchemy.exc import OperationalError
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
@@ -60,21 +56,6 @@ log = get_logger("commits")
 # beyond a few name files already gone: keep 10 (one table property, set by the first commit).
 METADATA_LOG_KEY = "write.metadata.previous-versions-max"
 METADATA_LOG_MAX = "10"
-
-# What a lost compare-and-swap raises: pyiceberg's, and SQLite's lock of a local SQL catalog.
-CONFLICTS = (CommitFailedException, OperationalError)
-
-_T = TypeVar("_T")
-
-
-def retrying_conflicts(attempt: Callable[[], _T]) -> Callable[[], _T]:
-    """`attempt`, retried on a commit conflict for up to 5 minutes (random exponential backoff)."""
-    return retry(
-        retry=retry_if_exception_type(CONFLICTS),
-        stop=stop_after_delay(300),
-        wait=wait_random_exponential(multiplier=0.05, max=2),
-        reraise=True,
-    )(attempt)
 
 
 class Superseded(RuntimeError):
@@ -174,7 +155,7 @@ def commit(lake: Lake, marker: VersionRecord, replace: bool = False) -> Outcome:
         _commit_once(lake, fresh, event_date, marker, record, data_files, live, carried)
         return Outcome(True, marker.committed(record))
 
-    found = retrying_conflicts(attempt)()
+    found = iceberg.retrying_conflicts(attempt)()
     outcome = Outcome(found.committed, found.current, attempts)
     if outcome.committed:
         log.info(

@@ -17,8 +17,9 @@ from pyiceberg.table.snapshots import Operation
 from tidemark.base.logs import get_logger
 from tidemark.iceberg import compat, table_versions
 from tidemark.iceberg import table as iceberg
-from tidemark.iceberg.commits import retrying_conflicts, write_version_file
+from tidemark.iceberg.commits import write_version_file
 from tidemark.iceberg.partitions import buckets_spanned, day_of, day_range, manifest_bucket
+from tidemark.iceberg.table import retrying_conflicts
 from tidemark.store.lake import Lake
 
 log = get_logger("maintenance")

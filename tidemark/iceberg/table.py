@@ -29,10 +29,12 @@ import contextlib
 import os
 import re
 import threading
-from typing import Any, Literal, overload
+from collections.abc import Callable
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import (
+    CommitFailedException,
     NamespaceAlreadyExistsError,
     NoSuchNamespaceError,
     NoSuchTableError,
@@ -45,7 +47,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.utils.config import Config
 from sqlalchemy.exc import IntegrityError, OperationalError
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_random_exponential
 
 from tidemark.base.logs import get_logger
 from tidemark.session import session_schema
@@ -159,6 +161,26 @@ def _lake_config(lake: Lake) -> CatalogConfig | None:
             config = {k: v for k, v in config.items() if not k.startswith("_")}  # "_comment" keys
         _lake_configs[lake] = config
     return _lake_configs[lake]
+
+
+# What a lost compare-and-swap raises: pyiceberg's, and SQLite's lock of a local SQL catalog.
+CONFLICTS: tuple[type[Exception], ...] = (CommitFailedException, OperationalError)
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def retrying_conflicts(attempt: Callable[_P, _T], also: tuple[type[Exception], ...] = ()) -> Callable[_P, _T]:
+    """`attempt`, retried on a commit conflict (and on `also`) for up to 5 minutes.
+
+    Random exponential backoff: the one policy of every commit to the lake's tables (a version,
+    a changeset, maintenance, gc's expiry).
+    """
+    return retry(
+        retry=retry_if_exception_type(CONFLICTS + also),
+        stop=stop_after_delay(300),
+        wait=wait_random_exponential(multiplier=0.05, max=2),
+        reraise=True,
+    )(attempt)
 
 
 # SQLite answers "database is locked" (OperationalError) while another process commits, and two

@@ -26,10 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pyarrow.fs as pafs
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
-from sqlalchemy.exc import OperationalError
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from tidemark.base import layout
 from tidemark.base.durations import format_duration
@@ -153,15 +150,7 @@ def _prune_packs(lake: Lake, retention: timedelta, now: datetime, dry_run: bool)
 
 
 # A concurrent commit to the table (the catalog refused ours, or its database was busy): try again.
-_CONFLICTS = (CommitFailedException, OperationalError)
-
-
-@retry(
-    retry=retry_if_exception_type(_CONFLICTS),
-    stop=stop_after_delay(300),
-    wait=wait_random_exponential(multiplier=0.05, max=2),
-    reraise=True,
-)
+@iceberg.retrying_conflicts
 def _expire(
     lake: Lake, retention: timedelta, now: datetime, dry_run: bool
 ) -> tuple[list[Removal], Table, dict[str, tuple[str, str]]]:
