@@ -37,7 +37,6 @@ the filesystem's paths without asking pyarrow again (which, for a bucket, builds
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -49,6 +48,7 @@ import pyarrow.fs as pafs
 from tidemark.base import layout
 from tidemark.base.layout import check_event_date, check_receipt_ts, check_run_id, event_date_part, join
 from tidemark.store import storage
+from tidemark.store.locations import File, Folder, JsonRecords
 
 SESSIONS = "sessions"
 SESSIONS_DEDUP = "sessions_dedup"
@@ -73,72 +73,9 @@ NOTICE_FOLDERS = ("outbox", "sent", "pending")
 _PACK_FILE = re.compile(r"^part-[0-9A-Za-z_-]+(\.[0-9A-Za-z_-]+)*\.parquet$")
 
 
-def run_folder(event_date: date | str, run_id: object) -> str:
+def run_folder(event_date: date, run_id: object) -> str:
     """A dedup run's folder relative to the table's location (snapshot summaries, gc)."""
     return f"data/event_date={event_date_part(event_date)}/run={check_run_id(run_id)}"
-
-
-class JsonRecords:
-    """A folder of the lake that holds one small JSON record per key, as `<key>.json`.
-
-    The notice outboxes (one record per notice_id and destination) and the waiting coalescing
-    groups are such folders: their owners name records by key and never build a path or call the
-    filesystem themselves. Records are written atomically (a reader sees the old record or the
-    new one, never a part), as the lake's other small records are.
-    """
-
-    __slots__ = ("lake", "uri")
-
-    SUFFIX = ".json"
-
-    def __init__(self, lake: Lake, uri: str) -> None:
-        """The records of the folder `uri` under `lake`."""
-        self.lake = lake
-        self.uri = uri
-
-    def __repr__(self) -> str:
-        """The records' folder, for logs."""
-        return f"JsonRecords({self.uri!r})"
-
-    def path(self, key: str) -> str:
-        """The URI of the record `key` (a plain file name stem: no folder, no dot first)."""
-        if not _is_record_key(key):
-            raise ValueError(f"invalid record key {key[:80]!r}")
-        return join(self.uri, key + self.SUFFIX)
-
-    def exists(self, key: str) -> bool:
-        """Whether the record is there."""
-        return self.lake.exists(self.path(key))
-
-    def read(self, key: str) -> dict[str, Any] | None:
-        """The record, or None when there is none."""
-        return self.lake.read_json(self.path(key))
-
-    def write(self, key: str, record: dict[str, Any]) -> None:
-        """Write the record whole (sorted keys, one-space indent), replacing any earlier one."""
-        self.lake.write_json_atomic(self.path(key), record)
-
-    def create(self, key: str, record: dict[str, Any]) -> bool:
-        """Create the record (compact JSON) unless it exists; True when this call created it.
-
-        Of concurrent creators one wins (storage.create_text_if_absent_at): a record written once,
-        such as when a log began, keeps its first value.
-        """
-        return self.lake.create_text_if_absent(self.path(key), json.dumps(record))
-
-    def delete(self, key: str) -> None:
-        """Remove the record; nothing happens when there is none."""
-        self.lake.delete_file(self.path(key))
-
-    def names(self) -> list[str]:
-        """The keys of the folder's records, by file name (temp files of an atomic write are not records)."""
-        stems = (name[: -len(self.SUFFIX)] for name in self.lake.list_dir(self.uri) if name.endswith(self.SUFFIX))
-        return [stem for stem in stems if _is_record_key(stem)]
-
-
-def _is_record_key(key: str) -> bool:
-    """A record key is a file name stem: not empty, no folder separator, not hidden."""
-    return bool(key) and "/" not in key and "\\" not in key and not key.startswith(".")
 
 
 class Lake:
@@ -289,52 +226,60 @@ class Lake:
     # -- where things are ------------------------------------------------------------------------
 
     def path(self, *parts: str) -> str:
-        """The URI of a path under the lake."""
+        """The URI of a path under the lake, as text."""
         return join(self.uri, *parts)
 
+    def folder(self, *parts: str) -> Folder:
+        """The lake itself, or a folder under it."""
+        return Folder(join(self.uri, *parts) if parts else self.uri, self)
+
+    def file(self, *parts: str) -> File:
+        """A file under the lake."""
+        return File(join(self.uri, *parts), self)
+
     # stream panes
-    def sessions_root(self) -> str:
+    def sessions_root(self) -> Folder:
         """The stream's panes: one folder per event date."""
-        return self.path(SESSIONS)
+        return self.folder(SESSIONS)
 
-    def event_date_dir(self, event_date: date | str) -> str:
+    def event_date_dir(self, event_date: date) -> Folder:
         """The receipt partitions of one event date."""
-        return self.path(SESSIONS, f"event_date={event_date_part(event_date)}")
+        return self.folder(SESSIONS, f"event_date={event_date_part(event_date)}")
 
-    def receipt_dir(self, event_date: date | str, receipt_ts: object) -> str:
+    def receipt_dir(self, event_date: date, receipt_ts: object) -> Folder:
         """One receipt partition's folder."""
-        return join(self.event_date_dir(event_date), f"receipt_ts={check_receipt_ts(receipt_ts)}")
+        return self.event_date_dir(event_date).folder(f"receipt_ts={check_receipt_ts(receipt_ts)}")
 
-    def receipt_marker(self, event_date: date | str, receipt_ts: object) -> str:
+    def receipt_marker(self, event_date: date, receipt_ts: object) -> File:
         """A receipt partition's completion marker."""
-        return join(self.receipt_dir(event_date, receipt_ts), RECEIPT_MARKER)
+        return self.receipt_dir(event_date, receipt_ts).file(RECEIPT_MARKER)
 
     # the deduplicated table
-    def dedup_root(self) -> str:
+    def dedup_root(self) -> Folder:
         """The deduplicated sessions' Iceberg table."""
-        return self.path(SESSIONS_DEDUP)
+        return self.folder(SESSIONS_DEDUP)
 
-    def dedup_metadata_dir(self) -> str:
+    def dedup_metadata_dir(self) -> Folder:
         """The Iceberg table's metadata folder."""
-        return self.path(SESSIONS_DEDUP, "metadata")
+        return self.folder(SESSIONS_DEDUP, "metadata")
 
-    def dedup_data_dir(self) -> str:
+    def dedup_data_dir(self) -> Folder:
         """The Iceberg table's data folder."""
-        return self.path(SESSIONS_DEDUP, "data")
+        return self.folder(SESSIONS_DEDUP, "data")
 
-    def run_dir(self, event_date: date | str, run_id: object) -> str:
+    def run_dir(self, event_date: date, run_id: object) -> Folder:
         """The folder one dedup run writes its Parquet files, marker and context into."""
-        return join(self.dedup_root(), run_folder(event_date, run_id))
+        return self.dedup_root().folder(run_folder(event_date, run_id))
 
-    def run_marker(self, event_date: date | str, run_id: object) -> str:
+    def run_marker(self, event_date: date, run_id: object) -> File:
         """A dedup run's marker."""
-        return join(self.run_dir(event_date, run_id), RUN_MARKER)
+        return self.run_dir(event_date, run_id).file(RUN_MARKER)
 
-    def run_context_dir(self, event_date: date | str, run_id: object) -> str:
+    def run_context_dir(self, event_date: date, run_id: object) -> Folder:
         """The sessions of a run's context dates, kept for the next incremental run (tidemark.deduplication.incremental)."""
-        return join(self.run_dir(event_date, run_id), RUN_CONTEXT)
+        return self.run_dir(event_date, run_id).folder(RUN_CONTEXT)
 
-    def current_pointer(self, event_date: date | str) -> str:
+    def current_pointer(self, event_date: date) -> str:
         """Where the current version of a date is recorded, for messages.
 
         The date's live files (its version file) in the Iceberg table at
@@ -342,105 +287,103 @@ class Lake:
         """
         return f"{self.dedup_root()} (live files of event_date={event_date_part(event_date)})"
 
-    def local_catalog(self) -> str:
+    def local_catalog(self) -> File:
         """The table's local SQLite catalog."""
-        return self.path(CATALOG, "iceberg.db")
+        return self.file(CATALOG, "iceberg.db")
 
-    def catalog_config(self) -> str:
+    def catalog_config(self) -> File:
         """The properties of a configured catalog."""
-        return self.path(CATALOG, "catalog.json")
+        return self.file(CATALOG, "catalog.json")
 
     # malformed input
-    def quarantine_root(self) -> str:
+    def quarantine_root(self) -> Folder:
         """Malformed input lines, by batch."""
-        return self.path(QUARANTINE)
+        return self.folder(QUARANTINE)
 
-    def quarantine_dir(self, receipt_ts: object) -> str:
+    def quarantine_dir(self, receipt_ts: object) -> Folder:
         """One batch's malformed input lines."""
-        return self.path(QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
+        return self.folder(QUARANTINE, f"receipt_ts={check_receipt_ts(receipt_ts)}")
 
     # the receipt index (tidemark.panes.receipt_index)
-    def receipt_index_dir(self) -> str:
+    def receipt_index_dir(self) -> Folder:
         """The receipt index's folder."""
-        return self.path(RECEIPT_INDEX)
+        return self.folder(RECEIPT_INDEX)
 
-    def receipt_index_file(self, name: str) -> str:
+    def receipt_index_file(self, name: str) -> File:
         """One of the receipt index's records (head, reach_complete, arrivals_pruned)."""
         if name not in ("head.json", "reach_complete.json", "arrivals_pruned.json"):
             raise ValueError(f"unknown receipt index record {name!r}")
-        return self.path(RECEIPT_INDEX, name)
+        return self.file(RECEIPT_INDEX, name)
 
-    def reach_dir(self, event_date: date | str) -> str:
+    def reach_dir(self, event_date: date) -> Folder:
         """Entries naming the receipt partitions of earlier dates whose panes reach into event_date."""
-        return self.path(RECEIPT_INDEX, "reach", f"event_date={event_date_part(event_date)}")
+        return self.folder(RECEIPT_INDEX, "reach", f"event_date={event_date_part(event_date)}")
 
-    def reach_entry(self, into: date | str, event_date: date | str, receipt_ts: object) -> str:
+    def reach_entry(self, into: date, event_date: date, receipt_ts: object) -> File:
         """The entry saying that partition (event_date, receipt_ts) reaches into `into`."""
-        return join(self.reach_dir(into), f"{event_date_part(event_date)}__{check_receipt_ts(receipt_ts)}")
+        return self.reach_dir(into).file(f"{event_date_part(event_date)}__{check_receipt_ts(receipt_ts)}")
 
-    def ends_dir(self, event_date: date | str) -> str:
+    def ends_dir(self, event_date: date) -> Folder:
         """Entries naming each receipt partition of event_date and the latest end of its panes."""
-        return self.path(RECEIPT_INDEX, "ends", f"event_date={event_date_part(event_date)}")
+        return self.folder(RECEIPT_INDEX, "ends", f"event_date={event_date_part(event_date)}")
 
-    def end_entry(self, event_date: date | str, receipt_ts: object, max_event_us: int) -> str:
+    def end_entry(self, event_date: date, receipt_ts: object, max_event_us: int) -> File:
         """The entry naming a receipt partition and the latest end of its panes (microseconds)."""
         if isinstance(max_event_us, bool) or not isinstance(max_event_us, int):
             raise layout.InvalidPartitionValue(f"invalid max_event_us {max_event_us!r}: expected microseconds")
-        return join(self.ends_dir(event_date), f"{check_receipt_ts(receipt_ts)}__{max_event_us}")
+        return self.ends_dir(event_date).file(f"{check_receipt_ts(receipt_ts)}__{max_event_us}")
 
-    def arrivals_root(self) -> str:
+    def arrivals_root(self) -> Folder:
         """The arrival entries, by the day their partitions were received."""
-        return self.path(RECEIPT_INDEX, "arrivals")
+        return self.folder(RECEIPT_INDEX, "arrivals")
 
-    def arrivals_dir(self, day: date | str) -> str:
+    def arrivals_dir(self, day: date) -> Folder:
         """Entries naming the receipt partitions received on `day` (UTC), one per partition."""
-        return join(self.arrivals_root(), f"day={event_date_part(day)}")
+        return self.arrivals_root().folder(f"day={event_date_part(day)}")
 
-    def arrival_entry(self, receipt_ts: object, event_date: date | str) -> str:
+    def arrival_entry(self, receipt_ts: object, event_date: date) -> File:
         """The arrival entry of a receipt partition."""
-        received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
-        return join(self.arrivals_dir(received), f"{check_receipt_ts(receipt_ts)}__{event_date_part(event_date)}")
+        received = layout.parse_receipt_ts(receipt_ts).date()
+        return self.arrivals_dir(received).file(f"{check_receipt_ts(receipt_ts)}__{event_date_part(event_date)}")
 
     # reconciliation, the landing ledger, obligations, notices, rules, products
-    def reconcile_cursor(self) -> str:
+    def reconcile_cursor(self) -> File:
         """Where reconciliation's last pass stopped."""
-        return self.path(RECONCILE, "cursor.json")
+        return self.file(RECONCILE, "cursor.json")
 
-    def landing_ledger_dir(self) -> str:
+    def landing_ledger_dir(self) -> Folder:
         """The landing ledger: the files each batch read."""
-        return self.path(LANDING_LEDGER)
+        return self.folder(LANDING_LEDGER)
 
-    def landing_ledger_day(self, day: date | str) -> str:
+    def landing_ledger_day(self, day: date) -> Folder:
         """The ledger entries of the batches received on `day` (UTC).
 
         One folder per day, so that a reader of recent entries lists recent days only.
         """
-        return self.path(LANDING_LEDGER, f"day={event_date_part(day)}")
+        return self.folder(LANDING_LEDGER, f"day={event_date_part(day)}")
 
-    def landing_ledger_path(self, receipt_ts: object) -> str:
+    def landing_ledger_path(self, receipt_ts: object) -> File:
         """Batch receipt_ts's ledger entry, in the folder of the day it was received."""
-        received = layout.parse_receipt_ts(receipt_ts).date().isoformat()
-        return join(self.landing_ledger_day(received), f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
+        received = layout.parse_receipt_ts(receipt_ts).date()
+        return self.landing_ledger_day(received).file(f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
 
-    def legacy_landing_ledger_path(self, receipt_ts: object) -> str:
+    def legacy_landing_ledger_path(self, receipt_ts: object) -> File:
         """Where a lake written before the ledger had day folders keeps a batch's entry (still read)."""
-        return self.path(LANDING_LEDGER, f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
+        return self.file(LANDING_LEDGER, f"receipt_ts={check_receipt_ts(receipt_ts)}.json")
 
     def has_landing_ledger_entry(self, receipt_ts: object) -> bool:
         """Whether batch receipt_ts has a ledger entry, in its day folder or where a legacy lake kept it."""
-        return self.exists(self.landing_ledger_path(receipt_ts)) or self.exists(
-            self.legacy_landing_ledger_path(receipt_ts)
-        )
+        return self.landing_ledger_path(receipt_ts).exists() or self.legacy_landing_ledger_path(receipt_ts).exists()
 
-    def obligations_root(self) -> str:
+    def obligations_root(self) -> Folder:
         """The reruns owed, by event date."""
-        return self.path(OBLIGATIONS)
+        return self.folder(OBLIGATIONS)
 
-    def obligations_dir(self, event_date: date | str) -> str:
+    def obligations_dir(self, event_date: date) -> Folder:
         """The reruns owed to one event date."""
-        return self.path(OBLIGATIONS, f"event_date={event_date_part(event_date)}")
+        return self.folder(OBLIGATIONS, f"event_date={event_date_part(event_date)}")
 
-    def notices_dir(self, which: str, channel: str | None = None) -> str:
+    def notices_dir(self, which: str, channel: str | None = None) -> Folder:
         """The URI of one notices folder.
 
         The availability notices' folders, or (channel) another kind of notice's outbox and
@@ -449,10 +392,10 @@ class Lake:
         if channel is None:
             if which not in NOTICE_FOLDERS:
                 raise ValueError(f"unknown notices folder {which!r}")
-            return self.path(NOTICES, which)
+            return self.folder(NOTICES, which)
         if not channel.isidentifier() or channel in NOTICE_FOLDERS or not which.isidentifier():
             raise ValueError(f"unknown notices folder {channel!r}/{which!r}")
-        return self.path(NOTICES, channel, which)
+        return self.folder(NOTICES, channel, which)
 
     def notice_records(self, which: str, channel: str | None = None) -> JsonRecords:
         """The records of one notices folder (notices_dir).
@@ -460,43 +403,43 @@ class Lake:
         An outbox, a destination's sent records, or the coalescing groups waiting for their
         notice ("pending").
         """
-        return JsonRecords(self, self.notices_dir(which, channel))
+        return JsonRecords(self.notices_dir(which, channel))
 
-    def rules_dir(self) -> str:
+    def rules_dir(self) -> Folder:
         """The session rules records."""
-        return self.path(RULES)
+        return self.folder(RULES)
 
-    def rules_record(self, sequence: int) -> str:
+    def rules_record(self, sequence: int) -> File:
         """The rules record number `sequence` (1 = the first rules the lake was written with)."""
         if isinstance(sequence, bool) or not isinstance(sequence, int) or not 0 < sequence < 1_000_000:
             raise ValueError(f"invalid rules record sequence {sequence!r}")
-        return self.path(RULES, f"rules-{sequence:06d}.json")
+        return self.file(RULES, f"rules-{sequence:06d}.json")
 
-    def product_dir(self, product: str) -> str:
+    def product_dir(self, product: str) -> Folder:
         """A downstream product's folder."""
         if not product.replace("_", "").isalnum():
             raise ValueError(f"invalid product name {product!r}")
-        return self.path(PRODUCTS, product)
+        return self.folder(PRODUCTS, product)
 
     # packs: derived copies of receipt partitions' panes (tidemark.panes.pack_cache)
-    def packs_root(self) -> str:
+    def packs_root(self) -> Folder:
         """The packs, by event date."""
-        return self.path(PACKS)
+        return self.folder(PACKS)
 
-    def packs_dir(self, event_date: date | str) -> str:
+    def packs_dir(self, event_date: date) -> Folder:
         """One event date's packs."""
-        return self.path(PACKS, f"event_date={event_date_part(event_date)}")
+        return self.folder(PACKS, f"event_date={event_date_part(event_date)}")
 
-    def pack_dir(self, event_date: date | str, pack_id: object) -> str:
+    def pack_dir(self, event_date: date, pack_id: object) -> Folder:
         """One pack's folder; a pack id has a run id's form (32 lowercase hex digits)."""
-        return join(self.packs_dir(event_date), f"pack={check_run_id(pack_id)}")
+        return self.packs_dir(event_date).folder(f"pack={check_run_id(pack_id)}")
 
-    def pack_manifest(self, event_date: date | str, pack_id: object) -> str:
+    def pack_manifest(self, event_date: date, pack_id: object) -> File:
         """A pack's manifest, written last."""
-        return join(self.pack_dir(event_date, pack_id), PACK_MANIFEST)
+        return self.pack_dir(event_date, pack_id).file(PACK_MANIFEST)
 
-    def pack_file(self, event_date: date | str, pack_id: object, name: object) -> str:
+    def pack_file(self, event_date: date, pack_id: object, name: object) -> File:
         """One of a pack's data files (a plain part-*.parquet name)."""
         if not isinstance(name, str) or not _PACK_FILE.match(name):
             raise layout.InvalidPartitionValue(f"invalid pack file name {str(name)[:80]!r}: expected part-*.parquet")
-        return join(self.pack_dir(event_date, pack_id), name)
+        return self.pack_dir(event_date, pack_id).file(name)
