@@ -26,10 +26,10 @@ from datetime import date, datetime, timedelta, timezone
 
 import bench
 from bench import arguments
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import LakeIndex, Plan, compute_islands, run_dedup
 from tidemark.demo import generate
 from tidemark.iceberg import table_versions
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 NAME = "correction_cost"

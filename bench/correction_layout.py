@@ -23,11 +23,11 @@ import bench
 from bench import add_date_shape, arguments
 from bench.correction_cost import undo
 from bench.dedup_partition import DAY, build_lake, land_late_receipt, receipt_ts_of
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
 from tidemark.panes import receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 NAME = "correction_layout"

@@ -26,11 +26,11 @@ import bench
 from bench import add_date_shape, arguments
 from dedup_sql import rules as sql_rules
 from tidemark.base import layout
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
 from tidemark.panes import receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 NAME = "dedup_partition"

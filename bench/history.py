@@ -41,8 +41,8 @@ import pyarrow.fs as pafs
 
 from bench import counting_fs, write_results
 from tidemark.base import layout, times
+from tidemark.base.session_rules import SessionRules
 from tidemark.panes import planning, receipt_index, receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord

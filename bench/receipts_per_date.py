@@ -26,10 +26,10 @@ import sys
 
 import bench
 from bench import arguments, dedup_partition
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
 from tidemark.panes import pack_cache, pack_maintenance, pane_reader
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 NAME = "receipts_per_date"

@@ -421,8 +421,8 @@ def ladder_worker(landing: str, work: str, master: str) -> None:
     from streaming_job.batch import BatchProcessor, sessionize
     from streaming_job.job import StreamConfig, run_stream
     from streaming_job.state import NO_WATERMARK_US, STATE_SCHEMA
+    from tidemark.base.session_rules import SessionRules
     from tidemark.base.spark import build_session
-    from tidemark.session.sessions import SessionRules
 
     spark = build_session("bench-ladder", master)
     rules = SessionRules()

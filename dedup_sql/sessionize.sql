@@ -2,7 +2,7 @@
 --
 -- Neighbouring events of one user (in time order) at least :gap_us apart are in two sessions;
 -- closer ones are in one. :gap_us is the split threshold of the lake's rules (SessionRules.gap_us,
--- tidemark/session/sessions.py), which hold the gap boundary:
+-- tidemark/base/session_rules.py), which hold the gap boundary:
 --   split (the default)  :gap_us = the gap: events exactly one gap apart start a new session, as
 --                        Beam's Sessions (windows [t, t + gap) that touch stay apart);
 --   merge                :gap_us = the gap + 1 us: events exactly one gap apart join, as Spark's

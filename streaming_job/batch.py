@@ -30,6 +30,7 @@ from streaming_job.state import watermark_text as state_watermark_text
 from tidemark.base import crashpoints, layout
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
+from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import iso_from_micros
 from tidemark.ingest import input_pins, landing, landing_archive, landing_ledger
 from tidemark.ingest.contract import InputRules
@@ -37,7 +38,6 @@ from tidemark.ingest.landing import FileEntry
 from tidemark.panes import receipt_index, receipts
 from tidemark.panes.receipts import BatchReport
 from tidemark.session import session_schema
-from tidemark.session.sessions import SessionRules
 from tidemark.store import storage
 from tidemark.store.lake import QUARANTINE_MARKER, Lake
 

@@ -23,6 +23,7 @@ from streaming_job.batch import STOP_MARK, BatchProcessor, release_pins
 from tidemark.base import layout
 from tidemark.base.durations import format_duration, parse_duration
 from tidemark.base.logs import get_logger
+from tidemark.base.session_rules import Overrides, SessionRules
 from tidemark.base.spark import build_session
 from tidemark.ingest import landing_archive, landing_ledger
 from tidemark.ingest.contract import InputRules
@@ -32,7 +33,6 @@ from tidemark.notices.service import NoticeService
 from tidemark.panes import receipt_index
 from tidemark.panes.receipts import BatchReport
 from tidemark.session import rules_record
-from tidemark.session.sessions import Overrides, SessionRules
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 

@@ -23,10 +23,10 @@ from dedup_sql import rules as sql_rules
 from tests import reference
 from tests.helpers import lake_session_set, session_set
 from tidemark.base import layout
+from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import iso_z
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.panes import receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 GAP = timedelta(minutes=30)

@@ -8,8 +8,8 @@ import random
 from datetime import date, datetime, timedelta, timezone
 
 from tidemark.base import layout, times
+from tidemark.base.session_rules import SessionRules
 from tidemark.panes import receipt_index, receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 DAY0 = date(2026, 3, 1)

@@ -16,7 +16,7 @@ import pytest
 
 from streaming_job.batch import BatchProcessor
 from tests.streamkit import event, panes
-from tidemark.session.sessions import SessionRules
+from tidemark.base.session_rules import SessionRules
 from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): three micro-batches of the real job

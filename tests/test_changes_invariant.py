@@ -15,11 +15,11 @@ import pytest
 
 from tests import changeskit
 from tests.lakekit import RULES, SimulatedStream, arrivals, make_events
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import rules_migration
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table_versions
 from tidemark.orchestration import obligations
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 pytestmark = pytest.mark.spark

@@ -241,7 +241,7 @@ def test_dedup_on_cluster_publishes_what_a_local_run_publishes(local_dedup, clus
 def test_dedup_on_cluster_equals_the_batch_reference(landing, cluster_dedup, event_dates):
     """The promise, on the cluster: each date equals a plain-Python batch sessionization."""
     from tests.reference import sessions_of_landing
-    from tidemark.session.sessions import SessionRules
+    from tidemark.base.session_rules import SessionRules
 
     expected: dict[str, list] = {}
     for session in sessions_of_landing(landing, SessionRules().gap):

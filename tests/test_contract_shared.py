@@ -14,10 +14,10 @@ import pytest
 
 from streaming_job.job import StreamConfig, run_stream
 from tests.streamkit import land_raw, panes
+from tidemark.base.session_rules import SessionRules
 from tidemark.demo import batch_reference
 from tidemark.ingest import contract
 from tidemark.ingest.quarantine import read_quarantine
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): a real stream over the hostile lines (module fixture), tens of seconds

@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.lakekit import SimulatedStream
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import buckets, dedup
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.ops import gc
-from tidemark.session.sessions import SessionRules
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 

@@ -19,12 +19,12 @@ import pytest
 
 from tests import reference
 from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import buckets, incremental
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
 from tidemark.orchestration import obligations
 from tidemark.panes import planning
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import Commit, VersionRecord
 

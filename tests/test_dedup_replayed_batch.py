@@ -17,12 +17,12 @@ from streaming_job.batch import BatchProcessor
 from tests import reference
 from tests.helpers import lake_session_set, session_set
 from tests.streamkit import event, panes
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup, up_to_date
 from tidemark.iceberg import table_versions
 from tidemark.ingest.contract import InputRules
 from tidemark.panes import receipt_index
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # three micro-batches of the real job and two dedups

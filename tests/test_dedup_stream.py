@@ -13,10 +13,10 @@ from streaming_job.job import StreamConfig, run_stream
 from tests import reference
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.demo import generate
 from tidemark.iceberg import reader
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 RULES = SessionRules()  # gap 30m, allowed lateness 1h, watermark delay 10m: the stream's defaults

@@ -15,12 +15,12 @@ from dedup_sql import rules as sql_rules
 from streaming_job.batch import watermarks
 from tests.lakekit import RECEIPT0, SimulatedStream
 from tidemark.base import layout
+from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import to_micros
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
 from tidemark.ingest import contract
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 T = datetime(2026, 3, 7, 10, 0, tzinfo=timezone.utc)

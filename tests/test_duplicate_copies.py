@@ -19,10 +19,10 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests import reference
 from tests.streamkit import land
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
 from tidemark.ingest import contract
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): a real stream and dedup per arrangement (module fixture)

@@ -20,6 +20,7 @@ import pytest
 
 from tests.helpers import generate_cli, lake_session_set, log_lines, reference_session_set, run_stream_cli, wait_for
 from tidemark.base import names
+from tidemark.base.session_rules import SessionRules
 from tidemark.devstack import pubsub_emulator as ps
 from tidemark.devstack.airflow import AirflowServer
 from tidemark.devstack.function import FunctionServer
@@ -27,7 +28,6 @@ from tidemark.notices import availability_notice
 from tidemark.notices.outbox import Outbox
 from tidemark.orchestration import runs
 from tidemark.panes import receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]

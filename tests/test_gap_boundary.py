@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.lakekit import SimulatedStream
+from tidemark.base.session_rules import SessionRules, parse_overrides
 from tidemark.base.times import to_micros
 from tidemark.deduplication import rules_migration
 from tidemark.deduplication.dedup import run_dedup
@@ -24,7 +25,6 @@ from tidemark.demo import batch_reference
 from tidemark.iceberg import reader
 from tidemark.panes import planning
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules, parse_overrides
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 

@@ -18,11 +18,11 @@ from streaming_job.state import STATE_MARKER, StateStore
 from tests.reference import landed_lines, valid_events
 from tests.streamkit import event, land_raw, panes
 from tidemark.base import layout
+from tidemark.base.session_rules import SessionRules
 from tidemark.cli import main as cli_main
 from tidemark.ingest.contract import Reason
 from tidemark.ingest.quarantine import read_quarantine
 from tidemark.panes import receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 

@@ -8,7 +8,7 @@ import pytest
 
 from tidemark.base import layout
 from tidemark.base.durations import format_duration, parse_duration
-from tidemark.session.sessions import SessionRules
+from tidemark.base.session_rules import SessionRules
 from tidemark.store.lake import Lake
 
 

@@ -18,12 +18,12 @@ import pytest
 
 from tests.lakekit import RULES, SimulatedStream, arrivals, busiest_date, expected, lake_with, make_events, published
 from tidemark import cli
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import dedup
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
 from tidemark.ops import gc
 from tidemark.panes import pack_cache, pack_maintenance, pane_reader, planning, receipt_index, receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 

@@ -13,10 +13,10 @@ import pytest
 from tests.lakekit import SimulatedStream, make_events
 from tidemark import cli
 from tidemark.base.logs import read_log_lines
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import dedup, rules_migration
 from tidemark.iceberg import reader
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 pytestmark = pytest.mark.spark

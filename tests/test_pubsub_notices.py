@@ -299,8 +299,8 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
     from streaming_job.job import StreamConfig, run_stream
     from tests.netcut import NetCut
     from tests.streamkit import land
+    from tidemark.base.session_rules import SessionRules
     from tidemark.devstack.process import wait_until
-    from tidemark.session.sessions import SessionRules
 
     emulator = pubsub_env
     landing, lake, checkpoint = (str(tmp_path / d) for d in ("landing", "lake", "checkpoint"))

@@ -18,8 +18,8 @@ from tests.markerkit import random_partition as _partition
 from tests.markerkit import stamp as _stamp
 from tests.markerkit import write_batch as _write_batch
 from tidemark.base import times
+from tidemark.base.session_rules import SessionRules
 from tidemark.panes import planning, receipt_index, receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store import lake as lake_layout
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord

@@ -9,10 +9,10 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import dedup
 from tidemark.iceberg import table_versions
 from tidemark.panes import planning, receipt_index, receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -16,11 +16,11 @@ import pytest
 from tests.lakekit import RULES, SimulatedStream, expected, published
 from tidemark import cli
 from tidemark.base import layout
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.orchestration import obligations, reconcile, runs
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 D6, D7 = "2026-03-06", "2026-03-07"

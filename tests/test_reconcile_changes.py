@@ -16,11 +16,11 @@ import pytest
 from tests import markerkit
 from tests.markerkit import stamp as _stamp
 from tests.markerkit import write_batch as _write_batch
+from tidemark.base.session_rules import SessionRules
 from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.orchestration import obligations, reconcile
 from tidemark.panes import planning, receipt_index, receipts
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store import lake as lake_layout
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord

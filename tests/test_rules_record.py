@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.base.session_rules import SessionRules, parse_overrides
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules, parse_overrides
 from tidemark.store import storage
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord

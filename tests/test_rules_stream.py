@@ -21,11 +21,11 @@ from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
 from tidemark import cli
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import rules_migration
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader, table_versions
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): the module streams a lake, then migrations re-deduplicate every date

@@ -12,10 +12,10 @@ import pytest
 
 from streaming_job.job import StreamConfig, run_stream
 from tests.streamkit import event, land, land_raw, panes
+from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import iso_z, to_micros
 from tidemark.demo import batch_reference
 from tidemark.ingest import contract, landing, landing_ledger, quarantine
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

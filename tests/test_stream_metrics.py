@@ -11,10 +11,10 @@ import requests
 
 from streaming_job.job import StreamConfig, run_stream
 from tests.streamkit import event, land
+from tidemark.base.session_rules import SessionRules
 from tidemark.devstack.process import free_port
 from tidemark.ops import metrics
 from tidemark.panes import receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]  # the real stream, two micro-batches

@@ -10,7 +10,7 @@ import pytest
 from streaming_job.batch import BatchProcessor
 from streaming_job.state import StateStore
 from tests.streamkit import event, panes, partition_snapshot
-from tidemark.session.sessions import SessionRules
+from tidemark.base.session_rules import SessionRules
 from tidemark.store import lake as lake_layout
 from tidemark.store.lake import Lake
 

@@ -14,8 +14,8 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests.reference import valid_events
 from tests.streamkit import event, land, panes
+from tidemark.base.session_rules import SessionRules
 from tidemark.cli import main as cli_main
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine

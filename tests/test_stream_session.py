@@ -13,7 +13,7 @@ import pytest
 import dedup_sql
 from streaming_job import batch as stream_batch
 from streaming_job.state import NO_WATERMARK_US, STATE_SCHEMA
-from tidemark.session.sessions import SessionRules
+from tidemark.base.session_rules import SessionRules
 
 pytestmark = pytest.mark.spark
 

@@ -9,8 +9,8 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests.reference import landed_lines, valid_events
 from tests.streamkit import panes
+from tidemark.base.session_rules import SessionRules
 from tidemark.demo.generate import Workload, build, split_files, write_file
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 # slow (not in make test-fast): ten days of events through the real stream

@@ -17,12 +17,12 @@ from datetime import date, datetime, timezone
 import pytest
 
 from tidemark.base import layout, times
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import dedup
 from tidemark.iceberg import run_markers
 from tidemark.panes.planning import Plan
 from tidemark.panes.receipts import ReceiptRef
 from tidemark.session import session_schema
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import MARKER_KEYS, Commit, VersionRecord
 

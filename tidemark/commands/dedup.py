@@ -15,9 +15,9 @@ import json
 import sys
 
 from tidemark.base import layout
+from tidemark.base.session_rules import SessionRules, parse_overrides
 from tidemark.base.spark import build_session
 from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers, UsageError, add_session_options, user_input
-from tidemark.session.sessions import SessionRules, parse_overrides
 
 
 def register(subparsers: Subparsers) -> None:

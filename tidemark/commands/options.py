@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tidemark.base.durations import parse_duration
 from tidemark.base.layout import as_event_date
-from tidemark.session.sessions import GAP_BOUNDARIES
+from tidemark.base.session_rules import GAP_BOUNDARIES
 
 if TYPE_CHECKING:
     from tidemark.store.lake import Lake

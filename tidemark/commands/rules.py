@@ -23,10 +23,10 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from tidemark.base.session_rules import parse_overrides
 from tidemark.base.spark import build_session
 from tidemark.commands.console import wide_console
 from tidemark.commands.options import LAKE, Subparsers, add_session_options, user_input
-from tidemark.session.sessions import parse_overrides
 
 if TYPE_CHECKING:
     from tidemark.deduplication.dedup import DedupResult

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict
 
 from tidemark.base.durations import parse_duration
+from tidemark.base.session_rules import parse_overrides
 from tidemark.commands.options import (
     DURATION_TEXT,
     LAKE,
@@ -24,7 +25,6 @@ from tidemark.commands.options import (
     user_input,
 )
 from tidemark.ingest.contract import InputRules
-from tidemark.session.sessions import parse_overrides
 
 if TYPE_CHECKING:
     from streaming_job.job import StreamConfig

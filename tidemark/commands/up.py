@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from tidemark.base.session_rules import parse_overrides
 from tidemark.commands.console import print_status, wide_console
 from tidemark.commands.options import (
     DURATION_TEXT,
@@ -32,7 +33,6 @@ from tidemark.commands.options import (
     in_range,
     user_input,
 )
-from tidemark.session.sessions import parse_overrides
 
 PORT = checked(in_range(int, 1, 65535), "port")
 

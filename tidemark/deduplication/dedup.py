@@ -39,6 +39,7 @@ from tidemark.base import layout, times
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
+from tidemark.base.session_rules import SessionRules
 from tidemark.base.spark import build_session
 from tidemark.deduplication import buckets, changeset, incremental, recheck
 from tidemark.iceberg import changes, commits, run_markers, table_versions
@@ -47,7 +48,6 @@ from tidemark.orchestration import obligations
 from tidemark.panes import pack_cache, pane_reader, planning
 from tidemark.panes.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.session import rules_record, session_schema
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 

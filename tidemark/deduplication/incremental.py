@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, TypedDict
 
 import dedup_sql
 from tidemark.base import times
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import buckets
 from tidemark.iceberg import run_markers
 from tidemark.panes import planning
 from tidemark.panes.planning import Plan
 from tidemark.session import rules_record, session_schema
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import incremental
 from tidemark.session import session_schema
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 

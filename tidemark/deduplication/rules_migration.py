@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, Progress
+from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import DedupResult, run_dedup
 from tidemark.iceberg import table_versions
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ raw landed lines. It reads them with the one implementation of the input contrac
 too (tidemark.ingest.contract, docs/input-contract.md), keeps one copy per event
 (user_id, event_id, event_ts), sorts each user's events by time and
 starts a new session wherever two neighbours are at least the rules' split gap apart (the gap, or
-the gap + 1 us under the `merge` gap boundary: tidemark/session/sessions.py). A session belongs to the UTC
+the gap + 1 us under the `merge` gap boundary: tidemark/base/session_rules.py). A session belongs to the UTC
 date of its first event. If the stream, the dedup SQL and this agree, the promise holds.
 """
 
@@ -19,12 +19,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tidemark.base import layout
+from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import from_micros, parse_iso, to_micros
 from tidemark.iceberg import reader, table_versions
 from tidemark.ingest import contract, landing, landing_archive, landing_ledger
 from tidemark.panes import receipts
 from tidemark.session import rules_record, session_schema
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 # The columns two sessionizations must agree on (Session.key, lake_keys): the session row's.

@@ -17,9 +17,9 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any
 
+from tidemark.base.session_rules import SessionRules
 from tidemark.demo.waves import Wave
 from tidemark.ops import inspect
-from tidemark.session.sessions import SessionRules
 
 
 def pyplot() -> ModuleType:

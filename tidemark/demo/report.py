@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tidemark.base.session_rules import SessionRules
 from tidemark.demo import batch_reference
 from tidemark.demo.batch_reference import KEY_COLUMNS, DateCheck, SessionKey, lake_keys
 from tidemark.demo.waves import Wave
@@ -24,7 +25,6 @@ from tidemark.iceberg import reader, table_versions
 from tidemark.notices.report import corrected_status, notices_status
 from tidemark.ops import inspect
 from tidemark.products import session_metrics
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 STEPS = (

@@ -42,6 +42,7 @@ from typing import Any
 from tidemark.base import layout, names, times
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, tracked
+from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import iso_z
 from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
@@ -49,7 +50,6 @@ from tidemark.orchestration import obligations, runs
 from tidemark.orchestration.airflow_api import AirflowClient
 from tidemark.panes import planning, receipt_index, receipts
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 

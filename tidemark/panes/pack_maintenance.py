@@ -38,9 +38,9 @@ import pyarrow.parquet as pq
 from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, tracked
+from tidemark.base.session_rules import SessionRules
 from tidemark.panes import pack_cache, pane_reader, receipt_index, receipts
 from tidemark.session import rules_record
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 log = get_logger("packing")

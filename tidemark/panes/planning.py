@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 from tidemark.base import times
+from tidemark.base.session_rules import SessionRules
 from tidemark.panes import receipt_index, receipts
-from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
@@ -164,7 +164,7 @@ def lo_of(event_date: str, rules: SessionRules) -> datetime:
     """The earliest instant a pane can end and still join a session of event_date.
 
     split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
-    the session (tidemark/session/sessions.py), so the bound is one microsecond earlier.
+    the session (tidemark/base/session_rules.py), so the bound is one microsecond earlier.
     """
     return midnight(date.fromisoformat(event_date)) - rules.split_gap
 

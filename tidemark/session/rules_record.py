@@ -1,6 +1,6 @@
 """The lake's session rules record: the rules its sessions follow.
 
-The gap, allowed lateness, watermark delay and gap boundary (tidemark/session/sessions.py defines
+The gap, allowed lateness, watermark delay and gap boundary (tidemark/base/session_rules.py defines
 them).
 
     <lake>/_rules/rules-000001.json   the rules the lake was first written with
@@ -43,8 +43,8 @@ import tenacity
 
 from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
+from tidemark.base.session_rules import DEFAULT_GAP_BOUNDARY, RULE_NAMES, SessionRules
 from tidemark.base.times import now_iso_z
-from tidemark.session.sessions import DEFAULT_GAP_BOUNDARY, RULE_NAMES, SessionRules
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
