@@ -56,6 +56,7 @@ from pathlib import Path
 
 import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
+from tidemark.base.times import EPOCH
 from tidemark.demo import generate
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
@@ -299,7 +300,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     def first_version_with(event_date: str, receipt_ts: str) -> VersionRecord | None:
         if event_date not in versions:
             versions[event_date] = sorted(
-                table_versions.list_versions(lake, event_date), key=lambda m: m.committed_at or m.created_at or ""
+                table_versions.list_versions(lake, event_date), key=lambda m: m.published_at or EPOCH
             )
         key = f"{event_date}/{receipt_ts}"
         return next((m for m in versions[event_date] if key in m.receipts), None)
@@ -359,7 +360,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
                 steps["DAG run duration"].append(parse_iso(run["end_date"]) - parse_iso(run["start_date"]))
         version = first_version_with(n["event_date"], n["receipt_ts"])
         if version is not None:
-            readable = parse_iso(version.committed_at or version.created_at or "") - t0
+            readable = version.published_at - t0
             steps["landed -> corrected partition readable"].append(readable)
             if n["late"]:
                 steps["late data landed -> corrected partition readable"].append(readable)

@@ -179,8 +179,8 @@ def _version(lake: Lake, event_date: str) -> VersionRecord:
         event_date=date.fromisoformat(event_date),
         run_id="0" * 32,  # a plan only: no run folder
         receipts=tuple(current.keys),
-        hi=current.hi,
-        reach=planning.format_reach(reach),
+        hi=layout.as_event_date(current.hi),
+        reach=reach,
         planned_through=current.planned_through,
     )
 

@@ -25,7 +25,6 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import date, datetime, timedelta, timezone
 
 import bench
-from tidemark.base.times import now_iso_z
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
@@ -114,10 +113,10 @@ def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> Versio
         sessions=sessions,
         receipts=tuple(f"{day}/{r}" for r in receipts),
         max_receipt_ts=receipts[-1],
-        hi=day,
-        gap="30m",
+        hi=date.fromisoformat(day),
+        gap=timedelta(minutes=30),
         affected_dates=(),
-        created_at=now_iso_z(),
+        created_at=datetime.now(timezone.utc),
     )
     run_markers.write_marker(lake, marker)
     return marker

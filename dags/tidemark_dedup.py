@@ -142,8 +142,8 @@ class DedupOperator(SparkSubmitOperator):
         from tidemark.deduplication.dedup import run_dedup
         from tidemark.store.lake import Lake
 
-        # rendered by now: templated fields hold text when the task runs
-        lake, event_date = str(self.lake), str(self.event_date)
+        # rendered by now: templated fields hold text when the task runs (the date parsed here)
+        lake, event_date = str(self.lake), layout.as_event_date(str(self.event_date))
         url = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("dedup of %s as a Spark Connect client of %s", event_date, url.split(";")[0])
         spark = connect_session(url, f"tidemark-dedup-{event_date}")

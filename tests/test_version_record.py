@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -38,7 +38,7 @@ def _legacy(name: str) -> bytes:
 
 def _write_as_dedup(lake: Lake, previous: VersionRecord | None, monkeypatch) -> bytes:
     """The inputs the fixtures were written from (tests/legacy's generator used the same)."""
-    monkeypatch.setattr(times, "now_iso_z", lambda: "2026-03-11T04:05:06.789Z")
+    monkeypatch.setattr(dedup, "now", lambda: datetime(2026, 3, 11, 4, 5, 6, 789000, tzinfo=timezone.utc))
     monkeypatch.setattr(dedup.changeset, "stage", lambda *args: dict(_NO_CHANGES))
     parts = [
         ReceiptRef(lake, "2026-03-09", "20260310T010000000Z"),
@@ -50,7 +50,7 @@ def _write_as_dedup(lake: Lake, previous: VersionRecord | None, monkeypatch) -> 
         "sessions": 0,
         "context_rows": 0,
         "reach": datetime(2026, 3, 11, 0, 10, 0, 123456, tzinfo=timezone.utc),
-        "affected_dates": ["2026-03-09"],
+        "affected_dates": [date(2026, 3, 9)],
     }
     known = {"2026-03-09/20260310T010000000Z"}
     dedup._write_version(
@@ -95,7 +95,7 @@ def test_a_marker_round_trips_through_the_record_unchanged(tmp_path, name):
     record = VersionRecord.from_marker(json.loads(_legacy(name)))
     assert record.event_date == date(2026, 3, 10)
     assert record.receipts[0] == "2026-03-09/20260310T010000000Z"
-    assert record.reach == "2026-03-11T00:10:00.123456Z"
+    assert record.reach == datetime(2026, 3, 11, 0, 10, 0, 123456, tzinfo=timezone.utc)
     assert record.schema_version == 2
     run_markers.write_marker(lake, record)
     with open(lake.run_marker(D, RUN), "rb") as f:
@@ -114,6 +114,7 @@ def test_keys_of_a_newer_writer_are_kept_and_keys_an_older_one_lacked_stay_absen
     older.update(sessions=3, receipts=["2026-03-10/20260310T020000000Z"], gap="30m")
     old = VersionRecord.from_marker(older)
     assert old.to_marker() == older
+    assert old.gap == timedelta(minutes=30)
     assert not old.records("reach")
     assert old.reach is None
     assert old.schema_version == 1
@@ -149,3 +150,52 @@ def test_the_record_names_the_session_schema_key_the_schema_does():
     assert session_schema.MARKER_KEY in MARKER_KEYS
     record = VersionRecord.from_marker(json.loads(_legacy("first")))
     assert dataclasses.replace(record, session_schema=None).schema_version == 1
+
+
+def test_each_typed_field_is_parsed_once_and_written_as_the_marker_spells_it():
+    marker = json.loads(_legacy("planned_on"))
+    record = VersionRecord.from_marker(marker)
+    utc = timezone.utc
+    assert record.mode == "incremental"
+    assert record.lo == datetime(2026, 3, 9, 23, 30, tzinfo=utc)
+    assert record.horizon == datetime(2026, 3, 11, 2, 0, tzinfo=utc)
+    assert record.reach == datetime(2026, 3, 11, 0, 10, 0, 123456, tzinfo=utc)
+    assert record.created_at == datetime(2026, 3, 11, 4, 5, 6, 789000, tzinfo=utc)
+    assert record.hi == date(2026, 3, 11)
+    assert record.gap == timedelta(minutes=30)
+    assert record.rules == SessionRules()
+    assert record.affected_dates == (date(2026, 3, 9),)
+    # the text forms: whole seconds without a fraction (lo, horizon), the reach to the microsecond,
+    # created_at to the millisecond, all with "Z"; the gap as typed; the rules as described
+    written = record.to_marker()
+    assert (written["lo"], written["horizon"]) == ("2026-03-09T23:30:00Z", "2026-03-11T02:00:00Z")
+    assert written["reach"] == "2026-03-11T00:10:00.123456Z"
+    assert written["created_at"] == "2026-03-11T04:05:06.789Z"
+    assert (written["hi"], written["gap"], written["mode"]) == ("2026-03-11", "30m", "incremental")
+    assert written["rules"] == {"allowed_lateness": "1h", "gap": "30m", "watermark_delay": "10m"}
+    assert written["affected_dates"] == ["2026-03-09"]
+    assert written == marker
+    # a fraction of a second is kept (lo and horizon to the microsecond when they hold one), and the
+    # rules' boundary is written only when it is not the default
+    lo = datetime(2026, 3, 9, 23, 29, 59, 999999, tzinfo=utc)
+    merged = dataclasses.replace(record, lo=lo, rules=SessionRules(gap_boundary="merge"), gap=timedelta(hours=1))
+    again = merged.to_marker()
+    assert again["lo"] == "2026-03-09T23:29:59.999999Z"
+    assert again["rules"] == {"allowed_lateness": "1h", "gap": "30m", "watermark_delay": "10m", "gap_boundary": "merge"}
+    assert again["gap"] == "1h"
+    assert VersionRecord.from_marker(again) == merged
+    # a null reach (no session touches D) stays null
+    assert VersionRecord.from_marker({**marker, "reach": None}).to_marker()["reach"] is None
+
+
+def test_a_marker_with_a_field_out_of_its_format_is_refused():
+    good = json.loads(_legacy("first"))
+    for key, bad in (
+        ("mode", "partial"),
+        ("lo", "2026-03-09 23:30"),
+        ("hi", "2026-02-30"),
+        ("gap", "30 minutes"),
+        ("affected_dates", ["yesterday"]),
+    ):
+        with pytest.raises(ValueError):
+            VersionRecord.from_marker({**good, key: bad})

@@ -80,7 +80,7 @@ def run_show(args: argparse.Namespace) -> int:
         for record in records:
             print(json.dumps({"kind": "record", **record.to_json()}))
         for item in stale:
-            print(json.dumps({"kind": "stale_date", **item}))
+            print(json.dumps({"kind": "stale_date", **item.to_json()}))
         return 0
 
     console = wide_console()
@@ -127,7 +127,8 @@ def run_show(args: argparse.Namespace) -> int:
         for column in ("event_date", "version", "its gap", "its rules id"):
             table.add_column(column)
         for item in stale:
-            table.add_row(item["event_date"], str(item["version"]), str(item["gap"]), str(item["rules_id"] or "-"))
+            shown = item.to_json()
+            table.add_row(shown["event_date"], str(shown["version"]), str(shown["gap"]), str(item.rules_id or "-"))
         console.print(table)
     else:
         console.print("every published date was made under these rules")

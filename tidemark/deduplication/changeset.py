@@ -17,6 +17,7 @@ previous row) and an update_postimage (the new one). Spark Connect safe (DataFra
 
 from __future__ import annotations
 
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from dedup_sql import rules as sql_rules
@@ -86,7 +87,9 @@ def diff(before: DataFrame, after: DataFrame) -> DataFrame:
     )
 
 
-def stage(lake: Lake, event_date: str, run_id: str, islands: Islands, previous: VersionRecord | None) -> dict[str, Any]:
+def stage(
+    lake: Lake, event_date: date, run_id: str, islands: Islands, previous: VersionRecord | None
+) -> dict[str, Any]:
     """Write the run's changeset into its folder's changes/ and return its counts (the marker's `changes`).
 
     `islands` (incremental.Islands): a run that knows the touched users' sessions sets `before` and

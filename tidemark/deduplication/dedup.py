@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +49,8 @@ from tidemark.panes import pack_cache, pane_reader, planning
 from tidemark.panes.planning import LakeIndex, Plan, plan, receipt_key  # noqa: F401 - re-exported (bench, tests)
 from tidemark.session import rules_record, session_schema
 from tidemark.store.lake import Lake
-from tidemark.store.version_record import VersionRecord
+from tidemark.store.locations import Folder
+from tidemark.store.version_record import Mode, VersionRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -66,25 +67,29 @@ OUTPUT_COLUMNS = session_schema.TABLE_COLUMNS[:-1]
 class DedupResult:
     """What one dedup run did: the version it published (or found current) and what it read."""
 
-    event_date: str
+    event_date: date
     version: str | None
     published: bool
     sessions: int
     receipts_read: int
     rows_read: int
-    affected_dates: list[str] = field(default_factory=list)
+    affected_dates: list[date] = field(default_factory=list)
     noop: bool = False
     seconds: float = 0.0
-    # "incremental" or "full" (tidemark/deduplication/incremental.py); full_reason: why not incremental
-    mode: str = "full"
+    # how it computed (tidemark/deduplication/incremental.py); full_reason: why not incremental
+    mode: Mode = "full"
     full_reason: str = ""
     # Seconds per phase of a run that computed (plan, spark, compute, write, commit, changes, notice): where a
     # dedup's time goes, in its log line and in bench/dedup_partition.py's profile.
     phases: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The result as JSON (the CLI's output, the DAG's log)."""
-        return asdict(self)
+        """The result as JSON (the CLI's output, the DAG's log): dates as YYYY-MM-DD."""
+        return {
+            **asdict(self),
+            "event_date": layout.event_date_text(self.event_date),
+            "affected_dates": [layout.event_date_text(d) for d in self.affected_dates],
+        }
 
 
 def _covered(keys: list[str], marker: VersionRecord | None, rules: SessionRules) -> bool:
@@ -93,7 +98,7 @@ def _covered(keys: list[str], marker: VersionRecord | None, rules: SessionRules)
     return planning.covers(marker, keys) and not rules_record.changed_since(marker, rules)
 
 
-def _noop(event_date: str, current: VersionRecord | None, started: float) -> DedupResult:
+def _noop(event_date: date, current: VersionRecord | None, started: float) -> DedupResult:
     """Nothing new to include: the current version already has every planned receipt."""
     result = DedupResult(
         event_date,
@@ -115,7 +120,7 @@ _MAX_REPLANS = 3
 
 def run_dedup(
     lake: Lake,
-    event_date: date | str,
+    event_date: date,
     rules: SessionRules | None = None,
     spark: SparkSession | None = None,
     run_id: str | None = None,
@@ -129,12 +134,9 @@ def run_dedup(
     plan turns out stale at commit time (a concurrent run published receipts it did not read)
     plans again from the lake as it is now.
     """
-    # Typed callers (the CLI, the DAG, reconcile) pass the date they parsed; text from a caller
-    # outside the typed path (a script, a test) is parsed here, once.
-    day = layout.as_event_date(event_date)
     for attempt in range(1, _MAX_REPLANS + 1):
         try:
-            return _run_dedup_once(lake, day, rules, spark, run_id if attempt == 1 else None, full)
+            return _run_dedup_once(lake, event_date, rules, spark, run_id if attempt == 1 else None, full)
         except commits.Superseded as exc:
             if attempt == _MAX_REPLANS:
                 raise
@@ -171,13 +173,13 @@ def _run(
     started: float,
     full: bool = False,
 ) -> DedupResult:
-    event_date = layout.event_date_text(day)  # the planning's and the SQL's form, and the result's
+    event_date = day
     index = LakeIndex(lake)
     previous = table_versions.current_version(lake, day)
     # --full always recomputes: whether to publish is decided on its result (below)
     if not full and _quick_noop(index, event_date, previous, rules):
         return _noop(event_date, previous, started)
-    current = planning.plan_for_rerun(index, event_date, rules, previous)
+    current = planning.plan_for_rerun(index, layout.event_date_text(day), rules, previous)
     nothing_new = _nothing_new(event_date, current, None if full else previous, rules, started)
     if nothing_new is not None:
         return nothing_new
@@ -195,7 +197,7 @@ def _run(
             rules_id=rules_id,
             previous_rules_id=previous.rules_id,
             gap=format_duration(rules.gap),
-            previous_gap=previous.gap,
+            previous_gap=format_duration(previous.gap) if previous.gap else None,
         )
     if spark is None:
         spark = build_session("tidemark-dedup")
@@ -248,7 +250,7 @@ def _run(
         assert current.max_receipt_ts is not None  # a plan with receipts to compute
         obligations.record(lake, summary["affected_dates"], event_date, current.max_receipt_ts, run_id)
         read = (len(start.new), start.rows_read) if start is not None else (len(current.partitions), current.rows)
-        mode = "full" if start is None else "incremental"
+        mode: Mode = "full" if start is None else "incremental"
         marker = _write_version(
             lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
         )
@@ -300,7 +302,7 @@ def _run(
 def _full_unchanged(
     spark: SparkSession,
     lake: Lake,
-    event_date: str,
+    event_date: date,
     current: Plan,
     islands: incremental.Islands,
     newest: VersionRecord | None,
@@ -337,7 +339,7 @@ def _full_unchanged(
     )
 
 
-def _quick_noop(index: LakeIndex, event_date: str, previous: VersionRecord | None, rules: SessionRules) -> bool:
+def _quick_noop(index: LakeIndex, event_date: date, previous: VersionRecord | None, rules: SessionRules) -> bool:
     """The no-op decision from listings and the markers of the partitions the previous version lacks.
 
     None of those it holds is read: a cost independent of the lake's age (planning.quick_covered).
@@ -345,12 +347,12 @@ def _quick_noop(index: LakeIndex, event_date: str, previous: VersionRecord | Non
     return (
         previous is not None
         and not rules_record.changed_since(previous, rules)
-        and planning.quick_covered(index, event_date, rules, previous)
+        and planning.quick_covered(index, layout.event_date_text(event_date), rules, previous)
     )
 
 
 def _nothing_new(
-    event_date: str, current: Plan, previous: VersionRecord | None, rules: SessionRules, started: float
+    event_date: date, current: Plan, previous: VersionRecord | None, rules: SessionRules, started: float
 ) -> DedupResult | None:
     """The no-op decision, before any Spark: no receipts at all, or every planned one included."""
     if not current.partitions:
@@ -361,7 +363,7 @@ def _nothing_new(
     return None
 
 
-def up_to_date(lake: Lake, event_date: date | str, rules: SessionRules | None = None) -> DedupResult | None:
+def up_to_date(lake: Lake, event_date: date, rules: SessionRules | None = None) -> DedupResult | None:
     """run_dedup's no-op decision alone, without Spark (the DAG's skip check).
 
     The no-op result when the current version already includes every receipt partition the date's
@@ -369,18 +371,16 @@ def up_to_date(lake: Lake, event_date: date | str, rules: SessionRules | None = 
     (Spark needed; nothing discharged: the run that computes lists them itself).
     """
     started = time.monotonic()
-    day = layout.as_event_date(event_date)  # as run_dedup: a date passes, text is parsed once
-    event_date_text = layout.event_date_text(day)
     rules, _ = rules_record.for_dedup(lake, rules)
-    owed = obligations.pending(lake, day)  # listed before planning, as in run_dedup
+    owed = obligations.pending(lake, event_date)  # listed before planning, as in run_dedup
     index = LakeIndex(lake)
-    previous = table_versions.current_version(lake, day)
+    previous = table_versions.current_version(lake, event_date)
     result: DedupResult | None
-    if _quick_noop(index, event_date_text, previous, rules):
-        result = _noop(event_date_text, previous, started)
+    if _quick_noop(index, event_date, previous, rules):
+        result = _noop(event_date, previous, started)
     else:
-        current = planning.plan_for_rerun(index, event_date_text, rules, previous)
-        result = _nothing_new(event_date_text, current, previous, rules, started)
+        current = planning.plan_for_rerun(index, layout.event_date_text(event_date), rules, previous)
+        result = _nothing_new(event_date, current, previous, rules, started)
     if result is not None:
         obligations.discharge(lake, owed, result.version)
     return result
@@ -401,7 +401,7 @@ _PANES_SCHEMA = pane_reader.DEDUP_COLUMNS
 
 
 def read_panes(
-    spark: SparkSession, lake: Lake, partitions: list[Partition], lo: datetime, pack_date: str | None = None
+    spark: SparkSession, lake: Lake, partitions: list[Partition], lo: datetime, pack_date: date | None = None
 ) -> DataFrame:
     """The panes of these receipt partitions that end at or after lo, with their event_date and receipt_ts.
 
@@ -418,10 +418,13 @@ def read_panes(
     if rest or not parts:
         parts.append(_read_receipts(spark, lake, rest, lo))
     panes = reduce(lambda a, b: a.unionByName(b), parts)
-    if pack_date is not None and sum(p.event_date == pack_date for p in rest) >= pack_cache.PACK_AT:
-        own = [p.receipt_ts for p in partitions if p.event_date == pack_date]
+    if (
+        pack_date is not None
+        and sum(layout.as_event_date(p.event_date) == pack_date for p in rest) >= pack_cache.PACK_AT
+    ):
+        own = [p.receipt_ts for p in partitions if layout.as_event_date(p.event_date) == pack_date]
         try:
-            pack_cache.write(lake, pack_date, panes, own, _PANES_SCHEMA)
+            pack_cache.write(lake, layout.event_date_text(pack_date), panes, own, _PANES_SCHEMA)
         except Exception as exc:  # noqa: BLE001 - a cache: the dedup goes on without it
             log.warning("pack not written", event_date=pack_date, error=f"{type(exc).__name__}: {exc}")
     return panes
@@ -435,7 +438,7 @@ def _read_pack(spark: SparkSession, lake: Lake, pack: pack_cache.Pack, lo: datet
     return (
         spark.read.schema(_PANES_SCHEMA)
         # the pack's folder as the base: no partition value is read from its path (its rows hold them)
-        .option("basePath", lake.pack_dir(pack.event_date, pack.pack_id))
+        .option("basePath", lake.pack_dir(layout.as_event_date(pack.event_date), pack.pack_id))
         .parquet(*pack.file_uris(lake))
         .where(F.col("session_end") >= F.lit(lo))
     )
@@ -446,7 +449,7 @@ def _read_receipts(spark: SparkSession, lake: Lake, partitions: list[Partition],
     # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
     from pyspark.sql import functions as F
 
-    paths = [lake.receipt_dir(p.event_date, p.receipt_ts) for p in partitions]
+    paths: list[str] = [lake.receipt_dir(layout.as_event_date(p.event_date), p.receipt_ts) for p in partitions]
     if len(paths) >= pane_reader.FOLDERS_FOR_ARROW:  # thousands of small folders: see tidemark/panes/pane_reader.py
         panes: DataFrame = pane_reader.read(spark, lake.sessions_root(), paths, _PANES_SCHEMA, lo)
         return panes
@@ -488,7 +491,8 @@ def compute_islands(spark: SparkSession, lake: Lake, current: Plan, rules: Sessi
 
     # The date's own panes all end after its midnight, which is after lo: all of them are read, and
     # a pack of them can be written from what is read.
-    own = current.event_date if planning.midnight(date.fromisoformat(current.event_date)) >= current.lo else None
+    day = layout.as_event_date(current.event_date)
+    own = day if planning.midnight(day) >= current.lo else None
     panes = read_panes(spark, lake, current.partitions, current.lo, pack_date=own).select(
         "user_id",
         "events",
@@ -506,8 +510,8 @@ def _full(spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, k
     Cached for the summary (one pass: reach (tidemark/panes/planning.py), session count, affected
     dates, context size) and the writes.
     """
-    event_date = current.event_date
-    until = incremental.horizon(event_date, rules)
+    day = layout.as_event_date(current.event_date)
+    until = incremental.horizon(day, rules)
     # Cached for the summary and the writes; it goes to SQL through a view kept until release
     # (dedup_sql.run's `views`: pyspark's own views, dropped when spark.sql returns, uncache their
     # DataFrame; the 1M-session event log showed the dedup computed twice, for the summary and the write).
@@ -518,14 +522,12 @@ def _full(spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, k
         "dedup_summary",
         {"islands": islands},
         views=views,
-        event_date=event_date,
+        event_date=layout.event_date_text(day),
         horizon_us=times.to_micros(until),
         gap_us=rules.gap_us,
     ).first()
-    sessions, context = incremental.split(islands, event_date, until)
-    return incremental.Islands(
-        sessions, context, incremental.summary_of(row, event_date), [islands], spark=spark, views=views
-    )
+    sessions, context = incremental.split(islands, day, until)
+    return incremental.Islands(sessions, context, incremental.summary_of(row, day), [islands], spark=spark, views=views)
 
 
 def _write_version(
@@ -538,7 +540,7 @@ def _write_version(
     rules: SessionRules,
     known: set[str],
     previous: VersionRecord | None,
-    mode: str = "full",
+    mode: Mode = "full",
     read: tuple[int, int] | None = None,
 ) -> VersionRecord:
     """Write the run's sessions of event_date as Parquet into its own folder, then the rest, then its marker.
@@ -551,7 +553,6 @@ def _write_version(
     # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
     from pyspark.sql import functions as F
 
-    event_date = layout.event_date_text(day)
     sessions = summary["sessions"]
     folder = lake.run_dir(day, run_id)
     names: list[str] = []
@@ -561,25 +562,25 @@ def _write_version(
         out = islands.sessions.select(
             F.expr(sql_rules.session_id()).alias("session_id"),
             *OUTPUT_COLUMNS[1:],
-            F.lit(event_date).cast("date").alias("event_date"),
+            F.lit(layout.event_date_text(day)).cast("date").alias("event_date"),
         )
         # One file per bucket of users (tidemark/deduplication/buckets.py): the buckets the run
         # rewrote, in the count its predecessor's layout keeps, or all of them. Not sorted: a file
         # of this size is one row group, so a sort would buy readers nothing.
         count = islands.buckets or buckets.count_for(sessions)
         buckets.write(out, count, folder, islands.rewritten if islands.buckets else None)
-        names = _bucket_files(lake, folder)
+        names = _bucket_files(folder)
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):
         # only the next incremental run of this date reads it.
         (
             islands.context.coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
             .write.mode("overwrite")
-            .parquet(incremental.context_dir(lake, event_date, run_id))
+            .parquet(incremental.context_dir(lake, day, run_id))
         )
     # Its changeset against `previous` (tidemark/deduplication/changeset.py), staged inside the folder
     # the writes above replaced; its counts go into the marker.
-    staged = changeset.stage(lake, event_date, run_id, islands, previous)
+    staged = changeset.stage(lake, day, run_id, islands, previous)
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
     marker = VersionRecord(
         event_date=day,
@@ -597,28 +598,34 @@ def _write_version(
         context_rows=summary["context_rows"],
         max_receipt_ts=current.max_receipt_ts,
         planned_through=current.planned_through,
-        lo=incremental.lo_text(current.lo),
-        horizon=times.iso_z(incremental.horizon(event_date, rules), "auto"),
+        lo=current.lo,
+        horizon=incremental.horizon(day, rules),
         session_schema=session_schema.VERSION,  # the columns its files (and context) hold
-        hi=current.hi,
-        reach=planning.format_reach(summary["reach"]),
-        gap=format_duration(rules.gap),
+        hi=layout.as_event_date(current.hi),
+        reach=summary["reach"],
+        gap=rules.gap,
         **rules_record.marker_fields(rules),
         affected_dates=tuple(summary["affected_dates"]),
         planned_on=previous.version if previous else None,
         new_receipts=len(set(current.keys) - known),
         changes=staged,
-        created_at=times.now_iso_z(),
+        created_at=now(),
     )
     run_markers.write_marker(lake, marker)
     return marker
 
 
-def _bucket_files(lake: Lake, folder: str) -> list[str]:
+def now() -> datetime:
+    """Now, UTC, to the millisecond: a version's created_at as its marker keeps it."""
+    moment = datetime.now(timezone.utc)
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def _bucket_files(folder: Folder) -> list[str]:
     """The Parquet files buckets.write wrote into a run's folder, as 'bucket=<k>/<name>'."""
-    base = lake.locate(folder)[1].rstrip("/") + "/"
+    base = folder.at()[1].rstrip("/") + "/"
     names = []
-    for info in lake.walk_files(folder):
+    for info in folder.walk_files():
         relative = info.path[len(base) :] if info.path.startswith(base) else info.path
         top, _, name = relative.partition("/")
         if top.startswith(buckets.BUCKET_DIR + "=") and name.endswith(".parquet") and not name.startswith(("_", ".")):

@@ -39,7 +39,7 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict
 
 import dedup_sql
-from tidemark.base import times
+from tidemark.base import layout, times
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import buckets
 from tidemark.iceberg import run_markers
@@ -47,6 +47,7 @@ from tidemark.panes import planning
 from tidemark.panes.planning import Plan
 from tidemark.session import rules_record, session_schema
 from tidemark.store.lake import Lake
+from tidemark.store.locations import Folder
 from tidemark.store.version_record import VersionRecord
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def base(previous: VersionRecord | None, current: Plan, rules: SessionRules) -> 
         return None, "the session rules changed since the previous version"
     if previous.context_rows is None:
         return None, "the previous version kept no island context (written by an older tidemark)"
-    if not previous.horizon:
+    if previous.horizon is None:
         return None, "the previous version records no context horizon (written by an older tidemark)"
     written = previous.schema_version
     if written > session_schema.VERSION:
@@ -105,11 +106,11 @@ def base(previous: VersionRecord | None, current: Plan, rules: SessionRules) -> 
             f"the previous version was written with session schema {written}, without "
             + ", ".join(c.name for c in unfillable)
         )
-    if previous.lo != lo_text(current.lo):
+    if previous.lo != current.lo:
         return None, "the previous version was planned from another lo"
     # H is a function of the date and the rules (checked above); another H (another tidemark's
     # margin) holds other islands, and the counts the summary starts from would not add up.
-    if times.parse_iso(previous.horizon) != horizon(current.event_date, rules):
+    if previous.horizon != horizon(layout.as_event_date(current.event_date), rules):
         return None, "the previous version kept its context to another horizon"
     old = set(previous.receipts)
     keys = set(current.keys)
@@ -131,24 +132,19 @@ def base(previous: VersionRecord | None, current: Plan, rules: SessionRules) -> 
 HORIZON_MARGIN = timedelta(hours=2)
 
 
-def horizon(event_date: str, rules: SessionRules) -> datetime:
+def horizon(event_date: date, rules: SessionRules) -> datetime:
     """H: the context of a version of event_date holds the islands that start before H.
 
     At most D+2 00:00: every event before H is then in a pane of a date <= D+1 <= hi, so every
     version (and every run's new panes) holds all of them, which is what the check relies on.
     """
-    next_day = planning.midnight(date.fromisoformat(event_date) + timedelta(days=1))
+    next_day = planning.midnight(event_date + timedelta(days=1))
     # split_gap: the check below (dedup_summary.sql) compares session ends + :gap_us with H, and
     # :gap_us is the split threshold (the gap + 1 us under `merge`).
     return min(next_day + max(HORIZON_MARGIN, 2 * rules.split_gap), next_day + timedelta(days=1))
 
 
-def lo_text(lo: datetime) -> str:
-    """How a version's marker records its lo."""
-    return times.iso_z(lo, "auto")  # no fraction for a whole second: as versions have recorded it
-
-
-def context_dir(lake: Lake, event_date: str, run_id: str) -> str:
+def context_dir(lake: Lake, event_date: date, run_id: str) -> Folder:
     """The folder of a version's island context."""
     return lake.run_context_dir(event_date, run_id)
 
@@ -159,7 +155,7 @@ class Summary(TypedDict):
     reach: datetime | None
     sessions: int
     context_rows: int
-    affected_dates: list[str]
+    affected_dates: list[date]  # other dates whose versions the run may have made stale
     past_horizon: int
 
 
@@ -196,7 +192,7 @@ class Islands:
             frame.unpersist()
 
 
-def split(islands: DataFrame, event_date: str, until: datetime) -> tuple[DataFrame, DataFrame]:
+def split(islands: DataFrame, event_date: date, until: datetime) -> tuple[DataFrame, DataFrame]:
     """(sessions, context) of a run's islands: those of event_date, and the others before the horizon.
 
     The others start before the horizon `until` (what a version keeps beside its sessions); both
@@ -206,7 +202,7 @@ def split(islands: DataFrame, event_date: str, until: datetime) -> tuple[DataFra
     # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
-    on_date = F.col("event_date") == F.lit(event_date)
+    on_date = F.col("event_date") == F.lit(layout.event_date_text(event_date))
     columns = (*ISLAND_COLUMNS, "event_date")
     return (
         islands.where(on_date).select(*columns),
@@ -214,14 +210,14 @@ def split(islands: DataFrame, event_date: str, until: datetime) -> tuple[DataFra
     )
 
 
-def summary_of(row: Row | None, event_date: str) -> Summary:
-    """dedup_summary.sql's row as the run uses it."""
+def summary_of(row: Row | None, event_date: date) -> Summary:
+    """dedup_summary.sql's row as the run uses it (its dates, YYYY-MM-DD text, parsed)."""
     assert row is not None  # an aggregate without GROUP BY has one row
     return {
         "reach": None if row["reach_us"] is None else times.from_micros(row["reach_us"]),
         "sessions": int(row["sessions"]),
         "context_rows": int(row["context_rows"]),
-        "affected_dates": [d for d in row["affected_dates"] if d != event_date],
+        "affected_dates": [d for d in map(layout.as_event_date, row["affected_dates"]) if d != event_date],
         "past_horizon": int(row["past_horizon"]),
     }
 
@@ -256,7 +252,7 @@ def _previous_context(spark: SparkSession, lake: Lake, previous: VersionRecord, 
         return spark.createDataFrame([], _ISLANDS_SCHEMA + ", event_date STRING")
     filled: DataFrame = session_schema.fill_older(
         spark.read.schema(_ISLANDS_SCHEMA + ", event_date STRING")
-        .parquet(context_dir(lake, previous.event_date_text, previous.run_id))
+        .parquet(context_dir(lake, previous.event_date, previous.run_id))
         .where(F.col("session_start") < F.lit(until))
         .select(*ISLAND_COLUMNS, "event_date"),
         previous.schema_version,
@@ -288,7 +284,8 @@ def correct(
     # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
-    until = horizon(current.event_date, rules)
+    day = layout.as_event_date(current.event_date)
+    until = horizon(day, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
     # The touched users, once, on the driver. A correction's few go to the queries below as an IN
     # list: a broadcast join would read the new panes again in every query, one more Spark job each
@@ -322,7 +319,7 @@ def correct(
     sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
     recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).persist()
 
-    params = {"event_date": current.event_date, "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
+    params = {"event_date": layout.event_date_text(day), "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
     new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, views=views, **params)
     gone = dedup_sql.run(
         spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))}, views=views, **params
@@ -331,13 +328,13 @@ def correct(
         gone.select(F.col("sessions").alias("gone_sessions"), F.col("context_rows").alias("gone_context"))
     ).first()
     assert row is not None  # a cross join of two one-row aggregates
-    summary = summary_of(row, current.event_date)
+    summary = summary_of(row, day)
     _, previous_reach = planning.recorded_reach(start.previous)
     summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)
     summary["sessions"] += start.previous.sessions - int(row["gone_sessions"])
     summary["context_rows"] += (start.previous.context_rows or 0) - int(row["gone_context"])
 
-    new_sessions, new_context = split(recomputed, current.event_date, until)
+    new_sessions, new_context = split(recomputed, day, until)
     # The untouched users of the buckets read are carried over as rows, streamed from those files
     # into the new ones (buckets.write shuffles them by user: one file per bucket).
     sessions = drop(old_sessions).unionByName(new_sessions)
@@ -355,7 +352,7 @@ def correct(
     )
     if start.previous.schema_version == session_schema.VERSION:  # else carried-over rows get filled columns
         # the touched users are all in the buckets read: `old` holds every old session of theirs
-        islands.before = old.where(F.col("event_date") == F.lit(current.event_date)).select(
+        islands.before = old.where(F.col("event_date") == F.lit(layout.event_date_text(day))).select(
             *ISLAND_COLUMNS, "event_date"
         )
         islands.after = new_sessions

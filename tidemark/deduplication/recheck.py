@@ -49,7 +49,7 @@ def same_islands(
     """
     if version.schema_version != session_schema.VERSION or version.context_rows is None:
         return False
-    until = incremental.horizon(version.event_date_text, rules)
+    until = incremental.horizon(version.event_date, rules)
     old = incremental._previous_sessions(spark, lake, version).unionByName(
         incremental._previous_context(spark, lake, version, until)
     )

@@ -23,8 +23,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any
 
+from tidemark.base import layout
+from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, Progress
 from tidemark.base.session_rules import SessionRules
@@ -70,33 +73,43 @@ def target_rules(lake: Lake, requested: SessionRules | dict[str, Any]) -> Sessio
     return rules.with_overrides(requested)
 
 
-def event_dates(lake: Lake) -> list[str]:
+def event_dates(lake: Lake) -> list[date]:
     """Every date with receipt partitions or published versions, oldest first."""
-    return sorted(set(lake.list_event_dates(lake.sessions_root())) | set(table_versions.dates_with_version(lake)))
+    versioned = {layout.as_event_date(d) for d in table_versions.dates_with_version(lake)}
+    return sorted(set(lake.sessions_root().event_dates()) | versioned)
 
 
-def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[dict[str, Any]]:
-    """Dates whose current version was made under other rules than the lake's.
+@dataclass(frozen=True)
+class StaleDate:
+    """A date whose current version was made under other rules than the lake's."""
 
-    {event_date, version, rules_id, gap} each. No Spark: markers only.
-    """
+    event_date: date
+    version: str | None
+    rules_id: str | None  # None: a version written before versions recorded their rules id
+    gap: timedelta | None  # the gap it was made with (None: not recorded)
+
+    def to_json(self) -> dict[str, Any]:
+        """As `tidemark rules show --json` prints it: the date as YYYY-MM-DD, the gap as "30m"."""
+        return {
+            "event_date": layout.event_date_text(self.event_date),
+            "version": self.version,
+            "rules_id": self.rules_id,
+            "gap": None if self.gap is None else format_duration(self.gap),
+        }
+
+
+def stale_dates(lake: Lake, rules: SessionRules | None = None) -> list[StaleDate]:
+    """Dates whose current version was made under other rules than the lake's. No Spark: markers only."""
     rules = rules or rules_record.rules_in_force(lake)[0]
     out = []
     for event_date in table_versions.dates_with_version(lake):
         current = table_versions.current_version(lake, event_date)
         if current is not None and rules_record.changed_since(current, rules):
-            out.append(
-                {
-                    "event_date": event_date,
-                    "version": current.version,
-                    "rules_id": current.rules_id,
-                    "gap": current.gap,
-                }
-            )
+            out.append(StaleDate(current.event_date, current.version, current.rules_id, current.gap))
     return out
 
 
-def not_migrated(lake: Lake, rules: SessionRules, dates: list[str] | None = None) -> list[str]:
+def not_migrated(lake: Lake, rules: SessionRules, dates: list[date] | None = None) -> list[date]:
     """The dates (of `dates`, default every date) not migrated to `rules` yet, oldest first.
 
     Those whose current version was not made under `rules`, or that have none: what a migration to
@@ -166,7 +179,7 @@ def migrate(
     return migration
 
 
-def _log_stop(lake: Lake, record: rules_record.Recorded, dates: list[str]) -> None:
+def _log_stop(lake: Lake, record: rules_record.Recorded, dates: list[date]) -> None:
     """Where a stopped migration's rerun resumes (as the lake says, not as this run counted)."""
     try:
         left = not_migrated(lake, record.rules, dates)

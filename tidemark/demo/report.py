@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidemark.base.session_rules import SessionRules
+from tidemark.base.times import iso_z
 from tidemark.demo import batch_reference
 from tidemark.demo.batch_reference import KEY_COLUMNS, DateCheck, SessionKey, lake_keys
 from tidemark.demo.waves import Wave
@@ -111,7 +112,7 @@ def corrections(lake: Lake, event_date: str) -> list[dict[str, Any]]:
         keys = lake_keys(reader.to_records(table))
         row: dict[str, Any] = {
             "version": marker.version,
-            "created_at": marker.created_at,
+            "created_at": marker.created_at and iso_z(marker.created_at),
             "sessions": len(keys),
             "receipts": len(marker.receipts),
             "new_receipts": marker.new_receipts,

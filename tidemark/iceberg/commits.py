@@ -38,6 +38,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.typedef import Record
 
 from tidemark.base import layout
+from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.times import now_iso_z
 from tidemark.iceberg import compat, table_versions
@@ -205,8 +206,8 @@ def snapshot_summary(event_date: str, marker: VersionRecord, record: Commit) -> 
         "tidemark.receipts": str(len(marker.receipts)),
         "tidemark.max-receipt-ts": marker.max_receipt_ts or "",
         "tidemark.sessions": str(marker.sessions),
-        "tidemark.affected-dates": ",".join(marker.affected_dates),
-        "tidemark.gap": marker.gap or "",
+        "tidemark.affected-dates": ",".join(layout.event_date_text(d) for d in marker.affected_dates),
+        "tidemark.gap": format_duration(marker.gap) if marker.gap else "",
         "tidemark.marker": f"{run_folder(event_date, record.run_id)}/{RUN_MARKER}",
     }
 

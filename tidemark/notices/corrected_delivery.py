@@ -153,7 +153,7 @@ def build_for(lake: Lake, tbl: Table, version: VersionRecord) -> dict[str, Any]:
             "snapshot_id": int(snapshot_id),
         },
         path=iceberg.file_uri(lake.run_dir(event_date, version.run_id)),
-        affected_dates=[d for d in version.affected_dates if d != event_date],
+        affected_dates=[layout.event_date_text(d) for d in version.affected_dates if d != version.event_date],
         committed_at=committed.committed_at,
         changes=None
         if where is None

@@ -89,7 +89,9 @@ def partitions(
                 "event_date": event_date,
                 "version": current_v.version if current_v else None,
                 "sessions": current_v.sessions if current_v else None,
-                "version_created_at": (current_v.committed_at or current_v.created_at) if current_v else None,
+                "version_created_at": (current_v.committed_at or (current_v.created_at and iso_z(current_v.created_at)))
+                if current_v
+                else None,
                 "receipts": len(stamps),
                 "included": len(stamps) - len(pending),
                 "pending": len(pending),
@@ -182,7 +184,7 @@ def lineage(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None =
         first = next((v for v in versions if key in v.receipts), None)
         if first is not None:
             row.version = first.version
-            row.version_created_at = parse_time(first.committed_at or first.created_at)
+            row.version_created_at = first.published_at
         rows.append(row)
     return rows
 
@@ -249,7 +251,7 @@ def history(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None =
         current = current_v is not None and current_v.version == version.version
         items.append(
             {
-                "time": parse_time(version.committed_at or version.created_at),
+                "time": version.published_at,
                 "kind": "version",
                 "id": version.version,
                 "state": "current" if current else "superseded",

@@ -40,6 +40,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tidemark.base import layout, names, times
+from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.progress import Display, tracked
 from tidemark.base.session_rules import SessionRules
@@ -74,7 +75,7 @@ def rules_changed_since(lake: Lake, version: VersionRecord, in_force: InForce | 
     rules, _, recorded = in_force or rules_record.rules_in_force(lake)
     if not rules_record.changed_since(version, rules):
         return None
-    made_under = version.rules or {"gap": version.gap}
+    made_under = version.rules.describe() if version.rules else {"gap": version.gap and format_duration(version.gap)}
     return (
         f"session rules changed since the version: it was made under "
         f"{', '.join(f'{k} {v}' for k, v in made_under.items())}; the lake now records "

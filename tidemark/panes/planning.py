@@ -231,7 +231,7 @@ def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previo
     if not (index.indexed and known):
         return False
     assert previous is not None  # a recorded reach came from it
-    hi = max(needed_hi(event_date, rules, reach), previous.hi or "")
+    hi = max(needed_hi(event_date, rules, reach), previous.hi.isoformat() if previous.hi else "")
     lo = lo_of(event_date, rules)
     included = set(previous.receipts)
     dates = scope(event_date, rules, hi)
@@ -266,7 +266,7 @@ def recorded_reach(version: VersionRecord | None) -> tuple[bool, datetime | None
     """(whether the version recorded its reach, the reach or None when no session touches D)."""
     if version is None or not version.records("reach"):
         return False, None
-    return True, None if version.reach is None else times.parse_iso(version.reach)
+    return True, version.reach
 
 
 def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previous: VersionRecord | None) -> Plan:
@@ -278,7 +278,7 @@ def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previ
     _, reach = recorded_reach(previous)
     hi = needed_hi(event_date, rules, reach)
     if previous and previous.hi:
-        hi = max(hi, previous.hi)
+        hi = max(hi, previous.hi.isoformat())
     return plan(index, event_date, rules, hi)
 
 

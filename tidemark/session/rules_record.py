@@ -41,7 +41,6 @@ from typing import Any
 import jsonschema
 import tenacity
 
-from tidemark.base.durations import format_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.session_rules import DEFAULT_GAP_BOUNDARY, RULE_NAMES, SessionRules
 from tidemark.base.times import now_iso_z
@@ -145,7 +144,7 @@ def parse_record(doc: object, where: str = "rules record") -> Recorded:
 
 def _sequences(lake: Lake) -> list[int]:
     found = []
-    for name in lake.list_dir(lake.rules_dir()):
+    for name in lake.rules_dir().names():
         match = _RECORD_NAME.match(name)
         if match and int(match.group(1)) > 0:
             found.append(int(match.group(1)))
@@ -155,7 +154,7 @@ def _sequences(lake: Lake) -> list[int]:
 def _read(lake: Lake, sequence: int) -> Recorded:
     path = lake.rules_record(sequence)
     try:
-        doc = lake.read_json(path)
+        doc = path.read_json()
     except ValueError as exc:  # not JSON
         raise InvalidRulesRecord(f"{path}: {exc}") from None
     if doc is None:
@@ -192,7 +191,7 @@ def rules_in_force(lake: Lake) -> tuple[SessionRules, str, Recorded | None]:
 
 def marker_fields(rules: SessionRules) -> dict[str, Any]:
     """What a dedup version marker records about the rules it was made under."""
-    return {"rules_id": fingerprint(rules), "rules": rules.describe()}
+    return {"rules_id": fingerprint(rules), "rules": rules}
 
 
 def changed_since(marker: VersionRecord | None, rules: SessionRules) -> bool:
@@ -208,7 +207,7 @@ def changed_since(marker: VersionRecord | None, rules: SessionRules) -> bool:
         return False
     if marker.rules_id:
         return marker.rules_id != fingerprint(rules)
-    return marker.gap != format_duration(rules.gap) or rules.gap_boundary != DEFAULT_GAP_BOUNDARY
+    return marker.gap != rules.gap or rules.gap_boundary != DEFAULT_GAP_BOUNDARY
 
 
 def same_rules(a: VersionRecord, b: VersionRecord) -> bool:
@@ -228,7 +227,8 @@ def outdated(lake: Lake, marker: VersionRecord) -> str | None:
     if recorded is None or marker.rules_id == recorded.rules_id:
         return None
     return (
-        f"the lake's session rules changed while the run ran: it used {marker.rules}, "
+        f"the lake's session rules changed while the run ran: it used "
+        f"{describe_rules(marker.rules) if marker.rules else 'unrecorded rules'}, "
         f"the lake now records {recorded.describe()}"
     )
 
@@ -302,7 +302,7 @@ def _create(lake: Lake, record: Recorded) -> Recorded:
     """Write record number `record.sequence` unless it exists; returns the record that is there."""
     path = lake.rules_record(record.sequence)
     text = json.dumps(record.to_json(), sort_keys=True, indent=1) + "\n"
-    if lake.create_text_if_absent(path, text):
+    if path.create_text_if_absent(text):
         log.info(
             "session rules recorded",
             lake=lake,
@@ -340,7 +340,7 @@ def ensure(lake: Lake, requested: SessionRules | dict[str, Any] | None, recorded
     rules, recorded = check(lake, requested, recorded_by)
     if recorded is not None:
         return recorded
-    legacy = bool(lake.list_event_dates(lake.sessions_root()))
+    legacy = bool(lake.sessions_root().event_dates())
     reason = "adopted: the lake was written before rules were recorded" if legacy else "first start on an empty lake"
     if legacy:
         log.warning(

@@ -22,15 +22,23 @@ version without a recorded reach, say, is planned differently from one whose rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from datetime import date
-from typing import Any
+from datetime import date, datetime, timedelta
+from typing import Any, Literal, get_args
 
-from tidemark.base import layout
+from tidemark.base import layout, times
+from tidemark.base.durations import format_duration, parse_duration
+from tidemark.base.session_rules import SessionRules
 
 # The marker's key of the session schema version its files hold: tidemark.session.session_schema's
 # MARKER_KEY (that package is above this one; tests/test_version_record.py checks they agree).
 SESSION_SCHEMA_KEY = "session_schema"
+
+# How a version was computed (tidemark/deduplication/incremental.py): from the previous version's
+# islands and the new receipts, or from every planned receipt.
+Mode = Literal["incremental", "full"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 @dataclass(frozen=True)
@@ -83,25 +91,25 @@ class VersionRecord:
     receipts: tuple[str, ...] = ()  # 'YYYY-MM-DD/receipt_ts' keys of the receipt partitions read, sorted
     receipts_read: int | None = None
     rows_read: int | None = None
-    mode: str | None = None  # "incremental" or "full"
+    mode: Mode | None = None
     context_rows: int | None = None  # island rows kept in the run's context/ for the next run
-    max_receipt_ts: str | None = None
+    max_receipt_ts: str | None = None  # a receipt_ts (a version id's format), compared as text
     planned_through: str | None = None  # the receipt index's head when planned (None: unknown)
-    lo: str | None = None  # ISO text: the earliest event the plan can need
-    horizon: str | None = None  # ISO text: how far the context's islands are kept
+    lo: datetime | None = None  # the earliest event the plan can need
+    horizon: datetime | None = None  # how far the context's islands are kept
     session_schema: int | None = None  # the session schema version of its files (None: 1)
-    hi: str | None = None  # the last event date the plan read (YYYY-MM-DD)
-    reach: str | None = None  # the latest end of the sessions touching D (None: no session)
-    gap: str | None = None  # the session gap as text ("30m")
+    hi: date | None = None  # the last event date the plan read
+    reach: datetime | None = None  # the latest end of the sessions touching D (None: no session)
+    gap: timedelta | None = None  # the session gap
     rules_id: str | None = None
-    rules: dict[str, Any] | None = None  # SessionRules.describe() of the rules it was made under
-    affected_dates: tuple[str, ...] = ()
+    rules: SessionRules | None = None  # the rules it was made under
+    affected_dates: tuple[date, ...] = ()  # earlier dates whose sessions the run may have changed
     planned_on: str | None = None  # the version it was planned on (None: none)
     new_receipts: int | None = None
     # The changeset staged in its folder's changes/ (tidemark/iceberg/changes.py): {inserted, deleted,
     # updated}; None: none staged (an older tidemark's run)
     changes: dict[str, Any] | None = None
-    created_at: str | None = None  # ISO text: when its data was written
+    created_at: datetime | None = None  # when its data was written (to the millisecond)
     commit: Commit | None = None  # None: not committed (a run's marker before its commit)
     # Keys of the marker this record does not know (a newer writer's): kept for the round trip.
     extra: dict[str, Any] = field(default_factory=dict)
@@ -115,9 +123,12 @@ class VersionRecord:
         """The record of a marker's JSON (the event date and run id checked: they name paths)."""
         known = {k: payload[k] for k in MARKER_KEYS if k in payload}
         values: dict[str, Any] = {k: v for k, v in known.items() if k not in _REQUIRED}
-        for name in ("files", "carried", "receipts", "affected_dates"):
+        for name in ("files", "carried", "receipts"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])
+        for name, (parse, _) in _TYPED.items():
+            if values.get(name) is not None:
+                values[name] = parse(values[name])
         return cls(
             event_date=layout.as_event_date(payload["event_date"]),
             run_id=layout.check_run_id(payload["run_id"]),
@@ -145,6 +156,8 @@ class VersionRecord:
             value = getattr(self, name)
             if name == "event_date":
                 value = layout.event_date_text(value)
+            elif name in _TYPED and value is not None:
+                value = _TYPED[name][1](value)
             elif isinstance(value, tuple):
                 value = list(value)
             out[name] = value
@@ -165,6 +178,11 @@ class VersionRecord:
     def previous_version(self) -> str | None:
         """The version it replaced, once committed (None: the date's first)."""
         return self.commit.previous_version if self.commit else None
+
+    @property
+    def published_at(self) -> datetime | None:
+        """When it was committed, else when its data was written (None: a marker without either)."""
+        return times.parse_iso(self.commit.committed_at) if self.commit else self.created_at
 
     @property
     def committed_at(self) -> str | None:
@@ -196,6 +214,45 @@ class VersionRecord:
         """The event date as YYYY-MM-DD."""
         return layout.event_date_text(self.event_date)
 
+
+def _mode(value: object) -> Mode:
+    for mode in MODES:
+        if value == mode:
+            return mode
+    raise ValueError(f"invalid version mode {value!r}: expected one of {', '.join(MODES)}")
+
+
+def _affected_dates(values: list[Any]) -> tuple[date, ...]:
+    return tuple(layout.as_event_date(value) for value in values)
+
+
+def _affected_dates_text(values: tuple[date, ...]) -> list[str]:
+    return [layout.event_date_text(value) for value in values]
+
+
+def _rules_text(rules: SessionRules) -> dict[str, str]:
+    return rules.describe()
+
+
+def _rules(described: dict[str, str]) -> SessionRules:
+    return SessionRules.parse(**described)
+
+
+# The typed fields' one parse (from_marker) and one text form (to_marker), each as writers have
+# always spelled it: lo and horizon to the second unless they hold a fraction, reach to the
+# microsecond, created_at to the millisecond, all UTC with "Z"; the gap as "30m"; the rules as
+# SessionRules.describe() writes them.
+_TYPED: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "mode": (_mode, str),
+    "lo": (times.parse_iso, lambda moment: times.iso_z(moment, "auto")),
+    "horizon": (times.parse_iso, lambda moment: times.iso_z(moment, "auto")),
+    "hi": (layout.as_event_date, layout.event_date_text),
+    "reach": (times.parse_iso, lambda moment: times.iso_z(moment, "microseconds")),
+    "gap": (parse_duration, format_duration),
+    "rules": (_rules, _rules_text),
+    "affected_dates": (_affected_dates, _affected_dates_text),
+    "created_at": (times.parse_iso, lambda moment: times.iso_z(moment, "milliseconds")),
+}
 
 _NOT_MARKER = {"commit", "extra", "absent"}
 # The marker's keys, in the record's order (a marker is written with sorted keys, so order is moot).
