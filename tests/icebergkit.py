@@ -68,10 +68,10 @@ def prepared_run(
         max_receipt_ts=max(receipts),
         receipts_read=len(receipts),
         rows_read=sessions,
-        hi=event_date,
-        gap="30m",
-        affected_dates=tuple(affected_dates or []),
-        created_at=T0.isoformat().replace("+00:00", "Z"),
+        hi=date.fromisoformat(event_date),
+        gap=timedelta(minutes=30),
+        affected_dates=tuple(date.fromisoformat(d) for d in affected_dates or []),
+        created_at=T0,
     )
     run_markers.write_marker(lake, marker)
     return marker

@@ -222,6 +222,6 @@ def converge(lake: Lake, spark, dates: set[str]) -> list[dict]:
         event_date = queue.popleft()
         result = run_dedup(lake, event_date, RULES, spark=spark)
         runs.append(result.to_json())
-        queue.extend(d for d in result.affected_dates if d not in queue)
+        queue.extend(d for d in map(str, result.affected_dates) if d not in queue)
         assert len(runs) < 40, f"affected dates do not settle: {runs}"
     return runs

@@ -284,7 +284,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     # Affected neighbours became runs with deterministic ids. A first version holds only new events,
     # so every other date a session touching event_date spans is affected (dedup_summary.sql); the
     # two-day landing has sessions crossing midnight, so the list is not empty.
-    affected = sorted(set(pointer.affected_dates or []) - {event_date})
+    affected = sorted({str(d) for d in pointer.affected_dates} - {event_date})
     spanned = {
         str(s.session_start.date() + timedelta(days=n))
         for s in reference.sessions_of_landing(landing, GAP)
@@ -365,7 +365,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     assert event_date in warned[0], output[-3000:]
     assert pointer.version in warned[0], output[-3000:]
     # The neighbours owed a rerun were not started (no API): their obligations stay pending.
-    affected = sorted(set(pointer.affected_dates or []) - {event_date})
+    affected = sorted({str(d) for d in pointer.affected_dates} - {event_date})
     assert affected, pointer  # the two-day landing has sessions crossing midnight
     assert states["trigger_affected"] == "skipped", states
     assert all(obligations.pending(lake, d) for d in affected)

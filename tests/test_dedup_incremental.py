@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import replace
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -141,11 +141,11 @@ def _previous(**changes) -> VersionRecord:
         "event_date": date(2026, 3, 7),
         "run_id": "r1",
         "receipts": ("2026-03-07/20260308T000000000Z",),
-        "reach": "2026-03-07T10:00:00.000000Z",
-        "hi": "2026-03-08",
-        "lo": "2026-03-06T23:30:00Z",
-        "horizon": "2026-03-08T02:00:00Z",
-        "gap": "30m",
+        "reach": datetime(2026, 3, 7, 10, tzinfo=timezone.utc),
+        "hi": date(2026, 3, 8),
+        "lo": datetime(2026, 3, 6, 23, 30, tzinfo=timezone.utc),
+        "horizon": datetime(2026, 3, 8, 2, tzinfo=timezone.utc),
+        "gap": timedelta(minutes=30),
         "max_receipt_ts": "20260308T000000000Z",
         "sessions": 3,
         "context_rows": 1,
@@ -178,12 +178,12 @@ def _plan(*stamps) -> planning.Plan:
         (_previous(reach=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "records no reach"),
         (_previous(context_rows=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no island context"),
         (_previous(rules_id="other"), _plan("20260308T000000000Z", "20260309T000000000Z"), "rules changed"),
-        (_previous(lo="2026-03-06T23:00:00Z"), _plan("20260308T000000000Z", "20260309T000000000Z"), "another lo"),
+        (_previous(lo=datetime(2026, 3, 6, 23, tzinfo=timezone.utc)), _plan("20260308T000000000Z", "20260309T000000000Z"), "another lo"),
         (_previous(receipts=("2026-03-07/20260301T000000000Z",)), _plan("20260308T000000000Z"), "does not"),
         (_previous(), _plan("20260307T000000000Z", "20260308T000000000Z"), "older than the previous"),
         (_previous(horizon=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no context horizon"),
         (
-            _previous(horizon="2026-03-08T01:00:00Z"),
+            _previous(horizon=datetime(2026, 3, 8, 1, tzinfo=timezone.utc)),
             _plan("20260308T000000000Z", "20260309T000000000Z"),
             "another horizon",
         ),
@@ -215,7 +215,7 @@ def test_context_stops_at_the_horizon_and_a_correction_reaching_it_falls_back(sp
     did not keep; the incremental path alone would publish the session without that island's events."""
     rules = SessionRules()
     day, next_day = DAY0.date().isoformat(), (DAY0 + timedelta(days=1)).date().isoformat()
-    assert incremental.horizon(day, rules) == _at(1, 2, 0)
+    assert incremental.horizon(DAY0.date(), rules) == _at(1, 2, 0)
     first = (
         [
             ("a", f"a-{n}", t, "play")

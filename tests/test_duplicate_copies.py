@@ -116,7 +116,7 @@ def outcomes(spark, tmp_path_factory):
         queue = deque(sorted(dates))
         while queue:  # what the DAG does
             result = run_dedup(lake, queue.popleft(), RULES, spark=spark)
-            queue.extend(d for d in result.affected_dates if d not in queue)
+            queue.extend(d for d in map(str, result.affected_dates) if d not in queue)
         out[name] = {"published": published(lake), "expected": expected(landing)}
     return out
 

@@ -297,7 +297,7 @@ def test_the_stream_and_dedup_under_merge_equal_spark_session_window(spark, tmp_
     assert counts["exact"] == 2
     assert counts["midnight"] == 2
     assert counts["over"] == 1
-    dates = rules_migration.event_dates(lake)
+    dates = [day.isoformat() for day in rules_migration.event_dates(lake)]
     for event_date in dates:
         run_dedup(lake, event_date, spark=spark)
     _check(spark, lake, FIRST + LATE + [far], dates, MERGE)

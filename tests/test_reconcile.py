@@ -77,7 +77,7 @@ def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lak
     _CURRENT.json's affected_dates (the second version's: none) and D6 was never rerun."""
     path, stream, spark = lake
     first = run_dedup(path, D7, RULES, spark=spark)
-    assert first.affected_dates == [D6]
+    assert first.affected_dates == [layout.as_event_date(D6)]
     stream.batch(LATER, mode=0.5)
     second = run_dedup(path, D7, RULES, spark=spark)
     assert second.version > first.version

@@ -127,7 +127,7 @@ def test_a_tampered_record_is_refused_with_its_path(tmp_path):
 
 
 def test_versions_made_under_other_rules_are_stale():
-    legacy = VersionRecord(event_date=date(2026, 3, 7), run_id="a" * 32, gap="30m")
+    legacy = VersionRecord(event_date=date(2026, 3, 7), run_id="a" * 32, gap=timedelta(minutes=30))
     marker = replace(legacy, **rules_record.marker_fields(SessionRules()))
     assert not rules_record.changed_since(marker, SessionRules())
     assert rules_record.changed_since(marker, GAP20)
@@ -285,7 +285,7 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
         commits.commit(lake, late)
 
     redone = icebergkit.prepared_run(lake, day, receipts)
-    redone = icebergkit.with_fields(redone, **rules_record.marker_fields(GAP20), gap="20m")
+    redone = icebergkit.with_fields(redone, **rules_record.marker_fields(GAP20), gap=GAP20.gap)
     run_markers.write_marker(lake, redone)
     outcome = commits.commit(lake, redone)
     assert outcome.committed
@@ -312,7 +312,7 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
         marker = icebergkit.with_fields(
             marker,
             **rules_record.marker_fields(rules),
-            gap=rules.describe()["gap"],
+            gap=rules.gap,
             receipts=tuple(sorted(marker.receipts + extra)),
         )
         run_markers.write_marker(lake, marker)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 
@@ -197,7 +197,7 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
         assert pointer.rules_id == history[1].rules_id
         assert published(lake, day) == expected(landing, day, GAP45), day
     assert expected(landing, D2, GAP45) != expected(landing, D2, GAP20)  # the change was visible
-    assert [v.gap for v in table_versions.list_versions(lake, D1)] == ["20m", "45m"]  # history kept
+    assert [v.gap for v in table_versions.list_versions(lake, D1)] == [GAP20, GAP45]  # history kept
 
     # Again: nothing to record, nothing to recompute (restartable, idempotent).
     assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0
@@ -281,8 +281,8 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
     assert expected(landing, D2, gap25) != expected(landing, D2, GAP30) != expected(landing, D2, GAP45)
     assert expected(landing, D1, GAP45) != expected(landing, D1, GAP30)
     dates = rules_migration.event_dates(lake)
-    assert dates == [D1, D2]
-    for day in dates:
+    assert dates == [date.fromisoformat(D1), date.fromisoformat(D2)]
+    for day in (D1, D2):
         run_dedup(lake, day, spark=spark)
         assert published(lake, day) == expected(landing, day, GAP30), day
 

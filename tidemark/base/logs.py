@@ -15,10 +15,24 @@ import json
 import logging
 import os
 import sys
+from datetime import date, datetime
 from typing import Any, TextIO, TypeAlias, cast
 
 import structlog
 from structlog.typing import FilteringBoundLogger, Processor
+
+from tidemark.base import times
+
+
+def _json_field(value: object) -> object:
+    """A field JSON has no type for: dates and instants as ISO 8601 text, the rest as structlog does."""
+    if isinstance(value, datetime):
+        return times.iso_z(value, "auto")
+    if isinstance(value, date):
+        return value.isoformat()
+    custom = getattr(value, "__structlog__", None)
+    return custom() if callable(custom) else repr(value)
+
 
 # What get_logger returns: info/warning/error/exception(event, **fields), bind(**fields).
 Logger: TypeAlias = FilteringBoundLogger
@@ -28,7 +42,7 @@ _PROCESSORS: list[Processor] = [
     structlog.processors.add_log_level,
     structlog.processors.TimeStamper(fmt="iso", utc=True),
     structlog.processors.format_exc_info,
-    structlog.processors.JSONRenderer(sort_keys=False),
+    structlog.processors.JSONRenderer(sort_keys=False, default=_json_field),
 ]
 _stdlib_configured = False
 

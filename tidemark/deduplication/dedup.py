@@ -134,9 +134,12 @@ def run_dedup(
     plan turns out stale at commit time (a concurrent run published receipts it did not read)
     plans again from the lake as it is now.
     """
+    # Typed callers pass a date; tests and scripts that still pass text get it parsed here, once
+    # (the same transition as the Lake's path methods).
+    day = layout.as_event_date(event_date)
     for attempt in range(1, _MAX_REPLANS + 1):
         try:
-            return _run_dedup_once(lake, event_date, rules, spark, run_id if attempt == 1 else None, full)
+            return _run_dedup_once(lake, day, rules, spark, run_id if attempt == 1 else None, full)
         except commits.Superseded as exc:
             if attempt == _MAX_REPLANS:
                 raise
@@ -371,6 +374,7 @@ def up_to_date(lake: Lake, event_date: date, rules: SessionRules | None = None) 
     (Spark needed; nothing discharged: the run that computes lists them itself).
     """
     started = time.monotonic()
+    event_date = layout.as_event_date(event_date)  # as run_dedup
     rules, _ = rules_record.for_dedup(lake, rules)
     owed = obligations.pending(lake, event_date)  # listed before planning, as in run_dedup
     index = LakeIndex(lake)
