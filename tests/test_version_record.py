@@ -16,7 +16,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from tidemark.base import layout, times
+from tidemark.base import layout
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import dedup
 from tidemark.iceberg import run_markers
@@ -190,12 +190,12 @@ def test_each_typed_field_is_parsed_once_and_written_as_the_marker_spells_it():
 
 def test_a_marker_with_a_field_out_of_its_format_is_refused():
     good = json.loads(_legacy("first"))
-    for key, bad in (
-        ("mode", "partial"),
-        ("lo", "2026-03-09 23:30"),
-        ("hi", "2026-02-30"),
-        ("gap", "30 minutes"),
-        ("affected_dates", ["yesterday"]),
+    for key, bad, why in (
+        ("mode", "partial", "invalid version mode 'partial'"),
+        ("lo", "2026-03-09 23:30", "has no UTC offset"),
+        ("hi", "2026-02-30", "invalid event_date '2026-02-30'"),
+        ("gap", "30 minutes", "invalid duration '30 minutes'"),
+        ("affected_dates", ["yesterday"], "invalid event_date 'yesterday'"),
     ):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=why):
             VersionRecord.from_marker({**good, key: bad})
