@@ -178,7 +178,11 @@ def _plan(*stamps) -> planning.Plan:
         (_previous(reach=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "records no reach"),
         (_previous(context_rows=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no island context"),
         (_previous(rules_id="other"), _plan("20260308T000000000Z", "20260309T000000000Z"), "rules changed"),
-        (_previous(lo=datetime(2026, 3, 6, 23, tzinfo=timezone.utc)), _plan("20260308T000000000Z", "20260309T000000000Z"), "another lo"),
+        (
+            _previous(lo=datetime(2026, 3, 6, 23, tzinfo=timezone.utc)),
+            _plan("20260308T000000000Z", "20260309T000000000Z"),
+            "another lo",
+        ),
         (_previous(receipts=("2026-03-07/20260301T000000000Z",)), _plan("20260308T000000000Z"), "does not"),
         (_previous(), _plan("20260307T000000000Z", "20260308T000000000Z"), "older than the previous"),
         (_previous(horizon=None), _plan("20260308T000000000Z", "20260309T000000000Z"), "no context horizon"),

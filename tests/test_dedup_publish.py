@@ -363,7 +363,9 @@ def test_partition_completed_late_under_a_used_receipt_ts_gets_a_newer_version(s
     assert second.version == layout.format_receipt_ts(
         layout.parse_receipt_ts(first.version) + timedelta(milliseconds=1)
     )
-    assert second.affected_dates == [layout.as_event_date("2026-03-07")]  # u1's 2026-03-07 fragment now belongs to 03-06
+    assert second.affected_dates == [
+        layout.as_event_date("2026-03-07")
+    ]  # u1's 2026-03-07 fragment now belongs to 03-06
     events = [
         ("u1", "a", t(23, 20), "play"),
         ("u1", "b", t(23, 45), "play"),
