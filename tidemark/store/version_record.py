@@ -12,7 +12,9 @@ Two records, one per place a version is written:
   version id, its run, the version it replaced and when.
 
 `VersionRecord.from_marker` / `to_marker` are the only conversions between a marker's JSON and the
-record; `Commit.from_json` / `to_json` the only ones for the older tables' property. The bytes of a
+record: each typed field (dates, instants, the gap, the rules, the mode) is parsed there once and
+written there in its one text form. `Commit.from_json` / `to_json` are the only ones for the older
+tables' property. The bytes of a
 marker do not change with this type: a marker written from a record is the one the dict-building
 code wrote (tests/test_version_record.py holds one as a fixture). A marker is read by newer and
 older tidemarks alike, so a round trip keeps what it does not know (`extra`: keys of a newer
