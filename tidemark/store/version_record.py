@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, Literal, get_args
 
 from tidemark.base import layout, times
@@ -224,6 +224,10 @@ def _mode(value: object) -> Mode:
     raise ValueError(f"invalid version mode {value!r}: expected one of {', '.join(MODES)}")
 
 
+def _instant(text: str) -> datetime:
+    return times.parse_iso(text).astimezone(timezone.utc)
+
+
 def _affected_dates(values: list[Any]) -> tuple[date, ...]:
     return tuple(layout.as_event_date(value) for value in values)
 
@@ -246,14 +250,14 @@ def _rules(described: dict[str, str]) -> SessionRules:
 # SessionRules.describe() writes them.
 _TYPED: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "mode": (_mode, str),
-    "lo": (times.parse_iso, lambda moment: times.iso_z(moment, "auto")),
-    "horizon": (times.parse_iso, lambda moment: times.iso_z(moment, "auto")),
+    "lo": (_instant, lambda moment: times.iso_z(moment, "auto")),
+    "horizon": (_instant, lambda moment: times.iso_z(moment, "auto")),
     "hi": (layout.as_event_date, layout.event_date_text),
-    "reach": (times.parse_iso, lambda moment: times.iso_z(moment, "microseconds")),
+    "reach": (_instant, lambda moment: times.iso_z(moment, "microseconds")),
     "gap": (parse_duration, format_duration),
     "rules": (_rules, _rules_text),
     "affected_dates": (_affected_dates, _affected_dates_text),
-    "created_at": (times.parse_iso, lambda moment: times.iso_z(moment, "milliseconds")),
+    "created_at": (_instant, lambda moment: times.iso_z(moment, "milliseconds")),
 }
 
 _NOT_MARKER = {"commit", "extra", "absent"}
