@@ -361,7 +361,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
                 steps["DAG run duration"].append(parse_iso(run["end_date"]) - parse_iso(run["start_date"]))
         version = first_version_with(n["event_date"], n["receipt_ts"])
         if version is not None:
-            readable = version.published_at - t0
+            readable = version.published_at.timestamp() - t0
             steps["landed -> corrected partition readable"].append(readable)
             if n["late"]:
                 steps["late data landed -> corrected partition readable"].append(readable)
