@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import date
 
 import pytest
 import requests
@@ -173,11 +174,11 @@ def test_dedup_outcomes_are_counted_by_kind():
         class Result:
             noop, published = True, False
 
-        with metrics.dedup_run("2026-03-07") as box:
+        with metrics.dedup_run(date(2026, 3, 7)) as box:
             box["result"] = Result()
-        with pytest.raises(commits.Superseded), metrics.dedup_run("2026-03-07"):
+        with pytest.raises(commits.Superseded), metrics.dedup_run(date(2026, 3, 7)):
             raise commits.Superseded("plan stale")
-        with pytest.raises(RuntimeError), metrics.dedup_run("2026-03-07"):
+        with pytest.raises(RuntimeError), metrics.dedup_run(date(2026, 3, 7)):
             raise RuntimeError("spark died")
         data = reader.get_metrics_data()
     finally:
