@@ -112,9 +112,7 @@ def test_the_quick_no_op_decision_is_the_full_plans_whenever_a_partition_was_wri
     late = 0
     for round_ in range(6):
         versions = {
-            (d, i): _version(lake, DAY0 + timedelta(days=d), rules)
-            for d in range(7)
-            for i, rules in enumerate(RULES)
+            (d, i): _version(lake, DAY0 + timedelta(days=d), rules) for d in range(7) for i, rules in enumerate(RULES)
         }
         head = receipt_index.head(lake)
         assert head is not None
@@ -168,9 +166,7 @@ def test_a_lake_without_the_index_is_never_quick_and_planned_through_is_not_need
     version_now = _version(lake, DAY0, RULES[0])
     assert planning.quick_covered(planning.LakeIndex(lake), DAY0, RULES[0], version_now)
     # a version of a tidemark that did not record planned_through is decided from listings alike
-    assert planning.quick_covered(
-        planning.LakeIndex(lake), DAY0, RULES[0], replace(version_now, planned_through=None)
-    )
+    assert planning.quick_covered(planning.LakeIndex(lake), DAY0, RULES[0], replace(version_now, planned_through=None))
 
 
 def test_end_entries_of_a_rewritten_partition_answer_its_latest_end(tmp_path):
