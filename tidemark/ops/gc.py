@@ -61,7 +61,7 @@ class Removal:
 
     def to_json(self) -> dict[str, Any]:
         """The removal as a JSON object (`tidemark gc`'s lines; the date as YYYY-MM-DD)."""
-        return {**asdict(self), "event_date": _date_text_or_none(self.event_date)}
+        return {**asdict(self), "event_date": _optional_date_text(self.event_date)}
 
 
 def check_retention(retention: timedelta) -> timedelta:
@@ -324,7 +324,7 @@ def _expire_changes(
 ) -> list[Removal]:
     """The changes table follows the sessions table's history (tidemark/iceberg/changes.py: gc)."""
     # the changes table names dates as the snapshots' properties spell them (YYYY-MM-DD)
-    gone = {(_date_text_or_none(r.event_date), r.version) for r in removed if r.what == "snapshot"}
+    gone = {(_optional_date_text(r.event_date), r.version) for r in removed if r.what == "snapshot"}
     kept = {
         (props.get("tidemark.event-date"), props.get("tidemark.version"))
         for _, props in table_versions.snapshot_versions(tbl)
@@ -351,7 +351,7 @@ def _date_or_none(text: object) -> date | None:
     return None if text is None else layout.as_event_date(text)
 
 
-def _date_text_or_none(day: date | None) -> str | None:
+def _optional_date_text(day: date | None) -> str | None:
     """An event date as the snapshots' properties spell it, or None."""
     return None if day is None else layout.event_date_text(day)
 

@@ -100,8 +100,8 @@ def _read_dir(folder: Folder) -> list[Obligation]:
         if payload is None:
             continue  # discharged while we listed
         try:
-            layout.check_event_date(payload["event_date"])
-            layout.check_event_date(payload["source_date"])
+            layout.as_event_date(payload["event_date"])
+            layout.as_event_date(payload["source_date"])
             layout.check_receipt_ts(payload["source_version"])
         except (KeyError, TypeError, layout.InvalidPartitionValue):
             log.warning("ignoring a malformed obligation file", file=folder.file(name))

@@ -154,11 +154,11 @@ def cover(lake: Lake, partitions: list[P], columns: str) -> tuple[list[Pack], li
 
     A date's packs are looked for only when PACK_AT of its partitions are needed.
     """
-    by_date: dict[date, set[str]] = {}
+    needed_of: dict[date, set[str]] = {}  # receipt_ts by event date
     for p in partitions:
-        by_date.setdefault(p.event_date, set()).add(p.receipt_ts)
+        needed_of.setdefault(p.event_date, set()).add(p.receipt_ts)
     chosen: list[Pack] = []
-    for event_date, needed in sorted(by_date.items()):
+    for event_date, needed in sorted(needed_of.items()):
         if len(needed) >= PACK_AT:
             pack = best(complete(lake, event_date, columns), needed)
             if pack is not None:

@@ -249,11 +249,11 @@ def _may_reach(lake: Lake, keys: list[tuple[date, str]], lo: datetime) -> list[t
     Every one of a date starting at or after lo; of an earlier date, those whose end entry is at
     or after lo or that have none (registered before end entries existed).
     """
-    by_date: dict[date, list[str]] = {}
+    stamps_of: dict[date, list[str]] = {}  # receipt_ts by event date
     for event_date, receipt_ts in keys:
-        by_date.setdefault(event_date, []).append(receipt_ts)
+        stamps_of.setdefault(event_date, []).append(receipt_ts)
     out = []
-    for event_date, stamps in sorted(by_date.items()):
+    for event_date, stamps in sorted(stamps_of.items()):
         # one listing of the date's end entries, not a marker read per partition: a no-op
         # decision reads no marker when nothing that can matter arrived
         if midnight(event_date) < lo:

@@ -163,7 +163,7 @@ def arrivals(lake: Lake, since: str | None, through: str | None = None) -> set[t
 
 def arrival_days(lake: Lake) -> list[date]:
     """The receipt days that have arrival entries, in order (as their folders name them)."""
-    return [layout.as_event_date(day) for day in lake.arrivals_root().partition_values("day", layout.check_event_date)]
+    return lake.arrivals_root().partition_dates("day")
 
 
 def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[date]:
