@@ -279,7 +279,7 @@ def commit_versions(lake: Lake) -> int:
             receipts=tuple(planning.receipt_key(event_date, ts) for ts in stamps),
             max_receipt_ts=stamps[-1],
             reach=None,
-            hi=event_date,  # a date: VersionRecord.hi typed (branch t43-records)
+            hi=event_date,
             planned_through=receipt_index.head(lake),
             affected_dates=(),
             **rules_record.marker_fields(RULES),
