@@ -8,8 +8,10 @@ it stopped, and from another machine.
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
+from tidemark.base import layout
 from tidemark.notices import availability_notice
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
@@ -118,14 +120,14 @@ def covered_partitions(lake: Lake, dataset: str = "sessions") -> dict[tuple[str,
     return covered
 
 
-def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[str, str]]:
+def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[date, str]]:
     """Complete receipt partitions that no notice (sent, owed or waiting) covers."""
-    covered = covered_partitions(lake, dataset)
+    covered = covered_partitions(lake, dataset)  # keyed as the notices spell dates (YYYY-MM-DD)
     return [
         (d, r)
         for d in receipts.list_event_dates(lake)
         for r in receipts.list_receipts(lake, d)
-        if (d, r) not in covered
+        if (layout.event_date_text(d), r) not in covered
     ]
 
 
