@@ -325,11 +325,11 @@ def _expire_changes(
     """The changes table follows the sessions table's history (tidemark/iceberg/changes.py: gc)."""
     # the changes table names dates as the snapshots' properties spell them (YYYY-MM-DD)
     gone = {(_optional_date_text(r.event_date), r.version) for r in removed if r.what == "snapshot"}
-    kept = {
+    recorded = {
         (props.get("tidemark.event-date"), props.get("tidemark.version"))
         for _, props in table_versions.snapshot_versions(tbl)
-        if (props.get("tidemark.event-date"), props.get("tidemark.version")) not in gone
     }
+    kept = recorded - gone
     kept |= {
         (layout.event_date_text(layout.as_event_date(event_date)), record.version)
         for event_date, record in table_versions.current_commits(tbl).items()
