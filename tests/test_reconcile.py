@@ -86,7 +86,7 @@ def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lak
     # the first run's owed_reruns task, late:
     owed = obligations.reruns_owed_by(path, layout.as_event_date(D7))
     assert [spec["conf"]["event_date"] for spec in owed] == [D6]
-    assert owed[0]["trigger_run_id"] == runs.affected_run_id(D6, D7, first.version)
+    assert owed[0]["trigger_run_id"] == runs.affected_run_id(DAY6, DAY7, first.version)
     settle(path, spark, [D6])
     check(path, A + B + OTHER + BRIDGE + LATER)
     assert obligations.pending(path) == []
@@ -198,7 +198,7 @@ def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended
     states: dict[str, str] = {}
     first = reconcile.decide([item], states.get, now=now)[0]
     assert first.action == "trigger"
-    assert first.run_id == runs.reconcile_run_id(D7, item.fingerprint, 1)
+    assert first.run_id == runs.reconcile_run_id(DAY7, item.fingerprint, 1)
     assert first.conf == {"event_date": D7, "reconcile": "pending_receipts", "fingerprint": item.fingerprint}
     assert reconcile.decide([item], states.get, now=now)[0].run_id == first.run_id  # same state, same id
     states[first.run_id] = "running"
@@ -207,7 +207,7 @@ def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended
     second = reconcile.decide([item], states.get, now=now)[0]
     assert second.action == "trigger"
     assert second.run_id.endswith("__2")
-    states[second.run_id] = states[runs.reconcile_run_id(D7, item.fingerprint, 3)] = "failed"
+    states[second.run_id] = states[runs.reconcile_run_id(DAY7, item.fingerprint, 3)] = "failed"
     assert reconcile.decide([item], states.get, now=now)[0].action == "given_up"
     # within the grace period: left to the notice's own run
     assert reconcile.decide([item], states.get, now=t(D7, 1, 5))[0].action == "waiting"
@@ -219,16 +219,22 @@ def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended
 @pytest.mark.parametrize(
     "bad",
     [
-        ("2026-02-30", "abcdef012345", 1),
-        ("2026-03-07", "../x", 1),
-        ("2026-03-07", "abcdef012345", 0),
-        ("2026-03-07", "ABCDEF012345", 1),
+        (DAY7, "../x", 1),
+        (DAY7, "abcdef012345", 0),
+        (DAY7, "ABCDEF012345", 1),
     ],
 )
 def test_reconcile_run_ids_refuse_bad_parts(bad):
     with pytest.raises(runs.InvalidRunKey):
         runs.reconcile_run_id(*bad)
-    assert runs.ALLOWED_RUN_ID.match(runs.reconcile_run_id(D7, "abcdef012345", 1))
+    assert runs.ALLOWED_RUN_ID.match(runs.reconcile_run_id(DAY7, "abcdef012345", 1))
+
+
+@pytest.mark.parametrize("text", ["2026-02-30", "2026-03-07"])
+def test_a_reconcile_run_id_takes_a_date_never_its_text(text):
+    """Text is parsed where it enters (a CLI option, a notice, a marker), never here: even a valid one is refused."""
+    with pytest.raises(TypeError):
+        runs.reconcile_run_id(text, "abcdef012345", 1)
 
 
 def test_reconcile_trigger_without_an_airflow_is_a_clear_error(tmp_path, capsys, monkeypatch):

@@ -138,7 +138,7 @@ def reruns_owed_by(lake: Lake, source_date: date) -> list[Rerun]:
         newest[owed["event_date"]] = owed
     return [
         {
-            "trigger_run_id": runs.affected_run_id(target, owed["source_date"], owed["source_version"]),
+            "trigger_run_id": runs.affected_run_id(layout.as_event_date(target), source_date, owed["source_version"]),
             "conf": {
                 "event_date": target,
                 "source_date": owed["source_date"],
