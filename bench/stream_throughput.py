@@ -370,8 +370,8 @@ def builtin_worker(landing: str, out: str, checkpoint: str, master: str, fpt: in
     """
     from pyspark.sql import functions as F
 
+    from tidemark.base.session_rules import SessionRules
     from tidemark.base.spark import build_session
-    from tidemark.session.sessions import SessionRules
 
     rules = SessionRules()
     spark = build_session("bench-builtin-session-window", master)

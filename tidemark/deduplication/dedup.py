@@ -182,7 +182,7 @@ def _run(
     # --full always recomputes: whether to publish is decided on its result (below)
     if not full and _quick_noop(index, event_date, previous, rules):
         return _noop(event_date, previous, started)
-    current = planning.plan_for_rerun(index, layout.event_date_text(day), rules, previous)
+    current = planning.plan_for_rerun(index, day, rules, previous)
     nothing_new = _nothing_new(event_date, current, None if full else previous, rules, started)
     if nothing_new is not None:
         return nothing_new
@@ -350,7 +350,7 @@ def _quick_noop(index: LakeIndex, event_date: date, previous: VersionRecord | No
     return (
         previous is not None
         and not rules_record.changed_since(previous, rules)
-        and planning.quick_covered(index, layout.event_date_text(event_date), rules, previous)
+        and planning.quick_covered(index, event_date, rules, previous)
     )
 
 
@@ -383,7 +383,7 @@ def up_to_date(lake: Lake, event_date: date, rules: SessionRules | None = None) 
     if _quick_noop(index, event_date, previous, rules):
         result = _noop(event_date, previous, started)
     else:
-        current = planning.plan_for_rerun(index, layout.event_date_text(event_date), rules, previous)
+        current = planning.plan_for_rerun(index, event_date, rules, previous)
         result = _nothing_new(event_date, current, previous, rules, started)
     if result is not None:
         obligations.discharge(lake, owed, result.version)
@@ -422,13 +422,10 @@ def read_panes(
     if rest or not parts:
         parts.append(_read_receipts(spark, lake, rest, lo))
     panes = reduce(lambda a, b: a.unionByName(b), parts)
-    if (
-        pack_date is not None
-        and sum(layout.as_event_date(p.event_date) == pack_date for p in rest) >= pack_cache.PACK_AT
-    ):
-        own = [p.receipt_ts for p in partitions if layout.as_event_date(p.event_date) == pack_date]
+    if pack_date is not None and sum(p.event_date == pack_date for p in rest) >= pack_cache.PACK_AT:
+        own = [p.receipt_ts for p in partitions if p.event_date == pack_date]
         try:
-            pack_cache.write(lake, layout.event_date_text(pack_date), panes, own, _PANES_SCHEMA)
+            pack_cache.write(lake, pack_date, panes, own, _PANES_SCHEMA)
         except Exception as exc:  # noqa: BLE001 - a cache: the dedup goes on without it
             log.warning("pack not written", event_date=pack_date, error=f"{type(exc).__name__}: {exc}")
     return panes
@@ -442,7 +439,7 @@ def _read_pack(spark: SparkSession, lake: Lake, pack: pack_cache.Pack, lo: datet
     return (
         spark.read.schema(_PANES_SCHEMA)
         # the pack's folder as the base: no partition value is read from its path (its rows hold them)
-        .option("basePath", lake.pack_dir(layout.as_event_date(pack.event_date), pack.pack_id))
+        .option("basePath", lake.pack_dir(pack.event_date, pack.pack_id))
         .parquet(*pack.file_uris(lake))
         .where(F.col("session_end") >= F.lit(lo))
     )
@@ -453,7 +450,7 @@ def _read_receipts(spark: SparkSession, lake: Lake, partitions: list[Partition],
     # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
     from pyspark.sql import functions as F
 
-    paths: list[str] = [lake.receipt_dir(layout.as_event_date(p.event_date), p.receipt_ts) for p in partitions]
+    paths: list[str] = [lake.receipt_dir(p.event_date, p.receipt_ts) for p in partitions]
     if len(paths) >= pane_reader.FOLDERS_FOR_ARROW:  # thousands of small folders: see tidemark/panes/pane_reader.py
         panes: DataFrame = pane_reader.read(spark, lake.sessions_root(), paths, _PANES_SCHEMA, lo)
         return panes
@@ -495,7 +492,7 @@ def compute_islands(spark: SparkSession, lake: Lake, current: Plan, rules: Sessi
 
     # The date's own panes all end after its midnight, which is after lo: all of them are read, and
     # a pack of them can be written from what is read.
-    day = layout.as_event_date(current.event_date)
+    day = current.event_date
     own = day if planning.midnight(day) >= current.lo else None
     panes = read_panes(spark, lake, current.partitions, current.lo, pack_date=own).select(
         "user_id",
@@ -514,7 +511,7 @@ def _full(spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, k
     Cached for the summary (one pass: reach (tidemark/panes/planning.py), session count, affected
     dates, context size) and the writes.
     """
-    day = layout.as_event_date(current.event_date)
+    day = current.event_date
     until = incremental.horizon(day, rules)
     # Cached for the summary and the writes; it goes to SQL through a view kept until release
     # (dedup_sql.run's `views`: pyspark's own views, dropped when spark.sql returns, uncache their
@@ -605,7 +602,7 @@ def _write_version(
         lo=current.lo,
         horizon=incremental.horizon(day, rules),
         session_schema=session_schema.VERSION,  # the columns its files (and context) hold
-        hi=layout.as_event_date(current.hi),
+        hi=current.hi,
         reach=summary["reach"],
         gap=rules.gap,
         **rules_record.marker_fields(rules),

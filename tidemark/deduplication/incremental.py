@@ -110,7 +110,7 @@ def base(previous: VersionRecord | None, current: Plan, rules: SessionRules) -> 
         return None, "the previous version was planned from another lo"
     # H is a function of the date and the rules (checked above); another H (another tidemark's
     # margin) holds other islands, and the counts the summary starts from would not add up.
-    if previous.horizon != horizon(layout.as_event_date(current.event_date), rules):
+    if previous.horizon != horizon(current.event_date, rules):
         return None, "the previous version kept its context to another horizon"
     old = set(previous.receipts)
     keys = set(current.keys)
@@ -284,7 +284,7 @@ def correct(
     # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
 
-    day = layout.as_event_date(current.event_date)
+    day = current.event_date
     until = horizon(day, rules)
     panes = read_panes(spark, lake, start.new, current.lo).select("user_id", "events", "receipt_ts")
     # The touched users, once, on the driver. A correction's few go to the queries below as an IN
