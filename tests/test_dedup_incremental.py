@@ -166,9 +166,8 @@ class _Marker:
 
 def _plan(*stamps) -> planning.Plan:
     rules = SessionRules()
-    return planning.Plan(
-        "2026-03-07", planning.lo_of("2026-03-07", rules), "2026-03-08", [_Marker("2026-03-07", ts) for ts in stamps]
-    )
+    day = date(2026, 3, 7)
+    return planning.Plan(day, planning.lo_of(day, rules), date(2026, 3, 8), [_Marker(day, ts) for ts in stamps])
 
 
 @pytest.mark.parametrize(
