@@ -139,10 +139,11 @@ def test_rerun_after_a_multi_day_session_is_still_a_noop_without_spark(spark, tm
 
 def test_planning_follows_sessions_touching_the_date_whatever_day_they_start():
     """needed_hi: from a session's reach, the last date whose panes can still join it."""
-    assert planning.needed_hi(D7, RULES, None) == D8
-    assert planning.needed_hi(D7, RULES, at(D8, 23, 29)) == D8
-    assert planning.needed_hi(D7, RULES, at(D8, 23, 30)) == D9  # exactly a gap before midnight
-    assert planning.needed_hi(D7, RULES, at(D9, 5)) == D9
+    d7, d8, d9 = (date.fromisoformat(d) for d in (D7, D8, D9))
+    assert planning.needed_hi(d7, RULES, None) == d8
+    assert planning.needed_hi(d7, RULES, at(D8, 23, 29)) == d8
+    assert planning.needed_hi(d7, RULES, at(D8, 23, 30)) == d9  # exactly a gap before midnight
+    assert planning.needed_hi(d7, RULES, at(D9, 5)) == d9
     version = {"event_date": date.fromisoformat(D7), "run_id": "0" * 32, "receipts": ("a",)}
     assert planning.covers(VersionRecord.holding(**version), ["a"]) is False  # no recorded reach: never trusted
     assert planning.covers(VersionRecord.holding(**version, reach=None), ["a"]) is True

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -348,8 +348,8 @@ def test_partition_completed_late_under_a_used_receipt_ts_gets_a_newer_version(s
     stream.batch([("u1", "a", t(23, 20), "play"), ("u1", "b", t(23, 45), "play")])
     # u1's 00:10 arrives as a fragment (a pane of 2026-03-07), u2 gets a pane of 2026-03-06.
     written = stream.batch([("u1", "c", t(0, 10, 7), "play"), ("u2", "x", t(10, 0), "play")], mode=0.0)
-    assert {p.event_date for p in written} == {"2026-03-06", "2026-03-07"}
-    hidden = lake.receipt_marker("2026-03-07", written[0].receipt_ts)
+    assert {p.event_date for p in written} == {date(2026, 3, 6), date(2026, 3, 7)}
+    hidden = lake.receipt_marker(date(2026, 3, 7), written[0].receipt_ts)
     text = storage.read_text(hidden)
     os.remove(hidden)
     first = run_dedup(lake, "2026-03-06", RULES, spark=spark)
@@ -363,9 +363,7 @@ def test_partition_completed_late_under_a_used_receipt_ts_gets_a_newer_version(s
     assert second.version == layout.format_receipt_ts(
         layout.parse_receipt_ts(first.version) + timedelta(milliseconds=1)
     )
-    assert second.affected_dates == [
-        layout.as_event_date("2026-03-07")
-    ]  # u1's 2026-03-07 fragment now belongs to 03-06
+    assert second.affected_dates == [date(2026, 3, 7)]  # u1's 2026-03-07 fragment now belongs to 03-06
     events = [
         ("u1", "a", t(23, 20), "play"),
         ("u1", "b", t(23, 45), "play"),
