@@ -317,9 +317,11 @@ def _expire_changes(
     """The changes table follows the sessions table's history (tidemark/iceberg/changes.py: gc)."""
     gone = {(r.event_date, r.version) for r in removed if r.what == "snapshot"}
     kept = {
-        (props.get("tidemark.event-date"), props.get("tidemark.version"))
+        (layout.as_event_date(day), version)
         for _, props in table_versions.snapshot_versions(tbl)
-        if (props.get("tidemark.event-date"), props.get("tidemark.version")) not in gone
+        if (day := props.get("tidemark.event-date")) is not None
+        and (version := props.get("tidemark.version")) is not None
+        and (day, version) not in gone
     }
     kept |= {(event_date, record.version) for event_date, record in table_versions.current_commits(tbl).items()}
     return [
