@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import date
 
 import pytest
 
@@ -20,7 +21,7 @@ from tidemark.notices import corrected_delivery
 from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-D = "2026-03-10"
+D = date(2026, 3, 10)
 
 # Where the child dies: (module, function, "before" or "after" it runs).
 POINTS = {
@@ -33,6 +34,7 @@ POINTS = {
 _CHILD = """
 import importlib, os, sys
 from tests.icebergkit import commit_recording
+from datetime import date
 from tidemark.iceberg import run_markers
 from tidemark.store.lake import Lake
 
@@ -53,7 +55,7 @@ def hooked(*args, **kwargs):
 
 setattr(target, name, hooked)
 lake = Lake.open(lake)
-commit_recording(lake, run_markers.read_marker(lake, "2026-03-10", run_id))
+commit_recording(lake, run_markers.read_marker(lake, date(2026, 3, 10), run_id))
 os._exit(0)
 """
 
