@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from tidemark.base import layout
 from tidemark.cli import main as cli_main
 from tidemark.notices import availability_notice
 from tidemark.notices.cadence import CadencePolicy, PendingGroups
@@ -77,7 +78,7 @@ def test_docs_example_follows_the_schema():
     text = Path(os.path.join(ROOT, "docs", "notices.md")).read_text()
     example = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
     assert availability_notice.validate(example)["notice_id"] == availability_notice.notice_id(
-        example["dataset"], example["event_date"], example["receipt_ts_list"]
+        example["dataset"], layout.as_event_date(example["event_date"]), example["receipt_ts_list"]
     )
     # Every body field the docs' table names is a schema property, and the reverse.
     documented = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?", text, re.M))
@@ -301,7 +302,7 @@ def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys
     assert [(r["event_date"], r["receipt_ts"]) for r in status["sent"]] == [("2026-03-06", sent_part["receipt_ts"])]
     assert [r["receipt_ts"] for r in status["owed"]] == [owed_part["receipt_ts"]]
     assert [r["receipt_ts"] for r in status["waiting"]] == [waiting_part["receipt_ts"]]
-    assert unadvertised(lake) == [("2026-03-07", forgotten["receipt_ts"])]
+    assert unadvertised(lake) == [(date(2026, 3, 7), forgotten["receipt_ts"])]
 
     assert cli_main(["notices", "--lake", str(lake), "--format", "summary", "--check"]) == 1
     assert json.loads(capsys.readouterr().out) == {"sent": 1, "owed": 1, "waiting": 1, "unadvertised": 1}

@@ -84,7 +84,7 @@ def test_a_corrected_notice_naming_no_real_date_is_refused():
 
     body = corrected_notice.build(
         "sessions",
-        "2026-03-07",
+        date(2026, 3, 7),
         "20260307T201500123Z",
         None,
         corrected_notice.change_of(None, None),
