@@ -15,6 +15,7 @@ import pytest
 
 from tests import changeskit
 from tests.icebergkit import commit_recording, receipt
+from tidemark.base import layout
 from tidemark.iceberg import changes, commits, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected_delivery
@@ -157,7 +158,9 @@ def test_gc_keeps_every_changeset_and_each_snapshot_as_long_as_its_versions(tmp_
     ]
     removed = gc.gc(lake, timedelta(hours=2), now=later)
     expired = [r for r in removed if r.what == "changes snapshot"]
-    assert [(r.event_date, r.version) for r in expired] == [(D, v1.version)]  # as its sessions snapshot
+    assert [(layout.as_event_date(r.event_date), r.version) for r in expired] == [
+        (D, v1.version)
+    ]  # as its sessions snapshot
     assert not os.path.exists(orphan)
     # every changeset's rows stay; the current version's snapshot stays for its notice
     assert set(changeskit.changes_of(lake, D)) == {v1.version, v2.version}

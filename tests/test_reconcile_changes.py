@@ -16,6 +16,7 @@ import pytest
 from tests import markerkit
 from tests.markerkit import stamp as _stamp
 from tests.markerkit import write_batch as _write_batch
+from tidemark.base import layout
 from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.orchestration import obligations, reconcile
 from tidemark.panes import planning, receipt_index, receipts
@@ -57,7 +58,7 @@ def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
 def _every_date(lake: Lake) -> list[str]:
     return sorted(
         set(receipts.list_event_dates(lake))
-        | set(table_versions.dates_with_version(lake))
+        | set(map(layout.event_date_text, table_versions.dates_with_version(lake)))
         | {o["event_date"] for o in obligations.pending(lake)}
     )
 

@@ -325,7 +325,9 @@ def _expire_changes(
     }
     kept |= {(event_date, record.version) for event_date, record in table_versions.current_commits(tbl).items()}
     return [
-        Removal(e.what, e.path, e.event_date, e.version, e.age_s)
+        Removal(
+            e.what, e.path, None if e.event_date is None else layout.event_date_text(e.event_date), e.version, e.age_s
+        )
         for e in changes.gc(lake, kept, retention.total_seconds(), now.timestamp(), dry_run)
     ]
 

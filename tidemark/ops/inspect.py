@@ -75,12 +75,13 @@ def partitions(
     tbl = iceberg.load(lake)
     dates = sorted(
         d
-        for d in set(receipts.list_event_dates(lake)) | set(table_versions.dates_with_version(lake, tbl))
+        for d in set(receipts.list_event_dates(lake))
+        | set(map(layout.event_date_text, table_versions.dates_with_version(lake, tbl)))
         if (not since or d >= since) and (not until or d <= until)
     )
     rows: list[dict[str, Any]] = []
     for event_date in dates:
-        current_v = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
+        current_v = None if tbl is None else table_versions.current_version(lake, layout.as_event_date(event_date), tbl)
         included = set(current_v.receipts) if current_v else set()
         stamps, pending = receipts.complete_and_pending(lake, event_date, included)
         oldest = layout.parse_receipt_ts(pending[0]) if pending else None
@@ -158,7 +159,7 @@ def lineage(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None =
         for ts in body.get("receipt_ts_list", [body["receipt_ts"]]):
             by_receipt.setdefault(ts, entry)
     dag_runs = {r["dag_run_id"]: r for r in (all_runs or [])}
-    versions = table_versions.list_versions(lake, event_date)
+    versions = table_versions.list_versions(lake, layout.as_event_date(event_date))
     rows = []
     for receipt_ts in receipts.list_receipts(lake, event_date):
         marker = receipts.read_marker(lake, event_date, receipt_ts)
@@ -244,8 +245,8 @@ def history(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None =
                 + (f" ({took}s)" if took is not None else ""),
             }
         )
-    current_v = table_versions.current_version(lake, event_date)
-    for version in table_versions.list_versions(lake, event_date):
+    current_v = table_versions.current_version(lake, layout.as_event_date(event_date))
+    for version in table_versions.list_versions(lake, layout.as_event_date(event_date)):
         current = current_v is not None and current_v.version == version.version
         items.append(
             {

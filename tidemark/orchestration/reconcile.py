@@ -174,14 +174,14 @@ def staleness(
         if cursor.full:
             dates = sorted(
                 set(receipts.list_event_dates(lake))
-                | set(table_versions.dates_with_version(lake, tbl))
+                | set(map(layout.event_date_text, table_versions.dates_with_version(lake, tbl)))
                 | set(owed_by_date)
             )
         else:
             dates = sorted(cursor.changed_dates() | set(owed_by_date))
     out = []
     for event_date in tracked(dates, "examining dates", log=log, display=display, lake=lake):
-        current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
+        current = None if tbl is None else table_versions.current_version(lake, layout.as_event_date(event_date), tbl)
         item = _date_staleness(lake, event_date, current, owed_by_date.get(event_date, []), in_force)
         if item.kinds:
             out.append(item)
