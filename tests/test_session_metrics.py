@@ -4,6 +4,7 @@ reference's sessions."""
 
 from __future__ import annotations
 
+import os
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
@@ -13,6 +14,7 @@ from tidemark.base import layout
 from tidemark.iceberg import reader, table_versions
 from tidemark.products import session_metrics
 from tidemark.store.lake import Lake
+from tidemark.store.locations import Root
 
 D = date(2026, 3, 10)  # icebergkit.version_with's default date
 MONDAY = date(2026, 3, 9)
@@ -81,3 +83,20 @@ def test_the_weekly_rollup_reads_every_date_of_the_week_that_has_a_version(tmp_p
         session_metrics.rebuild_week(lake, D, out)
     with pytest.raises(ValueError, match="expected a calendar date"):
         session_metrics.rebuild_week(lake, layout.as_event_date("../../etc"), out)  # the DAG's parse refuses it
+
+
+def test_a_metrics_file_is_replaced_whole(tmp_path, monkeypatch):
+    folder = tmp_path / "out" / "event_date=2026-03-10"
+    target = Root(str(tmp_path / "out")).file("event_date=2026-03-10", "metrics.parquet")
+    target.write_bytes_atomic(b"first")  # its folder made on the way
+    target.write_bytes_atomic(b"second")
+    assert (folder / "metrics.parquet").read_bytes() == b"second"
+    assert os.listdir(folder) == ["metrics.parquet"]  # no temporary file left beside it
+
+    def dies(*_args):
+        raise OSError("killed before the rename")
+
+    monkeypatch.setattr(os, "replace", dies)
+    with pytest.raises(OSError, match="killed before the rename"):
+        target.write_bytes_atomic(b"third")
+    assert (folder / "metrics.parquet").read_bytes() == b"second"  # a reader never sees a part
