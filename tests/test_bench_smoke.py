@@ -109,7 +109,7 @@ def test_a_corrections_timeline_is_built_from_the_recorded_timestamps(tmp_path):
     assert "readable 7.9 s after its file landed" in text  # the median of the three late ones
     assert "| task dedup (success) | 5.50 | 8.00 | 2.50 |" in text
     assert "over the 3 late corrections" in text
-    assert chart.stat().st_size > 0 and chart.read_bytes()[:4] == b"\x89PNG"
+    assert chart.read_bytes()[:4] == b"\x89PNG"
     assert "No late notice" in freshness.timeline_section(notices[3:], None)
 
 
