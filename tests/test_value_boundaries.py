@@ -123,11 +123,14 @@ def test_the_dag_refuses_a_bad_date_in_its_param_and_in_what_a_task_hands_on(giv
 @pytest.mark.parametrize(("given", "says"), BAD)
 def test_text_given_to_the_library_is_parsed_once_at_its_entry(tmp_path, given, says):
     from tidemark.deduplication.dedup import run_dedup
+    from tidemark.iceberg import reader, table_versions
 
     lake = Lake.open(tmp_path / "lake")
-    # The readers (tidemark.iceberg.reader, table_versions) take a date only (mypy): a script parses first.
-    for call in (lambda: run_dedup(lake, given), lambda: layout.as_event_date(given)):
-        with pytest.raises(layout.InvalidPartitionValue) as refused:
+    with pytest.raises(layout.InvalidPartitionValue) as refused:
+        run_dedup(lake, given)
+    assert says in str(refused.value)
+    # The readers take a date only: text, valid or not, is refused (a script parses it first).
+    for call in (lambda: reader.read_sessions(lake, given), lambda: table_versions.current_version(lake, given)):
+        with pytest.raises(TypeError, match="parse text with as_event_date"):
             call()
-        assert says in str(refused.value)
     assert not os.path.exists(tmp_path / "lake")  # nothing was read or written

@@ -297,8 +297,8 @@ def check_lake(
     if rules is None:
         rules = rules_record.rules_in_force(lake)[0]
     expected = sessions_by_date(landing, rules, lake, archive)
-    versioned = map(layout.event_date_text, table_versions.dates_with_version(lake))
-    dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(versioned))
+    listed = (*receipts.list_event_dates(lake), *table_versions.dates_with_version(lake))
+    dates = sorted(set(expected) | {layout.event_date_text(d) for d in listed})  # the reference's dates are text
     out = []
     for event_date in dates:
         want = expected.get(event_date, set())

@@ -87,10 +87,11 @@ def resolve(lake: Lake, event_date: date, as_of: str | None = None) -> VersionRe
 
 
 def _resolve(lake: Lake, tbl: Table | None, event_date: date, as_of: str | None) -> VersionRecord:
+    text = layout.event_date_text(event_date)  # text is refused here: it is parsed where it enters
     current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
     if as_of is None:
         if current is None:
-            raise NoVersion(f"event_date {event_date} has no deduplicated version yet (run `tidemark dedup` for it)")
+            raise NoVersion(f"event_date {text} has no deduplicated version yet (run `tidemark dedup` for it)")
         return current
     as_of = parse_as_of(as_of)
     if current is not None and current.version is not None and current.version <= as_of:
@@ -100,7 +101,7 @@ def _resolve(lake: Lake, tbl: Table | None, event_date: date, as_of: str | None)
         if props["tidemark.version"] <= as_of:
             return table_versions.snapshot_record(lake, event_date, snapshot, props)
     raise NoVersion(
-        f"event_date {event_date} has no complete deduplicated version as of {as_of} "
+        f"event_date {text} has no complete deduplicated version as of {as_of} "
         "(none yet, or older versions were garbage-collected)"
     )
 
@@ -111,6 +112,7 @@ def read_sessions(lake: Lake, event_date: date, as_of: str | None = None, column
     The columns asked for (default: every column of the table and of today's session schema), those
     the answering version's files predate computed from its rows (module docstring).
     """
+    text = layout.event_date_text(event_date)  # text is refused before anything is read
     tbl = iceberg.load(lake)
     version = _resolve(lake, tbl, event_date, as_of)
     assert tbl is not None  # a version answered: the table exists (_resolve raises NoVersion otherwise)
@@ -129,7 +131,7 @@ def read_sessions(lake: Lake, event_date: date, as_of: str | None = None, column
         table = table.sort_by([("user_id", "ascending"), ("session_start", "ascending")])
     return table.replace_schema_metadata(
         {
-            "tidemark.event_date": layout.event_date_text(event_date),
+            "tidemark.event_date": text,
             "tidemark.version": version.version or "",
             "tidemark.session_schema": str(written),
             "tidemark.computed_columns": ",".join(done.computed),

@@ -173,6 +173,7 @@ def current_version(
             for no table (no version), or LOAD (the default) to load the table's current metadata.
         live: the date's live files in `table`, when the caller has read them (not read again).
     """
+    text = layout.event_date_text(event_date)  # text is refused before anything is read
     tbl = _table(lake, table)
     record = None if tbl is None else _commit_of(tbl, event_date, live)
     if record is None:
@@ -180,7 +181,7 @@ def current_version(
     marker = read_marker(lake, event_date, record.run_id, record)
     if marker is None:
         raise RuntimeError(
-            f"the table names run {record.run_id} current for {event_date} but its marker "
+            f"the table names run {record.run_id} current for {text} but its marker "
             f"{lake.run_marker(event_date, record.run_id)} is missing"
         )
     return marker
