@@ -14,8 +14,6 @@ plain text again: `Folder.file` and `Folder.folder` keep the type.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import date
 from typing import Any, Protocol
@@ -133,21 +131,8 @@ class File(_Location):
         storage.write_text_atomic_at(*self.at(), text)
 
     def write_bytes_atomic(self, data: bytes) -> None:
-        """Write the whole file (a Parquet file's bytes, say): a reader sees the old or the new, never a part.
-
-        Locally a temporary file renamed over it (atomic on POSIX); on a bucket one object PUT (atomic).
-        """
-        fs, path = self.at()
-        parent, name = path.rsplit("/", 1)
-        fs.create_dir(parent, recursive=True)
-        if isinstance(fs, pafs.LocalFileSystem):
-            tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
-            with fs.open_output_stream(tmp) as out:
-                out.write(data)
-            os.replace(tmp, path)
-        else:
-            with fs.open_output_stream(path) as out:
-                out.write(data)
+        """Write the whole file's bytes (a Parquet file, say): a reader sees the old or the new, never a part."""
+        storage.write_bytes_atomic_at(*self.at(), data)
 
     def write_json_atomic(self, payload: dict[str, Any]) -> None:
         """Write a JSON record whole (sorted keys, one-space indent)."""
