@@ -56,6 +56,7 @@ from pathlib import Path
 
 import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
+from tidemark.base.layout import as_event_date
 from tidemark.base.times import EPOCH
 from tidemark.demo import generate
 from tidemark.store.lake import Lake
@@ -300,7 +301,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     def first_version_with(event_date: str, receipt_ts: str) -> VersionRecord | None:
         if event_date not in versions:
             versions[event_date] = sorted(
-                table_versions.list_versions(lake, event_date), key=lambda m: m.published_at or EPOCH
+                table_versions.list_versions(lake, as_event_date(event_date)), key=lambda m: m.published_at or EPOCH
             )
         key = f"{event_date}/{receipt_ts}"
         return next((m for m in versions[event_date] if key in m.receipts), None)

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from tests import reference
 from tidemark.base import polling
+from tidemark.base.layout import as_event_date
 from tidemark.base.logs import read_log_lines
 from tidemark.iceberg import reader
 from tidemark.notices import availability_notice
@@ -54,7 +55,7 @@ def log_lines(server) -> list[dict]:
 def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> set[tuple]:
     """The sessions of the date's current deduplicated version (empty when it has none yet)."""
     try:
-        table = reader.read_sessions(lake, event_date)
+        table = reader.read_sessions(lake, as_event_date(event_date))
     except reader.NoVersion:
         return set()
     return {

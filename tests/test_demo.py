@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.reference import sessions_of_landing
+from tidemark.base.layout import as_event_date
 from tidemark.devstack.stack import Stack, port_states
 from tidemark.iceberg import reader
 from tidemark.panes import receipts
@@ -77,7 +78,7 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
         for event_date in dates:
             got = {
                 _key(r["user_id"], r["session_start"], r["session_end"], r["event_count"])
-                for r in reader.to_records(reader.read_sessions(lake, event_date))
+                for r in reader.to_records(reader.read_sessions(lake, as_event_date(event_date)))
             }
             assert got == expected.get(event_date, set()), event_date
 

@@ -19,6 +19,7 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests import reference
 from tests.streamkit import land
+from tidemark.base.layout import as_event_date
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
@@ -59,7 +60,7 @@ def micros(moment: datetime) -> int:
 
 
 def published(lake) -> tuple[set, set]:
-    table = reader.read_sessions(lake, D)
+    table = reader.read_sessions(lake, as_event_date(D))
     sessions, events = set(), set()
     for row in table.to_pylist():
         sessions.add(

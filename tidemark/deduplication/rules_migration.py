@@ -75,8 +75,7 @@ def target_rules(lake: Lake, requested: SessionRules | dict[str, Any]) -> Sessio
 
 def event_dates(lake: Lake) -> list[date]:
     """Every date with receipt partitions or published versions, oldest first."""
-    versioned = {layout.as_event_date(d) for d in table_versions.dates_with_version(lake)}
-    return sorted(set(lake.sessions_root().event_dates()) | versioned)
+    return sorted(set(lake.sessions_root().event_dates()) | set(table_versions.dates_with_version(lake)))
 
 
 @dataclass(frozen=True)

@@ -297,12 +297,13 @@ def check_lake(
     if rules is None:
         rules = rules_record.rules_in_force(lake)[0]
     expected = sessions_by_date(landing, rules, lake, archive)
-    dates = sorted(set(expected) | set(receipts.list_event_dates(lake)) | set(table_versions.dates_with_version(lake)))
+    listed = (*receipts.list_event_dates(lake), *table_versions.dates_with_version(lake))
+    dates = sorted(set(expected) | {layout.event_date_text(d) for d in listed})  # the reference's dates are text
     out = []
     for event_date in dates:
         want = expected.get(event_date, set())
         try:
-            table = reader.read_sessions(lake, event_date, columns=list(KEY_COLUMNS))
+            table = reader.read_sessions(lake, layout.as_event_date(event_date), columns=list(KEY_COLUMNS))
             got, version = lake_keys(reader.to_records(table)), table.schema.metadata[b"tidemark.version"].decode()
         except reader.NoVersion:
             got, version = set(), None

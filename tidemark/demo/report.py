@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tidemark.base.layout import as_event_date
 from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import iso_z
 from tidemark.demo import batch_reference
@@ -102,10 +103,10 @@ def corrections(lake: Lake, event_date: str) -> list[dict[str, Any]]:
     """Every complete version of a date, oldest first, with what changed against the one before."""
     out: list[dict[str, Any]] = []
     previous: set[SessionKey] | None = None
-    for marker in table_versions.list_versions(lake, event_date):
+    for marker in table_versions.list_versions(lake, as_event_date(event_date)):
         table = reader.read_sessions(
             lake,
-            event_date,
+            as_event_date(event_date),
             as_of=marker.version,
             columns=list(KEY_COLUMNS),
         )
@@ -276,8 +277,8 @@ def consumer_report(
         by_date.setdefault(s.event_date, []).append((s.user_id, s.session_start, s.session_end))
     out = []
     for event_date in dates:
-        got = session_metrics.read(out_root, event_date)
-        want = session_metrics.from_sessions(event_date, None, by_date.get(event_date, []))
+        got = session_metrics.read(out_root, as_event_date(event_date))
+        want = session_metrics.from_sessions(as_event_date(event_date), None, by_date.get(event_date, []))
         same = got is not None and {k: v for k, v in got.items() if k != "version"} == {
             k: v for k, v in want.items() if k != "version"
         }
