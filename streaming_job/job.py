@@ -20,7 +20,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, release_pins
-from tidemark.base import layout
 from tidemark.base.durations import format_duration, parse_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.spark import build_session
@@ -33,7 +32,6 @@ from tidemark.panes import receipt_index
 from tidemark.panes.receipts import BatchReport
 from tidemark.session import rules_record
 from tidemark.session.sessions import Overrides, SessionRules
-from tidemark.store import storage
 from tidemark.store.lake import Lake
 
 log = get_logger("stream")
@@ -317,7 +315,7 @@ def _run_query(
     writer = (
         source(spark, config)
         .writeStream.queryName("tidemark_sessions")
-        .option("checkpointLocation", generation.query_dir(config.checkpoint))
+        .option("checkpointLocation", generation.query_dir(config.checkpoint).uri)
         .foreachBatch(processor)
     )
     if config.available_now:
@@ -417,7 +415,7 @@ def _unread(
 
 def _committed_batches(checkpoint: str, generation: landing_archive.Generation) -> int:
     """Batches the generation's query has committed (its commit log: the newest id + 1)."""
-    ids = [int(n) for n in storage.list_dir(layout.join(generation.query_dir(checkpoint), "commits")) if n.isdigit()]
+    ids = [int(n) for n in generation.query_dir(checkpoint).folder("commits").names() if n.isdigit()]
     return max(ids, default=-1) + 1
 
 
