@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.progress import Progress
 
-from tidemark.store import storage
+from tidemark.store.locations import Root
 
 EVENT_FLOW = ["app_open", "browse", "play", "pause", "play", "seek", "ad_impression", "play", "stop"]
 OFFSETS = [
@@ -192,5 +192,5 @@ def generate(landing: str, workload: Workload, progress: bool = True) -> dict[st
         for i, chunk in enumerate(chunks):
             write_file(landing, i, chunk, base + i / 1000)
     summary = {"workload": asdict(workload), "files": len(chunks), **counts}
-    storage.write_json_atomic(os.path.join(landing, MANIFEST), summary)
+    Root(landing).file(MANIFEST).write_json_atomic(summary)
     return summary
