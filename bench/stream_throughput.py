@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import date
 from pathlib import Path
 
 import psutil
@@ -574,7 +575,7 @@ def main(argv=None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     landing = os.path.join(work, "landing")
     workload = generate.Workload(
-        events=events, users=scale["users"], days=scale["days"], files=files, start="2026-03-01", seed=11
+        events=events, users=scale["users"], days=scale["days"], files=files, start=date(2026, 3, 1), seed=11
     )
     with bench.stopwatch() as t:
         summary = generate.generate(landing, workload, progress=False)

@@ -19,6 +19,7 @@ import pytest
 
 from tests import reference
 from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
+from tidemark.base import layout
 from tidemark.deduplication import buckets, incremental
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
@@ -66,7 +67,7 @@ def expected(events, event_date: str, gap: timedelta) -> set[tuple]:
     return {
         (s.user_id, s.session_start, s.session_end, s.event_ids, s.event_count, s.event_type_count)
         for s in ref
-        if s.event_date == event_date
+        if s.event_date == layout.as_event_date(event_date)
     }
 
 

@@ -19,6 +19,7 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests import reference
 from tests.streamkit import land
+from tidemark.base import layout
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
 from tidemark.ingest import contract
@@ -94,7 +95,7 @@ def expected(landing) -> tuple[set, set]:
             s.event_count,
         )
         for s in reference.sessions_of_landing(landing, RULES.gap)
-        if s.event_date == D
+        if s.event_date == layout.as_event_date(D)
     }
     return sessions, events
 
