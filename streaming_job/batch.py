@@ -192,7 +192,7 @@ class BatchProcessor:
             quarantined=report.quarantined,
             open_sessions=report.open_sessions,
             watermark=state_watermark_text(report.watermark_us),
-            partitions=[p.event_date for p in report.partitions],
+            partitions=[layout.event_date_text(p.event_date) for p in report.partitions],
             seconds=report.seconds,
             phases=report.phases,
         )
@@ -568,7 +568,7 @@ class BatchProcessor:
         for partition in pending:
             log.info(
                 "receipt partition written",
-                event_date=partition.event_date,
+                event_date=layout.event_date_text(partition.event_date),
                 receipt_ts=receipt_ts,
                 rows=partition.rows,
                 pane_kinds=partition.pane_kinds,
