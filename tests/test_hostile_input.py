@@ -23,8 +23,8 @@ from tidemark.ingest.contract import Reason
 from tidemark.ingest.quarantine import read_quarantine
 from tidemark.panes import receipts
 from tidemark.session.sessions import SessionRules
-from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.locations import Root
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -158,10 +158,10 @@ def test_a_watermark_poisoned_before_the_guard_heals(spark, streamed):
     """State written by a stream without the guard holds a watermark in 2099: pulled back to now."""
     store = StateStore(spark, streamed["checkpoint"])
     newest = store.versions()[-1]
-    marker = layout.join(streamed["checkpoint"], "state", f"batch_id={newest}", STATE_MARKER)
-    meta = storage.read_json(marker)
+    marker = Root(streamed["checkpoint"]).file("state", f"batch_id={newest}", STATE_MARKER)
+    meta = marker.read_json()
     meta["watermark_us"] = 4_070_908_800_000_000  # 2099-01-01
-    storage.write_json_atomic(marker, meta)
+    marker.write_json_atomic(meta)
     # pulled back to the receipt time: an event of now opens a session, early. Now when the test
     # runs, not when the module was collected: in a full suite that can be most of an hour earlier,
     # which made the event late.

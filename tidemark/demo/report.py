@@ -275,15 +275,15 @@ def consumer_report(
 
     The reference's of the landing and the stream's archive.
     """
-    by_date: dict[date, list[tuple[str, datetime, datetime]]] = {}
+    sessions_on: dict[date, list[tuple[str, datetime, datetime]]] = {}
     for s in batch_reference.sessionize(
         batch_reference.valid_events(batch_reference.landed_lines(landing, archive)), gap
     ):
-        by_date.setdefault(s.event_date, []).append((s.user_id, s.session_start, s.session_end))
+        sessions_on.setdefault(s.event_date, []).append((s.user_id, s.session_start, s.session_end))
     out = []
     for event_date in dates:
         got = session_metrics.read(out_root, event_date)
-        want = session_metrics.from_sessions(event_date, None, by_date.get(event_date, []))
+        want = session_metrics.from_sessions(event_date, None, sessions_on.get(event_date, []))
         same = got is not None and {k: v for k, v in got.items() if k != "version"} == {
             k: v for k, v in want.items() if k != "version"
         }
