@@ -119,7 +119,7 @@ def test_every_line_is_an_event_or_quarantined_with_a_reason(streamed):
 
 def test_a_wrong_clock_creates_no_partition_and_never_moves_the_watermark(streamed):
     dates = receipts.list_event_dates(streamed["lake"])
-    assert not [d for d in dates if d.startswith(("2099", "1970"))]
+    assert not [d for d in dates if d.year in (2099, 1970)]
     for report in streamed["reports"]:
         assert report.watermark_us <= receipt_us(report)
     assert streamed["reports"][0].watermark_us == int(
@@ -134,7 +134,7 @@ def test_normal_data_after_the_bad_clock_still_gets_early_and_on_time_panes(stre
     assert kinds[(2, "u1")] == "on_time"
     assert kinds[(2, "u2")] == "on_time"
     old = [r for r in streamed["panes"] if r["user_id"] == "u3"]  # five days late: kept, in its date
-    assert [r["event_date"] for r in old] == [(BASE - timedelta(days=5)).date().isoformat()]
+    assert [r["event_date"] for r in old] == [(BASE - timedelta(days=5)).date()]
 
 
 def test_every_reader_shows_any_bytes(streamed, capsys):
