@@ -322,12 +322,13 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         )
     }
     per_notice = []
+    tasks_of = {run_id: client.task_instances(dag_id, run_id) for run_id in all_runs}
     # Every run of the DAG (notice runs and neighbour runs): did its dedup task run Spark?
     for run_id, run in all_runs.items():
         if not (run.get("start_date") and run.get("end_date")):
             continue
         took = parse_iso(run["end_date"]) - parse_iso(run["start_date"])
-        dedup = next((ti for ti in client.task_instances(dag_id, run_id) if ti["task_id"] == "dedup"), None)
+        dedup = next((ti for ti in tasks_of[run_id] if ti["task_id"] == "dedup"), None)
         if dedup and dedup["state"] == "skipped":
             steps["DAG run duration, Spark skipped (nothing new)"].append(took)
         elif dedup and dedup.get("start_date") and dedup.get("end_date"):
@@ -365,6 +366,14 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
             if n["late"]:
                 steps["late data landed -> corrected partition readable"].append(readable)
             row["readable_s"] = round(readable, 1)
+            row["timeline"] = correction_timeline(
+                t0,
+                committed_at.get(n["batch_id"]),
+                entry,
+                run,
+                tasks_of.get(run["dag_run_id"], []) if run else [],
+                readable,
+            )
         per_notice.append(row)
 
     columns = ["step", "n", "p50 s", "p95 s", "max s"]
@@ -427,9 +436,14 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         ]
     )
     print("\n".join(notes.splitlines()[2:5]))
+    name = f"{NAME}_history" if args.history else NAME
+    timeline = timeline_section(
+        per_notice, None if args.no_write else os.path.join(bench.RESULTS_DIR, f"{name}_timeline.png")
+    )
+    print(timeline, flush=True)
     if not args.no_write:
         path = bench.write_results(
-            f"{NAME}_history" if args.history else NAME,
+            name,
             title,
             columns,
             rows,
@@ -448,9 +462,108 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
                 "generated": {k: counts[k] for k in ("events", "duplicates", "malformed", "offline_sessions")},
             },
             env,
+            after=timeline,
         )
         print(f"wrote {path}")
     return 0 if complete else 1
+
+
+# --- where one correction's time goes ------------------------------------------------------------
+
+
+def correction_timeline(
+    landed: float, committed: float | None, entry: dict, run: dict | None, tasks: list[dict], readable: float
+) -> list[tuple[str, float, float]]:
+    """(step, start, end) in seconds after the file landed, for one notice, from recorded timestamps.
+
+    The stream's batch (landed -> `batch committed`), the notice's outbox record and publish, the
+    DAG run created -> started, each of its task instances (queued time before a task is the
+    scheduler's and the task process's start), and the Iceberg commit that made the data readable.
+    """
+    spans: list[tuple[str, float, float]] = []
+    if committed is not None:
+        spans.append(("stream batch (landed -> committed)", 0.0, committed - landed))
+    published = parse_iso(entry["published_at"]) - landed
+    recorded = parse_iso(entry["recorded_at"]) - landed if entry.get("recorded_at") else published
+    spans.append(("notice recorded -> published", recorded, published))
+    if run and run.get("queued_at"):
+        created = parse_iso(run["queued_at"]) - landed
+        spans.append(("published -> DAG run created (function)", published, created))
+        if run.get("start_date"):
+            spans.append(("DAG run created -> started (scheduler)", created, parse_iso(run["start_date"]) - landed))
+    for task in sorted(tasks, key=lambda t: t.get("start_date") or "~"):
+        if task.get("start_date") and task.get("end_date"):
+            started, ended = parse_iso(task["start_date"]) - landed, parse_iso(task["end_date"]) - landed
+            if task.get("queued_when"):
+                spans.append((f"task {task['task_id']}: queued", parse_iso(task["queued_when"]) - landed, started))
+            spans.append((f"task {task['task_id']} ({task['state']})", started, ended))
+    spans.append(("readable (Iceberg commit)", readable, readable))
+    return spans
+
+
+def timeline_section(per_notice: list[dict], chart_path: str | None) -> str:
+    """Markdown: the median late correction's timeline (and its chart), and each step's median."""
+    late = sorted((r for r in per_notice if r["late"] and r.get("timeline")), key=lambda r: r["readable_s"])
+    if not late:
+        return "## Where a late correction's time goes\n\nNo late notice became readable in this run."
+    median = late[(len(late) - 1) // 2]
+    lines = [
+        "## Where a late correction's time goes",
+        "",
+        f"The median late correction of this run (event date {median['event_date']}, receipt "
+        f"{median['receipt_ts']}, readable {median['readable_s']} s after its file landed), step by step: "
+        "seconds after the file landed, from the timestamps the stream, the outbox, Airflow and the "
+        "Iceberg commit recorded.",
+        "",
+        *bench.markdown_table(
+            ["step", "start s", "end s", "took s"],
+            [[step, f"{a:.2f}", f"{b:.2f}", f"{b - a:.2f}"] for step, a, b in median["timeline"]],
+        ),
+    ]
+    took: dict[str, list[float]] = {}
+    for r in late:
+        for step, a, b in r["timeline"]:
+            took.setdefault(step, []).append(b - a)
+    lines += [
+        "",
+        f"Each step's time over the {len(late)} late corrections (p50 / p95 / max s):",
+        "",
+        *bench.markdown_table(
+            ["step", "n", "p50 s", "p95 s", "max s"],
+            [
+                [step, len(v), f"{percentile(v, 50):.2f}", f"{percentile(v, 95):.2f}", f"{max(v):.2f}"]
+                for step, v in took.items()
+                if step != "readable (Iceberg commit)"
+            ],
+        ),
+    ]
+    if chart_path:
+        timeline_chart(chart_path, median)
+        lines += ["", f"![the median late correction's timeline]({os.path.basename(chart_path)})"]
+    return "\n".join(lines)
+
+
+def timeline_chart(path: str, notice: dict) -> str:
+    """A horizontal bar per step of one correction, on a time axis from its file's landing."""
+    from tidemark.demo.charts import pyplot
+
+    plt = pyplot()
+    spans = notice["timeline"]
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(spans) + 1.2))
+    for i, (step, start, end) in enumerate(spans):
+        if end > start:
+            ax.barh(i, end - start, left=start, color="tab:red" if step.startswith("task dedup") else "tab:blue")
+        else:
+            ax.plot([start], [i], marker="D", color="black")
+        ax.text(max(end, start) + 0.1, i, f"{end - start:.1f}s" if end > start else f"{start:.1f}s", va="center")
+    ax.set_yticks(range(len(spans)), [step for step, _, _ in spans])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds after the file landed")
+    ax.set_title(f"A late correction of {notice['event_date']}: landed -> readable in {notice['readable_s']} s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def burst_notices(n: int, round_no: int) -> list[dict]:

@@ -120,7 +120,7 @@ def build(lake: Lake, partitions: int, seed: int = 0, chunk: int = 256) -> tuple
             span = timedelta(hours=rng.randrange(30)) if rng.random() < 0.02 else timedelta(minutes=rng.randrange(40))
             pending.append(
                 receipts.ReceiptPartition(
-                    event_date=day.isoformat(),
+                    event_date=day,
                     receipt_ts=receipt_ts,
                     batch_id=batch,
                     uri="",
@@ -154,7 +154,7 @@ def late_data(lake: Lake, first_batch: int, count: int, newest: str) -> None:
             lake,
             [
                 receipts.ReceiptPartition(
-                    event_date=day.isoformat(),
+                    event_date=day,
                     receipt_ts=receipt_ts,
                     batch_id=batch,
                     uri="",
@@ -171,12 +171,12 @@ def late_data(lake: Lake, first_batch: int, count: int, newest: str) -> None:
         receipt_index.write_head(lake, receipt_ts)
 
 
-def _version(lake: Lake, event_date: str) -> VersionRecord:
+def _version(lake: Lake, event_date: date) -> VersionRecord:
     index = planning.LakeIndex(lake)
     current = planning.plan_for_rerun(index, event_date, RULES, None)
     reach = max((times.parse_iso(p.max_event_ts) for p in current.partitions), default=None)
     return VersionRecord.holding(
-        event_date=date.fromisoformat(event_date),
+        event_date=event_date,
         run_id="0" * 32,  # a plan only: no run folder
         receipts=tuple(current.keys),
         hi=current.hi,
@@ -221,8 +221,10 @@ def run_size(size: int, latency_ms: float, root: str, baseline: bool = True, reu
             f"built {size} partitions ({batches} batches, newest date {newest}) in {time.monotonic() - started:.0f} s",
             flush=True,
         )
-    old = (datetime.fromisoformat(newest) - timedelta(days=30)).date().isoformat()
-    version = _version(lake, newest)
+    # planning takes dates; `newest` stays text for the built record and the results
+    day = layout.as_event_date(newest)
+    old = day - timedelta(days=30)
+    version = _version(lake, day)
     # five more batches arrive after the version, with late data for other dates only: the no-op
     # decision has something to look at, as it has after every notice
     late_data(lake, batches, 5, newest)
@@ -230,15 +232,15 @@ def run_size(size: int, latency_ms: float, root: str, baseline: bool = True, reu
     cases = [
         (
             "no-op decision, newest date",
-            lambda: planning.quick_covered(planning.LakeIndex(lake), newest, RULES, version),
+            lambda: planning.quick_covered(planning.LakeIndex(lake), day, RULES, version),
             lambda: planning.covers(
-                version, planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, version).keys
+                version, planning.plan_for_rerun(planning.LakeIndex(lake), day, RULES, version).keys
             ),
         ),
         (
             "plan a correction, newest date",
-            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, None),
-            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, RULES, None),
+            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), day, RULES, None),
+            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), day, RULES, None),
         ),
         (
             "plan a correction, 30 days back",
@@ -270,7 +272,7 @@ def commit_versions(lake: Lake) -> int:
     for event_date in dates:
         stamps = receipts.list_receipts(lake, event_date)
         marker = VersionRecord.holding(
-            event_date=date.fromisoformat(event_date),
+            event_date=event_date,
             run_id=run_markers.new_run_id(),
             files=(),
             sessions=0,

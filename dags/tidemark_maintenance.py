@@ -36,6 +36,7 @@ from typing import Any, cast
 from airflow.sdk import dag, task
 
 from tidemark.base.durations import parse_duration, parse_interval  # standard library only: cheap at parse time
+from tidemark.base.layout import event_date_text  # standard library only: cheap at parse time
 from tidemark.orchestration import settings  # standard library only: cheap at parse time
 
 DAG_ID = "tidemark_maintenance"
@@ -90,9 +91,10 @@ def tidemark_maintenance() -> None:
 
         lake = settings.lake_uri()
         done = pack_maintenance.run_pass(Lake.open(lake))
-        packed = {p.event_date: p.receipts for p in done.packed}
+        # XCom is JSON: the dates leave as YYYY-MM-DD
+        packed = {event_date_text(p.event_date): p.receipts for p in done.packed}
         print(f"packing of {lake} ({done.how}, {done.examined} dates examined): packed {packed or 'nothing'}")
-        return {"packed": packed, "left": done.left}
+        return {"packed": packed, "left": [event_date_text(d) for d in done.left]}
 
     # Airflow's stubs type a task call by the function's signature; the XComArg resolves to gc's
     # counts when pack runs.

@@ -130,7 +130,7 @@ class SimulatedStream:
     def _write(self, rows: list[dict], receipt_ts: str) -> list[receipts.ReceiptPartition]:
         by_date = defaultdict(list)
         for row in rows:
-            by_date[row["session_start"].date().isoformat()].append(row)
+            by_date[row["session_start"].date()].append(row)
         out = []
         for event_date, part in sorted(by_date.items()):
             folder = self.lake.receipt_dir(event_date, receipt_ts)

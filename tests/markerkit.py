@@ -36,7 +36,7 @@ def random_partition(rng: random.Random, batch: int, event_date: date) -> receip
     )
     receipt_ts = stamp(batch)
     return receipts.ReceiptPartition(
-        event_date=event_date.isoformat(),
+        event_date=event_date,
         receipt_ts=receipt_ts,
         batch_id=batch,
         uri="unused",

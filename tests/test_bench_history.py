@@ -5,6 +5,7 @@ the version, not the lake's history."""
 from __future__ import annotations
 
 from bench import history
+from tidemark.base.layout import as_event_date
 from tidemark.panes import planning, receipt_index, receipts
 from tidemark.store.lake import Lake
 
@@ -15,15 +16,16 @@ def test_the_history_bench_counts_what_planning_reads(tmp_path):
     assert receipt_index.is_complete(lake)
     assert sum(len(receipts.list_receipts(lake, d)) for d in receipts.list_event_dates(lake)) >= 300
     assert receipt_index.head(lake) is not None
-    version = history._version(lake, newest)
+    day = as_event_date(newest)  # the bench's text (its built record's), typed for planning
+    version = history._version(lake, day)
     history.late_data(lake, batches, 3, newest)
 
     seconds, ops = history.measure(
-        lambda: planning.quick_covered(planning.LakeIndex(lake), newest, history.RULES, version), 0
+        lambda: planning.quick_covered(planning.LakeIndex(lake), day, history.RULES, version), 0
     )
     with history.without_index(lake):
         _, scanned = history.measure(
-            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), newest, history.RULES, version), 0
+            lambda: planning.plan_for_rerun(planning.LakeIndex(lake), day, history.RULES, version), 0
         )
     assert ops["read"] <= 3
     assert ops["list"] <= 6

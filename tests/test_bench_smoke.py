@@ -79,6 +79,40 @@ def test_file_batches_reads_only_committed_batches(tmp_path):
     assert freshness.file_batches(str(tmp_path)) == {"a.jsonl": 0}
 
 
+def test_a_corrections_timeline_is_built_from_the_recorded_timestamps(tmp_path):
+    landed = 1_000.0  # epoch seconds; the recorded instants below are 2 s ... 9 s after it
+    at = lambda seconds: f"1970-01-01T00:{int((landed + seconds) // 60):02d}:{(landed + seconds) % 60:06.3f}Z"  # noqa: E731
+    entry = {"recorded_at": at(2.0), "published_at": at(2.5)}
+    run = {"dag_run_id": "r", "queued_at": at(2.9), "start_date": at(4.0)}
+    tasks = [
+        {"task_id": "dedup", "state": "success", "queued_when": at(5.0), "start_date": at(5.5), "end_date": at(8.0)},
+        {"task_id": "needs_spark", "state": "success", "start_date": at(4.2), "end_date": at(4.9)},
+        {"task_id": "notify", "state": "skipped"},  # never ran: no span
+    ]
+    spans = freshness.correction_timeline(landed, landed + 1.5, entry, run, tasks, readable=7.9)
+    assert [(step, round(a, 2), round(b, 2)) for step, a, b in spans] == [
+        ("stream batch (landed -> committed)", 0.0, 1.5),
+        ("notice recorded -> published", 2.0, 2.5),
+        ("published -> DAG run created (function)", 2.5, 2.9),
+        ("DAG run created -> started (scheduler)", 2.9, 4.0),
+        ("task needs_spark (success)", 4.2, 4.9),
+        ("task dedup: queued", 5.0, 5.5),
+        ("task dedup (success)", 5.5, 8.0),
+        ("readable (Iceberg commit)", 7.9, 7.9),
+    ]
+    notices = [
+        {"event_date": "2026-03-06", "receipt_ts": f"r{i}", "late": True, "readable_s": r, "timeline": spans}
+        for i, r in enumerate((7.9, 12.0, 3.0))
+    ] + [{"event_date": "2026-03-07", "receipt_ts": "x", "late": False, "readable_s": 1.0, "timeline": spans}]
+    chart = tmp_path / "timeline.png"
+    text = freshness.timeline_section(notices, str(chart))
+    assert "readable 7.9 s after its file landed" in text  # the median of the three late ones
+    assert "| task dedup (success) | 5.50 | 8.00 | 2.50 |" in text
+    assert "over the 3 late corrections" in text
+    assert chart.read_bytes()[:4] == b"\x89PNG"
+    assert "No late notice" in freshness.timeline_section(notices[3:], None)
+
+
 def test_process_tree_memory_counts_a_tree_without_a_jvm():
     # A child of our own, not this process: a pytest worker may hold a SparkSession's JVM child
     # from an earlier test, which would rightly count as "jvm".
@@ -125,10 +159,8 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     )
     header, rows = results_table(str(tmp_path / "results" / "stream_throughput.md"))
     assert header[0] == "contender"
-    assert len(rows) == 2
-    assert rows[0][0].startswith("floor")
-    assert rows[1][0].startswith("tidemark")
-    assert rows[0][1] == rows[1][1]  # same input lines
+    assert [row[0].split(":")[0].split(",")[0] for row in rows] == ["floor", "Spark session_window", "tidemark stream"]
+    assert rows[0][1] == rows[1][1] == rows[2][1]  # same input lines
     assert all(float(r[header.index("events/s (in-job)")]) > 0 for r in rows)
     assert all(float(r[header.index("CPU s (tree)")]) > 0 for r in rows)  # CPU beside wall: loaded machines
     # the stage ladder: the floor first (1.00x), every step of a batch, the whole batch last

@@ -17,6 +17,7 @@ import pytest
 from tests import reference
 from tests.helpers import generate_cli, lake_session_set, reference_session_set, run_stream_cli
 from tidemark.base import names
+from tidemark.base.layout import as_event_date
 from tidemark.orchestration import runs
 from tidemark.store.lake import Lake
 
@@ -294,7 +295,8 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert affected, pointer
     assert affected == sorted(spanned - {event_date}), pointer
     triggered = sorted(r[0] for r in db_rows(server, "select run_id from dag_run where run_id like 'affected__%'"))
-    assert triggered == sorted(runs.affected_run_id(d, event_date, pointer.version) for d in affected)
+    day = as_event_date(event_date)
+    assert triggered == sorted(runs.affected_run_id(as_event_date(d), day, pointer.version) for d in affected)
 
     assert last_run_states(server)["dedup"] == "success"
 
@@ -368,7 +370,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     affected = sorted(set(pointer.affected_dates or []) - {event_date})
     assert affected, pointer  # the two-day landing has sessions crossing midnight
     assert states["trigger_affected"] == "skipped", states
-    assert all(obligations.pending(lake, d) for d in affected)
+    assert all(obligations.pending(lake, as_event_date(d)) for d in affected)
 
     # Later, Airflow's REST API is up: a drain posts the owed event, once.
     server.start(components=("api-server",))

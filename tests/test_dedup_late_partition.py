@@ -78,13 +78,13 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
 
     late = [_event("d", 1, 12)]  # an event the first attempt refused, accepted by the replay
     written = _replay(stream, late)
-    assert [p.event_date for p in written] == [D]
+    assert [p.event_date for p in written] == [DAY0.date()]
     key = f"{D}/{written[0].receipt_ts}"
 
     # every reader of the lake agrees that D lacks the partition
     assert up_to_date(lake, D) is None  # the DAG's skip check: Spark needed
-    stale = {s.event_date: s for s in reconcile.staleness(lake, event_dates=[D])}
-    assert stale[D].pending_receipts == [key]
+    stale = {s.event_date: s for s in reconcile.staleness(lake, event_dates=[DAY0.date()])}
+    assert stale[DAY0.date()].pending_receipts == [key]
     assert _partitions_pending(lake, capsys) == [written[0].receipt_ts]
 
     result = run_dedup(lake, D, RULES, spark=spark, full=full)
@@ -92,7 +92,7 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     assert not result.noop, result
     assert key in table_versions.current_version(lake, D).receipts
     assert published(lake, D) == expected(events + late, D)
-    assert reconcile.staleness(lake, event_dates=[D]) == []
+    assert reconcile.staleness(lake, event_dates=[DAY0.date()]) == []
     assert _partitions_pending(lake, capsys) == []
     again = run_dedup(lake, D, RULES, spark=spark)
     assert again.noop

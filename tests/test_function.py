@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from contextlib import redirect_stdout
+from datetime import date
 
 import pytest
 
@@ -78,7 +79,7 @@ def test_coalesced_notice_maps_to_its_newest_partition():
         [partition(receipt_ts="20260307T201500123Z"), partition(receipt_ts="20260307T201600000Z")],
         kind="coalesced",
     )
-    assert runs.run_id_for_notice(coalesced) == runs.notice_run_id("sessions", "2026-03-07", "20260307T201600000Z")
+    assert runs.run_id_for_notice(coalesced) == runs.notice_run_id("sessions", date(2026, 3, 7), "20260307T201600000Z")
 
 
 @pytest.mark.parametrize(
@@ -92,17 +93,21 @@ def test_coalesced_notice_maps_to_its_newest_partition():
     ],
 )
 def test_run_id_refuses_values_that_are_not_partition_values(dataset, event_date, receipt_ts):
+    """A notice's values as they come in (its event date as text, parsed there)."""
     with pytest.raises(runs.InvalidRunKey):
-        runs.notice_run_id(dataset, event_date, receipt_ts)
+        runs.run_id_for_notice({"dataset": dataset, "event_date": event_date, "receipt_ts": receipt_ts})
 
 
 def test_affected_run_id_is_deterministic_per_source_version():
-    rid = runs.affected_run_id("2026-03-08", "2026-03-07", "20260308T000100000Z")
-    assert rid == runs.affected_run_id("2026-03-08", "2026-03-07", "20260308T000100000Z")
-    assert rid != runs.affected_run_id("2026-03-08", "2026-03-07", "20260308T000200000Z")
+    d8, d7 = date(2026, 3, 8), date(2026, 3, 7)
+    rid = runs.affected_run_id(d8, d7, "20260308T000100000Z")
+    assert rid == runs.affected_run_id(d8, d7, "20260308T000100000Z")
+    assert rid != runs.affected_run_id(d8, d7, "20260308T000200000Z")
     assert AIRFLOW_RUN_ID.match(rid)
     with pytest.raises(runs.InvalidRunKey):
-        runs.affected_run_id("2026-03-08; rm -rf /", "2026-03-07", "20260308T000100000Z")
+        runs.affected_run_id(d8, d7, "20260308T000100000Z; rm -rf /")
+    with pytest.raises(TypeError):  # text is parsed where it enters, never here
+        runs.affected_run_id("2026-03-08; rm -rf /", d7, "20260308T000100000Z")
 
 
 # -- what the function refuses (and acknowledges) ---------------------------------------------

@@ -12,7 +12,7 @@ switches it split -> merge -> split, re-deduplicating every date each time.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -206,14 +206,14 @@ def test_bad_boundary_is_refused_clearly():
 
 def test_planning_bounds_follow_the_boundary():
     # Under merge an event exactly one gap before midnight can still join a session of the day.
-    assert planning.lo_of("2026-03-08", SPLIT) == datetime(2026, 3, 7, 23, 30, tzinfo=timezone.utc)
-    assert planning.lo_of("2026-03-08", MERGE) == datetime(2026, 3, 7, 23, 30, tzinfo=timezone.utc) - US
+    assert planning.lo_of(date(2026, 3, 8), SPLIT) == datetime(2026, 3, 7, 23, 30, tzinfo=timezone.utc)
+    assert planning.lo_of(date(2026, 3, 8), MERGE) == datetime(2026, 3, 7, 23, 30, tzinfo=timezone.utc) - US
     # A session reaching 23:30 on D+1: a pane at D+2 00:00 joins under merge only.
     reach = datetime(2026, 3, 8, 23, 30, tzinfo=timezone.utc)
-    assert planning.needed_hi("2026-03-07", SPLIT, reach) == "2026-03-09"
+    assert planning.needed_hi(date(2026, 3, 7), SPLIT, reach) == date(2026, 3, 9)
     reach_before = reach - US
-    assert planning.needed_hi("2026-03-07", SPLIT, reach_before) == "2026-03-08"
-    assert planning.needed_hi("2026-03-07", MERGE, reach_before) == "2026-03-09"
+    assert planning.needed_hi(date(2026, 3, 7), SPLIT, reach_before) == date(2026, 3, 8)
+    assert planning.needed_hi(date(2026, 3, 7), MERGE, reach_before) == date(2026, 3, 9)
 
 
 # ---- the command line ------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ Versions are built with pyarrow (tests/icebergkit.py) except where a real dedup 
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -52,9 +52,9 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
     removed = gc.gc(lake, timedelta(hours=2), now=now_plus(hours=3))
     snapshots = [r for r in removed if r.what == "snapshot"]
     assert [(r.event_date, r.version) for r in snapshots] == [
-        (DAY, first.version),
-        (OTHER, other.version),
-        (DAY, second.version),
+        (date(2026, 3, 6), first.version),
+        (date(2026, 3, 7), other.version),
+        (date(2026, 3, 6), second.version),
     ]
     runs = {r.path.rsplit("run=", 1)[1]: r for r in removed if r.what == "run"}
     assert set(runs) == {first.run_id, second.run_id, killed.run_id}

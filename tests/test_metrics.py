@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import date
 
 import pytest
 import requests
@@ -73,7 +74,7 @@ def test_exporter_serves_the_documented_names_with_the_lake_and_stream_values(tm
     served = _scrape(exporter.port)
     names = metrics.PROMETHEUS_NAMES
     stale = {labels["tidemark_event_date"]: value for labels, value in served[names["tidemark.event_date.staleness"]]}
-    expected = {s.event_date for s in read_lake(lake).stale}
+    expected = {s.event_date.isoformat() for s in read_lake(lake).stale}
     assert set(stale) == expected
     assert expected
     assert all(value > 200 * 86400 for value in stale.values())  # receipts of 2026-03-10: months old
@@ -117,7 +118,7 @@ def test_breaches_name_the_stale_dates_and_the_owed_notices(tmp_path):
     found = {b.slo: b.detail for b in breaches(reading, Objectives())}
     assert set(found) == {"correction"}
     for item in reading.stale:
-        assert item.event_date in found["correction"]
+        assert item.event_date.isoformat() in found["correction"]
         assert item.kinds == ["no_version"]
     newest_date = reading.stale[0].event_date
     newest = receipts.list_receipts(lake, newest_date)[-1]
@@ -173,11 +174,11 @@ def test_dedup_outcomes_are_counted_by_kind():
         class Result:
             noop, published = True, False
 
-        with metrics.dedup_run("2026-03-07") as box:
+        with metrics.dedup_run(date(2026, 3, 7)) as box:
             box["result"] = Result()
-        with pytest.raises(commits.Superseded), metrics.dedup_run("2026-03-07"):
+        with pytest.raises(commits.Superseded), metrics.dedup_run(date(2026, 3, 7)):
             raise commits.Superseded("plan stale")
-        with pytest.raises(RuntimeError), metrics.dedup_run("2026-03-07"):
+        with pytest.raises(RuntimeError), metrics.dedup_run(date(2026, 3, 7)):
             raise RuntimeError("spark died")
         data = reader.get_metrics_data()
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -66,7 +66,7 @@ def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 
         0,
         0,
         0,
-        [ReceiptPartition(**p) for p in partitions],
+        [ReceiptPartition.from_json(p) for p in partitions],
     )
 
 
@@ -301,7 +301,7 @@ def test_report_and_cli_show_sent_owed_waiting_and_unadvertised(tmp_path, capsys
     assert [(r["event_date"], r["receipt_ts"]) for r in status["sent"]] == [("2026-03-06", sent_part["receipt_ts"])]
     assert [r["receipt_ts"] for r in status["owed"]] == [owed_part["receipt_ts"]]
     assert [r["receipt_ts"] for r in status["waiting"]] == [waiting_part["receipt_ts"]]
-    assert unadvertised(lake) == [("2026-03-07", forgotten["receipt_ts"])]
+    assert unadvertised(lake) == [(date(2026, 3, 7), forgotten["receipt_ts"])]
 
     assert cli_main(["notices", "--lake", str(lake), "--format", "summary", "--check"]) == 1
     assert json.loads(capsys.readouterr().out) == {"sent": 1, "owed": 1, "waiting": 1, "unadvertised": 1}

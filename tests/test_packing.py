@@ -18,6 +18,7 @@ import pytest
 
 from tests.lakekit import RULES, SimulatedStream, arrivals, busiest_date, expected, lake_with, make_events, published
 from tidemark import cli
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication import dedup
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
@@ -47,7 +48,7 @@ def pack_rows(lake: Lake, pack: pack_cache.Pack) -> list[dict]:
     return sorted(rows, key=repr)
 
 
-def folder_rows(lake: Lake, event_date: str) -> list[dict]:
+def folder_rows(lake: Lake, event_date: date) -> list[dict]:
     folders = [lake.receipt_dir(event_date, ts) for ts in receipts.complete_names(lake, event_date)]
     table = pane_reader.read_table(lake.sessions_root(), folders, [c.name for c in pane_reader.DEDUP_PANE])
     return sorted(table.to_pylist(), key=repr)
@@ -61,13 +62,13 @@ def files_under(folder: str) -> dict[str, float]:
     }
 
 
-def end_of(event_date: str) -> datetime:
-    return planning.midnight(date.fromisoformat(event_date) + timedelta(days=1))
+def end_of(event_date: date) -> datetime:
+    return planning.midnight(event_date + timedelta(days=1))
 
 
 def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing(tmp_path, monkeypatch):
     lake, stream, events = small_lake(tmp_path, monkeypatch)
-    day = busiest_date(events)
+    day = as_event_date(busiest_date(events))
     stamps = receipts.complete_names(lake, day)
     assert len(stamps) >= pack_cache.PACK_AT
     rules = SessionRules()  # the lake has no rules record: the defaults are in force
@@ -76,7 +77,7 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
     # Open (its end not yet older than watermark delay + allowed lateness + SETTLE): not packed.
     assert day not in [p.event_date for p in pack_maintenance.run_pass(lake, now=still_open).packed]
     assert pack_cache.listed(lake, day) == []
-    os.remove(pack_maintenance.state_uri(lake))  # as if that pass never ran: the next ones start afresh
+    os.remove(pack_maintenance.state_file(lake))  # as if that pass never ran: the next ones start afresh
 
     # A dry run says what it would pack and writes nothing at all.
     closed = still_open + timedelta(seconds=1)
@@ -102,7 +103,7 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
 
     # Late data into the packed date: that date alone is looked at; one new partition is below
     # PACK_AT, the receipts it adds are read from their folders beside the pack.
-    own = [e for e in events if e[2].date().isoformat() == day]
+    own = [e for e in events if e[2].date() == day]
     written = stream.batch(own[:1], mode=0.0)  # a fragment: its event alone, in its own date
     assert day in [p.event_date for p in written]
     third = pack_maintenance.run_pass(lake, now=closed + timedelta(hours=2))
@@ -113,10 +114,10 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
     # The command: gc, then the pass; --no-pack skips it; --dry-run reports without writing.
     for extra in range(3):  # enough new partitions of the date to pack it again
         stream.batch(own[extra + 1 : extra + 2], mode=0.0)
-    state = Path(pack_maintenance.state_uri(lake)).read_text()
+    state = Path(pack_maintenance.state_file(lake)).read_text()
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--no-pack"]) == 0
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--dry-run"]) == 0
-    assert Path(pack_maintenance.state_uri(lake)).read_text() == state
+    assert Path(pack_maintenance.state_file(lake)).read_text() == state
     assert len(pack_cache.listed(lake, day)) == 1
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h"]) == 0
     newest = pack_cache.best(pack_cache.complete(lake, day), set(receipts.complete_names(lake, day)))
@@ -126,13 +127,13 @@ def test_closed_dates_are_packed_once_open_ones_not_and_a_dry_run_writes_nothing
 
 def test_gc_prints_the_dates_it_packs(tmp_path, monkeypatch, capsys):
     lake, _, events = small_lake(tmp_path, monkeypatch)
-    day = busiest_date(events)
+    day = as_event_date(busiest_date(events))
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--no-pack"]) == 0
     assert "pack written" not in capsys.readouterr().out
     assert cli.main(["gc", "--lake", str(lake), "--retention", "1h", "--dry-run"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert {"what": "pack written", "event_date": day, "pack_id": None, "dry_run": True}.items() <= next(
-        line for line in lines if line.get("event_date") == day and line["what"] == "pack written"
+    assert {"what": "pack written", "event_date": day.isoformat(), "pack_id": None, "dry_run": True}.items() <= next(
+        line for line in lines if line.get("event_date") == day.isoformat() and line["what"] == "pack written"
     ).items()
     assert not os.path.exists(lake.packs_root())
 
@@ -153,7 +154,7 @@ def test_a_killed_pass_leaves_a_pack_readers_ignore_and_the_next_pass_packs_agai
     [day] = [d for d in receipts.list_event_dates(lake) if pack_cache.listed(lake, d)]  # the first one it packed
     [leftover] = pack_cache.listed(lake, day)
     assert pack_cache.complete(lake, day) == []
-    assert not os.path.exists(pack_maintenance.state_uri(lake))
+    assert not os.path.exists(pack_maintenance.state_file(lake))
 
     redone = pack_maintenance.run_pass(lake)
     assert day in [p.event_date for p in redone.packed]
@@ -187,7 +188,7 @@ def test_the_dedup_reads_the_same_panes_from_a_maintenance_pack(spark, tmp_path,
     from pyspark.testing import assertDataFrameEqual
 
     lake, _, events = small_lake(tmp_path, monkeypatch)
-    day = busiest_date(events)
+    day = as_event_date(busiest_date(events))
     plan = planning.plan_for_rerun(planning.LakeIndex(lake), day, RULES, None)
     without = dedup.read_panes(spark, lake, plan.partitions, plan.lo).toPandas()
     pack_maintenance.run_pass(lake)
@@ -208,8 +209,8 @@ def many_receipts(tmp_path, count: int, seed: int = 5):
     stream = SimulatedStream(lake, seed)
     for deliveries in arrivals(rng, events, 4):
         stream.batch(deliveries)
-    day = busiest_date(events)
-    own = [e for e in events if e[2].date().isoformat() == day]
+    day = as_event_date(busiest_date(events))
+    own = [e for e in events if e[2].date() == day]
     for n in range(count):
         stream.batch([own[n % len(own)]], mode=0.0)  # a fragment: one partition, of its own date
     receipt_index.write_head(lake, newest_receipt(lake))

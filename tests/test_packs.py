@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
 from tests.lakekit import RULES, busiest_date, expected, lake_with, published
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication import dedup
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
@@ -47,7 +48,7 @@ def test_a_pack_and_the_late_receipts_give_what_every_receipt_gives(spark, tmp_p
 
     monkeypatch.setattr(pack_cache, "PACK_AT", 1)
     lake, stream, events, cut = lake_with(tmp_path, seed=5, batches=6, upto=5)
-    event_date = busiest_date(events)
+    event_date = as_event_date(busiest_date(events))
     folders = receipt_folders(lake, event_date)
 
     first = full_dedup(lake, spark, event_date)
@@ -57,7 +58,7 @@ def test_a_pack_and_the_late_receipts_give_what_every_receipt_gives(spark, tmp_p
 
     # The last deliveries, received "late" under a receipt_ts older than every one the pack holds.
     stream.batch_id = -3
-    written = stream.batch(cut[5] + [e for e in events if e[2].date().isoformat() == event_date][:3])
+    written = stream.batch(cut[5] + [e for e in events if e[2].date() == event_date][:3])
     late = [p.receipt_ts for p in written if p.event_date == event_date]
     assert late
     assert max(late) < min(pack.receipts)
@@ -95,7 +96,7 @@ def test_a_pack_without_its_manifest_is_ignored_and_gc_removes_only_leftovers(sp
 
     monkeypatch.setattr(pack_cache, "PACK_AT", 1)
     lake, _, events, _ = lake_with(tmp_path, seed=5, batches=6, upto=6)
-    event_date = busiest_date(events)
+    event_date = as_event_date(busiest_date(events))
     folders = receipt_folders(lake, event_date)
     without = panes_of(spark, lake, event_date).toPandas()  # no pack yet: every receipt partition
     panes_of(spark, lake, event_date, pack_date=event_date)  # writes a pack
@@ -122,14 +123,14 @@ def test_gc_removes_a_superseded_pack_once_the_bigger_one_is_older_than_the_rete
     from tidemark.store.lake import Lake
 
     lake = Lake.open(tmp_path / "lake")
-    day = "2026-03-07"
+    day = date(2026, 3, 7)
     now = datetime(2026, 3, 9, 12, tzinfo=timezone.utc)
 
     def pack(pack_id, receipts, created_at):
         os.makedirs(lake.pack_dir(day, pack_id))
         manifest = dict(
             format=pack_cache.FORMAT,
-            event_date=day,
+            event_date=day.isoformat(),
             pack_id=pack_id,
             receipts=receipts,
             files=[],

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from unittest.mock import ANY
 
 import pytest
@@ -269,7 +269,8 @@ def test_reconcile_trigger_and_the_packing_pass_report_each_of_their_passes(tmp_
     )
     shown, airflow = Recorder(), FakeAirflow()
     stale, _ = reconcile.reconcile(lake, airflow, trigger=True, grace=timedelta(0), full=True, display=shown)
-    assert airflow.started == ["2026-03-06", "2026-03-07"] == [s.event_date for s in stale]
+    assert airflow.started == ["2026-03-06", "2026-03-07"]
+    assert [s.event_date for s in stale] == [date(2026, 3, 6), date(2026, 3, 7)]
     last = {state.what: state for state in shown.states}
     assert set(last) == {"examining dates", "looking up the stale dates' runs", "starting runs"}
     assert all(state.finished and (state.done, state.total) == (2, 2) for state in last.values())
@@ -278,7 +279,7 @@ def test_reconcile_trigger_and_the_packing_pass_report_each_of_their_passes(tmp_
     monkeypatch.setattr(pack_cache, "PACK_AT", 1)
     shown = Recorder()
     result = pack_maintenance.run_pass(lake, now=_at("2026-04-01T00:00"), display=shown)
-    assert [p.event_date for p in result.packed] == ["2026-03-07", "2026-03-06"]  # newest first
+    assert [p.event_date for p in result.packed] == [date(2026, 3, 7), date(2026, 3, 6)]  # newest first
     assert [(s.done, s.current) for s in shown.states if s.current] == [
         (0, "2026-03-07"),
         (1, "2026-03-07"),

@@ -129,7 +129,7 @@ def Report(batch_id: int, partitions: list[dict]) -> BatchReport:  # noqa: N802 
         0,
         0,
         0,
-        [ReceiptPartition(**p) for p in partitions],
+        [ReceiptPartition.from_json(p) for p in partitions],
     )
 
 

@@ -25,7 +25,7 @@ from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
 
-def _plans(lake: Lake, event_date: str, rules: SessionRules, hi: str) -> tuple[list[str], list[str]]:
+def _plans(lake: Lake, event_date: date, rules: SessionRules, hi: date) -> tuple[list[str], list[str]]:
     """(plan keys with the index, plan keys reading every marker)."""
     indexed = planning.plan(planning.LakeIndex(lake), event_date, rules, hi)
     flag = os.path.join(lake.receipt_index_dir(), receipt_index.COMPLETE)
@@ -53,17 +53,17 @@ def test_plans_with_the_index_equal_plans_that_read_every_marker(tmp_path, seed,
         shutil.rmtree(os.path.join(lake, lake_layout.RECEIPT_INDEX, "ends"))
     checked = 0
     for offset in range(13):
-        event_date = (DAY0 + timedelta(days=offset)).isoformat()
+        event_date = DAY0 + timedelta(days=offset)
         for rules in RULES:
             for extra in (1, 3):
-                hi = (DAY0 + timedelta(days=offset + extra)).isoformat()
+                hi = DAY0 + timedelta(days=offset + extra)
                 indexed, scanned = _plans(lake, event_date, rules, hi)
                 assert indexed == scanned, (event_date, rules, hi)
                 checked += bool(scanned)
     assert checked > 20  # the lakes are not empty
 
 
-def _version(lake: Lake, event_date: str, rules: SessionRules) -> VersionRecord:
+def _version(lake: Lake, event_date: date, rules: SessionRules) -> VersionRecord:
     """What a dedup records about its plan (as tidemark.deduplication.dedup does): keys, hi, reach, planned_through."""
     index = planning.LakeIndex(lake)
     current = planning.plan_for_rerun(index, event_date, rules, None)
@@ -74,7 +74,7 @@ def _version(lake: Lake, event_date: str, rules: SessionRules) -> VersionRecord:
             break
         current = bigger
     return VersionRecord.holding(
-        event_date=date.fromisoformat(event_date),
+        event_date=event_date,
         run_id="0" * 32,
         receipts=tuple(current.keys),
         hi=current.hi,
@@ -89,7 +89,7 @@ def _replay(lake: Lake, rng: random.Random, receipt_ts: str, days: int) -> list[
     marker; no head: the head is already at or past it)."""
     taken = {d for d in receipts.list_event_dates(lake) if receipts.is_complete(lake, d, receipt_ts)}
     dates = sorted({DAY0 + timedelta(days=rng.randrange(days)) for _ in range(rng.randrange(1, 3))})
-    written = [replace(_partition(rng, 0, d), receipt_ts=receipt_ts) for d in dates if d.isoformat() not in taken]
+    written = [replace(_partition(rng, 0, d), receipt_ts=receipt_ts) for d in dates if d not in taken]
     receipts.complete_all(lake, written)
     return written
 
@@ -112,9 +112,7 @@ def test_the_quick_no_op_decision_is_the_full_plans_whenever_a_partition_was_wri
     late = 0
     for round_ in range(6):
         versions = {
-            (d, i): _version(lake, (DAY0 + timedelta(days=d)).isoformat(), rules)
-            for d in range(7)
-            for i, rules in enumerate(RULES)
+            (d, i): _version(lake, DAY0 + timedelta(days=d), rules) for d in range(7) for i, rules in enumerate(RULES)
         }
         head = receipt_index.head(lake)
         assert head is not None
@@ -125,7 +123,7 @@ def test_the_quick_no_op_decision_is_the_full_plans_whenever_a_partition_was_wri
         for batch in range(30 + 5 * round_, 30 + 5 * round_ + rng.randrange(0, 4)):
             _write_batch(lake, rng, batch, days=6)
         for (d, i), version in versions.items():
-            event_date, rules = (DAY0 + timedelta(days=d)).isoformat(), RULES[i]
+            event_date, rules = DAY0 + timedelta(days=d), RULES[i]
             quick = planning.quick_covered(planning.LakeIndex(lake), event_date, rules, version)
             full = planning.plan_for_rerun(planning.LakeIndex(lake), event_date, rules, version)
             assert quick == planning.covers(version, full.keys), (round_, event_date, rules)
@@ -145,7 +143,7 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_not_covered
         _write_batch(lake, rng, batch, days=3)
     receipts.complete_all(lake, [replace(_partition(rng, 8, DAY0 + timedelta(days=2)), receipt_ts=_stamp(8))])
     receipt_index.write_head(lake, _stamp(8))  # the head's batch has no partition of DAY0
-    event_date = DAY0.isoformat()
+    event_date = DAY0
     version = _version(lake, event_date, RULES[0])
     assert version.planned_through == _stamp(8)
     assert planning.quick_covered(planning.LakeIndex(lake), event_date, RULES[0], version)
@@ -161,16 +159,14 @@ def test_a_lake_without_the_index_is_never_quick_and_planned_through_is_not_need
     lake = Lake.open(tmp_path / "lake")
     for batch in range(10):
         _write_batch(lake, rng, batch, days=3)
-    version = _version(lake, DAY0.isoformat(), RULES[0])
+    version = _version(lake, DAY0, RULES[0])
     assert not receipt_index.is_complete(lake)  # markers written, but no stream started it
-    assert not planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], version)
+    assert not planning.quick_covered(planning.LakeIndex(lake), DAY0, RULES[0], version)
     receipt_index.mark_complete(lake, "test")
-    version_now = _version(lake, DAY0.isoformat(), RULES[0])
-    assert planning.quick_covered(planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], version_now)
+    version_now = _version(lake, DAY0, RULES[0])
+    assert planning.quick_covered(planning.LakeIndex(lake), DAY0, RULES[0], version_now)
     # a version of a tidemark that did not record planned_through is decided from listings alike
-    assert planning.quick_covered(
-        planning.LakeIndex(lake), DAY0.isoformat(), RULES[0], replace(version_now, planned_through=None)
-    )
+    assert planning.quick_covered(planning.LakeIndex(lake), DAY0, RULES[0], replace(version_now, planned_through=None))
 
 
 def test_end_entries_of_a_rewritten_partition_answer_its_latest_end(tmp_path):
@@ -182,7 +178,7 @@ def test_end_entries_of_a_rewritten_partition_answer_its_latest_end(tmp_path):
     for partition in (later, first):
         receipt_index.record_end(lake, partition)
     latest = times.iso_z(times.parse_iso(later.max_event_ts), "microseconds")
-    assert receipt_index.ends(lake, DAY0.isoformat()) == {first.receipt_ts: latest}
+    assert receipt_index.ends(lake, DAY0) == {first.receipt_ts: latest}
 
 
 def _entries(lake: Lake) -> list[str]:
@@ -215,11 +211,11 @@ def test_reindex_migrates_a_lake_written_before_the_index(tmp_path):
 def test_reach_entries_name_every_later_date_a_partition_reaches():
     rng = random.Random(0)
     p = _partition(rng, 0, DAY0)
-    p = receipts.ReceiptPartition(
-        **{**p.to_json(), "min_event_ts": "2026-03-01T23:50:00Z", "max_event_ts": "2026-03-04T00:10:00Z"}
+    p = receipts.ReceiptPartition.from_json(
+        {**p.to_json(), "min_event_ts": "2026-03-01T23:50:00Z", "max_event_ts": "2026-03-04T00:10:00Z"}
     )
-    assert receipt_index.reached_dates(p) == ["2026-03-02", "2026-03-03", "2026-03-04"]
-    same_day = receipts.ReceiptPartition(**{**p.to_json(), "max_event_ts": "2026-03-01T23:59:59.999999Z"})
+    assert receipt_index.reached_dates(p) == [date(2026, 3, 2), date(2026, 3, 3), date(2026, 3, 4)]
+    same_day = receipts.ReceiptPartition.from_json({**p.to_json(), "max_event_ts": "2026-03-01T23:59:59.999999Z"})
     assert receipt_index.reached_dates(same_day) == []
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -24,6 +24,7 @@ from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
 
 D6, D7 = "2026-03-06", "2026-03-07"
+DAY6, DAY7 = layout.as_event_date(D6), layout.as_event_date(D7)
 
 
 def t(day: str, hh: int, mm: int) -> datetime:
@@ -85,7 +86,7 @@ def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lak
     # the first run's owed_reruns task, late:
     owed = obligations.reruns_owed_by(path, layout.as_event_date(D7))
     assert [spec["conf"]["event_date"] for spec in owed] == [D6]
-    assert owed[0]["trigger_run_id"] == runs.affected_run_id(D6, D7, first.version)
+    assert owed[0]["trigger_run_id"] == runs.affected_run_id(DAY6, DAY7, first.version)
     settle(path, spark, [D6])
     check(path, A + B + OTHER + BRIDGE + LATER)
     assert obligations.pending(path) == []
@@ -145,7 +146,7 @@ def test_crash_at_each_step_then_retry_or_reconcile_ends_equal_to_the_reference(
 @pytest.mark.spark
 def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     path, stream, spark = lake
-    stale = {s.event_date: s for s in reconcile.staleness(path)}
+    stale = {s.event_date.isoformat(): s for s in reconcile.staleness(path)}
     assert list(stale) == [D7]
     assert stale[D7].kinds == ["pending_receipts"]
     assert len(stale[D7].pending_receipts) == 1
@@ -155,13 +156,13 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
         patch.setattr(commits, "commit", _raise)
         with pytest.raises(Crash):
             run_dedup(path, D7, RULES, spark=spark)
-    stale = {s.event_date: s for s in reconcile.staleness(path)}
+    stale = {s.event_date.isoformat(): s for s in reconcile.staleness(path)}
     assert stale[D6].kinds == ["obligation"]
     assert stale[D7].kinds == ["pending_receipts"]
 
     # A date with receipts and no version yet.
     written = stream.batch([("w", "w1", t("2026-03-09", 12, 0), "play")], mode=0.5)
-    assert {s.event_date: s.kinds for s in reconcile.staleness(path)}["2026-03-09"] == ["no_version"]
+    assert {s.event_date: s.kinds for s in reconcile.staleness(path)}[date(2026, 3, 9)] == ["no_version"]
 
     assert cli.main(["partitions", "--lake", path, "--json"]) == 0
     rows = {r["event_date"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
@@ -182,7 +183,7 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
     # The lake's session rules change (tidemark rules migrate records it first): every version
     # made under the old ones is stale.
     rules_record.record_change(path, SessionRules(gap=timedelta(minutes=20)), "test")
-    stale = {s.event_date: s for s in reconcile.staleness(path)}
+    stale = {s.event_date.isoformat(): s for s in reconcile.staleness(path)}
     assert "rules_changed" in stale[D6].kinds
     assert "rules_changed" in stale[D7].kinds
     assert "gap 30m" in " ".join(stale[D6].reasons)
@@ -190,14 +191,14 @@ def test_staleness_lists_every_reason_and_partitions_shows_it(lake, capsys):
 
 
 def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended():
-    item = reconcile.Staleness(D7, "20260307T010000000Z")
+    item = reconcile.Staleness(DAY7, "20260307T010000000Z")
     item.add("pending_receipts", "1 receipt partition(s) not included", t(D7, 1, 0))
     item.pending_receipts = ["2026-03-07/20260307T010000000Z"]
     now = t(D7, 2, 0)
     states: dict[str, str] = {}
     first = reconcile.decide([item], states.get, now=now)[0]
     assert first.action == "trigger"
-    assert first.run_id == runs.reconcile_run_id(D7, item.fingerprint, 1)
+    assert first.run_id == runs.reconcile_run_id(DAY7, item.fingerprint, 1)
     assert first.conf == {"event_date": D7, "reconcile": "pending_receipts", "fingerprint": item.fingerprint}
     assert reconcile.decide([item], states.get, now=now)[0].run_id == first.run_id  # same state, same id
     states[first.run_id] = "running"
@@ -206,7 +207,7 @@ def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended
     second = reconcile.decide([item], states.get, now=now)[0]
     assert second.action == "trigger"
     assert second.run_id.endswith("__2")
-    states[second.run_id] = states[runs.reconcile_run_id(D7, item.fingerprint, 3)] = "failed"
+    states[second.run_id] = states[runs.reconcile_run_id(DAY7, item.fingerprint, 3)] = "failed"
     assert reconcile.decide([item], states.get, now=now)[0].action == "given_up"
     # within the grace period: left to the notice's own run
     assert reconcile.decide([item], states.get, now=t(D7, 1, 5))[0].action == "waiting"
@@ -218,16 +219,22 @@ def test_decide_names_runs_by_the_stale_state_and_moves_on_only_when_a_run_ended
 @pytest.mark.parametrize(
     "bad",
     [
-        ("2026-02-30", "abcdef012345", 1),
-        ("2026-03-07", "../x", 1),
-        ("2026-03-07", "abcdef012345", 0),
-        ("2026-03-07", "ABCDEF012345", 1),
+        (DAY7, "../x", 1),
+        (DAY7, "abcdef012345", 0),
+        (DAY7, "ABCDEF012345", 1),
     ],
 )
 def test_reconcile_run_ids_refuse_bad_parts(bad):
     with pytest.raises(runs.InvalidRunKey):
         runs.reconcile_run_id(*bad)
-    assert runs.ALLOWED_RUN_ID.match(runs.reconcile_run_id(D7, "abcdef012345", 1))
+    assert runs.ALLOWED_RUN_ID.match(runs.reconcile_run_id(DAY7, "abcdef012345", 1))
+
+
+@pytest.mark.parametrize("text", ["2026-02-30", "2026-03-07"])
+def test_a_reconcile_run_id_takes_a_date_never_its_text(text):
+    """Text is parsed where it enters (a CLI option, a notice, a marker), never here: even a valid one is refused."""
+    with pytest.raises(TypeError):
+        runs.reconcile_run_id(text, "abcdef012345", 1)
 
 
 def test_reconcile_trigger_without_an_airflow_is_a_clear_error(tmp_path, capsys, monkeypatch):
@@ -242,12 +249,16 @@ def test_reconcile_trigger_without_an_airflow_is_a_clear_error(tmp_path, capsys,
 
 def test_obligations_are_idempotent_and_refuse_bad_values(tmp_path):
     lake = Lake.open(tmp_path)
-    first = obligations.record(lake, [D6, D7], D7, "20260307T010000000Z", "r1")
-    again = obligations.record(lake, [D6], D7, "20260307T010000000Z", "r2")
-    assert [o["event_date"] for o in first] == [D6]
+    first = obligations.record(lake, [DAY6, DAY7], DAY7, "20260307T010000000Z", "r1")
+    again = obligations.record(lake, [DAY6], DAY7, "20260307T010000000Z", "r2")
+    assert [o["event_date"] for o in first] == [D6]  # the file's JSON spells the date
     assert again == first
+    # what is not a date never reaches a path: no folder but D6's is made
+    with pytest.raises((layout.InvalidPartitionValue, TypeError)):
+        obligations.record(lake, ["../etc"], DAY7, "20260307T010000000Z")
     with pytest.raises(layout.InvalidPartitionValue):
-        obligations.record(lake, ["../etc"], D7, "20260307T010000000Z")
+        obligations.record(lake, [DAY6], DAY7, "20260307T010000000Z'; --")
+    assert os.listdir(lake.obligations_root()) == [f"event_date={D6}"]
     with open(layout.join(lake.obligations_dir(D6), "junk.json"), "w") as handle:
         handle.write('{"event_date": "x"}')
     assert [o["source_run_id"] for o in obligations.pending(lake)] == ["r1"]

@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers import dag_run_finished
 from tests.lakekit import SimulatedStream, expected, published
-from tidemark.base import names, polling
+from tidemark.base import layout, names, polling
 from tidemark.devstack.airflow import AirflowServer
 from tidemark.orchestration import reconcile, runs
 from tidemark.panes import receipts
@@ -122,7 +122,7 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
     with open(os.path.join(folder, data_file), "wb") as broken:  # a corrupt file: Spark cannot read it
         broken.write(b"PAR1 this is not parquet")
 
-    notice_run = runs.notice_run_id("sessions", D7, receipt_ts)
+    notice_run = runs.notice_run_id("sessions", layout.as_event_date(D7), receipt_ts)
     client.trigger_dag_run(DAG_ID, notice_run, {"event_date": D7})
     assert finished(client, DAG_ID, notice_run) == "failed"
     tries = [ti for ti in client.task_instances(DAG_ID, notice_run) if ti["task_id"] == "dedup"]

@@ -16,6 +16,7 @@ import pytest
 from tests import markerkit
 from tests.markerkit import stamp as _stamp
 from tests.markerkit import write_batch as _write_batch
+from tidemark.base.layout import as_event_date
 from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.orchestration import obligations, reconcile
 from tidemark.panes import planning, receipt_index, receipts
@@ -29,7 +30,7 @@ RULES = SessionRules.parse("30m", "1h", "0s")
 NOW = datetime(2026, 4, 2, tzinfo=timezone.utc)
 
 
-def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
+def _commit_version(lake: Lake, event_date: date, rng: random.Random) -> None:
     """A version of event_date that includes its complete receipt partitions (all, or all but the
     newest: a version made before the last batch)."""
     stamps = receipts.list_receipts(lake, event_date)
@@ -38,7 +39,7 @@ def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
     keys = [planning.receipt_key(event_date, ts) for ts in stamps]
     # the keys a dedup run of this test's vintage wrote (no context: never incremental)
     marker = VersionRecord.holding(
-        event_date=date.fromisoformat(event_date),
+        event_date=event_date,
         run_id=run_markers.new_run_id(),
         files=(),
         sessions=0,
@@ -54,11 +55,11 @@ def _commit_version(lake: Lake, event_date: str, rng: random.Random) -> None:
     commits.commit(lake, marker)
 
 
-def _every_date(lake: Lake) -> list[str]:
+def _every_date(lake: Lake) -> list[date]:
     return sorted(
         set(receipts.list_event_dates(lake))
-        | set(table_versions.dates_with_version(lake))
-        | {o["event_date"] for o in obligations.pending(lake)}
+        | {as_event_date(d) for d in table_versions.dates_with_version(lake)}
+        | {as_event_date(o["event_date"]) for o in obligations.pending(lake)}
     )
 
 
@@ -115,7 +116,7 @@ def _replay_at_head(lake: Lake, rng: random.Random) -> list[receipts.ReceiptPart
     if head is None:
         return []
     day = markerkit.DAY0 + timedelta(days=rng.randrange(8))
-    if receipts.is_complete(lake, day.isoformat(), head):
+    if receipts.is_complete(lake, day, head):
         return []
     written = [replace(markerkit.random_partition(rng, 0, day), receipt_ts=head)]
     receipts.complete_all(lake, written)
@@ -140,10 +141,11 @@ def test_a_partition_written_under_the_last_pass_head_is_found(lake):
     walked = reconcile.staleness(lake, event_dates=_every_date(lake))
     assert [s.to_json() for s in found] == [s.to_json() for s in walked]
     # once seen, the head's arrivals are not looked at again by a pass with nothing new
-    assert _cursor(lake)["at_head"] == sorted({p.event_date for p in written} | _head_dates(lake))
+    at_head = [as_event_date(d) for d in _cursor(lake)["at_head"]]  # the cursor's JSON: YYYY-MM-DD
+    assert at_head == sorted({p.event_date for p in written} | _head_dates(lake))
 
 
-def _head_dates(lake: Lake) -> set[str]:
+def _head_dates(lake: Lake) -> set[date]:
     head = receipt_index.head(lake)
     return {d for d in receipts.list_event_dates(lake) if receipts.is_complete(lake, d, head)}
 
@@ -208,14 +210,16 @@ def test_partitions_shows_a_range_of_dates_with_what_reconcile_finds(lake, capsy
     _write_batch(lake, rng, 10, days=6)
     since, until = dates[1], dates[-2]
     capsys.readouterr()
-    assert cli.main(["partitions", "--lake", str(lake), "--json", "--since", since, "--until", until]) == 0
+    argv = ["partitions", "--lake", str(lake), "--json", "--since", since.isoformat(), "--until", until.isoformat()]
+    assert cli.main(argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert [r["event_date"] for r in rows] == [d for d in dates if since <= d <= until]
+    assert [r["event_date"] for r in rows] == [d.isoformat() for d in dates if since <= d <= until]
     stale = {s.event_date: s for s in reconcile.staleness(lake, event_dates=dates)}
     for row in rows:
-        expected = stale.get(row["event_date"])
+        day = as_event_date(row["event_date"])
+        expected = stale.get(day)
         assert row["pending_receipts"] == ([k.split("/", 1)[1] for k in expected.pending_receipts] if expected else [])
-        assert row["receipts"] == len(receipts.list_receipts(lake, row["event_date"]))
+        assert row["receipts"] == len(receipts.list_receipts(lake, day))
     assert cli.main(["partitions", "--lake", str(lake), "--since", "2026-02-30"]) != 0
 
 

@@ -49,8 +49,8 @@ WRITER = textwrap.dedent("""
         start = day0 + timedelta(days=n, seconds=rng.randrange(86400))
         end = start + timedelta(hours=rng.choice([0, 0, 1, 5, 30, 80]), minutes=rng.randrange(60))
         partitions.append(receipts.ReceiptPartition(
-            event_date=start.date().isoformat(), receipt_ts=receipt_ts, batch_id=batch,
-            uri=lake.receipt_dir(start.date().isoformat(), receipt_ts), rows=1, events=1,
+            event_date=start.date(), receipt_ts=receipt_ts, batch_id=batch,
+            uri=lake.receipt_dir(start.date(), receipt_ts), rows=1, events=1,
             pane_kinds=["early"], min_event_ts=times.iso_z(start), max_event_ts=times.iso_z(end),
             watermark=times.iso_z(start), late=False))
     done = receipts.complete_among(lake, partitions)
@@ -106,9 +106,9 @@ def check_promises(lake: Lake) -> None:
         assert {(d, ts) for d, ts in folders if ts <= head} <= {(p.event_date, p.receipt_ts) for p in complete}
     flag = os.path.join(lake.receipt_index_dir(), receipt_index.COMPLETE)
     for day in range(0, 60, 5):
-        event_date = (DAY0 + timedelta(days=day)).isoformat()
+        event_date = DAY0 + timedelta(days=day)
         for rules in RULES:
-            hi = (DAY0 + timedelta(days=day + 2)).isoformat()
+            hi = DAY0 + timedelta(days=day + 2)
             indexed = planning.plan(planning.LakeIndex(lake), event_date, rules, hi).keys
             os.rename(flag, flag + ".off")
             try:

@@ -41,11 +41,12 @@ def _write_as_dedup(lake: Lake, previous: VersionRecord | None, monkeypatch) -> 
     monkeypatch.setattr(times, "now_iso_z", lambda: "2026-03-11T04:05:06.789Z")
     monkeypatch.setattr(dedup.changeset, "stage", lambda *args: dict(_NO_CHANGES))
     parts = [
-        ReceiptRef(lake, "2026-03-09", "20260310T010000000Z"),
-        ReceiptRef(lake, D, "20260310T020000000Z"),
-        ReceiptRef(lake, D, "20260310T030000123Z"),
+        ReceiptRef(lake, date(2026, 3, 9), "20260310T010000000Z"),
+        ReceiptRef(lake, date(2026, 3, 10), "20260310T020000000Z"),
+        ReceiptRef(lake, date(2026, 3, 10), "20260310T030000123Z"),
     ]
-    plan = Plan(D, datetime(2026, 3, 9, 23, 30, tzinfo=timezone.utc), "2026-03-11", parts, "20260310T030000123Z")
+    lo = datetime(2026, 3, 9, 23, 30, tzinfo=timezone.utc)
+    plan = Plan(date(2026, 3, 10), lo, date(2026, 3, 11), parts, "20260310T030000123Z")
     summary = {
         "sessions": 0,
         "context_rows": 0,

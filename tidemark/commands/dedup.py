@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 
-from tidemark.base import layout
 from tidemark.base.spark import build_session
 from tidemark.commands.options import EVENT_DATE, LAKE, Subparsers, UsageError, add_session_options, user_input
 from tidemark.session.sessions import SessionRules, parse_overrides
@@ -60,9 +59,7 @@ def run(args: argparse.Namespace) -> int:
         spark = build_session("tidemark-dedup", args.master)
     metrics.configure(service="tidemark-dedup")  # OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else no-op
     try:
-        with metrics.dedup_run(
-            layout.event_date_text(event_date)
-        ) as outcome:  # runs by outcome, duration (docs/metrics.md)
+        with metrics.dedup_run(event_date) as outcome:  # runs by outcome, duration (docs/metrics.md)
             result = outcome["result"] = run_dedup(args.lake, event_date, rules_given, spark=spark, full=args.full)
     finally:
         metrics.shutdown()  # a short-lived process: flush before exit

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from datetime import timedelta
 
 from tidemark.base.durations import parse_duration
@@ -57,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
     with progress_bar.kill_interrupts(), progress_bar.shown() as display:
         removed = gc.gc(args.lake, args.retention, dry_run=args.dry_run, display=display)
         for item in removed:
-            sys.stdout.write(json.dumps({**asdict(item), "dry_run": args.dry_run}) + "\n")
+            sys.stdout.write(json.dumps({**item.to_json(), "dry_run": args.dry_run}) + "\n")
         if args.pack:  # after the removals: a pack written now is never judged by this gc
             for done in pack_maintenance.run_pass(args.lake, dry_run=args.dry_run, display=display).packed:
-                sys.stdout.write(json.dumps({"what": "pack written", **asdict(done), "dry_run": args.dry_run}) + "\n")
+                sys.stdout.write(json.dumps({"what": "pack written", **done.to_json(), "dry_run": args.dry_run}) + "\n")
     return 0

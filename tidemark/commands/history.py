@@ -67,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
 
     from tidemark.ops import inspect  # lazy: pulls pyarrow
 
-    event_date = event_date_text(args.event_date)  # inspect.history takes the date as text
     all_runs, source = fetch_runs(args)
-    items = inspect.history(args.lake, event_date, all_runs)
+    items = inspect.history(args.lake, args.event_date, all_runs)
+    event_date = event_date_text(args.event_date)  # in the table's title and messages
     if args.json:
         print(json.dumps({"kind": "source", "dag_runs": source}))
         for item in items:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import date
 from typing import Any
 
+from tidemark.base.layout import event_date_text
 from tidemark.commands.options import LAKE, POSITIVE_FLOAT, TOPIC, Subparsers, UsageError, add_airflow_options
 
 _COLUMNS = (
@@ -145,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(json.dumps(row) + "\n")
         for event_date, receipt_ts in missing:
             sys.stdout.write(
-                json.dumps({"state": "unadvertised", "event_date": event_date, "receipt_ts": receipt_ts}) + "\n"
+                json.dumps(
+                    {"state": "unadvertised", "event_date": event_date_text(event_date), "receipt_ts": receipt_ts}
+                )
+                + "\n"
             )
     elif args.format == "summary":
         summary = {state: len(status[state]) for state in ("sent", "owed", "waiting")}
@@ -259,7 +264,7 @@ def _print_corrected_table(rows: list[Row], status: Status) -> None:
     Console().print(table)
 
 
-def _print_table(rows: list[Row], status: Status, missing: list[tuple[str, str]], check: bool) -> None:
+def _print_table(rows: list[Row], status: Status, missing: list[tuple[date, str]], check: bool) -> None:
     """The availability notices as a table; with --check, the partitions no notice covers."""
     from rich.console import Console  # lazy: see above
     from rich.table import Table

@@ -39,22 +39,21 @@ def run(args: argparse.Namespace) -> int:
     from tidemark.ops import inspect
     from tidemark.orchestration import reconcile
 
-    # inspect and reconcile compare dates as text
-    since = args.since and event_date_text(args.since)
-    until = args.until and event_date_text(args.until)
+    since, until = args.since, args.until
     rows = inspect.partitions(args.lake, since=since, until=until)
-    # every stale date of the lake, from what changed since reconciliation's last pass
+    # every stale date of the lake, from what changed since reconciliation's last pass, by its text
+    # as the rows spell it
     stale = {
-        item.event_date: item
+        event_date_text(item.event_date): item
         for item in reconcile.staleness(args.lake)
         if (not since or item.event_date >= since) and (not until or item.event_date <= until)
     }
     known = {row["event_date"] for row in rows}
-    for item in stale.values():
-        if item.event_date not in known:  # only owed a rerun: no receipts, no version yet
+    for text in stale:
+        if text not in known:  # only owed a rerun: no receipts, no version yet
             rows.append(
                 {
-                    "event_date": item.event_date,
+                    "event_date": text,
                     "version": None,
                     "sessions": None,
                     "version_created_at": None,

@@ -29,6 +29,7 @@ import os
 from typing import TYPE_CHECKING
 
 from tidemark.base.durations import parse_duration
+from tidemark.base.layout import event_date_text
 from tidemark.commands.console import wide_console
 from tidemark.commands.options import (
     DURATION_TEXT,
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     for item in stale:
         decision = by_date[item.event_date]
         table.add_row(
-            item.event_date,
+            event_date_text(item.event_date),
             item.version or "[red]none yet[/]",
             "\n".join(item.reasons),
             _action(decision, args.trigger),

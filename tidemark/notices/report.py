@@ -8,8 +8,10 @@ it stopped, and from another machine.
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
+from tidemark.base import layout
 from tidemark.notices import availability_notice
 from tidemark.notices.cadence import PendingGroups
 from tidemark.notices.outbox import Outbox
@@ -101,31 +103,32 @@ def corrected_status(lake: Lake) -> dict[str, Any]:
     }
 
 
-def covered_partitions(lake: Lake, dataset: str = "sessions") -> dict[tuple[str, str], str]:
+def covered_partitions(lake: Lake, dataset: str = "sessions") -> dict[tuple[date, str], str]:
     """(event_date, receipt_ts) -> state ('sent', 'owed', 'waiting') of the notice covering it."""
     outbox = Outbox(lake)
-    covered: dict[tuple[str, str], str] = {}
+    covered: dict[tuple[date, str], str] = {}
     for state, entries in (("owed", outbox.owed()), ("sent", outbox.sent())):
         for entry in entries:
             body = entry["notice"]
+            day = layout.as_event_date(body["event_date"])  # the notice's text
             for receipt_ts in body.get("receipt_ts_list", [body["receipt_ts"]]):
-                covered[(body["event_date"], receipt_ts)] = state
+                covered[(day, receipt_ts)] = state
     groups = PendingGroups(lake, dataset, outbox)
     groups.load()
     for group in groups.waiting():
         for partition in group["open"]:
-            covered.setdefault((partition["event_date"], partition["receipt_ts"]), "waiting")
+            covered.setdefault((layout.as_event_date(partition["event_date"]), partition["receipt_ts"]), "waiting")
     return covered
 
 
-def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[str, str]]:
+def unadvertised(lake: Lake, dataset: str = "sessions") -> list[tuple[date, str]]:
     """Complete receipt partitions that no notice (sent, owed or waiting) covers."""
     covered = covered_partitions(lake, dataset)
     return [
-        (d, r)
-        for d in receipts.list_event_dates(lake)
-        for r in receipts.list_receipts(lake, d)
-        if (d, r) not in covered
+        (day, r)
+        for day in map(layout.as_event_date, receipts.list_event_dates(lake))
+        for r in receipts.list_receipts(lake, day)
+        if (day, r) not in covered
     ]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tidemark.base import layout
 from tidemark.ops import metrics
 from tidemark.ops.health import LakeObserver, Objectives
 from tidemark.ops.metrics import Observations
@@ -44,7 +45,11 @@ class LakeExporter:
 
         def staleness() -> Observations:
             reading = read()
-            return [] if reading is None else [(d.age_s, {"tidemark.event_date": d.event_date}) for d in reading.stale]
+            return (
+                []
+                if reading is None
+                else [(d.age_s, {"tidemark.event_date": layout.event_date_text(d.event_date)}) for d in reading.stale]
+            )
 
         def stale_dates() -> Observations:
             reading = read()

@@ -22,8 +22,9 @@ Safety floors:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from dataclasses import asdict, dataclass
+from datetime import date, datetime, time, timedelta, timezone
+from typing import Any
 
 import pyarrow.fs as pafs
 from pyiceberg.table import Table
@@ -37,6 +38,7 @@ from tidemark.iceberg import table as iceberg
 from tidemark.orchestration import reconcile
 from tidemark.panes import pack_cache, receipt_index
 from tidemark.store.lake import RUN_CONTEXT, RUN_MARKER, Lake, run_folder
+from tidemark.store.locations import File, Folder
 
 log = get_logger("gc")
 
@@ -53,9 +55,13 @@ class Removal:
 
     what: str  # "snapshot", "run" (an unreferenced run folder), "bucket file", "context", "metadata", "arrivals", "pack (...)"
     path: str  # the snapshot id, or the path relative to the table's location
-    event_date: str | None
+    event_date: date | None
     version: str | None  # the version a snapshot published / a run folder held, when known
     age_s: float  # how long it has been unneeded (snapshot: since it stopped being current)
+
+    def to_json(self) -> dict[str, Any]:
+        """The removal as a JSON object (`tidemark gc`'s lines; the date as YYYY-MM-DD)."""
+        return {**asdict(self), "event_date": _optional_date_text(self.event_date)}
 
 
 def check_retention(retention: timedelta) -> timedelta:
@@ -118,7 +124,7 @@ def _prune_arrivals(lake: Lake, retention: timedelta, now: datetime, dry_run: bo
             _relative(lake.arrivals_dir(day), lake.uri + "/"),
             None,
             None,
-            (now - datetime.fromisoformat(day).replace(tzinfo=timezone.utc)).total_seconds(),
+            (now - datetime.combine(day, time.min, tzinfo=timezone.utc)).total_seconds(),
         )
         for day in days
     ]
@@ -132,7 +138,7 @@ def _prune_packs(lake: Lake, retention: timedelta, now: datetime, dry_run: bool)
     themselves are never touched here.
     """
     found = pack_cache.leftovers(
-        lake, retention.total_seconds(), lambda uri: _age_s(lake, uri, now, recursive=True), now
+        lake, retention.total_seconds(), lambda folder: _age_s(folder, now, recursive=True), now
     )
     if not dry_run:
         for leftover in found:
@@ -174,7 +180,7 @@ def _expire(
                 Removal(
                     "snapshot",
                     str(older.snapshot_id),
-                    props.get("tidemark.event-date"),
+                    _date_or_none(props.get("tidemark.event-date")),
                     props.get("tidemark.version"),
                     age_s,
                 )
@@ -215,16 +221,18 @@ def _remove_files(
     # one of its bucket folders' (tidemark/deduplication/buckets.py: later versions keep them).
     data = {_run_folder_of(path) for path in files}
     current_runs = {
-        run_folder(event_date, record.run_id) for event_date, record in table_versions.current_commits(tbl).items()
+        run_folder(layout.as_event_date(event_date), record.run_id)
+        for event_date, record in table_versions.current_commits(tbl).items()
     }
     publishing: set[str] = set()
     for snapshot in kept:
         props = snapshot.summary.additional_properties if snapshot.summary else {}
         if "tidemark.run-id" in props and "tidemark.event-date" in props:
-            publishing.add(run_folder(props["tidemark.event-date"], props["tidemark.run-id"]))
+            publishing.add(run_folder(layout.as_event_date(props["tidemark.event-date"]), props["tidemark.run-id"]))
     root = lake.dedup_root()
     removed: list[Removal] = []
-    date_dirs = lake.list_subdirs(lake.dedup_data_dir())
+    data_dir = lake.dedup_data_dir()
+    date_dirs = data_dir.subfolder_names()
     for date_dir in tracked(
         date_dirs,
         "examining run folders by date",
@@ -233,9 +241,9 @@ def _remove_files(
         name=lambda d: layout.partition_value(d, "event_date") or d,
         lake=lake,
     ):
-        event_date = layout.partition_value(date_dir, "event_date")
-        for run_dir in lake.list_subdirs(layout.join(lake.dedup_data_dir(), date_dir)):
-            folder = _relative(layout.join(lake.dedup_data_dir(), date_dir, run_dir), root + "/")
+        event_date = _folder_date(date_dir)
+        for run_dir in data_dir.folder(date_dir).subfolder_names():
+            folder = _relative(data_dir.folder(date_dir, run_dir), root + "/")
             if folder in current_runs:
                 continue
             if folder in data:
@@ -244,7 +252,7 @@ def _remove_files(
                     lake, folder, event_date, files, folder not in publishing, retention, now, dry_run
                 )
                 continue
-            age_s = _age_s(lake, layout.join(root, folder), now, recursive=True)
+            age_s = _age_s(root.folder(folder), now, recursive=True)
             if age_s is None or age_s < retention.total_seconds():
                 continue
             run_id = layout.partition_value(run_dir, "run")
@@ -252,18 +260,18 @@ def _remove_files(
             removed.append(Removal("run", folder, event_date, published[1] if published else None, age_s))
             if not dry_run:
                 # The marker first: a half-removed folder is then plainly a leftover.
-                lake.delete_file(layout.join(root, folder, RUN_MARKER))
-                lake.delete_dir(layout.join(root, folder))
-    for name in lake.list_dir(lake.dedup_metadata_dir()):
-        path = _relative(layout.join(lake.dedup_metadata_dir(), name), root + "/")
+                root.file(folder, RUN_MARKER).delete()
+                root.folder(folder).delete()
+    for name in lake.dedup_metadata_dir().names():
+        path = _relative(lake.dedup_metadata_dir().file(name), root + "/")
         if path in metadata:
             continue
-        age_s = _age_s(lake, layout.join(root, path), now)
+        age_s = _age_s(root.file(path), now)
         if age_s is None or age_s < retention.total_seconds():
             continue  # young: perhaps a commit in flight
         removed.append(Removal("metadata", path, None, None, age_s))
         if not dry_run:
-            lake.delete_file(layout.join(root, path))
+            root.file(path).delete()
     return removed
 
 
@@ -275,7 +283,7 @@ def _run_folder_of(path: str) -> str:
 def _remove_within(
     lake: Lake,
     folder: str,
-    event_date: str | None,
+    event_date: date | None,
     files: set[str],
     superseded: bool,
     retention: timedelta,
@@ -290,10 +298,10 @@ def _remove_within(
     than the retention.
     """
     root = lake.dedup_root()
-    base = layout.join(root, folder)
-    prefix = lake.locate(base)[1].rstrip("/") + "/"
+    base = root.folder(folder)
+    prefix = base.at()[1].rstrip("/") + "/"
     removed: list[Removal] = []
-    for info in lake.walk_files(base):
+    for info in base.walk_files():
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
         path = f"{folder}/{relative}"
         if relative.startswith("bucket=") and relative.endswith(".parquet") and path not in files:
@@ -302,12 +310,12 @@ def _remove_within(
             what = "context"
         else:
             continue
-        age_s = _age_s(lake, layout.join(root, path), now)
+        age_s = _age_s(root.file(path), now)
         if age_s is None or age_s < retention.total_seconds():
             continue
         removed.append(Removal(what, path, event_date, None, age_s))
         if not dry_run:
-            lake.delete_file(layout.join(root, path))
+            root.file(path).delete()
     return removed
 
 
@@ -315,15 +323,19 @@ def _expire_changes(
     lake: Lake, tbl: Table, removed: list[Removal], retention: timedelta, now: datetime, dry_run: bool
 ) -> list[Removal]:
     """The changes table follows the sessions table's history (tidemark/iceberg/changes.py: gc)."""
-    gone = {(r.event_date, r.version) for r in removed if r.what == "snapshot"}
-    kept = {
+    # the changes table names dates as the snapshots' properties spell them (YYYY-MM-DD)
+    gone = {(_optional_date_text(r.event_date), r.version) for r in removed if r.what == "snapshot"}
+    recorded = {
         (props.get("tidemark.event-date"), props.get("tidemark.version"))
         for _, props in table_versions.snapshot_versions(tbl)
-        if (props.get("tidemark.event-date"), props.get("tidemark.version")) not in gone
     }
-    kept |= {(event_date, record.version) for event_date, record in table_versions.current_commits(tbl).items()}
+    kept = recorded - gone
+    kept |= {
+        (layout.event_date_text(layout.as_event_date(event_date)), record.version)
+        for event_date, record in table_versions.current_commits(tbl).items()
+    }
     return [
-        Removal(e.what, e.path, e.event_date, e.version, e.age_s)
+        Removal(e.what, e.path, _date_or_none(e.event_date), e.version, e.age_s)
         for e in changes.gc(lake, kept, retention.total_seconds(), now.timestamp(), dry_run)
     ]
 
@@ -334,12 +346,31 @@ def _relative(uri: str, location: str) -> str:
     return uri[len(location) :]
 
 
-def _age_s(lake: Lake, uri: str, now: datetime, recursive: bool = False) -> float | None:
+def _date_or_none(text: object) -> date | None:
+    """The event date a snapshot's or an expiry's property names (parsed here), or None."""
+    return None if text is None else layout.as_event_date(text)
+
+
+def _optional_date_text(day: date | None) -> str | None:
+    """An event date as the snapshots' properties spell it, or None."""
+    return None if day is None else layout.event_date_text(day)
+
+
+def _folder_date(name: str) -> date | None:
+    """The event date an `event_date=` folder of the table's data names; None for any other folder."""
+    value = layout.partition_value(name, "event_date")
+    try:
+        return None if value is None else layout.as_event_date(value)
+    except layout.InvalidPartitionValue:
+        return None
+
+
+def _age_s(where: File | Folder, now: datetime, recursive: bool = False) -> float | None:
     """Seconds since the newest write of a file, or of anything below a folder.
 
     Object stores have no folder times. None when nothing is there.
     """
-    fs, path = lake.locate(uri)
+    fs, path = where.at()
     infos = [fs.get_file_info(path)]
     if recursive:
         infos += fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))

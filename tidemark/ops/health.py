@@ -33,9 +33,10 @@ import contextlib
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
+from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.base.times import parse_iso
 from tidemark.notices import corrected_delivery
@@ -69,7 +70,7 @@ class Objectives:
 class StaleDate:
     """One stale event date: the age of its oldest stale reason, and what the reasons are."""
 
-    event_date: str
+    event_date: date
     age_s: float
     kinds: list[str]
     reasons: list[str]
@@ -82,12 +83,17 @@ class Reading:
     at: float  # Unix time of the reading
     stale: list[StaleDate] = field(default_factory=list)
     owed: dict[str, tuple[int, float]] = field(default_factory=dict)  # channel -> (count, oldest age s)
-    given_up: list[str] | None = None  # None: no Airflow to ask
+    given_up: list[date] | None = None  # None: no Airflow to ask
     seconds: float = 0.0  # what reading the lake took
 
     def to_json(self) -> dict[str, Any]:
-        """The reading as a JSON object (`tidemark health --json`)."""
-        return asdict(self)
+        """The reading as a JSON object (`tidemark health --json`; dates as YYYY-MM-DD)."""
+        out = asdict(self)
+        for item in out["stale"]:
+            item["event_date"] = layout.event_date_text(item["event_date"])
+        if self.given_up is not None:
+            out["given_up"] = [layout.event_date_text(d) for d in self.given_up]
+        return out
 
 
 def read_lake(
@@ -222,7 +228,8 @@ def breaches(reading: Reading, objectives: Objectives) -> list[Breach]:
         out.append(
             Breach(
                 "given_up",
-                f"reconciliation gave up on {len(reading.given_up)} event date(s): " + ", ".join(reading.given_up[:20]),
+                f"reconciliation gave up on {len(reading.given_up)} event date(s): "
+                + ", ".join(layout.event_date_text(d) for d in reading.given_up[:20]),
             )
         )
     return out

@@ -14,7 +14,7 @@ reachable; the answers then say so instead of guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any, TypedDict
 
 from tidemark.base import layout
@@ -23,7 +23,7 @@ from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
 from tidemark.notices.outbox import Outbox
 from tidemark.orchestration import runs as run_ids
-from tidemark.panes import receipts
+from tidemark.panes import planning, receipts
 from tidemark.store.lake import Lake
 
 # ---- time helpers --------------------------------------------------------------------------------
@@ -58,7 +58,7 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
 
 
 def partitions(
-    lake: Lake, now: datetime | None = None, since: str | None = None, until: str | None = None
+    lake: Lake, now: datetime | None = None, since: date | None = None, until: date | None = None
 ) -> list[dict[str, Any]]:
     """One row per event date (those in [since, until] when given).
 
@@ -67,16 +67,15 @@ def partitions(
     oldest pending receipt has waited (0 when nothing is pending). Reads the table once, lists each
     date's folders once, and checks the markers only of the partitions its version lacks (a version
     includes complete ones only). The rows are plain dicts: `tidemark partitions` adds its own
-    columns to them and prints them as JSON.
+    columns to them and prints them as JSON (each row's event date as YYYY-MM-DD).
     """
     now = now or datetime.now(timezone.utc)
-    since = since and layout.check_event_date(since)
-    until = until and layout.check_event_date(until)
     tbl = iceberg.load(lake)
+    versioned = {layout.as_event_date(d) for d in table_versions.dates_with_version(lake, tbl)}
     dates = sorted(
         d
-        for d in set(receipts.list_event_dates(lake)) | set(table_versions.dates_with_version(lake, tbl))
-        if (not since or d >= since) and (not until or d <= until)
+        for d in set(receipts.list_event_dates(lake)) | versioned
+        if (since is None or d >= since) and (until is None or d <= until)
     )
     rows: list[dict[str, Any]] = []
     for event_date in dates:
@@ -86,7 +85,7 @@ def partitions(
         oldest = layout.parse_receipt_ts(pending[0]) if pending else None
         rows.append(
             {
-                "event_date": event_date,
+                "event_date": layout.event_date_text(event_date),
                 "version": current_v.version if current_v else None,
                 "sessions": current_v.sessions if current_v else None,
                 "version_created_at": (current_v.committed_at or current_v.created_at) if current_v else None,
@@ -104,29 +103,30 @@ def partitions(
 # ---- lineage and history -------------------------------------------------------------------------
 
 
-def notices_of(lake: Lake, event_date: str) -> list[dict[str, Any]]:
+def notices_of(lake: Lake, event_date: date) -> list[dict[str, Any]]:
     """The date's notices, sent and owed: {notice, state, recorded_at, published_at, message_id}."""
     outbox = Outbox(lake)
     out: list[dict[str, Any]] = []
     for state, entries in (("sent", outbox.sent()), ("owed", outbox.owed())):
         for entry in entries:
-            if entry["notice"]["event_date"] == event_date:
+            if layout.as_event_date(entry["notice"]["event_date"]) == event_date:
                 out.append({"state": state, **entry})
     return sorted(out, key=lambda e: e.get("recorded_at", ""))
 
 
-def runs_of(all_runs: list[dict[str, Any]] | None, event_date: str) -> list[dict[str, Any]] | None:
+def runs_of(all_runs: list[dict[str, Any]] | None, event_date: date) -> list[dict[str, Any]] | None:
     """The Airflow DAG runs (REST dagRuns objects) whose conf names `event_date`; None without Airflow."""
     if all_runs is None:
         return None
-    return [r for r in all_runs if (r.get("conf") or {}).get("event_date") == event_date]
+    text = layout.event_date_text(event_date)  # as a run's conf spells it
+    return [r for r in all_runs if (r.get("conf") or {}).get("event_date") == text]
 
 
 @dataclass
 class ReceiptLineage:
     """One receipt partition's way to a corrected version: each step's time (None = not yet)."""
 
-    event_date: str
+    event_date: date
     receipt_ts: str
     events: int
     late: bool
@@ -149,9 +149,8 @@ class ReceiptLineage:
         return layout.parse_receipt_ts(self.receipt_ts)
 
 
-def lineage(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None = None) -> list[ReceiptLineage]:
+def lineage(lake: Lake, event_date: date, all_runs: list[dict[str, Any]] | None = None) -> list[ReceiptLineage]:
     """Per receipt partition: the notice that advertised it, that notice's DAG run, the first version with it."""
-    event_date = layout.check_event_date(event_date)
     by_receipt: dict[str, dict[str, Any]] = {}
     for entry in notices_of(lake, event_date):
         body = entry["notice"]
@@ -178,7 +177,7 @@ def lineage(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None =
                 row.run_queued_at = parse_time(run.get("queued_at"))
                 row.run_start = parse_time(run.get("start_date"))
                 row.run_end = parse_time(run.get("end_date"))
-        key = f"{event_date}/{receipt_ts}"
+        key = planning.receipt_key(event_date, receipt_ts)
         first = next((v for v in versions if key in v.receipts), None)
         if first is not None:
             row.version = first.version
@@ -197,9 +196,8 @@ class HistoryItem(TypedDict):
     detail: str
 
 
-def history(lake: Lake, event_date: str, all_runs: list[dict[str, Any]] | None = None) -> list[HistoryItem]:
+def history(lake: Lake, event_date: date, all_runs: list[dict[str, Any]] | None = None) -> list[HistoryItem]:
     """Everything that happened to one event date, oldest first."""
-    event_date = layout.check_event_date(event_date)
     items: list[HistoryItem] = []
     for receipt_ts in receipts.list_receipts(lake, event_date):
         marker = receipts.read_marker(lake, event_date, receipt_ts)

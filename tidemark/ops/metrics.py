@@ -3,7 +3,7 @@
     from tidemark.ops import metrics
     metrics.serve_prometheus(port=9464)          # /metrics on 127.0.0.1:9464 for Prometheus to scrape
     metrics.stream_listener()(report)            # a BatchReport -> the stream's instruments
-    with metrics.dedup_run("2026-03-07"):        # outcome (computed, no_op, superseded, failed) + duration
+    with metrics.dedup_run(date(2026, 3, 7)):        # outcome (computed, no_op, superseded, failed) + duration
         result = run_dedup(...)
     metrics.shutdown()                           # flushes the OTLP exporter of a short-lived process
 
@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import date
 from typing import TYPE_CHECKING, TypeAlias
 from wsgiref.simple_server import WSGIServer
 
@@ -377,7 +378,7 @@ def dedup_outcome(result: DedupResult) -> str:
 
 
 @contextmanager
-def dedup_run(event_date: str) -> Iterator[dict[str, DedupResult]]:
+def dedup_run(event_date: date) -> Iterator[dict[str, DedupResult]]:
     """Around one run_dedup call: its outcome and duration.
 
     The caller puts run_dedup's result in the yielded box under "result". commits.Superseded (a plan

@@ -30,30 +30,31 @@ from tidemark.base.logs import get_logger
 from tidemark.base.times import now_iso_z
 from tidemark.orchestration import runs
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File, Folder
 
 log = get_logger("obligations")
 
 # One obligation file's JSON object: event_date, source_date, source_version, source_run_id,
-# created_at (the module's docstring).
+# created_at (the module's docstring); its dates as the file spells them (YYYY-MM-DD).
 Obligation = dict[str, Any]
 # One neighbour run owed: {"trigger_run_id": ..., "conf": {...}} (the DAG's trigger_affected kwargs)
 Rerun = dict[str, Any]
 
 
-def root(lake: Lake) -> str:
+def root(lake: Lake) -> Folder:
     """The folder of every date's obligations."""
     return lake.obligations_root()
 
 
-def date_dir(lake: Lake, event_date: date | str) -> str:
+def date_dir(lake: Lake, event_date: date) -> Folder:
     """The folder of one date's obligations."""
     return lake.obligations_dir(event_date)
 
 
-def path(lake: Lake, event_date: str, source_date: str, source_version: str) -> str:
+def path(lake: Lake, event_date: date, source_date: date, source_version: str) -> File:
     """The file of the obligation a run of `source_date` (its version) recorded for `event_date`."""
-    name = f"{layout.check_event_date(source_date)}__{layout.check_receipt_ts(source_version)}.json"
-    return layout.join(date_dir(lake, event_date), name)
+    name = f"{layout.event_date_text(source_date)}__{layout.check_receipt_ts(source_version)}.json"
+    return date_dir(lake, event_date).file(name)
 
 
 def _now() -> str:
@@ -62,27 +63,26 @@ def _now() -> str:
 
 
 def record(
-    lake: Lake, targets: list[str], source_date: str, source_version: str, source_run_id: str | None = None
+    lake: Lake, targets: list[date], source_date: date, source_version: str, source_run_id: str | None = None
 ) -> list[Obligation]:
     """Record that every date in `targets` (other than the source) must be rerun.
 
     Idempotent: an obligation already recorded for the same (target, source, version) is kept as it
     is.
     """
-    source_date = layout.check_event_date(source_date)
     out = []
-    for target in sorted({layout.check_event_date(t) for t in targets} - {source_date}):
-        uri = path(lake, target, source_date, source_version)
-        existing = lake.read_json(uri)
+    for target in sorted(set(targets) - {source_date}):
+        file = path(lake, target, source_date, source_version)
+        existing = file.read_json()
         if existing is None:
             existing = {
-                "event_date": target,
-                "source_date": source_date,
+                "event_date": layout.event_date_text(target),
+                "source_date": layout.event_date_text(source_date),
                 "source_version": layout.check_receipt_ts(source_version),
                 "source_run_id": source_run_id,
                 "created_at": _now(),
             }
-            lake.write_json_atomic(uri, existing)
+            file.write_json_atomic(existing)
             log.info(
                 "rerun obligation recorded", event_date=target, source_date=source_date, source_version=source_version
             )
@@ -90,32 +90,33 @@ def record(
     return out
 
 
-def _read_dir(lake: Lake, folder: str) -> list[Obligation]:
+def _read_dir(folder: Folder) -> list[Obligation]:
+    """The well-formed obligations of one date's folder, oldest first."""
     out: list[Obligation] = []
-    for name in lake.list_dir(folder):
+    for name in folder.names():
         if not name.endswith(".json") or name.startswith((".", "_")):
             continue
-        payload = lake.read_json(layout.join(folder, name))
+        payload = folder.file(name).read_json()
         if payload is None:
             continue  # discharged while we listed
         try:
-            layout.check_event_date(payload["event_date"])
-            layout.check_event_date(payload["source_date"])
+            layout.as_event_date(payload["event_date"])
+            layout.as_event_date(payload["source_date"])
             layout.check_receipt_ts(payload["source_version"])
         except (KeyError, TypeError, layout.InvalidPartitionValue):
-            log.warning("ignoring a malformed obligation file", file=layout.join(folder, name))
+            log.warning("ignoring a malformed obligation file", file=folder.file(name))
             continue
         out.append(payload)
     return sorted(out, key=lambda o: (o["created_at"], o["source_date"], o["source_version"]))
 
 
-def pending(lake: Lake, event_date: date | str | None = None) -> list[Obligation]:
+def pending(lake: Lake, event_date: date | None = None) -> list[Obligation]:
     """Pending obligations of one date (or of every date), oldest first."""
     if event_date is not None:
-        return _read_dir(lake, date_dir(lake, event_date))
+        return _read_dir(date_dir(lake, event_date))
     out: list[Obligation] = []
-    for target in lake.list_event_dates(root(lake)):
-        out.extend(_read_dir(lake, date_dir(lake, target)))
+    for target in root(lake).event_dates():
+        out.extend(_read_dir(date_dir(lake, target)))
     return out
 
 
@@ -137,7 +138,7 @@ def reruns_owed_by(lake: Lake, source_date: date) -> list[Rerun]:
         newest[owed["event_date"]] = owed
     return [
         {
-            "trigger_run_id": runs.affected_run_id(target, owed["source_date"], owed["source_version"]),
+            "trigger_run_id": runs.affected_run_id(layout.as_event_date(target), source_date, owed["source_version"]),
             "conf": {
                 "event_date": target,
                 "source_date": owed["source_date"],
@@ -151,7 +152,8 @@ def reruns_owed_by(lake: Lake, source_date: date) -> list[Rerun]:
 def discharge(lake: Lake, acted_on: list[Obligation], by_version: str | None = None) -> None:
     """Delete obligations a run of their date has acted on (those it listed before planning)."""
     for item in acted_on:
-        lake.delete_file(path(lake, item["event_date"], item["source_date"], item["source_version"]))
+        target, source = layout.as_event_date(item["event_date"]), layout.as_event_date(item["source_date"])
+        path(lake, target, source, item["source_version"]).delete()
         log.info(
             "rerun obligation discharged",
             event_date=item["event_date"],

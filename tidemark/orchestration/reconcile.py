@@ -36,7 +36,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from tidemark.base import layout, names, times
@@ -86,7 +86,7 @@ def rules_changed_since(lake: Lake, version: VersionRecord, in_force: InForce | 
 class Staleness:
     """One date's current version and why it is stale (its kinds and reasons, since when)."""
 
-    event_date: str
+    event_date: date
     version: str | None
     kinds: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -119,6 +119,7 @@ class Staleness:
     def to_json(self) -> dict[str, Any]:
         """The staleness as JSON (the CLI's output)."""
         out = asdict(self)
+        out["event_date"] = layout.event_date_text(self.event_date)
         out["since"] = None if self.since is None else iso_z(self.since, "auto")
         out["fingerprint"] = self.fingerprint
         out["obligations"] = [f"{o['source_date']}/{o['source_version']}" for o in self.obligations]
@@ -143,7 +144,7 @@ FULL_EVERY = timedelta(hours=24)
 
 def staleness(
     lake: Lake,
-    event_dates: list[str] | None = None,
+    event_dates: list[date] | None = None,
     full: bool = False,
     now: datetime | None = None,
     display: Display | None = None,
@@ -161,20 +162,20 @@ def staleness(
     tidemark component does: versions or markers edited by hand). The pass over the dates reports its
     progress (logs, and `display`: the CLI's terminal bar).
     """
-    owed_by_date: dict[str, list[obligations.Obligation]] = {}
+    owed_by_date: dict[date, list[obligations.Obligation]] = {}
     for owed in obligations.pending(lake):
-        owed_by_date.setdefault(owed["event_date"], []).append(owed)
+        owed_by_date.setdefault(layout.as_event_date(owed["event_date"]), []).append(owed)
     tbl = iceberg.load(lake)  # once: every date's current version from the same table state
     in_force = rules_record.rules_in_force(lake)
     cursor = None
     if event_dates is not None:
-        dates = [layout.check_event_date(d) for d in event_dates]
+        dates = list(event_dates)
     else:
         cursor = Cursor.start(lake, in_force[0], now or datetime.now(timezone.utc), full)
         if cursor.full:
             dates = sorted(
                 set(receipts.list_event_dates(lake))
-                | set(table_versions.dates_with_version(lake, tbl))
+                | {layout.as_event_date(d) for d in table_versions.dates_with_version(lake, tbl)}
                 | set(owed_by_date)
             )
         else:
@@ -202,8 +203,8 @@ def _why_walk(lake: Lake, head: str | None, previous: CursorRecord | None, descr
         return "the session rules changed"
     if head < previous["head"]:
         return "the head went back"
-    pruned_before = receipt_index.arrivals_pruned_before(lake) or ""
-    if pruned_before > layout.parse_receipt_ts(previous["head"]).date().isoformat():
+    pruned_before = receipt_index.arrivals_pruned_before(lake)
+    if pruned_before and pruned_before > layout.parse_receipt_ts(previous["head"]).date():
         return "arrivals since the last pass were pruned"
     walked = _time(previous.get("walked_at"))
     if walked is None or now - walked >= FULL_EVERY:
@@ -212,7 +213,7 @@ def _why_walk(lake: Lake, head: str | None, previous: CursorRecord | None, descr
 
 
 def _read_cursor(lake: Lake) -> CursorRecord | None:
-    return lake.read_json(lake.reconcile_cursor())
+    return lake.reconcile_cursor().read_json()
 
 
 def last_pass_head(lake: Lake) -> str | None:
@@ -242,7 +243,7 @@ class Cursor:
     # arrivals, before it looked at any date (None: not known). A replay of the batch at the head (a
     # crash after the head, before Spark's commit) can still write partitions under the head's
     # receipt_ts; the next pass looks at the dates of those arrivals not in this list.
-    at_head: list[str] | None = None
+    at_head: list[date] | None = None
 
     @classmethod
     def start(cls, lake: Lake, rules: SessionRules, now: datetime, full: bool) -> Cursor:
@@ -261,12 +262,12 @@ class Cursor:
             cursor.at_head = cursor._complete_at_head(receipt_index.arrivals(lake, head, head))
         return cursor
 
-    def _complete_at_head(self, entries: set[tuple[str, str]]) -> list[str]:
+    def _complete_at_head(self, entries: set[tuple[str, date]]) -> list[date]:
         """The dates among `entries` (arrivals) whose partition received at this pass's head is complete."""
         at_head = [(event_date, self.head) for receipt_ts, event_date in entries if receipt_ts == self.head]
         return sorted(event_date for event_date, _ in receipts.complete_keys(self.lake, at_head))
 
-    def changed_dates(self) -> set[str]:
+    def changed_dates(self) -> set[date]:
         """The dates stale at the last pass and those that received partitions since.
 
         Those of a batch still in flight included (some of its partitions may be complete: a walk
@@ -277,7 +278,8 @@ class Cursor:
         assert self.previous is not None  # only a pass that does not walk asks, and it has a cursor
         since = self.previous["head"]
         entries = receipt_index.arrivals(self.lake, since)
-        seen = self.previous.get("at_head")  # absent: a cursor written before it was kept
+        listed = self.previous.get("at_head")  # absent: a cursor written before it was kept
+        seen = None if listed is None else {layout.as_event_date(d) for d in listed}
         arrived = {
             event_date
             for receipt_ts, event_date in entries
@@ -292,18 +294,18 @@ class Cursor:
             received=len(arrived),
             stale_before=len(self.previous["stale"]),
         )
-        return set(self.previous["stale"]) | arrived
+        return {layout.as_event_date(d) for d in self.previous["stale"]} | arrived
 
-    def save(self, stale: list[str], examined: int) -> None:
+    def save(self, stale: list[date], examined: int) -> None:
         """Write this pass's cursor, when the next pass can start from it."""
         if self.head is None or not receipt_index.is_complete(self.lake):
             return  # nothing to start the next pass from: it walks every date again
-        self.lake.write_json_atomic(
-            self.lake.reconcile_cursor(),
+        at_head = None if self.at_head is None else [layout.event_date_text(d) for d in self.at_head]
+        self.lake.reconcile_cursor().write_json_atomic(
             {
                 "head": self.head,
-                "at_head": self.at_head,
-                "stale": sorted(stale),
+                "at_head": at_head,
+                "stale": [layout.event_date_text(d) for d in sorted(stale)],
                 "rules": self.rules,
                 "walked_at": self.walked_at,
                 "examined": examined,
@@ -314,7 +316,7 @@ class Cursor:
 
 def _date_staleness(
     lake: Lake,
-    event_date: str,
+    event_date: date,
     current: VersionRecord | None,
     owed: list[obligations.Obligation],
     in_force: InForce,
@@ -362,7 +364,7 @@ def _date_staleness(
 class Decision:
     """What a pass does for one stale date, and the run it starts or waits for."""
 
-    event_date: str
+    event_date: date
     action: str  # "trigger", "in_flight", "waiting" (grace), "given_up"
     run_id: str | None
     fingerprint: str
@@ -371,7 +373,7 @@ class Decision:
 
     def to_json(self) -> dict[str, Any]:
         """The decision as JSON (the CLI's output)."""
-        return asdict(self)
+        return {**asdict(self), "event_date": layout.event_date_text(self.event_date)}
 
 
 RunState = Callable[[str], "str | None"]  # run id -> Airflow state, or None when no such run
@@ -412,7 +414,11 @@ def decide(
                 break
             # ended (success or failed) and the date is still stale for the same reasons: again
         conf = (
-            {"event_date": item.event_date, "reconcile": ",".join(sorted(set(item.kinds))), "fingerprint": fingerprint}
+            {
+                "event_date": layout.event_date_text(item.event_date),
+                "reconcile": ",".join(sorted(set(item.kinds))),
+                "fingerprint": fingerprint,
+            }
             if action == "trigger"
             else None
         )

@@ -7,8 +7,8 @@ twice (HTTP 409, or TriggerDagRunOperator's skip_when_already_exists).
 Why (dataset, event_date, receipt_ts) and not notice_id: one receipt partition is one piece of
 new data for one date; a run started after the notice was published reads that partition (and
 everything complete before it), so one run per receipt partition is enough and readable by people.
-Every part is validated (layout, the notice schema's dataset pattern) before it is joined, so the
-id only ever holds characters Airflow's default allowed_run_id_pattern accepts
+Every part is validated (layout, the notice schema's dataset pattern; an event date is a `date`,
+parsed where a notice's text comes in) before it is joined, so the id only ever holds characters Airflow's default allowed_run_id_pattern accepts
 (^[A-Za-z0-9_.~:+-]+$) and never anything path- or SQL-like.
 
 This module imports only the standard library and tidemark.base.layout: it ships in the function bundle.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import date
 from typing import Any
 
 from tidemark.base import layout
@@ -55,13 +56,21 @@ def _checked(run_id: str) -> str:
     return run_id
 
 
-def notice_run_id(dataset: object, event_date: object, receipt_ts: object) -> str:
+def notice_run_id(dataset: object, event_date: date, receipt_ts: object) -> str:
     """The run of one availability notice: notice__sessions__2026-03-07__20260307T201500123Z."""
     try:
-        parts = (check_dataset(dataset), layout.event_date_part(event_date), layout.check_receipt_ts(receipt_ts))
+        parts = (check_dataset(dataset), layout.event_date_text(event_date), layout.check_receipt_ts(receipt_ts))
     except layout.InvalidPartitionValue as exc:
         raise InvalidRunKey(str(exc)) from None
     return _checked("__".join((NOTICE_PREFIX, *parts)))
+
+
+def _notice_date(notice: Mapping[str, Any]) -> date:
+    """A notice's event date, parsed from its text (InvalidRunKey when it is not one)."""
+    try:
+        return layout.as_event_date(notice["event_date"])
+    except layout.InvalidPartitionValue as exc:
+        raise InvalidRunKey(str(exc)) from None
 
 
 def run_id_for_notice(notice: Mapping[str, Any]) -> str:
@@ -70,10 +79,10 @@ def run_id_for_notice(notice: Mapping[str, Any]) -> str:
     receipt_ts is its newest receipt partition, so a coalesced notice maps to the run of its newest
     partition.
     """
-    return notice_run_id(notice["dataset"], notice["event_date"], notice["receipt_ts"])
+    return notice_run_id(notice["dataset"], _notice_date(notice), notice["receipt_ts"])
 
 
-def affected_run_id(event_date: object, source_date: object, version: object) -> str:
+def affected_run_id(event_date: date, source_date: date, version: object) -> str:
     """The run a deduplication of `source_date` (published as `version`) asks for a neighbouring date.
 
     affected__2026-03-08__from__2026-03-07__20260308T000100000Z for `event_date` 2026-03-08.
@@ -82,8 +91,8 @@ def affected_run_id(event_date: object, source_date: object, version: object) ->
     """
     try:
         parts = (
-            layout.event_date_part(event_date),
-            layout.event_date_part(source_date),
+            layout.event_date_text(event_date),
+            layout.event_date_text(source_date),
             layout.check_receipt_ts(version),
         )
     except layout.InvalidPartitionValue as exc:
@@ -91,17 +100,14 @@ def affected_run_id(event_date: object, source_date: object, version: object) ->
     return _checked(f"{AFFECTED_PREFIX}__{parts[0]}__from__{parts[1]}__{parts[2]}")
 
 
-def reconcile_run_id(event_date: object, fingerprint: object, attempt: int) -> str:
+def reconcile_run_id(event_date: date, fingerprint: object, attempt: int) -> str:
     """The run tidemark reconcile starts for a stale date: reconcile__2026-03-07__<fingerprint>__1.
 
     The fingerprint names why the date is stale (tidemark.orchestration.reconcile), so reconciling
     again while nothing changed lands on the same run; `attempt` moves on only when that run ended
     and the date is still stale for the same reasons.
     """
-    try:
-        day = layout.event_date_part(event_date)
-    except layout.InvalidPartitionValue as exc:
-        raise InvalidRunKey(str(exc)) from None
+    day = layout.event_date_text(event_date)
     text = str(fingerprint)
     if not _FINGERPRINT.match(text):
         raise InvalidRunKey(f"invalid fingerprint {text[:80]!r}: expected 8-64 hex digits")
@@ -117,7 +123,7 @@ def run_conf(notice: Mapping[str, Any]) -> dict[str, Any]:
     it.
     """
     return {
-        "event_date": layout.event_date_part(notice["event_date"]),
+        "event_date": layout.event_date_text(_notice_date(notice)),
         "notice_id": notice["notice_id"],
         "receipt_ts": notice["receipt_ts"],
         "dataset": check_dataset(notice["dataset"]),

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow.parquet as pq
@@ -39,6 +39,7 @@ from tidemark.base import layout, times
 from tidemark.base.logs import get_logger
 from tidemark.panes.receipt_index import PartitionKey
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File, Folder
 
 if TYPE_CHECKING:  # a type only: pyspark is imported where a pack is written
     from pyspark.sql import DataFrame
@@ -63,15 +64,15 @@ FILES = 2
 class Pack:
     """A complete pack, as its manifest describes it."""
 
-    event_date: str
+    event_date: date
     pack_id: str
     receipts: frozenset[str]  # the receipt_ts of every receipt partition whose panes it holds
     files: tuple[str, ...]
     rows: int
     created_at: str
 
-    def file_uris(self, lake: Lake) -> list[str]:
-        """The URIs of the pack's data files."""
+    def file_uris(self, lake: Lake) -> list[File]:
+        """The pack's data files."""
         return [lake.pack_file(self.event_date, self.pack_id, name) for name in self.files]
 
 
@@ -80,12 +81,12 @@ def new_pack_id() -> str:
     return uuid.uuid4().hex
 
 
-def listed(lake: Lake, event_date: str) -> list[str]:
+def listed(lake: Lake, event_date: date) -> list[str]:
     """Every pack folder of a date, complete or not (checked ids only)."""
-    return lake.list_partition_values(lake.packs_dir(event_date), "pack", layout.check_run_id)
+    return lake.packs_dir(event_date).partition_values("pack", layout.check_run_id)
 
 
-def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[str] | None = None) -> list[Pack]:
+def complete(lake: Lake, event_date: date, columns: str | None = None, ids: list[str] | None = None) -> list[Pack]:
     """The packs of a date whose manifest exists (and, when given, that hold `columns`).
 
     `ids`: the date's pack folders when the caller listed them already.
@@ -94,7 +95,7 @@ def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[
     if not ids:
         return []
     with ThreadPoolExecutor(max_workers=8) as pool:  # a bucket: the manifests' round trips in parallel
-        manifests = list(pool.map(lambda pack_id: lake.read_json(lake.pack_manifest(event_date, pack_id)), ids))
+        manifests = list(pool.map(lambda pack_id: lake.pack_manifest(event_date, pack_id).read_json(), ids))
     packs = [
         _from_manifest(event_date, pack_id, manifest, columns) for pack_id, manifest in zip(ids, manifests, strict=True)
     ]
@@ -102,14 +103,18 @@ def complete(lake: Lake, event_date: str, columns: str | None = None, ids: list[
 
 
 def _from_manifest(
-    event_date: str, pack_id: str, manifest: dict[str, Any] | None, columns: str | None = None
+    event_date: date, pack_id: str, manifest: dict[str, Any] | None, columns: str | None = None
 ) -> Pack | None:
     """The pack a manifest describes; None when there is none or this reader cannot use it.
 
     Or one this reader cannot use (another format, other columns, not readable as one): such a
     pack is skipped, never half-trusted.
     """
-    if not manifest or manifest.get("format") != FORMAT or manifest.get("event_date") != event_date:
+    if (
+        not manifest
+        or manifest.get("format") != FORMAT
+        or manifest.get("event_date") != layout.event_date_text(event_date)
+    ):
         return None
     if columns is not None and manifest.get("columns") != columns:
         return None
@@ -149,11 +154,11 @@ def cover(lake: Lake, partitions: list[P], columns: str) -> tuple[list[Pack], li
 
     A date's packs are looked for only when PACK_AT of its partitions are needed.
     """
-    by_date: dict[str, set[str]] = {}
+    needed_of: dict[date, set[str]] = {}  # receipt_ts by event date
     for p in partitions:
-        by_date.setdefault(p.event_date, set()).add(p.receipt_ts)
+        needed_of.setdefault(p.event_date, set()).add(p.receipt_ts)
     chosen: list[Pack] = []
-    for event_date, needed in sorted(by_date.items()):
+    for event_date, needed in sorted(needed_of.items()):
         if len(needed) >= PACK_AT:
             pack = best(complete(lake, event_date, columns), needed)
             if pack is not None:
@@ -162,7 +167,9 @@ def cover(lake: Lake, partitions: list[P], columns: str) -> tuple[list[Pack], li
     return chosen, [p for p in partitions if (p.event_date, p.receipt_ts) not in packed]
 
 
-def write(lake: Lake, event_date: str, panes: DataFrame, receipts: list[str], columns: str, files: int = FILES) -> Pack:
+def write(
+    lake: Lake, event_date: date, panes: DataFrame, receipts: list[str], columns: str, files: int = FILES
+) -> Pack:
     """Write the panes of D's receipt partitions `receipts` as a new pack.
 
     `panes`: a DataFrame of `columns`, every pane of those partitions and nothing else. The
@@ -173,16 +180,15 @@ def write(lake: Lake, event_date: str, panes: DataFrame, receipts: list[str], co
     from pyspark.sql.types import StructType
 
     started = time.monotonic()
-    event_date = layout.check_event_date(event_date)
     pack_id = new_pack_id()
     folder = lake.pack_dir(event_date, pack_id)
     schema = StructType.fromDDL(columns)
     assert isinstance(schema, StructType)  # a column list's DDL parses to a struct
     names = schema.fieldNames()
-    panes = panes.where(F.col("event_date") == F.lit(event_date)).select(*names)
+    panes = panes.where(F.col("event_date") == F.lit(layout.event_date_text(event_date))).select(*names)
     # A few files, side by side (coalesce: no shuffle); "error" refuses a folder that already exists.
     panes.coalesce(files).write.mode("error").parquet(folder)
-    written = lake.data_file_names(folder)
+    written = folder.data_file_names()
     pack = write_manifest(
         lake, event_date, pack_id, receipts, written, _rows(lake, event_date, pack_id, written), columns
     )
@@ -194,7 +200,7 @@ def write(lake: Lake, event_date: str, panes: DataFrame, receipts: list[str], co
 
 
 def write_manifest(
-    lake: Lake, event_date: str, pack_id: str, receipts: list[str], files: list[str], rows: int, columns: str
+    lake: Lake, event_date: date, pack_id: str, receipts: list[str], files: list[str], rows: int, columns: str
 ) -> Pack:
     """Write a pack's manifest, the last step of every pack writer.
 
@@ -203,10 +209,9 @@ def write_manifest(
     for readers from here on, whole; a writer killed before it leaves a folder readers ignore
     and gc removes.
     """
-    event_date = layout.check_event_date(event_date)
     manifest = {
         "format": FORMAT,
-        "event_date": event_date,
+        "event_date": layout.event_date_text(event_date),
         "pack_id": layout.check_run_id(pack_id),
         "receipts": sorted(layout.check_receipt_ts(ts) for ts in receipts),
         "files": sorted(files),
@@ -214,17 +219,17 @@ def write_manifest(
         "columns": columns,
         "created_at": times.now_iso_z(),
     }
-    lake.write_json_atomic(lake.pack_manifest(event_date, pack_id), manifest)
+    lake.pack_manifest(event_date, pack_id).write_json_atomic(manifest)
     pack = _from_manifest(event_date, pack_id, manifest)
     assert pack is not None
     return pack
 
 
-def _rows(lake: Lake, event_date: str, pack_id: str, names: list[str]) -> int:
+def _rows(lake: Lake, event_date: date, pack_id: str, names: list[str]) -> int:
     """Rows of the written files, from their footers (a count without another Spark job)."""
     total = 0
     for name in names:
-        fs, path = lake.locate(lake.pack_file(event_date, pack_id, name))
+        fs, path = lake.pack_file(event_date, pack_id, name).at()
         with fs.open_input_file(path) as handle:
             total += pq.ParquetFile(handle).metadata.num_rows
     return total
@@ -234,13 +239,13 @@ def _rows(lake: Lake, event_date: str, pack_id: str, names: list[str]) -> int:
 class Leftover:
     """A pack `tidemark gc` may remove, and why."""
 
-    event_date: str
+    event_date: date
     pack_id: str
     why: str  # "incomplete" (no usable manifest) or "superseded" (another pack holds all it holds)
     age_s: float
 
 
-def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | None], now: datetime) -> list[Leftover]:
+def leftovers(lake: Lake, retention_s: float, age_s: Callable[[Folder], float | None], now: datetime) -> list[Leftover]:
     """The packs `tidemark gc` may remove: incomplete, or superseded for longer than the retention.
 
     Packs `tidemark gc` may remove: folders without a usable manifest whose newest write is
@@ -250,7 +255,7 @@ def leftovers(lake: Lake, retention_s: float, age_s: Callable[[str], float | Non
     below a folder (gc's).
     """
     found = []
-    for event_date in lake.list_event_dates(lake.packs_root()):
+    for event_date in lake.packs_root().event_dates():
         ids = listed(lake, event_date)
         packs = {p.pack_id: p for p in complete(lake, event_date, ids=ids)}
         for pack_id in ids:
@@ -277,5 +282,5 @@ def remove(lake: Lake, leftover: Leftover) -> None:
 
     The manifest goes first: a half-removed pack is then plainly incomplete, never half-read.
     """
-    lake.delete_file(lake.pack_manifest(leftover.event_date, leftover.pack_id))
-    lake.delete_dir(lake.pack_dir(leftover.event_date, leftover.pack_id))
+    lake.pack_manifest(leftover.event_date, leftover.pack_id).delete()
+    lake.pack_dir(leftover.event_date, leftover.pack_id).delete()

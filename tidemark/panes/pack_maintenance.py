@@ -30,8 +30,9 @@ pass packs those dates ahead, off the correction's path, once they are closed.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -42,6 +43,7 @@ from tidemark.panes import pack_cache, pane_reader, receipt_index, receipts
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File
 
 log = get_logger("packing")
 
@@ -59,11 +61,15 @@ STATE_FORMAT = 1
 class Packed:
     """One date the pass packed (or, in a dry run, would pack)."""
 
-    event_date: str
+    event_date: date
     receipts: int  # receipt partitions the pack holds
     pack_id: str | None  # None: a dry run
     rows: int | None
     seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The packed date as a JSON object (`tidemark gc`'s lines; the date as YYYY-MM-DD)."""
+        return {**asdict(self), "event_date": layout.event_date_text(self.event_date)}
 
 
 @dataclass
@@ -72,7 +78,7 @@ class PassResult:
 
     packed: list[Packed] = field(default_factory=list)
     examined: int = 0  # dates whose receipt partitions were listed
-    left: list[str] = field(default_factory=list)  # dates over this pass's budget: the next pass's
+    left: list[date] = field(default_factory=list)  # dates over this pass's budget: the next pass's
     how: str = ""  # which dates were examined: "what changed" or "every date"
     dry_run: bool = False
 
@@ -87,9 +93,9 @@ def newest_closed(rules: SessionRules, now: datetime) -> date:
     return (horizon - timedelta(microseconds=1)).date() - timedelta(days=1)
 
 
-def state_uri(lake: Lake) -> str:
+def state_file(lake: Lake) -> File:
     """Where the pass records where it stopped (`_packs/_packing.json`)."""
-    return layout.join(lake.packs_root(), STATE)
+    return lake.packs_root().file(STATE)
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,8 @@ class PassState:
     """Where the last pass stopped, as `_packs/_packing.json` records it."""
 
     head: str | None  # the receipt index's head the pass started from
-    closed_through: str  # the newest date that was closed then
-    left: list[str]  # the dates over that pass's budget
+    closed_through: date  # the newest date that was closed then
+    left: list[date]  # the dates over that pass's budget
 
 
 def read_state(lake: Lake) -> PassState | None:
@@ -107,40 +113,36 @@ def read_state(lake: Lake) -> PassState | None:
     None when no pass ran yet, or the state is one this tidemark cannot read: every date is then
     examined once more, which is only slower.
     """
-    state = lake.read_json(state_uri(lake))
+    state = state_file(lake).read_json()
     if not state or state.get("format") != STATE_FORMAT:
         return None
     try:
         return PassState(
             head=layout.check_receipt_ts(state["head"]) if state.get("head") else None,
-            closed_through=layout.check_event_date(state["closed_through"]),
-            left=[layout.check_event_date(d) for d in state.get("left", [])],
+            closed_through=layout.as_event_date(state["closed_through"]),
+            left=[layout.as_event_date(d) for d in state.get("left", [])],
         )
     except (KeyError, TypeError, layout.InvalidPartitionValue):
         return None
 
 
-def _candidates(lake: Lake, state: PassState | None, closed: str) -> tuple[list[str], str]:
+def _candidates(lake: Lake, state: PassState | None, closed: date) -> tuple[list[date], str]:
     """(closed dates to examine, how they were found)."""
     pruned = receipt_index.arrivals_pruned_before(lake)
-    if (
-        state is None
-        or state.head is None
-        or (pruned and pruned > layout.parse_receipt_ts(state.head).date().isoformat())
-    ):
+    if state is None or state.head is None or (pruned and pruned > layout.parse_receipt_ts(state.head).date()):
         return [d for d in receipts.list_event_dates(lake) if d <= closed], "every date"
     found = set(state.left)
     # the dates closed since the last pass (one a day on a daily schedule): a listing each
-    day = date.fromisoformat(state.closed_through) + timedelta(days=1)
-    while day.isoformat() <= closed:
-        found.add(day.isoformat())
+    day = state.closed_through + timedelta(days=1)
+    while day <= closed:
+        found.add(day)
         day += timedelta(days=1)
     # the dates that received receipt partitions since (late data into closed dates)
     found |= receipt_index.arrived(lake, state.head)
     return sorted(d for d in found if d <= closed), "what changed"
 
 
-def unpacked(lake: Lake, event_date: str) -> tuple[list[str], int]:
+def unpacked(lake: Lake, event_date: date) -> tuple[list[str], int]:
     """(every complete receipt partition of the date, how many of them no usable pack holds)."""
     stamps = receipts.complete_names(lake, event_date)
     held: set[str] = set()
@@ -150,19 +152,18 @@ def unpacked(lake: Lake, event_date: str) -> tuple[list[str], int]:
     return stamps, len(set(stamps) - held)
 
 
-def write_pack(lake: Lake, event_date: str, stamps: list[str]) -> pack_cache.Pack | None:
+def write_pack(lake: Lake, event_date: date, stamps: list[str]) -> pack_cache.Pack | None:
     """Write a pack of the date's receipt partitions `stamps` with pyarrow.
 
     The data files first, then the manifest. None when those partitions hold no pane file.
     """
-    event_date = layout.check_event_date(event_date)
     folders = [lake.receipt_dir(event_date, ts) for ts in stamps]
     data_columns = [c.name for c in pane_reader.DEDUP_PANE]
     table = pane_reader.read_table(lake.sessions_root(), folders, data_columns)
     if table is None:
         return None
     pack_id = pack_cache.new_pack_id()
-    fs, folder = lake.locate(lake.pack_dir(event_date, pack_id))
+    fs, folder = lake.pack_dir(event_date, pack_id).at()
     fs.create_dir(folder, recursive=True)
     names = []
     per_file = -(-table.num_rows // pack_cache.FILES) or 1
@@ -192,7 +193,7 @@ def run_pass(
     """
     now = now or datetime.now(timezone.utc)
     rules, _, _ = rules_record.rules_in_force(lake)
-    closed = newest_closed(rules, now).isoformat()
+    closed = newest_closed(rules, now)
     # Read before any listing: every partition received after it is found next time (arrivals).
     head = receipt_index.head(lake)
     dates, how = _candidates(lake, read_state(lake), closed)
@@ -218,15 +219,14 @@ def run_pass(
             round(time.monotonic() - started, 3),
         )
         result.packed.append(done)
-        log.info("date packed" if not dry_run else "date would be packed", **vars(done))
+        log.info("date packed" if not dry_run else "date would be packed", **done.to_json())
     if not dry_run:
-        lake.write_json_atomic(
-            state_uri(lake),
+        state_file(lake).write_json_atomic(
             {
                 "format": STATE_FORMAT,
                 "head": head,
-                "closed_through": closed,
-                "left": sorted(result.left),
+                "closed_through": layout.event_date_text(closed),
+                "left": [layout.event_date_text(d) for d in sorted(result.left)],
                 "at": times.now_iso_z(),
             },
         )

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from tidemark.session import session_schema
-from tidemark.store import storage
+from tidemark.store.locations import Folder
 
 if TYPE_CHECKING:  # types only: pyspark is imported where a DataFrame is made
     from pyspark.sql import DataFrame, SparkSession
@@ -48,7 +48,9 @@ DEDUP_COLUMNS = ", ".join(
 )
 
 
-def read(spark: SparkSession, sessions_root: str, folders: list[str], columns_ddl: str, lo: datetime) -> DataFrame:
+def read(
+    spark: SparkSession, sessions_root: Folder, folders: Sequence[str], columns_ddl: str, lo: datetime
+) -> DataFrame:
     """A Spark DataFrame of the panes of `folders` that end at or after lo.
 
     A DataFrame of `columns_ddl` (with `event_date` and `receipt_ts` STRING last) from the pane
@@ -77,7 +79,7 @@ def read(spark: SparkSession, sessions_root: str, folders: list[str], columns_dd
 
 
 def read_table(
-    sessions_root: str, folders: list[str], data_columns: Sequence[str], lo: datetime | None = None
+    sessions_root: Folder, folders: Sequence[str], data_columns: Sequence[str], lo: datetime | None = None
 ) -> pa.Table | None:
     """The panes of receipt partition folders as one pyarrow Table, without Spark.
 
@@ -91,10 +93,10 @@ def read_table(
 
     if not folders:
         return None
-    fs, root = storage.resolve(sessions_root)
+    fs, root = sessions_root.at()
 
     def files_of(folder: str) -> list[str]:
-        path = storage.resolve(folder)[1]
+        path = sessions_root.locator.locate(folder)[1]
         return [
             info.path
             for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from tidemark.base import times
+from tidemark.base import layout, times
 from tidemark.panes import receipt_index, receipts
 from tidemark.session.sessions import SessionRules
 from tidemark.store.lake import Lake
@@ -49,9 +49,9 @@ def format_reach(moment: datetime | None) -> str | None:
     return None if moment is None else times.iso_z(moment, "microseconds")
 
 
-def receipt_key(event_date: str, receipt_ts: str) -> str:
+def receipt_key(event_date: date, receipt_ts: str) -> str:
     """How versions name the receipt partitions they include: 'YYYY-MM-DD/receipt_ts'."""
-    return f"{event_date}/{receipt_ts}"
+    return f"{layout.event_date_text(event_date)}/{receipt_ts}"
 
 
 class LakeIndex:
@@ -70,19 +70,19 @@ class LakeIndex:
         # version planned from this index has seen all of them (planned_through).
         self.head = receipt_index.head(lake)
         self.indexed = receipt_index.is_complete(lake)
-        self._dates: list[str] | None = None
-        self._markers: dict[str, list[receipts.ReceiptPartition]] = {}
-        self._reaching: dict[str, list[receipts.ReceiptPartition]] = {}
-        self._ending: dict[tuple[str, datetime], list[receipts.ReceiptPartition | receipts.ReceiptRef]] = {}
+        self._dates: list[date] | None = None
+        self._markers: dict[date, list[receipts.ReceiptPartition]] = {}
+        self._reaching: dict[date, list[receipts.ReceiptPartition]] = {}
+        self._ending: dict[tuple[date, datetime], list[receipts.ReceiptPartition | receipts.ReceiptRef]] = {}
 
     @property
-    def dates(self) -> list[str]:
+    def dates(self) -> list[date]:
         """Every event date of the lake (the planner without an index lists them all)."""
         if self._dates is None:
             self._dates = receipts.list_event_dates(self.lake)
         return self._dates
 
-    def partitions(self, event_date: str) -> list[receipts.ReceiptPartition]:
+    def partitions(self, event_date: date) -> list[receipts.ReceiptPartition]:
         """The complete partitions of event_date, their markers read."""
         if event_date not in self._markers:
             # one listing, then the markers read concurrently; a folder without one (incomplete)
@@ -91,17 +91,17 @@ class LakeIndex:
             self._markers[event_date] = self.markers([(event_date, ts) for ts in stamps])
         return self._markers[event_date]
 
-    def reaching(self, into: str) -> list[receipts.ReceiptPartition]:
+    def reaching(self, into: date) -> list[receipts.ReceiptPartition]:
         """The complete partitions of earlier dates whose panes reach into `into` (the index)."""
         if into not in self._reaching:
             self._reaching[into] = self.markers(receipt_index.reaching(self.lake, into))
         return self._reaching[into]
 
-    def markers(self, keys: list[tuple[str, str]]) -> list[receipts.ReceiptPartition]:
+    def markers(self, keys: list[tuple[date, str]]) -> list[receipts.ReceiptPartition]:
         """The markers of complete partitions among (event_date, receipt_ts) keys."""
         return receipts.read_markers(self.lake, keys)
 
-    def ending_after(self, event_date: str, lo: datetime) -> list[receipts.ReceiptPartition | receipts.ReceiptRef]:
+    def ending_after(self, event_date: date, lo: datetime) -> list[receipts.ReceiptPartition | receipts.ReceiptRef]:
         """The complete partitions of event_date whose panes end at or after lo, from listings.
 
         The date's markers by name and, when its midnight is before lo, its end entries (a
@@ -111,7 +111,7 @@ class LakeIndex:
         if key not in self._ending:
             stamps = receipts.complete_names(self.lake, event_date)
             found: list[receipts.ReceiptRef | receipts.ReceiptPartition]
-            if midnight(date.fromisoformat(event_date)) >= lo:
+            if midnight(event_date) >= lo:
                 # every pane of the date starts at or after its midnight: all of them reach lo
                 found = [receipts.ReceiptRef(self.lake, event_date, ts) for ts in stamps]
             else:
@@ -122,7 +122,7 @@ class LakeIndex:
             self._ending[key] = found
         return self._ending[key]
 
-    def has_dates_after(self, event_date: str) -> bool:
+    def has_dates_after(self, event_date: date) -> bool:
         """Whether the lake holds receipt partitions of a date after event_date."""
         return any(d > event_date for d in self.dates)
 
@@ -131,9 +131,9 @@ class LakeIndex:
 class Plan:
     """The receipt partitions one run of event_date reads: those ending at or after lo, of dates up to hi."""
 
-    event_date: str
+    event_date: date
     lo: datetime
-    hi: str
+    hi: date
     partitions: list[receipts.ReceiptPartition | receipts.ReceiptRef]  # a marker read, or known from listings
     # The receipt index's head when the plan was made (LakeIndex.head): every partition received at
     # or before it that the plan needs is in it. A version records it; None: unknown.
@@ -160,42 +160,41 @@ class Plan:
         return sum(p.rows for p in self.partitions)
 
 
-def lo_of(event_date: str, rules: SessionRules) -> datetime:
+def lo_of(event_date: date, rules: SessionRules) -> datetime:
     """The earliest instant a pane can end and still join a session of event_date.
 
     split_gap, not gap: under the `merge` boundary an event exactly one gap before s still joins
     the session (tidemark/session/sessions.py), so the bound is one microsecond earlier.
     """
-    return midnight(date.fromisoformat(event_date)) - rules.split_gap
+    return midnight(event_date) - rules.split_gap
 
 
-def needed_hi(event_date: str, rules: SessionRules, reach: datetime | None) -> str:
+def needed_hi(event_date: date, rules: SessionRules, reach: datetime | None) -> date:
     """The last event date whose panes can join a session of event_date reaching `reach`.
 
     `reach` is the latest end of the sessions touching event_date; the answer is the next day at
     least (a session starting on D crossing midnight).
     """
-    floor = date.fromisoformat(event_date) + timedelta(days=1)
+    floor = event_date + timedelta(days=1)
     if reach is None:
-        return floor.isoformat()
+        return floor
     # A pane starting at p joins when p - reach < split_gap (<= gap under `merge`); p = midnight of
     # date(reach + split_gap) is the boundary case, included (one date too many is only a cost, one
     # too few loses events).
-    return max(floor, (reach + rules.split_gap).date()).isoformat()
+    return max(floor, (reach + rules.split_gap).date())
 
 
-def scope(event_date: str, rules: SessionRules, hi: str) -> list[str]:
+def scope(event_date: date, rules: SessionRules, hi: date) -> list[date]:
     """The dates whose every partition a plan up to `hi` must look at: date(lo) .. hi.
 
     Partitions of earlier dates can matter only through the receipt index's reach entries into
     date(lo).
     """
     first = lo_of(event_date, rules).date()
-    last = date.fromisoformat(hi)
-    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+    return [first + timedelta(days=n) for n in range((hi - first).days + 1)]
 
 
-def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Plan:
+def plan(index: LakeIndex, event_date: date, rules: SessionRules, hi: date) -> Plan:
     """The receipt partitions up to `hi` that can hold events of the sessions touching event_date."""
     lo = lo_of(event_date, rules)
     if index.indexed:
@@ -210,7 +209,7 @@ def plan(index: LakeIndex, event_date: str, rules: SessionRules, hi: str) -> Pla
     return Plan(event_date, lo, hi, chosen, index.head)
 
 
-def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previous: VersionRecord | None) -> bool:
+def quick_covered(index: LakeIndex, event_date: date, rules: SessionRules, previous: VersionRecord | None) -> bool:
     """Whether `previous` includes every partition today's plan holds: the no-op decision.
 
     Whether `previous` (a version made under `rules`) includes every partition today's plan
@@ -231,7 +230,9 @@ def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previo
     if not (index.indexed and known):
         return False
     assert previous is not None  # a recorded reach came from it
-    hi = max(needed_hi(event_date, rules, reach), previous.hi or "")
+    hi = needed_hi(event_date, rules, reach)
+    if previous.hi:
+        hi = max(hi, layout.as_event_date(previous.hi))
     lo = lo_of(event_date, rules)
     included = set(previous.receipts)
     dates = scope(event_date, rules, hi)
@@ -242,20 +243,20 @@ def quick_covered(index: LakeIndex, event_date: str, rules: SessionRules, previo
     return not any(times.parse_iso(p.max_event_ts) >= lo for p in index.markers(candidates))
 
 
-def _may_reach(lake: Lake, keys: list[tuple[str, str]], lo: datetime) -> list[tuple[str, str]]:
+def _may_reach(lake: Lake, keys: list[tuple[date, str]], lo: datetime) -> list[tuple[date, str]]:
     """Those (event_date, receipt_ts) whose panes may end at or after lo.
 
     Every one of a date starting at or after lo; of an earlier date, those whose end entry is at
     or after lo or that have none (registered before end entries existed).
     """
-    by_date: dict[str, list[str]] = {}
+    stamps_of: dict[date, list[str]] = {}  # receipt_ts by event date
     for event_date, receipt_ts in keys:
-        by_date.setdefault(event_date, []).append(receipt_ts)
+        stamps_of.setdefault(event_date, []).append(receipt_ts)
     out = []
-    for event_date, stamps in sorted(by_date.items()):
+    for event_date, stamps in sorted(stamps_of.items()):
         # one listing of the date's end entries, not a marker read per partition: a no-op
         # decision reads no marker when nothing that can matter arrived
-        if midnight(date.fromisoformat(event_date)) < lo:
+        if midnight(event_date) < lo:
             ends = receipt_index.ends(lake, event_date)
             stamps = [ts for ts in stamps if ts not in ends or times.parse_iso(ends[ts]) >= lo]
         out += [(event_date, ts) for ts in stamps]
@@ -269,7 +270,7 @@ def recorded_reach(version: VersionRecord | None) -> tuple[bool, datetime | None
     return True, None if version.reach is None else times.parse_iso(version.reach)
 
 
-def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previous: VersionRecord | None) -> Plan:
+def plan_for_rerun(index: LakeIndex, event_date: date, rules: SessionRules, previous: VersionRecord | None) -> Plan:
     """The plan a run of event_date starts from.
 
     As far as the previous version's sessions reach (they can only reach further with more
@@ -278,7 +279,7 @@ def plan_for_rerun(index: LakeIndex, event_date: str, rules: SessionRules, previ
     _, reach = recorded_reach(previous)
     hi = needed_hi(event_date, rules, reach)
     if previous and previous.hi:
-        hi = max(hi, previous.hi)
+        hi = max(hi, layout.as_event_date(previous.hi))
     return plan(index, event_date, rules, hi)
 
 

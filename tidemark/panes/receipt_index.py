@@ -72,8 +72,8 @@ class PartitionKey(Protocol):
     """What names a receipt partition: a marker (receipts.ReceiptPartition) or a listing's entry."""
 
     @property
-    def event_date(self) -> str:
-        """The partition's event date, YYYY-MM-DD."""
+    def event_date(self) -> date:
+        """The partition's event date."""
         ...
 
     @property
@@ -91,26 +91,26 @@ class RegisteredPartition(PartitionKey, Protocol):
         ...
 
 
-def reached_dates(partition: RegisteredPartition) -> list[str]:
+def reached_dates(partition: RegisteredPartition) -> list[date]:
     """The dates after the partition's own into which its panes reach (their last events' dates)."""
-    own = date.fromisoformat(partition.event_date)
+    own = partition.event_date
     last = times.parse_iso(partition.max_event_ts).date()
-    return [(own + timedelta(days=n)).isoformat() for n in range(1, (last - own).days + 1)]
+    return [own + timedelta(days=n) for n in range(1, (last - own).days + 1)]
 
 
 def register(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's reach entries (before its marker: see the module's docstring)."""
     for into in reached_dates(partition):
-        lake.write_text_atomic(lake.reach_entry(into, partition.event_date, partition.receipt_ts), "")
+        lake.reach_entry(into, partition.event_date, partition.receipt_ts).write_text_atomic("")
 
 
 def record_end(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's end entry (before its marker: see the module's docstring)."""
     end_us = times.to_micros(times.parse_iso(partition.max_event_ts))
-    lake.write_text_atomic(lake.end_entry(partition.event_date, partition.receipt_ts, end_us), "")
+    lake.end_entry(partition.event_date, partition.receipt_ts, end_us).write_text_atomic("")
 
 
-def ends(lake: Lake, event_date: str) -> dict[str, str]:
+def ends(lake: Lake, event_date: date) -> dict[str, str]:
     """receipt_ts -> the latest end of its panes, for the partitions of event_date with an end entry.
 
     Ends in ISO with microseconds; partitions complete or not (one listing). A partition with several (a
@@ -120,7 +120,7 @@ def ends(lake: Lake, event_date: str) -> dict[str, str]:
     reaches it.
     """
     out: dict[str, int] = {}
-    for name in lake.list_dir(lake.ends_dir(event_date)):
+    for name in lake.ends_dir(event_date).names():
         receipt_ts, _, end_us = name.partition("__")
         try:
             key, end = layout.check_receipt_ts(receipt_ts), int(end_us)
@@ -132,10 +132,10 @@ def ends(lake: Lake, event_date: str) -> dict[str, str]:
 
 def record_arrival(lake: Lake, partition: RegisteredPartition) -> None:
     """Write the partition's arrival entry (first of all its registration: see the module's docstring)."""
-    lake.write_text_atomic(lake.arrival_entry(partition.receipt_ts, partition.event_date), "")
+    lake.arrival_entry(partition.receipt_ts, partition.event_date).write_text_atomic("")
 
 
-def arrivals(lake: Lake, since: str | None, through: str | None = None) -> set[tuple[str, str]]:
+def arrivals(lake: Lake, since: str | None, through: str | None = None) -> set[tuple[str, date]]:
     """(receipt_ts, event_date) of the arrival entries received from `since` through `through`.
 
     (receipt_ts, event_date) of the arrival entries received at or after `since` up to `through`
@@ -145,23 +145,28 @@ def arrivals(lake: Lake, since: str | None, through: str | None = None) -> set[t
     """
     if since is None:
         raise ValueError("arrivals() needs a start: without one every date may have changed")
-    first = layout.parse_receipt_ts(since).date().isoformat()
-    last = layout.parse_receipt_ts(through).date().isoformat() if through else None
+    first = layout.parse_receipt_ts(since).date()
+    last = layout.parse_receipt_ts(through).date() if through else None
     out = set()
-    for day in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date):
+    for day in arrival_days(lake):
         if day < first or (last and day > last):
             continue
-        for name in lake.list_dir(lake.arrivals_dir(day)):
+        for name in lake.arrivals_dir(day).names():
             receipt_ts, _, event_date = name.partition("__")
             try:
                 if since <= layout.check_receipt_ts(receipt_ts) and (not through or receipt_ts <= through):
-                    out.add((receipt_ts, layout.check_event_date(event_date)))
+                    out.add((receipt_ts, layout.as_event_date(event_date)))
             except layout.InvalidPartitionValue:
                 continue  # a hidden temporary file, or a stranger's
     return out
 
 
-def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[str]:
+def arrival_days(lake: Lake) -> list[date]:
+    """The receipt days that have arrival entries, in order (as their folders name them)."""
+    return lake.arrivals_root().partition_dates("day")
+
+
+def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[date]:
     """The event dates of the partitions received after `after` up to `through`.
 
     `after` is exclusive, `through` inclusive (None: up to the newest): `arrivals`' dates.
@@ -174,41 +179,37 @@ def arrived(lake: Lake, after: str | None, through: str | None = None) -> set[st
 ARRIVALS_PRUNED = "arrivals_pruned.json"
 
 
-def arrivals_pruned_before(lake: Lake) -> str | None:
+def arrivals_pruned_before(lake: Lake) -> date | None:
     """The first receipt day whose arrival entries are all kept (older days may be pruned), or None."""
-    payload = lake.read_json(lake.receipt_index_file(ARRIVALS_PRUNED))
-    return None if not payload else layout.check_event_date(payload["before"])
+    payload = lake.receipt_index_file(ARRIVALS_PRUNED).read_json()
+    return None if not payload else layout.as_event_date(payload["before"])
 
 
-def prune_arrivals(lake: Lake, keep_from: date, dry_run: bool = False) -> list[str]:
+def prune_arrivals(lake: Lake, keep_from: date, dry_run: bool = False) -> list[date]:
     """Remove the arrival entries of receipt days before `keep_from`; returns the days removed.
 
     The horizon is recorded first: a reconciliation pass whose previous pass stopped before it
     walks every date instead of reading arrivals that may be gone.
     """
-    days = [
-        d
-        for d in lake.list_partition_values(lake.arrivals_root(), "day", layout.check_event_date)
-        if d < keep_from.isoformat()
-    ]
+    days = [d for d in arrival_days(lake) if d < keep_from]
     if days and not dry_run:
         recorded = arrivals_pruned_before(lake)
-        if recorded is None or recorded < keep_from.isoformat():
-            lake.write_json_atomic(
-                lake.receipt_index_file(ARRIVALS_PRUNED), {"before": keep_from.isoformat(), "at": times.now_iso_z()}
+        if recorded is None or recorded < keep_from:
+            lake.receipt_index_file(ARRIVALS_PRUNED).write_json_atomic(
+                {"before": layout.event_date_text(keep_from), "at": times.now_iso_z()}
             )
         for day in days:
-            lake.delete_dir(lake.arrivals_dir(day))
+            lake.arrivals_dir(day).delete()
     return days
 
 
-def reaching(lake: Lake, into: str) -> list[tuple[str, str]]:
+def reaching(lake: Lake, into: date) -> list[tuple[date, str]]:
     """(event_date, receipt_ts) of the partitions of earlier dates registered as reaching `into`."""
     out = []
-    for name in lake.list_dir(lake.reach_dir(into)):
+    for name in lake.reach_dir(into).names():
         event_date, _, receipt_ts = name.partition("__")
         try:
-            out.append((layout.check_event_date(event_date), layout.check_receipt_ts(receipt_ts)))
+            out.append((layout.as_event_date(event_date), layout.check_receipt_ts(receipt_ts)))
         except layout.InvalidPartitionValue:
             continue  # a hidden temporary file, or a stranger's
     return out
@@ -216,27 +217,27 @@ def reaching(lake: Lake, into: str) -> list[tuple[str, str]]:
 
 def write_head(lake: Lake, receipt_ts: str) -> None:
     """Record receipt_ts as the newest fully written batch."""
-    lake.write_json_atomic(lake.receipt_index_file(HEAD), {"receipt_ts": layout.check_receipt_ts(receipt_ts)})
+    lake.receipt_index_file(HEAD).write_json_atomic({"receipt_ts": layout.check_receipt_ts(receipt_ts)})
 
 
 def head(lake: Lake) -> str | None:
     """The newest batch whose partitions are all complete, or None (no stream wrote one yet)."""
-    payload = lake.read_json(lake.receipt_index_file(HEAD))
+    payload = lake.receipt_index_file(HEAD).read_json()
     return None if not payload else layout.check_receipt_ts(payload["receipt_ts"])
 
 
 def is_complete(lake: Lake) -> bool:
     """Whether every receipt partition of the lake is registered in the index."""
-    return lake.exists(lake.receipt_index_file(COMPLETE))
+    return lake.receipt_index_file(COMPLETE).exists()
 
 
 def mark_complete(lake: Lake, how: str) -> None:
     """Record that the index holds every receipt partition (`how`: what registered them)."""
-    lake.write_json_atomic(lake.receipt_index_file(COMPLETE), {"since": how, "at": times.now_iso_z()})
+    lake.receipt_index_file(COMPLETE).write_json_atomic({"since": how, "at": times.now_iso_z()})
 
 
 def start(lake: Lake) -> None:
     """At a stream's start: on a lake without receipt partitions, the index is complete from here on."""
-    if not is_complete(lake) and not lake.list_event_dates(lake.sessions_root()):
+    if not is_complete(lake) and not lake.sessions_root().event_dates():
         mark_complete(lake, "the first stream on an empty lake")
         log.info("receipt index started", lake=lake)

@@ -30,7 +30,7 @@ log = get_logger("receipts")
 class ReceiptPartition:
     """What the marker of one receipt partition says: the facts notices and dedup rely on."""
 
-    event_date: str
+    event_date: date
     receipt_ts: str
     batch_id: int
     uri: str
@@ -44,8 +44,13 @@ class ReceiptPartition:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The marker's JSON object."""
-        return asdict(self)
+        """The marker's JSON object (the event date as YYYY-MM-DD)."""
+        return {**asdict(self), "event_date": layout.event_date_text(self.event_date)}
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> ReceiptPartition:
+        """The partition a marker's JSON object describes (its event date parsed here, once)."""
+        return cls(**{**payload, "event_date": layout.as_event_date(payload["event_date"])})
 
 
 @dataclass
@@ -67,17 +72,15 @@ class BatchReport:
     phases: dict[str, Any] = field(default_factory=dict)  # seconds per step of the batch (tidemark.base.phases)
 
 
-def is_late(event_date: str, watermark_us: int) -> bool:
+def is_late(event_date: date, watermark_us: int) -> bool:
     """A partition is late when the watermark had already passed the end of its event date."""
-    day_end = datetime.combine(
-        date.fromisoformat(event_date) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc
-    )
+    day_end = datetime.combine(event_date + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
     return watermark_us >= int(day_end.timestamp() * 1_000_000)
 
 
-def is_complete(lake: Lake, event_date: str, receipt_ts: str) -> bool:
+def is_complete(lake: Lake, event_date: date, receipt_ts: str) -> bool:
     """Whether the receipt partition's marker exists."""
-    return lake.exists(lake.receipt_marker(event_date, receipt_ts))
+    return lake.receipt_marker(event_date, receipt_ts).exists()
 
 
 def complete(lake: Lake, partition: ReceiptPartition) -> None:
@@ -89,15 +92,15 @@ def complete(lake: Lake, partition: ReceiptPartition) -> None:
     receipt_index.record_arrival(lake, partition)
     receipt_index.record_end(lake, partition)
     receipt_index.register(lake, partition)
-    lake.write_json_atomic(lake.receipt_marker(partition.event_date, partition.receipt_ts), partition.to_json())
+    lake.receipt_marker(partition.event_date, partition.receipt_ts).write_json_atomic(partition.to_json())
 
 
-def complete_among(lake: Lake, partitions: list[ReceiptPartition]) -> set[tuple[str, str]]:
+def complete_among(lake: Lake, partitions: list[ReceiptPartition]) -> set[tuple[date, str]]:
     """(event_date, receipt_ts) of those of `partitions` whose marker exists."""
     return complete_keys(lake, [(p.event_date, p.receipt_ts) for p in partitions])
 
 
-def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+def complete_keys(lake: Lake, keys: list[tuple[date, str]]) -> set[tuple[date, str]]:
     """Those (event_date, receipt_ts) whose marker exists, from one metadata call.
 
     One metadata call for all of them, however many dates a batch touched (a read per marker would
@@ -105,8 +108,8 @@ def complete_keys(lake: Lake, keys: list[tuple[str, str]]) -> set[tuple[str, str
     """
     if not keys:
         return set()
-    fs = lake.locate(lake.uri)[0]
-    paths = [lake.locate(lake.receipt_marker(*key))[1] for key in keys]
+    fs = lake.folder().at()[0]
+    paths = [lake.receipt_marker(*key).at()[1] for key in keys]
     infos = fs.get_file_info(paths)
     return {key for key, info in zip(keys, infos, strict=False) if info.type != pafs.FileType.NotFound}
 
@@ -126,10 +129,10 @@ def complete_all(lake: Lake, partitions: list[ReceiptPartition]) -> None:
         list(pool.map(lambda partition: complete(lake, partition), partitions))
 
 
-def read_marker(lake: Lake, event_date: str, receipt_ts: str) -> ReceiptPartition | None:
+def read_marker(lake: Lake, event_date: date, receipt_ts: str) -> ReceiptPartition | None:
     """The receipt partition's marker, or None when it is not complete."""
-    payload = lake.read_json(lake.receipt_marker(event_date, receipt_ts))
-    return None if payload is None else ReceiptPartition(**payload)
+    payload = lake.receipt_marker(event_date, receipt_ts).read_json()
+    return None if payload is None else ReceiptPartition.from_json(payload)
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class ReceiptRef:
     """
 
     lake: Lake
-    event_date: str
+    event_date: date
     receipt_ts: str
     end: str | None = None
 
@@ -165,7 +168,7 @@ class ReceiptRef:
         return self.marker.rows
 
 
-def read_markers(lake: Lake, keys: list[tuple[str, str]]) -> list[ReceiptPartition]:
+def read_markers(lake: Lake, keys: list[tuple[date, str]]) -> list[ReceiptPartition]:
     """The markers of complete partitions among (event_date, receipt_ts) keys.
 
     Read concurrently (tiny objects: on a bucket, concurrency hides the latency); missing ones
@@ -197,12 +200,12 @@ def load_markers(refs: list[ReceiptRef]) -> None:
         ref.__dict__["_marker"] = marker  # frozen dataclass: the cache bypasses __setattr__ on purpose
 
 
-def complete_names(lake: Lake, event_date: str) -> list[str]:
+def complete_names(lake: Lake, event_date: date) -> list[str]:
     """Receipt timestamps of the complete partitions of one event date, oldest first.
 
     One recursive listing of the date's folder, markers recognised by name (none read).
     """
-    fs, root = lake.locate(lake.event_date_dir(event_date))
+    fs, root = lake.event_date_dir(event_date).at()
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
@@ -220,15 +223,15 @@ def complete_names(lake: Lake, event_date: str) -> list[str]:
     return sorted(out)
 
 
-def list_receipt_names(lake: Lake, event_date: str) -> list[str]:
+def list_receipt_names(lake: Lake, event_date: date) -> list[str]:
     """Receipt timestamps of the partition folders of one event date, complete or not.
 
     Oldest first: one listing, no marker read (the caller reads the markers of those it needs).
     """
-    return lake.list_partition_values(lake.event_date_dir(event_date), "receipt_ts", layout.check_receipt_ts)
+    return lake.event_date_dir(event_date).partition_values("receipt_ts", layout.check_receipt_ts)
 
 
-def complete_and_pending(lake: Lake, event_date: str, included: set[str]) -> tuple[list[str], list[str]]:
+def complete_and_pending(lake: Lake, event_date: date, included: set[str]) -> tuple[list[str], list[str]]:
     """The complete receipt partitions of event_date, and those of them a version lacks.
 
     (receipt timestamps of the complete partitions of event_date, those of them not among the
@@ -237,20 +240,21 @@ def complete_and_pending(lake: Lake, event_date: str, included: set[str]) -> tup
     only), in one call.
     """
     names = list_receipt_names(lake, event_date)
-    unseen = [(event_date, ts) for ts in names if f"{event_date}/{ts}" not in included]
+    prefix = layout.event_date_text(event_date) + "/"
+    unseen = [(event_date, ts) for ts in names if prefix + ts not in included]
     complete = complete_keys(lake, unseen)
     pending = [ts for _, ts in unseen if (event_date, ts) in complete]
-    return [ts for ts in names if f"{event_date}/{ts}" in included or (event_date, ts) in complete], pending
+    return [ts for ts in names if prefix + ts in included or (event_date, ts) in complete], pending
 
 
-def list_receipts(lake: Lake, event_date: str) -> list[str]:
+def list_receipts(lake: Lake, event_date: date) -> list[str]:
     """Receipt timestamps of the complete partitions of one event date, oldest first."""
     return [ts for ts in list_receipt_names(lake, event_date) if is_complete(lake, event_date, ts)]
 
 
-def list_event_dates(lake: Lake) -> list[str]:
-    """The event dates that have receipt partition folders, sorted."""
-    return lake.list_event_dates(lake.sessions_root())
+def list_event_dates(lake: Lake) -> list[date]:
+    """The event dates that have receipt partition folders, in order."""
+    return lake.sessions_root().event_dates()
 
 
 def reindex(lake: Lake, display: Display | None = None) -> int:

@@ -177,6 +177,10 @@ class Folder(_Location):
         """The event dates of its `event_date=` subfolders, in order."""
         return [layout.parse_event_date(text) for text in self.partition_values("event_date", layout.check_event_date)]
 
+    def partition_dates(self, key: str) -> list[date]:
+        """The dates of its `key=YYYY-MM-DD` subfolders, in order (others are skipped)."""
+        return [layout.parse_event_date(text) for text in self.partition_values(key, layout.check_event_date)]
+
     def data_file_names(self, suffix: str = ".parquet") -> list[str]:
         """The names of the visible data files (not _markers or .hidden) directly inside, sorted."""
         return sorted(path.rsplit("/", 1)[1] for path in storage.data_files_at(*self.at(), suffix))
