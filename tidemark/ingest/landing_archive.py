@@ -469,14 +469,7 @@ def remove_old_generations(checkpoint: str, generation: Generation) -> None:
 def archived_days(archive: str) -> dict[date, int]:
     """{received day: files archived under it}; folders not named received=YYYY-MM-DD are not counted."""
     folder = Root(archive).folder()
-    out: dict[date, int] = {}
-    for name in folder.subfolder_names():
-        text = layout.partition_value(name, RECEIVED_KEY)
-        if text is None:
-            continue
-        try:
-            day = layout.as_event_date(text)  # the folder's name, as listed: where the day enters
-        except layout.InvalidPartitionValue:
-            continue
-        out[day] = sum(1 for _ in folder.folder(name).walk_files())
-    return out
+    return {
+        day: sum(1 for _ in folder.folder(f"{RECEIVED_KEY}={layout.event_date_text(day)}").walk_files())
+        for day in folder.partition_dates(RECEIVED_KEY)
+    }
