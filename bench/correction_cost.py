@@ -26,6 +26,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import bench
 from bench import arguments
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication.dedup import LakeIndex, Plan, compute_islands, run_dedup
 from tidemark.demo import generate
 from tidemark.iceberg import table_versions
@@ -202,7 +203,7 @@ def main(argv=None) -> int:
     ]
     bench.print_table(f"Correcting {d} after a late receipt", columns, rows)
     if not args.no_write:
-        total = table_versions.current_version(lake, d)
+        total = table_versions.current_version(lake, as_event_date(d))
         notes = (
             f"One late receipt for {d} (15 late events of 5 users, one redelivered) after "
             f"{args.days} days of generated traffic streamed by the real stream. The incremental "

@@ -26,6 +26,7 @@ import bench
 from bench import add_date_shape, arguments
 from dedup_sql import rules as sql_rules
 from tidemark.base import layout
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
@@ -372,7 +373,7 @@ def main(argv=None) -> int:
             secs.append(fixed.seconds)
             undo(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
-    pointer = table_versions.current_version(lake, DAY)
+    pointer = table_versions.current_version(lake, as_event_date(DAY))
     rows = [
         [
             "tidemark dedup (version + Iceberg commit)",

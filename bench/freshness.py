@@ -57,6 +57,7 @@ from pathlib import Path
 
 import bench
 from bench.stream_throughput import json_lines, load, parse_iso, print_wide
+from tidemark.base.layout import as_event_date
 from tidemark.demo import generate
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
@@ -300,7 +301,8 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
     def first_version_with(event_date: str, receipt_ts: str) -> VersionRecord | None:
         if event_date not in versions:
             versions[event_date] = sorted(
-                table_versions.list_versions(lake, event_date), key=lambda m: m.committed_at or m.created_at or ""
+                table_versions.list_versions(lake, as_event_date(event_date)),
+                key=lambda m: m.committed_at or m.created_at or "",
             )
         key = f"{event_date}/{receipt_ts}"
         return next((m for m in versions[event_date] if key in m.receipts), None)

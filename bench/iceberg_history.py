@@ -36,6 +36,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 
 import bench
 from bench import counting_fs
+from tidemark.base.layout import as_event_date
 from tidemark.store.lake import Lake
 
 NAME = "iceberg_history"
@@ -222,9 +223,9 @@ def one_commit(lake: Lake, root: str, sessions: int, latency_ms: float) -> dict:
 
     tbl = iceberg.load(lake)
     newest = table_versions.dates_with_version(lake, tbl)[-1]
-    day = (datetime.fromisoformat(newest) - timedelta(days=1)).date().isoformat()
+    day = (as_event_date(newest) - timedelta(days=1)).isoformat()
     # One receipt partition more than the current version: a correction that must replace it.
-    version = len(table_versions.current_version(lake, day, tbl).receipts)
+    version = len(table_versions.current_version(lake, as_event_date(day), tbl).receipts)
     marker = prepared(lake, day, receipts_for(version), sessions)
     before = _metadata_files(root)
     COUNTER.reset()

@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, IdentityMapper, Param, PartitionedAssetTimetable, dag, task
 
-from tidemark.base import layout  # standard library only: cheap at parse time
-
 if TYPE_CHECKING:
     from airflow.sdk.types import DagRunProtocol
 
@@ -76,7 +74,7 @@ def example_changes_consumer() -> None:
             dag_run.partition_key if dag_run else None,
             (params or {}).get("event_date"),
         )
-        return user_totals.apply(run.lake, layout.event_date_text(run.day), run.out)
+        return user_totals.apply(run.lake, run.day, run.out)
 
     apply()
 

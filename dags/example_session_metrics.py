@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, IdentityMapper, Param, PartitionedAssetTimetable, dag, task
 
-from tidemark.base import layout  # standard library only: cheap at parse time
-
 if TYPE_CHECKING:
     from airflow.sdk.types import DagRunProtocol
 
@@ -78,7 +76,7 @@ def example_session_metrics() -> None:
             dag_run.partition_key if dag_run else None,
             (params or {}).get("event_date"),
         )
-        return session_metrics.rebuild(run.lake, layout.event_date_text(run.day), run.out)
+        return session_metrics.rebuild(run.lake, run.day, run.out)
 
     rebuild()
 

@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, PartitionedAssetTimetable, StartOfWeekMapper, dag, task
 
-from tidemark.base import layout  # standard library only: cheap at parse time
-
 if TYPE_CHECKING:
     from airflow.sdk.types import DagRunProtocol
 
@@ -63,7 +61,7 @@ def example_weekly_session_metrics() -> None:
             ),
             dag_run.partition_key if dag_run else None,
         )
-        return session_metrics.rebuild_week(run.lake, layout.event_date_text(run.day), run.out)
+        return session_metrics.rebuild_week(run.lake, run.day, run.out)
 
     rebuild_week()
 

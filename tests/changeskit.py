@@ -5,10 +5,11 @@ v's changeset to the sessions of v's previous version gives exactly v's sessions
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 
 from pyiceberg.expressions import EqualTo
 
+from tidemark.base import layout
 from tidemark.iceberg import changes, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.store.lake import Lake
@@ -31,19 +32,27 @@ def _key(row: dict) -> tuple:
     return tuple(sorted((k, repr(_canon(v))) for k, v in row.items() if k not in META))
 
 
-def sessions_at(tbl, event_date: str, snapshot_id: int) -> dict[str, dict]:
-    rows = tbl.scan(row_filter=iceberg.date_filter(event_date), snapshot_id=snapshot_id).to_arrow().to_pylist()
+def sessions_at(tbl, event_date: date | str, snapshot_id: int) -> dict[str, dict]:
+    rows = (
+        tbl.scan(row_filter=iceberg.date_filter(layout.as_event_date(event_date)), snapshot_id=snapshot_id)
+        .to_arrow()
+        .to_pylist()
+    )
     out = {r["session_id"]: r for r in rows}
     assert len(out) == len(rows), "session_id not unique in a version"
     return out
 
 
-def changes_of(lake: Lake, event_date: str) -> dict[str, list[dict]]:
+def changes_of(lake: Lake, event_date: date | str) -> dict[str, list[dict]]:
     """{version: its changeset's rows} of a date, as the changes table holds them."""
     tbl = changes.load(lake)
     if tbl is None:
         return {}
-    rows = tbl.scan(row_filter=EqualTo("event_date", event_date)).to_arrow().to_pylist()
+    rows = (
+        tbl.scan(row_filter=EqualTo("event_date", layout.event_date_text(layout.as_event_date(event_date))))
+        .to_arrow()
+        .to_pylist()
+    )
     out: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         out[row[changes.COMMIT_VERSION]].append(row)
@@ -65,9 +74,10 @@ def apply(before: dict[str, dict], rows: list[dict]) -> dict[str, dict]:
     return after
 
 
-def check_date(lake: Lake, event_date: str) -> list[dict]:
+def check_date(lake: Lake, event_date: date | str) -> list[dict]:
     """The invariant over every committed version of the date still in the table's history; returns,
     per version, {version, previous, inserted, deleted, updated} (what the test may assert on)."""
+    event_date = layout.as_event_date(event_date)
     tbl = iceberg.load(lake)
     changes_tbl = changes.load(lake)
     by_version = changes_of(lake, event_date)
@@ -78,7 +88,7 @@ def check_date(lake: Lake, event_date: str) -> list[dict]:
         now = sessions_at(tbl, event_date, snapshot.snapshot_id)
         rows = by_version.get(version, [])
         assert all(r[changes.PREVIOUS_VERSION] == previous for r in rows), (version, previous)
-        assert all(r["event_date"].isoformat() == event_date for r in rows)
+        assert all(r["event_date"] == event_date for r in rows)
         record = table_versions.snapshot_record(lake, event_date, snapshot, props)
         where = changes.appended(lake, record)
         assert where is not None, f"version {version} of {event_date} has no appended changeset"
@@ -132,12 +142,14 @@ def _diff(old: list[dict], new: list[dict]) -> list[dict]:
     return out
 
 
-def prepared_with_changes(lake: Lake, receipts: list[str], sessions: dict, previous, event_date: str = "2026-03-10"):
+def prepared_with_changes(
+    lake: Lake, receipts: list[str], sessions: dict, previous, event_date: date | str = "2026-03-10"
+):
     """A run's files, staged changeset against `previous` (a committed VersionRecord or None) and
     marker, as a dedup run leaves them before its commit. sessions: {session_id: (end minute, count)}
     (tests/icebergkit.py's version_with)."""
     import dataclasses
-    from datetime import date, datetime, timedelta, timezone
+    from datetime import timedelta
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -145,7 +157,8 @@ def prepared_with_changes(lake: Lake, receipts: list[str], sessions: dict, previ
     from tests import icebergkit
 
     marker = icebergkit.prepared_run(lake, event_date, receipts, sessions=0)
-    start = datetime.combine(date.fromisoformat(event_date), datetime.min.time(), tzinfo=timezone.utc)
+    event_date = marker.event_date
+    start = datetime.combine(event_date, datetime.min.time(), tzinfo=timezone.utc)
     rows = [
         {
             "session_id": sid,
@@ -158,7 +171,7 @@ def prepared_with_changes(lake: Lake, receipts: list[str], sessions: dict, previ
             "events": [],
             "first_receipt_ts": min(receipts),
             "last_receipt_ts": min(receipts),
-            "event_date": date.fromisoformat(event_date),
+            "event_date": event_date,
         }
         for sid, (end, count) in sorted(sessions.items())
     ]

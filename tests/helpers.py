@@ -15,7 +15,8 @@ from collections import defaultdict
 from datetime import date, timedelta
 
 from tests import reference
-from tidemark.base import layout, polling
+from tidemark.base import polling
+from tidemark.base.layout import as_event_date
 from tidemark.base.logs import read_log_lines
 from tidemark.iceberg import reader
 from tidemark.notices import availability_notice
@@ -54,7 +55,7 @@ def log_lines(server) -> list[dict]:
 def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> set[tuple]:
     """The sessions of the date's current deduplicated version (empty when it has none yet)."""
     try:
-        table = reader.read_sessions(lake, event_date)
+        table = reader.read_sessions(lake, as_event_date(event_date))
     except reader.NoVersion:
         return set()
     return {
@@ -66,7 +67,7 @@ def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> s
 
 def session_set(sessions, event_date: date | str, with_count: bool = False) -> set[tuple]:
     """Reference sessions (tidemark.demo.batch_reference.Session) of one date, as lake_session_set gives them."""
-    wanted = layout.as_event_date(event_date)  # a Session's event_date is a date
+    wanted = as_event_date(event_date)  # a Session's event_date is a date
     return {
         (s.user_id, s.session_start, s.session_end, s.event_ids)
         + ((s.event_count, s.event_type_count) if with_count else ())

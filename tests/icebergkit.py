@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
+from tidemark.base import layout
 from tidemark.base.times import now_iso_z
 from tidemark.iceberg import commits, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
@@ -24,15 +25,17 @@ T0 = datetime(2026, 3, 10, tzinfo=timezone.utc)
 
 
 def prepared_run(
-    lake: Lake, event_date: str, receipts: list[str], sessions: int = 1, affected_dates: list[str] | None = None
+    lake: Lake, event_date: date | str, receipts: list[str], sessions: int = 1, affected_dates: list[str] | None = None
 ) -> VersionRecord:
-    """A run's files and marker (not committed). receipts: receipt_ts values of event_date."""
+    """A run's files and marker (not committed). receipts: receipt_ts values of event_date (a date, or its text)."""
+    day = layout.as_event_date(event_date)
+    text = layout.event_date_text(day)
     run_id = run_markers.new_run_id()
-    folder = lake.run_dir(event_date, run_id)
+    folder = lake.run_dir(day, run_id)
     os.makedirs(folder)
     names = []
     if sessions:
-        start = datetime.combine(date.fromisoformat(event_date), datetime.min.time(), tzinfo=timezone.utc)
+        start = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
         rows = [
             {
                 "session_id": f"{run_id[:8]}{i:024d}",
@@ -51,7 +54,7 @@ def prepared_run(
                 ],
                 "first_receipt_ts": min(receipts),
                 "last_receipt_ts": max(receipts),
-                "event_date": date.fromisoformat(event_date),
+                "event_date": day,
             }
             for i in range(sessions)
         ]
@@ -60,15 +63,15 @@ def prepared_run(
     # the keys of an older tidemark's marker: no reach (so no version built here counts as covering
     # a plan), no context, no rules id (rules compared by gap)
     marker = VersionRecord.holding(
-        event_date=date.fromisoformat(event_date),
+        event_date=day,
         run_id=run_id,
         files=tuple(names),
         sessions=sessions,
-        receipts=tuple(sorted(f"{event_date}/{r}" for r in receipts)),
+        receipts=tuple(sorted(f"{text}/{r}" for r in receipts)),
         max_receipt_ts=max(receipts),
         receipts_read=len(receipts),
         rows_read=sessions,
-        hi=event_date,
+        hi=text,
         gap="30m",
         affected_dates=tuple(affected_dates or []),
         created_at=T0.isoformat().replace("+00:00", "Z"),
@@ -82,7 +85,7 @@ def with_fields(marker: VersionRecord, **changes) -> VersionRecord:
     return dataclasses.replace(marker, **changes, absent=marker.absent - set(changes))
 
 
-def publish_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> commits.Outcome:
+def publish_run(lake: Lake, event_date: date | str, receipts: list[str], sessions: int = 1) -> commits.Outcome:
     return commits.commit(lake, prepared_run(lake, event_date, receipts, sessions))
 
 
@@ -94,7 +97,7 @@ def commit_recording(lake: Lake, marker: VersionRecord) -> commits.Outcome:
     return outcome
 
 
-def publish_recorded_run(lake: Lake, event_date: str, receipts: list[str], sessions: int = 1) -> commits.Outcome:
+def publish_recorded_run(lake: Lake, event_date: date | str, receipts: list[str], sessions: int = 1) -> commits.Outcome:
     """publish_run, with the corrected notice recorded after the commit as tidemark.deduplication.dedup does."""
     return commit_recording(lake, prepared_run(lake, event_date, receipts, sessions))
 
@@ -104,12 +107,12 @@ def version_with(
     receipts: list[str],
     sessions: dict[str, tuple[int, int]],
     affected: list[str] | None = None,
-    event_date: str = "2026-03-10",
+    event_date: date | str = "2026-03-10",
 ) -> VersionRecord:
     """A committed (and recorded) version whose sessions are {session_id: (end minute, event_count)},
     all starting at midnight of event_date; returns the new current version."""
     marker = prepared_run(lake, event_date, receipts, sessions=0, affected_dates=affected)
-    start = datetime.combine(date.fromisoformat(event_date), datetime.min.time(), tzinfo=timezone.utc)
+    start = datetime.combine(marker.event_date, datetime.min.time(), tzinfo=timezone.utc)
     rows = [
         {
             "session_id": sid,
@@ -121,13 +124,13 @@ def version_with(
             "events": [],
             "first_receipt_ts": min(receipts),
             "last_receipt_ts": max(receipts),
-            "event_date": date.fromisoformat(event_date),
+            "event_date": marker.event_date,
         }
         for sid, (end, count) in sorted(sessions.items())
     ]
     files: tuple[str, ...] = ()
     if rows:  # a version without sessions has no data file, as the dedup writes it
-        folder = lake.run_dir(event_date, marker.run_id)
+        folder = lake.run_dir(marker.event_date, marker.run_id)
         # with Spark's Arrow types (string, not pyiceberg's large_string), as the dedup writes them
         table = pa.Table.from_pylist(rows, schema=_spark_types(iceberg.schema().as_arrow()))
         pq.write_table(table, f"{folder}/part-00000.parquet")
@@ -162,9 +165,9 @@ def older_layout_commit(lake: Lake, marker: VersionRecord) -> VersionRecord:
     own overwrite: a date's replaced files stay in a manifest of deletes). No check of what the
     current version holds: the caller commits versions in order.
     """
-    event_date = marker.event_date_text
+    event_date = marker.event_date
     tbl = iceberg.load(lake, create=True)
-    key = table_versions.CURRENT_PREFIX + event_date
+    key = table_versions.CURRENT_PREFIX + marker.event_date_text
     previous = Commit.from_json(json.loads(tbl.properties[key])).version if key in tbl.properties else None
     version = marker.max_receipt_ts
     assert version is not None

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from bench import iceberg_commit
+from tidemark.base.layout import as_event_date
 from tidemark.iceberg import reader, table_versions
 from tidemark.store.lake import Lake
 
@@ -31,5 +32,5 @@ def test_iceberg_commit_bench_runs_and_commits_every_version(tmp_path, capsys, m
     assert len(dates) == 4
     for day in dates:
         # history 2 -> versions 0 and 1, then 'replace' (2) and the concurrent round (3)
-        assert table_versions.current_version(lake, day).version == iceberg_commit.receipts_for(3)[-1]
-        assert reader.read_sessions(lake, day).num_rows == 5
+        assert table_versions.current_version(lake, as_event_date(day)).version == iceberg_commit.receipts_for(3)[-1]
+        assert reader.read_sessions(lake, as_event_date(day)).num_rows == 5

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench import iceberg_history
+from tidemark.base.layout import as_event_date
 from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
 
@@ -33,7 +34,7 @@ def test_history_bench_builds_gc_d_tables_and_counts_pyiceberg_io(tmp_path, monk
     lake = iceberg_history.counted_lake(root)
     assert isinstance(iceberg.load(lake).io, iceberg_history.CountingFileIO)
     newest = table_versions.dates_with_version(lake)[-1]
-    assert newest == iceberg_history._day(9)
+    assert newest == as_event_date(iceberg_history._day(9))
 
 
 def test_loading_the_table_reads_its_metadata_file_once(tmp_path):

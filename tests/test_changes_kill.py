@@ -9,18 +9,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import date
 
 import pytest
 
 from tests import changeskit
 from tests.icebergkit import commit_recording, receipt
+from tidemark.base import layout
 from tidemark.iceberg import changes, commits, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.notices import corrected_delivery
 from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-D = "2026-03-10"
+D = date(2026, 3, 10)
 
 # Where the child dies: (module, function, "before" or "after" it runs).
 POINTS = {
@@ -33,6 +35,7 @@ POINTS = {
 _CHILD = """
 import importlib, os, sys
 from tests.icebergkit import commit_recording
+from datetime import date
 from tidemark.iceberg import run_markers
 from tidemark.store.lake import Lake
 
@@ -53,7 +56,7 @@ def hooked(*args, **kwargs):
 
 setattr(target, name, hooked)
 lake = Lake.open(lake)
-commit_recording(lake, run_markers.read_marker(lake, "2026-03-10", run_id))
+commit_recording(lake, run_markers.read_marker(lake, date(2026, 3, 10), run_id))
 os._exit(0)
 """
 
@@ -155,7 +158,9 @@ def test_gc_keeps_every_changeset_and_each_snapshot_as_long_as_its_versions(tmp_
     ]
     removed = gc.gc(lake, timedelta(hours=2), now=later)
     expired = [r for r in removed if r.what == "changes snapshot"]
-    assert [(r.event_date, r.version) for r in expired] == [(D, v1.version)]  # as its sessions snapshot
+    assert [(layout.as_event_date(r.event_date), r.version) for r in expired] == [
+        (D, v1.version)
+    ]  # as its sessions snapshot
     assert not os.path.exists(orphan)
     # every changeset's rows stay; the current version's snapshot stays for its notice
     assert set(changeskit.changes_of(lake, D)) == {v1.version, v2.version}

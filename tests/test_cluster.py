@@ -198,7 +198,7 @@ def canonical_sessions(lake: Lake, event_date: str) -> list[tuple]:
             r["event_count"],
             tuple(sorted(r["event_ids"])),
         )
-        for r in reader.read_sessions(lake, event_date).to_pylist()
+        for r in reader.read_sessions(lake, layout.as_event_date(event_date)).to_pylist()
     )
 
 

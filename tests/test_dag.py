@@ -264,7 +264,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     server = airflow_home
     event_date = "2026-03-06"
     dags_test(server, event_date, "first")
-    pointer = reader.current_version(lake, event_date)
+    pointer = reader.current_version(lake, as_event_date(event_date))
     assert pointer
     assert pointer.version
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
@@ -317,7 +317,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert "skipping the Spark dedup" in proc.stdout + proc.stderr
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, event_date) == []
-    again = reader.current_version(lake, event_date)
+    again = reader.current_version(lake, as_event_date(event_date))
     assert again.version == pointer.version
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)
     assert (
@@ -355,7 +355,7 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     assert states["emit_asset_events"] == "success", states
     assert states["notify_corrected"] == "success", states
     assert states["owed_reruns"] == "success", states
-    pointer = reader.current_version(lake, event_date)
+    pointer = reader.current_version(lake, as_event_date(event_date))
     box = corrected_delivery.outbox(lake)
     assert [(e["notice"]["event_date"], e["notice"]["version"]) for e in box.owed("airflow")] == [
         (event_date, pointer.version)

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.lakekit import SimulatedStream
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication import buckets, dedup
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader, run_markers, table_versions
@@ -47,7 +48,7 @@ def _late(users: list[str], tag: str) -> list[tuple]:
 
 
 def _rows(lake: Lake, as_of: str | None = None) -> list[dict]:
-    table = reader.read_sessions(lake, D, as_of=as_of)
+    table = reader.read_sessions(lake, as_event_date(D), as_of=as_of)
     return sorted(table.to_pylist(), key=lambda r: (r["user_id"], r["session_start"]))
 
 
@@ -115,7 +116,7 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     first = _dedup_both(lakes, spark)
     assert first["mode"] == "full"
     assert first["sessions"] == 80
-    v1 = table_versions.current_version(lakes["incremental"], D)
+    v1 = table_versions.current_version(lakes["incremental"], as_event_date(D))
     assert v1.buckets == 8
     assert not v1.carried
     files = _data(_changed(lakes["incremental"])[0])
@@ -131,7 +132,7 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     assert [buckets.of_path(f) for f in _data(added)] == [bucket]
     assert [buckets.of_path(f) for f in _data(deleted)] == [bucket]
     assert len(added) == len(deleted) == 2  # and one version file each
-    v2 = table_versions.current_version(lakes["incremental"], D)
+    v2 = table_versions.current_version(lakes["incremental"], as_event_date(D))
     assert len(v2.files) == 1
     assert len(v2.carried) == 7
     assert v2.buckets == 8
@@ -150,7 +151,7 @@ def test_a_correction_rewrites_only_the_buckets_of_its_users(spark, tmp_path, sm
     added, deleted = _changed(lakes["incremental"])
     touched = _bucket_of(spark, ten, 8)
     assert {buckets.of_path(f) for f in _data(added)} == touched == {buckets.of_path(f) for f in _data(deleted)}
-    v3 = table_versions.current_version(lakes["incremental"], D)
+    v3 = table_versions.current_version(lakes["incremental"], as_event_date(D))
     assert len(v3.files) == len(touched)
     assert len(v3.carried) == 8 - len(touched)
     # every reader of the table sees each session once
@@ -174,7 +175,7 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
         )
         before.setattr(run_markers, "write_marker", _write_marker_before_buckets)
         _dedup_both(lakes, spark)
-    v1 = table_versions.current_version(lake, D)
+    v1 = table_versions.current_version(lake, as_event_date(D))
     assert v1.buckets is None
     assert not v1.records("buckets")
     assert len(v1.files) == 1
@@ -184,7 +185,7 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
     # The next correction rewrites the date whole, into buckets.
     _deliver(streams, _late(["u03"], "a"))
     assert _dedup_both(lakes, spark)["mode"] == "incremental"
-    v2 = table_versions.current_version(lake, D)
+    v2 = table_versions.current_version(lake, as_event_date(D))
     assert v2.buckets == 8
     assert len(v2.files) == 8
     assert not v2.carried
@@ -205,7 +206,7 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
     assert _rows(lake, as_of=v2.version) == rows_v2
     # pyiceberg alone and DuckDB over its scan read the current version exactly.
     tbl = iceberg.load(lake)
-    scan = tbl.scan(row_filter=iceberg.date_filter(D))
+    scan = tbl.scan(row_filter=iceberg.date_filter(as_event_date(D)))
     assert scan.to_arrow().num_rows == 80
     con = scan.to_duckdb(table_name="sessions")
     got = con.execute("SELECT user_id, count(*), sum(event_count) FROM sessions GROUP BY user_id ORDER BY 1").fetchall()
@@ -215,7 +216,10 @@ def test_a_date_written_before_buckets_is_laid_out_anew_and_time_travels_across(
         want[r["user_id"]] = (n + 1, events + r["event_count"])
     assert got == [(u, n, e) for u, (n, e) in sorted(want.items())]
     # DuckDB at the first version's snapshot: the layout before buckets
-    old = tbl.scan(row_filter=iceberg.date_filter(D), snapshot_id=table_versions.list_versions(lake, D)[0].snapshot_id)
+    old = tbl.scan(
+        row_filter=iceberg.date_filter(as_event_date(D)),
+        snapshot_id=table_versions.list_versions(lake, as_event_date(D))[0].snapshot_id,
+    )
     assert old.to_duckdb(table_name="old").execute("SELECT count(*) FROM old").fetchone() == (80,)
 
 
@@ -231,10 +235,10 @@ def test_gc_removes_the_replaced_bucket_files_and_keeps_the_carried_ones(spark, 
     stream = SimulatedStream(lake, 3)
     stream.batch(_day(), mode=0.5)
     run_dedup(lake, D, RULES, spark=spark)
-    v1 = table_versions.current_version(lake, D)
+    v1 = table_versions.current_version(lake, as_event_date(D))
     stream.batch(_late(["u11"], "a"), mode=0.5)
     run_dedup(lake, D, RULES, spark=spark)
-    v2 = table_versions.current_version(lake, D)
+    v2 = table_versions.current_version(lake, as_event_date(D))
     before = _rows(lake)
     (replaced,) = [f for f in v1.files if f"run={v1.run_id}/{f}" not in v2.carried]
 

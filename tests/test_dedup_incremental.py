@@ -19,7 +19,7 @@ import pytest
 
 from tests import reference
 from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
-from tidemark.base import layout
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication import buckets, incremental
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
@@ -56,7 +56,7 @@ def converge(lake, spark, dates, rules, full) -> list[dict]:
 
 def rows(lake: Lake, event_date: str) -> list[dict]:
     try:
-        table = reader.read_sessions(lake, event_date)
+        table = reader.read_sessions(lake, as_event_date(event_date))
     except reader.NoVersion:
         return []
     return sorted(table.to_pylist(), key=lambda r: (r["user_id"], r["session_start"]))
@@ -67,7 +67,7 @@ def expected(events, event_date: str, gap: timedelta) -> set[tuple]:
     return {
         (s.user_id, s.session_start, s.session_end, s.event_ids, s.event_count, s.event_type_count)
         for s in ref
-        if s.event_date == layout.as_event_date(event_date)
+        if s.event_date == as_event_date(event_date)
     }
 
 
@@ -273,7 +273,7 @@ def check_counts(lake: Lake, event_date: str) -> None:
 
     from tidemark.iceberg import table_versions
 
-    version = table_versions.current_version(lake, event_date)
+    version = table_versions.current_version(lake, as_event_date(event_date))
     if version is None:
         return
     assert int(version.sessions) == len(rows(lake, event_date)), (event_date, version)
@@ -285,4 +285,4 @@ def check_counts(lake: Lake, event_date: str) -> None:
 def planning_context_rows(lake: Lake, event_date: str) -> int:
     from tidemark.iceberg import table_versions
 
-    return int(table_versions.current_version(lake, event_date).context_rows)
+    return int(table_versions.current_version(lake, as_event_date(event_date)).context_rows)

@@ -17,6 +17,7 @@ import pytest
 
 from tests.lakekit import DAY0, RULES, SimulatedStream, expected, published
 from tidemark import cli
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication.dedup import run_dedup, up_to_date
 from tidemark.iceberg import table_versions
 from tidemark.orchestration import reconcile
@@ -72,7 +73,7 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     lake, stream, events = _lake(tmp_path)
     first = run_dedup(lake, D, RULES, spark=spark)
     assert first.published
-    version = table_versions.current_version(lake, D)
+    version = table_versions.current_version(lake, as_event_date(D))
     assert version is not None
     assert version.planned_through == receipt_index.head(lake)
 
@@ -90,7 +91,7 @@ def test_a_partition_written_under_the_planned_through_receipt_ts_is_deduplicate
     result = run_dedup(lake, D, RULES, spark=spark, full=full)
     assert result.published, result
     assert not result.noop, result
-    assert key in table_versions.current_version(lake, D).receipts
+    assert key in table_versions.current_version(lake, as_event_date(D)).receipts
     assert published(lake, D) == expected(events + late, D)
     assert reconcile.staleness(lake, event_dates=[DAY0.date()]) == []
     assert _partitions_pending(lake, capsys) == []
@@ -117,11 +118,11 @@ def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_pat
     assert same.mode == "full"
     assert same.full_reason == "--full"
     assert same.version == first.version
-    assert table_versions.current_version(lake, D).version == first.version
+    assert table_versions.current_version(lake, as_event_date(D)).version == first.version
 
     # a receipt partition's panes replaced under the same key (not something the stream does): only
     # a full run can see it; it publishes the other result as a new version
-    key = next(k for k in table_versions.current_version(lake, D).receipts if k.startswith(D))
+    key = next(k for k in table_versions.current_version(lake, as_event_date(D)).receipts if k.startswith(D))
     folder = lake.receipt_dir(D, key.split("/", 1)[1])
     table = pq.read_table(os.path.join(folder, "part-00000.parquet"))
     rows = table.to_pylist()
@@ -132,7 +133,7 @@ def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_pat
     replaced = run_dedup(lake, D, RULES, spark=spark, full=True)
     assert replaced.published, replaced
     assert not replaced.noop, replaced
-    current = table_versions.current_version(lake, D)
+    current = table_versions.current_version(lake, as_event_date(D))
     assert current.version > first.version
     assert current.previous_version == first.version
     assert "z" in {s[0] for s in published(lake, D)}

@@ -19,6 +19,7 @@ from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.lakekit import RULES, SimulatedStream, arrivals, expected, published
 from tests.streamkit import event, land
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader, table_versions
 from tidemark.orchestration import obligations
@@ -80,7 +81,7 @@ def test_fragment_two_dates_after_a_three_date_session_reaches_its_start_date(sp
     stream.batch(kiosk, mode=0.5)  # accumulating panes: all under D6, the session's start
     converge(lake, spark, {D6})
     check(lake, kiosk, [D6, D7, D8])
-    v6 = reader.current_version(lake, D6)
+    v6 = reader.current_version(lake, as_event_date(D6))
     assert v6.reach.startswith(f"{D8}T02:00")
     assert v6.hi >= D8
 
@@ -241,4 +242,4 @@ def test_real_stream_four_date_session_and_a_too_late_fragment_three_dates_later
         assert real_sessions(lake, day) == reference_sessions(landing, day), day
     (session,) = [s for s in real_sessions(lake, D6) if s[0] == "k"]
     assert {"late1", "late2"} <= session[3]
-    assert table_versions.current_version(lake, D6).reach.startswith(f"{D9}T02:40")
+    assert table_versions.current_version(lake, as_event_date(D6)).reach.startswith(f"{D9}T02:40")

@@ -73,11 +73,11 @@ def test_four_dates_commit_at_once_from_four_processes_and_none_is_lost(tmp_path
         }
         results = {day: future.result(timeout=300) for day, future in futures.items()}
     assert all(committed for committed, _, _ in results.values())
-    assert table_versions.dates_with_version(lake) == days
+    assert table_versions.dates_with_version(lake) == [layout.as_event_date(d) for d in days]
     for day, (_, run_id, version) in results.items():
-        current = table_versions.current_version(lake, day)
+        current = table_versions.current_version(lake, layout.as_event_date(day))
         assert (current.run_id, current.version) == (run_id, version) == (run_id, icebergkit.receipt(2))
-        assert reader.read_sessions(lake, day).num_rows == 1
+        assert reader.read_sessions(lake, layout.as_event_date(day)).num_rows == 1
     tbl = iceberg.load(lake)
     assert sorted(props["tidemark.event-date"] for _, props in table_versions.snapshot_versions(tbl)) == days
     assert tbl.scan().to_arrow().num_rows == 4
@@ -106,12 +106,12 @@ def test_two_publishes_of_one_date_the_more_complete_wins_in_any_order(tmp_path,
         first, second = (complete, partial) if order == "complete first" else (partial, complete)
         assert commits.commit(lake, first).committed
         assert commits.commit(lake, second).committed == (second is complete)
-    current = table_versions.current_version(lake, day)
+    current = table_versions.current_version(lake, layout.as_event_date(day))
     assert current.run_id == complete.run_id
     assert current.version == icebergkit.receipt(3)
-    assert reader.read_sessions(lake, day).num_rows == 3
+    assert reader.read_sessions(lake, layout.as_event_date(day)).num_rows == 3
     # Every version id of the date is unique and grows with what it includes.
-    ids = [v.version for v in table_versions.list_versions(lake, day)]
+    ids = [v.version for v in table_versions.list_versions(lake, layout.as_event_date(day))]
     assert ids == sorted(set(ids))
 
 
@@ -121,7 +121,7 @@ def test_a_run_missing_receipts_the_current_version_has_is_refused_and_must_repl
     other = icebergkit.prepared_run(lake, day, [icebergkit.receipt(1), icebergkit.receipt(2)])
     with pytest.raises(commits.Superseded, match="1 receipt partition"):
         commits.commit(lake, other)
-    assert table_versions.current_version(lake, day).version == icebergkit.receipt(3)
+    assert table_versions.current_version(lake, layout.as_event_date(day)).version == icebergkit.receipt(3)
     # Same highest receipt, more receipts: a later id (+1 ms), never the same one.
     fuller = icebergkit.prepared_run(lake, day, [icebergkit.receipt(h) for h in (1, 2, 3)])
     assert commits.commit(lake, fuller).current.version == "20260310T030000001Z"
@@ -134,7 +134,9 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     first = run_dedup(lake, day, RULES, spark=spark)
     assert first.published
     assert not first.noop
-    assert first.version == max(k.split("/")[1] for k in table_versions.current_version(lake, day).receipts)
+    assert first.version == max(
+        k.split("/")[1] for k in table_versions.current_version(lake, layout.as_event_date(day)).receipts
+    )
     # Where the time went, phase by phase, adding up to the run's seconds (the profile's source).
     assert list(first.phases) == ["plan", "spark", "compute", "write", "commit", "changes", "notice"]
     assert all(s >= 0 for s in first.phases.values())
@@ -158,7 +160,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
 
 
 def first_run(lake, day):
-    return table_versions.current_version(lake, day).run_id
+    return table_versions.current_version(lake, layout.as_event_date(day)).run_id
 
 
 def _killed_before_commit(real):
@@ -207,14 +209,14 @@ def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(s
     with pytest.raises(KeyboardInterrupt):
         run_dedup(lake, day, RULES, spark=spark)
     monkeypatch.undo()
-    current = table_versions.current_version(lake, day)
+    current = table_versions.current_version(lake, layout.as_event_date(day))
     if when == "after":
         assert current.version > v1.version
         assert published(lake, day) == expected(events, day)
     else:
         assert current.version == v1.version
         assert published(lake, day) == expected(seen, day)
-    assert reader.read_sessions(lake, day).num_rows == current.sessions  # whole, whichever it is
+    assert reader.read_sessions(lake, layout.as_event_date(day)).num_rows == current.sessions  # whole, whichever it is
 
     rerun = run_dedup(lake, day, RULES, spark=spark)
     assert rerun.noop == (when == "after")
@@ -224,7 +226,7 @@ def test_killed_around_the_commit_then_rerun_ends_equal_to_the_batch_reference(s
         for d in receipts.list_event_dates(lake)
         for p in [receipts.read_marker(lake, d, ts) for ts in receipts.list_receipts(lake, d)]
     }
-    assert set(table_versions.current_version(lake, day).receipts) <= complete
+    assert set(table_versions.current_version(lake, layout.as_event_date(day)).receipts) <= complete
 
 
 @pytest.mark.spark
@@ -270,7 +272,7 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
         ("u1", "c", t(0, 10, 7), "play"),
         ("u2", "x", t(10, 0), "play"),
     ]
-    current = table_versions.current_version(lake, "2026-03-06")
+    current = table_versions.current_version(lake, layout.as_event_date("2026-03-06"))
     assert f"2026-03-07/{written[0].receipt_ts}" in current.receipts
     assert published(lake, "2026-03-06") == expected(events, "2026-03-06")
     assert not results["b"].published
@@ -305,9 +307,9 @@ def test_process_killed_mid_run_leaves_previous_version_readable(spark, tmp_path
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-    pointer = table_versions.current_version(lake, day)
+    pointer = table_versions.current_version(lake, layout.as_event_date(day))
     assert pointer.version >= v1.version
-    current = reader.read_sessions(lake, day)  # whichever it is, it is whole
+    current = reader.read_sessions(lake, layout.as_event_date(day))  # whichever it is, it is whole
     assert current.num_rows == pointer.sessions
     run_dedup(lake, day, RULES, spark=spark)
     assert published(lake, day) == expected(events, day)
@@ -331,11 +333,11 @@ def test_concurrent_runs_of_one_date_both_succeed_and_agree(spark, tmp_path):
     for t in threads:
         t.join()
     assert not errors
-    pointer = table_versions.current_version(lake, day)
+    pointer = table_versions.current_version(lake, layout.as_event_date(day))
     assert {r.version for r in results} == {pointer.version}
     assert sorted(r.published for r in results) == [False, True]  # one commit, one no-op
     assert published(lake, day) == expected(events, day)
-    assert [v.version for v in table_versions.list_versions(lake, day)] == [pointer.version]
+    assert [v.version for v in table_versions.list_versions(lake, layout.as_event_date(day))] == [pointer.version]
 
 
 @pytest.mark.spark
@@ -383,7 +385,7 @@ def test_dedup_command_prints_one_json_result_line(spark, tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1
     result = json.loads(lines[0])
-    pointer = table_versions.current_version(lake, day)
+    pointer = table_versions.current_version(lake, layout.as_event_date(day))
     assert set(result) >= {
         "event_date",
         "version",

@@ -17,6 +17,7 @@ from streaming_job.batch import BatchProcessor
 from tests import reference
 from tests.helpers import lake_session_set, session_set
 from tests.streamkit import event, panes
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication.dedup import run_dedup, up_to_date
 from tidemark.iceberg import table_versions
 from tidemark.ingest.contract import InputRules
@@ -59,7 +60,7 @@ def test_a_replay_with_other_verdicts_after_the_head_is_published_by_the_next_de
 
     version = run_dedup(lake, T, RULES, spark=spark)
     assert version.published
-    assert table_versions.current_version(lake, T).planned_through == head
+    assert table_versions.current_version(lake, as_event_date(T)).planned_through == head
 
     # the restart with --max-clock-skew 3h replays batch 1 (same receipt time, same batch id)
     replay = BatchProcessor(lake, checkpoint, RULES, input_rules=InputRules(max_clock_skew=timedelta(hours=3)))

@@ -13,6 +13,7 @@ from streaming_job.job import StreamConfig, run_stream
 from tests import reference
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.demo import generate
 from tidemark.iceberg import reader
@@ -110,7 +111,7 @@ def test_crafted_late_bridging_and_midnight_cases(spark, tmp_path):
     assert len(b_sessions[0][3]) == 7
     assert {s[0] for s in sessions(lake, D0)} == {"a", "b", "c"}  # c moved to the day before
     assert sessions(lake, D1) == set()
-    assert reader.current_version(lake, D1).sessions == 0
+    assert reader.current_version(lake, as_event_date(D1)).sessions == 0
     assert {s[0] for s in sessions(lake, D2)} == {"y", "z"}
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.reference import sessions_of_landing
-from tidemark.base import layout
+from tidemark.base.layout import as_event_date
 from tidemark.devstack.stack import Stack, port_states
 from tidemark.iceberg import reader
 from tidemark.panes import receipts
@@ -78,13 +78,13 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
         for event_date in dates:
             got = {
                 _key(r["user_id"], r["session_start"], r["session_end"], r["event_count"])
-                for r in reader.to_records(reader.read_sessions(lake, event_date))
+                for r in reader.to_records(reader.read_sessions(lake, as_event_date(event_date)))
             }
             assert got == expected.get(event_date, set()), event_date
 
         data = json.loads(Path(os.path.join(stack.home, "report", "report.json")).read_text())
         assert data["ok"]
-        assert {layout.as_event_date(c["event_date"]) for c in data["checks"]} == set(dates)
+        assert {as_event_date(c["event_date"]) for c in data["checks"]} == set(dates)
         assert any(len(versions) > 1 for versions in data["versions"].values()), "no date was ever corrected"
         assert any(r["late"] for r in data["receipts"]), "no late receipt partition"
         assert all(r["version"] for r in data["receipts"])

@@ -74,7 +74,7 @@ def test_event_ids_repeat_an_id_per_event_and_first_receipt_is_the_earliest_arri
     )
     stream.batch([("u", "e1", T, "view")], mode=0.0)
     run_dedup(lake, "2026-03-07", spark=spark)
-    (row,) = reader.to_records(reader.read_sessions(lake, "2026-03-07"))
+    (row,) = reader.to_records(reader.read_sessions(lake, layout.as_event_date("2026-03-07")))
     # One id at two timestamps is two events: the id appears once per event.
     assert row["event_ids"] == ["e1", "e1", "e2"]
     assert row["event_count"] == 3

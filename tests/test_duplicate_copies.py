@@ -19,7 +19,7 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests import reference
 from tests.streamkit import land
-from tidemark.base import layout
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
 from tidemark.ingest import contract
@@ -60,7 +60,7 @@ def micros(moment: datetime) -> int:
 
 
 def published(lake) -> tuple[set, set]:
-    table = reader.read_sessions(lake, D)
+    table = reader.read_sessions(lake, as_event_date(D))
     sessions, events = set(), set()
     for row in table.to_pylist():
         sessions.add(
@@ -95,7 +95,7 @@ def expected(landing) -> tuple[set, set]:
             s.event_count,
         )
         for s in reference.sessions_of_landing(landing, RULES.gap)
-        if s.event_date == layout.as_event_date(D)
+        if s.event_date == as_event_date(D)
     }
     return sessions, events
 

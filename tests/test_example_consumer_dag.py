@@ -25,6 +25,7 @@ from tests.helpers import dag_run_finished as finished
 from tests.helpers import wait_for
 from tests.lakekit import GAP, RULES, SimulatedStream
 from tidemark.base import layout, names
+from tidemark.base.layout import as_event_date
 from tidemark.demo import batch_reference
 from tidemark.devstack.airflow import AirflowServer
 from tidemark.devstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
@@ -68,10 +69,10 @@ def reference_metrics(events: list[tuple], event_date: str = D7) -> dict:
     sessions = [
         s
         for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP)
-        if s.event_date == layout.as_event_date(event_date)
+        if s.event_date == as_event_date(event_date)
     ]
     row = session_metrics.from_sessions(
-        event_date, None, [(s.user_id, s.session_start, s.session_end) for s in sessions]
+        as_event_date(event_date), None, [(s.user_id, s.session_start, s.session_end) for s in sessions]
     )
     return {k: v for k, v in row.items() if k != "version"}
 
@@ -161,7 +162,7 @@ def corrected_messages(host: str, versions: set[str]) -> list[dict]:
 
 
 def metrics_without_version(out: str) -> dict:
-    return {k: v for k, v in session_metrics.read(out, D7).items() if k != "version"}
+    return {k: v for k, v in session_metrics.read(out, as_event_date(D7)).items() if k != "version"}
 
 
 def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_through_the_asset_event(stack, emulator):
@@ -173,14 +174,14 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
     assert finished(client, DAG_ID, "first") == "success"
     first_consumer = next_consumer_run(client, set())
     assert metrics_without_version(out) == reference_metrics(ON_TIME)
-    v1 = session_metrics.read(out, D7)["version"]
+    v1 = session_metrics.read(out, as_event_date(D7))["version"]
 
     # A late correction of the same date, days later.
     stack["stream"].batch(LATE, mode=0.5)
     assert client.trigger_dag_run(DAG_ID, "late", {"event_date": D7})
     assert finished(client, DAG_ID, "late") == "success"
     second_consumer = next_consumer_run(client, {first_consumer})
-    v2 = session_metrics.read(out, D7)["version"]
+    v2 = session_metrics.read(out, as_event_date(D7))["version"]
     assert v2 > v1
     expected = reference_metrics(ON_TIME + LATE)
     assert metrics_without_version(out) == expected
@@ -198,10 +199,10 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
     assert {e["extra"]["notice_id"] for e in events} == {n["notice_id"] for n in notices}
 
     # Rerun from the UI for the date, and a cleared task: the same metrics, nothing else changes.
-    before = session_metrics.read(out, D7)
+    before = session_metrics.read(out, as_event_date(D7))
     assert client.trigger_dag_run(CONSUMER, "manual_rerun", {"event_date": D7})
     assert finished(client, CONSUMER, "manual_rerun") == "success"
-    assert session_metrics.read(out, D7) == before
+    assert session_metrics.read(out, as_event_date(D7)) == before
     tries = {ti["task_id"]: ti["try_number"] for ti in client.task_instances(CONSUMER, second_consumer)}
     client._request(
         "POST",
@@ -216,7 +217,7 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
         600,
         "the cleared tasks to run again",
     )
-    assert session_metrics.read(out, D7) == before
+    assert session_metrics.read(out, as_event_date(D7)) == before
     assert pull_all(PROJECT, "corrected-all", host=emulator.host) == []  # the consumer sends nothing
 
 
@@ -267,7 +268,7 @@ def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tm
     (run,) = consumer_runs_of(client, D5)
     assert run["run_type"] == "asset_triggered"
     assert finished(client, CONSUMER, run["dag_run_id"]) == "success"
-    got = {k: v for k, v in session_metrics.read(out, D5).items() if k != "version"}
+    got = {k: v for k, v in session_metrics.read(out, as_event_date(D5)).items() if k != "version"}
     assert got == reference_metrics(HAND, D5)
 
     # Drained again, by the DAG and from the command line: nothing new.
@@ -350,7 +351,7 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
         wait_for(lambda day=day: consumer_runs_of(client, day), 600, f"the consumer run of {day}")
         (run,) = consumer_runs_of(client, day)
         assert finished(client, CONSUMER, run["dag_run_id"]) == "success"
-        got = {k: v for k, v in session_metrics.read(out, day).items() if k != "version"}
+        got = {k: v for k, v in session_metrics.read(out, as_event_date(day)).items() if k != "version"}
         assert got == reference_metrics(events, day), day
     assert sorted(e["partition_key"] for e in events_of(client) if e["partition_key"] in THREE) == THREE
     # The weekly example: one run for the week of the three dates (Monday 2026-03-09), on every
@@ -359,21 +360,21 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
     wait_for(
         lambda: any(r["state"] == "success" for r in consumer_runs_of(client, week, WEEKLY)), 600, "the weekly run"
     )
-    weekly = session_metrics.read_week(stack["weekly_out"], week)
+    weekly = session_metrics.read_week(stack["weekly_out"], as_event_date(week))
     sessions = [
         s
         for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP)
         if layout.event_date_text(s.event_date) in THREE
     ]
     expected = session_metrics.from_sessions(
-        week, None, [(s.user_id, s.session_start, s.session_end) for s in sessions]
+        as_event_date(week), None, [(s.user_id, s.session_start, s.session_end) for s in sessions]
     )
     assert {k: v for k, v in weekly.items() if k != "version"} == {k: v for k, v in expected.items() if k != "version"}
 
 
 def test_clearing_a_dates_partition_from_the_cli_reruns_it_with_the_same_result(stack):
     client, server, out, _lake = stack["client"], stack["server"], stack["out"], stack["lake"]
-    before = session_metrics.read(out, D7)
+    before = session_metrics.read(out, as_event_date(D7))
     tries = {
         r["dag_run_id"]: {ti["task_id"]: ti["try_number"] for ti in client.task_instances(CONSUMER, r["dag_run_id"])}
         for r in consumer_runs_of(client, D7)
@@ -390,7 +391,7 @@ def test_clearing_a_dates_partition_from_the_cli_reruns_it_with_the_same_result(
         600,
         "the cleared runs of the date to run again",
     )
-    assert session_metrics.read(out, D7) == before
+    assert session_metrics.read(out, as_event_date(D7)) == before
     # The producer's side: clearing the date's dedup runs reruns them as no-ops (nothing new to
     # include): the same version stays current and no asset event is emitted.
     version = before["version"]
@@ -408,4 +409,4 @@ def test_clearing_a_dates_partition_from_the_cli_reruns_it_with_the_same_result(
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, run_id)}
         assert states["dedup"] == "skipped", states
     assert len(events_of(client)) == events_before
-    assert session_metrics.read(out, D7)["version"] == version
+    assert session_metrics.read(out, as_event_date(D7))["version"] == version

@@ -17,6 +17,7 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 
 from tests.lakekit import SimulatedStream
+from tidemark.base.layout import as_event_date
 from tidemark.base.times import to_micros
 from tidemark.deduplication import rules_migration
 from tidemark.deduplication.dedup import run_dedup
@@ -84,7 +85,7 @@ def lake_sessions(spark, lake: Lake, dates):
     rows = []
     for event_date in dates:
         try:
-            table = reader.read_sessions(lake, event_date)
+            table = reader.read_sessions(lake, as_event_date(event_date))
         except reader.NoVersion:
             continue
         for row in table.to_pylist():

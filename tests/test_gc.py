@@ -12,6 +12,7 @@ import pytest
 
 from tests import icebergkit
 from tidemark import cli
+from tidemark.base.layout import as_event_date
 from tidemark.iceberg import reader, run_markers, table_versions
 from tidemark.ops import gc
 from tidemark.store.lake import Lake
@@ -66,17 +67,17 @@ def test_gc_expires_what_stopped_being_current_and_never_the_current_version(tmp
     # What is current stays readable: the date whose snapshot went, too.
     assert run_folders(lake, DAY) == [f"run={third.run_id}"]
     assert run_folders(lake, OTHER) == [f"run={other.run_id}"]
-    assert reader.read_sessions(lake, DAY).num_rows == 3
-    assert reader.read_sessions(lake, OTHER).num_rows == 2
-    assert table_versions.current_version(lake, OTHER).run_id == other.run_id
-    assert [v.version for v in table_versions.list_versions(lake, OTHER)] == [other.version]
+    assert reader.read_sessions(lake, as_event_date(DAY)).num_rows == 3
+    assert reader.read_sessions(lake, as_event_date(OTHER)).num_rows == 2
+    assert table_versions.current_version(lake, as_event_date(OTHER)).run_id == other.run_id
+    assert [v.version for v in table_versions.list_versions(lake, as_event_date(OTHER))] == [other.version]
     with pytest.raises(reader.NoVersion, match="garbage-collected"):
-        reader.resolve(lake, DAY, as_of=second.version)
+        reader.resolve(lake, as_event_date(DAY), as_of=second.version)
 
     # Much later, again: the current snapshot and files are never candidates.
     assert [r for r in gc.gc(lake, timedelta(hours=2), now=now_plus(days=400)) if r.what != "metadata"] == []
-    assert reader.read_sessions(lake, DAY).num_rows == 3
-    assert reader.read_sessions(lake, OTHER).num_rows == 2
+    assert reader.read_sessions(lake, as_event_date(DAY)).num_rows == 3
+    assert reader.read_sessions(lake, as_event_date(OTHER)).num_rows == 2
 
 
 def test_gc_leaves_young_leftovers_of_a_run_in_progress(tmp_path):
@@ -127,9 +128,9 @@ def test_gc_judges_a_version_by_when_it_stopped_being_current(spark, tmp_path, m
     assert v2.version > v1.version
 
     assert cli.main(["gc", "--lake", str(lake), "--retention", "2h"]) == 0
-    assert reader.resolve(lake, day, as_of=v1.version).version == v1.version
+    assert reader.resolve(lake, as_event_date(day), as_of=v1.version).version == v1.version
     seen = [e for batch in cut[:2] for e in batch]
-    table = reader.read_sessions(lake, day, as_of=v1.version)
+    table = reader.read_sessions(lake, as_event_date(day), as_of=v1.version)
     assert {
         (
             r["user_id"],

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tidemark.base.layout import as_event_date
 from tidemark.cli import main
 from tidemark.iceberg import table_versions
 from tidemark.notices import availability_notice
@@ -59,7 +60,7 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     first = dates[0]
     run_dedup(lake, first, spark=spark)
     after = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
-    pointer = table_versions.current_version(lake, first)
+    pointer = table_versions.current_version(lake, as_event_date(first))
     assert after[first]["version"] == pointer.version
     assert after[first]["pending"] == 0
     assert after[first]["lag_s"] == 0

@@ -358,7 +358,7 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
         run_dedup(lake, event_date, rules, spark=spark)
     for event_date in sorted(set(want) | set(receipts.list_event_dates(lake))):
         table = reader.read_sessions(
-            lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
+            lake, layout.as_event_date(event_date), columns=["user_id", "session_start", "session_end", "event_count"]
         )
         assert lake_keys(reader.to_records(table)) == want.get(event_date, set()), event_date
 
@@ -524,7 +524,7 @@ def _deduplicated(lake, spark) -> dict[str, set[tuple]]:
     for event_date in receipts.list_event_dates(lake):
         run_dedup(lake, event_date, rules, spark=spark)
         table = reader.read_sessions(
-            lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
+            lake, layout.as_event_date(event_date), columns=["user_id", "session_start", "session_end", "event_count"]
         )
         out[event_date] = lake_keys(reader.to_records(table))
     return out

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.base import layout
 from tidemark.cli import main as cli_main
 from tidemark.notices import availability_notice
 from tidemark.notices.cadence import CadencePolicy, PendingGroups
@@ -77,7 +78,7 @@ def test_docs_example_follows_the_schema():
     text = Path(os.path.join(ROOT, "docs", "notices.md")).read_text()
     example = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
     assert availability_notice.validate(example)["notice_id"] == availability_notice.notice_id(
-        example["dataset"], example["event_date"], example["receipt_ts_list"]
+        example["dataset"], layout.as_event_date(example["event_date"]), example["receipt_ts_list"]
     )
     # Every body field the docs' table names is a schema property, and the reverse.
     documented = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?", text, re.M))

@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import re
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ from tidemark.notices import corrected_delivery, corrected_notice
 from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-D = "2026-03-10"
+D = "2026-03-10"  # as notices and their JSON spell it
+DAY = date(2026, 3, 10)  # as the library takes it
 
 
 def owed(lake: Lake) -> list[dict]:
@@ -99,7 +101,7 @@ def test_a_version_after_or_before_an_empty_one_records_its_notice(tmp_path):
     assert removed["kind"] == "changed"
     assert (removed["sessions_added"], removed["sessions_removed"]) == (0, 1)
     # the DAG's notify task (the safety net) finds the current version's notice recorded
-    assert corrected_delivery.record_current(lake, D) is None
+    assert corrected_delivery.record_current(lake, DAY) is None
 
 
 def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
@@ -108,13 +110,13 @@ def test_a_version_recorded_again_writes_no_second_entry(tmp_path, monkeypatch):
     assert commit(lake, marker).committed
     # The commit retried after a lost answer (its version is current), the DAG's safety net, a rerun.
     assert commit(lake, copy.deepcopy(marker)).committed
-    assert corrected_delivery.record_current(lake, D) is None
+    assert corrected_delivery.record_current(lake, DAY) is None
     assert not commit(lake, prepared_run(lake, D, [receipt(1)])).committed  # nothing new: no version
     assert len(owed(lake)) == 1
     # After it was sent, too.
     box = corrected_delivery.outbox(lake)
     box.mark_sent(box.owed()[0], "m1", "2026-03-10T02:00:00.000Z")
-    assert corrected_delivery.record_current(lake, D) is None
+    assert corrected_delivery.record_current(lake, DAY) is None
     assert box.owed() == []
     assert len(box.sent()) == 1
 
@@ -128,10 +130,10 @@ def test_a_crash_between_the_commit_and_its_notice_is_healed_by_the_safety_net(t
     monkeypatch.setattr(corrected_delivery.Outbox, "record", crash)
     outcome = publish_run(lake, D, [receipt(1)], sessions=2)
     assert outcome.committed
-    assert table_versions.current_version(lake, D).version == outcome.current.version
+    assert table_versions.current_version(lake, DAY).version == outcome.current.version
     monkeypatch.undo()
     assert owed(lake) == []
-    body = corrected_delivery.record_current(lake, D)
+    body = corrected_delivery.record_current(lake, DAY)
     assert body["version"] == outcome.current.version
     assert body["rows"] == 2
     assert [n["notice_id"] for n in owed(lake)] == [body["notice_id"]]
@@ -141,14 +143,14 @@ def test_without_a_topic_notify_records_and_leaves_the_notice_owed(tmp_path, mon
     lake = Lake.open(tmp_path / "lake")
     monkeypatch.delenv("TIDEMARK_CORRECTED_TOPIC_PATH", raising=False)
     commits.commit(lake, prepared_run(lake, D, [receipt(1)]))  # a commit whose process died before the record
-    assert corrected_delivery.notify(lake, D) == {"recorded": True, "owed": 1, "topic": None}
-    assert corrected_delivery.notify(lake, D) == {"recorded": False, "owed": 1, "topic": None}
+    assert corrected_delivery.notify(lake, DAY) == {"recorded": True, "owed": 1, "topic": None}
+    assert corrected_delivery.notify(lake, DAY) == {"recorded": False, "owed": 1, "topic": None}
 
 
 def test_schema_refuses_what_a_consumer_could_not_trust():
     body = corrected_notice.build(
         "sessions",
-        D,
+        DAY,
         "20260310T020000000Z",
         "20260310T010000000Z",
         corrected_notice.change_of(
@@ -247,7 +249,7 @@ def test_an_entry_stays_owed_to_each_sink_until_that_sink_has_it(tmp_path):
     assert box.owed() == []
     assert box.owed("airflow") == [entry]
     assert os.path.exists(box.path("outbox", entry["notice"]["notice_id"]))
-    assert corrected_delivery.record_current(lake, D) is None  # still known: no second entry
+    assert corrected_delivery.record_current(lake, DAY) is None  # still known: no second entry
     box.mark_sent(entry, "17", "2026-03-10T00:00:01Z", sink="airflow")
     assert box.owed() == []
     assert box.owed("airflow") == []
@@ -314,7 +316,7 @@ def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_
     assert len(corrected_delivery.outbox(lake).owed("airflow")) == 1
     assert corrected_delivery.outbox(lake).sent("airflow") == []
     capsys.readouterr()
-    result = corrected_delivery.emit(lake, D, client, timeout=1)
+    result = corrected_delivery.emit(lake, DAY, client, timeout=1)
     assert result == {
         "recorded": False,
         "version": v1.version,
@@ -349,7 +351,7 @@ def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path
     assert box.owed("airflow") == []
     capsys.readouterr()
     began = time.monotonic()
-    result = corrected_delivery.emit(lake, D, airflow_api.for_tasks, timeout=60)
+    result = corrected_delivery.emit(lake, DAY, airflow_api.for_tasks, timeout=60)
     assert time.monotonic() - began < 30
     assert result == {
         "recorded": True,
@@ -366,7 +368,7 @@ def test_without_an_airflow_api_configured_the_entry_stays_owed_at_once(tmp_path
     # A connection that exists but is wrong is an operator's error to see, not "not configured".
     monkeypatch.setenv("AIRFLOW_BASE_URL", "ftp://nowhere")
     with pytest.raises(airflow_api.ConfigError, match="AIRFLOW_BASE_URL must be set"):
-        corrected_delivery.emit(lake, D, airflow_api.for_tasks)
+        corrected_delivery.emit(lake, DAY, airflow_api.for_tasks)
 
 
 class _RefusingAirflow:
@@ -422,7 +424,7 @@ def test_a_refused_asset_event_fails_the_task_at_once_and_stays_owed(tmp_path, c
     try:
         began = time.monotonic()
         with pytest.raises(AirflowRejected, match="HTTP 422"):
-            corrected_delivery.emit(lake, D, AirflowClient(refusing.url, "none"), timeout=60)
+            corrected_delivery.emit(lake, DAY, AirflowClient(refusing.url, "none"), timeout=60)
         assert time.monotonic() - began < 10  # not retried until the timeout: retrying cannot help
         assert len(refusing.posts) == 1
     finally:

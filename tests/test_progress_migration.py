@@ -12,6 +12,7 @@ import pytest
 
 from tests.lakekit import SimulatedStream, make_events
 from tidemark import cli
+from tidemark.base.layout import as_event_date
 from tidemark.base.logs import read_log_lines
 from tidemark.deduplication import dedup, rules_migration
 from tidemark.iceberg import reader
@@ -64,4 +65,4 @@ def test_an_interrupted_migration_says_where_it_stopped_and_a_rerun_resumes_ther
     assert new_rules.rules.gap == timedelta(minutes=20)
     assert len(rules_record.history(lake)) == 1
     for day in dates:
-        assert reader.current_version(lake, day).rules_id == new_rules.rules_id, day
+        assert reader.current_version(lake, as_event_date(day)).rules_id == new_rules.rules_id, day

@@ -17,8 +17,8 @@ from tidemark.ops import gc
 from tidemark.store.lake import Lake
 
 
-def _days(first: str, n: int) -> list[str]:
-    return [(date.fromisoformat(first) + timedelta(days=i)).isoformat() for i in range(n)]
+def _days(first: date, n: int) -> list[date]:
+    return [first + timedelta(days=i) for i in range(n)]
 
 
 def _manifests(lake: Lake) -> list:
@@ -32,46 +32,46 @@ def _properties(lake: Lake) -> list[str]:
 
 def test_current_is_read_from_the_live_files_and_no_property_is_written(tmp_path):
     lake = Lake.open(tmp_path / "lake")
-    first = icebergkit.publish_run(lake, "2026-03-10", [receipt(1)])
-    second = icebergkit.publish_run(lake, "2026-03-10", [receipt(1), receipt(2)])
-    icebergkit.publish_run(lake, "2026-03-11", [receipt(3)])
+    first = icebergkit.publish_run(lake, date(2026, 3, 10), [receipt(1)])
+    second = icebergkit.publish_run(lake, date(2026, 3, 10), [receipt(1), receipt(2)])
+    icebergkit.publish_run(lake, date(2026, 3, 11), [receipt(3)])
     assert _properties(lake) == []
-    current = table_versions.current_version(lake, "2026-03-10")
+    current = table_versions.current_version(lake, date(2026, 3, 10))
     assert current == second.current  # version, run, previous, committed_at: all of the record
     assert current.previous_version == first.current.version
-    assert table_versions.dates_with_version(lake) == ["2026-03-10", "2026-03-11"]
+    assert table_versions.dates_with_version(lake) == [date(2026, 3, 10), date(2026, 3, 11)]
     tbl = iceberg.load(lake)
-    assert set(table_versions.current_commits(tbl)) == {"2026-03-10", "2026-03-11"}
-    assert reader.read_sessions(lake, "2026-03-10").num_rows == 1  # the version file adds no row
+    assert set(table_versions.current_commits(tbl)) == {date(2026, 3, 10), date(2026, 3, 11)}
+    assert reader.read_sessions(lake, date(2026, 3, 10)).num_rows == 1  # the version file adds no row
 
 
 def test_a_version_with_no_session_is_still_found(tmp_path):
     lake = Lake.open(tmp_path / "lake")
-    icebergkit.publish_run(lake, "2026-03-10", [receipt(1)], sessions=2)
-    empty = icebergkit.publish_run(lake, "2026-03-10", [receipt(1), receipt(2)], sessions=0)
+    icebergkit.publish_run(lake, date(2026, 3, 10), [receipt(1)], sessions=2)
+    empty = icebergkit.publish_run(lake, date(2026, 3, 10), [receipt(1), receipt(2)], sessions=0)
     assert empty.committed
-    current = table_versions.current_version(lake, "2026-03-10")
+    current = table_versions.current_version(lake, date(2026, 3, 10))
     assert current.run_id == empty.current.run_id
     assert current.sessions == 0
-    assert table_versions.dates_with_version(lake) == ["2026-03-10"]
-    assert reader.read_sessions(lake, "2026-03-10").num_rows == 0
+    assert table_versions.dates_with_version(lake) == [date(2026, 3, 10)]
+    assert reader.read_sessions(lake, date(2026, 3, 10)).num_rows == 0
     # and the next run of the date is judged against it (covered: a no-op)
-    assert not icebergkit.publish_run(lake, "2026-03-10", [receipt(2)]).committed
+    assert not icebergkit.publish_run(lake, date(2026, 3, 10), [receipt(2)]).committed
 
 
 def test_a_bumped_version_id_survives_a_reload(tmp_path):
     """The id chosen inside the commit (current + 1 ms) is the one read back: it lives in the
     version file's name, not only in the snapshot summary that gc expires."""
     lake = Lake.open(tmp_path / "lake")
-    icebergkit.publish_run(lake, "2026-03-10", [receipt(2)])
-    bumped = icebergkit.publish_run(lake, "2026-03-10", [receipt(1), receipt(2)])
+    icebergkit.publish_run(lake, date(2026, 3, 10), [receipt(2)])
+    bumped = icebergkit.publish_run(lake, date(2026, 3, 10), [receipt(1), receipt(2)])
     assert bumped.current.version > receipt(2)
-    assert table_versions.current_version(lake, "2026-03-10").version == bumped.current.version
+    assert table_versions.current_version(lake, date(2026, 3, 10)).version == bumped.current.version
 
 
 def test_manifests_stay_one_per_half_month(tmp_path):
     lake = Lake.open(tmp_path / "lake")
-    days = _days("2026-01-25", 40)  # Jan 16-31, Feb 1-15, Feb 16-28, Mar 1-15
+    days = _days(date(2026, 1, 25), 40)  # Jan 16-31, Feb 1-15, Feb 16-28, Mar 1-15
     for day in days:
         icebergkit.publish_run(lake, day, [receipt(1)])
     for day in days[::7]:
@@ -84,9 +84,9 @@ def test_manifests_stay_one_per_half_month(tmp_path):
     assert len(iceberg.load(lake).snapshots()) == len(days) + len(days[::7])
 
 
-def _legacy_table(lake: Lake) -> tuple[list[str], dict]:
+def _legacy_table(lake: Lake) -> tuple[list[date], dict]:
     """A table in an older tidemark's layout: a property per date, a manifest per commit."""
-    days = _days("2026-02-20", 15)
+    days = _days(date(2026, 2, 20), 15)
     before = {
         day: icebergkit.older_layout_commit(lake, icebergkit.prepared_run(lake, day, [receipt(1)])) for day in days
     }
@@ -108,7 +108,7 @@ def test_an_older_table_is_read_committed_to_and_migrated(tmp_path):
     outcome = icebergkit.publish_run(lake, days[0], [receipt(1), receipt(3)])
     assert outcome.current.previous_version == before[days[0]].version
     assert table_versions.current_commits(iceberg.load(lake), days[0])[days[0]].run_id == outcome.current.run_id
-    assert table_versions.CURRENT_PREFIX + days[0] not in _properties(lake)
+    assert table_versions.CURRENT_PREFIX + days[0].isoformat() not in _properties(lake)
     assert len(_properties(lake)) == len(days) - 1
     # a run that lacks a receipt the (property-named) current version holds is still refused
     with pytest.raises(commits.Superseded):

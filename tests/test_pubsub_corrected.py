@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import date
 
 import pytest
 
@@ -20,7 +21,8 @@ from tidemark.store.lake import Lake
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 PROJECT = names.get("PROJECT")
-D = "2026-03-10"
+D = "2026-03-10"  # as notices and their JSON spell it
+DAY = date(2026, 3, 10)  # as the library takes it
 # The example filtered subscription's filter (terraform/pubsub.tf): versions that changed sessions.
 CHANGED_FILTER = corrected_notice.EXAMPLE_FILTER.format(dataset=names.get("DATASET"))
 
@@ -63,7 +65,7 @@ def test_one_message_per_published_version_however_often_it_is_sent(emulator, tm
     assert corrected_delivery.send_owed(lake, topic, timeout=60) == 0
     # Everything that may record or send again: the DAG's notify task of a rerun, another drain.
     monkeypatch.setenv("TIDEMARK_CORRECTED_TOPIC_PATH", topic)
-    assert corrected_delivery.notify(lake, D, timeout=60) == {"recorded": False, "owed": 0, "topic": topic}
+    assert corrected_delivery.notify(lake, DAY, timeout=60) == {"recorded": False, "owed": 0, "topic": topic}
     assert corrected_delivery.send_owed(lake, topic, timeout=60) == 0
     got = received(host, "corrected-once", sent_ids(lake))
     assert sorted(b["version"] for b, _ in got) == versions  # one each

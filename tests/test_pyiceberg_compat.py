@@ -14,6 +14,7 @@ import inspect
 import os
 import re
 from collections.abc import Callable
+from datetime import date
 
 import pyiceberg
 import pytest
@@ -29,7 +30,7 @@ from tidemark.iceberg import table as iceberg
 from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DAY = "2026-03-10"
+DAY = date(2026, 3, 10)
 
 
 def _parameters(function: Callable[..., object]) -> list[str]:

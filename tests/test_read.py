@@ -42,7 +42,8 @@ def lake(spark, tmp_path_factory):
     assert v1.version < v2.version
     return {
         "path": path,
-        "day": day,
+        "day": day,  # as the CLI takes it and the reference sessions name it
+        "date": layout.as_event_date(day),  # as the reader takes it
         "v1": v1.version,
         "v2": v2.version,
         "events": events,
@@ -66,7 +67,7 @@ def keyset(table):
 
 @pytest.mark.spark
 def test_sessions_have_ids_sorted_ids_and_utc_times(lake):
-    table = reader.read_sessions(lake["path"], lake["day"])
+    table = reader.read_sessions(lake["path"], lake["date"])
     assert keyset(table) == expected(lake["events"], lake["day"])
     assert str(table.schema.field("session_start").type) == "timestamp[us, tz=UTC]"
     for row in table.to_pylist():
@@ -82,25 +83,25 @@ def test_sessions_have_ids_sorted_ids_and_utc_times(lake):
 @pytest.mark.spark
 def test_as_of_reproduces_what_the_partition_looked_like_then(lake):
     path, day, v1, v2 = lake["path"], lake["day"], lake["v1"], lake["v2"]
-    assert keyset(reader.read_sessions(path, day, as_of=v1)) == expected(lake["first_half"], day)
+    assert keyset(reader.read_sessions(path, lake["date"], as_of=v1)) == expected(lake["first_half"], day)
     just_before_v2 = layout.format_receipt_ts(layout.parse_receipt_ts(v2) - timedelta(milliseconds=1))
-    assert reader.resolve(path, day, as_of=just_before_v2).version == v1
-    assert reader.resolve(path, day, as_of=v2).version == v2
+    assert reader.resolve(path, lake["date"], as_of=just_before_v2).version == v1
+    assert reader.resolve(path, lake["date"], as_of=v2).version == v2
     rfc3339 = layout.parse_receipt_ts(v1).isoformat()
-    assert reader.resolve(path, day, as_of=rfc3339).version == v1
+    assert reader.resolve(path, lake["date"], as_of=rfc3339).version == v1
     with pytest.raises(reader.NoVersion, match="no complete deduplicated version as of"):
-        reader.resolve(path, day, as_of="20000101T000000000Z")
+        reader.resolve(path, lake["date"], as_of="20000101T000000000Z")
     with pytest.raises(layout.InvalidPartitionValue, match="invalid --as-of"):
-        reader.resolve(path, day, as_of="yesterday")
+        reader.resolve(path, lake["date"], as_of="yesterday")
 
 
 @pytest.mark.spark
 def test_raw_lists_receipt_panes_filtered_by_as_of(lake):
-    panes = reader.read_panes(lake["path"], lake["day"])
+    panes = reader.read_panes(lake["path"], lake["date"])
     stamps = set(panes.column("receipt_ts").to_pylist())
     assert len(stamps) >= 2
     assert {"pane_kind", "session_start", "events"} <= set(panes.column_names)
-    early = reader.read_panes(lake["path"], lake["day"], as_of=lake["v1"])
+    early = reader.read_panes(lake["path"], lake["date"], as_of=lake["v1"])
     assert 0 < early.num_rows < panes.num_rows
     assert max(early.column("receipt_ts").to_pylist()) <= lake["v1"]
 
@@ -110,7 +111,7 @@ def test_cli_formats(lake, tmp_path, capsys):
     base = ["read", "--lake", str(lake["path"]), "--event-date", lake["day"]]
     assert cli.main(base + ["--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(rows) == reader.read_sessions(lake["path"], lake["day"]).num_rows
+    assert len(rows) == reader.read_sessions(lake["path"], lake["date"]).num_rows
     for row in rows:
         assert {"user_id", "session_start", "session_end", "event_count"} <= set(row)
         assert "events" not in row
@@ -120,7 +121,7 @@ def test_cli_formats(lake, tmp_path, capsys):
 
     out = str(tmp_path / "s.parquet")
     assert cli.main(base + ["--format", "parquet", "--output", out, "--events"]) == 0
-    assert keyset(pq.read_table(out)) == keyset(reader.read_sessions(lake["path"], lake["day"]))
+    assert keyset(pq.read_table(out)) == keyset(reader.read_sessions(lake["path"], lake["date"]))
 
     assert cli.main(base + ["--as-of", lake["v1"]]) == 0
     text = capsys.readouterr().out
@@ -154,7 +155,7 @@ def test_read_starts_no_jvm(lake):
         env={**os.environ, "PYTHONPATH": ROOT},
     )
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == reader.read_sessions(lake["path"], lake["day"]).num_rows
+    assert len(done.stdout.splitlines()) == reader.read_sessions(lake["path"], lake["date"]).num_rows
 
 
 def _micros(moment: datetime) -> int:

@@ -9,6 +9,7 @@ import pytest
 from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication import dedup
 from tidemark.iceberg import table_versions
 from tidemark.panes import planning, receipt_index, receipts
@@ -52,7 +53,7 @@ def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp
         result = dedup.run_dedup(lake, day, RULES, spark=spark)
         assert not result.noop
         assert lake_session_set(lake, day) == reference_session_set(landing, day, RULES.gap)
-    assert table_versions.current_version(lake, D7).planned_through == newest
+    assert table_versions.current_version(lake, as_event_date(D7)).planned_through == newest
 
     read = []
     original = receipts.read_marker
@@ -63,7 +64,7 @@ def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp
     land(landing, [[event("u2", "b2", f"{D7}T10:05:00Z")]], start_index=3)
     _stream(spark, landing, lake, checkpoint)
     read.clear()
-    version = table_versions.current_version(lake, D7)
+    version = table_versions.current_version(lake, as_event_date(D7))
     assert not planning.quick_covered(planning.LakeIndex(lake), D7, RULES, version)
     assert [day for day, _ in read] == [D7]  # the one partition received after the version
     assert dedup.up_to_date(lake, D7, RULES) is None  # Spark needed (the whole plan is read then)

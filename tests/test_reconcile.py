@@ -82,7 +82,7 @@ def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lak
     stream.batch(LATER, mode=0.5)
     second = run_dedup(path, D7, RULES, spark=spark)
     assert second.version > first.version
-    assert table_versions.current_version(path, D7).affected_dates == ()
+    assert table_versions.current_version(path, layout.as_event_date(D7)).affected_dates == ()
     # the first run's owed_reruns task, late:
     owed = obligations.reruns_owed_by(path, layout.as_event_date(D7))
     assert [spec["conf"]["event_date"] for spec in owed] == [D6]

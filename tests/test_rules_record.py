@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.base.layout import as_event_date
 from tidemark.session import rules_record
 from tidemark.session.sessions import SessionRules, parse_overrides
 from tidemark.store import storage
@@ -289,7 +290,7 @@ def test_a_run_made_under_rules_the_lake_no_longer_has_is_not_committed(tmp_path
     run_markers.write_marker(lake, redone)
     outcome = commits.commit(lake, redone)
     assert outcome.committed
-    assert table_versions.current_version(lake, day).rules_id == rules_record.fingerprint(GAP20)
+    assert table_versions.current_version(lake, as_event_date(day)).rules_id == rules_record.fingerprint(GAP20)
 
 
 def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not_need(tmp_path):
@@ -325,7 +326,7 @@ def test_a_migration_replaces_a_version_that_read_receipts_its_own_plan_does_not
     migrated = run([icebergkit.receipt(2)], gap25)  # the 25m plan: D's partition only
     outcome = commits.commit(lake, migrated)
     assert outcome.committed
-    current = table_versions.current_version(lake, day)
+    current = table_versions.current_version(lake, as_event_date(day))
     assert current.run_id == migrated.run_id
     assert current.rules_id == rules_record.fingerprint(gap25)
     assert current.version > old.max_receipt_ts  # ids keep growing (same newest receipt: +1 ms)

@@ -21,6 +21,7 @@ from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
 from tidemark import cli
+from tidemark.base.layout import as_event_date
 from tidemark.deduplication import rules_migration
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader, table_versions
@@ -95,7 +96,7 @@ def test_dedup_without_rule_options_uses_the_streams_gap(spark, streamed, tmp_pa
     for day in (D1, D2):
         result = run_dedup(lake, day, spark=spark)  # what `tidemark dedup --lake --event-date` does
         assert published(lake, day) == expected(landing, day, GAP20), day
-        assert reader.current_version(lake, day).rules_id == rules_record.fingerprint(RULES20)
+        assert reader.current_version(lake, as_event_date(day)).rules_id == rules_record.fingerprint(RULES20)
         assert result.sessions == len(expected(landing, day, GAP20))
     assert stale(lake, capsys) == []
 
@@ -163,7 +164,7 @@ def test_the_dag_publishes_the_streams_gap(streamed, tmp_path):
     proc = server.cli("dags", "test", names.get("DAG_ID"), "--conf", json.dumps({"event_date": D2}), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert published(lake, D2) == expected(landing, D2, GAP20)
-    assert reader.current_version(lake, D2).rules_id == rules_record.fingerprint(RULES20)
+    assert reader.current_version(lake, as_event_date(D2)).rules_id == rules_record.fingerprint(RULES20)
 
 
 def test_the_stream_refuses_other_rules_and_writes_nothing(spark, streamed, tmp_path):
@@ -180,7 +181,7 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
     landing, lake, ckpt = copy_of(streamed, tmp_path)
     for day in (D1, D2):
         run_dedup(lake, day, spark=spark)
-    old = {day: reader.current_version(lake, day).version for day in (D1, D2)}
+    old = {day: reader.current_version(lake, as_event_date(day)).version for day in (D1, D2)}
 
     assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -192,12 +193,12 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
     assert [(r.sequence, r.rules.gap) for r in history] == [(1, GAP20), (2, GAP45)]
     assert history[1].previous_rules_id == history[0].rules_id
     for day in (D1, D2):
-        pointer = reader.current_version(lake, day)
+        pointer = reader.current_version(lake, as_event_date(day))
         assert pointer.version > old[day]
         assert pointer.rules_id == history[1].rules_id
         assert published(lake, day) == expected(landing, day, GAP45), day
     assert expected(landing, D2, GAP45) != expected(landing, D2, GAP20)  # the change was visible
-    assert [v.gap for v in table_versions.list_versions(lake, D1)] == ["20m", "45m"]  # history kept
+    assert [v.gap for v in table_versions.list_versions(lake, as_event_date(D1))] == ["20m", "45m"]  # history kept
 
     # Again: nothing to record, nothing to recompute (restartable, idempotent).
     assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0
@@ -218,7 +219,9 @@ def test_stream_migrate_rules_option_rededuplicates_before_starting(spark, strea
     assert rules_record.current(lake).rules == SessionRules(gap=GAP30)
     assert rules_record.current(lake).recorded_by == "tidemark stream --migrate-rules"
     for day in (D1, D2):
-        assert reader.current_version(lake, day).rules_id == rules_record.fingerprint(SessionRules(gap=GAP30))
+        assert reader.current_version(lake, as_event_date(day)).rules_id == rules_record.fingerprint(
+            SessionRules(gap=GAP30)
+        )
         assert published(lake, day) == expected(landing, day, GAP30), day
 
 
@@ -287,7 +290,7 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
         assert published(lake, day) == expected(landing, day, GAP30), day
 
     def d1_receipts(day: str) -> set[str]:
-        return {k for k in reader.current_version(lake, day).receipts if k.startswith(f"{D1}/")}
+        return {k for k in reader.current_version(lake, as_event_date(day)).receipts if k.startswith(f"{D1}/")}
 
     for gap, text in ((gap25, "25m"), (GAP45, "45m"), (GAP30, "30m")):
         before = d1_receipts(D2)
@@ -296,7 +299,7 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
         summary = json.loads(capsys.readouterr().out.splitlines()[-1])
         assert (summary["gap"], summary["recomputed"]) == (text, 2)
         for day in dates:
-            pointer = reader.current_version(lake, day)
+            pointer = reader.current_version(lake, as_event_date(day))
             assert pointer.rules_id == rules_record.fingerprint(SessionRules(gap=gap)), (text, day)
             assert published(lake, day) == expected(landing, day, gap), (text, day)
         if text != "45m":  # the smaller lo: D2's new version no longer holds a partition of D1 the old one did

@@ -20,6 +20,7 @@ import pytest
 from tests import icebergkit
 from tests.helpers import ROOT
 from tests.lakekit import RULES, SimulatedStream, busiest_date, converge, expected, lake_with, make_events
+from tidemark.base.layout import as_event_date
 from tidemark.iceberg import commits, reader, run_markers, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.panes import receipts
@@ -213,7 +214,7 @@ def test_an_existing_table_is_evolved_in_place_once(tmp_path):
 
     raw = tbl.scan(row_filter=EqualTo("event_date", DAY)).to_arrow()
     assert raw.column("event_type_count").to_pylist() == [None, None]
-    old = reader.read_sessions(lake, DAY)
+    old = reader.read_sessions(lake, as_event_date(DAY))
     assert old.column_names == list(session_schema.TABLE_COLUMNS)
     assert old.column("event_type_count").to_pylist() == [1, 1]
     meta = old.schema.metadata
@@ -224,11 +225,11 @@ def test_an_existing_table_is_evolved_in_place_once(tmp_path):
     )
     assert [r["event_type_count"] for r in reader.to_records(old)] == [1, 1]
     # asked for alone, it is still computed (the reader reads events for it and leaves them out)
-    alone = reader.read_sessions(lake, DAY, columns=["user_id", "event_type_count"])
+    alone = reader.read_sessions(lake, as_event_date(DAY), columns=["user_id", "event_type_count"])
     assert alone.column_names == ["user_id", "event_type_count"]
     assert alone.column("event_type_count").to_pylist() == [1, 1]
     with pytest.raises(ValueError, match="no such session column"):
-        reader.read_sessions(lake, DAY, columns=["event_type_cuont"])
+        reader.read_sessions(lake, as_event_date(DAY), columns=["event_type_cuont"])
 
 
 def test_complete_computes_what_an_older_version_lacks_or_says_it_is_null():
@@ -291,7 +292,7 @@ def test_a_new_version_of_the_evolved_table_carries_the_column(tmp_path):
     marker = icebergkit.with_fields(marker, session_schema=session_schema.VERSION)
     run_markers.write_marker(lake, marker)
     commits.commit(lake, marker)
-    assert reader.read_sessions(lake, DAY).column("event_type_count").to_pylist() == [3]
+    assert reader.read_sessions(lake, as_event_date(DAY)).column("event_type_count").to_pylist() == [3]
 
 
 def test_panes_written_before_the_column_are_read_with_it(tmp_path):
@@ -301,14 +302,14 @@ def test_panes_written_before_the_column_are_read_with_it(tmp_path):
     day = sorted(lake.list_event_dates(lake.sessions_root()))[0]
     (folder,) = {lake.receipt_dir(day, r) for r in receipts.list_receipts(lake, day)[:1]}
     assert "event_type_count" not in pq.read_schema(os.path.join(folder, "part-00000.parquet")).names
-    panes = reader.read_panes(lake, day)
+    panes = reader.read_panes(lake, as_event_date(day))
     assert panes.num_rows > 0
     assert panes.column_names[-1] == "receipt_ts"
     assert [r["event_type_count"] for r in panes.to_pylist()] == [
         len({e["event_type"] for e in r["events"]}) for r in panes.to_pylist()
     ]
     assert any(r["event_type_count"] > 1 for r in panes.to_pylist())  # the count is not the trivial 1
-    alone = reader.read_panes(lake, day, columns=["session_id", "event_type_count"])
+    alone = reader.read_panes(lake, as_event_date(day), columns=["session_id", "event_type_count"])
     assert alone.column_names == ["session_id", "event_type_count", "receipt_ts"]
 
     def count(table):
@@ -369,7 +370,7 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
     raw = iceberg.catalog(lake).load_table(iceberg.identifier())
     assert "event_type_count" not in {f.name for f in raw.schema().fields}
     for day in dates:
-        marker = table_versions.current_version(lake, day)  # loads the table: evolved here
+        marker = table_versions.current_version(lake, as_event_date(day))  # loads the table: evolved here
         assert marker is None or not marker.records(session_schema.MARKER_KEY)
 
     events = make_events(random.Random(seed))
@@ -390,7 +391,7 @@ def test_a_lake_written_before_the_column_is_evolved_and_equals_the_reference(sp
     assert day in rerun
     events = events + [late]
     for each in sorted(set(dates) | rerun):
-        table = reader.read_sessions(lake, each)
+        table = reader.read_sessions(lake, as_event_date(each))
         # written by this tidemark: the files hold the column; before: the reader computed it
         assert table.schema.metadata[b"tidemark.computed_columns"] == (b"" if each in rerun else b"event_type_count")
         got = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from tidemark.iceberg import table as iceberg
 from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DAY = "2026-03-06"
+DAY = date(2026, 3, 6)
 
 
 @pytest.fixture(autouse=True)

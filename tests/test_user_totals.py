@@ -6,15 +6,18 @@ asset events arrive twice and out of order, and after a consumer killed before i
 from __future__ import annotations
 
 import random
+from datetime import date
 
 import pytest
 
 from tests import changeskit
 from tests.icebergkit import commit_recording, receipt
+from tidemark.base import layout
 from tidemark.products import user_totals
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File
 
-DATES = ("2026-03-09", "2026-03-10", "2026-03-11")
+DATES = ("2026-03-09", "2026-03-10", "2026-03-11")  # as the state's cursor keys them
 
 
 def _correct(rng: random.Random, sessions: dict) -> dict:
@@ -45,17 +48,17 @@ def test_totals_from_changesets_equal_the_recomputation(tmp_path, monkeypatch, s
 
     def deliver(day: str) -> None:
         nonlocal killed
-        cursor = user_totals.load_state(lake, out)["cursor"].get(day)
-        if not killed and len(events) > 9 and user_totals.pending(lake, day, cursor):
+        cursor = user_totals.load_state(out)["cursor"].get(day)
+        if not killed and len(events) > 9 and user_totals.pending(lake, layout.as_event_date(day), cursor):
             killed = True
             # a consumer dying at its write: nothing applied, the retried task applies it all once
-            before = user_totals.load_state(lake, out)
+            before = user_totals.load_state(out)
             with monkeypatch.context() as patched:
-                patched.setattr(Lake, "write_json_atomic", _dies)
+                patched.setattr(File, "write_json_atomic", _dies)
                 with pytest.raises(SystemExit):
-                    user_totals.apply(lake, day, out)
-            assert user_totals.load_state(lake, out) == before
-        user_totals.apply(lake, day, out)
+                    user_totals.apply(lake, layout.as_event_date(day), out)
+            assert user_totals.load_state(out) == before
+        user_totals.apply(lake, layout.as_event_date(day), out)
 
     for step in range(18):
         day = rng.choice(DATES)
@@ -76,15 +79,15 @@ def test_totals_from_changesets_equal_the_recomputation(tmp_path, monkeypatch, s
     for day, _version in owed:
         deliver(day)
     assert killed
-    state = user_totals.load_state(lake, out)
+    state = user_totals.load_state(out)
     assert state["totals"] == user_totals.recompute(lake)
     applied = {d: [v for day, v in events if day == d and changeskit.changes_of(lake, d).get(v)] for d in DATES}
     assert state["cursor"] == {d: max(vs) for d, vs in applied.items() if vs}
     for day in DATES:  # everything is checked by the invariant too
         changeskit.check_date(lake, day)
     # applying again changes nothing
-    assert all(user_totals.apply(lake, d, out)["versions"] == 0 for d in DATES)
-    assert user_totals.load_state(lake, out) == state
+    assert all(user_totals.apply(lake, layout.as_event_date(d), out)["versions"] == 0 for d in DATES)
+    assert user_totals.load_state(out) == state
 
 
 def _dies(*_args, **_kwargs):
@@ -99,4 +102,4 @@ def test_a_date_whose_history_started_before_changesets_is_refused(tmp_path):
     marker = changeskit.prepared_with_changes(lake, [receipt(1), receipt(2)], {"a": (6, 2)}, old)
     commit_recording(lake, marker)
     with pytest.raises(user_totals.NeedsBootstrap):
-        user_totals.apply(lake, "2026-03-10", user_totals.default_root(lake))
+        user_totals.apply(lake, date(2026, 3, 10), user_totals.default_root(lake))

@@ -46,6 +46,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import date
 from typing import Any, Literal, TypeVar, overload
 
 import pyarrow as pa
@@ -68,6 +69,7 @@ from tidemark.base.times import parse_iso
 from tidemark.iceberg import table as iceberg
 from tidemark.session import session_schema
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File, Folder
 from tidemark.store.version_record import VersionRecord
 
 log = get_logger("changes")
@@ -148,9 +150,9 @@ def identifier() -> str:
     return f"{sessions}_changes"
 
 
-def root(lake: Lake) -> str:
+def root(lake: Lake) -> Folder:
     """The changes table's folder in the lake."""
-    return lake.path(TABLE_NAME)
+    return lake.folder(TABLE_NAME)
 
 
 def location(lake: Lake) -> str:
@@ -158,9 +160,9 @@ def location(lake: Lake) -> str:
     return iceberg.file_uri(root(lake))
 
 
-def staged_dir(lake: Lake, event_date: str, run_id: str) -> str:
+def staged_dir(lake: Lake, event_date: date, run_id: str) -> Folder:
     """Where a run stages its changeset before its commit."""
-    return layout.join(lake.run_dir(event_date, run_id), STAGED_DIR)
+    return lake.run_dir(event_date, run_id).folder(STAGED_DIR)
 
 
 def schema() -> Schema:
@@ -258,15 +260,14 @@ def history(tbl: Table | None) -> list[tuple[Snapshot, dict[str, str]]]:
 # --- staged -> appended -------------------------------------------------------------------------
 
 
-def staged_counts(lake: Lake, event_date: str, run_id: str) -> Counts:
+def staged_counts(lake: Lake, event_date: date, run_id: str) -> Counts:
     """The counts of a staged changeset (its _change_type column alone is read)."""
-    fs, path = lake.locate(staged_dir(lake, event_date, run_id))
+    fs, path = staged_dir(lake, event_date, run_id).at()
     files = _staged_files(lake, event_date, run_id)
     if not files:
         return Counts()
-    column = ds.dataset([lake.locate(f)[1] for f in files], filesystem=fs, format="parquet").to_table(
-        columns=[CHANGE_TYPE]
-    )[CHANGE_TYPE]
+    staged = ds.dataset([f.at()[1] for f in files], filesystem=fs, format="parquet")
+    column = staged.to_table(columns=[CHANGE_TYPE])[CHANGE_TYPE]
     counted = pc.value_counts(column)
     pairs = zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True)
     found: dict[str | None, int] = {value: int(count or 0) for value, count in pairs}
@@ -276,14 +277,14 @@ def staged_counts(lake: Lake, event_date: str, run_id: str) -> Counts:
     return Counts(found.get("insert", 0), found.get("delete", 0), found.get("update_preimage", 0))
 
 
-def _staged_files(lake: Lake, event_date: str, run_id: str) -> list[str]:
+def _staged_files(lake: Lake, event_date: date, run_id: str) -> list[File]:
     folder = staged_dir(lake, event_date, run_id)
-    return sorted(layout.join(folder, n) for n in lake.list_dir(folder) if n.endswith(".parquet"))
+    return [folder.file(n) for n in folder.names() if n.endswith(".parquet")]
 
 
 def appended(lake: Lake, version: VersionRecord) -> Appended | None:
     """Where the version's changeset was appended, by its run's record (None: not recorded)."""
-    payload = lake.read_json(layout.join(staged_dir(lake, version.event_date_text, version.run_id), APPENDED))
+    payload = staged_dir(lake, version.event_date, version.run_id).file(APPENDED).read_json()
     return None if payload is None else Appended.from_json(payload)
 
 
@@ -299,7 +300,7 @@ def ensure(lake: Lake, version: VersionRecord | None) -> Appended | None:
     """
     if version is None or version.commit is None or not has_changeset(version):
         return None
-    event_date, run_id = version.event_date_text, version.run_id
+    event_date, run_id = version.event_date, version.run_id
     done = appended(lake, version)
     if done is not None:
         return done
@@ -307,13 +308,14 @@ def ensure(lake: Lake, version: VersionRecord | None) -> Appended | None:
     found = _in_history(tbl, event_date, run_id)
     if found is None:
         found = _append(lake, tbl, version)
-    lake.write_json_atomic(layout.join(staged_dir(lake, event_date, run_id), APPENDED), found.to_json())
+    staged_dir(lake, event_date, run_id).file(APPENDED).write_json_atomic(found.to_json())
     return found
 
 
-def _in_history(tbl: Table | None, event_date: str, run_id: str) -> Appended | None:
+def _in_history(tbl: Table | None, event_date: date, run_id: str) -> Appended | None:
+    wanted = layout.event_date_text(event_date)  # summary properties are text
     for snapshot, props in reversed(history(tbl)):
-        if props.get(SUMMARY_RUN) == run_id and props.get(SUMMARY_DATE) == event_date:
+        if props.get(SUMMARY_RUN) == run_id and props.get(SUMMARY_DATE) == wanted:
             return Appended(snapshot.snapshot_id, snapshot.parent_snapshot_id, Counts.from_json(_counts_of(props)))
     return None
 
@@ -323,7 +325,7 @@ def _counts_of(props: dict[str, str]) -> dict[str, Any]:
 
 
 def _append(lake: Lake, tbl: Table, version: VersionRecord) -> Appended:
-    event_date, run_id = version.event_date_text, version.run_id
+    event_date, run_id = version.event_date, version.run_id
     commit = version.commit
     assert commit is not None
     counts = staged_counts(lake, event_date, run_id)
@@ -334,7 +336,7 @@ def _append(lake: Lake, tbl: Table, version: VersionRecord) -> Appended:
         )
     written = _copy_with_commit(lake, tbl, files, version) if counts.rows else None
     props = {
-        SUMMARY_DATE: event_date,
+        SUMMARY_DATE: layout.event_date_text(event_date),
         SUMMARY_VERSION: str(commit.version),
         SUMMARY_RUN: run_id,
         "tidemark.previous-version": commit.previous_version or "",
@@ -351,7 +353,7 @@ def _append(lake: Lake, tbl: Table, version: VersionRecord) -> Appended:
         found = _in_history(fresh, event_date, run_id)
         if found is not None:  # a concurrent ensure appended it first: ours is an orphan
             if written is not None:
-                lake.delete_file(written)
+                written.delete()
             return found
         tx = fresh.transaction()
         with tx.update_snapshot(snapshot_properties=props).merge_append() as append:
@@ -374,7 +376,7 @@ def _append(lake: Lake, tbl: Table, version: VersionRecord) -> Appended:
     return result
 
 
-def _copy_with_commit(lake: Lake, tbl: Table, files: list[str], version: VersionRecord) -> str:
+def _copy_with_commit(lake: Lake, tbl: Table, files: list[File], version: VersionRecord) -> File:
     """The staged rows with the commit's columns, as one new Parquet file of the table.
 
     Copied batch by batch: a first version's changeset holds the whole date.
@@ -382,16 +384,16 @@ def _copy_with_commit(lake: Lake, tbl: Table, files: list[str], version: Version
     commit = version.commit
     assert commit is not None
     name = f"{commit.version}-{version.run_id[:12]}-{uuid.uuid4().hex[:12]}.parquet"
-    target = layout.join(root(lake), "data", f"event_date={version.event_date_text}", name)
-    fs, path = lake.locate(target)
+    target = root(lake).file("data", f"event_date={layout.event_date_text(version.event_date)}", name)
+    fs, path = target.at()
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     stamp = pa.scalar(parse_iso(commit.committed_at), pa.timestamp("us", tz="UTC"))
     version_id = pa.scalar(commit.version, pa.string())
     previous = pa.scalar(commit.previous_version, pa.string())
     writer: pq.ParquetWriter | None = None
     try:
-        for uri in files:
-            src_fs, src = lake.locate(uri)
+        for staged in files:
+            src_fs, src = staged.at()
             with src_fs.open_input_file(src) as handle:
                 for batch in pq.ParquetFile(handle).iter_batches(batch_size=16_384):
                     columns = {CHANGE_TYPE: batch.column(CHANGE_TYPE)}
@@ -420,7 +422,7 @@ def ensure_after_commit(lake: Lake, version: VersionRecord) -> None:
     except Exception:  # noqa: BLE001 - the version is committed; its changeset is appended later
         log.exception(
             "changeset not appended after the commit (the next run or the DAG's notify task appends it)",
-            event_date=version.event_date_text,
+            event_date=version.event_date,
             version=version.version,
         )
 
@@ -434,14 +436,12 @@ class Expired:
 
     what: str  # "changes snapshot" or "changes file" (an append that never committed)
     path: str  # the snapshot id, or the file's path relative to the table's location
-    event_date: str | None
+    event_date: date | None
     version: str | None
     age_s: float
 
 
-def gc(
-    lake: Lake, kept: set[tuple[str | None, str | None]], retention_s: float, now_s: float, dry_run: bool
-) -> list[Expired]:
+def gc(lake: Lake, kept: set[tuple[date, str]], retention_s: float, now_s: float, dry_run: bool) -> list[Expired]:
     """The changes table's share of `tidemark gc`.
 
     Its rows are never removed (append-only: every committed version's changeset stays readable by
@@ -457,10 +457,11 @@ def gc(
     current = snapshot.snapshot_id
     out = []
     for snapshot, props in history(tbl):
-        key = (props.get(SUMMARY_DATE), props.get(SUMMARY_VERSION))
-        if snapshot.snapshot_id != current and key not in kept:
+        day_text, version = props.get(SUMMARY_DATE), props.get(SUMMARY_VERSION)
+        day = None if day_text is None else layout.as_event_date(day_text)  # a summary property: text
+        if snapshot.snapshot_id != current and (day, version) not in kept:
             age_s = now_s - snapshot.timestamp_ms / 1000
-            out.append(Expired("changes snapshot", str(snapshot.snapshot_id), key[0], key[1], age_s))
+            out.append(Expired("changes snapshot", str(snapshot.snapshot_id), day, version, age_s))
     if out and not dry_run:
         tbl.maintenance.expire_snapshots().by_ids([int(e.path) for e in out]).commit()
         reloaded = load(lake)
@@ -469,13 +470,13 @@ def gc(
         tbl = reloaded
     base = location(lake).rstrip("/") + "/"
     named = {task.file.file_path[len(base) :] for task in tbl.scan().plan_files()}  # every row stays live
-    local_root = lake.locate(root(lake))[1].rstrip("/") + "/"
-    for info in lake.walk_files(layout.join(root(lake), "data")):
+    local_root = root(lake).at()[1].rstrip("/") + "/"
+    for info in root(lake).folder("data").walk_files():
         relative = info.path[len(local_root) :]
         age_s = now_s - info.mtime.timestamp() if info.mtime is not None else 0.0
         if relative in named or age_s < retention_s or not relative.endswith(".parquet"):
             continue
         out.append(Expired("changes file", relative, None, None, age_s))
         if not dry_run:
-            lake.delete_file(layout.join(root(lake), relative))
+            root(lake).file(relative).delete()
     return out

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -93,7 +93,7 @@ def commit(lake: Lake, marker: VersionRecord, replace: bool = False) -> Outcome:
         Superseded: the current version, made under the same rules, includes receipts the run
             lacks (replan and rerun); one made under other rules is replaced (see the comment inside).
     """
-    event_date = marker.event_date_text
+    event_date = marker.event_date
     run_id = layout.check_run_id(marker.run_id)
     paths = run_files(lake, marker)
     tbl = iceberg.load(lake, create=True)
@@ -183,7 +183,7 @@ def _next_ms(receipt_ts: str) -> str:
     return layout.format_receipt_ts(layout.parse_receipt_ts(receipt_ts) + timedelta(milliseconds=1))
 
 
-def _data_files(tbl: Table, paths: list[str], event_date: str) -> list[DataFile]:
+def _data_files(tbl: Table, paths: list[str], event_date: date) -> list[DataFile]:
     """Iceberg DataFiles of the run's Parquet files (footers read: statistics, partition value)."""
     day = day_of(event_date)
     out = []
@@ -195,10 +195,13 @@ def _data_files(tbl: Table, paths: list[str], event_date: str) -> list[DataFile]
     return out
 
 
-def snapshot_summary(event_date: str, marker: VersionRecord, record: Commit) -> dict[str, str]:
-    """The fields a commit records in its snapshot's summary (read by table_versions.snapshot_versions)."""
+def snapshot_summary(event_date: date, marker: VersionRecord, record: Commit) -> dict[str, str]:
+    """The fields a commit records in its snapshot's summary (read by table_versions.snapshot_versions).
+
+    Summary properties are text: the event date is written as YYYY-MM-DD.
+    """
     return {
-        "tidemark.event-date": event_date,
+        "tidemark.event-date": layout.event_date_text(event_date),
         "tidemark.version": record.version,
         "tidemark.run-id": record.run_id,
         "tidemark.previous-version": record.previous_version or "",
@@ -214,7 +217,7 @@ def snapshot_summary(event_date: str, marker: VersionRecord, record: Commit) -> 
 def _commit_once(
     lake: Lake,
     tbl: Table,
-    event_date: str,
+    event_date: date,
     marker: VersionRecord,
     record: Commit,
     data_files: list[DataFile],
@@ -241,20 +244,21 @@ def _commit_once(
                 overwrite.delete_data_file(data_file)
         for data_file in (*data_files, *again, version_file):
             overwrite.append_data_file(data_file)
-    if table_versions.CURRENT_PREFIX + event_date in tbl.properties:
-        tx.remove_properties(table_versions.CURRENT_PREFIX + event_date)  # an older table's record of D
+    legacy_property = table_versions.CURRENT_PREFIX + layout.event_date_text(event_date)
+    if legacy_property in tbl.properties:
+        tx.remove_properties(legacy_property)  # an older table's record of D
     if tbl.properties.get(METADATA_LOG_KEY) != METADATA_LOG_MAX:
         tx.set_properties({METADATA_LOG_KEY: METADATA_LOG_MAX})  # once per table
     tx.commit_transaction()
 
 
-def write_version_file(lake: Lake, tbl: Table, event_date: str, record: Commit) -> DataFile:
+def write_version_file(lake: Lake, tbl: Table, event_date: date, record: Commit) -> DataFile:
     """Write a version's zero-row data file into its run's folder; return its Iceberg DataFile."""
-    uri = layout.join(lake.run_dir(event_date, record.run_id), table_versions.version_file_name(record))
+    uri = lake.run_dir(event_date, record.run_id).file(table_versions.version_file_name(record))
     sink = pa.BufferOutputStream()
     pq.write_table(schema_to_pyarrow(tbl.schema()).empty_table(), sink)
     body = sink.getvalue()
-    fs, path = lake.locate(uri)
+    fs, path = uri.at()
     with fs.open_output_stream(path) as out:
         out.write(body)
     return DataFile.from_args(

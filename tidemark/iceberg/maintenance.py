@@ -14,6 +14,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
+from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.iceberg import compat, table_versions
 from tidemark.iceberg import table as iceberg
@@ -97,7 +98,7 @@ def maintain(lake: Lake, dry_run: bool = False) -> Maintained:
             for data_file in added:
                 producer.append_data_file(data_file)
         if legacy:
-            tx.remove_properties(*(table_versions.CURRENT_PREFIX + d for d in legacy))
+            tx.remove_properties(*(table_versions.CURRENT_PREFIX + layout.event_date_text(d) for d in legacy))
         tx.commit_transaction()
         return done
 

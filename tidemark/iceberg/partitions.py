@@ -18,15 +18,14 @@ from pyiceberg.types import DateType
 _EPOCH_DAY = date(1970, 1, 1)
 
 
-def day_of(event_date: date | str) -> int:
+def day_of(event_date: date) -> int:
     """An event date as the table's partition value (days since 1970-01-01)."""
-    moment = date.fromisoformat(event_date) if isinstance(event_date, str) else event_date
-    return (moment - _EPOCH_DAY).days
+    return (event_date - _EPOCH_DAY).days
 
 
-def date_of(day: int) -> str:
-    """A partition value as the event date it stands for (ISO text)."""
-    return (_EPOCH_DAY + timedelta(days=day)).isoformat()
+def date_of(day: int) -> date:
+    """A partition value as the event date it stands for."""
+    return _EPOCH_DAY + timedelta(days=day)
 
 
 def manifest_bucket(day: int) -> int:

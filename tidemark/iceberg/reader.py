@@ -1,9 +1,10 @@
 """Read deduplicated sessions (or the raw receipt panes) of an event date with pyarrow: no JVM.
 
     from tidemark.iceberg import reader
-    table = reader.read_sessions("gs://lake", "2026-03-07")                  # current version
-    table = reader.read_sessions(lake, "2026-03-07", as_of="20260308T000000000Z")
-    panes = reader.read_panes(lake, "2026-03-07")                            # what the stream wrote
+    day = date(2026, 3, 7)
+    table = reader.read_sessions(Lake.open("gs://lake"), day)                # current version
+    table = reader.read_sessions(lake, day, as_of="20260308T000000000Z")
+    panes = reader.read_panes(lake, day)                                     # what the stream wrote
 
 Sessions come from the Iceberg table (tidemark.iceberg.table) through pyiceberg's scan of one snapshot,
 pruned to the date's partition: the current snapshot, or with as_of the snapshot that published the
@@ -36,7 +37,6 @@ from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
 from tidemark.panes import receipts
 from tidemark.session import session_schema
-from tidemark.store import storage
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
@@ -57,7 +57,7 @@ class NoVersion(LookupError):
     """No deduplicated version answers the request (never deduplicated, or garbage-collected)."""
 
 
-def current_version(lake: Lake, event_date: date | str) -> VersionRecord | None:
+def current_version(lake: Lake, event_date: date) -> VersionRecord | None:
     """The current version: version, receipts, sessions, affected_dates, files, ... (or None)."""
     return table_versions.current_version(lake, event_date)
 
@@ -81,16 +81,17 @@ def parse_as_of(value: object) -> str:
     return layout.format_receipt_ts(moment)
 
 
-def resolve(lake: Lake, event_date: date | str, as_of: str | None = None) -> VersionRecord:
+def resolve(lake: Lake, event_date: date, as_of: str | None = None) -> VersionRecord:
     """The version that answers: current, or the newest one with id <= as_of (see read_sessions)."""
-    return _resolve(lake, iceberg.load(lake), layout.event_date_part(event_date), as_of)
+    return _resolve(lake, iceberg.load(lake), event_date, as_of)
 
 
-def _resolve(lake: Lake, tbl: Table | None, event_date: str, as_of: str | None) -> VersionRecord:
+def _resolve(lake: Lake, tbl: Table | None, event_date: date, as_of: str | None) -> VersionRecord:
+    text = layout.event_date_text(event_date)  # text is refused here: it is parsed where it enters
     current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
     if as_of is None:
         if current is None:
-            raise NoVersion(f"event_date {event_date} has no deduplicated version yet (run `tidemark dedup` for it)")
+            raise NoVersion(f"event_date {text} has no deduplicated version yet (run `tidemark dedup` for it)")
         return current
     as_of = parse_as_of(as_of)
     if current is not None and current.version is not None and current.version <= as_of:
@@ -100,25 +101,23 @@ def _resolve(lake: Lake, tbl: Table | None, event_date: str, as_of: str | None) 
         if props["tidemark.version"] <= as_of:
             return table_versions.snapshot_record(lake, event_date, snapshot, props)
     raise NoVersion(
-        f"event_date {event_date} has no complete deduplicated version as of {as_of} "
+        f"event_date {text} has no complete deduplicated version as of {as_of} "
         "(none yet, or older versions were garbage-collected)"
     )
 
 
-def read_sessions(
-    lake: Lake, event_date: date | str, as_of: str | None = None, columns: list[str] | None = None
-) -> pa.Table:
+def read_sessions(lake: Lake, event_date: date, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
     """The deduplicated sessions of an event date as a pyarrow Table, sorted by user and start.
 
     The columns asked for (default: every column of the table and of today's session schema), those
     the answering version's files predate computed from its rows (module docstring).
     """
-    text = layout.event_date_part(event_date)
+    text = layout.event_date_text(event_date)  # text is refused before anything is read
     tbl = iceberg.load(lake)
-    version = _resolve(lake, tbl, text, as_of)
+    version = _resolve(lake, tbl, event_date, as_of)
     assert tbl is not None  # a version answered: the table exists (_resolve raises NoVersion otherwise)
     written = version.schema_version
-    scan = tbl.scan(row_filter=iceberg.date_filter(text), snapshot_id=version.snapshot_id)
+    scan = tbl.scan(row_filter=iceberg.date_filter(event_date), snapshot_id=version.snapshot_id)
     present = [f.name for f in scan.projection().fields]  # the snapshot's schema (time travel: its own)
     wanted = list(columns) if columns else [*present, *(c for c in session_schema.TABLE_COLUMNS if c not in present)]
     unknown = [c for c in wanted if c not in present and c not in session_schema.TABLE_COLUMNS]
@@ -145,24 +144,21 @@ def _empty(tbl: Table, columns: list[str]) -> pa.Table:
     return tbl.schema().as_arrow().empty_table().select(columns)
 
 
-def read_panes(
-    lake: Lake, event_date: date | str, as_of: str | None = None, columns: list[str] | None = None
-) -> pa.Table:
+def read_panes(lake: Lake, event_date: date, as_of: str | None = None, columns: list[str] | None = None) -> pa.Table:
     """Every pane the stream wrote for an event date, with its receipt_ts.
 
     Complete receipt partitions only, and with as_of only those received at or before it. A pane
     column its partition's files predate (written before the column existed) is computed from the
     pane's events.
     """
-    day = layout.event_date_part(event_date)  # the receipt partitions' listings are text
     as_of = parse_as_of(as_of) if as_of is not None else None
     tables = []
-    for receipt_ts in receipts.list_receipts(lake, day):
+    for receipt_ts in receipts.list_receipts(lake, event_date):
         if as_of is not None and receipt_ts > as_of:
             continue
-        folder = lake.receipt_dir(day, receipt_ts)
-        fs, _ = lake.locate(folder)
-        files = sorted(storage.data_files(folder))
+        folder = lake.receipt_dir(event_date, receipt_ts)
+        fs, path = folder.at()
+        files = [layout.join(path, name) for name in folder.data_file_names()]
         if not files:
             continue
         dataset = pads.dataset(files, filesystem=fs, format="parquet")

@@ -17,7 +17,6 @@ import re
 import uuid
 from datetime import date
 
-from tidemark.base import layout
 from tidemark.iceberg import table as iceberg
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import Commit, VersionRecord
@@ -35,12 +34,12 @@ def new_run_id() -> str:
 
 def write_marker(lake: Lake, marker: VersionRecord) -> None:
     """Write a run's marker (atomically: a reader sees none or all of it)."""
-    lake.write_json_atomic(lake.run_marker(marker.event_date_text, marker.run_id), marker.to_marker())
+    lake.run_marker(marker.event_date, marker.run_id).write_json_atomic(marker.to_marker())
 
 
-def read_marker(lake: Lake, event_date: date | str, run_id: str, commit: Commit | None = None) -> VersionRecord | None:
+def read_marker(lake: Lake, event_date: date, run_id: str, commit: Commit | None = None) -> VersionRecord | None:
     """A run's marker (None: not written), with `commit`, the table's record of it, when known."""
-    payload = lake.read_json(lake.run_marker(event_date, run_id))
+    payload = lake.run_marker(event_date, run_id).read_json()
     return None if payload is None else VersionRecord.from_marker(payload, commit)
 
 
@@ -49,18 +48,18 @@ def run_files(lake: Lake, marker: VersionRecord) -> list[str]:
 
     Paths are checked: never outside the date's run folders.
     """
-    base = lake.run_dir(marker.event_date_text, marker.run_id)
+    base = lake.run_dir(marker.event_date, marker.run_id)
     out = []
     for name in marker.files:
         if not _OWN_FILE.match(name):
             raise ValueError(f"run marker of {marker.event_date} names a file outside its folder: {name!r}")
-        out.append(iceberg.file_uri(layout.join(base, name)))
+        out.append(iceberg.file_uri(base.file(name)))
     for path in marker.carried:
         found = _CARRIED_FILE.match(path)
         if not found:
             raise ValueError(f"run marker of {marker.event_date} keeps a file outside the date's runs: {path!r}")
-        run_dir = lake.run_dir(marker.event_date_text, found.group(1))
-        out.append(iceberg.file_uri(layout.join(run_dir, path.split("/", 1)[1])))
+        run_dir = lake.run_dir(marker.event_date, found.group(1))
+        out.append(iceberg.file_uri(run_dir.file(path.split("/", 1)[1])))
     return out
 
 
@@ -69,7 +68,7 @@ def carried_path(lake: Lake, marker: VersionRecord, uri: str) -> str:
 
     Returns 'run=<run_id>/bucket=<k>/<name>', relative to the date's folder.
     """
-    date_dir = iceberg.file_uri(lake.run_dir(marker.event_date_text, marker.run_id)).rpartition("/")[0] + "/"
+    date_dir = iceberg.file_uri(lake.run_dir(marker.event_date, marker.run_id)).rpartition("/")[0] + "/"
     if not uri.startswith(date_dir) or not _CARRIED_FILE.match(uri[len(date_dir) :]):
         raise ValueError(f"{uri} is not a bucketed file of {marker.event_date_text}'s runs")
     return uri[len(date_dir) :]

@@ -30,6 +30,7 @@ import os
 import re
 import threading
 from collections.abc import Callable
+from datetime import date
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from pyiceberg.catalog import Catalog, load_catalog
@@ -49,6 +50,7 @@ from pyiceberg.utils.config import Config
 from sqlalchemy.exc import IntegrityError, OperationalError
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_random_exponential
 
+from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.session import session_schema
 from tidemark.store.lake import Lake
@@ -92,10 +94,10 @@ def table_location(lake: Lake) -> str:
     return file_uri(lake.dedup_root())
 
 
-def date_filter(event_date: str) -> BooleanExpression:
+def date_filter(event_date: date) -> BooleanExpression:
     """The row filter of one event date's partition (scan planning prunes to it)."""
     # pyiceberg's positional form EqualTo(term, literal); its typed signature is keyword-only
-    return EqualTo(PARTITION_COLUMN, event_date)  # type: ignore[call-arg, arg-type]
+    return EqualTo(PARTITION_COLUMN, layout.event_date_text(event_date))  # type: ignore[call-arg, arg-type]
 
 
 def file_uri(path: str) -> str:
@@ -137,7 +139,7 @@ def catalog_config(lake: Lake) -> CatalogConfig:
             f"or PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__TYPE=rest with its __URI and __WAREHOUSE "
             f"(see docs/production.md), or write its properties to {lake.catalog_config()}"
         )
-    local_catalog = lake.locate(lake.local_catalog())[1]
+    local_catalog = lake.local_catalog().at()[1]
     return {"type": "sql", "uri": f"sqlite:///{local_catalog}", "warehouse": file_uri(lake.root)}
 
 
@@ -147,7 +149,7 @@ _lake_configs: dict[Lake, CatalogConfig | None] = {}
 def _lake_config(lake: Lake) -> CatalogConfig | None:
     """The catalog properties kept in the lake (read once per process), checked."""
     if lake not in _lake_configs:
-        config = lake.read_json(lake.catalog_config())
+        config = lake.catalog_config().read_json()
         if config is not None:
             if (
                 not isinstance(config, dict)
@@ -239,7 +241,7 @@ def _may_exist(lake: Lake) -> bool:
     would create the file).
     """
     return not (
-        lake.is_local and not lake.exists(lake.local_catalog()) and not _configured() and _lake_config(lake) is None
+        lake.is_local and not lake.local_catalog().exists() and not _configured() and _lake_config(lake) is None
     )
 
 
@@ -340,4 +342,4 @@ def drop(lake: Lake) -> None:
     if _may_exist(lake):
         with contextlib.suppress(NoSuchTableError):
             catalog(lake).drop_table(identifier())
-    lake.delete_dir(lake.dedup_root())
+    lake.dedup_root().delete()

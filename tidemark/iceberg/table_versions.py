@@ -93,16 +93,16 @@ def _record_of_files(files: list[DataFile]) -> Commit | None:
     return None
 
 
-def property_commits(table: Table) -> dict[str, Commit]:
+def property_commits(table: Table) -> dict[date, Commit]:
     """{event date: its current commit} an older table records in properties (`tidemark.current.D`)."""
     return {
-        key[len(CURRENT_PREFIX) :]: Commit.from_json(json.loads(value))
+        layout.as_event_date(key[len(CURRENT_PREFIX) :]): Commit.from_json(json.loads(value))
         for key, value in table.properties.items()
         if key.startswith(CURRENT_PREFIX)
     }
 
 
-def live_files(table: Table | None, event_date: date | str | None = None) -> dict[int, list[DataFile]]:
+def live_files(table: Table | None, event_date: date | None = None) -> dict[int, list[DataFile]]:
     """{day: the live DataFiles of that event date} in a loaded table's current snapshot.
 
     Of one date, only the manifests whose partition range holds it are read (one: manifests are
@@ -135,7 +135,7 @@ def live_files(table: Table | None, event_date: date | str | None = None) -> dic
     return out
 
 
-def current_commits(table: Table | None, event_date: date | str | None = None) -> dict[str, Commit]:
+def current_commits(table: Table | None, event_date: date | None = None) -> dict[date, Commit]:
     """{event date: the commit of its current version} in a loaded table, oldest date first.
 
     Of one date (the manifest of its half month read) or of every date (every manifest read once).
@@ -144,9 +144,8 @@ def current_commits(table: Table | None, event_date: date | str | None = None) -
     if table is None:
         return {}
     if event_date is not None:
-        text = layout.event_date_part(event_date)
-        record = _commit_of(table, text)
-        return {} if record is None else {text: record}
+        record = _commit_of(table, event_date)
+        return {} if record is None else {event_date: record}
     out = property_commits(table)
     for day, files in live_files(table).items():
         if date_of(day) not in out and (record := _record_of_files(files)) is not None:
@@ -154,55 +153,54 @@ def current_commits(table: Table | None, event_date: date | str | None = None) -
     return dict(sorted(out.items()))
 
 
-def _commit_of(table: Table, event_date: str, live: list[DataFile] | None = None) -> Commit | None:
+def _commit_of(table: Table, event_date: date, live: list[DataFile] | None = None) -> Commit | None:
     """The commit current for a date in a loaded table; `live`: the date's live files if read."""
-    value = table.properties.get(CURRENT_PREFIX + event_date)
+    value = table.properties.get(CURRENT_PREFIX + layout.event_date_text(event_date))
     if value is not None:
         return Commit.from_json(json.loads(value))
     return _record_of_files(live_files(table, event_date).get(day_of(event_date), []) if live is None else live)
 
 
 def current_version(
-    lake: Lake, event_date: date | str, table: TableArg = LOAD, live: list[DataFile] | None = None
+    lake: Lake, event_date: date, table: TableArg = LOAD, live: list[DataFile] | None = None
 ) -> VersionRecord | None:
     """The current version of an event date: its run's marker and its commit; None before the first.
 
     Args:
         lake: the lake whose table and run markers are read.
-        event_date: the date (text from a caller outside the typed path is parsed here, once).
+        event_date: the date.
         table: a loaded table to read it from (several questions answered on one snapshot), None
             for no table (no version), or LOAD (the default) to load the table's current metadata.
         live: the date's live files in `table`, when the caller has read them (not read again).
     """
-    text = layout.event_date_part(event_date)
+    text = layout.event_date_text(event_date)  # text is refused before anything is read
     tbl = _table(lake, table)
-    record = None if tbl is None else _commit_of(tbl, text, live)
+    record = None if tbl is None else _commit_of(tbl, event_date, live)
     if record is None:
         return None
-    marker = read_marker(lake, text, record.run_id, record)
+    marker = read_marker(lake, event_date, record.run_id, record)
     if marker is None:
         raise RuntimeError(
             f"the table names run {record.run_id} current for {text} but its marker "
-            f"{lake.run_marker(text, record.run_id)} is missing"
+            f"{lake.run_marker(event_date, record.run_id)} is missing"
         )
     return marker
 
 
-def dates_with_version(lake: Lake, table: TableArg = LOAD) -> list[str]:
+def dates_with_version(lake: Lake, table: TableArg = LOAD) -> list[date]:
     """Every event date with a current version, oldest first (`table` as in current_version)."""
     return list(current_commits(_table(lake, table)))
 
 
-def snapshot_versions(
-    table: Table | None, event_date: date | str | None = None
-) -> list[tuple[Snapshot, dict[str, str]]]:
+def snapshot_versions(table: Table | None, event_date: date | None = None) -> list[tuple[Snapshot, dict[str, str]]]:
     """(snapshot, summary fields) of the tidemark commits still in the table's history, oldest first.
 
-    Of one date, or of every date; none without a table.
+    Of one date, or of every date; none without a table. The summary fields are the snapshot's
+    text as written (`tidemark.event-date` is YYYY-MM-DD).
     """
     if table is None:
         return []
-    wanted = None if event_date is None else layout.event_date_part(event_date)
+    wanted = None if event_date is None else layout.event_date_text(event_date)
     out = []
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
         props = snapshot.summary.additional_properties if snapshot.summary else {}
@@ -211,24 +209,23 @@ def snapshot_versions(
     return out[::-1]
 
 
-def list_versions(lake: Lake, event_date: date | str) -> list[VersionRecord]:
+def list_versions(lake: Lake, event_date: date) -> list[VersionRecord]:
     """The versions of a date the table still knows, oldest first.
 
     The snapshots that published them (each with snapshot_id, committed_at and its run's marker),
     and the current version even when gc expired the snapshot that published it.
     """
-    text = layout.event_date_part(event_date)
     tbl = iceberg.load(lake)
     if tbl is None:
         return []
-    out = [snapshot_record(lake, text, snapshot, props) for snapshot, props in snapshot_versions(tbl, text)]
-    current = current_version(lake, text, tbl)
+    out = [snapshot_record(lake, event_date, snapshot, props) for snapshot, props in snapshot_versions(tbl, event_date)]
+    current = current_version(lake, event_date, tbl)
     if current is not None and all(v.run_id != current.run_id for v in out):
         out.insert(0, current)
     return out
 
 
-def snapshot_record(lake: Lake, event_date: date | str, snapshot: Snapshot, props: dict[str, str]) -> VersionRecord:
+def snapshot_record(lake: Lake, event_date: date, snapshot: Snapshot, props: dict[str, str]) -> VersionRecord:
     """The version a tidemark snapshot published (its summary `props`), with its run's marker.
 
     A marker gc removed leaves the record of the commit alone (every marker key absent).
@@ -244,7 +241,7 @@ def snapshot_record(lake: Lake, event_date: date | str, snapshot: Snapshot, prop
     if marker is not None:
         return marker
     return VersionRecord(
-        event_date=layout.as_event_date(event_date),
+        event_date=event_date,
         run_id=commit.run_id,
         commit=commit,
         absent=frozenset(MARKER_KEYS) - {"event_date", "run_id"},

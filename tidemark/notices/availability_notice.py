@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import date
 from functools import cache
 from importlib import resources
 from typing import Any, Protocol
@@ -81,9 +82,9 @@ def _validator() -> jsonschema.Draft202012Validator:
     return validator_for(SCHEMA_FILE)
 
 
-def notice_id(dataset: str, event_date: str, receipt_ts_list: list[str]) -> str:
+def notice_id(dataset: str, event_date: date, receipt_ts_list: list[str]) -> str:
     """Stable id of a notice: the same partitions always give the same id."""
-    key = "|".join([dataset, event_date, *sorted(receipt_ts_list)])
+    key = "|".join([dataset, layout.event_date_text(event_date), *sorted(receipt_ts_list)])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -91,7 +92,8 @@ def build(dataset: str, partitions: list[dict[str, Any]], kind: str = "partition
     """The notice for receipt partitions of ONE event_date.
 
     (dicts shaped like a receipt marker: event_date, receipt_ts, batch_id, uri, rows, events,
-    pane_kinds, min_event_ts, max_event_ts, watermark, late). Counts are summed; receipt_ts,
+    pane_kinds, min_event_ts, max_event_ts, watermark, late; the event date as the marker's text or
+    a date). The notice's event_date is YYYY-MM-DD text, as on the wire. Counts are summed; receipt_ts,
     uri, watermark, batch_id are the newest; `late` is true when any covered partition is late.
     Deterministic in the set of partitions.
     """
@@ -99,9 +101,12 @@ def build(dataset: str, partitions: list[dict[str, Any]], kind: str = "partition
         raise InvalidNotice("a notice covers at least one receipt partition")
     if kind not in KINDS:
         raise InvalidNotice(f"kind: {kind!r} is not one of {list(KINDS)}")
-    dates = {p["event_date"] for p in partitions}
+    try:
+        dates = {layout.as_event_date(p["event_date"]) for p in partitions}
+    except layout.InvalidPartitionValue as exc:
+        raise InvalidNotice(str(exc)) from None
     if len(dates) != 1:
-        raise InvalidNotice(f"a notice covers one event_date, got {sorted(dates)}")
+        raise InvalidNotice(f"a notice covers one event_date, got {[str(d) for d in sorted(dates)]}")
     event_date = dates.pop()
     ordered = sorted({p["receipt_ts"]: p for p in partitions}.values(), key=lambda p: p["receipt_ts"])
     newest = ordered[-1]
@@ -110,7 +115,7 @@ def build(dataset: str, partitions: list[dict[str, Any]], kind: str = "partition
         "notice_id": notice_id(dataset, event_date, [p["receipt_ts"] for p in ordered]),
         "dataset": dataset,
         "kind": kind,
-        "event_date": event_date,
+        "event_date": layout.event_date_text(event_date),
         "receipt_ts": newest["receipt_ts"],
         "receipt_ts_list": [p["receipt_ts"] for p in ordered],
         "uri": newest["uri"],

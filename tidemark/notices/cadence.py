@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tidemark.base import layout
@@ -62,7 +62,7 @@ class CadencePolicy:
         if self.late_horizon is None:
             return False
         day_end = datetime.combine(
-            date.fromisoformat(partition["event_date"]) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc
+            layout.as_event_date(partition["event_date"]) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc
         )
         return parse_iso(partition["watermark"]) - day_end > self.late_horizon
 
@@ -118,15 +118,15 @@ class PendingGroups:
 
     def add(self, partition: dict[str, Any], kind: str, window: timedelta) -> bool:
         """Put a partition into its group; False when the group already holds or advertised it."""
-        event_date = layout.check_event_date(partition["event_date"])
+        event_date = layout.as_event_date(partition["event_date"])  # the marker's text
         receipt_ts = layout.check_receipt_ts(partition["receipt_ts"])
         start = window_start(receipt_ts, window)
         seconds = int(window.total_seconds())
-        group_id = f"{event_date}_{kind}_{layout.format_receipt_ts(start)}_{seconds}s"
+        group_id = f"{layout.event_date_text(event_date)}_{kind}_{layout.format_receipt_ts(start)}_{seconds}s"
         with self.lock:
             group = self.groups.get(group_id) or {
                 "group_id": group_id,
-                "event_date": event_date,
+                "event_date": layout.event_date_text(event_date),
                 "kind": kind,
                 "window_start": layout.format_receipt_ts(start),
                 "window_end": layout.format_receipt_ts(start + timedelta(seconds=seconds)),

@@ -73,7 +73,7 @@ def default_topic(project: str | None = None) -> str:
     return names.topic_path(project or names.get("PROJECT"), names.get("CORRECTED_TOPIC"))
 
 
-def _sessions_at(tbl: Table, event_date: str, snapshot_id: int) -> pa.Table:
+def _sessions_at(tbl: Table, event_date: date, snapshot_id: int) -> pa.Table:
     """The date's sessions (_DIFF_COLUMNS) at a snapshot, as an Arrow table of _diff_schema(tbl).
 
     pyiceberg gives a snapshot without data files the table schema's Arrow types (large_string)
@@ -118,14 +118,14 @@ def session_changes(old: pa.Table, new: pa.Table) -> dict[str, int]:
     }
 
 
-def _snapshot_of(tbl: Table, event_date: str, key: str, value: str) -> int | None:
+def _snapshot_of(tbl: Table, event_date: date, key: str, value: str) -> int | None:
     found = [s.snapshot_id for s, props in table_versions.snapshot_versions(tbl, event_date) if props.get(key) == value]
     return found[-1] if found else None
 
 
 def build_for(lake: Lake, tbl: Table, version: VersionRecord) -> dict[str, Any]:
     """The corrected notice of a published version (table_versions.current_version's record)."""
-    event_date = version.event_date_text
+    event_date = version.event_date
     committed = _committed(version)
     snapshot_id = _snapshot_of(tbl, event_date, "tidemark.run-id", version.run_id)
     if snapshot_id is None:  # its snapshot was expired by gc; still current, so the current one holds it
@@ -153,7 +153,7 @@ def build_for(lake: Lake, tbl: Table, version: VersionRecord) -> dict[str, Any]:
             "snapshot_id": int(snapshot_id),
         },
         path=iceberg.file_uri(lake.run_dir(event_date, version.run_id)),
-        affected_dates=[d for d in version.affected_dates if d != event_date],
+        affected_dates=[day for day in map(layout.as_event_date, version.affected_dates) if day != event_date],
         committed_at=committed.committed_at,
         changes=None
         if where is None
@@ -178,7 +178,7 @@ def counts_of(found: changes.Counts, sessions: int) -> dict[str, int]:
 
 
 def _counts_from_versions(
-    tbl: Table, event_date: str, snapshot_id: int, previous: str | None
+    tbl: Table, event_date: date, snapshot_id: int, previous: str | None
 ) -> tuple[dict[str, int] | None, int]:
     """(counts, rows) of a version that staged no changeset.
 
@@ -203,11 +203,11 @@ def _committed(version: VersionRecord) -> Commit:
 def record(lake: Lake, version: VersionRecord, tbl: Table | None = None) -> dict[str, Any] | None:
     """Record the notice of a published version unless known; returns the body recorded, or None."""
     box = outbox(lake)
-    notice_id = corrected_notice.notice_id(names.get("DATASET"), version.event_date_text, _committed(version).version)
+    notice_id = corrected_notice.notice_id(names.get("DATASET"), version.event_date, _committed(version).version)
     if box.is_known(notice_id):
         log.info(
             "corrected notice already recorded",
-            event_date=version.event_date_text,
+            event_date=version.event_date,
             version=version.version,
             notice_id=notice_id,
         )
@@ -216,10 +216,10 @@ def record(lake: Lake, version: VersionRecord, tbl: Table | None = None) -> dict
     return body if box.record(body) else None
 
 
-def record_current(lake: Lake, event_date: date | str) -> dict[str, Any] | None:
+def record_current(lake: Lake, event_date: date) -> dict[str, Any] | None:
     """Record the notice of the date's current version (if any, and unless known)."""
     tbl = iceberg.load(lake)
-    current = None if tbl is None else table_versions.current_version(lake, layout.event_date_part(event_date), tbl)
+    current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
     if current is None:
         return None
     return record(lake, current, tbl)
@@ -236,7 +236,7 @@ def record_after_commit(lake: Lake, version: VersionRecord) -> None:
     except Exception:  # noqa: BLE001 - the version is committed; the notice is recorded later
         log.exception(
             "corrected notice not recorded after the commit (the DAG's notify task records it)",
-            event_date=version.event_date_text,
+            event_date=version.event_date,
             version=version.version,
         )
 
@@ -288,7 +288,7 @@ def _owed_versions(box: Outbox, sink: str, limit: int = 20) -> list[str]:
 
 def emit(
     lake: Lake,
-    event_date: date | str,
+    event_date: date,
     client: AirflowClient | Callable[[], AirflowClient],
     timeout: float = EMIT_TIMEOUT_S,
 ) -> dict[str, Any]:
@@ -305,7 +305,6 @@ def emit(
     `tidemark notices --topic corrected --emit-asset-events`) posts each of them once. A refusal
     (AirflowRejected) or a wrong connection (ConfigError) is raised: retrying cannot fix those.
     """
-    event_date = layout.event_date_part(event_date)
     tbl = iceberg.load(lake)
     current = None if tbl is None else table_versions.current_version(lake, event_date, tbl)
     recorded = None if current is None else record(lake, current, tbl)
@@ -356,7 +355,7 @@ class NoticesOwed(RuntimeError):
     """Corrected notices could not be sent in time (Pub/Sub unreachable); they stay owed."""
 
 
-def notify(lake: Lake, event_date: date | str, timeout: float = 120.0) -> dict[str, Any]:
+def notify(lake: Lake, event_date: date, timeout: float = 120.0) -> dict[str, Any]:
     """What the dedup DAG's notify_corrected task does after the dedup.
 
     Record the date's current version's notice (the safety net), then, with a topic configured,
@@ -369,7 +368,7 @@ def notify(lake: Lake, event_date: date | str, timeout: float = 120.0) -> dict[s
         owed = len(outbox(lake).owed())
         log.warning(
             "no corrected topic configured (TIDEMARK_CORRECTED_TOPIC_PATH): notices stay owed",
-            event_date=layout.event_date_part(event_date),
+            event_date=event_date,
             owed=owed,
         )
         return {"recorded": recorded is not None, "owed": owed, "topic": None}

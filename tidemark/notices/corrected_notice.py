@@ -14,6 +14,7 @@ kind: first, changed, unchanged, unknown), version, schema_version, notice_id.
 from __future__ import annotations
 
 import hashlib
+from datetime import date
 from typing import Any
 
 from tidemark.base import layout
@@ -42,9 +43,9 @@ def schema() -> dict[str, Any]:
     return load_schema(SCHEMA_FILE)
 
 
-def notice_id(dataset: str, event_date: str, version: str) -> str:
+def notice_id(dataset: str, event_date: date, version: str) -> str:
     """Stable id: one version of one date of one dataset, one id."""
-    key = "|".join(["corrected", dataset, event_date, version])
+    key = "|".join(["corrected", dataset, layout.event_date_text(event_date), version])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -65,30 +66,30 @@ def change_of(previous_version: str | None, counts: dict[str, Any] | None) -> di
 
 def build(
     dataset: str,
-    event_date: str,
+    event_date: date,
     version: str,
     previous_version: str | None,
     change: dict[str, Any],
     rows: int,
     table: dict[str, Any],
     path: str,
-    affected_dates: list[str],
+    affected_dates: list[date],
     committed_at: str,
     changes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The corrected notice of one published version, validated."""
+    """The corrected notice of one published version, validated (its dates as YYYY-MM-DD text, as on the wire)."""
     body = {
         "schema_version": SCHEMA_VERSION,
         "notice_id": notice_id(dataset, event_date, version),
         "dataset": dataset,
-        "event_date": event_date,
+        "event_date": layout.event_date_text(event_date),
         "version": version,
         "previous_version": previous_version,
         "change": change,
         "rows": int(rows),
         "table": table,
         "path": path,
-        "affected_dates": sorted(set(affected_dates)),
+        "affected_dates": [layout.event_date_text(day) for day in sorted(set(affected_dates))],
         "committed_at": committed_at,
     }
     if changes is not None:
@@ -104,14 +105,15 @@ def validate(body: dict[str, Any]) -> dict[str, Any]:
     if problem:
         raise InvalidNotice(problem)
     try:  # the patterns admit 2026-02-31; the lake's own parse does not
-        for day in [body["event_date"], *body["affected_dates"]]:
+        event_date = layout.as_event_date(body["event_date"])
+        for day in body["affected_dates"]:
             layout.as_event_date(day)
         for receipt in (body["version"], body["previous_version"]):
             if receipt is not None:
                 layout.check_receipt_ts(receipt)
     except layout.InvalidPartitionValue as exc:
         raise InvalidNotice(str(exc)) from None
-    if body["notice_id"] != notice_id(body["dataset"], body["event_date"], body["version"]):
+    if body["notice_id"] != notice_id(body["dataset"], event_date, body["version"]):
         raise InvalidNotice("notice_id: does not match dataset, event_date and version")
     if body["previous_version"] is not None and body["previous_version"] >= body["version"]:
         raise InvalidNotice("previous_version: must be older than version")

@@ -33,7 +33,8 @@ from tidemark.base.logs import get_logger
 from tidemark.base.times import now_iso_z
 from tidemark.notices import availability_notice
 from tidemark.notices.availability_notice import NoticeCodec
-from tidemark.store.lake import JsonRecords, Lake
+from tidemark.store.lake import Lake
+from tidemark.store.locations import JsonRecords
 
 log = get_logger("notices")
 

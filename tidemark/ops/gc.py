@@ -323,19 +323,17 @@ def _expire_changes(
     lake: Lake, tbl: Table, removed: list[Removal], retention: timedelta, now: datetime, dry_run: bool
 ) -> list[Removal]:
     """The changes table follows the sessions table's history (tidemark/iceberg/changes.py: gc)."""
-    # the changes table names dates as the snapshots' properties spell them (YYYY-MM-DD)
-    gone = {(_optional_date_text(r.event_date), r.version) for r in removed if r.what == "snapshot"}
+    gone = {(r.event_date, r.version) for r in removed if r.what == "snapshot"}
     recorded = {
-        (props.get("tidemark.event-date"), props.get("tidemark.version"))
+        (layout.as_event_date(day), version)  # the snapshots' properties spell the date as YYYY-MM-DD
         for _, props in table_versions.snapshot_versions(tbl)
+        if (day := props.get("tidemark.event-date")) is not None
+        and (version := props.get("tidemark.version")) is not None
     }
-    kept = recorded - gone
-    kept |= {
-        (layout.event_date_text(layout.as_event_date(event_date)), record.version)
-        for event_date, record in table_versions.current_commits(tbl).items()
-    }
+    kept = {pair for pair in recorded if pair not in gone}
+    kept |= {(event_date, record.version) for event_date, record in table_versions.current_commits(tbl).items()}
     return [
-        Removal(e.what, e.path, _date_or_none(e.event_date), e.version, e.age_s)
+        Removal(e.what, e.path, e.event_date, e.version, e.age_s)
         for e in changes.gc(lake, kept, retention.total_seconds(), now.timestamp(), dry_run)
     ]
 

@@ -36,16 +36,16 @@ class ConsumerRun:
     day: date
 
 
-def run_date(partition_key: str | None, event_date: str | None = None) -> date:
-    """The run's date: its partition key, else the `event_date` Param, parsed once.
+def run_date(partition_key: str | None, param: str | None = None) -> date:
+    """The run's date: its partition key, else the `event_date` Param (`param`, its text), parsed once.
 
     Raises:
         ValueError: both are given and differ, or neither is (layout.InvalidPartitionValue, a
             ValueError, for text that is not a date).
     """
-    days = {layout.as_event_date(value) for value in (partition_key, event_date) if value}
+    days = {layout.as_event_date(value) for value in (partition_key, param) if value}
     if len(days) > 1:
-        raise ValueError(f"partition key {partition_key!r} and event_date {event_date!r} disagree: give one date")
+        raise ValueError(f"partition key {partition_key!r} and event_date {param!r} disagree: give one date")
     if not days:
         raise ValueError('no event date: trigger with the date as partition key (or {"event_date": "YYYY-MM-DD"})')
     (day,) = days
@@ -55,12 +55,15 @@ def run_date(partition_key: str | None, event_date: str | None = None) -> date:
 def resolve(
     output: Output,
     partition_key: str | None,
-    event_date: str | None = None,
+    param: str | None = None,
     *,
     variables: settings.Variables = settings.airflow_variable,
     environ: Mapping[str, str] = os.environ,
 ) -> ConsumerRun:
-    """The lake, the output root and the date of a consumer run (see the module)."""
+    """The lake, the output root and the date of a consumer run (see the module).
+
+    `partition_key` and `param` (the `event_date` Param) are the run's text, parsed here (run_date).
+    """
     lake = Lake.open(settings.lake_uri(variables=variables, environ=environ))
     out = settings.setting(output.variable, output.env, variables=variables, environ=environ) or output.default(lake)
-    return ConsumerRun(lake=lake, out=out, day=run_date(partition_key, event_date))
+    return ConsumerRun(lake=lake, out=out, day=run_date(partition_key, param))

@@ -3,21 +3,20 @@
 The small product the example consumer DAG (dags/example_session_metrics.py) rebuilds whenever the
 date gets a corrected version.
 
-    row = session_metrics.rebuild(lake, "2026-03-07", out_root)   # read (pyarrow, no JVM), compute, write
-    session_metrics.read(out_root, "2026-03-07")                   # what is there now
+    row = session_metrics.rebuild(lake, date(2026, 3, 7), out_root)   # read (pyarrow, no JVM), compute, write
+    session_metrics.read(out_root, date(2026, 3, 7))                   # what is there now
 
 One row per date: sessions, users, median and p95 session duration (seconds, linear
 interpolation between the closest ranks), sessions that crossed midnight (end on a later UTC date
 than their start), and the version it was computed from. It is written to
 <out_root>/event_date=D/metrics.parquet in one atomic replace: a function of the date's current
-version only, so a rerun or a cleared task writes the same bytes' worth of values again.
+version only, so a rerun or a cleared task writes the same bytes' worth of values again. The row's
+`event_date` is the date's YYYY-MM-DD text (a week's: its Monday's), as the Parquet file holds it.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import uuid
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -29,8 +28,8 @@ import pyarrow.parquet as pq
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.iceberg import reader
-from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File, Root
 
 log = get_logger("session_metrics")
 
@@ -58,7 +57,7 @@ SessionTuple = tuple[str, datetime, datetime]
 INPUT_COLUMNS = ["user_id", "session_start", "session_end"]
 
 
-def compute(event_date: str, version: str | None, sessions: pa.Table) -> Metrics:
+def compute(event_date: date, version: str | None, sessions: pa.Table) -> Metrics:
     """The metrics row of a table with user_id, session_start, session_end (timestamps, UTC)."""
     starts = sessions.column("session_start").cast(pa.timestamp("us", tz="UTC"))
     ends = sessions.column("session_end").cast(pa.timestamp("us", tz="UTC"))
@@ -82,7 +81,7 @@ def compute(event_date: str, version: str | None, sessions: pa.Table) -> Metrics
         or 0
     )
     return {
-        "event_date": event_date,
+        "event_date": layout.event_date_text(event_date),
         "version": version,
         "sessions": sessions.num_rows,
         "users": pc.count_distinct(sessions.column("user_id")).as_py() if sessions.num_rows else 0,
@@ -92,7 +91,7 @@ def compute(event_date: str, version: str | None, sessions: pa.Table) -> Metrics
     }
 
 
-def from_sessions(event_date: str, version: str | None, rows: Iterable[SessionTuple]) -> Metrics:
+def from_sessions(event_date: date, version: str | None, rows: Iterable[SessionTuple]) -> Metrics:
     """The same metrics from (user_id, session_start, session_end) tuples (a batch recomputation)."""
     return compute(event_date, version, from_table_rows(list(rows)))
 
@@ -102,14 +101,13 @@ def default_root(lake: Lake) -> str:
     return lake.product_dir("daily_session_metrics")
 
 
-def partition_path(out_root: str, event_date: str) -> str:
+def partition_path(out_root: str, event_date: date) -> File:
     """The date's metrics file under `out_root`."""
-    return layout.join(out_root, f"event_date={layout.check_event_date(event_date)}", FILE)
+    return Root(out_root).file(f"event_date={layout.event_date_text(event_date)}", FILE)
 
 
-def rebuild(lake: Lake, event_date: str, out_root: str) -> Metrics:
+def rebuild(lake: Lake, event_date: date, out_root: str) -> Metrics:
     """Read the date's current corrected version, compute its metrics, replace its partition."""
-    event_date = layout.check_event_date(event_date)
     sessions = reader.read_sessions(lake, event_date, columns=INPUT_COLUMNS)
     version = sessions.schema.metadata[b"tidemark.version"].decode()
     row = compute(event_date, version, sessions)
@@ -129,12 +127,12 @@ def default_weekly_root(lake: Lake) -> str:
     return lake.product_dir("weekly_session_metrics")
 
 
-def week_path(out_root: str, monday: str) -> str:
+def week_path(out_root: str, monday: date) -> File:
     """The week's metrics file under `out_root` (a week is named by its Monday)."""
-    return layout.join(out_root, f"week={layout.check_event_date(monday)}", FILE)
+    return Root(out_root).file(f"week={layout.event_date_text(monday)}", FILE)
 
 
-def rebuild_week(lake: Lake, monday: str, out_root: str) -> Metrics:
+def rebuild_week(lake: Lake, monday: date, out_root: str) -> Metrics:
     """The example weekly consumer's product: the metrics of the sessions of one ISO week.
 
     The week starts on `monday`; every date of it that has a version counts; the row goes to
@@ -144,13 +142,12 @@ def rebuild_week(lake: Lake, monday: str, out_root: str) -> Metrics:
     Raises:
         ValueError: `monday` is not a Monday.
     """
-    monday = layout.check_event_date(monday)
-    if date.fromisoformat(monday).weekday() != 0:
+    if monday.weekday() != 0:
         raise ValueError(f"{monday} is not a Monday: a week is named by the Monday it starts on")
     parts: list[pa.Table] = []
     versions: list[str] = []
     for n in range(7):
-        day = str(date.fromisoformat(monday) + timedelta(days=n))
+        day = monday + timedelta(days=n)
         try:
             sessions = reader.read_sessions(lake, day, columns=INPUT_COLUMNS)
         except reader.NoVersion:
@@ -175,38 +172,27 @@ def from_table_rows(rows: Sequence[SessionTuple]) -> pa.Table:
     )
 
 
-def read_week(out_root: str, monday: str) -> Metrics | None:
+def read_week(out_root: str, monday: date) -> Metrics | None:
     """The week's metrics row as written, None when there is none."""
-    path = week_path(out_root, monday)
-    if not storage.exists(path):
-        return None
-    fs, native = storage.resolve(path)
-    with fs.open_input_file(native) as handle:
-        return pq.read_table(handle).to_pylist()[0]
+    return _read(week_path(out_root, monday))
 
 
-def read(out_root: str, event_date: str) -> Metrics | None:
+def read(out_root: str, event_date: date) -> Metrics | None:
     """The date's metrics row as written, None when there is none."""
-    path = partition_path(out_root, event_date)
-    if not storage.exists(path):
+    return _read(partition_path(out_root, event_date))
+
+
+def _read(path: File) -> Metrics | None:
+    """The row of a metrics file, None when there is none."""
+    if not path.exists():
         return None
-    fs, native = storage.resolve(path)
+    fs, native = path.at()
     with fs.open_input_file(native) as handle:
         return pq.read_table(handle).to_pylist()[0]
 
 
-def _write(path: str, table: pa.Table) -> None:
+def _write(path: File, table: pa.Table) -> None:
     """Replace the file whole: a reader sees the old metrics or the new, never a part."""
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
-    fs, native = storage.resolve(path)
-    parent, name = native.rsplit("/", 1)
-    fs.create_dir(parent, recursive=True)
-    if storage.is_local(path):
-        tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
-        with fs.open_output_stream(tmp) as out:
-            out.write(buffer.getvalue())
-        os.replace(tmp, native)
-    else:  # one object PUT is atomic on GCS/S3
-        with fs.open_output_stream(native) as out:
-            out.write(buffer.getvalue())
+    path.write_bytes_atomic(buffer.getvalue())

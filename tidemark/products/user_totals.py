@@ -27,7 +27,7 @@ cannot be followed from changesets alone: `apply` refuses it (NeedsBootstrap).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, TypedDict, cast
 
 from pyiceberg.expressions import And, BooleanExpression, GreaterThan
@@ -37,6 +37,7 @@ from tidemark.base.logs import get_logger
 from tidemark.iceberg import changes, reader, table_versions
 from tidemark.iceberg import table as iceberg
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File, Root
 
 log = get_logger("user_totals")
 
@@ -51,24 +52,24 @@ class NeedsBootstrap(RuntimeError):
 class State(TypedDict):
     """`<out>/state.json`: the last version applied per date, and the totals per user."""
 
-    cursor: dict[str, str]  # event date -> the last version applied
+    cursor: dict[str, str]  # event date (YYYY-MM-DD, a JSON key) -> the last version applied
     totals: dict[str, list[int]]  # user_id -> [sessions, duration in microseconds]
 
 
 def default_root(lake: Lake) -> str:
     """Where the example DAG writes when no root is configured."""
-    return lake.path("_products", "user_totals")
+    return lake.product_dir("user_totals")
 
 
-def state_uri(out: str) -> str:
+def state_uri(out: str) -> File:
     """The state document under the output root `out`."""
-    return layout.join(out, "state.json")
+    return Root(out).file("state.json")
 
 
-def load_state(lake: Lake, out: str) -> State:
+def load_state(out: str) -> State:
     """The state under `out`, empty when none was written yet."""
-    # the document `apply` writes (Lake.read_json types any JSON object as a plain dict)
-    state = cast("State | None", lake.read_json(state_uri(out)))
+    # the document `apply` writes (File.read_json types any JSON object as a plain dict)
+    state = cast("State | None", state_uri(out).read_json())
     return state or {"cursor": {}, "totals": {}}
 
 
@@ -76,7 +77,7 @@ def _micros(moment: datetime) -> int:
     return int(moment.timestamp()) * 1_000_000 + moment.microsecond
 
 
-def pending(lake: Lake, event_date: str, after: str | None) -> list[dict[str, Any]]:
+def pending(lake: Lake, event_date: date, after: str | None) -> list[dict[str, Any]]:
     """The date's changeset rows of the versions after `after` (None: all), oldest version first."""
     tbl = changes.load(lake)
     if tbl is None:
@@ -91,14 +92,14 @@ def pending(lake: Lake, event_date: str, after: str | None) -> list[dict[str, An
     return sorted(rows, key=lambda r: r[changes.COMMIT_VERSION])
 
 
-def apply(lake: Lake, event_date: str, out: str) -> dict[str, Any]:
-    """Apply the date's changesets after its cursor; {event_date, from, to, versions, rows}."""
-    event_date = layout.event_date_text(layout.as_event_date(event_date))
-    state = load_state(lake, out)
-    cursor = state["cursor"].get(event_date)
+def apply(lake: Lake, event_date: date, out: str) -> dict[str, Any]:
+    """Apply the date's changesets after its cursor; {event_date (YYYY-MM-DD), from, to, versions, rows}."""
+    key = layout.event_date_text(event_date)  # the state's JSON key, and the result's text
+    state = load_state(out)
+    cursor = state["cursor"].get(key)
     rows = pending(lake, event_date, cursor)
     if not rows:
-        return {"event_date": event_date, "from": cursor, "to": cursor, "versions": 0, "rows": 0}
+        return {"event_date": key, "from": cursor, "to": cursor, "versions": 0, "rows": 0}
     if cursor is None and not _from_first(lake, event_date, rows[0][changes.PREVIOUS_VERSION]):
         raise NeedsBootstrap(
             f"{event_date}: its first changeset is of version {rows[0][changes.COMMIT_VERSION]}, over "
@@ -114,10 +115,10 @@ def apply(lake: Lake, event_date: str, out: str) -> dict[str, Any]:
         if entry == [0, 0]:
             del totals[row["user_id"]]
     newest = rows[-1][changes.COMMIT_VERSION]
-    state["cursor"][event_date] = newest
-    lake.write_json_atomic(state_uri(out), dict(state))  # totals and cursor in one atomic write
+    state["cursor"][key] = newest
+    state_uri(out).write_json_atomic(dict(state))  # totals and cursor in one atomic write
     done = {
-        "event_date": event_date,
+        "event_date": key,
         "from": cursor,
         "to": newest,
         "versions": len({r[changes.COMMIT_VERSION] for r in rows}),
@@ -127,15 +128,16 @@ def apply(lake: Lake, event_date: str, out: str) -> dict[str, Any]:
     return done
 
 
-def _from_first(lake: Lake, event_date: str, previous: str | None) -> bool:
+def _from_first(lake: Lake, event_date: date, previous: str | None) -> bool:
     """Do the changesets before `previous` (included) reach back to the date's first version?
 
     Only empty ones have no rows: their appends, in the changes table's history, chain the versions.
     """
+    wanted = layout.event_date_text(event_date)  # summary properties are text
     appends = {
         props.get(changes.SUMMARY_VERSION): props.get("tidemark.previous-version") or None
         for _, props in changes.history(changes.load(lake))
-        if props.get(changes.SUMMARY_DATE) == event_date
+        if props.get(changes.SUMMARY_DATE) == wanted
     }
     while previous is not None:
         if previous not in appends:
@@ -144,9 +146,9 @@ def _from_first(lake: Lake, event_date: str, previous: str | None) -> bool:
     return True
 
 
-def totals(lake: Lake, out: str) -> dict[str, tuple[int, float]]:
+def totals(out: str) -> dict[str, tuple[int, float]]:
     """{user_id: (sessions, minutes)} as the state holds them."""
-    return {user: (n, us / 60_000_000) for user, (n, us) in load_state(lake, out)["totals"].items()}
+    return {user: (n, us / 60_000_000) for user, (n, us) in load_state(out)["totals"].items()}
 
 
 def recompute(lake: Lake) -> dict[str, list[int]]:

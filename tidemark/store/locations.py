@@ -130,6 +130,10 @@ class File(_Location):
         """Write the whole file: a reader sees the old content or the new, never a part."""
         storage.write_text_atomic_at(*self.at(), text)
 
+    def write_bytes_atomic(self, data: bytes) -> None:
+        """Write the whole file's bytes (a Parquet file, say): a reader sees the old or the new, never a part."""
+        storage.write_bytes_atomic_at(*self.at(), data)
+
     def write_json_atomic(self, payload: dict[str, Any]) -> None:
         """Write a JSON record whole (sorted keys, one-space indent)."""
         storage.write_json_atomic_at(*self.at(), payload)

@@ -82,16 +82,25 @@ def write_text_atomic(uri: str, text: str) -> None:
 
 def write_text_atomic_at(fs: pafs.FileSystem, path: str, text: str) -> None:
     """Write a whole file in a resolved filesystem (see write_text_atomic)."""
-    parent = path.rsplit("/", 1)[0]
+    write_bytes_atomic_at(fs, path, text.encode("utf-8"))
+
+
+def write_bytes_atomic_at(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write a whole file's bytes: a reader sees the old content or the new, never a part.
+
+    Locally a hidden temp file renamed over the target (atomic on POSIX); on an object store one
+    object upload, atomic already.
+    """
+    parent, name = path.rsplit("/", 1)
     fs.create_dir(parent, recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
-        tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
+        tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
         with fs.open_output_stream(tmp) as out:
-            out.write(text.encode("utf-8"))
-        os.replace(tmp, path)  # atomic on POSIX
+            out.write(data)
+        os.replace(tmp, path)
     else:
         with fs.open_output_stream(path) as out:
-            out.write(text.encode("utf-8"))
+            out.write(data)
 
 
 def write_json_atomic(uri: str, payload: dict[str, Any]) -> None:
