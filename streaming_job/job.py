@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, release_pins
+from streaming_job.progress import QueryProgressLog
 from tidemark.base.durations import format_duration, parse_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.spark import build_session
@@ -327,10 +328,12 @@ def _run_query(
     next_drain = time.monotonic() + config.archive_interval
     landing_archive.clear_unfinished_first_write(generation.query_dir(config.checkpoint))
     query = writer.start()
+    progress = QueryProgressLog(query)
     try:
         while query.isActive:
             if query.awaitTermination(0.5):  # type: ignore[arg-type]  # pyspark annotates it int; it takes any positive seconds
                 break
+            progress.flush()
             changed_to = guard.changed()
             if changed_to is not None:
                 log.error(
@@ -375,6 +378,7 @@ def _run_query(
                 rotate.set()  # the stop comes between two batches (the next pass)
     except StreamingQueryException:
         pass  # awaitTermination raises the query's failure; judged just below
+    progress.flush()
     failure = query.exception()
     if failure is not None and not ((stop_requested.is_set() or rotate.is_set()) and STOP_MARK in str(failure)):
         raise failure
