@@ -22,7 +22,7 @@ import os
 import random
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pyarrow as pa
 
@@ -384,7 +384,7 @@ def landing_lines(events: int = 100_000) -> list[bytes]:
         generate.generate(
             folder,
             generate.Workload(
-                events=events, users=max(1, events // 100), days=7, files=10, start="2026-03-01", seed=11
+                events=events, users=max(1, events // 100), days=7, files=10, start=date(2026, 3, 1), seed=11
             ),
             progress=False,
         )

@@ -70,7 +70,7 @@ def build_lake(spark, args, landing, lake, checkpoint, rules) -> dict:
     from streaming_job.job import StreamConfig, run_stream
 
     workload = generate.Workload(
-        events=args.events, users=args.users, start="2026-03-01", days=args.days, files=args.files, seed=17
+        events=args.events, users=args.users, start=date(2026, 3, 1), days=args.days, files=args.files, seed=17
     )
     summary = generate.generate(landing, workload, progress=False)
     with bench.stopwatch() as t:

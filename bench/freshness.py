@@ -52,6 +52,7 @@ import os
 import shutil
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 import bench
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
         days=2,
         files=waves,
         seed=31,
-        start="2026-03-06",
+        start=date(2026, 3, 6),
         offline_session_rate=0.12,
         duplicate_rate=0.04,
     )

@@ -209,14 +209,14 @@ def run_size(size: int, latency_ms: float, root: str, baseline: bool = True, reu
     # each latency measures a new lake in the same state (a new path: the Iceberg catalog of a
     # removed lake stays cached in the process)
     lake = Lake.open(os.path.join(root, f"lake-{size}-{latency_ms:g}ms"))
-    built = lake.read_json(layout.join(lake.uri, BUILT)) if reuse else None
+    built = lake.file(BUILT).read_json() if reuse else None
     if built:  # a lake as build() left it (e.g. a hard-linked copy of one): 10^6 takes an hour here
         newest, batches = built["newest"], int(built["batches"])
         print(f"reusing {lake}: {size} partitions ({batches} batches, newest date {newest})", flush=True)
     else:
         started = time.monotonic()
         newest, batches = build(lake, size)
-        lake.write_json_atomic(layout.join(lake.uri, BUILT), {"newest": newest, "batches": batches})
+        lake.file(BUILT).write_json_atomic({"newest": newest, "batches": batches})
         print(
             f"built {size} partitions ({batches} batches, newest date {newest}) in {time.monotonic() - started:.0f} s",
             flush=True,

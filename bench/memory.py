@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import date
 
 import bench
 from bench.proctree import is_jvm, tree_pids, tree_rss
@@ -176,7 +177,7 @@ def main(argv=None) -> int:
         users=scale["users"],
         days=scale["days"],
         files=scale["files"],
-        start="2026-01-01",
+        start=date(2026, 1, 1),
         seed=23,
     )
     with bench.stopwatch() as t:

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import date
 from pathlib import Path
 
 import psutil
@@ -255,6 +256,19 @@ def phase_summary(phases: list[dict]) -> str:
     return text
 
 
+def spark_phase_summary(progress: list[dict]) -> str:
+    """Spark's durations of each trigger (its `query progress` logs): the median per phase, and
+    what a batch spends outside tidemark's foreachBatch (addBatch)."""
+    phases = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+    medians = {name: statistics.median(p.get(name, 0) for p in progress) for name in (*phases, "triggerExecution")}
+    outside = statistics.median(p.get("triggerExecution", 0) - p.get("addBatch", 0) for p in progress)
+    return (
+        f"Spark's phases per trigger ({len(progress)} batches, median ms): "
+        + ", ".join(f"{name} {medians[name]:.0f}" for name in phases)
+        + f"; trigger {medians['triggerExecution']:.0f}, of it outside foreachBatch {outside:.0f}"
+    )
+
+
 def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_log: bool = False) -> dict:
     os.makedirs(work, exist_ok=True)
     lake, checkpoint = os.path.join(work, "lake"), os.path.join(work, "checkpoint")
@@ -294,6 +308,7 @@ def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_lo
     result["batch_seconds"] = [b["seconds"] for b in batches]
     result["batch_lines"] = [b["input_lines"] for b in batches]
     result["batch_phases"] = [b.get("phases", {}) for b in batches]
+    result["spark_phases"] = [l["durations_ms"] for l in logs if l.get("event") == "query progress"]
     result["lines"] = sum(b["input_lines"] for b in batches)
     if batches:
         # in-job time: first batch start (commit time - its duration) -> last commit
@@ -668,7 +683,7 @@ def main(argv=None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     landing = os.path.join(work, "landing")
     workload = generate.Workload(
-        events=events, users=scale["users"], days=scale["days"], files=files, start="2026-03-01", seed=11
+        events=events, users=scale["users"], days=scale["days"], files=files, start=date(2026, 3, 1), seed=11
     )
     with bench.stopwatch() as t:
         summary = generate.generate(landing, workload, progress=False)
@@ -783,6 +798,8 @@ def main(argv=None) -> int:
             )
         if r.get("batch_phases"):
             detail.append(f"  - {phase_summary(r['batch_phases'])}")
+        if r.get("spark_phases"):
+            detail.append(f"  - {spark_phase_summary(r['spark_phases'])}")
         if r.get("profile"):
             prof = r["profile"]
             detail.append(

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Protocol, TypedDict, cast
 
 import pyarrow as pa
@@ -38,8 +39,8 @@ from tidemark.ingest.landing import FileEntry
 from tidemark.panes import receipt_index, receipts
 from tidemark.panes.receipts import BatchReport
 from tidemark.session import session_schema
-from tidemark.store import storage
 from tidemark.store.lake import QUARANTINE_MARKER, Lake
+from tidemark.store.locations import Folder
 
 log = get_logger("stream")
 
@@ -119,7 +120,7 @@ class BatchInput:
     rules: InputRules
     receipt_ms: int | None = None
     replay: bool | None = None
-    pins: str | None = None  # the batch's pin folder: the frame's files are named inside it
+    pins: Folder | None = None  # the batch's pin folder: the frame's files are named inside it
     landing_uris: dict[str, str] = field(default_factory=dict)  # path relative to the landing -> its URI
     facts: dict[str, FileFacts] = field(default_factory=dict)  # path -> {size, mtime_ms[, sha256]}
     # the first attempt's {path: sha256}, computed beside the first Spark job
@@ -191,7 +192,7 @@ class BatchProcessor:
             quarantined=report.quarantined,
             open_sessions=report.open_sessions,
             watermark=state_watermark_text(report.watermark_us),
-            partitions=[p.event_date for p in report.partitions],
+            partitions=[layout.event_date_text(p.event_date) for p in report.partitions],
             seconds=report.seconds,
             phases=report.phases,
         )
@@ -247,7 +248,7 @@ class BatchProcessor:
                 # back. Not cached: nothing else reads the sessions.
                 stats, open_sessions = pane_writer.write_batch(
                     rows,
-                    self.lake.sessions_root(),
+                    self.lake,
                     store.prepare(batch_id),
                     self._pane_columns() + [F.col(name) for name in NOT_PANE],
                     [*session_schema.PANE_COLUMNS, "event_date", "receipt_ts"],
@@ -303,7 +304,7 @@ class BatchProcessor:
                 source.digests = pool.submit(input_pins.digests, self.checkpoint, batch_id, sorted(pins))
                 pool.shutdown(wait=False)
         if input_pins.pinned_files(self.checkpoint, batch_id):
-            source.frame = read_pinned(batch.sparkSession, source.pins)
+            source.frame = read_pinned(batch.sparkSession, source.pins.uri)
         return source
 
     def _replay_input(
@@ -521,18 +522,23 @@ class BatchProcessor:
         ]
         return [*session, *(F.col(name) for name in ("pane_kind", "pane_index", "event_date"))]
 
-    def _complete(self, rows: DataFrame, receipt_ts: str) -> frozenset[str]:
+    def _complete(self, rows: DataFrame, receipt_ts: str) -> frozenset[date]:
         """A replayed batch's event dates whose receipt partitions an earlier attempt completed.
 
-        Kept as they are (one more Spark job, on replays only).
+        Kept as they are (one more Spark job, on replays only). The panes' event_date column holds
+        the date as text: parsed here.
         """
-        dates = [row["event_date"] for row in rows.where("emit").select("event_date").distinct().collect()]
-        return frozenset(date for date, _ in receipts.complete_keys(self.lake, [(d, receipt_ts) for d in dates]))
+        dates = [
+            layout.as_event_date(row["event_date"])
+            for row in rows.where("emit").select("event_date").distinct().collect()
+        ]
+        keys = receipts.complete_keys(self.lake, [(d, receipt_ts) for d in dates])
+        return frozenset(event_date for event_date, _ in keys)
 
     def _register(
         self,
         stats: list[pane_writer.DateStats],
-        complete: frozenset[str],
+        complete: frozenset[date],
         receipt_ts: str,
         batch_id: int,
         watermark_us: int,
@@ -562,7 +568,7 @@ class BatchProcessor:
         for partition in pending:
             log.info(
                 "receipt partition written",
-                event_date=partition.event_date,
+                event_date=layout.event_date_text(partition.event_date),
                 receipt_ts=receipt_ts,
                 rows=partition.rows,
                 pane_kinds=partition.pane_kinds,
@@ -580,8 +586,8 @@ class BatchProcessor:
         `uris` maps the frame's file to the landing's, for pinned input.
         """
         folder = self.lake.quarantine_dir(receipt_ts)
-        marker = layout.join(folder, QUARANTINE_MARKER)
-        if storage.exists(marker):
+        marker = folder.file(QUARANTINE_MARKER)
+        if marker.exists():
             return
         refused = parse.quarantined(parsed)
         renamed = {frame: uri for frame, uri in uris.items() if frame != uri}
@@ -593,8 +599,8 @@ class BatchProcessor:
                 _renamed(refused.toArrow(), "source_file", renamed),
                 {"receipt_ts": pa.scalar(receipt_ts), "batch_id": pa.scalar(batch_id, pa.int64())},
             )
-            storage.delete_dir(folder)  # an interrupted attempt's files: the folder has no marker yet
-            fs, path = storage.resolve(folder)
+            folder.delete()  # an interrupted attempt's files: the folder has no marker yet
+            fs, path = folder.at()
             fs.create_dir(path, recursive=True)
             pq.write_table(table, f"{path}/{QUARANTINE_FILE}", filesystem=fs)
         else:
@@ -604,8 +610,8 @@ class BatchProcessor:
                 refused = refused.withColumn("source_file", F.coalesce(names[F.col("source_file")], "source_file"))
             refused.withColumn("receipt_ts", F.lit(receipt_ts)).withColumn(
                 "batch_id", F.lit(batch_id).cast("bigint")
-            ).repartition(1).write.mode("overwrite").parquet(folder)
-        storage.write_json_atomic(marker, {"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
+            ).repartition(1).write.mode("overwrite").parquet(folder.uri)
+        marker.write_json_atomic({"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
         log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)
 
 

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from streaming_job.batch import STOP_MARK, BatchProcessor, release_pins
-from tidemark.base import layout
+from streaming_job.progress import QueryProgressLog
 from tidemark.base.durations import format_duration, parse_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.session_rules import Overrides, SessionRules
@@ -33,7 +33,6 @@ from tidemark.notices.service import NoticeService
 from tidemark.panes import receipt_index
 from tidemark.panes.receipts import BatchReport
 from tidemark.session import rules_record
-from tidemark.store import storage
 from tidemark.store.lake import Lake
 
 log = get_logger("stream")
@@ -317,7 +316,7 @@ def _run_query(
     writer = (
         source(spark, config)
         .writeStream.queryName("tidemark_sessions")
-        .option("checkpointLocation", generation.query_dir(config.checkpoint))
+        .option("checkpointLocation", generation.query_dir(config.checkpoint).uri)
         .foreachBatch(processor)
     )
     if config.available_now:
@@ -329,10 +328,12 @@ def _run_query(
     next_drain = time.monotonic() + config.archive_interval
     landing_archive.clear_unfinished_first_write(generation.query_dir(config.checkpoint))
     query = writer.start()
+    progress = QueryProgressLog(query)
     try:
         while query.isActive:
             if query.awaitTermination(0.5):  # type: ignore[arg-type]  # pyspark annotates it int; it takes any positive seconds
                 break
+            progress.flush()
             changed_to = guard.changed()
             if changed_to is not None:
                 log.error(
@@ -377,6 +378,7 @@ def _run_query(
                 rotate.set()  # the stop comes between two batches (the next pass)
     except StreamingQueryException:
         pass  # awaitTermination raises the query's failure; judged just below
+    progress.flush()
     failure = query.exception()
     if failure is not None and not ((stop_requested.is_set() or rotate.is_set()) and STOP_MARK in str(failure)):
         raise failure
@@ -417,7 +419,7 @@ def _unread(
 
 def _committed_batches(checkpoint: str, generation: landing_archive.Generation) -> int:
     """Batches the generation's query has committed (its commit log: the newest id + 1)."""
-    ids = [int(n) for n in storage.list_dir(layout.join(generation.query_dir(checkpoint), "commits")) if n.isdigit()]
+    ids = [int(n) for n in generation.query_dir(checkpoint).folder("commits").names() if n.isdigit()]
     return max(ids, default=-1) + 1
 
 

@@ -31,16 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, ClassVar, TypedDict, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark import TaskContext
 from pyspark.sql import Column, DataFrame
 
 from tidemark.base import layout
-from tidemark.store import storage
+from tidemark.store.lake import Lake
+from tidemark.store.locations import Folder
 
 PANE_FILE = "part-00000.parquet"
 
@@ -48,7 +51,7 @@ PANE_FILE = "part-00000.parquet"
 class DateStats(TypedDict):
     """What one event date's receipt marker records of a batch's panes there."""
 
-    event_date: str
+    event_date: date
     rows: int
     events: int
     min_us: int
@@ -102,17 +105,17 @@ def with_constants(table: pa.Table, values: dict[str, pa.Scalar[Any]]) -> pa.Tab
 
 def write_batch(
     rows: DataFrame,
-    sessions_root: str,
-    state_dir: str,
+    lake: Lake,
+    state_dir: Folder,
     columns: list[Column],
     panes: list[str],
     state: dict[str, str],
     batch: BatchValues,
-    skip_dates: frozenset[str] = frozenset(),
+    skip_dates: frozenset[date] = frozenset(),
 ) -> tuple[list[DateStats], int]:
     """A micro-batch's outputs in one pass over its sessions.
 
-    The rows with `emit` into their receipt partitions (one file per date, as write_panes: `panes`
+    The rows with `emit` into `lake`'s receipt partitions (one file per date: `panes`
     the files' columns, event_date and receipt_ts last), the rows with `retain` into the state
     version's folder `state_dir` (one file per task; `state` maps the files' columns to the
     frame's). `columns` are the frame's columns computed after the shuffle by date; `batch` the
@@ -124,7 +127,7 @@ def write_batch(
     the sessionizing, where the statistics, the panes and the state were three (the fixed cost of a
     micro-batch is mostly its Spark jobs, BENCHMARKS.md section 1).
     """
-    schema = "event_date string, rows bigint, events bigint, min_us bigint, max_us bigint, kinds array<string>"
+    schema = "event_date date, rows bigint, events bigint, min_us bigint, max_us bigint, kinds array<string>"
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tables = [pa.Table.from_batches([record_batch]) for record_batch in batches if record_batch.num_rows]
@@ -132,7 +135,7 @@ def write_batch(
             return
         table = pa.concat_tables(tables)
         emitted = with_constants(table.filter(table.column("emit")), batch.scalars())
-        found = _write_tables(emitted.select(panes), sessions_root, skip_dates)
+        found = _write_tables(emitted.select(panes), lake, skip_dates)
         kept = table.filter(table.column("retain")).select(list(state.values())).rename_columns(list(state))
         if kept.num_rows:
             task = TaskContext.get()
@@ -151,7 +154,7 @@ def write_batch(
 
 def _stats_schema() -> pa.Schema:
     fields: list[tuple[str, pa.DataType]] = [
-        ("event_date", pa.string()),
+        ("event_date", pa.date32()),
         ("rows", pa.int64()),
         ("events", pa.int64()),
         ("min_us", pa.int64()),
@@ -161,14 +164,14 @@ def _stats_schema() -> pa.Schema:
     return pa.schema(fields)
 
 
-def _write_file(table: pa.Table, folder: str, name: str) -> None:
+def _write_file(table: pa.Table, folder: Folder, name: str) -> None:
     """Write one Parquet file into `folder`, under a hidden name first on a local disk.
 
     A reader never sees half a file; a single-object upload on a bucket is atomic already.
     """
-    fs, path = storage.resolve(folder)
+    fs, path = folder.at()
     fs.create_dir(path, recursive=True)
-    if storage.is_local(folder):
+    if isinstance(fs, pafs.LocalFileSystem):
         tmp = f"{path}/.{name}.tmp"
         pq.write_table(table, tmp, filesystem=fs)
         fs.move(tmp, f"{path}/{name}")
@@ -176,15 +179,20 @@ def _write_file(table: pa.Table, folder: str, name: str) -> None:
         pq.write_table(table, f"{path}/{name}", filesystem=fs)
 
 
-def _write_tables(table: pa.Table, sessions_root: str, skip_dates: frozenset[str] = frozenset()) -> list[DateStats]:
-    """Each event date's panes into its receipt partition; per date, what its marker records."""
+def _write_tables(table: pa.Table, lake: Lake, skip_dates: frozenset[date] = frozenset()) -> list[DateStats]:
+    """Each event date's panes into its receipt partition; per date, what its marker records.
+
+    The panes' event_date column holds the date as text (the session's start date, formatted by
+    Spark): it is parsed here, once per date.
+    """
     dates = table.column("event_date")
     stamps = table.column("receipt_ts")
     found: list[DateStats] = []
     # a pane's event_date and receipt_ts are never null (its session's start date, its batch's time)
     pairs = zip(cast("list[str]", dates.to_pylist()), cast("list[str]", stamps.to_pylist()), strict=False)
-    for event_date, receipt_ts in sorted(set(pairs)):
-        rows = table.filter(pc.and_(pc.equal(dates, pa.scalar(event_date)), pc.equal(stamps, pa.scalar(receipt_ts))))
+    for text, receipt_ts in sorted(set(pairs)):
+        rows = table.filter(pc.and_(pc.equal(dates, pa.scalar(text)), pc.equal(stamps, pa.scalar(receipt_ts))))
+        event_date = layout.as_event_date(text)
         found.append(
             {
                 "event_date": event_date,
@@ -197,12 +205,8 @@ def _write_tables(table: pa.Table, sessions_root: str, skip_dates: frozenset[str
         )
         if event_date in skip_dates:
             continue
-        folder = layout.join(
-            sessions_root,
-            f"event_date={layout.check_event_date(event_date)}",
-            f"receipt_ts={layout.check_receipt_ts(receipt_ts)}",
-        )
-        fs, path = storage.resolve(folder)
+        folder = lake.receipt_dir(event_date, receipt_ts)
+        fs, path = folder.at()
         fs.create_dir(path, recursive=True)
         fs.delete_dir_contents(path, missing_dir_ok=True)  # an interrupted attempt's leftovers
         _write_file(rows.drop_columns(["event_date", "receipt_ts"]), folder, PANE_FILE)

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tidemark.base import layout
 from tidemark.base.times import iso_from_micros
 from tidemark.session import session_schema
-from tidemark.store import storage
+from tidemark.store.locations import Folder, Root
 
 STATE_MARKER = "_tidemark_state.json"
 KEEP_VERSIONS = 3
@@ -62,17 +62,17 @@ class StateStore:
     def __init__(self, spark: SparkSession, checkpoint: str) -> None:
         """The store under `checkpoint`/state, read and written with `spark`."""
         self.spark = spark
-        self.root = layout.join(checkpoint, "state")
+        self.root = Root(checkpoint).folder("state")
 
-    def _dir(self, batch_id: int) -> str:
-        return layout.join(self.root, f"batch_id={batch_id}")
+    def _dir(self, batch_id: int) -> Folder:
+        return self.root.folder(f"batch_id={batch_id}")
 
     def versions(self) -> list[int]:
         """The batch ids of the committed versions (those with a marker), oldest first."""
         ids = []
-        for name in storage.list_subdirs(self.root):
+        for name in self.root.subfolder_names():
             value = layout.partition_value(name, "batch_id")
-            if value is not None and value.isdigit() and storage.exists(layout.join(self.root, name, STATE_MARKER)):
+            if value is not None and value.isdigit() and self.root.file(name, STATE_MARKER).exists():
                 ids.append(int(value))
         return sorted(ids)
 
@@ -82,31 +82,29 @@ class StateStore:
         if not older:
             return StateVersion(-1, NO_WATERMARK_US, 0), self.spark.createDataFrame([], STATE_SCHEMA)
         version_id = older[-1]
-        meta = storage.read_json(layout.join(self._dir(version_id), STATE_MARKER))
+        meta = self._dir(version_id).file(STATE_MARKER).read_json()
         if meta is None:  # versions() lists only versions with a marker: removed since (a replay's cleanup)
             raise RuntimeError(f"state version {version_id} lost its marker {STATE_MARKER} while being read")
         version = StateVersion(version_id, int(meta["watermark_us"]), int(meta["sessions"]))
         if version.sessions == 0:
             return version, self.spark.createDataFrame([], STATE_SCHEMA)
-        return version, self.spark.read.schema(STATE_SCHEMA).parquet(self._dir(version_id))
+        return version, self.spark.read.schema(STATE_SCHEMA).parquet(self._dir(version_id).uri)
 
-    def prepare(self, batch_id: int) -> str:
+    def prepare(self, batch_id: int) -> Folder:
         """The folder a batch writes its version's files into, emptied first.
 
         The pane writer (streaming_job.pane_writer) writes them in the same pass as the panes. The
         version's marker goes first, then what an interrupted attempt left. Until `commit` writes
         the marker again the version does not exist for `before`.
         """
-        path = self._dir(batch_id)
-        storage.delete_file(layout.join(path, STATE_MARKER))
-        storage.delete_dir(path)
-        return path
+        folder = self._dir(batch_id)
+        folder.file(STATE_MARKER).delete()
+        folder.delete()
+        return folder
 
     def commit(self, batch_id: int, session_count: int, watermark_us: int, receipt_ts: str) -> None:
         """The version's marker, written once its files are in place; then the oldest versions go."""
-        path = self._dir(batch_id)
-        storage.write_json_atomic(
-            layout.join(path, STATE_MARKER),
+        self._dir(batch_id).file(STATE_MARKER).write_json_atomic(
             {"batch_id": batch_id, "watermark_us": watermark_us, "sessions": session_count, "receipt_ts": receipt_ts},
         )
         # Keep the newest KEEP_VERSIONS versions that exist, not "batch_id - K and later": empty
@@ -115,4 +113,4 @@ class StateStore:
         # rewritten when their batches replay) are left alone.
         existing = [v for v in self.versions() if v <= batch_id]
         for old in existing[:-KEEP_VERSIONS]:
-            storage.delete_dir(self._dir(old))
+            self._dir(old).delete()

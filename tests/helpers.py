@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
-from datetime import timedelta
+from datetime import date, timedelta
 
 from tests import reference
 from tidemark.base import polling
@@ -65,13 +65,14 @@ def lake_session_set(lake: Lake, event_date: str, with_count: bool = False) -> s
     }
 
 
-def session_set(sessions, event_date: str, with_count: bool = False) -> set[tuple]:
+def session_set(sessions, event_date: date | str, with_count: bool = False) -> set[tuple]:
     """Reference sessions (tidemark.demo.batch_reference.Session) of one date, as lake_session_set gives them."""
+    wanted = as_event_date(event_date)  # a Session's event_date is a date
     return {
         (s.user_id, s.session_start, s.session_end, s.event_ids)
         + ((s.event_count, s.event_type_count) if with_count else ())
         for s in sessions
-        if s.event_date == event_date
+        if s.event_date == wanted
     }
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import date
 
 import pyarrow.dataset as ds
 
+from tidemark.base import layout
 from tidemark.panes import receipts
 from tidemark.store import lake as lake_layout
 from tidemark.store.lake import Lake
@@ -34,7 +36,7 @@ def panes(lake: Lake) -> list[dict]:
     return rows
 
 
-def partition_snapshot(lake: Lake) -> dict[tuple[str, str], tuple]:
+def partition_snapshot(lake: Lake) -> dict[tuple[date, str], tuple]:
     """(event_date, receipt_ts) -> (marker text, sorted (file name, size, mtime)) of complete partitions."""
     snap = {}
     for event_date in receipts.list_event_dates(lake):
@@ -47,7 +49,7 @@ def partition_snapshot(lake: Lake) -> dict[tuple[str, str], tuple]:
                 )
             )
             with open(os.path.join(folder, lake_layout.RECEIPT_MARKER)) as marker:
-                snap[(event_date, receipt_ts)] = (marker.read(), files)
+                snap[(layout.as_event_date(event_date), receipt_ts)] = (marker.read(), files)
     return snap
 
 

@@ -175,6 +175,8 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     assert ladder[0][2] == "1.00x |"
     assert "whole batch" in ladder[-1][0]
     assert all(float(row[1]) > 0 for row in ladder)
+    # Spark's own phases of each trigger, from the stream's `query progress` logs
+    assert re.search(r"Spark's phases per trigger \(\d+ batches, median ms\): latestOffset \d+, .*addBatch \d+", text)
     # where the (one) batch's time went, from its `batch committed` log
     assert re.search(
         r"phases of the first batch \(s\): check [\d.]+, quarantine [\d.]+, sessionize [\d.]+, "

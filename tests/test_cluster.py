@@ -243,7 +243,7 @@ def test_dedup_on_cluster_equals_the_batch_reference(landing, cluster_dedup, eve
     from tests.reference import sessions_of_landing
     from tidemark.base.session_rules import SessionRules
 
-    expected: dict[str, list] = {}
+    expected: dict = {}  # by event date (a date)
     for session in sessions_of_landing(landing, SessionRules().gap):
         expected.setdefault(session.event_date, []).append(
             (session.user_id, session.session_start, session.session_end, session.event_ids)

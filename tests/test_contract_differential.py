@@ -7,7 +7,7 @@ comparison over 10^7 lines."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
@@ -42,7 +42,7 @@ def test_the_fast_path_agrees_with_the_contract_on_a_hundred_thousand_lines():
 def test_the_bulk_path_decides_every_event_of_a_landing(tmp_path):
     generate.generate(
         str(tmp_path),
-        generate.Workload(events=3000, users=30, days=2, files=2, start="2026-03-01", seed=11),
+        generate.Workload(events=3000, users=30, days=2, files=2, start=date(2026, 3, 1), seed=11),
         progress=False,
     )
     lines = [line for path in sorted(tmp_path.glob("*.jsonl")) for line in split_lines(path.read_bytes())]

@@ -67,7 +67,7 @@ def expected(events, event_date: str, gap: timedelta) -> set[tuple]:
     return {
         (s.user_id, s.session_start, s.session_end, s.event_ids, s.event_count, s.event_type_count)
         for s in ref
-        if s.event_date == event_date
+        if s.event_date == as_event_date(event_date)
     }
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -66,7 +66,7 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
         lake, landing = Lake.open(settings.lake), settings.landing
 
         # Independent final check: the current version of every date == the reference.
-        expected: dict[str, set] = {}
+        expected: dict[date, set] = {}
         # The stack runs the stream with the archive on: read files left the landing for it.
         assert settings.archive
         assert any(name.startswith("received=") for name in os.listdir(settings.archive))
@@ -84,7 +84,7 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
 
         data = json.loads(Path(os.path.join(stack.home, "report", "report.json")).read_text())
         assert data["ok"]
-        assert {c["event_date"] for c in data["checks"]} == set(dates)
+        assert {as_event_date(c["event_date"]) for c in data["checks"]} == set(dates)
         assert any(len(versions) > 1 for versions in data["versions"].values()), "no date was ever corrected"
         assert any(r["late"] for r in data["receipts"]), "no late receipt partition"
         assert all(r["version"] for r in data["receipts"])

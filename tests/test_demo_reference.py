@@ -4,7 +4,7 @@ valid event in exactly one session, and the input contract on edge cases."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import date, timedelta
 
 from tidemark.demo import batch_reference
 from tidemark.demo.generate import Workload, generate
@@ -49,8 +49,8 @@ def test_contract_duplicates_and_the_gap_boundary(tmp_path):
     (tmp_path / "_manifest.json").write_text("{}")  # not data
     got = batch_reference.sessionize(batch_reference.valid_events(batch_reference.landed_lines(str(tmp_path))), GAP)
     assert [(s.event_date, s.event_count, s.event_ids) for s in got] == [
-        ("2026-03-06", 1, frozenset("a")),
-        ("2026-03-07", 2, frozenset("bc")),
+        (date(2026, 3, 6), 1, frozenset("a")),
+        (date(2026, 3, 7), 2, frozenset("bc")),
     ]
     assert got[1].session_end.isoformat() == "2026-03-07T00:49:59.999999+00:00"
 

@@ -95,7 +95,7 @@ def expected(landing) -> tuple[set, set]:
             s.event_count,
         )
         for s in reference.sessions_of_landing(landing, RULES.gap)
-        if s.event_date == D
+        if s.event_date == as_event_date(D)
     }
     return sessions, events
 

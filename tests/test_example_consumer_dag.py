@@ -24,7 +24,7 @@ import pytest
 from tests.helpers import dag_run_finished as finished
 from tests.helpers import wait_for
 from tests.lakekit import GAP, RULES, SimulatedStream
-from tidemark.base import names
+from tidemark.base import layout, names
 from tidemark.base.layout import as_event_date
 from tidemark.demo import batch_reference
 from tidemark.devstack.airflow import AirflowServer
@@ -67,7 +67,9 @@ LATE = [
 def reference_metrics(events: list[tuple], event_date: str = D7) -> dict:
     """Metrics of the batch reference's sessions of a date (tidemark/demo/batch_reference.py)."""
     sessions = [
-        s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP) if s.event_date == event_date
+        s
+        for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP)
+        if s.event_date == as_event_date(event_date)
     ]
     row = session_metrics.from_sessions(
         as_event_date(event_date), None, [(s.user_id, s.session_start, s.session_end) for s in sessions]
@@ -360,7 +362,9 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
     )
     weekly = session_metrics.read_week(stack["weekly_out"], as_event_date(week))
     sessions = [
-        s for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP) if s.event_date in THREE
+        s
+        for s in batch_reference.sessionize([(u, e, ts) for u, e, ts, _ in events], GAP)
+        if layout.event_date_text(s.event_date) in THREE
     ]
     expected = session_metrics.from_sessions(
         as_event_date(week), None, [(s.user_id, s.session_start, s.session_end) for s in sessions]

@@ -23,8 +23,8 @@ from tidemark.cli import main as cli_main
 from tidemark.ingest.contract import Reason
 from tidemark.ingest.quarantine import read_quarantine
 from tidemark.panes import receipts
-from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.locations import Root
 
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -119,7 +119,7 @@ def test_every_line_is_an_event_or_quarantined_with_a_reason(streamed):
 
 def test_a_wrong_clock_creates_no_partition_and_never_moves_the_watermark(streamed):
     dates = receipts.list_event_dates(streamed["lake"])
-    assert not [d for d in dates if d.startswith(("2099", "1970"))]
+    assert not [d for d in dates if d.year in (2099, 1970)]
     for report in streamed["reports"]:
         assert report.watermark_us <= receipt_us(report)
     assert streamed["reports"][0].watermark_us == int(
@@ -134,7 +134,7 @@ def test_normal_data_after_the_bad_clock_still_gets_early_and_on_time_panes(stre
     assert kinds[(2, "u1")] == "on_time"
     assert kinds[(2, "u2")] == "on_time"
     old = [r for r in streamed["panes"] if r["user_id"] == "u3"]  # five days late: kept, in its date
-    assert [r["event_date"] for r in old] == [(BASE - timedelta(days=5)).date().isoformat()]
+    assert [r["event_date"] for r in old] == [(BASE - timedelta(days=5)).date()]
 
 
 def test_every_reader_shows_any_bytes(streamed, capsys):
@@ -158,10 +158,10 @@ def test_a_watermark_poisoned_before_the_guard_heals(spark, streamed):
     """State written by a stream without the guard holds a watermark in 2099: pulled back to now."""
     store = StateStore(spark, streamed["checkpoint"])
     newest = store.versions()[-1]
-    marker = layout.join(streamed["checkpoint"], "state", f"batch_id={newest}", STATE_MARKER)
-    meta = storage.read_json(marker)
+    marker = Root(streamed["checkpoint"]).file("state", f"batch_id={newest}", STATE_MARKER)
+    meta = marker.read_json()
     meta["watermark_us"] = 4_070_908_800_000_000  # 2099-01-01
-    storage.write_json_atomic(marker, meta)
+    marker.write_json_atomic(meta)
     # pulled back to the receipt time: an event of now opens a session, early. Now when the test
     # runs, not when the module was collected: in a full suite that can be most of an hour earlier,
     # which made the event late.

@@ -98,21 +98,24 @@ def test_an_attempt_log_keeps_its_start_and_attempts_beside_the_corrected_outbox
     assert not log.may_have_been_sent({"notice": {"notice_id": "1" * 32}, "recorded_at": "9999"})
 
 
-def test_no_notices_module_imports_storage():
-    """The notices name records; the lake (tidemark/store) does their I/O."""
-    folder = os.path.join(ROOT, "tidemark", "notices")
+def test_only_the_store_imports_storage():
+    """Every module names lake files through the Lake's typed locations; tidemark/store does their I/O."""
     importing = []
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith(".py"):
-            continue
-        with open(os.path.join(folder, name), encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-        for node in ast.walk(tree):
-            named = []
-            if isinstance(node, ast.Import):
-                named = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                named = [f"{node.module}.{alias.name}" for alias in node.names]
-            if any(n == "tidemark.store.storage" or n.startswith("tidemark.store.storage.") for n in named):
-                importing.append(name)
+    for package in ("tidemark", "streaming_job", "dags", "cloud_function", "dedup_sql"):
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for name in sorted(files):
+                path = os.path.join(folder, name)
+                relative = os.path.relpath(path, ROOT).replace(os.sep, "/")
+                if not name.endswith(".py") or relative.startswith("tidemark/store/"):
+                    continue
+                with open(path, encoding="utf-8") as handle:
+                    tree = ast.parse(handle.read())
+                for node in ast.walk(tree):
+                    named = []
+                    if isinstance(node, ast.Import):
+                        named = [alias.name for alias in node.names]
+                    elif isinstance(node, ast.ImportFrom):
+                        named = [f"{node.module}.{alias.name}" for alias in node.names]
+                    if any(n == "tidemark.store.storage" or n.startswith("tidemark.store.storage.") for n in named):
+                        importing.append(relative)
     assert importing == []

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,7 @@ def test_only_committed_unchanged_files_move_and_a_rotation_waits_for_every_batc
     assert os.path.exists(os.path.join(archive, "received=2026-11-25", "sub", "b.jsonl"))
     assert os.path.exists(os.path.join(archive, "received=2026-11-25", "a.jsonl"))
     assert [e["batch_id"] for e in landing_archive.queued(checkpoint)] == [2]
-    assert landing_archive.archived_days(archive) == {"2026-11-25": 2}
+    assert landing_archive.archived_days(archive) == {date(2026, 11, 25): 2}
 
     # batch 2 committed and a planned batch 3 that the graceful stop refused (offsets only)
     _commit(checkpoint, gen, 2)

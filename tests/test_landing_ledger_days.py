@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from tidemark.base import layout
 from tidemark.ingest import landing, landing_ledger
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
 
@@ -39,13 +40,13 @@ def _record(lake: Lake, received: datetime, files: list[dict]) -> str:
 
 def _reads(monkeypatch) -> list[str]:
     read: list[str] = []
-    original = Lake.read_json
+    original = File.read_json
 
-    def counted(self, path):
-        read.append(path)
-        return original(self, path)
+    def counted(self):
+        read.append(str(self))
+        return original(self)
 
-    monkeypatch.setattr(Lake, "read_json", counted)
+    monkeypatch.setattr(File, "read_json", counted)
     return read
 
 

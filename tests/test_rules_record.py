@@ -257,7 +257,7 @@ def test_on_an_object_store_concurrent_first_records_leave_one_winner(monkeypatc
     lake = Lake.open("mock://bucket/lake")
     race_first_starts(lake, 4)
     # Later starts: the record is there, so nothing is written again.
-    assert not lake.create_text_if_absent(lake.rules_record(1), "other")
+    assert not lake.rules_record(1).create_text_if_absent("other")
     with pytest.raises(rules_record.RulesMismatch):
         rules_record.ensure(lake, SessionRules(gap=timedelta(minutes=99)), "s")
 

@@ -62,8 +62,8 @@ def days_ago(n: int, hour: int = 10) -> str:
 def stream_entries(lake: Lake) -> list[dict]:
     """The ledger entries the stream wrote (not the audit's), oldest first."""
     out = []
-    for _, path in landing_ledger._entries(lake, None):
-        entry = lake.read_json(path) or {}
+    for _, file in landing_ledger._entries(lake, None):
+        entry = file.read_json() or {}
         if entry.get("source") == "stream":
             out.append(entry)
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import date
 
 import pytest
 
@@ -53,17 +54,17 @@ def test_a_partial_write_is_completed_and_complete_partitions_are_left_alone(spa
     complete = partition_snapshot(lake)
     # Crash simulation: batch 1 had written 2026-03-07's files but died before its marker, and
     # left a torn file behind.
-    torn = lake.receipt_dir("2026-03-07", receipt)
+    torn = lake.receipt_dir(date(2026, 3, 7), receipt)
     os.remove(os.path.join(torn, lake_layout.RECEIPT_MARKER))
     with open(os.path.join(torn, "part-torn.parquet"), "wb") as out:
         out.write(b"PAR1 half a file")
-    untouched = {k: v for k, v in complete.items() if k != ("2026-03-07", receipt)}
+    untouched = {k: v for k, v in complete.items() if k != (date(2026, 3, 7), receipt)}
 
     process(batch_frame(spark, LINES_1, "2026-03-08 09:00:01"), 1)
 
     after = partition_snapshot(lake)
-    assert {k: v for k, v in after.items() if k != ("2026-03-07", receipt)} == untouched
-    assert ("2026-03-07", receipt) in after
+    assert {k: v for k, v in after.items() if k != (date(2026, 3, 7), receipt)} == untouched
+    assert (date(2026, 3, 7), receipt) in after
     assert not os.path.exists(os.path.join(torn, "part-torn.parquet"))
     batch1 = sorted((r["user_id"], r["pane_kind"]) for r in panes(lake) if r["batch_id"] == 1)
     # u1's session expired in batch 0 (watermark 08:00), so a2 is a too_late fragment; the new

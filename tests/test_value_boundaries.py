@@ -29,13 +29,22 @@ def test_the_parse_returns_a_date_and_the_text_form_is_one_function():
     day = layout.as_event_date("2026-03-07")
     assert day == date(2026, 3, 7)
     assert layout.as_event_date(day) is day
-    assert layout.event_date_text(day) == "2026-03-07" == layout.event_date_part("2026-03-07")
+    assert layout.event_date_text(day) == "2026-03-07"
     with pytest.raises(layout.InvalidPartitionValue, match="an instant, expected a calendar date"):
         layout.as_event_date(datetime(2026, 3, 7, tzinfo=timezone.utc))
     with pytest.raises(layout.InvalidPartitionValue, match="a NoneType, expected YYYY-MM-DD text or a date"):
         layout.as_event_date(None)
     with pytest.raises(TypeError, match="parse text with as_event_date"):
         layout.event_date_text("2026-03-07")  # type: ignore[arg-type]  # text must be parsed first
+
+
+def test_the_lake_names_a_folder_only_from_a_date(tmp_path):
+    lake = Lake.open(tmp_path / "lake")
+    day = date(2026, 3, 7)
+    assert lake.run_dir(day, "0" * 32).endswith("/sessions_dedup/data/event_date=2026-03-07/run=" + "0" * 32)
+    for path_of in (lambda d: lake.event_date_dir(d), lambda d: lake.run_dir(d, "0" * 32), lambda d: lake.reach_dir(d)):
+        with pytest.raises(TypeError, match="parse text with as_event_date"):
+            path_of("2026-03-07")  # text is parsed where it enters, never by the lake
 
 
 @pytest.mark.parametrize(("given", "says"), BAD)

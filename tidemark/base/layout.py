@@ -64,15 +64,6 @@ def event_date_text(value: date) -> str:
     return value.isoformat()
 
 
-def event_date_part(value: object) -> str:
-    """An event date as a path, a run id or a table filter spells it.
-
-    Takes the date typed (a `date`, parsed at its boundary: no second parse) or not yet (text from
-    the stream's partitions, listings, scripts: parsed here).
-    """
-    return event_date_text(as_event_date(value))
-
-
 def format_receipt_ts(moment: datetime) -> str:
     """UTC datetime -> '20260307T201500123Z'."""
     if moment.tzinfo is None:

@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tidemark.base import names
-from tidemark.base.layout import event_date_text
+from tidemark.base import layout, names
 from tidemark.commands.console import print_status, wide_console
 from tidemark.commands.options import Subparsers
 from tidemark.notices.asset_events import ASSET_NAME
@@ -169,8 +168,11 @@ def _demo(args: argparse.Namespace, console: Console, stack: Stack) -> int:
     rules = rules_record.rules_in_force(lake)[0]  # what the stream and the DAG used
     checks = batch_reference.check_lake(lake, settings.landing, rules, settings.archive)
     data = report.collect(lake, waves, wave_rows, all_runs, checks, timings, {**dataclasses.asdict(workload), **counts})
-    versioned = map(event_date_text, table_versions.dates_with_version(lake))
-    corrected_dates = [d for d in versioned if len(data["versions"].get(d, [])) > 1]
+    corrected_dates = [
+        d
+        for d in table_versions.dates_with_version(lake)
+        if len(data["versions"].get(layout.event_date_text(d), [])) > 1
+    ]
     data["notices"] = report.notices_report(lake)
     data["consumer"] = report.consumer_report(
         session_metrics.default_root(lake), settings.landing, rules, corrected_dates, settings.archive

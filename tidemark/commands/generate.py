@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from tidemark.base.layout import event_date_text
 from tidemark.commands.options import EVENT_DATE, FRACTION, POSITIVE_INT, Subparsers
 
 
@@ -45,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     workload = Workload(
         events=args.events,
         users=args.users,
-        start=event_date_text(args.start),  # the workload's field is text (a JSON summary)
+        start=args.start,
         days=args.days,
         files=args.files,
         seed=args.seed,

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from tidemark.base import layout
     from tidemark.ingest import landing_archive, landing_ledger
 
     found = landing_ledger.audit(args.landing, args.lake, args.archive)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         out = found.to_json()
         if archived is not None:
-            out["archived"] = archived
+            out["archived"] = {layout.event_date_text(day): count for day, count in sorted(archived.items())}
         sys.stdout.write(json.dumps(out) + "\n")
         return status
     table = Table(title=f"landing: {len(found.read)} file(s) read, {len(found.hidden)} hidden")
@@ -67,6 +68,6 @@ def run(args: argparse.Namespace) -> int:
         days.add_column("received")
         days.add_column("files", justify="right")
         for day, count in sorted(archived.items()):
-            days.add_row(day, str(count))
+            days.add_row(layout.event_date_text(day), str(count))
         Console().print(days)
     return status

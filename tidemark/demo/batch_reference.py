@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from tidemark.base import layout
@@ -23,7 +23,6 @@ from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import from_micros, parse_iso, to_micros
 from tidemark.iceberg import reader, table_versions
 from tidemark.ingest import contract, landing, landing_archive, landing_ledger
-from tidemark.panes import receipts
 from tidemark.session import rules_record, session_schema
 from tidemark.store.lake import Lake
 
@@ -58,9 +57,9 @@ class Session:
     event_type_count: int | None = None
 
     @property
-    def event_date(self) -> str:
-        """The UTC date of its start (YYYY-MM-DD): the partition it belongs to."""
-        return self.session_start.date().isoformat()
+    def event_date(self) -> date:
+        """The UTC date of its start: the partition it belongs to."""
+        return self.session_start.date()
 
     def key(self) -> SessionKey:
         """What two sessionizations must agree on."""
@@ -150,12 +149,15 @@ def _archived_read(
     keeps); of several such reads, the first for the name itself (the first content archived that
     day), the last for a version. Without one (a file archived by hand), the name's newest record.
     """
-    day = path.partition("/")[0].partition("=")[2]
+    try:
+        day: date | None = layout.as_event_date(path.partition("/")[0].partition("=")[2])  # the folder's name
+    except layout.InvalidPartitionValue:
+        day = None  # not a day's folder: no read matches it
     reads = [
         r
         for r in records
         if r.verdict == landing.INPUT
-        and layout.parse_receipt_ts(r.receipt_ts).date().isoformat() == day
+        and layout.parse_receipt_ts(r.receipt_ts).date() == day
         and r.size in (None, found.size)
     ]
     exact = [r for r in reads if r.mtime_ms == found.mtime_ms]
@@ -251,9 +253,9 @@ def kept_copies_of_landing(landing_uri: str, lake: Lake | None = None) -> dict[t
 
 def sessions_by_date(
     landing_uri: str, rules: SessionRules | timedelta, lake: Lake | None = None, archive: str | None = None
-) -> dict[str, set[SessionKey]]:
+) -> dict[date, set[SessionKey]]:
     """{event_date: {session key}} of everything landed so far (the archive too, when given)."""
-    out: dict[str, set[SessionKey]] = {}
+    out: dict[date, set[SessionKey]] = {}
     for session in sessions_of_landing(landing_uri, rules, lake, archive):
         out.setdefault(session.event_date, set()).add(session.key())
     return out
@@ -273,7 +275,7 @@ def lake_keys(records: list[dict[str, Any]]) -> set[SessionKey]:
 class DateCheck:
     """One date of `check_lake`: the sessions expected and published, and how they differ."""
 
-    event_date: str
+    event_date: date
     expected: int
     published: int
     missing: int  # in the recomputation, not in the lake's current version
@@ -297,13 +299,14 @@ def check_lake(
     if rules is None:
         rules = rules_record.rules_in_force(lake)[0]
     expected = sessions_by_date(landing, rules, lake, archive)
-    listed = (*receipts.list_event_dates(lake), *table_versions.dates_with_version(lake))
-    dates = sorted(set(expected) | {layout.event_date_text(d) for d in listed})  # the reference's dates are text
+    dates = sorted(
+        set(expected) | set(lake.sessions_root().event_dates()) | set(table_versions.dates_with_version(lake))
+    )
     out = []
     for event_date in dates:
         want = expected.get(event_date, set())
         try:
-            table = reader.read_sessions(lake, layout.as_event_date(event_date), columns=list(KEY_COLUMNS))
+            table = reader.read_sessions(lake, event_date, columns=list(KEY_COLUMNS))
             got, version = lake_keys(reader.to_records(table)), table.schema.metadata[b"tidemark.version"].decode()
         except reader.NoVersion:
             got, version = set(), None

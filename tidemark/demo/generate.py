@@ -20,7 +20,8 @@ from typing import Any
 
 from rich.progress import Progress
 
-from tidemark.store import storage
+from tidemark.base.layout import event_date_text
+from tidemark.store.locations import Root
 
 EVENT_FLOW = ["app_open", "browse", "play", "pause", "play", "seek", "ad_impression", "play", "stop"]
 OFFSETS = [
@@ -38,7 +39,7 @@ class Workload:
 
     events: int = 20_000
     users: int = 200
-    start: str = "2026-03-06"
+    start: date = date(2026, 3, 6)  # the first event date
     days: int = 2
     files: int = 40
     seed: int = 7
@@ -81,7 +82,7 @@ def _malformed(rng: random.Random, n: int) -> str:
 def build(workload: Workload) -> tuple[list[Delivery], dict[str, Any]]:
     """All deliveries in arrival order, and counts describing them."""
     rng = random.Random(workload.seed)
-    day0 = datetime.combine(date.fromisoformat(workload.start), datetime.min.time(), tzinfo=timezone.utc)
+    day0 = datetime.combine(workload.start, datetime.min.time(), tzinfo=timezone.utc)
     span_s = workload.days * 86400
     gap_s = workload.gap_minutes * 60
     deliveries: list[Delivery] = []
@@ -191,6 +192,7 @@ def generate(landing: str, workload: Workload, progress: bool = True) -> dict[st
     else:
         for i, chunk in enumerate(chunks):
             write_file(landing, i, chunk, base + i / 1000)
-    summary = {"workload": asdict(workload), "files": len(chunks), **counts}
-    storage.write_json_atomic(os.path.join(landing, MANIFEST), summary)
+    described = {**asdict(workload), "start": event_date_text(workload.start)}  # JSON: the date as YYYY-MM-DD
+    summary = {"workload": described, "files": len(chunks), **counts}
+    Root(landing).file(MANIFEST).write_json_atomic(summary)
     return summary

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from tidemark.base.layout import as_event_date
+from tidemark.base import layout
 from tidemark.base.session_rules import SessionRules
 from tidemark.base.times import iso_z
 from tidemark.demo import batch_reference
@@ -49,9 +49,12 @@ def _wave_of(received: datetime, waves: list[Wave]) -> int | None:
 
 
 def receipts_report(
-    lake: Lake, dates: list[str], waves: list[Wave], all_runs: list[dict[str, Any]] | None
+    lake: Lake, dates: list[date], waves: list[Wave], all_runs: list[dict[str, Any]] | None
 ) -> list[dict[str, Any]]:
-    """Per receipt partition of `dates`: its wave, what it held, and the time of each step to a version."""
+    """Per receipt partition of `dates`: its wave, what it held, and the time of each step to a version.
+
+    Rows for report.json: the event date as YYYY-MM-DD.
+    """
     rows = []
     landed = {w.index: w.landed_at.astimezone(timezone.utc) for w in waves if w.landed_at}
     for event_date in dates:
@@ -67,7 +70,7 @@ def receipts_report(
             }
             rows.append(
                 {
-                    "event_date": event_date,
+                    "event_date": layout.event_date_text(event_date),
                     "receipt_ts": item.receipt_ts,
                     "wave": None if wave is None else wave + 1,
                     "events": item.events,
@@ -99,14 +102,14 @@ def step_summary(receipt_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def corrections(lake: Lake, event_date: str) -> list[dict[str, Any]]:
+def corrections(lake: Lake, event_date: date) -> list[dict[str, Any]]:
     """Every complete version of a date, oldest first, with what changed against the one before."""
     out: list[dict[str, Any]] = []
     previous: set[SessionKey] | None = None
-    for marker in table_versions.list_versions(lake, as_event_date(event_date)):
+    for marker in table_versions.list_versions(lake, event_date):
         table = reader.read_sessions(
             lake,
-            as_event_date(event_date),
+            event_date,
             as_of=marker.version,
             columns=list(KEY_COLUMNS),
         )
@@ -142,7 +145,10 @@ def collect(
     timings: dict[str, Any],
     workload: dict[str, Any],
 ) -> dict[str, Any]:
-    """Everything the report shows, as JSON (report.json): the lineage, versions, runs and checks."""
+    """Everything the report shows, as JSON (report.json): the lineage, versions, runs and checks.
+
+    Event dates in it as YYYY-MM-DD text (the versions' keys too).
+    """
     dates = [c.event_date for c in checks]
     receipt_rows = receipts_report(lake, dates, waves, all_runs)
     return {
@@ -152,7 +158,7 @@ def collect(
         "timings_s": timings,
         "receipts": receipt_rows,
         "steps": step_summary(receipt_rows),
-        "versions": {d: corrections(lake, d) for d in dates},
+        "versions": {layout.event_date_text(d): corrections(lake, d) for d in dates},
         "dag_runs": [
             {
                 "run_id": r["dag_run_id"],
@@ -164,7 +170,7 @@ def collect(
             }
             for r in (all_runs or [])
         ],
-        "checks": [{**asdict(c), "ok": c.ok} for c in checks],
+        "checks": [{**asdict(c), "event_date": layout.event_date_text(c.event_date), "ok": c.ok} for c in checks],
         "ok": bool(checks) and all(c.ok for c in checks),
     }
 
@@ -264,25 +270,25 @@ def notices_report(lake: Lake) -> dict[str, Any]:
 
 
 def consumer_report(
-    out_root: str, landing: str, gap: SessionRules | timedelta, dates: list[str], archive: str | None = None
+    out_root: str, landing: str, gap: SessionRules | timedelta, dates: list[date], archive: str | None = None
 ) -> list[dict[str, Any]]:
     """The example consumer DAG's metrics per date, next to the same metrics of the batch reference.
 
     The reference's of the landing and the stream's archive.
     """
-    by_date: dict[str, list[tuple[str, datetime, datetime]]] = {}
+    sessions_on: dict[date, list[tuple[str, datetime, datetime]]] = {}
     for s in batch_reference.sessionize(
         batch_reference.valid_events(batch_reference.landed_lines(landing, archive)), gap
     ):
-        by_date.setdefault(s.event_date, []).append((s.user_id, s.session_start, s.session_end))
+        sessions_on.setdefault(s.event_date, []).append((s.user_id, s.session_start, s.session_end))
     out = []
     for event_date in dates:
-        got = session_metrics.read(out_root, as_event_date(event_date))
-        want = session_metrics.from_sessions(as_event_date(event_date), None, by_date.get(event_date, []))
+        got = session_metrics.read(out_root, event_date)
+        want = session_metrics.from_sessions(event_date, None, sessions_on.get(event_date, []))
         same = got is not None and {k: v for k, v in got.items() if k != "version"} == {
             k: v for k, v in want.items() if k != "version"
         }
-        out.append({"event_date": event_date, "metrics": got, "reference": want, "ok": same})
+        out.append({"event_date": layout.event_date_text(event_date), "metrics": got, "reference": want, "ok": same})
     return out
 
 

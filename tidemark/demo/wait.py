@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.progress import Progress
 
-from tidemark.base import layout, names
+from tidemark.base import names
 from tidemark.base.polling import wait_for
 from tidemark.devstack.stack import Stack, StackError
 from tidemark.iceberg import table_versions
@@ -29,7 +29,6 @@ from tidemark.orchestration import runs as run_ids
 from tidemark.orchestration.airflow_api import AirflowClient
 from tidemark.panes import receipts
 from tidemark.products import session_metrics
-from tidemark.store import storage
 from tidemark.store.lake import Lake
 
 TERMINAL = ("success", "failed")
@@ -42,13 +41,13 @@ def processed_files(checkpoint: str) -> set[str]:
     run with --archive starts a new one on rotation, after moving the files the old one read.
     """
     query = landing_archive.current(checkpoint).query_dir(checkpoint)
-    committed = {int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()}
+    committed = {int(n) for n in query.folder("commits").names() if n.isdigit()}
     seen = set()
-    source_log = layout.join(query, "sources", "0")
-    for name in storage.list_dir(source_log):
+    source_log = query.folder("sources", "0")
+    for name in source_log.names():
         if name.startswith("."):
             continue
-        text = storage.read_text(layout.join(source_log, name)) or ""
+        text = source_log.file(name).read_text() or ""
         for line in text.splitlines()[1:]:  # the first line is the log format version
             try:
                 entry = json.loads(line)

@@ -63,8 +63,8 @@ from tidemark.devstack.spark_connect import SparkConnectServer, connection_json
 from tidemark.notices import corrected_notice
 from tidemark.ops import function_bundle
 from tidemark.session import rules_record
-from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File, Root
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -197,13 +197,14 @@ class Stack:
         self.run_dir = os.path.join(self.home, "run")
         self.logs_dir = os.path.join(self.home, "logs")
         self.state_path = os.path.join(self.home, "stack.json")
+        self._state = Root(self.home).file("stack.json")
         self.timings: dict[str, float] = {}
 
     # -- settings ---------------------------------------------------------------------------------
 
     def settings(self) -> StackSettings | None:
         """The settings the first `up` stored; None before it."""
-        payload = storage.read_json(self.state_path) if os.path.exists(self.state_path) else None
+        payload = self._state.read_json()
         return None if payload is None else StackSettings(**payload)
 
     def required_settings(self) -> StackSettings:
@@ -272,18 +273,18 @@ class Stack:
         ):
             current.ports.setdefault(component, process.free_port())
         os.makedirs(self.home, exist_ok=True)
-        storage.write_json_atomic(self.state_path, current.__dict__)
+        self._state.write_json_atomic(current.__dict__)
         return current
 
     # -- records ----------------------------------------------------------------------------------
 
-    def _record_path(self, name: str) -> str:
-        return os.path.join(self.run_dir, f"{name}.json")
+    def _record_path(self, name: str) -> File:
+        return Root(self.run_dir).file(f"{name}.json")
 
     def _write_record(self, managed: process.Managed, name: str) -> Record:
         record = Record(name, managed.pid, process.started_at(managed.pid), managed.log_path, managed.url)
         os.makedirs(self.run_dir, exist_ok=True)
-        storage.write_json_atomic(self._record_path(name), record.__dict__)
+        self._record_path(name).write_json_atomic(record.__dict__)
         return record
 
     def record(self, name: str) -> Record | None:

@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.ingest import landing
-from tidemark.store import storage
+from tidemark.store.locations import File, Folder, Root
 
 log = get_logger("stream")
 
@@ -75,13 +75,14 @@ def planned(query_dir: str, spark_batch_id: int, landing_uri: str) -> PlannedBat
     None when the query folder has no offset entry for it (a batch built by hand, not by a streaming
     query).
     """
-    text = storage.read_text(layout.join(query_dir, "offsets", str(spark_batch_id)))
+    offsets = Root(query_dir).folder("offsets")
+    text = offsets.file(str(spark_batch_id)).read_text()
     if text is None:
         return None
     lines = text.splitlines()
     receipt_ms = int(json.loads(lines[1])["batchTimestampMs"])
     upto = int(json.loads(lines[2])["logOffset"])
-    previous = storage.read_text(layout.join(query_dir, "offsets", str(spark_batch_id - 1)))
+    previous = offsets.file(str(spark_batch_id - 1)).read_text()
     after = int(json.loads(previous.splitlines()[2])["logOffset"]) if previous else upto - 1
     files = {}
     for log_id in range(after + 1, upto + 1):
@@ -96,10 +97,10 @@ def _source_log(query_dir: str, log_id: int) -> list[str]:
 
     A compacted entry holds every earlier one too: only those of `log_id` are taken.
     """
-    folder = layout.join(query_dir, "sources", "0")
-    text = storage.read_text(layout.join(folder, str(log_id)))
+    folder = Root(query_dir).folder("sources", "0")
+    text = folder.file(str(log_id)).read_text()
     if text is None:
-        text = storage.read_text(layout.join(folder, f"{log_id}.compact"))
+        text = folder.file(f"{log_id}.compact").read_text()
     if text is None:
         raise FileNotFoundError(f"Spark's file-source log has no entry {log_id} under {folder}")
     out = []
@@ -111,13 +112,13 @@ def _source_log(query_dir: str, log_id: int) -> list[str]:
     return out
 
 
-def pin_dir(checkpoint: str, batch_id: int) -> str:
+def pin_dir(checkpoint: str, batch_id: int) -> Folder:
     """The folder that holds a batch's pinned files."""
-    return layout.join(checkpoint, PINNED_DIR, f"batch_id={batch_id}")
+    return Root(checkpoint).folder(PINNED_DIR, f"batch_id={batch_id}")
 
 
-def _manifest(checkpoint: str, batch_id: int) -> str:
-    return layout.join(checkpoint, PINNED_DIR, f"batch_id={batch_id}.json")
+def _manifest(checkpoint: str, batch_id: int) -> File:
+    return Root(checkpoint).file(PINNED_DIR, f"batch_id={batch_id}.json")
 
 
 def pin(
@@ -129,13 +130,12 @@ def pin(
     files gone from the landing already).
     """
     folder = pin_dir(checkpoint, batch_id)
-    storage.delete_dir(folder)
-    storage.write_json_atomic(
-        _manifest(checkpoint, batch_id),
+    folder.delete()
+    _manifest(checkpoint, batch_id).write_json_atomic(
         {"generation": generation, "spark_batch_id": plan.spark_batch_id},
     )
-    fs, root = storage.resolve(landing_uri)
-    pfs, target = storage.resolve(folder)
+    fs, root = Root(landing_uri).folder().at()
+    pfs, target = folder.at()
     local = isinstance(fs, pafs.LocalFileSystem) and isinstance(pfs, pafs.LocalFileSystem)
     pins, missing = {}, []
     for path in sorted(plan.files):
@@ -174,24 +174,23 @@ def _copy(fs: pafs.FileSystem, source: str, pfs: pafs.FileSystem, pinned: str) -
 
 def pinned_file(checkpoint: str, batch_id: int, path: str) -> str | None:
     """The URI of a batch's pinned file, if it is there."""
-    uri = layout.join(pin_dir(checkpoint, batch_id), path)
-    return uri if storage.exists(uri) else None
+    found = pin_dir(checkpoint, batch_id).file(path)
+    return found.uri if found.exists() else None
 
 
 def pinned_files(checkpoint: str, batch_id: int) -> list[str]:
     """Paths (relative to the batch's pin folder) of its pinned files."""
-    fs, root = storage.resolve(pin_dir(checkpoint, batch_id))
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    prefix = root.rstrip("/") + "/"
-    return sorted(i.path[len(prefix) :] for i in infos if i.type == pafs.FileType.File)
+    folder = pin_dir(checkpoint, batch_id)
+    prefix = folder.at()[1].rstrip("/") + "/"
+    return sorted(info.path[len(prefix) :] for info in folder.walk_files())
 
 
 def sha256(checkpoint: str, batch_id: int, path: str, limit: int | None = None) -> str | None:
     """The sha256 of a pinned file's bytes (its first `limit` bytes); None when it is gone."""
-    fs, root = storage.resolve(pin_dir(checkpoint, batch_id))
+    fs, pinned = pin_dir(checkpoint, batch_id).file(path).at()
     digest, left = hashlib.sha256(), limit
     try:
-        with fs.open_input_stream(f"{root}/{path}") as stream:
+        with fs.open_input_stream(pinned) as stream:
             while left is None or left > 0:
                 chunk = stream.read(CHUNK if left is None else min(CHUNK, left))
                 if not chunk:
@@ -226,12 +225,13 @@ def restore(
     now is left to the landing (a later batch reads a reused name).
     """
     restored = []
-    fs, root = storage.resolve(landing_uri)
-    pfs, target = storage.resolve(pin_dir(checkpoint, batch_id))
+    folder = pin_dir(checkpoint, batch_id)
+    fs, root = Root(landing_uri).folder().at()
+    pfs, target = folder.at()
     local = isinstance(fs, pafs.LocalFileSystem) and isinstance(pfs, pafs.LocalFileSystem)
     for record in recorded:
         path = record["path"]
-        if not record.get("sha256") or storage.exists_at(pfs, f"{target}/{path}"):
+        if not record.get("sha256") or folder.file(path).exists():
             continue
         source, pinned = f"{root.rstrip('/')}/{path}", f"{target}/{path}"
         try:
@@ -243,11 +243,9 @@ def restore(
         else:
             pfs.delete_file(pinned)
     if restored:
-        if not storage.exists(_manifest(checkpoint, batch_id)):
-            storage.write_json_atomic(
-                _manifest(checkpoint, batch_id),
-                {"generation": generation, "spark_batch_id": plan.spark_batch_id},
-            )
+        manifest = _manifest(checkpoint, batch_id)
+        if not manifest.exists():
+            manifest.write_json_atomic({"generation": generation, "spark_batch_id": plan.spark_batch_id})
         log.warning("replayed batch: pins gone, pinned again from the landing", batch_id=batch_id, files=restored)
     return restored
 
@@ -263,7 +261,8 @@ def verify(
     were, {path: bytes} of those of them whose pin holds other content now); those pins are removed,
     so that the batch reads exactly the recorded content that is still there.
     """
-    fs, root = storage.resolve(pin_dir(checkpoint, batch_id))
+    folder = pin_dir(checkpoint, batch_id)
+    fs, root = folder.at()
     wanted = {r["path"]: r for r in recorded if r.get("sha256")}
     lost: dict[str, str] = {}
     changed: dict[str, bytes] = {}
@@ -274,7 +273,7 @@ def verify(
         pinned = f"{root}/{path}"
         if sha256(checkpoint, batch_id, path) == record["sha256"]:
             continue
-        if not storage.exists_at(fs, pinned):
+        if not folder.file(path).exists():
             lost[path] = PIN_GONE
             continue
         size = record.get("size")
@@ -309,18 +308,20 @@ def release(checkpoint: str, generation: int, query_dir: str, keep: frozenset[in
     committed (a rotation happens only once its batches are). Returns the batch ids released.
     """
     released = []
-    root = layout.join(checkpoint, PINNED_DIR)
-    for name in storage.list_dir(root):
+    root = Root(checkpoint).folder(PINNED_DIR)
+    commits = Root(query_dir).folder("commits")
+    for name in root.names():
         value = layout.partition_value(name.removesuffix(".json"), "batch_id")
         if not (name.endswith(".json") and value is not None and value.isdigit()) or int(value) in keep:
             continue
         batch_id = int(value)
-        meta = storage.read_json(layout.join(root, name)) or {}
-        if int(meta.get("generation", generation)) >= generation and not storage.exists(
-            layout.join(query_dir, "commits", str(int(meta.get("spark_batch_id", -1))))
+        meta = root.file(name).read_json() or {}
+        if (
+            int(meta.get("generation", generation)) >= generation
+            and not commits.file(str(int(meta.get("spark_batch_id", -1)))).exists()
         ):
             continue
-        storage.delete_dir(pin_dir(checkpoint, batch_id))
-        storage.delete_file(layout.join(root, name))
+        pin_dir(checkpoint, batch_id).delete()
+        root.file(name).delete()
         released.append(batch_id)
     return released

@@ -27,10 +27,8 @@ from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 from urllib.parse import unquote, urlsplit
 
-import pyarrow.fs as pafs
-
 from tidemark.ingest import contract
-from tidemark.store import storage
+from tidemark.store.locations import Root
 
 INPUT = "input"
 HIDDEN = "hidden"
@@ -118,23 +116,21 @@ class LandedFile:
 
 def list_landing(landing: str) -> list[LandedFile]:
     """Every file under the landing folder (recursively, hidden ones too), sorted by path."""
-    fs, root = storage.resolve(landing)
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    prefix = root.rstrip("/") + "/"
+    folder = Root(landing).folder()
+    prefix = folder.at()[1].rstrip("/") + "/"
     out = [
         LandedFile(
             info.path[len(prefix) :] if info.path.startswith(prefix) else info.base_name,
             int(info.size or 0),
             int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0,
         )
-        for info in infos
-        if info.type == pafs.FileType.File
+        for info in folder.walk_files()
     ]
     return sorted(out, key=lambda f: f.path)
 
 
 def read_file(landing: str, path: str) -> bytes:
     """The bytes of the landed file at `path` (relative to the landing folder)."""
-    fs, root = storage.resolve(landing)
-    with fs.open_input_stream(root.rstrip("/") + "/" + path) as handle:
+    fs, where = Root(landing).file(path).at()
+    with fs.open_input_stream(where) as handle:
         return handle.read()

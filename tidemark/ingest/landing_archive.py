@@ -48,6 +48,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date
 from typing import TypedDict, cast
 
 import pyarrow.fs as pafs
@@ -56,8 +57,8 @@ from tidemark.base import layout
 from tidemark.base.logs import get_logger
 from tidemark.ingest import input_pins
 from tidemark.ingest.landing import FileEntry, LandedFile, relative_path
-from tidemark.store import storage
 from tidemark.store.lake import Lake
+from tidemark.store.locations import File, Folder, Root
 
 log = get_logger("landing")
 
@@ -76,24 +77,25 @@ class Generation:
     generation: int
     batch_base: int
 
-    def query_dir(self, checkpoint: str) -> str:
+    def query_dir(self, checkpoint: str) -> Folder:
         """Spark's checkpoint folder of this generation (generation 0 keeps today's name)."""
-        return layout.join(checkpoint, "query" if self.generation == 0 else f"query-g{self.generation}")
+        return Root(checkpoint).folder("query" if self.generation == 0 else f"query-g{self.generation}")
 
 
 def current(checkpoint: str) -> Generation:
     """The checkpoint's current generation (generation 0 before any rotation)."""
-    meta = storage.read_json(layout.join(checkpoint, GENERATION_FILE)) or {}
+    meta = Root(checkpoint).file(GENERATION_FILE).read_json() or {}
     return Generation(int(meta.get("generation", 0)), int(meta.get("batch_base", 0)))
 
 
-def _day(receipt_ts: str) -> str:
-    return layout.parse_receipt_ts(receipt_ts).date().isoformat()
+def _received_folder(receipt_ts: str) -> str:
+    """The archive's folder name for the UTC day of a batch's receipt_ts (received=YYYY-MM-DD)."""
+    return f"{RECEIVED_KEY}={layout.event_date_text(layout.parse_receipt_ts(receipt_ts).date())}"
 
 
-def archive_path(archive: str, receipt_ts: str, relative: str) -> str:
+def archive_path(archive: str, receipt_ts: str, relative: str) -> File:
     """Where the archive keeps a file read by the batch of `receipt_ts`."""
-    return layout.join(archive, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
+    return Root(archive).file(_received_folder(receipt_ts), relative)
 
 
 def holds(archive: str, receipt_ts: str, relative: str) -> bool:
@@ -101,21 +103,21 @@ def holds(archive: str, receipt_ts: str, relative: str) -> bool:
 
     Read (received=) or set aside as replaced (_replaced/received=).
     """
-    return storage.exists(archive_path(archive, receipt_ts, relative)) or storage.exists(
-        _replaced_path(archive, receipt_ts, relative)
+    return (
+        archive_path(archive, receipt_ts, relative).exists() or _replaced_path(archive, receipt_ts, relative).exists()
     )
 
 
-def _replaced_path(archive: str, receipt_ts: str, relative: str) -> str:
-    return layout.join(archive, REPLACED_DIR, f"{RECEIVED_KEY}={_day(receipt_ts)}", relative)
+def _replaced_path(archive: str, receipt_ts: str, relative: str) -> File:
+    return Root(archive).file(REPLACED_DIR, _received_folder(receipt_ts), relative)
 
 
-def _queue_dir(checkpoint: str) -> str:
-    return layout.join(checkpoint, QUEUE_DIR)
+def _queue_dir(checkpoint: str) -> Folder:
+    return Root(checkpoint).folder(QUEUE_DIR)
 
 
-def _queue_entry(checkpoint: str, batch_id: int) -> str:
-    return layout.join(_queue_dir(checkpoint), f"batch_id={batch_id}.json")
+def _queue_entry(checkpoint: str, batch_id: int) -> File:
+    return _queue_dir(checkpoint).file(f"batch_id={batch_id}.json")
 
 
 def enqueue(
@@ -126,8 +128,7 @@ def enqueue(
     Written again identically when the batch is replayed. files: {path, size, mtime_ms, sha256} of
     its input files.
     """
-    storage.write_json_atomic(
-        _queue_entry(checkpoint, generation.batch_base + spark_batch_id),
+    _queue_entry(checkpoint, generation.batch_base + spark_batch_id).write_json_atomic(
         {
             "generation": generation.generation,
             "spark_batch_id": spark_batch_id,
@@ -162,10 +163,11 @@ class QueueEntry(TypedDict):
 def queued(checkpoint: str) -> list[QueueEntry]:
     """The queue's entries (batches whose files are not all moved yet), oldest first."""
     out: list[QueueEntry] = []
-    for name in storage.list_dir(_queue_dir(checkpoint)):
+    folder = _queue_dir(checkpoint)
+    for name in folder.names():
         value = layout.partition_value(name.removesuffix(".json"), "batch_id")
         if value is not None and value.isdigit() and name.endswith(".json"):
-            entry = storage.read_json(layout.join(_queue_dir(checkpoint), name))
+            entry = folder.file(name).read_json()
             if entry is not None:
                 out.append(cast("QueueEntry", {**entry, "batch_id": int(value)}))  # JSON that enqueue wrote
     return sorted(out, key=lambda e: e["batch_id"])
@@ -174,7 +176,7 @@ def queued(checkpoint: str) -> list[QueueEntry]:
 def committed(checkpoint: str, entry: QueueEntry) -> bool:
     """Spark's commit log of the entry's generation records its batch: it is never replayed."""
     query = Generation(int(entry["generation"]), 0).query_dir(checkpoint)
-    return storage.exists(layout.join(query, "commits", str(int(entry["spark_batch_id"]))))
+    return query.file("commits", str(int(entry["spark_batch_id"]))).exists()
 
 
 def drain(
@@ -224,13 +226,13 @@ def drain(
             )
             if on_replaced is not None:
                 on_replaced(replaced)
-        storage.delete_file(_queue_entry(checkpoint, entry["batch_id"]))
+        _queue_entry(checkpoint, entry["batch_id"]).delete()
     return moved
 
 
 def _found(landing: str, path: str) -> LandedFile | None:
-    fs, root = storage.resolve(landing)
-    info = fs.get_file_info(root.rstrip("/") + "/" + path)
+    fs, where = Root(landing).file(path).at()
+    info = fs.get_file_info(where)
     if info.type != pafs.FileType.File:
         return None
     return LandedFile(path, int(info.size or 0), int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0)
@@ -268,8 +270,8 @@ def original_path(archived: str) -> str:
     return _VERSION.sub("", archived)
 
 
-def _rename(landing: str, path: str, target_uri: str) -> None:
-    """Move a landed file to target_uri, keeping every distinct content the archive is handed.
+def _rename(landing: str, path: str, target_file: File) -> None:
+    """Move a landed file to target_file, keeping every distinct content the archive is handed.
 
     The target name holds the first content archived under it; another content is archived beside
     it under version_path (content identity, whatever the sizes), and a content already there (a
@@ -278,12 +280,11 @@ def _rename(landing: str, path: str, target_uri: str) -> None:
     appears whole (a rename on a local disk, an object on a bucket), so a kill leaves either the
     landed file or its archived copy, or both, and the retried move finishes it.
     """
-    fs, root = storage.resolve(landing)
-    source = root.rstrip("/") + "/" + path
+    fs, source = Root(landing).file(path).at()
     info = fs.get_file_info(source)
     if info.type != pafs.FileType.File:
         return
-    afs, target = storage.resolve(target_uri)
+    afs, target = target_file.at()
     existing = afs.get_file_info(target)
     if existing.type != pafs.FileType.File:
         _transfer(fs, source, afs, target)
@@ -356,8 +357,8 @@ def rotate(
     """
     drain(landing, archive, checkpoint, on_replaced)
     query = generation.query_dir(checkpoint)
-    offsets = [int(n) for n in storage.list_dir(layout.join(query, "offsets")) if n.isdigit()]
-    commits = [int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()]
+    offsets = [int(n) for n in query.folder("offsets").names() if n.isdigit()]
+    commits = [int(n) for n in query.folder("commits").names() if n.isdigit()]
     if queued(checkpoint) or (lake is not None and _half_done(lake, query, offsets, commits)):
         log.warning("checkpoint rotation skipped: a batch is not committed yet", checkpoint=checkpoint)
         return None
@@ -365,8 +366,8 @@ def rotate(
         sweep()
     # every id the old query planned, even one it refused to run (a graceful stop): never reused
     nxt = Generation(generation.generation + 1, generation.batch_base + max(offsets, default=-1) + 1)
-    storage.write_json_atomic(
-        layout.join(checkpoint, GENERATION_FILE), {"generation": nxt.generation, "batch_base": nxt.batch_base}
+    Root(checkpoint).file(GENERATION_FILE).write_json_atomic(
+        {"generation": nxt.generation, "batch_base": nxt.batch_base}
     )
     log.info(
         "checkpoint rotated: a new file-source log",
@@ -387,9 +388,9 @@ def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
     grows with the files the generation read (a rotation bounds it).
     """
     query = generation.query_dir(checkpoint)
-    done = max((int(n) for n in storage.list_dir(layout.join(query, "commits")) if n.isdigit()), default=-1)
-    folder = layout.join(query, "sources", "0")
-    names = storage.list_dir(folder)
+    done = max((int(n) for n in query.folder("commits").names() if n.isdigit()), default=-1)
+    folder = query.folder("sources", "0")
+    names = folder.names()
     compacts = [int(n.removesuffix(".compact")) for n in names if n.endswith(".compact") and n[:-8].isdigit()]
     since = max(compacts, default=-1)
     wanted = ([f"{since}.compact"] if compacts else []) + sorted(
@@ -397,7 +398,7 @@ def listed(landing: str, checkpoint: str, generation: Generation) -> set[str]:
     )
     out = set()
     for name in wanted:
-        for line in (storage.read_text(layout.join(folder, name)) or "").splitlines()[1:]:
+        for line in (folder.file(name).read_text() or "").splitlines()[1:]:
             try:
                 entry = json.loads(line)
                 if int(entry.get("batchId", -1)) <= done:
@@ -420,10 +421,10 @@ def unread(landing: str, checkpoint: str, generation: Generation, pending: list[
     return [path for path in pending if path in seen]
 
 
-def _half_done(lake: Lake, query: str, offsets: list[int], commits: list[int]) -> bool:
+def _half_done(lake: Lake, query: Folder, offsets: list[int], commits: list[int]) -> bool:
     done = max(commits, default=-1)
     for batch_id in (n for n in offsets if n > done):
-        text = storage.read_text(layout.join(query, "offsets", str(batch_id))) or ""
+        text = query.file("offsets", str(batch_id)).read_text() or ""
         lines = text.splitlines()
         try:
             millis = int(json.loads(lines[1])["batchTimestampMs"])
@@ -444,13 +445,13 @@ def clear_unfinished_first_write(query_dir: str) -> list[str]:
     0"). With no numbered entry, no batch was planned: the leftovers carry nothing. Returns the
     names removed.
     """
-    offsets = layout.join(query_dir, "offsets")
-    names = storage.list_dir(offsets)
+    offsets = Root(query_dir).folder("offsets")
+    names = offsets.names()
     if any(name.isdigit() for name in names):
         return []
     leftovers = [name for name in names if name.startswith(".")]
     for name in leftovers:
-        storage.delete_file(layout.join(offsets, name))
+        offsets.file(name).delete()
     if leftovers:
         log.warning("removed an unfinished first offset write of a killed query", folder=offsets, files=leftovers)
     return leftovers
@@ -458,20 +459,17 @@ def clear_unfinished_first_write(query_dir: str) -> list[str]:
 
 def remove_old_generations(checkpoint: str, generation: Generation) -> None:
     """Delete the query folders of earlier generations (left by a crash right after a switch)."""
-    keep = generation.query_dir(checkpoint).rstrip("/").rsplit("/", 1)[-1]
-    for name in storage.list_subdirs(checkpoint):
+    keep = generation.query_dir(checkpoint).name
+    folder = Root(checkpoint).folder()
+    for name in folder.subfolder_names():
         if name != keep and (name == "query" or (name.startswith("query-g") and name[7:].isdigit())):
-            storage.delete_dir(layout.join(checkpoint, name))
+            folder.folder(name).delete()
 
 
-def archived_days(archive: str) -> dict[str, int]:
-    """{received day: files archived under it}."""
-    fs, root = storage.resolve(archive)
-    out: dict[str, int] = {}
-    for name in storage.list_subdirs(archive):
-        day = layout.partition_value(name, RECEIVED_KEY)
-        if day is None:
-            continue
-        infos = fs.get_file_info(pafs.FileSelector(f"{root}/{name}", recursive=True, allow_not_found=True))
-        out[day] = sum(1 for info in infos if info.type == pafs.FileType.File)
-    return out
+def archived_days(archive: str) -> dict[date, int]:
+    """{received day: files archived under it}; folders not named received=YYYY-MM-DD are not counted."""
+    folder = Root(archive).folder()
+    return {
+        day: sum(1 for _ in folder.folder(f"{RECEIVED_KEY}={layout.event_date_text(day)}").walk_files())
+        for day in folder.partition_dates(RECEIVED_KEY)
+    }

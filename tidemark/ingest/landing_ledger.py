@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, NotRequired, TypedDict, cast
 
 import pyarrow as pa
@@ -37,6 +37,7 @@ from tidemark.base.times import from_micros, to_micros
 from tidemark.ingest import landing, landing_archive
 from tidemark.ingest.contract import InputRules
 from tidemark.store.lake import QUARANTINE_MARKER, Lake
+from tidemark.store.locations import File
 
 log = get_logger("landing")
 
@@ -97,14 +98,14 @@ def record_batch(
     }
     if input_rules is not None:
         entry["input_rules"] = rules_record(input_rules)
-    lake.write_json_atomic(lake.landing_ledger_path(receipt_ts), dict(entry))
+    lake.landing_ledger_path(receipt_ts).write_json_atomic(dict(entry))
 
 
 def read_entry(lake: Lake, receipt_ts: str) -> Entry | None:
     """Batch receipt_ts's entry (in its day folder, or where a legacy lake kept it), if any."""
-    found = lake.read_json(lake.landing_ledger_path(receipt_ts))
+    found = lake.landing_ledger_path(receipt_ts).read_json()
     if found is None:
-        found = lake.read_json(lake.legacy_landing_ledger_path(receipt_ts))
+        found = lake.legacy_landing_ledger_path(receipt_ts).read_json()
     return cast("Entry | None", found)  # JSON that record_batch wrote
 
 
@@ -128,22 +129,23 @@ def rules_of(entry: Entry) -> InputRules | None:
     )
 
 
-def _entries(lake: Lake, since_day: str | None) -> list[tuple[str, str]]:
-    """(receipt_ts, path) of the ledger's entries, oldest first.
+def _entries(lake: Lake, since_day: date | None) -> list[tuple[str, File]]:
+    """(receipt_ts, file) of the ledger's entries, oldest first.
 
     Those in day folders from `since_day` on (every day: None) and those a lake from before the day
     folders keeps at the top.
     """
     root = lake.landing_ledger_dir()
     found = []
-    for name in lake.list_dir(root):
-        day = layout.partition_value(name, "day")
-        if day is not None:
+    for name in root.names():
+        text = layout.partition_value(name, "day")
+        if text is not None:
+            day = layout.as_event_date(text)  # the folder's name, as listed: where the day enters
             if since_day is None or day >= since_day:
                 folder = lake.landing_ledger_day(day)
-                found += [(ts, layout.join(folder, n)) for n in lake.list_dir(folder) if (ts := _entry_ts(n))]
+                found += [(ts, folder.file(n)) for n in folder.names() if (ts := _entry_ts(n))]
         elif receipt_ts := _entry_ts(name):
-            found.append((receipt_ts, layout.join(root, name)))
+            found.append((receipt_ts, root.file(name)))
     return sorted(found)
 
 
@@ -151,7 +153,7 @@ def _entry_ts(name: str) -> str | None:
     return layout.partition_value(name.removesuffix(".json"), "receipt_ts") if name.endswith(".json") else None
 
 
-def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecord]:
+def read_ledger(lake: Lake, since_day: date | None = None) -> dict[str, FileRecord]:
     """{path: the newest record of that path} over every entry, or over those from `since_day` on.
 
     `since_day` selects the entries of batches received from that day on (and a legacy lake's
@@ -160,14 +162,14 @@ def read_ledger(lake: Lake, since_day: str | None = None) -> dict[str, FileRecor
     return {path: records[-1] for path, records in read_history(lake, since_day).items()}
 
 
-def read_history(lake: Lake, since_day: str | None = None) -> dict[str, list[FileRecord]]:
+def read_history(lake: Lake, since_day: date | None = None) -> dict[str, list[FileRecord]]:
     """{path: every record of that path, oldest first}, over the entries read_ledger reads.
 
     A name landed again after its file was archived has one record per content read.
     """
     out: dict[str, list[FileRecord]] = {}
-    for receipt_ts, path in _entries(lake, since_day):  # receipt_ts order
-        entry = cast("Entry", lake.read_json(path) or {})  # JSON that record_batch wrote
+    for receipt_ts, file in _entries(lake, since_day):  # receipt_ts order
+        entry = cast("Entry", file.read_json() or {})  # JSON that record_batch wrote
         rules = rules_of(entry)
         for item in entry.get("files", []):
             record = FileRecord(
@@ -250,7 +252,7 @@ def audit(landing_uri: str, lake: Lake, archive: str | None = None) -> Audit:
     return out
 
 
-def since_day(files: list[landing.LandedFile]) -> str:
+def since_day(files: list[landing.LandedFile]) -> date:
     """The first ledger day that can record a read of these landed files.
 
     The day before the oldest one's modification time (a day of margin for the clocks of the
@@ -258,8 +260,8 @@ def since_day(files: list[landing.LandedFile]) -> str:
     """
     oldest_ms = min((f.mtime_ms for f in files if f.mtime_ms is not None), default=None)
     if oldest_ms is None:
-        return datetime.now(timezone.utc).date().isoformat()
-    return (datetime.fromtimestamp(oldest_ms / 1000, tz=timezone.utc) - timedelta(days=1)).date().isoformat()
+        return datetime.now(timezone.utc).date()
+    return (datetime.fromtimestamp(oldest_ms / 1000, tz=timezone.utc) - timedelta(days=1)).date()
 
 
 def quarantine_replaced(landing_uri: str, lake: Lake, found: Audit | None = None, archive: str | None = None) -> Audit:
@@ -329,11 +331,11 @@ def quarantine_contents(
             "batch_id": pa.array(rows["batch_id"], pa.int64()),
         }
     )
-    fs, path = lake.locate(folder)
+    fs, path = folder.at()
     fs.create_dir(path, recursive=True)
     pq.write_table(table, f"{path}/part-00000-{verdict}.parquet", filesystem=fs)
-    lake.write_json_atomic(
-        layout.join(folder, QUARANTINE_MARKER), {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])}
+    folder.file(QUARANTINE_MARKER).write_json_atomic(
+        {"receipt_ts": receipt_ts, "batch_id": None, "rows": len(rows["raw"])}
     )
     record_batch(lake, receipt_ts, None, records, source=source)
     return receipt_ts
@@ -362,7 +364,7 @@ def _free_receipt_ts(lake: Lake) -> str:
     millis = int(datetime.now(timezone.utc).timestamp() * 1000)
     while True:
         receipt_ts = layout.receipt_ts_from_millis(millis)
-        if not (lake.exists(lake.quarantine_dir(receipt_ts)) or lake.has_landing_ledger_entry(receipt_ts)):
+        if not (lake.quarantine_dir(receipt_ts).exists() or lake.has_landing_ledger_entry(receipt_ts)):
             return receipt_ts
         millis += 1
 

@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tidemark.base import layout
-from tidemark.store import storage
 from tidemark.store.lake import QUARANTINE_MARKER, Lake
 
 
@@ -28,13 +27,13 @@ def read_quarantine(lake: Lake) -> list[dict[str, Any]]:
     """
     rows: list[dict[str, Any]] = []
     root = lake.quarantine_root()
-    for name in lake.list_subdirs(root):
+    for name in root.subfolder_names():
         receipt_ts = layout.partition_value(name, "receipt_ts")
-        folder = layout.join(root, name)
-        if receipt_ts is None or not lake.exists(layout.join(folder, QUARANTINE_MARKER)):
+        folder = root.folder(name)
+        if receipt_ts is None or not folder.file(QUARANTINE_MARKER).exists():
             continue
-        fs, _ = lake.locate(folder)
-        for path in sorted(storage.data_files(folder)):
+        for file_name in folder.data_file_names():
+            fs, path = folder.file(file_name).at()
             table = pq.read_table(path, filesystem=fs)
             if "raw" in table.column_names and not pa.types.is_binary(table.schema.field("raw").type):
                 # older folders stored raw as a string column; its bytes are not always UTF-8

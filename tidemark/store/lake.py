@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
 from datetime import date
-from typing import Any
 
 import pyarrow.fs as pafs
 
 from tidemark.base import layout
-from tidemark.base.layout import check_event_date, check_receipt_ts, check_run_id, event_date_part, join
+from tidemark.base.layout import check_receipt_ts, check_run_id, event_date_text, join
 from tidemark.store import storage
 from tidemark.store.locations import File, Folder, JsonRecords
 
@@ -75,7 +73,7 @@ _PACK_FILE = re.compile(r"^part-[0-9A-Za-z_-]+(\.[0-9A-Za-z_-]+)*\.parquet$")
 
 def run_folder(event_date: date, run_id: object) -> str:
     """A dedup run's folder relative to the table's location (snapshot summaries, gc)."""
-    return f"data/event_date={event_date_part(event_date)}/run={check_run_id(run_id)}"
+    return f"data/event_date={event_date_text(event_date)}/run={check_run_id(run_id)}"
 
 
 class Lake:
@@ -161,68 +159,6 @@ class Lake:
             return self.fs, self.root.rstrip("/") + uri[len(self.uri) :]
         return storage.resolve(uri)
 
-    # -- its small records (markers, entries, outboxes): storage's operations on its filesystem --
-
-    def exists(self, uri: str) -> bool:
-        """Whether a file or folder exists."""
-        return storage.exists_at(*self.locate(uri))
-
-    def read_text(self, uri: str) -> str | None:
-        """A file's text, or None when it does not exist."""
-        return storage.read_text_at(*self.locate(uri))
-
-    def read_json(self, uri: str) -> dict[str, Any] | None:
-        """A JSON file's object, or None when it does not exist."""
-        return storage.read_json_at(*self.locate(uri))
-
-    def write_text_atomic(self, uri: str, text: str) -> None:
-        """Write a whole file: a reader sees the old content or the new, never a part."""
-        storage.write_text_atomic_at(*self.locate(uri), text)
-
-    def write_json_atomic(self, uri: str, payload: dict[str, Any]) -> None:
-        """Write a JSON record whole (sorted keys, one-space indent)."""
-        storage.write_json_atomic_at(*self.locate(uri), payload)
-
-    def create_text_if_absent(self, uri: str, text: str, settle_seconds: float = 2.0) -> bool:
-        """Create a file with this text unless it exists; True when this call created it."""
-        return storage.create_text_if_absent_at(*self.locate(uri), text, settle_seconds)
-
-    def list_dir(self, uri: str) -> list[str]:
-        """The names of a folder's entries, sorted; [] when it does not exist."""
-        return storage.list_dir_at(*self.locate(uri))
-
-    def list_subdirs(self, uri: str) -> list[str]:
-        """The names of a folder's subfolders, sorted."""
-        return storage.list_subdirs_at(*self.locate(uri))
-
-    def list_partition_values(self, uri: str, key: str, check: Callable[[str], str]) -> list[str]:
-        """The checked values of a folder's `key=value` subfolders, sorted."""
-        return storage.partition_values(self.list_subdirs(uri), key, check)
-
-    def list_event_dates(self, uri: str) -> list[str]:
-        """The event dates of a folder's `event_date=` subfolders, sorted."""
-        return self.list_partition_values(uri, "event_date", check_event_date)
-
-    def delete_dir(self, uri: str) -> None:
-        """Remove a folder and what it holds; nothing happens when it does not exist."""
-        storage.delete_dir_at(*self.locate(uri))
-
-    def delete_file(self, uri: str) -> None:
-        """Remove a file; nothing happens when it does not exist."""
-        storage.delete_file_at(*self.locate(uri))
-
-    def data_file_names(self, uri: str, suffix: str = ".parquet") -> list[str]:
-        """The names of the visible data files (not _markers or .hidden) directly inside a folder, sorted."""
-        return sorted(path.rsplit("/", 1)[1] for path in storage.data_files_at(*self.locate(uri), suffix))
-
-    def walk_files(self, uri: str) -> Iterator[pafs.FileInfo]:
-        """Every file under a folder (one recursive listing: one call per 1,000 names on a bucket)."""
-        fs, path = self.locate(uri)
-        selector = pafs.FileSelector(path, allow_not_found=True, recursive=True)
-        for info in fs.get_file_info(selector):
-            if info.type == pafs.FileType.File:
-                yield info
-
     # -- where things are ------------------------------------------------------------------------
 
     def path(self, *parts: str) -> str:
@@ -244,7 +180,7 @@ class Lake:
 
     def event_date_dir(self, event_date: date) -> Folder:
         """The receipt partitions of one event date."""
-        return self.folder(SESSIONS, f"event_date={event_date_part(event_date)}")
+        return self.folder(SESSIONS, f"event_date={event_date_text(event_date)}")
 
     def receipt_dir(self, event_date: date, receipt_ts: object) -> Folder:
         """One receipt partition's folder."""
@@ -285,7 +221,7 @@ class Lake:
         The date's live files (its version file) in the Iceberg table at
         <lake>/sessions_dedup (see tidemark.iceberg.table_versions).
         """
-        return f"{self.dedup_root()} (live files of event_date={event_date_part(event_date)})"
+        return f"{self.dedup_root()} (live files of event_date={event_date_text(event_date)})"
 
     def local_catalog(self) -> File:
         """The table's local SQLite catalog."""
@@ -317,15 +253,15 @@ class Lake:
 
     def reach_dir(self, event_date: date) -> Folder:
         """Entries naming the receipt partitions of earlier dates whose panes reach into event_date."""
-        return self.folder(RECEIPT_INDEX, "reach", f"event_date={event_date_part(event_date)}")
+        return self.folder(RECEIPT_INDEX, "reach", f"event_date={event_date_text(event_date)}")
 
     def reach_entry(self, into: date, event_date: date, receipt_ts: object) -> File:
         """The entry saying that partition (event_date, receipt_ts) reaches into `into`."""
-        return self.reach_dir(into).file(f"{event_date_part(event_date)}__{check_receipt_ts(receipt_ts)}")
+        return self.reach_dir(into).file(f"{event_date_text(event_date)}__{check_receipt_ts(receipt_ts)}")
 
     def ends_dir(self, event_date: date) -> Folder:
         """Entries naming each receipt partition of event_date and the latest end of its panes."""
-        return self.folder(RECEIPT_INDEX, "ends", f"event_date={event_date_part(event_date)}")
+        return self.folder(RECEIPT_INDEX, "ends", f"event_date={event_date_text(event_date)}")
 
     def end_entry(self, event_date: date, receipt_ts: object, max_event_us: int) -> File:
         """The entry naming a receipt partition and the latest end of its panes (microseconds)."""
@@ -339,12 +275,12 @@ class Lake:
 
     def arrivals_dir(self, day: date) -> Folder:
         """Entries naming the receipt partitions received on `day` (UTC), one per partition."""
-        return self.arrivals_root().folder(f"day={event_date_part(day)}")
+        return self.arrivals_root().folder(f"day={event_date_text(day)}")
 
     def arrival_entry(self, receipt_ts: object, event_date: date) -> File:
         """The arrival entry of a receipt partition."""
         received = layout.parse_receipt_ts(receipt_ts).date()
-        return self.arrivals_dir(received).file(f"{check_receipt_ts(receipt_ts)}__{event_date_part(event_date)}")
+        return self.arrivals_dir(received).file(f"{check_receipt_ts(receipt_ts)}__{event_date_text(event_date)}")
 
     # reconciliation, the landing ledger, obligations, notices, rules, products
     def reconcile_cursor(self) -> File:
@@ -360,7 +296,7 @@ class Lake:
 
         One folder per day, so that a reader of recent entries lists recent days only.
         """
-        return self.folder(LANDING_LEDGER, f"day={event_date_part(day)}")
+        return self.folder(LANDING_LEDGER, f"day={event_date_text(day)}")
 
     def landing_ledger_path(self, receipt_ts: object) -> File:
         """Batch receipt_ts's ledger entry, in the folder of the day it was received."""
@@ -381,7 +317,7 @@ class Lake:
 
     def obligations_dir(self, event_date: date) -> Folder:
         """The reruns owed to one event date."""
-        return self.folder(OBLIGATIONS, f"event_date={event_date_part(event_date)}")
+        return self.folder(OBLIGATIONS, f"event_date={event_date_text(event_date)}")
 
     def notices_dir(self, which: str, channel: str | None = None) -> Folder:
         """The URI of one notices folder.
@@ -428,7 +364,7 @@ class Lake:
 
     def packs_dir(self, event_date: date) -> Folder:
         """One event date's packs."""
-        return self.folder(PACKS, f"event_date={event_date_part(event_date)}")
+        return self.folder(PACKS, f"event_date={event_date_text(event_date)}")
 
     def pack_dir(self, event_date: date, pack_id: object) -> Folder:
         """One pack's folder; a pack id has a run id's form (32 lowercase hex digits)."""
