@@ -173,7 +173,7 @@ def _rewrite(lake: Lake, marker: VersionRecord, arrow_schema) -> None:
     """The run's file rewritten with arrow_schema's columns and field ids (icebergkit writes
     iceberg.schema()'s: a new table's ids, which an evolved table's differ from for the new column)."""
     (name,) = marker.files
-    path = os.path.join(lake.run_dir(marker.event_date_text, marker.run_id), name)
+    path = os.path.join(lake.run_dir(marker.event_date, marker.run_id), name)
     rows = pq.read_table(path)
     columns = {n: rows.column(n) if n in rows.column_names else pa.nulls(rows.num_rows) for n in arrow_schema.names}
     pq.write_table(pa.Table.from_arrays([columns[n] for n in arrow_schema.names], schema=arrow_schema), path)
@@ -284,7 +284,7 @@ def test_a_new_version_of_the_evolved_table_carries_the_column(tmp_path):
     tbl = iceberg.load(lake)
     _rewrite(lake, marker, tbl.schema().as_arrow())  # the evolved table's ids
     (name,) = marker.files
-    path = os.path.join(lake.run_dir(DAY, marker.run_id), name)
+    path = os.path.join(lake.run_dir(marker.event_date, marker.run_id), name)
     rows = pq.read_table(path)
     index = rows.column_names.index("event_type_count")
     pq.write_table(rows.set_column(index, rows.schema.field(index), pa.array([3], pa.int32())), path)
@@ -299,7 +299,7 @@ def test_panes_written_before_the_column_are_read_with_it(tmp_path):
     """reader.read_panes computes event_type_count for receipt partitions whose files lack it
     (tests.lakekit's simulated stream writes panes as the stream did before the column)."""
     lake, _, _, _ = lake_with(tmp_path, batches=2)
-    day = sorted(lake.list_event_dates(lake.sessions_root()))[0]
+    day = lake.sessions_root().event_dates()[0]
     (folder,) = {lake.receipt_dir(day, r) for r in receipts.list_receipts(lake, day)[:1]}
     assert "event_type_count" not in pq.read_schema(os.path.join(folder, "part-00000.parquet")).names
     panes = reader.read_panes(lake, as_event_date(day))

@@ -67,7 +67,7 @@ def _write_as_dedup(lake: Lake, previous: VersionRecord | None, monkeypatch) -> 
         mode="incremental",
         read=(2, 17),
     )
-    with open(lake.run_marker(D, RUN), "rb") as f:
+    with open(lake.run_marker(layout.as_event_date(D), RUN), "rb") as f:
         written = json.loads(f.read())
     assert written.pop("changes") == _NO_CHANGES  # a key added after a2c64df
     return (json.dumps(written, sort_keys=True, indent=1, default=str) + "\n").encode()
@@ -99,7 +99,7 @@ def test_a_marker_round_trips_through_the_record_unchanged(tmp_path, name):
     assert record.reach == datetime(2026, 3, 11, 0, 10, 0, 123456, tzinfo=timezone.utc)
     assert record.schema_version == 2
     run_markers.write_marker(lake, record)
-    with open(lake.run_marker(D, RUN), "rb") as f:
+    with open(lake.run_marker(layout.as_event_date(D), RUN), "rb") as f:
         assert f.read() == _legacy(name)
     assert run_markers.read_marker(lake, layout.as_event_date(D), RUN) == record
 
