@@ -243,7 +243,7 @@ def test_gc_removes_the_replaced_bucket_files_and_keeps_the_carried_ones(spark, 
     kinds = {(r.what, r.path.rsplit("/", 2)[-2] if r.what == "bucket file" else "") for r in removed}
     assert ("bucket file", replaced.split("/")[0]) in kinds
     assert any(r.what == "context" for r in removed) or not v1.context_rows
-    v1_dir = lake.run_dir(D, v1.run_id)
+    v1_dir = lake.run_dir(v1.event_date, v1.run_id)
     assert not os.path.exists(f"{v1_dir}/{replaced}")
     assert all(os.path.exists(_local(uri)) for uri in run_markers.run_files(lake, v2))
     assert os.path.exists(f"{v1_dir}/_tidemark_run.json")  # the folder stays: its other files are live

@@ -280,7 +280,7 @@ def check_counts(lake: Lake, event_date: str) -> None:
     if version is None:
         return
     assert int(version.sessions) == len(rows(lake, event_date)), (event_date, version)
-    folder = incremental.context_dir(lake, event_date, version.run_id)
+    folder = incremental.context_dir(lake, version.event_date, version.run_id)
     written = ds.dataset(folder, format="parquet").count_rows() if os.path.isdir(folder) else 0
     assert int(version.context_rows) == written, (event_date, version)
 

@@ -123,7 +123,7 @@ def test_full_always_recomputes_and_publishes_only_another_result(spark, tmp_pat
     # a receipt partition's panes replaced under the same key (not something the stream does): only
     # a full run can see it; it publishes the other result as a new version
     key = next(k for k in table_versions.current_version(lake, as_event_date(D)).receipts if k.startswith(D))
-    folder = lake.receipt_dir(D, key.split("/", 1)[1])
+    folder = lake.receipt_dir(as_event_date(D), key.split("/", 1)[1])
     table = pq.read_table(os.path.join(folder, "part-00000.parquet"))
     rows = table.to_pylist()
     extra = dict(rows[0], user_id="z", session_id="z" * 32)

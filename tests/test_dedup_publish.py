@@ -142,7 +142,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     assert all(s >= 0 for s in first.phases.values())
     assert sum(first.phases.values()) == pytest.approx(first.seconds, abs=0.01)
     snapshot = iceberg.load(lake).current_snapshot().snapshot_id
-    runs = sorted(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day)))))
+    runs = sorted(os.listdir(os.path.dirname(lake.run_dir(layout.as_event_date(day), first_run(lake, day)))))
 
     import tidemark.base.spark
 
@@ -155,7 +155,7 @@ def test_rerun_without_new_receipts_is_a_noop_without_spark(spark, tmp_path, mon
     assert again.affected_dates == []
     assert again.phases == {}
     assert iceberg.load(lake).current_snapshot().snapshot_id == snapshot  # nothing committed
-    assert sorted(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day))))) == runs
+    assert sorted(os.listdir(os.path.dirname(lake.run_dir(layout.as_event_date(day), first_run(lake, day))))) == runs
     assert published(lake, day) == expected(events, day)
 
 
@@ -239,7 +239,7 @@ def test_a_slower_run_with_fewer_receipts_never_replaces_a_more_complete_version
     t = lambda h, m, d=6: datetime(2026, 3, d, h, m, tzinfo=timezone.utc)  # noqa: E731
     stream.batch([("u1", "a", t(23, 20), "play"), ("u1", "b", t(23, 45), "play")])
     written = stream.batch([("u1", "c", t(0, 10, 7), "play"), ("u2", "x", t(10, 0), "play")], mode=0.0)
-    hidden = lake.receipt_marker("2026-03-07", written[0].receipt_ts)
+    hidden = lake.receipt_marker(date(2026, 3, 7), written[0].receipt_ts)
     text = storage.read_text(hidden)
     os.remove(hidden)
 
@@ -300,7 +300,7 @@ def test_process_killed_mid_run_leaves_previous_version_readable(spark, tmp_path
         # Kill it as soon as it has started writing its new version's data.
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            if len(os.listdir(os.path.dirname(lake.run_dir(day, first_run(lake, day))))) > 1:
+            if len(os.listdir(os.path.dirname(lake.run_dir(layout.as_event_date(day), first_run(lake, day))))) > 1:
                 break
             time.sleep(0.05)
     finally:

@@ -259,7 +259,7 @@ def test_obligations_are_idempotent_and_refuse_bad_values(tmp_path):
     with pytest.raises(layout.InvalidPartitionValue):
         obligations.record(lake, [DAY6], DAY7, "20260307T010000000Z'; --")
     assert os.listdir(lake.obligations_root()) == [f"event_date={D6}"]
-    with open(layout.join(lake.obligations_dir(D6), "junk.json"), "w") as handle:
+    with open(layout.join(lake.obligations_dir(layout.as_event_date(D6)), "junk.json"), "w") as handle:
         handle.write('{"event_date": "x"}')
     assert [o["source_run_id"] for o in obligations.pending(lake)] == ["r1"]
     obligations.discharge(lake, first)
