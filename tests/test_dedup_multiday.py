@@ -87,7 +87,7 @@ def test_fragment_two_dates_after_a_three_date_session_reaches_its_start_date(sp
 
     fragment = every("k", "late", at(D8, 2, 20), at(D8, 3, 0))
     written = stream.batch(fragment, mode=0.0)  # a fragment: the state had expired
-    assert {p.event_date for p in written} == {D8}
+    assert {p.event_date for p in written} == {date.fromisoformat(D8)}
     converge(lake, spark, {D8})
     check(lake, kiosk + fragment, [D6, D7, D8])
     (session,) = published(lake, D6)
@@ -226,7 +226,7 @@ def test_real_stream_four_date_session_and_a_too_late_fragment_three_dates_later
         notified: set[str] = set()
         run_stream(
             StreamConfig(landing, lake, ckpt, RULES, available_now=True, max_files_per_trigger=1),
-            listeners=[lambda report: notified.update(p.event_date for p in report.partitions)],
+            listeners=[lambda report: notified.update(p.event_date.isoformat() for p in report.partitions)],
             spark=spark,
         )
         return notified

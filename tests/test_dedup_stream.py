@@ -29,7 +29,7 @@ def stream(spark, landing, lake, checkpoint) -> set[str]:
     notified: set[str] = set()
     run_stream(
         StreamConfig(landing, lake, checkpoint, RULES, available_now=True, max_files_per_trigger=1),
-        listeners=[lambda report: notified.update(p.event_date for p in report.partitions)],
+        listeners=[lambda report: notified.update(p.event_date.isoformat() for p in report.partitions)],
         spark=spark,
     )
     return notified
