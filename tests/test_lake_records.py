@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 
@@ -23,7 +23,7 @@ def _partition(lake: Lake, receipt_ts: str, batch_id: int = 0) -> dict:
         "event_date": "2026-03-06",
         "receipt_ts": receipt_ts,
         "batch_id": batch_id,
-        "uri": lake.receipt_dir("2026-03-06", receipt_ts),
+        "uri": lake.receipt_dir(date(2026, 3, 6), receipt_ts),
         "rows": 2,
         "events": 5,
         "pane_kinds": ["early"],
