@@ -98,7 +98,7 @@ def prepared(lake: Lake, day: str, receipts: list[str], sessions: int) -> Versio
     from tidemark.iceberg import run_markers
 
     run_id = run_markers.new_run_id()
-    folder = lake.run_dir(day, run_id)
+    folder = lake.run_dir(date.fromisoformat(day), run_id)
     os.makedirs(folder)
     rows = _template(sessions, receipts)
     column = rows.schema.get_field_index("event_date")

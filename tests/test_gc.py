@@ -17,7 +17,7 @@ from tidemark.iceberg import reader, run_markers, table_versions
 from tidemark.ops import gc
 from tidemark.store.lake import Lake
 
-DAY, OTHER = "2026-03-06", "2026-03-07"
+DAY, OTHER = date(2026, 3, 6), date(2026, 3, 7)
 
 
 def now_plus(**kw) -> datetime:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -17,16 +17,19 @@ from tidemark.store.lake import Lake
     ["2026-02-31", "../etc", "2026-3-7", "2026-03-07/../../x", "2026-03-07' OR 1=1 --", "", "20260307", "2026-03-07\n"],
 )
 def test_bad_event_dates_are_refused_with_the_value_in_the_message(bad):
+    # parsed where it enters (refused, saying what was given); the lake takes no text at all
     with pytest.raises(layout.InvalidPartitionValue, match="invalid event_date"):
+        layout.as_event_date(bad)
+    with pytest.raises(TypeError, match="parse text with as_event_date"):
         Lake.open("/lake").event_date_dir(bad)
 
 
 def test_event_date_paths():
     assert (
-        Lake.open("gs://b/lake/").receipt_dir("2026-03-07", "20260307T201500123Z")
+        Lake.open("gs://b/lake/").receipt_dir(date(2026, 3, 7), "20260307T201500123Z")
         == "gs://b/lake/sessions/event_date=2026-03-07/receipt_ts=20260307T201500123Z"
     )
-    assert Lake.open("/l").current_pointer("2026-03-07") == "/l/sessions_dedup (live files of event_date=2026-03-07)"
+    assert Lake.open("/l").current_pointer(date(2026, 3, 7)) == "/l/sessions_dedup (live files of event_date=2026-03-07)"
 
 
 def test_receipt_ts_round_trips_and_sorts_like_time():

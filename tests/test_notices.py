@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tidemark.base import layout
+from tidemark.base.layout import as_event_date
 from tidemark.cli import main as cli_main
 from tidemark.notices import availability_notice
 from tidemark.notices.cadence import CadencePolicy, PendingGroups
@@ -38,7 +39,7 @@ def partition(
         "event_date": event_date,
         "receipt_ts": receipt_ts,
         "batch_id": batch_id,
-        "uri": lake.receipt_dir(event_date, receipt_ts),
+        "uri": lake.receipt_dir(as_event_date(event_date), receipt_ts),
         "rows": rows,
         "events": events,
         "pane_kinds": ["early"],
@@ -51,7 +52,7 @@ def partition(
 
 
 def write_marker(lake: Lake, part: dict) -> None:
-    folder = lake.receipt_dir(part["event_date"], part["receipt_ts"])
+    folder = lake.receipt_dir(as_event_date(part["event_date"]), part["receipt_ts"])
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, lake_layout.RECEIPT_MARKER), "w") as out:
         json.dump(part, out)

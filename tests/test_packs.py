@@ -170,12 +170,14 @@ def test_pack_paths_take_only_checked_values(tmp_path):
     from tidemark.store.lake import Lake
 
     lake = Lake.open(tmp_path / "lake")
-    for bad in [("2026-3-7", "a" * 32, "part-0.parquet"), ("2026-03-07", "../x", "part-0.parquet")]:
-        with pytest.raises(InvalidPartitionValue):
-            lake.pack_file(*bad)
+    day = date(2026, 3, 7)
+    with pytest.raises(InvalidPartitionValue):
+        lake.pack_file(day, "../x", "part-0.parquet")
+    with pytest.raises(TypeError):  # a date as text is parsed where it enters, never in a path
+        lake.pack_file("2026-03-07", "a" * 32, "part-0.parquet")
     for name in ["../part-0.parquet", "part-0/../../x.parquet", "_tidemark_pack.json", "part-0.json"]:
         with pytest.raises(InvalidPartitionValue):
-            lake.pack_file("2026-03-07", "a" * 32, name)
-    assert lake.pack_file("2026-03-07", "a" * 32, "part-00000-1b2c-c000.snappy.parquet").endswith(
+            lake.pack_file(day, "a" * 32, name)
+    assert lake.pack_file(day, "a" * 32, "part-00000-1b2c-c000.snappy.parquet").endswith(
         "/_packs/event_date=2026-03-07/pack=" + "a" * 32 + "/part-00000-1b2c-c000.snappy.parquet"
     )
