@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tidemark.base.layout import as_event_date
 from tidemark.base.logs import read_log_lines
 from tidemark.cli import build_parser, main
 from tidemark.store import lake as lake_layout
@@ -35,7 +36,7 @@ def tidemark(*argv: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
 
 
 def corrupt_receipt_marker(lake: Lake) -> str:
-    folder = lake.receipt_dir(DAY, RECEIPT)
+    folder = lake.receipt_dir(as_event_date(DAY), RECEIPT).uri  # a local lake: the uri is its path
     os.makedirs(folder)
     path = os.path.join(folder, lake_layout.RECEIPT_MARKER)
     with open(path, "w") as handle:
