@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     assert first is not None, first
     assert first.sessions == args.sessions, first
     full = statistics.median(full_secs)
-    version = table_versions.current_version(lake, as_event_date(DAY))
+    version = table_versions.current_version(lake, DAY)
     published = iceberg.load(lake).metadata_location
     files = len(version.files)
     rows = [

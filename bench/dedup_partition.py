@@ -20,7 +20,7 @@ import os
 import shutil
 import statistics
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import bench
 from bench import add_date_shape, arguments
@@ -35,7 +35,7 @@ from tidemark.panes import receipts
 from tidemark.store.lake import Lake
 
 NAME = "dedup_partition"
-DAY = "2026-03-07"
+DAY = date(2026, 3, 7)
 
 
 def parse_args(argv):
@@ -373,7 +373,7 @@ def main(argv=None) -> int:
             secs.append(fixed.seconds)
             undo(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
-    pointer = table_versions.current_version(lake, as_event_date(DAY))
+    pointer = table_versions.current_version(lake, DAY)
     rows = [
         [
             "tidemark dedup (version + Iceberg commit)",
