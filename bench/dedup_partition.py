@@ -26,7 +26,6 @@ import bench
 from bench import add_date_shape, arguments
 from dedup_sql import rules as sql_rules
 from tidemark.base import layout
-from tidemark.base.layout import as_event_date
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
