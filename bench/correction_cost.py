@@ -105,11 +105,11 @@ def reprocess(spark, lake, rules, first: date, last: date, out: str) -> dict:
     from pyspark.sql import functions as F
 
     index = LakeIndex(lake)
-    lo_day, hi_day = (first - timedelta(days=1)).isoformat(), (last + timedelta(days=1)).isoformat()
+    lo_day, hi_day = first - timedelta(days=1), last + timedelta(days=1)
     partitions = [p for d in index.dates if lo_day <= d <= hi_day for p in index.partitions(d)]
     lo = datetime.combine(first, datetime.min.time(), tzinfo=timezone.utc) - rules.gap
     session = spark
-    islands = compute_islands(spark, lake, Plan(first.isoformat(), lo, hi_day, partitions), rules, set())
+    islands = compute_islands(spark, lake, Plan(first, lo, hi_day, partitions), rules, set())
     wanted = islands.where(F.col("event_date").between(first.isoformat(), last.isoformat()))
     shutil.rmtree(out, ignore_errors=True)
     wanted.write.partitionBy("event_date").mode("overwrite").parquet(out)

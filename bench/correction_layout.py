@@ -23,7 +23,6 @@ import bench
 from bench import add_date_shape, arguments
 from bench.correction_cost import undo
 from bench.dedup_partition import DAY, build_lake, land_late_receipt, receipt_ts_of
-from tidemark.base.layout import as_event_date
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
@@ -91,7 +90,7 @@ def main(argv=None) -> int:
     assert first is not None, first
     assert first.sessions == args.sessions, first
     full = statistics.median(full_secs)
-    version = table_versions.current_version(lake, as_event_date(DAY))
+    version = table_versions.current_version(lake, DAY)
     published = iceberg.load(lake).metadata_location
     files = len(version.files)
     rows = [

@@ -20,13 +20,12 @@ import os
 import shutil
 import statistics
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import bench
 from bench import add_date_shape, arguments
 from dedup_sql import rules as sql_rules
 from tidemark.base import layout
-from tidemark.base.layout import as_event_date
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
@@ -35,7 +34,7 @@ from tidemark.panes import receipts
 from tidemark.store.lake import Lake
 
 NAME = "dedup_partition"
-DAY = "2026-03-07"
+DAY = date(2026, 3, 7)
 
 
 def parse_args(argv):
@@ -373,7 +372,7 @@ def main(argv=None) -> int:
             secs.append(fixed.seconds)
             undo(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
-    pointer = table_versions.current_version(lake, as_event_date(DAY))
+    pointer = table_versions.current_version(lake, DAY)
     rows = [
         [
             "tidemark dedup (version + Iceberg commit)",

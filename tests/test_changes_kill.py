@@ -227,12 +227,12 @@ def test_a_dedup_killed_between_its_two_commits_is_completed_by_the_next_run(spa
     from tidemark.deduplication.dedup import run_dedup
 
     lake, stream, events, batches = lake_with(tmp_path, seed=5, batches=4, upto=2)
-    day = busiest_date(events)
+    day = layout.as_event_date(busiest_date(events))
 
     run_dedup(lake, day, RULES, spark=spark)
     stream.batch(batches[2])
     done = subprocess.run(
-        [sys.executable, "-c", _DEDUP_CHILD, str(lake.root), day],
+        [sys.executable, "-c", _DEDUP_CHILD, str(lake.root), day.isoformat()],
         cwd=ROOT,
         capture_output=True,
         text=True,

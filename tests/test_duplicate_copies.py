@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 
 import pytest
 
@@ -108,7 +108,7 @@ def outcomes(spark, tmp_path_factory):
         landing, lake, checkpoint = (str(root / d) for d in ("landing", "lake", "checkpoint"))
         lake = Lake.open(lake)
         land(landing, files)
-        dates: set[str] = set()
+        dates: set[date] = set()
         run_stream(
             StreamConfig(landing, lake, checkpoint, RULES, available_now=True, max_files_per_trigger=1),
             listeners=[lambda r: dates.update(p.event_date for p in r.partitions)],  # noqa: B023 (run_stream returns before the next iteration)
@@ -117,7 +117,7 @@ def outcomes(spark, tmp_path_factory):
         queue = deque(sorted(dates))
         while queue:  # what the DAG does
             result = run_dedup(lake, queue.popleft(), RULES, spark=spark)
-            queue.extend(d for d in map(str, result.affected_dates) if d not in queue)
+            queue.extend(d for d in result.affected_dates if d not in queue)
         out[name] = {"published": published(lake), "expected": expected(landing)}
     return out
 

@@ -107,7 +107,7 @@ def test_affected_run_id_is_deterministic_per_source_version():
     with pytest.raises(runs.InvalidRunKey):
         runs.affected_run_id(d8, d7, "20260308T000100000Z; rm -rf /")
     with pytest.raises(TypeError):  # text is parsed where it enters, never here
-        runs.affected_run_id("2026-03-08; rm -rf /", d7, "20260308T000100000Z")
+        runs.affected_run_id("2026-03-08; rm -rf /", d7, "20260308T000100000Z")  # type: ignore[arg-type]  # the refusal is tested
 
 
 # -- what the function refuses (and acknowledges) ---------------------------------------------

@@ -67,10 +67,8 @@ def folders_without_marker(lake: Lake) -> list[str]:
     torn = []
     for event_date in receipts.list_event_dates(lake):
         folder = lake.event_date_dir(event_date)
-        for name in storage.list_subdirs(folder):
-            if name.startswith("receipt_ts=") and not storage.exists(
-                layout.join(folder, name, lake_layout.RECEIPT_MARKER)
-            ):
+        for name in folder.subfolder_names():
+            if name.startswith("receipt_ts=") and not folder.file(name, lake_layout.RECEIPT_MARKER).exists():
                 torn.append(f"{event_date}/{name}")
     return torn
 

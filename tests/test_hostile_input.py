@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
@@ -189,4 +189,4 @@ def test_an_event_inside_the_skew_cannot_push_the_watermark_past_the_receipt_tim
     )(frame, 0)
     assert reports[0].valid_events == 1
     assert receipts.iso_from_micros(reports[0].watermark_us) == "2026-03-08T09:00:00.000000Z"
-    assert os.path.isdir(Lake.open(tmp_path / "lake").receipt_dir("2026-03-08", reports[0].receipt_ts))
+    assert os.path.isdir(Lake.open(tmp_path / "lake").receipt_dir(date(2026, 3, 8), reports[0].receipt_ts))

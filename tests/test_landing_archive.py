@@ -358,7 +358,7 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
         run_dedup(lake, event_date, rules, spark=spark)
     for event_date in sorted(set(want) | set(receipts.list_event_dates(lake))):
         table = reader.read_sessions(
-            lake, layout.as_event_date(event_date), columns=["user_id", "session_start", "session_end", "event_count"]
+            lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
         )
         assert lake_keys(reader.to_records(table)) == want.get(event_date, set()), event_date
 
@@ -516,7 +516,7 @@ def _events_in_lake(lake) -> set[tuple[str, str]]:
     return {(r["user_id"], e) for r in panes(lake) for e in r["event_ids"]}
 
 
-def _deduplicated(lake, spark) -> dict[str, set[tuple]]:
+def _deduplicated(lake, spark) -> dict[date, set[tuple]]:
     from tidemark.deduplication.dedup import run_dedup
 
     rules = rules_record.rules_in_force(lake)[0]
@@ -524,7 +524,7 @@ def _deduplicated(lake, spark) -> dict[str, set[tuple]]:
     for event_date in receipts.list_event_dates(lake):
         run_dedup(lake, event_date, rules, spark=spark)
         table = reader.read_sessions(
-            lake, layout.as_event_date(event_date), columns=["user_id", "session_start", "session_end", "event_count"]
+            lake, event_date, columns=["user_id", "session_start", "session_end", "event_count"]
         )
         out[event_date] = lake_keys(reader.to_records(table))
     return out

@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 
 from tests.helpers import same_notice_copies, stream_alive, wait_for
-from tidemark.base import names
+from tidemark.base import layout, names
 from tidemark.cli import main as cli_main
 from tidemark.demo.generate import Workload, build, split_files, write_file
 from tidemark.devstack.pubsub_emulator import PubSubEmulator, ensure_subscription, ensure_topic, pull_all, pull_until
@@ -50,7 +50,7 @@ def stream_cmd(landing, lake, checkpoint, topic, *extra):
 
 
 def sent_count(lake: Lake) -> int:
-    return sum(1 for n in lake.list_dir(lake.notices_dir("sent")) if n.endswith(".json"))
+    return sum(1 for n in lake.notices_dir("sent").names() if n.endswith(".json"))
 
 
 def wait_for_sent(lake, at_least, timeout, proc):
@@ -118,7 +118,7 @@ def test_sigkill_and_restart_advertise_each_partition_once(tmp_path):
     advertised = defaultdict(set)
     for notice_id, body in by_id.items():
         for receipt_ts in body["receipt_ts_list"]:
-            advertised[(body["event_date"], receipt_ts)].add(notice_id)
+            advertised[(layout.as_event_date(body["event_date"]), receipt_ts)].add(notice_id)
     on_disk = {(d, r) for d in receipts.list_event_dates(lake) for r in receipts.list_receipts(lake, d)}
     assert set(advertised) == on_disk
     assert all(len(ids) == 1 for ids in advertised.values()), "a partition advertised under two ids"

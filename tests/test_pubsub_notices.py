@@ -107,7 +107,7 @@ def partition(lake: Lake, event_date: str, receipt_ts: str, batch_id: int, late:
         "event_date": event_date,
         "receipt_ts": receipt_ts,
         "batch_id": batch_id,
-        "uri": lake.receipt_dir(event_date, receipt_ts),
+        "uri": lake.receipt_dir(layout.as_event_date(event_date), receipt_ts),
         "rows": 1,
         "events": 2,
         "pane_kinds": ["late" if late else "early"],
@@ -348,9 +348,9 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
     }
     unique = same_notice_copies(received)
     # One for one: every complete partition has exactly one notice, and every notice a partition.
-    assert sorted((b["event_date"], b["receipt_ts"]) for b in unique.values()) == sorted(on_disk)
+    assert sorted((layout.as_event_date(b["event_date"]), b["receipt_ts"]) for b in unique.values()) == sorted(on_disk)
     for body in unique.values():
-        marker = on_disk[(body["event_date"], body["receipt_ts"])]
+        marker = on_disk[(layout.as_event_date(body["event_date"]), body["receipt_ts"])]
         assert (body["rows"], body["events"], body["late"], body["batch_id"], body["uri"]) == (
             marker.rows,
             marker.events,
@@ -362,7 +362,8 @@ def test_stream_notices_match_partitions_through_an_outage_and_a_replay(spark, p
     late_on_disk = {k for k, m in on_disk.items() if m.late}
     assert late_on_disk
     assert len(late_on_disk) < len(on_disk)
-    assert {(b["event_date"], b["receipt_ts"]) for b, a in late_received if matches_late_filter(a)} == late_on_disk
+    late_notices = {(b["event_date"], b["receipt_ts"]) for b, a in late_received if matches_late_filter(a)}
+    assert {(layout.as_event_date(d), r) for d, r in late_notices} == late_on_disk
     assert Outbox(lake).owed() == []
 
     # Replay the last batch (as after a crash before its commit): same partitions, no new notice.

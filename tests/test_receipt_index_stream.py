@@ -4,12 +4,13 @@ marker it already planned over, and a new receipt still makes it recompute."""
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
 
 from streaming_job.job import StreamConfig, run_stream
 from tests.helpers import lake_session_set, reference_session_set
 from tests.streamkit import event, land
-from tidemark.base.layout import as_event_date
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import dedup
 from tidemark.iceberg import table_versions
@@ -19,7 +20,7 @@ from tidemark.store.lake import Lake
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 RULES = SessionRules.parse("30m", "1h", "0s")
-D6, D7 = "2026-03-06", "2026-03-07"
+D6, D7 = date(2026, 3, 6), date(2026, 3, 7)
 
 
 def _stream(spark, landing, lake, checkpoint):
@@ -44,7 +45,7 @@ def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp
     spanning = {
         (D6, ts)
         for ts in receipts.list_receipts(lake, D6)
-        if receipts.read_marker(lake, D6, ts).max_event_ts.startswith(D7)
+        if receipts.read_marker(lake, D6, ts).max_event_ts.startswith(D7.isoformat())
     }
     assert len(spanning) == 2  # u1's early pane and its on_time pane
     assert set(receipt_index.reaching(lake, D7)) == spanning
@@ -53,7 +54,7 @@ def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp
         result = dedup.run_dedup(lake, day, RULES, spark=spark)
         assert not result.noop
         assert lake_session_set(lake, day) == reference_session_set(landing, day, RULES.gap)
-    assert table_versions.current_version(lake, as_event_date(D7)).planned_through == newest
+    assert table_versions.current_version(lake, D7).planned_through == newest
 
     read = []
     original = receipts.read_marker
@@ -64,7 +65,7 @@ def test_the_no_op_decision_reads_only_what_arrived_after_the_version(spark, tmp
     land(landing, [[event("u2", "b2", f"{D7}T10:05:00Z")]], start_index=3)
     _stream(spark, landing, lake, checkpoint)
     read.clear()
-    version = table_versions.current_version(lake, as_event_date(D7))
+    version = table_versions.current_version(lake, D7)
     assert not planning.quick_covered(planning.LakeIndex(lake), D7, RULES, version)
     assert [day for day, _ in read] == [D7]  # the one partition received after the version
     assert dedup.up_to_date(lake, D7, RULES) is None  # Spark needed (the whole plan is read then)

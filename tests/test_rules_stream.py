@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBMIT = os.path.join(ROOT, "streaming_job", "submit.py")
-D1, D2 = "2026-03-07", "2026-03-08"
+D1, D2 = date(2026, 3, 7), date(2026, 3, 8)
 GAP20, GAP30, GAP45 = timedelta(minutes=20), timedelta(minutes=30), timedelta(minutes=45)
 RULES20 = SessionRules(gap=GAP20)
 
@@ -82,10 +82,10 @@ def copy_of(streamed, tmp_path) -> tuple[str, Lake, str]:
     return str(tmp_path / "landing"), Lake.open(tmp_path / "lake"), str(tmp_path / "ckpt")
 
 
-def stale(lake: Lake, capsys) -> list[str]:
+def stale(lake: Lake, capsys) -> list[date]:
     assert cli.main(["rules", "show", "--lake", str(lake), "--json"]) == 0
     return [
-        line["event_date"]
+        as_event_date(line["event_date"])
         for line in map(json.loads, capsys.readouterr().out.splitlines())
         if line["kind"] == "stale_date"
     ]
@@ -96,7 +96,7 @@ def test_dedup_without_rule_options_uses_the_streams_gap(spark, streamed, tmp_pa
     for day in (D1, D2):
         result = run_dedup(lake, day, spark=spark)  # what `tidemark dedup --lake --event-date` does
         assert published(lake, day) == expected(landing, day, GAP20), day
-        assert reader.current_version(lake, as_event_date(day)).rules_id == rules_record.fingerprint(RULES20)
+        assert reader.current_version(lake, day).rules_id == rules_record.fingerprint(RULES20)
         assert result.sessions == len(expected(landing, day, GAP20))
     assert stale(lake, capsys) == []
 
@@ -137,7 +137,7 @@ def test_the_dags_spark_submit_dedup_uses_the_streams_gap(streamed, tmp_path):
             "--lake",
             str(lake),
             "--event-date",
-            D1,
+            D1.isoformat(),
         ],
         capture_output=True,
         text=True,
@@ -161,10 +161,12 @@ def test_the_dag_publishes_the_streams_gap(streamed, tmp_path):
     server = AirflowServer(str(tmp_path / "airflow"), env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0"})
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
-    proc = server.cli("dags", "test", names.get("DAG_ID"), "--conf", json.dumps({"event_date": D2}), timeout=900)
+    proc = server.cli(
+        "dags", "test", names.get("DAG_ID"), "--conf", json.dumps({"event_date": D2.isoformat()}), timeout=900
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert published(lake, D2) == expected(landing, D2, GAP20)
-    assert reader.current_version(lake, as_event_date(D2)).rules_id == rules_record.fingerprint(RULES20)
+    assert reader.current_version(lake, D2).rules_id == rules_record.fingerprint(RULES20)
 
 
 def test_the_stream_refuses_other_rules_and_writes_nothing(spark, streamed, tmp_path):
@@ -181,11 +183,11 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
     landing, lake, ckpt = copy_of(streamed, tmp_path)
     for day in (D1, D2):
         run_dedup(lake, day, spark=spark)
-    old = {day: reader.current_version(lake, as_event_date(day)).version for day in (D1, D2)}
+    old = {day: reader.current_version(lake, day).version for day in (D1, D2)}
 
     assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [line["event_date"] for line in lines if line["kind"] == "date"] == [D1, D2]
+    assert [as_event_date(line["event_date"]) for line in lines if line["kind"] == "date"] == [D1, D2]
     assert lines[-1]["kind"] == "migration"
     assert lines[-1]["recomputed"] == 2
     assert lines[-1]["gap"] == "45m"
@@ -193,12 +195,12 @@ def test_migrate_records_the_new_rules_and_rededuplicates_every_date(spark, stre
     assert [(r.sequence, r.rules.gap) for r in history] == [(1, GAP20), (2, GAP45)]
     assert history[1].previous_rules_id == history[0].rules_id
     for day in (D1, D2):
-        pointer = reader.current_version(lake, as_event_date(day))
+        pointer = reader.current_version(lake, day)
         assert pointer.version > old[day]
         assert pointer.rules_id == history[1].rules_id
         assert published(lake, day) == expected(landing, day, GAP45), day
     assert expected(landing, D2, GAP45) != expected(landing, D2, GAP20)  # the change was visible
-    assert [v.gap for v in table_versions.list_versions(lake, as_event_date(D1))] == [GAP20, GAP45]  # history kept
+    assert [v.gap for v in table_versions.list_versions(lake, D1)] == [GAP20, GAP45]  # history kept
 
     # Again: nothing to record, nothing to recompute (restartable, idempotent).
     assert cli.main(["rules", "migrate", "--lake", str(lake), "--gap", "45m"]) == 0
@@ -219,9 +221,7 @@ def test_stream_migrate_rules_option_rededuplicates_before_starting(spark, strea
     assert rules_record.current(lake).rules == SessionRules(gap=GAP30)
     assert rules_record.current(lake).recorded_by == "tidemark stream --migrate-rules"
     for day in (D1, D2):
-        assert reader.current_version(lake, as_event_date(day)).rules_id == rules_record.fingerprint(
-            SessionRules(gap=GAP30)
-        )
+        assert reader.current_version(lake, day).rules_id == rules_record.fingerprint(SessionRules(gap=GAP30))
         assert published(lake, day) == expected(landing, day, GAP30), day
 
 
@@ -284,13 +284,13 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
     assert expected(landing, D2, gap25) != expected(landing, D2, GAP30) != expected(landing, D2, GAP45)
     assert expected(landing, D1, GAP45) != expected(landing, D1, GAP30)
     dates = rules_migration.event_dates(lake)
-    assert dates == [date.fromisoformat(D1), date.fromisoformat(D2)]
+    assert dates == [D1, D2]
     for day in (D1, D2):
         run_dedup(lake, day, spark=spark)
         assert published(lake, day) == expected(landing, day, GAP30), day
 
-    def d1_receipts(day: str) -> set[str]:
-        return {k for k in reader.current_version(lake, as_event_date(day)).receipts if k.startswith(f"{D1}/")}
+    def d1_receipts(day: date) -> set[str]:
+        return {k for k in reader.current_version(lake, day).receipts if k.startswith(f"{D1}/")}
 
     for gap, text in ((gap25, "25m"), (GAP45, "45m"), (GAP30, "30m")):
         before = d1_receipts(D2)
@@ -299,7 +299,7 @@ def test_migrating_to_a_smaller_gap_and_back_leaves_every_date_equal_to_the_refe
         summary = json.loads(capsys.readouterr().out.splitlines()[-1])
         assert (summary["gap"], summary["recomputed"]) == (text, 2)
         for day in dates:
-            pointer = reader.current_version(lake, as_event_date(day))
+            pointer = reader.current_version(lake, day)
             assert pointer.rules_id == rules_record.fingerprint(SessionRules(gap=gap)), (text, day)
             assert published(lake, day) == expected(landing, day, gap), (text, day)
         if text != "45m":  # the smaller lo: D2's new version no longer holds a partition of D1 the old one did

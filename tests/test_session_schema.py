@@ -320,11 +320,16 @@ def test_panes_written_before_the_column_are_read_with_it(tmp_path):
 
 # --- the drill: an existing lake written before the column -----------------------------------------
 
+# Runs with the old tree first on sys.path, under its module names (tidemark.lake, tidemark.spark).
+# The venv's editable install of this tree (a finder at the end of sys.meta_path) would serve any
+# module the old tree lacks from the new tree: it is dropped, and the writer checks at the end that
+# every project module it ran is the old tree's.
 _OLD_WRITER = """
-import json, random, sys
+import json, os, random, sys
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
 from tests.lakekit import RULES, SimulatedStream, arrivals, converge, make_events
-from tidemark.store.lake import Lake
-from tidemark.base.spark import build_session
+from tidemark.lake import Lake
+from tidemark.spark import build_session
 
 seed, path = int(sys.argv[1]), sys.argv[2]
 rng = random.Random(seed)
@@ -337,6 +342,14 @@ for deliveries in arrivals(rng, events, batches=6):
 spark = build_session("tidemark-old", "local[2]", shuffle_partitions=4)
 converge(lake, spark, notified)
 spark.stop()
+old_root = os.path.join(os.getcwd(), "")
+stray = sorted(
+    name
+    for name, module in list(sys.modules.items())
+    if name.split(".")[0] in ("tidemark", "streaming_job", "dedup_sql", "cloud_function", "tests")
+    and not (getattr(module, "__file__", None) or old_root).startswith(old_root)
+)
+assert not stray, f"modules not from the old tree: {stray}"
 print(json.dumps(sorted(notified)))
 """
 

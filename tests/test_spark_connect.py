@@ -10,6 +10,7 @@ import os
 import random
 import threading
 import time
+from datetime import date
 
 import pytest
 
@@ -22,12 +23,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 DAG_ID = names.get("DAG_ID")
 
 
-def write_lake(path: str, seed: int) -> tuple[list[tuple], set[str]]:
+def write_lake(lake: Lake, seed: int) -> tuple[list[tuple], set[date]]:
     """A lake of several micro-batches (late and repeated deliveries) over three days."""
     rng = random.Random(seed)
     events = make_events(rng, users=4, days=3)
-    stream = SimulatedStream(path, seed)
-    dates: set[str] = set()
+    stream = SimulatedStream(lake, seed)
+    dates: set[date] = set()
     deliveries = events + rng.sample(events, len(events) // 5)  # duplicates
     rng.shuffle(deliveries)
     for part in range(4):
@@ -57,7 +58,7 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
     first, second = sorted(dates)[:2]
     results, errors = {}, []
 
-    def run(event_date: str) -> None:
+    def run(event_date: date) -> None:
         spark = connect_session(server.url, f"test-{event_date}")
         try:
             results[event_date] = run_dedup(lake, event_date, spark=spark)
@@ -104,7 +105,7 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
         airflow.start()
         airflow.wait_for_dag()
         client = airflow.client()
-        client.trigger_dag_run(DAG_ID, "connect_first", {"event_date": event_date})
+        client.trigger_dag_run(DAG_ID, "connect_first", {"event_date": event_date.isoformat()})
         assert finished(client, DAG_ID, "connect_first") == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_first")}
         assert states["dedup"] == "success", states
@@ -115,7 +116,7 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
         assert published(lake, event_date) == expected(events, event_date)
 
         # Nothing new since: no Spark at all, the dedup shows as skipped.
-        client.trigger_dag_run(DAG_ID, "connect_again", {"event_date": event_date})
+        client.trigger_dag_run(DAG_ID, "connect_again", {"event_date": event_date.isoformat()})
         assert finished(client, DAG_ID, "connect_again") == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_again")}
         assert states["needs_spark"] == "success", states

@@ -22,7 +22,7 @@ from tidemark.store.lake import Lake
 # slow (not in make test-fast): a real stream in the shared session (module fixture): a minute and more on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-D6, D7 = "2026-03-06", "2026-03-07"
+D6, D7 = date(2026, 3, 6), date(2026, 3, 7)
 
 FILES = [
     # batch 0: u1 opens a session at 10:00 (watermark 10:10: still open)
@@ -75,9 +75,7 @@ def streamed(spark, tmp_path_factory):
 
 def by_batch(rows, batch_id):
     return sorted(
-        (r["user_id"], r["pane_kind"], r["event_count"], str(r["event_date"]))  # YYYY-MM-DD, as D6 and D7
-        for r in rows
-        if r["batch_id"] == batch_id
+        (r["user_id"], r["pane_kind"], r["event_count"], r["event_date"]) for r in rows if r["batch_id"] == batch_id
     )
 
 
@@ -121,8 +119,8 @@ def test_receipt_partitions_are_one_per_batch_and_date(streamed):
     assert all(len(v) == 1 for v in receipts_of_batch.values())
     assert len({next(iter(v)) for v in receipts_of_batch.values()}) == len(receipts_of_batch)
     report = streamed["reports"][1]
-    assert sorted(p.event_date for p in report.partitions) == [date(2026, 3, 6), date(2026, 3, 7)]
-    assert {p.late for p in report.partitions if p.event_date == date(2026, 3, 6)} == {True}
+    assert sorted(p.event_date for p in report.partitions) == [D6, D7]
+    assert {p.late for p in report.partitions if p.event_date == D6} == {True}
 
 
 def test_every_valid_event_is_in_the_lake(streamed):
