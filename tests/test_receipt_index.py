@@ -78,7 +78,7 @@ def _version(lake: Lake, event_date: date, rules: SessionRules) -> VersionRecord
         run_id="0" * 32,
         receipts=tuple(current.keys),
         hi=current.hi,
-        reach=planning.format_reach(reach),
+        reach=reach,
         planned_through=current.planned_through,
     )
 

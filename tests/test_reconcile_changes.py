@@ -65,7 +65,7 @@ def _every_date(lake: Lake) -> list[date]:
 
 def _cursor(lake: Lake) -> dict:
 
-    return lake.read_json(lake.reconcile_cursor())
+    return lake.reconcile_cursor().read_json()
 
 
 @pytest.fixture
@@ -238,7 +238,7 @@ def test_gc_prunes_arrivals_reconciliation_no_longer_needs_and_a_pass_behind_the
     assert not reconcile.Cursor.start(lake, RULES, NOW, full=False).full  # the last pass is after them
     # a cursor from before the pruned days: the next pass cannot read what arrived since, so it walks
     cursor = _cursor(lake)
-    lake.write_json_atomic(lake.reconcile_cursor(), {**cursor, "head": written[1][0].receipt_ts})
+    lake.reconcile_cursor().write_json_atomic({**cursor, "head": written[1][0].receipt_ts})
     assert reconcile.Cursor.start(lake, RULES, NOW, full=False).full
     walked = reconcile.staleness(lake, event_dates=receipts.list_event_dates(lake))
     assert [s.to_json() for s in reconcile.staleness(lake, now=NOW)] == [s.to_json() for s in walked]
