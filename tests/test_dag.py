@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 
@@ -305,8 +305,8 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     # runs, and an obligation owed to this date is discharged as a dedup would have.
     from tidemark.orchestration import obligations
 
-    obligations.record(lake, [event_date], "2026-03-05", pointer.version)
-    assert [o["source_date"] for o in obligations.pending(lake, event_date)] == ["2026-03-05"]
+    obligations.record(lake, [as_event_date(event_date)], date(2026, 3, 5), pointer.version)
+    assert [o["source_date"] for o in obligations.pending(lake, as_event_date(event_date))] == ["2026-03-05"]
     events_before = len(db_rows(server, "select id from asset_event"))
     proc = dags_test(server, event_date, "second")
     states = last_run_states(server)
@@ -316,7 +316,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     assert states["owed_reruns"] == "success", states
     assert "skipping the Spark dedup" in proc.stdout + proc.stderr
     assert len(db_rows(server, "select id from asset_event")) == events_before
-    assert obligations.pending(lake, event_date) == []
+    assert obligations.pending(lake, as_event_date(event_date)) == []
     again = reader.current_version(lake, as_event_date(event_date))
     assert again.version == pointer.version
     assert lake_session_set(lake, event_date, True) == reference_session_set(landing, event_date, GAP, True)

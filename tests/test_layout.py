@@ -29,7 +29,9 @@ def test_event_date_paths():
         Lake.open("gs://b/lake/").receipt_dir(date(2026, 3, 7), "20260307T201500123Z")
         == "gs://b/lake/sessions/event_date=2026-03-07/receipt_ts=20260307T201500123Z"
     )
-    assert Lake.open("/l").current_pointer(date(2026, 3, 7)) == "/l/sessions_dedup (live files of event_date=2026-03-07)"
+    assert (
+        Lake.open("/l").current_pointer(date(2026, 3, 7)) == "/l/sessions_dedup (live files of event_date=2026-03-07)"
+    )
 
 
 def test_receipt_ts_round_trips_and_sorts_like_time():

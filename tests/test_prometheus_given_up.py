@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 
 import pytest
 
@@ -32,7 +32,7 @@ pytestmark = [
     pytest.mark.skipif(binary() is None, reason="prometheus not installed (apt-get install prometheus)"),
 ]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-D7 = "2026-03-07"
+D7 = date(2026, 3, 7)
 
 
 def at(hh: int, mm: int) -> datetime:

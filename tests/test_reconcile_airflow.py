@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 
 import pytest
 
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAG_ID = names.get("DAG_ID")
 RECONCILE_DAG = "tidemark_reconcile"
-D7 = "2026-03-07"
+D7 = date(2026, 3, 7)
 
 
 def at(hh: int, mm: int) -> datetime:
@@ -123,7 +123,7 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
         broken.write(b"PAR1 this is not parquet")
 
     notice_run = runs.notice_run_id("sessions", layout.as_event_date(D7), receipt_ts)
-    client.trigger_dag_run(DAG_ID, notice_run, {"event_date": D7})
+    client.trigger_dag_run(DAG_ID, notice_run, {"event_date": D7.isoformat()})
     assert finished(client, DAG_ID, notice_run) == "failed"
     tries = [ti for ti in client.task_instances(DAG_ID, notice_run) if ti["task_id"] == "dedup"]
     assert tries
@@ -133,7 +133,7 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
 
     shutil.copyfile(original, os.path.join(folder, data_file))  # repaired; nothing reruns by itself
     (listed,) = cli_reconcile(airflow, lake, tmp_path)
-    assert listed["event_date"] == D7
+    assert listed["event_date"] == D7.isoformat()
     assert listed["action"] == "would start (--trigger)"
     heal_run = listed["run_id"]
     assert heal_run.startswith(f"reconcile__{D7}__")
@@ -144,8 +144,8 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
     assert finished(client, RECONCILE_DAG, "manual__heal_check", timeout=600) == "success"
     run = client.get_dag_run(DAG_ID, heal_run)  # the DAG named it as the command did
     assert run is not None
-    assert run["conf"]["event_date"] == D7
-    assert run["partition_key"] == D7  # the reconcile DAG's REST trigger: the date's partition
+    assert run["conf"]["event_date"] == D7.isoformat()
+    assert run["partition_key"] == D7.isoformat()  # the reconcile DAG's REST trigger: the date's partition
     # Reconciling again while that run is queued, running or done adds no run.
     for item in cli_reconcile(airflow, lake, tmp_path, "--trigger"):
         assert item["run_id"] == heal_run

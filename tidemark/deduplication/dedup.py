@@ -236,7 +236,7 @@ def _run(
             "dedup extends its look-ahead",
             event_date=event_date,
             hi=bigger.hi,
-            reach=planning.format_reach(summary["reach"]),
+            reach=summary["reach"],
         )
         current = bigger
     phases.done("compute")  # the islands and their summary (cached), every replan included

@@ -44,11 +44,6 @@ def midnight(day: date) -> datetime:
     return datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
 
 
-def format_reach(moment: datetime | None) -> str | None:
-    """How a version's marker records its reach (to the microsecond; None: no session touches D)."""
-    return None if moment is None else times.iso_z(moment, "microseconds")
-
-
 def receipt_key(event_date: date, receipt_ts: str) -> str:
     """How versions name the receipt partitions they include: 'YYYY-MM-DD/receipt_ts'."""
     return f"{layout.event_date_text(event_date)}/{receipt_ts}"
