@@ -221,7 +221,7 @@ def local_dedup(spark, local_run, event_dates):
 @pytest.fixture(scope="module")
 def cluster_dedup(cluster, py_files, cluster_run, event_dates):
     for event_date in event_dates:
-        spark_submit(cluster, py_files, "dedup", "--lake", cluster_run, "--event-date", event_date)
+        spark_submit(cluster, py_files, "dedup", "--lake", cluster_run, "--event-date", event_date.isoformat())
     return cluster_run
 
 

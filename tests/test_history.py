@@ -48,7 +48,9 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     from tidemark.deduplication.dedup import run_dedup
 
     dates = receipts.list_event_dates(lake)
-    before = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
+    before = {
+        as_event_date(r["event_date"]): r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])
+    }
     assert sorted(before) == dates
     for event_date, row in before.items():
         stamps = receipts.list_receipts(lake, event_date)
@@ -59,7 +61,9 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
 
     first = dates[0]
     run_dedup(lake, first, spark=spark)
-    after = {r["event_date"]: r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])}
+    after = {
+        as_event_date(r["event_date"]): r for r in json_lines(capsys, ["partitions", "--lake", str(lake), "--json"])
+    }
     pointer = table_versions.current_version(lake, as_event_date(first))
     assert after[first]["version"] == pointer.version
     assert after[first]["pending"] == 0
@@ -73,7 +77,17 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
     assert Outbox(lake).record(body)
 
     items = json_lines(
-        capsys, ["history", "--lake", str(lake), "--event-date", first, "--json", "--home", str(tmp_path / "no-stack")]
+        capsys,
+        [
+            "history",
+            "--lake",
+            str(lake),
+            "--event-date",
+            first.isoformat(),
+            "--json",
+            "--home",
+            str(tmp_path / "no-stack"),
+        ],
     )
     source, items = items[0], items[1:]
     assert source["kind"] == "source"
@@ -92,13 +106,16 @@ def test_partitions_pending_until_deduplicated_then_history_in_order(lake, spark
 
     # The table form says where DAG runs would come from.
     capsys.readouterr()
-    assert main(["history", "--lake", str(lake), "--event-date", first, "--home", str(tmp_path / "no-stack")]) == 0
+    assert (
+        main(["history", "--lake", str(lake), "--event-date", first.isoformat(), "--home", str(tmp_path / "no-stack")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "unavailable" in out
     assert pointer.version in out
     capsys.readouterr()
     assert main(["partitions", "--lake", str(lake)]) == 0
-    assert first in capsys.readouterr().out
+    assert first.isoformat() in capsys.readouterr().out
 
 
 def test_history_says_when_a_given_airflow_does_not_answer(lake, capsys, monkeypatch):
@@ -113,7 +130,7 @@ def test_history_says_when_a_given_airflow_does_not_answer(lake, capsys, monkeyp
             "--lake",
             str(lake),
             "--event-date",
-            receipts.list_event_dates(lake)[0],
+            receipts.list_event_dates(lake)[0].isoformat(),
             "--json",
             "--airflow-url",
             url,

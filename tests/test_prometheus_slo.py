@@ -86,7 +86,9 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
         def firing_dates():
             return sorted(a["labels"]["tidemark_event_date"] for a in prometheus.firing("TidemarkEventDateStale"))
 
-        wait_for(lambda: firing_dates() == stale_dates, 60, "a stale-date alert per stale date", 0.5)
+        wait_for(
+            lambda: firing_dates() == [d.isoformat() for d in stale_dates], 60, "a stale-date alert per stale date", 0.5
+        )
         alert = prometheus.firing("TidemarkEventDateStale")[0]
         assert alert["labels"]["slo"] == "correction"
         assert alert["labels"]["severity"] == "page"
@@ -99,7 +101,7 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
         assert broken.returncode == 4, broken.stderr
         lines = broken.stdout.splitlines()
         assert [line.split(":")[0] for line in lines] == ["BREACHED correction", "BREACHED notice_owed"]
-        assert all(d in lines[0] for d in stale_dates)
+        assert all(d.isoformat() in lines[0] for d in stale_dates)
 
         # Recovery: what the DAG does once Airflow is back, and the sender publishing what is owed.
         converge(lake, spark, set(stale_dates))
@@ -124,7 +126,7 @@ def test_slo_alerts_fire_on_a_broken_pipeline_and_clear_after_recovery(tmp_path,
         end = time.time()
         history = query_range(prometheus.url, STALENESS, end - 600, end, 1)
         # (a date the corrections reached may have been stale for a moment too: an owed rerun)
-        assert set(stale_dates) <= {h["metric"]["tidemark_event_date"] for h in history}
+        assert {d.isoformat() for d in stale_dates} <= {h["metric"]["tidemark_event_date"] for h in history}
         charts = prometheus_charts(str(tmp_path), prometheus.url, end - 600, end)
         assert [os.path.basename(c) for c in charts] == ["staleness.png"]  # no stream: no lag chart
         assert os.path.getsize(charts[0]) > 10_000
