@@ -30,17 +30,18 @@ class QueryProgressLog:
         self.logged: set[int] = set()
 
     def flush(self) -> None:
-        """Log every batch that reported progress since the last call (idle triggers left out)."""
+        """Log every batch that ran since the last call (idle triggers left out)."""
         for progress in self.query.recentProgress:
             batch_id = int(progress.batchId)
-            if batch_id in self.logged or not progress.numInputRows:
+            durations: dict[str, Any] = dict(progress.durationMs or {})
+            # An idle trigger runs no batch (no addBatch). Spark's numInputRows is no guide: the
+            # batch reads its pinned files itself (streaming_job.batch), not the source's rows.
+            if batch_id in self.logged or "addBatch" not in durations:
                 continue
             self.logged.add(batch_id)
-            durations: dict[str, Any] = dict(progress.durationMs or {})
             log.info(
                 "query progress",
                 batch_id=batch_id,
-                input_rows=int(progress.numInputRows),
                 durations_ms={name: int(durations[name]) for name in PHASES if name in durations},
             )
         if len(self.logged) > 10_000:  # a long-running stream: keep the ids recentProgress can still hold
