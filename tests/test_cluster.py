@@ -285,7 +285,9 @@ def test_dag_runs_its_dedup_on_the_cluster_chosen_by_spark_default(
     )
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
-    done = server.cli("dags", "test", "tidemark_dedup", "--conf", json.dumps({"event_date": event_date}), timeout=900)
+    done = server.cli(
+        "dags", "test", "tidemark_dedup", "--conf", json.dumps({"event_date": event_date.isoformat()}), timeout=900
+    )
     assert done.returncode == 0, f"airflow dags test failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
     dedup_apps_after = [a["id"] for a in cluster.status()["completedapps"] if a["name"] == "tidemark-dedup"]
     assert len(dedup_apps_after) == len(dedup_apps_before) + 1, "the DAG's Spark job did not run on the cluster"
