@@ -179,7 +179,7 @@ class Folder(_Location):
 
     def event_dates(self) -> list[date]:
         """The event dates of its `event_date=` subfolders, in order."""
-        return [layout.parse_event_date(text) for text in self.partition_values("event_date", layout.check_event_date)]
+        return self.partition_dates("event_date")
 
     def partition_dates(self, key: str) -> list[date]:
         """The dates of its `key=YYYY-MM-DD` subfolders, in order (others are skipped)."""
