@@ -581,14 +581,15 @@ def _write_version(
         )
     # Its changeset against `previous` (tidemark/deduplication/changeset.py), staged inside the folder
     # the writes above replaced; its counts go into the marker.
-    staged = changeset.stage(lake, day, run_id, islands, previous)
+    carried = islands.carried if sessions else ()
+    staged = changeset.stage(lake, day, run_id, islands, previous, written=names, carried=carried)
     receipts_read, rows_read = read or (len(current.partitions), current.rows)
     marker = VersionRecord(
         event_date=day,
         run_id=run_id,
         files=tuple(names),
         buckets=count,
-        carried=islands.carried if sessions else (),
+        carried=carried,
         # a version without sessions has no files, so no layout: its marker says nothing of one
         absent=frozenset() if sessions else frozenset({"buckets", "carried"}),
         sessions=int(sessions),
