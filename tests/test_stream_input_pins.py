@@ -19,6 +19,7 @@ import pytest
 from tests import reference
 from tests.helpers import lake_session_set, session_set
 from tests.streamkit import event, panes, partition_snapshot
+from tidemark import cli
 from tidemark.base import crashpoints
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.ingest import contract, landing, landing_ledger
@@ -27,20 +28,26 @@ from tidemark.panes import receipts
 from tidemark.session import rules_record
 from tidemark.store.lake import Lake
 
-pytestmark = pytest.mark.slow  # each test runs two short streams (~15 s apiece)
+pytestmark = pytest.mark.slow  # each test runs two short streams (~15 s apiece), one in a process of its own
 
 
 def run_stream(tmp_path, crash_at: str | None = None, *extra: str) -> int:
-    """One `tidemark stream --available-now` over tmp_path's landing, lake and checkpoint; its exit code."""
-    env = {**os.environ, "TIDEMARK_LOG_LEVEL": "WARNING"}
-    env.pop(crashpoints.ENV, None)
-    if crash_at:
-        env[crashpoints.ENV] = crash_at
-    argv = [sys.executable, "-m", "tidemark.cli", "stream", "--available-now"]
+    """One `tidemark stream --available-now` over tmp_path's landing, lake and checkpoint; its exit code.
+
+    A run killed at a crash point is a process of its own (the crash point exits it); a restart runs
+    the same command in this process, on the shared SparkSession's JVM (the command's builder gets it),
+    so that each test starts one JVM for the stream, not two.
+    """
+    argv = ["stream", "--available-now"]
     for name in ("landing", "lake", "checkpoint"):
         argv += [f"--{name}", str(tmp_path / name)]
+    if not crash_at:
+        assert crashpoints.ENV not in os.environ
+        return cli.main([*argv, *extra])
+    env = {**os.environ, "TIDEMARK_LOG_LEVEL": "WARNING", crashpoints.ENV: crash_at}
     with open(tmp_path / "stream.log", "ab") as log:
-        return subprocess.run([*argv, *extra], stdout=log, stderr=log, env=env, timeout=600).returncode
+        command = [sys.executable, "-m", "tidemark.cli", *argv, *extra]
+        return subprocess.run(command, stdout=log, stderr=log, env=env, timeout=600).returncode
 
 
 def land(path, lines: list[str]) -> bytes:
@@ -74,7 +81,7 @@ def lake_events(lake: Lake) -> set[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("crash_at", ["receipt-marker@1", "batch-committed"])
-def test_a_file_replaced_before_the_replay_is_read_as_the_first_attempt_read_it(tmp_path, crash_at):
+def test_a_file_replaced_before_the_replay_is_read_as_the_first_attempt_read_it(tmp_path, spark, crash_at):
     """h.jsonl holds events on three dates; the stream dies after one of the batch's three receipt
     partitions is complete (or once the whole batch is, before Spark's commit); h.jsonl is replaced
     by other events, one of them on a fourth date; the restart replays the batch. The lake holds
@@ -106,7 +113,7 @@ def test_a_file_replaced_before_the_replay_is_read_as_the_first_attempt_read_it(
     assert sorted(row["raw"] for row in replaced) == sorted(new_bytes.splitlines())
 
 
-def test_a_replay_judges_lines_with_the_input_rules_of_the_first_attempt(tmp_path):
+def test_a_replay_judges_lines_with_the_input_rules_of_the_first_attempt(tmp_path, spark):
     """The first attempt refuses an event two hours ahead of the receipt time (clock skew 1h); the
     stream dies after the batch, before Spark's commit; the restart with --max-clock-skew 3h
     replays it with the recorded 1h: the event stays refused, no partition is added."""
