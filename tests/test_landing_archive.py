@@ -18,6 +18,7 @@ import pytest
 from tests.helpers import stream_alive, wait_for
 from tests.reference import landed_lines, sessionize, valid_events
 from tests.streamkit import panes, partition_snapshot
+from tidemark import cli
 from tidemark.base import layout
 from tidemark.demo.batch_reference import lake_keys
 from tidemark.demo.generate import Workload, build, split_files, write_file
@@ -246,6 +247,13 @@ def _source_log_files(query_dir) -> set[str]:
     return names
 
 
+def _stream_in_process(argv: list[str]) -> None:
+    """`tidemark stream` (stream_cmd's command line) run in this process: the command's session
+    builder gets the shared SparkSession, so a restart starts no JVM of its own."""
+    assert argv[1:4] == ["-m", "tidemark.cli", "stream"]
+    assert cli.main(argv[3:]) == 0
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(tmp_path, spark):
@@ -284,15 +292,9 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     before = partition_snapshot(lake)
     ledger_before = sorted(os.listdir(lake.landing_ledger_dir()))
 
-    # 2. The restart moves them and reads none of them again.
-    subprocess.run(
-        stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now"),
-        stdout=log,
-        stderr=log,
-        env=env,
-        check=True,
-        timeout=600,
-    )
+    # 2. The restart moves them and reads none of them again (this run and the next ones: the same
+    #    command in this process, on the shared session's JVM).
+    _stream_in_process(stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now"))
     assert _input_files(landing_dir) == []
     assert landing_archive.queued(checkpoint) == []
     assert sum(landing_archive.archived_days(archive).values()) == 6
@@ -302,13 +304,8 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
     # 3. Generations: rotate every 2 batches (2 files each), mid-run and at the end of a run.
     for i, chunk in enumerate(chunks[6:12], start=6):
         write_file(landing_dir, i, chunk, mtime=time.time() - 50 + i / 100)
-    subprocess.run(
-        stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now", "--checkpoint-rotation", "2"),
-        stdout=log,
-        stderr=log,
-        env=env,
-        check=True,
-        timeout=600,
+    _stream_in_process(
+        stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now", "--checkpoint-rotation", "2")
     )
     assert landing_archive.current(checkpoint).generation >= 1
     late_names = [
@@ -316,13 +313,8 @@ def test_archive_survives_a_kill_after_commit_and_generations_stay_exactly_once(
         for i, chunk in enumerate(chunks[12:], start=12)
     ]
     first = landing_archive.current(checkpoint)
-    subprocess.run(
-        stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now", "--checkpoint-rotation", "2"),
-        stdout=log,
-        stderr=log,
-        env=env,
-        check=True,
-        timeout=600,
+    _stream_in_process(
+        stream_cmd(landing_dir, lake, checkpoint, archive, "--available-now", "--checkpoint-rotation", "2")
     )
     gen = landing_archive.current(checkpoint)
     assert gen.generation > first.generation
