@@ -58,6 +58,30 @@ def environ_guard_per_test():
     restore_environ(snapshot)
 
 
+@pytest.fixture(autouse=True)
+def spark_settings_guard(request):
+    """Undo after each test that uses the shared session the SQL settings set on it meanwhile.
+
+    A stream run in this process (`tidemark stream` through cli.main, or run_stream) applies its
+    own settings (streaming_job.job.stream_settings: adaptive execution off, ...) to the session
+    it is given; without this, every later test of the worker would run with them.
+    """
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    session = request.getfixturevalue("spark")
+    before = session.conf.getAll
+    yield
+    after = session.conf.getAll
+    for key in sorted(set(before) | set(after)):
+        if not key.startswith("spark.sql.") or before.get(key) == after.get(key):
+            continue
+        if key in before:
+            session.conf.set(key, before[key])
+        else:
+            session.conf.unset(key)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from tidemark.base.spark import build_session
