@@ -19,8 +19,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from streaming_job import warmup
 from streaming_job.batch import STOP_MARK, BatchProcessor, release_pins
-from streaming_job.progress import QueryProgressLog
+from streaming_job.progress import QueryProgressLog, progress_line
 from tidemark.base.durations import format_duration, parse_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.session_rules import Overrides, SessionRules
@@ -36,6 +37,8 @@ from tidemark.session import rules_record
 from tidemark.store.lake import Lake
 
 log = get_logger("stream")
+
+QUERY_NAME = "tidemark_sessions"  # the streaming query's name (Spark's UI, its progress reports)
 
 # What signal.signal returns and takes: a handler, SIG_DFL or SIG_IGN, or None (not set from Python).
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -180,6 +183,8 @@ def run_stream(
     tune_session(spark)
     if config.migrate_rules:
         rules = _migrate(config, spark)
+    if warmup.enabled(spark):
+        warmup.warm_up(spark, rules, config.input_rules)  # the first landings need not wait for compilation
     guard = _RulesGuard(config.lake, rules, config.rules_check_interval)
     audit = _LandingAudit(config.landing, config.lake, config.landing_audit_interval, config.archive)
     if notices is not None:
@@ -315,7 +320,7 @@ def _run_query(
     """
     writer = (
         source(spark, config)
-        .writeStream.queryName("tidemark_sessions")
+        .writeStream.queryName(QUERY_NAME)
         .option("checkpointLocation", generation.query_dir(config.checkpoint).uri)
         .foreachBatch(processor)
     )
@@ -327,13 +332,13 @@ def _run_query(
     changed_to = None
     next_drain = time.monotonic() + config.archive_interval
     landing_archive.clear_unfinished_first_write(generation.query_dir(config.checkpoint))
+    progress = QueryProgressLog(QUERY_NAME)
+    progress.attach(spark)  # before the start: the first trigger's progress too
     query = writer.start()
-    progress = QueryProgressLog(query)
     try:
         while query.isActive:
             if query.awaitTermination(0.5):  # type: ignore[arg-type]  # pyspark annotates it int; it takes any positive seconds
                 break
-            progress.flush()
             changed_to = guard.changed()
             if changed_to is not None:
                 log.error(
@@ -378,7 +383,10 @@ def _run_query(
                 rotate.set()  # the stop comes between two batches (the next pass)
     except StreamingQueryException:
         pass  # awaitTermination raises the query's failure; judged just below
-    progress.flush()
+    finally:
+        last = query.lastProgress  # one report (the listener logged each as it came)
+        ran = last is not None and progress_line(int(last.batchId), dict(last.durationMs or {})) is not None
+        progress.detach(spark, int(last.batchId) if last is not None and ran else None)
     failure = query.exception()
     if failure is not None and not ((stop_requested.is_set() or rotate.is_set()) and STOP_MARK in str(failure)):
         raise failure
