@@ -6,6 +6,7 @@ Run it through the CLI (`tidemark stream ...`) or unchanged through spark-submit
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -184,7 +185,13 @@ def run_stream(
     if config.migrate_rules:
         rules = _migrate(config, spark)
     if warmup.enabled(spark):
-        warmup.warm_up(spark, rules, config.input_rules)  # the first landings need not wait for compilation
+        # the first landings need not wait for compilation: the same source, one file per trigger
+        warmup.warm_up(
+            spark,
+            rules,
+            config.input_rules,
+            lambda folder: source(spark, dataclasses.replace(config, landing=folder, max_files_per_trigger=1)),
+        )
     guard = _RulesGuard(config.lake, rules, config.rules_check_interval)
     audit = _LandingAudit(config.landing, config.lake, config.landing_audit_interval, config.archive)
     if notices is not None:

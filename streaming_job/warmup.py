@@ -24,12 +24,15 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
+from streaming_job.batch import BatchProcessor
 from tidemark.base.logs import get_logger
 from tidemark.base.session_rules import SessionRules
+from tidemark.ingest import landing_archive
 from tidemark.ingest.contract import InputRules
 from tidemark.panes import receipt_index
 from tidemark.store.lake import Lake
@@ -74,13 +77,18 @@ def warmup_lines(now: datetime, rules: SessionRules) -> list[list[str]]:
     return [first, second]
 
 
-def warm_up(spark: SparkSession, rules: SessionRules, input_rules: InputRules, timeout: float = TIMEOUT_S) -> float:
-    """Run the two warm-up batches in `spark`; the seconds it took (logged, failures too)."""
-    # Imported here: streaming_job.job imports this module.
-    from streaming_job.batch import BatchProcessor
-    from streaming_job.job import StreamConfig, source
-    from tidemark.ingest import landing_archive
+def warm_up(
+    spark: SparkSession,
+    rules: SessionRules,
+    input_rules: InputRules,
+    read_landing: Callable[[str], DataFrame],
+    timeout: float = TIMEOUT_S,
+) -> float:
+    """Run the two warm-up batches in `spark`; the seconds it took (logged, failures too).
 
+    `read_landing(folder)` is the stream's source over a landing folder, one file per trigger
+    (streaming_job.job.source).
+    """
     started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="tidemark-warmup-")
     landing = os.path.join(scratch, "landing")
@@ -90,21 +98,14 @@ def warm_up(spark: SparkSession, rules: SessionRules, input_rules: InputRules, t
             out.write("\n".join(lines) + "\n")
         # distinct modification times: the file source takes the files in this order, one per batch
         os.utime(os.path.join(landing, f"warmup-{index}.jsonl"), (time.time() - 10 + index, time.time() - 10 + index))
-    config = StreamConfig(
-        landing=landing,
-        lake=Lake.open(os.path.join(scratch, "lake")),
-        checkpoint=os.path.join(scratch, "checkpoint"),
-        input_rules=input_rules,
-        available_now=True,
-        max_files_per_trigger=1,
-    )
+    lake, checkpoint = Lake.open(os.path.join(scratch, "lake")), os.path.join(scratch, "checkpoint")
     query = None
     try:
-        receipt_index.start(config.lake)
-        generation = landing_archive.current(config.checkpoint)
+        receipt_index.start(lake)
+        generation = landing_archive.current(checkpoint)
         processor = BatchProcessor(
-            config.lake,
-            config.checkpoint,
+            lake,
+            checkpoint,
             rules,
             input_rules=input_rules,
             landing=landing,
@@ -112,9 +113,9 @@ def warm_up(spark: SparkSession, rules: SessionRules, input_rules: InputRules, t
             log_fields={"warmup": True},
         )
         query = (
-            source(spark, config)
+            read_landing(landing)
             .writeStream.queryName("tidemark_warmup")
-            .option("checkpointLocation", generation.query_dir(config.checkpoint).uri)
+            .option("checkpointLocation", generation.query_dir(checkpoint).uri)
             .foreachBatch(processor)
             .trigger(availableNow=True)
             .start()

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from streaming_job import warmup
+from streaming_job.job import StreamConfig, source
 from tidemark.base.session_rules import SessionRules
 from tidemark.ingest import contract
 from tidemark.ingest.contract import InputRules
@@ -46,7 +47,13 @@ def test_warmup_is_on_for_a_local_master_unless_turned_off(spark, monkeypatch):
 def test_warmup_runs_two_batches_of_the_stream_and_leaves_nothing(spark, capsys, monkeypatch):
     scratch_root = tempfile.mkdtemp(prefix="warmup-test-")
     monkeypatch.setattr(tempfile, "tempdir", scratch_root)  # where the warm-up makes its scratch folders
-    seconds = warmup.warm_up(spark, SessionRules(), InputRules())
+
+    def read_landing(folder):
+        return source(
+            spark, StreamConfig(landing=folder, lake=scratch_root, checkpoint=scratch_root, max_files_per_trigger=1)
+        )
+
+    seconds = warmup.warm_up(spark, SessionRules(), InputRules(), read_landing)
     logs = _lines(capsys.readouterr().err)
     assert seconds > 0
     assert not [line for line in logs if "failed" in line["event"] or line.get("level") == "error"], logs
