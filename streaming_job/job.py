@@ -129,8 +129,16 @@ def stream_settings() -> dict[str, str]:
     interleaved rounds), and a cold million-line batch 31.6 s against 49.7 s in one pair of runs
     under load (BENCHMARKS.md section 1). The caches live for one batch and fit the heap either way
     (about 200 MB each for a million lines); Spark spills what does not fit.
+
+    Adaptive query execution is off for the batch's queries. Its gains do not apply here: each
+    batch sizes its shuffles itself (streaming_job.partitions) and joins nothing it could broadcast
+    instead; its cost does: every shuffle ends a Spark job and the rest of the plan is optimized
+    again before the next, several times per batch on the driver. Off, a warm 3,000-line batch took
+    3.9 / 2.4 s against 4.7 / 5.2 s on (sessionizing 2.3 / 1.5 s against 3.3 / 3.4 s; two
+    interleaved pairs of `bench stream_throughput --scale small --files-per-trigger 2`, medians of
+    nine warm batches, under load 4-8: BENCHMARKS.md section 1).
     """
-    return {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
+    return {"spark.sql.inMemoryColumnarStorage.compressed": "false", "spark.sql.adaptive.enabled": "false"}
 
 
 # The JVM of a stream that starts its own SparkSession (`tidemark stream`; not spark-submit, whose
