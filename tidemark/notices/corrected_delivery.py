@@ -292,7 +292,7 @@ def emit(
     client: AirflowClient | Callable[[], AirflowClient],
     timeout: float = EMIT_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """What the dedup DAG's publish task does.
+    """What the dedup DAG's publish task does first (then it lists the neighbour reruns owed).
 
     Record the date's current version's notice (the safety net), then emit every asset event
     owed (any date, any committer).
