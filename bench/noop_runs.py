@@ -63,6 +63,12 @@ def parse_args(argv):
         metavar="KEY=VALUE",
         help="an Airflow setting for every Airflow process (repeatable), e.g. AIRFLOW__SCHEDULER__...=...",
     )
+    p.add_argument(
+        "--metadata-db",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="Airflow's metadata database (`tidemark up` uses PostgreSQL where it is installed)",
+    )
     p.add_argument("--label", default="this checkout", help="the measurement's name in the results")
     p.add_argument("--timeout", type=float, default=300, help="seconds one run may take")
     p.add_argument("--no-write", action="store_true")
@@ -187,9 +193,18 @@ def main(argv=None) -> int:
     with bench.stopwatch() as built:
         event_date = build_lake(lake_path, args.partitions)
     print(f"lake: {args.partitions} receipt partitions, every date deduplicated ({built['seconds']:.1f} s)", flush=True)
+    pg = None
+    if args.metadata_db == "postgres":
+        from tidemark.devstack import postgres
+
+        if not postgres.available():
+            print("PostgreSQL (or psycopg2/asyncpg) is not installed", file=sys.stderr)
+            return 2
+        pg = postgres.PostgresServer(os.path.join(args.workdir, "postgres")).start()
     server = AirflowServer(
         os.path.join(args.workdir, "airflow"),
         parallelism=args.parallelism,
+        db_url=pg.db_url if pg else None,
         **({"dags_folder": os.path.abspath(args.dags_folder)} if args.dags_folder else {}),
         env={
             "TIDEMARK_LAKE": lake_path,
@@ -231,6 +246,8 @@ def main(argv=None) -> int:
                 loads.append(load())
     finally:
         server.stop()
+        if pg is not None:
+            pg.remove()
     result = summarise(measured)
     one_minute = [float(x.split("/")[0]) for x in loads]
     result.update(
@@ -239,6 +256,9 @@ def main(argv=None) -> int:
             "dags": os.path.abspath(args.dags_folder) if args.dags_folder else "this checkout's dags/",
             "airflow env": overrides,
             "parallelism": args.parallelism,
+            "metadata db": args.metadata_db,
+            # unset, each task process compiles tidemark's modules again (no __pycache__ written)
+            "bytecode cache": not os.environ.get("PYTHONDONTWRITEBYTECODE"),
             "runs": args.runs,
             "load 1 min (start / median / max)": f"{one_minute[0]:.1f} / {statistics.median(one_minute):.1f} / {max(one_minute):.1f}",
             "load at start and end": f"{loads[0]} .. {loads[-1]}",
@@ -295,11 +315,36 @@ def write(result: dict, env_machine: dict) -> str:
                 r["task processes per run"],
             ]
         )
-    per_task = ["## Per task (medians, seconds)", ""]
+    # Repeats of one setup are labelled "<setup> #<n>": side by side, each setup's range.
+    setups: dict[str, list[dict]] = {}
+    for label, r in sorted(kept.items(), key=lambda kv: kv[1]["date"]):
+        setups.setdefault(label.rsplit(" #", 1)[0], []).append(r)
+    summary = [
+        "## Each setup over its measurements (run duration, seconds; load 1 min median)",
+        "",
+        *bench.markdown_table(
+            ["setup", "measurements", "p50", "p95", "max", "load"],
+            [
+                [
+                    setup,
+                    len(rs),
+                    " / ".join(str(r["run duration"]["p50"]) for r in rs),
+                    " / ".join(str(r["run duration"]["p95"]) for r in rs),
+                    " / ".join(str(r["run duration"]["max"]) for r in rs),
+                    " / ".join(r["load 1 min (start / median / max)"].split(" / ")[1] for r in rs),
+                ]
+                for setup, rs in setups.items()
+            ],
+        ),
+        "",
+    ]
+    per_task = [*summary, "## Per task (medians, seconds)", ""]
     for label, r in sorted(kept.items(), key=lambda kv: kv[1]["date"]):
         per_task += [
             f"**{label}** (DAGs: {r['dags']}; Airflow settings added: {r['airflow env'] or 'none'}; "
-            f"parallelism {r['parallelism']}; load {r['load at start and end']})",
+            f"metadata {r.get('metadata db', 'sqlite')}; parallelism {r['parallelism']}; "
+            f"bytecode cache {'on' if r.get('bytecode cache', True) else 'off (PYTHONDONTWRITEBYTECODE)'}; "
+            f"load {r['load at start and end']})",
             "",
             *bench.markdown_table(
                 ["task", "states", "processes", "queued -> start", "start -> end", "run start -> task start"],
