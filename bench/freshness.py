@@ -294,7 +294,9 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
             batch_land[batch_id] = min(batch_land.get(batch_id, float("inf")), landed[name])
     stream_log = os.path.join(stack.logs_dir, "stream.log")
     committed_at = {
-        l["batch_id"]: parse_iso(l["timestamp"]) for l in json_lines(stream_log) if l.get("event") == "batch committed"
+        l["batch_id"]: parse_iso(l["timestamp"])
+        for l in json_lines(stream_log)
+        if l.get("event") == "batch committed" and not l.get("warmup")
     }
     all_runs = {r["dag_run_id"]: r for r in client.list_dag_runs(dag_id)}
     versions: dict[str, list[VersionRecord]] = {}

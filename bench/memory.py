@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     if rc != 0:
         print(f"stream exited {rc}; see {log_path} (the series below is what it did before)", flush=True)
 
-    batches = [l for l in json_lines(log_path) if l.get("event") == "batch committed"]
+    batches = [l for l in json_lines(log_path) if l.get("event") == "batch committed" and not l.get("warmup")]
     series = []
     previous_end = started
     for b in batches:

@@ -149,13 +149,15 @@ class BatchProcessor:
         landing: str | None = None,
         generation: landing_archive.Generation | None = None,
         archive: bool = False,
+        log_fields: dict[str, object] | None = None,
     ) -> None:
         """Process batches into `lake`, with the state and pins under `checkpoint`.
 
         `landing` names the files relative to it (None: a batch built by hand); `generation` is the
         checkpoint generation whose query runs; `archive` records each batch's input files for the
-        archive.
+        archive; `log_fields` are added to every log line of the processor (the warm-up's).
         """
+        self.log = log.bind(**(log_fields or {}))
         self.lake = Lake.open(lake)  # the Spark job's boundary: a URI or a Lake
         # Spark's batch ids restart at 0 in each checkpoint generation (tidemark.ingest.landing_archive);
         # the batch id everywhere else (state versions, panes, ledger, notices) is batch_base + it.
@@ -172,7 +174,7 @@ class BatchProcessor:
         """Process one micro-batch end to end, then hand its report to the listeners."""
         batch_id = self.generation.batch_base + spark_batch_id
         if self.stop_requested is not None and self.stop_requested.is_set():
-            log.info("stop requested: batch left for the next run", batch_id=batch_id)
+            self.log.info("stop requested: batch left for the next run", batch_id=batch_id)
             raise StopRequested(f"{STOP_MARK}: batch {batch_id} left uncommitted for the next run")
         started = time.monotonic()
         phases = Phases(started)
@@ -183,7 +185,7 @@ class BatchProcessor:
             return
         report.seconds = round(time.monotonic() - started, 3)
         report.phases = phases.seconds
-        log.info(
+        self.log.info(
             "batch committed",
             batch_id=batch_id,
             receipt_ts=report.receipt_ts,
@@ -320,7 +322,7 @@ class BatchProcessor:
         The same pins (checked against their digests), judged by the same input rules.
         """
         if recorded != self.input_rules:
-            log.warning(
+            self.log.warning(
                 "replayed batch: judged by the input rules of its first attempt, not the given ones",
                 batch_id=batch_id,
                 recorded=recorded.describe(),
@@ -351,7 +353,7 @@ class BatchProcessor:
                 batch_id=batch_id,
             )
         if lost:
-            log.error(
+            self.log.error(
                 "replayed batch: input files not read as its first attempt read them",
                 batch_id=batch_id,
                 files=lost,
@@ -436,7 +438,7 @@ class BatchProcessor:
             self.lake, receipt_ts, batch_id, files + source.unreadable, input_rules=source.rules
         )
         if skipped:
-            log.warning(
+            self.log.warning(
                 "landed files not read: not input by the landing rule",
                 batch_id=batch_id,
                 receipt_ts=receipt_ts,
@@ -455,7 +457,7 @@ class BatchProcessor:
         """
         w_prev_us = stored_us
         if stored_us > receipt_us:
-            log.warning(
+            self.log.warning(
                 "stored watermark ahead of the receipt time: pulled back",
                 batch_id=batch_id,
                 stored=iso_from_micros(stored_us),
@@ -566,7 +568,7 @@ class BatchProcessor:
         pending = [p for p in partitions if p.event_date not in complete]
         receipts.complete_all(self.lake, pending)  # markers last: each partition complete at once
         for partition in pending:
-            log.info(
+            self.log.info(
                 "receipt partition written",
                 event_date=layout.event_date_text(partition.event_date),
                 receipt_ts=receipt_ts,
@@ -612,7 +614,7 @@ class BatchProcessor:
                 "batch_id", F.lit(batch_id).cast("bigint")
             ).repartition(1).write.mode("overwrite").parquet(folder.uri)
         marker.write_json_atomic({"receipt_ts": receipt_ts, "batch_id": batch_id, "rows": count})
-        log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)
+        self.log.warning("malformed lines quarantined", receipt_ts=receipt_ts, rows=count, path=folder)
 
 
 def read_pinned(spark: SparkSession, folder: str) -> DataFrame:

@@ -6,6 +6,7 @@ Run it through the CLI (`tidemark stream ...`) or unchanged through spark-submit
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -19,8 +20,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from streaming_job import warmup
 from streaming_job.batch import STOP_MARK, BatchProcessor, release_pins
-from streaming_job.progress import QueryProgressLog
+from streaming_job.progress import QueryProgressLog, progress_line
 from tidemark.base.durations import format_duration, parse_duration
 from tidemark.base.logs import get_logger
 from tidemark.base.session_rules import Overrides, SessionRules
@@ -36,6 +38,8 @@ from tidemark.session import rules_record
 from tidemark.store.lake import Lake
 
 log = get_logger("stream")
+
+QUERY_NAME = "tidemark_sessions"  # the streaming query's name (Spark's UI, its progress reports)
 
 # What signal.signal returns and takes: a handler, SIG_DFL or SIG_IGN, or None (not set from Python).
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -125,8 +129,16 @@ def stream_settings() -> dict[str, str]:
     interleaved rounds), and a cold million-line batch 31.6 s against 49.7 s in one pair of runs
     under load (BENCHMARKS.md section 1). The caches live for one batch and fit the heap either way
     (about 200 MB each for a million lines); Spark spills what does not fit.
+
+    Adaptive query execution is off for the batch's queries. Its gains do not apply here: each
+    batch sizes its shuffles itself (streaming_job.partitions) and joins nothing it could broadcast
+    instead; its cost does: every shuffle ends a Spark job and the rest of the plan is optimized
+    again before the next, several times per batch on the driver. Off, a warm 3,000-line batch took
+    3.9 / 2.4 s against 4.7 / 5.2 s on (sessionizing 2.3 / 1.5 s against 3.3 / 3.4 s; two
+    interleaved pairs of `bench stream_throughput --scale small --files-per-trigger 2`, medians of
+    nine warm batches, under load 4-8: BENCHMARKS.md section 1).
     """
-    return {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
+    return {"spark.sql.inMemoryColumnarStorage.compressed": "false", "spark.sql.adaptive.enabled": "false"}
 
 
 # The JVM of a stream that starts its own SparkSession (`tidemark stream`; not spark-submit, whose
@@ -180,6 +192,14 @@ def run_stream(
     tune_session(spark)
     if config.migrate_rules:
         rules = _migrate(config, spark)
+    if warmup.enabled(spark):
+        # the first landings need not wait for compilation: the same source, one file per trigger
+        warmup.warm_up(
+            spark,
+            rules,
+            config.input_rules,
+            lambda folder: source(spark, dataclasses.replace(config, landing=folder, max_files_per_trigger=1)),
+        )
     guard = _RulesGuard(config.lake, rules, config.rules_check_interval)
     audit = _LandingAudit(config.landing, config.lake, config.landing_audit_interval, config.archive)
     if notices is not None:
@@ -315,7 +335,7 @@ def _run_query(
     """
     writer = (
         source(spark, config)
-        .writeStream.queryName("tidemark_sessions")
+        .writeStream.queryName(QUERY_NAME)
         .option("checkpointLocation", generation.query_dir(config.checkpoint).uri)
         .foreachBatch(processor)
     )
@@ -327,13 +347,13 @@ def _run_query(
     changed_to = None
     next_drain = time.monotonic() + config.archive_interval
     landing_archive.clear_unfinished_first_write(generation.query_dir(config.checkpoint))
+    progress = QueryProgressLog(QUERY_NAME)
+    progress.attach(spark)  # before the start: the first trigger's progress too
     query = writer.start()
-    progress = QueryProgressLog(query)
     try:
         while query.isActive:
             if query.awaitTermination(0.5):  # type: ignore[arg-type]  # pyspark annotates it int; it takes any positive seconds
                 break
-            progress.flush()
             changed_to = guard.changed()
             if changed_to is not None:
                 log.error(
@@ -378,7 +398,10 @@ def _run_query(
                 rotate.set()  # the stop comes between two batches (the next pass)
     except StreamingQueryException:
         pass  # awaitTermination raises the query's failure; judged just below
-    progress.flush()
+    finally:
+        last = query.lastProgress  # one report (the listener logged each as it came)
+        ran = last is not None and progress_line(int(last.batchId), dict(last.durationMs or {})) is not None
+        progress.detach(spark, int(last.batchId) if last is not None and ran else None)
     failure = query.exception()
     if failure is not None and not ((stop_requested.is_set() or rotate.is_set()) and STOP_MARK in str(failure)):
         raise failure

@@ -20,6 +20,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# The stream's warm-up (streaming_job/warmup.py) costs seconds at every stream start, and the suite
+# starts many streams: off for the whole run (the processes tests start inherit it), on in the
+# tests of the warm-up itself.
+os.environ.setdefault("TIDEMARK_STREAM_WARMUP", "0")
+
 # pytester: tests/test_conftest.py runs small pytest sessions to show the guard at work.
 pytest_plugins = ["pytester"]
 

@@ -848,7 +848,7 @@ def last_batch(record: Record | None) -> str:
     if record is None:
         return "no batch yet"
     for entry in reversed(read_log_lines(process.tail(record.log_path, 200))):
-        if entry.get("event") == "batch committed":
+        if entry.get("event") == "batch committed" and not entry.get("warmup"):
             return f"last batch {entry.get('batch_id')} committed at {entry.get('timestamp', '')[:19]}Z"
     return "no batch committed yet"
 
