@@ -12,6 +12,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     stream_throughput   tidemark stream vs a plain PySpark copy (the floor) vs Beam's DirectRunner
     memory              memory and state size of the stream over ~100 days of event time
     freshness           landing -> notice -> DAG run -> corrected partition, on the local stack
+    noop_runs           a dedup DAG run with nothing new on a local Airflow: its p50/p95, per task
     correction_cost     one late correction vs reprocessing 7 days vs reprocessing everything
     dedup_partition     deduplicating one big event date vs a plain scan-and-write
     correction_layout   corrections of 1, 10 and 1% of the users of a big date: what they rewrite
@@ -36,6 +37,7 @@ ORDER = [
     "stream_throughput",
     "memory",
     "freshness",
+    "noop_runs",
     "correction_cost",
     "dedup_partition",
     "correction_layout",

@@ -8,21 +8,27 @@ by this DAG's neighbour reruns the same way (through the REST API: see trigger_a
 from the UI (Trigger, partition key = the date, the same date in the Param) or `airflow dags
 trigger`. The UI filters, clears and reruns a date by its partition key (docs/airflow.md).
 
-    prepare ──> needs_spark (short circuit, pure Python: does the current version already
-                include every receipt partition of the date's plan? then skip the dedup)
-            ──> dedup (the back end tidemark.orchestration.dedup_backends chooses: DedupOperator on
-                spark_default, a Spark Connect client or spark-submit streaming_job/submit.py
-                dedup ...; a Dataproc job when TIDEMARK_DATAPROC_CLUSTER is set)
-            ──> owed_reruns (after the dedup or a skipped one: the reruns owed)
-            ──> trigger_affected (one REST trigger per neighbouring date, mapped)
-    dedup   ──> emit_asset_events (after the dedup or a skipped one: the corrected outbox's entries
-                owed to Airflow, as asset events; tidemark/notices/asset_events.py)
-    dedup   ──> notify_corrected (after the dedup or a skipped one: the same entries owed to the
-                corrected topic, docs/notices.md)
+    needs_spark (short circuit, pure Python: does the current version already include every
+                 receipt partition of the date's plan? then skip the dedup)
+    ──> dedup (the back end tidemark.orchestration.dedup_backends chooses: DedupOperator on
+               spark_default, a Spark Connect client or spark-submit streaming_job/submit.py
+               dedup ...; a Dataproc job when TIDEMARK_DATAPROC_CLUSTER is set)
+    ──> publish (after the dedup or a skipped one: the corrected outbox's entries owed to Airflow,
+                 as asset events, tidemark/notices/asset_events.py; then the neighbour reruns owed)
+        ──> trigger_affected (one REST trigger per neighbouring date, mapped)
+    ──> notify_corrected (after the dedup or a skipped one: the same entries owed to the
+                          corrected topic, docs/notices.md)
+
+Every task reads the date and the lake itself (run_target: the Param parsed again as a calendar
+date, a bad one refused with a message saying why; the lake from the Variable or the
+environment), so a run with nothing new is two levels of task processes (needs_spark, then
+publish and notify_corrected side by side) and each Airflow hop between dependent tasks is
+scheduler latency paid once. The dedup reads both from needs_spark's XCom (what it returns when
+Spark has work).
 
 Asset events: exactly one per committed version, whoever committed it. The commit records the
 version's entry in the lake's corrected outbox (tidemark.deduplication.dedup, also for `tidemark dedup` by hand or
-`tidemark rules migrate`); emit_asset_events drains what the outbox owes Airflow through
+`tidemark rules migrate`); publish drains what the outbox owes Airflow through
 POST /api/v2/assets/events (so a hand-run's version reaches consumers at the next drain, or at once
 when the command finds an Airflow). No task has the asset as an outlet: an outlet would add a second
 event for every successful run, and none for versions committed outside the DAG. The entry, not the
@@ -101,8 +107,8 @@ APPLICATION = os.environ.get("TIDEMARK_SUBMIT_APP", os.path.join(REPO, "streamin
 EVENT_DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
 
 
-class Prepared(TypedDict):
-    """What the prepare task hands on through XCom (JSON): the date's canonical text and the lake URI."""
+class SparkInputs(TypedDict):
+    """What needs_spark hands the dedup through XCom (JSON): the date's canonical text and the lake URI."""
 
     event_date: str
     lake: str
@@ -208,12 +214,18 @@ def dedup_task(lake: Templated, event_date: Templated) -> BaseOperator:
     assert_never(backend)  # a name in BackendName without an operator here fails mypy
 
 
-def opened(prepared: Prepared) -> tuple[Lake, date]:
-    """What the prepare task handed on, typed again in the task that reads it."""
+def run_target(params: dict[str, Any] | None) -> tuple[Lake, date]:
+    """The run's lake and date: every task's first step, from the run's params.
+
+    The date is parsed again as a calendar date (the Param's pattern lets 2026-02-30 through),
+    before the lake is touched: a bad one fails the task with a message saying what is wrong
+    (layout.InvalidPartitionValue). The lake is the Variable tidemark_lake, else TIDEMARK_LAKE.
+    """
     # Imported when a task runs: the lake's storage modules stay out of the dag-processor.
     from tidemark.store.lake import Lake
 
-    return Lake.open(prepared["lake"]), layout.as_event_date(prepared["event_date"])
+    event_date = layout.as_event_date((params or {}).get("event_date"))
+    return Lake.open(settings.lake_uri()), event_date
 
 
 @dag(
@@ -242,100 +254,84 @@ def opened(prepared: Prepared) -> tuple[Lake, date]:
 def tidemark_dedup() -> None:
     """The run of one event date (see the module)."""
 
-    @task
-    def prepare(params: dict[str, Any] | None = None) -> Prepared:
-        """Parse the date (a calendar date, not just the Param's pattern) and resolve the lake.
-
-        The other tasks read both from here, never from raw user input. XCom is JSON: the date goes
-        on as its canonical text, typed again by `opened` in each task.
-        """
-        event_date = layout.as_event_date((params or {}).get("event_date"))
-        return {"event_date": layout.event_date_text(event_date), "lake": settings.lake_uri()}
-
-    # A @task call returns the plain XComArg of its output (indexable); Airflow's stubs declare the
-    # base XComArg. The tasks below take the value it resolves to when they run, which the stubs'
-    # Task.__call__ (the function's own signature) cannot express: `upstream` is that value's type.
-    prepared = cast("PlainXComArg", prepare())
-    upstream = cast("Prepared", prepared)
-
     # Only the dedup task is skipped (ignore_downstream_trigger_rules=False): the tasks after it
-    # follow their own trigger rules, so the owed neighbour runs are still started.
-    @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def needs_spark(prepared: Prepared) -> bool:
+    # follow their own trigger rules, so the owed neighbour runs are still started. multiple_outputs:
+    # the dedup reads the two fields of what it returns; None (nothing new) pushes no XCom.
+    @task.short_circuit(ignore_downstream_trigger_rules=False, multiple_outputs=True)
+    def needs_spark(params: dict[str, Any] | None = None) -> SparkInputs | None:
         """Whether the Spark dedup has anything to do, decided in pure Python.
 
         Over the markers and the table (tidemark.deduplication.dedup.up_to_date, the same no-op
-        decision the Spark task makes first): False, and the dedup task skipped, when the current
+        decision the Spark task makes first): None, and the dedup task skipped, when the current
         version already includes every receipt partition the date's complete plan holds. The
-        date's pending obligations are then discharged here, as the dedup would have.
+        date's pending obligations are then discharged here, as the dedup would have. Otherwise
+        the dedup's inputs (the date's canonical text and the lake), never the raw conf.
         """
         # Imported when the task runs: pyarrow and pyiceberg stay out of the dag-processor.
         from tidemark.deduplication import dedup
 
-        lake, event_date = opened(prepared)
+        lake, event_date = run_target(params)
+        day = layout.event_date_text(event_date)
         nothing_new = dedup.up_to_date(lake, event_date)
         if nothing_new is None:
-            print(f"{prepared['event_date']}: receipts not in the current version; running the dedup")
-            return True
+            print(f"{day}: receipts not in the current version; running the dedup")
+            return {"event_date": day, "lake": lake.uri}
         reason = (
             f"version {nothing_new.version} already includes every planned receipt partition"
             if nothing_new.version
             else "no receipt partition holds events of this date"
         )
-        print(f"{prepared['event_date']}: nothing new ({reason}); skipping the Spark dedup")
-        return False
+        print(f"{day}: nothing new ({reason}); skipping the Spark dedup")
+        return None
 
-    # XComArgs (resolved when the task runs, and they make prepare upstream of dedup).
-    dedup = dedup_task(prepared["lake"], prepared["event_date"])
+    # A @task call returns the plain XComArg of its output (indexable); Airflow's stubs declare the
+    # base XComArg. Indexed, it names one of the fields multiple_outputs pushed, resolved when the
+    # dedup runs (and it makes needs_spark upstream of the dedup).
+    spark_inputs = cast("PlainXComArg", needs_spark())
+    dedup = dedup_task(spark_inputs["lake"], spark_inputs["event_date"])
 
-    # none_failed: after the dedup, and also after a skipped one (what an earlier outage or a
-    # version committed outside the DAG left owed). Declared as an inlet, not an outlet: the asset
-    # must exist in Airflow for the REST events, and an outlet would emit an event of its own.
+    # none_failed: after the dedup, and also after a skipped one (what an earlier outage, a killed
+    # run or a version committed outside the DAG left owed). One sender at a time: an owed asset
+    # event goes out once. Declared as an inlet, not an outlet: the asset must exist in Airflow for
+    # the REST events, and an outlet would emit an event of its own.
     @task(inlets=[SESSIONS_DEDUP], max_active_tis_per_dag=1, trigger_rule="none_failed")
-    def emit_asset_events(prepared: Prepared) -> dict[str, Any]:
-        """The asset events owed (tidemark/notices/asset_events.py), posted once.
+    def publish(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The asset events owed, posted once; then the neighbouring dates owed a rerun.
 
-        This date's current version's outbox entry recorded if missing, then every entry owed to
-        Airflow posted. The outbox entry is the source of truth: with this Airflow's REST API not
-        configured (no tidemark_airflow_api connection, as under `airflow dags test`) or unreachable
-        for 30 s, the task succeeds, the entries stay owed, a warning names their dates and
-        versions, and the next drain posts them (any later run, reconcile's drain_outbox, `tidemark
-        notices --topic corrected --emit-asset-events`). A refusal (a 4xx: our bug) fails the task.
+        Asset events (tidemark/notices/asset_events.py): this date's current version's outbox
+        entry recorded if missing, then every entry owed to Airflow posted. The outbox entry is the
+        source of truth: with this Airflow's REST API not configured (no tidemark_airflow_api
+        connection, as under `airflow dags test`) or unreachable for 30 s, the task goes on, the
+        entries stay owed, a warning names their dates and versions, and the next drain posts them
+        (any later run, reconcile's drain_outbox, `tidemark notices --topic corrected
+        --emit-asset-events`). A refusal (a 4xx: our bug) fails the task.
+
+        Then the reruns owed by runs of this date (tidemark/orchestration/obligations.py), one
+        trigger_affected each: after a skipped dedup too (a run of this date that was killed after
+        recording obligations left them to whichever run of the date comes next).
         """
         # Imported when the task runs: the notices' storage and senders stay out of the dag-processor.
         from tidemark.notices import corrected_delivery
-        from tidemark.orchestration import airflow_api
+        from tidemark.orchestration import airflow_api, obligations
 
-        lake, event_date = opened(prepared)
-        return corrected_delivery.emit(lake, event_date, airflow_api.for_tasks)
-
-    # none_failed: after the dedup, and also after a skipped dedup (a run of this date that was
-    # killed after recording obligations left them to whichever run of the date comes next).
-    @task(trigger_rule="none_failed")
-    def owed_reruns(prepared: Prepared) -> list[dict[str, Any]]:
-        """The neighbouring dates owed a rerun by runs of this date (tidemark/orchestration/obligations.py)."""
-        # Imported when the task runs: the lake's storage stays out of the dag-processor.
-        from tidemark.orchestration import obligations
-
-        lake, event_date = opened(prepared)
+        lake, event_date = run_target(params)
+        emitted = corrected_delivery.emit(lake, event_date, airflow_api.for_tasks)
+        print(f"{layout.event_date_text(event_date)}: asset events {emitted}")
         return obligations.reruns_owed_by(lake, event_date)
-
-    neighbours = owed_reruns(upstream)
-    needs_spark(upstream) >> dedup >> neighbours
-    dedup >> emit_asset_events(upstream)
 
     # One sender at a time (an owed notice goes out once); none_failed: also after a skipped dedup,
     # to send what an earlier outage left owed.
     @task(max_active_tis_per_dag=1, trigger_rule="none_failed")
-    def notify_corrected(prepared: Prepared) -> dict[str, Any]:
+    def notify_corrected(params: dict[str, Any] | None = None) -> dict[str, Any]:
         """The corrected-partition notice (tidemark/notices/corrected_delivery.py): recorded, then sent."""
         # Imported when the task runs: the notices' storage and senders stay out of the dag-processor.
         from tidemark.notices import corrected_delivery
 
-        lake, event_date = opened(prepared)
+        lake, event_date = run_target(params)
         return corrected_delivery.notify(lake, event_date)
 
-    dedup >> notify_corrected(upstream)
+    neighbours = publish()
+    dedup >> [neighbours, notify_corrected()]
 
     @task
     def trigger_affected(trigger_run_id: str, conf: dict[str, Any]) -> str:
@@ -358,7 +354,7 @@ def tidemark_dedup() -> None:
             result = airflow_api.for_tasks().trigger_dag_run(DAG_ID, trigger_run_id, conf, partition_key=event_date)
         except (airflow_api.NotConfigured, airflow_api.TransientAirflowError) as exc:
             # The obligation is in the lake and stays pending until a run of the neighbour acts on
-            # it: Airflow's retries first (a blip), then the next run of this date (owed_reruns) or
+            # it: Airflow's retries first (a blip), then the next run of this date (publish) or
             # tidemark_reconcile starts it. Not configured (`airflow dags test`): no retry helps.
             ti = get_current_context()["ti"]
             if isinstance(exc, airflow_api.TransientAirflowError) and ti.try_number <= ti.max_tries:

@@ -15,7 +15,7 @@ resource "google_project_iam_member" "composer_worker" {
   member  = google_service_account.composer[0].member
 }
 
-# The DAG's emit_asset_events task reads the current version of the date it deduplicated (the table's files).
+# The DAG's publish task reads the current version of the date it deduplicated (the table's files).
 resource "google_storage_bucket_iam_member" "composer_reads_lake" {
   count  = var.create_composer ? 1 : 0
   bucket = google_storage_bucket.lake.name
@@ -82,9 +82,9 @@ resource "google_composer_environment" "airflow" {
         "apache-airflow-providers-apache-spark" = ">=6,<7"
         # The Connect client's Spark major is the cluster's and the code's (setup.cfg: pyspark>=4.0,<5).
         "pyspark-client" = ">=4.0,<5"
-        # tidemark's structured logs (tidemark.base.logs), which the emit_asset_events task imports.
+        # tidemark's structured logs (tidemark.base.logs), which the publish task imports.
         "structlog" = ">=24"
-        # The emit_asset_events task reads the current version from the Iceberg table (tidemark.iceberg.publish).
+        # The publish task reads the current version from the Iceberg table (tidemark.iceberg.publish).
         "pyiceberg" = ">=0.12,<0.13"
       }
       # Where the DAG's tasks find the lake and the Spark side (docs/production.md).

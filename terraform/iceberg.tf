@@ -78,7 +78,7 @@ resource "google_project_iam_member" "spark_biglake_editor" {
   member  = google_service_account.spark.member
 }
 
-# The DAG's emit_asset_events task reads the current version (catalog reads; the lake objects it already reads).
+# The DAG's publish task reads the current version (catalog reads; the lake objects it already reads).
 resource "google_project_iam_member" "composer_biglake_viewer" {
   count   = var.create_iceberg_catalog && var.create_composer ? 1 : 0
   project = var.project

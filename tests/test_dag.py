@@ -54,7 +54,7 @@ if dag is not None:
     out["refused"] = refused
     out["accepts"] = dag.params.get_param("event_date").resolve("2026-03-07")
     out["dedup_concurrency"] = dag.get_task("dedup").max_active_tis_per_dag
-    out["inlets"] = sorted(f"{o.name} {o.uri}" for o in dag.get_task("emit_asset_events").inlets)
+    out["inlets"] = sorted(f"{o.name} {o.uri}" for o in dag.get_task("publish").inlets)
     out["outlets"] = sorted(str(o) for t in dag.tasks for o in t.outlets)
     out["consumers"] = {d: type(bag.dags[d].timetable).__name__ for d in bag.dags if d.startswith("example_")}
 maintenance = bag.dags.get("tidemark_maintenance")
@@ -91,15 +91,7 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
             "example_changes_consumer",
         ]
     )
-    assert out["tasks"] == [
-        "dedup",
-        "emit_asset_events",
-        "needs_spark",
-        "notify_corrected",
-        "owed_reruns",
-        "prepare",
-        "trigger_affected",
-    ]
+    assert out["tasks"] == ["dedup", "needs_spark", "notify_corrected", "publish", "trigger_affected"]
     # PartitionedAtRuntime: runs only when triggered, each with its event date as partition_key
     assert out["schedule"] == "PartitionedAtRuntime"
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
@@ -312,8 +304,7 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
     states = last_run_states(server)
     assert states["needs_spark"] == "success", states
     assert states["dedup"] == "skipped", states
-    assert states["emit_asset_events"] == "success", states
-    assert states["owed_reruns"] == "success", states
+    assert states["publish"] == "success", states
     assert "skipping the Spark dedup" in proc.stdout + proc.stderr
     assert len(db_rows(server, "select id from asset_event")) == events_before
     assert obligations.pending(lake, as_event_date(event_date)) == []
@@ -352,9 +343,8 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     proc = dags_test(server, event_date, "offline")
     states = last_run_states(server)
     assert states["dedup"] == "success", states
-    assert states["emit_asset_events"] == "success", states
+    assert states["publish"] == "success", states
     assert states["notify_corrected"] == "success", states
-    assert states["owed_reruns"] == "success", states
     pointer = reader.current_version(lake, as_event_date(event_date))
     box = corrected_delivery.outbox(lake)
     assert [(e["notice"]["event_date"], e["notice"]["version"]) for e in box.owed("airflow")] == [

@@ -304,7 +304,7 @@ def _warnings(err: str, event: str) -> list[dict]:
 
 
 def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_fail(tmp_path, capsys):
-    """The DAG's emit_asset_events (corrected_delivery.emit) with the API unreachable: no exception (the
+    """The DAG's publish task (corrected_delivery.emit) with the API unreachable: no exception (the
     run must not fail for it), the entry stays owed, and a warning names the date and version."""
     from tidemark.devstack.process import free_port
     from tidemark.orchestration.airflow_api import AirflowClient

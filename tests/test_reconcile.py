@@ -2,7 +2,7 @@
 versions and crashes at every step of a dedup run, and reconciliation finds every stale date.
 
 The DAG's way is reproduced with the functions its tasks call: `run_dedup` (the dedup task), then
-`obligations.reruns_owed_by` (the owed_reruns task's list of neighbour runs). Every scenario ends with
+`obligations.reruns_owed_by` (the publish task's list of neighbour runs). Every scenario ends with
 every date equal to the batch reference (tests/reference.py through test_dedup_lake.expected)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ LATER = [("v", "v2", t(D7, 10, 20), "play")]  # a second notice of D7 that affec
 
 
 def dag_run(lake, spark, event_date) -> list[str]:
-    """One tidemark_dedup run: the dedup task, then the neighbour runs its owed_reruns task starts."""
+    """One tidemark_dedup run: the dedup task, then the neighbour runs its publish task starts."""
     run_dedup(lake, event_date, RULES, spark=spark)
     owed = obligations.reruns_owed_by(lake, layout.as_event_date(event_date))  # the task's parsed param
     return [spec["conf"]["event_date"] for spec in owed]
@@ -74,7 +74,7 @@ def lake(tmp_path, spark):
 @pytest.mark.spark
 def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lake):
     """D7's first run finds D6 affected; a second notice's run publishes a newer version of D7 that
-    affects nothing before the first run's owed_reruns task reads the lake. Before: that task read
+    affects nothing before the first run's publish task reads the lake. Before: that task read
     _CURRENT.json's affected_dates (the second version's: none) and D6 was never rerun."""
     path, stream, spark = lake
     first = run_dedup(path, D7, RULES, spark=spark)
@@ -83,7 +83,7 @@ def test_a_second_notice_superseding_the_version_does_not_lose_the_neighbour(lak
     second = run_dedup(path, D7, RULES, spark=spark)
     assert second.version > first.version
     assert table_versions.current_version(path, layout.as_event_date(D7)).affected_dates == ()
-    # the first run's owed_reruns task, late:
+    # the first run's publish task, late:
     owed = obligations.reruns_owed_by(path, layout.as_event_date(D7))
     assert [spec["conf"]["event_date"] for spec in owed] == [D6]
     assert owed[0]["trigger_run_id"] == runs.affected_run_id(DAY6, DAY7, first.version)
@@ -126,7 +126,7 @@ def test_crash_at_each_step_then_retry_or_reconcile_ends_equal_to_the_reference(
     assert [o["event_date"] for o in obligations.pending(path)] == [D6]
 
     if recovery == "retry":
-        settle(path, spark, [D7])  # Airflow retries the task, the owed_reruns task starts the neighbours
+        settle(path, spark, [D7])  # Airflow retries the task, the publish task starts the neighbours
     else:
         now = datetime.now(timezone.utc) + timedelta(hours=1)
         for _ in range(4):  # each reconcile starts the runs of the due dates (here: directly)

@@ -109,7 +109,7 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
         assert finished(client, DAG_ID, "connect_first") == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_first")}
         assert states["dedup"] == "success", states
-        assert states["emit_asset_events"] == "success", states
+        assert states["publish"] == "success", states
         log = dedup_log(airflow, "connect_first")
         assert "as a Spark Connect client of sc://127.0.0.1:" in log
         assert "spark-submit" not in log

@@ -647,7 +647,7 @@ def test_who_commits_and_who_reads_the_table(tf):
 
 
 def test_composer_installs_the_pyiceberg_the_code_pins(tf):
-    """The DAG's emit_asset_events task imports tidemark.iceberg, which needs pyiceberg: Composer installs a
+    """The DAG's publish task imports tidemark.iceberg, which needs pyiceberg: Composer installs a
     range that contains the version constraints.txt pins."""
     software = one(one(resource(tf, "google_composer_environment", "airflow")["config"])["software_config"])
     spec = software["pypi_packages"]["pyiceberg"]

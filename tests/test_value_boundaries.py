@@ -108,7 +108,7 @@ def test_a_corrected_notice_naming_no_real_date_is_refused():
 
 
 @pytest.mark.parametrize(("given", "says"), BAD)
-def test_the_dag_refuses_a_bad_date_in_its_param_and_in_what_a_task_hands_on(given, says):
+def test_the_dag_refuses_a_bad_date_in_its_param_in_every_task_before_it_touches_the_lake(monkeypatch, given, says):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -118,15 +118,23 @@ def test_the_dag_refuses_a_bad_date_in_its_param_and_in_what_a_task_hands_on(giv
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    prepare = module.tidemark_dedup().get_task("prepare").python_callable
-    with pytest.raises(layout.InvalidPartitionValue) as refused:
-        prepare(params={"event_date": given})
-    assert says in str(refused.value)
+    resolved: list[str] = []
+    monkeypatch.setattr(module.settings, "lake_uri", lambda: resolved.append("lake") or "/nowhere")
+    dag = module.tidemark_dedup()
+    # every task that reads the run's params parses the date itself (run_target)
+    for task_id in ("needs_spark", "publish", "notify_corrected"):
+        with pytest.raises(layout.InvalidPartitionValue) as refused:
+            dag.get_task(task_id).python_callable(params={"event_date": given})
+        assert says in str(refused.value), task_id
     with pytest.raises(layout.InvalidPartitionValue, match="invalid event_date"):
-        module.opened({"lake": "/nowhere", "event_date": given})
-    lake, day = module.opened({"lake": "/nowhere", "event_date": "2026-03-07"})
+        module.run_target({"event_date": given})
+    with pytest.raises(layout.InvalidPartitionValue, match="invalid event_date None"):
+        module.run_target(None)
+    assert resolved == []  # refused before the lake was looked up
+    lake, day = module.run_target({"event_date": "2026-03-07"})
     assert day == date(2026, 3, 7)
     assert isinstance(lake, Lake)
+    assert resolved == ["lake"]
 
 
 @pytest.mark.parametrize(("given", "says"), BAD)

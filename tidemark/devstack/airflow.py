@@ -19,6 +19,15 @@ Choices, and why:
   task processes call the api-server's execution API, and tokens must verify across processes.
 - AIRFLOW__CORE__PARALLELISM defaults to 2 (a Spark task is about 1 GB); DAGs are not paused at
   creation; the dag-processor lists the DAGs folder every 5 s.
+- Short hops between dependent tasks (a dedup run with nothing new is a few seconds of Python
+  around Airflow's scheduling; bench/noop_runs.py measures it). The scheduler sleeps
+  [scheduler] scheduler_idle_sleep_time after a loop that queued nothing, and a finished task's
+  downstream is only queued by the next loop: 0.2 s instead of 1 s on every hop, for a few percent
+  of a core while idle. And the LocalExecutor's workers come from a forkserver that preloads the
+  libraries the tasks import ([scheduler] mp_start_method = forkserver, mp_forkserver_preload,
+  Airflow 3.3): each task process is a fork of a worker, so it no longer imports pyarrow, pyiceberg,
+  pandas and Airflow's task runner, nor configures SQLAlchemy's mappers, itself (seconds per task
+  on a loaded 2-core machine; tidemark/devstack/task_preload.py).
 - The venv's bin/ goes first on PATH, so SparkSubmitOperator finds spark-submit and the Python
   that has tidemark installed.
 """
@@ -45,6 +54,11 @@ from tidemark.orchestration.airflow_api import AirflowClient, AirflowError
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAGS_FOLDER = os.path.join(REPO, "dags")
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
+# The scheduler's sleep after a loop with nothing to queue: 0.2 s instead of Airflow's 1 s.
+SCHEDULER_IDLE_SLEEP_S = "0.2"
+# What the LocalExecutor's forkserver imports before it forks the workers: Airflow and the executor
+# (each worker runs them), then the libraries the tasks import (tidemark.devstack.task_preload).
+TASK_PRELOAD = ("airflow", "airflow.executors.local_executor", "tidemark.devstack.task_preload")
 
 
 def spark_connection_uri(master: str = "local[*]") -> str:
@@ -129,6 +143,13 @@ class AirflowServer:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            # Latency between dependent tasks (see the module): a loop that queued nothing sleeps
+            # this long before it looks at finished tasks again (default 1 s, on every hop).
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": SCHEDULER_IDLE_SLEEP_S,
+            # LocalExecutor workers forked from a forkserver that imported the tasks' libraries
+            # once: each task process (a fork of a worker) starts with them loaded.
+            "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
+            "AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD": ",".join(TASK_PRELOAD),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(process.free_port()),
             "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection_uri(self.spark_master),
             "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",

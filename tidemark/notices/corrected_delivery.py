@@ -276,7 +276,7 @@ def emit_owed(lake: Lake, client: AirflowClient, timeout: float = 120.0, backoff
     )
 
 
-# How long the dedup DAG's emit_asset_events task keeps trying an unreachable Airflow API before it
+# How long the dedup DAG's publish task keeps trying an unreachable Airflow API before it
 # leaves the events owed to the next drain (an api-server restart takes ~15 s).
 EMIT_TIMEOUT_S = 30.0
 
@@ -292,7 +292,7 @@ def emit(
     client: AirflowClient | Callable[[], AirflowClient],
     timeout: float = EMIT_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """What the dedup DAG's emit_asset_events task does.
+    """What the dedup DAG's publish task does first (then it lists the neighbour reruns owed).
 
     Record the date's current version's notice (the safety net), then emit every asset event
     owed (any date, any committer).

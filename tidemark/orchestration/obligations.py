@@ -14,7 +14,7 @@ read (they were complete before the source planned), so T is then correct with r
 Obligations written while T's run was planning stay for the next run.
 
 Who acts on them: the DAG triggers a run of T for every pending obligation whose source is the date
-it just deduplicated (tidemark_dedup's `owed_reruns` task), and `tidemark reconcile` triggers a run of
+it just deduplicated (tidemark_dedup's `publish` task), and `tidemark reconcile` triggers a run of
 every date with a pending obligation older than its grace period.
 
 Pure Python over the lake (pyarrow filesystems + JSON): the DAG and reconcile read it without Spark.
