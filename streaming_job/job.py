@@ -133,10 +133,13 @@ def stream_settings() -> dict[str, str]:
     Adaptive query execution is off for the batch's queries. Its gains do not apply here: each
     batch sizes its shuffles itself (streaming_job.partitions) and joins nothing it could broadcast
     instead; its cost does: every shuffle ends a Spark job and the rest of the plan is optimized
-    again before the next, several times per batch on the driver. Off, a warm 3,000-line batch took
-    3.9 / 2.4 s against 4.7 / 5.2 s on (sessionizing 2.3 / 1.5 s against 3.3 / 3.4 s; two
-    interleaved pairs of `bench stream_throughput --scale small --files-per-trigger 2`, medians of
-    nine warm batches, under load 4-8: BENCHMARKS.md section 1).
+    again before the next, several times per batch on the driver. What it bought, in interleaved
+    pairs of `bench stream_throughput` (BENCHMARKS.md section 1): ~3,000-line batches under load 4-8
+    took 3.9 / 2.4 s off against 4.7 / 5.2 s on (medians of nine warm batches); quiet, 1.5 / 2.0 s
+    against 1.8 / 1.9 s (in-job 26.8 / 30.0 s against 27.9 / 31.6 s); but 100,000-line batches,
+    quiet, 52.8 / 50.4 s in-job against 49.5 / 48.1 s: the gain is the small batches' (the local
+    stack's, where the driver competes with Airflow and the Spark Connect server), the cost ~5% on
+    big ones.
     """
     return {"spark.sql.inMemoryColumnarStorage.compressed": "false", "spark.sql.adaptive.enabled": "false"}
 
