@@ -225,3 +225,16 @@ def converge(lake: Lake, spark, dates: set[str]) -> list[dict]:
         queue.extend(d for d in map(str, result.affected_dates) if d not in queue)
         assert len(runs) < 40, f"affected dates do not settle: {runs}"
     return runs
+
+
+def converge_obligations(lake, spark, dates, rules=RULES, full=False) -> list[dict]:
+    """Dedup `dates`, then every date their runs owe a rerun, until no obligation is pending."""
+    from tidemark.orchestration import obligations
+
+    queue, runs = sorted(dates), []
+    while queue:
+        event_date = queue.pop(0)
+        runs.append(run_dedup(lake, event_date, rules, spark=spark, full=full).to_json())
+        queue += [o["event_date"] for o in obligations.pending(lake) if o["event_date"] not in queue]
+        assert len(runs) < 60, runs
+    return runs

@@ -14,25 +14,13 @@ from datetime import datetime, timedelta
 import pytest
 
 from tests import changeskit
-from tests.lakekit import RULES, SimulatedStream, arrivals, make_events
+from tests.lakekit import SimulatedStream, arrivals, converge_obligations, make_events
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication import rules_migration
-from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table_versions
-from tidemark.orchestration import obligations
 from tidemark.store.lake import Lake
 
 pytestmark = pytest.mark.spark
-
-
-def converge(lake, spark, dates, rules=RULES, full=False) -> list[dict]:
-    queue, runs = sorted(dates), []
-    while queue:
-        event_date = queue.pop(0)
-        runs.append(run_dedup(lake, event_date, rules, spark=spark, full=full).to_json())
-        queue += [o["event_date"] for o in obligations.pending(lake) if o["event_date"] not in queue]
-        assert len(runs) < 60, runs
-    return runs
 
 
 def every_date(lake) -> list[str]:
@@ -50,13 +38,15 @@ def test_changesets_rebuild_every_version_over_corrections_a_full_run_and_migrat
     modes = []
     for deliveries in batches[:4]:  # the first version of each date, then incremental corrections
         written = stream.batch(deliveries)
-        modes += [r["mode"] for r in converge(lake, spark, {p.event_date for p in written}) if r["published"]]
+        modes += [
+            r["mode"] for r in converge_obligations(lake, spark, {p.event_date for p in written}) if r["published"]
+        ]
     assert "incremental" in modes, modes
     written = stream.batch(batches[4])  # a --full run
-    converge(lake, spark, {p.event_date for p in written}, full=True)
+    converge_obligations(lake, spark, {p.event_date for p in written}, full=True)
     # migrations: a shorter gap splits sessions, another boundary moves some ends
     rules_migration.migrate(lake, SessionRules(gap=timedelta(minutes=12)), spark=spark)
-    converge(lake, spark, set(), rules=SessionRules(gap=timedelta(minutes=12)))
+    converge_obligations(lake, spark, set(), rules=SessionRules(gap=timedelta(minutes=12)))
     boundary = SessionRules(gap=timedelta(minutes=12), gap_boundary="merge")
     rules_migration.migrate(lake, boundary, spark=spark)
     kinds = set()
@@ -78,13 +68,13 @@ def test_first_version_an_unchanged_version_and_an_empty_version(spark, tmp_path
     late = [("u1", "a1", _at(f"{d7}T00:10:00"), "play"), ("u1", "a2", _at(f"{d7}T00:20:00"), "play")]
     before = [("u2", "b1", _at(f"{d6}T23:00:00"), "play"), ("u2", "b2", _at(f"{d6}T10:00:00"), "play")]
     stream.batch(late + before, mode=0.5)
-    converge(lake, spark, {d6, d7})
+    converge_obligations(lake, spark, {d6, d7})
     # duplicates only: a new version of D7 equal to its previous one
     stream.batch(late, mode=0.5)
-    converge(lake, spark, {d7})
+    converge_obligations(lake, spark, {d7})
     # an event at 23:50 on D6 joins u1's session to D6: D7 is left without a session
     stream.batch([("u1", "a0", _at(f"{d6}T23:50:00"), "play")], mode=0.5)
-    converge(lake, spark, {d6, d7})
+    converge_obligations(lake, spark, {d6, d7})
     steps = changeskit.check_date(lake, d7)
     assert [(s["inserted"], s["deleted"], s["updated"], s["sessions"]) for s in steps][0] == (1, 0, 0, 1)
     assert (0, 0, 0, 1) in [(s["inserted"], s["deleted"], s["updated"], s["sessions"]) for s in steps]

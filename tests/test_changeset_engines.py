@@ -14,11 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.lakekit import RULES, SimulatedStream, arrivals, make_events
+from tests.lakekit import SimulatedStream, arrivals, converge_obligations, make_events
 from tidemark.deduplication import buckets, changeset
-from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import changes
-from tidemark.orchestration import obligations
 from tidemark.session import session_schema
 from tidemark.store.lake import Lake
 
@@ -56,16 +54,6 @@ def both_engines(monkeypatch):
     return staged
 
 
-def _converge(lake, spark, dates, rules=RULES, full=False) -> list[dict]:
-    queue, runs = sorted(dates), []
-    while queue:
-        event_date = queue.pop(0)
-        runs.append(run_dedup(lake, event_date, rules, spark=spark, full=full).to_json())
-        queue += [o["event_date"] for o in obligations.pending(lake) if o["event_date"] not in queue]
-        assert len(runs) < 60, runs
-    return runs
-
-
 def _assert_same(staged: list[dict]) -> None:
     for each in staged:
         by_spark, by_arrow = each["tables"]
@@ -88,12 +76,14 @@ def test_both_engines_stage_the_same_changeset_over_a_random_history(spark, tmp_
     modes = []
     for deliveries in arrivals(rng, events, batches=2):
         written = stream.batch(deliveries)
-        modes += [r["mode"] for r in _converge(lake, spark, {p.event_date for p in written}) if r["published"]]
+        modes += [
+            r["mode"] for r in converge_obligations(lake, spark, {p.event_date for p in written}) if r["published"]
+        ]
     # one user's late event: a correction rewriting that user's bucket alone
     user, _, first, _ = min(events)
     written = stream.batch([(user, "late-1", first + timedelta(seconds=1), "seek")])
-    modes += [r["mode"] for r in _converge(lake, spark, {p.event_date for p in written}) if r["published"]]
-    _converge(lake, spark, {p.event_date for p in written}, full=True)
+    modes += [r["mode"] for r in converge_obligations(lake, spark, {p.event_date for p in written}) if r["published"]]
+    converge_obligations(lake, spark, {p.event_date for p in written}, full=True)
     _assert_same(both_engines)
     assert "incremental" in modes, modes
     assert any(each["carried"] for each in both_engines), "no correction kept a file"
