@@ -39,7 +39,7 @@ def _legacy(name: str) -> bytes:
 def _write_as_dedup(lake: Lake, previous: VersionRecord | None, monkeypatch) -> bytes:
     """The inputs the fixtures were written from (tests/legacy's generator used the same)."""
     monkeypatch.setattr(dedup, "now", lambda: datetime(2026, 3, 11, 4, 5, 6, 789000, tzinfo=timezone.utc))
-    monkeypatch.setattr(dedup.changeset, "stage", lambda *args: dict(_NO_CHANGES))
+    monkeypatch.setattr(dedup.changeset, "stage", lambda *args, **kwargs: dict(_NO_CHANGES))
     parts = [
         ReceiptRef(lake, date(2026, 3, 9), "20260310T010000000Z"),
         ReceiptRef(lake, date(2026, 3, 10), "20260310T020000000Z"),
