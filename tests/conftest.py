@@ -7,6 +7,10 @@ they start (pyspark's SPARK_CONNECT_MODE_ENABLED made later `tidemark stream`s f
 TIDEMARK_LOG_LEVEL=warning hid the line the demo waited for). pytest sets up higher-scoped fixtures
 first, so the per-test snapshot is taken after the session and module fixtures: what they set on
 purpose stays for the tests that use them, and the per-module guard undoes it when the module ends.
+
+Order: the longest test files run first (FILE_SECONDS). `make test` hands whole files to two
+workers (--dist loadfile, --no-loadscope-reorder: collection order); a long file taken last keeps
+one worker busy alone at the end, so the run is as long as that tail.
 """
 
 from __future__ import annotations
@@ -24,6 +28,53 @@ if ROOT not in sys.path:
 # starts many streams: off for the whole run (the processes tests start inherit it), on in the
 # tests of the warm-up itself.
 os.environ.setdefault("TIDEMARK_STREAM_WARMUP", "0")
+
+# Seconds per test file in full runs of the suite (setup + call + teardown of its tests, summed from
+# the junit xml of `make test`, under its load): the longest first, the rest in collection order.
+# Refresh from a run's `--junitxml` when a file grows past the last ones listed.
+FILE_SECONDS = {
+    "test_reconcile": 680,
+    "test_dedup_publish": 660,
+    "test_e2e_pipeline": 510,
+    "test_example_consumer_dag": 430,
+    "test_stream_input_pins": 420,
+    "test_cluster": 405,
+    "test_stream_crash": 390,
+    "test_landing_archive": 375,
+    "test_dag": 350,
+    "test_demo": 335,
+    "test_rules_stream": 270,
+    "test_dedup_incremental": 240,
+    "test_reconcile_airflow": 215,
+    "test_bench_smoke": 185,
+    "test_dedup_multiday": 170,
+    "test_stack": 165,
+    "test_spark_connect": 135,
+    "test_dedup_lake": 105,
+    "test_notices_crash": 95,
+    "test_prometheus_given_up": 95,
+    "test_graceful_stop": 95,
+    "test_terraform": 90,
+    "test_session_schema": 75,
+    "test_function_airflow": 70,
+    "test_changes_kill": 60,
+    "test_changes_invariant": 55,
+    "test_prometheus_slo": 50,
+    "test_dedup_buckets": 45,
+    "test_rules_record": 40,
+    "test_gap_boundary": 40,
+    "test_receipt_index": 35,
+    "test_pubsub_notices": 35,
+    "test_stream_replay": 35,
+    "test_airflow_partitions": 35,
+    "test_dedup_stream": 35,
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first (FILE_SECONDS); a stable sort keeps each file's tests in order."""
+    items.sort(key=lambda item: -FILE_SECONDS.get(item.path.stem, 0))
+
 
 # pytester: tests/test_conftest.py runs small pytest sessions to show the guard at work.
 pytest_plugins = ["pytester"]
