@@ -16,7 +16,9 @@ one worker busy alone at the end, so the run is as long as that tail.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -74,6 +76,30 @@ FILE_SECONDS = {
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest files first (FILE_SECONDS); a stable sort keeps each file's tests in order."""
     items.sort(key=lambda item: -FILE_SECONDS.get(item.path.stem, 0))
+
+
+_AIRFLOW_DB_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One migrated Airflow database per run, copied into every test's Airflow home.
+
+    tidemark/devstack/airflow.py: the first `airflow db migrate` leaves it in
+    TIDEMARK_AIRFLOW_DB_CACHE. Made by the process that starts the run; the xdist workers inherit
+    the variable, so they share it.
+    """
+    if "TIDEMARK_AIRFLOW_DB_CACHE" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="tidemark-airflow-db-")
+        os.environ["TIDEMARK_AIRFLOW_DB_CACHE"] = folder
+        config.stash[_AIRFLOW_DB_CACHE] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's migrated Airflow database (by the process that made its folder)."""
+    folder = config.stash.get(_AIRFLOW_DB_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("TIDEMARK_AIRFLOW_DB_CACHE", None)
 
 
 # pytester: tests/test_conftest.py runs small pytest sessions to show the guard at work.
