@@ -31,32 +31,32 @@ if ROOT not in sys.path:
 # tests of the warm-up itself.
 os.environ.setdefault("TIDEMARK_STREAM_WARMUP", "0")
 
-# Seconds per test file in full runs of the suite (setup + call + teardown of its tests, summed from
-# the junit xml of `make test`, under its load): the longest first, the rest in collection order.
-# Refresh from a run's `--junitxml` when a file grows past the last ones listed.
+# Seconds per test file in a full run of the suite (setup + call + teardown of its tests, summed from
+# the junit xml of `make test`, -n 2; minus the cuts measured since): the longest first, the rest in
+# collection order. Refresh from a run's `--junitxml` when a file grows past the last ones listed.
 FILE_SECONDS = {
-    "test_reconcile": 680,
-    "test_dedup_publish": 660,
     "test_e2e_pipeline": 510,
     "test_example_consumer_dag": 430,
-    "test_stream_input_pins": 420,
     "test_cluster": 405,
-    "test_stream_crash": 390,
-    "test_landing_archive": 375,
+    "test_stream_crash": 385,
     "test_dag": 350,
-    "test_demo": 335,
+    "test_demo": 325,
     "test_rules_stream": 270,
-    "test_dedup_incremental": 240,
+    "test_reconcile": 215,
     "test_reconcile_airflow": 215,
+    "test_stream_input_pins": 210,
     "test_bench_smoke": 185,
-    "test_dedup_multiday": 170,
+    "test_landing_archive": 175,
     "test_stack": 165,
+    "test_dedup_multiday": 160,
+    "test_dedup_publish": 140,
     "test_spark_connect": 135,
-    "test_dedup_lake": 105,
+    "test_dedup_incremental": 130,
     "test_notices_crash": 95,
     "test_prometheus_given_up": 95,
-    "test_graceful_stop": 95,
+    "test_graceful_stop": 90,
     "test_terraform": 90,
+    "test_dedup_lake": 75,
     "test_session_schema": 75,
     "test_function_airflow": 70,
     "test_changes_kill": 60,
