@@ -15,12 +15,18 @@ one worker busy alone at the end, so the run is as long as that tail.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -151,17 +157,29 @@ def spark_settings_guard(request):
     if "spark" not in request.fixturenames:
         yield
         return
-    session = request.getfixturevalue("spark")
+    with sql_settings_kept(request.getfixturevalue("spark")):
+        yield
+
+
+@contextlib.contextmanager
+def sql_settings_kept(session: SparkSession) -> Iterator[None]:
+    """Put back on `session` at the end the spark.sql.* settings it had at the start.
+
+    For a module-scoped fixture that runs a stream in this process (the per-test guard above sees
+    only what a test changes).
+    """
     before = session.conf.getAll
-    yield
-    after = session.conf.getAll
-    for key in sorted(set(before) | set(after)):
-        if not key.startswith("spark.sql.") or before.get(key) == after.get(key):
-            continue
-        if key in before:
-            session.conf.set(key, before[key])
-        else:
-            session.conf.unset(key)
+    try:
+        yield
+    finally:
+        after = session.conf.getAll
+        for key in sorted(set(before) | set(after)):
+            if not key.startswith("spark.sql.") or before.get(key) == after.get(key):
+                continue
+            if key in before:
+                session.conf.set(key, before[key])
+            else:
+                session.conf.unset(key)
 
 
 @pytest.fixture(scope="session")
