@@ -108,6 +108,16 @@ def run_stream_cli(landing: str, lake: Lake, checkpoint: str, extra=(), env: dic
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
+def cli_in_process(capsys, *argv) -> tuple[int, str]:
+    """`tidemark ARGV` in this process, for a command that starts no server (a process of its own
+    spends 3-4 s importing under load): its exit status and what it printed on stdout."""
+    from tidemark import cli
+
+    capsys.readouterr()  # what the test printed before is not the command's
+    code = cli.main([os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in argv])
+    return code, capsys.readouterr().out
+
+
 def generate_cli(landing: str, *args: str) -> None:
     """The real `tidemark generate --landing LANDING ARGS...` in its own process."""
     proc = subprocess.run(
