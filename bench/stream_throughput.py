@@ -36,6 +36,7 @@ from pathlib import Path
 import psutil
 
 import bench
+from bench import jvm_profile as jvm_profile_module
 from tidemark.base.logs import read_log_lines
 from tidemark.demo import generate
 
@@ -269,7 +270,9 @@ def spark_phase_summary(progress: list[dict]) -> str:
     )
 
 
-def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_log: bool = False) -> dict:
+def run_tidemark(
+    landing: str, work: str, fpt: int | None, master: str, event_log: bool = False, jvm_profile: bool = False
+) -> dict:
     os.makedirs(work, exist_ok=True)
     lake, checkpoint = os.path.join(work, "lake"), os.path.join(work, "checkpoint")
     for path in (lake, checkpoint):
@@ -301,9 +304,18 @@ def run_tidemark(landing: str, work: str, fpt: int | None, master: str, event_lo
             "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false "
             "pyspark-shell"
         )
+    recording = os.path.join(work, "stream.jfr")
+    if jvm_profile:
+        from streaming_job.job import JAVA_OPTIONS_ENV, STREAM_JAVA_OPTIONS
+
+        env[JAVA_OPTIONS_ENV] = f"{STREAM_JAVA_OPTIONS} {jvm_profile_module.java_options(recording)}"
     result = run_measured(argv, log_path, env=env)
     if event_log:
         result["profile"] = spark_job_profile(events)
+    if jvm_profile:
+        result["jvm"] = jvm_profile_module.classify(jvm_profile_module.samples(recording))
+        with open(log_path, errors="replace") as handle:
+            result["jvm"]["jit"] = jvm_profile_module.compile_totals(handle.read())
     logs = json_lines(log_path)
     batches = [l for l in logs if l.get("event") == "batch committed" and not l.get("warmup")]
     result["batches"] = len(batches)
@@ -642,6 +654,12 @@ def parse_args(argv):
         action="store_true",
         help="also write Spark event logs of the tidemark runs and rank their Spark jobs by time",
     )
+    p.add_argument(
+        "--jvm-profile",
+        action="store_true",
+        help="record the tidemark runs' JVM (flight recorder, JIT totals): Java CPU by thread (tasks, the "
+        "driver thread) and the driver's by planning step, and the JIT compiler's seconds (bench/jvm_profile.py)",
+    )
     p.add_argument("--master", default="local[2]")
     p.add_argument("--workdir", default="/tmp/tidemark-bench/stream_throughput")
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
@@ -724,7 +742,14 @@ def main(argv=None) -> int:
                 r = run_builtin(landing, work, fpt, args.master)
                 where = os.path.join(work, "builtin.log")
             else:
-                r = run_tidemark(landing, os.path.join(work, f"tidemark-fpt{fpt}"), fpt, args.master, args.event_log)
+                r = run_tidemark(
+                    landing,
+                    os.path.join(work, f"tidemark-fpt{fpt}"),
+                    fpt,
+                    args.master,
+                    args.event_log,
+                    args.jvm_profile,
+                )
                 where = r["log"]
             if r["rc"] != 0 or "job_seconds" not in r:
                 raise SystemExit(f"{label} failed, see {where}")
@@ -802,6 +827,8 @@ def main(argv=None) -> int:
             detail.append(f"  - {phase_summary(r['batch_phases'])}")
         if r.get("spark_phases"):
             detail.append(f"  - {spark_phase_summary(r['spark_phases'])}")
+        if r.get("jvm"):
+            detail.append(f"  - {jvm_profile_module.summary_line(r['jvm'])}")
         if r.get("profile"):
             prof = r["profile"]
             detail.append(

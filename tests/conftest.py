@@ -7,14 +7,26 @@ they start (pyspark's SPARK_CONNECT_MODE_ENABLED made later `tidemark stream`s f
 TIDEMARK_LOG_LEVEL=warning hid the line the demo waited for). pytest sets up higher-scoped fixtures
 first, so the per-test snapshot is taken after the session and module fixtures: what they set on
 purpose stays for the tests that use them, and the per-module guard undoes it when the module ends.
+
+Order: the longest test files run first (FILE_SECONDS). `make test` hands whole files to two
+workers (--dist loadfile, --no-loadscope-reorder: collection order); a long file taken last keeps
+one worker busy alone at the end, so the run is as long as that tail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -24,6 +36,77 @@ if ROOT not in sys.path:
 # starts many streams: off for the whole run (the processes tests start inherit it), on in the
 # tests of the warm-up itself.
 os.environ.setdefault("TIDEMARK_STREAM_WARMUP", "0")
+
+# Seconds per test file in a full run of the suite (setup + call + teardown of its tests, summed from
+# the junit xml of `make test`, -n 2; minus the cuts measured since): the longest first, the rest in
+# collection order. Refresh from a run's `--junitxml` when a file grows past the last ones listed.
+FILE_SECONDS = {
+    "test_e2e_pipeline": 510,
+    "test_example_consumer_dag": 430,
+    "test_cluster": 405,
+    "test_stream_crash": 385,
+    "test_dag": 350,
+    "test_demo": 325,
+    "test_rules_stream": 270,
+    "test_reconcile": 215,
+    "test_reconcile_airflow": 215,
+    "test_stream_input_pins": 210,
+    "test_bench_smoke": 185,
+    "test_landing_archive": 175,
+    "test_stack": 165,
+    "test_dedup_multiday": 160,
+    "test_dedup_publish": 140,
+    "test_spark_connect": 135,
+    "test_dedup_incremental": 130,
+    "test_notices_crash": 95,
+    "test_prometheus_given_up": 95,
+    "test_graceful_stop": 90,
+    "test_terraform": 90,
+    "test_dedup_lake": 75,
+    "test_session_schema": 75,
+    "test_function_airflow": 70,
+    "test_changes_kill": 60,
+    "test_changes_invariant": 55,
+    "test_prometheus_slo": 50,
+    "test_dedup_buckets": 45,
+    "test_rules_record": 40,
+    "test_gap_boundary": 40,
+    "test_receipt_index": 35,
+    "test_pubsub_notices": 35,
+    "test_stream_replay": 35,
+    "test_airflow_partitions": 35,
+    "test_dedup_stream": 35,
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first (FILE_SECONDS); a stable sort keeps each file's tests in order."""
+    items.sort(key=lambda item: -FILE_SECONDS.get(item.path.stem, 0))
+
+
+_AIRFLOW_DB_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One migrated Airflow database per run, copied into every test's Airflow home.
+
+    tidemark/devstack/airflow.py: the first `airflow db migrate` leaves it in
+    TIDEMARK_AIRFLOW_DB_CACHE. Made by the process that starts the run; the xdist workers inherit
+    the variable, so they share it.
+    """
+    if "TIDEMARK_AIRFLOW_DB_CACHE" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="tidemark-airflow-db-")
+        os.environ["TIDEMARK_AIRFLOW_DB_CACHE"] = folder
+        config.stash[_AIRFLOW_DB_CACHE] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's migrated Airflow database (by the process that made its folder)."""
+    folder = config.stash.get(_AIRFLOW_DB_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("TIDEMARK_AIRFLOW_DB_CACHE", None)
+
 
 # pytester: tests/test_conftest.py runs small pytest sessions to show the guard at work.
 pytest_plugins = ["pytester"]
@@ -74,17 +157,29 @@ def spark_settings_guard(request):
     if "spark" not in request.fixturenames:
         yield
         return
-    session = request.getfixturevalue("spark")
+    with sql_settings_kept(request.getfixturevalue("spark")):
+        yield
+
+
+@contextlib.contextmanager
+def sql_settings_kept(session: SparkSession) -> Iterator[None]:
+    """Put back on `session` at the end the spark.sql.* settings it had at the start.
+
+    For a module-scoped fixture that runs a stream in this process (the per-test guard above sees
+    only what a test changes).
+    """
     before = session.conf.getAll
-    yield
-    after = session.conf.getAll
-    for key in sorted(set(before) | set(after)):
-        if not key.startswith("spark.sql.") or before.get(key) == after.get(key):
-            continue
-        if key in before:
-            session.conf.set(key, before[key])
-        else:
-            session.conf.unset(key)
+    try:
+        yield
+    finally:
+        after = session.conf.getAll
+        for key in sorted(set(before) | set(after)):
+            if not key.startswith("spark.sql.") or before.get(key) == after.get(key):
+                continue
+            if key in before:
+                session.conf.set(key, before[key])
+            else:
+                session.conf.unset(key)
 
 
 @pytest.fixture(scope="session")

@@ -151,6 +151,7 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
                 "6",
                 "--skip-beam",
                 "--ladder",
+                "--jvm-profile",
                 "--workdir",
                 str(tmp_path / "st"),
             ]
@@ -177,6 +178,9 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     assert all(float(row[1]) > 0 for row in ladder)
     # Spark's own phases of each trigger, from the stream's `query progress` logs
     assert re.search(r"Spark's phases per trigger \(\d+ batches, median ms\): latestOffset \d+, .*addBatch \d+", text)
+    # the JVM's Java CPU by thread and the driver's by planning step, from a flight recording
+    assert re.search(r"JVM samples \(flight recorder, [1-9]\d*\): tasks \d+%, driver thread \d+%", text)
+    assert re.search(r"JIT compiler threads: C1 [\d.]+ s for \d+ methods, C2 [\d.]+ s", text)
     # where the (one) batch's time went, from its `batch committed` log
     assert re.search(
         r"phases of the first batch \(s\): check [\d.]+, quarantine [\d.]+, sessionize [\d.]+, "

@@ -15,7 +15,9 @@ from datetime import date, timedelta
 import pytest
 
 from tests import reference
-from tests.helpers import generate_cli, lake_session_set, reference_session_set, run_stream_cli
+from tests.conftest import sql_settings_kept
+from tests.helpers import generate_cli, lake_session_set, reference_session_set
+from tidemark import cli
 from tidemark.base import names
 from tidemark.base.layout import as_event_date
 from tidemark.orchestration import runs
@@ -166,8 +168,9 @@ def test_reconcile_dag_schedule_is_configurable_and_refuses_nonsense(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def small_lake(tmp_path_factory):
-    """A landing over two days (sessions cross midnight) streamed by the real job."""
+def small_lake(tmp_path_factory, spark):
+    """A landing over two days (sessions cross midnight) streamed by the real job: `tidemark stream`
+    in this process, on the shared SparkSession (a JVM of its own cost 15-45 s more under load)."""
     base = tmp_path_factory.mktemp("lake")
     landing, lake = str(base / "landing"), Lake.open(base / "lake")
     generate_cli(
@@ -185,7 +188,18 @@ def small_lake(tmp_path_factory):
         "--seed",
         "11",
     )
-    run_stream_cli(landing, lake, str(base / "checkpoint"))
+    with sql_settings_kept(spark):
+        stream = [
+            "stream",
+            "--landing",
+            landing,
+            "--lake",
+            lake,
+            "--checkpoint",
+            base / "checkpoint",
+            "--available-now",
+        ]
+        assert cli.main(stream) == 0
     # Untouched by the tests' dedup runs: a test that needs the lake before any version copies it.
     shutil.copytree(lake.uri, base / "pristine")
     return landing, lake

@@ -50,7 +50,7 @@ def test_demo_runs_the_whole_system_and_ends_equal_to_a_batch_recomputation(tmp_
             "--waves",
             "3",
             "--pause",
-            "10",
+            "1",  # after each wave is streamed and published: idle time, nothing below depends on it
             "--timeout",
             "900",
         ],

@@ -2,10 +2,11 @@
 push subscription -> the function bundle under functions-framework -> Airflow 3 REST -> the
 tidemark_dedup DAG (SparkSubmitOperator, local Spark) -> deduplicated partitions.
 
-Checked: every notice the stream published led to exactly one DAG run; re-publishing a notice three
-times added none; Airflow stopped while notices were being published still ended with every run
-done (the push subscription redelivers; the failed deliveries are printed to show the emulator's
-retry pace); and the published partitions equal the batch reference (tidemark/demo/batch_reference.py).
+The stream runs in the test's process, on the shared SparkSession. Checked: every notice the stream
+published led to exactly one DAG run; re-publishing a notice three times added none; Airflow
+stopped while notices were being published still ended with every run done (the push subscription
+redelivers; the failed deliveries are printed to show the emulator's retry pace); and the published
+partitions equal the batch reference (tidemark/demo/batch_reference.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import time
 
 import pytest
 
-from tests.helpers import generate_cli, lake_session_set, log_lines, reference_session_set, run_stream_cli, wait_for
+from tests.helpers import generate_cli, lake_session_set, log_lines, reference_session_set, wait_for
+from tidemark import cli
 from tidemark.base import names
 from tidemark.base.session_rules import SessionRules
 from tidemark.devstack import pubsub_emulator as ps
@@ -90,13 +92,14 @@ def stack(tmp_path_factory):
 
 
 def stream(stack, landing: str) -> None:
-    run_stream_cli(
-        landing,
-        stack["lake"],
-        str(stack["base"] / "checkpoint"),
-        extra=("--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}", "--max-files-per-trigger", "2"),
-        env={**os.environ, "PUBSUB_EMULATOR_HOST": stack["emulator"].host},
-    )
+    """`tidemark stream --available-now`, publishing to the emulator: in this process, on the shared
+    SparkSession (a JVM of its own cost 15-45 s more under load); tests/conftest.py puts back the
+    SQL settings the stream sets on it."""
+    argv = ["stream", "--landing", landing, "--lake", stack["lake"], "--checkpoint", stack["base"] / "checkpoint"]
+    argv += ["--available-now", "--notify-topic", f"projects/{PROJECT}/topics/{TOPIC}", "--max-files-per-trigger", "2"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PUBSUB_EMULATOR_HOST", stack["emulator"].host)
+        assert cli.main(argv) == 0
 
 
 def audit(stack, seen: dict) -> dict:
@@ -137,7 +140,7 @@ def wait_all_done(client, expected_run_ids: set, timeout: float) -> list[dict]:
     raise TimeoutError(f"runs not all done after {timeout:.0f}s: expected {sorted(expected_run_ids)}, have {states}")
 
 
-def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_reference(stack, tmp_path):
+def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_reference(stack, tmp_path, spark):
     airflow, function, emulator = stack["airflow"], stack["function"], stack["emulator"]
     client = airflow.client()
     generated, landing = str(tmp_path / "generated"), str(tmp_path / "landing")

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from datetime import date, datetime, timezone
 
 import pytest
 
-from tests.helpers import dag_run_finished
+from tests.helpers import cli_in_process, dag_run_finished
 from tests.lakekit import SimulatedStream
 from tidemark.base import names
 from tidemark.base.polling import wait_for
@@ -46,10 +45,6 @@ def _cli(*args):
     return [sys.executable, "-m", "tidemark.cli", *args]
 
 
-def _env():
-    return {**os.environ, "PYTHONPATH": ROOT}
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
     path = Lake.open(tmp_path_factory.mktemp("gaveup") / "lake")
@@ -76,7 +71,7 @@ def airflow(tmp_path_factory, lake):
         server.stop()
 
 
-def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_path, spark):
+def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_path, spark, capsys):
     from tidemark.deduplication.dedup import run_dedup
 
     secret = tmp_path / "airflow-password"
@@ -90,15 +85,8 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
         broken.write(b"PAR1 this is not parquet")
 
     # Reconciliation's one allowed attempt, and its failure.
-    started = subprocess.run(
-        _cli("reconcile", "--lake", str(lake), "--grace", "0s", "--trigger", "--json", *access),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=_env(),
-    )
-    assert started.returncode == 0, started.stderr[-3000:]
+    code, _ = cli_in_process(capsys, "reconcile", "--lake", lake, "--grace", "0s", "--trigger", "--json", *access)
+    assert code == 0
     stale = reconcile.staleness(lake)
     run_id = f"reconcile__{D7}__{stale[0].fingerprint}__1"
     assert dag_run_finished(airflow.client(), names.get("DAG_ID"), run_id, timeout=600) == "failed"
@@ -125,16 +113,9 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
             )
             assert not prometheus.firing("TidemarkEventDateStale")  # within its (here huge) objective
 
-            health = subprocess.run(
-                _cli("health", "--lake", str(lake), "--correction", "1000d", *access),
-                capture_output=True,
-                text=True,
-                timeout=300,
-                cwd=ROOT,
-                env=_env(),
-            )
-            assert health.returncode == 4, health.stdout + health.stderr[-2000:]
-            assert health.stdout.strip() == f"BREACHED given_up: reconciliation gave up on 1 event date(s): {D7}"
+            code, out = cli_in_process(capsys, "health", "--lake", lake, "--correction", "1000d", *access)
+            assert code == 4, out
+            assert out.strip() == f"BREACHED given_up: reconciliation gave up on 1 event date(s): {D7}"
 
             # A person repairs the file and deduplicates the date.
             shutil.copyfile(tmp_path / "original.parquet", os.path.join(folder, data_file))
@@ -143,12 +124,5 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
             assert prometheus.query("tidemark_reconcile_given_up")[0]["value"][1] == "0"
     finally:
         process.stop(exporter)
-    health = subprocess.run(
-        _cli("health", "--lake", str(lake), "--correction", "1000d", *access),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=_env(),
-    )
-    assert health.returncode == 0, health.stdout + health.stderr[-2000:]
+    code, out = cli_in_process(capsys, "health", "--lake", lake, "--correction", "1000d", *access)
+    assert code == 0, out

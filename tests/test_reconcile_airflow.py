@@ -12,13 +12,11 @@ import functools
 import json
 import os
 import shutil
-import subprocess
-import sys
 from datetime import date, datetime, timezone
 
 import pytest
 
-from tests.helpers import dag_run_finished
+from tests.helpers import cli_in_process, dag_run_finished
 from tests.lakekit import SimulatedStream, expected, published
 from tidemark.base import layout, names, polling
 from tidemark.devstack.airflow import AirflowServer
@@ -27,7 +25,6 @@ from tidemark.panes import receipts
 from tidemark.store.lake import Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAG_ID = names.get("DAG_ID")
 RECONCILE_DAG = "tidemark_reconcile"
 D7 = date(2026, 3, 7)
@@ -82,37 +79,16 @@ def airflow(tmp_path_factory, lake):
         server.stop()
 
 
-def cli_reconcile(server, lake, tmp_path, *extra) -> list[dict]:
+def cli_reconcile(server, lake, tmp_path, capsys, *extra) -> list[dict]:
     secret = tmp_path / "airflow-password"
     secret.write_text(server.password)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tidemark.cli",
-            "reconcile",
-            "--lake",
-            str(lake),
-            "--json",
-            "--grace",
-            "0s",
-            "--airflow-url",
-            server.url,
-            "--airflow-password-file",
-            str(secret),
-            *extra,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    access = ["--airflow-url", server.url, "--airflow-password-file", secret]
+    code, out = cli_in_process(capsys, "reconcile", "--lake", lake, "--json", "--grace", "0s", *access, *extra)
+    assert code == 0
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(airflow, lake, tmp_path):
+def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(airflow, lake, tmp_path, capsys):
     client = airflow.client()
     (receipt_ts,) = receipts.list_receipts(lake, D7)
     folder = lake.receipt_dir(D7, receipt_ts)
@@ -132,7 +108,7 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
     assert [(s.event_date, s.kinds) for s in reconcile.staleness(lake)] == [(D7, ["no_version"])]
 
     shutil.copyfile(original, os.path.join(folder, data_file))  # repaired; nothing reruns by itself
-    (listed,) = cli_reconcile(airflow, lake, tmp_path)
+    (listed,) = cli_reconcile(airflow, lake, tmp_path, capsys)
     assert listed["event_date"] == D7.isoformat()
     assert listed["action"] == "would start (--trigger)"
     heal_run = listed["run_id"]
@@ -147,13 +123,13 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
     assert run["conf"]["event_date"] == D7.isoformat()
     assert run["partition_key"] == D7.isoformat()  # the reconcile DAG's REST trigger: the date's partition
     # Reconciling again while that run is queued, running or done adds no run.
-    for item in cli_reconcile(airflow, lake, tmp_path, "--trigger"):
+    for item in cli_reconcile(airflow, lake, tmp_path, capsys, "--trigger"):
         assert item["run_id"] == heal_run
         assert item["action"] == "run in flight"
     assert finished(client, DAG_ID, heal_run) == "success"
 
     assert published(lake, D7) == expected(EVENTS, D7)
     assert reconcile.staleness(lake) == []
-    assert cli_reconcile(airflow, lake, tmp_path, "--trigger") == []
+    assert cli_reconcile(airflow, lake, tmp_path, capsys, "--trigger") == []
     ours = [r["dag_run_id"] for r in client.list_dag_runs(DAG_ID)]
     assert sorted(ours) == sorted([notice_run, heal_run])

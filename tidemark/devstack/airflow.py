@@ -28,6 +28,11 @@ Choices, and why:
   Airflow 3.3): each task process is a fork of a worker, so it no longer imports pyarrow, pyiceberg,
   pandas and Airflow's task runner, nor configures SQLAlchemy's mappers, itself (seconds per task
   on a loaded 2-core machine; tidemark/devstack/task_preload.py).
+- A migrated SQLite database can be copied instead of migrated: with TIDEMARK_AIRFLOW_DB_CACHE
+  set to a folder, the first `airflow db migrate` of an Airflow version leaves a copy there and
+  every later SQLite home starts from that copy (8-15 s of migration each; the test suite starts
+  a dozen Airflows and sets it for its run, tests/conftest.py). A fresh database is the same
+  whatever the home: tables, the default pool, the log templates.
 - The venv's bin/ goes first on PATH, so SparkSubmitOperator finds spark-submit and the Python
   that has tidemark installed.
 """
@@ -35,9 +40,12 @@ Choices, and why:
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import secrets
+import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -196,12 +204,48 @@ class AirflowServer:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def migrate(self) -> None:
-        """Create or upgrade the metadata database (`airflow db migrate`)."""
+        """Create or upgrade the metadata database (`airflow db migrate`).
+
+        A new SQLite database is copied from TIDEMARK_AIRFLOW_DB_CACHE when that folder holds one
+        migrated by this Airflow version (and left there by the first migration).
+        """
         started = time.monotonic()
+        cached = self._cached_database()
+        if cached is not None and os.path.exists(cached) and not os.path.exists(self._sqlite_path()):
+            shutil.copyfile(cached, self._sqlite_path())
+            self.timings["db_migrate_s"] = round(time.monotonic() - started, 1)
+            return
         result = self.cli("db", "migrate", timeout=300)
         if result.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
+        if cached is not None and not os.path.exists(cached):
+            self._keep_copy(cached)
         self.timings["db_migrate_s"] = round(time.monotonic() - started, 1)
+
+    def _sqlite_path(self) -> str:
+        return self.db_url.removeprefix("sqlite:///")
+
+    def _cached_database(self) -> str | None:
+        """Where a migrated database of this Airflow version is kept, or None (no cache, or not SQLite)."""
+        folder = os.environ.get("TIDEMARK_AIRFLOW_DB_CACHE")
+        if not folder or not self.db_url.startswith("sqlite:///"):
+            return None
+        # The installed distribution's version: importing airflow here would configure it.
+        return os.path.join(folder, f"airflow-{importlib.metadata.version('apache-airflow')}.db")
+
+    def _keep_copy(self, cached: str) -> None:
+        """Copy the freshly migrated database to `cached` whole.
+
+        SQLite's backup, then a rename: homes copying it meanwhile see no file or all of it.
+        """
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        partial = f"{cached}.{os.getpid()}.partial"
+        with (
+            contextlib.closing(sqlite3.connect(self._sqlite_path())) as source,
+            contextlib.closing(sqlite3.connect(partial)) as copy,
+        ):
+            source.backup(copy)
+        os.replace(partial, cached)
 
     def start(self, timeout: float = 180, components: Iterable[str] = COMPONENTS) -> AirflowServer:
         """Start the `components` not running yet (migrating the database once) and wait until healthy."""
