@@ -158,6 +158,12 @@ def parse_args(argv):
         "the stream's registration path, a 10 s trigger's density), to compare freshness on an old "
         "lake with a young one (issue 27); results go to freshness_history",
     )
+    p.add_argument(
+        "--dedup-concurrency",
+        type=int,
+        default=None,
+        help="the stack's dedup tasks at once (`tidemark up --dedup-concurrency`; default: the stack's)",
+    )
     p.add_argument("--no-write", action="store_true")
     p.add_argument(
         "--burst",
@@ -190,7 +196,11 @@ def main(argv=None) -> int:
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     stack = Stack(os.path.join(args.workdir, "stack"))
-    configured = stack.configure(spark_connect=not args.spark_submit, notice_coalesce=args.notice_coalesce)
+    configured = stack.configure(
+        spark_connect=not args.spark_submit,
+        notice_coalesce=args.notice_coalesce,
+        dedup_concurrency=args.dedup_concurrency,
+    )
     if args.history:
         from bench import history
         from tidemark.panes import receipt_index

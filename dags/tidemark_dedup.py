@@ -105,6 +105,8 @@ SESSIONS_DEDUP = Asset(
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APPLICATION = os.environ.get("TIDEMARK_SUBMIT_APP", os.path.join(REPO, "streaming_job", "submit.py"))
 EVENT_DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
+# Seconds a dedup waits before asking again whether its date's turn has come (about one small dedup).
+TURN_POLL_S = 3
 
 
 class SparkInputs(TypedDict):
@@ -139,25 +141,61 @@ class DedupOperator(SparkSubmitOperator):
         from airflow.sdk import BaseHook
 
         self.name = f"tidemark-dedup-{self.event_date}"
+        self._wait_for_the_dates_turn(context)
         if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
             super().execute(context)
             return
+        from concurrent.futures import ThreadPoolExecutor
+
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         from tidemark.base.spark import connect_session
-        from tidemark.deduplication.dedup import run_dedup
-        from tidemark.store.lake import Lake
 
         # rendered by now: templated fields hold text when the task runs (the date parsed here)
         lake, event_date = str(self.lake), layout.as_event_date(str(self.event_date))
         url = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("dedup of %s as a Spark Connect client of %s", event_date, url.split(";")[0])
-        spark = connect_session(url, f"tidemark-dedup-{event_date}")
-        try:
-            result = run_dedup(Lake.open(lake), event_date, spark=spark)
-        finally:
-            spark.stop()  # releases this run's server-side session
+        # The session's round trips (channel, session, settings) run beside the imports and the
+        # plan, which need no Spark; the dedup waits for it only when it has something to compute.
+        with ThreadPoolExecutor(1, thread_name_prefix="connect") as pool:
+            connecting = pool.submit(connect_session, url, f"tidemark-dedup-{event_date}")
+            try:
+                from tidemark.deduplication.dedup import run_dedup
+                from tidemark.store.lake import Lake
+
+                result = run_dedup(Lake.open(lake), event_date, connect=connecting.result)
+            finally:
+                if connecting.exception() is None:  # a failed connection failed the dedup if it needed one
+                    connecting.result().stop()  # releases this run's server-side session
         self.log.info("dedup result: %s", result.to_json())
+
+    def _wait_for_the_dates_turn(self, context: Context) -> None:
+        """Rescheduled while a run of the same date queued before this one is deduplicating it.
+
+        tidemark/orchestration/date_turns.py: with several dedup tasks at once, two dates run side by
+        side, two runs of one date do not. Nothing to ask with one dedup at a time. Without this
+        Airflow's REST API (not configured, or unreachable) the dedup goes on: the commit keeps the
+        result correct, only the work may be done twice.
+        """
+        if dedup_backends.dedup_concurrency(os.environ) == 1:
+            return
+        from datetime import datetime, timezone
+
+        from airflow.sdk.exceptions import AirflowRescheduleException
+
+        from tidemark.orchestration import airflow_api, date_turns
+
+        day, run_id = layout.event_date_text(layout.as_event_date(str(self.event_date))), context["run_id"]
+        try:
+            ahead = date_turns.ahead_of(airflow_api.for_tasks(), DAG_ID, run_id, day)
+        except (airflow_api.AirflowError, airflow_api.ConfigError) as exc:
+            self.log.warning("%s: cannot ask Airflow which runs of the date are deduplicating (%s)", day, exc)
+            return
+        if ahead is not None:
+            self.log.info("%s: run %s is deduplicating this date; rescheduled in %s s", day, ahead, TURN_POLL_S)
+            when = datetime.now(timezone.utc) + timedelta(seconds=TURN_POLL_S)
+            # the SDK's exception class declares no types for its __init__ (3.3.2)
+            raise AirflowRescheduleException(when)  # type: ignore[no-untyped-call]
 
 
 # --- the operator of each back end (tidemark.orchestration.dedup_backends decides which) ----------

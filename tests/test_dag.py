@@ -446,3 +446,34 @@ def test_the_dag_builds_the_operator_of_the_chosen_back_end(monkeypatch):
     monkeypatch.setenv("TIDEMARK_DEDUP_BACKEND", "databricks")
     with pytest.raises(ValueError, match="expected one of dataproc, spark"):
         dag.dedup_task("/lake", "2026-03-07")
+
+
+def test_the_dedup_of_a_date_waits_for_an_earlier_run_of_that_date_when_several_run_at_once(monkeypatch):
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    from tidemark.orchestration import airflow_api, date_turns
+
+    dag = _dag_module()
+    task = dag.dedup_task("/lake", "2026-03-07")
+    asked = []
+
+    def ahead_of(client, dag_id, run_id, event_date):
+        asked.append((dag_id, run_id, event_date))
+        return "notice__first" if run_id == "notice__second" else None
+
+    monkeypatch.setattr(airflow_api, "for_tasks", lambda: object())
+    monkeypatch.setattr(date_turns, "ahead_of", ahead_of)
+    monkeypatch.setenv("TIDEMARK_DEDUP_CONCURRENCY", "2")
+    with pytest.raises(AirflowRescheduleException):
+        task._wait_for_the_dates_turn({"run_id": "notice__second"})
+    task._wait_for_the_dates_turn({"run_id": "notice__first"})  # its turn: goes on
+    assert asked == [(DAG_ID, "notice__second", "2026-03-07"), (DAG_ID, "notice__first", "2026-03-07")]
+
+    def unreachable():
+        raise airflow_api.TransientAirflowError("GET /api/v2/dags -> HTTP 503")
+
+    monkeypatch.setattr(airflow_api, "for_tasks", unreachable)
+    task._wait_for_the_dates_turn({"run_id": "notice__second"})  # no Airflow to ask: the commit guards it
+    monkeypatch.setenv("TIDEMARK_DEDUP_CONCURRENCY", "1")
+    monkeypatch.setattr(date_turns, "ahead_of", lambda *a: pytest.fail("one dedup at a time: nothing to ask"))
+    task._wait_for_the_dates_turn({"run_id": "notice__second"})

@@ -56,3 +56,25 @@ def test_published_versions_equal_batch_sessionization_over_random_arrivals(spar
         assert again.noop
         assert not again.published
         assert again.affected_dates == []
+
+
+@pytest.mark.spark
+def test_a_session_being_opened_is_waited_for_only_when_there_is_something_to_compute(spark, tmp_path):
+    """The DAG's task opens its Spark Connect session beside the plan (`connect`): a run with
+    nothing new never asks for it; one that computes asks once and publishes the same result."""
+    rng = random.Random(5)
+    events = make_events(rng, users=3, days=1)
+    lake = Lake.open(tmp_path / "lake")
+    day = SimulatedStream(lake, 5).batch(events)[0].event_date
+    asked = []
+
+    def connect():
+        asked.append(1)
+        return spark
+
+    first = run_dedup(lake, day, RULES, connect=connect)
+    assert first.published
+    assert asked == [1]
+    assert published(lake, day) == expected(events, day)
+    again = run_dedup(lake, day, RULES, connect=lambda: pytest.fail("nothing new: no session needed"))
+    assert again.noop

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Run in a fresh interpreter, as the forkserver imports its preload modules.
 _PROBE = r"""
-import importlib, json, sys
+import importlib, json, os, sys, threading
 before = set(sys.modules)
 for name in sys.argv[1].split(","):
     importlib.import_module(name)
@@ -28,7 +28,10 @@ print(json.dumps({
     "tidemark": sorted(m for m in new if m.split(".")[0] == "tidemark"),
     "unconfigured": sum(1 for r in registries if r._new_mappers),
     "airflow_models": "airflow.models.taskinstance" in sys.modules,
-    "heavy": sorted(m for m in ("pyarrow.dataset", "pyiceberg.catalog.sql", "pandas") if m in sys.modules),
+    "heavy": sorted(m for m in ("pyarrow.dataset", "pyiceberg.catalog.sql", "pandas", "pyspark.sql.connect.session")
+                    if m in sys.modules),
+    "connect_mode": os.environ.get("SPARK_CONNECT_MODE_ENABLED"),
+    "threads": threading.active_count(),
 }))
 """
 
@@ -51,6 +54,10 @@ def test_the_schedulers_forkserver_preloads_the_task_libraries_and_configures_th
     # a task's first query through pyiceberg's SqlCatalog no longer configures them itself.
     assert out["airflow_models"] is True
     assert out["unconfigured"] == 0
-    assert out["heavy"] == ["pandas", "pyarrow.dataset", "pyiceberg.catalog.sql"]
+    assert out["heavy"] == ["pandas", "pyarrow.dataset", "pyiceberg.catalog.sql", "pyspark.sql.connect.session"]
+    # The Spark Connect client is imported, not started: no Connect mode and no thread of its own
+    # that a fork would leave half-copied (a task opens its gRPC channel after the fork).
+    assert out["connect_mode"] is None
+    assert out["threads"] == 1
     # No first-party code but the preload itself: each task imports tidemark as the checkout is then.
     assert out["tidemark"] == ["tidemark", "tidemark.devstack", "tidemark.devstack.task_preload"]

@@ -113,6 +113,10 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
         log = dedup_log(airflow, "connect_first")
         assert "as a Spark Connect client of sc://127.0.0.1:" in log
         assert "spark-submit" not in log
+        # TIDEMARK_DEDUP_CONCURRENCY unset (no limit): the dedup asked Airflow whether a run of its
+        # date queued before it was deduplicating (tidemark/orchestration/date_turns.py), and none was.
+        assert "cannot ask Airflow" not in log
+        assert "is deduplicating this date" not in log
         assert published(lake, event_date) == expected(events, event_date)
 
         # Nothing new since: no Spark at all, the dedup shows as skipped.

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from tidemark.devstack import postgres, process
-from tidemark.devstack.stack import Record, Stack, port_states
+from tidemark.devstack.stack import Record, SettingsConflict, Stack, port_states
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
@@ -126,3 +126,17 @@ def test_up_refuses_to_change_a_recorded_setting(tmp_path):
     assert "lake" in proc.stderr
     assert "lake-b" in proc.stderr
     assert stack.records() == {}
+
+
+def test_the_dedup_concurrency_is_a_setting_of_the_home_that_reaches_airflow(tmp_path):
+    stack = Stack(str(tmp_path / "state"))
+    assert stack.configure(dedup_concurrency=2).dedup_concurrency == 2
+    assert stack.airflow().extra_env["TIDEMARK_DEDUP_CONCURRENCY"] == "2"
+    with pytest.raises(SettingsConflict, match="dedup_concurrency=2"):
+        stack.configure(dedup_concurrency=3)
+    assert Stack(str(tmp_path / "other")).configure().dedup_concurrency == 1  # the default
+    with pytest.raises(SettingsConflict, match="at least 1"):
+        Stack(str(tmp_path / "third")).configure(dedup_concurrency=0)
+    proc = cli("up", "--home", str(tmp_path / "fourth"), "--dedup-concurrency", "0", timeout=120)
+    assert proc.returncode == 2
+    assert "--dedup-concurrency: 0 is out of range" in proc.stderr

@@ -83,6 +83,13 @@ def register(subparsers: Subparsers) -> None:
         "warm Spark Connect server (fixed at the home's first up)",
     )
     p.add_argument(
+        "--dedup-concurrency",
+        type=checked(in_range(int, 1, 64), "dedup concurrency"),
+        default=None,
+        help="dedup tasks running at once across the DAG's runs, each of another date "
+        "(TIDEMARK_DEDUP_CONCURRENCY; default 1; fixed at the home's first up)",
+    )
+    p.add_argument(
         "--trigger-interval", default=None, type=DURATION_TEXT, help="stream micro-batch interval (default 5s)"
     )
     add_session_options(p)
@@ -130,6 +137,7 @@ def start(args: argparse.Namespace, console: Console) -> tuple[Stack, StackSetti
             trigger_interval=getattr(args, "trigger_interval", None),
             rules=rules,
             spark_connect=False if getattr(args, "spark_submit", False) else None,
+            dedup_concurrency=getattr(args, "dedup_concurrency", None),
         )
     return stack, settings
 

@@ -28,6 +28,7 @@ RDD or py4j), so `spark` may be a Spark Connect session.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 from functools import reduce
@@ -125,10 +126,13 @@ def run_dedup(
     spark: SparkSession | None = None,
     run_id: str | None = None,
     full: bool = False,
+    connect: Callable[[], SparkSession] | None = None,
 ) -> DedupResult:
     """Deduplicate and publish one event date. Idempotent, restartable, safe to run concurrently.
 
-    `spark` is only started (when not given) if there is something new to compute. `full` forces
+    `spark` is only started (when not given) if there is something new to compute: by `connect`
+    when given (e.g. the result of a Spark Connect session being opened meanwhile, as the DAG's
+    task does, so that the session's round trips overlap the planning), else build_session. `full` forces
     the full path (every planned receipt re-sessionized) instead of the incremental one, and is never
     a no-op: it publishes unless its islands equal the current version's (recheck). A run whose
     plan turns out stale at commit time (a concurrent run published receipts it did not read)
@@ -139,7 +143,7 @@ def run_dedup(
     day = layout.as_event_date(event_date)
     for attempt in range(1, _MAX_REPLANS + 1):
         try:
-            return _run_dedup_once(lake, day, rules, spark, run_id if attempt == 1 else None, full)
+            return _run_dedup_once(lake, day, rules, spark, run_id if attempt == 1 else None, full, connect)
         except commits.Superseded as exc:
             if attempt == _MAX_REPLANS:
                 raise
@@ -154,6 +158,7 @@ def _run_dedup_once(
     spark: SparkSession | None,
     run_id: str | None,
     full: bool = False,
+    connect: Callable[[], SparkSession] | None = None,
 ) -> DedupResult:
     started = time.monotonic()
     # The lake's recorded rules; explicit rules that disagree are refused (RulesMismatch).
@@ -161,7 +166,7 @@ def _run_dedup_once(
     run_id = run_id or run_markers.new_run_id()
     # Listed before planning: the obligations this run acts on (see tidemark/orchestration/obligations.py).
     owed = obligations.pending(lake, day)
-    result = _run(lake, day, rules, rules_id, spark, run_id, started, full)
+    result = _run(lake, day, rules, rules_id, spark, run_id, started, full, connect)
     obligations.discharge(lake, owed, result.version)
     return result
 
@@ -175,6 +180,7 @@ def _run(
     run_id: str,
     started: float,
     full: bool = False,
+    connect: Callable[[], SparkSession] | None = None,
 ) -> DedupResult:
     event_date = day
     index = LakeIndex(lake)
@@ -203,9 +209,9 @@ def _run(
             previous_gap=format_duration(previous.gap) if previous.gap else None,
         )
     if spark is None:
-        spark = build_session("tidemark-dedup")
+        spark = connect() if connect is not None else build_session("tidemark-dedup")
     _tune(spark)
-    phases.done("spark")  # getting the session: ~0 when it is given (a warm one)
+    phases.done("spark")  # getting the session: ~0 when it is given (a warm one) or connected meanwhile
     known = set(previous.receipts) if previous else set()
 
     fallback = "--full" if full else ""

@@ -159,6 +159,7 @@ class UpOptions(TypedDict, total=False):
     trigger_interval: str | None
     notice_coalesce: str | None
     spark_connect: bool | None
+    dedup_concurrency: int | None
 
 
 class Stopped(TypedDict):
@@ -225,8 +226,11 @@ class Stack:
         trigger_interval: str | None = None,
         notice_coalesce: str | None = None,
         spark_connect: bool | None = None,
+        dedup_concurrency: int | None = None,
     ) -> StackSettings:
         """Settings of this home: stored ones, completed (never silently changed) by the options."""
+        if dedup_concurrency is not None and dedup_concurrency < 1:
+            raise SettingsConflict(f"dedup concurrency must be at least 1, not {dedup_concurrency}")
         given: dict[str, Any] = {
             "lake": _abs(lake),
             "landing": _abs(landing),
@@ -236,6 +240,7 @@ class Stack:
             "trigger_interval": trigger_interval,
             "notice_coalesce": notice_coalesce,
             "spark_connect": spark_connect,
+            "dedup_concurrency": dedup_concurrency,
         }
         current = self.settings()
         if current is None:
@@ -250,6 +255,8 @@ class Stack:
                 spark_connect=True if spark_connect is None else spark_connect,
                 archive=os.path.join(self.home, "archive"),
             )
+            if dedup_concurrency is not None:
+                current.dedup_concurrency = dedup_concurrency
             current.metadata_db = "postgres" if db_url is None and postgres.available() else "sqlite"
             if not current.spark_connect:
                 current.airflow_parallelism = current.max_active_runs = 2

@@ -345,6 +345,26 @@ class AirflowClient:
         )["task_instances"]
         return found
 
+    def running_dag_runs(self, dag_id: str) -> list[JSONObject]:
+        """The DAG's runs in state running (one page of 100: more than max_active_runs allows)."""
+        found: list[JSONObject] = _object(
+            self._request(
+                "GET", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", params={"state": "running", "limit": 100}
+            )
+        )["dag_runs"]
+        return found
+
+    def running_task_instances(self, dag_id: str, task_id: str) -> list[JSONObject]:
+        """The running instances of one task across every run of the DAG (one page of 100)."""
+        found: list[JSONObject] = _object(
+            self._request(
+                "GET",
+                f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/~/taskInstances",
+                params={"task_id": task_id, "state": "running", "limit": 100},
+            )
+        )["task_instances"]
+        return found
+
     # -- assets -------------------------------------------------------------------------------
 
     def asset_id(self, name: str) -> int | None:
