@@ -242,6 +242,15 @@ def main(argv=None) -> int:
             print("stack stopped", flush=True)
 
 
+def landing_stagger(trigger_interval: str | None, waves: int) -> float:
+    """Seconds added to each pause so that `waves` landings fall evenly over the trigger's cycle."""
+    from tidemark.base.durations import parse_duration
+
+    if not trigger_interval or waves < 2:
+        return 0.0
+    return parse_duration(trigger_interval).total_seconds() / waves
+
+
 def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_seconds, per_wave) -> int:
     from tidemark.base import names
     from tidemark.iceberg import table_versions
@@ -250,6 +259,11 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
 
     landed: dict[str, float] = {}  # file base name -> landing time (epoch s)
     wave_of: dict[str, int] = {}
+    # Landings `pause` apart fall at one phase of the stream's trigger when the pause is a multiple of
+    # it (30 s against 5 s): every file of a run would wait the same time for its batch, and the run's
+    # percentiles would be those of one phase. Each landing comes a further 1/waves of the trigger
+    # later, so a run's landings cover the trigger's cycle evenly.
+    stagger = landing_stagger(settings.trigger_interval, len(chunks))
     for i, chunk in enumerate(chunks):
         began = time.time()
         path = generate.write_file(settings.landing, i, chunk, began)
@@ -260,7 +274,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         # noqa below: wait_for calls the lambda within this iteration, so `name` is this iteration's
         wait_for(lambda: (name in file_batches(settings.checkpoint), "in a committed batch"), args.timeout, "stream")  # noqa: B023
         if i < len(chunks) - 1:
-            time.sleep(max(0.0, pause - (time.time() - began)))
+            time.sleep(max(0.0, pause + stagger - (time.time() - began)))
 
     lake = Lake.open(settings.lake)
     client = stack.airflow(settings).client()
@@ -468,6 +482,9 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
                 "waves": len(chunks),
                 "lines per wave (about)": per_wave,
                 "pause between landings s": pause,
+                "added to each pause (landings spread over the trigger's cycle) s": round(
+                    landing_stagger(settings.trigger_interval, len(chunks)), 2
+                ),
                 "stream trigger": settings.trigger_interval,
                 "notice coalesce": settings.notice_coalesce or "off",
                 "dedup Spark": "Spark Connect server (warm)" if settings.spark_connect else "spark-submit per run",

@@ -60,6 +60,16 @@ def test_runner_refuses_an_unknown_benchmark():
         runner.main(["no_such_bench"])
 
 
+def test_landings_fall_evenly_over_the_streams_trigger_cycle():
+    # 30 s between landings is a multiple of a 5 s trigger: without the stagger every landing of a
+    # run would wait the same time for its batch
+    waves, pause = 10, 30.0
+    step = pause + freshness.landing_stagger("5s", waves)
+    phases = sorted(round((i * step) % 5.0, 6) for i in range(waves))
+    assert phases == [round(k * 0.5, 6) for k in range(waves)]
+    assert freshness.landing_stagger(None, waves) == 0.0  # no trigger interval: nothing to spread over
+
+
 def test_percentile_is_nearest_rank():
     values = list(range(1, 101))
     assert freshness.percentile(values, 50) == 50
