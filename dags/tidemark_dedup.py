@@ -185,7 +185,7 @@ class DedupOperator(SparkSubmitOperator):
 
         from tidemark.orchestration import airflow_api, date_turns
 
-        day, run_id = layout.event_date_text(layout.as_event_date(str(self.event_date))), context["run_id"]
+        day, run_id = layout.as_event_date(str(self.event_date)), context["run_id"]
         try:
             ahead = date_turns.ahead_of(airflow_api.for_tasks(), DAG_ID, run_id, day)
         except (airflow_api.AirflowError, airflow_api.ConfigError) as exc:

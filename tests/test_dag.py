@@ -467,7 +467,8 @@ def test_the_dedup_of_a_date_waits_for_an_earlier_run_of_that_date_when_several_
     with pytest.raises(AirflowRescheduleException):
         task._wait_for_the_dates_turn({"run_id": "notice__second"})
     task._wait_for_the_dates_turn({"run_id": "notice__first"})  # its turn: goes on
-    assert asked == [(DAG_ID, "notice__second", "2026-03-07"), (DAG_ID, "notice__first", "2026-03-07")]
+    day = date(2026, 3, 7)  # the param's text parsed before Airflow is asked
+    assert asked == [(DAG_ID, "notice__second", day), (DAG_ID, "notice__first", day)]
 
     def unreachable():
         raise airflow_api.TransientAirflowError("GET /api/v2/dags -> HTTP 503")

@@ -18,7 +18,10 @@ when it asks, so of two runs of a date that ask at once exactly one goes on.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import date
 from typing import TYPE_CHECKING
+
+from tidemark.base import layout
 
 if TYPE_CHECKING:
     from tidemark.orchestration.airflow_api import AirflowClient, JSONObject
@@ -26,17 +29,24 @@ if TYPE_CHECKING:
 DEDUP_TASK = "dedup"
 
 
-def run_date(run: JSONObject) -> str | None:
-    """The event date a run of the dedup DAG is for: its partition key, else its conf's event_date."""
+def run_date(run: JSONObject) -> date | None:
+    """The event date a run of the dedup DAG is for: its partition key, else its conf's event_date.
+
+    None for a run that names no date, or none in the lake's format (such a run fails its own
+    parse of the date before it reaches a dedup: nothing to wait for).
+    """
     key = run.get("partition_key")
-    if key:
-        return str(key)
     conf = run.get("conf") or {}
-    date = conf.get("event_date") if isinstance(conf, dict) else None
-    return str(date) if date else None
+    text = key or (conf.get("event_date") if isinstance(conf, dict) else None)
+    if not text:
+        return None
+    try:
+        return layout.parse_event_date(text)
+    except layout.InvalidPartitionValue:
+        return None
 
 
-def waiting_for(runs: Iterable[JSONObject], dedups: Iterable[JSONObject], run_id: str, event_date: str) -> str | None:
+def waiting_for(runs: Iterable[JSONObject], dedups: Iterable[JSONObject], run_id: str, event_date: date) -> str | None:
     """The run whose dedup of `event_date` goes before run `run_id`'s, or None: its turn.
 
     Args:
@@ -44,7 +54,7 @@ def waiting_for(runs: Iterable[JSONObject], dedups: Iterable[JSONObject], run_id
         dedups: the running dedup task instances across the DAG (REST taskInstances: run_id,
             queued_when).
         run_id: the asking run.
-        event_date: its date, as text (YYYY-MM-DD).
+        event_date: its date.
     """
     same_date = {str(run["dag_run_id"]) for run in runs if run_date(run) == event_date}
     same_date.add(run_id)
@@ -56,7 +66,7 @@ def waiting_for(runs: Iterable[JSONObject], dedups: Iterable[JSONObject], run_id
     return order[0][1]
 
 
-def ahead_of(client: AirflowClient, dag_id: str, run_id: str, event_date: str) -> str | None:
+def ahead_of(client: AirflowClient, dag_id: str, run_id: str, event_date: date) -> str | None:
     """waiting_for over this Airflow's running runs and dedup task instances (two REST calls)."""
     runs = client.running_dag_runs(dag_id)
     if not any(run_date(run) == event_date and run["dag_run_id"] != run_id for run in runs):
