@@ -77,11 +77,26 @@ def _split_comment(line: str) -> tuple[str, str]:
 
 
 def run_text(
-    spark: SparkSession, query: str, inputs: Mapping[str, DataFrame] | None = None, **params: object
+    spark: SparkSession,
+    query: str,
+    inputs: Mapping[str, DataFrame] | None = None,
+    views: list[str] | None = None,
+    **params: object,
 ) -> DataFrame:
-    """Run a query made by `text` / `compose`: `inputs` its `{name}`s, `params` its `:name`s."""
+    """Run a query made by `text` / `compose`: `inputs` its `{name}`s, `params` its `:name`s.
+
+    `views`: as `run`'s.
+    """
     inputs = _checked(inputs)
-    return spark.sql(query, args=params, **inputs)
+    if views is None:
+        return spark.sql(query, args=params, **inputs)
+    names: dict[str, str] = {}
+    for key, frame in inputs.items():
+        names[key] = f"tidemark_{key}_{uuid.uuid4().hex}"
+        frame.createOrReplaceTempView(names[key])
+        views.append(names[key])
+    # the same `{name}` / `{{` rules as Spark's formatter (both are Python's str.format)
+    return spark.sql(query.format(**names), args=params)
 
 
 def run(
@@ -101,16 +116,7 @@ def run(
     uncaches the DataFrame it was made from, so a persisted input would be recomputed by every later
     query (the 1M-session dedup computed everything twice that way).
     """
-    if views is None:
-        return run_text(spark, text(name), inputs, **params)
-    inputs = _checked(inputs)
-    names: dict[str, str] = {}
-    for key, frame in inputs.items():
-        names[key] = f"tidemark_{key}_{uuid.uuid4().hex}"
-        frame.createOrReplaceTempView(names[key])
-        views.append(names[key])
-    # the same `{name}` / `{{` rules as Spark's formatter (both are Python's str.format)
-    return spark.sql(text(name).format(**names), args=params)
+    return run_text(spark, text(name), inputs, views, **params)
 
 
 def _checked(inputs: Mapping[str, DataFrame] | None) -> Mapping[str, DataFrame]:

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
-from functools import reduce
+from functools import partial, reduce
 from typing import TYPE_CHECKING, Any
 
 import dedup_sql
@@ -246,6 +247,7 @@ def _run(
         )
         current = bigger
     phases.done("compute")  # the islands and their summary (cached), every replan included
+    written = False
     try:
         newest = table_versions.current_version(lake, day)
         if _covered(current.keys, newest, rules):
@@ -263,21 +265,29 @@ def _run(
         marker = _write_version(
             lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
         )
+        written = True
     finally:
-        islands.release()
+        if not written:  # returned early (nothing to publish) or failed: released now
+            islands.release()
     phases.done("write")
-    outcome = commits.commit(lake, marker, replace=full)
-    phases.done("commit")
+    # The cached frames and their views are released beside the commit and what follows it (a few
+    # round trips to Spark; the commit reads only the lake), joined before the run returns.
+    with ThreadPoolExecutor(1, thread_name_prefix="dedup-release") as pool:
+        released = pool.submit(islands.release)
+        outcome = commits.commit(lake, marker, replace=full)
+        phases.done("commit")
+        if outcome.committed:
+            changes.ensure_after_commit(lake, outcome.current)
+            phases.done("changes")
+            # The corrected notice, recorded (not sent) in the process that committed, however the
+            # dedup ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected_delivery.py).
+            corrected_delivery.record_after_commit(lake, outcome.current)
+            phases.done("notice")
+    released.result()
     if not outcome.committed:
         if full:  # a concurrent run published more receipts meanwhile: recompute over them
             raise commits.Superseded(f"{event_date}: version {outcome.current.version} read receipts this run did not")
         return _noop(event_date, outcome.current, started)
-    changes.ensure_after_commit(lake, outcome.current)
-    phases.done("changes")
-    # The corrected notice, recorded (not sent) in the process that committed, however the dedup
-    # ran; the DAG's notify_corrected task sends it (tidemark/notices/corrected_delivery.py).
-    corrected_delivery.record_after_commit(lake, outcome.current)
-    phases.done("notice")
     version = outcome.current.version
     result = DedupResult(
         event_date,
@@ -469,6 +479,13 @@ def _read_receipts(spark: SparkSession, lake: Lake, partitions: list[Partition],
     )
 
 
+# Every island of a plan's panes: dedup_events.sql into sessionize.sql (THE session rule) into
+# dedup_sessions.sql, composed as one query (one analysis, one round trip over Spark Connect).
+ISLANDS_QUERY = dedup_sql.compose(
+    "dedup_sessions", sessionized=dedup_sql.compose("sessionize", events=dedup_sql.text("dedup_events"))
+)
+
+
 def known_receipt(key: Column, planned: list[str], known: set[str]) -> Column:
     """A Column: is this pane's receipt key (`key`, every one among `planned`) one already read?
 
@@ -506,9 +523,9 @@ def compute_islands(spark: SparkSession, lake: Lake, current: Plan, rules: Sessi
         "receipt_ts",
         known_receipt(F.concat_ws("/", "event_date", "receipt_ts"), current.keys, known).alias("known"),
     )
-    events = dedup_sql.run(spark, "dedup_events", {"panes": panes}, lo_us=times.to_micros(current.lo))
-    sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
-    return dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized})
+    return dedup_sql.run_text(
+        spark, ISLANDS_QUERY, {"panes": panes}, lo_us=times.to_micros(current.lo), gap_us=rules.gap_us
+    )
 
 
 def _full(spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
@@ -564,6 +581,7 @@ def _write_version(
     folder = lake.run_dir(day, run_id)
     names: list[str] = []
     count = None
+    writes: list[Callable[[], None]] = []
     if sessions:
         # event_date is inside the files: Iceberg reads the identity partition value from them.
         out = islands.sessions.select(
@@ -575,16 +593,16 @@ def _write_version(
         # rewrote, in the count its predecessor's layout keeps, or all of them. Not sorted: a file
         # of this size is one row group, so a sort would buy readers nothing.
         count = islands.buckets or buckets.count_for(sessions)
-        buckets.write(out, count, folder, islands.rewritten if islands.buckets else None)
-        names = _bucket_files(folder)
+        rewritten = islands.rewritten if islands.buckets else None
+        writes.append(partial(buckets.write, out, count, folder, rewritten))
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):
         # only the next incremental run of this date reads it.
-        (
-            islands.context.coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
-            .write.mode("overwrite")
-            .parquet(incremental.context_dir(lake, day, run_id))
-        )
+        context = islands.context.coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
+        writes.append(partial(context.write.mode("overwrite").parquet, incremental.context_dir(lake, day, run_id)))
+    _run_side_by_side(writes)
+    if sessions:
+        names = _bucket_files(folder)
     # Its changeset against `previous` (tidemark/deduplication/changeset.py), staged inside the folder
     # the writes above replaced; its counts go into the marker.
     carried = islands.carried if sessions else ()
@@ -621,6 +639,23 @@ def _write_version(
     )
     run_markers.write_marker(lake, marker)
     return marker
+
+
+def _run_side_by_side(actions: list[Callable[[], None]]) -> None:
+    """Run Spark actions at once, one thread each; the first one's error, if any, raised when all have ended.
+
+    A small correction's writes are a few fixed-cost Spark jobs each (planning, scheduling, a
+    file committer) on a few hundred rows: side by side they overlap on the driver's cores. They
+    write into separate folders, so neither sees the other's files.
+    """
+    if len(actions) <= 1:
+        for action in actions:
+            action()
+        return
+    with ThreadPoolExecutor(len(actions), thread_name_prefix="dedup-write") as pool:
+        futures = [pool.submit(action) for action in actions]
+    for future in futures:
+        future.result()
 
 
 def now() -> datetime:

@@ -185,11 +185,15 @@ class Islands:
     after: DataFrame | None = None
 
     def release(self) -> None:
-        """Drop the views and unpersist the cached inputs, once the version is written."""
-        if self.spark is not None:
-            dedup_sql.drop_views(self.spark, self.views)
+        """Unpersist the cached inputs, then drop the views, once the version is written.
+
+        In this order: a cached frame's plan may name the views (a query run with `views`), and
+        Spark Connect analyses that plan again to unpersist it.
+        """
         for frame in self.cached:
             frame.unpersist()
+        if self.spark is not None:
+            dedup_sql.drop_views(self.spark, self.views)
 
 
 def split(islands: DataFrame, event_date: date, until: datetime) -> tuple[DataFrame, DataFrame]:
@@ -260,6 +264,13 @@ def _previous_context(spark: SparkSession, lake: Lake, previous: VersionRecord, 
     return filled
 
 
+# A correction's islands: dedup_events_incremental.sql into sessionize.sql (THE session rule) into
+# dedup_sessions.sql, composed as one query (one analysis on the driver, one round trip over Spark
+# Connect, where three spark.sql calls cost one each).
+CORRECT_QUERY = dedup_sql.compose(
+    "dedup_sessions", sessionized=dedup_sql.compose("sessionize", events=dedup_sql.text("dedup_events_incremental"))
+)
+
 # Up to this many touched users are filtered by value (an IN list in the plan), more by a join.
 _ISIN_USERS = 200
 
@@ -309,15 +320,14 @@ def correct(
     # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
     views: list[str] = []
     old = keep(old_sessions.unionByName(old_context)).persist()
-    events = dedup_sql.run(
+    recomputed = dedup_sql.run_text(
         spark,
-        "dedup_events_incremental",
+        CORRECT_QUERY,
         {"islands": old, "panes": panes},
-        views=views,
+        views,
         lo_us=times.to_micros(current.lo),
-    )
-    sessionized = dedup_sql.run(spark, "sessionize", {"events": events}, gap_us=rules.gap_us)
-    recomputed = dedup_sql.run(spark, "dedup_sessions", {"sessionized": sessionized}).persist()
+        gap_us=rules.gap_us,
+    ).persist()
 
     params = {"event_date": layout.event_date_text(day), "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
     new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, views=views, **params)
