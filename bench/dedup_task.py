@@ -157,10 +157,9 @@ def main(argv=None) -> int:
         server = _WithUI(os.path.join(args.workdir, "connect"), master="local[2]").start()
         url, ui = server.url, f"http://127.0.0.1:{ui_port}"
     try:
+        from bench.correction_cost import undo
         from tidemark.iceberg import table as iceberg
         from tidemark.store.lake import Lake
-
-        from bench.correction_cost import undo
 
         lake = Lake.open(os.path.join(args.workdir, "lake"))
         before = iceberg.load(lake).metadata_location
@@ -171,7 +170,8 @@ def main(argv=None) -> int:
             seconds, result = one_correction(lake, day, url)
             jobs1 = _jobs(ui)
             undo(lake, before)
-            assert result.published and result.mode == "incremental", result.to_json()
+            assert result.published, result.to_json()
+            assert result.mode == "incremental", result.to_json()
             phases = {k: round(v, 2) for k, v in result.phases.items()}
             row = {
                 "repeat": "warm-up" if n == 0 else n,

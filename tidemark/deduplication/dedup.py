@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 from functools import partial, reduce
@@ -218,11 +218,23 @@ def _run(
     fallback = "--full" if full else ""
     while True:
         start, why = (None, fallback) if fallback else incremental.base(previous, current, rules)
+        early = None
         if start is not None:
             islands = incremental.correct(spark, lake, current, rules, start, read_panes)
+            # A correction that keeps its layout knows where its rows go before its summary: its
+            # writes start beside the summary's Spark job, and are discarded if it computes again.
+            early = _write_early(lake, day, run_id, islands, start.previous)
         else:
             islands = _full(spark, lake, current, rules, known)
-        summary = islands.summary
+        try:
+            summary = islands.summary
+        except BaseException:
+            if early is not None:
+                early.discard()
+            raise
+        if early is not None and _replans(index, current, rules, summary):
+            early.discard()
+            early = None
         if start is not None and summary["past_horizon"]:
             # A corrected session may continue into islands the context does not keep.
             islands.release()
@@ -252,6 +264,9 @@ def _run(
         newest = table_versions.current_version(lake, day)
         if _covered(current.keys, newest, rules):
             if not full:
+                if early is not None:
+                    early.discard()
+                    early = None
                 return _noop(event_date, newest, started)  # a concurrent run published all of it already
             unchanged = _full_unchanged(spark, lake, event_date, current, islands, newest, rules, started)
             if unchanged is not None:
@@ -263,11 +278,13 @@ def _run(
         read = (len(start.new), start.rows_read) if start is not None else (len(current.partitions), current.rows)
         mode: Mode = "full" if start is None else "incremental"
         marker = _write_version(
-            lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read
+            lake, day, run_id, islands, summary, current, rules, known, previous, mode=mode, read=read, early=early
         )
         written = True
     finally:
         if not written:  # returned early (nothing to publish) or failed: released now
+            if early is not None:
+                early.wait()
             islands.release()
     phases.done("write")
     # The cached frames and their views are released beside the commit and what follows it (a few
@@ -551,7 +568,8 @@ def _full(spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, k
         gap_us=rules.gap_us,
     ).first()
     sessions, context = incremental.split(islands, day, until)
-    return incremental.Islands(sessions, context, incremental.summary_of(row, day), [islands], spark=spark, views=views)
+    summary = incremental.summary_of(row, day)
+    return incremental.Islands(sessions, context, lambda: summary, [islands], spark=spark, views=views)
 
 
 def _write_version(
@@ -566,40 +584,43 @@ def _write_version(
     previous: VersionRecord | None,
     mode: Mode = "full",
     read: tuple[int, int] | None = None,
+    early: _EarlyWrites | None = None,
 ) -> VersionRecord:
     """Write the run's sessions of event_date as Parquet into its own folder, then the rest, then its marker.
 
     The other islands go into its `context/` (tidemark/deduplication/incremental.py: the next run's
     starting point), its changeset into its `changes/` (tidemark/deduplication/changeset.py), then
     its marker. The version id is chosen at commit time (tidemark.iceberg.commits.commit), on the
-    table's fresh state.
+    table's fresh state. `early`: the writes `_write_early` started before the summary was known,
+    waited for here, and made what the summary says (a context written again in another file
+    count, the folders of what the version does not have removed).
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
-    from pyspark.sql import functions as F
-
     sessions = summary["sessions"]
     folder = lake.run_dir(day, run_id)
     names: list[str] = []
     count = None
     writes: list[Callable[[], None]] = []
+    if early is not None:
+        early.wait()
     if sessions:
-        # event_date is inside the files: Iceberg reads the identity partition value from them.
-        out = islands.sessions.select(
-            F.expr(sql_rules.session_id()).alias("session_id"),
-            *OUTPUT_COLUMNS[1:],
-            F.lit(layout.event_date_text(day)).cast("date").alias("event_date"),
-        )
         # One file per bucket of users (tidemark/deduplication/buckets.py): the buckets the run
         # rewrote, in the count its predecessor's layout keeps, or all of them. Not sorted: a file
         # of this size is one row group, so a sort would buy readers nothing.
         count = islands.buckets or buckets.count_for(sessions)
-        rewritten = islands.rewritten if islands.buckets else None
-        writes.append(partial(buckets.write, out, count, folder, rewritten))
+        if early is None:
+            rewritten = islands.rewritten if islands.buckets else None
+            writes.append(partial(buckets.write, _table_rows(islands.sessions, day), count, folder, rewritten))
+    elif early is not None:
+        early.drop_sessions()  # no session of the date is left: no file, as without an early write
+    context_dir = incremental.context_dir(lake, day, run_id)
     if summary["context_rows"]:
         # Not part of the table (files are registered by name, this folder is not listed):
         # only the next incremental run of this date reads it.
-        context = islands.context.coalesce(max(1, min(8, summary["context_rows"] // 1_000_000 + 1)))
-        writes.append(partial(context.write.mode("overwrite").parquet, incremental.context_dir(lake, day, run_id)))
+        files = _context_files(summary["context_rows"])
+        if early is None or early.context_files != files:
+            writes.append(partial(_write_context, islands.context, files, context_dir))
+    elif early is not None:
+        context_dir.delete()  # no island besides the date's: no context, as without an early write
     _run_side_by_side(writes)
     if sessions:
         names = _bucket_files(folder)
@@ -639,6 +660,91 @@ def _write_version(
     )
     run_markers.write_marker(lake, marker)
     return marker
+
+
+def _table_rows(sessions: DataFrame, day: date) -> DataFrame:
+    """A run's sessions of `day` as the table's rows (its files' columns)."""
+    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
+    from pyspark.sql import functions as F
+
+    # event_date is inside the files: Iceberg reads the identity partition value from them.
+    return sessions.select(
+        F.expr(sql_rules.session_id()).alias("session_id"),
+        *OUTPUT_COLUMNS[1:],
+        F.lit(layout.event_date_text(day)).cast("date").alias("event_date"),
+    )
+
+
+def _context_files(rows: int) -> int:
+    """How many files a version's island context of this many rows is written in."""
+    return max(1, min(8, rows // 1_000_000 + 1))
+
+
+def _write_context(context: DataFrame, files: int, folder: Folder) -> None:
+    """Write a version's island context into its folder (`incremental.context_dir`)."""
+    context.coalesce(files).write.mode("overwrite").parquet(folder)
+
+
+@dataclass
+class _EarlyWrites:
+    """A correction's writes, started beside the Spark job of its summary (`_write_early`)."""
+
+    pool: ThreadPoolExecutor
+    futures: list[Future[None]]
+    folder: Folder  # the run's folder: its bucket folders, and its context folder inside
+    context_files: int  # the file count the context was written in
+
+    def wait(self) -> None:
+        """Wait for both writes; the first error, if any, raised."""
+        self.pool.shutdown(wait=True)
+        for future in self.futures:
+            future.result()
+
+    def drop_sessions(self) -> None:
+        """Remove the bucket folders written (there are none when no session of the date is left)."""
+        for name in self.folder.subfolder_names():
+            if name.startswith(buckets.BUCKET_DIR + "="):
+                self.folder.folder(name).delete()
+
+    def discard(self) -> None:
+        """Wait for the writes to end, then remove the run's folder: the run computes again, publishes nothing, or failed.
+
+        What they wrote is not used, so neither is how they ended.
+        """
+        self.pool.shutdown(wait=True)
+        self.folder.delete()
+
+
+def _write_early(
+    lake: Lake, day: date, run_id: str, islands: incremental.Islands, previous: VersionRecord
+) -> _EarlyWrites | None:
+    """Start a correction's two writes (its sessions' buckets, its context) before its summary is known.
+
+    Only for a correction that keeps its predecessor's layout (`islands.buckets`): where its rows go
+    does not depend on the summary then. The context's file count is the previous version's;
+    `_write_version` writes it again if the summary asks for another, and removes what the summary
+    says the version does not have. None when the layout is not kept (the writes wait for the summary).
+    """
+    if not islands.buckets:
+        return None
+    files = _context_files(previous.context_rows or 0)
+    pool = ThreadPoolExecutor(2, thread_name_prefix="dedup-write")
+    futures = [
+        pool.submit(
+            buckets.write,
+            _table_rows(islands.sessions, day),
+            islands.buckets,
+            lake.run_dir(day, run_id),
+            islands.rewritten,
+        ),
+        pool.submit(_write_context, islands.context, files, incremental.context_dir(lake, day, run_id)),
+    ]
+    return _EarlyWrites(pool, futures, lake.run_dir(day, run_id), files)
+
+
+def _replans(index: LakeIndex, current: Plan, rules: SessionRules, summary: incremental.Summary) -> bool:
+    """Whether a correction with this summary computes again (the loop in `_run`), so its writes are not the version's."""
+    return bool(summary["past_horizon"]) or planning.grown(index, current, rules, summary["reach"]) is not None
 
 
 def _run_side_by_side(actions: list[Callable[[], None]]) -> None:

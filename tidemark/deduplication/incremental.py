@@ -172,7 +172,9 @@ class Islands:
 
     sessions: DataFrame
     context: DataFrame
-    summary: Summary
+    # Computes the summary (a Spark action) when the run first asks for it: the run may start its
+    # writes beside it (tidemark.deduplication.dedup).
+    count: Callable[[], Summary]
     cached: list[DataFrame]
     spark: SparkSession | None = None
     views: list[str] = field(default_factory=list)  # dedup_sql.run(..., views=): dropped on release
@@ -183,6 +185,14 @@ class Islands:
     # when the run knows them: its changeset (tidemark/deduplication/changeset.py). None: a full run.
     before: DataFrame | None = None
     after: DataFrame | None = None
+    _summary: Summary | None = field(default=None, init=False, repr=False)
+
+    @property
+    def summary(self) -> Summary:
+        """dedup_summary.sql's row as the run uses it (`summary_of`), computed once, when first asked."""
+        if self._summary is None:
+            self._summary = self.count()
+        return self._summary
 
     def release(self) -> None:
         """Unpersist the cached inputs, then drop the views, once the version is written.
@@ -334,15 +344,18 @@ def correct(
     gone = dedup_sql.run(
         spark, "dedup_summary", {"islands": old.withColumn("has_new", F.lit(False))}, views=views, **params
     )
-    row = new.crossJoin(
-        gone.select(F.col("sessions").alias("gone_sessions"), F.col("context_rows").alias("gone_context"))
-    ).first()
-    assert row is not None  # a cross join of two one-row aggregates
-    summary = summary_of(row, day)
     _, previous_reach = planning.recorded_reach(start.previous)
-    summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)
-    summary["sessions"] += start.previous.sessions - int(row["gone_sessions"])
-    summary["context_rows"] += (start.previous.context_rows or 0) - int(row["gone_context"])
+
+    def summarize() -> Summary:
+        row = new.crossJoin(
+            gone.select(F.col("sessions").alias("gone_sessions"), F.col("context_rows").alias("gone_context"))
+        ).first()
+        assert row is not None  # a cross join of two one-row aggregates
+        summary = summary_of(row, day)
+        summary["reach"] = max((r for r in (previous_reach, summary["reach"]) if r is not None), default=None)
+        summary["sessions"] += start.previous.sessions - int(row["gone_sessions"])
+        summary["context_rows"] += (start.previous.context_rows or 0) - int(row["gone_context"])
+        return summary
 
     new_sessions, new_context = split(recomputed, day, until)
     # The untouched users of the buckets read are carried over as rows, streamed from those files
@@ -352,7 +365,7 @@ def correct(
     islands = Islands(
         sessions,
         context,
-        summary,
+        summarize,
         [recomputed, old],
         spark=spark,
         views=views,
