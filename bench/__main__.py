@@ -14,6 +14,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     freshness           landing -> notice -> DAG run -> corrected partition, on the local stack
     noop_runs           a dedup DAG run with nothing new on a local Airflow: its p50/p95, per task
     correction_cost     one late correction vs reprocessing 7 days vs reprocessing everything
+    dedup_task          the DAG's dedup of a small late correction on a warm Spark Connect server, per phase
     dedup_partition     deduplicating one big event date vs a plain scan-and-write
     correction_layout   corrections of 1, 10 and 1% of the users of a big date: what they rewrite
     iceberg_commit      what the Iceberg commit adds to a publish (seconds per date)
@@ -39,6 +40,7 @@ ORDER = [
     "freshness",
     "noop_runs",
     "correction_cost",
+    "dedup_task",
     "dedup_partition",
     "correction_layout",
     "iceberg_commit",
@@ -52,6 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCALE_ARGS: dict[str, dict[str, list[str]]] = {
     "dedup_partition": {"small": ["--sessions", "50000"], "full": []},  # full: its 1M-session default
     "correction_layout": {"small": ["--sessions", "50000"], "full": []},
+    "dedup_task": {"small": ["--repeat", "3"], "full": ["--repeat", "10"]},
     "receipts_per_date": {"small": ["--sessions", "20000", "--many", "2000", "--readers", "arrow"], "full": []},
 }
 

@@ -300,7 +300,8 @@ def correct(
     corrected by the difference the touched users make: adding events only merges islands, so every
     previous island touching D lies in a new one touching D (the reach can only grow: the new reach
     is the larger of the previous one and the recomputed islands'), and only recomputed islands
-    hold new events (affected dates, the horizon check).
+    hold new events (affected dates, the horizon check). Its Spark job runs when the run first asks
+    for `Islands.summary`: the run may have started its writes by then.
     """
     # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
     from pyspark.sql import functions as F
