@@ -92,22 +92,16 @@ def build(args) -> None:
 
 
 def _jobs(ui: str | None) -> int | None:
-    """How many Spark jobs the server has run (its REST API), None without a UI."""
+    """The id of the server's newest Spark job (its REST API; ids count up), None without a UI.
+
+    An id, not a count: the server keeps only its last 100 jobs (spark.ui.retainedJobs).
+    """
     if ui is None:
         return None
     with urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=5) as r:
         app = json.load(r)[0]["id"]
     with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/jobs", timeout=5) as r:
-        return len(json.load(r))
-
-
-def _stages(ui: str | None) -> list[dict]:
-    if ui is None:
-        return []
-    with urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=5) as r:
-        app = json.load(r)[0]["id"]
-    with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/jobs", timeout=5) as r:
-        return json.load(r)
+        return max((job["jobId"] for job in json.load(r)), default=-1)
 
 
 def one_correction(lake, day: date, url: str) -> tuple[float, object]:
