@@ -20,7 +20,7 @@ from typing import Protocol, TypedDict, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 import dedup_sql
@@ -52,9 +52,7 @@ STOP_MARK = "tidemark-stop-requested"
 DRIVER_QUARANTINE_BYTES = 64 << 20
 QUARANTINE_FILE = "part-00000.parquet"
 
-# The columns of what a batch writes (BatchProcessor._rows) beyond the panes': the state's own and
-# which of the two a row goes to; and the state's columns that come from a column of another name.
-NOT_PANE = ("closed", "state_pane_count", "emit", "retain")
+# The state's columns that come from a column of another name in what a batch writes (stream_rows.sql).
 STATE_FROM = {"pane_count": "state_pane_count"}
 
 # No value of one batch (its id, receipt time, watermarks) is a literal of the Spark plans a batch
@@ -65,8 +63,15 @@ STATE_FROM = {"pane_count": "state_pane_count"}
 # sessionize.sql (THE session rule) into stream_panes.sql (which panes to emit and keep), composed
 # as one query: three spark.sql calls cost ~30-40 ms more of driver time per batch.
 STREAM_QUERY = dedup_sql.compose(
-    "stream_panes", sessionized=dedup_sql.compose("sessionize", events=dedup_sql.text("stream_input"))
+    "stream_panes",
+    sessionized=dedup_sql.compose(
+        "sessionize",
+        events=dedup_sql.compose("stream_input", state_events=dedup_sql.text("stream_state_events")),
+    ),
 )
+# What a batch writes (stream_rows.sql over STREAM_QUERY), shuffled by event date: one statement,
+# one analysis of the whole plan, where each DataFrame step on top of the sessions analysed it again.
+BATCH_ROWS_QUERY = dedup_sql.compose("stream_rows", panes=STREAM_QUERY)
 
 
 class FileFacts(TypedDict, total=False):
@@ -212,7 +217,10 @@ class BatchProcessor:
         received_us = None if source.receipt_ms is None else source.receipt_ms * 1000
         parsed = parse.with_parse(source.frame, source.rules, received_us).persist()
         try:
-            by_file = self._by_file(parsed)
+            # one row per file out of the aggregate: as few shuffle tasks as the cores, where the
+            # session's setting started 8 for a few rows
+            with sized_shuffle(spark, 0):
+                by_file = self._by_file(parsed)
             phases.done("check")  # the input contract over every line, cached, and the totals
             if not by_file and not source.unreadable:
                 return None  # a batch without lines writes nothing
@@ -243,8 +251,7 @@ class BatchProcessor:
 
             # the shuffles sized to the batch: set before the queries below are planned
             with sized_shuffle(spark, totals.lines):
-                result = sessionize(spark, parse.valid_events(parsed), state, self.rules, w_prev_us, watermark_us)
-                rows = self._rows(result)
+                rows = batch_rows(spark, parse.valid_events(parsed), state, self.rules, w_prev_us, watermark_us)
                 complete = self._complete(rows, receipt_ts) if replay else frozenset()
                 # One pass: sessionized, the panes and the state's files written, their statistics
                 # back. Not cached: nothing else reads the sessions.
@@ -252,7 +259,6 @@ class BatchProcessor:
                     rows,
                     self.lake,
                     store.prepare(batch_id),
-                    self._pane_columns() + [F.col(name) for name in NOT_PANE],
                     [*session_schema.PANE_COLUMNS, "event_date", "receipt_ts"],
                     {name: STATE_FROM.get(name, name) for name in STATE_COLUMNS},
                     pane_writer.BatchValues(batch_id, receipt_ts, watermark_us),
@@ -471,7 +477,7 @@ class BatchProcessor:
 
     @staticmethod
     def _panes(result: DataFrame, receipt_ts: str, batch_id: int, watermark_us: int) -> DataFrame:
-        """The pane rows as their files hold them.
+        """The pane rows of stream_panes.sql's `result` as their files hold them.
 
         THE session schema's pane columns (tidemark/session/session_schema.py), then event_date and
         receipt_ts. The stream's writer adds the batch's values itself (pane_writer.BatchValues);
@@ -482,47 +488,12 @@ class BatchProcessor:
             "watermark": F.timestamp_micros(F.lit(watermark_us)),
             "receipt_ts": F.lit(receipt_ts),
         }
+        rows = dedup_sql.run(result.sparkSession, "stream_rows", {"panes": result})
         return (
-            BatchProcessor._rows(result)
-            .where("emit")
-            .select(*BatchProcessor._pane_columns(), *(value.alias(name) for name, value in values.items()))
+            rows.where("emit")
+            .select(*rows.columns, *(value.alias(name) for name, value in values.items()))
             .select(*session_schema.PANE_COLUMNS, "event_date", "receipt_ts")
         )
-
-    @staticmethod
-    def _rows(result: DataFrame) -> DataFrame:
-        """What the batch writes, before the shuffle by date.
-
-        The sessions emitted (`emit`: a pane) or kept (`retain`: state), with the pane columns but
-        the batch's own values (added by the writer: pane_writer.BatchValues) and the ones
-        `_pane_columns` derives from others (event_ids, a copy of the events' ids: shuffling it too
-        made the pane shuffle ~40% bigger, BENCHMARKS.md section 1), and the state's own (NOT_PANE).
-        """
-        derived = {"event_ids"}
-        return result.where("emit OR retain").select(
-            *(c.name for c in session_schema.PANE_SESSION if c.name not in derived),
-            "pane_kind",
-            (F.col("pane_count") + 1).alias("pane_index"),
-            F.date_format("session_start", "yyyy-MM-dd").alias("event_date"),
-            "closed",
-            # the panes a kept session has had, this batch's included
-            (F.col("pane_count") + F.col("emit").cast("int")).alias("state_pane_count"),
-            "emit",
-            "retain",
-        )
-
-    @staticmethod
-    def _pane_columns() -> list[Column]:
-        """The pane columns of `_rows`, with event_ids taken from the events.
-
-        event_ids is the events' event_id field: no lambda, whose variable Spark names anew in every
-        plan. The batch's own values are left out.
-        """
-        session = [
-            F.col("events.event_id").alias("event_ids") if name == "event_ids" else F.col(name)
-            for name in (c.name for c in session_schema.PANE_SESSION)
-        ]
-        return [*session, *(F.col(name) for name in ("pane_kind", "pane_index", "event_date"))]
 
     def _complete(self, rows: DataFrame, receipt_ts: str) -> frozenset[date]:
         """A replayed batch's event dates whose receipt partitions an earlier attempt completed.
@@ -672,26 +643,10 @@ def _renamed(table: pa.Table, column: str, names: dict[str, str]) -> pa.Table:
 def state_events(state: DataFrame) -> DataFrame:
     """The events of the open sessions in state, one row each, with their session's state_* columns.
 
-    stream_input.sql's {state_events}.
+    stream_input.sql's {state_events} (stream_state_events.sql; the stream's queries compose it).
     """
-    return state.select(
-        "user_id",
-        F.explode("events").alias("e"),
-        F.col("session_id").alias("state_session_id"),
-        F.col("session_start").alias("state_session_start"),
-        F.col("closed").alias("state_closed"),
-        F.col("pane_count").alias("state_pane_count"),
-    ).select(
-        "user_id",
-        "e.event_id",
-        "e.event_ts",
-        "e.event_type",
-        "e.payload",
-        "state_session_id",
-        "state_session_start",
-        "state_closed",
-        "state_pane_count",
-    )
+    frame: DataFrame = dedup_sql.run(state.sparkSession, "stream_state_events", {"state": state})
+    return frame
 
 
 def sessionize(
@@ -701,21 +656,45 @@ def sessionize(
 
     The batch's valid `events` merged into the open sessions of `state`, one row per distinct event
     (user_id, event_id, event_ts) with the kept copy chosen by the copy rule whatever the arrival
-    order, sessionized, each session's pane decided (STREAM_QUERY: the three files as one query, one
+    order, sessionized, each session's pane decided (STREAM_QUERY: the four files as one query, one
     analysis in the driver).
     """
-    sessions: DataFrame = dedup_sql.run_text(
+    return _run_batch_query(spark, STREAM_QUERY, events, state, rules, w_prev_us, w_new_us)
+
+
+def batch_rows(
+    spark: SparkSession, events: DataFrame, state: DataFrame, rules: SessionRules, w_prev_us: int, w_new_us: int
+) -> DataFrame:
+    """What a micro-batch writes: `sessionize`'s sessions as stream_rows.sql shapes them.
+
+    The sessions emitted or kept, shuffled by event date, with the pane columns (but the batch's
+    own values) and the state's bookkeeping (BATCH_ROWS_QUERY: one statement, one analysis).
+    """
+    return _run_batch_query(spark, BATCH_ROWS_QUERY, events, state, rules, w_prev_us, w_new_us)
+
+
+def _run_batch_query(
+    spark: SparkSession,
+    query: str,
+    events: DataFrame,
+    state: DataFrame,
+    rules: SessionRules,
+    w_prev_us: int,
+    w_new_us: int,
+) -> DataFrame:
+    """`query` (STREAM_QUERY, or a composition over it) with a batch's inputs and parameters."""
+    frame: DataFrame = dedup_sql.run_text(
         spark,
-        STREAM_QUERY,
+        query,
         {
-            "state_events": state_events(state),
+            "state": state,
             "batch_events": events.select("user_id", "event_id", "event_ts", "event_type", "payload"),
             "watermarks": watermarks(spark, w_prev_us, w_new_us),
         },
         gap_us=rules.gap_us,
         lateness_us=rules.allowed_lateness_us,
     )
-    return sessions
+    return frame
 
 
 def watermarks(spark: SparkSession, w_prev_us: int, w_new_us: int) -> DataFrame:

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark import TaskContext
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 
 from tidemark.base import layout
 from tidemark.store.lake import Lake
@@ -104,10 +104,9 @@ def with_constants(table: pa.Table, values: dict[str, pa.Scalar[Any]]) -> pa.Tab
 
 
 def write_batch(
-    rows: DataFrame,
+    by_date: DataFrame,
     lake: Lake,
     state_dir: Folder,
-    columns: list[Column],
     panes: list[str],
     state: dict[str, str],
     batch: BatchValues,
@@ -115,11 +114,11 @@ def write_batch(
 ) -> tuple[list[DateStats], int]:
     """A micro-batch's outputs in one pass over its sessions.
 
-    The rows with `emit` into `lake`'s receipt partitions (one file per date: `panes`
-    the files' columns, event_date and receipt_ts last), the rows with `retain` into the state
-    version's folder `state_dir` (one file per task; `state` maps the files' columns to the
-    frame's). `columns` are the frame's columns computed after the shuffle by date; `batch` the
-    panes' columns that hold the batch's own values, which the frame does not have. Dates in
+    `by_date` holds the batch's rows shuffled by event date (stream_rows.sql). The rows with `emit`
+    into `lake`'s receipt partitions (one file per date: `panes` the files' columns, event_date and
+    receipt_ts last), the rows with `retain` into the state version's folder `state_dir` (one file
+    per task; `state` maps the files' columns to the frame's). `batch` the panes' columns that hold
+    the batch's own values, which the frame does not have. Dates in
     `skip_dates` (partitions a replayed batch completed already) are counted, not written.
 
     Returns, per event date of the panes, what its receipt marker records (event_date, rows, events,
@@ -146,7 +145,6 @@ def write_batch(
         state_row = {"event_date": None, "rows": kept.num_rows, "events": 0, "min_us": None, "max_us": None}
         yield pa.RecordBatch.from_pylist([*found, state_row], schema=_stats_schema())
 
-    by_date = rows.repartition("event_date").select(*columns)
     out = by_date.mapInArrow(write, schema).collect()
     dates = [cast("DateStats", row.asDict()) for row in out if row["event_date"] is not None]  # _stats_schema's
     return dates, sum(int(row["rows"]) for row in out if row["event_date"] is None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import dedup_sql
 from streaming_job import pane_writer, partitions
 from streaming_job.batch import BatchProcessor
 from tidemark.session import session_schema
@@ -50,12 +51,12 @@ def test_the_pane_shuffle_carries_no_event_ids_and_the_files_get_them(spark):
         f" 'event_id', 'e2', 'event_type', 't', 'payload', '{{}}')) AS {events}) AS events,"
         " 'early' AS pane_kind, true AS emit, true AS retain, false AS closed, 0 AS pane_count"
     )
-    emitted = BatchProcessor._rows(result)
-    assert "event_ids" not in emitted.columns
-    shuffled = emitted.repartition("event_date").select(*BatchProcessor._pane_columns())
-    plan = shuffled._jdf.queryExecution().executedPlan().toString()
+    rows = dedup_sql.run(spark, "stream_rows", {"panes": result})
+    assert "RepartitionByExpression [event_date" in rows._jdf.queryExecution().analyzed().toString()  # by date
+    plan = rows._jdf.queryExecution().executedPlan().toString()
     exchange = plan[plan.index("Exchange") :]
     assert "event_ids" not in exchange  # derived above the shuffle, not below it
+    shuffled = rows.drop("closed", "state_pane_count", "emit", "retain")  # the state's bookkeeping
     assert shuffled.columns == [
         *(c for c in session_schema.PANE_COLUMNS if c not in pane_writer.BatchValues.COLUMNS),
         "event_date",

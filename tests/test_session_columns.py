@@ -110,8 +110,8 @@ def test_dedup_sessions_sql_outputs_the_island_columns():
     assert got == want, _differs("dedup_sql/dedup_sessions.sql", got, want)
 
 
-# The pane columns streaming_job/batch.py computes from stream_panes.sql's output (`_pane_columns`:
-# event_ids from the events) rather than the SQL.
+# The pane columns stream_rows.sql computes from stream_panes.sql's output (event_ids from the events)
+# rather than stream_panes.sql.
 PANE_COLUMNS_OF_THE_BATCH = ("event_ids",)
 # stream_panes.sql's bookkeeping besides the session columns (what to emit, keep and close).
 PANE_SQL_BOOKKEEPING = ("pane_kind", "emit", "retain", "closed", "pane_count")
@@ -126,6 +126,17 @@ def test_stream_panes_sql_outputs_the_pane_and_state_columns():
     assert got == want, _differs("dedup_sql/stream_panes.sql", got, want)
     lacking = [c for c in session_schema.STATE_COLUMNS if c not in got]
     assert not lacking, f"dedup_sql/stream_panes.sql: lacks the state columns {lacking}"
+
+
+def test_stream_rows_sql_outputs_the_pane_columns_then_the_state_bookkeeping():
+    """stream_rows.sql, what a batch writes: every pane column but the batch's own values (the
+    writer adds them), event_date, then what the state keeps beyond them."""
+    got = select_columns(dedup_sql.text("stream_rows"))
+    batch_values = ("batch_id", "watermark")  # streaming_job.pane_writer.BatchValues, receipt_ts aside
+    pane = [c for c in session_schema.PANE_COLUMNS if c not in batch_values]
+    assert got == [*pane, "event_date", "closed", "state_pane_count", "emit", "retain"], _differs(
+        "dedup_sql/stream_rows.sql", got, [*pane, "event_date", "closed", "state_pane_count", "emit", "retain"]
+    )
 
 
 # --- docs ---------------------------------------------------------------------------------------------
