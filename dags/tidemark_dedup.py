@@ -145,28 +145,15 @@ class DedupOperator(SparkSubmitOperator):
         if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
             super().execute(context)
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-        from tidemark.base.spark import connect_session
+        from tidemark.deduplication.on_connect import run_on_connect
 
         # rendered by now: templated fields hold text when the task runs (the date parsed here)
         lake, event_date = str(self.lake), layout.as_event_date(str(self.event_date))
         url = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("dedup of %s as a Spark Connect client of %s", event_date, url.split(";")[0])
-        # The session's round trips (channel, session, settings) run beside the imports and the
-        # plan, which need no Spark; the dedup waits for it only when it has something to compute.
-        with ThreadPoolExecutor(1, thread_name_prefix="connect") as pool:
-            connecting = pool.submit(connect_session, url, f"tidemark-dedup-{event_date}")
-            try:
-                from tidemark.deduplication.dedup import run_dedup
-                from tidemark.store.lake import Lake
-
-                result = run_dedup(Lake.open(lake), event_date, connect=connecting.result)
-            finally:
-                if connecting.exception() is None:  # a failed connection failed the dedup if it needed one
-                    connecting.result().stop()  # releases this run's server-side session
+        result = run_on_connect(lake, event_date, url)
         self.log.info("dedup result: %s", result.to_json())
 
     def _wait_for_the_dates_turn(self, context: Context) -> None:
