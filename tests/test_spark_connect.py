@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
 import pytest
@@ -36,6 +36,15 @@ def write_lake(lake: Lake, seed: int) -> tuple[list[tuple], set[date]]:
     return events, dates
 
 
+def assert_side_by_side_equal_the_reference(dedup, lake: Lake, events: list[tuple], dates: list[date]) -> None:
+    """`dedup(event_date)` of every date at once, one thread each: each published, equal to the reference."""
+    with ThreadPoolExecutor(len(dates)) as pool:
+        results = dict(zip(dates, pool.map(dedup, dates), strict=True))  # a failed dedup raises here
+    assert all(r.published for r in results.values()), results
+    for event_date in dates:
+        assert published(lake, event_date) == expected(events, event_date)
+
+
 # Creating a Connect session makes pyspark set SPARK_CONNECT_MODE_ENABLED in os.environ for the whole
 # process; left set, the worker's later tests get Connect behaviour and the `tidemark stream`s they
 # start fail with CONNECT_URL_NOT_SET. tests/conftest.py's environment guard undoes it after each test.
@@ -56,26 +65,15 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
     lake = Lake.open(tmp_path / "lake")
     events, dates = write_lake(lake, 5)
     first, second = sorted(dates)[:2]
-    results, errors = {}, []
 
-    def run(event_date: date) -> None:
+    def run(event_date: date):
         spark = connect_session(server.url, f"test-{event_date}")
         try:
-            results[event_date] = run_dedup(lake, event_date, spark=spark)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+            return run_dedup(lake, event_date, spark=spark)
         finally:
             spark.stop()
 
-    threads = [threading.Thread(target=run, args=(d,)) for d in (first, second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    assert all(r.published for r in results.values()), results
-    for event_date in (first, second):
-        assert published(lake, event_date) == expected(events, event_date)
+    assert_side_by_side_equal_the_reference(run, lake, events, [first, second])
     for event_date in sorted(dates)[2:]:  # the rest one after another, on one session each
         spark = connect_session(server.url)
         try:
@@ -97,23 +95,9 @@ def test_dedups_share_the_windows_session_two_dates_at_once_and_a_closed_one_is_
     lake = Lake.open(tmp_path / "lake")
     events, dates = write_lake(lake, 7)
     first, second = sorted(dates)[:2]
-    results, errors = {}, []
-
-    def run(event_date: date) -> None:
-        try:
-            results[event_date] = on_connect.run_on_connect(lake, event_date, server.url)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(d,)) for d in (first, second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    assert all(r.published for r in results.values()), results
-    for event_date in (first, second):
-        assert published(lake, event_date) == expected(events, event_date)
+    assert_side_by_side_equal_the_reference(
+        lambda event_date: on_connect.run_on_connect(lake, event_date, server.url), lake, events, [first, second]
+    )
 
     # the dedups did not end the window's session: a client naming it finds it (a view made there)
     shared = shared_session_id(on_connect.SHARED_SESSION_PURPOSE, datetime.now(timezone.utc))

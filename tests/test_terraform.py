@@ -698,10 +698,23 @@ def _setup_cfg_requirement(package: str) -> str:
 
 
 def _dag_connect_path_imports() -> set[str]:
-    """Modules DedupOperator's Spark Connect branch imports (function-level imports of the DAG file)."""
+    """Modules DedupOperator's Spark Connect branch imports (function-level imports of the DAG file),
+    and those the tidemark modules among them import, transitively."""
     tree = ast.parse(Path(os.path.join(ROOT, "dags", "tidemark_dedup.py")).read_text())
     operator = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "DedupOperator")
-    return {node.module for node in ast.walk(operator) if isinstance(node, ast.ImportFrom) and node.module}
+    found = {node.module for node in ast.walk(operator) if isinstance(node, ast.ImportFrom) and node.module}
+    pending = [m for m in found if m.startswith("tidemark.")]
+    while pending:
+        path = Path(ROOT, *pending.pop().split("."))
+        source = path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+        if not source.exists():
+            continue  # `from tidemark.x import module`: the module's own file is named by the next import
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module not in found:
+                found.add(node.module)
+                if node.module.startswith("tidemark."):
+                    pending.append(node.module)
+    return found
 
 
 def test_composer_installs_the_spark_provider_that_brings_the_connect_client(tf):
