@@ -83,44 +83,6 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
         assert published(lake, event_date) == expected(events, event_date)
 
 
-def test_dedups_share_the_windows_session_two_dates_at_once_and_a_closed_one_is_replaced(server, tmp_path):
-    """run_on_connect (the DAG task's client): two dates at once in the window's one shared session
-    equal the reference and leave that session open for the next dedup; a shared id the server has
-    closed gives a session of its own instead of an error."""
-    from datetime import datetime, timezone
-
-    from tidemark.base.spark import close_connect_session, connect_session, shared_session_id
-    from tidemark.deduplication import on_connect
-
-    lake = Lake.open(tmp_path / "lake")
-    events, dates = write_lake(lake, 7)
-    first, second = sorted(dates)[:2]
-    assert_side_by_side_equal_the_reference(
-        lambda event_date: on_connect.run_on_connect(lake, event_date, server.url), lake, events, [first, second]
-    )
-
-    # the dedups did not end the window's session: a client naming it finds it (a view made there)
-    shared = shared_session_id(on_connect.SHARED_SESSION_PURPOSE, datetime.now(timezone.utc))
-    spark = connect_session(server.url, "probe", shared)
-    if spark.session_id != shared:  # the window turned between the dedups and the probe: its own session
-        pytest.skip("the shared session's window ended during the test")
-    spark.sql("SELECT 1 AS one").createOrReplaceTempView("left_by_the_probe")
-    close_connect_session(spark, shared)
-    again = connect_session(server.url, "probe-again", shared)
-    try:
-        assert again.session_id == shared
-        assert again.sql("SELECT one FROM left_by_the_probe").first()[0] == 1
-    finally:
-        close_connect_session(again, None)  # released: the server closes the shared id
-
-    replaced = connect_session(server.url, "after-close", shared)
-    try:
-        assert replaced.session_id != shared  # a session of its own, not SESSION_CLOSED
-        assert replaced.sql("SELECT 2").first()[0] == 2
-    finally:
-        close_connect_session(replaced, shared)
-
-
 def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
     from tests.helpers import dag_run_finished as finished
     from tidemark.devstack.airflow import AirflowServer
