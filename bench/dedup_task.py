@@ -108,7 +108,7 @@ def _jobs(ui: str | None) -> int | None:
         return max((job["jobId"] for job in json.load(r)), default=-1)
 
 
-def one_correction(lake, day: date, url: str, shared: bool = True) -> tuple[float, object]:
+def one_correction(lake, day: date, url: str, shared: bool = False) -> tuple[float, object]:
     """The DAG task's body (DedupOperator.execute on a spark_connect connection), timed."""
     from tidemark.deduplication.on_connect import run_on_connect
 

@@ -153,9 +153,7 @@ class DedupOperator(SparkSubmitOperator):
         lake, event_date = str(self.lake), layout.as_event_date(str(self.event_date))
         url = SparkConnectHook(self._conn_id).get_connection_url()
         self.log.info("dedup of %s as a Spark Connect client of %s", event_date, url.split(";")[0])
-        # A session of its own (not the window's shared one): a shared id the server has closed
-        # leaves a client whose exit hook retries against the server for minutes (seen in tests).
-        result = run_on_connect(lake, event_date, url, shared=False)
+        result = run_on_connect(lake, event_date, url)  # a Connect session of its own (on_connect says why)
         self.log.info("dedup result: %s", result.to_json())
 
     def _wait_for_the_dates_turn(self, context: Context) -> None:

@@ -2,9 +2,10 @@
 
 Only the client runs in the task's process (no JVM); the Spark work runs on the server. The
 session's round trips (channel, session, settings) run beside the imports and the plan, which need
-no Spark, and the dedup waits for the session only when it has something to compute. The dedups of
-a few minutes share one server-side session, whose generated code the next one finds compiled
-(tidemark.base.spark.shared_session_id says why).
+no Spark, and the dedup waits for the session only when it has something to compute. A run has a
+session of its own unless it asks for the window's shared one (tidemark.base.spark.shared_session_id:
+a repeated plan's generated code found compiled; not the DAG's choice, because a client that
+fails to attach to a shared id the server has closed delays its process's exit for minutes).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ if TYPE_CHECKING:
 SHARED_SESSION_PURPOSE = "tidemark-dedup"
 
 
-def run_on_connect(lake: Lake | str, event_date: date, url: str, shared: bool = True) -> DedupResult:
+def run_on_connect(lake: Lake | str, event_date: date, url: str, shared: bool = False) -> DedupResult:
     """Deduplicate `event_date` of `lake` on the Spark Connect server at `url`.
 
-    In the session the dedups of this window share (`shared`), or in a session of its own that
-    ends with the run.
+    In a session of its own that ends with the run, or with `shared` in the session the dedups of
+    this window share.
     """
     session_id = shared_session_id(SHARED_SESSION_PURPOSE, datetime.now(timezone.utc)) if shared else None
     with ThreadPoolExecutor(1, thread_name_prefix="connect") as pool:
