@@ -20,7 +20,7 @@ system itself recorded:
                       receipt partition (the Iceberg commit of its version)
 
 Per DAG run (notice runs and neighbour runs alike), from its task instances: the run's duration
-when `needs_spark` skipped the dedup (nothing new), when the dedup ran, and the dedup task itself.
+when the dedup skipped itself (nothing new), when the dedup ran, and the dedup task itself.
 
 By default the stack's DAG runs its dedup as a client of the stack's warm Spark Connect server
 (`--spark-submit`: a spark-submit per run, as before); `--notice-coalesce 10s` measures the
@@ -464,6 +464,9 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         ]
     )
     print("\n".join(notes.splitlines()[2:5]))
+    # Every notice's figures and timeline, to take any correction apart (not only the median one).
+    with open(os.path.join(args.workdir, "per_notice.json"), "w") as handle:
+        json.dump(per_notice, handle, indent=1)
     name = f"{NAME}_history" if args.history else NAME
     timeline = timeline_section(
         per_notice, None if args.no_write else os.path.join(bench.RESULTS_DIR, f"{name}_timeline.png")

@@ -155,8 +155,9 @@ def summarise(measured: list[tuple[dict, list[dict]]]) -> dict:
         for ti in tis:
             task = tasks.setdefault(ti["task_id"], {"states": [], "queued": [], "ran": [], "offset": []})
             task["states"].append(ti["state"])
-            # a skipped task has a start and an end (the same instant) but never had a process
-            if ti.get("start_date") and ti.get("end_date") and ti["state"] != "skipped":
+            # a task skipped by the scheduler (an upstream's skip) has a start and an end (the same
+            # instant) but was never queued nor had a process; one that skipped itself had both
+            if ti.get("start_date") and ti.get("end_date") and (ti["state"] != "skipped" or ti.get("queued_when")):
                 began = parse_iso(ti["start_date"])
                 task["ran"].append(parse_iso(ti["end_date"]) - began)
                 task["offset"].append(began - start)

@@ -8,11 +8,11 @@ by this DAG's neighbour reruns the same way (through the REST API: see trigger_a
 from the UI (Trigger, partition key = the date, the same date in the Param) or `airflow dags
 trigger`. The UI filters, clears and reruns a date by its partition key (docs/airflow.md).
 
-    needs_spark (short circuit, pure Python: does the current version already include every
-                 receipt partition of the date's plan? then skip the dedup)
-    ──> dedup (the back end tidemark.orchestration.dedup_backends chooses: DedupOperator on
-               spark_default, a Spark Connect client or spark-submit streaming_job/submit.py
-               dedup ...; a Dataproc job when TIDEMARK_DATAPROC_CLUSTER is set)
+    dedup (first, in pure Python: does the current version already include every receipt
+           partition of the date's plan? then the task is skipped; else the back end
+           tidemark.orchestration.dedup_backends chooses: DedupOperator on spark_default, a Spark
+           Connect client or spark-submit streaming_job/submit.py dedup ...; a Dataproc job when
+           TIDEMARK_DATAPROC_CLUSTER is set)
     ──> publish (after the dedup or a skipped one: the corrected outbox's entries owed to Airflow,
                  as asset events, tidemark/notices/asset_events.py; then the neighbour reruns owed)
         ──> trigger_affected (one REST trigger per neighbouring date, mapped)
@@ -21,10 +21,10 @@ trigger`. The UI filters, clears and reruns a date by its partition key (docs/ai
 
 Every task reads the date and the lake itself (run_target: the Param parsed again as a calendar
 date, a bad one refused with a message saying why; the lake from the Variable or the
-environment), so a run with nothing new is two levels of task processes (needs_spark, then
-publish and notify_corrected side by side) and each Airflow hop between dependent tasks is
-scheduler latency paid once. The dedup reads both from needs_spark's XCom (what it returns when
-Spark has work).
+environment), so a run is two levels of task processes (the dedup, then publish and
+notify_corrected side by side). The skip check is the dedup task's first step, not a task of its
+own: each Airflow hop between dependent tasks is a task process and scheduler latency (about
+0.8 s of every late correction on the local stack, BENCHMARKS.md section 2).
 
 Asset events: exactly one per committed version, whoever committed it. The commit records the
 version's entry in the lake's corrected outbox (tidemark.deduplication.dedup, also for `tidemark dedup` by hand or
@@ -39,7 +39,7 @@ stays pending in the lake and tidemark_reconcile starts its run.
 
 A run with nothing new (the usual case when several notices of one date queue up: the first run
 to start picks up every complete receipt of its date) shows dedup as skipped, with the reason in
-needs_spark's log, and takes seconds: no Spark, no new version, no asset event. It still
+its log, and takes seconds: no Spark, no new version, no asset event. It still
 discharges the date's obligations (as the dedup would have), starts the neighbour runs owed and
 drains what an earlier outage left owed.
 
@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import os
 from datetime import date, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, BaseOperator, Param, PartitionedAtRuntime, dag, task
@@ -81,16 +81,9 @@ from tidemark.base import layout, names  # standard library only: cheap at parse
 from tidemark.orchestration import dedup_backends, settings  # standard library only: cheap at parse time
 
 if TYPE_CHECKING:
-    from typing import TypeAlias
-
-    from airflow.sdk import Context, XComArg
-    from airflow.sdk.definitions.xcom_arg import PlainXComArg
+    from airflow.sdk import Context
 
     from tidemark.store.lake import Lake
-
-    # A task argument given when the DAG is built: text, or an upstream task's output that Airflow
-    # resolves when the task runs (templated fields).
-    Templated: TypeAlias = str | XComArg
 
 DAG_ID = names.get("DAG_ID")
 # The corrected table, one asset: each event is one committed version, its partition_key the event
@@ -109,15 +102,37 @@ EVENT_DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
 TURN_POLL_S = 3
 
 
-class SparkInputs(TypedDict):
-    """What needs_spark hands the dedup through XCom (JSON): the date's canonical text and the lake URI."""
+def skip_if_up_to_date(lake: Lake, event_date: date) -> None:
+    """Skip the dedup task (AirflowSkipException, the reason in its log) when the date has nothing new.
 
-    event_date: str
-    lake: str
+    Decided in pure Python over the markers and the table (tidemark.deduplication.dedup.up_to_date,
+    the same no-op decision the Spark dedup makes first): nothing new when the current version
+    already includes every receipt partition the date's complete plan holds; the date's pending
+    obligations are then discharged, as the dedup would have.
+    """
+    # Imported when the task runs: pyarrow and pyiceberg stay out of the dag-processor.
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from tidemark.deduplication import dedup
+
+    day = layout.event_date_text(event_date)
+    nothing_new = dedup.up_to_date(lake, event_date)
+    if nothing_new is None:
+        print(f"{day}: receipts not in the current version; running the dedup")
+        return
+    reason = (
+        f"version {nothing_new.version} already includes every planned receipt partition"
+        if nothing_new.version
+        else "no receipt partition holds events of this date"
+    )
+    raise AirflowSkipException(f"{day}: nothing new ({reason}); skipping the Spark dedup")
 
 
 class DedupOperator(SparkSubmitOperator):
     """The Spark step, on the `spark_default` connection, decided when the task runs.
+
+    Its date's turn first (`_wait_for_the_dates_turn`), then skipped when the date has nothing new
+    (skip_if_up_to_date); else:
 
     - connection type `spark_connect` (host, port; SparkConnectHook's URL rules): the task process
       runs tidemark.deduplication.dedup itself as a Spark Connect client of that server (a warm JVM:
@@ -126,37 +141,32 @@ class DedupOperator(SparkSubmitOperator):
       streaming_job/submit.py, SparkSubmitOperator's own execute (and its on_kill).
     """
 
-    template_fields = (*SparkSubmitOperator.template_fields, "lake", "event_date")
-
-    def __init__(self, *, lake: Templated, event_date: Templated, **kwargs: Any) -> None:
-        """The operator of one run's dedup; `kwargs` are SparkSubmitOperator's."""
-        super().__init__(application_args=dedup_backends.dedup_args(lake, event_date), **kwargs)
-        self.lake = lake
-        self.event_date = event_date
-
     def execute(self, context: Context) -> None:
-        """spark-submit, or the dedup in this process as a Spark Connect client (see the class)."""
+        """Skipped, spark-submit, or the dedup in this process as a Spark Connect client (see the class)."""
         # Imported when the task runs: the dag-processor parses this file without them, and the
         # spark-submit path needs none of the Spark Connect client's.
         from airflow.sdk import BaseHook
 
-        self.name = f"tidemark-dedup-{self.event_date}"
-        self._wait_for_the_dates_turn(context)
+        lake, event_date = run_target(context["params"])
+        day = layout.event_date_text(event_date)
+        self.name = f"tidemark-dedup-{day}"
+        self._wait_for_the_dates_turn(context, event_date)
+        skip_if_up_to_date(lake, event_date)
         if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
+            # the checked values (run_target parsed them), not the raw conf, on the command line
+            self.application_args = dedup_backends.dedup_args(lake.uri, day)
             super().execute(context)
             return
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         from tidemark.deduplication.on_connect import run_on_connect
 
-        # rendered by now: templated fields hold text when the task runs (the date parsed here)
-        lake, event_date = str(self.lake), layout.as_event_date(str(self.event_date))
         url = SparkConnectHook(self._conn_id).get_connection_url()
-        self.log.info("dedup of %s as a Spark Connect client of %s", event_date, url.split(";")[0])
+        self.log.info("dedup of %s as a Spark Connect client of %s", day, url.split(";")[0])
         result = run_on_connect(lake, event_date, url)  # a Connect session of its own (on_connect says why)
         self.log.info("dedup result: %s", result.to_json())
 
-    def _wait_for_the_dates_turn(self, context: Context) -> None:
+    def _wait_for_the_dates_turn(self, context: Context, day: date) -> None:
         """Rescheduled while a run of the same date queued before this one is deduplicating it.
 
         tidemark/orchestration/date_turns.py: with several dedup tasks at once, two dates run side by
@@ -172,7 +182,7 @@ class DedupOperator(SparkSubmitOperator):
 
         from tidemark.orchestration import airflow_api, date_turns
 
-        day, run_id = layout.as_event_date(str(self.event_date)), context["run_id"]
+        run_id = context["run_id"]
         try:
             ahead = date_turns.ahead_of(airflow_api.for_tasks(), DAG_ID, run_id, day)
         except (airflow_api.AirflowError, airflow_api.ConfigError) as exc:
@@ -188,12 +198,13 @@ class DedupOperator(SparkSubmitOperator):
 # --- the operator of each back end (tidemark.orchestration.dedup_backends decides which) ----------
 
 
-def _dataproc_task(lake: Templated, event_date: Templated) -> BaseOperator:
+def _dataproc_task() -> BaseOperator:
     """A Dataproc PySpark job on TIDEMARK_DATAPROC_CLUSTER, whose init action installs tidemark.
 
-    The job it submits is dedup_backends.dataproc_job's (tests/test_dedup_backends.py checks it).
-    The Google provider is preinstalled on Composer and absent here, so only the operator's
-    construction is not exercised by this repository's tests.
+    Skipped first when the date has nothing new (skip_if_up_to_date), as DedupOperator is; the job
+    it then submits is dedup_backends.dataproc_job's for the run's checked date and lake
+    (tests/test_dedup_backends.py checks it). The Google provider is preinstalled on Composer and
+    absent here, so this operator is not exercised by this repository's tests.
     """
     # Imported when the back end is chosen: the provider exists on Composer only.
     from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator
@@ -201,17 +212,28 @@ def _dataproc_task(lake: Templated, event_date: Templated) -> BaseOperator:
     target = dedup_backends.dataproc_target(os.environ)
     if target is None:
         raise ValueError(f"the dataproc dedup back end needs {dedup_backends.CLUSTER_ENV}")
-    operator: BaseOperator = DataprocSubmitJobOperator(
+
+    # The provider is untyped here (absent): its class is Any to mypy.
+    class DataprocDedupOperator(DataprocSubmitJobOperator):  # type: ignore[misc]
+        def execute(self, context: Context) -> Any:
+            lake, event_date = run_target(context["params"])
+            skip_if_up_to_date(lake, event_date)
+            assert target is not None  # checked when the DAG was built
+            self.job = dedup_backends.dataproc_job(target, APPLICATION, lake.uri, layout.event_date_text(event_date))
+            return super().execute(context)
+
+    operator: BaseOperator = DataprocDedupOperator(
         task_id="dedup",
         project_id=target.project,
         region=target.region,
         max_active_tis_per_dag=dedup_backends.dedup_concurrency(os.environ),
-        job=dedup_backends.dataproc_job(target, APPLICATION, lake, event_date),
+        # the run's date and lake are set when the task runs (execute), from its checked params
+        job=dedup_backends.dataproc_job(target, APPLICATION, "<lake>", "<event date>"),
     )
     return operator
 
 
-def _spark_task(lake: Templated, event_date: Templated) -> BaseOperator:
+def _spark_task() -> BaseOperator:
     """DedupOperator on the `spark_default` connection.
 
     spark-submit, or a Spark Connect client when the connection's type is spark_connect (decided
@@ -222,20 +244,18 @@ def _spark_task(lake: Templated, event_date: Templated) -> BaseOperator:
         max_active_tis_per_dag=dedup_backends.dedup_concurrency(os.environ),
         conn_id="spark_default",
         application=APPLICATION,
-        lake=lake,
-        event_date=event_date,
         conf={"spark.ui.enabled": "false"},
         verbose=False,
     )
 
 
-def dedup_task(lake: Templated, event_date: Templated) -> BaseOperator:
+def dedup_task() -> BaseOperator:
     """The Spark step of a run, built for the back end dedup_backends.choose names."""
     backend = dedup_backends.choose(os.environ)
     if backend == "dataproc":
-        return _dataproc_task(lake, event_date)
+        return _dataproc_task()
     if backend == "spark":
-        return _spark_task(lake, event_date)
+        return _spark_task()
     assert_never(backend)  # a name in BackendName without an operator here fails mypy
 
 
@@ -278,42 +298,7 @@ def run_target(params: dict[str, Any] | None) -> tuple[Lake, date]:
 )
 def tidemark_dedup() -> None:
     """The run of one event date (see the module)."""
-
-    # Only the dedup task is skipped (ignore_downstream_trigger_rules=False): the tasks after it
-    # follow their own trigger rules, so the owed neighbour runs are still started. multiple_outputs:
-    # the dedup reads the two fields of what it returns; None (nothing new) pushes no XCom.
-    @task.short_circuit(ignore_downstream_trigger_rules=False, multiple_outputs=True)
-    def needs_spark(params: dict[str, Any] | None = None) -> SparkInputs | None:
-        """Whether the Spark dedup has anything to do, decided in pure Python.
-
-        Over the markers and the table (tidemark.deduplication.dedup.up_to_date, the same no-op
-        decision the Spark task makes first): None, and the dedup task skipped, when the current
-        version already includes every receipt partition the date's complete plan holds. The
-        date's pending obligations are then discharged here, as the dedup would have. Otherwise
-        the dedup's inputs (the date's canonical text and the lake), never the raw conf.
-        """
-        # Imported when the task runs: pyarrow and pyiceberg stay out of the dag-processor.
-        from tidemark.deduplication import dedup
-
-        lake, event_date = run_target(params)
-        day = layout.event_date_text(event_date)
-        nothing_new = dedup.up_to_date(lake, event_date)
-        if nothing_new is None:
-            print(f"{day}: receipts not in the current version; running the dedup")
-            return {"event_date": day, "lake": lake.uri}
-        reason = (
-            f"version {nothing_new.version} already includes every planned receipt partition"
-            if nothing_new.version
-            else "no receipt partition holds events of this date"
-        )
-        print(f"{day}: nothing new ({reason}); skipping the Spark dedup")
-        return None
-
-    # A @task call returns the plain XComArg of its output (indexable); Airflow's stubs declare the
-    # base XComArg. Indexed, it names one of the fields multiple_outputs pushed, resolved when the
-    # dedup runs (and it makes needs_spark upstream of the dedup).
-    spark_inputs = cast("PlainXComArg", needs_spark())
-    dedup = dedup_task(spark_inputs["lake"], spark_inputs["event_date"])
+    dedup = dedup_task()
 
     # none_failed: after the dedup, and also after a skipped one (what an earlier outage, a killed
     # run or a version committed outside the DAG left owed). One sender at a time: an owed asset

@@ -21,7 +21,7 @@ from tests import reference
 from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
 from tidemark.base.layout import as_event_date
 from tidemark.base.session_rules import SessionRules
-from tidemark.deduplication import buckets, incremental
+from tidemark.deduplication import buckets, dedup, incremental
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
 from tidemark.orchestration import obligations
@@ -129,7 +129,10 @@ def test_incremental_equals_full_path_and_reference_over_random_histories(
                 assert keys(got) == expected(seen, day, rules.gap), day
             check_counts(lakes["incremental"], day)
     assert "incremental" in modes, modes
-    # The full path once over the same receipts: the same rows, column for column.
+    # The full path once over the same receipts: the same rows, column for column. Its plans
+    # compiled (code generation), where the small corrections above ran interpreted (dedup._tune):
+    # the two execution strategies give the same rows too.
+    monkeypatch.setattr(dedup, "INTERPRETED_ROWS", -1)
     full_runs = converge(lakes["full"], spark, everything, rules, full=True)
     assert all(r["mode"] == "full" for r in full_runs if r["published"])
     for day in sorted({ts.date().isoformat() for _, _, ts, _ in seen}):
@@ -289,3 +292,11 @@ def planning_context_rows(lake: Lake, event_date: str) -> int:
     from tidemark.iceberg import table_versions
 
     return int(table_versions.current_version(lake, as_event_date(event_date)).context_rows)
+
+
+@pytest.mark.spark
+def test_a_small_run_is_interpreted_and_a_big_one_compiled_on_the_same_session(spark):
+    for rows, whole_stage, factory in ((dedup.INTERPRETED_ROWS, "false", "NO_CODEGEN"), (10**6, "true", "FALLBACK")):
+        dedup._tune(spark, rows)
+        assert spark.conf.get("spark.sql.codegen.wholeStage") == whole_stage, rows
+        assert spark.conf.get("spark.sql.codegen.factoryMode") == factory, rows

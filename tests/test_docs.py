@@ -121,7 +121,7 @@ def _dedup_dag_tasks() -> set[str]:
 
 
 def test_the_dag_task_list_is_found():
-    assert {"needs_spark", "dedup", "publish", "trigger_affected", "notify_corrected"} <= _dedup_dag_tasks()
+    assert {"dedup", "publish", "trigger_affected", "notify_corrected"} <= _dedup_dag_tasks()
 
 
 def test_the_airflow_docs_diagram_shows_every_task_of_the_dedup_dag():

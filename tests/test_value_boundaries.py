@@ -122,10 +122,14 @@ def test_the_dag_refuses_a_bad_date_in_its_param_in_every_task_before_it_touches
     monkeypatch.setattr(module.settings, "lake_uri", lambda: resolved.append("lake") or "/nowhere")
     dag = module.tidemark_dedup()
     # every task that reads the run's params parses the date itself (run_target)
-    for task_id in ("needs_spark", "publish", "notify_corrected"):
+    for task_id in ("publish", "notify_corrected"):
         with pytest.raises(layout.InvalidPartitionValue) as refused:
             dag.get_task(task_id).python_callable(params={"event_date": given})
         assert says in str(refused.value), task_id
+    # the dedup parses it before its skip check and before anything reaches spark-submit's command line
+    with pytest.raises(layout.InvalidPartitionValue) as refused:
+        dag.get_task("dedup").execute({"params": {"event_date": given}})
+    assert says in str(refused.value), "dedup"
     with pytest.raises(layout.InvalidPartitionValue, match="invalid event_date"):
         module.run_target({"event_date": given})
     with pytest.raises(layout.InvalidPartitionValue, match="invalid event_date None"):

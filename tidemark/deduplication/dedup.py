@@ -211,13 +211,13 @@ def _run(
         )
     if spark is None:
         spark = connect() if connect is not None else build_session("tidemark-dedup")
-    _tune(spark)
     phases.done("spark")  # getting the session: ~0 when it is given (a warm one) or connected meanwhile
     known = set(previous.receipts) if previous else set()
 
     fallback = "--full" if full else ""
     while True:
         start, why = (None, fallback) if fallback else incremental.base(previous, current, rules)
+        _tune(spark, start.rows_read if start is not None else current.rows)
         early = None
         if start is not None:
             islands = incremental.correct(spark, lake, current, rules, start, read_panes)
@@ -423,13 +423,33 @@ def up_to_date(lake: Lake, event_date: date, rules: SessionRules | None = None) 
     return result
 
 
-def _tune(spark: SparkSession) -> None:
-    """Listing a few hundred receipt folders is faster on the driver than as a Spark job.
+# Up to this many rows read, a run's plans are interpreted instead of compiled (`_tune`).
+INTERPRETED_ROWS = 10_000
 
-    A listing strategy only (results do not depend on it), so setting it on a shared session is
+
+def _tune(spark: SparkSession, rows: int) -> None:
+    """Settings for a run that reads `rows` rows: how it lists, and whether it compiles its plans.
+
+    Listing a few hundred receipt folders is faster on the driver than as a Spark job. A run of
+    at most INTERPRETED_ROWS rows (a small date's correction) has its operators interpreted
+    instead of code-generated: Spark compiled 84-93 generated classes for every correction of a
+    148-session date (a Spark Connect session has a class loader of its own, so none is found
+    compiled), about a second of the server's CPU for 162 rows; interpreted, 1. Bigger runs compile
+    as usual (the setting is unset), where the generated code pays for itself. Both are execution
+    strategies only (results do not depend on them), so setting them on a shared session is
     harmless.
     """
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
+    for key, interpreted in _INTERPRETED.items():
+        if rows <= INTERPRETED_ROWS:
+            spark.conf.set(key, interpreted)
+        else:
+            spark.conf.unset(key)
+
+
+# What interpreting a plan takes: no whole-stage code generation, and every expression and
+# projection built by its interpreted implementation (CodegenObjectFactoryMode).
+_INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 # Only the columns the dedup needs (spelled once: tidemark/panes/pane_reader.py, which the packs

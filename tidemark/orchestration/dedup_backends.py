@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar, get_args
+from typing import Final, Literal, get_args
 
 BackendName = Literal["dataproc", "spark"]
 
@@ -29,9 +29,6 @@ BACKEND_ENV: Final = "TIDEMARK_DEDUP_BACKEND"
 CLUSTER_ENV: Final = "TIDEMARK_DATAPROC_CLUSTER"
 DATAPROC_ENV: Final = ("TIDEMARK_DATAPROC_PROJECT", "TIDEMARK_DATAPROC_REGION")
 CONCURRENCY_ENV: Final = "TIDEMARK_DEDUP_CONCURRENCY"
-
-# A value that is text when the task runs: the DAG passes Airflow's XComArgs, resolved then.
-_Arg = TypeVar("_Arg")
 
 
 @dataclass(frozen=True)
@@ -102,12 +99,12 @@ def dedup_concurrency(environ: Mapping[str, str]) -> int | None:
     return int(text)
 
 
-def dedup_args(lake: _Arg, event_date: _Arg) -> list[str | _Arg]:
+def dedup_args(lake: str, event_date: str) -> list[str]:
     """The tidemark command line of the Spark step, wherever it runs (spark-submit, Dataproc)."""
     return ["dedup", "--lake", lake, "--event-date", event_date]
 
 
-def dataproc_job(target: DataprocTarget, application: str, lake: _Arg, event_date: _Arg) -> dict[str, object]:
+def dataproc_job(target: DataprocTarget, application: str, lake: str, event_date: str) -> dict[str, object]:
     """The Dataproc job (DataprocSubmitJobOperator's `job`) of one dedup run on `target`'s cluster."""
     return {
         "reference": {"project_id": target.project},
