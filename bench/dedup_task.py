@@ -47,11 +47,6 @@ def parse_args(argv):
     p.add_argument("--ui-port", type=int, default=None, help="that server's UI port (for the job counts)")
     p.add_argument("--build", action="store_true", help=argparse_suppress())
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
-    p.add_argument(
-        "--fresh-session",
-        action="store_true",
-        help="a session of its own per correction, not the window's shared one (tidemark.base.spark.shared_session_id)",
-    )
     return p.parse_args(argv)
 
 
@@ -108,12 +103,12 @@ def _jobs(ui: str | None) -> int | None:
         return max((job["jobId"] for job in json.load(r)), default=-1)
 
 
-def one_correction(lake, day: date, url: str, shared: bool = False) -> tuple[float, object]:
+def one_correction(lake, day: date, url: str) -> tuple[float, object]:
     """The DAG task's body (DedupOperator.execute on a spark_connect connection), timed."""
     from tidemark.deduplication.on_connect import run_on_connect
 
     started = time.perf_counter()
-    result = run_on_connect(lake, day, url, shared=shared)
+    result = run_on_connect(lake, day, url)
     return time.perf_counter() - started, result
 
 
@@ -158,7 +153,7 @@ def main(argv=None) -> int:
         for n in range(args.repeat + 1):
             load = os.getloadavg()[0]
             jobs0 = _jobs(ui)
-            seconds, result = one_correction(lake, day, url, shared=not args.fresh_session)
+            seconds, result = one_correction(lake, day, url)
             jobs1 = _jobs(ui)
             undo(lake, before)
             assert result.published, result.to_json()

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from tidemark.base import pyspark_daemon
-from tidemark.base.logs import get_logger
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,30 +83,16 @@ _CONNECT_RUNTIME = (
 )
 
 
-def connect_session(url: str, app_name: str = "tidemark", session_id: str | None = None) -> SparkSession:
-    """A Spark Connect session on the server at `url` (sc://host:port[/;params]).
+def connect_session(url: str, app_name: str = "tidemark") -> SparkSession:
+    """A new Spark Connect session on the server at `url` (sc://host:port[/;params]).
 
-    A new session of its own by default: its own temp views and settings. With `session_id`
-    (`shared_session_id`), the server's session of that id, which every client naming it shares
-    (its views, cache and settings; tidemark's clients name their views uniquely and set the same
-    settings); a new one if the server has closed that session (idle timeout, released).
-
-    Only the client runs here (no JVM): tidemark.deduplication.dedup works unchanged on it (no
-    sparkContext, RDD or _jvm use). pyspark then marks the whole process as Connect
-    (SPARK_CONNECT_MODE_ENABLED in os.environ, inherited by child processes): use it in a process
-    of its own, as the DAG's task does.
+    A session of its own: its own temp views and settings. Only the client runs here (no JVM):
+    tidemark.deduplication.dedup works unchanged on it (no sparkContext, RDD or _jvm use). pyspark
+    then marks the whole process as Connect (SPARK_CONNECT_MODE_ENABLED in os.environ, inherited by
+    child processes): use it in a process of its own, as the DAG's task does.
     """
     if not url.startswith("sc://"):
         raise ValueError(f"a Spark Connect URL starts with sc://, not {url.split('://')[0]!r}")
-    if session_id is not None and ";session_id=" not in url:
-        # the connection string's parameters follow "/;" (Spark Connect's client-connection-string)
-        shared = f"{url};session_id={session_id}" if "/;" in url else f"{url.rstrip('/')}/;session_id={session_id}"
-        try:
-            return _connect(shared, app_name)
-        except Exception as exc:  # pyspark's Connect errors have no common class that says "closed"
-            get_logger("spark").warning(
-                "shared Spark Connect session not available: a new one", session_id=session_id, error=str(exc)[:300]
-            )
     return _connect(url, app_name)
 
 
@@ -120,35 +103,12 @@ def _connect(url: str, app_name: str) -> SparkSession:
     for key, value in session_settings().items():
         if key in _CONNECT_RUNTIME:
             builder = builder.config(key, value)
-    # create(), not getOrCreate(): never the process's cached default session of another run. The
-    # settings are sent now, so a session id the server has closed fails here.
+    # create(), not getOrCreate(): never the process's cached default session of another run.
     return builder.create()
 
 
-def close_connect_session(spark: SparkSession, shared_id: str | None = None) -> None:
-    """Close a Spark Connect client, and end its server-side session unless it is `shared_id`'s.
-
-    A shared session (`shared_session_id`) stays for the other clients of its window; the server
-    ends it after its idle timeout.
-    """
+def close_connect_session(spark: SparkSession) -> None:
+    """Close a Spark Connect client and end its server-side session (its views and cache with it)."""
     # pyspark's Connect session reads this attribute in stop(), which takes no argument for it
-    spark.release_session_on_close = spark.session_id != shared_id  # type: ignore[attr-defined]
+    spark.release_session_on_close = True  # type: ignore[attr-defined]
     spark.stop()
-
-
-SHARED_SESSION_MINUTES = 10
-_SESSION_NAMESPACE = uuid.UUID("6f1c2a8e-3b7d-4c55-9a61-2d0e5b4f7c13")
-
-
-def shared_session_id(purpose: str, now: datetime) -> str:
-    """The Spark Connect session id that clients of `purpose` share in the window holding `now`.
-
-    A Connect server gives each session a class loader of its own, and Spark's cache of generated
-    code is per class loader: a new session compiles its plans' classes again (84 for a small
-    dedup correction, 0.65-1.2 s of a warm server's CPU), one used again finds them compiled
-    (BENCHMARKS.md section 2). Windows of SHARED_SESSION_MINUTES: a session is never used after its
-    window, so the server's idle timeout ends it, with anything a killed client left in it.
-    """
-    at = now.astimezone(timezone.utc)
-    window = at.replace(minute=at.minute - at.minute % SHARED_SESSION_MINUTES, second=0, microsecond=0)
-    return str(uuid.uuid5(_SESSION_NAMESPACE, f"{purpose}/{window.isoformat()}"))
