@@ -47,6 +47,12 @@ def parse_args(argv):
     p.add_argument("--ui-port", type=int, default=None, help="that server's UI port (for the job counts)")
     p.add_argument("--build", action="store_true", help=argparse_suppress())
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
+    p.add_argument(
+        "--codegen",
+        action="store_true",
+        help="compile the correction's plans as a big run does (tidemark.deduplication.dedup.INTERPRETED_ROWS "
+        "off), to compare with the interpreted small run",
+    )
     return p.parse_args(argv)
 
 
@@ -103,6 +109,15 @@ def _jobs(ui: str | None) -> int | None:
         return max((job["jobId"] for job in json.load(r)), default=-1)
 
 
+def _compiled(ui: str | None) -> int | None:
+    """How many generated classes the server has compiled so far (its metrics servlet), None without a UI."""
+    if ui is None:
+        return None
+    with urllib.request.urlopen(f"{ui}/metrics/json", timeout=5) as r:
+        histograms = json.load(r)["histograms"]
+    return next((v["count"] for k, v in histograms.items() if k.endswith("CodeGenerator.compilationTime")), None)
+
+
 def one_correction(lake, day: date, url: str) -> tuple[float, object]:
     """The DAG task's body (DedupOperator.execute on a spark_connect connection), timed."""
     from tidemark.deduplication.on_connect import run_on_connect
@@ -118,6 +133,10 @@ def main(argv=None) -> int:
         build(args)
         return 0
     built = os.path.join(args.workdir, "built.json")
+    if args.codegen:
+        from tidemark.deduplication import dedup
+
+        dedup.INTERPRETED_ROWS = -1
     if not (args.reuse and os.path.exists(built)):
         cmd = [sys.executable, "-m", "bench.dedup_task", "--build", "--workdir", args.workdir]
         cmd += ["--days", str(args.days), "--events", str(args.events), "--users", str(args.users)]
@@ -152,9 +171,9 @@ def main(argv=None) -> int:
         rows = []
         for n in range(args.repeat + 1):
             load = os.getloadavg()[0]
-            jobs0 = _jobs(ui)
+            jobs0, compiled0 = _jobs(ui), _compiled(ui)
             seconds, result = one_correction(lake, day, url)
-            jobs1 = _jobs(ui)
+            jobs1, compiled1 = _jobs(ui), _compiled(ui)
             undo(lake, before)
             assert result.published, result.to_json()
             assert result.mode == "incremental", result.to_json()
@@ -164,6 +183,7 @@ def main(argv=None) -> int:
                 "load": round(load, 1),
                 "task s": round(seconds, 2),
                 "jobs": None if jobs0 is None or jobs1 is None else jobs1 - jobs0,
+                "compiled": None if compiled0 is None or compiled1 is None else compiled1 - compiled0,
                 "sessions": result.sessions,
                 **phases,
             }
@@ -185,7 +205,12 @@ def main(argv=None) -> int:
                 f"One late receipt of {day} (15 late events of 5 users, one redelivered), corrected "
                 f"{args.repeat} times (table put back in between) after a warm-up repeat; "
                 "phases are the dedup's own (cumulative boundaries, seconds each), jobs the Spark "
-                "jobs the server ran during the repeat.",
+                "jobs the server ran during the repeat, compiled the generated classes it compiled "
+                + (
+                    "(--codegen: plans compiled as a big run's are)."
+                    if args.codegen
+                    else "(plans interpreted: a small run)."
+                ),
                 {"workload": f"{args.events} events, {args.users} users, {args.days} days, {args.files} files"},
                 env,
                 command=".venv/bin/python -m bench.dedup_task " + " ".join(argv if argv is not None else sys.argv[1:]),
