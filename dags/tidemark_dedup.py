@@ -79,6 +79,7 @@ from typing_extensions import assert_never
 
 from tidemark.base import layout, names  # standard library only: cheap at parse time
 from tidemark.orchestration import dedup_backends, settings  # standard library only: cheap at parse time
+from tidemark.orchestration.date_priority import OlderDatesFirst  # Airflow's and the standard library
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -227,6 +228,7 @@ def _dataproc_task() -> BaseOperator:
         project_id=target.project,
         region=target.region,
         max_active_tis_per_dag=dedup_backends.dedup_concurrency(os.environ),
+        weight_rule=OlderDatesFirst(),
         # the run's date and lake are set when the task runs (execute), from its checked params
         job=dedup_backends.dataproc_job(target, APPLICATION, "<lake>", "<event date>"),
     )
@@ -242,6 +244,8 @@ def _spark_task() -> BaseOperator:
     return DedupOperator(
         task_id="dedup",
         max_active_tis_per_dag=dedup_backends.dedup_concurrency(os.environ),
+        # the closed date's correction before the open date's (date_priority says why)
+        weight_rule=OlderDatesFirst(),
         conn_id="spark_default",
         application=APPLICATION,
         conf={"spark.ui.enabled": "false"},

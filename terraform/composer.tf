@@ -172,6 +172,17 @@ resource "google_storage_bucket_object" "dag_files" {
   source   = "${path.module}/../${each.value}"
 }
 
+# tidemark's Airflow plugin (the dedup task's weight rule, tidemark/orchestration/date_priority.py):
+# tidemark is deployed as source into dags/, not installed, so its `airflow.plugins` entry point does
+# not exist here; this module in the plugins folder imports the plugin class for Airflow to register.
+# Not named tidemark.py: it must not shadow the package.
+resource "google_storage_bucket_object" "airflow_plugin" {
+  count   = var.create_composer ? 1 : 0
+  bucket  = local.composer_bucket
+  name    = "plugins/tidemark_airflow_plugin.py"
+  content = "from tidemark.orchestration.airflow_plugin import TidemarkPlugin  # noqa: F401 (registered by Airflow)\n"
+}
+
 resource "google_storage_bucket_object" "airflowignore" {
   count   = var.create_composer ? 1 : 0
   bucket  = local.composer_bucket

@@ -20,7 +20,7 @@ from tests.helpers import generate_cli, lake_session_set, reference_session_set
 from tidemark import cli
 from tidemark.base import names
 from tidemark.base.layout import as_event_date
-from tidemark.orchestration import runs
+from tidemark.orchestration import date_priority, runs
 from tidemark.store.lake import Lake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +56,10 @@ if dag is not None:
     out["refused"] = refused
     out["accepts"] = dag.params.get_param("event_date").resolve("2026-03-07")
     out["dedup_concurrency"] = dag.get_task("dedup").max_active_tis_per_dag
+    # serialized as the dag-processor does: a weight rule no plugin registers fails here
+    from airflow.serialization.serialized_objects import DagSerialization
+    out["weight_rules"] = {t["__var"]["task_id"]: t["__var"].get("weight_rule")
+                           for t in DagSerialization.to_dict(dag)["dag"]["tasks"]}
     out["inlets"] = sorted(f"{o.name} {o.uri}" for o in dag.get_task("publish").inlets)
     out["outlets"] = sorted(str(o) for t in dag.tasks for o in t.outlets)
     out["consumers"] = {d: type(bag.dags[d].timetable).__name__ for d in bag.dags if d.startswith("example_")}
@@ -98,6 +102,8 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
     # PartitionedAtRuntime: runs only when triggered, each with its event date as partition_key
     assert out["schedule"] == "PartitionedAtRuntime"
     assert out["dedup_concurrency"] is None  # TIDEMARK_DEDUP_CONCURRENCY unset: no limit but max_active_runs
+    # older dates' dedups first (tidemark/orchestration/date_priority.py), loaded from tidemark's plugin
+    assert out["weight_rules"]["dedup"] == "tidemark.orchestration.date_priority.OlderDatesFirst"
     assert out["heavy"] == []  # no pyspark, no pyarrow at parse time
     # standard library only: the schedules' durations, the date's text form, the back end's choice, settings
     assert out["first_party"] == [
@@ -107,7 +113,9 @@ def test_dag_imports_without_errors_and_without_heavy_work(tmp_path):
         "tidemark.base.layout",
         "tidemark.base.names",
         "tidemark.orchestration",
+        "tidemark.orchestration.date_priority",
         "tidemark.orchestration.dedup_backends",
+        "tidemark.orchestration.runs",
         "tidemark.orchestration.settings",
     ]
     assert all(out["refused"].values()), out["refused"]
@@ -439,14 +447,20 @@ def test_the_dag_builds_the_operator_of_the_chosen_back_end(monkeypatch):
     dag = _dag_module()
     monkeypatch.delenv("TIDEMARK_DEDUP_BACKEND", raising=False)
     monkeypatch.delenv("TIDEMARK_DATAPROC_CLUSTER", raising=False)
-    task = dag.dedup_task("/lake", "2026-03-07")  # outside a DAG: the operator alone
+    task = dag.dedup_task()  # outside a DAG: the operator alone
     assert isinstance(task, dag.DedupOperator)
-    assert task.event_date == "2026-03-07"
-    assert task.lake == "/lake"
-    assert task.application_args == ["dedup", "--lake", "/lake", "--event-date", "2026-03-07"]
+    assert isinstance(task.weight_rule, date_priority.OlderDatesFirst)
+    # spark-submit's command line is built when the task runs, from the run's checked params
+    monkeypatch.setattr(dag, "run_target", lambda params: (Lake.open("/lake"), date(2026, 3, 7)))
+    monkeypatch.setattr(dag, "skip_if_up_to_date", lambda lake, day: None)
+    monkeypatch.setattr(dag.DedupOperator, "_wait_for_the_dates_turn", lambda self, context, day: None)
+    monkeypatch.setattr(dag.SparkSubmitOperator, "execute", lambda self, context: None)
+    monkeypatch.setattr("airflow.sdk.BaseHook.get_connection", lambda conn_id: type("C", (), {"conn_type": "spark"})())
+    task.execute({"params": {"event_date": "2026-03-07"}})
+    assert task.application_args == ["dedup", "--lake", Lake.open("/lake").uri, "--event-date", "2026-03-07"]
     monkeypatch.setenv("TIDEMARK_DEDUP_BACKEND", "databricks")
     with pytest.raises(ValueError, match="expected one of dataproc, spark"):
-        dag.dedup_task("/lake", "2026-03-07")
+        dag.dedup_task()
 
 
 def test_the_dedup_of_a_date_waits_for_an_earlier_run_of_that_date_when_several_run_at_once(monkeypatch):
@@ -455,7 +469,7 @@ def test_the_dedup_of_a_date_waits_for_an_earlier_run_of_that_date_when_several_
     from tidemark.orchestration import airflow_api, date_turns
 
     dag = _dag_module()
-    task = dag.dedup_task("/lake", "2026-03-07")
+    task = dag.dedup_task()
     asked = []
 
     def ahead_of(client, dag_id, run_id, event_date):
@@ -465,17 +479,17 @@ def test_the_dedup_of_a_date_waits_for_an_earlier_run_of_that_date_when_several_
     monkeypatch.setattr(airflow_api, "for_tasks", lambda: object())
     monkeypatch.setattr(date_turns, "ahead_of", ahead_of)
     monkeypatch.setenv("TIDEMARK_DEDUP_CONCURRENCY", "2")
+    day = date(2026, 3, 7)  # parsed from the run's param before Airflow is asked (execute)
     with pytest.raises(AirflowRescheduleException):
-        task._wait_for_the_dates_turn({"run_id": "notice__second"})
-    task._wait_for_the_dates_turn({"run_id": "notice__first"})  # its turn: goes on
-    day = date(2026, 3, 7)  # the param's text parsed before Airflow is asked
+        task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)
+    task._wait_for_the_dates_turn({"run_id": "notice__first"}, day)  # its turn: goes on
     assert asked == [(DAG_ID, "notice__second", day), (DAG_ID, "notice__first", day)]
 
     def unreachable():
         raise airflow_api.TransientAirflowError("GET /api/v2/dags -> HTTP 503")
 
     monkeypatch.setattr(airflow_api, "for_tasks", unreachable)
-    task._wait_for_the_dates_turn({"run_id": "notice__second"})  # no Airflow to ask: the commit guards it
+    task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)  # no Airflow to ask: the commit guards it
     monkeypatch.setenv("TIDEMARK_DEDUP_CONCURRENCY", "1")
     monkeypatch.setattr(date_turns, "ahead_of", lambda *a: pytest.fail("one dedup at a time: nothing to ask"))
-    task._wait_for_the_dates_turn({"run_id": "notice__second"})
+    task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)

@@ -128,3 +128,22 @@ def run_conf(notice: Mapping[str, Any]) -> dict[str, Any]:
         "receipt_ts": notice["receipt_ts"],
         "dataset": check_dataset(notice["dataset"]),
     }
+
+
+def run_date(run_id: str) -> date | None:
+    """The event date a run id built here names (notice, affected, reconcile runs), else None.
+
+    None for any other id (a run triggered by hand from the UI or the CLI: its date is in its conf,
+    not its id).
+    """
+    parts = run_id.split("__")
+    if parts[0] == NOTICE_PREFIX and len(parts) == 4:
+        text = parts[2]
+    elif parts[0] in (AFFECTED_PREFIX, RECONCILE_PREFIX) and len(parts) >= 3:
+        text = parts[1]
+    else:
+        return None
+    try:
+        return layout.parse_event_date(text)
+    except layout.InvalidPartitionValue:
+        return None
