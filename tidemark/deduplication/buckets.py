@@ -90,7 +90,7 @@ def write(frame: DataFrame, count: int, folder: str, buckets: int | None = None)
     hold rows (a correction's), shuffled into as few partitions (a power of two dividing `count`:
     each bucket still lands in one task) instead of `count` mostly empty ones.
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     tasks = count

@@ -62,7 +62,7 @@ def as_table_rows(islands: DataFrame) -> DataFrame:
 
     session_id computed as the dedup writes it, event_date a DATE.
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     return islands.select(
@@ -89,7 +89,7 @@ def diff(before: DataFrame, after: DataFrame) -> DataFrame:
 
     Rows of `_change_type` + the table's columns.
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     old = before.select("session_id", F.struct(*_COLUMNS).alias("o"))

@@ -486,7 +486,7 @@ def read_panes(
 
 def _read_pack(spark: SparkSession, lake: Lake, pack: pack_cache.Pack, lo: datetime) -> DataFrame:
     """The panes of a pack that end at or after lo."""
-    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
+    # pyspark when Spark runs only: the DAG's skip check imports this module without it
     from pyspark.sql import functions as F
 
     return (
@@ -500,7 +500,7 @@ def _read_pack(spark: SparkSession, lake: Lake, pack: pack_cache.Pack, lo: datet
 
 def _read_receipts(spark: SparkSession, lake: Lake, partitions: list[Partition], lo: datetime) -> DataFrame:
     """The panes of receipt partitions, read from their folders, that end at or after lo."""
-    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
+    # pyspark when Spark runs only: the DAG's skip check imports this module without it
     from pyspark.sql import functions as F
 
     paths: list[str] = [lake.receipt_dir(p.event_date, p.receipt_ts) for p in partitions]
@@ -532,7 +532,7 @@ def known_receipt(key: Column, planned: list[str], known: set[str]) -> Column:
     incremental path (tidemark/deduplication/incremental.py). The receipts new since that version
     are few.
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
+    # pyspark when Spark runs only: the DAG's skip check imports this module without it
     from pyspark.sql import functions as F
 
     old = sorted(set(planned) & known)
@@ -547,7 +547,7 @@ def compute_islands(spark: SparkSession, lake: Lake, current: Plan, rules: Sessi
 
     dedup_sessions.sql's columns, as a lazy DataFrame; `known` receipt keys mark old events.
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
+    # pyspark when Spark runs only: the DAG's skip check imports this module without it
     from pyspark.sql import functions as F
 
     # The date's own panes all end after its midnight, which is after lo: all of them are read, and
@@ -684,7 +684,7 @@ def _write_version(
 
 def _table_rows(sessions: DataFrame, day: date) -> DataFrame:
     """A run's sessions of `day` as the table's rows (its files' columns)."""
-    # pyspark when Spark runs only: the DAG's needs_spark imports this module without it
+    # pyspark when Spark runs only: the DAG's skip check imports this module without it
     from pyspark.sql import functions as F
 
     # event_date is inside the files: Iceberg reads the identity partition value from them.

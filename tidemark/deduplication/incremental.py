@@ -213,7 +213,7 @@ def split(islands: DataFrame, event_date: date, until: datetime) -> tuple[DataFr
     come as ISLAND_COLUMNS + event_date. The full and the incremental path both split with this, so
     their versions hold the same rows.
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     on_date = F.col("event_date") == F.lit(layout.event_date_text(event_date))
@@ -240,7 +240,7 @@ def _previous_sessions(
     spark: SparkSession, lake: Lake, previous: VersionRecord, files: list[str] | None = None
 ) -> DataFrame:
     """The previous version's sessions: in `files` of its (default: all of them)."""
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     if files is None:
@@ -259,7 +259,7 @@ def _previous_sessions(
 
 def _previous_context(spark: SparkSession, lake: Lake, previous: VersionRecord, until: datetime) -> DataFrame:
     """The previous version's island context, the islands that start before `until`."""
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     if not previous.context_rows:
@@ -303,7 +303,7 @@ def correct(
     hold new events (affected dates, the horizon check). Its Spark job runs when the run first asks
     for `Islands.summary`: the run may have started its writes by then.
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     day = current.event_date
@@ -395,7 +395,7 @@ def _layout(
     whole, in the bucket count its size asks for (None, and None buckets: all). One Spark job over
     the new panes finds the users and their buckets.
     """
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     files = run_markers.run_files(lake, previous)

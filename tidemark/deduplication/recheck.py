@@ -27,7 +27,7 @@ _COLUMNS = (*incremental.ISLAND_COLUMNS, "event_date")
 
 def _digest(frame: DataFrame) -> tuple[int, Decimal | None]:
     """(row count, sum of the rows' 64-bit hashes): the multiset of rows, summarized."""
-    # pyspark when Spark runs only: the DAG's needs_spark imports the dedup without it
+    # pyspark when Spark runs only: the DAG's skip check imports the dedup without it
     from pyspark.sql import functions as F
 
     row = frame.select(

@@ -1,8 +1,8 @@
 """One dedup of a date at a time, while dedups of different dates run side by side.
 
 With more than one dedup task at once (TIDEMARK_DEDUP_CONCURRENCY above 1, `tidemark up
---dedup-concurrency`), two dates never wait for each other; two runs of one date that both passed
-needs_spark must not compute side by side: both would read the same receipts, and the second
+--dedup-concurrency`), two dates never wait for each other; two runs of one date that both found new
+receipts must not compute side by side: both would read the same receipts, and the second
 computation is wasted work on the cores the first needs (the commit's compare-and-swap keeps the
 result correct either way, docs/dedup.md). Airflow limits a task's instances per DAG or per run,
 not per partition key, so the dedup task asks this Airflow's REST API which running dedup task
