@@ -155,7 +155,7 @@ class DedupOperator(SparkSubmitOperator):
         skip_if_up_to_date(lake, event_date)
         if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
             # the checked values (run_target parsed them), not the raw conf, on the command line
-            self.application_args = dedup_backends.dedup_args(lake.uri, day)
+            self.application_args = dedup_backends.dedup_args(lake.uri, event_date)
             super().execute(context)
             return
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
@@ -220,7 +220,7 @@ def _dataproc_task() -> BaseOperator:
             lake, event_date = run_target(context["params"])
             skip_if_up_to_date(lake, event_date)
             assert target is not None  # checked when the DAG was built
-            self.job = dedup_backends.dataproc_job(target, APPLICATION, lake.uri, layout.event_date_text(event_date))
+            self.job = dedup_backends.dataproc_job(target, APPLICATION, lake.uri, event_date)
             return super().execute(context)
 
     operator: BaseOperator = DataprocDedupOperator(
@@ -230,7 +230,7 @@ def _dataproc_task() -> BaseOperator:
         max_active_tis_per_dag=dedup_backends.dedup_concurrency(os.environ),
         weight_rule=OlderDatesFirst(),
         # the run's date and lake are set when the task runs (execute), from its checked params
-        job=dedup_backends.dataproc_job(target, APPLICATION, "<lake>", "<event date>"),
+        job=dedup_backends.dataproc_job(target, APPLICATION),
     )
     return operator
 

@@ -44,7 +44,7 @@ def test_the_dataproc_branch_is_chosen_only_with_a_complete_environment_and_subm
         }
     )
     assert target == DataprocTarget(project="proj", region="europe-west1", cluster="tidemark-spark")
-    job = dedup_backends.dataproc_job(target, "gs://ops/code/submit.py", "gs://lake", "2026-03-07")
+    job = dedup_backends.dataproc_job(target, "gs://ops/code/submit.py", "gs://lake", date(2026, 3, 7))
     assert job["placement"] == {"cluster_name": "tidemark-spark"}
     assert job["reference"] == {"project_id": "proj"}
     pyspark_job = job["pyspark_job"]

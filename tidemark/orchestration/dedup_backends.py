@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Final, Literal, get_args
+
+from tidemark.base import layout
 
 BackendName = Literal["dataproc", "spark"]
 
@@ -99,15 +102,23 @@ def dedup_concurrency(environ: Mapping[str, str]) -> int | None:
     return int(text)
 
 
-def dedup_args(lake: str, event_date: str) -> list[str]:
+def dedup_args(lake: str, event_date: date) -> list[str]:
     """The tidemark command line of the Spark step, wherever it runs (spark-submit, Dataproc)."""
-    return ["dedup", "--lake", lake, "--event-date", event_date]
+    return ["dedup", "--lake", lake, "--event-date", layout.event_date_text(event_date)]
 
 
-def dataproc_job(target: DataprocTarget, application: str, lake: str, event_date: str) -> dict[str, object]:
-    """The Dataproc job (DataprocSubmitJobOperator's `job`) of one dedup run on `target`'s cluster."""
+def dataproc_job(
+    target: DataprocTarget, application: str, lake: str | None = None, event_date: date | None = None
+) -> dict[str, object]:
+    """The Dataproc job (DataprocSubmitJobOperator's `job`) of one dedup run on `target`'s cluster.
+
+    Without a lake and a date, the job without its arguments (the operator's, until its task runs).
+    """
+    pyspark_job: dict[str, object] = {"main_python_file_uri": application}
+    if lake is not None and event_date is not None:
+        pyspark_job["args"] = dedup_args(lake, event_date)
     return {
         "reference": {"project_id": target.project},
         "placement": {"cluster_name": target.cluster},
-        "pyspark_job": {"main_python_file_uri": application, "args": dedup_args(lake, event_date)},
+        "pyspark_job": pyspark_job,
     }
