@@ -10,11 +10,11 @@ from tidemark.orchestration import date_priority, runs
 
 def test_every_run_id_tidemark_builds_names_its_date_and_others_none():
     day, source = date(2026, 3, 6), date(2026, 3, 7)
-    assert runs.run_date(runs.notice_run_id("sessions", day, "20261127T153745068Z")) == day
-    assert runs.run_date(runs.affected_run_id(day, source, "20261127T153745068Z")) == day
-    assert runs.run_date(runs.reconcile_run_id(day, "0123abcd", 2)) == day
+    assert runs.date_of_run_id(runs.notice_run_id("sessions", day, "20261127T153745068Z")) == day
+    assert runs.date_of_run_id(runs.affected_run_id(day, source, "20261127T153745068Z")) == day
+    assert runs.date_of_run_id(runs.reconcile_run_id(day, "0123abcd", 2)) == day
     for other in ("manual__2026-03-06T10:00:00+00:00", "notice__sessions__2026-02-30__x", "notice__x", ""):
-        assert runs.run_date(other) is None, other
+        assert runs.date_of_run_id(other) is None, other
 
 
 def test_an_older_date_weighs_more_and_a_hand_triggered_run_least():

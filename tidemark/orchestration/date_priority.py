@@ -11,7 +11,7 @@ date's, and among queued runs the oldest data goes first.
 
 The weight is computed when Airflow creates the task instance, from its run id alone (Airflow
 passes no run conf to a weight rule): tidemark's run ids name their date
-(tidemark.orchestration.runs.run_date). A run triggered by hand has another id and gets the lowest
+(tidemark.orchestration.runs.date_of_run_id). A run triggered by hand has another id and gets the lowest
 weight, as every task had before.
 
 Airflow loads the rule from tidemark's plugin (tidemark.orchestration.airflow_plugin, the
@@ -40,7 +40,7 @@ LOWEST = 1
 
 def weight_of(run_id: str) -> int:
     """The priority weight of a dedup task instance of run `run_id`: higher for older dates."""
-    day = runs.run_date(run_id)
+    day = runs.date_of_run_id(run_id)
     if day is None:
         return LOWEST
     return LOWEST + 1 + max(0, (_LAST_DAY - day).days)

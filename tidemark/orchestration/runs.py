@@ -130,7 +130,7 @@ def run_conf(notice: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_date(run_id: str) -> date | None:
+def date_of_run_id(run_id: str) -> date | None:
     """The event date a run id built here names (notice, affected, reconcile runs), else None.
 
     None for any other id (a run triggered by hand from the UI or the CLI: its date is in its conf,
