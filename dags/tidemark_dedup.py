@@ -99,8 +99,10 @@ SESSIONS_DEDUP = Asset(
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APPLICATION = os.environ.get("TIDEMARK_SUBMIT_APP", os.path.join(REPO, "streaming_job", "submit.py"))
 EVENT_DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
-# Seconds a dedup waits before asking again whether its date's turn has come (about one small dedup).
+# Seconds a dedup waits before asking again whether its date's turn has come (about one small dedup),
+# and at most in all (a large date's dedup takes minutes) before it goes on anyway.
 TURN_POLL_S = 3
+TURN_WAIT_S = 30 * 60
 
 
 def skip_if_up_to_date(lake: Lake, event_date: date) -> None:
@@ -168,32 +170,40 @@ class DedupOperator(SparkSubmitOperator):
         self.log.info("dedup result: %s", result.to_json())
 
     def _wait_for_the_dates_turn(self, context: Context, day: date) -> None:
-        """Rescheduled while a run of the same date queued before this one is deduplicating it.
+        """Wait, in this task, while a run of the same date queued before this one deduplicates it.
 
         tidemark/orchestration/date_turns.py: with several dedup tasks at once, two dates run side by
         side, two runs of one date do not. Nothing to ask with one dedup at a time. Without this
-        Airflow's REST API (not configured, or unreachable) the dedup goes on: the commit keeps the
-        result correct, only the work may be done twice.
+        Airflow's REST API (not configured, or unreachable), or after TURN_WAIT_S, the dedup goes
+        on: the commit keeps the result correct, only the work may be done twice.
+
+        Why not AirflowRescheduleException, which would free the slot meanwhile: in Airflow 3.3 a
+        rescheduled task keeps its try number, and when the executor's success for the exited try
+        reaches the scheduler after the next try is queued, the scheduler fails the task ("state
+        changed externally", apache/airflow#71172): `airflow dags clear` of a date's runs failed
+        runs that way. The slot held is one the date's own dedup would otherwise compute twice in.
         """
         if dedup_backends.dedup_concurrency(os.environ) == 1:
             return
-        from datetime import datetime, timezone
-
-        from airflow.sdk.exceptions import AirflowRescheduleException
-
+        from tidemark.base.polling import wait_for
         from tidemark.orchestration import airflow_api, date_turns
 
         run_id = context["run_id"]
-        try:
+        waited_for: set[str] = set()
+
+        def its_turn() -> bool:
             ahead = date_turns.ahead_of(airflow_api.for_tasks(), DAG_ID, run_id, day)
+            if ahead is not None and ahead not in waited_for:
+                waited_for.add(ahead)
+                self.log.info("%s: run %s is deduplicating this date; waiting for it to finish", day, ahead)
+            return ahead is None
+
+        try:
+            wait_for(its_turn, TURN_WAIT_S, f"the turn of run {run_id} of {day}", interval=TURN_POLL_S)
         except (airflow_api.AirflowError, airflow_api.ConfigError) as exc:
             self.log.warning("%s: cannot ask Airflow which runs of the date are deduplicating (%s)", day, exc)
-            return
-        if ahead is not None:
-            self.log.info("%s: run %s is deduplicating this date; rescheduled in %s s", day, ahead, TURN_POLL_S)
-            when = datetime.now(timezone.utc) + timedelta(seconds=TURN_POLL_S)
-            # the SDK's exception class declares no types for its __init__ (3.3.2)
-            raise AirflowRescheduleException(when)  # type: ignore[no-untyped-call]
+        except TimeoutError:
+            self.log.warning("%s: still waiting for %s after %s s; deduplicating anyway", day, waited_for, TURN_WAIT_S)
 
 
 # --- the operator of each back end (tidemark.orchestration.dedup_backends decides which) ----------

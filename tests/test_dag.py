@@ -464,26 +464,36 @@ def test_the_dag_builds_the_operator_of_the_chosen_back_end(monkeypatch):
 
 
 def test_the_dedup_of_a_date_waits_for_an_earlier_run_of_that_date_when_several_run_at_once(monkeypatch):
-    from airflow.sdk.exceptions import AirflowRescheduleException
-
     from tidemark.orchestration import airflow_api, date_turns
 
     dag = _dag_module()
     task = dag.dedup_task()
     asked = []
+    finishes_after = {"asks": 3}  # the earlier run's dedup ends once the later one asked this often
 
     def ahead_of(client, dag_id, run_id, event_date):
         asked.append((dag_id, run_id, event_date))
-        return "notice__first" if run_id == "notice__second" else None
+        still_running = len(asked) < finishes_after["asks"]
+        return "notice__first" if run_id == "notice__second" and still_running else None
 
     monkeypatch.setattr(airflow_api, "for_tasks", lambda: object())
     monkeypatch.setattr(date_turns, "ahead_of", ahead_of)
+    monkeypatch.setattr(dag, "TURN_POLL_S", 0.01)
     monkeypatch.setenv("TIDEMARK_DEDUP_CONCURRENCY", "2")
     day = date(2026, 3, 7)  # parsed from the run's param before Airflow is asked (execute)
-    with pytest.raises(AirflowRescheduleException):
-        task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)
+    # Waits in the task (no AirflowRescheduleException: Airflow 3.3 can fail a rescheduled task,
+    # apache/airflow#71172) until the earlier run's dedup is gone, asking each time.
+    task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)
+    assert asked == [(DAG_ID, "notice__second", day)] * 3
+    asked.clear()
     task._wait_for_the_dates_turn({"run_id": "notice__first"}, day)  # its turn: goes on
-    assert asked == [(DAG_ID, "notice__second", day), (DAG_ID, "notice__first", day)]
+    assert asked == [(DAG_ID, "notice__first", day)]
+    # An earlier run that never finishes: after TURN_WAIT_S the dedup goes on (the commit guards it).
+    finishes_after["asks"] = 10**6
+    asked.clear()
+    monkeypatch.setattr(dag, "TURN_WAIT_S", 0.05)
+    task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)
+    assert len(asked) >= 3
 
     def unreachable():
         raise airflow_api.TransientAirflowError("GET /api/v2/dags -> HTTP 503")
