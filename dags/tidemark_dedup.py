@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import os
 from datetime import date, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, BaseOperator, Param, PartitionedAtRuntime, dag, task
@@ -131,11 +131,67 @@ def skip_if_up_to_date(lake: Lake, event_date: date) -> None:
     raise AirflowSkipException(f"{day}: nothing new ({reason}); skipping the Spark dedup")
 
 
+class TaskLog(Protocol):
+    """What the dedup's first steps log with: a task's `self.log` (or any logging.Logger)."""
+
+    def info(self, event: Any, *args: Any) -> Any:
+        """Log at INFO."""
+
+    def warning(self, event: Any, *args: Any) -> Any:
+        """Log at WARNING."""
+
+
+def wait_for_the_dates_turn(run_id: str, day: date, log: TaskLog) -> None:
+    """Wait, in this task, while a run of the same date queued before run `run_id` deduplicates it.
+
+    tidemark/orchestration/date_turns.py: with several dedup tasks at once, two dates run side by
+    side, two runs of one date do not. Nothing to ask with one dedup at a time. Without this
+    Airflow's REST API (not configured, or unreachable), or after TURN_WAIT_S, the dedup goes on:
+    the commit keeps the result correct, only the work may be done twice.
+
+    Why not AirflowRescheduleException, which would free the slot meanwhile: in Airflow 3.3 a
+    rescheduled task keeps its try number, and when the executor's success for the exited try
+    reaches the scheduler after the next try is queued, the scheduler fails the task ("state
+    changed externally", apache/airflow#71172): `airflow dags clear` of a date's runs failed runs
+    that way. The slot held is one the date's own dedup would otherwise compute twice in.
+    """
+    if dedup_backends.dedup_concurrency(os.environ) == 1:
+        return
+    from tidemark.base.polling import wait_for
+    from tidemark.orchestration import airflow_api, date_turns
+
+    waited_for: set[str] = set()
+
+    def its_turn() -> bool:
+        ahead = date_turns.ahead_of(airflow_api.for_tasks(), DAG_ID, run_id, day)
+        if ahead is not None and ahead not in waited_for:
+            waited_for.add(ahead)
+            log.info("%s: run %s is deduplicating this date; waiting for it to finish", day, ahead)
+        return ahead is None
+
+    try:
+        wait_for(its_turn, TURN_WAIT_S, f"the turn of run {run_id} of {day}", interval=TURN_POLL_S)
+    except (airflow_api.AirflowError, airflow_api.ConfigError) as exc:
+        log.warning("%s: cannot ask Airflow which runs of the date are deduplicating (%s)", day, exc)
+    except TimeoutError:
+        log.warning("%s: still waiting for %s after %s s; deduplicating anyway", day, waited_for, TURN_WAIT_S)
+
+
+def ready_to_dedup(context: Context, log: TaskLog) -> tuple[Lake, date]:
+    """The run's checked lake and date (run_target), once it is its date's turn and it has something new.
+
+    What every back end's dedup task does first: wait_for_the_dates_turn, then skip_if_up_to_date.
+    """
+    lake, event_date = run_target(context["params"])
+    wait_for_the_dates_turn(context["run_id"], event_date, log)
+    skip_if_up_to_date(lake, event_date)
+    return lake, event_date
+
+
 class DedupOperator(SparkSubmitOperator):
     """The Spark step, on the `spark_default` connection, decided when the task runs.
 
-    Its date's turn first (`_wait_for_the_dates_turn`), then skipped when the date has nothing new
-    (skip_if_up_to_date); else:
+    Its date's turn first, then skipped when the date has nothing new (ready_to_dedup); else:
 
     - connection type `spark_connect` (host, port; SparkConnectHook's URL rules): the task process
       runs tidemark.deduplication.dedup itself as a Spark Connect client of that server (a warm JVM:
@@ -150,11 +206,9 @@ class DedupOperator(SparkSubmitOperator):
         # spark-submit path needs none of the Spark Connect client's.
         from airflow.sdk import BaseHook
 
-        lake, event_date = run_target(context["params"])
+        lake, event_date = ready_to_dedup(context, self.log)
         day = layout.event_date_text(event_date)
         self.name = f"tidemark-dedup-{day}"
-        self._wait_for_the_dates_turn(context, event_date)
-        skip_if_up_to_date(lake, event_date)
         if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
             # the checked values (run_target parsed them), not the raw conf, on the command line
             self.application_args = dedup_backends.dedup_args(lake.uri, event_date)
@@ -169,42 +223,6 @@ class DedupOperator(SparkSubmitOperator):
         result = run_on_connect(lake, event_date, url)  # a Connect session of its own (on_connect says why)
         self.log.info("dedup result: %s", result.to_json())
 
-    def _wait_for_the_dates_turn(self, context: Context, day: date) -> None:
-        """Wait, in this task, while a run of the same date queued before this one deduplicates it.
-
-        tidemark/orchestration/date_turns.py: with several dedup tasks at once, two dates run side by
-        side, two runs of one date do not. Nothing to ask with one dedup at a time. Without this
-        Airflow's REST API (not configured, or unreachable), or after TURN_WAIT_S, the dedup goes
-        on: the commit keeps the result correct, only the work may be done twice.
-
-        Why not AirflowRescheduleException, which would free the slot meanwhile: in Airflow 3.3 a
-        rescheduled task keeps its try number, and when the executor's success for the exited try
-        reaches the scheduler after the next try is queued, the scheduler fails the task ("state
-        changed externally", apache/airflow#71172): `airflow dags clear` of a date's runs failed
-        runs that way. The slot held is one the date's own dedup would otherwise compute twice in.
-        """
-        if dedup_backends.dedup_concurrency(os.environ) == 1:
-            return
-        from tidemark.base.polling import wait_for
-        from tidemark.orchestration import airflow_api, date_turns
-
-        run_id = context["run_id"]
-        waited_for: set[str] = set()
-
-        def its_turn() -> bool:
-            ahead = date_turns.ahead_of(airflow_api.for_tasks(), DAG_ID, run_id, day)
-            if ahead is not None and ahead not in waited_for:
-                waited_for.add(ahead)
-                self.log.info("%s: run %s is deduplicating this date; waiting for it to finish", day, ahead)
-            return ahead is None
-
-        try:
-            wait_for(its_turn, TURN_WAIT_S, f"the turn of run {run_id} of {day}", interval=TURN_POLL_S)
-        except (airflow_api.AirflowError, airflow_api.ConfigError) as exc:
-            self.log.warning("%s: cannot ask Airflow which runs of the date are deduplicating (%s)", day, exc)
-        except TimeoutError:
-            self.log.warning("%s: still waiting for %s after %s s; deduplicating anyway", day, waited_for, TURN_WAIT_S)
-
 
 # --- the operator of each back end (tidemark.orchestration.dedup_backends decides which) ----------
 
@@ -212,7 +230,8 @@ class DedupOperator(SparkSubmitOperator):
 def _dataproc_task() -> BaseOperator:
     """A Dataproc PySpark job on TIDEMARK_DATAPROC_CLUSTER, whose init action installs tidemark.
 
-    Skipped first when the date has nothing new (skip_if_up_to_date), as DedupOperator is; the job
+    Its date's turn first, then skipped when the date has nothing new (ready_to_dedup), as
+    DedupOperator is; the job
     it then submits is dedup_backends.dataproc_job's for the run's checked date and lake
     (tests/test_dedup_backends.py checks it). The Google provider is preinstalled on Composer and
     absent here, so this operator is not exercised by this repository's tests.
@@ -227,8 +246,7 @@ def _dataproc_task() -> BaseOperator:
     # The provider is untyped here (absent): its class is Any to mypy.
     class DataprocDedupOperator(DataprocSubmitJobOperator):  # type: ignore[misc]
         def execute(self, context: Context) -> Any:
-            lake, event_date = run_target(context["params"])
-            skip_if_up_to_date(lake, event_date)
+            lake, event_date = ready_to_dedup(context, self.log)
             assert target is not None  # checked when the DAG was built
             self.job = dedup_backends.dataproc_job(target, APPLICATION, lake.uri, event_date)
             return super().execute(context)

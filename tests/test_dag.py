@@ -5,6 +5,7 @@ batch reference, emits the asset events, and stays idempotent when run again."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -453,10 +454,10 @@ def test_the_dag_builds_the_operator_of_the_chosen_back_end(monkeypatch):
     # spark-submit's command line is built when the task runs, from the run's checked params
     monkeypatch.setattr(dag, "run_target", lambda params: (Lake.open("/lake"), date(2026, 3, 7)))
     monkeypatch.setattr(dag, "skip_if_up_to_date", lambda lake, day: None)
-    monkeypatch.setattr(dag.DedupOperator, "_wait_for_the_dates_turn", lambda self, context, day: None)
+    monkeypatch.setattr(dag, "wait_for_the_dates_turn", lambda run_id, day, log: None)
     monkeypatch.setattr(dag.SparkSubmitOperator, "execute", lambda self, context: None)
     monkeypatch.setattr("airflow.sdk.BaseHook.get_connection", lambda conn_id: type("C", (), {"conn_type": "spark"})())
-    task.execute({"params": {"event_date": "2026-03-07"}})
+    task.execute({"params": {"event_date": "2026-03-07"}, "run_id": "notice__1"})
     assert task.application_args == ["dedup", "--lake", Lake.open("/lake").uri, "--event-date", "2026-03-07"]
     monkeypatch.setenv("TIDEMARK_DEDUP_BACKEND", "databricks")
     with pytest.raises(ValueError, match="expected one of dataproc, spark"):
@@ -467,7 +468,7 @@ def test_the_dedup_of_a_date_waits_for_an_earlier_run_of_that_date_when_several_
     from tidemark.orchestration import airflow_api, date_turns
 
     dag = _dag_module()
-    task = dag.dedup_task()
+    log = logging.getLogger("test_dag")
     asked = []
     finishes_after = {"asks": 3}  # the earlier run's dedup ends once the later one asked this often
 
@@ -483,23 +484,23 @@ def test_the_dedup_of_a_date_waits_for_an_earlier_run_of_that_date_when_several_
     day = date(2026, 3, 7)  # parsed from the run's param before Airflow is asked (execute)
     # Waits in the task (no AirflowRescheduleException: Airflow 3.3 can fail a rescheduled task,
     # apache/airflow#71172) until the earlier run's dedup is gone, asking each time.
-    task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)
+    dag.wait_for_the_dates_turn("notice__second", day, log)
     assert asked == [(DAG_ID, "notice__second", day)] * 3
     asked.clear()
-    task._wait_for_the_dates_turn({"run_id": "notice__first"}, day)  # its turn: goes on
+    dag.wait_for_the_dates_turn("notice__first", day, log)  # its turn: goes on
     assert asked == [(DAG_ID, "notice__first", day)]
     # An earlier run that never finishes: after TURN_WAIT_S the dedup goes on (the commit guards it).
     finishes_after["asks"] = 10**6
     asked.clear()
     monkeypatch.setattr(dag, "TURN_WAIT_S", 0.05)
-    task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)
+    dag.wait_for_the_dates_turn("notice__second", day, log)
     assert len(asked) >= 3
 
     def unreachable():
         raise airflow_api.TransientAirflowError("GET /api/v2/dags -> HTTP 503")
 
     monkeypatch.setattr(airflow_api, "for_tasks", unreachable)
-    task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)  # no Airflow to ask: the commit guards it
+    dag.wait_for_the_dates_turn("notice__second", day, log)  # no Airflow to ask: the commit guards it
     monkeypatch.setenv("TIDEMARK_DEDUP_CONCURRENCY", "1")
     monkeypatch.setattr(date_turns, "ahead_of", lambda *a: pytest.fail("one dedup at a time: nothing to ask"))
-    task._wait_for_the_dates_turn({"run_id": "notice__second"}, day)
+    dag.wait_for_the_dates_turn("notice__second", day, log)
