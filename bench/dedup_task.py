@@ -191,7 +191,9 @@ def main(argv=None) -> int:
             print(json.dumps(row), flush=True)
         timed = rows[1:]
         keys = [k for k in rows[0] if k not in ("repeat",)]
-        summary = {k: statistics.median(r[k] for r in timed if r.get(k) is not None) for k in keys if k != "load"}
+        # a server without a UI (--url without --ui-port) reports no job or compile counts
+        measured = {k: [r[k] for r in timed if r.get(k) is not None] for k in keys if k != "load"}
+        summary = {k: statistics.median(values) for k, values in measured.items() if values}
         print("median of", len(timed), json.dumps(summary))
         if not args.no_write:
             columns = list(rows[0])
