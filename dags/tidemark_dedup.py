@@ -232,8 +232,8 @@ def _dataproc_task() -> BaseOperator:
 
     Its date's turn first, then skipped when the date has nothing new (ready_to_dedup), as
     DedupOperator is; the job it then submits is dedup_backends.dataproc_job's for the run's checked
-    date and lake (tests/test_dedup_backends.py checks it). The Google provider is preinstalled on Composer and
-    absent here, so this operator is not exercised by this repository's tests.
+    date and lake (tests/test_dedup_backends.py checks it). The Google provider is preinstalled on
+    Composer and absent here, so this operator is not exercised by this repository's tests.
     """
     # Imported when the back end is chosen: the provider exists on Composer only.
     from airflow.providers.google.cloud.operators.dataproc import DataprocSubmitJobOperator

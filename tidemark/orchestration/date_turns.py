@@ -8,7 +8,8 @@ result correct either way, docs/dedup.md). Airflow limits a task's instances per
 not per partition key, so the dedup task asks this Airflow's REST API which running dedup task
 instances belong to runs of its date: the one queued first goes on, every other one waits its turn
 in its task, asking again every few seconds (dags/tidemark_dedup.py says why it is not
-rescheduled), and, when it comes, usually finds the date's receipts published and returns in a second (the dedup's own no-op check).
+rescheduled), and, when it comes, usually finds the date's receipts published and returns in a
+second (the dedup's own no-op check).
 
 Airflow's state, not a lock of our own: a killed task is no longer running, so nothing stale is
 left to expire. The order is total (queued time, then run id) and every task sees itself running
