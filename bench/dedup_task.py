@@ -48,10 +48,10 @@ def parse_args(argv):
     p.add_argument("--build", action="store_true", help=argparse_suppress())
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
     p.add_argument(
-        "--codegen",
+        "--as-big-run",
         action="store_true",
-        help="compile the correction's plans as a big run does (tidemark.deduplication.dedup.INTERPRETED_ROWS "
-        "off), to compare with the interpreted small run",
+        help="run the correction as a big run does (compiled plans, cached frames: "
+        "tidemark.deduplication.execution.SMALL_RUN_ROWS off), to compare with the small run's strategy",
     )
     return p.parse_args(argv)
 
@@ -133,10 +133,10 @@ def main(argv=None) -> int:
         build(args)
         return 0
     built = os.path.join(args.workdir, "built.json")
-    if args.codegen:
-        from tidemark.deduplication import dedup
+    if args.as_big_run:
+        from tidemark.deduplication import execution
 
-        dedup.INTERPRETED_ROWS = -1
+        execution.SMALL_RUN_ROWS = -1
     if not (args.reuse and os.path.exists(built)):
         cmd = [sys.executable, "-m", "bench.dedup_task", "--build", "--workdir", args.workdir]
         cmd += ["--days", str(args.days), "--events", str(args.events), "--users", str(args.users)]
@@ -209,9 +209,9 @@ def main(argv=None) -> int:
                 "phases are the dedup's own (cumulative boundaries, seconds each), jobs the Spark "
                 "jobs the server ran during the repeat, compiled the generated classes it compiled "
                 + (
-                    "(--codegen: plans compiled as a big run's are)."
-                    if args.codegen
-                    else "(plans interpreted: a small run)."
+                    "(--as-big-run: plans compiled and frames cached as a big run's are)."
+                    if args.as_big_run
+                    else "(a small run: plans interpreted, frames pinned by local checkpoints)."
                 ),
                 {"workload": f"{args.events} events, {args.users} users, {args.days} days, {args.files} files"},
                 env,

@@ -21,7 +21,7 @@ from tests import reference
 from tests.lakekit import DAY0, SimulatedStream, arrivals, make_events
 from tidemark.base.layout import as_event_date
 from tidemark.base.session_rules import SessionRules
-from tidemark.deduplication import buckets, dedup, incremental
+from tidemark.deduplication import buckets, execution, incremental
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import reader
 from tidemark.orchestration import obligations
@@ -130,9 +130,10 @@ def test_incremental_equals_full_path_and_reference_over_random_histories(
             check_counts(lakes["incremental"], day)
     assert "incremental" in modes, modes
     # The full path once over the same receipts: the same rows, column for column. Its plans
-    # compiled (code generation), where the small corrections above ran interpreted (dedup._tune):
-    # the two execution strategies give the same rows too.
-    monkeypatch.setattr(dedup, "INTERPRETED_ROWS", -1)
+    # compiled (code generation) and its islands cached, where the small corrections above ran
+    # interpreted from local checkpoints (tidemark.deduplication.execution): the two execution
+    # strategies give the same rows too.
+    monkeypatch.setattr(execution, "SMALL_RUN_ROWS", -1)
     full_runs = converge(lakes["full"], spark, everything, rules, full=True)
     assert all(r["mode"] == "full" for r in full_runs if r["published"])
     for day in sorted({ts.date().isoformat() for _, _, ts, _ in seen}):
@@ -296,7 +297,7 @@ def planning_context_rows(lake: Lake, event_date: str) -> int:
 
 @pytest.mark.spark
 def test_a_small_run_is_interpreted_and_a_big_one_compiled_on_the_same_session(spark):
-    for rows, whole_stage, factory in ((dedup.INTERPRETED_ROWS, "false", "NO_CODEGEN"), (10**6, "true", "FALLBACK")):
-        dedup._tune(spark, rows)
+    for rows, whole_stage, factory in ((execution.SMALL_RUN_ROWS, "false", "NO_CODEGEN"), (10**6, "true", "FALLBACK")):
+        execution.tune(spark, rows)
         assert spark.conf.get("spark.sql.codegen.wholeStage") == whole_stage, rows
         assert spark.conf.get("spark.sql.codegen.factoryMode") == factory, rows

@@ -43,7 +43,7 @@ from tidemark.base.logs import get_logger
 from tidemark.base.phases import Phases
 from tidemark.base.session_rules import SessionRules
 from tidemark.base.spark import build_session
-from tidemark.deduplication import buckets, changeset, incremental, recheck
+from tidemark.deduplication import buckets, changeset, execution, incremental, recheck
 from tidemark.iceberg import changes, commits, run_markers, table_versions
 from tidemark.notices import corrected_delivery
 from tidemark.orchestration import obligations
@@ -217,7 +217,7 @@ def _run(
     fallback = "--full" if full else ""
     while True:
         start, why = (None, fallback) if fallback else incremental.base(previous, current, rules)
-        _tune(spark, start.rows_read if start is not None else current.rows)
+        execution.tune(spark, start.rows_read if start is not None else current.rows)
         early = None
         if start is not None:
             islands = incremental.correct(spark, lake, current, rules, start, read_panes)
@@ -258,7 +258,7 @@ def _run(
             reach=summary["reach"],
         )
         current = bigger
-    phases.done("compute")  # the islands and their summary (cached), every replan included
+    phases.done("compute")  # the islands and their summary (pinned), every replan included
     written = False
     try:
         newest = table_versions.current_version(lake, day)
@@ -287,7 +287,7 @@ def _run(
                 early.wait()
             islands.release()
     phases.done("write")
-    # The cached frames and their views are released beside the commit and what follows it (a few
+    # The pinned frames and their views are released beside the commit and what follows it (a few
     # round trips to Spark; the commit reads only the lake), joined before the run returns.
     with ThreadPoolExecutor(1, thread_name_prefix="dedup-release") as pool:
         released = pool.submit(islands.release)
@@ -423,35 +423,6 @@ def up_to_date(lake: Lake, event_date: date, rules: SessionRules | None = None) 
     return result
 
 
-# Up to this many rows read, a run's plans are interpreted instead of compiled (`_tune`).
-INTERPRETED_ROWS = 10_000
-
-
-def _tune(spark: SparkSession, rows: int) -> None:
-    """Settings for a run that reads `rows` rows: how it lists, and whether it compiles its plans.
-
-    Listing a few hundred receipt folders is faster on the driver than as a Spark job. A run of
-    at most INTERPRETED_ROWS rows (a small date's correction) has its operators interpreted
-    instead of code-generated: Spark compiled 84-93 generated classes for every correction of a
-    148-session date (a Spark Connect session has a class loader of its own, so none is found
-    compiled), about a second of the server's CPU for 162 rows; interpreted, 1. Bigger runs compile
-    as usual (the setting is unset), where the generated code pays for itself. Both are execution
-    strategies only (results do not depend on them), so setting them on a shared session is
-    harmless.
-    """
-    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
-    for key, interpreted in _INTERPRETED.items():
-        if rows <= INTERPRETED_ROWS:
-            spark.conf.set(key, interpreted)
-        else:
-            spark.conf.unset(key)
-
-
-# What interpreting a plan takes: no whole-stage code generation, and every expression and
-# projection built by its interpreted implementation (CodegenObjectFactoryMode).
-_INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
-
 # Only the columns the dedup needs (spelled once: tidemark/panes/pane_reader.py, which the packs
 # share). An explicit schema also spares Spark a job to infer it from the files' footers.
 _PANES_SCHEMA = pane_reader.DEDUP_COLUMNS
@@ -568,15 +539,15 @@ def compute_islands(spark: SparkSession, lake: Lake, current: Plan, rules: Sessi
 def _full(spark: SparkSession, lake: Lake, current: Plan, rules: SessionRules, known: set[str]) -> incremental.Islands:
     """The full path: every planned receipt's events re-sessionized.
 
-    Cached for the summary (one pass: reach (tidemark/panes/planning.py), session count, affected
-    dates, context size) and the writes.
+    Pinned (execution.pin) for the summary (one pass: reach (tidemark/panes/planning.py), session
+    count, affected dates, context size) and the writes.
     """
     day = current.event_date
     until = incremental.horizon(day, rules)
-    # Cached for the summary and the writes; it goes to SQL through a view kept until release
+    # Pinned for the summary and the writes; it goes to SQL through a view kept until release
     # (dedup_sql.run's `views`: pyspark's own views, dropped when spark.sql returns, uncache their
     # DataFrame; the 1M-session event log showed the dedup computed twice, for the summary and the write).
-    islands = compute_islands(spark, lake, current, rules, known).persist()
+    islands = execution.pin(compute_islands(spark, lake, current, rules, known), current.rows)
     views: list[str] = []
     row = dedup_sql.run(
         spark,

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TypedDict
 import dedup_sql
 from tidemark.base import layout, times
 from tidemark.base.session_rules import SessionRules
-from tidemark.deduplication import buckets
+from tidemark.deduplication import buckets, execution
 from tidemark.iceberg import run_markers
 from tidemark.panes import planning
 from tidemark.panes.planning import Plan
@@ -164,7 +164,7 @@ class Islands:
     """A run's islands as the version writer takes them.
 
     Lazy DataFrames of ISLAND_COLUMNS plus event_date ('YYYY-MM-DD'), the sessions of D to write and the context (not D, starting before
-    the horizon); the summary (`summary_of`'s keys); what to unpersist once written. The layout
+    the horizon); the summary (`summary_of`'s keys); the frames pinned (execution.pin), released once written. The layout
     (tidemark/deduplication/buckets.py): `buckets`, the bucket count the sessions are written in
     (None: chosen from the summary's session count, every bucket written), and `carried`, the
     previous version's files of the buckets not written, kept as they are.
@@ -195,10 +195,11 @@ class Islands:
         return self._summary
 
     def release(self) -> None:
-        """Unpersist the cached inputs, then drop the views, once the version is written.
+        """Unpersist the pinned inputs, then drop the views, once the version is written.
 
         In this order: a cached frame's plan may name the views (a query run with `views`), and
-        Spark Connect analyses that plan again to unpersist it.
+        Spark Connect analyses that plan again to unpersist it. (A small run's checkpoints are
+        freed by Spark's cleaner instead: execution.pin.)
         """
         for frame in self.cached:
             frame.unpersist()
@@ -293,7 +294,7 @@ def correct(
     The panes come from `read_panes(spark, lake, partitions, lo)`, the full path's reader: the
     previous islands of untouched users as they are, the touched users' recomputed.
 
-    Only the touched users' part is computed and cached (small). Only the files of the buckets
+    Only the touched users' part is computed and pinned (small). Only the files of the buckets
     holding a touched user are read (tidemark/deduplication/buckets.py): their untouched users'
     rows are streamed from them into the new files when they are written, and every other bucket's
     file is kept by the new version as it is (`Islands.carried`). The summary is the previous version's,
@@ -328,17 +329,20 @@ def correct(
         drop = lambda frame: frame.join(touched, "user_id", "left_anti")  # noqa: E731
     old_sessions = _previous_sessions(spark, lake, start.previous, read)
     old_context = _previous_context(spark, lake, start.previous, until)
-    # Cached inputs go to SQL through views kept until release (dedup_sql.run's `views`).
+    # Pinned inputs (execution.pin) go to SQL through views kept until release (dedup_sql.run's `views`).
     views: list[str] = []
-    old = keep(old_sessions.unionByName(old_context)).persist()
-    recomputed = dedup_sql.run_text(
-        spark,
-        CORRECT_QUERY,
-        {"islands": old, "panes": panes},
-        views,
-        lo_us=times.to_micros(current.lo),
-        gap_us=rules.gap_us,
-    ).persist()
+    old = execution.pin(keep(old_sessions.unionByName(old_context)), start.rows_read)
+    recomputed = execution.pin(
+        dedup_sql.run_text(
+            spark,
+            CORRECT_QUERY,
+            {"islands": old, "panes": panes},
+            views,
+            lo_us=times.to_micros(current.lo),
+            gap_us=rules.gap_us,
+        ),
+        start.rows_read,
+    )
 
     params = {"event_date": layout.event_date_text(day), "horizon_us": times.to_micros(until), "gap_us": rules.gap_us}
     new = dedup_sql.run(spark, "dedup_summary", {"islands": recomputed}, views=views, **params)
