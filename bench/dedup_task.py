@@ -193,7 +193,7 @@ def main(argv=None) -> int:
         keys = [k for k in rows[0] if k not in ("repeat",)]
         # a server without a UI (--url without --ui-port) reports no job or compile counts
         measured = {k: [r[k] for r in timed if r.get(k) is not None] for k in keys if k != "load"}
-        summary = {k: statistics.median(values) for k, values in measured.items() if values}
+        summary = {k: round(statistics.median(values), 3) for k, values in measured.items() if values}
         print("median of", len(timed), json.dumps(summary))
         if not args.no_write:
             columns = list(rows[0])
