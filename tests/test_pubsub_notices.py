@@ -222,6 +222,33 @@ def test_resend_after_a_lost_sent_record_keeps_the_notice_id(pubsub_env, tmp_pat
     assert len(same_notice_copies(received)) == 1
 
 
+def test_a_batchs_notices_go_out_older_event_dates_first(pubsub_env, tmp_path):
+    # The run of the notice published first is usually started first: a file's late correction of a
+    # closed date then goes before its open date's dedup (tidemark/orchestration/date_priority.py).
+    from tidemark.notices.sender import PubSubSender
+
+    host, lake = pubsub_env.host, Lake.open(tmp_path / "lake")
+    topic = make_topic(host, "order-topic")
+    handed: list[str] = []
+
+    class OrderRecordingSender(PubSubSender):
+        def send_many(self, entries):
+            handed.extend(e["notice"]["event_date"] for e in entries)
+            return super().send_many(entries)
+
+    batch = [
+        partition(lake, "2026-03-07", "20260308T001000000Z", 1, late=False),
+        partition(lake, "2026-03-05", "20260308T001000000Z", 1, late=True),
+        partition(lake, "2026-03-06", "20260308T001000000Z", 1, late=True),
+    ]
+    service = NoticeService(lake, topic, sender=OrderRecordingSender(topic), tick=0.2).start()
+    service.on_batch(Report(1, batch))
+    assert service.stop(timeout=60) == 0
+    assert handed == ["2026-03-05", "2026-03-06", "2026-03-07"]
+    received = messages(host, "order-topic", expect=sent_ids(lake))
+    assert sorted(body["event_date"] for body, _ in received) == handed
+
+
 def test_coalesced_and_digest_notices_wait_for_their_window(pubsub_env, tmp_path):
     from datetime import datetime, timedelta, timezone
 

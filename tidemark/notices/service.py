@@ -20,7 +20,7 @@ from typing import Any
 
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, wait_exponential_jitter
 
-from tidemark.base import names
+from tidemark.base import layout, names
 from tidemark.base.logs import get_logger
 from tidemark.notices import availability_notice
 from tidemark.notices.cadence import PARTITION, CadencePolicy, PendingGroups
@@ -145,8 +145,13 @@ class NoticeService:
         Runs before Spark commits the batch; an exception fails the batch, which is replayed.
         """
         self.groups.forget_committed(report.batch_id)
-        for partition in report.partitions:
-            self.on_partition(_partition_dict(partition))
+        # Older event dates first (a date's own in the batch's order): a file's late correction and
+        # its open date complete in one batch, and the run whose notice goes out first is usually
+        # started first, so with one dedup at a time the late correction does not wait for the open
+        # date's (tidemark/orchestration/date_priority.py orders the dedups of one scheduler loop).
+        partitions = [_partition_dict(p) for p in report.partitions]
+        for partition in sorted(partitions, key=lambda p: layout.as_event_date(p["event_date"])):
+            self.on_partition(partition)
         self._wake.set()
 
     def on_partition(self, partition: dict[str, Any]) -> None:
