@@ -163,11 +163,12 @@ class Summary(TypedDict):
 class Islands:
     """A run's islands as the version writer takes them.
 
-    Lazy DataFrames of ISLAND_COLUMNS plus event_date ('YYYY-MM-DD'), the sessions of D to write and the context (not D, starting before
-    the horizon); the summary (`summary_of`'s keys); the frames pinned (execution.pin), released once written. The layout
-    (tidemark/deduplication/buckets.py): `buckets`, the bucket count the sessions are written in
-    (None: chosen from the summary's session count, every bucket written), and `carried`, the
-    previous version's files of the buckets not written, kept as they are.
+    Lazy DataFrames of ISLAND_COLUMNS plus event_date ('YYYY-MM-DD'), the sessions of D to write and
+    the context (not D, starting before the horizon); the summary (`summary_of`'s keys); the frames
+    pinned (execution.pin), released once written. The layout (tidemark/deduplication/buckets.py):
+    `buckets`, the bucket count the sessions are written in (None: chosen from the summary's session
+    count, every bucket written), and `carried`, the previous version's files of the buckets not
+    written, kept as they are.
     """
 
     sessions: DataFrame
