@@ -16,6 +16,7 @@ import pytest
 
 from tests.lakekit import SimulatedStream, expected, make_events, published
 from tidemark.base import names
+from tidemark.base.logs import read_log_lines
 from tidemark.devstack.spark_connect import SparkConnectServer
 from tidemark.store.lake import Lake
 
@@ -115,6 +116,9 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
         # date queued before it was deduplicating (tidemark/orchestration/date_turns.py), and none was.
         assert "cannot ask Airflow" not in log
         assert "is deduplicating this date" not in log
+        # tidemark's lines are recorded at their own level (not as the ERRORs of a task's stderr)
+        levels = {record.get("level") for record in read_log_lines(log) if "dedup published" in record.get("event", "")}
+        assert levels == {"info"}, levels
         assert published(lake, event_date) == expected(events, event_date)
 
         # Nothing new since: no Spark at all, the dedup shows as skipped.

@@ -1,5 +1,8 @@
 """Structured JSON logs (one object per line on stderr) for every tidemark component.
 
+Inside an Airflow task the lines go to the standard logger `tidemark.<component>` at their own
+level instead (`LineSink`): Airflow 3 records whatever a task writes to stderr at level ERROR.
+
 Log lines name what happened to which partition: pass event_date=, receipt_ts=, version= ... as
 keyword fields, never interpolated into the message.
 
@@ -63,6 +66,60 @@ class CurrentStream:
         getattr(sys, self.name).flush()
 
 
+# Set in the environment of an Airflow task while it executes (airflow.sdk's task runner, with the
+# other AIRFLOW_CTX_* variables) and inherited by what it starts.
+AIRFLOW_TASK_ENV = "AIRFLOW_CTX_TASK_ID"
+
+
+class LineSink:
+    """Where a component's rendered lines go, chosen at each line.
+
+    On stderr as they are (CurrentStream: a redirected or captured stderr gets them), except inside
+    an Airflow task: its supervisor records the task's stderr at level ERROR, so every line of a
+    successful dedup showed as an error in the Airflow UI. There a line goes to the standard logger
+    `tidemark.<component>` at the level it was logged at, which Airflow records as it is (a
+    process the task starts, such as spark-submit, logs it through the standard logging configured
+    below: the same line on stderr).
+    """
+
+    def __init__(self, component: str):
+        """Lines of `component`."""
+        self._stderr = structlog.PrintLogger(file=cast(TextIO, CurrentStream("stderr")))
+        self._logger = logging.getLogger(f"tidemark.{component}")
+
+    def _write(self, level: int, line: str) -> None:
+        if os.environ.get(AIRFLOW_TASK_ENV):
+            self._logger.log(level, line)
+        else:
+            self._stderr.msg(line)
+
+    def debug(self, line: str) -> None:
+        """A DEBUG line."""
+        self._write(logging.DEBUG, line)
+
+    def info(self, line: str) -> None:
+        """An INFO line."""
+        self._write(logging.INFO, line)
+
+    def warning(self, line: str) -> None:
+        """A WARNING line."""
+        self._write(logging.WARNING, line)
+
+    def error(self, line: str) -> None:
+        """An ERROR line (exception() logs through it)."""
+        self._write(logging.ERROR, line)
+
+    def critical(self, line: str) -> None:
+        """A CRITICAL line."""
+        self._write(logging.CRITICAL, line)
+
+    # structlog's other spellings of the same levels
+    warn = warning
+    exception = error
+    fatal = critical
+    msg = info
+
+
 def _level() -> int:
     return getattr(logging, os.environ.get("TIDEMARK_LOG_LEVEL", "INFO").upper(), logging.INFO)
 
@@ -85,7 +142,7 @@ def get_logger(component: str) -> Logger:
     configure()
     # wrap_logger is typed to return Any; the wrapper class asked for is a FilteringBoundLogger.
     logger: Logger = structlog.wrap_logger(
-        structlog.PrintLogger(file=cast(TextIO, CurrentStream("stderr"))),
+        LineSink(component),
         processors=_PROCESSORS,
         wrapper_class=structlog.make_filtering_bound_logger(_level()),
         component=component,
