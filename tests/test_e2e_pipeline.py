@@ -119,8 +119,9 @@ def audit(stack, seen: dict) -> dict:
 
 
 def wait_all_done(client, expected_run_ids: set, timeout: float) -> list[dict]:
-    """Until every expected run exists and every run is terminal, twice in a row 10 s apart
-    (a finishing run may still add an affected-date run)."""
+    """Until every expected run exists and every run is terminal, twice in a row 3 s apart
+    (a finishing run may still add an affected-date run: it does so before it ends, so the second
+    look only guards against a run created between the listing and its states)."""
     deadline = time.monotonic() + timeout
     previous = None
     while time.monotonic() < deadline:
@@ -135,7 +136,7 @@ def wait_all_done(client, expected_run_ids: set, timeout: float) -> list[dict]:
             if done and snapshot == previous:
                 return all_runs
             previous = snapshot if done else None
-        time.sleep(10)
+        time.sleep(3)
     states = {r["dag_run_id"]: r["state"] for r in (all_runs or [])}
     raise TimeoutError(f"runs not all done after {timeout:.0f}s: expected {sorted(expected_run_ids)}, have {states}")
 
