@@ -347,13 +347,14 @@ def test_dags_test_publishes_the_reference_and_is_idempotent(small_lake, airflow
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later_drain_posts_it_once(
-    small_lake, tmp_path
+    small_lake, tmp_path, spark_connect_server
 ):
     """`airflow dags test` with no api-server (the tidemark_airflow_api connection names a port where
     nothing listens, as in the cluster and rules tests): the run succeeds, the version's outbox entry
     stays owed to Airflow, a warning names the date and version, the neighbour's obligation stays
     pending; once an api-server is up, `tidemark notices --emit-asset-events` posts exactly one
-    event, and draining again posts nothing."""
+    event, and draining again posts nothing. Its dedup runs on the worker's Spark Connect server (the
+    test above runs spark-submit)."""
     from tidemark.devstack.airflow import AirflowServer
     from tidemark.iceberg import reader
     from tidemark.notices import asset_events, corrected_delivery
@@ -361,7 +362,14 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
 
     event_date = "2026-03-06"
     lake = pristine_copy(small_lake, tmp_path / "lake")
-    server = AirflowServer(str(tmp_path / "airflow"), env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0"})
+    server = AirflowServer(
+        str(tmp_path / "airflow"),
+        env={
+            "TIDEMARK_LAKE": str(lake),
+            "TIDEMARK_DAG_RETRIES": "0",
+            "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
+        },
+    )
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
     proc = dags_test(server, event_date, "offline")

@@ -1,6 +1,7 @@
 """End to end on loopback, every piece real: the stream (--notify-topic) -> Pub/Sub emulator ->
 push subscription -> the function bundle under functions-framework -> Airflow 3 REST -> the
-tidemark_dedup DAG (SparkSubmitOperator, local Spark) -> deduplicated partitions.
+tidemark_dedup DAG (its dedup a client of a Spark Connect server, as on `tidemark up`) ->
+deduplicated partitions.
 
 The stream runs in the test's process, on the shared SparkSession. Checked: every notice the stream
 published led to exactly one DAG run; re-publishing a notice three times added none; Airflow
@@ -43,7 +44,7 @@ TERMINAL = {"success", "failed"}
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory, spark_connect_server):
     base = tmp_path_factory.mktemp("e2e")
     lake = Lake.open(base / "lake")
     started = []
@@ -55,7 +56,12 @@ def stack(tmp_path_factory):
 
         airflow = AirflowServer(
             str(base / "airflow"),
-            env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "2", "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2"},
+            env={
+                "TIDEMARK_LAKE": str(lake),
+                "TIDEMARK_DAG_RETRIES": "2",
+                "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2",
+                "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
+            },
         )
         started.append(airflow)
         airflow.start()

@@ -53,7 +53,7 @@ def lake(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory, lake):
+def airflow(tmp_path_factory, lake, spark_connect_server):
     server = AirflowServer(
         str(tmp_path_factory.mktemp("airflow")),
         env={
@@ -61,6 +61,7 @@ def airflow(tmp_path_factory, lake):
             "TIDEMARK_DAG_RETRIES": "0",
             "TIDEMARK_RECONCILE_INTERVAL": "off",
             "TIDEMARK_RECONCILE_GRACE": "0s",
+            "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
         },
     )
     try:

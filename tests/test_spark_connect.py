@@ -1,5 +1,5 @@
 """The warm Spark: a real Spark Connect server (tidemark/devstack/spark_connect.py, the one in the
-pyspark package) started by this module. tidemark.deduplication.dedup runs unchanged as its client and publishes
+pyspark package), the pytest worker's. tidemark.deduplication.dedup runs unchanged as its client and publishes
 the batch reference, two dates at once each in its own session; and the tidemark_dedup DAG, on a
 real Airflow whose `spark_default` connection is of type spark_connect, runs its dedup task as a
 client of that server (no spark-submit), then skips Spark for a run with nothing new."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
@@ -52,11 +51,9 @@ def assert_side_by_side_equal_the_reference(dedup, lake: Lake, events: list[tupl
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    started = time.monotonic()
-    with SparkConnectServer(str(tmp_path_factory.mktemp("spark-connect"))) as running:
-        print(f"\nSpark Connect server up in {time.monotonic() - started:.1f}s at {running.url}")
-        yield running
+def server(spark_connect_server) -> SparkConnectServer:
+    """The worker's Spark Connect server (tests/conftest.py), which other Airflow tests share."""
+    return spark_connect_server
 
 
 def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server, tmp_path):
