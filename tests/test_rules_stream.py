@@ -152,13 +152,21 @@ def test_the_dags_spark_submit_dedup_uses_the_streams_gap(streamed, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_the_dag_publishes_the_streams_gap(streamed, tmp_path):
-    """`airflow dags test tidemark_dedup` (its SparkSubmitOperator on local Spark) on the 20m lake."""
+def test_the_dag_publishes_the_streams_gap(streamed, tmp_path, spark_connect_server):
+    """`airflow dags test tidemark_dedup` on the 20m lake, its dedup on the worker's Spark Connect
+    server (the DAG's spark-submit command line is the test above's)."""
     from tidemark.base import names
     from tidemark.devstack.airflow import AirflowServer
 
     landing, lake, _ = copy_of(streamed, tmp_path)
-    server = AirflowServer(str(tmp_path / "airflow"), env={"TIDEMARK_LAKE": str(lake), "TIDEMARK_DAG_RETRIES": "0"})
+    server = AirflowServer(
+        str(tmp_path / "airflow"),
+        env={
+            "TIDEMARK_LAKE": str(lake),
+            "TIDEMARK_DAG_RETRIES": "0",
+            "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
+        },
+    )
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
     proc = server.cli(
