@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -115,6 +116,28 @@ def test_up_status_down_stops_exactly_what_up_started_and_up_resumes(home, tmp_p
     assert {r["state"] for r in status_rows(home)} == {"running"}
     assert cli("down", "--home", home, timeout=600).returncode == 0
     assert not any(port_states(settings).values())
+
+
+def test_a_component_that_cannot_start_stops_what_up_started_beside_it(home):
+    """Airflow's port is taken: its chain fails at once while the Spark Connect server and the
+    stream start in the chains beside it; up exits 1 naming Airflow, and nothing it started runs."""
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    try:
+        port = blocker.getsockname()[1]
+        proc = cli("up", "--home", home, "--airflow-port", str(port))
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "airflow" in proc.stderr
+        assert f"port {port}" in proc.stderr
+        assert "spark-connect ready" in proc.stderr  # the chain beside it had started...
+        assert "stream ready" in proc.stderr
+        stack = Stack(home)
+        assert stack.records() == {}  # ...and was stopped with the rest
+        settings = stack.settings()
+        assert not any(open_ for name, open_ in port_states(settings).items() if name != "airflow")
+    finally:
+        blocker.close()
 
 
 def test_up_refuses_to_change_a_recorded_setting(tmp_path):

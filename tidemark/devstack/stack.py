@@ -18,17 +18,18 @@ Everything lives under one state folder (`home`, default ./.tidemark):
 Why a record holds the start time: `down` may run long after `up`; a pid alone could by then
 belong to an unrelated process. A process is only signalled when its pid AND start time match.
 
-Order matters on the way up (each piece needs the previous one's address) and on the way down:
-the stream first (SIGTERM to its Python process only, so that it finishes its micro-batch and
-flushes owed notices before its JVM goes), then the function, Airflow, its PostgreSQL, and the
-emulator last. Airflow's metadata database is a PostgreSQL the stack starts (Debian's package,
+Order matters on the way up and on the way down. Up: the emulator, its topics and the push
+subscription first; then three chains side by side (the Spark Connect server; PostgreSQL, Airflow
+and the function; the stream), then the exporter and Prometheus. Down: the stream first (SIGTERM to
+its Python process only, so that it finishes its micro-batch and flushes owed notices before its
+JVM goes), then the function, Airflow, its PostgreSQL, and the emulator last. Airflow's metadata database is a PostgreSQL the stack starts (Debian's package,
 tidemark/devstack/postgres.py; a burst of notices then triggers runs without waiting on SQLite's
 single writer, BENCHMARKS.md section 2) when it is installed at the first `up`, else SQLite;
 `--db-url` names a database of your own instead. The choice is fixed in stack.json.
 The Spark Connect server (tidemark/devstack/spark_connect.py) is the DAG's warm Spark: Airflow gets
 AIRFLOW_CONN_SPARK_DEFAULT of type spark_connect naming it, so each dedup run is a client of it
 instead of a spark-submit (`tidemark up --spark-submit` keeps the spark-submit per run). It starts
-before Airflow and stops after it. The emulator keeps topics in memory, so every `up` recreates
+beside Airflow and stops after it. The emulator keeps topics in memory, so every `up` recreates
 them (idempotently); notices the stream owed while it was down are in the lake's outbox and are
 published when it starts again.
 """
@@ -40,8 +41,10 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -85,6 +88,7 @@ STOP_ORDER = (
     "pubsub",
 )
 STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
+Step = tuple[str, Callable[[], None]]  # a component's name and what starts it
 
 
 class SettingsConflict(ValueError):
@@ -341,17 +345,25 @@ class Stack:
             if "pubsub" not in running:
                 self._step("pubsub", say, lambda: self._start_pubsub(settings, timeout), started)
             self._step("topics", say, lambda: self._ensure_topics(settings), [])
-            if settings.spark_connect and "spark-connect" not in running:
-                self._step("spark-connect", say, lambda: self._start_spark_connect(settings, timeout), started)
-            if settings.metadata_db == "postgres" and "postgres" not in running:
-                self._step("postgres", say, lambda: self._start_postgres(settings, timeout), started)
-            if not {"airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= set(running):
-                self._step("airflow", say, lambda: self._start_airflow(settings, timeout, running), started)
-            if "function" not in running:
-                self._step("function", say, lambda: self._start_function(settings, timeout), started)
+            # Before the stream can publish: the emulator keeps a message only for the subscriptions
+            # that exist when it is published. It needs the function's address, not the function.
             self._step("push subscription", say, lambda: self._ensure_push(settings), [])
+            # Three chains that need nothing of each other start side by side: each is mostly a
+            # process starting up and a health check waiting on it (BENCHMARKS.md section 2).
+            connect: list[Step] = []
+            if settings.spark_connect and "spark-connect" not in running:
+                connect.append(("spark-connect", lambda: self._start_spark_connect(settings, timeout)))
+            orchestration: list[Step] = []
+            if settings.metadata_db == "postgres" and "postgres" not in running:
+                orchestration.append(("postgres", lambda: self._start_postgres(settings, timeout)))
+            if not {"airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= set(running):
+                orchestration.append(("airflow", lambda: self._start_airflow(settings, timeout, running)))
+            if "function" not in running:
+                orchestration.append(("function", lambda: self._start_function(settings, timeout)))
+            stream: list[Step] = []
             if "stream" not in running:
-                self._step("stream", say, lambda: self._start_stream(settings, timeout), started)
+                stream.append(("stream", lambda: self._start_stream(settings, timeout)))
+            self._side_by_side([connect, orchestration, stream], say, started)
             if "exporter" not in running:
                 self._step("exporter", say, lambda: self._start_exporter(settings, timeout), started)
             if "prometheus" not in running and _has_prometheus(say):
@@ -360,6 +372,31 @@ class Stack:
             self._stop_names([n for n in STOP_ORDER if any(n.startswith(s) for s in started)])
             raise
         return settings
+
+    def _side_by_side(self, chains: list[list[Step]], say: Callable[[str], None], started: list[str]) -> None:
+        """Run each chain's steps in order, the chains in parallel threads; then raise the first failure.
+
+        A chain stops at its first failure and the others at their next step, so that `up` does not
+        go on starting what it is about to stop.
+        """
+        failed = threading.Event()
+
+        def run(chain: list[Step]) -> None:
+            for name, action in chain:
+                if failed.is_set():
+                    return
+                try:
+                    self._step(name, say, action, started)
+                except BaseException:
+                    failed.set()
+                    raise
+
+        with ThreadPoolExecutor(max_workers=max(1, len(chains)), thread_name_prefix="tidemark-up") as pool:
+            futures = [pool.submit(run, chain) for chain in chains if chain]
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                raise error
 
     def _step(self, name: str, say: Callable[[str], None], action: Callable[[], None], started: list[str]) -> None:
         say(f"starting {name}")
