@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -377,7 +377,8 @@ class Stack:
         """Run each chain's steps in order, the chains in parallel threads; then raise the first failure.
 
         A chain stops at its first failure and the others at their next step, so that `up` does not
-        go on starting what it is about to stop.
+        go on starting what it is about to stop. An interrupt (Ctrl-C) waits for the steps under way
+        to end, so that every process they started is recorded before `up` stops them all.
         """
         failed = threading.Event()
 
@@ -391,8 +392,15 @@ class Stack:
                     failed.set()
                     raise
 
-        with ThreadPoolExecutor(max_workers=max(1, len(chains)), thread_name_prefix="tidemark-up") as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, len(chains)), thread_name_prefix="tidemark-up")
+        try:
             futures = [pool.submit(run, chain) for chain in chains if chain]
+            wait(futures)
+        except BaseException:
+            failed.set()
+            raise
+        finally:
+            pool.shutdown(wait=True)
         for future in futures:
             error = future.exception()
             if error is not None:
