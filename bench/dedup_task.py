@@ -68,12 +68,12 @@ def corrected_day(args) -> date:
 
 def build(args) -> None:
     """The lake: traffic streamed, every date deduplicated, then one late receipt streamed (child process)."""
-    from bench.correction_cost import land_late_events
     from streaming_job.job import StreamConfig, run_stream
     from tidemark.base.session_rules import SessionRules
     from tidemark.base.spark import build_session
     from tidemark.deduplication.dedup import run_dedup
     from tidemark.demo import generate
+    from tidemark.demo.generate import land_late_events
     from tidemark.store.lake import Lake
 
     work = args.workdir
@@ -162,8 +162,8 @@ def main(argv=None) -> int:
         server = _WithUI(os.path.join(args.workdir, "connect"), master="local[2]").start()
         url, ui = server.url, f"http://127.0.0.1:{ui_port}"
     try:
-        from bench.correction_cost import undo
         from tidemark.iceberg import table as iceberg
+        from tidemark.iceberg.table import put_back
         from tidemark.store.lake import Lake
 
         lake = Lake.open(os.path.join(args.workdir, "lake"))
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
             jobs0, compiled0 = _jobs(ui), _compiled(ui)
             seconds, result = one_correction(lake, day, url)
             jobs1, compiled1 = _jobs(ui), _compiled(ui)
-            undo(lake, before)
+            put_back(lake, before)
             assert result.published, result.to_json()
             assert result.mode == "incremental", result.to_json()
             phases = {k: round(v, 2) for k, v in result.phases.items()}
