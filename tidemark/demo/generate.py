@@ -202,7 +202,7 @@ def land_late_events(landing: str, day: date) -> None:
     """Land a late correction's file: five users' events on `day`, delivered days late, one of them twice.
 
     The late receipt the benchmarks (bench.correction_cost, bench.dedup_task) and the Connect server's
-    warm-up (tidemark/devstack/connect_warmup.py) correct: the same small shape as a real late file.
+    warm-up (tidemark/demo/correction_warmup.py) correct: the same small shape as a real late file.
     """
     lines = []
     noon = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=12)

@@ -11,8 +11,8 @@ Everything lives under one state folder (`home`, default ./.tidemark):
     stack.json            ports, project, lake, landing, checkpoint, archive, Airflow DB URL: fixed at the
                           first `up` and reused, so `down` then `up` resumes at the same addresses
     run/<process>.json    one record per started process group: pid, its kernel start time, log
-    logs/                 stream.log, function.log (Airflow's under airflow/logs, the emulator's
-                          under pubsub/)
+    logs/                 stream.log, function.log, spark-connect-warmup.log (Airflow's under
+                          airflow/logs, the emulator's under pubsub/)
     landing/ archive/ lake/ checkpoint/ airflow/ pubsub/ function/ spark-connect/
 
 Why a record holds the start time: `down` may run long after `up`; a pid alone could by then
@@ -28,9 +28,11 @@ single writer, BENCHMARKS.md section 2) when it is installed at the first `up`, 
 The Spark Connect server (tidemark/devstack/spark_connect.py) is the DAG's warm Spark: Airflow gets
 AIRFLOW_CONN_SPARK_DEFAULT of type spark_connect naming it, so each dedup run is a client of it
 instead of a spark-submit (`tidemark up --spark-submit` keeps the spark-submit per run). It starts
-before Airflow and stops after it. The emulator keeps topics in memory, so every `up` recreates
-them (idempotently); notices the stream owed while it was down are in the lake's outbox and are
-published when it starts again.
+before Airflow and stops after it. When `up` starts it, it also starts its warm-up in the background
+(tidemark/demo/correction_warmup.py: late corrections of a scratch lake; TIDEMARK_CONNECT_WARMUP=0
+turns it off), recorded as spark-connect-warmup and stopped by `down` if still running. The
+emulator keeps topics in memory, so every `up` recreates them (idempotently); notices the stream
+owed while it was down are in the lake's outbox and are published when it starts again.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import tenacity
 
 from tidemark.base import names
 from tidemark.base.logs import read_log_lines
-from tidemark.devstack import postgres, process
+from tidemark.devstack import connect_warmup, postgres, process
 from tidemark.devstack import pubsub_emulator as ps
 from tidemark.devstack.airflow import AirflowServer
 from tidemark.devstack.function import FunctionServer
@@ -81,9 +83,12 @@ STOP_ORDER = (
     "airflow-dag-processor",
     "airflow-api-server",
     "postgres",
+    "spark-connect-warmup",
     "spark-connect",
     "pubsub",
 )
+# Records of processes that end by themselves: `down` removes a finished one's record silently.
+ONE_SHOT = frozenset({"spark-connect-warmup"})
 STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
 
 
@@ -396,6 +401,10 @@ class Stack:
             raise StackError("spark-connect", str(exc).splitlines()[0], server.log_path) from exc
         assert server.managed is not None  # started above
         self._write_record(server.managed, "spark-connect")
+        if connect_warmup.enabled():
+            # In the background: `up` goes on starting the rest (connect_warmup says why and how it is bounded).
+            log_path = os.path.join(self.logs_dir, f"{connect_warmup.NAME}.log")
+            self._write_record(connect_warmup.start(server.home, server.url, log_path), connect_warmup.NAME)
 
     def emulator_host(self, settings: StackSettings | None = None) -> str:
         """host:port of the stack's Pub/Sub emulator (PUBSUB_EMULATOR_HOST)."""
@@ -660,7 +669,7 @@ class Stack:
                         "seconds": round(time.monotonic() - began, 1),
                     }
                 )
-            else:
+            elif name not in ONE_SHOT:  # a finished warm-up is not a stale record
                 done.append(
                     {"component": name, "pid": record.pid, "stopped": False, "seconds": 0.0}
                 )  # already gone: only the stale record is removed
