@@ -23,13 +23,14 @@ has opened a Connect session cannot start: it is built once, by a child process 
 first time (or when its folder moved or FORMAT changed); later warm-ups only copy it.
 
 `tidemark up` starts this module as a process of its own (tidemark/devstack/connect_warmup.py: the
-switch, the folder, the command line) when it has started the Connect server, and returns without
-waiting for it: recorded like the other components (run/spark-connect-warmup.json, `down` stops
-it), niced, so that the rest of the stack starts first. Nothing reaches the stack's lake, notices,
-Airflow or metrics; every log line carries `warmup=true`. It is bounded in time (TIMEOUT_S), and a
-failure is logged, never raised: it only saves time. TIDEMARK_CONNECT_WARMUP=0 turns it off (the
-test suite does, but for the tests of the warm-up itself: it costs a server's CPU for a minute after
-every start).
+switch, the folder, the command line) when it has started the Connect server: last, once the rest
+of the stack is up (beside their start it made `up` twice as long: its corrections are the
+server's CPU, which no nice of this process lowers), and returns without waiting for it; recorded
+like the other components (run/spark-connect-warmup.json, `down` stops it). Nothing reaches the
+stack's lake, notices, Airflow or metrics; every log line carries `warmup=true`. It is bounded in
+time (TIMEOUT_S), and a failure is logged, never raised: it only saves time.
+TIDEMARK_CONNECT_WARMUP=0 turns it off (the test suite does, but for the tests of the warm-up
+itself: it costs a server's CPU for a minute after every start).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ MODULE = "tidemark.demo.correction_warmup"  # what `python -m` runs
 
 TIMEOUT_S = 300.0  # a warm-up that takes longer is stopped (the server works the same, only colder)
 CORRECTIONS = 10  # bench.dedup_task: a fresh server's corrections flatten out after 10-15
-NICENESS = 10  # the build's JVM and the client yield the CPU to the components `up` starts meanwhile
+NICENESS = 10  # the build's JVM and the client yield the CPU to the stack's work (the first corrections)
 FORMAT = 1  # bump when the template's contents change: a template of another format is built again
 START = date(2026, 3, 1)
 # A few hundred sessions per date; no malformed line: the build's stream would warn of each.

@@ -28,9 +28,10 @@ single writer, BENCHMARKS.md section 2) when it is installed at the first `up`, 
 The Spark Connect server (tidemark/devstack/spark_connect.py) is the DAG's warm Spark: Airflow gets
 AIRFLOW_CONN_SPARK_DEFAULT of type spark_connect naming it, so each dedup run is a client of it
 instead of a spark-submit (`tidemark up --spark-submit` keeps the spark-submit per run). It starts
-before Airflow and stops after it. When `up` starts it, it also starts its warm-up in the background
-(tidemark/demo/correction_warmup.py: late corrections of a scratch lake; TIDEMARK_CONNECT_WARMUP=0
-turns it off), recorded as spark-connect-warmup and stopped by `down` if still running. The
+before Airflow and stops after it. When `up` started it, `up` starts its warm-up last, in the
+background (tidemark/demo/correction_warmup.py: late corrections of a scratch lake;
+TIDEMARK_CONNECT_WARMUP=0 turns it off), recorded as spark-connect-warmup and stopped by `down` if
+still running. The
 emulator keeps topics in memory, so every `up` recreates them (idempotently); notices the stream
 owed while it was down are in the lake's outbox and are published when it starts again.
 """
@@ -361,6 +362,10 @@ class Stack:
                 self._step("exporter", say, lambda: self._start_exporter(settings, timeout), started)
             if "prometheus" not in running and _has_prometheus(say):
                 self._step("prometheus", say, lambda: self._start_prometheus(settings, timeout), started)
+            if "spark-connect" in started and connect_warmup.enabled():
+                # Last, and not awaited: beside the other components' start it made `up` take twice as
+                # long (its corrections are the server's CPU); BENCHMARKS.md section 2.
+                self._start_connect_warmup(settings, say)
         except BaseException:
             self._stop_names([n for n in STOP_ORDER if any(n.startswith(s) for s in started)])
             raise
@@ -401,10 +406,18 @@ class Stack:
             raise StackError("spark-connect", str(exc).splitlines()[0], server.log_path) from exc
         assert server.managed is not None  # started above
         self._write_record(server.managed, "spark-connect")
-        if connect_warmup.enabled():
-            # In the background: `up` goes on starting the rest (connect_warmup says why and how it is bounded).
-            log_path = os.path.join(self.logs_dir, f"{connect_warmup.NAME}.log")
-            self._write_record(connect_warmup.start(server.home, server.url, log_path), connect_warmup.NAME)
+
+    def _start_connect_warmup(self, settings: StackSettings, say: Callable[[str], None]) -> None:
+        """Start the Connect server's warm-up, not awaited; a failure to start it is said, never raised."""
+        server = self.spark_connect(settings)
+        log_path = os.path.join(self.logs_dir, f"{connect_warmup.NAME}.log")
+        try:
+            managed = connect_warmup.start(server.home, server.url, log_path)
+        except OSError as exc:  # it only saves time: the stack is up without it
+            say(f"spark-connect warm-up not started ({exc}): the first corrections run on a cold server")
+            return
+        self._write_record(managed, connect_warmup.NAME)
+        say(f"spark-connect warm-up started in the background, a minute or two (log: {log_path})")
 
     def emulator_host(self, settings: StackSettings | None = None) -> str:
         """host:port of the stack's Pub/Sub emulator (PUBSUB_EMULATOR_HOST)."""
