@@ -31,6 +31,7 @@ from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import LakeIndex, Plan, compute_islands, run_dedup
 from tidemark.demo import generate
 from tidemark.iceberg import table_versions
+from tidemark.iceberg.table import put_back
 from tidemark.store.lake import Lake
 
 NAME = "correction_cost"
@@ -84,22 +85,6 @@ def build_lake(spark, args, landing, lake, checkpoint, rules) -> dict:
     return summary
 
 
-def land_late_events(landing: str, day: date) -> None:
-    """Five users' events on `day`, delivered days late, one of them twice."""
-    lines = []
-    noon = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=12)
-    for u in range(5):
-        for k in range(3):
-            ts = (noon + timedelta(minutes=7 * u + 3 * k)).isoformat().replace("+00:00", "Z")
-            lines.append(
-                json.dumps(
-                    {"event_id": f"late-{u}-{k}", "user_id": f"user-{u:05d}", "event_type": "play", "event_ts": ts}
-                )
-            )
-    lines.append(lines[0])
-    generate.write_file(landing, 10_000, [generate.Delivery(noon, line) for line in lines])
-
-
 def reprocess(spark, lake, rules, first: date, last: date, out: str) -> dict:
     """Re-sessionize every receipt of event dates first-1 .. last+1 and rewrite first .. last."""
     from pyspark.sql import functions as F
@@ -120,16 +105,6 @@ def reprocess(spark, lake, rules, first: date, last: date, out: str) -> dict:
         "sessions": sessions,
         "dates": (last - first).days + 1,
     }
-
-
-def undo(lake: Lake, metadata_location: str) -> None:
-    """Put the table back as it was before a timed correction (the catalog's pointer to the metadata
-    file of then), so the next repeat does the work again."""
-    from tidemark.iceberg import table as iceberg
-
-    catalog = iceberg.catalog(lake)
-    catalog.drop_table(iceberg.identifier())  # the catalog's entry only; files stay
-    catalog.register_table(iceberg.identifier(), metadata_location)
 
 
 def main(argv=None) -> int:
@@ -153,7 +128,7 @@ def main(argv=None) -> int:
         summary = build_lake(spark, args, landing, lake, ckpt, rules)
         for d in range(args.days + 1):
             run_dedup(lake, (start + timedelta(days=d)).isoformat(), rules, spark=spark)
-        land_late_events(landing, day)
+        generate.land_late_events(landing, day)
         from streaming_job.job import StreamConfig, run_stream
 
         run_stream(StreamConfig(landing, lake, ckpt, rules, available_now=True), spark=spark)
@@ -173,7 +148,7 @@ def main(argv=None) -> int:
             assert result.published, result
             assert result.mode == ("full" if full else "incremental"), result
             times.append(result.seconds)
-            undo(lake, before)
+            put_back(lake, before)
         rows.append(
             [label, 1, result.receipts_read, result.rows_read, result.sessions, round(statistics.median(times), 2)]
         )

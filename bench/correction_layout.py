@@ -21,12 +21,12 @@ import sys
 
 import bench
 from bench import add_date_shape, arguments
-from bench.correction_cost import undo
 from bench.dedup_partition import DAY, build_lake, land_late_receipt, receipt_ts_of
 from tidemark.base.session_rules import SessionRules
 from tidemark.deduplication.dedup import run_dedup
 from tidemark.iceberg import table as iceberg
 from tidemark.iceberg import table_versions
+from tidemark.iceberg.table import put_back
 from tidemark.panes import receipts
 from tidemark.store.lake import Lake
 
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
             counts = _snapshot_counts(lake)
             print(f"correction of {label} ({panes} panes): {fixed.seconds} s, {counts}, phases {fixed.phases}")
             secs.append(fixed.seconds)
-            undo(lake, published)
+            put_back(lake, published)
         assert fixed is not None
         wall = statistics.median(secs)
         data_added = counts["added-data-files"] - 1  # the version file: one added, one deleted

@@ -357,7 +357,7 @@ def main(argv=None) -> int:
         bench.print_table("Where the dedup's time goes (cumulative, into a noop sink)", LADDER_COLUMNS, ladder)
 
     # The correction: one late receipt, deduplicated incrementally and with --full from the same version.
-    from bench.correction_cost import undo
+    from tidemark.iceberg.table import put_back
 
     published = iceberg.load(lake).metadata_location
     late_rows = land_late_receipt(spark, args, lake)
@@ -370,7 +370,7 @@ def main(argv=None) -> int:
             assert fixed.mode == label, fixed
             print(f"correction, {label}: {fixed.seconds} s ({_phases(fixed)})")
             secs.append(fixed.seconds)
-            undo(lake, published)
+            put_back(lake, published)
         corrections[label] = (statistics.median(secs), fixed)
     pointer = table_versions.current_version(lake, DAY)
     rows = [

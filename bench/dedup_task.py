@@ -8,7 +8,11 @@ against a Spark Connect server of the stack's settings with its UI on, so that e
 counts the Spark jobs it ran (the server's REST API). The first repeat warms the server's code
 generation and is reported apart.
 
-    .venv/bin/python -m bench.dedup_task [--repeat 6] [--reuse]
+    .venv/bin/python -m bench.dedup_task [--repeat 6] [--reuse] [--warm-first]
+
+--warm-first runs the stack's warm-up (tidemark/demo/correction_warmup.py) on the fresh server
+before the repeats, as `tidemark up` does, and reports how long it took: compare the first repeats
+with and without it.
 
 Building the lake (generated traffic through the real stream, every date deduplicated, one late
 receipt streamed) runs in a child process with a local SparkSession: a process that has opened a
@@ -45,6 +49,9 @@ def parse_args(argv):
     p.add_argument("--reuse", action="store_true", help="reuse the lake (and its late receipt) of a previous run")
     p.add_argument("--url", default=None, help="a running Spark Connect server (sc://...; default: start one)")
     p.add_argument("--ui-port", type=int, default=None, help="that server's UI port (for the job counts)")
+    p.add_argument(
+        "--warm-first", action="store_true", help="warm the fresh server first, as `tidemark up` does (not with --url)"
+    )
     p.add_argument("--build", action="store_true", help=argparse_suppress())
     p.add_argument("--no-write", action="store_true", help="do not write bench/results/")
     p.add_argument(
@@ -68,12 +75,12 @@ def corrected_day(args) -> date:
 
 def build(args) -> None:
     """The lake: traffic streamed, every date deduplicated, then one late receipt streamed (child process)."""
-    from bench.correction_cost import land_late_events
     from streaming_job.job import StreamConfig, run_stream
     from tidemark.base.session_rules import SessionRules
     from tidemark.base.spark import build_session
     from tidemark.deduplication.dedup import run_dedup
     from tidemark.demo import generate
+    from tidemark.demo.generate import land_late_events
     from tidemark.store.lake import Lake
 
     work = args.workdir
@@ -103,9 +110,9 @@ def _jobs(ui: str | None) -> int | None:
     """
     if ui is None:
         return None
-    with urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=5) as r:
+    with urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=30) as r:
         app = json.load(r)[0]["id"]
-    with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/jobs", timeout=5) as r:
+    with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/jobs", timeout=30) as r:
         return max((job["jobId"] for job in json.load(r)), default=-1)
 
 
@@ -113,7 +120,7 @@ def _compiled(ui: str | None) -> int | None:
     """How many generated classes the server has compiled so far (its metrics servlet), None without a UI."""
     if ui is None:
         return None
-    with urllib.request.urlopen(f"{ui}/metrics/json", timeout=5) as r:
+    with urllib.request.urlopen(f"{ui}/metrics/json", timeout=30) as r:
         histograms = json.load(r)["histograms"]
     return next((v["count"] for k, v in histograms.items() if k.endswith("CodeGenerator.compilationTime")), None)
 
@@ -125,6 +132,22 @@ def one_correction(lake, day: date, url: str) -> tuple[float, object]:
     started = time.perf_counter()
     result = run_on_connect(lake, day, url)
     return time.perf_counter() - started, result
+
+
+def warm_first(server_home: str, url: str, log_path: str) -> dict:
+    """The stack's warm-up of the server, awaited here: what it logged, with its wall time and the load before it."""
+    from tidemark.base.logs import read_log_lines
+    from tidemark.devstack import connect_warmup
+
+    load, started = os.getloadavg()[0], time.perf_counter()
+    with open(log_path, "a") as log:
+        subprocess.run(
+            connect_warmup.argv(connect_warmup.scratch_folder(server_home), url), stdout=log, stderr=subprocess.STDOUT
+        )
+    wall = round(time.perf_counter() - started, 2)
+    with open(log_path) as log:
+        done = [line for line in read_log_lines(log.read()) if line.get("event") == "connect warm-up ended"]
+    return {"wall s": wall, "load": round(load, 1), **(done[-1] if done else {"error": f"no summary in {log_path}"})}
 
 
 def main(argv=None) -> int:
@@ -146,7 +169,7 @@ def main(argv=None) -> int:
         day = date.fromisoformat(json.load(f)["day"])
 
     env = bench.machine()
-    server = None
+    server, warmed = None, None
     ui = f"http://127.0.0.1:{args.ui_port}" if args.ui_port else None
     url = args.url
     if url is None:
@@ -161,9 +184,12 @@ def main(argv=None) -> int:
 
         server = _WithUI(os.path.join(args.workdir, "connect"), master="local[2]").start()
         url, ui = server.url, f"http://127.0.0.1:{ui_port}"
+        if args.warm_first:
+            warmed = warm_first(server.home, url, os.path.join(args.workdir, "connect-warmup.log"))
+            print("warm-up", json.dumps(warmed), flush=True)
     try:
-        from bench.correction_cost import undo
         from tidemark.iceberg import table as iceberg
+        from tidemark.iceberg.table import put_back
         from tidemark.store.lake import Lake
 
         lake = Lake.open(os.path.join(args.workdir, "lake"))
@@ -174,12 +200,12 @@ def main(argv=None) -> int:
             jobs0, compiled0 = _jobs(ui), _compiled(ui)
             seconds, result = one_correction(lake, day, url)
             jobs1, compiled1 = _jobs(ui), _compiled(ui)
-            undo(lake, before)
+            put_back(lake, before)
             assert result.published, result.to_json()
             assert result.mode == "incremental", result.to_json()
             phases = {k: round(v, 2) for k, v in result.phases.items()}
             row = {
-                "repeat": "warm-up" if n == 0 else n,
+                "repeat": n + 1 if args.warm_first else "warm-up" if n == 0 else n,
                 "load": round(load, 1),
                 "task s": round(seconds, 2),
                 "jobs": None if jobs0 is None or jobs1 is None else jobs1 - jobs0,
@@ -212,7 +238,8 @@ def main(argv=None) -> int:
                     "(--as-big-run: plans compiled and frames cached as a big run's are)."
                     if args.as_big_run
                     else "(a small run: plans interpreted, frames pinned by local checkpoints)."
-                ),
+                )
+                + (f" Warmed first as `tidemark up` does (--warm-first): {json.dumps(warmed)}." if warmed else ""),
                 {"workload": f"{args.events} events, {args.users} users, {args.days} days, {args.files} files"},
                 env,
                 command=".venv/bin/python -m bench.dedup_task " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -36,6 +36,9 @@ if ROOT not in sys.path:
 # starts many streams: off for the whole run (the processes tests start inherit it), on in the
 # tests of the warm-up itself.
 os.environ.setdefault("TIDEMARK_STREAM_WARMUP", "0")
+# Likewise the Spark Connect server's warm-up (tidemark/demo/correction_warmup.py), which `up` starts
+# in the background: a minute of a server's CPU after every start; on in its own tests.
+os.environ.setdefault("TIDEMARK_CONNECT_WARMUP", "0")
 
 # Seconds per test file in a full run of the suite (setup + call + teardown of its tests, summed from
 # the junit xml of `make test`, -n 2; minus the cuts measured since): the longest first, the rest in
@@ -58,6 +61,7 @@ FILE_SECONDS = {
     "test_dedup_publish": 140,
     "test_spark_connect": 135,
     "test_dedup_incremental": 130,
+    "test_connect_warmup": 125,
     "test_notices_crash": 95,
     "test_prometheus_given_up": 95,
     "test_graceful_stop": 90,

@@ -123,7 +123,7 @@ def start(args: argparse.Namespace, console: Console) -> tuple[Stack, StackSetti
 
         def say(text: str) -> None:
             spinner.update(text)
-            if "ready" in text or text.startswith("session rules"):
+            if "ready" in text or text.startswith(("session rules", "spark-connect warm-up")):
                 console.log(text)
 
         settings = stack.up(

@@ -19,15 +19,18 @@ if TYPE_CHECKING:
     from tidemark.store.lake import Lake
 
 
-def run_on_connect(lake: Lake | str, event_date: date, url: str) -> DedupResult:
-    """Deduplicate `event_date` of `lake` on the Spark Connect server at `url`, in a session of its own."""
+def run_on_connect(lake: Lake | str, event_date: date, url: str, full: bool = False) -> DedupResult:
+    """Deduplicate `event_date` of `lake` on the Spark Connect server at `url`, in a session of its own.
+
+    `full`: run_dedup's (every planned receipt re-sessionized).
+    """
     with ThreadPoolExecutor(1, thread_name_prefix="connect") as pool:
         connecting = pool.submit(connect_session, url, f"tidemark-dedup-{event_date}")
         try:
             from tidemark.deduplication.dedup import run_dedup  # pyspark's client: beside the session
             from tidemark.store.lake import Lake
 
-            return run_dedup(Lake.open(lake), event_date, connect=connecting.result)
+            return run_dedup(Lake.open(lake), event_date, full=full, connect=connecting.result)
         finally:
             if connecting.exception() is None:  # a failed connection failed the dedup if it needed one
                 close_connect_session(connecting.result())

@@ -196,3 +196,23 @@ def generate(landing: str, workload: Workload, progress: bool = True) -> dict[st
     summary = {"workload": described, "files": len(chunks), **counts}
     Root(landing).file(MANIFEST).write_json_atomic(summary)
     return summary
+
+
+def land_late_events(landing: str, day: date) -> None:
+    """Land a late correction's file: five users' events on `day`, delivered days late, one of them twice.
+
+    The late receipt the benchmarks (bench.correction_cost, bench.dedup_task) and the Connect server's
+    warm-up (tidemark/demo/correction_warmup.py) correct: the same small shape as a real late file.
+    """
+    lines = []
+    noon = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=12)
+    for u in range(5):
+        for k in range(3):
+            ts = (noon + timedelta(minutes=7 * u + 3 * k)).isoformat().replace("+00:00", "Z")
+            lines.append(
+                json.dumps(
+                    {"event_id": f"late-{u}-{k}", "user_id": f"user-{u:05d}", "event_type": "play", "event_ts": ts}
+                )
+            )
+    lines.append(lines[0])
+    write_file(landing, 10_000, [Delivery(noon, line) for line in lines])

@@ -11,8 +11,8 @@ Everything lives under one state folder (`home`, default ./.tidemark):
     stack.json            ports, project, lake, landing, checkpoint, archive, Airflow DB URL: fixed at the
                           first `up` and reused, so `down` then `up` resumes at the same addresses
     run/<process>.json    one record per started process group: pid, its kernel start time, log
-    logs/                 stream.log, function.log (Airflow's under airflow/logs, the emulator's
-                          under pubsub/)
+    logs/                 stream.log, function.log, spark-connect-warmup.log (Airflow's under
+                          airflow/logs, the emulator's under pubsub/)
     landing/ archive/ lake/ checkpoint/ airflow/ pubsub/ function/ spark-connect/
 
 Why a record holds the start time: `down` may run long after `up`; a pid alone could by then
@@ -22,16 +22,20 @@ Order matters on the way up and on the way down. Up: the emulator, its topics an
 subscription first; then three chains side by side (the Spark Connect server; PostgreSQL, Airflow
 and the function; the stream), then the exporter and Prometheus. Down: the stream first (SIGTERM to
 its Python process only, so that it finishes its micro-batch and flushes owed notices before its
-JVM goes), then the function, Airflow, its PostgreSQL, and the emulator last. Airflow's metadata database is a PostgreSQL the stack starts (Debian's package,
-tidemark/devstack/postgres.py; a burst of notices then triggers runs without waiting on SQLite's
-single writer, BENCHMARKS.md section 2) when it is installed at the first `up`, else SQLite;
-`--db-url` names a database of your own instead. The choice is fixed in stack.json.
+JVM goes), then the function, Airflow, its PostgreSQL, and the emulator last. Airflow's metadata
+database is a PostgreSQL the stack starts (Debian's package, tidemark/devstack/postgres.py; a burst
+of notices then triggers runs without waiting on SQLite's single writer, BENCHMARKS.md section 2)
+when it is installed at the first `up`, else SQLite; `--db-url` names a database of your own
+instead. The choice is fixed in stack.json.
 The Spark Connect server (tidemark/devstack/spark_connect.py) is the DAG's warm Spark: Airflow gets
 AIRFLOW_CONN_SPARK_DEFAULT of type spark_connect naming it, so each dedup run is a client of it
 instead of a spark-submit (`tidemark up --spark-submit` keeps the spark-submit per run). It starts
-beside Airflow and stops after it. The emulator keeps topics in memory, so every `up` recreates
-them (idempotently); notices the stream owed while it was down are in the lake's outbox and are
-published when it starts again.
+beside Airflow and stops after it. When `up` started it, `up` starts its warm-up last, in the
+background (tidemark/demo/correction_warmup.py: late corrections of a scratch lake;
+TIDEMARK_CONNECT_WARMUP=0 turns it off), recorded as spark-connect-warmup and stopped by `down` if
+still running. The emulator keeps topics in memory, so every `up` recreates them (idempotently);
+notices the stream owed while it was down are in the lake's outbox and are published when it starts
+again.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ import tenacity
 
 from tidemark.base import names
 from tidemark.base.logs import read_log_lines
-from tidemark.devstack import postgres, process
+from tidemark.devstack import connect_warmup, postgres, process
 from tidemark.devstack import pubsub_emulator as ps
 from tidemark.devstack.airflow import AirflowServer
 from tidemark.devstack.function import FunctionServer
@@ -84,9 +88,12 @@ STOP_ORDER = (
     "airflow-dag-processor",
     "airflow-api-server",
     "postgres",
+    "spark-connect-warmup",
     "spark-connect",
     "pubsub",
 )
+# Records of processes that end by themselves: `down` removes a finished one's record silently.
+ONE_SHOT = frozenset({"spark-connect-warmup"})
 STREAM_GRACE_S = 120.0  # a micro-batch under load plus the notice flush (30 s)
 Step = tuple[str, Callable[[], None]]  # a component's name and what starts it
 
@@ -368,6 +375,10 @@ class Stack:
                 self._step("exporter", say, lambda: self._start_exporter(settings, timeout), started)
             if "prometheus" not in running and _has_prometheus(say):
                 self._step("prometheus", say, lambda: self._start_prometheus(settings, timeout), started)
+            if "spark-connect" in started and connect_warmup.enabled():
+                # Last, and not awaited: beside the other components' start it made `up` take twice as
+                # long (its corrections are the server's CPU); BENCHMARKS.md section 2.
+                self._start_connect_warmup(settings, say)
         except BaseException:
             self._stop_names([n for n in STOP_ORDER if any(n.startswith(s) for s in started)])
             raise
@@ -441,6 +452,18 @@ class Stack:
             raise StackError("spark-connect", str(exc).splitlines()[0], server.log_path) from exc
         assert server.managed is not None  # started above
         self._write_record(server.managed, "spark-connect")
+
+    def _start_connect_warmup(self, settings: StackSettings, say: Callable[[str], None]) -> None:
+        """Start the Connect server's warm-up, not awaited; a failure to start it is said, never raised."""
+        server = self.spark_connect(settings)
+        log_path = os.path.join(self.logs_dir, f"{connect_warmup.NAME}.log")
+        try:
+            managed = connect_warmup.start(server.home, server.url, log_path)
+        except OSError as exc:  # it only saves time: the stack is up without it
+            say(f"spark-connect warm-up not started ({exc}): the first corrections run on a cold server")
+            return
+        self._write_record(managed, connect_warmup.NAME)
+        say(f"spark-connect warm-up started in the background, a minute or two (log: {log_path})")
 
     def emulator_host(self, settings: StackSettings | None = None) -> str:
         """host:port of the stack's Pub/Sub emulator (PUBSUB_EMULATOR_HOST)."""
@@ -705,7 +728,7 @@ class Stack:
                         "seconds": round(time.monotonic() - began, 1),
                     }
                 )
-            else:
+            elif name not in ONE_SHOT:  # a finished warm-up is not a stale record
                 done.append(
                     {"component": name, "pid": record.pid, "stopped": False, "seconds": 0.0}
                 )  # already gone: only the stale record is removed
@@ -964,8 +987,8 @@ class _AirflowHealth:
 def _stop_stream(record: Record, grace: float = STREAM_GRACE_S) -> None:
     """SIGTERM to the stream's Python process only, then what is left of its group.
 
-    The stream finishes the micro-batch under way and flushes its notices, then exits (its JVM with it). Signalling the whole group would kill the
-    JVM mid-batch. What is left of the group after that (or after `grace`) is stopped by group.
+    The stream finishes the micro-batch under way and flushes its notices, then exits (its JVM with
+    it). Signalling the whole group would kill the JVM mid-batch. What is left of the group after that (or after `grace`) is stopped by group.
     """
     try:
         os.kill(record.pid, signal.SIGTERM)

@@ -282,6 +282,17 @@ def load(lake: Lake, create: bool = False) -> Table | None:
     return evolved
 
 
+def put_back(lake: Lake, metadata_location: str) -> None:
+    """Point the catalog at an earlier metadata file of the table, as it was before a correction.
+
+    A correction timed over and over (the benchmarks, the Connect server's warm-up) then does the
+    same work again each time. The catalog's entry only: the files the correction wrote stay.
+    """
+    tables = catalog(lake)
+    tables.drop_table(identifier())
+    tables.register_table(identifier(), metadata_location)
+
+
 def load_existing(lake: Lake) -> Table:
     """The lake's table where it must exist (a version was committed); raises when it does not.
 
