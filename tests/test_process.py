@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -107,3 +108,44 @@ def test_the_stacks_status_reads_the_last_committed_batch_from_the_streams_log(t
     assert last_batch(record) == "last batch 7 committed at 2026-03-07T10:00:05Z"
     log.write_text("no structured line yet\n")
     assert last_batch(record) == "no batch committed yet"
+
+
+def test_free_ports_are_chosen_below_the_ephemeral_range():
+    """Outgoing connections take their local ports from the ephemeral range: a port chosen there
+    could be held by one when its server starts. A port chosen here is outside it and bindable."""
+    low, _ = process.ephemeral_range()
+    chosen = {process.free_port() for _ in range(200)}
+    assert all(low - process.PORTS_BELOW_EPHEMERAL <= port < low for port in chosen), sorted(chosen)[:5]
+    assert len(chosen) > 150  # spread over the band, not one port handed out again and again
+    for port in list(chosen)[:20]:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))  # free when chosen, and still free now
+
+
+def test_a_free_port_is_never_one_a_listener_holds(monkeypatch):
+    low, _ = process.ephemeral_range()
+    monkeypatch.setattr(process, "PORTS_BELOW_EPHEMERAL", 3)  # a band of three ports
+    band = [low - 3, low - 2, low - 1]
+    free = [port for port in band if _can_bind(port)]
+    if len(free) < 2:
+        pytest.skip(f"ports {band} are in use on this machine")
+    held = []
+    try:
+        for port in free[:-1]:
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", port))
+            listener.listen()
+            held.append(listener)
+        assert {process.free_port() for _ in range(30)} == {free[-1]}
+    finally:
+        for listener in held:
+            listener.close()
+
+
+def _can_bind(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,13 +24,49 @@ import psutil
 
 from tidemark.base.polling import wait_for
 
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+PORTS_BELOW_EPHEMERAL = 12_000  # how wide the band of ports chosen from, below the kernel's range
+
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port free on 127.0.0.1 right now, chosen below the kernel's ephemeral range.
+
+    Why not bind(0): that hands out a port of the ephemeral range, the range the kernel also gives
+    every outgoing connection as its local port. A server often starts a while after its port is
+    chosen (and `tidemark up` reuses the ports it recorded at every start); by then any connection
+    on the machine may hold that port (an Airflow api-server of the test suite failed with "address
+    already in use" so). Below the range only listeners compete, and the bind check sees those.
+    """
+    low = ephemeral_range()[0]
+    band = range(max(1024, low - PORTS_BELOW_EPHEMERAL), low)
+    chooser = random.SystemRandom()
+    for _ in range(64):
+        port = chooser.choice(band)
+        if _bindable(port):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # the band is full: any free port
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]  # (host, port) for AF_INET; typed Any by typeshed
-        return port
+        chosen: int = sock.getsockname()[1]  # (host, port) for AF_INET; typed Any by typeshed
+        return chosen
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections (Linux's default where unknown)."""
+    try:
+        with open(EPHEMERAL_RANGE_FILE) as handle:
+            low, high = (int(part) for part in handle.read().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
