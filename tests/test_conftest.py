@@ -72,11 +72,11 @@ def test_the_longest_files_are_collected_first_each_in_its_own_order(pytester):
     pytester.makepyfile(
         test_aaa_unlisted="def test_1(): pass\ndef test_2(): pass\n",
         test_dag="def test_3(): pass\ndef test_4(): pass\n",
-        test_e2e_pipeline="def test_5(): pass\n",
+        test_stream_crash="def test_5(): pass\n",
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--collect-only", "-q")
     assert [line for line in result.outlines if "::" in line] == [
-        "test_e2e_pipeline.py::test_5",
+        "test_stream_crash.py::test_5",
         "test_dag.py::test_3",
         "test_dag.py::test_4",
         "test_aaa_unlisted.py::test_1",
