@@ -18,6 +18,7 @@ from tests import reference
 from tidemark.base import polling
 from tidemark.base.layout import as_event_date
 from tidemark.base.logs import read_log_lines
+from tidemark.devstack.airflow import AirflowServer
 from tidemark.iceberg import reader
 from tidemark.notices import availability_notice
 from tidemark.store.lake import Lake
@@ -112,3 +113,16 @@ def same_notice_copies(received: list[tuple[dict, dict]]) -> dict[str, dict]:
     for copies in by_id.values():
         assert all(copy == copies[0] for copy in copies)
     return {notice_id: copies[0] for notice_id, copies in by_id.items()}
+
+
+def airflow_on_connect(home: str, lake: Lake | str, connect_server) -> AirflowServer:
+    """An Airflow (not started) for `lake`, no task retries, whose DAG runs its dedup as a client of
+    `connect_server` (tests/conftest.py spark_connect_server) instead of a spark-submit."""
+    return AirflowServer(
+        home,
+        env={
+            "TIDEMARK_LAKE": str(lake),
+            "TIDEMARK_DAG_RETRIES": "0",
+            "AIRFLOW_CONN_SPARK_DEFAULT": connect_server.airflow_connection(),
+        },
+    )

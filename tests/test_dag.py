@@ -17,7 +17,7 @@ import pytest
 
 from tests import reference
 from tests.conftest import sql_settings_kept
-from tests.helpers import generate_cli, lake_session_set, reference_session_set
+from tests.helpers import airflow_on_connect, generate_cli, lake_session_set, reference_session_set
 from tidemark import cli
 from tidemark.base import names
 from tidemark.base.layout import as_event_date
@@ -355,21 +355,13 @@ def test_dags_test_without_an_api_server_leaves_the_asset_event_owed_and_a_later
     pending; once an api-server is up, `tidemark notices --emit-asset-events` posts exactly one
     event, and draining again posts nothing. Its dedup runs on the worker's Spark Connect server (the
     test above runs spark-submit)."""
-    from tidemark.devstack.airflow import AirflowServer
     from tidemark.iceberg import reader
     from tidemark.notices import asset_events, corrected_delivery
     from tidemark.orchestration import obligations
 
     event_date = "2026-03-06"
     lake = pristine_copy(small_lake, tmp_path / "lake")
-    server = AirflowServer(
-        str(tmp_path / "airflow"),
-        env={
-            "TIDEMARK_LAKE": str(lake),
-            "TIDEMARK_DAG_RETRIES": "0",
-            "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
-        },
-    )
+    server = airflow_on_connect(str(tmp_path / "airflow"), lake, spark_connect_server)
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
     proc = dags_test(server, event_date, "offline")

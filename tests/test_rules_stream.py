@@ -18,7 +18,7 @@ from datetime import date, timedelta
 import pytest
 
 from streaming_job.job import StreamConfig, run_stream
-from tests.helpers import lake_session_set, reference_session_set
+from tests.helpers import airflow_on_connect, lake_session_set, reference_session_set
 from tests.streamkit import event, land
 from tidemark import cli
 from tidemark.base.layout import as_event_date
@@ -156,17 +156,9 @@ def test_the_dag_publishes_the_streams_gap(streamed, tmp_path, spark_connect_ser
     """`airflow dags test tidemark_dedup` on the 20m lake, its dedup on the worker's Spark Connect
     server (the DAG's spark-submit command line is the test above's)."""
     from tidemark.base import names
-    from tidemark.devstack.airflow import AirflowServer
 
     landing, lake, _ = copy_of(streamed, tmp_path)
-    server = AirflowServer(
-        str(tmp_path / "airflow"),
-        env={
-            "TIDEMARK_LAKE": str(lake),
-            "TIDEMARK_DAG_RETRIES": "0",
-            "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
-        },
-    )
+    server = airflow_on_connect(str(tmp_path / "airflow"), lake, spark_connect_server)
     os.makedirs(server.home, exist_ok=True)
     server.migrate()
     proc = server.cli(
