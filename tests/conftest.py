@@ -199,7 +199,7 @@ def spark():
 def spark_connect_server(tmp_path_factory):
     """One Spark Connect server per pytest worker, started by the first test that asks for it.
 
-    The Airflow tests whose subject is not spark-submit run the DAG's dedup as this server's client,
+    Most Airflow tests whose subject is not spark-submit run the DAG's dedup as this server's client,
     as `tidemark up` does: a spark-submit per DAG run cost 35-60 s of JVM start on this 2-core box,
     most of test_e2e_pipeline's time. spark-submit stays covered by test_dag, test_rules_stream and
     test_cluster. Each DAG run opens a session of its own on the server, so tests do not share state.

@@ -1,5 +1,5 @@
 """The corrected topic, the asset events and the example consumer DAGs on the real local stack
-pieces: Airflow 3.3.2 (api-server, scheduler, dag-processor), dedup runs on a Spark Connect server, the Pub/Sub
+pieces: Airflow 3.3.2 (api-server, scheduler, dag-processor), spark-submit dedup runs, the Pub/Sub
 emulator. One Airflow for the module (each test continues on the lake the previous ones left).
 
 A date gets its first version, then a late correction: each published version produces exactly one
@@ -88,7 +88,7 @@ def emulator(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, emulator, spark_connect_server):
+def stack(tmp_path_factory, emulator):
     home = tmp_path_factory.mktemp("consumer")
     lake, out = Lake.open(home / "lake"), str(home / "metrics")
     stream = SimulatedStream(lake, 5)
@@ -102,7 +102,6 @@ def stack(tmp_path_factory, emulator, spark_connect_server):
             "PUBSUB_EMULATOR_HOST": emulator.host,
             "TIDEMARK_SESSION_METRICS_ROOT": out,
             "TIDEMARK_CORRECTED_TOPIC_PATH": corrected_delivery.default_topic(PROJECT),
-            "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
         },
     )
     try:
