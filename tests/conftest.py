@@ -208,3 +208,21 @@ def spark_connect_server(tmp_path_factory):
 
     with SparkConnectServer(str(tmp_path_factory.mktemp("spark-connect"))) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def airflow_databases(tmp_path_factory):
+    """One PostgreSQL per pytest worker, started by the first test that asks for it: every Airflow
+    that runs a scheduler or tasks keeps its metadata there, a database each (tests/helpers.py
+    AirflowDatabases says why not SQLite)."""
+    from tests.helpers import AirflowDatabases
+    from tidemark.devstack import postgres
+
+    if not postgres.available():
+        yield AirflowDatabases(None, "")
+        return
+    server = postgres.PostgresServer(str(tmp_path_factory.mktemp("postgres"))).start()
+    try:
+        yield AirflowDatabases(server, str(tmp_path_factory.mktemp("airflow-migration")))
+    finally:
+        server.remove()

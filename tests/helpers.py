@@ -13,12 +13,14 @@ import subprocess
 import sys
 from collections import defaultdict
 from datetime import date, timedelta
+from typing import Any
 
 from tests import reference
 from tidemark.base import polling
 from tidemark.base.layout import as_event_date
 from tidemark.base.logs import read_log_lines
 from tidemark.devstack.airflow import AirflowServer
+from tidemark.devstack.postgres import PostgresServer
 from tidemark.iceberg import reader
 from tidemark.notices import availability_notice
 from tidemark.store.lake import Lake
@@ -126,3 +128,38 @@ def airflow_on_connect(home: str, lake: Lake | str, connect_server) -> AirflowSe
             "AIRFLOW_CONN_SPARK_DEFAULT": connect_server.airflow_connection(),
         },
     )
+
+
+class AirflowDatabases:
+    """A fresh metadata database for every Airflow a test starts, on one PostgreSQL per pytest worker
+    (tests/conftest.py airflow_databases); SQLite, AirflowServer's default, where PostgreSQL is not
+    installed.
+
+    Why not SQLite: an Airflow's scheduler, dag-processor, api-server and task processes all write
+    its metadata, and SQLite has one writer at a time. On a loaded 2-core machine a writer waited
+    past SQLite's 5 s busy timeout and the scheduler exited on "database is locked" (CI, test_e2e_pipeline:
+    its runs stayed queued until the test's 20-minute wait ended). PostgreSQL takes concurrent
+    writers, as on `tidemark up`. Each database is a copy of one migrated once per worker (0.3 s,
+    where `airflow db migrate` takes 6 s and more under load).
+    """
+
+    TEMPLATE = "airflow_migrated"
+
+    def __init__(self, server: PostgresServer | None, scratch: str):
+        """Databases on `server` (None: SQLite); `scratch` is the home of the migration's Airflow CLI."""
+        self.server = server
+        self.scratch = scratch
+        self.made = 0
+
+    def new(self) -> dict[str, Any]:
+        """AirflowServer keyword arguments for a database of its own: {} for SQLite."""
+        if self.server is None:
+            return {}
+        if self.made == 0:
+            os.makedirs(self.scratch, exist_ok=True)
+            AirflowServer(self.scratch, db_url=self.server.create_database(self.TEMPLATE)).migrate()
+        self.made += 1
+        url = self.server.create_database(f"airflow_{self.made}", template=self.TEMPLATE)
+        # One api-server worker: the suite's bursts are small, and a second worker is one more
+        # process importing Airflow on a 2-core machine.
+        return {"db_url": url, "db_migrated": True, "api_workers": 1}

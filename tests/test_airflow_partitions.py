@@ -23,7 +23,7 @@ D7 = "2026-03-07"
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory):
+def airflow(tmp_path_factory, airflow_databases):
     # The dedup DAG alone: a consumer DAG's asset-triggered runs, queued behind each other, would make
     # Airflow 3.3.2 refuse to list the asset's events (apache/airflow#71360; tested with consumers in
     # tests/test_example_consumer_dag.py), and these tests read that listing.
@@ -33,6 +33,7 @@ def airflow(tmp_path_factory):
         str(tmp_path_factory.mktemp("airflow")),
         dags_folder=str(dags),
         env={"TIDEMARK_LAKE": str(tmp_path_factory.mktemp("lake"))},
+        **airflow_databases.new(),
     )
     try:
         server.start()

@@ -30,3 +30,30 @@ def test_a_home_deleted_and_made_again_at_the_same_path_starts_with_its_own_pass
         assert again.healthy()
     finally:
         again.remove()
+
+
+def test_a_database_made_from_a_template_holds_the_templates_tables_and_names_are_checked(airflow_databases):
+    """The suite's Airflows each get a copy of one migrated database (tests/helpers.AirflowDatabases):
+    the copy holds what the template held, and a name that is not a plain identifier never reaches SQL."""
+    server = airflow_databases.server
+    server.create_database("template_probe")
+    conn = server._connect("template_probe")
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE probe (n int)")
+            cur.execute("INSERT INTO probe VALUES (7)")
+    finally:
+        conn.close()
+    url = server.create_database("copy_probe", template="template_probe")
+    assert url.endswith(f":{server.port}/copy_probe")
+    assert server.create_database("copy_probe", template="template_probe") == url  # exists: kept as is
+    copy = server._connect("copy_probe")
+    try:
+        with copy.cursor() as cur:
+            cur.execute("SELECT n FROM probe")
+            assert cur.fetchall() == [(7,)]
+    finally:
+        copy.close()
+    for bad in ("Airflow", "a; DROP DATABASE airflow", "x" * 64, "1st", ""):
+        with pytest.raises(ValueError, match="not a lower-case identifier"):
+            server.create_database(bad)

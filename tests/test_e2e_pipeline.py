@@ -44,7 +44,7 @@ TERMINAL = {"success", "failed"}
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, spark_connect_server):
+def stack(tmp_path_factory, spark_connect_server, airflow_databases):
     base = tmp_path_factory.mktemp("e2e")
     lake = Lake.open(base / "lake")
     started = []
@@ -62,6 +62,7 @@ def stack(tmp_path_factory, spark_connect_server):
                 "TIDEMARK_DAG_MAX_ACTIVE_RUNS": "2",
                 "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
             },
+            **airflow_databases.new(),
         )
         started.append(airflow)
         airflow.start()
@@ -124,13 +125,16 @@ def audit(stack, seen: dict) -> dict:
     return seen
 
 
-def wait_all_done(client, expected_run_ids: set, timeout: float) -> list[dict]:
+def wait_all_done(airflow: AirflowServer, expected_run_ids: set, timeout: float) -> list[dict]:
     """Until every expected run exists and every run is terminal, twice in a row 3 s apart
     (a finishing run may still add an affected-date run: it does so before it ends, so the second
-    look only guards against a run created between the listing and its states)."""
+    look only guards against a run created between the listing and its states). An Airflow process
+    that exits ends the wait with its log's end."""
+    client = airflow.client()
     deadline = time.monotonic() + timeout
     previous = None
     while time.monotonic() < deadline:
+        airflow.check_running()
         try:
             all_runs = client.list_dag_runs(DAG_ID)
         except Exception:  # noqa: BLE001 - Airflow restarting
@@ -149,7 +153,6 @@ def wait_all_done(client, expected_run_ids: set, timeout: float) -> list[dict]:
 
 def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_reference(stack, tmp_path, spark):
     airflow, function, emulator = stack["airflow"], stack["function"], stack["emulator"]
-    client = airflow.client()
     generated, landing = str(tmp_path / "generated"), str(tmp_path / "landing")
     generate_cli(
         generated,
@@ -176,7 +179,7 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
     seen = audit(stack, {})
     assert seen, "the stream published no notice"
     phase1 = {runs.run_id_for_notice(n) for n in seen.values()}
-    wait_all_done(client, phase1, 1200)
+    wait_all_done(airflow, phase1, 1200)
 
     # Duplicates: one notice published three more times adds no run.
     some = next(iter(seen.values()))
@@ -229,7 +232,7 @@ def test_every_notice_is_one_run_through_redelivery_and_outage_and_matches_the_r
     )
 
     expected = {runs.run_id_for_notice(n) for n in seen.values()}
-    final = wait_all_done(client, expected, 1500)
+    final = wait_all_done(airflow, expected, 1500)
 
     # Exactly one run per notice (several notices may share a run id only if they share their
     # newest receipt partition, which the stream never does), all successful.

@@ -88,7 +88,7 @@ def emulator(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, emulator):
+def stack(tmp_path_factory, emulator, airflow_databases):
     home = tmp_path_factory.mktemp("consumer")
     lake, out = Lake.open(home / "lake"), str(home / "metrics")
     stream = SimulatedStream(lake, 5)
@@ -103,6 +103,7 @@ def stack(tmp_path_factory, emulator):
             "TIDEMARK_SESSION_METRICS_ROOT": out,
             "TIDEMARK_CORRECTED_TOPIC_PATH": corrected_delivery.default_topic(PROJECT),
         },
+        **airflow_databases.new(),
     )
     try:
         server.start()

@@ -54,9 +54,11 @@ def notice_for(receipt_ts: str, event_date: str = "2026-03-07") -> dict:
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory):
+def airflow(tmp_path_factory, airflow_databases):
     server = AirflowServer(
-        str(tmp_path_factory.mktemp("airflow")), env={"TIDEMARK_LAKE": str(tmp_path_factory.mktemp("lake"))}
+        str(tmp_path_factory.mktemp("airflow")),
+        env={"TIDEMARK_LAKE": str(tmp_path_factory.mktemp("lake"))},
+        **airflow_databases.new(),
     )
     try:
         server.start()

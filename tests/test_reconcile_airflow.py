@@ -59,7 +59,7 @@ def lake(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory, lake, spark_connect_server):
+def airflow(tmp_path_factory, lake, spark_connect_server, airflow_databases):
     server = AirflowServer(
         str(tmp_path_factory.mktemp("airflow")),
         env={
@@ -69,6 +69,7 @@ def airflow(tmp_path_factory, lake, spark_connect_server):
             "TIDEMARK_RECONCILE_GRACE": "0s",
             "AIRFLOW_CONN_SPARK_DEFAULT": spark_connect_server.airflow_connection(),
         },
+        **airflow_databases.new(),
     )
     try:
         server.start()

@@ -81,7 +81,7 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
         assert published(lake, event_date) == expected(events, event_date)
 
 
-def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
+def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path, airflow_databases):
     from tests.helpers import dag_run_finished as finished
     from tidemark.devstack.airflow import AirflowServer
 
@@ -96,6 +96,7 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path):
             "TIDEMARK_RECONCILE_INTERVAL": "off",
             "AIRFLOW_CONN_SPARK_DEFAULT": server.airflow_connection(),
         },
+        **airflow_databases.new(),
     )
     try:
         airflow.start()

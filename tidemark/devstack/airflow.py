@@ -88,11 +88,14 @@ class AirflowServer:
         parallelism: int = 2,
         spark_master: str = "local[*]",
         api_workers: int | None = None,
+        db_migrated: bool = False,
     ):
         """An Airflow on `port` (a free one by default) with its metadata at `db_url` (SQLite by default).
 
         `env` is added to every Airflow process's environment; `parallelism` caps running tasks;
-        `spark_master` is the Spark connection's master.
+        `spark_master` is the Spark connection's master; `db_migrated` says the database at `db_url`
+        is already migrated by this Airflow version (a copy of one that was), so `airflow db migrate`
+        is not run.
         """
         self.home = os.path.abspath(home)
         self.port = port or process.free_port()
@@ -107,6 +110,7 @@ class AirflowServer:
         # single lock), two on PostgreSQL, which takes concurrent writers: a burst of trigger POSTs
         # is then served by both cores (BENCHMARKS.md section 2).
         self.api_workers = api_workers or (2 if self.db_url.startswith("postgresql") else 1)
+        self.db_migrated = db_migrated
         self.managed: dict[str, process.Managed] = {}
         self.timings: dict[str, float] = {}
 
@@ -206,10 +210,14 @@ class AirflowServer:
     def migrate(self) -> None:
         """Create or upgrade the metadata database (`airflow db migrate`).
 
-        A new SQLite database is copied from TIDEMARK_AIRFLOW_DB_CACHE when that folder holds one
-        migrated by this Airflow version (and left there by the first migration).
+        Nothing to do for a database made `db_migrated`. A new SQLite database is copied from
+        TIDEMARK_AIRFLOW_DB_CACHE when that folder holds one migrated by this Airflow version (and
+        left there by the first migration).
         """
         started = time.monotonic()
+        if self.db_migrated:
+            self.timings["db_migrate_s"] = 0.0
+            return
         cached = self._cached_database()
         if cached is not None and os.path.exists(cached) and not os.path.exists(self._sqlite_path()):
             shutil.copyfile(cached, self._sqlite_path())
@@ -293,10 +301,17 @@ class AirflowServer:
         """The pid file of component `name`, for another process to stop it."""
         return os.path.join(self.home, "run", f"{name}.pid")
 
-    def _healthy(self, components: Iterable[str]) -> bool:
+    def check_running(self) -> None:
+        """Raise RuntimeError, with the end of its log, if a component this object started has exited.
+
+        A wait on DAG runs calls it to end there instead of at its timeout: a dead scheduler queues nothing.
+        """
         for managed in self.managed.values():
             if not managed.alive():
                 raise RuntimeError(f"{managed.name} exited; see {managed.log_path}:\n{process.tail(managed.log_path)}")
+
+    def _healthy(self, components: Iterable[str]) -> bool:
+        self.check_running()
         health: dict[str, Any] = requests.get(f"{self.url}/api/v2/monitor/health", timeout=2).json()
         wanted = {"api-server": "metadatabase", "scheduler": "scheduler", "dag-processor": "dag_processor"}
         return all(health.get(wanted[c], {}).get("status") == "healthy" for c in components)
