@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming_job.batch import BatchProcessor
+from tidemark.base import switches
 from tidemark.base.logs import get_logger
 from tidemark.base.session_rules import SessionRules
 from tidemark.ingest import landing_archive
@@ -45,7 +46,7 @@ WARMUP_ENV = "TIDEMARK_STREAM_WARMUP"  # "0": start without a warm-up
 
 def enabled(spark: SparkSession) -> bool:
     """Whether the stream warms up before it starts: on a local master, unless TIDEMARK_STREAM_WARMUP=0."""
-    if os.environ.get(WARMUP_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not switches.switched_on(WARMUP_ENV):
         return False
     master = spark.conf.get("spark.master", None) or ""
     return master.startswith("local")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from tidemark.base import pyspark_daemon
 
@@ -75,6 +76,7 @@ def build_session(
 
 # The settings a Connect client sets on its own session (runtime SQL settings); the others (memory,
 # UI, history: static) belong to the server, which is started with all of session_settings().
+CONNECT_DEFAULT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)
 _CONNECT_RUNTIME = (
     "spark.sql.session.timeZone",
     "spark.sql.shuffle.partitions",
@@ -91,9 +93,16 @@ def connect_session(url: str, app_name: str = "tidemark") -> SparkSession:
     then marks the whole process as Connect (SPARK_CONNECT_MODE_ENABLED in os.environ, inherited by
     child processes): use it in a process of its own, as the DAG's task does.
     """
+    connect_address(url)
+    return _connect(url, app_name)
+
+
+def connect_address(url: str) -> tuple[str, int]:
+    """(host, port) of a Spark Connect URL, sc://host[:port][/;params]; ValueError for any other scheme."""
     if not url.startswith("sc://"):
         raise ValueError(f"a Spark Connect URL starts with sc://, not {url.split('://')[0]!r}")
-    return _connect(url, app_name)
+    parsed = urlparse("http://" + url.removeprefix("sc://"))
+    return parsed.hostname or "localhost", parsed.port or CONNECT_DEFAULT_PORT
 
 
 def _connect(url: str, app_name: str) -> SparkSession:

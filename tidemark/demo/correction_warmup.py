@@ -46,12 +46,12 @@ import threading
 import time
 from datetime import date, timedelta
 from typing import Any
-from urllib.parse import urlparse
 
 import psutil
 import structlog
 
 from tidemark.base.logs import get_logger
+from tidemark.base.spark import connect_address
 from tidemark.devstack import process
 
 log = get_logger("connect-warmup")
@@ -198,7 +198,7 @@ def warm_up(folder: str, url: str, timeout: float = TIMEOUT_S, corrections: int 
     except Exception as exc:  # it only saves time: the server works the same without it
         summary["error"] = str(exc)[:300]
         log.warning("connect warm-up failed: the server starts cold", error=summary["error"], url=url)
-        if process.port_open(_port(url)):
+        if _listening(url):
             # The server answers, so the template (or this code's use of it) is at fault: built again next time.
             _remove(os.path.join(folder, "template.json"))
     finally:
@@ -210,15 +210,19 @@ def warm_up(folder: str, url: str, timeout: float = TIMEOUT_S, corrections: int 
     return summary
 
 
-def _port(url: str) -> int:
-    return urlparse(url.replace("sc://", "http://", 1)).port or 15002
+def _listening(url: str) -> bool:
+    """Whether a server listens at `url` (False for a URL that is not sc://)."""
+    try:
+        host, port = connect_address(url)
+    except ValueError:
+        return False
+    return process.port_open(port, host)
 
 
 def _reachable(url: str) -> None:
     """Fail at once on a server that is not listening: pyspark's client retries a refused connection for minutes."""
-    if not url.startswith("sc://"):
-        raise ValueError(f"a Spark Connect URL starts with sc://, not {url!r}")
-    if not process.port_open(_port(url)):
+    connect_address(url)  # ValueError for any other scheme
+    if not _listening(url):
         raise ConnectionError(f"no Spark Connect server listens at {url}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+from tidemark.base import switches
 from tidemark.devstack import process
 
 WARMUP_ENV = "TIDEMARK_CONNECT_WARMUP"  # "0": `up` starts the Connect server without a warm-up
@@ -18,7 +19,7 @@ NAME = "spark-connect-warmup"  # its process record and log, beside the server's
 
 def enabled() -> bool:
     """Whether `up` warms the Connect server it starts: unless TIDEMARK_CONNECT_WARMUP=0."""
-    return os.environ.get(WARMUP_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switches.switched_on(WARMUP_ENV)
 
 
 def scratch_folder(server_home: str) -> str:
