@@ -235,11 +235,29 @@ def main(argv=None) -> int:
     with bench.stopwatch() as up_time:
         settings = stack.up(say=lambda text: print(f"  {text}", flush=True), timeout=args.timeout)
     try:
+        args.warmup_seconds = wait_for_connect_warmup(stack, args.timeout)
         return _measure(args, stack, settings, chunks, counts, pause, env, loads, up_time["seconds"], per_wave)
     finally:
         if not args.keep_up:
             stack.down()
             print("stack stopped", flush=True)
+
+
+def wait_for_connect_warmup(stack, timeout: float) -> float | None:
+    """Seconds waited for the Connect server's warm-up that `up` started in the background; None when
+    none was started (TIDEMARK_CONNECT_WARMUP=0, --spark-submit).
+
+    The waves start on the warmed server, as a user's first late data comes minutes after `up`;
+    a wave landing meanwhile would measure the warm-up's competition for the two cores instead.
+    """
+    from tidemark.devstack import connect_warmup
+
+    record = stack.record(connect_warmup.NAME)
+    if record is None:
+        return None
+    began = time.monotonic()
+    wait_for(lambda: (not record.alive(), "running" if record.alive() else "ended"), timeout, "connect warm-up")
+    return time.monotonic() - began
 
 
 def landing_stagger(trigger_interval: str | None, waves: int) -> float:
@@ -428,6 +446,12 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         else "a spark-submit per dedup run"
     )
     coalesce = f", notice coalesce {settings.notice_coalesce}" if settings.notice_coalesce else ""
+    warmup_seconds = getattr(args, "warmup_seconds", None)
+    warmed = (
+        f", then {warmup_seconds:.0f} s waiting for the Connect server's warm-up to end before the first wave"
+        if warmup_seconds is not None
+        else ", no Connect warm-up"
+    )
     notes = "\n".join(
         [
             "Every component real, on loopback (`tidemark.devstack.stack.Stack`: Pub/Sub emulator, "
@@ -438,7 +462,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
             "wave; every figure is a difference of timestamps the system recorded itself (see the module "
             "docstring of bench/freshness.py). One notice per event date touched per batch, so several per wave.",
             "",
-            f"- stack up in {up_seconds:.0f} s; {len(per_notice)} notices ({late_n} late=true); "
+            f"- stack up in {up_seconds:.0f} s{warmed}; {len(per_notice)} notices ({late_n} late=true); "
             f"pipeline drained: {'yes' if complete else 'NO (timed out; figures cover what finished)'}",
             f"- load average (1/5/15 min) at start, at each landing and at the end: {', '.join(loads)}",
             "",
