@@ -342,10 +342,11 @@ def tidemark_dedup() -> None:
         Asset events (tidemark/notices/asset_events.py): this date's current version's outbox
         entry recorded if missing, then every entry owed to Airflow posted. The outbox entry is the
         source of truth: with this Airflow's REST API not configured (no tidemark_airflow_api
-        connection, as under `airflow dags test`) or unreachable for 30 s, the task goes on, the
-        entries stay owed, a warning names their dates and versions, and the next drain posts them
-        (any later run, reconcile's drain_outbox, `tidemark notices --topic corrected
-        --emit-asset-events`). A refusal (a 4xx: our bug) fails the task.
+        connection, as under `airflow dags test`) or unreachable for 30 s
+        (TIDEMARK_ASSET_EVENTS_TIMEOUT), the task goes on, the entries stay owed, a warning names
+        their dates and versions, and the next drain posts them (any later run, reconcile's
+        drain_outbox, `tidemark notices --topic corrected --emit-asset-events`). A refusal (a 4xx:
+        our bug) fails the task.
 
         Then the reruns owed by runs of this date (tidemark/orchestration/obligations.py), one
         trigger_affected each: after a skipped dedup too (a run of this date that was killed after
@@ -356,7 +357,9 @@ def tidemark_dedup() -> None:
         from tidemark.orchestration import airflow_api, obligations
 
         lake, event_date = run_target(params)
-        emitted = corrected_delivery.emit(lake, event_date, airflow_api.for_tasks)
+        emitted = corrected_delivery.emit(
+            lake, event_date, airflow_api.for_tasks, timeout=corrected_delivery.emit_timeout(os.environ)
+        )
         print(f"{layout.event_date_text(event_date)}: asset events {emitted}")
         return obligations.reruns_owed_by(lake, event_date)
 

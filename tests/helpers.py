@@ -119,13 +119,17 @@ def same_notice_copies(received: list[tuple[dict, dict]]) -> dict[str, dict]:
 
 def airflow_on_connect(home: str, lake: Lake | str, connect_server) -> AirflowServer:
     """An Airflow (not started) for `lake`, no task retries, whose DAG runs its dedup as a client of
-    `connect_server` (tests/conftest.py spark_connect_server) instead of a spark-submit."""
+    `connect_server` (tests/conftest.py spark_connect_server) instead of a spark-submit.
+
+    For `airflow dags test` without an api-server: the publish task tries the unreachable REST API
+    for 2 s, not its 30 s default, before it leaves the asset events owed."""
     return AirflowServer(
         home,
         env={
             "TIDEMARK_LAKE": str(lake),
             "TIDEMARK_DAG_RETRIES": "0",
             "AIRFLOW_CONN_SPARK_DEFAULT": connect_server.airflow_connection(),
+            "TIDEMARK_ASSET_EVENTS_TIMEOUT": "2s",
         },
     )
 

@@ -281,7 +281,13 @@ def test_dag_runs_its_dedup_on_the_cluster_chosen_by_spark_default(
     server = AirflowServer(
         str(tmp_path_factory.mktemp("airflow")),
         spark_master=cluster.master_url,
-        env={"TIDEMARK_LAKE": undeduplicated_lake, "TIDEMARK_DAG_RETRIES": "0", "SPARK_LOCAL_IP": cluster.host},
+        env={
+            "TIDEMARK_LAKE": undeduplicated_lake,
+            "TIDEMARK_DAG_RETRIES": "0",
+            "SPARK_LOCAL_IP": cluster.host,
+            # no api-server under `dags test`: the publish task's wait for it, 2 s instead of 30 s
+            "TIDEMARK_ASSET_EVENTS_TIMEOUT": "2s",
+        },
     )
     os.makedirs(server.home, exist_ok=True)
     server.migrate()

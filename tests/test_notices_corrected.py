@@ -303,6 +303,17 @@ def _warnings(err: str, event: str) -> list[dict]:
     return [line for line in lines if line.get("level") == "warning" and line["event"].startswith(event)]
 
 
+def test_the_publish_tasks_wait_for_an_unreachable_api_is_a_duration_from_the_environment():
+    assert corrected_delivery.emit_timeout({}) == corrected_delivery.EMIT_TIMEOUT_S
+    assert (
+        corrected_delivery.emit_timeout({corrected_delivery.EMIT_TIMEOUT_ENV: " "}) == corrected_delivery.EMIT_TIMEOUT_S
+    )
+    assert corrected_delivery.emit_timeout({corrected_delivery.EMIT_TIMEOUT_ENV: "2m"}) == 120.0
+    assert corrected_delivery.emit_timeout({corrected_delivery.EMIT_TIMEOUT_ENV: "500ms"}) == 0.5
+    with pytest.raises(ValueError, match="TIDEMARK_ASSET_EVENTS_TIMEOUT: invalid duration '30'"):
+        corrected_delivery.emit_timeout({corrected_delivery.EMIT_TIMEOUT_ENV: "30"})
+
+
 def test_with_airflow_down_the_asset_events_stay_owed_and_the_dag_task_does_not_fail(tmp_path, capsys):
     """The DAG's publish task (corrected_delivery.emit) with the API unreachable: no exception (the
     run must not fail for it), the entry stays owed, and a warning names the date and version."""

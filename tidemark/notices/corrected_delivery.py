@@ -25,7 +25,7 @@ nothing, so each published version has exactly one entry and one notice.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import date
 from typing import Any
 
@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from pyiceberg.table import Table
 
 from tidemark.base import names
+from tidemark.base.durations import parse_duration
 from tidemark.base.logs import get_logger
 from tidemark.iceberg import changes, table_versions
 from tidemark.iceberg import table as iceberg
@@ -279,6 +280,22 @@ def emit_owed(lake: Lake, client: AirflowClient, timeout: float = 120.0, backoff
 # How long the dedup DAG's publish task keeps trying an unreachable Airflow API before it
 # leaves the events owed to the next drain (an api-server restart takes ~15 s).
 EMIT_TIMEOUT_S = 30.0
+EMIT_TIMEOUT_ENV = "TIDEMARK_ASSET_EVENTS_TIMEOUT"
+
+
+def emit_timeout(environ: Mapping[str, str]) -> float:
+    """Seconds the publish task keeps trying an unreachable Airflow API.
+
+    TIDEMARK_ASSET_EVENTS_TIMEOUT (a duration: 30s, 2m) when set, else EMIT_TIMEOUT_S; a value that
+    is not a duration is a ValueError naming the variable.
+    """
+    text = environ.get(EMIT_TIMEOUT_ENV, "").strip()
+    if not text:
+        return EMIT_TIMEOUT_S
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise ValueError(f"{EMIT_TIMEOUT_ENV}: {exc}") from None
 
 
 def _owed_versions(box: Outbox, sink: str, limit: int = 20) -> list[str]:
