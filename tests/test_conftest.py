@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from tests.conftest import restore_environ
+from tests.conftest import FILE_SECONDS, restore_environ
 
 CONFTEST = "from tests.conftest import *  # noqa: F401,F403 - the guard under test\n"
 
@@ -69,16 +69,22 @@ def test_the_longest_files_are_collected_first_each_in_its_own_order(pytester):
     """FILE_SECONDS orders the files (`make test` passes --no-loadscope-reorder, so xdist hands them
     out in this order); a file it does not list comes after, and a file's tests keep their order."""
     pytester.makeconftest(CONFTEST)
+    # two listed files whose collection (name) order is the shorter one first
+    shorter, longer = next(
+        (a, b)
+        for a in sorted(FILE_SECONDS)
+        for b in sorted(FILE_SECONDS)
+        if a < b and FILE_SECONDS[a] < FILE_SECONDS[b]
+    )
     pytester.makepyfile(
         test_aaa_unlisted="def test_1(): pass\ndef test_2(): pass\n",
-        test_dag="def test_3(): pass\ndef test_4(): pass\n",
-        test_stream_crash="def test_5(): pass\n",
+        **{shorter: "def test_3(): pass\ndef test_4(): pass\n", longer: "def test_5(): pass\n"},
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--collect-only", "-q")
     assert [line for line in result.outlines if "::" in line] == [
-        "test_stream_crash.py::test_5",
-        "test_dag.py::test_3",
-        "test_dag.py::test_4",
+        f"{longer}.py::test_5",
+        f"{shorter}.py::test_3",
+        f"{shorter}.py::test_4",
         "test_aaa_unlisted.py::test_1",
         "test_aaa_unlisted.py::test_2",
     ]
