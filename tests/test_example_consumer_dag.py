@@ -1,6 +1,7 @@
 """The corrected topic, the asset events and the example consumer DAGs on the real local stack
 pieces: Airflow 3.3.2 (api-server, scheduler, dag-processor), dedup runs as clients of the worker's
-Spark Connect server (as on `tidemark up`), the Pub/Sub emulator. One Airflow for the module (each test continues on the lake the previous ones left).
+Spark Connect server (as on `tidemark up`), the Pub/Sub emulator. One Airflow for the module (each
+test continues on the lake the previous ones left).
 
 A date gets its first version, then a late correction: each published version produces exactly one
 corrected notice on the emulator and one asset event of tidemark.sessions_dedup with the date as
