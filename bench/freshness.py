@@ -60,6 +60,7 @@ from bench.stream_throughput import json_lines, load, parse_iso, print_wide
 from tidemark.base.layout import as_event_date
 from tidemark.base.times import EPOCH
 from tidemark.demo import generate
+from tidemark.orchestration.airflow_api import RUN_ENDED
 from tidemark.store.lake import Lake
 from tidemark.store.version_record import VersionRecord
 
@@ -69,7 +70,6 @@ SCALES = {
     "small": dict(waves=3, events_per_wave=300, pause=20.0),
     "full": dict(waves=10, events_per_wave=500, pause=30.0),
 }
-TERMINAL = ("success", "failed")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -309,7 +309,7 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         all_runs = client.list_dag_runs(dag_id)
         ids = {r["dag_run_id"] for r in all_runs}
         expected = {run_ids.run_id_for_notice(e["notice"]) for e in sent}
-        active = [r for r in all_runs if r["state"] not in TERMINAL]
+        active = [r for r in all_runs if r["state"] not in RUN_ENDED]
         return (
             expected <= ids and not active,
             f"{len(expected & ids)}/{len(expected)} runs created, {len(active)} not finished",

@@ -31,19 +31,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 wait_for = functools.partial(polling.wait_for, interval=0.5)
 
 
-def dag_run_finished(client, dag_id: str, run_id: str, timeout: float = 900) -> str:
-    """Wait until an Airflow DAG run ends (success or failed); its state."""
-    run = wait_for(
-        lambda: (lambda r: r if r and r["state"] in ("success", "failed") else None)(
-            client.get_dag_run(dag_id, run_id)
-        ),
-        timeout,
-        f"{dag_id} run {run_id} to finish",
-        interval=2.0,
-    )
-    return run["state"]
-
-
 def stream_alive(proc) -> None:
     """For wait_for's abort: a stream subprocess that exited will make no more progress."""
     if proc.poll() is not None:

@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.helpers import dag_run_finished as finished
 from tests.helpers import wait_for
 from tests.lakekit import GAP, RULES, SimulatedStream
 from tidemark import cli
@@ -128,9 +127,10 @@ def consumer_runs(client) -> list[dict]:
     return sorted(client.list_dag_runs(CONSUMER), key=lambda r: r.get("run_after") or r["dag_run_id"])
 
 
-def next_consumer_run(client, seen: set[str], partition_key: str = D7) -> str:
+def next_consumer_run(server: AirflowServer, seen: set[str], partition_key: str = D7) -> str:
     """The id of the consumer run of `partition_key` an asset event started after `seen`, once it
     succeeded (a neighbour date's version, D7's late events reach 03-08, makes runs of its own)."""
+    client = server.client()
     run = wait_for(
         lambda: next(
             (
@@ -144,7 +144,7 @@ def next_consumer_run(client, seen: set[str], partition_key: str = D7) -> str:
         "an asset-triggered run of the consumer DAG",
     )
     assert run["run_type"] == "asset_triggered", run
-    assert finished(client, CONSUMER, run["dag_run_id"]) == "success"
+    assert server.wait_for_run(CONSUMER, run["dag_run_id"]) == "success"
     return run["dag_run_id"]
 
 
@@ -184,21 +184,21 @@ def metrics_without_version(out: str) -> dict:
 
 
 def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_through_the_asset_event(stack, emulator):
-    client, lake, out = stack["client"], stack["lake"], stack["out"]
+    server, client, lake, out = stack["server"], stack["client"], stack["lake"], stack["out"]
 
     # First version of D7; the notice's run (the function's trigger) is the date's partition.
     assert client.trigger_dag_run(DAG_ID, "first", {"event_date": D7})
     assert client.get_dag_run(DAG_ID, "first")["partition_key"] == D7
-    assert finished(client, DAG_ID, "first") == "success"
-    first_consumer = next_consumer_run(client, set())
+    assert server.wait_for_run(DAG_ID, "first") == "success"
+    first_consumer = next_consumer_run(server, set())
     assert metrics_without_version(out) == reference_metrics(ON_TIME)
     v1 = session_metrics.read(out, as_event_date(D7))["version"]
 
     # A late correction of the same date, days later.
     stack["stream"].batch(LATE, mode=0.5)
     assert client.trigger_dag_run(DAG_ID, "late", {"event_date": D7})
-    assert finished(client, DAG_ID, "late") == "success"
-    second_consumer = next_consumer_run(client, {first_consumer})
+    assert server.wait_for_run(DAG_ID, "late") == "success"
+    second_consumer = next_consumer_run(server, {first_consumer})
     v2 = session_metrics.read(out, as_event_date(D7))["version"]
     assert v2 > v1
     expected = reference_metrics(ON_TIME + LATE)
@@ -209,7 +209,7 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
     # Exactly one corrected notice and one asset event per published version, and nothing owed,
     # once every dedup run has ended: the late run also starts a run of 03-08 (the late events'
     # neighbour date), whose version has a notice and an asset event of its own.
-    dedup_runs_settled(client)
+    dedup_runs_settled(server)
     seen: dict[str, dict] = {}
     notices = corrected_messages(emulator.host, {v1, v2}, seen)
     versions = [(n["event_date"], n["version"]) for n in notices]
@@ -226,7 +226,7 @@ def test_late_correction_notifies_once_and_the_consumer_rebuilds_the_date_throug
     # Rerun from the UI for the date, and a cleared task: the same metrics, nothing else changes.
     before = session_metrics.read(out, as_event_date(D7))
     assert client.trigger_dag_run(CONSUMER, "manual_rerun", {"event_date": D7})
-    assert finished(client, CONSUMER, "manual_rerun") == "success"
+    assert server.wait_for_run(CONSUMER, "manual_rerun") == "success"
     assert session_metrics.read(out, as_event_date(D7)) == before
     tries = {ti["task_id"]: ti["try_number"] for ti in client.task_instances(CONSUMER, second_consumer)}
     client._request(
@@ -254,24 +254,20 @@ def consumer_runs_of(client, key: str, dag_id: str = CONSUMER) -> list[dict]:
     return [r for r in client.list_dag_runs(dag_id) if r.get("partition_key") == key]
 
 
-def run_reconcile(client, run_id: str) -> None:
-    assert client.trigger_dag_run(RECONCILE, run_id, {}).created
-    assert finished(client, RECONCILE, run_id) == "success"
+def run_reconcile(server: AirflowServer, run_id: str) -> None:
+    assert server.client().trigger_dag_run(RECONCILE, run_id, {}).created
+    assert server.wait_for_run(RECONCILE, run_id) == "success"
 
 
-def dedup_runs_settled(client) -> None:
+def dedup_runs_settled(server: AirflowServer) -> None:
     """Every tidemark_dedup run (the neighbour runs the first test's versions owed) has ended, so the
     outbox holds what this test commits and nothing a DAG run is about to drain."""
-    wait_for(
-        lambda: all(r["state"] in ("success", "failed") for r in client.list_dag_runs(DAG_ID)),
-        900,
-        "the dedup runs to end",
-    )
+    server.wait_for_runs_ended(DAG_ID)
 
 
 def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tmp_path, spark):
-    client, lake, out = stack["client"], stack["lake"], stack["out"]
-    dedup_runs_settled(client)
+    server, client, lake, out = stack["server"], stack["client"], stack["lake"], stack["out"]
+    dedup_runs_settled(server)
     assert corrected_delivery.outbox(lake).owed("airflow") == []
     stack["stream"].batch(HAND, mode=0.5)
     # `tidemark dedup` by hand, outside Airflow: it commits and records the outbox entry, nothing more.
@@ -282,19 +278,19 @@ def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tm
     assert not [e for e in events_of(client) if e["partition_key"] == D5]
 
     # The reconcile DAG's drain emits it: one event, one consumer run of D5 with the reference's metrics.
-    run_reconcile(client, "drain_1")
+    run_reconcile(server, "drain_1")
     assert corrected_delivery.outbox(lake).owed("airflow") == []
     wait_for(lambda: consumer_runs_of(client, D5), 300, "the consumer run of the hand-committed version")
     (run,) = consumer_runs_of(client, D5)
     assert run["run_type"] == "asset_triggered"
-    assert finished(client, CONSUMER, run["dag_run_id"]) == "success"
+    assert server.wait_for_run(CONSUMER, run["dag_run_id"]) == "success"
     got = {k: v for k, v in session_metrics.read(out, as_event_date(D5)).items() if k != "version"}
     assert got == reference_metrics(HAND, D5)
 
     # Drained again, by the DAG and from the command line: nothing new.
-    run_reconcile(client, "drain_2")
+    run_reconcile(server, "drain_2")
     secret = tmp_path / "password"
-    secret.write_text(stack["server"].password)
+    secret.write_text(server.password)
     proc = subprocess.run(
         [
             sys.executable,
@@ -307,7 +303,7 @@ def test_a_version_committed_by_hand_reaches_the_consumer_exactly_once(stack, tm
             "corrected",
             "--emit-asset-events",
             "--airflow-url",
-            stack["server"].url,
+            server.url,
             "--airflow-password-file",
             str(secret),
             "--format",
@@ -343,7 +339,7 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
     dates are corrected; each must still get its own run once the hold ends."""
     from tidemark.deduplication.dedup import run_dedup
 
-    client, lake, out = stack["client"], stack["lake"], stack["out"]
+    server, client, lake, out = stack["server"], stack["client"], stack["lake"], stack["out"]
     slots = client._request("GET", "/api/v2/pools/default_pool").json()["slots"]
     client._request("PATCH", "/api/v2/pools/default_pool", params={"update_mask": "slots"}, json={"slots": 0})
     try:
@@ -366,11 +362,11 @@ def test_dates_corrected_while_a_consumer_run_is_active_each_get_their_run(stack
         assert all(r["state"] == "queued" for r in waiting), waiting
     finally:
         client._request("PATCH", "/api/v2/pools/default_pool", params={"update_mask": "slots"}, json={"slots": slots})
-    assert finished(client, CONSUMER, "held") == "success"
+    assert server.wait_for_run(CONSUMER, "held") == "success"
     for day in THREE:
         wait_for(lambda day=day: consumer_runs_of(client, day), 600, f"the consumer run of {day}")
         (run,) = consumer_runs_of(client, day)
-        assert finished(client, CONSUMER, run["dag_run_id"]) == "success"
+        assert server.wait_for_run(CONSUMER, run["dag_run_id"]) == "success"
         got = {k: v for k, v in session_metrics.read(out, as_event_date(day)).items() if k != "version"}
         assert got == reference_metrics(events, day), day
     assert sorted(e["partition_key"] for e in events_of(client) if e["partition_key"] in THREE) == THREE
@@ -420,12 +416,7 @@ def test_clearing_a_dates_partition_from_the_cli_reruns_it_with_the_same_result(
     proc = server.cli("dags", "clear", DAG_ID, "--partition-key", D7, "--yes")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     for run_id in dedup_runs:
-        wait_for(
-            lambda run_id=run_id: client.get_dag_run(DAG_ID, run_id)["state"] in ("success", "failed"),
-            600,
-            f"{run_id} to rerun",
-        )
-        assert finished(client, DAG_ID, run_id) == "success"
+        assert server.wait_for_run(DAG_ID, run_id, timeout=600) == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, run_id)}
         assert states["dedup"] == "skipped", states
     assert len(events_of(client)) == events_before

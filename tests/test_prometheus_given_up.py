@@ -13,7 +13,7 @@ from datetime import date, datetime, timezone
 
 import pytest
 
-from tests.helpers import cli_in_process, dag_run_finished
+from tests.helpers import cli_in_process
 from tests.lakekit import SimulatedStream
 from tidemark.base import names
 from tidemark.base.polling import wait_for
@@ -91,7 +91,7 @@ def test_a_date_reconciliation_gave_up_on_fires_and_clears(airflow, lake, tmp_pa
     assert code == 0
     stale = reconcile.staleness(lake)
     run_id = f"reconcile__{D7}__{stale[0].fingerprint}__1"
-    assert dag_run_finished(airflow.client(), names.get("DAG_ID"), run_id, timeout=600) == "failed"
+    assert airflow.wait_for_run(names.get("DAG_ID"), run_id, timeout=600) == "failed"
 
     port = process.free_port()
     exporter = process.start(

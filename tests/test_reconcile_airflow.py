@@ -12,11 +12,13 @@ import functools
 import json
 import os
 import shutil
+import signal
+import time
 from datetime import date, datetime, timezone
 
 import pytest
 
-from tests.helpers import cli_in_process, dag_run_finished
+from tests.helpers import cli_in_process
 from tests.lakekit import SimulatedStream, expected, published
 from tidemark.base import layout, names, polling
 from tidemark.devstack.airflow import AirflowServer
@@ -45,9 +47,6 @@ EVENTS = [
 
 
 wait_for = functools.partial(polling.wait_for, interval=2.0)  # Airflow runs take seconds: poll gently
-
-
-finished = dag_run_finished
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +101,7 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
 
     notice_run = runs.notice_run_id("sessions", layout.as_event_date(D7), receipt_ts)
     client.trigger_dag_run(DAG_ID, notice_run, {"event_date": D7.isoformat()})
-    assert finished(client, DAG_ID, notice_run) == "failed"
+    assert airflow.wait_for_run(DAG_ID, notice_run) == "failed"
     tries = [ti for ti in client.task_instances(DAG_ID, notice_run) if ti["task_id"] == "dedup"]
     assert tries
     assert tries[0]["state"] == "failed"
@@ -119,7 +118,7 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
     assert client.get_dag_run(DAG_ID, heal_run) is None
 
     client.trigger_dag_run(RECONCILE_DAG, "manual__heal_check", {})
-    assert finished(client, RECONCILE_DAG, "manual__heal_check", timeout=600) == "success"
+    assert airflow.wait_for_run(RECONCILE_DAG, "manual__heal_check", timeout=600) == "success"
     run = client.get_dag_run(DAG_ID, heal_run)  # the DAG named it as the command did
     assert run is not None
     assert run["conf"]["event_date"] == D7.isoformat()
@@ -128,10 +127,23 @@ def test_a_date_whose_dedup_fails_every_retry_is_healed_by_the_reconcile_dag(air
     for item in cli_reconcile(airflow, lake, tmp_path, capsys, "--trigger"):
         assert item["run_id"] == heal_run
         assert item["action"] == "run in flight"
-    assert finished(client, DAG_ID, heal_run) == "success"
+    assert airflow.wait_for_run(DAG_ID, heal_run) == "success"
 
     assert published(lake, D7) == expected(EVENTS, D7)
     assert reconcile.staleness(lake) == []
     assert cli_reconcile(airflow, lake, tmp_path, capsys, "--trigger") == []
     ours = [r["dag_run_id"] for r in client.list_dag_runs(DAG_ID)]
     assert sorted(ours) == sorted([notice_run, heal_run])
+
+
+def test_a_wait_on_a_run_ends_at_once_when_the_scheduler_dies(airflow):
+    """With the scheduler gone a queued run never starts: the wait says so with the scheduler's log
+    instead of waiting out its timeout. (Last in the module: it kills the module's scheduler.)"""
+    client = airflow.client()
+    os.kill(airflow.managed["scheduler"].pid, signal.SIGKILL)
+    client.trigger_dag_run(DAG_ID, "after_the_scheduler", {"event_date": D7.isoformat()})
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"scheduler exited; see .*scheduler"):
+        airflow.wait_for_run(DAG_ID, "after_the_scheduler", timeout=600)
+    assert time.monotonic() - began < 60
+    assert client.get_dag_run(DAG_ID, "after_the_scheduler")["state"] == "queued"

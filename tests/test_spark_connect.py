@@ -82,7 +82,6 @@ def test_dedup_over_spark_connect_equals_the_reference_two_dates_at_once(server,
 
 
 def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path, airflow_databases):
-    from tests.helpers import dag_run_finished as finished
     from tidemark.devstack.airflow import AirflowServer
 
     lake = Lake.open(tmp_path / "lake")
@@ -103,7 +102,7 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path, airf
         airflow.wait_for_dag()
         client = airflow.client()
         client.trigger_dag_run(DAG_ID, "connect_first", {"event_date": event_date.isoformat()})
-        assert finished(client, DAG_ID, "connect_first") == "success"
+        assert airflow.wait_for_run(DAG_ID, "connect_first") == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_first")}
         assert states["dedup"] == "success", states
         assert states["publish"] == "success", states
@@ -121,7 +120,7 @@ def test_the_dag_runs_its_dedup_as_a_spark_connect_client(server, tmp_path, airf
 
         # Nothing new since: no Spark at all, the dedup shows as skipped.
         client.trigger_dag_run(DAG_ID, "connect_again", {"event_date": event_date.isoformat()})
-        assert finished(client, DAG_ID, "connect_again") == "success"
+        assert airflow.wait_for_run(DAG_ID, "connect_again") == "success"
         states = {ti["task_id"]: ti["state"] for ti in client.task_instances(DAG_ID, "connect_again")}
         assert states["dedup"] == "skipped", states
         assert published(lake, event_date) == expected(events, event_date)

@@ -26,7 +26,7 @@ class _NotYet(Exception):
 
 
 def wait_for(
-    check: Callable[[], T],
+    check: Callable[[], T | None],
     timeout: float,
     what: str,
     interval: float = 0.25,

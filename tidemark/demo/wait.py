@@ -26,12 +26,10 @@ from tidemark.ingest import landing_archive
 from tidemark.notices import corrected_delivery
 from tidemark.ops import inspect
 from tidemark.orchestration import runs as run_ids
-from tidemark.orchestration.airflow_api import AirflowClient
+from tidemark.orchestration.airflow_api import RUN_ENDED, AirflowClient
 from tidemark.panes import receipts
 from tidemark.products import session_metrics
 from tidemark.store.lake import Lake
-
-TERMINAL = ("success", "failed")
 
 
 def processed_files(checkpoint: str) -> set[str]:
@@ -138,7 +136,7 @@ def runs_finished(client: AirflowClient, sent: list[dict[str, Any]]) -> tuple[bo
     ids = {r["dag_run_id"]: r for r in all_runs}
     expected = {run_ids.run_id_for_notice(e["notice"]) for e in sent}
     missing = expected - set(ids)
-    active = [r for r in all_runs if r["state"] not in TERMINAL]
+    active = [r for r in all_runs if r["state"] not in RUN_ENDED]
     failed = [r for r in all_runs if r["state"] == "failed"]
     text = (
         f"{len(expected) - len(missing)}/{len(expected)} notice runs created, {len(active)} running, "

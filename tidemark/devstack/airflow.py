@@ -57,7 +57,7 @@ import requests
 from tidemark.base import names
 from tidemark.base.polling import wait_for
 from tidemark.devstack import process
-from tidemark.orchestration.airflow_api import AirflowClient, AirflowError
+from tidemark.orchestration.airflow_api import RUN_ENDED, AirflowClient, AirflowError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAGS_FOLDER = os.path.join(REPO, "dags")
@@ -361,6 +361,34 @@ class AirflowServer:
             detail=lambda: "; see " + self.managed.get("dag-processor", process.Managed("", 0, "")).log_path,
         )
         return found
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 900) -> str:
+        """Wait until DAG run `run_id` of `dag_id` ends (success or failed); its state.
+
+        Every poll also checks this object's processes (check_running): a scheduler that exited
+        ends the wait at once with its log's end, where its queued runs would wait out `timeout`.
+        """
+        client = self.client()
+
+        def ended() -> dict[str, Any] | None:
+            run = client.get_dag_run(dag_id, run_id)
+            return run if run and run["state"] in RUN_ENDED else None
+
+        run = wait_for(ended, timeout, f"{dag_id} run {run_id} to finish", interval=2.0, abort=self.check_running)
+        return str(run["state"])
+
+    def wait_for_runs_ended(self, dag_id: str, timeout: float = 900) -> list[dict[str, Any]]:
+        """Wait until every run of `dag_id` has ended (as wait_for_run); the runs."""
+        client = self.client()
+
+        def every_run_ended() -> list[dict[str, Any]] | None:
+            found = client.list_dag_runs(dag_id)
+            return found if all(r["state"] in RUN_ENDED for r in found) else None
+
+        ended: list[dict[str, Any]] = wait_for(
+            every_run_ended, timeout, f"every {dag_id} run to end", interval=0.5, abort=self.check_running
+        )
+        return ended
 
     def __enter__(self) -> AirflowServer:
         """Start Airflow."""

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 AUTH_MODES = ("password", "google", "none")
+RUN_ENDED = ("success", "failed")  # the states a DAG run ends in
 GOOGLE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 # requests' timeout: one number, or (connect, read) in seconds
 Timeout = float | tuple[float, float]
