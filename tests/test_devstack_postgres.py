@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -29,6 +30,17 @@ def test_a_home_deleted_and_made_again_at_the_same_path_starts_with_its_own_pass
         again.start()
         assert again.healthy()
     finally:
+        again.stop()
+    if again.as_root:  # the data folder is outside the home: another home's start sweeps it once it is gone
+        shutil.rmtree(tmp_path / "stack")
+        other = postgres.PostgresServer(str(tmp_path / "other"))
+        try:
+            other.start()
+            assert not os.path.exists(again.data_dir)
+            assert os.path.exists(other.data_dir)
+        finally:
+            other.remove()
+    else:
         again.remove()
 
 

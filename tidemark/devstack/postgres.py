@@ -18,7 +18,8 @@ Choices:
 - PostgreSQL refuses to run as root. As root (this machine, CI) the server runs as the `postgres`
   system user through runuser, and its data folder is where that user can reach it:
   /var/tmp/tidemark-postgres/<hash of the home> (a pytest or /root home is not traversable by it).
-  The home keeps the password and the log.
+  The home keeps the password and the log; the folder records its home's path, and a folder whose
+  home is gone (deleted without `remove()`) is swept when another server makes its own.
 - The server is the process group's leader (runuser execs nothing else): stopping the group ends
   the postmaster and its backends; SIGTERM is PostgreSQL's "smart" shutdown, and the stack stops
   Airflow first, so no client holds it up.
@@ -37,11 +38,15 @@ import subprocess
 import time
 from typing import Any
 
+from tidemark.base.logs import get_logger
 from tidemark.devstack import process
+
+log = get_logger("postgres")
 
 ROLE = "airflow"
 DATABASE = "airflow"
 SHARED_ROOT = "/var/tmp/tidemark-postgres"
+HOME_RECORD = "home"  # in SHARED_ROOT/<hash>/: the path of the home the data folder belongs to
 DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # PostgreSQL's 63-byte identifiers, no quoting
 
 
@@ -74,6 +79,38 @@ def _checked(database: str) -> str:
     if not DATABASE_NAME.fullmatch(database):
         raise ValueError(f"database name {database!r} is not a lower-case identifier (letters, digits, _)")
     return database
+
+
+def sweep_orphaned_data(root: str = SHARED_ROOT) -> list[str]:
+    """Delete the folders under `root` whose home is gone and whose server is not running; their paths.
+
+    A home deleted without `remove()` (a killed test, a stack deleted with `rm -rf`) leaves its data
+    folder under SHARED_ROOT, which no home can reach again (the role's password went with the
+    home). A folder is kept while its postmaster runs, and when it has no home record (made before
+    the record existed: whose it is cannot be told).
+    """
+    swept = []
+    for folder in sorted(glob.glob(os.path.join(root, "*"))):
+        try:
+            with open(os.path.join(folder, HOME_RECORD)) as handle:
+                home = handle.read()
+        except OSError:
+            continue
+        if os.path.isdir(home) or _postmaster_running(os.path.join(folder, "data")):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        swept.append(folder)
+    return swept
+
+
+def _postmaster_running(data_dir: str) -> bool:
+    """Whether the postmaster of `data_dir` runs (its postmaster.pid names a live process)."""
+    try:
+        with open(os.path.join(data_dir, "postmaster.pid")) as handle:
+            pid = int(handle.readline().strip())
+    except (OSError, ValueError):
+        return False
+    return process.pid_alive(pid)
 
 
 def _system_user() -> pwd.struct_passwd | None:
@@ -160,7 +197,14 @@ class PostgresServer:
             shutil.rmtree(os.path.dirname(self.data_dir) if self.as_root else self.data_dir)
         binaries = self._bin()
         parent = os.path.dirname(self.data_dir)
+        if self.as_root:
+            for swept in sweep_orphaned_data(os.path.dirname(parent)):
+                log.info("data folder of a deleted home removed", folder=swept)
         os.makedirs(parent, exist_ok=True)
+        if self.as_root:
+            os.makedirs(self.home, exist_ok=True)  # before its record: a sweep never sees a record without its home
+            with open(os.path.join(parent, HOME_RECORD), "w") as handle:
+                handle.write(self.home)
         pwfile = os.path.join(parent, ".initdb-password")
         fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
