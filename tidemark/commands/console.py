@@ -30,7 +30,7 @@ def print_status(stack: Stack, console: Console) -> list[dict[str, Any]]:
     table = Table(title=f"tidemark stack in {stack.home}")
     for column in ("component", "state", "pid", "url", "detail", "log"):
         table.add_column(column, overflow="fold")
-    colors = {"running": "green", "unhealthy": "yellow", "stopped": "red"}
+    colors = {"running": "green", "ended": "green", "unhealthy": "yellow", "stopped": "red"}
     for row in rows:
         table.add_row(
             row["component"],

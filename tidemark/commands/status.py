@@ -1,6 +1,7 @@
 """tidemark status: each local component's state, pid, URL and log (and the Airflow UI login).
 
-Exit status 0 when every component runs, 3 otherwise (like `systemctl status`).
+Exit status 0 when every component runs (a task `up` starts, such as the Connect warm-up: running or
+ended), 3 otherwise (like `systemctl status`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import sys
 
 from tidemark.commands.console import print_status, wide_console
 from tidemark.commands.options import Subparsers, add_home_option
+
+HEALTHY_STATES = ("running", "ended")  # "ended": a task `up` starts (the Connect warm-up) that is done
 
 
 def register(subparsers: Subparsers) -> None:
@@ -35,4 +38,4 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(row))
     else:
         rows = print_status(stack, wide_console())
-    return 0 if all(r["state"] == "running" for r in rows) else 3
+    return 0 if all(r["state"] in HEALTHY_STATES for r in rows) else 3

@@ -52,7 +52,7 @@ import structlog
 
 from tidemark.base.logs import get_logger
 from tidemark.base.spark import connect_address
-from tidemark.devstack import process
+from tidemark.devstack import connect_warmup, process
 
 log = get_logger("connect-warmup")
 
@@ -206,7 +206,7 @@ def warm_up(folder: str, url: str, timeout: float = TIMEOUT_S, corrections: int 
     summary["seconds"] = round(time.monotonic() - started, 3)
     # CPU of this process and of the build (its JVM included), not the server's: what `up` pays beside it.
     summary["cpu_s"] = round(sum(os.times()[:4]), 1)
-    log.info("connect warm-up ended", **summary)
+    log.info(connect_warmup.ENDED_EVENT, **summary)
     return summary
 
 

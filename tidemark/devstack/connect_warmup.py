@@ -11,10 +11,12 @@ import os
 import sys
 
 from tidemark.base import switches
+from tidemark.base.logs import read_log_lines
 from tidemark.devstack import process
 
 WARMUP_ENV = "TIDEMARK_CONNECT_WARMUP"  # "0": `up` starts the Connect server without a warm-up
 NAME = "spark-connect-warmup"  # its process record and log, beside the server's
+ENDED_EVENT = "connect warm-up ended"  # its last log line, with what it did (correction_warmup.warm)
 
 
 def enabled() -> bool:
@@ -36,6 +38,22 @@ def argv(folder: str, url: str, timeout: float | None = None, corrections: int |
     if corrections is not None:
         command += ["--corrections", str(corrections)]
     return command
+
+
+def outcome(log_path: str) -> str | None:
+    """How the warm-up ended, from its log's last line (`tidemark status`); None before it has ended."""
+    for entry in reversed(read_log_lines(process.tail(log_path, 50))):
+        if entry.get("event") != ENDED_EVENT:
+            continue
+        if entry.get("error"):
+            return f"failed after {entry.get('seconds', 0):.0f} s ({entry['error']}): the Connect server runs cold"
+        corrections = entry.get("corrections_s") or []
+        last = f", the last {corrections[-1]} s" if corrections else ""
+        return (
+            f"the Connect server warmed in {entry.get('seconds', 0):.0f} s: "
+            f"{1 + len(corrections)} corrections, the first {entry.get('first_s')} s{last}"
+        )
+    return None
 
 
 def start(server_home: str, url: str, log_path: str) -> process.Managed:

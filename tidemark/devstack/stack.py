@@ -805,6 +805,9 @@ class Stack:
                     f"master {settings.master}; AIRFLOW_CONN_SPARK_DEFAULT type spark_connect",
                 )
             )
+            warmup = self.record(connect_warmup.NAME)
+            if warmup is not None:  # started by `up` (not with TIDEMARK_CONNECT_WARMUP=0)
+                rows.append(_warmup_row(warmup))
         for part, key in (("scheduler", "scheduler"), ("dag-processor", "dag_processor")):
             rows.append(
                 self._row(
@@ -916,6 +919,27 @@ def _logged_since(path: str, offset: int, event: str) -> bool:
     except FileNotFoundError:
         return False
     return any(entry.get("event") == event for entry in read_log_lines(text))
+
+
+def _warmup_row(record: Record) -> dict[str, Any]:
+    """The Connect warm-up's row: a task, not a server, so `ended` once it is done (not `stopped`).
+
+    While it runs, the first late corrections after `up` compete with it for the cores (BENCHMARKS.md
+    section 2): the row is what tells an operator why they are slow.
+    """
+    if record.alive():
+        state, detail = "running", "warming the Connect server: the first corrections after `up` wait for it"
+    else:
+        state = "ended"
+        detail = connect_warmup.outcome(record.log_path) or "ended without its summary line (killed?): see its log"
+    return {
+        "component": "spark connect warm-up",
+        "state": state,
+        "pid": record.pid,
+        "url": "",
+        "log": record.log_path,
+        "detail": detail,
+    }
 
 
 def last_batch(record: Record | None) -> str:
