@@ -166,9 +166,10 @@ class AirflowServer:
             # Latency between dependent tasks (see the module): a loop that queued nothing sleeps
             # this long before it looks at finished tasks again (default 1 s, on every hop).
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": SCHEDULER_IDLE_SLEEP_S,
+            # A task's end seen within a second, not up to 5 s later (see WORKER_POLL_S).
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": WORKER_POLL_S,
             # LocalExecutor workers forked from a forkserver that imported the tasks' libraries
             # once: each task process (a fork of a worker) starts with them loaded.
-            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": WORKER_POLL_S,
             "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
             "AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD": ",".join(TASK_PRELOAD),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(process.free_port()),

@@ -16,7 +16,7 @@ from tidemark.devstack import process
 
 WARMUP_ENV = "TIDEMARK_CONNECT_WARMUP"  # "0": `up` starts the Connect server without a warm-up
 NAME = "spark-connect-warmup"  # its process record and log, beside the server's
-ENDED_EVENT = "connect warm-up ended"  # its last log line, with what it did (correction_warmup.warm)
+ENDED_EVENT = "connect warm-up ended"  # its last log line, with what it did (tidemark.demo.correction_warmup.warm_up)
 
 
 def enabled() -> bool:

@@ -750,9 +750,10 @@ class Stack:
     # -- status -----------------------------------------------------------------------------------
 
     def status(self) -> list[dict[str, Any]]:
-        """One row per component: name, state (running / stopped / unhealthy), pid, url, log, detail.
+        """One row per component: name, state, pid, url, log, detail.
 
-        Plain dicts: `tidemark status` prints them as a table or as JSON lines.
+        A server's state is running, stopped or unhealthy; a task `up` starts (the Connect warm-up)
+        is running or ended. Plain dicts: `tidemark status` prints them as a table or as JSON lines.
         """
         settings = self.settings()
         if settings is None:
