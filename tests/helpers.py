@@ -8,6 +8,7 @@ must hold, as comparable sets of (user_id, session_start, session_end, event_ids
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from tests import reference
 from tidemark.base import polling
 from tidemark.base.layout import as_event_date
 from tidemark.base.logs import read_log_lines
+from tidemark.devstack import process
 from tidemark.devstack.airflow import AirflowServer
 from tidemark.devstack.postgres import PostgresServer
 from tidemark.iceberg import reader
@@ -29,6 +31,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Poll every half second (servers and runs take seconds); see tidemark.base.polling.wait_for.
 wait_for = functools.partial(polling.wait_for, interval=0.5)
+
+
+def write_stack_record(stack, name: str, pid: int, log_path: str) -> None:
+    """A process record in `stack`'s run folder, as `up` writes one for a process it started (no process
+    started here: `pid` is this test's own, alive, or one that has ended)."""
+    os.makedirs(stack.run_dir, exist_ok=True)
+    record = {"name": name, "pid": pid, "started": process.started_at(pid), "log_path": log_path}
+    with open(os.path.join(stack.run_dir, f"{name}.json"), "w") as handle:
+        json.dump(record, handle)
+
+
+def ended_pid() -> int:
+    """The pid of a process that has ended (not reused this fast)."""
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
 
 
 def stream_alive(proc) -> None:

@@ -4,10 +4,14 @@ process that died."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from tests.helpers import ended_pid, write_stack_record
 from tidemark.demo import wait
-from tidemark.devstack.stack import StackError
+from tidemark.devstack import connect_warmup
+from tidemark.devstack.stack import Stack, StackError
 
 
 class Progress:
@@ -24,22 +28,6 @@ class Progress:
 
     def remove_task(self, task):
         self.removed.append(task)
-
-
-class Record:
-    def __init__(self, alive: bool):
-        self._alive, self.log_path = alive, "/logs/stream.log"
-
-    def alive(self) -> bool:
-        return self._alive
-
-
-class Stack:
-    def __init__(self, **records):
-        self._records = records
-
-    def records(self):
-        return self._records
 
 
 def test_until_returns_when_done_and_shows_the_status():
@@ -73,7 +61,15 @@ def test_until_raises_on_timeout_with_the_last_status():
     assert progress.removed == ["notices"]
 
 
-def test_until_fails_at_once_naming_a_process_that_died():
+def _stack(tmp_path, **alive: bool) -> Stack:
+    """A real Stack's records (nothing started): each name's process alive (this test's) or ended."""
+    stack = Stack(str(tmp_path / "home"))
+    for name, up in alive.items():
+        write_stack_record(stack, name, os.getpid() if up else ended_pid(), f"/logs/{name}.log")
+    return stack
+
+
+def test_until_fails_at_once_naming_a_process_that_died(tmp_path):
     with pytest.raises(StackError) as failed:
         wait.until(
             lambda: (False, "waiting"),
@@ -81,8 +77,24 @@ def test_until_fails_at_once_naming_a_process_that_died():
             "DAG runs",
             Progress(),
             lambda s: AssertionError(s),
-            stack=Stack(airflow=Record(True), stream=Record(False)),
+            stack=_stack(tmp_path, **{"airflow-scheduler": True, "stream": False}),
             interval=0.01,
         )
     assert failed.value.component == "stream"
     assert "exited while waiting for DAG runs" in str(failed.value)
+    assert failed.value.log_path == "/logs/stream.log"
+
+
+def test_the_connect_warmup_ending_is_not_a_process_dying(tmp_path):
+    """`up` starts the warm-up in the background and it ends a minute or two later, in the middle of
+    the demo's waves: `make demo` failed there ("spark-connect-warmup: exited while waiting")."""
+    stack = _stack(tmp_path, **{"stream": True, connect_warmup.NAME: False})
+    calls = []
+
+    def check():
+        calls.append(1)
+        return len(calls) >= 3, f"{len(calls)}/3"
+
+    wait.until(check, 30, "pause before wave 3", Progress(), lambda s: AssertionError(s), stack=stack, interval=0.01)
+    assert len(calls) == 3
+    assert list(stack.exited()) == []

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 from rich.console import Console
 
+from tests.helpers import ended_pid, write_stack_record
 from tidemark.commands import status as status_command
 from tidemark.commands.console import print_status
-from tidemark.devstack import connect_warmup, process
+from tidemark.devstack import connect_warmup
 from tidemark.devstack.stack import Stack
 
 
@@ -23,20 +22,13 @@ def _stack_with_warmup(tmp_path, pid: int, log_lines: list[dict]) -> Stack:
     log_path = tmp_path / "home" / "logs" / f"{connect_warmup.NAME}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("".join(json.dumps(line) + "\n" for line in log_lines) + "a library's plain line\n")
-    record = {"name": connect_warmup.NAME, "pid": pid, "started": process.started_at(pid), "log_path": str(log_path)}
-    os.makedirs(stack.run_dir, exist_ok=True)
-    with open(os.path.join(stack.run_dir, f"{connect_warmup.NAME}.json"), "w") as handle:
-        json.dump(record, handle)
+    write_stack_record(stack, connect_warmup.NAME, pid, str(log_path))
     return stack
 
 
 def _warmup_row(stack: Stack) -> dict:
     (row,) = [r for r in stack.status() if r["component"] == "spark connect warm-up"]
     return row
-
-
-def _ended_pid() -> int:
-    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
 
 
 def test_a_running_warmup_is_running_and_says_what_waits_for_it(tmp_path):
@@ -54,7 +46,7 @@ def test_an_ended_warmup_says_what_it_did_and_is_no_failure(tmp_path):
         "seconds": 104.3,
         "cpu_s": 20.1,
     }
-    stack = _stack_with_warmup(tmp_path, _ended_pid(), [{"event": "connect warm-up built its scratch lake"}, ended])
+    stack = _stack_with_warmup(tmp_path, ended_pid(), [{"event": "connect warm-up built its scratch lake"}, ended])
     row = _warmup_row(stack)
     assert row["state"] == "ended"
     assert row["detail"] == "the Connect server warmed in 104 s: 4 corrections, the first 11.2 s, the last 2.2 s"
@@ -66,11 +58,11 @@ def test_an_ended_warmup_says_what_it_did_and_is_no_failure(tmp_path):
 
 def test_a_failed_or_killed_warmup_says_so(tmp_path):
     failed = {"event": connect_warmup.ENDED_EVENT, "error": "cannot reach sc://127.0.0.1:1", "seconds": 3.0}
-    row = _warmup_row(_stack_with_warmup(tmp_path, _ended_pid(), [failed]))
+    row = _warmup_row(_stack_with_warmup(tmp_path, ended_pid(), [failed]))
     assert row["state"] == "ended"
     assert row["detail"] == "failed after 3 s (cannot reach sc://127.0.0.1:1): the Connect server runs cold"
 
-    killed = _warmup_row(_stack_with_warmup(tmp_path / "killed", _ended_pid(), [{"event": "connect warm-up built"}]))
+    killed = _warmup_row(_stack_with_warmup(tmp_path / "killed", ended_pid(), [{"event": "connect warm-up built"}]))
     assert killed["detail"].startswith("ended without its summary line")
 
 

@@ -83,9 +83,8 @@ def until(
         return done
 
     def died() -> None:
-        for name, record in stack.records().items() if stack is not None else ():
-            if not record.alive():
-                raise StackError(name, f"exited while waiting for {what}", record.log_path)
+        for name, record in stack.exited().items() if stack is not None else ():
+            raise StackError(name, f"exited while waiting for {what}", record.log_path)
 
     try:
         wait_for(poll, timeout, what, interval=interval, abort=died)

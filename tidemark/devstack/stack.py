@@ -321,6 +321,13 @@ class Stack:
         """The recorded processes still running."""
         return {name: r for name, r in self.records().items() if r.alive()}
 
+    def exited(self) -> dict[str, Record]:
+        """The recorded servers that are no longer running: what a wait on the stack fails on.
+
+        A task `up` starts (ONE_SHOT: the Connect warm-up) ends by itself; its end is not an exit.
+        """
+        return {name: r for name, r in self.records().items() if name not in ONE_SHOT and not r.alive()}
+
     # -- up ---------------------------------------------------------------------------------------
 
     def up(
