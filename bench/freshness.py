@@ -106,10 +106,16 @@ def file_batches(checkpoint: str) -> dict[str, int]:
     return out
 
 
-def wait_for(check, timeout: float, what: str, interval: float = 2.0) -> bool:
-    """Poll check() -> (done, status); print the status now and then; False on timeout."""
+def wait_for(check, timeout: float, what: str, interval: float = 2.0, stack=None) -> bool:
+    """Poll check() -> (done, status); print the status now and then; False on timeout, or at once
+    when a server of `stack` (tidemark.devstack.stack.Stack) has stopped: nothing would finish."""
     began, last_print = time.monotonic(), 0.0
     while True:
+        exited = stack.exited() if stack is not None else {}
+        if exited:
+            names = ", ".join(f"{name} (log: {record.log_path})" for name, record in exited.items())
+            print(f"  {what}: STOPPED WAITING: {names} exited", flush=True)
+            return False
         try:
             done, status = check()
         except Exception as exc:  # noqa: BLE001 - a component busy or restarting
@@ -289,8 +295,13 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
         landed[name], wave_of[name] = time.time(), i
         print(f"wave {i + 1}/{len(chunks)}: {len(chunk)} lines landed (load {load()})", flush=True)
         loads.append(load())
-        # noqa below: wait_for calls the lambda within this iteration, so `name` is this iteration's
-        wait_for(lambda: (name in file_batches(settings.checkpoint), "in a committed batch"), args.timeout, "stream")  # noqa: B023
+        # name=name: this iteration's file (wait_for calls it within this iteration anyway)
+        wait_for(
+            lambda name=name: (name in file_batches(settings.checkpoint), "in a committed batch"),
+            args.timeout,
+            "stream",
+            stack=stack,
+        )
         if i < len(chunks) - 1:
             time.sleep(max(0.0, pause + stagger - (time.time() - began)))
 
@@ -322,9 +333,9 @@ def _measure(args, stack, settings, chunks, counts, pause, env, loads, up_second
 
     print("waiting for the pipeline to drain", flush=True)
     complete = (
-        wait_for(notices_done, args.timeout, "notices")
-        and wait_for(runs_done, args.timeout, "DAG runs", interval=5)
-        and wait_for(versions_done, args.timeout, "corrected partitions")
+        wait_for(notices_done, args.timeout, "notices", stack=stack)
+        and wait_for(runs_done, args.timeout, "DAG runs", interval=5, stack=stack)
+        and wait_for(versions_done, args.timeout, "corrected partitions", stack=stack)
     )
     loads.append(load())
 

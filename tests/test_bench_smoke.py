@@ -4,6 +4,7 @@ No timing is asserted anywhere (speed lives in bench/, see BENCHMARKS.md)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import bench
 from bench import __main__ as runner
 from bench import freshness, memory, stream_throughput
+from tests.helpers import ended_pid, write_stack_record
 
 
 def results_table(path: str) -> tuple[list[str], list[list[str]]]:
@@ -68,6 +70,25 @@ def test_landings_fall_evenly_over_the_streams_trigger_cycle():
     phases = sorted(round((i * step) % 5.0, 6) for i in range(waves))
     assert phases == [round(k * 0.5, 6) for k in range(waves)]
     assert freshness.landing_stagger(None, waves) == 0.0  # no trigger interval: nothing to spread over
+
+
+def test_the_freshness_waits_stop_when_a_stack_server_exits_not_when_the_warmup_ends(tmp_path, capsys):
+    from tidemark.devstack import connect_warmup
+    from tidemark.devstack.stack import Stack
+
+    stack = Stack(str(tmp_path / "home"))
+    write_stack_record(stack, "stream", os.getpid(), "/logs/stream.log")
+    write_stack_record(stack, connect_warmup.NAME, ended_pid(), "/logs/warmup.log")
+    polls = []
+
+    def done_at_the_second_poll():
+        polls.append(1)
+        return len(polls) >= 2, f"poll {len(polls)}"
+
+    assert freshness.wait_for(done_at_the_second_poll, 30, "runs", 0.01, stack=stack)  # the warm-up's end: no exit
+    write_stack_record(stack, "airflow-scheduler", ended_pid(), "/logs/scheduler.out")
+    assert not freshness.wait_for(lambda: (False, "1 running"), 600, "DAG runs", 0.01, stack=stack)
+    assert "DAG runs: STOPPED WAITING: airflow-scheduler (log: /logs/scheduler.out) exited" in capsys.readouterr().out
 
 
 def test_percentile_is_nearest_rank():
