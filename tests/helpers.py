@@ -8,7 +8,6 @@ must hold, as comparable sets of (user_id, session_start, session_end, event_ids
 from __future__ import annotations
 
 import functools
-import json
 import os
 import subprocess
 import sys
@@ -34,12 +33,9 @@ wait_for = functools.partial(polling.wait_for, interval=0.5)
 
 
 def write_stack_record(stack, name: str, pid: int, log_path: str) -> None:
-    """A process record in `stack`'s run folder, as `up` writes one for a process it started (no process
-    started here: `pid` is this test's own, alive, or one that has ended)."""
-    os.makedirs(stack.run_dir, exist_ok=True)
-    record = {"name": name, "pid": pid, "started": process.started_at(pid), "log_path": log_path}
-    with open(os.path.join(stack.run_dir, f"{name}.json"), "w") as handle:
-        json.dump(record, handle)
+    """A process record in `stack`'s run folder, written as `up` writes one for a process it started
+    (no process started here: `pid` is this test's own, alive, or one that has ended)."""
+    stack._write_record(process.Managed(name, pid, log_path), name)
 
 
 def ended_pid() -> int:

@@ -4,9 +4,8 @@ no server needed, the folders are made by hand as PostgresServer.init makes them
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
+from tests.helpers import ended_pid
 from tidemark.devstack import postgres
 
 
@@ -24,8 +23,7 @@ def _folder(root, name: str, home: str | None, postmaster_pid: int | None = None
 def test_only_folders_whose_home_is_gone_and_whose_server_is_stopped_are_swept(tmp_path):
     root, living_home = tmp_path / "shared", tmp_path / "living-home"
     living_home.mkdir()
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(finished.stdout)  # a pid that ran and ended (not reused this fast)
+    dead_pid = ended_pid()
 
     orphan = _folder(root, "orphan", str(tmp_path / "deleted-home"))
     orphan_with_a_dead_server = _folder(root, "dead-server", str(tmp_path / "deleted-too"), dead_pid)

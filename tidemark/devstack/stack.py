@@ -875,14 +875,7 @@ class Stack:
                 state = "running" if healthy() else "unhealthy"
             except Exception:  # noqa: BLE001 - a health probe that cannot connect
                 state = "unhealthy"
-        return {
-            "component": component,
-            "state": state,
-            "pid": record.pid if record else None,
-            "url": url,
-            "log": record.log_path if record else "",
-            "detail": detail,
-        }
+        return _status_row(component, state, record, url, detail)
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -940,12 +933,17 @@ def _warmup_row(record: Record) -> dict[str, Any]:
     else:
         state = "ended"
         detail = connect_warmup.outcome(record.log_path) or "ended without its summary line (killed?): see its log"
+    return _status_row("spark connect warm-up", state, record, "", detail)
+
+
+def _status_row(component: str, state: str, record: Record | None, url: str, detail: str) -> dict[str, Any]:
+    """One row of `Stack.status`."""
     return {
-        "component": "spark connect warm-up",
+        "component": component,
         "state": state,
-        "pid": record.pid,
-        "url": "",
-        "log": record.log_path,
+        "pid": record.pid if record else None,
+        "url": url,
+        "log": record.log_path if record else "",
         "detail": detail,
     }
 
