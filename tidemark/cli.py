@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from tidemark import __version__
 from tidemark.commands import (
+    class_archive,
     dedup,
     demo,
     down,
@@ -61,6 +62,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     function_bundle.register,
     exporter.register,
     health.register,
+    class_archive.register,
 )
 
 

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from tidemark.base import pyspark_daemon
+from tidemark.base import class_archive, pyspark_daemon
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,6 +67,10 @@ def build_session(
         # Python compiles from source in every daemon and worker (tidemark.base.pyspark_daemon).
         settings["spark.python.daemon.module"] = pyspark_daemon.MODULE
     settings.update(conf or {})
+    if master and master.startswith("local"):
+        # The driver JVM is started below (not by spark-submit before this code runs): it maps
+        # Spark's classes from the class archive when this Java and Spark have one.
+        settings = class_archive.with_archive(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
