@@ -77,7 +77,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, BaseOperator, Param, PartitionedAtRuntime, dag, task
 from typing_extensions import assert_never
 
-from tidemark.base import layout, names  # standard library only: cheap at parse time
+from tidemark.base import class_archive, layout, names  # standard library only: cheap at parse time
 from tidemark.orchestration import dedup_backends, settings  # standard library only: cheap at parse time
 from tidemark.orchestration.date_priority import OlderDatesFirst  # Airflow's and the standard library
 
@@ -209,9 +209,14 @@ class DedupOperator(SparkSubmitOperator):
         lake, event_date = ready_to_dedup(context, self.log)
         day = layout.event_date_text(event_date)
         self.name = f"tidemark-dedup-{day}"
-        if BaseHook.get_connection(self._conn_id).conn_type != "spark_connect":
+        connection = BaseHook.get_connection(self._conn_id)
+        if connection.conn_type != "spark_connect":
             # the checked values (run_target parsed them), not the raw conf, on the command line
             self.application_args = dedup_backends.dedup_args(lake.uri, event_date)
+            if connection.extra_dejson.get("deploy-mode") != "cluster":
+                # the driver runs on this machine: it maps Spark's classes from this machine's
+                # class archive, when its Java and Spark have one (tidemark.base.class_archive)
+                self.conf = class_archive.with_archive(dict(self.conf or {}))
             super().execute(context)
             return
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook

@@ -19,7 +19,7 @@ from tests import reference
 from tests.conftest import sql_settings_kept
 from tests.helpers import airflow_on_connect, generate_cli, lake_session_set, reference_session_set
 from tidemark import cli
-from tidemark.base import names
+from tidemark.base import class_archive, names
 from tidemark.base.layout import as_event_date
 from tidemark.orchestration import date_priority, runs
 from tidemark.store.lake import Lake
@@ -444,7 +444,7 @@ def _dag_module():
     return module
 
 
-def test_the_dag_builds_the_operator_of_the_chosen_back_end(monkeypatch):
+def test_the_dag_builds_the_operator_of_the_chosen_back_end(monkeypatch, tmp_path):
     dag = _dag_module()
     monkeypatch.delenv("TIDEMARK_DEDUP_BACKEND", raising=False)
     monkeypatch.delenv("TIDEMARK_DATAPROC_CLUSTER", raising=False)
@@ -456,9 +456,22 @@ def test_the_dag_builds_the_operator_of_the_chosen_back_end(monkeypatch):
     monkeypatch.setattr(dag, "skip_if_up_to_date", lambda lake, day: None)
     monkeypatch.setattr(dag, "wait_for_the_dates_turn", lambda run_id, day, log: None)
     monkeypatch.setattr(dag.SparkSubmitOperator, "execute", lambda self, context: None)
-    monkeypatch.setattr("airflow.sdk.BaseHook.get_connection", lambda conn_id: type("C", (), {"conn_type": "spark"})())
+    extra: dict[str, str] = {}
+    connection = type("C", (), {"conn_type": "spark", "extra_dejson": extra})()
+    monkeypatch.setattr("airflow.sdk.BaseHook.get_connection", lambda conn_id: connection)
+    archive = tmp_path / "classes.jsa"
+    archive.write_bytes(b"an archive")
+    monkeypatch.setenv(class_archive.ENV, str(archive))
     task.execute({"params": {"event_date": "2026-03-07"}, "run_id": "notice__1"})
     assert task.application_args == ["dedup", "--lake", Lake.open("/lake").uri, "--event-date", "2026-03-07"]
+    # spark-submit's driver runs here: it starts from this machine's class archive
+    assert f"-XX:SharedArchiveFile={archive}" in task.conf[class_archive.JAVA_OPTIONS]
+    assert task.conf["spark.ui.enabled"] == "false"
+    # in cluster deploy mode the driver runs elsewhere, where this machine's archive is not
+    extra["deploy-mode"] = "cluster"
+    in_cluster = dag.dedup_task()
+    in_cluster.execute({"params": {"event_date": "2026-03-07"}, "run_id": "notice__2"})
+    assert class_archive.JAVA_OPTIONS not in in_cluster.conf
     monkeypatch.setenv("TIDEMARK_DEDUP_BACKEND", "databricks")
     with pytest.raises(ValueError, match="expected one of dataproc, spark"):
         dag.dedup_task()

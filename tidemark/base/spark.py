@@ -67,9 +67,9 @@ def build_session(
         # Python compiles from source in every daemon and worker (tidemark.base.pyspark_daemon).
         settings["spark.python.daemon.module"] = pyspark_daemon.MODULE
     settings.update(conf or {})
-    if master and master.startswith("local"):
-        # The driver JVM is started below (not by spark-submit before this code runs): it maps
-        # Spark's classes from the class archive when this Java and Spark have one.
+    if master:
+        # The driver JVM is started below, here (not by spark-submit before this code runs): it
+        # maps Spark's classes from the class archive when this Java and Spark have one.
         settings = class_archive.with_archive(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
