@@ -21,6 +21,7 @@ Benchmarks (a module bench/<name>.py with main(argv) each):
     iceberg_history     one Iceberg commit against the table's age (7 days vs a year of dates, gc'd)
     history             planning against the lake's age: 10^3..10^6 receipt partitions, index or not
     receipts_per_date   a full dedup of a date of 100 vs 8,640 receipt partitions, by reader
+    spark_start         a cold local Spark driver with the JVM class archive and without
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ ORDER = [
     "iceberg_history",
     "history",
     "receipts_per_date",
+    "spark_start",
 ]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -56,6 +58,7 @@ SCALE_ARGS: dict[str, dict[str, list[str]]] = {
     "correction_layout": {"small": ["--sessions", "50000"], "full": []},
     "dedup_task": {"small": ["--repeat", "3"], "full": ["--repeat", "10"]},
     "receipts_per_date": {"small": ["--sessions", "20000", "--many", "2000", "--readers", "arrow"], "full": []},
+    "spark_start": {"small": ["--runs", "2"], "full": []},
 }
 
 

@@ -77,7 +77,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, BaseOperator, Param, PartitionedAtRuntime, dag, task
 from typing_extensions import assert_never
 
-from tidemark.base import class_archive, layout, names  # standard library only: cheap at parse time
+from tidemark.base import layout, names  # standard library only: cheap at parse time
 from tidemark.orchestration import dedup_backends, settings  # standard library only: cheap at parse time
 from tidemark.orchestration.date_priority import OlderDatesFirst  # Airflow's and the standard library
 
@@ -205,6 +205,8 @@ class DedupOperator(SparkSubmitOperator):
         # Imported when the task runs: the dag-processor parses this file without them, and the
         # spark-submit path needs none of the Spark Connect client's.
         from airflow.sdk import BaseHook
+
+        from tidemark.base import class_archive
 
         lake, event_date = ready_to_dedup(context, self.log)
         day = layout.event_date_text(event_date)

@@ -14,7 +14,7 @@ import pytest
 
 import bench
 from bench import __main__ as runner
-from bench import freshness, memory, stream_throughput
+from bench import freshness, memory, spark_start, stream_throughput
 from tests.helpers import ended_pid, write_stack_record
 
 
@@ -227,3 +227,16 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     # watermark), and every generated event was read in some batch.
     assert all(int(r[header.index("open sessions")]) > 0 for r in rows)
     assert sum(int(r[header.index("lines")]) for r in rows) >= 1500
+
+
+@pytest.mark.slow
+def test_spark_start_times_cold_starts_with_the_class_archive_and_without(tmp_path, monkeypatch):
+    """Setup built the archive (scripts/setup.sh): one start each way, every step timed."""
+    monkeypatch.setattr(bench, "RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.delenv("TIDEMARK_JVM_CLASS_ARCHIVE", raising=False)
+    assert spark_start.main(["--runs", "1", "--workdir", str(tmp_path / "ss")]) == 0
+    header, rows = results_table(str(tmp_path / "results" / "spark_start.md"))
+    assert header[:3] == ["step", "with the archive (s)", "without (s)"]
+    assert [row[0] for row in rows] == list(spark_start.FIGURES)
+    assert all(float(row[1]) > 0 and float(row[2]) > 0 for row in rows)
+    # each run checked that its JVM was given the archive, or not (spark_start.one_run)
