@@ -333,6 +333,20 @@ def run_tidemark(
     return result
 
 
+def class_archive_note() -> str:
+    """Whether the Spark contenders' JVMs started from tidemark's class archive (all of them or none)."""
+    from tidemark.base import class_archive
+
+    path = class_archive.archive_path()
+    if path is None or not os.path.isfile(path):
+        return "JVM class archive: none (every Spark contender loads its classes from the jars)."
+    return (
+        f"JVM class archive: {os.path.basename(path)}, for every Spark contender (each starts through "
+        "tidemark's session builder, which gives it): class loading inside the floor's and the built-in's "
+        "jobs is cut as tidemark's is (BENCHMARKS.md section 1)."
+    )
+
+
 def run_floor(landing: str, work: str, master: str) -> dict:
     out = os.path.join(work, "floor")
     shutil.rmtree(out, ignore_errors=True)
@@ -880,6 +894,8 @@ def main(argv=None) -> int:
             "`wall` includes JVM / interpreter start; `in-job` excludes it (tidemark: first micro-batch "
             "start -> last commit, from the `batch committed` logs; floor and Spark's session_window: after the SparkSession exists; "
             "Beam: pipeline run). events/s counts every input line (duplicates and malformed lines too).",
+            "",
+            class_archive_note(),
             "",
             verdict,
             "",
