@@ -112,35 +112,36 @@ def main(argv=None) -> int:
             runs[archive].append(run)
             print(f"run {n + 1}/{args.runs} {'with' if archive else 'without'} the archive: {run}", flush=True)
     loads.append(load())
+    columns = ["step", "with the archive (s)", "without (s)", "saved (s)"]
     rows = []
     for figure in FIGURES:
-        with_, without = (statistics.median(r[figure] for r in runs[a]) for a in (True, False))
-        rows.append((figure, with_, without, round(without - with_, 2)))
-    lines = [
-        f"# {NAME}",
-        "",
-        __doc__.split("\n\n")[0].replace("\n", " "),
-        "",
-        f"Medians of {args.runs} interleaved cold starts each, {args.master}, archive {os.path.basename(path)} "
-        f"({os.path.getsize(path) // 2**20} MiB); load {loads[0]} -> {loads[-1]}.",
-        "",
-        "| step | with the archive (s) | without (s) | saved (s) |",
-        "|---|---|---|---|",
-        *[f"| {figure} | {a:.2f} | {b:.2f} | {d:.2f} |" for figure, a, b, d in rows],
-        "",
-        "Every run (with / without): "
-        + "; ".join(
-            f"{figure} {[r[figure] for r in runs[True]]} / {[r[figure] for r in runs[False]]}" for figure in FIGURES
-        ),
-        "",
-        "Machine: " + ", ".join(f"{k} {v}" for k, v in env_machine.items()),
-        "",
-    ]
-    print("\n".join(lines))
+        with_, without = (statistics.median(r[figure] for r in runs[archive]) for archive in (True, False))
+        rows.append([figure, f"{with_:.2f}", f"{without:.2f}", f"{without - with_:.2f}"])
+    every = "; ".join(
+        f"{figure} {[r[figure] for r in runs[True]]} / {[r[figure] for r in runs[False]]}" for figure in FIGURES
+    )
+    notes = (
+        f"Medians of {args.runs} interleaved cold starts each; load {loads[0]} -> {loads[-1]}. Every run "
+        f"(with / without): {every}."
+    )
+    bench.print_table(f"{NAME}: a cold local Spark driver", columns, rows)
+    print(notes)
     if not args.no_write:
-        os.makedirs(bench.RESULTS_DIR, exist_ok=True)
-        with open(os.path.join(bench.RESULTS_DIR, f"{NAME}.md"), "w") as handle:
-            handle.write("\n".join(lines))
+        bench.write_results(
+            NAME,
+            "A cold local Spark driver, with the JVM class archive and without",
+            columns,
+            rows,
+            notes,
+            {
+                "master": args.master,
+                "runs of each": args.runs,
+                "archive": f"{path} ({os.path.getsize(path) // 2**20} MiB)",
+                "first write": "200,000 rows to Parquet, partitioned by day",
+                "first read": "those rows read back, grouped by user",
+            },
+            env_machine,
+        )
     return 0
 
 
