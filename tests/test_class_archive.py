@@ -8,10 +8,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import psutil
 import pytest
 
 from tidemark.base import class_archive
+from tidemark.devstack.spark_connect import SparkConnectServer
 
 TIDEMARK = os.path.join(os.path.dirname(sys.executable), "tidemark")
 
@@ -82,9 +85,8 @@ def test_stale_archives_are_the_others_in_the_folder(tmp_path):
 
 @pytest.mark.slow
 def test_a_built_archive_is_mapped_by_a_local_session(tmp_path):
-    """Built by the command as setup runs it; a JVM that must share classes (-Xshare:on fails to
-    start otherwise) starts from it and runs a query; the next build is "up to date"; a rebuild
-    removes the archives of an earlier Java or Spark."""
+    """Built by the command as setup runs it, removing the archives of an earlier Java or Spark; the
+    next build is "up to date"; a session's JVM maps it and runs a query."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     env.pop(class_archive.ENV, None)
     folder = tmp_path / "cache" / "tidemark" / "class-archive"
@@ -100,14 +102,39 @@ def test_a_built_archive_is_mapped_by_a_local_session(tmp_path):
     assert again.returncode == 0
     assert f"up to date: {path}" in again.stdout
 
+    # a session as tidemark builds it (no option of ours): its JVM maps the archive
     session = textwrap.dedent(
-        f"""
+        """
         from tidemark.base.spark import build_session
-        spark = build_session("t", "local[1]", conf={{"spark.driver.extraJavaOptions":
-            "-Xshare:on -XX:SharedArchiveFile={path} -Xlog:cds*=off"}})
+        spark = build_session("t", "local[1]")
         print("rows", spark.range(5).selectExpr("id % 2 AS k").groupBy("k").count().count())
+        with open(f"/proc/{spark.sparkContext._gateway.proc.pid}/maps") as maps:
+            print("mapped", sorted({line.split()[-1] for line in maps if line.rstrip().endswith(".jsa")}))
         """
     )
     mapped = subprocess.run([sys.executable, "-c", session], env=env, capture_output=True, text=True, timeout=300)
     assert mapped.returncode == 0, mapped.stderr[-3000:]
     assert "rows 2" in mapped.stdout
+    assert path in mapped.stdout.split("mapped", 1)[1]
+
+
+def _mapped_archives(pid: int) -> set[str]:
+    """The archives the java processes of a process tree have mapped (the JVM maps one it accepts)."""
+    root = psutil.Process(pid)
+    jvms = [p for p in [root, *root.children(recursive=True)] if p.name() == "java"]
+    return {m.path for jvm in jvms for m in jvm.memory_maps() if m.path.endswith(class_archive.SUFFIX)}
+
+
+@pytest.mark.slow
+def test_the_spark_connect_server_maps_the_archive_and_keeps_its_logging(tmp_path):
+    """Its class path must be the one the archive was built with (its conf folder first used to
+    differ, and the JVM left the archive unmapped); its logging still comes from its own file."""
+    path = class_archive.archive_path()
+    assert path is not None
+    assert os.path.isfile(path), "scripts/setup.sh builds the class archive (tidemark class-archive)"
+    with SparkConnectServer(str(tmp_path / "connect")) as server:
+        assert server.managed is not None
+        assert path in _mapped_archives(server.managed.pid)
+    log = Path(server.log_path).read_text()
+    assert "Spark Connect server started at" in log
+    assert " INFO SparkContext:" not in log  # Spark's own defaults log at INFO; ours at WARN but the start
