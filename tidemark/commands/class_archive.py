@@ -1,12 +1,11 @@
 """tidemark class-archive: build the JVM class archive that local Spark sessions start from.
 
 A local Spark driver maps the classes of this archive instead of loading them from Spark's jars:
-about a second less to start a session and another to run its first queries, on every start of
-`tidemark stream`, `tidemark dedup`, the other commands that run Spark locally and the local
-stack's Spark Connect server. scripts/setup.sh
-builds it; build it again after installing another Java or pyspark (a stale archive is ignored by
-the JVM, so nothing breaks, only the saving goes). Takes ~30 s. TIDEMARK_JVM_CLASS_ARCHIVE=0 turns
-the archive off (tidemark/base/class_archive.py says how it works).
+~2 s less to start a session and ~1.5 s less for its first queries (BENCHMARKS.md section 1), on
+every start of `tidemark stream`, `tidemark dedup`, the other commands that run Spark locally and
+the local stack's Spark Connect server. scripts/setup.sh builds it; build it again after installing
+another Java or pyspark (a stale archive is ignored by the JVM, so nothing breaks, only the saving
+goes). Takes ~35 s. TIDEMARK_JVM_CLASS_ARCHIVE=0 turns the archive off (tidemark/base/class_archive.py says how it works).
 """
 
 from __future__ import annotations
