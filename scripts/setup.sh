@@ -42,7 +42,7 @@ else
   echo "$want" > .venv/.tidemark-stamp
 fi
 # Local Spark sessions start ~2 s sooner from a class archive of Spark's JVM (tidemark/base/class_archive.py):
-# built once per Java and pyspark (~30 s), "up to date" after. Without it everything runs, only slower.
+# built once per Java and pyspark (~35 s), "up to date" after. Without it everything runs, only slower.
 say "JVM class archive for local Spark:"
 .venv/bin/tidemark class-archive 2>.venv/class-archive.log \
   || say "warning: no class archive built (.venv/class-archive.log says why); local Spark starts without one"

@@ -2,10 +2,10 @@
 
 Why: a local SparkSession's JVM loads, verifies and links some 10,000 classes from Spark's jars
 before and during its first queries, every time, on cores the first queries need. Mapped from an
-archive instead (the JDK's class data sharing), on this 2-core machine: a session started in 3.8 s
-instead of 5.0 s and ran its first small query in 2.1 s instead of 3.0 s; `tidemark stream`'s
-one-batch run of a million lines took 26.5 s instead of 29.2 s and 4-5 CPU seconds fewer
-(BENCHMARKS.md section 1).
+archive instead (the JDK's class data sharing), on this 2-core machine: a cold process that starts
+a session and runs two small queries took 7.7 s instead of 11.6-11.9 s (bench.spark_start), the
+session alone 3.2 s instead of 5.4 s; `tidemark stream`'s one-batch run of a million lines, the whole
+process, 26.5 s instead of 30.5 s and ~6 CPU seconds fewer (BENCHMARKS.md section 1).
 
 How: a JVM started with -XX:ArchiveClassesAtExit=F writes the classes it loaded to F when it exits
 (streaming_job/class_archive.py runs the stream's warm-up in one, `tidemark class-archive`, run by
@@ -16,7 +16,8 @@ java binary and Spark's jars it was built with, so an upgrade of either looks fo
 (Java 19's -XX:+AutoCreateSharedArchive does all of this itself; this project runs on Java 17.)
 
 Where: $XDG_CACHE_HOME/tidemark/class-archive/<key>.jsa (~/.cache by default).
-TIDEMARK_JVM_CLASS_ARCHIVE=0 neither uses nor builds one; a path there names the archive to use.
+TIDEMARK_JVM_CLASS_ARCHIVE=0 neither uses nor builds one; a path ending in .jsa there names the
+archive to use.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ A local Spark driver maps the classes of this archive instead of loading them fr
 every start of `tidemark stream`, `tidemark dedup`, the other commands that run Spark locally and
 the local stack's Spark Connect server. scripts/setup.sh builds it; build it again after installing
 another Java or pyspark (a stale archive is ignored by the JVM, so nothing breaks, only the saving
-goes). Takes ~35 s. TIDEMARK_JVM_CLASS_ARCHIVE=0 turns the archive off (tidemark/base/class_archive.py says how it works).
+goes). Takes ~35 s. TIDEMARK_JVM_CLASS_ARCHIVE=0 turns the archive off
+(tidemark/base/class_archive.py says how it works).
 """
 
 from __future__ import annotations

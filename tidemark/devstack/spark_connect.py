@@ -80,8 +80,8 @@ class SparkConnectServer:
         """The start script's environment (added to ours)."""
         return {
             "SPARK_HOME": spark_home(),
-            # Spark's own (empty) conf folder: it heads the JVM's class path, which must be the one the
-            # class archive was built with for the JVM to map it.
+            # Spark's own conf folder (the pip package has none), not the server's: it heads the JVM's
+            # class path, which must be the one the class archive was built with for the JVM to map it.
             "SPARK_CONF_DIR": os.path.join(spark_home(), "conf"),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOG_DIR": os.path.join(self.home, "logs"),
