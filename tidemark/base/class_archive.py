@@ -48,7 +48,9 @@ def spark_jars() -> str | None:
         if spec is None or not spec.submodule_search_locations:
             return None
         home = list(spec.submodule_search_locations)[0]
-    jars = os.path.join(home, "jars")
+    # Symlinks resolved, as pyspark resolves the SPARK_HOME it launches from: the JVM records the
+    # class path's real paths, and a venv reached through a link (a worktree's) is the same venv.
+    jars = os.path.realpath(os.path.join(home, "jars"))
     return jars if os.path.isdir(jars) else None
 
 

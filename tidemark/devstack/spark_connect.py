@@ -32,10 +32,14 @@ START_TIMEOUT_S = 180.0
 
 
 def spark_home() -> str:
-    """The installed pyspark package's folder: a SPARK_HOME with sbin/ and jars/."""
+    """The installed pyspark package's folder: a SPARK_HOME with sbin/ and jars/.
+
+    Symlinks resolved, as pyspark resolves its own: the server's class path is then the one the
+    class archive was built with (tidemark.base.class_archive), wherever the venv is reached from.
+    """
     import pyspark  # heavy: only when a server is started
 
-    return os.path.dirname(os.path.abspath(pyspark.__file__))
+    return os.path.dirname(os.path.realpath(pyspark.__file__))
 
 
 class SparkConnectServer:
