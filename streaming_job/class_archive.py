@@ -12,20 +12,14 @@ leaves the previous state.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tidemark.base import class_archive
 from tidemark.base.logs import get_logger
 from tidemark.base.session_rules import SessionRules
 from tidemark.ingest.contract import InputRules
-from tidemark.store.lake import Lake
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 log = get_logger("class-archive")
 
@@ -75,24 +69,17 @@ def _run_and_exit(partial: str) -> None:
         "tidemark-class-archive", "local[2]", conf={class_archive.JAVA_OPTIONS: f"{job.STREAM_JAVA_OPTIONS} {dump}"}
     )
     job.tune_session(spark)
-    scratch = tempfile.mkdtemp(prefix="tidemark-class-archive-")
-    lake = Lake.open(os.path.join(scratch, "lake"))
-
-    def read_landing(landing: str) -> DataFrame:
-        config = job.StreamConfig(landing=landing, lake=lake, checkpoint=scratch, max_files_per_trigger=1)
-        return job.source(spark, config)
-
-    try:
-        warmup.warm_up(spark, SessionRules(), InputRules(), read_landing)
-        gateway = spark.sparkContext._gateway  # the JVM's process: pyspark started it with a pipe as stdin
-        if gateway is None or getattr(gateway, "proc", None) is None:
-            raise RuntimeError("this process did not start its JVM: no class archive can be written from it")
-        spark.stop()
-        # PySpark's JVM exits normally (System.exit) when its stdin closes; a JVM writes its
-        # archive on a normal exit only.
-        gateway.proc.stdin.close()
-        code = gateway.proc.wait(EXIT_TIMEOUT_S)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    # the stream's warm-up as a stream runs it (streaming_job.job.run_stream): one file per trigger
+    warmup.warm_up(
+        spark, SessionRules(), InputRules(), lambda folder: job.landing_source(spark, folder, max_files_per_trigger=1)
+    )
+    gateway = spark.sparkContext._gateway  # the JVM's process: pyspark started it with a pipe as stdin
+    if gateway is None or getattr(gateway, "proc", None) is None:
+        raise RuntimeError("this process did not start its JVM: no class archive can be written from it")
+    spark.stop()
+    # PySpark's JVM exits normally (System.exit) when its stdin closes; a JVM writes its archive on
+    # a normal exit only.
+    gateway.proc.stdin.close()
+    code = gateway.proc.wait(EXIT_TIMEOUT_S)
     if code != 0 or not os.path.isfile(partial):
         raise RuntimeError(f"the JVM exited with {code} and wrote no class archive")

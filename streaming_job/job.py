@@ -6,7 +6,6 @@ Run it through the CLI (`tidemark stream ...`) or unchanged through spark-submit
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import threading
@@ -87,7 +86,12 @@ class StreamConfig:
 
 
 def source(spark: SparkSession, config: StreamConfig) -> DataFrame:
-    """The landed files, as Spark's file source plans them into micro-batches.
+    """The stream's landing, as Spark's file source plans it into micro-batches (landing_source)."""
+    return landing_source(spark, config.landing, config.max_files_per_trigger)
+
+
+def landing_source(spark: SparkSession, landing: str, max_files_per_trigger: int | None = None) -> DataFrame:
+    """The landed files of `landing`, as Spark's file source plans them into micro-batches.
 
     Which files each batch takes (its file-source log) and the batch's timestamp (its offset log; a
     batch replayed after a crash has the same, hence the same receipt_ts).
@@ -103,9 +107,9 @@ def source(spark: SparkSession, config: StreamConfig) -> DataFrame:
         .option("maxFileAge", NO_MAX_FILE_AGE)
         .option("lineSep", "\n")
     )  # lines as tidemark.ingest.contract splits them
-    if config.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", int(config.max_files_per_trigger))
-    return reader.load(config.landing)
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
+    return reader.load(landing)
 
 
 # maxFileAge: Spark skips files whose modification time is older than this, measured from the newest
@@ -201,7 +205,7 @@ def run_stream(
             spark,
             rules,
             config.input_rules,
-            lambda folder: source(spark, dataclasses.replace(config, landing=folder, max_files_per_trigger=1)),
+            lambda folder: landing_source(spark, folder, max_files_per_trigger=1),
         )
     guard = _RulesGuard(config.lake, rules, config.rules_check_interval)
     audit = _LandingAudit(config.landing, config.lake, config.landing_audit_interval, config.archive)

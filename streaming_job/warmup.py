@@ -88,7 +88,7 @@ def warm_up(
     """Run the two warm-up batches in `spark`; the seconds it took (logged, failures too).
 
     `read_landing(folder)` is the stream's source over a landing folder, one file per trigger
-    (streaming_job.job.source).
+    (streaming_job.job.landing_source).
     """
     started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="tidemark-warmup-")
