@@ -53,8 +53,10 @@ SCALES = {
 }
 
 
-# Process-tree memory lives in bench/proctree.py (psutil); imported here for bench.memory and the smoke test.
-from bench.proctree import rss_bytes, tree_pids, tree_rss  # noqa: E402,F401
+# Process-tree memory and CPU live in bench/proctree.py (psutil); imported here for bench.memory and the smoke test.
+from bench.proctree import is_jvm, jvm_threads_cpu, rss_bytes, tree_pids, tree_rss  # noqa: E402,F401
+
+CPU_KINDS = ("JIT", "tasks", "GC", "other JVM", "Python")  # the table's CPU split (Sampler.cpu_split)
 
 
 def load() -> str:
@@ -64,7 +66,8 @@ def load() -> str:
 class Sampler(threading.Thread):
     """Samples the RSS of a process tree every `interval` seconds (peak + series), and its CPU
     seconds (user + system of every process seen in the tree, the last reading of each: a process
-    that ends between two samples loses at most `interval` of its CPU)."""
+    that ends between two samples loses at most `interval` of its CPU), the JVMs' by thread kind
+    (bench.proctree.jvm_thread_kind)."""
 
     def __init__(self, pid: int, interval: float = 0.5):
         super().__init__(daemon=True)
@@ -72,6 +75,8 @@ class Sampler(threading.Thread):
         self.series: list[tuple[float, dict]] = []
         self.peak = {"jvm": 0, "python": 0, "total": 0}
         self.cpu: dict[int, float] = {}
+        self.jvms: set[int] = set()
+        self.jvm_threads: dict[tuple[int, int], tuple[str, float]] = {}
         self._halt = threading.Event()
 
     def run(self):
@@ -88,7 +93,26 @@ class Sampler(threading.Thread):
                 except psutil.Error:
                     continue
                 self.cpu[pid] = times.user + times.system
+                if is_jvm(pid):
+                    self.jvms.add(pid)
+                    for tid, reading in jvm_threads_cpu(pid).items():
+                        self.jvm_threads[(pid, tid)] = reading
             self._halt.wait(self.interval)
+
+    def cpu_split(self) -> dict[str, float]:
+        """CPU seconds by where they went: the JVMs' JIT, tasks, GC and other threads, and the rest.
+
+        `other JVM` is the JVMs' CPU that no kind took: the driver's threads, and the threads that
+        ended between two samples. `Python` is every other process of the tree.
+        """
+        split = {"JIT": 0.0, "tasks": 0.0, "GC": 0.0}
+        for kind, seconds in self.jvm_threads.values():
+            if kind in split:
+                split[kind] += seconds
+        jvm = sum(self.cpu.get(pid, 0.0) for pid in self.jvms)
+        split["other JVM"] = max(0.0, jvm - sum(split.values()))
+        split["Python"] = sum(seconds for pid, seconds in self.cpu.items() if pid not in self.jvms)
+        return {kind: round(seconds, 1) for kind, seconds in split.items()}
 
     def stop(self):
         self._halt.set()
@@ -125,6 +149,7 @@ def run_measured(
         "wall": round(wall, 2),
         "peak": sampler.peak,
         "cpu": round(sum(sampler.cpu.values()), 1),
+        "cpu_split": sampler.cpu_split(),
         "series": sampler.series,
         "load_before": load_before,
         "load_after": load(),
@@ -736,6 +761,7 @@ def main(argv=None) -> int:
         "vs floor (in-job)",
         "peak PSS MB (JVM+Py)",
         "CPU s (tree)",
+        "CPU s: " + " / ".join(CPU_KINDS),
         "load before->after",
     ]
     results = []
@@ -818,6 +844,7 @@ def main(argv=None) -> int:
                 f"{rate_job / floor_rate:.2f}",
                 f"{mb(r['peak']['total'])} ({mb(r['peak']['jvm'])}+{mb(r['peak']['python'])})",
                 r.get("cpu", "-"),
+                " / ".join(str(r["cpu_split"][kind]) for kind in CPU_KINDS) if r.get("cpu_split") else "-",
                 f"{r['load_before']} -> {r['load_after']}",
             ]
         )
@@ -893,7 +920,10 @@ def main(argv=None) -> int:
             "Each contender ran cold in its own process on the same landed files, one after the other. "
             "`wall` includes JVM / interpreter start; `in-job` excludes it (tidemark: first micro-batch "
             "start -> last commit, from the `batch committed` logs; floor and Spark's session_window: after the SparkSession exists; "
-            "Beam: pipeline run). events/s counts every input line (duplicates and malformed lines too).",
+            "Beam: pipeline run). events/s counts every input line (duplicates and malformed lines too). "
+            "The CPU split is the whole process tree's, start included, from its threads' own counters: the "
+            "JVM's JIT compiler threads, Spark's task threads, its collector, its other threads (the driver, "
+            "py4j, listeners, threads that ended between two samples), and the Python processes.",
             "",
             class_archive_note(),
             "",

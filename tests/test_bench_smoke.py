@@ -195,6 +195,13 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     assert rows[0][1] == rows[1][1] == rows[2][1]  # same input lines
     assert all(float(r[header.index("events/s (in-job)")]) > 0 for r in rows)
     assert all(float(r[header.index("CPU s (tree)")]) > 0 for r in rows)  # CPU beside wall: loaded machines
+    # the CPU by thread kind: every Spark contender's JVM compiled code and ran tasks; tidemark's
+    # Python workers (the contract, the pane writer) did work, the floor's JSON is parsed in the JVM
+    split = [
+        [float(x) for x in r[header.index("CPU s: JIT / tasks / GC / other JVM / Python")].split(" / ")] for r in rows
+    ]
+    assert all(jit > 0 and tasks > 0 for jit, tasks, *_ in split)
+    assert split[2][4] > split[0][4]
     # the stage ladder: the floor first (1.00x), every step of a batch, the whole batch last
     text = (tmp_path / "results" / "stream_throughput.md").read_text()
     ladder = [
