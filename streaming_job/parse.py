@@ -78,8 +78,8 @@ def with_parse(batch: DataFrame, rules: InputRules | None = None, received_us: i
     passed on when present. The stream caches this
     frame, so it holds only what a later step reads: a valid line's bytes are never read again (only
     the quarantine needs them), and keeping them doubled the cache a batch builds and scans. The
-    file of every line stays (the landing rule and ledger group by it; the cache's dictionary
-    encoding stores one copy of each name per column batch).
+    file of every line stays (the landing rule and ledger group by it), a name in each cached row:
+    the stream's cache is uncompressed (streaming_job.job.stream_settings says why).
     """
     raw = F.col("value").cast("binary")
     if received_us is None:
