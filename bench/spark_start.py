@@ -98,8 +98,8 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args.worker, args.master)
         return 0
-    path = class_archive.archive_path()
-    if path is None or not os.path.isfile(path):
+    path = class_archive.built_archive()
+    if path is None:
         print("no class archive for this Java and Spark: run `tidemark class-archive` first", file=sys.stderr)
         return 2
     env_machine = bench.machine()

@@ -362,8 +362,8 @@ def class_archive_note() -> str:
     """Whether the Spark contenders' JVMs started from tidemark's class archive (all of them or none)."""
     from tidemark.base import class_archive
 
-    path = class_archive.archive_path()
-    if path is None or not os.path.isfile(path):
+    path = class_archive.built_archive()
+    if path is None:
         return "JVM class archive: none (every Spark contender loads its classes from the jars)."
     return (
         f"JVM class archive: {os.path.basename(path)}, for every Spark contender (each starts through "

@@ -85,11 +85,17 @@ def archive_path() -> str | None:
     return os.path.join(folder(), digest.hexdigest()[:16] + SUFFIX)
 
 
+def built_archive() -> str | None:
+    """The archive for this java and these jars when it has been built; None otherwise (archive_path)."""
+    path = archive_path()
+    return path if path is not None and os.path.isfile(path) else None
+
+
 def with_archive(conf: dict[str, str]) -> dict[str, str]:
     """`conf` with the driver JVM mapping the archive, when one exists and the options do not decide otherwise."""
-    path = archive_path()
+    path = built_archive()
     options = conf.get(JAVA_OPTIONS, "")
-    if path is None or not os.path.isfile(path) or any(flag in options for flag in _OWN_SHARING):
+    if path is None or any(flag in options for flag in _OWN_SHARING):
         return conf
     return {**conf, JAVA_OPTIONS: f"{options} -XX:SharedArchiveFile={path} {QUIET}".strip()}
 
