@@ -191,8 +191,13 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     )
     header, rows = results_table(str(tmp_path / "results" / "stream_throughput.md"))
     assert header[0] == "contender"
-    assert [row[0].split(":")[0].split(",")[0] for row in rows] == ["floor", "Spark session_window", "tidemark stream"]
-    assert rows[0][1] == rows[1][1] == rows[2][1]  # same input lines
+    assert [row[0].split(":")[0].split(",")[0] for row in rows] == [
+        "floor",
+        "Spark session_window",
+        "Spark session_window with its events",
+        "tidemark stream",
+    ]
+    assert rows[0][1] == rows[1][1] == rows[2][1] == rows[3][1]  # same input lines
     assert all(float(r[header.index("events/s (in-job)")]) > 0 for r in rows)
     assert all(float(r[header.index("CPU s (tree)")]) > 0 for r in rows)  # CPU beside wall: loaded machines
     # the CPU by thread kind: every Spark contender's JVM compiled code and ran tasks; tidemark's
@@ -201,7 +206,7 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
         [float(x) for x in r[header.index("CPU s: JIT / tasks / GC / other JVM / Python")].split(" / ")] for r in rows
     ]
     assert all(jit > 0 and tasks > 0 for jit, tasks, *_ in split)
-    assert split[2][4] > split[0][4]
+    assert split[3][4] > split[0][4]
     # the stage ladder: the floor first (1.00x), every step of a batch, the whole batch last
     text = (tmp_path / "results" / "stream_throughput.md").read_text()
     ladder = [
@@ -219,6 +224,9 @@ def test_stream_throughput_and_memory_write_well_formed_tables(tmp_path, monkeyp
     # the JVM's Java CPU by thread and the driver's by planning step, from a flight recording
     assert re.search(r"JVM samples \(flight recorder, [1-9]\d*\): tasks \d+%, driver thread \d+%", text)
     assert re.search(r"JIT compiler threads: C1 [\d.]+ s for \d+ methods, C2 [\d.]+ s", text)
+    # tidemark against both forms of the built-in: the guide's counts (a target), the same output shape
+    assert re.search(r"against Spark's session_window's [\d.]+ s \(target: no slower: (MET|MISSED)\)", text)
+    assert re.search(r"against Spark's session_window with its events' [\d.]+ s \(the same output shape", text)
     # where the (one) batch's time went, from its `batch committed` log
     assert re.search(
         r"phases of the first batch \(s\): check [\d.]+, quarantine [\d.]+, sessionize [\d.]+, "
