@@ -2,7 +2,8 @@
 floor (a plain PySpark `read.json -> write.parquet` of the same files into date partitions), next to
 Spark's own streaming `session_window` (what a Spark user tries first: watermark, session windows
 per user, append to Parquet, availableNow; once counting each session's events as the guide does,
-once collecting them, as tidemark's panes hold them) and next to Apache Beam's Python DirectRunner
+once collecting them, as tidemark's panes hold them; the counting query also at every further
+files-per-trigger value tidemark runs at, as that rate's context) and next to Apache Beam's Python DirectRunner
 doing the same session windows (its own venv, `.venv-beam`).
 
 Every contender runs as its own process, started cold (JVM or Python start included in "wall"),
@@ -788,6 +789,9 @@ def main(argv=None) -> int:
     if not args.skip_builtin:
         contenders.append((f"{BUILTIN}, {fpts[0]} files/trigger", fpts[0]))
         contenders.append((f"{BUILTIN_EVENTS}, {fpts[0]} files/trigger", fpts[0]))
+        # The guide's query at every further rate tidemark runs at too: what Spark's own operator
+        # reaches in several micro-batches is the context for that rate's target.
+        contenders += [(f"{BUILTIN}, {fpt} files/trigger", fpt) for fpt in fpts[1:]]
     contenders += [(f"tidemark stream, {fpt} files/trigger", fpt) for fpt in fpts]
     runs: dict[str, list[dict]] = {label: [] for label, _ in contenders}
     for attempt in range(args.runs):
@@ -918,7 +922,8 @@ def main(argv=None) -> int:
             f"small: its Spark jobs, state read/write, markers)."
         )
     verdicts = []
-    builtin = next((r for label, r, _, _ in results if label.startswith(BUILTIN + ",")), None)
+    builtin_at = {fpt: r for label, r, fpt, _ in results if label.startswith(BUILTIN + ",")}
+    builtin = builtin_at.get(fpts[0])  # the first rate's (one batch at full scale): the target
     with_events = next((r for label, r, _, _ in results if label.startswith(BUILTIN_EVENTS)), None)
     for label, r, fpt, _ in results:
         if not label.startswith("tidemark"):
@@ -931,6 +936,12 @@ def main(argv=None) -> int:
             verdicts.append(
                 f"{label}: {r['job_seconds']} s in the job against Spark's session_window's "
                 f"{builtin['job_seconds']} s (target: no slower: {'MET' if met else 'MISSED'})"
+            )
+        elif fpt in builtin_at:
+            other = builtin_at[fpt]
+            verdicts.append(
+                f"{label}: {r['job_seconds']} s against Spark's session_window's {other['job_seconds']} s at the "
+                f"same rate, {(lines / other['job_seconds']) / floor_rate:.2f}x the floor (context, not a target)"
             )
         if with_events is not None and fpt == fpts[0]:
             faster = r["job_seconds"] <= with_events["job_seconds"]
