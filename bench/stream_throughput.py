@@ -730,7 +730,9 @@ def parse_args(argv):
         default=1,
         help="run every contender this many times, interleaved; the table shows each one's median run",
     )
-    p.add_argument("--skip-builtin", action="store_true", help="do not run Spark's own session_window (either form)")
+    p.add_argument(
+        "--skip-builtin", action="store_true", help="do not run Spark's own session_window (any form, any rate)"
+    )
     p.add_argument("--floor-worker", nargs=2, metavar=("LANDING", "OUT"), help=argparse.SUPPRESS)
     p.add_argument("--builtin-worker", nargs=3, metavar=("LANDING", "OUT", "CHECKPOINT"), help=argparse.SUPPRESS)
     p.add_argument("--builtin-events", action="store_true", help=argparse.SUPPRESS)
