@@ -828,6 +828,10 @@ def main(argv=None) -> int:
     floor = results[0][1]
     floor_rate = lines / floor["job_seconds"]
 
+    def vs_floor(result: dict, n: int = lines) -> float:
+        """A contender's events/s in the job as a multiple of the floor's (n: the lines it read)."""
+        return (n / result["job_seconds"]) / floor_rate
+
     beam_note = ""
     if args.skip_beam:
         beam_note = "Beam: skipped (--skip-beam)."
@@ -864,7 +868,7 @@ def main(argv=None) -> int:
                 r["job_seconds"],
                 int(n / r["wall"]),
                 int(rate_job),
-                f"{rate_job / floor_rate:.2f}",
+                f"{vs_floor(r, n):.2f}",
                 f"{mb(r['peak']['total'])} ({mb(r['peak']['jvm'])}+{mb(r['peak']['python'])})",
                 r.get("cpu", "-"),
                 " / ".join(str(r["cpu_split"][kind]) for kind in CPU_KINDS) if r.get("cpu_split") else "-",
@@ -930,7 +934,7 @@ def main(argv=None) -> int:
     for label, r, fpt, _ in results:
         if not label.startswith("tidemark"):
             continue
-        ratio = (lines / r["job_seconds"]) / floor_rate
+        ratio = vs_floor(r)
         target = 0.7 if fpt >= files else 0.5  # one batch of every file, or several batches
         verdicts.append(f"{label}: {ratio:.2f}x the floor (target {target}x: {'MET' if ratio >= target else 'MISSED'})")
         if builtin is not None and fpt == fpts[0]:
@@ -943,7 +947,7 @@ def main(argv=None) -> int:
             other = builtin_at[fpt]
             verdicts.append(
                 f"{label}: {r['job_seconds']} s against Spark's session_window's {other['job_seconds']} s at the "
-                f"same rate, {(lines / other['job_seconds']) / floor_rate:.2f}x the floor (context, not a target)"
+                f"same rate, {vs_floor(other):.2f}x the floor (context, not a target)"
             )
         if with_events is not None and fpt == fpts[0]:
             faster = r["job_seconds"] <= with_events["job_seconds"]
